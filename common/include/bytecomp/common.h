@@ -1,0 +1,9 @@
+// The door of common/: what every process shares.
+#pragma once
+
+#include "bytecomp/common/config.h"
+#include "bytecomp/common/dtype.h"
+#include "bytecomp/common/half.h"
+#include "bytecomp/common/logging.h"
+#include "bytecomp/common/net.h"
+#include "bytecomp/common/transport.h"

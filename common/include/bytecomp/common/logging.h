@@ -1,0 +1,32 @@
+// Minimal leveled logging to stderr with the process's role and rank in every line.
+// Abseil 2022-06 (Debian 12) has no absl/log, so this is ours.
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace bytecomp {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+// Sets the prefix printed before every line, e.g. "server 1". Thread-safe.
+void SetLogIdentity(absl::string_view identity);
+// Level from BYTECOMP_LOG_LEVEL (debug|info|warning|error), default info.
+LogLevel CurrentLogLevel();
+void SetLogLevel(LogLevel level);
+void LogLine(LogLevel level, absl::string_view message);
+
+template <typename... Args>
+void LogAt(LogLevel level, const Args&... args) {
+  if (level < CurrentLogLevel()) return;
+  LogLine(level, absl::StrCat(args...));
+}
+
+}  // namespace bytecomp
+
+#define BC_LOG_DEBUG(...) ::bytecomp::LogAt(::bytecomp::LogLevel::kDebug, __VA_ARGS__)
+#define BC_LOG_INFO(...) ::bytecomp::LogAt(::bytecomp::LogLevel::kInfo, __VA_ARGS__)
+#define BC_LOG_WARNING(...) ::bytecomp::LogAt(::bytecomp::LogLevel::kWarning, __VA_ARGS__)
+#define BC_LOG_ERROR(...) ::bytecomp::LogAt(::bytecomp::LogLevel::kError, __VA_ARGS__)

@@ -1,0 +1,24 @@
+// Addresses: host:port parsing, ZeroMQ endpoints, and which local address to advertise.
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+
+namespace bytecomp {
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+// "host:port" or "tcp://host:port"; port in [1, 65535].
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
+std::string TcpEndpoint(absl::string_view host, int port);
+// The local IPv4 address the kernel would use to reach `remote_host` (no packet is sent),
+// so nodes advertise an address their peers can reach without naming an interface.
+absl::StatusOr<std::string> LocalAddressToward(const std::string& remote_host);
+std::string Hostname();
+
+}  // namespace bytecomp

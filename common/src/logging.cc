@@ -1,0 +1,70 @@
+#include "bytecomp/common/logging.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace bytecomp {
+namespace {
+
+std::mutex& IdentityMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::string& Identity() {
+  static std::string identity = "bytecomp";
+  return identity;
+}
+
+LogLevel LevelFromEnv() {
+  const char* env = std::getenv("BYTECOMP_LOG_LEVEL");
+  if (env == nullptr) return LogLevel::kInfo;
+  if (std::strcmp(env, "debug") == 0) return LogLevel::kDebug;
+  if (std::strcmp(env, "warning") == 0) return LogLevel::kWarning;
+  if (std::strcmp(env, "error") == 0) return LogLevel::kError;
+  return LogLevel::kInfo;
+}
+
+std::atomic<int>& Level() {
+  static std::atomic<int> level{static_cast<int>(LevelFromEnv())};
+  return level;
+}
+
+const char* LevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return "D";
+    case LogLevel::kInfo: return "I";
+    case LogLevel::kWarning: return "W";
+    case LogLevel::kError: return "E";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void SetLogIdentity(absl::string_view identity) {
+  std::lock_guard<std::mutex> lock(IdentityMutex());
+  Identity() = std::string(identity);
+}
+
+LogLevel CurrentLogLevel() { return static_cast<LogLevel>(Level().load(std::memory_order_relaxed)); }
+
+void SetLogLevel(LogLevel level) { Level().store(static_cast<int>(level)); }
+
+void LogLine(LogLevel level, absl::string_view message) {
+  using namespace std::chrono;
+  const double t = duration<double>(system_clock::now().time_since_epoch()).count();
+  std::string identity;
+  {
+    std::lock_guard<std::mutex> lock(IdentityMutex());
+    identity = Identity();
+  }
+  // One fprintf per line keeps lines from different threads whole.
+  std::fprintf(stderr, "%s %.3f [%s] %.*s\n", LevelName(level), t, identity.c_str(),
+               static_cast<int>(message.size()), message.data());
+}
+
+}  // namespace bytecomp

@@ -1,0 +1,75 @@
+#include "bytecomp/common/net.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace bytecomp {
+
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
+  absl::string_view rest = address;
+  if (absl::StartsWith(rest, "tcp://")) rest.remove_prefix(6);
+  const size_t colon = rest.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("address '", address, "' is not host:port"));
+  }
+  HostPort hp;
+  hp.host = std::string(rest.substr(0, colon));
+  if (!absl::SimpleAtoi(rest.substr(colon + 1), &hp.port) || hp.port < 1 || hp.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address '", address, "' has no valid port (1-65535)"));
+  }
+  return hp;
+}
+
+std::string TcpEndpoint(absl::string_view host, int port) {
+  return absl::StrCat("tcp://", host, ":", port);
+}
+
+absl::StatusOr<std::string> LocalAddressToward(const std::string& remote_host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(remote_host.c_str(), "9", &hints, &res); rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve '", remote_host, "': ", gai_strerror(rc)));
+  }
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  std::string result;
+  absl::Status status;
+  if (fd < 0) {
+    status = absl::InternalError(absl::StrCat("socket(): ", std::strerror(errno)));
+  } else if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    status = absl::UnavailableError(
+        absl::StrCat("no route to '", remote_host, "': ", std::strerror(errno)));
+  } else {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf));
+    result = buf;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  if (!status.ok()) return status;
+  return result;
+}
+
+std::string Hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace bytecomp

@@ -1,0 +1,90 @@
+/* ByteComp worker engine: the C API that framework shims (shim/, Python ctypes) bind to.
+ *
+ * One engine per process. Every function returns BYTECOMP_OK (0) or a negative error code;
+ * nothing throws. After a failure, bytecomp_last_error() gives the text on the calling thread;
+ * a failed handle keeps its own text (bytecomp_handle_error).
+ *
+ * Configuration: bytecomp_init(config_path) reads an optional ClusterConfig text file
+ * (proto/cluster_config.proto), then environment variables override it:
+ *   BYTECOMP_SCHEDULER=host:port   scheduler address (required unless in the file)
+ *   BYTECOMP_RANK=N                requested worker rank (optional; the scheduler assigns)
+ *   BYTECOMP_CONNECT_TIMEOUT_MS    how long init waits for the scheduler
+ * Everything else (W, S, partition size, connections per server, timeouts) comes from the
+ * scheduler's topology, so every worker follows one configuration.
+ */
+#ifndef BYTECOMP_C_API_H_
+#define BYTECOMP_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes. */
+#define BYTECOMP_OK 0
+#define BYTECOMP_ERR_INVALID_ARGUMENT (-1) /* bad size, dtype, name, pointer, ... */
+#define BYTECOMP_ERR_NOT_INITIALIZED (-2)
+#define BYTECOMP_ERR_TIMEOUT (-3)          /* wait timed out; the operation goes on */
+#define BYTECOMP_ERR_UNAVAILABLE (-4)      /* scheduler unreachable, a node failed */
+#define BYTECOMP_ERR_REJECTED (-5)         /* a server or the scheduler rejected the request */
+#define BYTECOMP_ERR_SHUTDOWN (-6)         /* the engine shut down before completion */
+#define BYTECOMP_ERR_INTERNAL (-7)
+
+/* Element types (values match proto DType). */
+#define BYTECOMP_FLOAT32 0
+#define BYTECOMP_FLOAT16 1
+#define BYTECOMP_BFLOAT16 2
+
+/* Flags for bytecomp_push_pull. */
+#define BYTECOMP_FLAG_AVERAGE 1u /* divide the sum by the number of workers */
+
+typedef int64_t bytecomp_handle_t;
+
+/* Starts the engine: registers with the scheduler, receives the topology, connects to every
+ * server. config_path may be NULL. Fails within the connect timeout naming the address. */
+int bytecomp_init(const char* config_path);
+/* Completes or fails every operation in flight (never hangs), tells the scheduler, and stops. */
+int bytecomp_shutdown(void);
+int bytecomp_is_initialized(void);
+
+int bytecomp_rank(void);
+int bytecomp_size(void);
+int bytecomp_local_rank(void);
+int bytecomp_local_size(void);
+int bytecomp_num_servers(void);
+
+/* Declares a tensor. The same name on every worker gives the same key; the scheduler checks
+ * that every worker declares it with the same element count and dtype (a mismatch fails every
+ * worker's operations on it with an error naming both sizes). Declaring the same name twice
+ * with a different size or dtype is an immediate error. Re-declaring identically is a no-op. */
+int bytecomp_declare(const char* name, int64_t element_count, int dtype);
+
+/* Starts an asynchronous in-place push-pull: `data` (element_count elements of dtype) is
+ * summed over all workers and the result written back into `data`. The memory must stay
+ * valid and untouched until the handle completes. Higher priority partitions leave first.
+ * Declares the tensor if it is not yet declared. */
+int bytecomp_push_pull(const char* name, void* data, int64_t element_count, int dtype,
+                       int priority, uint32_t flags, bytecomp_handle_t* handle_out);
+
+/* 1 when done (successfully), 0 while pending, a negative code if it failed. */
+int bytecomp_poll(bytecomp_handle_t handle);
+/* Waits up to timeout_ms (< 0: forever). BYTECOMP_OK, BYTECOMP_ERR_TIMEOUT or the failure.
+ * A completed handle is released by a successful wait, or by bytecomp_release. */
+int bytecomp_wait(bytecomp_handle_t handle, int64_t timeout_ms);
+int bytecomp_release(bytecomp_handle_t handle);
+/* Copies the handle's error text (empty if none) into buf (NUL-terminated, truncated). */
+int bytecomp_handle_error(bytecomp_handle_t handle, char* buf, size_t buf_len);
+
+/* Blocks until every worker reached the barrier (or a node failed / timeout). */
+int bytecomp_barrier(int64_t timeout_ms);
+
+/* The text of the last failure on this thread ("" if none). Valid until the next call. */
+const char* bytecomp_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BYTECOMP_C_API_H_ */
