@@ -1,0 +1,94 @@
+// The codec interface: fp32 in, bytes out, and back. One Codec instance serves one partition
+// in one direction (push on a worker, pull on a server), so per-tensor state (momentum,
+// PowerSGD's warm-started Q) lives inside the instance and needs no lookup by key.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace bytecomp::compress {
+
+struct CodecProperties {
+  // Encoded contributions of several workers can be summed without decoding (fp16; randomk
+  // with a shared seed: the value arrays add element-wise).
+  bool summable_encoded = false;
+  // E[decode(encode(x))] == x.
+  bool unbiased = false;
+  // Needs a second aggregation round trip (PowerSGD: P, then Q).
+  bool two_round = false;
+  // The server aggregates by majority vote of signs (signsgd, signum).
+  bool majority_vote = false;
+  // The payload is values with indices; the server aggregates as a sparse add.
+  bool sparse = false;
+  // Keeps state across rounds inside the instance (momentum, warm start).
+  bool stateful = false;
+};
+
+// What the codec may need to know about the call. Identical on every worker for a given
+// (key, round), so shared randomness (randomk's indices) is derived from it alike everywhere.
+struct CodecContext {
+  uint64_t key = 0;    // partition key: (tensor id << 32) | partition index
+  uint64_t round = 0;  // iteration count of the key
+  uint32_t node = 0;   // worker rank (or server rank), for per-node random streams
+  uint64_t seed = 0;   // job-wide seed, from the strategy
+  float learning_rate = 0.0f;  // current optimiser learning rate, for codecs that need it
+};
+
+// Parameters as given by a strategy file or the C API: name -> value text. The registry
+// checks names and types against the codec's declared parameters.
+using CodecParams = std::map<std::string, std::string>;
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+
+  virtual absl::string_view name() const = 0;
+  virtual CodecProperties properties() const = 0;
+
+  // Upper bound of Encode's output, in bytes, for n input elements.
+  virtual size_t MaxEncodedBytes(size_t n) const = 0;
+
+  // Encodes input (n floats) into out (at least MaxEncodedBytes(n) bytes); returns the bytes
+  // written. NaN or Inf in the input is an InvalidArgument error naming the first bad index.
+  virtual absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
+                                        absl::Span<uint8_t> out) = 0;
+
+  // Decodes into output (n floats). Malformed bytes (wrong size, bad header, index out of
+  // range) are an InvalidArgument error; output is then unspecified.
+  virtual absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
+                              absl::Span<float> output) = 0;
+
+  // accumulator += decode(encoded). The default decodes into a scratch buffer and adds;
+  // codecs override it when they can add directly (sparse formats).
+  virtual absl::Status DecodeAdd(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
+                                 absl::Span<float> accumulator);
+};
+
+// Declared parameter of a codec, for validation and for error messages listing valid ones.
+struct CodecParamSpec {
+  enum class Type { kDouble, kInt, kBool, kString };
+  std::string name;
+  Type type = Type::kDouble;
+  std::string default_value;
+  std::string help;  // e.g. "fraction of elements kept, in (0, 1]"
+};
+
+struct CodecSpec {
+  std::string name;
+  std::string summary;
+  std::vector<CodecParamSpec> params;
+  // Builds an instance from validated, defaults-filled parameters.
+  std::function<absl::StatusOr<std::unique_ptr<Codec>>(const CodecParams&)> factory;
+};
+
+}  // namespace bytecomp::compress
