@@ -6,4 +6,5 @@
 #include "bytecomp/common/half.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
+#include "bytecomp/common/scheduler_client.h"
 #include "bytecomp/common/transport.h"
