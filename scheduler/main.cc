@@ -83,6 +83,12 @@ int main(int argc, char** argv) {
     config.set_advertise_host(v);
   }
 
+  if (int port = absl::GetFlag(FLAGS_port); port > 0) {
+    // The topology tells nodes the effective config, so it names the port really bound.
+    absl::StatusOr<bytecomp::HostPort> hp = bytecomp::ParseHostPort(config.scheduler_address());
+    if (hp.ok()) config.set_scheduler_address(absl::StrCat(hp->host, ":", port));
+  }
+
   bytecomp::SchedulerOptions options;
   options.config = config;
   options.bind_host = absl::GetFlag(FLAGS_bind_host);

@@ -455,7 +455,10 @@ void Scheduler::HandleDeclare(Node& node, const proto::DeclareTensor& declare, i
     return;
   }
   Declaration& decl = declarations_[declare.name()];
-  if (decl.by_worker.empty()) decl.first_ms = now_ms;
+  if (decl.by_worker.empty()) {
+    decl.first_ms = now_ms;
+    undecided_declarations_.insert(declare.name());
+  }
   auto mine = decl.by_worker.find(node.rank);
   if (mine != decl.by_worker.end()) {
     const bool same = mine->second.element_count() == declare.element_count() &&
@@ -543,6 +546,7 @@ void Scheduler::CompleteDeclaration(const std::string& name, Declaration& decl) 
   }
   if (!reply.ok()) BC_LOG_WARNING("declaration failed: ", reply.error());
   decl.reply = reply;
+  undecided_declarations_.erase(name);
   proto::ControlMessage message;
   *message.mutable_declare_reply() = reply;
   for (const std::string& id : worker_by_rank_) {
@@ -588,10 +592,8 @@ int64_t Scheduler::NextDeadlineMs(int64_t now_ms) const {
       if (!node.done) next = std::min(next, node.last_seen_ms + config_.heartbeat_timeout_ms());
     }
   }
-  for (const auto& [name, decl] : declarations_) {
-    if (!decl.reply.has_value()) {
-      next = std::min(next, decl.first_ms + config_.declare_timeout_ms());
-    }
+  for (const std::string& name : undecided_declarations_) {
+    next = std::min(next, declarations_.at(name).first_ms + config_.declare_timeout_ms());
   }
   return next;
 }
@@ -666,8 +668,15 @@ void Scheduler::CheckDeadlines(int64_t now_ms) {
       return;
     }
   }
-  for (auto& [name, decl] : declarations_) {
-    if (decl.reply.has_value() || now_ms - decl.first_ms < config_.declare_timeout_ms()) continue;
+  std::vector<std::string> expired;
+  for (const std::string& name : undecided_declarations_) {
+    if (now_ms - declarations_.at(name).first_ms >= config_.declare_timeout_ms()) {
+      expired.push_back(name);
+    }
+  }
+  for (const std::string& name : expired) {
+    Declaration& decl = declarations_.at(name);
+    undecided_declarations_.erase(name);
     std::vector<int> missing;
     std::vector<int> declared;
     for (int r = 0; r < config_.num_workers(); ++r) {

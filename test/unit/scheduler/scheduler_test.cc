@@ -73,6 +73,7 @@ TEST_F(SchedulerTest, AssignsRequestedAndFreeRanksAndSendsTopology) {
   s_b->Register(ROLE_SERVER, -1, "hostS", "tcp://10.0.0.2:7002");  // lowest free: 0
   w_x->Register(ROLE_WORKER, 2, "hostA");
   w_y->Register(ROLE_WORKER, -1, "hostB");  // 0
+  w_y->Sync();
   // Not complete yet: nobody hears anything.
   s_a->ExpectNothing(150);
   w_z->Register(ROLE_WORKER, -1, "hostA");  // 1
@@ -105,6 +106,7 @@ TEST_F(SchedulerTest, RejectsRankConflictsDuplicatesAndLateNodes) {
   Start(2, 1);
   auto w0 = Node(), other = Node(), server = Node(), w1 = Node(), late = Node();
   w0->Register(ROLE_WORKER, 0);
+  w0->Sync();
   other->Register(ROLE_WORKER, 0, "hostB");
   EXPECT_TRUE(Contains(other->ExpectError(), "worker rank 0 is already taken by pid 4242 on hostA"));
   other->Register(ROLE_WORKER, 5);
@@ -117,6 +119,7 @@ TEST_F(SchedulerTest, RejectsRankConflictsDuplicatesAndLateNodes) {
   EXPECT_TRUE(Contains(other->ExpectError(), "role must be worker or server"));
   // A rejected connection may try again with a free rank.
   other->Register(ROLE_WORKER, -1, "hostB");
+  other->Sync();
   w1->Register(ROLE_WORKER, -1);
   EXPECT_TRUE(Contains(w1->ExpectError(), "all 2 worker ranks are taken"));
   server->Register(ROLE_SERVER, 0);
@@ -209,7 +212,6 @@ TEST_F(SchedulerTest, DeclarationAssignsIdsAndBalancedServersToEveryWorker) {
   w1.Declare("fc.bias", 10, proto::DTYPE_FLOAT16);
   w0.Declare("fc.weight", 33, proto::DTYPE_FLOAT32);
   w1.Declare("fc.weight", 33, proto::DTYPE_FLOAT32);
-  w0.Declare("fc.bias", 10, proto::DTYPE_FLOAT16);
   for (TestNode* w : {&w0, &w1}) {
     const proto::DeclareReply a = w->Expect(ControlMessage::kDeclareReply).declare_reply();
     EXPECT_EQ(a.name(), "fc.weight");
@@ -217,6 +219,10 @@ TEST_F(SchedulerTest, DeclarationAssignsIdsAndBalancedServersToEveryWorker) {
     // Loads before: server 0 96 B, server 1 64 B. 16 -> s1 (128), 16 -> s0 (160), 1 -> s1.
     EXPECT_EQ(std::vector<int32_t>(a.partition_server().begin(), a.partition_server().end()),
               std::vector<int32_t>({1, 0, 1}));
+  }
+  // Only now (messages from two sockets may arrive in any order) does fc.bias complete.
+  w0.Declare("fc.bias", 10, proto::DTYPE_FLOAT16);
+  for (TestNode* w : {&w0, &w1}) {
     const proto::DeclareReply b = w->Expect(ControlMessage::kDeclareReply).declare_reply();
     EXPECT_EQ(b.name(), "fc.bias");
     EXPECT_EQ(b.tensor_id(), 2u);

@@ -67,6 +67,15 @@ class TestNode {
     Send(m);
   }
 
+  // Returns once the scheduler has handled everything this node sent before: messages from
+  // different sockets reach the scheduler in any order, so a test that needs "A's message
+  // before B's" syncs A first. A barrier request for a group that does not exist is always
+  // answered with an error, registered or not.
+  void Sync() {
+    Barrier("no-such-group", 0);
+    EXPECT_EQ(Expect(proto::ControlMessage::kError).body_case(), proto::ControlMessage::kError);
+  }
+
   // The next message, or nullopt after `timeout_ms`.
   std::optional<proto::ControlMessage> Recv(int timeout_ms = 2000) {
     absl::StatusOr<std::vector<zmq::message_t>> frames =

@@ -133,6 +133,7 @@ class Scheduler {
 
   absl::flat_hash_map<std::string, BarrierGroup> barriers_;  // by group name
   std::map<std::string, Declaration> declarations_;          // by tensor name
+  std::set<std::string> undecided_declarations_;  // names still waiting for workers
   uint32_t next_tensor_id_ = 0;
   PartitionAssigner assigner_;
   int workers_done_ = 0;
