@@ -71,6 +71,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   auto context = std::make_unique<zmq::context_t>(1);
   auto socket = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::router);
   ConfigureSocket(*socket);
+  // A node that sets its own routing id keeps it across a TCP reconnect; handover lets the
+  // new connection take that id over instead of being refused as a duplicate.
+  socket->set(zmq::sockopt::router_handover, 1);
   absl::StatusOr<int> bound = BindTcp(*socket, options.bind_host, port);
   if (!bound.ok()) {
     return absl::UnavailableError(
@@ -137,13 +140,20 @@ absl::Status Scheduler::Run() {
       Finish(absl::InternalError(absl::StrCat("zmq poll: ", e.what())));
       break;
     }
+    // Deadlines are checked only once the queue is drained: after a stall of this thread
+    // (an overloaded machine), heartbeats still queued must count before anyone is declared
+    // failed.
+    bool drained = true;
     if (item.revents & ZMQ_POLLIN) {
-      // Drain what is queued, then look at the deadlines.
+      drained = false;
       for (int i = 0; i < 1024 && !final_status_.has_value(); ++i) {
         std::vector<zmq::message_t> frames;
         try {
           zmq::message_t frame;
-          if (!socket_->recv(frame, zmq::recv_flags::dontwait)) break;
+          if (!socket_->recv(frame, zmq::recv_flags::dontwait)) {
+            drained = true;
+            break;
+          }
           frames.push_back(std::move(frame));
           while (frames.back().more()) {
             zmq::message_t next;
@@ -158,9 +168,17 @@ absl::Status Scheduler::Run() {
         HandleMessage(frames, MonotonicMs());
       }
     }
-    if (!final_status_.has_value()) CheckDeadlines(MonotonicMs());
+    if (drained && !final_status_.has_value()) CheckDeadlines(MonotonicMs());
   }
   return *final_status_;
+}
+
+void Scheduler::LogBadMessage(const std::string& what) {
+  ++bad_messages_;
+  // A peer stuck in a loop must not flood the log: the first ones, then every 1000th.
+  if (bad_messages_ <= 20 || bad_messages_ % 1000 == 0) {
+    BC_LOG_WARNING(what, " (bad message ", bad_messages_, " so far)");
+  }
 }
 
 void Scheduler::Finish(absl::Status status) {
@@ -182,15 +200,15 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
   if (node != nullptr) node->last_seen_ms = now_ms;
 
   if (frames.size() != 2) {
-    BC_LOG_WARNING("malformed message from ", who, ": ", frames.size() - 1,
-                   " frames, expected 1 (a ControlMessage)");
+    LogBadMessage(absl::StrCat("malformed message from ", who, ": ", frames.size() - 1,
+                               " frames, expected 1 (a ControlMessage)"));
     SendError(identity, absl::StrCat("expected one frame holding a ControlMessage, got ",
                                      frames.size() - 1, " frames"));
     return;
   }
   proto::ControlMessage message;
   if (absl::Status s = ParseFrame(frames[1], &message); !s.ok()) {
-    BC_LOG_WARNING("from ", who, ": ", s.message());
+    LogBadMessage(absl::StrCat("from ", who, ": ", s.message()));
     SendError(identity, std::string(s.message()));
     return;
   }
@@ -205,7 +223,7 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
     return;
   }
   if (node == nullptr) {
-    BC_LOG_WARNING(who, " sent ", BodyName(message), " before registering");
+    LogBadMessage(absl::StrCat(who, " sent ", BodyName(message), " before registering"));
     SendError(identity, absl::StrCat("received ", BodyName(message),
                                      " from a node that has not registered; send Register "
                                      "first"));
@@ -227,11 +245,11 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
       HandleShutdownRequest(*node, message.shutdown());
       return;
     case proto::ControlMessage::BODY_NOT_SET:
-      BC_LOG_WARNING("empty ControlMessage from ", who);
+      LogBadMessage(absl::StrCat("empty ControlMessage from ", who));
       SendError(identity, "empty ControlMessage: no message body is set");
       return;
     default:
-      BC_LOG_WARNING("unexpected ", BodyName(message), " from ", who);
+      LogBadMessage(absl::StrCat("unexpected ", BodyName(message), " from ", who));
       SendError(identity, absl::StrCat("the scheduler does not accept ", BodyName(message),
                                        " messages from nodes"));
       return;

@@ -438,6 +438,23 @@ TEST_F(SchedulerTest, MalformedFramesGetErrorRepliesAndServingContinues) {
   EXPECT_TRUE(Running());
 }
 
+TEST_F(SchedulerTest, NodeWithItsOwnRoutingIdSurvivesAReconnect) {
+  Start(1, 1);
+  auto worker = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-1234");
+  auto server = Node();
+  worker->Register(ROLE_WORKER, -1);
+  server->Register(ROLE_SERVER, -1);
+  worker->Expect(ControlMessage::kTopology);
+  server->Expect(ControlMessage::kTopology);
+  // The same node on a new connection (a TCP reconnect) is still worker 0.
+  worker.reset();
+  auto again = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-1234");
+  again->Barrier("no-such-group", 0);
+  EXPECT_TRUE(Contains(again->ExpectError(), "unknown barrier group")) << "not seen as registered";
+  again->Barrier("workers", 1);
+  EXPECT_EQ(again->Expect(ControlMessage::kBarrierRelease).barrier_release().sequence(), 1u);
+}
+
 TEST_F(SchedulerTest, RegistrationTimeoutNamesMissingRanksAndTellsRegisteredNodes) {
   proto::ClusterConfig config;
   config.set_connect_timeout_ms(300);

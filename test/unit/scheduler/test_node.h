@@ -19,8 +19,10 @@ namespace bytecomp::testing {
 
 class TestNode {
  public:
-  TestNode(zmq::context_t& context, int port) : socket_(context, zmq::socket_type::dealer) {
+  TestNode(zmq::context_t& context, int port, const std::string& routing_id = "")
+      : socket_(context, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
+    if (!routing_id.empty()) socket_.set(zmq::sockopt::routing_id, routing_id);
     socket_.connect(absl::StrCat("tcp://127.0.0.1:", port));
   }
 
