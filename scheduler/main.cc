@@ -1,5 +1,6 @@
 // bytecomp-scheduler: parses flags and the cluster config, then runs the Scheduler.
-// Exit status: 0 when every worker finished; 2 for a bad configuration; 128+N after signal N;
+// Exit status: 0 when every worker finished; 2 for a bad configuration; 128+N after SIGINT or
+// SIGTERM (SIGHUP asks for a strategy reload and does not stop the job);
 // 1 when the job failed (a node died, registration timed out, a node asked for shutdown).
 #include <csignal>
 #include <cstdio>
@@ -37,7 +38,12 @@ namespace {
 bytecomp::Scheduler* g_scheduler = nullptr;
 
 void OnSignal(int signal_number) {
-  if (g_scheduler != nullptr) g_scheduler->StopForSignal(signal_number);
+  if (g_scheduler == nullptr) return;
+  if (signal_number == SIGHUP) {
+    g_scheduler->RequestReload();  // SIGHUP means "reload the strategy", never "stop"
+  } else {
+    g_scheduler->StopForSignal(signal_number);
+  }
 }
 
 }  // namespace

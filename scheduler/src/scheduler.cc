@@ -111,6 +111,15 @@ void Scheduler::StopForSignal(int signal_number) {
   stop_requested_.store(true);
 }
 
+void Scheduler::RequestReload() { reload_requested_.store(true); }
+
+void Scheduler::ReloadStrategy() {
+  // The live Strategy (issue 5) is not held here yet, so there is nothing to reload; say so
+  // rather than pretend. The job goes on either way.
+  BC_LOG_WARNING("received a reload request (SIGHUP), but this scheduler holds no strategy "
+                 "file yet; nothing was reloaded");
+}
+
 absl::Status Scheduler::Run() {
   if (ran_) return absl::FailedPreconditionError("Scheduler::Run called twice");
   ran_ = true;
@@ -130,6 +139,7 @@ absl::Status Scheduler::Run() {
       Finish(absl::CancelledError(reason));
       break;
     }
+    if (reload_requested_.exchange(false)) ReloadStrategy();
     const int64_t now = MonotonicMs();
     const int64_t wait_ms = std::clamp<int64_t>(NextDeadlineMs(now) - now, 0, kMaxPollMs);
     zmq::pollitem_t item{socket_->handle(), 0, ZMQ_POLLIN, 0};

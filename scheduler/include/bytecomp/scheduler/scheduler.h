@@ -79,6 +79,8 @@ class Scheduler {
   void Stop();
   // Async-signal-safe: Run sends Shutdown{"scheduler received SIGTERM"} and returns.
   void StopForSignal(int signal_number);
+  // Async-signal-safe (SIGHUP): ask Run to reload the strategy file. The job goes on.
+  void RequestReload();
   // The signal passed to StopForSignal, or 0.
   int stop_signal() const { return stop_signal_.load(); }
 
@@ -127,6 +129,7 @@ class Scheduler {
   void BroadcastShutdown(const std::string& reason, const std::string& except = "",
                          bool servers_only = false);
   void Finish(absl::Status status);
+  void ReloadStrategy();
   void LogBadMessage(const std::string& what);
 
   bool JobComplete() const { return topology_sent_; }
@@ -143,6 +146,7 @@ class Scheduler {
 
   std::atomic<bool> stop_requested_{false};
   std::atomic<int> stop_signal_{0};
+  std::atomic<bool> reload_requested_{false};
   bool ran_ = false;
 
   absl::flat_hash_map<std::string, Node> nodes_;  // by identity
