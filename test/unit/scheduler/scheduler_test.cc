@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
+#include <set>
 #include <memory>
 #include <thread>
 
@@ -253,6 +255,50 @@ TEST_F(SchedulerTest, DeclarationAssignsIdsAndBalancedServersToEveryWorker) {
   w0.Declare("odd", 5, 17);
   EXPECT_TRUE(Contains(w0.Expect(ControlMessage::kDeclareReply).declare_reply().error(),
                        "unknown dtype 17"));
+}
+
+TEST_F(SchedulerTest, ManyWorkersGetIdenticalDeclarationsInOneOrder) {
+  constexpr int kWorkers = 24;
+  constexpr int kServers = 4;
+  constexpr int kTensors = 60;
+  proto::ClusterConfig config;
+  config.set_partition_bytes(4096);
+  Start(kWorkers, kServers, config);
+  auto nodes = RegisterAll([this] { return Node(); }, kWorkers, kServers);
+  // Every worker declares every tensor (sizes around the 1024-element partition boundary);
+  // the order across workers interleaves arbitrarily at the scheduler.
+  auto size_of = [](int t) -> int64_t { return 1 + (t * 977) % 5000; };
+  for (int t = 0; t < kTensors; ++t) {
+    for (int w = 0; w < kWorkers; ++w) {
+      nodes[w]->Declare(absl::StrCat("layer", t), size_of(t), proto::DTYPE_FLOAT32);
+    }
+  }
+  std::vector<std::vector<proto::DeclareReply>> got(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    for (int t = 0; t < kTensors; ++t) {
+      got[w].push_back(nodes[w]->Expect(ControlMessage::kDeclareReply).declare_reply());
+    }
+  }
+  std::set<uint32_t> ids;
+  std::vector<int64_t> load(kServers, 0);
+  for (int t = 0; t < kTensors; ++t) {
+    const proto::DeclareReply& r = got[0][t];
+    ASSERT_TRUE(r.ok()) << r.error();
+    ids.insert(r.tensor_id());
+    EXPECT_EQ(r.partition_elements(), 1024);
+    const int64_t n = size_of(std::stoi(r.name().substr(5)));
+    ASSERT_EQ(r.partition_server_size(), (n + 1023) / 1024) << r.name();
+    for (int p = 0; p < r.partition_server_size(); ++p) {
+      load[r.partition_server(p)] += std::min<int64_t>(1024, n - p * 1024) * 4;
+    }
+    for (int w = 1; w < kWorkers; ++w) {
+      EXPECT_EQ(got[w][t].SerializeAsString(), r.SerializeAsString()) << "worker " << w;
+    }
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kTensors));
+  EXPECT_EQ(*ids.rbegin(), static_cast<uint32_t>(kTensors - 1));
+  const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+  EXPECT_LE(*hi - *lo, 4096) << "servers unbalanced";
 }
 
 TEST_F(SchedulerTest, MismatchedDeclarationIsAnErrorForEveryWorker) {
