@@ -402,6 +402,22 @@ class LauncherTest(unittest.TestCase):
         self.assertTrue(lines[3].endswith("python3 train.py --lr 0.1"))
         self.assertEqual(self.started_pids(), {})
 
+    def test_dry_run_in_an_emulated_cluster_wraps_each_process_in_its_namespace(self):
+        proc = subprocess.run(
+            [sys.executable, LAUNCHER, "-np", "2", "--servers", "1", "--port", "9123",
+             "--bin-dir", STANDINS, "--netns", "bc-", "--scheduler-host", "10.213.0.1",
+             "--dry-run", "--", "python3", "train.py"],
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=RUN_TIMEOUT)
+        self.assertEqual(proc.returncode, 0, proc.stderr.decode())
+        lines = proc.stdout.decode().splitlines()
+        self.assertRegex(lines[0], r"^\[scheduler\] .* \S*ip netns exec bc-sched \S*"
+                                   r"bytecomp-scheduler --port 9123 ")
+        self.assertRegex(lines[1], r"ip netns exec bc-s0 \S*bytecomp-server --scheduler "
+                                   r"10\.213\.0\.1:9123 --rank 0$")
+        self.assertIn("BYTECOMP_LOCAL_RANK=0 BYTECOMP_LOCAL_SIZE=1", lines[3])
+        self.assertIn("BYTECOMP_SCHEDULER=10.213.0.1:9123", lines[3])
+        self.assertTrue(lines[3].endswith("ip netns exec bc-w1 python3 train.py"), lines[3])
+
 
 if __name__ == "__main__":
     unittest.main()

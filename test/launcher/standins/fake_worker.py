@@ -85,9 +85,10 @@ while True:  # the scheduler may still be starting
     try:
         with socket.create_connection((host, int(port)), timeout=5) as conn:
             conn.sendall(b"done %d\n" % rank)
+            local_address = conn.getsockname()[0]
         break
     except ConnectionRefusedError:
         if time.monotonic() > deadline:
             raise
         time.sleep(0.05)
-print("worker %d done" % rank, flush=True)
+print("worker %d done from %s" % (rank, local_address), flush=True)
