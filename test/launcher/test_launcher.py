@@ -236,7 +236,7 @@ class LauncherTest(unittest.TestCase):
         for label in ("worker 0", "worker 1", "server 0", "server 1"):
             self.assertIn("[%s] %s got SIGTERM" % (label, label.split()[0] if "server" in label
                                                    else label), out)
-        self.assertLess(self.elapsed, 10, "the others were not stopped promptly")
+        self.assertLess(self.elapsed, 20, "the others were not stopped (they sleep 60 s)")
         self.assert_all_gone()
 
     def test_worker_killed_by_signal_is_named(self):
@@ -246,7 +246,7 @@ class LauncherTest(unittest.TestCase):
         self.assertEqual(rc, 128 + signal.SIGKILL)
         pid = self.started_pids()["worker1"]
         self.assertIn("worker 1 (pid %d) was killed by SIGKILL" % pid, err)
-        self.assertLess(self.elapsed, 10)
+        self.assertLess(self.elapsed, 20)
         self.assert_all_gone()
 
     def test_server_failure_is_named(self):
@@ -280,7 +280,7 @@ class LauncherTest(unittest.TestCase):
             ["-np", "2", "--timeout", "1", "--bin-dir", STANDINS], ["--sleep", "60"])
         self.assertEqual(rc, 124)
         self.assertIn("job failed: timed out after 1 s", err)
-        self.assertLess(self.elapsed, 8)
+        self.assertLess(self.elapsed, 20)
         self.assert_all_gone()
 
     # --- signals to the launcher ---------------------------------------------------------
@@ -325,7 +325,7 @@ class LauncherTest(unittest.TestCase):
         self.assertIn(b"worker 1 (pid %d) did not exit within 1 s of SIGTERM; sending SIGKILL"
                       % pid, err)
         self.assertGreaterEqual(elapsed, 0.9)
-        self.assertLess(elapsed, 6)
+        self.assertLess(elapsed, 15)
         self.assert_all_gone()
 
     def test_children_die_when_launcher_is_sigkilled(self):
