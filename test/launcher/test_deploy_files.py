@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks of the documentation-grade deployment files.
 
-  test_deploy_files.py systemd   deploy/systemd units: syntax, flags, `systemd-analyze verify`
+  test_deploy_files.py files     deploy/systemd units: syntax, flags, `systemd-analyze verify`
                                  where it exists (its only allowed complaint: the binaries are
-                                 not installed on this machine)
+                                 not installed on this machine); deploy/examples/cluster.pbtxt
+                                 parses against proto/cluster_config.proto (protoc)
   test_deploy_files.py k8s       deploy/k8s manifests parse as YAML (python3-yaml) and fit
                                  together (selectors, ports, names, flags); exits 77 (skipped)
                                  when python3-yaml is missing
@@ -20,6 +21,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SYSTEMD = os.path.join(REPO, "deploy", "systemd")
 K8S = os.path.join(REPO, "deploy", "k8s")
+EXAMPLE_CONFIG = os.path.join(REPO, "deploy", "examples", "cluster.pbtxt")
 SKIP = 77
 
 
@@ -103,6 +105,29 @@ class SystemdUnitsTest(unittest.TestCase):
         self.assertEqual(complaints, [], proc.stdout)
 
 
+def protoc_check_cluster_config(test, text):
+    """Parses text as a ClusterConfig with protoc (strict text format); fails the test if not."""
+    if shutil.which("protoc") is None:
+        test.skipTest("protoc not installed")
+    proc = subprocess.run(
+        ["protoc", "--encode=bytecomp.proto.ClusterConfig", "-I", os.path.join(REPO, "proto"),
+         os.path.join(REPO, "proto", "cluster_config.proto")],
+        input=text.encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    test.assertEqual(proc.returncode, 0, proc.stderr.decode())
+    test.assertGreater(len(proc.stdout), 0, "no field set")
+
+
+class ExampleConfigTest(unittest.TestCase):
+    def test_example_cluster_config_parses(self):
+        with open(EXAMPLE_CONFIG) as f:
+            protoc_check_cluster_config(self, f.read())
+
+    def test_protoc_check_rejects_unknown_fields(self):
+        # The check above can fail: a misspelt field is an error.
+        with self.assertRaises(AssertionError):
+            protoc_check_cluster_config(self, "partition_byte: 4\n")
+
+
 class KubernetesManifestsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -151,6 +176,10 @@ class KubernetesManifestsTest(unittest.TestCase):
                          num_servers, "server replicas must equal --num_servers")
         self.assertEqual(args[args.index("--config") + 1], "/etc/bytecomp/cluster.pbtxt")
 
+    def test_configmap_holds_a_valid_cluster_config(self):
+        config = self.get("ConfigMap", "bytecomp-config")
+        protoc_check_cluster_config(self, config["data"]["cluster.pbtxt"])
+
     def test_servers_take_their_rank_from_the_pod_ordinal(self):
         service = self.get("Service", "bytecomp-server")
         statefulset = self.get("StatefulSet", "bytecomp-server")
@@ -175,7 +204,7 @@ class KubernetesManifestsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    which = sys.argv.pop(1) if len(sys.argv) > 1 and sys.argv[1] in ("systemd", "k8s") else None
+    which = sys.argv.pop(1) if len(sys.argv) > 1 and sys.argv[1] in ("files", "k8s") else None
     if which == "k8s":
         try:
             import yaml  # noqa: F401
@@ -183,9 +212,10 @@ if __name__ == "__main__":
             print("SKIP: python3-yaml is not installed; the manifests were not parsed")
             sys.exit(SKIP)
         suite = unittest.defaultTestLoader.loadTestsFromTestCase(KubernetesManifestsTest)
-    elif which == "systemd":
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(SystemdUnitsTest)
+    elif which == "files":
+        suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromTestCase(case)
+                                   for case in (SystemdUnitsTest, ExampleConfigTest))
     else:
-        sys.exit("usage: test_deploy_files.py systemd|k8s")
+        sys.exit("usage: test_deploy_files.py files|k8s")
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     sys.exit(0 if result.wasSuccessful() else 1)

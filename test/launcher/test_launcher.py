@@ -310,6 +310,22 @@ class LauncherTest(unittest.TestCase):
         # Python stand-ins die of SIGINT (KeyboardInterrupt) by default; they must all be gone.
         self.assert_all_gone()
 
+    def test_sighup_goes_to_the_scheduler_only(self):
+        proc = self.start_launcher(["-np", "2", "--bin-dir", STANDINS], ["--sleep", "60"])
+        self.wait_for_pids(self.all_names(2, 1))
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        self.assertIsNone(proc.poll(), "SIGHUP must not end the job")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=RUN_TIMEOUT)
+        self.assertEqual(proc.returncode, 128 + signal.SIGTERM, err)
+        self.assertIn(b"[scheduler] scheduler got SIGHUP", out)
+        self.assertIn(b"passing it to the scheduler (strategy reload)", err)
+        # The workers (default SIGHUP action: die) never saw it.
+        self.assertIn(b"[worker 0] worker 0 got SIGTERM", out)
+        self.assertIn(b"[worker 1] worker 1 got SIGTERM", out)
+        self.assert_all_gone()
+
     def test_child_ignoring_sigterm_is_killed_after_grace(self):
         proc = self.start_launcher(["-np", "2", "--grace", "1", "--bin-dir", STANDINS],
                                    ["--sleep", "60", "--ignore-term"])

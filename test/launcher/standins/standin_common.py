@@ -33,6 +33,12 @@ def on_sigterm_report(role):
     signal.signal(signal.SIGTERM, handler)
 
 
+def report_sighup(role):
+    def handler(signum, frame):
+        print("%s got SIGHUP" % role, flush=True)
+    signal.signal(signal.SIGHUP, handler)
+
+
 def ignore_sigterm(role):
     def handler(signum, frame):
         print("%s ignores SIGTERM" % role, flush=True)
