@@ -40,6 +40,9 @@ class LauncherTest(unittest.TestCase):
         self.piddir = tempfile.mkdtemp(prefix="bc-launcher-test-")
         self.env = dict(os.environ)
         self.env["BC_STANDIN_PIDDIR"] = self.piddir
+        # The caller's own BYTECOMP_* settings must not leak into the expectations.
+        for var in [v for v in self.env if v.startswith("BYTECOMP_")]:
+            del self.env[var]
         for var in ("BC_STANDIN_SCHEDULER", "BC_STANDIN_SERVER"):
             self.env.pop(var, None)
         self.launcher_proc = None

@@ -10,6 +10,7 @@ so nothing outside the namespaces made here is touched.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -101,6 +102,10 @@ class NetnsClusterTest(unittest.TestCase):
         self.assertIn("%sw0 10.213.2.1" % PREFIX, listing)
         self.assertIn("%sw1 10.213.2.2" % PREFIX, listing)
         self.assertIn("%sbr bridge" % PREFIX, listing)
+        again = self.script("up", "--workers", "1", "--servers", "0", "--rate", "1gbit",
+                            check=False)
+        self.assertNotEqual(again.returncode, 0)
+        self.assertIn("a cluster with prefix '%s' is up already" % PREFIX, again.stderr)
         self.assertEqual(our_namespaces(),
                          sorted(PREFIX + n for n in ("br", "sched", "w0", "w1")))
         # Both ends of each link carry the tbf: the node's eth0 and its bridge port.
@@ -171,6 +176,59 @@ class NetnsClusterTest(unittest.TestCase):
                 self.assertTrue(env["BYTECOMP_SCHEDULER"].startswith("10.213.0.1:"), env)
                 self.assertEqual(env["BYTECOMP_LOCAL_SIZE"], "1")
         self.assertIn("removed cluster '%s'" % PREFIX, proc.stdout)
+        self.assertEqual(our_namespaces(), [])
+
+    def test_sigterm_to_run_stops_the_job_and_removes_the_cluster(self):
+        piddir = tempfile.mkdtemp(prefix="bc-netns-pids-")
+        env = dict(self.env, BC_STANDIN_PIDDIR=piddir)
+        proc = subprocess.Popen(
+            ["bash", SCRIPT, "run", "--workers", "2", "--servers", "1", "--rate", "1gbit",
+             "--bin-dir", STANDINS, "--timeout", "60", "--", sys.executable,
+             os.path.join(STANDINS, "fake_worker.py"), "--sleep", "60"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            expected = {"scheduler.pid", "server0.pid", "worker0.pid", "worker1.pid"}
+            deadline = time.monotonic() + 20
+            while not expected <= set(os.listdir(piddir)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertLessEqual(expected, set(os.listdir(piddir)), "the job did not start")
+            pids = []
+            for name in expected:
+                with open(os.path.join(piddir, name)) as f:
+                    pids.append(int(f.read()))
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            shutil.rmtree(piddir, ignore_errors=True)
+        self.assertEqual(proc.returncode, 128 + signal.SIGTERM, out + err)
+        self.assertIn("[worker 1] worker 1 got SIGTERM", out)
+        self.assertIn("removed cluster '%s'" % PREFIX, out)
+        self.assertEqual(our_namespaces(), [])
+        for pid in pids:
+            self.assertFalse(os.path.exists("/proc/%d" % pid), "pid %d survived" % pid)
+
+    def test_down_stops_processes_left_in_the_namespaces(self):
+        self.script("up", "--workers", "1", "--servers", "0", "--rate", "1gbit")
+        sleeper = subprocess.Popen(["bash", SCRIPT, "exec", "w0", "--", "sleep", "60"],
+                                   env=self.env)
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                pids = subprocess.run(["ip", "netns", "pids", PREFIX + "w0"],
+                                      stdout=subprocess.PIPE, text=True).stdout.split()
+                if pids:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(pids, [str(sleeper.pid)])  # exec replaces the script and ip
+            self.script("down")
+            self.assertEqual(sleeper.wait(timeout=10), -signal.SIGTERM)
+        finally:
+            if sleeper.poll() is None:
+                sleeper.kill()
+                sleeper.wait()
         self.assertEqual(our_namespaces(), [])
 
 
