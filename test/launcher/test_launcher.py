@@ -242,6 +242,26 @@ class LauncherTest(unittest.TestCase):
         self.assertLess(self.elapsed, 20, "the others were not stopped (they sleep 60 s)")
         self.assert_all_gone()
 
+    def test_failure_wait_lets_the_others_finish_by_themselves(self):
+        rc, out, err = self.run_launcher(
+            ["-np", "3", "--failure-wait", "3", "--bin-dir", STANDINS],
+            ["--sleep", "0.5", "--fail-rank", "1", "--fail-after", "0"])
+        self.assertEqual(rc, 3)
+        pid = self.started_pids()["worker1"]
+        self.assertIn("worker 1 (pid %d) exited with code 3; waiting up to 3 s for the others"
+                      % pid, err)
+        for rank in (0, 2):
+            # They finished on their own and were reported, not stopped.
+            self.assertIn("[worker %d] worker %d done" % (rank, rank), out)
+            self.assertNotIn("worker %d got SIGTERM" % rank, out)
+            self.assertIn("worker %d (pid %d) exited with code 0"
+                          % (rank, self.started_pids()["worker%d" % rank]), err)
+        # The scheduler still waits for worker 1, so it is stopped after the wait.
+        self.assertIn("[scheduler] scheduler got SIGTERM", out)
+        self.assertTrue(err.rstrip().endswith(
+            "job failed: worker 1 (pid %d) exited with code 3" % pid), err)
+        self.assert_all_gone()
+
     def test_worker_killed_by_signal_is_named(self):
         rc, out, err = self.run_launcher(
             ["-np", "3", "--servers", "1", "--bin-dir", STANDINS],
