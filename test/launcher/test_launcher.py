@@ -367,6 +367,22 @@ class LauncherTest(unittest.TestCase):
         self.assertLess(elapsed, 15)
         self.assert_all_gone()
 
+    def test_second_signal_kills_at_once(self):
+        proc = self.start_launcher(["-np", "1", "--grace", "30", "--bin-dir", STANDINS],
+                                   ["--sleep", "60", "--ignore-term"])
+        self.wait_for_pids(self.all_names(1, 1))
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=RUN_TIMEOUT)
+        self.assertLess(time.monotonic() - start, 15, "waited for the 30 s grace")
+        self.assertEqual(proc.returncode, 128 + signal.SIGTERM)
+        pid = self.started_pids()["worker0"]
+        self.assertIn(b"worker 0 (pid %d): second signal to the launcher; sending SIGKILL" % pid,
+                      err)
+        self.assert_all_gone()
+
     def test_children_die_when_launcher_is_sigkilled(self):
         proc = self.start_launcher(["-np", "2", "--servers", "1", "--bin-dir", STANDINS],
                                    ["--sleep", "60"])
