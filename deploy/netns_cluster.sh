@@ -22,7 +22,8 @@
 #
 # Shaping: a node's upload is a tbf on its own eth0 (egress); its download is a tbf on the
 # bridge-side end of its veth (that end's egress), so each link is limited both ways.
-# Every namespace 'up' creates is recorded in $STATE_DIR/<prefix>cluster as it is made; 'down'
+# Every namespace 'up' creates is recorded in $BYTECOMP_NETNS_STATE_DIR (default
+# /run/bytecomp-netns)/<prefix>cluster as it is made; 'down'
 # deletes exactly those (deleting a namespace also removes the veth ends in it).
 set -euo pipefail
 
