@@ -27,6 +27,8 @@
 //   negative ones (the two sets must be disjoint), 0 elsewhere.
 //
 // Every n == 0 message is a header alone (k = 0).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -169,17 +171,63 @@ class SparseCodec : public Codec {
   std::vector<uint32_t> indices_;  // decode scratch, and encode's selected indices
 };
 
-// Writes x[i] for every i with keep(|x[i]| bits) into out values (at out + 16) and indices_,
-// branch-free; returns the count. out must have room for n + 1 values past the header.
-template <typename Keep>
-size_t Compact(const float* x, size_t n, Keep keep, uint8_t* values, uint32_t* indices) {
+// Compaction: for every i with lo <= |x[i]| <= hi (as bit patterns, monotonic for finite
+// magnitudes) appends x[i] to values and, when indices is not null, i to indices; returns the
+// count. With AVX-512 it stores 16 lanes at a time, so both outputs need room for the count
+// plus kCompactSlack elements.
+constexpr size_t kCompactSlack = 16;
+
+size_t CompactRangeScalar(const float* x, size_t begin, size_t end, uint32_t lo, uint32_t hi,
+                          uint8_t* values, uint32_t* indices, uint32_t base = 0) {
   size_t j = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = begin; i < end; ++i) {
+    const uint32_t a = AbsBits(x[i]);
     std::memcpy(values + 4 * j, x + i, 4);
-    indices[j] = static_cast<uint32_t>(i);
-    j += keep(AbsBits(x[i])) ? 1 : 0;
+    if (indices != nullptr) indices[j] = base + static_cast<uint32_t>(i);
+    j += (a >= lo && a <= hi) ? 1 : 0;
   }
   return j;
+}
+
+__attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, size_t n,
+                                                             uint32_t lo, uint32_t hi,
+                                                             uint8_t* values, uint32_t* indices,
+                                                             uint32_t base) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
+  const __m512i vhi = _mm512_set1_epi32(static_cast<int>(hi));
+  __m512i iota = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
+                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  size_t j = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
+    const __mmask16 keep =
+        _mm512_cmpge_epu32_mask(a, vlo) & _mm512_cmple_epu32_mask(a, vhi);
+    _mm512_storeu_ps(values + 4 * j, _mm512_maskz_compress_ps(keep, v));
+    if (indices != nullptr) _mm512_storeu_si512(indices + j, _mm512_maskz_compress_epi32(keep, iota));
+    iota = _mm512_add_epi32(iota, sixteen);
+    j += static_cast<size_t>(__builtin_popcount(keep));
+  }
+  return j + CompactRangeScalar(x, i, n, lo, hi, values + 4 * j,
+                                indices != nullptr ? indices + j : nullptr, base);
+}
+
+// x[0..n) are elements base..base+n of the tensor; indices are tensor indices.
+size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
+                    uint32_t* indices, uint32_t base = 0) {
+  static const bool have_avx512 = __builtin_cpu_supports("avx512f");
+  if (!have_avx512) return CompactRangeScalar(x, 0, n, lo, hi, values, indices, base);
+  return CompactRangeAvx512(x, n, lo, hi, values, indices, base);
+}
+
+// Every |x| >= lo into the message's value area (out + 16) and indices. The value area of a
+// 16 + 8n byte buffer holds 2n values, enough for the vector kernel's slack from n >= 16.
+size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices) {
+  uint8_t* values = out + kSparseHeader;
+  if (n < kCompactSlack) return CompactRangeScalar(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices);
+  return CompactRange(x, n, lo, kNonFiniteAbsBits - 1, values, indices);
 }
 
 // ---- topk ----
@@ -203,26 +251,24 @@ class TopkCodec final : public SparseCodec {
 
     constexpr int kBins = 2048, kShift = 20;
     uint32_t hist[4][kBins] = {};
-    uint32_t max_bits = 0;
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {  // four histograms: repeated bins do not serialise
-      const uint32_t a0 = AbsBits(x[i]), a1 = AbsBits(x[i + 1]), a2 = AbsBits(x[i + 2]),
-                     a3 = AbsBits(x[i + 3]);
-      ++hist[0][a0 >> kShift];
-      ++hist[1][a1 >> kShift];
-      ++hist[2][a2 >> kShift];
-      ++hist[3][a3 >> kShift];
-      max_bits = std::max({max_bits, a0, a1, a2, a3});
+      ++hist[0][AbsBits(x[i]) >> kShift];
+      ++hist[1][AbsBits(x[i + 1]) >> kShift];
+      ++hist[2][AbsBits(x[i + 2]) >> kShift];
+      ++hist[3][AbsBits(x[i + 3]) >> kShift];
     }
-    for (; i < n; ++i) {
-      const uint32_t a = AbsBits(x[i]);
-      ++hist[0][a >> kShift];
-      max_bits = std::max(max_bits, a);
+    for (; i < n; ++i) ++hist[0][AbsBits(x[i]) >> kShift];
+    // NaN and Inf land in the bins from kNonFiniteAbsBits up: the finite check for free.
+    for (uint32_t b = kNonFiniteAbsBits >> kShift; b < kBins; ++b) {
+      if (hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b] != 0) {
+        return NonFiniteError(input, "codec 'topk' input");
+      }
     }
-    if (!IsFiniteBits(max_bits)) return NonFiniteError(input, "codec 'topk' input");
 
     uint32_t threshold = 0;
     size_t ties = 0;
+    bool all_ties = false;
     if (k > 0) {
       size_t above = 0;
       int bin = kBins - 1;
@@ -232,35 +278,79 @@ class TopkCodec final : public SparseCodec {
         above += count;
       }
       const size_t bin_count = hist[0][bin] + hist[1][bin] + hist[2][bin] + hist[3][bin];
-      candidates_.resize(bin_count + 1);
-      size_t c = 0;
-      for (size_t e = 0; e < n; ++e) {
-        const uint32_t a = AbsBits(x[e]);
-        candidates_[c] = a;
-        c += (a >> kShift) == static_cast<uint32_t>(bin) ? 1 : 0;
-      }
+      candidates_.resize(bin_count + kCompactSlack);
+      const uint32_t bin_lo = static_cast<uint32_t>(bin) << kShift;
+      const size_t c = CompactRange(x, n, bin_lo, bin_lo + ((1u << kShift) - 1),
+                                    reinterpret_cast<uint8_t*>(candidates_.data()), nullptr);
       candidates_.resize(c);
+      for (auto& a : candidates_) a &= 0x7fffffffu;  // stored as the values' bits
       const size_t need = k - above;  // 1 <= need <= c
       threshold = NthLargest(candidates_, need);
-      size_t greater = 0;
-      for (uint32_t a : candidates_) greater += a > threshold ? 1 : 0;
+      size_t greater = 0, equal = 0;
+      for (uint32_t a : candidates_) {
+        greater += a > threshold ? 1 : 0;
+        equal += a == threshold ? 1 : 0;
+      }
       ties = need - greater;
+      all_ties = ties == equal;
     }
 
-    indices_.resize(k + 1);
     uint8_t* values = out.data() + kSparseHeader;
-    uint32_t* idx = indices_.data();
     size_t j = 0;
-    for (size_t e = 0; e < n && k > 0; ++e) {
-      const uint32_t a = AbsBits(x[e]);
-      const bool tie = a == threshold && ties > 0;
-      const bool keep = a > threshold || tie;
-      std::memcpy(values + 4 * j, x + e, 4);
-      idx[j] = static_cast<uint32_t>(e);
-      j += keep ? 1 : 0;
-      ties -= tie ? 1 : 0;
+    if (all_ties && k >= kCompactSlack) {
+      // Every element at the threshold is kept: exactly k elements have |x| >= threshold, and
+      // the value area (room for 2k values before the index section) takes the slack.
+      indices_.resize(k + kCompactSlack);
+      j = CompactRange(x, n, threshold, kNonFiniteAbsBits - 1, values, indices_.data());
+    } else if (k >= kCompactSlack) {
+      // Some elements equal to the threshold are dropped: keep the first `ties` of them. The
+      // elements above it are compacted in one pass; the ties are found block by block until
+      // enough are seen; a backward merge puts both in index order in place.
+      indices_.resize(k + kCompactSlack);
+      const size_t greater = CompactRange(x, n, threshold + 1, kNonFiniteAbsBits - 1, values,
+                                          indices_.data());
+      constexpr size_t kBlock = 4096;
+      ties_.resize(ties + kBlock + kCompactSlack);
+      tie_values_.resize(kBlock + kCompactSlack);
+      size_t t = 0;
+      for (size_t start = 0; start < n && t < ties; start += kBlock) {
+        t += CompactRange(x + start, std::min(kBlock, n - start), threshold, threshold,
+                          reinterpret_cast<uint8_t*>(tie_values_.data()), ties_.data() + t,
+                          static_cast<uint32_t>(start));
+      }
+      if (greater + ties != k || t < ties) {
+        return absl::InternalError(absl::StrCat("topk: ", greater, " above the threshold, ", t,
+                                                " ties seen, ", ties, " needed, k = ", k));
+      }
+      int64_t g = static_cast<int64_t>(greater) - 1, tt = static_cast<int64_t>(ties) - 1;
+      for (int64_t w = static_cast<int64_t>(k) - 1; tt >= 0; --w) {
+        if (g >= 0 && indices_[g] > ties_[tt]) {
+          indices_[w] = indices_[g];
+          std::memcpy(values + 4 * w, values + 4 * g, 4);
+          --g;
+        } else {
+          indices_[w] = ties_[tt];
+          std::memcpy(values + 4 * w, x + ties_[tt], 4);
+          --tt;
+        }
+      }
+      j = k;
+    } else {
+      // k below the vector kernel's slack: one scalar pass keeping the first ties.
+      indices_.resize(k + 1);
+      uint32_t* idx = indices_.data();
+      for (size_t e = 0; e < n && k > 0; ++e) {
+        const uint32_t a = AbsBits(x[e]);
+        const bool tie = a == threshold && ties > 0;
+        const bool keep = a > threshold || tie;
+        std::memcpy(values + 4 * j, x + e, 4);
+        idx[j] = static_cast<uint32_t>(e);
+        j += keep ? 1 : 0;
+        ties -= tie ? 1 : 0;
+      }
     }
     if (j != k) return absl::InternalError(absl::StrCat("topk selected ", j, " of ", k));
+    const uint32_t* idx = indices_.data();
     return FinishSparseMessage(out.data(), n, k, idx);
   }
 
@@ -269,7 +359,8 @@ class TopkCodec final : public SparseCodec {
 
  private:
   double ratio_;
-  std::vector<uint32_t> candidates_;
+  std::vector<uint32_t> candidates_, ties_;
+  std::vector<float> tie_values_;
 };
 
 // ---- threshold ----
@@ -286,11 +377,10 @@ class ThresholdCodec final : public SparseCodec {
     if (auto s = CheckLength(n); !s.ok()) return s;
     if (auto s = CheckOut(name(), out.size(), MaxEncodedBytes(n)); !s.ok()) return s;
     if (auto s = CheckFinite(input, "codec 'threshold' input"); !s.ok()) return s;
-    indices_.resize(n + 1);
     // |x| > threshold, compared as bit patterns (monotonic for non-negative floats).
-    const uint32_t t = threshold_bits_;
-    const size_t k = Compact(input.data(), n, [t](uint32_t a) { return a > t; },
-                             out.data() + kSparseHeader, indices_.data());
+    if (threshold_bits_ >= kNonFiniteAbsBits - 1) return FinishSparseMessage(out.data(), n, 0, nullptr);
+    indices_.resize(n + kCompactSlack);
+    const size_t k = Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data());
     return FinishSparseMessage(out.data(), n, k, indices_.data());
   }
 
@@ -350,10 +440,8 @@ class DgcCodec final : public SparseCodec {
       }
       count = CountAtLeast(x, n, static_cast<int32_t>(AbsBits(threshold)));
     }
-    indices_.resize(count + 1);
-    const uint32_t t = AbsBits(threshold);
-    const size_t k = Compact(x, n, [t](uint32_t a) { return a >= t; }, out.data() + kSparseHeader,
-                             indices_.data());
+    indices_.resize(count + kCompactSlack);
+    const size_t k = Compact(x, n, AbsBits(threshold), out.data(), indices_.data());
     return FinishSparseMessage(out.data(), n, k, indices_.data());
   }
 
@@ -400,23 +488,19 @@ class AdaqCodec final : public Codec {
     pos_.resize(n + 1);
     neg_.resize(n + 1);
     size_t kp = 0, kn = 0;
-    double sum_p = 0, sum_n = 0;
+    // Thresholds compared on the full bit pattern: a positive x has sign bit 0, so
+    // bits >= pos_t; a negative one has bits = 0x80000000 | |x|, so bits >= 0x80000000 + neg_t.
+    const uint32_t neg_lo = neg_t == 0xffffffffu ? 0xffffffffu : 0x80000000u | neg_t;
     for (size_t i = 0; i < n; ++i) {
       uint32_t b;
       std::memcpy(&b, x + i, 4);
-      const uint32_t a = b & 0x7fffffffu;
-      const bool negative = (b >> 31) != 0;
-      const bool keep_p = !negative && a != 0 && a >= pos_t;
-      const bool keep_n = negative && a != 0 && a >= neg_t;
       pos_[kp] = static_cast<uint32_t>(i);
       neg_[kn] = static_cast<uint32_t>(i);
-      kp += keep_p ? 1 : 0;
-      kn += keep_n ? 1 : 0;
-      sum_p += keep_p ? x[i] : 0.0;
-      sum_n += keep_n ? x[i] : 0.0;
+      kp += (b < 0x80000000u && b >= pos_t) ? 1 : 0;
+      kn += (b >= neg_lo && neg_lo != 0xffffffffu) ? 1 : 0;
     }
-    const float mean_p = kp ? static_cast<float>(sum_p / kp) : 0.0f;
-    const float mean_n = kn ? static_cast<float>(sum_n / kn) : 0.0f;
+    const float mean_p = kp ? static_cast<float>(SumAt(x, pos_.data(), kp) / kp) : 0.0f;
+    const float mean_n = kn ? static_cast<float>(SumAt(x, neg_.data(), kn) / kn) : 0.0f;
     const IndexPlan plan_p = sparse::PlanIndices(pos_.data(), kp);
     const IndexPlan plan_n = sparse::PlanIndices(neg_.data(), kn);
     uint8_t* p = out.data();
@@ -459,6 +543,17 @@ class AdaqCodec final : public Codec {
   }
 
  private:
+  // Sum of x at the indices, in double with four accumulators (no long dependency chain).
+  static double SumAt(const float* x, const uint32_t* idx, size_t k) {
+    double s[4] = {0, 0, 0, 0};
+    size_t j = 0;
+    for (; j + 4 <= k; j += 4) {
+      for (int l = 0; l < 4; ++l) s[l] += x[idx[j + l]];
+    }
+    for (; j < k; ++j) s[0] += x[idx[j]];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+  }
+
   // The same sample as SampleAbs, split by sign.
   void SampleSigned(const float* x, size_t n, uint64_t seed) {
     pos_sample_.clear();

@@ -71,6 +71,9 @@ TEST(TopkTest, KeepsExactlyTheKLargestAndMatchesTheSizeFormula) {
     auto codec = MustCreate("topk", {{"ratio", absl::StrCat(ratio)}});
     auto inputs = AdversarialInputs();
     inputs.push_back({"heavy_100k", RandomHeavyTail(100000, 21)});
+    std::vector<float> few_values(50000);  // many exact ties at the threshold, across blocks
+    for (size_t i = 0; i < few_values.size(); ++i) few_values[i] = static_cast<float>(i * 7919 % 13) - 6;
+    inputs.push_back({"ties_50k", few_values});
     for (const auto& in : inputs) {
       const std::string what = absl::StrCat(in.name, " ratio ", ratio);
       const size_t k = ExpectedK(ratio, in.values.size());
