@@ -622,19 +622,24 @@ class AdaqCodec final : public Codec {
 
 // ---- randomk ----
 
-// Calls f(j, index, stratum_size) for the k shared random indices, in increasing order.
+// Calls f(j, index, stratum_start, stratum_size) for the k shared random indices, in
+// increasing order. Strata tile [0, n) contiguously. One 64-bit draw serves two strata (32
+// random bits each, Lemire's multiply-shift).
 template <typename F>
 inline void ForEachRandomIndex(size_t n, size_t k, uint64_t seed, F f) {
   if (k == 0) return;
   Rng rng(seed);
   const size_t q = n / k, r = n % k;
   size_t start = 0, err = 0;
+  uint64_t bits = 0;
   for (size_t j = 0; j < k; ++j) {
     err += r;
     const bool longer = err >= k;  // Bresenham: the r longer strata spread evenly
     err -= longer ? k : 0;
     const uint32_t size = static_cast<uint32_t>(q + (longer ? 1 : 0));
-    f(j, start + rng.Below(size), size);
+    if ((j & 1) == 0) bits = rng.Next();
+    const uint64_t draw = (j & 1) == 0 ? bits >> 32 : bits & 0xffffffffull;
+    f(j, start + static_cast<size_t>((draw * size) >> 32), start, size);
     start += size;
   }
 }
@@ -657,26 +662,43 @@ class RandomkCodec final : public Codec {
     const size_t n = input.size();
     if (auto s = CheckLength(n); !s.ok()) return s;
     if (auto s = CheckOut(name(), out.size(), MaxEncodedBytes(n)); !s.ok()) return s;
-    if (auto s = CheckFinite(input, "codec 'randomk' input"); !s.ok()) return s;
     const size_t k = KeptCount(ratio_, n);
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutU32(out.data() + 4, static_cast<uint32_t>(k));
     uint8_t* values = out.data() + kRandomkHeader;
     const float* x = input.data();
-    if (scale_) {
-      uint32_t max_bits = 0;
-      ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt), [&](size_t j, size_t i, uint32_t size) {
-        const float v = x[i] * static_cast<float>(size);
-        max_bits = std::max(max_bits, AbsBits(v));
-        PutF32(values + 4 * j, v);
-      });
-      if (!IsFiniteBits(max_bits)) {
-        return absl::InvalidArgumentError(
-            "codec 'randomk': a value times its scale n/k overflows fp32 (|x| near 3.4e38)");
+    // The finite check runs block by block just ahead of the gather, so the input is read from
+    // memory once (the gather then hits the cache).
+    constexpr size_t kBlock = 4096;
+    uint32_t max_bits = 0, scaled_bits = 0;
+    size_t checked = 0;
+    auto check_through = [&](size_t end) {
+      while (checked < end) {
+        const size_t len = std::min(kBlock, n - checked);
+        max_bits = std::max(max_bits, MaxAbsBits(x + checked, len));
+        checked += len;
       }
+    };
+    if (scale_) {
+      ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt),
+                         [&](size_t j, size_t i, size_t start, uint32_t size) {
+                           if (start + size > checked) check_through(start + size);
+                           const float v = x[i] * static_cast<float>(size);
+                           scaled_bits = std::max(scaled_bits, AbsBits(v));
+                           PutF32(values + 4 * j, v);
+                         });
     } else {
       ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt),
-                         [&](size_t j, size_t i, uint32_t) { PutF32(values + 4 * j, x[i]); });
+                         [&](size_t j, size_t i, size_t start, uint32_t size) {
+                           if (start + size > checked) check_through(start + size);
+                           PutF32(values + 4 * j, x[i]);
+                         });
+    }
+    check_through(n);
+    if (!IsFiniteBits(max_bits)) return NonFiniteError(input, "codec 'randomk' input");
+    if (!IsFiniteBits(scaled_bits)) {
+      return absl::InvalidArgumentError(
+          "codec 'randomk': a value times its scale n/k overflows fp32 (|x| near 3.4e38)");
     }
     return kRandomkHeader + 4 * k;
   }
@@ -684,10 +706,8 @@ class RandomkCodec final : public Codec {
   absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
                       absl::Span<float> output) override {
     if (auto s = Validate(encoded, output.size()); !s.ok()) return s;
-    std::fill(output.begin(), output.end(), 0.0f);
     const uint8_t* values = encoded.data() + kRandomkHeader;
-    ForEachRandomIndex(output.size(), KeptCount(ratio_, output.size()), SharedSeed(ctx, kRandomkSalt),
-                       [&](size_t j, size_t i, uint32_t) { output[i] = GetF32(values + 4 * j); });
+    Scatter(ctx, output, [values](size_t j) { return GetF32(values + 4 * j); });
     return absl::OkStatus();
   }
 
@@ -697,7 +717,9 @@ class RandomkCodec final : public Codec {
     const uint8_t* values = encoded.data() + kRandomkHeader;
     ForEachRandomIndex(accumulator.size(), KeptCount(ratio_, accumulator.size()),
                        SharedSeed(ctx, kRandomkSalt),
-                       [&](size_t j, size_t i, uint32_t) { accumulator[i] += GetF32(values + 4 * j); });
+                       [&](size_t j, size_t i, size_t, uint32_t) {
+                         accumulator[i] += GetF32(values + 4 * j);
+                       });
     return absl::OkStatus();
   }
 
@@ -723,13 +745,32 @@ class RandomkCodec final : public Codec {
       return absl::InvalidArgumentError(absl::StrCat("codec 'randomk': sum has ", sum.size(),
                                                      " values, expected ", k));
     }
-    std::fill(output.begin(), output.end(), 0.0f);
-    ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt),
-                       [&](size_t j, size_t i, uint32_t) { output[i] = sum[j]; });
+    Scatter(ctx, output, [&sum](size_t j) { return sum[j]; });
     return absl::OkStatus();
   }
 
  private:
+  // output = value(j) at the j-th shared index, zeros elsewhere. Zeroing runs a block ahead of
+  // the scatter (every pick lies below its stratum's end), so the output is written in one
+  // sweep that stays in the cache.
+  template <typename Value>
+  void Scatter(const CodecContext& ctx, absl::Span<float> output, Value value) {
+    const size_t n = output.size();
+    float* o = output.data();
+    constexpr size_t kBlock = 4096;
+    size_t zeroed = 0;
+    ForEachRandomIndex(n, KeptCount(ratio_, n), SharedSeed(ctx, kRandomkSalt),
+                       [&](size_t j, size_t i, size_t start, uint32_t size) {
+                         while (zeroed < start + size) {
+                           const size_t len = std::min(kBlock, n - zeroed);
+                           std::memset(o + zeroed, 0, 4 * len);
+                           zeroed += len;
+                         }
+                         o[i] = value(j);
+                       });
+    if (zeroed < n) std::memset(o + zeroed, 0, 4 * (n - zeroed));
+  }
+
   absl::Status Validate(absl::Span<const uint8_t> encoded, size_t n) {
     if (encoded.size() < kRandomkHeader) {
       return MalformedError(name(), absl::StrCat(encoded.size(), " bytes, shorter than the header"));
