@@ -207,14 +207,14 @@ class NoneCodec final : public Codec {
                                 absl::Span<uint8_t> out) override {
     if (auto s = CheckOutSize(name(), out.size(), 4 * input.size()); !s.ok()) return s;
     if (auto s = CheckFinite(input, "codec 'none' input"); !s.ok()) return s;
-    std::memcpy(out.data(), input.data(), 4 * input.size());
+    if (!input.empty()) std::memcpy(out.data(), input.data(), 4 * input.size());
     return 4 * input.size();
   }
 
   absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
                       absl::Span<float> output) override {
     if (auto s = Validate(encoded, output.size()); !s.ok()) return s;
-    std::memcpy(output.data(), encoded.data(), encoded.size());
+    if (!output.empty()) std::memcpy(output.data(), encoded.data(), encoded.size());
     return absl::OkStatus();
   }
 
@@ -233,7 +233,7 @@ class NoneCodec final : public Codec {
   absl::Status ExpandSum(absl::Span<const float> sum, const CodecContext&,
                          absl::Span<float> output) override {
     if (sum.size() != output.size()) return absl::InvalidArgumentError("codec 'none': sum length");
-    std::memcpy(output.data(), sum.data(), 4 * sum.size());
+    if (!sum.empty()) std::memcpy(output.data(), sum.data(), 4 * sum.size());
     return absl::OkStatus();
   }
 
@@ -279,7 +279,7 @@ class HalfCodec final : public Codec {
       m = FloatToHalfScalar(input.data(), dst, n);
     }
     if (!IsFiniteBits(m)) return NonFiniteError(input, absl::StrCat("codec '", name(), "' input"));
-    if (!aligned) std::memcpy(out.data(), dst, 2 * n);
+    if (!aligned && n > 0) std::memcpy(out.data(), dst, 2 * n);
     return 2 * n;
   }
 
@@ -320,7 +320,7 @@ class HalfCodec final : public Codec {
     if (sum.size() != output.size()) {
       return absl::InvalidArgumentError(absl::StrCat("codec '", name(), "': sum length"));
     }
-    std::memcpy(output.data(), sum.data(), 4 * sum.size());
+    if (!sum.empty()) std::memcpy(output.data(), sum.data(), 4 * sum.size());
     return absl::OkStatus();
   }
 

@@ -51,7 +51,7 @@ IndexPlan PlanIndices(const uint32_t* indices, size_t k) {
 size_t WriteIndices(const uint32_t* indices, size_t k, const IndexPlan& plan, uint8_t* out) {
   switch (plan.encoding) {
     case kRaw:
-      std::memcpy(out, indices, 4 * k);
+      if (k > 0) std::memcpy(out, indices, 4 * k);
       return 4 * k;
     case kBitPack: {
       BitWriter w(out);
@@ -90,7 +90,7 @@ absl::Status ReadIndices(absl::string_view codec, const uint8_t* data, size_t by
         return MalformedError(codec, absl::StrCat("raw index section of ", bytes, " bytes for ",
                                                   k, " indices"));
       }
-      std::memcpy(idx, data, 4 * k);
+      if (k > 0) std::memcpy(idx, data, 4 * k);
       // Strictly increasing and < n, checked without branches in the loop.
       int64_t prev = -1;
       bool ok = true;

@@ -354,7 +354,7 @@ std::vector<uint8_t> SparseMessage(uint8_t encoding, uint8_t width, uint32_t n,
   const uint32_t header[3] = {n, static_cast<uint32_t>(values.size()),
                               static_cast<uint32_t>(index_section.size())};
   std::memcpy(m.data() + 4, header, 12);
-  std::memcpy(m.data() + 16, values.data(), 4 * values.size());
+  if (!values.empty()) std::memcpy(m.data() + 16, values.data(), 4 * values.size());
   m.insert(m.end(), index_section.begin(), index_section.end());
   return m;
 }
