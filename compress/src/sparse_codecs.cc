@@ -171,29 +171,32 @@ class SparseCodec : public Codec {
   std::vector<uint32_t> indices_;  // decode scratch, and encode's selected indices
 };
 
-// Compaction: for every i with lo <= |x[i]| <= hi (as bit patterns, monotonic for finite
-// magnitudes) appends x[i] to values and, when indices is not null, i to indices; returns the
-// count. With AVX-512 it stores 16 lanes at a time, so both outputs need room for the count
-// plus kCompactSlack elements.
 constexpr size_t kCompactSlack = 16;
 
+// kAbs: compare |x|'s bit pattern (sign cleared); otherwise the raw bit pattern (positive
+// values in [0, 0x7f800000), negative ones from 0x80000000 up, ordered by magnitude).
+// values may be null (indices only).
+template <bool kAbs>
 size_t CompactRangeScalar(const float* x, size_t begin, size_t end, uint32_t lo, uint32_t hi,
                           uint8_t* values, uint32_t* indices, uint32_t base = 0) {
   size_t j = 0;
   for (size_t i = begin; i < end; ++i) {
-    const uint32_t a = AbsBits(x[i]);
-    std::memcpy(values + 4 * j, x + i, 4);
+    uint32_t a;
+    std::memcpy(&a, x + i, 4);
+    if constexpr (kAbs) a &= 0x7fffffffu;
+    if (values != nullptr) std::memcpy(values + 4 * j, x + i, 4);
     if (indices != nullptr) indices[j] = base + static_cast<uint32_t>(i);
     j += (a >= lo && a <= hi) ? 1 : 0;
   }
   return j;
 }
 
+template <bool kAbs>
 __attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, size_t n,
                                                              uint32_t lo, uint32_t hi,
                                                              uint8_t* values, uint32_t* indices,
                                                              uint32_t base) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i abs_mask = _mm512_set1_epi32(kAbs ? 0x7fffffff : -1);
   const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
   const __m512i vhi = _mm512_set1_epi32(static_cast<int>(hi));
   __m512i iota = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
@@ -203,30 +206,33 @@ __attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, siz
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
     const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
-    const __mmask16 keep =
-        _mm512_cmpge_epu32_mask(a, vlo) & _mm512_cmple_epu32_mask(a, vhi);
-    _mm512_storeu_ps(values + 4 * j, _mm512_maskz_compress_ps(keep, v));
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(a, vlo) & _mm512_cmple_epu32_mask(a, vhi);
+    if (values != nullptr) _mm512_storeu_ps(values + 4 * j, _mm512_maskz_compress_ps(keep, v));
     if (indices != nullptr) _mm512_storeu_si512(indices + j, _mm512_maskz_compress_epi32(keep, iota));
     iota = _mm512_add_epi32(iota, sixteen);
     j += static_cast<size_t>(__builtin_popcount(keep));
   }
-  return j + CompactRangeScalar(x, i, n, lo, hi, values + 4 * j,
-                                indices != nullptr ? indices + j : nullptr, base);
+  return j + CompactRangeScalar<kAbs>(x, i, n, lo, hi, values != nullptr ? values + 4 * j : nullptr,
+                                      indices != nullptr ? indices + j : nullptr, base);
 }
 
-// x[0..n) are elements base..base+n of the tensor; indices are tensor indices.
+// Compaction: for every i with lo <= bits(x[i]) <= hi appends x[i] to values and i (+ base:
+// x[0..n) are elements base..base+n of the tensor) to indices; either output may be null.
+// With AVX-512 it stores 16 lanes at a time, so both outputs need room for the count plus
+// kCompactSlack elements. Returns the count.
+template <bool kAbs = true>
 size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
                     uint32_t* indices, uint32_t base = 0) {
   static const bool have_avx512 = __builtin_cpu_supports("avx512f");
-  if (!have_avx512) return CompactRangeScalar(x, 0, n, lo, hi, values, indices, base);
-  return CompactRangeAvx512(x, n, lo, hi, values, indices, base);
+  if (!have_avx512) return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base);
+  return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
 }
 
 // Every |x| >= lo into the message's value area (out + 16) and indices. The value area of a
 // 16 + 8n byte buffer holds 2n values, enough for the vector kernel's slack from n >= 16.
 size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices) {
   uint8_t* values = out + kSparseHeader;
-  if (n < kCompactSlack) return CompactRangeScalar(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices);
+  if (n < kCompactSlack) return CompactRangeScalar<true>(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices);
   return CompactRange(x, n, lo, kNonFiniteAbsBits - 1, values, indices);
 }
 
@@ -485,19 +491,15 @@ class AdaqCodec final : public Codec {
       if (!pos_sample_.empty()) pos_t = NthLargest(pos_sample_, KeptCount(ratio_, pos_sample_.size()));
       if (!neg_sample_.empty()) neg_t = NthLargest(neg_sample_, KeptCount(ratio_, neg_sample_.size()));
     }
-    pos_.resize(n + 1);
-    neg_.resize(n + 1);
+    // Thresholds compared on the raw bit pattern: a positive x has bits in [pos_t, max finite];
+    // a negative one has bits 0x80000000 | |x|, so |x| >= neg_t is bits >= 0x80000000 | neg_t.
     size_t kp = 0, kn = 0;
-    // Thresholds compared on the full bit pattern: a positive x has sign bit 0, so
-    // bits >= pos_t; a negative one has bits = 0x80000000 | |x|, so bits >= 0x80000000 + neg_t.
-    const uint32_t neg_lo = neg_t == 0xffffffffu ? 0xffffffffu : 0x80000000u | neg_t;
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t b;
-      std::memcpy(&b, x + i, 4);
-      pos_[kp] = static_cast<uint32_t>(i);
-      neg_[kn] = static_cast<uint32_t>(i);
-      kp += (b < 0x80000000u && b >= pos_t) ? 1 : 0;
-      kn += (b >= neg_lo && neg_lo != 0xffffffffu) ? 1 : 0;
+    pos_.resize(n + kCompactSlack);
+    neg_.resize(n + kCompactSlack);
+    if (pos_t != 0xffffffffu) kp = CompactRange<false>(x, n, pos_t, kNonFiniteAbsBits - 1, nullptr, pos_.data());
+    if (neg_t != 0xffffffffu) {
+      kn = CompactRange<false>(x, n, 0x80000000u | neg_t, 0x80000000u | (kNonFiniteAbsBits - 1),
+                               nullptr, neg_.data());
     }
     const float mean_p = kp ? static_cast<float>(SumAt(x, pos_.data(), kp) / kp) : 0.0f;
     const float mean_n = kn ? static_cast<float>(SumAt(x, neg_.data(), kn) / kn) : 0.0f;
