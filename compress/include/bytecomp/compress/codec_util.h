@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -88,6 +89,18 @@ inline float GetF32(const uint8_t* p) {
   return v;
 }
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire formats assume little-endian");
+
+// The payload viewed as T elements; copied into scratch first when its address is not aligned
+// for T (ZeroMQ's small messages may not be), so readers never do a misaligned access.
+template <typename T>
+const T* AlignedAs(absl::Span<const uint8_t> bytes, std::vector<T>& scratch) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(T) == 0) {
+    return reinterpret_cast<const T*>(bytes.data());
+  }
+  scratch.resize(bytes.size() / sizeof(T));
+  std::memcpy(scratch.data(), bytes.data(), scratch.size() * sizeof(T));
+  return scratch.data();
+}
 
 // Bits needed to hold v (0 for 0).
 inline int BitWidth(uint32_t v) { return v == 0 ? 0 : 32 - __builtin_clz(v); }
