@@ -14,6 +14,7 @@ const CodecRegistry& CodecRegistry::Global() {
   static const CodecRegistry* const registry = [] {
     auto* r = new CodecRegistry;
     RegisterBasicCodecs(*r);
+    RegisterSparsificationCodecs(*r);
     RegisterQuantizationCodecs(*r);
     RegisterSignCodecs(*r);
     return r;
