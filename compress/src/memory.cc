@@ -16,6 +16,7 @@ const MemoryRegistry& MemoryRegistry::Global() {
   static const MemoryRegistry* const registry = [] {
     auto* r = new MemoryRegistry;
     RegisterBasicMemories(*r);
+    RegisterSignMemories(*r);
     return r;
   }();
   return *registry;

@@ -238,6 +238,46 @@ TEST(SignCodecsTest, RandomBytesNeverCrash) {
   }
 }
 
+TEST(EfSignSgdMemoryTest, ErrorFeedbackInvariant) {
+  auto codec = MustCreate("efsignsgd");
+  auto memory = CreateMemory("efsignsgd");
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  std::vector<std::vector<float>> inputs;
+  for (int t = 0; t < 6; ++t) inputs.push_back(RandomNormal(301, 100 + t));
+  testing::ExpectErrorFeedbackInvariant(*codec, **memory, inputs);
+}
+
+TEST(EfSignSgdMemoryTest, ResidualIsKeptInLearningRateUnits) {
+  auto codec = MustCreate("efsignsgd");
+  auto memory = CreateMemory("efsignsgd", {{"lr", "0.5"}});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  std::vector<float> x = {1.0f, -3.0f, 0.5f};
+  std::vector<float> compensated, decoded;
+  CodecContext ctx = TestContext(0);
+  ctx.learning_rate = 0;  // use the lr parameter, 0.5
+  std::vector<uint8_t> out(codec->MaxEncodedBytes(3));
+  ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), x, ctx, absl::MakeSpan(out), compensated,
+                               decoded).ok());
+  EXPECT_EQ(compensated, x);  // no residual yet
+  // decoded = mean |x| * sign = 1.5 * {1, -1, 1}; e = 0.5 * (x - decoded) = {-0.25, -0.75, -0.5}.
+  ctx.round = 1;
+  ctx.learning_rate = 0.25f;  // the context's lr overrides: compensated = g + e / 0.25
+  std::vector<float> zeros(3, 0.0f);
+  ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), zeros, ctx, absl::MakeSpan(out),
+                               compensated, decoded).ok());
+  EXPECT_EQ(compensated, (std::vector<float>{-1.0f, -3.0f, -2.0f}));
+  // Another length is an error; Reset drops the state.
+  std::vector<float> four(4, 1.0f);
+  EXPECT_FALSE(EncodeWithMemory(*codec, memory->get(), four, ctx, absl::MakeSpan(out),
+                                compensated, decoded).ok());
+  (*memory)->Reset();
+  out.resize(codec->MaxEncodedBytes(4));
+  ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), four, ctx, absl::MakeSpan(out),
+                               compensated, decoded).ok());
+  EXPECT_EQ(compensated, four);
+  EXPECT_FALSE(CreateMemory("efsignsgd", {{"lr", "0"}}).ok());
+}
+
 std::unique_ptr<Aggregator> MajorityAggregator(const std::string& name) {
   const CodecSpec* spec = CodecRegistry::Global().Find(name);
   EXPECT_NE(spec, nullptr);
