@@ -17,6 +17,7 @@ const MemoryRegistry& MemoryRegistry::Global() {
     auto* r = new MemoryRegistry;
     RegisterBasicMemories(*r);
     RegisterSignMemories(*r);
+    RegisterLowRankMemories(*r);
     return r;
   }();
   return *registry;

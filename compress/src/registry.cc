@@ -17,6 +17,7 @@ const CodecRegistry& CodecRegistry::Global() {
     RegisterSparsificationCodecs(*r);
     RegisterQuantizationCodecs(*r);
     RegisterSignCodecs(*r);
+    RegisterLowRankCodecs(*r);
     return r;
   }();
   return *registry;
