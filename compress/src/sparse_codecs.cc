@@ -569,9 +569,16 @@ class RandomkCodec final : public Codec {
     uint8_t* values = out.data() + kRandomkHeader;
     const float* x = input.data();
     if (scale_) {
+      uint32_t max_bits = 0;
       ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt), [&](size_t j, size_t i, uint32_t size) {
-        PutF32(values + 4 * j, x[i] * static_cast<float>(size));
+        const float v = x[i] * static_cast<float>(size);
+        max_bits = std::max(max_bits, AbsBits(v));
+        PutF32(values + 4 * j, v);
       });
+      if (!IsFiniteBits(max_bits)) {
+        return absl::InvalidArgumentError(
+            "codec 'randomk': a value times its scale n/k overflows fp32 (|x| near 3.4e38)");
+      }
     } else {
       ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt),
                          [&](size_t j, size_t i, uint32_t) { PutF32(values + 4 * j, x[i]); });
