@@ -109,20 +109,70 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     p.stateful = true;
     return p;
   }
-  // The larger of the two payloads.
+  // The single payload (the largest of the three formats).
   size_t MaxEncodedBytes(size_t n) const override {
-    return std::max(FirstRoundBytes(n), SecondRoundBytes(n));
+    const MatrixShape s = ShapeFor(n, rank_);
+    return 8 + 4 * (s.rows + s.cols) * s.rank;
   }
-  absl::StatusOr<size_t> Encode(absl::Span<const float>, const CodecContext&,
-                                absl::Span<uint8_t>) override {
-    return absl::FailedPreconditionError(
-        "codec 'powersgd' needs two aggregation rounds: drive it through TwoRoundCodec "
-        "(bytecomp/compress/two_round.h), not Encode");
+
+  // Single-payload mode, for the pull direction (the server re-encodes the round's sum) and
+  // for one-worker use: this node's own round, P^ = orthonormalise(M Q), Q' = M^T P^, sent
+  // together; decode = P^ Q'^T. The warm start is this instance's own Q'. Format: u32 0,
+  // u32 n, rows * rank_eff f32 (P^), cols * rank_eff f32 (Q'). An instance is driven either
+  // this way or through TwoRoundCodec, not both.
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    const size_t bytes = MaxEncodedBytes(n);
+    if (auto s = codec_checks::OutputFits(kName, out.size(), bytes); !s.ok()) return s;
+    if (n > 0xffffffffull) return codec_checks::InputSizeSupported(kName, n);
+    std::vector<uint8_t> first(FirstRoundBytes(n));
+    auto first_bytes = EncodeFirst(input, ctx, absl::MakeSpan(first));
+    if (!first_bytes.ok()) return first_bytes.status();
+    const MatrixShape& sh = shape_;
+    std::vector<float> p(sh.rows * sh.rank);
+    std::memcpy(p.data(), first.data() + 4, 4 * p.size());
+    std::vector<uint8_t> second(SecondRoundBytes(n));
+    auto second_bytes = EncodeSecond(p, ctx, absl::MakeSpan(second));
+    if (!second_bytes.ok()) return second_bytes.status();
+    PutU32(out.data(), 0);
+    PutU32(out.data() + 4, static_cast<uint32_t>(n));
+    std::memcpy(out.data() + 8, p_hat_.data(), 4 * p_hat_.size());
+    std::memcpy(out.data() + 8 + 4 * p_hat_.size(), q_local_.data(), 4 * q_local_.size());
+    q_warm_ = q_local_;
+    have_warm_ = true;
+    stage_ = 3;
+    return bytes;
   }
-  absl::Status Decode(absl::Span<const uint8_t>, const CodecContext&, absl::Span<float>) override {
-    return absl::FailedPreconditionError(
-        "codec 'powersgd' needs two aggregation rounds: drive it through TwoRoundCodec "
-        "(bytecomp/compress/two_round.h), not Decode");
+
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
+                      absl::Span<float> output) override {
+    const size_t n = output.size();
+    const MatrixShape sh = ShapeFor(n, rank_);
+    const size_t expected = MaxEncodedBytes(n);
+    if (encoded.size() != expected) {
+      return MalformedError(kName, absl::StrCat(encoded.size(), " bytes for ", n,
+                                                " elements (expected ", expected, ")"));
+    }
+    if (GetU32(encoded.data()) != 0) {
+      return MalformedError(kName, absl::StrCat("stage ", GetU32(encoded.data()),
+                                                " in a single payload (expected 0; stage 1 and "
+                                                "2 payloads are summed, not decoded)"));
+    }
+    if (GetU32(encoded.data() + 4) != n) {
+      return MalformedError(kName, absl::StrCat("payload for ", GetU32(encoded.data() + 4),
+                                                " elements decoded into ", n));
+    }
+    std::vector<float> factors((sh.rows + sh.cols) * sh.rank);
+    std::memcpy(factors.data(), encoded.data() + 8, 4 * factors.size());
+    if (!IsFiniteBits(MaxAbsBits(factors.data(), factors.size()))) {
+      return MalformedError(kName, "non-finite factor values");
+    }
+    ProductOf(sh, n, factors.data(), factors.data() + sh.rows * sh.rank, output);
+    if (!IsFiniteBits(MaxAbsBits(output.data(), n))) {
+      return MalformedError(kName, "the factors' product overflows the float range");
+    }
+    return absl::OkStatus();
   }
 
   size_t FirstRoundFloats(size_t n) const override {
@@ -141,7 +191,11 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     if (auto s = codec_checks::OutputFits(kName, out.size(), bytes); !s.ok()) return s;
     if (auto s = codec_checks::InputSizeSupported(kName, n); !s.ok()) return s;
     if (auto s = CheckFinite(input, "codec 'powersgd' input"); !s.ok()) return s;
-    if (auto s = codec_checks::SameLength(kName, n_, n); !s.ok()) return s;
+    // Another length means another partition layout (a new strategy): the state restarts.
+    if (n_ != n) {
+      n_ = 0;
+      have_warm_ = false;
+    }
     if (n_ == 0) {
       n_ = n;
       shape_ = ShapeFor(n, rank_);
@@ -304,19 +358,17 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
 
   // output = P^ q^T, the first n_ entries of the rows x cols product.
   void Product(const float* q, absl::Span<float> output) const {
-    const MatrixShape& sh = shape_;
-    float p_row[64];
-    std::vector<float> p_row_big;
-    float* row = p_row;
-    if (sh.rank > 64) {
-      p_row_big.resize(sh.rank);
-      row = p_row_big.data();
-    }
+    ProductOf(shape_, n_, p_hat_.data(), q, output);
+  }
+
+  static void ProductOf(const MatrixShape& sh, size_t n, const float* p_hat, const float* q,
+                        absl::Span<float> output) {
+    std::vector<float> row(std::max<size_t>(sh.rank, 1));
     for (size_t i = 0; i < sh.rows; ++i) {
-      for (size_t k = 0; k < sh.rank; ++k) row[k] = p_hat_[k * sh.rows + i];
+      for (size_t k = 0; k < sh.rank; ++k) row[k] = p_hat[k * sh.rows + i];
       const size_t begin = i * sh.cols;
-      const size_t len = std::min(sh.cols, n_ - begin);
-      RowOfProduct(row, q, sh.cols, sh.rank, len, output.data() + begin);
+      const size_t len = std::min(sh.cols, n - begin);
+      RowOfProduct(row.data(), q, sh.cols, sh.rank, len, output.data() + begin);
     }
   }
 
@@ -333,7 +385,9 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
   uint64_t round_ = 0;
 };
 
-// Sums the stage payloads of one round as f32 vectors (both stages alike).
+// Sums the stage payloads of one round as f32 vectors (stages 1 and 2 alike; Finish returns
+// the stage's float count). Single payloads (stage 0, Codec::Encode) are decoded and added:
+// Finish returns n floats. One round holds one stage.
 class TwoRoundSumAggregator final : public Aggregator {
  public:
   explicit TwoRoundSumAggregator(std::unique_ptr<Codec> codec)
@@ -354,7 +408,20 @@ class TwoRoundSumAggregator final : public Aggregator {
       return MalformedError(kName, absl::StrCat(encoded.size(), " bytes, no stage field"));
     }
     const uint32_t stage = GetU32(encoded.data());
-    if (stage != 1 && stage != 2) return MalformedError(kName, absl::StrCat("stage ", stage));
+    if (stage > 2) return MalformedError(kName, absl::StrCat("stage ", stage));
+    if (count_ > 0 && stage != stage_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "two_round_sum: stage ", stage, " payload added to a stage ", stage_, " round"));
+    }
+    if (stage == 0) {  // single payloads: decode and add, n floats
+      if (count_ == 0) sum_.assign(n_, 0.0f);
+      if (auto s = CheckRound(ctx); !s.ok()) return s;
+      if (auto s = codec_->DecodeAdd(encoded, ctx, absl::MakeSpan(sum_)); !s.ok()) return s;
+      if (count_ == 0) first_ctx_ = ctx;
+      stage_ = 0;
+      ++count_;
+      return absl::OkStatus();
+    }
     const size_t floats =
         stage == 1 ? two_round_->FirstRoundFloats(n_) : two_round_->SecondRoundFloats(n_);
     if (encoded.size() != 4 + 4 * floats) {
@@ -362,18 +429,7 @@ class TwoRoundSumAggregator final : public Aggregator {
                                                 " bytes for ", n_, " elements (expected ",
                                                 4 + 4 * floats, ")"));
     }
-    if (count_ > 0) {
-      if (stage != stage_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "two_round_sum: stage ", stage, " payload added to a stage ", stage_, " round"));
-      }
-      if (ctx.key != first_ctx_.key || ctx.round != first_ctx_.round ||
-          ctx.seed != first_ctx_.seed) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "two_round_sum: payload for key ", ctx.key, " round ", ctx.round,
-            " added to the round of key ", first_ctx_.key, " round ", first_ctx_.round));
-      }
-    }
+    if (auto s = CheckRound(ctx); !s.ok()) return s;
     scratch_.resize(floats);
     std::memcpy(scratch_.data(), encoded.data() + 4, 4 * floats);
     if (auto s = CheckFinite(scratch_, "two_round_sum payload"); !s.ok()) return s;
@@ -393,6 +449,17 @@ class TwoRoundSumAggregator final : public Aggregator {
   }
 
   size_t count() const override { return count_; }
+
+  absl::Status CheckRound(const CodecContext& ctx) const {
+    if (count_ == 0 || (ctx.key == first_ctx_.key && ctx.round == first_ctx_.round &&
+                        ctx.seed == first_ctx_.seed)) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "two_round_sum: payload for key ", ctx.key, " round ", ctx.round,
+        " added to the round of key ", first_ctx_.key, " round ", first_ctx_.round));
+  }
+
   // The stage of the payloads added since Reset (0 if none).
   uint32_t stage() const { return stage_; }
 

@@ -114,12 +114,53 @@ TEST(PowerSgdTest, ShapeAndPayloadSizes) {
   EXPECT_EQ(tr->SecondRoundFloats(1), 1u);
   // n = 2^20, rank 1: 1024 + 1024 floats against 2^20.
   EXPECT_EQ(tr->FirstRoundBytes(1 << 20), 4u + 4096u);
-  // The single-payload interface refuses, saying why.
-  std::vector<uint8_t> out(codec->MaxEncodedBytes(10));
-  auto enc = codec->Encode(std::vector<float>(10, 1.0f), TestContext(), absl::MakeSpan(out));
-  EXPECT_EQ(enc.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(enc.status().message(), "two_round.h"));
+  // The single payload: u32 0, u32 n, P^ and Q'.
+  EXPECT_EQ(codec->MaxEncodedBytes(1000), 8u + 4u * 64u);
   EXPECT_EQ(AsTwoRound(*MustCreate("qsgd")), nullptr);
+}
+
+TEST(PowerSgdTest, SinglePayloadReconstructsARankOneMatrixAndKeepsTheInvariant) {
+  const size_t rows = 12, cols = 12, n = rows * cols;
+  auto u = RandomNormal(rows, 5), v = RandomNormal(cols, 6);
+  std::vector<float> m(n);
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t j = 0; j < cols; ++j) m[i * cols + j] = u[i] * v[j];
+  }
+  auto codec = MustCreate("powersgd");
+  auto enc = testing::EncodeToVector(*codec, m, TestContext());
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  EXPECT_EQ(enc->size(), 8 + 4 * (rows + cols));
+  auto other = MustCreate("powersgd");  // any instance decodes (the payload carries both factors)
+  auto dec = testing::DecodeToVector(*other, *enc, TestContext(), n);
+  ASSERT_TRUE(dec.ok()) << dec.status();
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR((*dec)[i], m[i], 1e-5) << i;
+  // With the powersgd memory: decoded + new residual == input + old residual.
+  auto memory = CreateMemory("powersgd");
+  ASSERT_TRUE(memory.ok());
+  std::vector<std::vector<float>> inputs;
+  for (int t = 0; t < 5; ++t) inputs.push_back(RandomNormal(300, 50 + t));
+  auto fresh = MustCreate("powersgd", {{"rank", "3"}});
+  testing::ExpectErrorFeedbackInvariant(*fresh, **memory, inputs);
+}
+
+TEST(PowerSgdTest, AggregatorDecodesAndAddsSinglePayloads) {
+  auto server = ServerAggregator({});
+  const size_t n = 30;
+  server->Reset(n);
+  std::vector<double> expected(n, 0.0);
+  for (uint32_t w = 0; w < 3; ++w) {
+    auto codec = MustCreate("powersgd");
+    auto enc = testing::EncodeToVector(*codec, RandomNormal(n, w), TestContext(7, w));
+    ASSERT_TRUE(enc.ok());
+    auto dec = testing::DecodeToVector(*codec, *enc, TestContext(7, w), n);
+    ASSERT_TRUE(dec.ok());
+    for (size_t i = 0; i < n; ++i) expected[i] += (*dec)[i];
+    ASSERT_TRUE(server->Add(*enc, TestContext(7, w)).ok());
+  }
+  auto sum = server->Finish();
+  ASSERT_TRUE(sum.ok());
+  ASSERT_EQ(sum->size(), n);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR((*sum)[i], expected[i], 1e-5);
 }
 
 // Reference: output = P^ P^T sum_w M_w with P^ from the summed P, all in double.
@@ -288,9 +329,12 @@ TEST(PowerSgdTest, OutOfOrderCallsAndBadSumsAreErrors) {
   EXPECT_EQ(tr->DecodeSecond(std::vector<float>(8, 1.0f), TestContext(), absl::MakeSpan(output))
                 .code(),
             absl::StatusCode::kFailedPrecondition);
-  // One instance per partition.
-  EXPECT_FALSE(tr->EncodeFirst(std::vector<float>(n + 1, 1.0f), TestContext(1),
-                               absl::MakeSpan(out)).ok());
+  // Another length restarts the state with the new shape (n + 1 = 51: cols 8, rows 7).
+  std::vector<uint8_t> big(codec->MaxEncodedBytes(n + 1));
+  auto restarted = tr->EncodeFirst(std::vector<float>(n + 1, 1.0f), TestContext(1),
+                                   absl::MakeSpan(big));
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_EQ(*restarted, tr->FirstRoundBytes(n + 1));
 }
 
 TEST(PowerSgdTest, AggregatorRejectsMalformedPayloadsWithoutChangingTheSum) {

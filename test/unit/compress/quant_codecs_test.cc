@@ -106,7 +106,7 @@ std::function<float(const std::vector<float>&, size_t)> DitherNudge(int k, bool 
 // ---- qsgd ----
 
 size_t QsgdSize(size_t n, size_t s, size_t bucket) {
-  return 4 * ((n + bucket - 1) / bucket) + (n * (BitsFor(s) + 1) + 7) / 8;
+  return 4 + 4 * ((n + bucket - 1) / bucket) + (n * (BitsFor(s) + 1) + 7) / 8;
 }
 
 TEST(QsgdTest, SizeFormulaAndErrorWithinOneLevelOfTheBucketNorm) {
@@ -135,7 +135,7 @@ TEST(QsgdTest, SizeFormulaAndErrorWithinOneLevelOfTheBucketNorm) {
 
 TEST(QsgdTest, DefaultsAre127LevelsAndBucket128OneBytePerElement) {
   auto codec = MustCreate("qsgd");
-  EXPECT_EQ(codec->MaxEncodedBytes(1000), 4 * 8 + 1000u);
+  EXPECT_EQ(codec->MaxEncodedBytes(1000), 4 + 4 * 8 + 1000u);
 }
 
 TEST(QsgdTest, UnbiasedOverSeeds) {
@@ -153,13 +153,13 @@ TEST(TernGradTest, SizeValuesAndScale) {
     const size_t n = in.values.size();
     auto enc = EncodeToVector(*codec, in.values, TestContext());
     ASSERT_TRUE(enc.ok()) << in.name << ": " << enc.status();
-    ASSERT_EQ(enc->size(), 4 + (n + 3) / 4) << in.name;
+    ASSERT_EQ(enc->size(), 8 + (n + 3) / 4) << in.name;
     double sum_sq = 0;
     for (float v : in.values) sum_sq += static_cast<double>(v) * v;
     const double clip = 2.5 * std::sqrt(sum_sq / n);
     const double scale = std::min(MaxAbsOf(in.values), clip);
     float header;
-    std::memcpy(&header, enc->data(), 4);
+    std::memcpy(&header, enc->data() + 4, 4);
     EXPECT_NEAR(header, scale, scale * 1e-6) << in.name;
     auto dec = DecodeToVector(*codec, *enc, TestContext(), n);
     ASSERT_TRUE(dec.ok()) << dec.status();
@@ -285,7 +285,7 @@ TEST(DitheringTest, SizesAndErrorBoundsForEveryPartitionAndNorm) {
           const size_t n = in.values.size();
           auto enc = EncodeToVector(*codec, in.values, TestContext());
           ASSERT_TRUE(enc.ok()) << in.name << ": " << enc.status();
-          ASSERT_EQ(enc->size(), 4 + (n * (BitsFor(k) + 1) + 7) / 8) << in.name;
+          ASSERT_EQ(enc->size(), 8 + (n * (BitsFor(k) + 1) + 7) / 8) << in.name;
           const double norm =
               std::string(normalize) == "l2" ? L2Of(in.values) : MaxAbsOf(in.values);
           auto dec = DecodeToVector(*codec, *enc, TestContext(), n);
@@ -408,10 +408,12 @@ TEST(QuantCodecsTest, MalformedPayloadsAreErrors) {
     longer.push_back(0);
     ExpectMalformed(*codec, longer, n, "long");
     if (name != "natural") {
+      // The header float: after the u32 count, except u8bit's (no count: its size is exact).
+      const size_t at = name == "u8bit" ? 0 : 4;
       for (float header : {std::numeric_limits<float>::quiet_NaN(), -1.0f,
                            std::numeric_limits<float>::infinity()}) {
         auto b = *enc;
-        std::memcpy(b.data(), &header, 4);
+        std::memcpy(b.data() + at, &header, 4);
         ExpectMalformed(*codec, b, n, "bad header float");
       }
     }
@@ -420,14 +422,14 @@ TEST(QuantCodecsTest, MalformedPayloadsAreErrors) {
     auto codec = MustCreate("qsgd", {{"quantum_num", "100"}, {"bucket_size", "7"}});
     auto enc = EncodeToVector(*codec, x, TestContext());
     ASSERT_TRUE(enc.ok());
-    (*enc)[8] |= 0x7f;  // first code after 2 norms: level bits 0-6
+    (*enc)[12] |= 0x7f;  // first code after the count and 2 norms: level bits 0-6
     ExpectMalformed(*codec, *enc, n, "level > quantum_num");
   }
   {  // terngrad: code 3, and padding.
     auto codec = MustCreate("terngrad");
     auto enc = EncodeToVector(*codec, x, TestContext());
     auto b = *enc;
-    b[4] |= 0x03;
+    b[8] |= 0x03;
     ExpectMalformed(*codec, b, n, "code 3");
     b = *enc;
     b.back() |= 0x80;  // n = 13: last byte holds one code, padding bits 2..7

@@ -1,8 +1,10 @@
 // Codecs that need two aggregation round trips through the servers (PowerSGD: P, then Q).
 //
 // A two-round codec is a Codec with properties().two_round set that also implements
-// TwoRoundCodec; AsTwoRound() finds that side. Its plain Encode/Decode return
-// FailedPrecondition: one payload cannot carry it.
+// TwoRoundCodec; AsTwoRound() finds that side. Pushes from workers go through the two rounds.
+// Its plain Encode/Decode are a single-payload form without a shared basis (each node's own
+// factors, decoded separately and added): that is what the server uses to re-encode a sum for
+// pulls (two-way compression), and what a single node may use.
 //
 // The engine's sequence, per partition and training round, with the same ctx throughout:
 //
