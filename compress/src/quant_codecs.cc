@@ -38,6 +38,7 @@
 #include "bytecomp/compress/registry.h"
 #include "quant_kernels.h"
 #include "quant_pack.h"
+#include "quant_register.h"
 #include "quant_util.h"
 
 namespace bytecomp::compress {
@@ -497,7 +498,6 @@ class DitheringCodec final : public Codec {
 
 void RegisterQuantizationCodecs(CodecRegistry& registry) {
   using codec_checks::ChoiceParam;
-  using codec_checks::DoubleParam;
   using codec_checks::IntParam;
   {
     CodecSpec spec;
@@ -570,6 +570,8 @@ void RegisterQuantizationCodecs(CodecRegistry& registry) {
     };
     MustRegister(registry, std::move(spec));
   }
+  RegisterSketchCodec(registry);
+  RegisterInceptionnCodec(registry);
 }
 
 }  // namespace bytecomp::compress
