@@ -23,7 +23,10 @@
 // Stochastic rounding (qsgd, terngrad, natural, dithering; all unbiased, terngrad for the
 // clipped input) draws element i's uniform from CounterRandom(seed, key, round, node) at
 // index i, so the bytes are a function of (input, context) alone.
-#pragma GCC optimize("fp-contract=off")  // elementwise.h: identical rounding in every variant
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -189,21 +192,10 @@ __attribute__((target_clones("avx2", "default"))) void TernEncode(const float* _
                                                                   size_t n, float clip,
                                                                   float scale,
                                                                   CounterRandom random,
-                                                                  uint8_t* __restrict out) {
-  const size_t groups = n / 4;
-  for (size_t g = 0; g < groups; ++g) {
-    const uint32_t i = static_cast<uint32_t>(4 * g);
-    out[g] = PackTernary4(TernaryCode(x[i], clip, scale, UniformFloat(random, i)),
-                          TernaryCode(x[i + 1], clip, scale, UniformFloat(random, i + 1)),
-                          TernaryCode(x[i + 2], clip, scale, UniformFloat(random, i + 2)),
-                          TernaryCode(x[i + 3], clip, scale, UniformFloat(random, i + 3)));
-  }
-  if (n % 4 != 0) {
-    uint32_t c[4] = {0, 0, 0, 0};
-    for (size_t i = groups * 4; i < n; ++i) {
-      c[i % 4] = TernaryCode(x[i], clip, scale, UniformFloat(random, static_cast<uint32_t>(i)));
-    }
-    out[groups] = PackTernary4(c[0], c[1], c[2], c[3]);
+                                                                  uint16_t* __restrict codes) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t index = static_cast<uint32_t>(i);
+    codes[i] = static_cast<uint16_t>(TernaryCode(x[i], clip, scale, UniformFloat(random, index)));
   }
 }
 
@@ -215,12 +207,10 @@ __attribute__((target_clones("avx2", "default"))) bool HasTernaryCode3(const uin
   return any != 0;
 }
 
-__attribute__((target_clones("avx2", "default"))) void TernDecode(const uint8_t* __restrict in,
+__attribute__((target_clones("avx2", "default"))) void TernDecode(const uint16_t* __restrict codes,
                                                                   size_t n, float scale,
                                                                   float* __restrict out) {
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = TernaryValue(UnpackTernary(in[i / 4], static_cast<uint32_t>(i % 4)), scale);
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = TernaryValue(codes[i], scale);
 }
 
 class TernGradCodec final : public Codec {
@@ -247,7 +237,10 @@ class TernGradCodec final : public Codec {
     const float scale = std::min(BitsToFloat(max_bits), clip);
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutF32(out.data() + 4, scale);
-    TernEncode(input.data(), n, clip, scale, StreamOf(ctx), out.data() + 8);
+    codes_.resize(n);
+    TernEncode(input.data(), n, clip, scale, StreamOf(ctx), codes_.data());
+    // 2-bit codes, 4 per byte: the layout of PackTernary4 (elementwise.h).
+    PackCodes(codes_.data(), n, 2, out.data() + 8);
     return bytes;
   }
 
@@ -264,9 +257,14 @@ class TernGradCodec final : public Codec {
     if (n % 4 != 0 && (codes[code_bytes - 1] >> (2 * (n % 4))) != 0) {
       return MalformedError(name(), "padding bits after the last code are not zero");
     }
-    TernDecode(codes, n, scale, output.data());
+    codes_.resize(n);
+    UnpackCodes(codes, n, 2, codes_.data());
+    TernDecode(codes_.data(), n, scale, output.data());
     return absl::OkStatus();
   }
+
+ private:
+  std::vector<uint16_t> codes_;
 };
 
 // ------------------------------------------------------------------------------------------

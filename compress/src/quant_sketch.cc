@@ -8,6 +8,10 @@
 // Boundaries: the j/q quantiles (j = 1..q-1) of a deterministic sample of min(n, 8192)
 // elements at evenly spaced indices, so encoding costs O(n log q) and a sort of the sample.
 // Decoding preserves each bucket's sum (hence the tensor's sum) and the order of elements.
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 #include <algorithm>
 #include <memory>
 #include <vector>

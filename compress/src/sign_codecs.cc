@@ -14,7 +14,10 @@
 //                    |x|; scaling=none (BytePS without scaling): +-1. Size: 12 + ceil(n/8).
 // Decode rejects a payload of the wrong size, non-zero padding bits, and non-finite or
 // wrongly signed header values.
-#pragma GCC optimize("fp-contract=off")  // elementwise.h: identical rounding in every variant
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 #include <algorithm>
 #include <cstring>
 #include <memory>
