@@ -16,6 +16,8 @@ const MemoryRegistry& MemoryRegistry::Global() {
   static const MemoryRegistry* const registry = [] {
     auto* r = new MemoryRegistry;
     RegisterBasicMemories(*r);
+    RegisterSignMemories(*r);
+    RegisterLowRankMemories(*r);
     return r;
   }();
   return *registry;

@@ -15,6 +15,9 @@ const CodecRegistry& CodecRegistry::Global() {
     auto* r = new CodecRegistry;
     RegisterBasicCodecs(*r);
     RegisterSparsificationCodecs(*r);
+    RegisterQuantizationCodecs(*r);
+    RegisterSignCodecs(*r);
+    RegisterLowRankCodecs(*r);
     return r;
   }();
   return *registry;
