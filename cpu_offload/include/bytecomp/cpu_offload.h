@@ -4,4 +4,5 @@
 #pragma once
 
 #include "bytecomp/cpu_offload/pinned_pool.h"
+#include "bytecomp/cpu_offload/staging.h"
 #include "bytecomp/cpu_offload/thread_pool.h"
