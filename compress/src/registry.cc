@@ -14,6 +14,8 @@ const CodecRegistry& CodecRegistry::Global() {
   static const CodecRegistry* const registry = [] {
     auto* r = new CodecRegistry;
     RegisterBasicCodecs(*r);
+    RegisterQuantizationCodecs(*r);
+    RegisterSignCodecs(*r);
     return r;
   }();
   return *registry;

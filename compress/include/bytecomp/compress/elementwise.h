@@ -71,8 +71,13 @@ BYTECOMP_HD uint32_t RandomBits(CounterRandom r, uint32_t index) {
 }
 
 // Uniform in [0, 1) with 24 random bits (every value exactly representable).
+// (int32 conversion: vectorises with AVX2, which has no unsigned one.)
+BYTECOMP_HD float UniformFromBits(uint32_t bits) {
+  return static_cast<float>(static_cast<int32_t>(bits >> 8)) * (1.0f / 16777216.0f);
+}
+
 BYTECOMP_HD float UniformFloat(CounterRandom r, uint32_t index) {
-  return static_cast<float>(RandomBits(r, index) >> 8) * (1.0f / 16777216.0f);
+  return UniformFromBits(RandomBits(r, index));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -98,12 +103,14 @@ BYTECOMP_HD float MajoritySign(float vote_sum) { return vote_sum >= 0.0f ? 1.0f 
 // ---------------------------------------------------------------------------------------------
 // Stochastic rounding of a non-negative scaled value to an integer level in [0, max_level]:
 // floor(v) + 1 with probability v - floor(v). E[level] == v for v in [0, max_level].
+// Written without branches (selects only) so that CPU loops vectorise; max_level < 2^24.
 BYTECOMP_HD uint32_t StochasticLevel(float scaled, float uniform, uint32_t max_level) {
-  if (!(scaled > 0.0f)) return 0u;  // also maps NaN to 0; callers reject NaN before
-  if (scaled >= static_cast<float>(max_level)) return max_level;
-  const uint32_t lower = static_cast<uint32_t>(scaled);  // truncation == floor for v >= 0
-  const float fraction = scaled - static_cast<float>(lower);  // exact (Sterbenz)
-  return lower + (uniform < fraction ? 1u : 0u);
+  const float top = static_cast<float>(static_cast<int32_t>(max_level));
+  float v = scaled > 0.0f ? scaled : 0.0f;  // also maps NaN to 0; callers reject NaN before
+  v = v < top ? v : top;
+  const int32_t lower = static_cast<int32_t>(v);  // truncation == floor for v >= 0
+  const float fraction = v - static_cast<float>(lower);  // exact
+  return static_cast<uint32_t>(lower + (uniform < fraction ? 1 : 0));
 }
 
 // Bits needed for values 0..max_value (at least 1).
@@ -119,11 +126,11 @@ BYTECOMP_HD uint32_t BitsFor(uint32_t max_value) {
 // so that norms near the float minimum do not overflow s/norm to inf.
 BYTECOMP_HD uint32_t QsgdCode(float x, float norm, uint32_t quantum_num, uint32_t level_bits,
                               float uniform) {
-  uint32_t level = 0;
-  if (norm > 0.0f) {
-    const float ratio = AbsFloat(x) / norm;  // in [0, 1] up to rounding
-    level = StochasticLevel(ratio * static_cast<float>(quantum_num), uniform, quantum_num);
-  }
+  // norm == 0 only for an all-zero bucket: 0/0 is NaN, which StochasticLevel maps to 0.
+  const float ratio = AbsFloat(x) / norm;  // in [0, 1] up to rounding
+  const uint32_t level =
+      StochasticLevel(ratio * static_cast<float>(static_cast<int32_t>(quantum_num)), uniform,
+                      quantum_num);
   return (SignBit(x) << level_bits) | level;
 }
 
@@ -138,13 +145,13 @@ BYTECOMP_HD float QsgdValue(uint32_t code, uint32_t level_bits, float norm_over_
 // TernGrad (Wen et al.): after clipping |x| to clip, t = sign(x) with probability
 // min(|x|, clip) / scale, else 0, where scale = max over the tensor of min(|x|, clip).
 // 2-bit codes: 0 = zero, 1 = +scale, 2 = -scale; 3 is invalid on the wire.
+// scale == 0 (an all-zero tensor after clipping) gives 0/0 = NaN, and NaN compares false.
 BYTECOMP_HD uint32_t TernaryCode(float x, float clip, float scale, float uniform) {
-  if (!(scale > 0.0f)) return 0u;
   float magnitude = AbsFloat(x);
-  if (magnitude > clip) magnitude = clip;
+  magnitude = magnitude > clip ? clip : magnitude;
   const float probability = magnitude / scale;
-  if (!(uniform < probability)) return 0u;
-  return x < 0.0f ? 2u : 1u;
+  const uint32_t nonzero = uniform < probability ? 1u : 0u;
+  return nonzero << SignBit(x);  // 1 = +scale, 2 = -scale
 }
 
 BYTECOMP_HD float TernaryValue(uint32_t code, float scale) {
@@ -189,7 +196,7 @@ BYTECOMP_HD uint8_t NaturalCode(float x, uint32_t exponent_low, uint32_t random_
     // Below the smallest power: 0 or 2^(exponent_low-127) with probability |x| / that power.
     const float smallest = BitsToFloat(exponent_low << 23);
     const float probability = BitsToFloat(abs_bits) / smallest;
-    const float uniform = static_cast<float>(random_bits >> 8) * (1.0f / 16777216.0f);
+    const float uniform = UniformFromBits(random_bits);
     code = uniform < probability ? 1u : 0u;
   }
   if (code == 0u) return 0u;  // +0 whatever the sign: one zero code
