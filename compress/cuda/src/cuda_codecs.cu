@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/cuda_codec_threads.h"
 #include "bytecomp/compress/cuda_codecs.h"
 #include "bytecomp/compress/cuda_feedback.h"
 #include "bytecomp/compress/elementwise.h"
@@ -28,6 +29,8 @@
 
 namespace bytecomp::compress::cuda {
 namespace {
+
+using namespace cuda_threads;  // the per-thread work, shared with the host tests
 
 constexpr int kThreads = 256;
 constexpr size_t kSparseHeader = 16;
@@ -295,22 +298,15 @@ __global__ void SignPackKernel(const float* __restrict__ x, size_t n, uint8_t* _
                                float clear_value, float set_value, Feedback fb) {
   const unsigned lane = threadIdx.x & 31u;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t sign_bytes = (n + 7) / 8;
   for (size_t base = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x - lane; base < n;
        base += stride) {
     const size_t i = base + lane;
     const bool valid = i < n;
     const float c = valid ? x[i] : 0.0f;
+    // Bit `lane` of the ballot is SignWordBit(c, lane): the word the host tests build.
     const uint32_t word = __ballot_sync(0xffffffffu, valid && SignBit(c) != 0u);
-    if (valid) fb.Update(i, c, SignBit(c) ? set_value : clear_value);
-    if (lane == 0) {
-      const size_t byte = base / 8;
-      if (byte + 4 <= sign_bytes) {
-        *reinterpret_cast<uint32_t*>(bits + byte) = word;
-      } else {
-        for (size_t b = byte; b < sign_bytes; ++b) bits[b] = static_cast<uint8_t>(word >> (8 * (b - byte)));
-      }
-    }
+    if (valid) fb.Update(i, c, SignDecoded(c, clear_value, set_value));
+    if (lane == 0) StoreSignWord(bits, n, base, word);
   }
 }
 
@@ -375,61 +371,22 @@ __global__ void QsgdCodeKernel(const float* __restrict__ x, size_t n, size_t buc
                                const float* __restrict__ norms, uint32_t quantum_num,
                                uint32_t level_bits, CounterRandom random,
                                uint8_t* __restrict__ packed, Feedback fb) {
-  const uint32_t code_bits = level_bits + 1;
   const size_t groups = (n + 7) / 8;
-  const float s = static_cast<float>(quantum_num);
   for (size_t g = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; g < groups;
        g += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    unsigned __int128 acc = 0;
-    for (uint32_t j = 0; j < 8; ++j) {
-      const size_t i = 8 * g + j;
-      if (i >= n) break;
-      const float norm = norms[i / bucket];
-      const float c = x[i];
-      const uint32_t code =
-          QsgdCode(c, norm, quantum_num, level_bits, UniformFloat(random, static_cast<uint32_t>(i)));
-      acc |= static_cast<unsigned __int128>(code) << (j * code_bits);
-      fb.Update(i, c, QsgdValue(code, level_bits, norm / s));
-    }
-    const size_t first_byte = g * code_bits;
-    const size_t total_bytes = (n * code_bits + 7) / 8;
-    for (uint32_t k = 0; k < code_bits && first_byte + k < total_bytes; ++k) {
-      packed[first_byte + k] = static_cast<uint8_t>(acc >> (8 * k));
-    }
+    QsgdEncodeGroup(x, n, g, bucket, norms, quantum_num, level_bits, random, packed,
+                    [&](size_t i, float c, float decoded) { fb.Update(i, c, decoded); });
   }
 }
 
 __global__ void QsgdDecodeKernel(const uint8_t* __restrict__ payload, size_t n, size_t bucket,
                                  uint32_t quantum_num, uint32_t level_bits,
                                  float* __restrict__ out, DeviceStats* stats) {
-  const uint32_t code_bits = level_bits + 1;
-  const size_t buckets = (n + bucket - 1) / bucket;
-  const uint8_t* packed = payload + 4 * buckets;
   const size_t groups = (n + 7) / 8;
-  const size_t total_bytes = (n * code_bits + 7) / 8;
-  const float s = static_cast<float>(quantum_num);
   for (size_t g = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; g < groups;
        g += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    unsigned __int128 acc = 0;
-    const size_t first_byte = g * code_bits;
-    for (uint32_t k = 0; k < code_bits && first_byte + k < total_bytes; ++k) {
-      acc |= static_cast<unsigned __int128>(packed[first_byte + k]) << (8 * k);
-    }
-    const uint32_t mask = (1u << code_bits) - 1u;
-    for (uint32_t j = 0; j < 8; ++j) {
-      const size_t i = 8 * g + j;
-      const uint32_t code = static_cast<uint32_t>(acc >> (j * code_bits)) & mask;
-      if (i >= n) {
-        if (code != 0) RecordError(stats, kBadPadding);
-        continue;
-      }
-      if ((code & ((1u << level_bits) - 1u)) > quantum_num) RecordError(stats, kBadLevel);
-      const size_t b = i / bucket;
-      uint32_t nb = 0;
-      for (int k = 0; k < 4; ++k) nb |= static_cast<uint32_t>(payload[4 * b + k]) << (8 * k);
-      const float norm = BitsToFloat(nb);
-      if (!IsFiniteFloat(norm) || norm < 0.0f) RecordError(stats, kBadHeaderValue);
-      out[i] = QsgdValue(code, level_bits, norm / s);
+    if (!QsgdDecodeGroup(payload, n, g, bucket, quantum_num, level_bits, out)) {
+      RecordError(stats, kBadLevel);
     }
   }
 }
@@ -442,15 +399,8 @@ __global__ void TernEncodeKernel(const float* __restrict__ x, size_t n, float cl
   const size_t bytes = (n + 3) / 4;
   for (size_t g = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; g < bytes;
        g += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t c[4] = {0, 0, 0, 0};
-    for (uint32_t j = 0; j < 4; ++j) {
-      const size_t i = 4 * g + j;
-      if (i >= n) break;
-      const float v = x[i];
-      c[j] = TernaryCode(v, clip, scale, UniformFloat(random, static_cast<uint32_t>(i)));
-      fb.Update(i, v, TernaryValue(c[j], scale));
-    }
-    codes[g] = PackTernary4(c[0], c[1], c[2], c[3]);
+    codes[g] = TernEncodeByte(x, n, g, clip, scale, random,
+                              [&](size_t i, float c, float decoded) { fb.Update(i, c, decoded); });
   }
 }
 
@@ -459,17 +409,7 @@ __global__ void TernDecodeKernel(const uint8_t* __restrict__ codes, size_t n, fl
   const size_t bytes = (n + 3) / 4;
   for (size_t g = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; g < bytes;
        g += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint8_t byte = codes[g];
-    for (uint32_t j = 0; j < 4; ++j) {
-      const size_t i = 4 * g + j;
-      const uint32_t c = UnpackTernary(byte, j);
-      if (i >= n) {
-        if (c != 0) RecordError(stats, kBadPadding);
-        continue;
-      }
-      if (c == 3u) RecordError(stats, kBadTernary);
-      out[i] = TernaryValue(c, scale);
-    }
+    if (!TernDecodeByte(codes[g], n, g, scale, out)) RecordError(stats, kBadTernary);
   }
 }
 
@@ -493,8 +433,7 @@ __global__ void NaturalDecodeKernel(const uint8_t* __restrict__ codes, size_t n,
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const uint8_t code = codes[i];
-    const uint32_t c = code & 0x7fu;
-    if (code == 0x80u || (c > 0 && exponent_low + c - 1 > 254)) {
+    if (!NaturalCodeValid(code, exponent_low)) {
       RecordError(stats, kBadNatural);
       out[i] = 0.0f;
       continue;
@@ -554,11 +493,10 @@ __global__ void RadixHistogramKernel(const float* __restrict__ x, size_t n, int 
   for (int b = threadIdx.x; b < 256; b += blockDim.x) local[b] = 0;
   __syncthreads();
   const uint32_t prefix = state->prefix;
-  const uint32_t high_mask = shift >= 24 ? 0u : ~((1u << (shift + 8)) - 1u);
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const uint32_t a = FloatBits(x[i]) & 0x7fffffffu;
-    if ((a & high_mask) == (prefix & high_mask)) atomicAdd(&local[(a >> shift) & 255u], 1u);
+    if (RadixMatches(a, prefix, shift)) atomicAdd(&local[(a >> shift) & 255u], 1u);
   }
   __syncthreads();
   for (int b = threadIdx.x; b < 256; b += blockDim.x) {
@@ -568,14 +506,7 @@ __global__ void RadixHistogramKernel(const float* __restrict__ x, size_t n, int 
 
 __global__ void RadixSelectDigitKernel(const uint32_t* __restrict__ hist, int shift,
                                        RadixState* state) {
-  uint32_t above = 0;
-  int digit = 255;
-  for (; digit > 0; --digit) {
-    if (above + hist[digit] >= state->need) break;
-    above += hist[digit];
-  }
-  state->need -= above;
-  state->prefix |= static_cast<uint32_t>(digit) << shift;
+  RadixSelectDigit(hist, shift, &state->prefix, &state->need);
 }
 
 // keep[i] for topk: |x| > threshold, or == threshold among the first `ties` such elements
@@ -645,11 +576,6 @@ __global__ void GatherAbsBitsKernel(const float* __restrict__ x, const uint32_t*
 
 // ---- sparse index sections (sparse_format.h): deltas, their sizes, the three writers ----
 
-__device__ uint32_t VarintBytes(uint32_t d) {
-  const uint32_t bits = d == 0 ? 1u : 32u - static_cast<uint32_t>(__clz(static_cast<int>(d)));
-  return (bits + 6u) / 7u;
-}
-
 __global__ void DeltaStatsKernel(const uint32_t* __restrict__ idx, size_t k,
                                  uint32_t* __restrict__ varint_len, DeviceStats* stats) {
   using BlockReduceL = cub::BlockReduce<unsigned long long, kThreads>;
@@ -662,9 +588,9 @@ __global__ void DeltaStatsKernel(const uint32_t* __restrict__ idx, size_t k,
   unsigned long long bytes = 0;
   for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < k;
        j += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint32_t d = idx[j] - (j == 0 ? 0u : idx[j - 1] + 1u);
+    const uint32_t d = IndexDelta(idx, j);
     max_delta = d > max_delta ? d : max_delta;
-    const uint32_t len = VarintBytes(d);
+    const uint32_t len = VarintLength(d);
     varint_len[j] = len;
     bytes += len;
   }
@@ -681,7 +607,7 @@ __global__ void BitPackDeltasKernel(const uint32_t* __restrict__ idx, size_t k, 
                                     uint32_t* __restrict__ words) {
   for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < k;
        j += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint64_t d = idx[j] - (j == 0 ? 0u : idx[j - 1] + 1u);
+    const uint64_t d = IndexDelta(idx, j);
     const uint64_t bit = static_cast<uint64_t>(j) * width;
     const uint64_t shifted = d << (bit % 32);
     atomicOr(&words[bit / 32], static_cast<uint32_t>(shifted));
@@ -693,13 +619,7 @@ __global__ void VarintDeltasKernel(const uint32_t* __restrict__ idx, size_t k,
                                    const uint32_t* __restrict__ offsets, uint8_t* __restrict__ out) {
   for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < k;
        j += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t d = idx[j] - (j == 0 ? 0u : idx[j - 1] + 1u);
-    uint8_t* p = out + offsets[j];
-    while (d >= 0x80u) {
-      *p++ = static_cast<uint8_t>(d | 0x80u);
-      d >>= 7;
-    }
-    *p = static_cast<uint8_t>(d);
+    WriteVarint(out + offsets[j], IndexDelta(idx, j));
   }
 }
 
@@ -1271,20 +1191,11 @@ class CudaCodecImpl final : public CudaCodec {
     DeviceStats st;
     BC_ASSIGN(st, ReadStats(stream));
     // The plan: the smallest of raw, bit-packed, varint; ties to the earlier (sparse_format.cc).
-    const int width = st.max_abs_bits == 0 ? 0 : 32 - __builtin_clz(st.max_abs_bits);
-    uint8_t encoding = 0, plan_width = 0;
-    size_t index_bytes = 4 * k;
-    const size_t packed = PackedBytes(k, width);
-    if (packed < index_bytes) {
-      encoding = 1;
-      plan_width = static_cast<uint8_t>(width);
-      index_bytes = packed;
-    }
-    if (st.negative_count < index_bytes) {
-      encoding = 2;
-      plan_width = 0;
-      index_bytes = st.negative_count;
-    }
+    const IndexSectionPlan plan =
+        ChooseIndexPlan(k, st.max_abs_bits, static_cast<size_t>(st.negative_count));
+    const uint8_t encoding = plan.encoding, plan_width = plan.width;
+    const uint32_t width = plan.width;
+    const size_t index_bytes = plan.bytes;
     uint8_t* section = out + kSparseHeader + 4 * k;
     if (encoding == 0) {
       BC_CUDA_TRY(cudaMemcpyAsync(section, idx, 4 * k, cudaMemcpyDeviceToDevice, stream));
@@ -1292,7 +1203,7 @@ class CudaCodecImpl final : public CudaCodec {
       BC_CUDA_TRY(cudaMemsetAsync(section, 0, (index_bytes + 3) / 4 * 4, stream));
       if (width > 0) {
         BitPackDeltasKernel<<<Blocks(k), kThreads, 0, stream>>>(
-            idx, k, static_cast<uint32_t>(width), reinterpret_cast<uint32_t*>(section));
+            idx, k, width, reinterpret_cast<uint32_t*>(section));
       }
     } else {
       BC_CUDA_TRY(ExclusiveSum(lens, pos, k, stream));  // pos is free again: k <= n

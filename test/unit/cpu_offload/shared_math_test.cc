@@ -1,0 +1,406 @@
+// The CUDA kernels' per-thread work (cuda_codec_threads.h, cuda_feedback.h, over the shared
+// elementwise.h) run on the host, thread after thread, against the CPU codecs on random
+// inputs: the bytes must be identical. This is how the GPU codecs' arithmetic is tested on
+// machines without a GPU. Built with -ffp-contract=off, as the kernels are with --fmad=false.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "bytecomp/compress.h"
+#include "bytecomp/compress/cuda_codec_threads.h"
+#include "bytecomp/compress/cuda_feedback.h"
+#include "gtest/gtest.h"
+
+namespace bytecomp::compress {
+namespace {
+
+using namespace cuda_threads;
+
+std::vector<float> RandomGradient(size_t n, uint32_t seed, bool with_ties = false) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 19);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    float v = normal(rng) * std::pow(10.0f, static_cast<float>(pick(rng) % 5) - 2.0f);
+    if (with_ties) v = std::round(v * 4.0f) / 4.0f;  // many equal magnitudes
+    if (pick(rng) == 0) v = 0.0f;
+    if (pick(rng) == 1) v = -0.0f;
+    x[i] = v;
+  }
+  if (n > 3) {
+    x[1] = 1e5f;    // above the fp16 range: saturates
+    x[2] = -7e-8f;  // an fp16 subnormal
+  }
+  return x;
+}
+
+CodecContext Context(uint64_t round = 3) {
+  CodecContext ctx;
+  ctx.seed = 1234;
+  ctx.key = (uint64_t{7} << 32) | 2;
+  ctx.round = round;
+  ctx.node = 1;
+  return ctx;
+}
+
+std::vector<uint8_t> CpuEncode(Codec& codec, const std::vector<float>& x, const CodecContext& ctx) {
+  std::vector<uint8_t> out(codec.MaxEncodedBytes(x.size()));
+  auto n = codec.Encode(x, ctx, absl::MakeSpan(out));
+  EXPECT_TRUE(n.ok()) << n.status();
+  out.resize(n.ok() ? *n : 0);
+  return out;
+}
+
+std::vector<float> CpuDecode(Codec& codec, const std::vector<uint8_t>& bytes, size_t n,
+                             const CodecContext& ctx) {
+  std::vector<float> out(n);
+  const absl::Status s = codec.Decode(bytes, ctx, absl::MakeSpan(out));
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+std::unique_ptr<Codec> Make(absl::string_view name, const CodecParams& params = {}) {
+  auto codec = CreateCodec(name, params);
+  EXPECT_TRUE(codec.ok()) << codec.status();
+  return codec.ok() ? std::move(*codec) : nullptr;
+}
+
+// Bitwise equality of float vectors (0.0 vs -0.0 and NaN payloads count).
+void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(FloatBits(a[i]), FloatBits(b[i])) << "element " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+// The GPU's double sums run in another order: 256 threads striding, then the threads' sums.
+double GpuOrderSum(const std::vector<float>& x, bool squares, int sign /* 0 all, 1 >=0, -1 <0 */) {
+  double threads[256] = {};
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (sign == 1 && x[i] < 0.0f) continue;
+    if (sign == -1 && !(x[i] < 0.0f)) continue;
+    const double d = x[i];
+    threads[i % 256] += squares ? d * d : d;
+  }
+  double total = 0.0;
+  for (double t : threads) total += t;
+  return total;
+}
+
+// The sign kernel on the host: a word of 32 SignWordBit per warp, stored by StoreSignWord.
+std::vector<uint8_t> HostSignBits(const std::vector<float>& x, std::vector<float>* decoded,
+                                  float clear_value, float set_value) {
+  const size_t n = x.size();
+  std::vector<uint8_t> bits((n + 7) / 8);
+  for (size_t base = 0; base < n; base += 32) {
+    uint32_t word = 0;
+    for (uint32_t lane = 0; lane < 32 && base + lane < n; ++lane) {
+      word |= SignWordBit(x[base + lane], lane);
+      if (decoded) (*decoded)[base + lane] = SignDecoded(x[base + lane], clear_value, set_value);
+    }
+    StoreSignWord(bits.data(), n, base, word);
+  }
+  return bits;
+}
+
+void Append(std::vector<uint8_t>& out, float v) {
+  uint8_t b[4];
+  std::memcpy(b, &v, 4);
+  out.insert(out.end(), b, b + 4);
+}
+
+class SharedMath : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(SharedMath, Fp16AndBf16) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 1);
+  for (bool bfloat : {false, true}) {
+    auto codec = Make(bfloat ? "bf16" : "fp16");
+    const std::vector<uint8_t> cpu = CpuEncode(*codec, x, Context());
+    std::vector<uint8_t> host(2 * n);
+    std::vector<float> decoded(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t h = bfloat ? SaturatingBFloat16Bits(x[i]) : SaturatingHalfBits(x[i]);
+      std::memcpy(host.data() + 2 * i, &h, 2);
+      decoded[i] = bfloat ? BFloat16BitsToFloat(h) : HalfBitsToFloat(h);
+    }
+    EXPECT_EQ(host, cpu) << (bfloat ? "bf16" : "fp16");
+    // The decoded values the fused error feedback uses are the CPU decoder's.
+    ExpectSameBits(decoded, CpuDecode(*codec, cpu, n, Context()));
+  }
+}
+
+TEST_P(SharedMath, SignSgdAndSignum) {
+  const size_t n = GetParam();
+  auto signsgd = Make("signsgd");
+  const std::vector<float> x = RandomGradient(n, 2);
+  EXPECT_EQ(HostSignBits(x, nullptr, 1, -1), CpuEncode(*signsgd, x, Context()));
+
+  auto signum = Make("signum", {{"momentum", "0.9"}});
+  std::vector<float> momentum;
+  for (uint32_t round = 0; round < 3; ++round) {
+    const std::vector<float> g = RandomGradient(n, 10 + round);
+    if (momentum.empty()) {
+      momentum = g;
+    } else {
+      for (size_t i = 0; i < n; ++i) momentum[i] = SignumBlend(g[i], momentum[i], 1.0f - 0.9f, 0.9f);
+    }
+    EXPECT_EQ(HostSignBits(momentum, nullptr, 1, -1), CpuEncode(*signum, g, Context(round)))
+        << "round " << round;
+  }
+}
+
+TEST_P(SharedMath, EfSignSgdAndOnebit) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 3);
+  const double pos = GpuOrderSum(x, false, 1), neg = GpuOrderSum(x, false, -1);
+  size_t negative_count = 0;
+  for (float v : x) negative_count += v < 0.0f ? 1 : 0;
+
+  auto ef = Make("efsignsgd");
+  const float scale = static_cast<float>((pos - neg) / n);
+  std::vector<uint8_t> host;
+  Append(host, scale);
+  std::vector<float> decoded(n);
+  const std::vector<uint8_t> bits = HostSignBits(x, &decoded, scale, -scale);
+  host.insert(host.end(), bits.begin(), bits.end());
+  const std::vector<uint8_t> cpu = CpuEncode(*ef, x, Context());
+  EXPECT_EQ(host, cpu);
+  ExpectSameBits(decoded, CpuDecode(*ef, cpu, n, Context()));
+
+  for (const char* scaling : {"means", "l1", "none"}) {
+    auto onebit = Make("onebit", {{"scaling", scaling}});
+    float clear_value = 1.0f, set_value = -1.0f;
+    if (std::string(scaling) == "means") {
+      const size_t non_negative_count = n - negative_count;
+      clear_value = non_negative_count ? static_cast<float>(pos / non_negative_count) : 0.0f;
+      set_value = negative_count ? static_cast<float>(neg / negative_count) : 0.0f;
+    } else if (std::string(scaling) == "l1") {
+      clear_value = static_cast<float>((pos - neg) / n);
+      set_value = -clear_value;
+    }
+    std::vector<uint8_t> h;
+    Append(h, clear_value);
+    Append(h, set_value);
+    const std::vector<uint8_t> b = HostSignBits(x, &decoded, clear_value, set_value);
+    h.insert(h.end(), b.begin(), b.end());
+    const std::vector<uint8_t> c = CpuEncode(*onebit, x, Context());
+    EXPECT_EQ(h, c) << scaling;
+    ExpectSameBits(decoded, CpuDecode(*onebit, c, n, Context()));
+  }
+}
+
+TEST_P(SharedMath, Qsgd) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 4);
+  for (auto [quantum, bucket] : {std::pair<uint32_t, size_t>{127, 128}, {5, 100}, {300, 64},
+                                 {1, 7}}) {
+    auto codec = Make("qsgd", {{"quantum_num", std::to_string(quantum)},
+                               {"bucket_size", std::to_string(bucket)}});
+    const CodecContext ctx = Context();
+    const std::vector<uint8_t> cpu = CpuEncode(*codec, x, ctx);
+    const size_t buckets = (n + bucket - 1) / bucket;
+    const uint32_t level_bits = BitsFor(quantum);
+    std::vector<float> norms(buckets);
+    std::vector<uint8_t> host(4 * buckets + (n * (level_bits + 1) + 7) / 8);
+    for (size_t b = 0; b < buckets; ++b) {
+      const std::vector<float> part(x.begin() + b * bucket,
+                                    x.begin() + std::min(n, (b + 1) * bucket));
+      const double root = std::sqrt(GpuOrderSum(part, true, 0));
+      norms[b] = static_cast<float>(std::min(root, static_cast<double>(FLT_MAX)));
+      std::memcpy(host.data() + 4 * b, &norms[b], 4);
+    }
+    std::vector<float> decoded(n);
+    const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
+    for (size_t g = 0; g < (n + 7) / 8; ++g) {
+      QsgdEncodeGroup(x.data(), n, g, bucket, norms.data(), quantum, level_bits, random,
+                      host.data() + 4 * buckets,
+                      [&](size_t i, float, float d) { decoded[i] = d; });
+    }
+    ASSERT_EQ(host, cpu) << "quantum " << quantum << " bucket " << bucket;
+    const std::vector<float> cpu_decoded = CpuDecode(*codec, cpu, n, ctx);
+    ExpectSameBits(decoded, cpu_decoded);
+    std::vector<float> gpu_decoded(n);
+    for (size_t g = 0; g < (n + 7) / 8; ++g) {
+      ASSERT_TRUE(QsgdDecodeGroup(cpu.data(), n, g, bucket, quantum, level_bits,
+                                  gpu_decoded.data()));
+    }
+    ExpectSameBits(gpu_decoded, cpu_decoded);
+  }
+}
+
+TEST_P(SharedMath, TernGrad) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 5);
+  auto codec = Make("terngrad");
+  const CodecContext ctx = Context();
+  const std::vector<uint8_t> cpu = CpuEncode(*codec, x, ctx);
+  uint32_t max_bits = 0;
+  for (float v : x) max_bits = std::max(max_bits, FloatBits(v) & 0x7fffffffu);
+  const double rms = std::sqrt(GpuOrderSum(x, true, 0) / n);
+  const float clip = static_cast<float>(std::min(2.5 * rms, static_cast<double>(FLT_MAX)));
+  const float scale = std::min(BitsToFloat(max_bits), clip);
+  std::vector<uint8_t> host;
+  Append(host, scale);
+  std::vector<float> decoded(n);
+  const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
+  for (size_t g = 0; g < (n + 3) / 4; ++g) {
+    host.push_back(TernEncodeByte(x.data(), n, g, clip, scale, random,
+                                  [&](size_t i, float, float d) { decoded[i] = d; }));
+  }
+  ASSERT_EQ(host, cpu);
+  const std::vector<float> cpu_decoded = CpuDecode(*codec, cpu, n, ctx);
+  ExpectSameBits(decoded, cpu_decoded);
+  std::vector<float> gpu_decoded(n);
+  for (size_t g = 0; g < (n + 3) / 4; ++g) {
+    ASSERT_TRUE(TernDecodeByte(cpu[4 + g], n, g, scale, gpu_decoded.data()));
+  }
+  ExpectSameBits(gpu_decoded, cpu_decoded);
+}
+
+TEST_P(SharedMath, Natural) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 6);
+  auto codec = Make("natural");
+  const CodecContext ctx = Context();
+  const std::vector<uint8_t> cpu = CpuEncode(*codec, x, ctx);
+  uint32_t max_bits = 0;
+  for (float v : x) max_bits = std::max(max_bits, FloatBits(v) & 0x7fffffffu);
+  const uint32_t exponent_low = NaturalExponentLow(max_bits >> 23);
+  const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
+  std::vector<uint8_t> host = {static_cast<uint8_t>(exponent_low)};
+  std::vector<float> decoded(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t code = NaturalCode(x[i], exponent_low, RandomBits(random, static_cast<uint32_t>(i)));
+    EXPECT_TRUE(NaturalCodeValid(code, exponent_low));
+    host.push_back(code);
+    decoded[i] = NaturalValue(code, exponent_low);
+  }
+  ASSERT_EQ(host, cpu);
+  ExpectSameBits(decoded, CpuDecode(*codec, cpu, n, ctx));
+}
+
+// topk's radix select against the definition: the k largest |x| bit patterns, ties at the
+// threshold taken in index order.
+TEST_P(SharedMath, TopkRadixSelectKeepsTheKLargest) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 7, /*with_ties=*/true);
+  for (double ratio : {0.001, 0.01, 0.3, 1.0}) {
+    const size_t k = std::clamp<size_t>(static_cast<size_t>(std::ceil(ratio * n)), 1, n);
+    uint32_t prefix = 0, need = static_cast<uint32_t>(k);
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      uint32_t hist[256] = {};
+      for (float v : x) {
+        const uint32_t a = FloatBits(v) & 0x7fffffffu;
+        if (RadixMatches(a, prefix, shift)) ++hist[(a >> shift) & 255u];
+      }
+      RadixSelectDigit(hist, shift, &prefix, &need);
+    }
+    std::vector<uint32_t> kept;
+    uint32_t tie_rank = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t a = FloatBits(x[i]) & 0x7fffffffu;
+      const bool tie = a == prefix;
+      if (a > prefix || (tie && tie_rank < need)) kept.push_back(static_cast<uint32_t>(i));
+      tie_rank += tie ? 1 : 0;
+    }
+    std::vector<uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      return (FloatBits(x[a]) & 0x7fffffffu) > (FloatBits(x[b]) & 0x7fffffffu);
+    });
+    order.resize(k);
+    std::sort(order.begin(), order.end());
+    EXPECT_EQ(kept, order) << "ratio " << ratio;
+  }
+}
+
+// The index section plan and varint writer against sparse_format.h's definitions.
+TEST(SharedMathIndexSection, PlanAndVarintsFollowTheFormat) {
+  std::mt19937 rng(9);
+  for (size_t k : {1u, 5u, 100u, 3000u}) {
+    for (uint32_t spread : {1u, 3u, 200u, 100000u}) {
+      std::vector<uint32_t> idx(k);
+      uint32_t next = 0;
+      for (size_t j = 0; j < k; ++j) {
+        idx[j] = next + rng() % spread;
+        next = idx[j] + 1;
+      }
+      uint32_t max_delta = 0;
+      size_t varint_bytes = 0;
+      std::vector<uint8_t> varints;
+      for (size_t j = 0; j < k; ++j) {
+        const uint32_t d = IndexDelta(idx.data(), j);
+        max_delta = std::max(max_delta, d);
+        const uint32_t len = VarintLength(d);
+        varint_bytes += len;
+        uint8_t buffer[5];
+        WriteVarint(buffer, d);
+        varints.insert(varints.end(), buffer, buffer + len);
+        EXPECT_EQ(buffer[len - 1] & 0x80u, 0u);  // the last byte ends the varint
+      }
+      // Read the varints back (LEB128) to the indices.
+      size_t p = 0;
+      uint64_t expect_next = 0;
+      for (size_t j = 0; j < k; ++j) {
+        uint64_t d = 0;
+        for (int shift = 0;; shift += 7) {
+          d |= static_cast<uint64_t>(varints[p] & 0x7f) << shift;
+          if ((varints[p++] & 0x80) == 0) break;
+        }
+        ASSERT_EQ(expect_next + d, idx[j]);
+        expect_next = idx[j] + 1;
+      }
+      const IndexSectionPlan plan = ChooseIndexPlan(k, max_delta, varint_bytes);
+      int width = 0;
+      while (width < 32 && (max_delta >> width) != 0) ++width;
+      const size_t packed = (k * width + 7) / 8;
+      const size_t best = std::min({4 * k, packed, varint_bytes});
+      EXPECT_EQ(plan.bytes, best);
+      if (plan.encoding == 0) {
+        EXPECT_EQ(best, 4 * k);
+      } else if (plan.encoding == 1) {
+        EXPECT_TRUE(packed == best && packed < 4 * k);
+      } else {
+        EXPECT_TRUE(varint_bytes < std::min(4 * k, packed));
+      }
+    }
+  }
+}
+
+// The fused memories' per-element updates keep their invariants: what is sent plus what is
+// carried equals what was to be sent (exactly for the residual memory's first round).
+TEST(SharedMathFeedback, MemoryUpdatesCarryTheError) {
+  const std::vector<float> g = RandomGradient(4096, 8);
+  auto codec = Make("onebit");
+  std::vector<float> residual(g.size(), 0.0f), compensated(g.size());
+  for (size_t i = 0; i < g.size(); ++i) compensated[i] = ResidualCompensate(g[i], residual[i], 1.0f, 1.0f);
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_EQ(compensated[i], g[i]);  // 1 * 0 + 1 * g == g (as values: -0 becomes +0)
+  }
+  const std::vector<uint8_t> payload = CpuEncode(*codec, compensated, Context());
+  const std::vector<float> decoded = CpuDecode(*codec, payload, g.size(), Context());
+  for (size_t i = 0; i < g.size(); ++i) {
+    residual[i] = ResidualUpdate(compensated[i], decoded[i]);
+    // One rounding of the subtraction and one of the check's own addition.
+    const float ulps = 2.5e-7f * (std::fabs(decoded[i]) + std::fabs(compensated[i]));
+    EXPECT_NEAR(decoded[i] + residual[i], compensated[i], ulps + 1e-30f);
+  }
+  const float lr = 0.1f;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float e = EfSignResidual(compensated[i], decoded[i], lr);
+    // decoded + e / lr == compensated, up to rounding (sign_memory.cc's invariant).
+    EXPECT_NEAR(decoded[i] + e / lr, compensated[i], 1e-5f * (std::fabs(compensated[i]) + 1.0f));
+    const float next = EfSignCompensate(g[i], e, 1.0f / lr);
+    EXPECT_NEAR(next, g[i] + e / lr, 1e-5f * (std::fabs(next) + 1.0f));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, SharedMath, ::testing::Values(37, 1000, 4096, 100003));
+
+}  // namespace
+}  // namespace bytecomp::compress
