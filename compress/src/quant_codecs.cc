@@ -2,19 +2,21 @@
 //
 // Wire formats (little-endian; the element count n travels in the data-plane header; packed
 // codes are an LSB-first bit stream, code i in bits [i*b, (i+1)*b), padding bits 0):
-//   qsgd       ceil(n/bucket) f32 bucket L2 norms, then n codes of b = L + 1 bits, L =
-//              ceil(log2(quantum_num + 1)) level bits below a sign bit (1 = negative).
-//              Decoded: sign * level * norm / quantum_num. Size: 4*ceil(n/bucket) +
-//              ceil(n*b/8); with the defaults (127, 128): 4*ceil(n/128) + n.
-//   terngrad   f32 scale, then n 2-bit codes, 4 per byte (0 = 0, 1 = +scale, 2 = -scale,
-//              3 invalid). Size: 4 + ceil(n/4).
+// qsgd, terngrad and dithering start with u32 n, the element count, which Decode checks
+// against the output length (a padded code stream alone cannot tell n from n - 1).
+//   qsgd       u32 n, ceil(n/bucket) f32 bucket L2 norms, then n codes of b = L + 1 bits,
+//              L = ceil(log2(quantum_num + 1)) level bits below a sign bit (1 = negative).
+//              Decoded: sign * level * norm / quantum_num. Size: 4 + 4*ceil(n/bucket) +
+//              ceil(n*b/8); with the defaults (127, 128): 4 + 4*ceil(n/128) + n.
+//   terngrad   u32 n, f32 scale, then n 2-bit codes, 4 per byte (0 = 0, 1 = +scale,
+//              2 = -scale, 3 invalid). Size: 8 + ceil(n/4).
 //   natural    u8 exponent_low (1..254), then n bytes: bit 7 sign, bits 0-6 code c, 0 = zero,
 //              c >= 1: 2^(exponent_low + c - 1 - 127) (elementwise.h). Size: 1 + n.
 //   u8bit      f32 max |x|, then n bytes of Dettmers' dynamic tree code (elementwise.h);
 //              decoded: max * table value. Size: 4 + n.
-//   dithering  f32 norm (max |x| or L2 norm), then n codes of b = ceil(log2(k + 1)) + 1 bits,
-//              level below a sign bit; level j stands for j/k (linear) or 2^(j-k) (natural;
-//              0 for j = 0). Size: 4 + ceil(n*b/8).
+//   dithering  u32 n, f32 norm (max |x| or L2 norm), then n codes of b = ceil(log2(k + 1)) + 1
+//              bits, level below a sign bit; level j stands for j/k (linear) or 2^(j-k)
+//              (natural; 0 for j = 0). Size: 8 + ceil(n*b/8).
 // Decode rejects a wrong size, non-finite or negative header values, out-of-range codes and
 // non-zero padding bits.
 //
@@ -36,6 +38,7 @@
 #include "bytecomp/compress/registry.h"
 #include "quant_kernels.h"
 #include "quant_pack.h"
+#include "quant_register.h"
 #include "quant_util.h"
 
 namespace bytecomp::compress {
@@ -53,6 +56,13 @@ absl::Status CheckEncode(absl::string_view codec, absl::Span<const float> input,
   *max_abs_bits = MaxAbsBits(input.data(), input.size());
   if (!IsFiniteBits(*max_abs_bits)) return NonFiniteError(input, InputWhat(codec));
   return absl::OkStatus();
+}
+
+// The u32 element count leading the bit-packed payloads (qsgd, terngrad, dithering).
+absl::Status CheckCount(absl::string_view codec, absl::Span<const uint8_t> encoded, size_t n) {
+  const uint32_t count = GetU32(encoded.data());
+  if (count == n) return absl::OkStatus();
+  return MalformedError(codec, absl::StrCat("payload for ", count, " elements decoded into ", n));
 }
 
 CounterRandom StreamOf(const CodecContext& ctx) {
@@ -106,7 +116,7 @@ class QsgdCodec final : public Codec {
   }
   size_t Buckets(size_t n) const { return (n + bucket_ - 1) / bucket_; }
   size_t MaxEncodedBytes(size_t n) const override {
-    return 4 * Buckets(n) + PackedCodeBytes(n, level_bits_ + 1);
+    return 4 + 4 * Buckets(n) + PackedCodeBytes(n, level_bits_ + 1);
   }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
@@ -118,15 +128,17 @@ class QsgdCodec final : public Codec {
     codes_.resize(n);
     const CounterRandom random = StreamOf(ctx);
     const size_t buckets = Buckets(n);
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    uint8_t* const norms = out.data() + 4;
     for (size_t b = 0; b < buckets; ++b) {
       const size_t begin = b * bucket_;
       const size_t len = std::min(bucket_, n - begin);
       const float norm = NormToFloat(SumOfSquares(input.data() + begin, len));
-      PutF32(out.data() + 4 * b, norm);
+      PutF32(norms + 4 * b, norm);
       QsgdEncodeBucket(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
                        static_cast<uint32_t>(begin), codes_.data() + begin);
     }
-    PackCodes(codes_.data(), n, level_bits_ + 1, out.data() + 4 * buckets);
+    PackCodes(codes_.data(), n, level_bits_ + 1, norms + 4 * buckets);
     return bytes;
   }
 
@@ -134,15 +146,17 @@ class QsgdCodec final : public Codec {
                       absl::Span<float> output) override {
     const size_t n = output.size();
     if (auto s = PayloadSizeIs(name(), encoded.size(), MaxEncodedBytes(n), n); !s.ok()) return s;
+    if (auto s = CheckCount(name(), encoded, n); !s.ok()) return s;
     const size_t buckets = Buckets(n);
+    const uint8_t* const norms = encoded.data() + 4;
     for (size_t b = 0; b < buckets; ++b) {
-      const float norm = GetF32(encoded.data() + 4 * b);
+      const float norm = GetF32(norms + 4 * b);
       if (auto s = HeaderFloatOk(name(), norm, absl::StrCat("norm of bucket ", b), true); !s.ok()) {
         return s;
       }
     }
     codes_.resize(n);
-    if (!UnpackCodes(encoded.data() + 4 * buckets, n, level_bits_ + 1, codes_.data())) {
+    if (!UnpackCodes(norms + 4 * buckets, n, level_bits_ + 1, codes_.data())) {
       return MalformedError(name(), "padding bits after the last code are not zero");
     }
     const uint32_t max_level = MaxCodeLevel(codes_.data(), n, (1u << level_bits_) - 1u);
@@ -154,7 +168,7 @@ class QsgdCodec final : public Codec {
     for (size_t b = 0; b < buckets; ++b) {
       const size_t begin = b * bucket_;
       const size_t len = std::min(bucket_, n - begin);
-      const float norm_over_s = GetF32(encoded.data() + 4 * b) / s;
+      const float norm_over_s = GetF32(norms + 4 * b) / s;
       QsgdDecodeBucket(codes_.data() + begin, len, level_bits_, norm_over_s,
                        output.data() + begin);
     }
@@ -217,7 +231,7 @@ class TernGradCodec final : public Codec {
     p.unbiased = true;  // for the clipped input
     return p;
   }
-  size_t MaxEncodedBytes(size_t n) const override { return 4 + (n + 3) / 4; }
+  size_t MaxEncodedBytes(size_t n) const override { return 8 + (n + 3) / 4; }
 
   // GRACE clips at 2.5 standard deviations about zero; we use the root mean square (the
   // standard deviation about zero, equal to GRACE's for zero-mean gradients) so that a
@@ -231,8 +245,9 @@ class TernGradCodec final : public Codec {
     const double rms = n == 0 ? 0.0 : std::sqrt(SumOfSquares(input.data(), n) / n);
     const float clip = static_cast<float>(std::min(2.5 * rms, static_cast<double>(FLT_MAX)));
     const float scale = std::min(BitsToFloat(max_bits), clip);
-    PutF32(out.data(), scale);
-    TernEncode(input.data(), n, clip, scale, StreamOf(ctx), out.data() + 4);
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    PutF32(out.data() + 4, scale);
+    TernEncode(input.data(), n, clip, scale, StreamOf(ctx), out.data() + 8);
     return bytes;
   }
 
@@ -240,9 +255,10 @@ class TernGradCodec final : public Codec {
                       absl::Span<float> output) override {
     const size_t n = output.size();
     if (auto s = PayloadSizeIs(name(), encoded.size(), MaxEncodedBytes(n), n); !s.ok()) return s;
-    const float scale = GetF32(encoded.data());
+    if (auto s = CheckCount(name(), encoded, n); !s.ok()) return s;
+    const float scale = GetF32(encoded.data() + 4);
     if (auto s = HeaderFloatOk(name(), scale, "scale", true); !s.ok()) return s;
-    const uint8_t* codes = encoded.data() + 4;
+    const uint8_t* codes = encoded.data() + 8;
     const size_t code_bytes = (n + 3) / 4;
     if (HasTernaryCode3(codes, code_bytes)) return MalformedError(name(), "ternary code 3");
     if (n % 4 != 0 && (codes[code_bytes - 1] >> (2 * (n % 4))) != 0) {
@@ -415,7 +431,7 @@ class DitheringCodec final : public Codec {
     return p;
   }
   size_t MaxEncodedBytes(size_t n) const override {
-    return 4 + PackedCodeBytes(n, level_bits_ + 1);
+    return 8 + PackedCodeBytes(n, level_bits_ + 1);
   }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
@@ -426,7 +442,8 @@ class DitheringCodec final : public Codec {
     if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
     const float norm =
         l2_ ? NormToFloat(SumOfSquares(input.data(), n)) : BitsToFloat(max_bits);
-    PutF32(out.data(), norm);
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    PutF32(out.data() + 4, norm);
     codes_.resize(n);
     if (natural_) {
       DitherEncodeNatural(input.data(), n, norm, levels_, level_bits_, StreamOf(ctx),
@@ -435,7 +452,7 @@ class DitheringCodec final : public Codec {
       DitherEncodeLinear(input.data(), n, norm, levels_, level_bits_, StreamOf(ctx),
                          codes_.data());
     }
-    PackCodes(codes_.data(), n, level_bits_ + 1, out.data() + 4);
+    PackCodes(codes_.data(), n, level_bits_ + 1, out.data() + 8);
     return bytes;
   }
 
@@ -443,10 +460,11 @@ class DitheringCodec final : public Codec {
                       absl::Span<float> output) override {
     const size_t n = output.size();
     if (auto s = PayloadSizeIs(name(), encoded.size(), MaxEncodedBytes(n), n); !s.ok()) return s;
-    const float norm = GetF32(encoded.data());
+    if (auto s = CheckCount(name(), encoded, n); !s.ok()) return s;
+    const float norm = GetF32(encoded.data() + 4);
     if (auto s = HeaderFloatOk(name(), norm, "norm", true); !s.ok()) return s;
     codes_.resize(n);
-    if (!UnpackCodes(encoded.data() + 4, n, level_bits_ + 1, codes_.data())) {
+    if (!UnpackCodes(encoded.data() + 8, n, level_bits_ + 1, codes_.data())) {
       return MalformedError(name(), "padding bits after the last code are not zero");
     }
     const uint32_t level_mask = (1u << level_bits_) - 1u;
@@ -480,7 +498,6 @@ class DitheringCodec final : public Codec {
 
 void RegisterQuantizationCodecs(CodecRegistry& registry) {
   using codec_checks::ChoiceParam;
-  using codec_checks::DoubleParam;
   using codec_checks::IntParam;
   {
     CodecSpec spec;
@@ -553,6 +570,8 @@ void RegisterQuantizationCodecs(CodecRegistry& registry) {
     };
     MustRegister(registry, std::move(spec));
   }
+  RegisterSketchCodec(registry);
+  RegisterInceptionnCodec(registry);
 }
 
 }  // namespace bytecomp::compress

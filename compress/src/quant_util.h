@@ -57,14 +57,6 @@ inline std::string InputWhat(absl::string_view codec) {
   return absl::StrCat("codec '", codec, "' input");
 }
 
-// Validates a decode-and-add target against the payload's decode size.
-inline absl::Status SameLength(absl::string_view codec, size_t state_n, size_t n) {
-  if (state_n == 0 || state_n == n) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("codec '", codec, "': this instance holds state for ", state_n,
-                   " elements, called with ", n, " (one instance per partition)"));
-}
-
 }  // namespace bytecomp::compress::codec_checks
 
 namespace bytecomp::compress::codec_checks {

@@ -14,8 +14,10 @@ const CodecRegistry& CodecRegistry::Global() {
   static const CodecRegistry* const registry = [] {
     auto* r = new CodecRegistry;
     RegisterBasicCodecs(*r);
+    RegisterSparsificationCodecs(*r);
     RegisterQuantizationCodecs(*r);
     RegisterSignCodecs(*r);
+    RegisterLowRankCodecs(*r);
     return r;
   }();
   return *registry;

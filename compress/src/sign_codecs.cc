@@ -1,16 +1,17 @@
 // The sign codecs: signsgd, efsignsgd, signum, onebit, and the majority-vote aggregator of
 // signsgd and signum (the efsignsgd memory is in sign_memory.cc).
 //
-// Wire formats (little-endian; the element count n travels in the data-plane header):
-//   signsgd, signum  ceil(n/8) bytes of sign bits: bit 1 = x < 0 (decoded -1), bit 0 = x >= 0
-//                    (decoded +1); element i is bit i % 8 of byte i / 8; the padding bits of
-//                    the last byte are 0. Size: ceil(n/8).
-//   efsignsgd        f32 scale = mean |x| (sum in double), then the sign bits as above;
-//                    decoded: +-scale. Size: 4 + ceil(n/8).
-//   onebit           f32 value of bit 0, f32 value of bit 1, then the sign bits as above.
+// Wire formats (little-endian). Each starts with u32 n, the element count, which Decode checks
+// against the output length (the padded bit stream alone cannot tell n from n - 1).
+//   signsgd, signum  u32 n, then ceil(n/8) bytes of sign bits: bit 1 = x < 0 (decoded -1),
+//                    bit 0 = x >= 0 (decoded +1); element i is bit i % 8 of byte i / 8; the
+//                    padding bits of the last byte are 0. Size: 4 + ceil(n/8).
+//   efsignsgd        u32 n, f32 scale = mean |x| (sum in double), then the sign bits as
+//                    above; decoded: +-scale. Size: 8 + ceil(n/8).
+//   onebit           u32 n, f32 value of bit 0, f32 value of bit 1, then the sign bits.
 //                    scaling=means (GRACE): the means of the non-negative and of the negative
 //                    elements (0 for an empty part); scaling=l1 (BytePS with scaling): +-mean
-//                    |x|; scaling=none (BytePS without scaling): +-1. Size: 8 + ceil(n/8).
+//                    |x|; scaling=none (BytePS without scaling): +-1. Size: 12 + ceil(n/8).
 // Decode rejects a payload of the wrong size, non-zero padding bits, and non-finite or
 // wrongly signed header values.
 #pragma GCC optimize("fp-contract=off")  // elementwise.h: identical rounding in every variant
@@ -44,6 +45,14 @@ absl::Status CheckEncode(absl::string_view codec, absl::Span<const float> input,
   return CheckFinite(input, InputWhat(codec));
 }
 
+// The u32 element count that leads every payload here: padded bit streams would otherwise
+// decode into a few more or fewer elements without complaint.
+absl::Status CheckCount(absl::string_view codec, absl::Span<const uint8_t> encoded, size_t n) {
+  const uint32_t count = GetU32(encoded.data());
+  if (count == n) return absl::OkStatus();
+  return MalformedError(codec, absl::StrCat("payload for ", count, " elements decoded into ", n));
+}
+
 absl::Status CheckSignBits(absl::string_view codec, const uint8_t* bits, size_t n) {
   if (SignPaddingIsZero(bits, n)) return absl::OkStatus();
   return MalformedError(codec, absl::StrCat("padding bits after element ", n, " are not zero"));
@@ -57,26 +66,27 @@ class PlainSignCodec : public Codec {
     p.majority_vote = true;
     return p;
   }
-  size_t MaxEncodedBytes(size_t n) const override { return SignBytes(n); }
+  size_t MaxEncodedBytes(size_t n) const override { return 4 + SignBytes(n); }
 
   absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
                       absl::Span<float> output) override {
     if (auto s = Validate(encoded, output.size()); !s.ok()) return s;
-    UnpackSignBits(encoded.data(), output.size(), 1.0f, -1.0f, output.data());
+    UnpackSignBits(encoded.data() + 4, output.size(), 1.0f, -1.0f, output.data());
     return absl::OkStatus();
   }
 
   absl::Status DecodeAdd(absl::Span<const uint8_t> encoded, const CodecContext&,
                          absl::Span<float> accumulator) override {
     if (auto s = Validate(encoded, accumulator.size()); !s.ok()) return s;
-    AddUnpackedSignBits(encoded.data(), accumulator.size(), 1.0f, -1.0f, accumulator.data());
+    AddUnpackedSignBits(encoded.data() + 4, accumulator.size(), 1.0f, -1.0f, accumulator.data());
     return absl::OkStatus();
   }
 
  protected:
   absl::Status Validate(absl::Span<const uint8_t> encoded, size_t n) const {
-    if (auto s = PayloadSizeIs(name(), encoded.size(), SignBytes(n), n); !s.ok()) return s;
-    return CheckSignBits(name(), encoded.data(), n);
+    if (auto s = PayloadSizeIs(name(), encoded.size(), 4 + SignBytes(n), n); !s.ok()) return s;
+    if (auto s = CheckCount(name(), encoded, n); !s.ok()) return s;
+    return CheckSignBits(name(), encoded.data() + 4, n);
   }
 };
 
@@ -85,9 +95,10 @@ class SignSgdCodec final : public PlainSignCodec {
   absl::string_view name() const override { return "signsgd"; }
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
                                 absl::Span<uint8_t> out) override {
-    const size_t bytes = SignBytes(input.size());
+    const size_t bytes = 4 + SignBytes(input.size());
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
-    PackSignBits(input.data(), input.size(), out.data());
+    PutU32(out.data(), static_cast<uint32_t>(input.size()));
+    PackSignBits(input.data(), input.size(), out.data() + 4);
     return bytes;
   }
 };
@@ -107,15 +118,16 @@ class SignumCodec final : public PlainSignCodec {
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
-    const size_t bytes = SignBytes(n);
+    const size_t bytes = 4 + SignBytes(n);
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
-    if (auto s = codec_checks::SameLength(name(), momentum_vector_.size(), n); !s.ok()) return s;
-    if (momentum_vector_.empty()) {
+    // Another length means another partition layout (a new strategy): momentum restarts.
+    if (momentum_vector_.empty() || momentum_vector_.size() != n) {
       momentum_vector_.assign(input.begin(), input.end());
     } else {
       Blend(momentum_vector_.data(), input.data(), n, momentum_);
     }
-    PackSignBits(momentum_vector_.data(), n, out.data());
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    PackSignBits(momentum_vector_.data(), n, out.data() + 4);
     return bytes;
   }
 
@@ -137,18 +149,19 @@ class EfSignSgdCodec final : public Codec {
  public:
   absl::string_view name() const override { return "efsignsgd"; }
   CodecProperties properties() const override { return {}; }
-  size_t MaxEncodedBytes(size_t n) const override { return 4 + SignBytes(n); }
+  size_t MaxEncodedBytes(size_t n) const override { return 8 + SignBytes(n); }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
-    const size_t bytes = 4 + SignBytes(n);
+    const size_t bytes = 8 + SignBytes(n);
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
     const SignSums sums = SumBySign(input.data(), n);
     const float scale =
         n == 0 ? 0.0f : static_cast<float>((sums.non_negative - sums.negative) / n);
-    PutF32(out.data(), scale);
-    PackSignBits(input.data(), n, out.data() + 4);
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    PutF32(out.data() + 4, scale);
+    PackSignBits(input.data(), n, out.data() + 8);
     return bytes;
   }
 
@@ -156,7 +169,7 @@ class EfSignSgdCodec final : public Codec {
                       absl::Span<float> output) override {
     auto scale = Validate(encoded, output.size());
     if (!scale.ok()) return scale.status();
-    UnpackSignBits(encoded.data() + 4, output.size(), *scale, -*scale, output.data());
+    UnpackSignBits(encoded.data() + 8, output.size(), *scale, -*scale, output.data());
     return absl::OkStatus();
   }
 
@@ -164,17 +177,18 @@ class EfSignSgdCodec final : public Codec {
                          absl::Span<float> accumulator) override {
     auto scale = Validate(encoded, accumulator.size());
     if (!scale.ok()) return scale.status();
-    AddUnpackedSignBits(encoded.data() + 4, accumulator.size(), *scale, -*scale,
+    AddUnpackedSignBits(encoded.data() + 8, accumulator.size(), *scale, -*scale,
                         accumulator.data());
     return absl::OkStatus();
   }
 
  private:
   absl::StatusOr<float> Validate(absl::Span<const uint8_t> encoded, size_t n) const {
-    if (auto s = PayloadSizeIs(name(), encoded.size(), 4 + SignBytes(n), n); !s.ok()) return s;
-    const float scale = GetF32(encoded.data());
+    if (auto s = PayloadSizeIs(name(), encoded.size(), 8 + SignBytes(n), n); !s.ok()) return s;
+    if (auto s = CheckCount(name(), encoded, n); !s.ok()) return s;
+    const float scale = GetF32(encoded.data() + 4);
     if (auto s = HeaderFloatOk(name(), scale, "scale", true); !s.ok()) return s;
-    if (auto s = CheckSignBits(name(), encoded.data() + 4, n); !s.ok()) return s;
+    if (auto s = CheckSignBits(name(), encoded.data() + 8, n); !s.ok()) return s;
     return scale;
   }
 };
@@ -186,12 +200,12 @@ class OnebitCodec final : public Codec {
   explicit OnebitCodec(OnebitScaling scaling) : scaling_(scaling) {}
   absl::string_view name() const override { return "onebit"; }
   CodecProperties properties() const override { return {}; }
-  size_t MaxEncodedBytes(size_t n) const override { return 8 + SignBytes(n); }
+  size_t MaxEncodedBytes(size_t n) const override { return 12 + SignBytes(n); }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
-    const size_t bytes = 8 + SignBytes(n);
+    const size_t bytes = 12 + SignBytes(n);
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
     float clear_value = 1.0f, set_value = -1.0f;
     if (scaling_ != OnebitScaling::kNone) {
@@ -209,33 +223,35 @@ class OnebitCodec final : public Codec {
         set_value = -clear_value;
       }
     }
-    PutF32(out.data(), clear_value);
-    PutF32(out.data() + 4, set_value);
-    PackSignBits(input.data(), n, out.data() + 8);
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    PutF32(out.data() + 4, clear_value);
+    PutF32(out.data() + 8, set_value);
+    PackSignBits(input.data(), n, out.data() + 12);
     return bytes;
   }
 
   absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
                       absl::Span<float> output) override {
     if (auto s = Validate(encoded, output.size()); !s.ok()) return s;
-    UnpackSignBits(encoded.data() + 8, output.size(), GetF32(encoded.data()),
-                   GetF32(encoded.data() + 4), output.data());
+    UnpackSignBits(encoded.data() + 12, output.size(), GetF32(encoded.data() + 4),
+                   GetF32(encoded.data() + 8), output.data());
     return absl::OkStatus();
   }
 
   absl::Status DecodeAdd(absl::Span<const uint8_t> encoded, const CodecContext&,
                          absl::Span<float> accumulator) override {
     if (auto s = Validate(encoded, accumulator.size()); !s.ok()) return s;
-    AddUnpackedSignBits(encoded.data() + 8, accumulator.size(), GetF32(encoded.data()),
-                        GetF32(encoded.data() + 4), accumulator.data());
+    AddUnpackedSignBits(encoded.data() + 12, accumulator.size(), GetF32(encoded.data() + 4),
+                        GetF32(encoded.data() + 8), accumulator.data());
     return absl::OkStatus();
   }
 
  private:
   absl::Status Validate(absl::Span<const uint8_t> encoded, size_t n) const {
-    if (auto s = PayloadSizeIs(name(), encoded.size(), 8 + SignBytes(n), n); !s.ok()) return s;
-    const float clear_value = GetF32(encoded.data());
-    const float set_value = GetF32(encoded.data() + 4);
+    if (auto s = PayloadSizeIs(name(), encoded.size(), 12 + SignBytes(n), n); !s.ok()) return s;
+    if (auto s = CheckCount(name(), encoded, n); !s.ok()) return s;
+    const float clear_value = GetF32(encoded.data() + 4);
+    const float set_value = GetF32(encoded.data() + 8);
     if (auto s = HeaderFloatOk(name(), clear_value, "value of non-negative elements", true);
         !s.ok()) {
       return s;
@@ -244,7 +260,7 @@ class OnebitCodec final : public Codec {
         !s.ok()) {
       return s;
     }
-    return CheckSignBits(name(), encoded.data() + 8, n);
+    return CheckSignBits(name(), encoded.data() + 12, n);
   }
 
   OnebitScaling scaling_;

@@ -99,7 +99,7 @@ void RegisterSignMemories(MemoryRegistry& registry) {
     if (!r.ok()) return r.status();
     return std::unique_ptr<Memory>(new EfSignSgdMemory(static_cast<float>(lr)));
   };
-  (void)registry.Register(std::move(spec));
+  MustRegisterMemory(registry, std::move(spec));
 }
 
 }  // namespace bytecomp::compress

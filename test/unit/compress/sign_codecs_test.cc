@@ -27,7 +27,7 @@ TEST(SignSgdTest, DecodesToSignsAndSizeIsCeilNOver8) {
   for (const auto& in : AdversarialInputs()) {
     auto enc = EncodeToVector(*codec, in.values, TestContext());
     ASSERT_TRUE(enc.ok()) << in.name << ": " << enc.status();
-    EXPECT_EQ(enc->size(), SignBytesFor(in.values.size())) << in.name;
+    EXPECT_EQ(enc->size(), 4 + SignBytesFor(in.values.size())) << in.name;
     EXPECT_EQ(codec->MaxEncodedBytes(in.values.size()), enc->size());
     auto dec = DecodeToVector(*codec, *enc, TestContext(), in.values.size());
     ASSERT_TRUE(dec.ok()) << dec.status();
@@ -42,9 +42,10 @@ TEST(SignSgdTest, BitLayoutIsLsbFirstAndZeroCountsAsPositive) {
   std::vector<float> x = {-1, 2, -0.0f, 0, -3, -4, 5, 6, -7, 1};
   auto enc = EncodeToVector(*codec, x, TestContext());
   ASSERT_TRUE(enc.ok());
-  ASSERT_EQ(enc->size(), 2u);
-  EXPECT_EQ((*enc)[0], 0b00110001);  // elements 0, 4, 5 negative; -0.0 is not
-  EXPECT_EQ((*enc)[1], 0b00000001);  // element 8
+  ASSERT_EQ(enc->size(), 6u);
+  EXPECT_EQ((*enc)[0], 10);          // u32 n, little-endian
+  EXPECT_EQ((*enc)[4], 0b00110001);  // elements 0, 4, 5 negative; -0.0 is not
+  EXPECT_EQ((*enc)[5], 0b00000001);  // element 8
 }
 
 TEST(SignSgdTest, LongInputsMatchScalarReference) {
@@ -55,7 +56,7 @@ TEST(SignSgdTest, LongInputsMatchScalarReference) {
     auto enc = EncodeToVector(*codec, x, TestContext());
     ASSERT_TRUE(enc.ok());
     for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(((*enc)[i / 8] >> (i % 8)) & 1, x[i] < 0 ? 1 : 0) << "n=" << n << " i=" << i;
+      ASSERT_EQ(((*enc)[4 + i / 8] >> (i % 8)) & 1, x[i] < 0 ? 1 : 0) << "n=" << n << " i=" << i;
     }
     std::vector<float> acc(n, 10.0f);
     ASSERT_TRUE(codec->DecodeAdd(*enc, TestContext(), absl::MakeSpan(acc)).ok());
@@ -68,7 +69,7 @@ TEST(EfSignSgdTest, DecodesToMeanMagnitudeTimesSign) {
   for (const auto& in : AdversarialInputs()) {
     auto enc = EncodeToVector(*codec, in.values, TestContext());
     ASSERT_TRUE(enc.ok()) << in.name << ": " << enc.status();
-    EXPECT_EQ(enc->size(), 4 + SignBytesFor(in.values.size())) << in.name;
+    EXPECT_EQ(enc->size(), 8 + SignBytesFor(in.values.size())) << in.name;
     double sum_abs = 0;
     for (float x : in.values) sum_abs += std::fabs(static_cast<double>(x));
     const double mean = sum_abs / in.values.size();
@@ -94,9 +95,12 @@ TEST(SignumTest, SignsOfMomentumSmoothedGradient) {
   ASSERT_TRUE(d1.ok() && d2.ok());
   EXPECT_EQ(*d1, (std::vector<float>{1, -1, 1, -1, 1}));
   EXPECT_EQ(*d2, (std::vector<float>{-1, 1, 1, -1, 1}));
-  // One instance per partition: another length is an error.
-  auto bad = EncodeToVector(*codec, std::vector<float>(6, 1.0f), TestContext(2));
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  // Another length restarts the momentum (a new partition layout).
+  auto e3 = EncodeToVector(*codec, std::vector<float>{-1, 2, 3, 4, 5, 6}, TestContext(2));
+  ASSERT_TRUE(e3.ok());
+  auto d3 = DecodeToVector(*codec, *e3, TestContext(2), 6);
+  ASSERT_TRUE(d3.ok());
+  EXPECT_EQ(*d3, (std::vector<float>{-1, 1, 1, 1, 1, 1}));
 }
 
 TEST(SignumTest, DefaultMomentumIs09AndOutOfRangeIsRejected) {
@@ -121,7 +125,7 @@ TEST(OnebitTest, MeansOfTheTwoPartsL1AndNone) {
     auto codec = MustCreate("onebit", {{"scaling", c.scaling}});
     auto enc = EncodeToVector(*codec, x, TestContext());
     ASSERT_TRUE(enc.ok());
-    EXPECT_EQ(enc->size(), 8u + 1u);
+    EXPECT_EQ(enc->size(), 12u + 1u);
     auto dec = DecodeToVector(*codec, *enc, TestContext(), x.size());
     ASSERT_TRUE(dec.ok());
     for (size_t i = 0; i < x.size(); ++i) {
@@ -138,7 +142,7 @@ TEST(OnebitTest, AdversarialInputsKeepSumsAndSizes) {
   for (const auto& in : AdversarialInputs()) {
     auto enc = EncodeToVector(*codec, in.values, TestContext());
     ASSERT_TRUE(enc.ok()) << in.name;
-    EXPECT_EQ(enc->size(), 8 + SignBytesFor(in.values.size()));
+    EXPECT_EQ(enc->size(), 12 + SignBytesFor(in.values.size()));
     auto dec = DecodeToVector(*codec, *enc, TestContext(), in.values.size());
     ASSERT_TRUE(dec.ok()) << dec.status();
     double sum_in = 0, sum_out = 0, scale = 0;
@@ -202,7 +206,7 @@ TEST(SignCodecsTest, MalformedPayloadsAreErrors) {
     for (float header : {std::numeric_limits<float>::quiet_NaN(),
                          std::numeric_limits<float>::infinity(), -1.0f}) {
       auto b = *enc;
-      std::memcpy(b.data(), &header, 4);
+      std::memcpy(b.data() + 4, &header, 4);
       EXPECT_EQ(codec->Decode(b, TestContext(), absl::MakeSpan(out)).code(),
                 absl::StatusCode::kInvalidArgument)
           << name << " header " << header;
@@ -213,7 +217,7 @@ TEST(SignCodecsTest, MalformedPayloadsAreErrors) {
   auto enc = EncodeToVector(*onebit, RandomNormal(n, 9), TestContext());
   ASSERT_TRUE(enc.ok());
   const float positive = 2.0f;
-  std::memcpy(enc->data() + 4, &positive, 4);
+  std::memcpy(enc->data() + 8, &positive, 4);
   std::vector<float> out(n);
   EXPECT_FALSE(onebit->Decode(*enc, TestContext(), absl::MakeSpan(out)).ok());
 }
@@ -236,6 +240,46 @@ TEST(SignCodecsTest, RandomBytesNeverCrash) {
       }
     }
   }
+}
+
+TEST(EfSignSgdMemoryTest, ErrorFeedbackInvariant) {
+  auto codec = MustCreate("efsignsgd");
+  auto memory = CreateMemory("efsignsgd");
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  std::vector<std::vector<float>> inputs;
+  for (int t = 0; t < 6; ++t) inputs.push_back(RandomNormal(301, 100 + t));
+  testing::ExpectErrorFeedbackInvariant(*codec, **memory, inputs);
+}
+
+TEST(EfSignSgdMemoryTest, ResidualIsKeptInLearningRateUnits) {
+  auto codec = MustCreate("efsignsgd");
+  auto memory = CreateMemory("efsignsgd", {{"lr", "0.5"}});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  std::vector<float> x = {1.0f, -3.0f, 0.5f};
+  std::vector<float> compensated, decoded;
+  CodecContext ctx = TestContext(0);
+  ctx.learning_rate = 0;  // use the lr parameter, 0.5
+  std::vector<uint8_t> out(codec->MaxEncodedBytes(3));
+  ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), x, ctx, absl::MakeSpan(out), compensated,
+                               decoded).ok());
+  EXPECT_EQ(compensated, x);  // no residual yet
+  // decoded = mean |x| * sign = 1.5 * {1, -1, 1}; e = 0.5 * (x - decoded) = {-0.25, -0.75, -0.5}.
+  ctx.round = 1;
+  ctx.learning_rate = 0.25f;  // the context's lr overrides: compensated = g + e / 0.25
+  std::vector<float> zeros(3, 0.0f);
+  ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), zeros, ctx, absl::MakeSpan(out),
+                               compensated, decoded).ok());
+  EXPECT_EQ(compensated, (std::vector<float>{-1.0f, -3.0f, -2.0f}));
+  // Another length is an error; Reset drops the state.
+  std::vector<float> four(4, 1.0f);
+  EXPECT_FALSE(EncodeWithMemory(*codec, memory->get(), four, ctx, absl::MakeSpan(out),
+                                compensated, decoded).ok());
+  (*memory)->Reset();
+  out.resize(codec->MaxEncodedBytes(4));
+  ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), four, ctx, absl::MakeSpan(out),
+                               compensated, decoded).ok());
+  EXPECT_EQ(compensated, four);
+  EXPECT_FALSE(CreateMemory("efsignsgd", {{"lr", "0"}}).ok());
 }
 
 std::unique_ptr<Aggregator> MajorityAggregator(const std::string& name) {

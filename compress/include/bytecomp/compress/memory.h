@@ -93,6 +93,9 @@ absl::StatusOr<size_t> EncodeWithMemory(Codec& codec, Memory* memory,
                                         absl::Span<uint8_t> out, std::vector<float>& compensated,
                                         std::vector<float>& decoded);
 
+// Register, aborting with the error on failure (a programming error).
+void MustRegisterMemory(MemoryRegistry& registry, MemorySpec spec);
+
 // Registration hooks, called by MemoryRegistry::Global().
 void RegisterBasicMemories(MemoryRegistry& registry);    // none, residual, dgc_momentum
 void RegisterSignMemories(MemoryRegistry& registry);     // efsignsgd
