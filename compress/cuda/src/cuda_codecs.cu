@@ -23,6 +23,7 @@
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/cuda_codec_threads.h"
 #include "bytecomp/compress/cuda_codecs.h"
+#include "bytecomp/compress/cuda_host_draws.h"
 #include "bytecomp/compress/cuda_feedback.h"
 #include "bytecomp/compress/elementwise.h"
 #include "bytecomp/compress/params.h"
@@ -35,8 +36,6 @@ using namespace cuda_threads;  // the per-thread work, shared with the host test
 constexpr int kThreads = 256;
 constexpr size_t kSparseHeader = 16;
 constexpr size_t kRandomkHeader = 8;
-constexpr uint64_t kRandomkSalt = 0x72616e646f6d6bull;  // sparse_codecs.cc
-constexpr uint64_t kDgcSalt = 0x646763ull;
 
 #define BC_CUDA_TRY(expr)                                                       \
   do {                                                                          \
@@ -318,22 +317,8 @@ __global__ void SignUnpackKernel(const uint8_t* __restrict__ bits, size_t n, flo
   }
 }
 
-// Checks the sign payload's header values and padding bits (one thread).
-__global__ void SignValidateKernel(const uint8_t* __restrict__ payload, size_t header_floats,
-                                   size_t n, DeviceStats* stats) {
-  float values[2] = {0.0f, 0.0f};
-  for (size_t h = 0; h < header_floats; ++h) {
-    uint32_t b = 0;
-    for (int k = 0; k < 4; ++k) b |= static_cast<uint32_t>(payload[4 * h + k]) << (8 * k);
-    values[h] = BitsToFloat(b);
-  }
-  if (header_floats >= 1 && (!IsFiniteFloat(values[0]) || values[0] < 0.0f)) {
-    RecordError(stats, kBadHeaderValue);
-  }
-  if (header_floats == 2 && (!IsFiniteFloat(values[1]) || -values[1] < 0.0f)) {
-    RecordError(stats, kBadHeaderValue);
-  }
-  const uint8_t* bits = payload + 4 * header_floats;
+// Checks the padding bits after the last sign bit (one thread).
+__global__ void SignPaddingKernel(const uint8_t* __restrict__ bits, size_t n, DeviceStats* stats) {
   if (n % 8 != 0 && (bits[n / 8] >> (n % 8)) != 0) RecordError(stats, kBadPadding);
 }
 
@@ -782,13 +767,14 @@ class CudaCodecImpl final : public CudaCodec {
   size_t MaxEncodedBytes(size_t n) const override {
     const std::string& c = s_.codec;
     if (c == "fp16" || c == "bf16") return 2 * n;
-    if (c == "signsgd" || c == "signum") return (n + 7) / 8;
-    if (c == "efsignsgd") return 4 + (n + 7) / 8;
-    if (c == "onebit") return 8 + (n + 7) / 8;
+    if (c == "signsgd" || c == "signum") return 4 + (n + 7) / 8;
+    if (c == "efsignsgd") return 8 + (n + 7) / 8;
+    if (c == "onebit") return 12 + (n + 7) / 8;
     if (c == "qsgd") {
-      return 4 * ((n + s_.bucket - 1) / s_.bucket) + (n * (BitsFor(s_.quantum_num) + 1) + 7) / 8;
+      return 4 + 4 * ((n + s_.bucket - 1) / s_.bucket) +
+             (n * (BitsFor(s_.quantum_num) + 1) + 7) / 8;
     }
-    if (c == "terngrad") return 4 + (n + 3) / 4;
+    if (c == "terngrad") return 8 + (n + 3) / 4;
     if (c == "natural") return 1 + n;
     if (c == "randomk") return kRandomkHeader + 4 * KeptCount(s_.ratio, n);
     if (c == "topk") return kSparseHeader + 8 * KeptCount(s_.ratio, n);
@@ -845,16 +831,18 @@ class CudaCodecImpl final : public CudaCodec {
       }
       return Launched(2 * n);
     }
+    // The padded bit-packed formats lead with u32 n (sign codecs, qsgd, terngrad).
     if (c == "signsgd" || c == "signum") {
-      SignPackKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, out, 1.0f, -1.0f, fb);
-      return Launched((n + 7) / 8);
+      BC_CUDA_TRY(WriteHeader(out, n, 0.0f, 0.0f, 0, stream));
+      SignPackKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, out + 4, 1.0f, -1.0f, fb);
+      return Launched(4 + (n + 7) / 8);
     }
     if (c == "efsignsgd") {
       const double sum_abs = st.non_negative_sum - st.negative_sum;
       const float scale = n == 0 ? 0.0f : static_cast<float>(sum_abs / n);
-      BC_CUDA_TRY(WriteHeaderFloats(out, scale, 0.0f, 1, stream));
-      SignPackKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, out + 4, scale, -scale, fb);
-      return Launched(4 + (n + 7) / 8);
+      BC_CUDA_TRY(WriteHeader(out, n, scale, 0.0f, 1, stream));
+      SignPackKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, out + 8, scale, -scale, fb);
+      return Launched(8 + (n + 7) / 8);
     }
     if (c == "onebit") {
       float clear_value = 1.0f, set_value = -1.0f;
@@ -871,30 +859,31 @@ class CudaCodecImpl final : public CudaCodec {
             n == 0 ? 0.0f : static_cast<float>((st.non_negative_sum - st.negative_sum) / n);
         set_value = -clear_value;
       }
-      BC_CUDA_TRY(WriteHeaderFloats(out, clear_value, set_value, 2, stream));
-      SignPackKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, out + 8, clear_value, set_value,
+      BC_CUDA_TRY(WriteHeader(out, n, clear_value, set_value, 2, stream));
+      SignPackKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, out + 12, clear_value, set_value,
                                                           fb);
-      return Launched(8 + (n + 7) / 8);
+      return Launched(12 + (n + 7) / 8);
     }
     if (c == "qsgd") {
       const size_t buckets = (n + s_.bucket - 1) / s_.bucket;
       float* norms = nullptr;
       BC_ASSIGN(norms, Scratch<float>(norms_, buckets));
+      BC_CUDA_TRY(WriteHeader(out, n, 0.0f, 0.0f, 0, stream));
       QsgdNormKernel<<<Blocks(buckets * kThreads), kThreads, 0, stream>>>(x, n, s_.bucket, norms,
-                                                                          out);
+                                                                          out + 4);
       const uint32_t level_bits = BitsFor(s_.quantum_num);
       QsgdCodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
-          x, n, s_.bucket, norms, s_.quantum_num, level_bits, random, out + 4 * buckets, fb);
+          x, n, s_.bucket, norms, s_.quantum_num, level_bits, random, out + 4 + 4 * buckets, fb);
       return Launched(MaxEncodedBytes(n));
     }
     if (c == "terngrad") {
       const double rms = n == 0 ? 0.0 : std::sqrt(st.sum_of_squares / n);
       const float clip = static_cast<float>(std::min(2.5 * rms, static_cast<double>(FLT_MAX)));
       const float scale = std::min(BitsToFloat(st.max_abs_bits), clip);
-      BC_CUDA_TRY(WriteHeaderFloats(out, scale, 0.0f, 1, stream));
+      BC_CUDA_TRY(WriteHeader(out, n, scale, 0.0f, 1, stream));
       TernEncodeKernel<<<Blocks((n + 3) / 4), kThreads, 0, stream>>>(x, n, clip, scale, random,
-                                                                     out + 4, fb);
-      return Launched(4 + (n + 3) / 4);
+                                                                     out + 8, fb);
+      return Launched(8 + (n + 3) / 4);
     }
     if (c == "natural") {
       const uint32_t exponent_low = NaturalExponentLow(st.max_abs_bits >> 23);
@@ -931,40 +920,58 @@ class CudaCodecImpl final : public CudaCodec {
       }
       return CheckDecode(stream);
     }
-    if (c == "signsgd" || c == "signum" || c == "efsignsgd" || c == "onebit") {
-      const size_t header = c == "efsignsgd" ? 1 : (c == "onebit" ? 2 : 0);
-      if (auto s = size_is(4 * header + (n + 7) / 8); !s.ok()) return s;
-      float values[2] = {1.0f, -1.0f};
-      if (header > 0) {
-        BC_CUDA_TRY(cudaMemcpyAsync(host_stats_, encoded, 4 * header, cudaMemcpyDeviceToHost,
-                                    stream));
-        BC_CUDA_TRY(cudaStreamSynchronize(stream));
-        std::memcpy(values, host_stats_, 4 * header);
-        if (header == 1) values[1] = -values[0];
+    // Formats leading with u32 n: check it against the output length first.
+    auto check_n = [&](size_t header_bytes) -> absl::Status {
+      BC_CUDA_TRY(cudaMemcpyAsync(host_stats_, encoded, header_bytes, cudaMemcpyDeviceToHost,
+                                  stream));
+      BC_CUDA_TRY(cudaStreamSynchronize(stream));
+      const uint32_t msg_n = GetU32(static_cast<const uint8_t*>(host_stats_));
+      if (msg_n != n) {
+        return malformed(absl::StrCat("message holds ", msg_n, " elements, expected ", n));
       }
-      SignValidateKernel<<<1, 1, 0, stream>>>(encoded, header, n, stats_);
-      SignUnpackKernel<<<Blocks(n), kThreads, 0, stream>>>(encoded + 4 * header, n, values[0],
+      return absl::OkStatus();
+    };
+    if (c == "signsgd" || c == "signum" || c == "efsignsgd" || c == "onebit") {
+      const size_t floats = c == "efsignsgd" ? 1 : (c == "onebit" ? 2 : 0);
+      const size_t header = 4 + 4 * floats;
+      if (auto s = size_is(header + (n + 7) / 8); !s.ok()) return s;
+      if (auto s = check_n(header); !s.ok()) return s;
+      float values[2] = {1.0f, -1.0f};
+      if (floats > 0) {
+        std::memcpy(values, static_cast<const uint8_t*>(host_stats_) + 4, 4 * floats);
+        if (floats == 1) values[1] = -values[0];
+        if (!std::isfinite(values[0]) || values[0] < 0.0f || !std::isfinite(values[1]) ||
+            -values[1] < 0.0f) {
+          return malformed("a header value is not finite or has the wrong sign");
+        }
+      }
+      SignPaddingKernel<<<1, 1, 0, stream>>>(encoded + header, n, stats_);
+      SignUnpackKernel<<<Blocks(n), kThreads, 0, stream>>>(encoded + header, n, values[0],
                                                            values[1], output);
       return CheckDecode(stream);
     }
     if (c == "qsgd") {
       if (auto s = size_is(MaxEncodedBytes(n)); !s.ok()) return s;
+      if (auto s = check_n(4); !s.ok()) return s;
       QsgdDecodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
-          encoded, n, s_.bucket, s_.quantum_num, BitsFor(s_.quantum_num), output, stats_);
+          encoded + 4, n, s_.bucket, s_.quantum_num, BitsFor(s_.quantum_num), output, stats_);
       return CheckDecode(stream);
     }
-    if (c == "terngrad" || c == "natural") {
-      const size_t header = c == "terngrad" ? 4 : 1;
-      if (auto s = size_is(header + (c == "terngrad" ? (n + 3) / 4 : n)); !s.ok()) return s;
-      BC_CUDA_TRY(cudaMemcpyAsync(host_stats_, encoded, header, cudaMemcpyDeviceToHost, stream));
+    if (c == "terngrad") {
+      if (auto s = size_is(8 + (n + 3) / 4); !s.ok()) return s;
+      if (auto s = check_n(8); !s.ok()) return s;
+      float scale;
+      std::memcpy(&scale, static_cast<const uint8_t*>(host_stats_) + 4, 4);
+      if (!std::isfinite(scale) || scale < 0.0f) return malformed("scale is not finite or negative");
+      TernDecodeKernel<<<Blocks((n + 3) / 4), kThreads, 0, stream>>>(encoded + 8, n, scale,
+                                                                      output, stats_);
+      return CheckDecode(stream);
+    }
+    if (c == "natural") {
+      if (auto s = size_is(1 + n); !s.ok()) return s;
+      BC_CUDA_TRY(cudaMemcpyAsync(host_stats_, encoded, 1, cudaMemcpyDeviceToHost, stream));
       BC_CUDA_TRY(cudaStreamSynchronize(stream));
-      if (c == "terngrad") {
-        float scale;
-        std::memcpy(&scale, host_stats_, 4);
-        if (!std::isfinite(scale) || scale < 0.0f) return malformed("scale is not finite or negative");
-        TernDecodeKernel<<<Blocks((n + 3) / 4), kThreads, 0, stream>>>(encoded + 4, n, scale,
-                                                                        output, stats_);
-      } else {
+      {
         const uint32_t exponent_low = *static_cast<uint8_t*>(host_stats_);
         if (exponent_low < 1 || exponent_low > 254) {
           return malformed(absl::StrCat("exponent_low ", exponent_low, " outside 1..254"));
@@ -1036,12 +1043,14 @@ class CudaCodecImpl final : public CudaCodec {
     return header_scratch_;
   }
 
-  // Writes one or two floats at out. The source is pageable, so cudaMemcpyAsync has staged it
-  // before returning and the scratch may be reused at once.
-  cudaError_t WriteHeaderFloats(uint8_t* out, float a, float b, int count, cudaStream_t stream) {
-    std::memcpy(header_scratch_, &a, 4);
-    std::memcpy(header_scratch_ + 4, &b, 4);
-    return cudaMemcpyAsync(out, header_scratch_, 4 * count, cudaMemcpyHostToDevice, stream);
+  // Writes u32 n and `floats` floats (0..2) at out. The source is pageable, so cudaMemcpyAsync
+  // has staged it before returning and the scratch may be reused at once.
+  cudaError_t WriteHeader(uint8_t* out, size_t n, float a, float b, int floats,
+                          cudaStream_t stream) {
+    PutU32(header_scratch_, static_cast<uint32_t>(n));
+    std::memcpy(header_scratch_ + 4, &a, 4);
+    std::memcpy(header_scratch_ + 8, &b, 4);
+    return cudaMemcpyAsync(out, header_scratch_, 4 + 4 * floats, cudaMemcpyHostToDevice, stream);
   }
 
   absl::StatusOr<size_t> Launched(size_t bytes) {
@@ -1138,18 +1147,7 @@ class CudaCodecImpl final : public CudaCodec {
     BC_ASSIGN(host, host_indices_.Reserve(8 * std::max<size_t>(k, 1)));
     auto* idx = static_cast<uint32_t*>(host);
     uint32_t* sizes = idx + k;
-    Rng rng(SharedSeed(ctx, kRandomkSalt));
-    const size_t q = n / k, r = n % k;
-    size_t start = 0, err = 0;
-    for (size_t j = 0; j < k; ++j) {
-      err += r;
-      const bool longer = err >= k;
-      err -= longer ? k : 0;
-      const uint32_t size = static_cast<uint32_t>(q + (longer ? 1 : 0));
-      idx[j] = static_cast<uint32_t>(start + rng.Below(size));
-      sizes[j] = size;
-      start += size;
-    }
+    RandomkIndices(n, k, ctx, idx, sizes);
     uint32_t* d = nullptr;
     BC_ASSIGN(d, Scratch<uint32_t>(indices_, 2 * k));
     BC_CUDA_TRY(cudaMemcpyAsync(d, idx, 8 * k, cudaMemcpyHostToDevice, stream));
@@ -1262,20 +1260,13 @@ class CudaCodecImpl final : public CudaCodec {
       return Launched(kSparseHeader);
     }
     // The sample: the same positions as sparse_codecs.cc's SampleAbs.
-    const size_t s = std::min(n, std::max<size_t>(1000, n / 100));
+    const std::vector<uint32_t> positions = DgcSamplePositions(n, ctx);
+    const size_t s = positions.size();
     void* host = nullptr;
     BC_ASSIGN(host, host_indices_.Reserve(8 * s));
     auto* sample_idx = static_cast<uint32_t*>(host);
     auto* sample = sample_idx + s;
-    if (s == n) {
-      for (size_t j = 0; j < n; ++j) sample_idx[j] = static_cast<uint32_t>(j);
-    } else {
-      Rng rng(NodeSeed(ctx, kDgcSalt));
-      const size_t stride = n / s;
-      for (size_t j = 0; j < s; ++j) {
-        sample_idx[j] = static_cast<uint32_t>(j * stride + rng.Below(static_cast<uint32_t>(stride)));
-      }
-    }
+    std::copy(positions.begin(), positions.end(), sample_idx);
     uint32_t* d = nullptr;
     BC_ASSIGN(d, Scratch<uint32_t>(indices_, 2 * s));
     BC_CUDA_TRY(cudaMemcpyAsync(d, sample_idx, 4 * s, cudaMemcpyHostToDevice, stream));

@@ -12,6 +12,7 @@
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/cuda_codec_threads.h"
 #include "bytecomp/compress/cuda_feedback.h"
+#include "bytecomp/compress/cuda_host_draws.h"
 #include "gtest/gtest.h"
 
 namespace bytecomp::compress {
@@ -113,33 +114,116 @@ void Append(std::vector<uint8_t>& out, float v) {
   out.insert(out.end(), b, b + 4);
 }
 
+void AppendU32(std::vector<uint8_t>& out, uint32_t v) {
+  uint8_t b[4];
+  std::memcpy(b, &v, 4);
+  out.insert(out.end(), b, b + 4);
+}
+
+// The GPU encode of `name` (default parameters, onebit: scaling=means) on the host: the same
+// reductions (in the GPU's order), scalars and per-thread functions as cuda_codecs.cu.
+// decoded receives the values the fused memory update uses.
+std::vector<uint8_t> HostEncode(absl::string_view name, const std::vector<float>& x,
+                                const CodecContext& ctx, std::vector<float>* decoded,
+                                uint32_t quantum = 127, size_t bucket = 128) {
+  const size_t n = x.size();
+  decoded->assign(n, 0.0f);
+  std::vector<uint8_t> out;
+  const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
+  uint32_t max_bits = 0;
+  for (float v : x) max_bits = std::max(max_bits, FloatBits(v) & 0x7fffffffu);
+  auto append_bits = [&](const std::vector<uint8_t>& b) { out.insert(out.end(), b.begin(), b.end()); };
+  if (name == "fp16" || name == "bf16") {
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t h = name == "bf16" ? SaturatingBFloat16Bits(x[i]) : SaturatingHalfBits(x[i]);
+      out.push_back(static_cast<uint8_t>(h));
+      out.push_back(static_cast<uint8_t>(h >> 8));
+      (*decoded)[i] = name == "bf16" ? BFloat16BitsToFloat(h) : HalfBitsToFloat(h);
+    }
+  } else if (name == "signsgd") {
+    AppendU32(out, static_cast<uint32_t>(n));
+    append_bits(HostSignBits(x, decoded, 1.0f, -1.0f));
+  } else if (name == "efsignsgd" || name == "onebit") {
+    const double pos = GpuOrderSum(x, false, 1), neg = GpuOrderSum(x, false, -1);
+    size_t negative_count = 0;
+    for (float v : x) negative_count += v < 0.0f ? 1 : 0;
+    AppendU32(out, static_cast<uint32_t>(n));
+    if (name == "efsignsgd") {
+      const float scale = static_cast<float>((pos - neg) / n);
+      Append(out, scale);
+      append_bits(HostSignBits(x, decoded, scale, -scale));
+    } else {
+      const size_t non_negative_count = n - negative_count;
+      const float clear_value = non_negative_count ? static_cast<float>(pos / non_negative_count) : 0.0f;
+      const float set_value = negative_count ? static_cast<float>(neg / negative_count) : 0.0f;
+      Append(out, clear_value);
+      Append(out, set_value);
+      append_bits(HostSignBits(x, decoded, clear_value, set_value));
+    }
+  } else if (name == "qsgd") {
+    AppendU32(out, static_cast<uint32_t>(n));
+    const size_t buckets = (n + bucket - 1) / bucket;
+    const uint32_t level_bits = BitsFor(quantum);
+    std::vector<float> norms(buckets);
+    for (size_t b = 0; b < buckets; ++b) {
+      const std::vector<float> part(x.begin() + b * bucket, x.begin() + std::min(n, (b + 1) * bucket));
+      const double root = std::sqrt(GpuOrderSum(part, true, 0));
+      norms[b] = static_cast<float>(std::min(root, static_cast<double>(FLT_MAX)));
+      Append(out, norms[b]);
+    }
+    const size_t codes_at = out.size();
+    out.resize(codes_at + (n * (level_bits + 1) + 7) / 8);
+    for (size_t g = 0; g < (n + 7) / 8; ++g) {
+      QsgdEncodeGroup(x.data(), n, g, bucket, norms.data(), quantum, level_bits, random,
+                      out.data() + codes_at, [&](size_t i, float, float d) { (*decoded)[i] = d; });
+    }
+  } else if (name == "terngrad") {
+    const double rms = std::sqrt(GpuOrderSum(x, true, 0) / n);
+    const float clip = static_cast<float>(std::min(2.5 * rms, static_cast<double>(FLT_MAX)));
+    const float scale = std::min(BitsToFloat(max_bits), clip);
+    AppendU32(out, static_cast<uint32_t>(n));
+    Append(out, scale);
+    for (size_t g = 0; g < (n + 3) / 4; ++g) {
+      out.push_back(TernEncodeByte(x.data(), n, g, clip, scale, random,
+                                   [&](size_t i, float, float d) { (*decoded)[i] = d; }));
+    }
+  } else if (name == "natural") {
+    const uint32_t exponent_low = NaturalExponentLow(max_bits >> 23);
+    out.push_back(static_cast<uint8_t>(exponent_low));
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t code = NaturalCode(x[i], exponent_low, RandomBits(random, static_cast<uint32_t>(i)));
+      EXPECT_TRUE(NaturalCodeValid(code, exponent_low));
+      out.push_back(code);
+      (*decoded)[i] = NaturalValue(code, exponent_low);
+    }
+  } else {
+    ADD_FAILURE() << "no host emulation of " << name;
+  }
+  return out;
+}
+
+const char* const kDenseCodecs[] = {"fp16", "bf16", "signsgd", "efsignsgd", "onebit",
+                                    "qsgd", "terngrad", "natural"};
+
 class SharedMath : public ::testing::TestWithParam<size_t> {};
 
-TEST_P(SharedMath, Fp16AndBf16) {
+TEST_P(SharedMath, SameBytesAndDecodedValuesAsTheCpuCodecs) {
   const size_t n = GetParam();
   const std::vector<float> x = RandomGradient(n, 1);
-  for (bool bfloat : {false, true}) {
-    auto codec = Make(bfloat ? "bf16" : "fp16");
-    const std::vector<uint8_t> cpu = CpuEncode(*codec, x, Context());
-    std::vector<uint8_t> host(2 * n);
-    std::vector<float> decoded(n);
-    for (size_t i = 0; i < n; ++i) {
-      const uint16_t h = bfloat ? SaturatingBFloat16Bits(x[i]) : SaturatingHalfBits(x[i]);
-      std::memcpy(host.data() + 2 * i, &h, 2);
-      decoded[i] = bfloat ? BFloat16BitsToFloat(h) : HalfBitsToFloat(h);
-    }
-    EXPECT_EQ(host, cpu) << (bfloat ? "bf16" : "fp16");
-    // The decoded values the fused error feedback uses are the CPU decoder's.
-    ExpectSameBits(decoded, CpuDecode(*codec, cpu, n, Context()));
+  for (const char* name : kDenseCodecs) {
+    auto codec = Make(name);
+    const CodecContext ctx = Context();
+    std::vector<float> decoded;
+    const std::vector<uint8_t> host = HostEncode(name, x, ctx, &decoded);
+    const std::vector<uint8_t> cpu = CpuEncode(*codec, x, ctx);
+    ASSERT_EQ(host, cpu) << name;
+    // The values the fused error feedback uses are the CPU decoder's, bit for bit.
+    ExpectSameBits(decoded, CpuDecode(*codec, cpu, n, ctx));
   }
 }
 
-TEST_P(SharedMath, SignSgdAndSignum) {
+TEST_P(SharedMath, Signum) {
   const size_t n = GetParam();
-  auto signsgd = Make("signsgd");
-  const std::vector<float> x = RandomGradient(n, 2);
-  EXPECT_EQ(HostSignBits(x, nullptr, 1, -1), CpuEncode(*signsgd, x, Context()));
-
   auto signum = Make("signum", {{"momentum", "0.9"}});
   std::vector<float> momentum;
   for (uint32_t round = 0; round < 3; ++round) {
@@ -149,52 +233,15 @@ TEST_P(SharedMath, SignSgdAndSignum) {
     } else {
       for (size_t i = 0; i < n; ++i) momentum[i] = SignumBlend(g[i], momentum[i], 1.0f - 0.9f, 0.9f);
     }
-    EXPECT_EQ(HostSignBits(momentum, nullptr, 1, -1), CpuEncode(*signum, g, Context(round)))
-        << "round " << round;
+    std::vector<uint8_t> host;
+    AppendU32(host, static_cast<uint32_t>(n));
+    const std::vector<uint8_t> bits = HostSignBits(momentum, nullptr, 1, -1);
+    host.insert(host.end(), bits.begin(), bits.end());
+    EXPECT_EQ(host, CpuEncode(*signum, g, Context(round))) << "round " << round;
   }
 }
 
-TEST_P(SharedMath, EfSignSgdAndOnebit) {
-  const size_t n = GetParam();
-  const std::vector<float> x = RandomGradient(n, 3);
-  const double pos = GpuOrderSum(x, false, 1), neg = GpuOrderSum(x, false, -1);
-  size_t negative_count = 0;
-  for (float v : x) negative_count += v < 0.0f ? 1 : 0;
-
-  auto ef = Make("efsignsgd");
-  const float scale = static_cast<float>((pos - neg) / n);
-  std::vector<uint8_t> host;
-  Append(host, scale);
-  std::vector<float> decoded(n);
-  const std::vector<uint8_t> bits = HostSignBits(x, &decoded, scale, -scale);
-  host.insert(host.end(), bits.begin(), bits.end());
-  const std::vector<uint8_t> cpu = CpuEncode(*ef, x, Context());
-  EXPECT_EQ(host, cpu);
-  ExpectSameBits(decoded, CpuDecode(*ef, cpu, n, Context()));
-
-  for (const char* scaling : {"means", "l1", "none"}) {
-    auto onebit = Make("onebit", {{"scaling", scaling}});
-    float clear_value = 1.0f, set_value = -1.0f;
-    if (std::string(scaling) == "means") {
-      const size_t non_negative_count = n - negative_count;
-      clear_value = non_negative_count ? static_cast<float>(pos / non_negative_count) : 0.0f;
-      set_value = negative_count ? static_cast<float>(neg / negative_count) : 0.0f;
-    } else if (std::string(scaling) == "l1") {
-      clear_value = static_cast<float>((pos - neg) / n);
-      set_value = -clear_value;
-    }
-    std::vector<uint8_t> h;
-    Append(h, clear_value);
-    Append(h, set_value);
-    const std::vector<uint8_t> b = HostSignBits(x, &decoded, clear_value, set_value);
-    h.insert(h.end(), b.begin(), b.end());
-    const std::vector<uint8_t> c = CpuEncode(*onebit, x, Context());
-    EXPECT_EQ(h, c) << scaling;
-    ExpectSameBits(decoded, CpuDecode(*onebit, c, n, Context()));
-  }
-}
-
-TEST_P(SharedMath, Qsgd) {
+TEST_P(SharedMath, QsgdLevelsAndBucketsAndGpuDecode) {
   const size_t n = GetParam();
   const std::vector<float> x = RandomGradient(n, 4);
   for (auto [quantum, bucket] : {std::pair<uint32_t, size_t>{127, 128}, {5, 100}, {300, 64},
@@ -202,86 +249,100 @@ TEST_P(SharedMath, Qsgd) {
     auto codec = Make("qsgd", {{"quantum_num", std::to_string(quantum)},
                                {"bucket_size", std::to_string(bucket)}});
     const CodecContext ctx = Context();
+    std::vector<float> decoded;
+    const std::vector<uint8_t> host = HostEncode("qsgd", x, ctx, &decoded, quantum, bucket);
     const std::vector<uint8_t> cpu = CpuEncode(*codec, x, ctx);
-    const size_t buckets = (n + bucket - 1) / bucket;
-    const uint32_t level_bits = BitsFor(quantum);
-    std::vector<float> norms(buckets);
-    std::vector<uint8_t> host(4 * buckets + (n * (level_bits + 1) + 7) / 8);
-    for (size_t b = 0; b < buckets; ++b) {
-      const std::vector<float> part(x.begin() + b * bucket,
-                                    x.begin() + std::min(n, (b + 1) * bucket));
-      const double root = std::sqrt(GpuOrderSum(part, true, 0));
-      norms[b] = static_cast<float>(std::min(root, static_cast<double>(FLT_MAX)));
-      std::memcpy(host.data() + 4 * b, &norms[b], 4);
-    }
-    std::vector<float> decoded(n);
-    const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
-    for (size_t g = 0; g < (n + 7) / 8; ++g) {
-      QsgdEncodeGroup(x.data(), n, g, bucket, norms.data(), quantum, level_bits, random,
-                      host.data() + 4 * buckets,
-                      [&](size_t i, float, float d) { decoded[i] = d; });
-    }
     ASSERT_EQ(host, cpu) << "quantum " << quantum << " bucket " << bucket;
     const std::vector<float> cpu_decoded = CpuDecode(*codec, cpu, n, ctx);
     ExpectSameBits(decoded, cpu_decoded);
     std::vector<float> gpu_decoded(n);
     for (size_t g = 0; g < (n + 7) / 8; ++g) {
-      ASSERT_TRUE(QsgdDecodeGroup(cpu.data(), n, g, bucket, quantum, level_bits,
+      ASSERT_TRUE(QsgdDecodeGroup(cpu.data() + 4, n, g, bucket, quantum, BitsFor(quantum),
                                   gpu_decoded.data()));
     }
     ExpectSameBits(gpu_decoded, cpu_decoded);
   }
 }
 
-TEST_P(SharedMath, TernGrad) {
+TEST_P(SharedMath, TernGradGpuDecode) {
   const size_t n = GetParam();
-  const std::vector<float> x = RandomGradient(n, 5);
   auto codec = Make("terngrad");
-  const CodecContext ctx = Context();
-  const std::vector<uint8_t> cpu = CpuEncode(*codec, x, ctx);
-  uint32_t max_bits = 0;
-  for (float v : x) max_bits = std::max(max_bits, FloatBits(v) & 0x7fffffffu);
-  const double rms = std::sqrt(GpuOrderSum(x, true, 0) / n);
-  const float clip = static_cast<float>(std::min(2.5 * rms, static_cast<double>(FLT_MAX)));
-  const float scale = std::min(BitsToFloat(max_bits), clip);
-  std::vector<uint8_t> host;
-  Append(host, scale);
-  std::vector<float> decoded(n);
-  const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
-  for (size_t g = 0; g < (n + 3) / 4; ++g) {
-    host.push_back(TernEncodeByte(x.data(), n, g, clip, scale, random,
-                                  [&](size_t i, float, float d) { decoded[i] = d; }));
-  }
-  ASSERT_EQ(host, cpu);
-  const std::vector<float> cpu_decoded = CpuDecode(*codec, cpu, n, ctx);
-  ExpectSameBits(decoded, cpu_decoded);
+  const std::vector<uint8_t> cpu = CpuEncode(*codec, RandomGradient(n, 5), Context());
+  float scale;
+  std::memcpy(&scale, cpu.data() + 4, 4);
   std::vector<float> gpu_decoded(n);
   for (size_t g = 0; g < (n + 3) / 4; ++g) {
-    ASSERT_TRUE(TernDecodeByte(cpu[4 + g], n, g, scale, gpu_decoded.data()));
+    ASSERT_TRUE(TernDecodeByte(cpu[8 + g], n, g, scale, gpu_decoded.data()));
   }
-  ExpectSameBits(gpu_decoded, cpu_decoded);
+  ExpectSameBits(gpu_decoded, CpuDecode(*codec, cpu, n, Context()));
 }
 
-TEST_P(SharedMath, Natural) {
+// The fused memories over several rounds: compensate, encode and update as the kernels do,
+// against the CPU's EncodeWithMemory with the registered memories.
+TEST_P(SharedMath, FusedMemoriesMatchEncodeWithMemory) {
   const size_t n = GetParam();
-  const std::vector<float> x = RandomGradient(n, 6);
-  auto codec = Make("natural");
-  const CodecContext ctx = Context();
-  const std::vector<uint8_t> cpu = CpuEncode(*codec, x, ctx);
-  uint32_t max_bits = 0;
-  for (float v : x) max_bits = std::max(max_bits, FloatBits(v) & 0x7fffffffu);
-  const uint32_t exponent_low = NaturalExponentLow(max_bits >> 23);
-  const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
-  std::vector<uint8_t> host = {static_cast<uint8_t>(exponent_low)};
-  std::vector<float> decoded(n);
-  for (size_t i = 0; i < n; ++i) {
-    const uint8_t code = NaturalCode(x[i], exponent_low, RandomBits(random, static_cast<uint32_t>(i)));
-    EXPECT_TRUE(NaturalCodeValid(code, exponent_low));
-    host.push_back(code);
-    decoded[i] = NaturalValue(code, exponent_low);
+  struct Case {
+    const char* codec;
+    const char* memory;
+  };
+  for (const Case& c : {Case{"onebit", "residual"}, Case{"qsgd", "residual"},
+                        Case{"terngrad", "residual"}, Case{"natural", "residual"},
+                        Case{"fp16", "residual"}, Case{"signsgd", "residual"},
+                        Case{"efsignsgd", "efsignsgd"}}) {
+    auto codec = Make(c.codec);
+    auto memory = CreateMemory(c.memory);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    std::vector<float> state(n, 0.0f), compensated(n), decoded;
+    std::vector<float> cpu_compensated, cpu_decoded;
+    for (uint32_t round = 0; round < 4; ++round) {
+      const std::vector<float> g = RandomGradient(n, 100 + round);
+      CodecContext ctx = Context(round);
+      ctx.learning_rate = round == 2 ? 0.05f : 0.0f;  // efsignsgd: lr from the context or 0.1
+      const float lr = ctx.learning_rate > 0.0f ? ctx.learning_rate : 0.1f;
+      for (size_t i = 0; i < n; ++i) {
+        if (std::string(c.memory) == "residual") {
+          compensated[i] = ResidualCompensate(g[i], state[i], 1.0f, 1.0f);
+        } else {
+          compensated[i] = round == 0 ? g[i] : EfSignCompensate(g[i], state[i], 1.0f / lr);
+        }
+      }
+      const std::vector<uint8_t> host = HostEncode(c.codec, compensated, ctx, &decoded);
+      for (size_t i = 0; i < n; ++i) {
+        state[i] = std::string(c.memory) == "residual"
+                       ? ResidualUpdate(compensated[i], decoded[i])
+                       : EfSignResidual(compensated[i], decoded[i], lr);
+      }
+      std::vector<uint8_t> cpu(codec->MaxEncodedBytes(n));
+      auto bytes = EncodeWithMemory(*codec, memory->get(), g, ctx, absl::MakeSpan(cpu),
+                                    cpu_compensated, cpu_decoded);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      cpu.resize(*bytes);
+      ASSERT_EQ(host, cpu) << c.codec << " with " << c.memory << ", round " << round;
+    }
   }
-  ASSERT_EQ(host, cpu);
-  ExpectSameBits(decoded, CpuDecode(*codec, cpu, n, ctx));
+}
+
+// randomk's host-drawn indices are the CPU codec's: encoding 0, 1, 2, ... sends the indices.
+TEST(SharedMathDraws, RandomkIndicesAreTheCpuCodecs) {
+  for (size_t n : {10u, 1000u, 100003u}) {
+    for (const char* ratio : {"0.01", "0.3", "1"}) {
+      auto codec = Make("randomk", {{"ratio", ratio}});
+      std::vector<float> iota(n);
+      for (size_t i = 0; i < n; ++i) iota[i] = static_cast<float>(i);
+      const std::vector<uint8_t> payload = CpuEncode(*codec, iota, Context());
+      const size_t k = (payload.size() - 8) / 4;
+      std::vector<uint32_t> idx(k), sizes(k);
+      cuda::RandomkIndices(n, k, Context(), idx.data(), sizes.data());
+      size_t covered = 0;
+      for (size_t j = 0; j < k; ++j) {
+        float v;
+        std::memcpy(&v, payload.data() + 8 + 4 * j, 4);
+        ASSERT_EQ(static_cast<uint32_t>(v), idx[j]) << "n " << n << " ratio " << ratio << " j " << j;
+        covered += sizes[j];
+      }
+      EXPECT_EQ(covered, n);
+    }
+  }
 }
 
 // topk's radix select against the definition: the k largest |x| bit patterns, ties at the
@@ -369,34 +430,6 @@ TEST(SharedMathIndexSection, PlanAndVarintsFollowTheFormat) {
         EXPECT_TRUE(varint_bytes < std::min(4 * k, packed));
       }
     }
-  }
-}
-
-// The fused memories' per-element updates keep their invariants: what is sent plus what is
-// carried equals what was to be sent (exactly for the residual memory's first round).
-TEST(SharedMathFeedback, MemoryUpdatesCarryTheError) {
-  const std::vector<float> g = RandomGradient(4096, 8);
-  auto codec = Make("onebit");
-  std::vector<float> residual(g.size(), 0.0f), compensated(g.size());
-  for (size_t i = 0; i < g.size(); ++i) compensated[i] = ResidualCompensate(g[i], residual[i], 1.0f, 1.0f);
-  for (size_t i = 0; i < g.size(); ++i) {
-    ASSERT_EQ(compensated[i], g[i]);  // 1 * 0 + 1 * g == g (as values: -0 becomes +0)
-  }
-  const std::vector<uint8_t> payload = CpuEncode(*codec, compensated, Context());
-  const std::vector<float> decoded = CpuDecode(*codec, payload, g.size(), Context());
-  for (size_t i = 0; i < g.size(); ++i) {
-    residual[i] = ResidualUpdate(compensated[i], decoded[i]);
-    // One rounding of the subtraction and one of the check's own addition.
-    const float ulps = 2.5e-7f * (std::fabs(decoded[i]) + std::fabs(compensated[i]));
-    EXPECT_NEAR(decoded[i] + residual[i], compensated[i], ulps + 1e-30f);
-  }
-  const float lr = 0.1f;
-  for (size_t i = 0; i < g.size(); ++i) {
-    const float e = EfSignResidual(compensated[i], decoded[i], lr);
-    // decoded + e / lr == compensated, up to rounding (sign_memory.cc's invariant).
-    EXPECT_NEAR(decoded[i] + e / lr, compensated[i], 1e-5f * (std::fabs(compensated[i]) + 1.0f));
-    const float next = EfSignCompensate(g[i], e, 1.0f / lr);
-    EXPECT_NEAR(next, g[i] + e / lr, 1e-5f * (std::fabs(next) + 1.0f));
   }
 }
 
