@@ -592,11 +592,11 @@ __global__ void BitPackDeltasKernel(const uint32_t* __restrict__ idx, size_t k, 
                                     uint32_t* __restrict__ words) {
   for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < k;
        j += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint64_t d = IndexDelta(idx, j);
-    const uint64_t bit = static_cast<uint64_t>(j) * width;
-    const uint64_t shifted = d << (bit % 32);
-    atomicOr(&words[bit / 32], static_cast<uint32_t>(shifted));
-    if ((bit % 32) + width > 32) atomicOr(&words[bit / 32 + 1], static_cast<uint32_t>(shifted >> 32));
+    size_t word;
+    uint32_t low, high;
+    BitPackDeltaWords(j, width, IndexDelta(idx, j), &word, &low, &high);
+    atomicOr(&words[word], low);
+    if (high != 0) atomicOr(&words[word + 1], high);
   }
 }
 

@@ -3,6 +3,8 @@
 // inputs: the bytes must be identical. This is how the GPU codecs' arithmetic is tested on
 // machines without a GPU. Built with -ffp-contract=off, as the kernels are with --fmad=false.
 #include <algorithm>
+#include <limits>
+#include <string>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -430,6 +432,127 @@ TEST(SharedMathIndexSection, PlanAndVarintsFollowTheFormat) {
         EXPECT_TRUE(varint_bytes < std::min(4 * k, packed));
       }
     }
+  }
+}
+
+// The sparse message (topk, dgc) as the GPU writes it: values and indices of the kept
+// elements in index order, the index plan, the section by the per-thread writers.
+std::vector<uint8_t> HostSparseMessage(const std::vector<float>& x,
+                                       const std::vector<bool>& keep) {
+  std::vector<uint32_t> idx;
+  std::vector<uint8_t> values;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!keep[i]) continue;
+    idx.push_back(static_cast<uint32_t>(i));
+    Append(values, x[i]);
+  }
+  const size_t k = idx.size();
+  uint32_t max_delta = 0;
+  size_t varint_bytes = 0;
+  for (size_t j = 0; j < k; ++j) {
+    max_delta = std::max(max_delta, IndexDelta(idx.data(), j));
+    varint_bytes += VarintLength(IndexDelta(idx.data(), j));
+  }
+  const IndexSectionPlan plan = ChooseIndexPlan(k, max_delta, varint_bytes);
+  std::vector<uint8_t> section;
+  if (plan.encoding == 0) {
+    for (uint32_t i : idx) AppendU32(section, i);
+  } else if (plan.encoding == 1) {
+    std::vector<uint32_t> words((plan.bytes + 3) / 4 + 1, 0u);
+    for (size_t j = 0; j < k && plan.width > 0; ++j) {
+      size_t word;
+      uint32_t low, high;
+      BitPackDeltaWords(j, plan.width, IndexDelta(idx.data(), j), &word, &low, &high);
+      words[word] |= low;
+      if (high != 0) words[word + 1] |= high;
+    }
+    section.resize(plan.bytes);
+    std::memcpy(section.data(), words.data(), plan.bytes);
+  } else {
+    for (size_t j = 0; j < k; ++j) {
+      uint8_t buffer[5];
+      WriteVarint(buffer, IndexDelta(idx.data(), j));
+      section.insert(section.end(), buffer, buffer + VarintLength(IndexDelta(idx.data(), j)));
+    }
+  }
+  std::vector<uint8_t> out = {1, plan.encoding, plan.width, 0};
+  AppendU32(out, static_cast<uint32_t>(x.size()));
+  AppendU32(out, static_cast<uint32_t>(k));
+  AppendU32(out, static_cast<uint32_t>(section.size()));
+  out.insert(out.end(), values.begin(), values.end());
+  out.insert(out.end(), section.begin(), section.end());
+  return out;
+}
+
+TEST_P(SharedMath, TopkMessageAsTheCpuCodec) {
+  const size_t n = GetParam();
+  for (bool ties : {false, true}) {
+    const std::vector<float> x = RandomGradient(n, 21, ties);
+    for (const char* ratio : {"0.001", "0.01", "0.3", "1"}) {
+      auto codec = Make("topk", {{"ratio", ratio}});
+      const size_t k = std::clamp<size_t>(
+          static_cast<size_t>(std::ceil(std::stod(ratio) * static_cast<double>(n))), 1, n);
+      uint32_t prefix = 0, need = static_cast<uint32_t>(k);
+      for (int shift = 24; shift >= 0; shift -= 8) {
+        uint32_t hist[256] = {};
+        for (float v : x) {
+          const uint32_t a = FloatBits(v) & 0x7fffffffu;
+          if (RadixMatches(a, prefix, shift)) ++hist[(a >> shift) & 255u];
+        }
+        RadixSelectDigit(hist, shift, &prefix, &need);
+      }
+      std::vector<bool> keep(n);
+      uint32_t tie_rank = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t a = FloatBits(x[i]) & 0x7fffffffu;
+        keep[i] = a > prefix || (a == prefix && tie_rank < need);
+        tie_rank += a == prefix ? 1 : 0;
+      }
+      EXPECT_EQ(HostSparseMessage(x, keep), CpuEncode(*codec, x, Context()))
+          << "ratio " << ratio << (ties ? " with ties" : "");
+    }
+  }
+}
+
+// dgc: the host-drawn sample, the threshold search as cuda_codecs.cu runs it, the message.
+TEST_P(SharedMath, DgcMessageAsTheCpuCodec) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 22);
+  for (double ratio : {0.01, 0.3}) {
+    auto codec = Make("dgc", {{"ratio", std::to_string(ratio)}});
+    const CodecContext ctx = Context();
+    const std::vector<uint32_t> positions = cuda::DgcSamplePositions(n, ctx);
+    std::vector<uint32_t> sample;
+    for (uint32_t p : positions) sample.push_back(FloatBits(x[p]) & 0x7fffffffu);
+    const double parsed_ratio = std::stod(std::to_string(ratio));
+    const size_t m = std::clamp<size_t>(
+        static_cast<size_t>(std::ceil(parsed_ratio * static_cast<double>(sample.size()))), 1,
+        sample.size());
+    std::nth_element(sample.begin(), sample.begin() + (m - 1), sample.end(), std::greater<>());
+    const float kMinPositive = std::numeric_limits<float>::denorm_min();
+    float threshold = std::max(BitsToFloat(sample[m - 1]), kMinPositive);
+    auto count_at_least = [&](float t) {
+      size_t c = 0;
+      for (float v : x) c += (FloatBits(v) & 0x7fffffffu) >= (FloatBits(t) & 0x7fffffffu) ? 1 : 0;
+      return c;
+    };
+    const double target = parsed_ratio * static_cast<double>(n);
+    size_t count = count_at_least(threshold);
+    for (int step = 0; step < 10; ++step) {
+      if (count > 1.3 * target) {
+        threshold *= 1.3f;
+      } else if (count < 0.7 * target) {
+        threshold = std::max(threshold * 0.7f, kMinPositive);
+      } else {
+        break;
+      }
+      count = count_at_least(threshold);
+    }
+    std::vector<bool> keep(n);
+    for (size_t i = 0; i < n; ++i) {
+      keep[i] = (FloatBits(x[i]) & 0x7fffffffu) >= (FloatBits(threshold) & 0x7fffffffu);
+    }
+    EXPECT_EQ(HostSparseMessage(x, keep), CpuEncode(*codec, x, ctx)) << "ratio " << ratio;
   }
 }
 

@@ -187,6 +187,17 @@ BYTECOMP_HD void WriteVarint(uint8_t* p, uint32_t d) {
   *p = static_cast<uint8_t>(d);
 }
 
+// Delta j of a bit-packed section starts at bit j * width: the bits to OR into the 32-bit
+// little-endian word bit / 32 (low) and the next one (high, non-zero when it straddles).
+BYTECOMP_HD void BitPackDeltaWords(size_t j, uint32_t width, uint32_t delta, size_t* word,
+                                   uint32_t* low, uint32_t* high) {
+  const uint64_t bit = static_cast<uint64_t>(j) * width;
+  const uint64_t shifted = static_cast<uint64_t>(delta) << (bit % 32);
+  *word = static_cast<size_t>(bit / 32);
+  *low = static_cast<uint32_t>(shifted);
+  *high = static_cast<uint32_t>(shifted >> 32);
+}
+
 struct IndexSectionPlan {
   uint8_t encoding = 0;  // 0 raw, 1 bit-packed deltas, 2 varint deltas
   uint8_t width = 0;
