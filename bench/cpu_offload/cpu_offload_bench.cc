@@ -212,7 +212,14 @@ int main(int argc, char** argv) {
   const double memcpy_gbs = gb / Median(memcpy_s);
   std::printf("tensor %zu MiB fp32 in %zu chunks of %zu KiB; medians of %d runs%s\n", opt.mib,
               chunks.size(), opt.chunk_kib, opt.reps, opt.pin ? "; pinned" : "");
-  std::printf("memcpy (reference): %.2f GB/s\n\n", memcpy_gbs);
+  std::printf("memcpy (reference): %.2f GB/s\n", memcpy_gbs);
+  // Other processes compete for the cores: the figures mean little when this exceeds ~1.
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    char line[128] = {};
+    if (std::fgets(line, sizeof(line), f)) std::printf("load average at start: %s", line);
+    std::fclose(f);
+  }
+  std::printf("\n");
 
   PinnedPoolOptions memory_options;
   memory_options.max_total_bytes = size_t{4} << 30;
