@@ -216,6 +216,58 @@ __attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, siz
                                       indices != nullptr ? indices + j : nullptr, base);
 }
 
+// AVX2 has no compress instruction: a table gives, for each 8-lane mask, the kept lanes
+// positions packed to the front, and a lane permute applies it.
+struct CompressTable {
+  alignas(32) uint32_t perm[256][8];
+};
+
+const CompressTable& CompressLanes() {
+  static const CompressTable table = [] {
+    CompressTable t{};
+    for (int m = 0; m < 256; ++m) {
+      int c = 0;
+      for (int b = 0; b < 8; ++b) {
+        if ((m >> b) & 1) t.perm[m][c++] = static_cast<uint32_t>(b);
+      }
+    }
+    return t;
+  }();
+  return table;
+}
+
+template <bool kAbs>
+__attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n, uint32_t lo,
+                                                        uint32_t hi, uint8_t* values,
+                                                        uint32_t* indices, uint32_t base) {
+  const CompressTable& table = CompressLanes();
+  const __m256i abs_mask = _mm256_set1_epi32(kAbs ? 0x7fffffff : -1);
+  // lo <= a <= hi (unsigned) is (a - lo) <= (hi - lo) unsigned, a signed compare after
+  // flipping the top bit of both sides.
+  const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i vlo = _mm256_set1_epi32(static_cast<int>(lo));
+  const __m256i span = _mm256_set1_epi32(static_cast<int>((hi - lo) ^ 0x80000000u));
+  __m256i iota = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(base)),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i eight = _mm256_set1_epi32(8);
+  size_t j = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), abs_mask);
+    const __m256i outside = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_sub_epi32(a, vlo), bias), span);
+    const int keep = ~_mm256_movemask_ps(_mm256_castsi256_ps(outside)) & 0xff;
+    const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.perm[keep]));
+    if (values != nullptr) _mm256_storeu_ps(reinterpret_cast<float*>(values + 4 * j), _mm256_permutevar8x32_ps(v, perm));
+    if (indices != nullptr) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + j), _mm256_permutevar8x32_epi32(iota, perm));
+    }
+    iota = _mm256_add_epi32(iota, eight);
+    j += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(keep)));
+  }
+  return j + CompactRangeScalar<kAbs>(x, i, n, lo, hi, values != nullptr ? values + 4 * j : nullptr,
+                                      indices != nullptr ? indices + j : nullptr, base);
+}
+
 // Compaction: for every i with lo <= bits(x[i]) <= hi appends x[i] to values and i (+ base:
 // x[0..n) are elements base..base+n of the tensor) to indices; either output may be null.
 // With AVX-512 it stores 16 lanes at a time, so both outputs need room for the count plus
@@ -223,9 +275,13 @@ __attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, siz
 template <bool kAbs = true>
 size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
                     uint32_t* indices, uint32_t base = 0) {
-  static const bool have_avx512 = __builtin_cpu_supports("avx512f");
-  if (!have_avx512) return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base);
-  return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
+  if (lo > hi) return 0;
+  switch (CpuSimdLevel()) {
+    case SimdLevel::kAvx512: return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
+    case SimdLevel::kAvx2: return CompactRangeAvx2<kAbs>(x, n, lo, hi, values, indices, base);
+    case SimdLevel::kScalar: break;
+  }
+  return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base);
 }
 
 // Every |x| >= lo into the message's value area (out + 16) and indices. The value area of a
