@@ -147,7 +147,7 @@ class SparseCodec : public Codec {
       return MalformedError(name(), absl::StrCat(encoded.size(), " bytes, shorter than the header"));
     }
     const uint8_t* p = encoded.data();
-    if (p[0] != 1) return MalformedError(name(), absl::StrCat("unknown version ", p[0]));
+    if (p[0] != 1) return MalformedError(name(), absl::StrCat("unknown version ", static_cast<int>(p[0])));
     const uint32_t msg_n = GetU32(p + 4), k = GetU32(p + 8), index_bytes = GetU32(p + 12);
     if (msg_n != n) {
       return MalformedError(name(), absl::StrCat("message holds ", msg_n, " elements, expected ", n));
@@ -463,7 +463,7 @@ __attribute__((target_clones("avx2", "default"))) size_t CountAtLeast(const floa
   return count;
 }
 
-// GRACE's DGC: the threshold is the (ratio * sample)-th largest magnitude of a 1% sample;
+// GRACE's DGC (its momentum correction is the dgc_momentum memory): the threshold is the (ratio * sample)-th largest magnitude of a 1% sample;
 // while the kept count is above 1.3 k or below 0.7 k (k = ratio * n) the threshold is scaled
 // by 1.3 or 0.7, at most 10 times; then every |x| >= threshold is sent.
 class DgcCodec final : public SparseCodec {
@@ -471,11 +471,6 @@ class DgcCodec final : public SparseCodec {
   explicit DgcCodec(double ratio) : ratio_(ratio) {}
   absl::string_view name() const override { return "dgc"; }
   size_t MaxEncodedBytes(size_t n) const override { return kSparseHeader + 8 * n; }
-  CodecProperties properties() const override {
-    CodecProperties p = SparseCodec::properties();
-    p.stateful = false;  // momentum correction lives in the dgc_momentum memory
-    return p;
-  }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
                                 absl::Span<uint8_t> out) override {
@@ -631,7 +626,7 @@ class AdaqCodec final : public Codec {
       return MalformedError(name(), absl::StrCat(encoded.size(), " bytes, shorter than the header"));
     }
     const uint8_t* p = encoded.data();
-    if (p[0] != 1) return MalformedError(name(), absl::StrCat("unknown version ", p[0]));
+    if (p[0] != 1) return MalformedError(name(), absl::StrCat("unknown version ", static_cast<int>(p[0])));
     const uint32_t msg_n = GetU32(p + 8), kp = GetU32(p + 12), kn = GetU32(p + 16);
     const uint32_t bytes_p = GetU32(p + 20), bytes_n = GetU32(p + 24);
     if (msg_n != n) {
