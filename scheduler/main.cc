@@ -32,6 +32,9 @@ ABSL_FLAG(int, declare_timeout_ms, 0, "Time allowed for every worker to declare 
 ABSL_FLAG(int64_t, max_inflight_bytes_per_server, -1,
           "Bytes a worker keeps in flight per server (0: 4 partitions per connection)");
 ABSL_FLAG(std::string, advertise_host, "", "Host the nodes advertise (empty: auto)");
+ABSL_FLAG(std::string, strategy, "",
+          "Strategy file (proto/strategy.proto): which tensors to compress how; reloaded on "
+          "SIGHUP. Empty: nothing is compressed");
 
 namespace {
 
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
   bytecomp::SchedulerOptions options;
   options.config = config;
   options.bind_host = absl::GetFlag(FLAGS_bind_host);
+  options.strategy_path = absl::GetFlag(FLAGS_strategy);
   options.port = absl::GetFlag(FLAGS_port) > 0 ? absl::GetFlag(FLAGS_port) : -1;
   absl::StatusOr<std::unique_ptr<bytecomp::Scheduler>> scheduler =
       bytecomp::Scheduler::Create(std::move(options));

@@ -62,6 +62,8 @@ std::string PrintableIdentity(const std::string& id) {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options) {
   if (absl::Status s = ValidateClusterConfig(options.config); !s.ok()) return s;
+  StrategyKeeper strategy;
+  if (absl::Status s = strategy.LoadInitial(options.strategy_path); !s.ok()) return s;
   int port = options.port;
   if (port < 0) {
     absl::StatusOr<HostPort> hp = ParseHostPort(options.config.scheduler_address());
@@ -80,8 +82,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
         absl::StrCat("scheduler: ", bound.status().message(),
                      " (is another scheduler running on that port?)"));
   }
-  return std::unique_ptr<Scheduler>(
+  std::unique_ptr<Scheduler> scheduler(
       new Scheduler(std::move(options), std::move(context), std::move(socket), *bound));
+  scheduler->strategy_ = std::move(strategy);
+  return scheduler;
 }
 
 Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> context,
@@ -114,10 +118,34 @@ void Scheduler::StopForSignal(int signal_number) {
 void Scheduler::RequestReload() { reload_requested_.store(true); }
 
 void Scheduler::ReloadStrategy() {
-  // The live Strategy (issue 5) is not held here yet, so there is nothing to reload; say so
-  // rather than pretend. The job goes on either way.
-  BC_LOG_WARNING("received a reload request (SIGHUP), but this scheduler holds no strategy "
-                 "file yet; nothing was reloaded");
+  absl::StatusOr<proto::ControlMessage> prepare = strategy_.BeginReload();
+  if (!prepare.ok()) {
+    BC_LOG_ERROR("strategy not reloaded, version ", strategy_.current().version(),
+                 " stays: ", prepare.status().message());
+    return;
+  }
+  BC_LOG_INFO("reloading strategy from ", strategy_.path(), ": preparing version ",
+              prepare->strategy_prepare().version());
+  for (const std::string& id : worker_by_rank_) {
+    if (!id.empty()) Send(id, *prepare);
+  }
+}
+
+void Scheduler::HandleStrategyPrepareReply(Node& node, const proto::StrategyPrepareReply& reply) {
+  if (node.role != proto::ROLE_WORKER) {
+    SendError(node.identity, absl::StrCat("StrategyPrepareReply from ", NodeName(node)));
+    return;
+  }
+  std::optional<proto::ControlMessage> commit =
+      strategy_.OnPrepareReply(node.rank, reply, config_.num_workers());
+  if (!commit.has_value()) return;
+  // Servers first: they validate pushes against the version a worker names.
+  for (const std::string& id : server_by_rank_) {
+    if (!id.empty()) Send(id, *commit);
+  }
+  for (const std::string& id : worker_by_rank_) {
+    if (!id.empty()) Send(id, *commit);
+  }
 }
 
 absl::Status Scheduler::Run() {
@@ -251,6 +279,9 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
     case proto::ControlMessage::kWorkerDone:
       HandleWorkerDone(*node);
       return;
+    case proto::ControlMessage::kStrategyPrepareReply:
+      HandleStrategyPrepareReply(*node, message.strategy_prepare_reply());
+      return;
     case proto::ControlMessage::kShutdown:
       HandleShutdownRequest(*node, message.shutdown());
       return;
@@ -369,6 +400,7 @@ void Scheduler::SendTopology() {
     info->set_data_address(n.data_address);
   }
   *topology->mutable_config() = config_;
+  *topology->mutable_strategy() = strategy_.current();
   for (const std::string& id : worker_by_rank_) {
     const Node& n = nodes_.at(id);
     int local_rank = 0;

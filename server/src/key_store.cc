@@ -15,7 +15,18 @@ bool FloatAligned(const zmq::message_t& m) {
 
 std::string KeyName(uint64_t key) { return absl::StrCat(KeyTensor(key), ":", KeyPartition(key)); }
 
+bool IsRaw(const std::string& codec) { return codec.empty() || codec == "none"; }
+
 }  // namespace
+
+compress::CodecContext KeyStore::ContextOf(const proto::DataHeader& h, uint32_t node) const {
+  compress::CodecContext ctx;
+  ctx.key = h.key();
+  ctx.round = h.iteration();
+  ctx.node = node;
+  if (const proto::Strategy* s = catalog_.Strategy(h.strategy_version())) ctx.seed = s->seed();
+  return ctx;
+}
 
 void KeyStore::Handle(zmq::message_t identity, const proto::DataHeader& header,
                       zmq::message_t payload, std::vector<OutgoingReply>* out) {
@@ -42,9 +53,49 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
                                       " of key ", KeyName(h.key()))));
     return;
   }
+  if (key.pushes == 0) {
+    key.round_version = h.strategy_version();
+    key.round_codec = IsRaw(h.codec()) ? "" : h.codec();
+    key.round_stage = h.stage();
+    key.round_iteration = h.iteration();
+    key.round_error.clear();
+  } else if (h.strategy_version() != key.round_version || key.round_codec != (IsRaw(h.codec()) ? "" : h.codec()) ||
+             h.stage() != key.round_stage || h.iteration() != key.round_iteration) {
+    // No round mixes codecs or strategy versions.
+    out->push_back(Error(std::move(identity), h,
+                         absl::StrCat("push for round ", h.round(), " of key ", KeyName(h.key()),
+                                      " with strategy version ", h.strategy_version(), " codec '",
+                                      h.codec(), "' stage ", h.stage(), " iteration ", h.iteration(),
+                                      "; the round has version ", key.round_version, " codec '",
+                                      key.round_codec, "' stage ", key.round_stage, " iteration ",
+                                      key.round_iteration)));
+    return;
+  }
+  if (!h.error().empty()) {
+    if (key.round_error.empty()) {
+      key.round_error = absl::StrCat("worker ", h.sender(), " aborted round ", h.round(),
+                                     " of key ", KeyName(h.key()), ": ", h.error());
+    }
+  } else if (key.round_error.empty()) {
+    if (key.round_codec.empty()) {
+      AddRaw(key, h, std::move(payload));
+    } else {
+      if (key.encoded.size() != static_cast<size_t>(num_workers_)) key.encoded.resize(num_workers_);
+      key.encoded[h.sender()] = std::move(payload);
+    }
+  }
+  key.pushed[h.sender()] = true;
+  ++key.pushes;
+  out->push_back(Reply(zmq::message_t(identity.data(), identity.size()), h, proto::OP_PUSH_ACK));
+  if (key.pushes == num_workers_) CompleteRound(key, h, out);
+}
+
+void KeyStore::AddRaw(KeyState& key, const proto::DataHeader& h, zmq::message_t payload) {
   const size_t n = static_cast<size_t>(h.element_count());
   const bool in_place = h.dtype() == proto::DTYPE_FLOAT32 && FloatAligned(payload);
-  if (key.pushes == 0) {
+  const bool first = std::none_of(key.pushed.begin(), key.pushed.end(), [](bool b) { return b; });
+  if (first) {
+    key.accumulator.rebuild(0);
     if (in_place) {
       key.accumulator = std::move(payload);  // the receive buffer becomes the sum: no copy
     } else {
@@ -64,22 +115,102 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
   } else {
     AddToFloat32(h.dtype(), payload.data(), key.wide_sum.data(), n);
   }
-  key.pushed[h.sender()] = true;
-  ++key.pushes;
-  out->push_back(Reply(zmq::message_t(identity.data(), identity.size()), h, proto::OP_PUSH_ACK));
-  if (key.pushes == num_workers_) CompleteRound(key, h, out);
+}
+
+absl::Status KeyStore::PrepareCodec(KeyState& key, const proto::DataHeader& h) {
+  const size_t n = static_cast<size_t>(h.element_count());
+  CodecState* c = key.codec.get();
+  if (c != nullptr && c->version == h.strategy_version() && c->stage == h.stage() &&
+      c->elements == n) {
+    return absl::OkStatus();
+  }
+  const DeclaredTensor* tensor = catalog_.Tensor(KeyTensor(h.key()));
+  if (tensor == nullptr) return absl::InternalError("tensor vanished from the catalog");
+  auto state = std::make_unique<CodecState>();
+  state->version = h.strategy_version();
+  state->stage = h.stage();
+  state->elements = n;
+  state->plan = catalog_.Plan(*tensor, h.strategy_version());
+  absl::StatusOr<std::unique_ptr<compress::Aggregator>> aggregator = compress::CreateAggregator(
+      state->plan.push.name(), compress::ParamsOf(state->plan.push));
+  if (!aggregator.ok()) return aggregator.status();
+  state->aggregator = *std::move(aggregator);
+  // The two-way codec and the server's error-feedback memory persist over the rounds of one
+  // version, as the workers' do.
+  if (c != nullptr && c->version == state->version && c->elements == n) {
+    state->pull_codec = std::move(c->pull_codec);
+    state->pull_memory = std::move(c->pull_memory);
+  }
+  key.codec = std::move(state);
+  return absl::OkStatus();
+}
+
+absl::Status KeyStore::FinishEncoded(KeyState& key, const proto::DataHeader& h) {
+  if (absl::Status s = PrepareCodec(key, h); !s.ok()) return s;
+  CodecState& c = *key.codec;
+  c.aggregator->Reset(static_cast<size_t>(h.element_count()));
+  for (int r = 0; r < num_workers_; ++r) {
+    const zmq::message_t& m = key.encoded[r];
+    proto::DataHeader from = h;
+    from.set_sender(r);
+    absl::Status added = c.aggregator->Add(
+        absl::MakeConstSpan(static_cast<const uint8_t*>(m.data()), m.size()),
+        ContextOf(from, static_cast<uint32_t>(r)));
+    if (!added.ok()) return absl::Status(added.code(), absl::StrCat("worker ", r, "'s push: ", added.message()));
+  }
+  for (zmq::message_t& m : key.encoded) m.rebuild(0);
+  absl::StatusOr<absl::Span<const float>> sum = c.aggregator->Finish();
+  if (!sum.ok()) return sum.status();
+  key.ready_codec.clear();
+  // Two-round stages and one-way compression return the fp32 sum.
+  if (h.stage() != 0 || !c.plan.two_way()) {
+    key.ready.rebuild(sum->data(), sum->size() * sizeof(float));
+    return absl::OkStatus();
+  }
+  if (c.pull_codec == nullptr) {
+    absl::StatusOr<std::unique_ptr<compress::Codec>> codec =
+        compress::CreateCodec(c.plan.pull.name(), compress::ParamsOf(c.plan.pull));
+    if (!codec.ok()) return codec.status();
+    c.pull_codec = *std::move(codec);
+    if (!c.plan.pull.memory().empty()) {
+      absl::StatusOr<std::unique_ptr<compress::Memory>> memory =
+          compress::CreateMemory(c.plan.pull.memory(), compress::MemoryParamsOf(c.plan.pull));
+      if (!memory.ok()) return memory.status();
+      c.pull_memory = *std::move(memory);
+    }
+  }
+  std::vector<uint8_t> encoded(c.pull_codec->MaxEncodedBytes(sum->size()));
+  absl::StatusOr<size_t> bytes =
+      compress::EncodeWithMemory(*c.pull_codec, c.pull_memory.get(), *sum,
+                                 ContextOf(h, static_cast<uint32_t>(my_rank_)),
+                                 absl::MakeSpan(encoded), c.compensated, c.decoded);
+  if (!bytes.ok()) return bytes.status();
+  key.ready.rebuild(encoded.data(), *bytes);
+  key.ready_codec = c.plan.pull.name();
+  return absl::OkStatus();
 }
 
 void KeyStore::CompleteRound(KeyState& key, const proto::DataHeader& h,
                              std::vector<OutgoingReply>* out) {
   const size_t n = static_cast<size_t>(h.element_count());
-  if (key.accumulator.size() > 0) {
-    key.ready = std::move(key.accumulator);
-    key.accumulator.rebuild(0);
-  } else {
-    key.ready.rebuild(n * DTypeSize(h.dtype()));
-    FromFloat32(h.dtype(), key.wide_sum.data(), key.ready.data(), n);
+  key.ready_error = key.round_error;
+  key.ready_codec.clear();
+  if (key.ready_error.empty() && !key.round_codec.empty()) {
+    if (absl::Status s = FinishEncoded(key, h); !s.ok()) {
+      key.ready_error = absl::StrCat("round ", h.round(), " of key ", KeyName(h.key()),
+                                     " could not be aggregated: ", s.message());
+    }
+  } else if (key.ready_error.empty()) {
+    if (key.accumulator.size() > 0) {
+      key.ready = std::move(key.accumulator);
+      key.accumulator.rebuild(0);
+    } else {
+      key.ready.rebuild(n * DTypeSize(h.dtype()));
+      FromFloat32(h.dtype(), key.wide_sum.data(), key.ready.data(), n);
+    }
   }
+  if (!key.ready_error.empty()) key.ready.rebuild(0);
+  for (zmq::message_t& m : key.encoded) m.rebuild(0);
   key.has_ready = true;
   key.ready_round = key.accumulating_round;
   ++key.accumulating_round;
@@ -109,9 +240,11 @@ void KeyStore::Pull(KeyState& key, zmq::message_t identity, const proto::DataHea
 
 OutgoingReply KeyStore::PullReply(const KeyState& key, zmq::message_t identity,
                                   const proto::DataHeader& request) {
+  if (!key.ready_error.empty()) return Error(std::move(identity), request, key.ready_error);
   OutgoingReply reply = Reply(std::move(identity), request, proto::OP_PULL_REPLY);
   reply.payload.copy(const_cast<zmq::message_t&>(key.ready));  // shares the buffer, no copy
   reply.header.set_payload_bytes(static_cast<int64_t>(reply.payload.size()));
+  reply.header.set_codec(key.ready_codec);
   reply.has_payload = true;
   return reply;
 }
@@ -127,6 +260,9 @@ OutgoingReply KeyStore::Reply(zmq::message_t identity, const proto::DataHeader& 
   reply.header.set_element_count(request.element_count());
   reply.header.set_sender(my_rank_);
   reply.header.set_request_id(request.request_id());
+  reply.header.set_strategy_version(request.strategy_version());
+  reply.header.set_stage(request.stage());
+  reply.header.set_iteration(request.iteration());
   return reply;
 }
 

@@ -1,64 +1,112 @@
 #include "bytecomp/server/request_validator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/dtype.h"
+#include "bytecomp/compress.h"
+#include "bytecomp/compress/two_round.h"
 
 namespace bytecomp::server {
+namespace {
 
-void RequestValidator::AddTensor(const TensorLayout& layout) {
-  for (int64_t p = 0; p < layout.num_partitions(); ++p) {
-    if (layout.partition_server[p] != my_rank_) continue;
-    partitions_[MakeKey(layout.tensor_id, static_cast<uint32_t>(p))] =
-        PartitionInfo{layout.range(p).count, layout.dtype};
-  }
+bool IsRaw(const std::string& codec) { return codec.empty() || codec == "none"; }
+
+}  // namespace
+
+bool RequestValidator::AwaitsDeclaration(const proto::DataHeader& h) const {
+  if (h.op() != proto::OP_PUSH && h.op() != proto::OP_PULL) return false;
+  return catalog_.Tensor(KeyTensor(h.key())) == nullptr ||
+         (h.strategy_version() != 0 && !catalog_.HasVersion(h.strategy_version()));
 }
 
-bool RequestValidator::IsDeclared(uint64_t key) const { return partitions_.contains(key); }
+size_t RequestValidator::MaxPayloadBytes(uint32_t tensor_id, uint64_t version,
+                                         const compress::TensorPlan& plan, int64_t elements) {
+  const auto key = std::make_pair(version ^ (static_cast<uint64_t>(tensor_id) << 40), elements);
+  auto it = max_bytes_.find(key);
+  if (it != max_bytes_.end()) return it->second;
+  size_t bound = 0;
+  absl::StatusOr<std::unique_ptr<compress::Codec>> codec =
+      compress::CreateCodec(plan.push.name(), compress::ParamsOf(plan.push));
+  if (codec.ok()) {
+    const size_t n = static_cast<size_t>(elements);
+    bound = (*codec)->MaxEncodedBytes(n);
+    if (compress::TwoRoundCodec* two = compress::AsTwoRound(**codec)) {
+      bound = std::max({bound, 4 + 4 * two->FirstRoundFloats(n), 4 + 4 * two->SecondRoundFloats(n)});
+    }
+  }
+  max_bytes_[key] = bound;
+  return bound;
+}
 
 absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_payload,
-                                        size_t payload_size) const {
+                                        size_t payload_size) {
   const std::string where = absl::StrCat("key ", KeyTensor(h.key()), ":", KeyPartition(h.key()),
                                          " round ", h.round());
   if (h.op() != proto::OP_PUSH && h.op() != proto::OP_PULL) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unsupported op ", proto::DataOp_Name(h.op()), " (expected OP_PUSH or OP_PULL)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unsupported op ", proto::DataOp_Name(h.op()), " (expected OP_PUSH or OP_PULL)"));
   }
   if (h.sender() < 0 || h.sender() >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrCat("sender ", h.sender(),
                                                    " is not a worker rank (0..", num_workers_ - 1,
                                                    ")"));
   }
-  auto it = partitions_.find(h.key());
-  if (it == partitions_.end()) {
+  const DeclaredTensor* tensor = catalog_.Tensor(KeyTensor(h.key()));
+  const int64_t partition = KeyPartition(h.key());
+  if (tensor == nullptr || partition >= tensor->layout.num_partitions() ||
+      tensor->layout.partition_server[partition] != my_rank_) {
     return absl::NotFoundError(
-        absl::StrCat("unknown key ", KeyTensor(h.key()), ":", KeyPartition(h.key()),
+        absl::StrCat("unknown key ", KeyTensor(h.key()), ":", partition,
                      " (not declared, or owned by another server than server ", my_rank_, ")"));
   }
-  const PartitionInfo& info = it->second;
-  if (h.element_count() != info.element_count) {
+  const int64_t elements = tensor->layout.range(partition).count;
+  if (h.element_count() != elements) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": element_count ", h.element_count(),
-                                                   ", declared ", info.element_count));
+                                                   ", declared ", elements));
   }
-  if (!IsValidDType(h.dtype()) || h.dtype() != info.dtype) {
+  if (!IsValidDType(h.dtype()) || h.dtype() != tensor->layout.dtype) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": dtype ", static_cast<int>(h.dtype()),
-                                                   ", declared ", DTypeName(info.dtype)));
+                                                   ", declared ", DTypeName(tensor->layout.dtype)));
   }
-  if (!h.codec().empty() && h.codec() != "none") {
+  if (h.strategy_version() != 0 && !catalog_.HasVersion(h.strategy_version())) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": codec '", h.codec(), "' is not the key's codec (none)"));
+        absl::StrCat(where, ": unknown strategy version ", h.strategy_version()));
   }
-  if (h.op() == proto::OP_PUSH) {
-    const size_t expected = static_cast<size_t>(info.element_count) * DTypeSize(info.dtype);
-    if (!has_payload) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": push without a payload frame"));
+  const compress::TensorPlan plan = catalog_.Plan(*tensor, h.strategy_version());
+  const std::string expected_codec = plan.compressed() ? plan.push.name() : "none";
+  if ((IsRaw(h.codec()) ? std::string("none") : h.codec()) != expected_codec) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": codec '", h.codec(), "' is not the codec of '", tensor->name,
+        "' under strategy version ", h.strategy_version(), " ('", expected_codec, "')"));
+  }
+  const bool abort = h.op() == proto::OP_PUSH && !h.error().empty();
+  if (h.op() == proto::OP_PULL || abort) {
+    if (has_payload) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, abort ? ": an abort" : ": a pull", " must not carry a payload"));
     }
-    if (payload_size != expected || static_cast<size_t>(h.payload_bytes()) != payload_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": payload is ", payload_size, " bytes (header says ", h.payload_bytes(),
-          "), expected ", expected));
+    return absl::OkStatus();
+  }
+  if (!has_payload) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": push without a payload frame"));
+  }
+  if (static_cast<size_t>(h.payload_bytes()) != payload_size) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": payload is ", payload_size,
+                                                   " bytes, header says ", h.payload_bytes()));
+  }
+  if (!plan.compressed()) {
+    const size_t expected = static_cast<size_t>(elements) * DTypeSize(tensor->layout.dtype);
+    if (payload_size != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": payload is ", payload_size,
+                                                     " bytes, expected ", expected));
     }
-  } else if (has_payload) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": pull must not carry a payload"));
+    return absl::OkStatus();
+  }
+  const size_t bound = MaxPayloadBytes(tensor->layout.tensor_id, h.strategy_version(), plan, elements);
+  if (payload_size == 0 || payload_size > bound) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", h.codec(), " payload of ",
+                                                   payload_size, " bytes, expected 1 to ", bound));
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@ std::string EngineEndpoint(int i) { return absl::StrCat("inproc://server-engine-
 
 // Inproc messages from the control thread to the I/O thread: [kind, body].
 constexpr char kDeclare[] = "declare";
+constexpr char kStrategy[] = "strategy";
 constexpr char kFail[] = "fail";
 constexpr char kStop[] = "stop";
 
@@ -41,20 +42,31 @@ std::vector<zmq::message_t> ReplyFrames(OutgoingReply& reply) {
   return frames;
 }
 
-void EngineLoop(zmq::context_t& ctx, int index, int my_rank, int num_workers) {
+void EngineLoop(zmq::context_t& ctx, int index, int my_rank, int num_workers, int num_servers) {
   zmq::socket_t in(ctx, zmq::socket_type::pull);
   in.bind(EngineEndpoint(index));
   zmq::socket_t out(ctx, zmq::socket_type::push);
   out.connect(kRepliesEndpoint);
-  KeyStore store(my_rank, num_workers);
+  Catalog catalog(num_servers);  // this engine's copy, updated in order with its requests
+  KeyStore store(my_rank, num_workers, catalog);
   std::vector<OutgoingReply> replies;
   while (true) {
     absl::StatusOr<std::vector<zmq::message_t>> frames = RecvFrames(in);
     if (!frames.ok() || frames->empty()) break;
-    if (frames->size() == 1) {  // a command from the I/O thread
-      const std::string cmd = FrameToString((*frames)[0]);
+    if (frames->size() <= 2 && (*frames)[0].size() < 16 &&
+        std::string(static_cast<const char*>((*frames)[0].data()), (*frames)[0].size()).rfind("cmd:", 0) == 0) {
+      const std::string cmd = FrameToString((*frames)[0]).substr(4);
+      const std::string body = frames->size() == 2 ? FrameToString((*frames)[1]) : "";
       if (cmd == kStop) break;
-      store.FailHeldPulls(cmd.substr(std::strlen(kFail) + 1), &replies);
+      if (cmd == kFail) store.FailHeldPulls(body, &replies);
+      if (cmd == kDeclare) {
+        proto::DeclareReply declared;
+        if (declared.ParseFromString(body)) (void)catalog.AddTensor(declared);
+      }
+      if (cmd == kStrategy) {
+        proto::Strategy strategy;
+        if (strategy.ParseFromString(body)) (void)catalog.AddStrategy(strategy);
+      }
     } else {
       proto::DataHeader header;
       header.ParseFromArray((*frames)[1].data(), static_cast<int>((*frames)[1].size()));
@@ -74,8 +86,9 @@ void EngineLoop(zmq::context_t& ctx, int index, int my_rank, int num_workers) {
 
 class IoLoop {
  public:
-  IoLoop(zmq::context_t& ctx, zmq::socket_t& router, int my_rank, int num_workers, int engines)
-      : ctx_(ctx), router_(router), validator_(my_rank, num_workers), my_rank_(my_rank) {
+  IoLoop(zmq::context_t& ctx, zmq::socket_t& router, int my_rank, int num_workers,
+         int num_servers, int engines)
+      : router_(router), validator_(my_rank, num_workers, num_servers), my_rank_(my_rank) {
     control_ = zmq::socket_t(ctx, zmq::socket_type::pair);
     control_.connect(kControlEndpoint);
     replies_ = zmq::socket_t(ctx, zmq::socket_type::pull);
@@ -102,13 +115,7 @@ class IoLoop {
       if (items[2].revents & ZMQ_POLLIN) HandleControl();
       ExpireParked();
     }
-    std::vector<zmq::message_t> stop;
-    stop.emplace_back(kStop, std::strlen(kStop));
-    for (auto& e : engines_) {
-      std::vector<zmq::message_t> f;
-      f.emplace_back(kStop, std::strlen(kStop));
-      SendOrLog(e, f);
-    }
+    BroadcastToEngines(kStop, "");
     BC_LOG_INFO("served ", requests_, " requests; rejected ", rejected_);
   }
 
@@ -146,9 +153,7 @@ class IoLoop {
       return RejectRaw(frames, absl::StrCat("malformed request: the header frame (",
                                             frames[1].size(), " bytes) is not a DataHeader"));
     }
-    if (may_park && !validator_.IsDeclared(header.key()) &&
-        (header.op() == proto::OP_PUSH || header.op() == proto::OP_PULL) &&
-        parked_.size() < kMaxParkedRequests) {
+    if (may_park && validator_.AwaitsDeclaration(header) && parked_.size() < kMaxParkedRequests) {
       parked_.push_back(Parked{MonotonicMs(), std::move(frames)});
       return;
     }
@@ -184,32 +189,44 @@ class IoLoop {
     absl::StatusOr<std::vector<zmq::message_t>> frames = RecvFrames(control_, std::chrono::milliseconds(0));
     if (!frames.ok() || frames->empty()) return;
     const std::string kind = FrameToString((*frames)[0]);
+    const std::string body = frames->size() == 2 ? FrameToString((*frames)[1]) : "";
     if (kind == kStop) {
       stopping_ = true;
-    } else if (kind == kDeclare && frames->size() == 2) {
+      return;
+    }
+    if (kind == kDeclare) {
       proto::DeclareReply declared;
-      if (ParseFrame((*frames)[1], &declared).ok()) AddDeclaration(declared);
-    } else if (kind == kFail && frames->size() == 2) {
-      const std::string reason = FrameToString((*frames)[1]);
-      for (auto& e : engines_) {
-        std::vector<zmq::message_t> f;
-        f.push_back(zmq::message_t(absl::StrCat(kFail, ":", reason)));
-        SendOrLog(e, f);
+      if (!declared.ParseFromString(body)) return;
+      if (absl::Status s = validator_.catalog().AddTensor(declared); !s.ok()) {
+        BC_LOG_ERROR("ignoring declaration: ", s.ToString());
+        return;
       }
+    } else if (kind == kStrategy) {
+      proto::Strategy strategy;
+      if (!strategy.ParseFromString(body)) return;
+      if (absl::Status s = validator_.catalog().AddStrategy(strategy); !s.ok()) {
+        BC_LOG_ERROR("ignoring strategy: ", s.ToString());
+        return;
+      }
+      BC_LOG_INFO("strategy version ", strategy.version(), " from round ", strategy.first_round());
+    }
+    // Engines hear of it before any request that needed it.
+    BroadcastToEngines(kind, body);
+    if (kind == kDeclare || kind == kStrategy) {
+      // Requests that arrived early go through now, in arrival order.
+      std::deque<Parked> waiting;
+      waiting.swap(parked_);
+      for (Parked& p : waiting) Dispatch(std::move(p.frames), /*may_park=*/true);
     }
   }
 
-  void AddDeclaration(const proto::DeclareReply& declared) {
-    absl::StatusOr<TensorLayout> layout = LayoutFromDeclareReply(declared, num_servers_hint_);
-    if (!layout.ok()) {
-      BC_LOG_ERROR("ignoring declaration: ", layout.status().ToString());
-      return;
+  void BroadcastToEngines(const std::string& kind, const std::string& body) {
+    for (auto& e : engines_) {
+      std::vector<zmq::message_t> f;
+      f.push_back(zmq::message_t(absl::StrCat("cmd:", kind)));
+      if (!body.empty()) f.push_back(zmq::message_t(body.data(), body.size()));
+      SendOrLog(e, f);
     }
-    validator_.AddTensor(*layout);
-    // Requests that arrived before the declaration go through now, in arrival order.
-    std::deque<Parked> waiting;
-    waiting.swap(parked_);
-    for (Parked& p : waiting) Dispatch(std::move(p.frames), /*may_park=*/true);
   }
 
   void ExpireParked() {
@@ -221,11 +238,7 @@ class IoLoop {
     }
   }
 
- public:
-  int num_servers_hint_ = 1;
-
  private:
-  zmq::context_t& ctx_;
   zmq::socket_t& router_;
   zmq::socket_t control_;
   zmq::socket_t replies_;
@@ -279,16 +292,17 @@ absl::Status AggregationServer::Run() {
 
   zmq::socket_t to_io(ctx, zmq::socket_type::pair);
   to_io.bind(kControlEndpoint);
-  IoLoop io(ctx, router, rank, topology->num_workers(), engines);
-  io.num_servers_hint_ = topology->num_servers();
+  IoLoop io(ctx, router, rank, topology->num_workers(), topology->num_servers(), engines);
   std::vector<std::thread> engine_threads;
   for (int i = 0; i < engines; ++i) {
-    engine_threads.emplace_back(EngineLoop, std::ref(ctx), i, rank, topology->num_workers());
+    engine_threads.emplace_back(EngineLoop, std::ref(ctx), i, rank, topology->num_workers(),
+                                topology->num_servers());
   }
   // Give the engines a moment to bind their inproc endpoints before connecting to them (inproc
   // connect-before-bind works in ZeroMQ >= 4.x, so this is only ordering hygiene).
   io.ConnectEngines();
   std::thread io_thread([&io] { io.Run(); });
+  SendControl(to_io, kStrategy, topology->strategy().SerializeAsString());
 
   absl::Status result = absl::OkStatus();
   while (true) {
@@ -310,6 +324,8 @@ absl::Status AggregationServer::Run() {
     const proto::ControlMessage& m = **msg;
     if (m.has_declare_reply() && m.declare_reply().ok()) {
       SendControl(to_io, kDeclare, m.declare_reply().SerializeAsString());
+    } else if (m.has_strategy_commit()) {
+      SendControl(to_io, kStrategy, m.strategy_commit().strategy().SerializeAsString());
     } else if (m.has_node_failed()) {
       const std::string reason =
           absl::StrCat(proto::Role_Name(m.node_failed().node().role()), " ",

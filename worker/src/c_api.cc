@@ -186,6 +186,29 @@ int bytecomp_barrier(int64_t timeout_ms) {
   });
 }
 
+int bytecomp_set_learning_rate(double learning_rate) {
+  std::shared_ptr<WorkerEngine> e = Engine();
+  if (e == nullptr) return NotInitialized();
+  if (!(learning_rate >= 0.0)) {
+    return Fail(absl::InvalidArgumentError("learning rate must be a number >= 0"));
+  }
+  e->SetLearningRate(learning_rate);
+  return BYTECOMP_OK;
+}
+
+int bytecomp_get_stats(bytecomp_stats_t* stats) {
+  std::shared_ptr<WorkerEngine> e = Engine();
+  if (e == nullptr) return NotInitialized();
+  if (stats == nullptr) return Fail(absl::InvalidArgumentError("stats is NULL"));
+  const bytecomp::worker::EngineStats s = e->Stats();
+  stats->pushed_bytes = s.pushed_bytes;
+  stats->pushed_raw_bytes = s.pushed_raw_bytes;
+  stats->pulled_bytes = s.pulled_bytes;
+  stats->pulled_raw_bytes = s.pulled_raw_bytes;
+  stats->operations = s.operations;
+  return BYTECOMP_OK;
+}
+
 const char* bytecomp_last_error(void) { return t_last_error.c_str(); }
 
 }  // extern "C"

@@ -41,6 +41,14 @@ void ControlLoop::Run() {
 void ControlLoop::Handle(const proto::ControlMessage& m) {
   if (m.has_declare_reply()) {
     engine_.OnDeclareReply(m.declare_reply());
+  } else if (m.has_strategy_prepare()) {
+    proto::ControlMessage reply;
+    proto::StrategyPrepareReply* r = reply.mutable_strategy_prepare_reply();
+    r->set_version(m.strategy_prepare().version());
+    r->set_highest_started_round(engine_.OnStrategyPrepare(m.strategy_prepare().version()));
+    if (absl::Status s = client_->Send(reply); !s.ok()) BC_LOG_ERROR("strategy reply: ", s.message());
+  } else if (m.has_strategy_commit()) {
+    engine_.OnStrategyCommit(m.strategy_commit().strategy());
   } else if (m.has_barrier_release()) {
     engine_.OnBarrierRelease(m.barrier_release());
   } else if (m.has_node_failed()) {

@@ -18,27 +18,8 @@ void ReleasePayload(void* /*data*/, void* hint) {
   delete release;
 }
 
-// Writes a pull reply into the caller's tensor, dividing by the worker count when averaging.
-void WriteResult(const Operation& op, const PartitionRange& range, const void* sum, int workers) {
-  const size_t elem = DTypeSize(op.dtype);
-  char* dst = static_cast<char*>(op.data) + range.offset * elem;
-  const size_t n = static_cast<size_t>(range.count);
-  if (!op.average) {
-    std::memcpy(dst, sum, n * elem);
-    return;
-  }
-  const float w = static_cast<float>(workers);
-  if (op.dtype == proto::DTYPE_FLOAT32) {
-    const float* s = static_cast<const float*>(sum);
-    float* d = reinterpret_cast<float*>(dst);
-    for (size_t i = 0; i < n; ++i) d[i] = s[i] / w;
-    return;
-  }
-  std::vector<float> wide(n);
-  ToFloat32(op.dtype, sum, wide.data(), n);
-  for (float& x : wide) x /= w;
-  FromFloat32(op.dtype, wide.data(), dst, n);
-}
+// ZeroMQ's release of an encoded payload: drops the engine's reference to the buffer.
+void ReleaseEncoded(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<EncodedPush>*>(hint); }
 
 }  // namespace
 
@@ -96,6 +77,15 @@ void DataLoop::Run() {
           } else {
             Enqueue(start->op);
           }
+        } else if (auto* encoded = std::get_if<std::shared_ptr<EncodedPush>>(&cmd)) {
+          const std::shared_ptr<EncodedPush>& e = *encoded;
+          if (closed_) {
+            e->op->RecordError(engine_.EngineStatus());
+            engine_.FinishEvents(e->op, 1);
+          } else {
+            const int server = e->op->layout.partition_server[e->partition];
+            queues_[server].push(PartitionTask{e->op, e, e->partition, e->op->priority, sequence_++});
+          }
         } else if (auto* fail = std::get_if<FailEverything>(&cmd)) {
           FailAll(fail->reason);
         } else {
@@ -122,7 +112,7 @@ void DataLoop::Run() {
 void DataLoop::Enqueue(const std::shared_ptr<Operation>& op) {
   for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
     const int server = op->layout.partition_server[p];
-    queues_[server].push(PartitionTask{op, p, op->priority, sequence_++});
+    queues_[server].push(PartitionTask{op, nullptr, p, op->priority, sequence_++});
   }
 }
 
@@ -137,48 +127,86 @@ void DataLoop::SendReady() {
   }
 }
 
-void DataLoop::Send(const PartitionTask& task) {
-  Operation& op = *task.op;
-  const PartitionRange range = op.layout.range(task.partition);
-  const int server = op.layout.partition_server[task.partition];
-  const size_t elem = DTypeSize(op.dtype);
-  const int64_t bytes = range.count * static_cast<int64_t>(elem);
-  const uint64_t request = next_request_++;
-
+proto::DataHeader DataLoop::HeaderFor(const Operation& op, int64_t partition, uint32_t stage) const {
+  const PartitionRange range = op.layout.range(partition);
   proto::DataHeader header;
   header.set_op(proto::OP_PUSH);
-  header.set_key(MakeKey(op.layout.tensor_id, static_cast<uint32_t>(task.partition)));
-  header.set_round(op.round);
+  header.set_key(MakeKey(op.layout.tensor_id, static_cast<uint32_t>(partition)));
+  header.set_round(op.wire_round + (stage == 2 ? 1 : 0));
+  header.set_iteration(op.round);
+  header.set_strategy_version(op.plan.version);
+  header.set_stage(stage);
   header.set_dtype(op.dtype);
   header.set_element_count(range.count);
-  header.set_payload_bytes(bytes);
   header.set_sender(engine_.info.rank);
+  if (op.plan.compressed()) header.set_codec(op.plan.push.name());
+  return header;
+}
+
+void DataLoop::Send(const PartitionTask& task) {
+  Operation& op = *task.op;
+  const int server = op.layout.partition_server[task.partition];
+  const uint32_t stage = task.encoded != nullptr ? task.encoded->stage : 0;
+  const uint64_t request = next_request_++;
+  proto::DataHeader header = HeaderFor(op, task.partition, stage);
   header.set_request_id(request);
 
-  auto& conns = sockets_[server];
-  zmq::socket_t& socket = conns[(task.partition + op.layout.tensor_id) % conns.size()];
   std::vector<zmq::message_t> push;
-  push.push_back(ProtoFrame(header));
-  char* payload = static_cast<char*>(op.data) + range.offset * elem;
-  push.emplace_back(payload, static_cast<size_t>(bytes), &ReleasePayload,
-                    new PayloadRelease{&engine_, task.op});
+  int64_t bytes = 0;
+  if (task.encoded == nullptr) {
+    const PartitionRange range = op.layout.range(task.partition);
+    const size_t elem = DTypeSize(op.dtype);
+    bytes = range.count * static_cast<int64_t>(elem);
+    header.set_payload_bytes(bytes);
+    push.push_back(ProtoFrame(header));
+    char* payload = static_cast<char*>(op.data) + range.offset * elem;
+    push.emplace_back(payload, static_cast<size_t>(bytes), &ReleasePayload,
+                      new PayloadRelease{&engine_, task.op});
+    engine_.CountPush(bytes, bytes);
+  } else if (!task.encoded->abort_error.empty()) {
+    header.set_error(task.encoded->abort_error);
+    push.push_back(ProtoFrame(header));
+  } else {
+    std::vector<uint8_t>& payload = task.encoded->payload;
+    bytes = static_cast<int64_t>(payload.size());
+    header.set_payload_bytes(bytes);
+    push.push_back(ProtoFrame(header));
+    push.emplace_back(payload.data(), payload.size(), &ReleaseEncoded,
+                      new std::shared_ptr<EncodedPush>(task.encoded));
+  }
   // The pull goes right behind the push on the same connection: the server sees them in order
   // and holds the pull until the round is complete, so a round costs one round trip.
   header.set_op(proto::OP_PULL);
   header.set_payload_bytes(0);
+  header.clear_error();
   std::vector<zmq::message_t> pull;
   pull.push_back(ProtoFrame(header));
-  inflight_[request] = InFlight{task.op, task.partition, server, bytes};
+
+  auto& conns = sockets_[server];
+  zmq::socket_t& socket = conns[(task.partition + op.layout.tensor_id) % conns.size()];
+  InFlight& in = inflight_[request];
+  in = InFlight{task.op, task.partition, stage, task.encoded != nullptr, false, server, bytes};
   inflight_bytes_[server] += bytes;
   absl::Status s = SendFrames(socket, push);
   if (s.ok()) s = SendFrames(socket, pull);
   if (!s.ok()) {
     task.op->RecordError(absl::UnavailableError(
         absl::StrCat("sending to server ", server, ": ", s.message())));
-    inflight_.erase(request);
     inflight_bytes_[server] -= bytes;
+    inflight_.erase(request);
     engine_.FinishEvents(task.op, 1);  // the pull reply that will not come
   }
+}
+
+void DataLoop::SendAbort(const Operation& op, int64_t partition, uint32_t stage,
+                         const std::string& why) {
+  proto::DataHeader header = HeaderFor(op, partition, stage);
+  header.set_request_id(next_request_++);  // its ack or error is not waited for
+  header.set_error(why);
+  std::vector<zmq::message_t> frames;
+  frames.push_back(ProtoFrame(header));
+  auto& conns = sockets_[op.layout.partition_server[partition]];
+  (void)SendFrames(conns[(partition + op.layout.tensor_id) % conns.size()], frames);
 }
 
 void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
@@ -188,10 +216,7 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
     return;
   }
   auto it = inflight_.find(header.request_id());
-  if (it == inflight_.end()) {
-    if (header.op() == proto::OP_ERROR) BC_LOG_ERROR(header.error());
-    return;
-  }
+  if (it == inflight_.end()) return;  // a late answer (an abort's ack, a failed round's pull)
   InFlight& in = it->second;
   // The in-flight budget counts pushes the server has not yet received: an ack frees it at
   // once, whatever the other workers do. (Counting until the pull reply would let two workers
@@ -204,24 +229,49 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
     release_budget();
     return;
   }
+  std::shared_ptr<Operation> op = in.op;
+  const int64_t partition = in.partition;
   if (header.op() == proto::OP_PULL_REPLY) {
-    const PartitionRange range = in.op->layout.range(in.partition);
-    const size_t expected = static_cast<size_t>(range.count) * DTypeSize(in.op->dtype);
-    if (frames.size() != 2 || frames[1].size() != expected) {
-      in.op->RecordError(absl::DataLossError(absl::StrCat(
-          "server ", server, " answered the pull of '", in.op->name, "' partition ", in.partition,
-          " with ", frames.size() == 2 ? frames[1].size() : 0, " bytes, expected ", expected)));
-    } else {
-      WriteResult(*in.op, range, frames[1].data(), engine_.info.size);
+    zmq::message_t payload;
+    if (frames.size() == 2) payload = std::move(frames[1]);
+    release_budget();
+    const uint32_t stage = in.stage;
+    const bool compressed = in.compressed;
+    inflight_.erase(it);
+    if (compressed) {
+      engine_.SubmitToPool(op->priority, op->plan.decompress_on,
+                           [this, op, partition, stage, server, p = std::move(payload)]() mutable {
+                             engine_.DecodePartition(op, partition, stage, std::move(p), server);
+                           },
+                           op, nullptr);
+      return;
     }
-  } else if (header.op() == proto::OP_ERROR) {
-    in.op->RecordError(absl::FailedPreconditionError(header.error()));
-  } else {
+    const PartitionRange range = op->layout.range(partition);
+    const size_t expected = static_cast<size_t>(range.count) * DTypeSize(op->dtype);
+    if (payload.size() != expected) {
+      op->RecordError(absl::DataLossError(absl::StrCat(
+          "server ", server, " answered the pull of '", op->name, "' partition ", partition,
+          " with ", payload.size(), " bytes, expected ", expected)));
+    } else if (op->average) {
+      std::vector<float> sum(static_cast<size_t>(range.count));
+      ToFloat32(op->dtype, payload.data(), sum.data(), sum.size());
+      engine_.WriteResult(*op, partition, sum.data());
+    } else {
+      std::memcpy(static_cast<char*>(op->data) + range.offset * DTypeSize(op->dtype),
+                  payload.data(), expected);
+    }
+    engine_.CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected));
+    engine_.FinishEvents(op, 1);
     return;
   }
+  if (header.op() != proto::OP_ERROR) return;
+  // The push or the pull was refused: the round on the server must still complete for the
+  // other workers, so abort it (a no-op if our push was already counted).
+  op->RecordError(absl::FailedPreconditionError(header.error()));
   release_budget();
-  std::shared_ptr<Operation> op = std::move(in.op);
+  const uint32_t stage = in.stage;
   inflight_.erase(it);
+  SendAbort(*op, partition, stage, header.error());
   engine_.FinishEvents(op, 1);
 }
 
@@ -239,7 +289,8 @@ void DataLoop::FailAll(const absl::Status& reason) {
     while (!q.empty()) {
       const PartitionTask& t = q.top();
       t.op->RecordError(reason);
-      engine_.FinishEvents(t.op, 2);  // never sent: no pull reply, no payload to release
+      // Never sent: no pull reply, and (uncompressed) no payload for ZeroMQ to release.
+      engine_.FinishEvents(t.op, t.encoded != nullptr ? 1 : 2);
       q.pop();
     }
   }

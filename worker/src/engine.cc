@@ -40,6 +40,18 @@ absl::Status EngineImpl::Init(const std::string& config_path) {
                                             " servers, expected ", info.num_servers));
   }
   SetLogIdentity(absl::StrCat("worker ", info.rank));
+  if (absl::Status st = strategies_.Add(topology_.strategy()); !st.ok()) return st;
+  int threads = 2;
+  if (const char* t = std::getenv("BYTECOMP_COMPRESS_THREADS"); t != nullptr && *t != '\0') {
+    if (!absl::SimpleAtoi(t, &threads) || threads < 1 || threads > 256) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("BYTECOMP_COMPRESS_THREADS='", t, "' is not a thread count in [1, 256]"));
+    }
+  }
+  cpu_offload::ThreadPoolOptions pool_options;
+  pool_options.num_threads = static_cast<size_t>(threads);
+  pool_options.name = "bc-codec";
+  pool_ = std::make_unique<cpu_offload::PriorityThreadPool>(pool_options);
   BC_LOG_DEBUG("joined: ", info.size, " workers, ", info.num_servers, " servers");
 
   data_thread_ = std::thread([this] { DataLoop(*this).Run(); });
@@ -118,6 +130,7 @@ absl::StatusOr<int64_t> EngineImpl::PushPull(const PushPullRequest& request) {
   op->dtype = request.dtype;
   op->priority = request.priority;
   op->average = request.average;
+  Deferred deferred;
   {
     std::lock_guard<std::mutex> lock(tensors_mu_);
     absl::Status error;
@@ -134,20 +147,122 @@ absl::StatusOr<int64_t> EngineImpl::PushPull(const PushPullRequest& request) {
       return op->handle;
     }
     tensor->waiting.push_back(op);
-    if (tensor->state == TensorState::kReady && !tensor->busy) StartNextLocked(*tensor);
+    if (tensor->state == TensorState::kReady && !tensor->busy) StartNextLocked(tensor, &deferred);
   }
+  RunDeferred(deferred);
+  ++operations_;
   return op->handle;
 }
 
-void EngineImpl::StartNextLocked(TensorEntry& tensor) {
+void EngineImpl::StartNextLocked(const std::shared_ptr<TensorEntry>& tensor_ptr,
+                                 Deferred* deferred) {
+  TensorEntry& tensor = *tensor_ptr;
   if (tensor.waiting.empty()) return;
+  if (hold_after_round_.has_value() && tensor.next_round > *hold_after_round_) {
+    held_.push_back(tensor_ptr);  // a strategy switch is being agreed: wait for the commit
+    return;
+  }
   std::shared_ptr<Operation> op = tensor.waiting.front();
   tensor.waiting.pop_front();
   tensor.busy = true;
+  op->tensor = tensor_ptr;
   op->layout = tensor.layout;
   op->round = tensor.next_round++;
-  op->pending_events.store(2 * op->layout.num_partitions());
-  data_queue_.Push(StartOperation{op});
+  highest_started_round_ = std::max(highest_started_round_, op->round);
+  {
+    std::lock_guard<std::mutex> lock(strategy_mu_);
+    const proto::Strategy* strategy = strategies_.ForRound(op->round);
+    if (strategy != nullptr) {
+      op->plan = compress::PlanFor(*strategy, tensor.name,
+                                   tensor.element_count * static_cast<int64_t>(DTypeSize(tensor.dtype)));
+    }
+  }
+  op->wire_round = tensor.next_wire_round;
+  const int64_t parts = op->layout.num_partitions();
+  if (!op->plan.compressed()) {
+    tensor.next_wire_round += 1;
+    op->pending_events.store(2 * parts);
+    data_queue_.Push(StartOperation{op});
+    return;
+  }
+  if (tensor.codecs.size() != static_cast<size_t>(parts)) tensor.codecs.resize(parts);
+  absl::StatusOr<std::unique_ptr<compress::Codec>> probe =
+      compress::CreateCodec(op->plan.push.name(), compress::ParamsOf(op->plan.push));
+  op->two_round = probe.ok() && (*probe)->properties().two_round;
+  tensor.next_wire_round += op->two_round ? 2 : 1;
+  op->pending_events.store(parts);
+  for (int64_t p = 0; p < parts; ++p) {
+    SubmitToPool(op->priority, op->plan.compress_on,
+                 [this, op, p] { EncodePartition(op, p); }, op, deferred);
+  }
+}
+
+void EngineImpl::RunDeferred(Deferred& work) {
+  for (auto& w : work) w();
+  work.clear();
+}
+
+void EngineImpl::SubmitToPool(int priority, proto::Placement placement,
+                              absl::AnyInvocable<void()> work, std::shared_ptr<Operation> op,
+                              Deferred* deferred) {
+  if (placement == proto::PLACEMENT_INLINE && deferred != nullptr) {
+    // On the thread that started the operation (the training thread when the tensor was
+    // idle), once the tensor table's lock is released.
+    deferred->push_back(std::move(work));
+    return;
+  }
+  // PLACEMENT_GPU needs device tensors, which the C API does not take yet: host tensors are
+  // compressed on the pool.
+  absl::Status submitted = pool_->Submit(
+      priority, [this, work = std::move(work), op](absl::Status status) mutable {
+        if (!status.ok()) {  // the pool shut down before running it
+          op->RecordError(status);
+          FinishEvents(op, 1);
+          return;
+        }
+        work();
+      });
+  if (!submitted.ok()) {
+    op->RecordError(submitted);
+    FinishEvents(op, 1);
+  }
+}
+
+uint64_t EngineImpl::OnStrategyPrepare(uint64_t version) {
+  std::lock_guard<std::mutex> lock(tensors_mu_);
+  hold_after_round_ = highest_started_round_ + 1;
+  BC_LOG_DEBUG("strategy version ", version, " prepared at round ", highest_started_round_);
+  return highest_started_round_;
+}
+
+void EngineImpl::OnStrategyCommit(const proto::Strategy& strategy) {
+  {
+    std::lock_guard<std::mutex> lock(strategy_mu_);
+    if (absl::Status s = strategies_.Add(strategy); !s.ok()) {
+      BC_LOG_ERROR("strategy update refused: ", s.message());
+    }
+  }
+  Deferred deferred;
+  {
+    std::lock_guard<std::mutex> lock(tensors_mu_);
+    hold_after_round_.reset();
+    std::vector<std::shared_ptr<TensorEntry>> held;
+    held.swap(held_);
+    for (auto& t : held) {
+      if (t->state == TensorState::kReady && !t->busy) StartNextLocked(t, &deferred);
+    }
+  }
+  RunDeferred(deferred);
+}
+
+EngineStats EngineImpl::Stats() const {
+  EngineStats s;
+  s.pushed_bytes = pushed_bytes_.load();
+  s.pushed_raw_bytes = pushed_raw_bytes_.load();
+  s.pulled_bytes = pulled_bytes_.load();
+  s.pulled_raw_bytes = pulled_raw_bytes_.load();
+  s.operations = operations_.load();
+  return s;
 }
 
 void EngineImpl::FinishEvents(const std::shared_ptr<Operation>& op, int64_t events) {
@@ -163,7 +278,8 @@ void EngineImpl::Complete(const std::shared_ptr<Operation>& op) {
   op->MarkDone();
   // The tensor's next operation may start; a failed round leaves the key's rounds out of step
   // with the server, so the tensor stays failed.
-  std::lock_guard<std::mutex> lock(tensors_mu_);
+  Deferred deferred;
+  std::unique_lock<std::mutex> lock(tensors_mu_);
   auto it = tensors_.find(op->name);
   if (it == tensors_.end()) return;
   TensorEntry& tensor = *it->second;
@@ -178,11 +294,14 @@ void EngineImpl::Complete(const std::shared_ptr<Operation>& op) {
     tensor.waiting.clear();
     return;
   }
-  StartNextLocked(tensor);
+  StartNextLocked(it->second, &deferred);
+  lock.unlock();
+  RunDeferred(deferred);
 }
 
 void EngineImpl::OnDeclareReply(const proto::DeclareReply& reply) {
-  std::lock_guard<std::mutex> lock(tensors_mu_);
+  Deferred deferred;
+  std::unique_lock<std::mutex> lock(tensors_mu_);
   auto it = tensors_.find(reply.name());
   if (it == tensors_.end()) return;
   TensorEntry& tensor = *it->second;
@@ -200,7 +319,9 @@ void EngineImpl::OnDeclareReply(const proto::DeclareReply& reply) {
     } else {
       tensor.layout = *layout;
       tensor.state = TensorState::kReady;
-      StartNextLocked(tensor);
+      StartNextLocked(it->second, &deferred);
+      lock.unlock();
+      RunDeferred(deferred);
       return;
     }
   }
@@ -217,7 +338,7 @@ void EngineImpl::FailEngine(const absl::Status& reason) {
     failure_ = reason;
     failed_.store(true);
   }
-  BC_LOG_ERROR(reason.message());
+  if (!shutting_down_) BC_LOG_ERROR(reason.message());
   // Operations not yet handed to the data thread fail here; those in flight fail there.
   std::vector<std::shared_ptr<Operation>> waiting;
   {
@@ -324,12 +445,14 @@ absl::Status EngineImpl::Shutdown() {
     op->cv.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(0, deadline - MonotonicMs())),
                     [&] { return op->done; });
   }
+  shutting_down_ = true;
   FailEngine(absl::CancelledError("the engine shut down with this operation in flight"));
   proto::ControlMessage done;
   done.mutable_worker_done();
   control_queue_.Push(SendControl{std::move(done)});
   control_queue_.Push(StopControl{});
   data_queue_.Push(StopData{});
+  if (pool_ != nullptr) pool_->Shutdown();
   if (data_thread_.joinable()) data_thread_.join();
   if (control_thread_.joinable()) control_thread_.join();
   // Operations whose payload ZeroMQ held are released with the sockets; wake their waiters.
@@ -359,5 +482,7 @@ absl::Status WorkerEngine::Wait(int64_t h, int64_t t) { return impl_->Wait(h, t)
 absl::Status WorkerEngine::Release(int64_t h) { return impl_->Release(h); }
 absl::Status WorkerEngine::Barrier(int64_t t) { return impl_->Barrier(t); }
 absl::Status WorkerEngine::Shutdown() { return impl_->Shutdown(); }
+void WorkerEngine::SetLearningRate(double lr) { impl_->SetLearningRate(lr); }
+EngineStats WorkerEngine::Stats() const { return impl_->Stats(); }
 
 }  // namespace bytecomp::worker

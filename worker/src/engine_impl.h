@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "bytecomp/common.h"
 #include "bytecomp/worker/engine.h"
+#include "bytecomp/cpu_offload.h"
 #include "control.pb.h"
 #include "operation.h"
 #include "wake_queue.h"
@@ -22,14 +23,23 @@
 namespace bytecomp::worker {
 
 // Work for the data I/O thread.
-struct StartOperation {
+struct StartOperation {  // an uncompressed operation: every partition straight from memory
   std::shared_ptr<Operation> op;
+};
+// One encoded partition (or an abort: the worker could not encode it) ready to push.
+struct EncodedPush {
+  std::shared_ptr<Operation> op;
+  int64_t partition = 0;
+  uint32_t stage = 0;  // two-round codecs: 1 or 2
+  std::vector<uint8_t> payload;
+  std::string abort_error;
 };
 struct FailEverything {
   absl::Status reason;
 };
 struct StopData {};
-using DataCommand = std::variant<StartOperation, FailEverything, StopData>;
+using DataCommand =
+    std::variant<StartOperation, std::shared_ptr<EncodedPush>, FailEverything, StopData>;
 
 // Work for the control thread.
 struct SendControl {
@@ -60,15 +70,39 @@ class EngineImpl {
   void FinishEvents(const std::shared_ptr<Operation>& op, int64_t events);
   void OnDeclareReply(const proto::DeclareReply& reply);
   void OnBarrierRelease(const proto::BarrierRelease& release);
+  // Strategy switch: hold rounds beyond the highest started + 1; returns that highest round.
+  uint64_t OnStrategyPrepare(uint64_t version);
+  void OnStrategyCommit(const proto::Strategy& strategy);
+  // Pool work of a compressed operation (codec_work.cc).
+  void EncodePartition(const std::shared_ptr<Operation>& op, int64_t partition);
+  void DecodePartition(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
+                       zmq::message_t payload, int server);
+  void SetLearningRate(double lr) { learning_rate_.store(lr); }
+  void CountPush(int64_t payload_bytes, int64_t raw_bytes) {
+    pushed_bytes_ += payload_bytes;
+    pushed_raw_bytes_ += raw_bytes;
+  }
+  void CountPull(int64_t payload_bytes, int64_t raw_bytes) {
+    pulled_bytes_ += payload_bytes;
+    pulled_raw_bytes_ += raw_bytes;
+  }
+  EngineStats Stats() const;
 
  private:
   friend class ControlLoop;
   friend class DataLoop;
 
   absl::Status EngineStatus();
+  using Deferred = std::vector<absl::AnyInvocable<void()>>;
+  // Runs work that StartNextLocked deferred until tensors_mu_ is released (inline encodes).
+  static void RunDeferred(Deferred& work);
+  void SubmitToPool(int priority, proto::Placement placement, absl::AnyInvocable<void()> work,
+                    std::shared_ptr<Operation> op, Deferred* deferred);
+  compress::CodecContext ContextFor(const Operation& op, int64_t partition, uint32_t node) const;
+  void WriteResult(Operation& op, int64_t partition, const float* sum);
   std::shared_ptr<TensorEntry> FindOrDeclareLocked(const std::string& name, int64_t count,
                                                    proto::DType dtype, absl::Status* error);
-  void StartNextLocked(TensorEntry& tensor);
+  void StartNextLocked(const std::shared_ptr<TensorEntry>& tensor, Deferred* deferred);
   void Complete(const std::shared_ptr<Operation>& op);
   std::shared_ptr<Operation> FindHandle(int64_t handle);
 
@@ -92,11 +126,24 @@ class EngineImpl {
   uint64_t barrier_sequence_ = 0;
   uint64_t barrier_released_ = 0;
 
+  mutable std::mutex strategy_mu_;
+  compress::StrategyHistory strategies_;
+  // Set between StrategyPrepare and StrategyCommit: no round beyond it starts (tensors_mu_).
+  std::optional<uint64_t> hold_after_round_;
+  std::vector<std::shared_ptr<TensorEntry>> held_;  // tensors waiting for the commit
+  uint64_t highest_started_round_ = 0;              // tensors_mu_
+
+  std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
+  std::atomic<double> learning_rate_{0.0};
+  std::atomic<int64_t> pushed_bytes_{0}, pushed_raw_bytes_{0}, pulled_bytes_{0},
+      pulled_raw_bytes_{0}, operations_{0};
+
   WakeQueue<DataCommand> data_queue_;
   WakeQueue<ControlCommand> control_queue_;
   std::thread data_thread_;
   std::thread control_thread_;
   bool shut_down_ = false;
+  std::atomic<bool> shutting_down_{false};
 };
 
 // The control thread's loop: owns the SchedulerClient.
@@ -122,6 +169,7 @@ class DataLoop {
  private:
   struct PartitionTask {
     std::shared_ptr<Operation> op;
+    std::shared_ptr<EncodedPush> encoded;  // null: uncompressed, straight from the caller
     int64_t partition = 0;
     int priority = 0;
     uint64_t sequence = 0;
@@ -133,6 +181,9 @@ class DataLoop {
   struct InFlight {
     std::shared_ptr<Operation> op;
     int64_t partition = 0;
+    uint32_t stage = 0;
+    bool compressed = false;
+    bool aborted = false;
     int server = 0;
     int64_t bytes = 0;  // push bytes not yet acknowledged by the server
   };
@@ -141,6 +192,8 @@ class DataLoop {
   void Enqueue(const std::shared_ptr<Operation>& op);
   void SendReady();
   void Send(const PartitionTask& task);
+  void SendAbort(const Operation& op, int64_t partition, uint32_t stage, const std::string& why);
+  proto::DataHeader HeaderFor(const Operation& op, int64_t partition, uint32_t stage) const;
   void HandleReply(int server, std::vector<zmq::message_t>& frames);
   void FailAll(const absl::Status& reason);
 

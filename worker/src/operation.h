@@ -11,11 +11,25 @@
 
 #include "absl/status/status.h"
 #include "bytecomp/common/partition.h"
+#include "bytecomp/compress.h"
+#include "bytecomp/compress/strategy.h"
 #include "data.pb.h"
 
 namespace bytecomp::worker {
 
 class EngineImpl;
+struct TensorEntry;
+
+// A partition's codec objects on this worker: the push codec and its error-feedback memory,
+// and the decoder of two-way pulls. Made for one strategy version; used by one pool task at a
+// time (a tensor's operations run one after another).
+struct PartitionCodec {
+  uint64_t version = 0;
+  std::unique_ptr<compress::Codec> push;
+  std::unique_ptr<compress::Memory> memory;
+  std::unique_ptr<compress::Codec> pull;  // two-way only
+  std::vector<float> input, compensated, decoded, output;  // scratch, reused across rounds
+};
 
 struct Operation {
   int64_t handle = 0;
@@ -27,11 +41,16 @@ struct Operation {
   bool average = false;
   // Set when the operation starts (the tensor's declaration is known).
   TensorLayout layout;
-  uint64_t round = 0;
+  uint64_t round = 0;       // training round: the tensor's push_pull count
+  uint64_t wire_round = 0;  // the key's first exchange of this round on the server
+  compress::TensorPlan plan;
+  bool two_round = false;   // PowerSGD: two exchanges per round
+  std::shared_ptr<TensorEntry> tensor;
 
-  // Two events per partition: the pull reply (or its failure) and ZeroMQ releasing the
-  // zero-copy push payload. The operation completes when both happened for every partition,
-  // so the caller may free or overwrite its memory the moment the handle is done.
+  // Uncompressed: two events per partition, the pull reply (or its failure) and ZeroMQ
+  // releasing the zero-copy push payload (the caller's memory), so the caller may reuse its
+  // memory the moment the handle is done. Compressed: one per partition, the decoded result
+  // written (the payload is the engine's own buffer).
   std::atomic<int64_t> pending_events{0};
 
   std::mutex mu;
@@ -67,7 +86,9 @@ struct TensorEntry {
   TensorState state = TensorState::kDeclaring;
   absl::Status error;
   TensorLayout layout;
-  uint64_t next_round = 0;
+  uint64_t next_round = 0;       // training rounds started
+  uint64_t next_wire_round = 0;  // exchanges with the servers started (2 per PowerSGD round)
+  std::vector<PartitionCodec> codecs;
   // Operations on one tensor run one at a time, in submission order: a key's rounds follow
   // each other on the server.
   bool busy = false;

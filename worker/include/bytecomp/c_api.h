@@ -78,12 +78,27 @@ BYTECOMP_API int bytecomp_push_pull(const char* name, void* data, int64_t elemen
 
 /* 1 when done (successfully), 0 while pending, a negative code if it failed. */
 BYTECOMP_API int bytecomp_poll(bytecomp_handle_t handle);
-/* Waits up to timeout_ms (< 0: forever). BYTECOMP_OK, BYTECOMP_ERR_TIMEOUT or the failure.
- * A completed handle is released by a successful wait, or by bytecomp_release. */
+/* Waits up to timeout_ms (< 0: forever). BYTECOMP_OK, BYTECOMP_ERR_TIMEOUT or the failure
+ * (its text: bytecomp_last_error). A wait that sees the operation complete, successfully or
+ * not, releases the handle; bytecomp_release releases one without waiting. */
 BYTECOMP_API int bytecomp_wait(bytecomp_handle_t handle, int64_t timeout_ms);
 BYTECOMP_API int bytecomp_release(bytecomp_handle_t handle);
 /* Copies the handle's error text (empty if none) into buf (NUL-terminated, truncated). */
 BYTECOMP_API int bytecomp_handle_error(bytecomp_handle_t handle, char* buf, size_t buf_len);
+
+/* The optimiser's current learning rate, for codecs that need it (efsignsgd); call it
+ * whenever the learning rate changes. */
+BYTECOMP_API int bytecomp_set_learning_rate(double learning_rate);
+
+/* Bytes this worker moved: on the wire (compressed) and what they stand for (uncompressed). */
+typedef struct {
+  int64_t pushed_bytes;
+  int64_t pushed_raw_bytes;
+  int64_t pulled_bytes;
+  int64_t pulled_raw_bytes;
+  int64_t operations;
+} bytecomp_stats_t;
+BYTECOMP_API int bytecomp_get_stats(bytecomp_stats_t* stats);
 
 /* Blocks until every worker reached the barrier (or a node failed / timeout). */
 BYTECOMP_API int bytecomp_barrier(int64_t timeout_ms);

@@ -39,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bytecomp/scheduler/partition_assigner.h"
+#include "bytecomp/scheduler/strategy_keeper.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "zmq.hpp"
@@ -54,6 +55,8 @@ struct SchedulerOptions {
   int port = -1;
   // On exit, how long queued messages (Shutdown, NodeFailed) may take to reach the nodes.
   int shutdown_linger_ms = 1000;
+  // Strategy file (proto/strategy.proto); empty: nothing is compressed. Reloaded on SIGHUP.
+  std::string strategy_path;
 };
 
 class Scheduler {
@@ -81,6 +84,8 @@ class Scheduler {
   void StopForSignal(int signal_number);
   // Async-signal-safe (SIGHUP): ask Run to reload the strategy file. The job goes on.
   void RequestReload();
+  // The strategy in force (tests).
+  const proto::Strategy& strategy() const { return strategy_.current(); }
   // The signal passed to StopForSignal, or 0.
   int stop_signal() const { return stop_signal_.load(); }
 
@@ -130,6 +135,7 @@ class Scheduler {
                          bool servers_only = false);
   void Finish(absl::Status status);
   void ReloadStrategy();
+  void HandleStrategyPrepareReply(Node& node, const proto::StrategyPrepareReply& reply);
   void LogBadMessage(const std::string& what);
 
   bool JobComplete() const { return topology_sent_; }
@@ -160,6 +166,7 @@ class Scheduler {
   std::set<std::string> undecided_declarations_;  // names still waiting for workers
   uint32_t next_tensor_id_ = 0;
   PartitionAssigner assigner_;
+  StrategyKeeper strategy_;
   int workers_done_ = 0;
   int64_t bad_messages_ = 0;  // malformed, unexpected or unregistered messages
 

@@ -1,18 +1,25 @@
 // Per key and round: sums pushes, answers pulls. Owned by one engine thread; its keys are
 // disjoint from every other engine's, so no lock is taken.
 //
-// Round bookkeeping: a key accumulates one round at a time. The first push of a round becomes
-// the accumulator (its receive buffer is reused in place: no copy); later pushes are added.
-// When all W workers pushed, the sum becomes the key's ready round and the next round starts
-// accumulating. A worker pushes round r+1 only after it pulled round r, so two buffers per key
+// Round bookkeeping: a key accumulates one round at a time. Uncompressed fp32: the first push
+// of a round becomes the accumulator (its receive buffer is summed in place: no copy); later
+// pushes are added. Compressed: the codec's aggregator (majority vote, sparse add, summed
+// values, decode-and-add) sums into fp32. When all W workers pushed, the sum becomes the key's
+// ready round (re-encoded with the pull codec for two-way compression) and the next round
+// starts. A worker pushes round r+1 only after it pulled round r, so two buffers per key
 // (accumulating, ready) suffice; a pull for the accumulating round is held until it completes.
+// A push carrying an error (an abort: the worker could not encode) completes the round with
+// that error for every worker, so no one waits for a push that will never come.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "bytecomp/compress.h"
+#include "bytecomp/server/catalog.h"
 #include "data.pb.h"
 #include "zmq.hpp"
 
@@ -27,7 +34,8 @@ struct OutgoingReply {
 
 class KeyStore {
  public:
-  KeyStore(int my_rank, int num_workers) : my_rank_(my_rank), num_workers_(num_workers) {}
+  KeyStore(int my_rank, int num_workers, const Catalog& catalog)
+      : my_rank_(my_rank), num_workers_(num_workers), catalog_(catalog) {}
 
   // Handles a validated PUSH or PULL; appends the replies it causes (an ack, held pulls
   // answered, or an error) to *out.
@@ -44,32 +52,60 @@ class KeyStore {
     zmq::message_t identity;
     proto::DataHeader header;
   };
+  // A compressed key's codec objects, kept across rounds while version and stage stay.
+  struct CodecState {
+    uint64_t version = 0;
+    uint32_t stage = 0;
+    size_t elements = 0;
+    std::unique_ptr<compress::Aggregator> aggregator;
+    compress::TensorPlan plan;
+    std::unique_ptr<compress::Codec> pull_codec;     // two-way
+    std::unique_ptr<compress::Memory> pull_memory;   // the server's error feedback
+    std::vector<float> compensated, decoded;         // scratch for EncodeWithMemory
+  };
   struct KeyState {
     uint64_t accumulating_round = 0;
     int pushes = 0;
     std::vector<bool> pushed;       // by worker rank, for the accumulating round
-    zmq::message_t accumulator;     // fp32 payload: the first push's buffer, summed in place
-    std::vector<float> wide_sum;    // fp16/bf16 payloads: summed in fp32 here
+    // What the accumulating round is: its first push sets these, the others must agree.
+    uint64_t round_version = 0;
+    std::string round_codec;
+    uint32_t round_stage = 0;
+    uint64_t round_iteration = 0;
+    std::string round_error;        // set by an abort or a failed aggregation
+    zmq::message_t accumulator;     // raw fp32: the first push's buffer, summed in place
+    std::vector<float> wide_sum;    // raw fp16/bf16: summed in fp32 here
+    std::unique_ptr<CodecState> codec;
+    // Compressed pushes wait here and are aggregated in worker-rank order once all arrived,
+    // so a round's result does not depend on arrival order (bit-reproducible).
+    std::vector<zmq::message_t> encoded;
     bool has_ready = false;
     uint64_t ready_round = 0;
-    zmq::message_t ready;           // the sum in the key's dtype, shared by every pull reply
+    std::string ready_error;        // the completed round failed: pulls get this error
+    std::string ready_codec;        // codec of the ready payload ("" raw or fp32 sum)
+    zmq::message_t ready;           // the sum, shared by every pull reply
     std::vector<HeldPull> held;
   };
 
   void Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
             zmq::message_t payload, std::vector<OutgoingReply>* out);
+  void AddRaw(KeyState& key, const proto::DataHeader& h, zmq::message_t payload);
+  absl::Status PrepareCodec(KeyState& key, const proto::DataHeader& h);
   void Pull(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
             std::vector<OutgoingReply>* out);
   void CompleteRound(KeyState& key, const proto::DataHeader& h, std::vector<OutgoingReply>* out);
+  absl::Status FinishEncoded(KeyState& key, const proto::DataHeader& h);
   OutgoingReply PullReply(const KeyState& key, zmq::message_t identity,
                           const proto::DataHeader& request);
   OutgoingReply Reply(zmq::message_t identity, const proto::DataHeader& request,
                       proto::DataOp op);
   OutgoingReply Error(zmq::message_t identity, const proto::DataHeader& request,
                       std::string message);
+  compress::CodecContext ContextOf(const proto::DataHeader& h, uint32_t node) const;
 
   int my_rank_;
   int num_workers_;
+  const Catalog& catalog_;
   uint64_t rounds_completed_ = 0;
   absl::flat_hash_map<uint64_t, KeyState> keys_;
 };

@@ -1,40 +1,46 @@
-// Checks every field of a data request against what the scheduler declared, before the
-// request reaches a key's state. Owned by the server's I/O thread.
+// Checks every field of a data request against what the scheduler declared (tensors and
+// strategy versions), before the request reaches a key's state. Owned by the I/O thread.
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <memory>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "bytecomp/common/partition.h"
+#include "bytecomp/server/catalog.h"
 #include "data.pb.h"
 
 namespace bytecomp::server {
 
 class RequestValidator {
  public:
-  RequestValidator(int my_rank, int num_workers) : my_rank_(my_rank), num_workers_(num_workers) {}
+  RequestValidator(int my_rank, int num_workers, int num_servers)
+      : my_rank_(my_rank), num_workers_(num_workers), catalog_(num_servers) {}
 
-  // Records a tensor declared by the scheduler (only partitions this server owns matter).
-  void AddTensor(const TensorLayout& layout);
-  bool IsDeclared(uint64_t key) const;
+  Catalog& catalog() { return catalog_; }
+
+  // The request names a tensor or strategy version this server has not heard of yet (the
+  // worker may learn of it a moment earlier): the caller parks it for a while.
+  bool AwaitsDeclaration(const proto::DataHeader& header) const;
 
   // OK if the request may be handed to the key's engine: op is PUSH or PULL, the sender is a
   // worker rank, the key is declared and owned by this server, element count and dtype match
-  // the declaration, the codec is supported, and the payload has exactly the expected bytes
-  // (PUSH) or is absent (PULL). The error says which field is wrong and what was expected.
+  // the declaration, the codec is the one the tensor's strategy version names, and the payload
+  // has exactly the raw size (uncompressed) or at most the codec's bound (compressed); a PULL
+  // or an abort (a PUSH carrying an error) has no payload. The error says which field is wrong.
   absl::Status Validate(const proto::DataHeader& header, bool has_payload,
-                        size_t payload_size) const;
+                        size_t payload_size);
 
  private:
-  struct PartitionInfo {
-    int64_t element_count;
-    proto::DType dtype;
-  };
+  // Upper bound of a push payload for (tensor, version, partition size).
+  size_t MaxPayloadBytes(uint32_t tensor_id, uint64_t version, const compress::TensorPlan& plan,
+                         int64_t elements);
+
   int my_rank_;
   int num_workers_;
-  absl::flat_hash_map<uint64_t, PartitionInfo> partitions_;
+  Catalog catalog_;
+  absl::flat_hash_map<std::pair<uint64_t, int64_t>, size_t> max_bytes_;  // (version, n)
 };
 
 }  // namespace bytecomp::server

@@ -36,6 +36,15 @@ struct EngineInfo {
   int64_t partition_bytes = 0;
 };
 
+// Bytes moved by this worker, compressed (on the wire) and uncompressed (what they stand for).
+struct EngineStats {
+  int64_t pushed_bytes = 0;
+  int64_t pushed_raw_bytes = 0;
+  int64_t pulled_bytes = 0;
+  int64_t pulled_raw_bytes = 0;
+  int64_t operations = 0;
+};
+
 class EngineImpl;
 
 class WorkerEngine {
@@ -54,6 +63,9 @@ class WorkerEngine {
   absl::Status Wait(int64_t handle, int64_t timeout_ms);
   absl::Status Release(int64_t handle);
   absl::Status Barrier(int64_t timeout_ms);
+  // The optimiser's current learning rate, for codecs that need it (efsignsgd).
+  void SetLearningRate(double learning_rate);
+  EngineStats Stats() const;
   // Completes or fails everything in flight, tells the scheduler, stops the threads.
   absl::Status Shutdown();
 

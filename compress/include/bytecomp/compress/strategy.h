@@ -1,0 +1,61 @@
+// The Strategy (proto/strategy.proto) as every node applies it: loading with errors that name
+// file, line and field; which codec a tensor gets; which version a round uses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "bytecomp/compress/codec.h"
+#include "strategy.pb.h"
+
+namespace bytecomp::compress {
+
+// Tensors smaller than this stay uncompressed unless their entry forces it (as BytePS).
+constexpr int64_t kDefaultMinCompressBytes = 65536;
+
+// Parses and validates a strategy file: syntax errors, unknown fields, unknown codec or memory
+// names and bad parameters are InvalidArgument errors of the form
+// "strategy.pbtxt:7:20: tensors[1].push_codec.name: unknown codec 'topkk'; valid codecs: ...".
+absl::StatusOr<proto::Strategy> LoadStrategyFile(const std::string& path);
+absl::StatusOr<proto::Strategy> ParseStrategy(absl::string_view text, absl::string_view source);
+// Validates codec and memory names and parameters (no locations: for strategies from the wire).
+absl::Status ValidateStrategy(const proto::Strategy& strategy);
+
+// What the strategy says for one tensor.
+struct TensorPlan {
+  uint64_t version = 0;
+  proto::CodecConfig push;  // empty name: raw values
+  proto::CodecConfig pull;  // empty name: one-way (the fp32 sum comes back)
+  proto::Placement compress_on = proto::PLACEMENT_DEFAULT;
+  proto::Placement decompress_on = proto::PLACEMENT_DEFAULT;
+  bool compressed() const { return !push.name().empty() && push.name() != "none"; }
+  bool two_way() const { return compressed() && !pull.name().empty() && pull.name() != "none"; }
+};
+
+// The first entry whose name_pattern matches (glob: * and ?); tensors under
+// min_compress_bytes stay raw unless the entry sets force.
+TensorPlan PlanFor(const proto::Strategy& strategy, absl::string_view tensor_name,
+                   int64_t tensor_bytes);
+bool GlobMatch(absl::string_view pattern, absl::string_view name);
+// Codec params of a CodecConfig as the registry takes them.
+CodecParams ParamsOf(const proto::CodecConfig& config);
+CodecParams MemoryParamsOf(const proto::CodecConfig& config);
+
+// The versions a node knows, each from its first_round on.
+class StrategyHistory {
+ public:
+  // Versions must increase; a version's first_round must not precede the previous one's.
+  absl::Status Add(const proto::Strategy& strategy);
+  // The version in force at `round` (the latest whose first_round <= round); nullptr if none.
+  const proto::Strategy* ForRound(uint64_t round) const;
+  const proto::Strategy* Version(uint64_t version) const;
+  uint64_t latest_version() const { return versions_.empty() ? 0 : versions_.back().version(); }
+
+ private:
+  std::vector<proto::Strategy> versions_;
+};
+
+}  // namespace bytecomp::compress

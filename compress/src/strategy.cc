@@ -1,0 +1,201 @@
+#include "bytecomp/compress/strategy.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "bytecomp/common/config.h"
+#include "bytecomp/compress/memory.h"
+#include "bytecomp/compress/registry.h"
+#include "google/protobuf/text_format.h"
+
+namespace bytecomp::compress {
+namespace {
+
+using google::protobuf::TextFormat;
+
+// "file:line:col: " of a field inside tensors[i].<config>, when the parse recorded it.
+std::string Where(absl::string_view source, const TextFormat::ParseInfoTree* tree,
+                  int tensor_index, const char* config_field, const char* leaf) {
+  if (tree == nullptr) return std::string(source) + ": ";
+  const auto* strategy_desc = proto::Strategy::descriptor();
+  const auto* tensors_field = strategy_desc->FindFieldByName("tensors");
+  const TextFormat::ParseInfoTree* entry = tree->GetTreeForNested(tensors_field, tensor_index);
+  TextFormat::ParseLocation loc = tree->GetLocation(tensors_field, tensor_index);
+  if (entry != nullptr) {
+    const auto* config = proto::TensorStrategy::descriptor()->FindFieldByName(config_field);
+    const TextFormat::ParseInfoTree* codec = entry->GetTreeForNested(config, 0);
+    if (codec != nullptr) {
+      const auto* f = proto::CodecConfig::descriptor()->FindFieldByName(leaf);
+      TextFormat::ParseLocation l = codec->GetLocation(f, f->is_repeated() ? 0 : -1);
+      if (l.line >= 0) loc = l;
+    }
+  }
+  if (loc.line < 0) return std::string(source) + ": ";
+  return absl::StrCat(source, ":", loc.line + 1, ":", loc.column + 1, ": ");
+}
+
+absl::Status CheckCodec(const proto::CodecConfig& c, const std::string& field) {
+  if (c.name().empty() || c.name() == "none") {
+    if (!c.memory().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".memory: '", c.memory(),
+                                                     "' needs a codec"));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<Codec>> codec = CreateCodec(c.name(), ParamsOf(c));
+  if (!codec.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", codec.status().message()));
+  if (!c.memory().empty()) {
+    absl::StatusOr<std::unique_ptr<Memory>> memory = CreateMemory(c.memory(), MemoryParamsOf(c));
+    if (!memory.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".memory: ", memory.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const proto::Strategy& s, absl::string_view source,
+                      const TextFormat::ParseInfoTree* tree) {
+  if (s.min_compress_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": min_compress_bytes must be >= 0"));
+  }
+  for (int i = 0; i < s.tensors_size(); ++i) {
+    const proto::TensorStrategy& t = s.tensors(i);
+    const std::string entry = absl::StrCat("tensors[", i, "]");
+    if (t.name_pattern().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(source, tree, i, "push_codec", "name"), entry, ".name_pattern: empty"));
+    }
+    if (t.partition_bytes() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, i, "push_codec", "name"),
+                                                     entry, ".partition_bytes must be >= 0"));
+    }
+    for (const char* field : {"push_codec", "pull_codec"}) {
+      const proto::CodecConfig& c = std::string(field) == "push_codec" ? t.push_codec() : t.pull_codec();
+      absl::Status st = CheckCodec(c, absl::StrCat(entry, ".", field));
+      if (!st.ok()) {
+        const char* leaf = absl::StrContains(st.message(), "param") ? "params" : "name";
+        if (absl::StrContains(st.message(), ".memory")) leaf = "memory";
+        return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, i, field, leaf), st.message()));
+      }
+    }
+    const bool has_push = !t.push_codec().name().empty() && t.push_codec().name() != "none";
+    const bool has_pull = !t.pull_codec().name().empty() && t.pull_codec().name() != "none";
+    if (has_pull && !has_push) {
+      return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, i, "pull_codec", "name"),
+                                                     entry, ".pull_codec: two-way compression "
+                                                     "needs a push_codec"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CodecParams ParamsOf(const proto::CodecConfig& config) {
+  return CodecParams(config.params().begin(), config.params().end());
+}
+
+CodecParams MemoryParamsOf(const proto::CodecConfig& config) {
+  return CodecParams(config.memory_params().begin(), config.memory_params().end());
+}
+
+absl::StatusOr<proto::Strategy> ParseStrategy(absl::string_view text, absl::string_view source) {
+  proto::Strategy strategy;
+  if (absl::Status s = ParseTextProto(text, source, &strategy); !s.ok()) return s;
+  // Parse again with locations, for semantic errors (cheap: strategy files are small).
+  TextFormat::Parser parser;
+  TextFormat::ParseInfoTree tree;
+  parser.WriteLocationsTo(&tree);
+  proto::Strategy located;
+  parser.ParseFromString(std::string(text), &located);
+  if (absl::Status s = Validate(strategy, source, &tree); !s.ok()) return s;
+  if (strategy.min_compress_bytes() == 0) strategy.set_min_compress_bytes(kDefaultMinCompressBytes);
+  return strategy;
+}
+
+absl::StatusOr<proto::Strategy> LoadStrategyFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open strategy file '", path, "'"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseStrategy(buffer.str(), path);
+}
+
+absl::Status ValidateStrategy(const proto::Strategy& strategy) {
+  return Validate(strategy, "strategy", nullptr);
+}
+
+bool GlobMatch(absl::string_view pattern, absl::string_view name) {
+  // Iterative matcher with backtracking to the last '*'.
+  size_t p = 0, n = 0, star = absl::string_view::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (star != absl::string_view::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+TensorPlan PlanFor(const proto::Strategy& strategy, absl::string_view tensor_name,
+                   int64_t tensor_bytes) {
+  TensorPlan plan;
+  plan.version = strategy.version();
+  for (const proto::TensorStrategy& t : strategy.tensors()) {
+    if (!GlobMatch(t.name_pattern(), tensor_name)) continue;
+    const int64_t min_bytes =
+        strategy.min_compress_bytes() > 0 ? strategy.min_compress_bytes() : kDefaultMinCompressBytes;
+    if (tensor_bytes < min_bytes && !t.force()) return plan;
+    plan.push = t.push_codec();
+    plan.pull = t.pull_codec();
+    plan.compress_on = t.compress_on();
+    plan.decompress_on = t.decompress_on();
+    return plan;
+  }
+  return plan;
+}
+
+absl::Status StrategyHistory::Add(const proto::Strategy& strategy) {
+  if (!versions_.empty()) {
+    const proto::Strategy& last = versions_.back();
+    if (strategy.version() <= last.version()) {
+      return absl::InvalidArgumentError(absl::StrCat("strategy version ", strategy.version(),
+                                                     " after version ", last.version()));
+    }
+    if (strategy.first_round() < last.first_round()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strategy version ", strategy.version(), " starts at round ", strategy.first_round(),
+          ", before version ", last.version(), " (round ", last.first_round(), ")"));
+    }
+  }
+  versions_.push_back(strategy);
+  return absl::OkStatus();
+}
+
+const proto::Strategy* StrategyHistory::ForRound(uint64_t round) const {
+  for (auto it = versions_.rbegin(); it != versions_.rend(); ++it) {
+    if (it->first_round() <= round) return &*it;
+  }
+  return nullptr;
+}
+
+const proto::Strategy* StrategyHistory::Version(uint64_t version) const {
+  for (const proto::Strategy& s : versions_) {
+    if (s.version() == version) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace bytecomp::compress

@@ -1,0 +1,42 @@
+// The scheduler's live Strategy: loaded from a file, versioned, and changed in two phases so
+// that every worker and server switches at the same round (control.proto, StrategyPrepare).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "control.pb.h"
+#include "strategy.pb.h"
+
+namespace bytecomp {
+
+class StrategyKeeper {
+ public:
+  // Loads the initial strategy (version 1, first round 0). An empty path: no compression.
+  absl::Status LoadInitial(const std::string& path);
+  const proto::Strategy& current() const { return current_; }
+  const std::string& path() const { return path_; }
+  bool update_pending() const { return pending_.has_value(); }
+
+  // Re-reads the file. An invalid file is an error naming file, line and field, and the
+  // current strategy stays. On success returns the StrategyPrepare to send to every worker.
+  absl::StatusOr<proto::ControlMessage> BeginReload();
+  // Starts an update to `strategy` (from the planner, or tests), as BeginReload does.
+  absl::StatusOr<proto::ControlMessage> BeginUpdate(proto::Strategy strategy);
+  // A worker's StrategyPrepareReply. Once all `num_workers` answered, returns the
+  // StrategyCommit (servers first, then workers) and makes the new strategy current.
+  std::optional<proto::ControlMessage> OnPrepareReply(int worker_rank,
+                                                      const proto::StrategyPrepareReply& reply,
+                                                      int num_workers);
+
+ private:
+  std::string path_;
+  proto::Strategy current_;
+  std::optional<proto::Strategy> pending_;
+  std::map<int, uint64_t> highest_round_by_worker_;
+};
+
+}  // namespace bytecomp

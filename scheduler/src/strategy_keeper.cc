@@ -1,0 +1,68 @@
+#include "bytecomp/scheduler/strategy_keeper.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common/logging.h"
+#include "bytecomp/compress/strategy.h"
+
+namespace bytecomp {
+
+absl::Status StrategyKeeper::LoadInitial(const std::string& path) {
+  path_ = path;
+  current_ = proto::Strategy();
+  if (!path.empty()) {
+    absl::StatusOr<proto::Strategy> loaded = compress::LoadStrategyFile(path);
+    if (!loaded.ok()) return loaded.status();
+    current_ = *loaded;
+  } else {
+    current_.set_min_compress_bytes(compress::kDefaultMinCompressBytes);
+  }
+  current_.set_version(1);
+  current_.set_first_round(0);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<proto::ControlMessage> StrategyKeeper::BeginReload() {
+  if (path_.empty()) {
+    return absl::FailedPreconditionError("no strategy file was given (--strategy), nothing to reload");
+  }
+  absl::StatusOr<proto::Strategy> loaded = compress::LoadStrategyFile(path_);
+  if (!loaded.ok()) return loaded.status();
+  return BeginUpdate(*std::move(loaded));
+}
+
+absl::StatusOr<proto::ControlMessage> StrategyKeeper::BeginUpdate(proto::Strategy strategy) {
+  if (pending_.has_value()) {
+    return absl::UnavailableError(absl::StrCat("strategy version ", pending_->version(),
+                                               " is still being switched to; try again"));
+  }
+  if (absl::Status s = compress::ValidateStrategy(strategy); !s.ok()) return s;
+  strategy.set_version(current_.version() + 1);
+  pending_ = std::move(strategy);
+  highest_round_by_worker_.clear();
+  proto::ControlMessage prepare;
+  prepare.mutable_strategy_prepare()->set_version(pending_->version());
+  return prepare;
+}
+
+std::optional<proto::ControlMessage> StrategyKeeper::OnPrepareReply(
+    int worker_rank, const proto::StrategyPrepareReply& reply, int num_workers) {
+  if (!pending_.has_value() || reply.version() != pending_->version()) return std::nullopt;
+  highest_round_by_worker_[worker_rank] = reply.highest_started_round();
+  if (static_cast<int>(highest_round_by_worker_.size()) < num_workers) return std::nullopt;
+  uint64_t highest = 0;
+  for (const auto& [rank, round] : highest_round_by_worker_) highest = std::max(highest, round);
+  // Every worker holds rounds beyond (its highest + 1) until the commit: highest + 2 is a
+  // round nobody has started, and the earliest safe one.
+  pending_->set_first_round(highest + 2);
+  current_ = *std::move(pending_);
+  pending_.reset();
+  proto::ControlMessage commit;
+  *commit.mutable_strategy_commit()->mutable_strategy() = current_;
+  BC_LOG_INFO("strategy version ", current_.version(), " applies from round ",
+              current_.first_round(), " (", current_.tensors_size(), " entries)");
+  return commit;
+}
+
+}  // namespace bytecomp

@@ -1,0 +1,42 @@
+// What the scheduler told a server: the declared tensors and the strategy versions. The I/O
+// thread validates requests against its copy; each engine thread keeps its own copy, updated
+// in order with the requests it is handed, so no lock is shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "bytecomp/common/partition.h"
+#include "bytecomp/compress/strategy.h"
+#include "control.pb.h"
+
+namespace bytecomp::server {
+
+struct DeclaredTensor {
+  std::string name;
+  TensorLayout layout;
+};
+
+class Catalog {
+ public:
+  explicit Catalog(int num_servers) : num_servers_(num_servers) {}
+
+  absl::Status AddTensor(const proto::DeclareReply& declared);
+  absl::Status AddStrategy(const proto::Strategy& strategy);
+
+  const DeclaredTensor* Tensor(uint32_t tensor_id) const;
+  bool HasVersion(uint64_t version) const { return history_.Version(version) != nullptr; }
+  const proto::Strategy* Strategy(uint64_t version) const { return history_.Version(version); }
+  // The tensor's plan under a known strategy version (version 0: raw).
+  compress::TensorPlan Plan(const DeclaredTensor& tensor, uint64_t version) const;
+
+ private:
+  int num_servers_;
+  absl::flat_hash_map<uint32_t, DeclaredTensor> tensors_;
+  compress::StrategyHistory history_;
+};
+
+}  // namespace bytecomp::server

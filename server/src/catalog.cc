@@ -1,0 +1,32 @@
+#include "bytecomp/server/catalog.h"
+
+#include "bytecomp/common/dtype.h"
+
+namespace bytecomp::server {
+
+absl::Status Catalog::AddTensor(const proto::DeclareReply& declared) {
+  absl::StatusOr<TensorLayout> layout = LayoutFromDeclareReply(declared, num_servers_);
+  if (!layout.ok()) return layout.status();
+  tensors_[layout->tensor_id] = DeclaredTensor{declared.name(), *layout};
+  return absl::OkStatus();
+}
+
+absl::Status Catalog::AddStrategy(const proto::Strategy& strategy) {
+  if (history_.Version(strategy.version()) != nullptr) return absl::OkStatus();
+  return history_.Add(strategy);
+}
+
+const DeclaredTensor* Catalog::Tensor(uint32_t tensor_id) const {
+  auto it = tensors_.find(tensor_id);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+compress::TensorPlan Catalog::Plan(const DeclaredTensor& tensor, uint64_t version) const {
+  const proto::Strategy* strategy = history_.Version(version);
+  if (strategy == nullptr) return compress::TensorPlan{};
+  return compress::PlanFor(*strategy, tensor.name,
+                           tensor.layout.element_count *
+                               static_cast<int64_t>(DTypeSize(tensor.layout.dtype)));
+}
+
+}  // namespace bytecomp::server

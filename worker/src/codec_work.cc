@@ -1,0 +1,182 @@
+// The pool's work for compressed operations: encode a partition (with its error-feedback
+// memory) before the push, decode the pulled sum after. Each partition's codec objects are
+// used by one task at a time: a tensor's operations run one after another, and within one the
+// partitions are independent.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/compress/two_round.h"
+#include "engine_impl.h"
+
+namespace bytecomp::worker {
+namespace {
+
+absl::Status EnsureCodecs(PartitionCodec& pc, const compress::TensorPlan& plan) {
+  if (pc.push != nullptr && pc.version == plan.version) return absl::OkStatus();
+  pc = PartitionCodec{};
+  pc.version = plan.version;
+  absl::StatusOr<std::unique_ptr<compress::Codec>> push =
+      compress::CreateCodec(plan.push.name(), compress::ParamsOf(plan.push));
+  if (!push.ok()) return push.status();
+  pc.push = *std::move(push);
+  if (!plan.push.memory().empty()) {
+    absl::StatusOr<std::unique_ptr<compress::Memory>> memory =
+        compress::CreateMemory(plan.push.memory(), compress::MemoryParamsOf(plan.push));
+    if (!memory.ok()) return memory.status();
+    pc.memory = *std::move(memory);
+  }
+  if (plan.two_way()) {
+    absl::StatusOr<std::unique_ptr<compress::Codec>> pull =
+        compress::CreateCodec(plan.pull.name(), compress::ParamsOf(plan.pull));
+    if (!pull.ok()) return pull.status();
+    pc.pull = *std::move(pull);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+compress::CodecContext EngineImpl::ContextFor(const Operation& op, int64_t partition,
+                                              uint32_t node) const {
+  compress::CodecContext ctx;
+  ctx.key = MakeKey(op.layout.tensor_id, static_cast<uint32_t>(partition));
+  ctx.round = op.round;
+  ctx.node = node;
+  ctx.learning_rate = static_cast<float>(learning_rate_.load());
+  {
+    std::lock_guard<std::mutex> lock(strategy_mu_);
+    if (const proto::Strategy* s = strategies_.Version(op.plan.version)) ctx.seed = s->seed();
+  }
+  return ctx;
+}
+
+void EngineImpl::EncodePartition(const std::shared_ptr<Operation>& op, int64_t partition) {
+  PartitionCodec& pc = op->tensor->codecs[partition];
+  const PartitionRange range = op->layout.range(partition);
+  const size_t n = static_cast<size_t>(range.count);
+  auto push = std::make_shared<EncodedPush>();
+  push->op = op;
+  push->partition = partition;
+  absl::Status status = EnsureCodecs(pc, op->plan);
+  if (status.ok()) {
+    const size_t elem = DTypeSize(op->dtype);
+    const char* src = static_cast<const char*>(op->data) + range.offset * elem;
+    absl::Span<const float> input;
+    if (op->dtype == proto::DTYPE_FLOAT32) {
+      input = absl::MakeConstSpan(reinterpret_cast<const float*>(src), n);
+    } else {
+      pc.input.resize(n);
+      ToFloat32(op->dtype, src, pc.input.data(), n);
+      input = pc.input;
+    }
+    const compress::CodecContext ctx = ContextFor(*op, partition, info.rank);
+    absl::StatusOr<size_t> bytes;
+    if (compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push)) {
+      push->stage = 1;
+      pc.compensated.resize(n);
+      if (pc.memory != nullptr) {
+        status = pc.memory->Compensate(input, ctx, absl::MakeSpan(pc.compensated));
+      } else {
+        std::memcpy(pc.compensated.data(), input.data(), n * sizeof(float));
+      }
+      push->payload.resize(4 + 4 * two->FirstRoundFloats(n));
+      if (status.ok()) bytes = two->EncodeFirst(pc.compensated, ctx, absl::MakeSpan(push->payload));
+    } else {
+      push->payload.resize(pc.push->MaxEncodedBytes(n));
+      bytes = compress::EncodeWithMemory(*pc.push, pc.memory.get(), input, ctx,
+                                         absl::MakeSpan(push->payload), pc.compensated, pc.decoded);
+    }
+    if (status.ok() && !bytes.ok()) status = bytes.status();
+    if (status.ok()) push->payload.resize(*bytes);
+  }
+  if (!status.ok()) {
+    // The round still has to complete on the server for the other workers: push an abort,
+    // whose error every worker then receives for this round.
+    push->abort_error = absl::StrCat("encoding '", op->name, "' partition ", partition, " with ",
+                                     op->plan.push.name(), ": ", status.message());
+    push->payload.clear();
+    op->RecordError(absl::InvalidArgumentError(push->abort_error));
+  }
+  CountPush(static_cast<int64_t>(push->payload.size()), static_cast<int64_t>(n * DTypeSize(op->dtype)));
+  data_queue_.Push(push);
+}
+
+void EngineImpl::DecodePartition(const std::shared_ptr<Operation>& op, int64_t partition,
+                                 uint32_t stage, zmq::message_t payload, int server) {
+  PartitionCodec& pc = op->tensor->codecs[partition];
+  const size_t n = static_cast<size_t>(op->layout.range(partition).count);
+  const compress::CodecContext ctx = ContextFor(*op, partition, info.rank);
+  const auto floats = [&](const zmq::message_t& m) {
+    return absl::MakeConstSpan(static_cast<const float*>(m.data()), m.size() / sizeof(float));
+  };
+  CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * DTypeSize(op->dtype)));
+  absl::Status status;
+  if (stage == 1) {  // the sum of the workers' P: compute and push Q
+    compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
+    auto push = std::make_shared<EncodedPush>();
+    push->op = op;
+    push->partition = partition;
+    push->stage = 2;
+    push->payload.resize(4 + 4 * two->SecondRoundFloats(n));
+    absl::StatusOr<size_t> bytes = two->EncodeSecond(floats(payload), ctx, absl::MakeSpan(push->payload));
+    status = bytes.status();
+    if (status.ok() && pc.memory != nullptr) {
+      pc.decoded.resize(n);
+      status = two->LocalApproximation(absl::MakeSpan(pc.decoded));
+      if (status.ok()) status = pc.memory->Update(pc.compensated, pc.decoded, ctx);
+    }
+    if (status.ok()) {
+      push->payload.resize(*bytes);
+      CountPush(static_cast<int64_t>(push->payload.size()), 0);
+    } else {
+      push->abort_error = absl::StrCat("PowerSGD stage 2 of '", op->name, "' partition ",
+                                       partition, ": ", status.message());
+      push->payload.clear();
+      op->RecordError(absl::InvalidArgumentError(push->abort_error));
+    }
+    data_queue_.Push(push);  // the operation's event completes with stage 2's reply
+    return;
+  }
+  pc.output.resize(n);
+  if (stage == 2) {
+    status = compress::AsTwoRound(*pc.push)->DecodeSecond(floats(payload), ctx, absl::MakeSpan(pc.output));
+  } else if (op->plan.two_way()) {
+    status = pc.pull->Decode(
+        absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
+        ContextFor(*op, partition, static_cast<uint32_t>(server)), absl::MakeSpan(pc.output));
+  } else if (payload.size() != n * sizeof(float)) {
+    status = absl::DataLossError(absl::StrCat("server ", server, " returned ", payload.size(),
+                                              " bytes for the fp32 sum of ", n, " elements"));
+  } else {
+    std::memcpy(pc.output.data(), payload.data(), n * sizeof(float));
+  }
+  if (status.ok()) {
+    WriteResult(*op, partition, pc.output.data());
+  } else {
+    op->RecordError(absl::Status(status.code(), absl::StrCat("decoding '", op->name, "' partition ",
+                                                             partition, ": ", status.message())));
+  }
+  FinishEvents(op, 1);
+}
+
+void EngineImpl::WriteResult(Operation& op, int64_t partition, const float* sum) {
+  const PartitionRange range = op.layout.range(partition);
+  const size_t n = static_cast<size_t>(range.count);
+  const size_t elem = DTypeSize(op.dtype);
+  char* dst = static_cast<char*>(op.data) + range.offset * elem;
+  if (!op.average) {
+    FromFloat32(op.dtype, sum, dst, n);
+    return;
+  }
+  const float w = static_cast<float>(info.size);
+  if (op.dtype == proto::DTYPE_FLOAT32) {
+    float* d = reinterpret_cast<float*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = sum[i] / w;
+    return;
+  }
+  std::vector<float> scaled(sum, sum + n);
+  for (float& x : scaled) x /= w;
+  FromFloat32(op.dtype, scaled.data(), dst, n);
+}
+
+}  // namespace bytecomp::worker
