@@ -6,4 +6,6 @@
 #include "bytecomp/common/half.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
+#include "bytecomp/common/partition.h"
+#include "bytecomp/common/scheduler_client.h"
 #include "bytecomp/common/transport.h"

@@ -18,6 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#if defined(__GNUC__)
+#define BYTECOMP_API __attribute__((visibility("default")))
+#else
+#define BYTECOMP_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,44 +50,44 @@ typedef int64_t bytecomp_handle_t;
 
 /* Starts the engine: registers with the scheduler, receives the topology, connects to every
  * server. config_path may be NULL. Fails within the connect timeout naming the address. */
-int bytecomp_init(const char* config_path);
+BYTECOMP_API int bytecomp_init(const char* config_path);
 /* Completes or fails every operation in flight (never hangs), tells the scheduler, and stops. */
-int bytecomp_shutdown(void);
-int bytecomp_is_initialized(void);
+BYTECOMP_API int bytecomp_shutdown(void);
+BYTECOMP_API int bytecomp_is_initialized(void);
 
-int bytecomp_rank(void);
-int bytecomp_size(void);
-int bytecomp_local_rank(void);
-int bytecomp_local_size(void);
-int bytecomp_num_servers(void);
+BYTECOMP_API int bytecomp_rank(void);
+BYTECOMP_API int bytecomp_size(void);
+BYTECOMP_API int bytecomp_local_rank(void);
+BYTECOMP_API int bytecomp_local_size(void);
+BYTECOMP_API int bytecomp_num_servers(void);
 
 /* Declares a tensor. The same name on every worker gives the same key; the scheduler checks
  * that every worker declares it with the same element count and dtype (a mismatch fails every
  * worker's operations on it with an error naming both sizes). Declaring the same name twice
  * with a different size or dtype is an immediate error. Re-declaring identically is a no-op. */
-int bytecomp_declare(const char* name, int64_t element_count, int dtype);
+BYTECOMP_API int bytecomp_declare(const char* name, int64_t element_count, int dtype);
 
 /* Starts an asynchronous in-place push-pull: `data` (element_count elements of dtype) is
  * summed over all workers and the result written back into `data`. The memory must stay
  * valid and untouched until the handle completes. Higher priority partitions leave first.
  * Declares the tensor if it is not yet declared. */
-int bytecomp_push_pull(const char* name, void* data, int64_t element_count, int dtype,
+BYTECOMP_API int bytecomp_push_pull(const char* name, void* data, int64_t element_count, int dtype,
                        int priority, uint32_t flags, bytecomp_handle_t* handle_out);
 
 /* 1 when done (successfully), 0 while pending, a negative code if it failed. */
-int bytecomp_poll(bytecomp_handle_t handle);
+BYTECOMP_API int bytecomp_poll(bytecomp_handle_t handle);
 /* Waits up to timeout_ms (< 0: forever). BYTECOMP_OK, BYTECOMP_ERR_TIMEOUT or the failure.
  * A completed handle is released by a successful wait, or by bytecomp_release. */
-int bytecomp_wait(bytecomp_handle_t handle, int64_t timeout_ms);
-int bytecomp_release(bytecomp_handle_t handle);
+BYTECOMP_API int bytecomp_wait(bytecomp_handle_t handle, int64_t timeout_ms);
+BYTECOMP_API int bytecomp_release(bytecomp_handle_t handle);
 /* Copies the handle's error text (empty if none) into buf (NUL-terminated, truncated). */
-int bytecomp_handle_error(bytecomp_handle_t handle, char* buf, size_t buf_len);
+BYTECOMP_API int bytecomp_handle_error(bytecomp_handle_t handle, char* buf, size_t buf_len);
 
 /* Blocks until every worker reached the barrier (or a node failed / timeout). */
-int bytecomp_barrier(int64_t timeout_ms);
+BYTECOMP_API int bytecomp_barrier(int64_t timeout_ms);
 
 /* The text of the last failure on this thread ("" if none). Valid until the next call. */
-const char* bytecomp_last_error(void);
+BYTECOMP_API const char* bytecomp_last_error(void);
 
 #ifdef __cplusplus
 }

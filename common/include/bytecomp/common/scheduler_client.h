@@ -1,0 +1,40 @@
+// A node's control connection to the scheduler: register, receive the topology, heartbeats.
+// Owned by exactly one thread (the node's control thread), like its ZeroMQ socket.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cluster_config.pb.h"
+#include "control.pb.h"
+#include "zmq.hpp"
+
+namespace bytecomp {
+
+class SchedulerClient {
+ public:
+  SchedulerClient(zmq::context_t& context, proto::ClusterConfig config);
+
+  // Connects, registers and waits for the topology, at most connect_timeout_ms. The error
+  // names the scheduler address, or carries the scheduler's error reply.
+  absl::StatusOr<proto::Topology> Register(proto::Role role, int requested_rank,
+                                           const std::string& data_address);
+
+  absl::Status Send(const proto::ControlMessage& message);
+  // Sends a heartbeat when heartbeat_interval_ms passed since the last message sent.
+  void HeartbeatIfDue();
+  // Receives one control message, waiting at most timeout_ms; nullopt on timeout.
+  absl::StatusOr<std::optional<proto::ControlMessage>> Receive(int timeout_ms);
+
+  zmq::socket_t& socket() { return socket_; }
+  const proto::ClusterConfig& config() const { return config_; }
+
+ private:
+  proto::ClusterConfig config_;
+  zmq::socket_t socket_;
+  int64_t last_sent_ms_ = 0;
+  uint64_t heartbeat_sequence_ = 0;
+};
+
+}  // namespace bytecomp

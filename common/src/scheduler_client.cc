@@ -1,0 +1,92 @@
+#include "bytecomp/common/scheduler_client.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common/logging.h"
+#include "bytecomp/common/net.h"
+#include "bytecomp/common/transport.h"
+
+namespace bytecomp {
+
+SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig config)
+    : config_(std::move(config)), socket_(context, zmq::socket_type::dealer) {
+  ConfigureSocket(socket_);
+}
+
+absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int requested_rank,
+                                                         const std::string& data_address) {
+  const std::string endpoint = absl::StrCat("tcp://", config_.scheduler_address());
+  try {
+    socket_.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot connect to scheduler ", config_.scheduler_address(), ": ", e.what()));
+  }
+  proto::ControlMessage msg;
+  proto::Register* reg = msg.mutable_register_();
+  reg->set_role(role);
+  reg->set_requested_rank(requested_rank);
+  reg->set_data_address(data_address);
+  reg->set_hostname(Hostname());
+  reg->set_pid(getpid());
+  if (absl::Status s = Send(msg); !s.ok()) return s;
+
+  const int64_t deadline = MonotonicMs() + config_.connect_timeout_ms();
+  while (true) {
+    const int64_t left = deadline - MonotonicMs();
+    if (left <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no topology from the scheduler at ", config_.scheduler_address(), " within ",
+          config_.connect_timeout_ms() / 1000.0,
+          " s (is bytecomp-scheduler running there, and have all nodes started?)"));
+    }
+    // Keep heartbeating while waiting: the scheduler must not declare us dead during a slow
+    // rendezvous.
+    HeartbeatIfDue();
+    absl::StatusOr<std::optional<proto::ControlMessage>> reply =
+        Receive(static_cast<int>(std::min<int64_t>(left, 200)));
+    if (!reply.ok()) return reply.status();
+    if (!reply->has_value()) continue;
+    const proto::ControlMessage& m = **reply;
+    if (m.has_topology()) return m.topology();
+    if (m.has_error()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("scheduler at ", config_.scheduler_address(),
+                       " rejected registration: ", m.error().message()));
+    }
+    if (m.has_shutdown()) {
+      return absl::CancelledError(absl::StrCat("scheduler shut the job down during start-up: ",
+                                               m.shutdown().reason()));
+    }
+  }
+}
+
+absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {
+  std::vector<zmq::message_t> frames;
+  frames.push_back(ProtoFrame(message));
+  last_sent_ms_ = MonotonicMs();
+  return SendFrames(socket_, frames);
+}
+
+void SchedulerClient::HeartbeatIfDue() {
+  if (MonotonicMs() - last_sent_ms_ < config_.heartbeat_interval_ms()) return;
+  proto::ControlMessage msg;
+  msg.mutable_heartbeat()->set_sequence(++heartbeat_sequence_);
+  if (absl::Status s = Send(msg); !s.ok()) BC_LOG_WARNING("heartbeat not sent: ", s.ToString());
+}
+
+absl::StatusOr<std::optional<proto::ControlMessage>> SchedulerClient::Receive(int timeout_ms) {
+  absl::StatusOr<std::vector<zmq::message_t>> frames =
+      RecvFrames(socket_, std::chrono::milliseconds(timeout_ms));
+  if (!frames.ok()) return frames.status();
+  if (frames->empty()) return std::optional<proto::ControlMessage>();
+  proto::ControlMessage msg;
+  if (absl::Status s = ParseFrame(frames->back(), &msg); !s.ok()) {
+    BC_LOG_WARNING("ignoring control frame from scheduler: ", s.ToString());
+    return std::optional<proto::ControlMessage>();
+  }
+  return std::optional<proto::ControlMessage>(std::move(msg));
+}
+
+}  // namespace bytecomp

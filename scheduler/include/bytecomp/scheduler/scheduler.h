@@ -1,0 +1,143 @@
+// The scheduler daemon's core: rendezvous and ranks, topology, barriers, heartbeats and
+// failure detection, tensor declaration, and orderly shutdown. One thread (the caller of
+// Run) owns the ROUTER socket; Stop/StopForSignal may be called from any thread or from a
+// signal handler.
+//
+// Wire: every node connects one DEALER socket to the scheduler's ROUTER and every message is
+// one frame holding a serialized proto::ControlMessage (proto/control.proto).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bytecomp/scheduler/partition_assigner.h"
+#include "cluster_config.pb.h"
+#include "control.pb.h"
+#include "zmq.hpp"
+
+namespace bytecomp {
+
+struct SchedulerOptions {
+  // The effective configuration (defaults applied); Create validates it.
+  proto::ClusterConfig config;
+  // Interface to bind; the port comes from `port`, or from config.scheduler_address if < 0.
+  std::string bind_host = "0.0.0.0";
+  // -1: the port of config.scheduler_address; 0: an ephemeral port (tests); else this port.
+  int port = -1;
+  // On exit, how long queued messages (Shutdown, NodeFailed) may take to reach the nodes.
+  int shutdown_linger_ms = 1000;
+};
+
+class Scheduler {
+ public:
+  // Validates the config and binds the ROUTER socket. The error names the address on a
+  // failed bind.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerOptions options);
+  ~Scheduler();
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // The bound TCP port.
+  int port() const { return port_; }
+
+  // Serves the job until it ends. Returns OK when every worker sent WorkerDone (servers were
+  // told to shut down); otherwise an error saying why the job stopped: a node failed
+  // (Unavailable), registration did not complete in time (DeadlineExceeded), a node asked
+  // for shutdown (Aborted), or Stop/StopForSignal was called (Cancelled). Call at most once.
+  absl::Status Run();
+
+  // Ask Run to send Shutdown to every node and return. Thread-safe.
+  void Stop();
+  // Async-signal-safe: Run sends Shutdown{"scheduler received SIGTERM"} and returns.
+  void StopForSignal(int signal_number);
+  // The signal passed to StopForSignal, or 0.
+  int stop_signal() const { return stop_signal_.load(); }
+
+ private:
+  struct Node {
+    std::string identity;  // ZeroMQ routing id of the node's DEALER
+    proto::Role role = proto::ROLE_UNKNOWN;
+    int rank = -1;
+    std::string data_address;
+    std::string hostname;
+    int pid = 0;
+    int64_t last_seen_ms = 0;
+    bool done = false;  // worker sent WorkerDone
+  };
+  // One tensor name's declarations, per worker rank, until all workers declared it.
+  struct Declaration {
+    std::map<int, proto::DeclareTensor> by_worker;
+    int64_t first_ms = 0;
+    std::optional<proto::DeclareReply> reply;  // set once decided (ok or not)
+  };
+  struct BarrierGroup {
+    std::map<uint64_t, std::set<std::string>> waiting;  // sequence -> identities
+    std::set<uint64_t> released;
+  };
+
+  Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> context,
+            std::unique_ptr<zmq::socket_t> socket, int port);
+
+  void HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_ms);
+  void HandleRegister(const std::string& identity, const proto::Register& reg, int64_t now_ms);
+  void HandleBarrier(Node& node, const proto::BarrierRequest& request);
+  void HandleDeclare(Node& node, const proto::DeclareTensor& declare, int64_t now_ms);
+  void HandleWorkerDone(Node& node);
+  void HandleShutdownRequest(Node& node, const proto::Shutdown& shutdown);
+
+  void SendTopology();
+  void TryReleaseBarrier(const std::string& group_name, uint64_t sequence);
+  void CompleteDeclaration(const std::string& name, Declaration& decl);
+  void CheckDeadlines(int64_t now_ms);
+  int64_t NextDeadlineMs(int64_t now_ms) const;
+
+  void Send(const std::string& identity, const proto::ControlMessage& message);
+  void SendError(const std::string& identity, const std::string& message);
+  // Sends Shutdown{reason} to every registered node except `except` (and, if
+  // `servers_only`, only to servers).
+  void BroadcastShutdown(const std::string& reason, const std::string& except = "",
+                         bool servers_only = false);
+  void Finish(absl::Status status);
+
+  bool JobComplete() const { return topology_sent_; }
+  int GroupSize(const std::string& group) const;
+  bool InGroup(const Node& node, const std::string& group) const;
+  std::string MissingNodes() const;
+  static std::string NodeName(const Node& node);
+
+  SchedulerOptions options_;
+  const proto::ClusterConfig& config_;
+  std::unique_ptr<zmq::context_t> context_;
+  std::unique_ptr<zmq::socket_t> socket_;
+  int port_;
+
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<int> stop_signal_{0};
+  bool ran_ = false;
+
+  absl::flat_hash_map<std::string, Node> nodes_;  // by identity
+  std::vector<std::string> worker_by_rank_;       // identity, empty if free
+  std::vector<std::string> server_by_rank_;
+  int64_t start_ms_ = 0;
+  bool topology_sent_ = false;
+
+  absl::flat_hash_map<std::string, BarrierGroup> barriers_;  // by group name
+  std::map<std::string, Declaration> declarations_;          // by tensor name
+  uint32_t next_tensor_id_ = 0;
+  PartitionAssigner assigner_;
+  int workers_done_ = 0;
+
+  std::optional<absl::Status> final_status_;
+};
+
+}  // namespace bytecomp

@@ -1,0 +1,64 @@
+// The worker engine: one per training process. The C API (c_api.h) is a thin layer over it.
+//
+// Threads (each ZeroMQ socket owned by one):
+//   callers (training threads): declare, push_pull, wait; they only touch mutex-protected
+//     tables and queue work for the other two threads (eventfd wake-ups, no polling).
+//   control: the scheduler connection: declarations, barriers, heartbeats, failures.
+//   data I/O: C DEALER connections to each server; sends partitions in priority order within
+//     an in-flight budget per server, receives acks and pull replies, writes results.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "data.pb.h"
+
+namespace bytecomp::worker {
+
+struct PushPullRequest {
+  std::string name;
+  void* data = nullptr;
+  int64_t element_count = 0;
+  proto::DType dtype = proto::DTYPE_FLOAT32;
+  int priority = 0;
+  bool average = false;
+};
+
+struct EngineInfo {
+  int rank = 0;
+  int size = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  int num_servers = 0;
+};
+
+class EngineImpl;
+
+class WorkerEngine {
+ public:
+  // Registers with the scheduler, receives the topology and connects to every server.
+  static absl::StatusOr<std::unique_ptr<WorkerEngine>> Start(const std::string& config_path);
+  ~WorkerEngine();
+
+  const EngineInfo& info() const;
+  absl::Status Declare(const std::string& name, int64_t element_count, proto::DType dtype);
+  absl::StatusOr<int64_t> PushPull(const PushPullRequest& request);
+  // true when done; an error if the operation failed (or the handle is unknown).
+  absl::StatusOr<bool> Poll(int64_t handle);
+  // OK, DeadlineExceeded on timeout (the operation goes on), or the operation's error.
+  // A completed handle is released.
+  absl::Status Wait(int64_t handle, int64_t timeout_ms);
+  absl::Status Release(int64_t handle);
+  absl::Status Barrier(int64_t timeout_ms);
+  // Completes or fails everything in flight, tells the scheduler, stops the threads.
+  absl::Status Shutdown();
+
+ private:
+  explicit WorkerEngine(std::unique_ptr<EngineImpl> impl);
+  std::unique_ptr<EngineImpl> impl_;
+};
+
+}  // namespace bytecomp::worker

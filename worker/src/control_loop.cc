@@ -1,0 +1,62 @@
+// The control thread: declarations, barriers, heartbeats and failures via the scheduler.
+#include "absl/strings/str_cat.h"
+#include "engine_impl.h"
+
+namespace bytecomp::worker {
+
+void ControlLoop::Run() {
+  bool stop = false;
+  while (!stop) {
+    zmq::pollitem_t items[] = {{client_->socket().handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, engine_.control_queue_.fd(), ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(client_->config().heartbeat_interval_ms()));
+    } catch (const zmq::error_t& e) {
+      engine_.FailEngine(absl::UnavailableError(absl::StrCat("control poll: ", e.what())));
+      return;
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      for (ControlCommand& cmd : engine_.control_queue_.TakeAll()) {
+        if (std::holds_alternative<StopControl>(cmd)) {
+          stop = true;
+        } else if (auto* send = std::get_if<SendControl>(&cmd)) {
+          if (send->message.has_worker_done()) done_sent_ = true;
+          if (absl::Status s = client_->Send(send->message); !s.ok()) {
+            engine_.FailEngine(absl::UnavailableError(
+                absl::StrCat("cannot reach the scheduler at ", client_->config().scheduler_address(),
+                             ": ", s.message())));
+          }
+        }
+      }
+    }
+    while (items[0].revents & ZMQ_POLLIN) {
+      absl::StatusOr<std::optional<proto::ControlMessage>> msg = client_->Receive(0);
+      if (!msg.ok() || !msg->has_value()) break;
+      Handle(**msg);
+    }
+    if (!done_sent_) client_->HeartbeatIfDue();
+  }
+}
+
+void ControlLoop::Handle(const proto::ControlMessage& m) {
+  if (m.has_declare_reply()) {
+    engine_.OnDeclareReply(m.declare_reply());
+  } else if (m.has_barrier_release()) {
+    engine_.OnBarrierRelease(m.barrier_release());
+  } else if (m.has_node_failed()) {
+    const proto::NodeFailed& f = m.node_failed();
+    const bool server = f.node().role() == proto::ROLE_SERVER;
+    std::string who = absl::StrCat(server ? "server " : "worker ", f.node().rank());
+    if (!f.data_address().empty()) absl::StrAppend(&who, " (", f.data_address(), ")");
+    engine_.FailEngine(absl::UnavailableError(absl::StrCat(who, " failed: ", f.reason())));
+  } else if (m.has_shutdown()) {
+    if (!done_sent_) {
+      engine_.FailEngine(absl::UnavailableError(
+          absl::StrCat("the scheduler shut the job down: ", m.shutdown().reason())));
+    }
+  } else if (m.has_error()) {
+    BC_LOG_ERROR("scheduler: ", m.error().message());
+  }
+}
+
+}  // namespace bytecomp::worker

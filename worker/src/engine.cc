@@ -1,0 +1,362 @@
+#include "bytecomp/worker/engine.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine_impl.h"
+
+namespace bytecomp::worker {
+
+absl::Status EngineImpl::Init(const std::string& config_path) {
+  absl::StatusOr<proto::ClusterConfig> config = LoadClusterConfig(config_path);
+  if (!config.ok()) return config.status();
+  if (absl::Status s = ValidateClusterConfig(*config); !s.ok()) return s;
+  config_ = *config;
+  int requested_rank = -1;
+  if (const char* r = std::getenv("BYTECOMP_RANK"); r != nullptr && *r != '\0') {
+    if (!absl::SimpleAtoi(r, &requested_rank)) {
+      return absl::InvalidArgumentError(absl::StrCat("BYTECOMP_RANK='", r, "' is not an integer"));
+    }
+  }
+  context_ = std::make_unique<zmq::context_t>(2);
+  auto client = std::make_unique<SchedulerClient>(*context_, config_);
+  absl::StatusOr<proto::Topology> topology =
+      client->Register(proto::ROLE_WORKER, requested_rank, "");
+  if (!topology.ok()) return topology.status();
+  topology_ = *topology;
+  // The scheduler's configuration is the job's; only the scheduler address stays ours.
+  const std::string scheduler_address = config_.scheduler_address();
+  config_ = WithClusterDefaults(topology_.config());
+  config_.set_scheduler_address(scheduler_address);
+  info.rank = topology_.your_rank();
+  info.size = topology_.num_workers();
+  info.local_rank = topology_.local_rank();
+  info.local_size = std::max(1, topology_.local_size());
+  info.num_servers = topology_.num_servers();
+  if (topology_.servers_size() != info.num_servers) {
+    return absl::InternalError(absl::StrCat("topology lists ", topology_.servers_size(),
+                                            " servers, expected ", info.num_servers));
+  }
+  SetLogIdentity(absl::StrCat("worker ", info.rank));
+  BC_LOG_DEBUG("joined: ", info.size, " workers, ", info.num_servers, " servers");
+
+  data_thread_ = std::thread([this] { DataLoop(*this).Run(); });
+  control_thread_ = std::thread(
+      [this, c = client.release()]() mutable { ControlLoop(*this, std::unique_ptr<SchedulerClient>(c)).Run(); });
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::EngineStatus() {
+  if (!failed_.load()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return failure_;
+}
+
+std::shared_ptr<TensorEntry> EngineImpl::FindOrDeclareLocked(const std::string& name,
+                                                             int64_t count, proto::DType dtype,
+                                                             absl::Status* error) {
+  if (name.empty()) {
+    *error = absl::InvalidArgumentError("tensor name must not be empty");
+    return nullptr;
+  }
+  if (count < 1) {
+    *error = absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': element count ", count, " must be >= 1"));
+    return nullptr;
+  }
+  if (DTypeSize(dtype) == 0) {
+    *error = absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': invalid dtype ",
+                                                     static_cast<int>(dtype),
+                                                     " (valid: 0 fp32, 1 fp16, 2 bf16)"));
+    return nullptr;
+  }
+  auto it = tensors_.find(name);
+  if (it != tensors_.end()) {
+    const TensorEntry& t = *it->second;
+    if (t.element_count != count || t.dtype != dtype) {
+      *error = absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' was declared with ", t.element_count, " elements of ",
+          DTypeName(t.dtype), ", now used with ", count, " elements of ", DTypeName(dtype)));
+      return nullptr;
+    }
+    return it->second;
+  }
+  auto entry = std::make_shared<TensorEntry>();
+  entry->name = name;
+  entry->element_count = count;
+  entry->dtype = dtype;
+  tensors_[name] = entry;
+  proto::ControlMessage msg;
+  proto::DeclareTensor* d = msg.mutable_declare_tensor();
+  d->set_name(name);
+  d->set_element_count(count);
+  d->set_dtype(dtype);
+  control_queue_.Push(SendControl{std::move(msg)});
+  return entry;
+}
+
+absl::Status EngineImpl::Declare(const std::string& name, int64_t element_count,
+                                 proto::DType dtype) {
+  if (absl::Status s = EngineStatus(); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(tensors_mu_);
+  absl::Status error;
+  if (FindOrDeclareLocked(name, element_count, dtype, &error) == nullptr) return error;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> EngineImpl::PushPull(const PushPullRequest& request) {
+  if (request.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", request.name, "': data is NULL"));
+  }
+  if (absl::Status s = EngineStatus(); !s.ok()) return s;
+  auto op = std::make_shared<Operation>();
+  op->name = request.name;
+  op->data = request.data;
+  op->element_count = request.element_count;
+  op->dtype = request.dtype;
+  op->priority = request.priority;
+  op->average = request.average;
+  {
+    std::lock_guard<std::mutex> lock(tensors_mu_);
+    absl::Status error;
+    std::shared_ptr<TensorEntry> tensor =
+        FindOrDeclareLocked(request.name, request.element_count, request.dtype, &error);
+    if (tensor == nullptr) return error;
+    {
+      std::lock_guard<std::mutex> hl(handles_mu_);
+      op->handle = next_handle_++;
+      handles_[op->handle] = op;
+    }
+    if (tensor->state == TensorState::kFailed) {
+      op->FailBeforeStart(tensor->error);
+      return op->handle;
+    }
+    tensor->waiting.push_back(op);
+    if (tensor->state == TensorState::kReady && !tensor->busy) StartNextLocked(*tensor);
+  }
+  return op->handle;
+}
+
+void EngineImpl::StartNextLocked(TensorEntry& tensor) {
+  if (tensor.waiting.empty()) return;
+  std::shared_ptr<Operation> op = tensor.waiting.front();
+  tensor.waiting.pop_front();
+  tensor.busy = true;
+  op->layout = tensor.layout;
+  op->round = tensor.next_round++;
+  op->pending_events.store(2 * op->layout.num_partitions());
+  data_queue_.Push(StartOperation{op});
+}
+
+void EngineImpl::FinishEvents(const std::shared_ptr<Operation>& op, int64_t events) {
+  if (op->pending_events.fetch_sub(events) == events) Complete(op);
+}
+
+void EngineImpl::Complete(const std::shared_ptr<Operation>& op) {
+  absl::Status status;
+  {
+    std::lock_guard<std::mutex> lock(op->mu);
+    status = op->status;
+  }
+  op->MarkDone();
+  // The tensor's next operation may start; a failed round leaves the key's rounds out of step
+  // with the server, so the tensor stays failed.
+  std::lock_guard<std::mutex> lock(tensors_mu_);
+  auto it = tensors_.find(op->name);
+  if (it == tensors_.end()) return;
+  TensorEntry& tensor = *it->second;
+  if (!tensor.busy || tensor.state != TensorState::kReady) return;
+  tensor.busy = false;
+  if (!status.ok()) {
+    tensor.state = TensorState::kFailed;
+    tensor.error = absl::Status(status.code(), absl::StrCat("tensor '", tensor.name,
+                                                            "' failed in round ", op->round, ": ",
+                                                            status.message()));
+    for (auto& waiting : tensor.waiting) waiting->FailBeforeStart(tensor.error);
+    tensor.waiting.clear();
+    return;
+  }
+  StartNextLocked(tensor);
+}
+
+void EngineImpl::OnDeclareReply(const proto::DeclareReply& reply) {
+  std::lock_guard<std::mutex> lock(tensors_mu_);
+  auto it = tensors_.find(reply.name());
+  if (it == tensors_.end()) return;
+  TensorEntry& tensor = *it->second;
+  if (tensor.state != TensorState::kDeclaring) return;
+  absl::Status error;
+  if (!reply.ok()) {
+    error = absl::FailedPreconditionError(reply.error());
+  } else {
+    absl::StatusOr<TensorLayout> layout = LayoutFromDeclareReply(reply, info.num_servers);
+    if (!layout.ok()) {
+      error = layout.status();
+    } else if (layout->element_count != tensor.element_count || layout->dtype != tensor.dtype) {
+      error = absl::InternalError(absl::StrCat("scheduler declared '", reply.name(), "' with ",
+                                               layout->element_count, " elements"));
+    } else {
+      tensor.layout = *layout;
+      tensor.state = TensorState::kReady;
+      StartNextLocked(tensor);
+      return;
+    }
+  }
+  tensor.state = TensorState::kFailed;
+  tensor.error = error;
+  for (auto& op : tensor.waiting) op->FailBeforeStart(error);
+  tensor.waiting.clear();
+}
+
+void EngineImpl::FailEngine(const absl::Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    if (failed_.load()) return;
+    failure_ = reason;
+    failed_.store(true);
+  }
+  BC_LOG_ERROR(reason.message());
+  // Operations not yet handed to the data thread fail here; those in flight fail there.
+  std::vector<std::shared_ptr<Operation>> waiting;
+  {
+    std::lock_guard<std::mutex> lock(tensors_mu_);
+    for (auto& [name, tensor] : tensors_) {
+      for (auto& op : tensor->waiting) waiting.push_back(op);
+      tensor->waiting.clear();
+      if (tensor->state != TensorState::kFailed) {
+        tensor->state = TensorState::kFailed;
+        tensor->error = reason;
+      }
+    }
+  }
+  for (auto& op : waiting) op->FailBeforeStart(reason);
+  data_queue_.Push(FailEverything{reason});
+  barrier_cv_.notify_all();
+}
+
+std::shared_ptr<Operation> EngineImpl::FindHandle(int64_t handle) {
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  auto it = handles_.find(handle);
+  return it == handles_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<bool> EngineImpl::Poll(int64_t handle) {
+  std::shared_ptr<Operation> op = FindHandle(handle);
+  if (op == nullptr) return absl::NotFoundError(absl::StrCat("unknown handle ", handle));
+  std::lock_guard<std::mutex> lock(op->mu);
+  if (!op->done) return false;
+  if (!op->status.ok()) return op->status;
+  return true;
+}
+
+absl::Status EngineImpl::Wait(int64_t handle, int64_t timeout_ms) {
+  std::shared_ptr<Operation> op = FindHandle(handle);
+  if (op == nullptr) return absl::NotFoundError(absl::StrCat("unknown handle ", handle));
+  absl::Status status;
+  {
+    std::unique_lock<std::mutex> lock(op->mu);
+    if (timeout_ms < 0) {
+      op->cv.wait(lock, [&] { return op->done; });
+    } else if (!op->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                                [&] { return op->done; })) {
+      return absl::DeadlineExceededError(absl::StrCat("push_pull of '", op->name,
+                                                      "' not done after ", timeout_ms, " ms"));
+    }
+    status = op->status;
+  }
+  Release(handle).IgnoreError();
+  return status;
+}
+
+absl::Status EngineImpl::Release(int64_t handle) {
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  if (handles_.erase(handle) == 0) {
+    return absl::NotFoundError(absl::StrCat("unknown handle ", handle));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::Barrier(int64_t timeout_ms) {
+  if (absl::Status s = EngineStatus(); !s.ok()) return s;
+  uint64_t sequence;
+  {
+    std::lock_guard<std::mutex> lock(barrier_mu_);
+    sequence = ++barrier_sequence_;
+  }
+  proto::ControlMessage msg;
+  msg.mutable_barrier_request()->set_group("workers");
+  msg.mutable_barrier_request()->set_sequence(sequence);
+  control_queue_.Push(SendControl{std::move(msg)});
+  std::unique_lock<std::mutex> lock(barrier_mu_);
+  auto released = [&] { return barrier_released_ >= sequence || failed_.load(); };
+  if (timeout_ms < 0) {
+    barrier_cv_.wait(lock, released);
+  } else if (!barrier_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), released)) {
+    return absl::DeadlineExceededError(absl::StrCat("barrier ", sequence, " not released after ",
+                                                    timeout_ms, " ms"));
+  }
+  lock.unlock();
+  return EngineStatus();
+}
+
+void EngineImpl::OnBarrierRelease(const proto::BarrierRelease& release) {
+  {
+    std::lock_guard<std::mutex> lock(barrier_mu_);
+    barrier_released_ = std::max<uint64_t>(barrier_released_, release.sequence());
+  }
+  barrier_cv_.notify_all();
+}
+
+absl::Status EngineImpl::Shutdown() {
+  if (shut_down_) return absl::OkStatus();
+  shut_down_ = true;
+  // Let operations in flight finish, within the time a failed peer takes to be detected.
+  const int64_t deadline = MonotonicMs() + config_.heartbeat_timeout_ms() + 5000;
+  std::vector<std::shared_ptr<Operation>> pending;
+  {
+    std::lock_guard<std::mutex> lock(handles_mu_);
+    for (auto& [h, op] : handles_) pending.push_back(op);
+  }
+  for (auto& op : pending) {
+    std::unique_lock<std::mutex> lock(op->mu);
+    op->cv.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(0, deadline - MonotonicMs())),
+                    [&] { return op->done; });
+  }
+  FailEngine(absl::CancelledError("the engine shut down with this operation in flight"));
+  proto::ControlMessage done;
+  done.mutable_worker_done();
+  control_queue_.Push(SendControl{std::move(done)});
+  control_queue_.Push(StopControl{});
+  data_queue_.Push(StopData{});
+  if (data_thread_.joinable()) data_thread_.join();
+  if (control_thread_.joinable()) control_thread_.join();
+  // Operations whose payload ZeroMQ held are released with the sockets; wake their waiters.
+  for (auto& op : pending) op->MarkDone();
+  context_.reset();
+  return absl::OkStatus();
+}
+
+// --- WorkerEngine
+
+WorkerEngine::WorkerEngine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
+WorkerEngine::~WorkerEngine() { impl_->Shutdown().IgnoreError(); }
+
+absl::StatusOr<std::unique_ptr<WorkerEngine>> WorkerEngine::Start(const std::string& config_path) {
+  auto impl = std::make_unique<EngineImpl>();
+  if (absl::Status s = impl->Init(config_path); !s.ok()) return s;
+  return std::unique_ptr<WorkerEngine>(new WorkerEngine(std::move(impl)));
+}
+
+const EngineInfo& WorkerEngine::info() const { return impl_->info; }
+absl::Status WorkerEngine::Declare(const std::string& name, int64_t count, proto::DType dtype) {
+  return impl_->Declare(name, count, dtype);
+}
+absl::StatusOr<int64_t> WorkerEngine::PushPull(const PushPullRequest& r) { return impl_->PushPull(r); }
+absl::StatusOr<bool> WorkerEngine::Poll(int64_t h) { return impl_->Poll(h); }
+absl::Status WorkerEngine::Wait(int64_t h, int64_t t) { return impl_->Wait(h, t); }
+absl::Status WorkerEngine::Release(int64_t h) { return impl_->Release(h); }
+absl::Status WorkerEngine::Barrier(int64_t t) { return impl_->Barrier(t); }
+absl::Status WorkerEngine::Shutdown() { return impl_->Shutdown(); }
+
+}  // namespace bytecomp::worker

@@ -1,0 +1,49 @@
+// A multi-producer queue whose consumer is a thread blocked in zmq::poll: producers push under
+// a mutex and write an eventfd that the consumer polls beside its sockets (no busy waiting).
+#pragma once
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+
+namespace bytecomp::worker {
+
+template <typename T>
+class WakeQueue {
+ public:
+  WakeQueue() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~WakeQueue() { close(fd_); }
+  WakeQueue(const WakeQueue&) = delete;
+  WakeQueue& operator=(const WakeQueue&) = delete;
+
+  void Push(T item) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      items_.push_back(std::move(item));
+    }
+    const uint64_t one = 1;
+    (void)!write(fd_, &one, sizeof(one));
+  }
+
+  // Takes everything queued; clears the eventfd.
+  std::deque<T> TakeAll() {
+    uint64_t count;
+    (void)!read(fd_, &count, sizeof(count));
+    std::lock_guard<std::mutex> lock(mu_);
+    std::deque<T> out;
+    out.swap(items_);
+    return out;
+  }
+
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+  std::mutex mu_;
+  std::deque<T> items_;
+};
+
+}  // namespace bytecomp::worker
