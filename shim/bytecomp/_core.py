@@ -78,6 +78,18 @@ def shutdown():
     Handles that were not synchronized are settled: done if the engine finished them, failed
     with BytecompShutdownError otherwise."""
     eng = _engine.get_engine()
+    # Record what already finished: after bytecomp_shutdown the engine forgets its handles.
+    with _registry_lock:
+        pending = list(_inflight.values())
+    for handle in pending:
+        try:
+            if eng.poll(handle.engine_handle) == 1:
+                eng.release(handle.engine_handle)
+                handle.state = Handle.DONE
+                with _registry_lock:
+                    _inflight.pop(handle.engine_handle, None)
+        except BytecompError as e:
+            _fail(handle, e)
     try:
         eng.shutdown()
     finally:

@@ -242,7 +242,7 @@ class Engine:
         """1 done, 0 pending; raises the handle's failure."""
         code = self._lib.bytecomp_poll(handle)
         if code < 0:
-            raise make_error(code, self.handle_error(handle) or self.last_error(), "poll")
+            raise make_error(code, self.last_error() or self.handle_error(handle), "poll")
         return code
 
     def wait(self, handle, timeout_ms=-1):
@@ -253,7 +253,8 @@ class Engine:
             if code == ERR_TIMEOUT:
                 raise make_error(code, self.last_error() or
                                  f"not complete after {timeout_ms} ms", "wait")
-            raise make_error(code, self.handle_error(handle) or self.last_error(), "wait")
+            # The engine released the handle: its text is this thread's last error.
+            raise make_error(code, self.last_error() or self.handle_error(handle), "wait")
         return code
 
     def release(self, handle):
