@@ -534,6 +534,8 @@ void Scheduler::CompleteDeclaration(const std::string& name, Declaration& decl) 
     } else {
       reply.set_ok(true);
       reply.set_tensor_id(next_tensor_id_++);
+      reply.set_element_count(first.element_count());
+      reply.set_dtype(first.dtype());
       reply.set_partition_elements(assignment->partition_elements);
       for (int32_t server : assignment->partition_server) reply.add_partition_server(server);
       BC_LOG_DEBUG("tensor '", name, "' id ", reply.tensor_id(), ": ",
@@ -545,6 +547,13 @@ void Scheduler::CompleteDeclaration(const std::string& name, Declaration& decl) 
   decl.reply = reply;
   proto::ControlMessage message;
   *message.mutable_declare_reply() = reply;
+  // Servers first: they validate every data message against the declaration, and a worker
+  // may push the moment it has its reply.
+  if (reply.ok()) {
+    for (const std::string& id : server_by_rank_) {
+      if (!id.empty()) Send(id, message);
+    }
+  }
   for (const std::string& id : worker_by_rank_) {
     if (!id.empty()) Send(id, message);
   }

@@ -238,6 +238,21 @@ TEST_F(SchedulerTest, DeclarationAssignsIdsAndBalancedServersToEveryWorker) {
   EXPECT_FALSE(changed.ok());
   EXPECT_TRUE(Contains(changed.error(), "re-declared by worker 1 with 34 elements of fp32"))
       << changed.error();
+  // Every server got each successful declaration, with size and dtype, to validate pushes.
+  for (int s : {2, 3}) {
+    std::vector<std::string> names;
+    for (int i = 0; i < 3; ++i) {
+      const proto::DeclareReply d = nodes[s]->Expect(ControlMessage::kDeclareReply).declare_reply();
+      EXPECT_TRUE(d.ok());
+      names.push_back(d.name());
+      if (d.name() == "fc.bias") {
+        EXPECT_EQ(d.element_count(), 10);
+        EXPECT_EQ(d.dtype(), proto::DTYPE_FLOAT16);
+      }
+    }
+    EXPECT_EQ(names, std::vector<std::string>({"conv1.weight", "fc.weight", "fc.bias"}));
+    nodes[s]->ExpectNothing(20);
+  }
   // Servers do not declare; bad values are refused at once.
   nodes[2]->Declare("x", 1, proto::DTYPE_FLOAT32);
   EXPECT_FALSE(nodes[2]->Expect(ControlMessage::kDeclareReply).declare_reply().ok());

@@ -1,0 +1,85 @@
+// The decision tree: every valid way to send one tensor, and what each costs per resource.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner.pb.h"
+
+namespace bytecomp::planner {
+
+// Resources of the simulated machine (all machines are alike, one is simulated).
+enum Resource : uint8_t {
+  kCompute = 0,   // the training GPU's stream (or the training CPU thread without a GPU)
+  kCpuPool,       // the worker's compression thread pool (cpu_pool_threads slots)
+  kPcieD2H,       // device -> pinned host copies
+  kPcieH2D,       // host -> device copies
+  kNicUp,         // the machine's NIC, pushes (shared with the servers' incast)
+  kNicDown,       // the machine's NIC, pulls
+  kServer,        // the servers' decode/sum/re-encode (servers * server_threads slots)
+  kIntraMachine,  // NCCL reduce/broadcast between the machine's GPUs
+  kNumResources
+};
+const char* ResourceName(int resource);
+
+enum class Where : uint8_t { kNone = 0, kCpu = 1, kGpu = 2 };
+
+// One leaf of the decision tree for a tensor.
+struct TensorOption {
+  int16_t codec = -1;               // index into the cost table; -1: uncompressed
+  Where encode_on = Where::kNone;   // where the worker encodes pushes
+  bool two_way = false;             // server re-encodes the sum for pulls
+  Where decode_on = Where::kNone;   // where the worker decodes pulls (two-way only)
+  bool hierarchical = false;        // NCCL reduce inside the machine first
+  int32_t partitions = 1;           // parts of equal size, each its own key
+  bool uses_cpu() const { return encode_on == Where::kCpu || decode_on == Where::kCpu; }
+  bool operator==(const TensorOption&) const = default;
+};
+
+// One step of a partition's path: a job of `duration_us` on `resource`.
+struct Stage {
+  uint8_t resource;
+  uint8_t kind;  // StageKind, for the trace
+  float duration_us;
+};
+enum StageKind : uint8_t {
+  kReduce, kEncode, kCopyD2H, kPush, kServerWork, kPull, kCopyH2D, kDecode, kBroadcast
+};
+const char* StageKindName(int kind);
+
+inline constexpr int kMaxStages = 10;
+
+// What an option costs: the stages of each of its (identical) partitions, and the total work
+// it puts on each resource (used for lower bounds).
+struct OptionCost {
+  TensorOption option;
+  int32_t partitions = 1;
+  int8_t num_stages = 0;
+  std::array<Stage, kMaxStages> stages;
+  std::array<double, kNumResources> work_us{};
+};
+
+// The tensor's pruned option list. Pruning rules (each returns fewer, never invalid, leaves):
+//  - tensors under min_compress_bytes, or with no usable codec, have only "uncompressed";
+//  - a codec is usable only if the cost table gives it CPU costs (the server decodes and
+//    re-encodes on its CPU) and it is allowed by options.codecs;
+//  - GPU encode/decode needs GPUs in the cluster and GPU costs for the codec, CPU needs a pool;
+//  - two-way needs a re-encodable codec; decode placement exists only for two-way;
+//  - hierarchical needs several GPUs per machine;
+//  - partition counts are deduplicated, at most one per element, 1 for tiny tensors.
+std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
+                                           const proto::ClusterDescription& cluster,
+                                           const proto::CostTable& costs,
+                                           const proto::PlannerOptions& options);
+
+// The cost of one option for one tensor (cluster and options with defaults applied).
+OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor,
+                  const proto::ClusterDescription& cluster, const proto::CostTable& costs);
+
+int64_t TensorBytes(const proto::TensorProfile& tensor);
+// "none", "topk(GPU,2-way:GPU)", "fp16(CPU,1-way,hier,p4)".
+std::string DescribeOption(const TensorOption& option, const proto::CostTable& costs);
+
+}  // namespace bytecomp::planner

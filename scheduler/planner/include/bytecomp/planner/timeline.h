@@ -1,0 +1,150 @@
+// Discrete-event simulation of one training iteration over the machine's resources.
+//
+// The backward pass is a chain of compute segments on kCompute (segment i ends when tensor
+// i's gradient is ready). A ready tensor's partitions then walk their stages (OptionCost);
+// each resource serves `slots` jobs at a time. kCompute is one in-order stream (a GPU
+// encode queued when tensor i is ready delays segment i+1); every other resource serves the
+// waiting job nearest the input layer first (BytePS priorities). The iteration ends when
+// the last job ends, plus the forward pass.
+//
+// Incremental use: what happens before tensor i is ready cannot depend on the options of
+// tensors >= i, so the simulator keeps a snapshot of its state at every tensor's ready time
+// and evaluates a change to tensor i by resuming from snapshot i.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bytecomp/planner/decision_tree.h"
+
+namespace bytecomp::planner {
+
+// The planning problem in numbers: per tensor its gap and its options' costs.
+struct SimTensor {
+  std::string name;
+  int64_t bytes = 0;
+  double ready_gap_us = 0;
+  std::vector<OptionCost> options;
+};
+struct SimProblem {
+  std::vector<SimTensor> tensors;  // backprop order
+  double forward_us = 0;
+  std::array<int, kNumResources> slots{};  // jobs a resource runs at once
+};
+
+struct TraceSpan {
+  uint8_t resource;
+  uint8_t kind;      // StageKind, or 255 for a backward compute segment
+  int32_t tensor;
+  int32_t partition;
+  double start_us;
+  double duration_us;
+};
+
+class TimelineSimulator {
+ public:
+  static constexpr double kAborted = std::numeric_limits<double>::infinity();
+
+  explicit TimelineSimulator(const SimProblem* problem);
+
+  // Full simulation of `choice` (option index per tensor); optional trace.
+  double Simulate(const std::vector<int>& choice, std::vector<TraceSpan>* trace = nullptr);
+
+  // Makes `choice` the baseline: simulates from snapshot `from` (0: from the start) and
+  // refreshes the snapshots of tensors after it. Snapshots before `from` must still hold,
+  // i.e. `choice` equals the previous baseline on tensors < from. Returns the iteration time.
+  double Rebase(const std::vector<int>& choice, int from = 0);
+  double baseline_us() const { return baseline_us_; }
+
+  // Iteration time of `choice`, which equals the baseline on tensors < from, resuming from
+  // snapshot `from`. Returns kAborted as soon as the result is known to be >= cutoff_us.
+  double Evaluate(const std::vector<int>& choice, int from, double cutoff_us = kAborted);
+
+  // A lower bound on Evaluate(choice, from): time of snapshot `from` plus the work not yet
+  // started on the busiest resource. `total_work` is the whole iteration's work per resource
+  // under `choice`.
+  double LowerBound(int from, const std::array<double, kNumResources>& total_work) const;
+  // Total work per resource of `choice` (compute segments included).
+  std::array<double, kNumResources> TotalWork(const std::vector<int>& choice) const;
+
+  // Time tensor i became ready in the baseline, and whether every earlier tensor's
+  // communication had finished by then (a communication bubble before tensor i).
+  double ready_time_us(int tensor) const;
+  bool idle_before(int tensor) const;
+
+  // For the exhaustive search: run state `depth`'s snapshot with choice[depth] until tensor
+  // depth+1 is ready (or to the end when depth is the last tensor). Uses a private stack.
+  double ExtendStack(const std::vector<int>& choice, int depth);
+  // Lower bound from the stacked state at `depth` (depth tensors expanded already).
+  double StackLowerBound(int depth, const std::array<double, kNumResources>& total_work) const;
+
+  int64_t simulations() const { return simulations_; }
+  int64_t events_processed() const { return events_; }
+
+ public:
+  struct Event {
+    double time;
+    uint64_t seq;
+    int32_t job;      // >= 0: partition slot; < 0: compute segment ~job
+    uint8_t resource;
+  };
+  struct Waiting {
+    int32_t priority;
+    uint32_t seq;
+    int32_t job;
+    float duration;
+  };
+  struct ResourceState {
+    int busy = 0;
+    double started_work = 0;
+    std::vector<Waiting> queue;  // heap
+  };
+  struct Partition {
+    int32_t tensor;
+    int16_t option;
+    int16_t part;
+    int8_t stage;
+  };
+  struct State {
+    double now = 0;
+    uint64_t seq = 0;
+    int pending_ready = -1;  // tensor whose ready handling is due (state is its snapshot)
+    int active_partitions = 0;
+    std::vector<Event> events;  // heap
+    std::array<ResourceState, kNumResources> resources;
+    std::vector<Partition> partitions;
+    std::vector<int32_t> free_slots;
+  };
+
+ private:
+  void Reset(State& state) const;
+  // Runs until tensor `stop_tensor` is ready (its snapshot) or to the end (returns the end).
+  // Records snapshots of tensors in (from, n) when `record`.
+  double Run(State& state, const std::vector<int>& choice, int stop_tensor, bool record,
+             double cutoff_us, std::vector<TraceSpan>* trace);
+  void Enqueue(State& s, int resource, int32_t job, int32_t priority, float duration,
+               std::vector<TraceSpan>* trace);
+  void Start(State& s, int resource, int32_t job, float duration,
+             std::vector<TraceSpan>* trace);
+  void ExpandTensor(State& s, int tensor, int option, std::vector<TraceSpan>* trace);
+  void EnqueueStage(State& s, int32_t slot, std::vector<TraceSpan>* trace);
+
+  const SimProblem* problem_;
+  int n_;
+  std::vector<State> snapshots_;  // snapshots_[i]: the state when tensor i becomes ready
+  std::vector<uint8_t> idle_before_;
+  std::vector<State> stack_;       // exhaustive search
+  State scratch_;
+  double baseline_us_ = 0;
+  int64_t simulations_ = 0;
+  int64_t events_ = 0;
+};
+
+// Chrome trace JSON (chrome://tracing, Perfetto) of simulated spans; one row per resource
+// slot, names from the tensors.
+std::string ChromeTraceJson(const SimProblem& problem, const std::vector<TraceSpan>& spans);
+
+}  // namespace bytecomp::planner

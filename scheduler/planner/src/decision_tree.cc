@@ -1,0 +1,215 @@
+#include "bytecomp/planner/decision_tree.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/planner/inputs.h"
+
+namespace bytecomp::planner {
+namespace {
+
+const proto::DeviceCost* CostFor(const proto::CodecCost& codec, proto::Device device) {
+  for (const auto& cost : codec.costs()) {
+    if (cost.device() == device) return &cost;
+  }
+  return nullptr;
+}
+
+bool CodecAllowed(const proto::CodecCost& codec, const proto::PlannerOptions& options) {
+  if (options.codecs().empty()) return true;
+  return std::find(options.codecs().begin(), options.codecs().end(), codec.name()) !=
+         options.codecs().end();
+}
+
+// Bytes per microsecond of a link given in Gbit/s.
+double BytesPerUs(const proto::LinkSpec& link) { return link.bandwidth_gbps() * 1e3 / 8.0; }
+
+}  // namespace
+
+const char* ResourceName(int resource) {
+  static const char* kNames[] = {"compute", "cpu pool", "pcie d2h", "pcie h2d",
+                                 "nic up",  "nic down", "servers",  "intra-machine"};
+  return resource >= 0 && resource < kNumResources ? kNames[resource] : "?";
+}
+
+const char* StageKindName(int kind) {
+  static const char* kNames[] = {"reduce", "encode", "d2h",    "push",     "server",
+                                 "pull",   "h2d",    "decode", "broadcast"};
+  return kind >= 0 && kind <= kBroadcast ? kNames[kind] : "backward";
+}
+
+int64_t TensorBytes(const proto::TensorProfile& tensor) {
+  return tensor.elements() * (tensor.element_bytes() > 0 ? tensor.element_bytes() : 4);
+}
+
+std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
+                                           const proto::ClusterDescription& cluster,
+                                           const proto::CostTable& costs,
+                                           const proto::PlannerOptions& options) {
+  const int64_t bytes = TensorBytes(tensor);
+  const bool has_gpu = cluster.gpus_per_machine() > 0 && !options.disable_gpu();
+  const bool has_cpu_pool = cluster.cpu_pool_threads() > 0 && !options.disable_cpu();
+  const bool may_compress = bytes >= options.min_compress_bytes();
+
+  // Partition counts: distinct, at most one element per part.
+  std::vector<int32_t> counts;
+  auto add_count = [&](int64_t partition_bytes) {
+    int64_t count = std::max<int64_t>(1, (bytes + partition_bytes - 1) / partition_bytes);
+    count = std::min<int64_t>(count, tensor.elements());
+    if (std::find(counts.begin(), counts.end(), count) == counts.end()) {
+      counts.push_back(static_cast<int32_t>(count));
+    }
+  };
+  add_count(cluster.partition_bytes());
+  for (int64_t pb : options.partition_bytes()) add_count(pb);
+
+  std::vector<bool> hier_choices = {false};
+  if (cluster.gpus_per_machine() > 1 && !options.disable_hierarchical()) {
+    hier_choices.push_back(true);
+  }
+
+  std::vector<TensorOption> out;
+  for (bool hier : hier_choices) {
+    for (int32_t count : counts) {
+      TensorOption none;
+      none.hierarchical = hier;
+      none.partitions = count;
+      out.push_back(none);
+    }
+  }
+  if (!may_compress) return out;
+  for (int c = 0; c < costs.codecs_size(); ++c) {
+    const auto& codec = costs.codecs(c);
+    if (!CodecAllowed(codec, options)) continue;
+    const bool cpu_costs = CostFor(codec, proto::DEVICE_CPU) != nullptr;
+    const bool gpu_costs = CostFor(codec, proto::DEVICE_GPU) != nullptr;
+    if (!cpu_costs) continue;  // the server runs decode / re-encode on its CPU
+    std::vector<Where> encode_places;
+    if (has_gpu && gpu_costs) encode_places.push_back(Where::kGpu);
+    if (has_cpu_pool || !has_gpu) encode_places.push_back(Where::kCpu);
+    std::vector<std::pair<bool, Where>> pulls = {{false, Where::kNone}};
+    if (codec.reencodable() && !options.disable_two_way()) {
+      if (has_gpu && gpu_costs) pulls.push_back({true, Where::kGpu});
+      if (has_cpu_pool || !has_gpu) pulls.push_back({true, Where::kCpu});
+    }
+    for (Where encode : encode_places) {
+      for (auto [two_way, decode] : pulls) {
+        for (bool hier : hier_choices) {
+          for (int32_t count : counts) {
+            TensorOption o;
+            o.codec = static_cast<int16_t>(c);
+            o.encode_on = encode;
+            o.two_way = two_way;
+            o.decode_on = decode;
+            o.hierarchical = hier;
+            o.partitions = count;
+            out.push_back(o);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor,
+                  const proto::ClusterDescription& cluster, const proto::CostTable& costs) {
+  OptionCost cost;
+  cost.option = option;
+  cost.partitions = option.partitions;
+  const double part_bytes = static_cast<double>(TensorBytes(tensor)) / option.partitions;
+  const bool has_gpu = cluster.gpus_per_machine() > 0;
+  const int gpus = std::max(1, cluster.gpus_per_machine());
+  const int workers_per_machine = std::max(1, cluster.workers() / cluster.machines());
+  const proto::CodecCost* codec = option.codec >= 0 ? &costs.codecs(option.codec) : nullptr;
+  auto device_cost = [&](Where where) {
+    return CostFor(*codec, where == Where::kGpu ? proto::DEVICE_GPU : proto::DEVICE_CPU);
+  };
+  const double compressed =
+      codec ? std::min(part_bytes, codec->ratio() * part_bytes + codec->overhead_bytes())
+            : part_bytes;
+  // Flat: every worker of the machine pushes its own copy through the machine's NIC and all
+  // W workers' pushes land on the S servers. Hierarchical: one push per machine.
+  const double senders = option.hierarchical ? cluster.machines() : cluster.workers();
+  const double nic_share = option.hierarchical ? 1 : workers_per_machine;
+  const double alpha = cluster.worker_link().latency_us() + cluster.server_link().latency_us();
+  const double us_per_byte =
+      std::max(nic_share / BytesPerUs(cluster.worker_link()),
+               senders / (cluster.servers() * BytesPerUs(cluster.server_link())));
+  auto transfer = [&](double b) { return alpha + b * us_per_byte; };
+  auto pcie = [&](double b) {
+    return cluster.pcie_link().latency_us() + b / BytesPerUs(cluster.pcie_link());
+  };
+  auto intra = [&](double b) {
+    return cluster.intra_machine_link().latency_us() +
+           b * (gpus - 1) / gpus / BytesPerUs(cluster.intra_machine_link());
+  };
+  auto add = [&](Resource r, StageKind kind, double us) {
+    cost.stages[cost.num_stages++] = Stage{r, kind, static_cast<float>(us)};
+    cost.work_us[r] += us * option.partitions;
+  };
+
+  if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes));
+  double pushed = part_bytes;
+  if (codec == nullptr) {
+    if (has_gpu) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
+  } else if (option.encode_on == Where::kGpu) {
+    add(kCompute, kEncode, InterpolateCost(device_cost(Where::kGpu)->encode(), part_bytes));
+    add(kPcieD2H, kCopyD2H, pcie(compressed));
+    pushed = compressed;
+  } else {
+    if (has_gpu) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
+    add(kCpuPool, kEncode,
+        InterpolateCost(device_cost(Where::kCpu)->encode(), part_bytes));
+    pushed = compressed;
+  }
+  add(kNicUp, kPush, transfer(pushed));
+
+  // Server: decode every push (or sum encoded pushes and decode once), sum, re-encode.
+  const double sum_us = senders * part_bytes / (cluster.server_sum_gbytes_per_s() * 1e3);
+  double server_us = sum_us;
+  if (codec != nullptr) {
+    const auto* cpu = device_cost(Where::kCpu);
+    const double decode = InterpolateCost(cpu->decode(), part_bytes);
+    if (codec->summable()) {
+      server_us += option.two_way ? 0 : decode;
+    } else {
+      server_us += senders * decode;
+      if (option.two_way) server_us += InterpolateCost(cpu->encode(), part_bytes);
+    }
+  }
+  add(kServer, kServerWork, server_us);
+
+  const bool pulled_compressed = codec != nullptr && option.two_way;
+  add(kNicDown, kPull, transfer(pulled_compressed ? compressed : part_bytes));
+  if (pulled_compressed && option.decode_on == Where::kGpu) {
+    add(kPcieH2D, kCopyH2D, pcie(compressed));
+    add(kCompute, kDecode, InterpolateCost(device_cost(Where::kGpu)->decode(), part_bytes));
+  } else if (pulled_compressed) {
+    add(kCpuPool, kDecode, InterpolateCost(device_cost(Where::kCpu)->decode(), part_bytes));
+    if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
+  } else if (has_gpu) {
+    add(kPcieH2D, kCopyH2D, pcie(part_bytes));
+  }
+  if (option.hierarchical) add(kIntraMachine, kBroadcast, intra(part_bytes));
+  return cost;
+}
+
+std::string DescribeOption(const TensorOption& option, const proto::CostTable& costs) {
+  auto where = [](Where w) { return w == Where::kGpu ? "GPU" : "CPU"; };
+  std::string out;
+  if (option.codec < 0) {
+    out = "none";
+  } else {
+    out = absl::StrCat(costs.codecs(option.codec).name(), "(", where(option.encode_on),
+                       option.two_way ? absl::StrCat(",2-way:", where(option.decode_on))
+                                      : std::string(",1-way"),
+                       ")");
+  }
+  if (option.hierarchical) absl::StrAppend(&out, " hier");
+  if (option.partitions > 1) absl::StrAppend(&out, " p", option.partitions);
+  return out;
+}
+
+}  // namespace bytecomp::planner

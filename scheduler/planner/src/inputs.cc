@@ -1,0 +1,344 @@
+#include "bytecomp/planner/inputs.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bytecomp/common/config.h"
+#include "google/protobuf/text_format.h"
+
+namespace bytecomp::planner {
+namespace {
+
+using google::protobuf::Message;
+using google::protobuf::TextFormat;
+
+// Collects validation problems as "file:line:column: field.path: what".
+class Problems {
+ public:
+  explicit Problems(absl::string_view source) : source_(source) {}
+
+  // `tree` is the parse-info tree of the message holding `field`; `index` -1 for singular.
+  // An absent field is reported at `fallback_line` (the enclosing message's line, 0-based).
+  void Add(const TextFormat::ParseInfoTree* tree, const Message& message, const char* field,
+           int index, int fallback_line, absl::string_view path, absl::string_view what) {
+    int line = fallback_line, column = 0;
+    const auto* fd = message.GetDescriptor()->FindFieldByName(field);
+    if (tree != nullptr && fd != nullptr) {
+      auto location = tree->GetLocation(fd, index);
+      if (location.line >= 0) {
+        line = location.line;
+        column = location.column;
+      }
+    }
+    problems_.push_back(
+        absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", path, ": ", what));
+  }
+  absl::Status ToStatus() const {
+    if (problems_.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrJoin(problems_, "\n"));
+  }
+
+ private:
+  std::string source_;
+  std::vector<std::string> problems_;
+};
+
+int LineOf(const TextFormat::ParseInfoTree* tree, const Message& message, const char* field,
+           int index, int fallback) {
+  const auto* fd = message.GetDescriptor()->FindFieldByName(field);
+  if (tree == nullptr || fd == nullptr) return fallback;
+  auto location = tree->GetLocation(fd, index);
+  return location.line >= 0 ? location.line : fallback;
+}
+
+const TextFormat::ParseInfoTree* Nested(const TextFormat::ParseInfoTree* tree,
+                                        const Message& message, const char* field, int index) {
+  if (tree == nullptr) return nullptr;
+  const auto* fd = message.GetDescriptor()->FindFieldByName(field);
+  return fd == nullptr ? nullptr : tree->GetTreeForNested(fd, index);
+}
+
+// Syntax and unknown fields through common's parser (file:line:column errors), then a second
+// parse that records where each field is, for the semantic checks.
+absl::Status ParseWithLocations(absl::string_view text, absl::string_view source_name,
+                                Message* out, TextFormat::ParseInfoTree* tree) {
+  if (absl::Status s = ParseTextProto(text, source_name, out); !s.ok()) return s;
+  out->Clear();
+  TextFormat::Parser parser;
+  parser.WriteLocationsTo(tree);
+  if (!parser.ParseFromString(std::string(text), out)) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": could not parse"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void CheckLink(const proto::LinkSpec& link, const TextFormat::ParseInfoTree* tree, int line,
+               absl::string_view path, bool required, Problems& p) {
+  if (required && link.bandwidth_gbps() <= 0) {
+    p.Add(tree, link, "bandwidth_gbps", -1, line, absl::StrCat(path, ".bandwidth_gbps"),
+          absl::StrCat("must be > 0, got ", link.bandwidth_gbps()));
+  } else if (link.bandwidth_gbps() < 0) {
+    p.Add(tree, link, "bandwidth_gbps", -1, line, absl::StrCat(path, ".bandwidth_gbps"),
+          "must be >= 0");
+  }
+  if (link.latency_us() < 0) {
+    p.Add(tree, link, "latency_us", -1, line, absl::StrCat(path, ".latency_us"),
+          absl::StrCat("must be >= 0, got ", link.latency_us()));
+  }
+}
+
+void CheckCurve(const google::protobuf::RepeatedPtrField<proto::CostPoint>& points,
+                const TextFormat::ParseInfoTree* tree, const Message& parent,
+                const char* field, int line, absl::string_view path, Problems& p) {
+  if (points.empty()) {
+    p.Add(tree, parent, field, -1, line, path, "needs at least one point");
+    return;
+  }
+  for (int i = 0; i < points.size(); ++i) {
+    const auto& point = points[i];
+    const auto* sub = Nested(tree, parent, field, i);
+    int point_line = LineOf(tree, parent, field, i, line);
+    std::string here = absl::StrCat(path, "[", i, "]");
+    if (point.bytes() <= 0) {
+      p.Add(sub, point, "bytes", -1, point_line, absl::StrCat(here, ".bytes"),
+            absl::StrCat("must be > 0, got ", point.bytes()));
+    } else if (i > 0 && point.bytes() <= points[i - 1].bytes()) {
+      p.Add(sub, point, "bytes", -1, point_line, absl::StrCat(here, ".bytes"),
+            "points must be in increasing bytes");
+    }
+    if (point.us() < 0) {
+      p.Add(sub, point, "us", -1, point_line, absl::StrCat(here, ".us"),
+            absl::StrCat("must be >= 0, got ", point.us()));
+    }
+  }
+}
+
+absl::Status ValidateProfile(const proto::ModelProfile& m, const TextFormat::ParseInfoTree* tree,
+                             absl::string_view source) {
+  Problems p(source);
+  if (m.tensors().empty()) p.Add(tree, m, "tensors", -1, 0, "tensors", "no tensors");
+  if (m.forward_us() < 0) p.Add(tree, m, "forward_us", -1, 0, "forward_us", "must be >= 0");
+  for (int i = 0; i < m.tensors_size(); ++i) {
+    const auto& t = m.tensors(i);
+    const auto* sub = Nested(tree, m, "tensors", i);
+    int line = LineOf(tree, m, "tensors", i, 0);
+    std::string here = absl::StrCat("tensors[", i, "]");
+    if (t.name().empty()) p.Add(sub, t, "name", -1, line, here + ".name", "must not be empty");
+    if (t.elements() <= 0) {
+      p.Add(sub, t, "elements", -1, line, here + ".elements",
+            absl::StrCat("must be > 0, got ", t.elements()));
+    }
+    if (t.element_bytes() < 0 || t.element_bytes() > 8) {
+      p.Add(sub, t, "element_bytes", -1, line, here + ".element_bytes",
+            absl::StrCat("must be 0 (fp32) or 1..8, got ", t.element_bytes()));
+    }
+    if (t.ready_gap_us() < 0) {
+      p.Add(sub, t, "ready_gap_us", -1, line, here + ".ready_gap_us",
+            absl::StrCat("must be >= 0, got ", t.ready_gap_us()));
+    }
+  }
+  return p.ToStatus();
+}
+
+absl::Status ValidateCluster(const proto::ClusterDescription& c,
+                             const TextFormat::ParseInfoTree* tree, absl::string_view source) {
+  Problems p(source);
+  if (c.machines() < 1) {
+    p.Add(tree, c, "machines", -1, 0, "machines", absl::StrCat("must be >= 1, got ", c.machines()));
+  }
+  if (c.gpus_per_machine() < 0) {
+    p.Add(tree, c, "gpus_per_machine", -1, 0, "gpus_per_machine", "must be >= 0");
+  }
+  if (c.workers() < 0) p.Add(tree, c, "workers", -1, 0, "workers", "must be >= 0");
+  if (c.servers() < 1) {
+    p.Add(tree, c, "servers", -1, 0, "servers", absl::StrCat("must be >= 1, got ", c.servers()));
+  }
+  auto link = [&](const char* field, const proto::LinkSpec& spec, bool required) {
+    int line = LineOf(tree, c, field, -1, 0);
+    if (required && !c.GetReflection()->HasField(c, c.GetDescriptor()->FindFieldByName(field))) {
+      p.Add(tree, c, field, -1, 0, field, "missing (bandwidth_gbps and latency_us)");
+      return;
+    }
+    CheckLink(spec, Nested(tree, c, field, -1), line, field, required, p);
+  };
+  link("worker_link", c.worker_link(), true);
+  link("server_link", c.server_link(), true);
+  link("intra_machine_link", c.intra_machine_link(), c.gpus_per_machine() > 1);
+  link("pcie_link", c.pcie_link(), false);
+  if (c.cpu_pool_threads() < 0) {
+    p.Add(tree, c, "cpu_pool_threads", -1, 0, "cpu_pool_threads", "must be >= 0");
+  }
+  if (c.server_threads() < 0) {
+    p.Add(tree, c, "server_threads", -1, 0, "server_threads", "must be >= 0");
+  }
+  if (c.server_sum_gbytes_per_s() < 0) {
+    p.Add(tree, c, "server_sum_gbytes_per_s", -1, 0, "server_sum_gbytes_per_s", "must be >= 0");
+  }
+  if (c.partition_bytes() < 0) {
+    p.Add(tree, c, "partition_bytes", -1, 0, "partition_bytes", "must be >= 0");
+  }
+  return p.ToStatus();
+}
+
+absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::ParseInfoTree* tree,
+                               absl::string_view source) {
+  Problems p(source);
+  for (int i = 0; i < t.codecs_size(); ++i) {
+    const auto& codec = t.codecs(i);
+    const auto* sub = Nested(tree, t, "codecs", i);
+    int line = LineOf(tree, t, "codecs", i, 0);
+    std::string here = absl::StrCat("codecs[", i, "]");
+    if (codec.name().empty() || codec.name() == "none") {
+      p.Add(sub, codec, "name", -1, line, here + ".name",
+            "must name a codec (uncompressed is always an option)");
+    }
+    if (codec.ratio() <= 0 || codec.ratio() > 2) {
+      p.Add(sub, codec, "ratio", -1, line, here + ".ratio",
+            absl::StrCat("must be in (0, 2], got ", codec.ratio()));
+    }
+    if (codec.overhead_bytes() < 0) {
+      p.Add(sub, codec, "overhead_bytes", -1, line, here + ".overhead_bytes", "must be >= 0");
+    }
+    bool seen[3] = {false, false, false};
+    for (int d = 0; d < codec.costs_size(); ++d) {
+      const auto& cost = codec.costs(d);
+      const auto* dsub = Nested(sub, codec, "costs", d);
+      int dline = LineOf(sub, codec, "costs", d, line);
+      std::string dhere = absl::StrCat(here, ".costs[", d, "]");
+      if (cost.device() != proto::DEVICE_CPU && cost.device() != proto::DEVICE_GPU) {
+        p.Add(dsub, cost, "device", -1, dline, dhere + ".device", "must be DEVICE_CPU or DEVICE_GPU");
+        continue;
+      }
+      if (seen[cost.device()]) {
+        p.Add(dsub, cost, "device", -1, dline, dhere + ".device", "device listed twice");
+      }
+      seen[cost.device()] = true;
+      CheckCurve(cost.encode(), dsub, cost, "encode", dline, dhere + ".encode", p);
+      CheckCurve(cost.decode(), dsub, cost, "decode", dline, dhere + ".decode", p);
+    }
+    for (int j = 0; j < i; ++j) {
+      if (t.codecs(j).name() == codec.name() &&
+          t.codecs(j).SerializeAsString() == codec.SerializeAsString()) {
+        p.Add(sub, codec, "name", -1, line, here + ".name", "duplicate codec entry");
+      }
+    }
+  }
+  return p.ToStatus();
+}
+
+absl::Status ValidateOptions(const proto::PlannerOptions& o,
+                             const TextFormat::ParseInfoTree* tree, absl::string_view source) {
+  Problems p(source);
+  if (o.min_compress_bytes() < 0) {
+    p.Add(tree, o, "min_compress_bytes", -1, 0, "min_compress_bytes", "must be >= 0");
+  }
+  for (int i = 0; i < o.partition_bytes_size(); ++i) {
+    if (o.partition_bytes(i) < 4) {
+      p.Add(tree, o, "partition_bytes", i, 0, absl::StrCat("partition_bytes[", i, "]"),
+            absl::StrCat("must be >= 4, got ", o.partition_bytes(i)));
+    }
+  }
+  if (o.max_joint_offload_choices() < 0) {
+    p.Add(tree, o, "max_joint_offload_choices", -1, 0, "max_joint_offload_choices",
+          "must be >= 0");
+  }
+  return p.ToStatus();
+}
+
+template <typename M, typename V>
+absl::Status ParseAndValidate(absl::string_view text, absl::string_view source, M* out,
+                              V validate) {
+  TextFormat::ParseInfoTree tree;
+  if (absl::Status s = ParseWithLocations(text, source, out, &tree); !s.ok()) return s;
+  return validate(*out, &tree, source);
+}
+
+template <typename M, typename Parse>
+absl::StatusOr<M> LoadFile(const std::string& path, Parse parse) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  M message;
+  if (absl::Status s = parse(*text, path, &message); !s.ok()) return s;
+  return message;
+}
+
+}  // namespace
+
+absl::Status ParseModelProfile(absl::string_view text, absl::string_view source_name,
+                               proto::ModelProfile* out) {
+  return ParseAndValidate(text, source_name, out, ValidateProfile);
+}
+absl::Status ParseClusterDescription(absl::string_view text, absl::string_view source_name,
+                                     proto::ClusterDescription* out) {
+  return ParseAndValidate(text, source_name, out, ValidateCluster);
+}
+absl::Status ParseCostTable(absl::string_view text, absl::string_view source_name,
+                            proto::CostTable* out) {
+  return ParseAndValidate(text, source_name, out, ValidateCostTable);
+}
+absl::Status ParsePlannerOptions(absl::string_view text, absl::string_view source_name,
+                                 proto::PlannerOptions* out) {
+  return ParseAndValidate(text, source_name, out, ValidateOptions);
+}
+
+absl::StatusOr<proto::ModelProfile> LoadModelProfile(const std::string& path) {
+  return LoadFile<proto::ModelProfile>(path, ParseModelProfile);
+}
+absl::StatusOr<proto::ClusterDescription> LoadClusterDescription(const std::string& path) {
+  return LoadFile<proto::ClusterDescription>(path, ParseClusterDescription);
+}
+absl::StatusOr<proto::CostTable> LoadCostTable(const std::string& path) {
+  return LoadFile<proto::CostTable>(path, ParseCostTable);
+}
+absl::StatusOr<proto::PlannerOptions> LoadPlannerOptions(const std::string& path) {
+  return LoadFile<proto::PlannerOptions>(path, ParsePlannerOptions);
+}
+
+proto::ClusterDescription WithDefaults(proto::ClusterDescription c) {
+  if (c.machines() < 1) c.set_machines(1);
+  if (c.servers() < 1) c.set_servers(1);
+  if (c.workers() == 0) c.set_workers(c.machines() * std::max(1, c.gpus_per_machine()));
+  if (c.pcie_link().bandwidth_gbps() <= 0) c.mutable_pcie_link()->set_bandwidth_gbps(96);
+  if (c.intra_machine_link().bandwidth_gbps() <= 0) {
+    c.mutable_intra_machine_link()->set_bandwidth_gbps(c.pcie_link().bandwidth_gbps());
+  }
+  if (c.cpu_pool_threads() == 0) c.set_cpu_pool_threads(4);
+  if (c.server_threads() == 0) c.set_server_threads(2);
+  if (c.server_sum_gbytes_per_s() <= 0) c.set_server_sum_gbytes_per_s(8);
+  if (c.partition_bytes() <= 0) c.set_partition_bytes(4 << 20);
+  return c;
+}
+
+proto::PlannerOptions WithDefaults(proto::PlannerOptions o) {
+  if (o.min_compress_bytes() == 0) o.set_min_compress_bytes(65536);
+  if (o.max_joint_offload_choices() == 0) o.set_max_joint_offload_choices(64);
+  return o;
+}
+
+double InterpolateCost(const google::protobuf::RepeatedPtrField<proto::CostPoint>& points,
+                       double bytes) {
+  if (points.empty()) return 0;
+  if (points.size() == 1) return points[0].us() * bytes / static_cast<double>(points[0].bytes());
+  int hi = 1;
+  while (hi + 1 < points.size() && points[hi].bytes() < bytes) ++hi;
+  const auto& a = points[hi - 1];
+  const auto& b = points[hi];
+  double slope = (b.us() - a.us()) / static_cast<double>(b.bytes() - a.bytes());
+  // Below the first point, keep the first point's time (fixed costs such as a kernel launch).
+  if (bytes < a.bytes() && hi == 1) return std::max(0.0, a.us());
+  return std::max(0.0, a.us() + slope * (bytes - a.bytes()));
+}
+
+}  // namespace bytecomp::planner

@@ -1,0 +1,422 @@
+#include "bytecomp/planner/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace bytecomp::planner {
+namespace {
+
+using Work = std::array<double, kNumResources>;
+
+// Relative improvement a change must bring to be kept (avoids churn on float noise).
+constexpr double kMinGain = 1e-9;
+
+Work WithSwap(Work total, const Work& old_work, const Work& new_work) {
+  for (int r = 0; r < kNumResources; ++r) total[r] += new_work[r] - old_work[r];
+  return total;
+}
+
+int FindOption(const SimTensor& tensor, const TensorOption& wanted) {
+  for (size_t o = 0; o < tensor.options.size(); ++o) {
+    if (tensor.options[o].option == wanted) return static_cast<int>(o);
+  }
+  return -1;
+}
+
+bool HasGpu(const PlannerInputs& in) {
+  return in.cluster.gpus_per_machine() > 0 && !in.options.disable_gpu();
+}
+
+// The search state shared by the algorithm's steps: the current choice, its simulated
+// iteration time (the simulator's baseline) and its total work per resource.
+class Search {
+ public:
+  explicit Search(const PreparedProblem& problem)
+      : problem_(problem), sim_(&problem.sim), choice_(problem.none_index) {
+    time_ = sim_.Rebase(choice_, 0);
+    total_ = sim_.TotalWork(choice_);
+  }
+
+  const std::vector<int>& choice() const { return choice_; }
+  double time() const { return time_; }
+  TimelineSimulator& sim() { return sim_; }
+
+  const Work& work(int tensor, int option) const {
+    return problem_.sim.tensors[tensor].options[option].work_us;
+  }
+
+  // Best option for `tensor` among `allowed` with the others fixed; commits it if it is
+  // better. Options are tried in order of their lower bound; the loop stops at the first
+  // bound that cannot beat the best time found.
+  bool ImproveTensor(int tensor, const std::vector<int>& allowed) {
+    const int current = choice_[tensor];
+    candidates_.clear();
+    for (int o : allowed) {
+      if (o == current) continue;
+      double lb = sim_.LowerBound(tensor, WithSwap(total_, work(tensor, current), work(tensor, o)));
+      if (lb < time_) candidates_.push_back({lb, o});
+    }
+    std::sort(candidates_.begin(), candidates_.end());
+    double best_time = time_ * (1 - kMinGain);
+    int best = current;
+    for (auto [lb, o] : candidates_) {
+      if (lb >= best_time) break;
+      choice_[tensor] = o;
+      double t = sim_.Evaluate(choice_, tensor, best_time);
+      if (t < best_time) {
+        best_time = t;
+        best = o;
+      }
+    }
+    choice_[tensor] = current;
+    if (best == current) return false;
+    Commit({{tensor, best}});
+    return true;
+  }
+
+  // Evaluates a change of several tensors; returns the time or kAborted if >= cutoff.
+  double EvaluateChange(const std::vector<std::pair<int, int>>& change, double cutoff) {
+    if (change.empty()) return time_;
+    int from = change[0].first;
+    Work total = total_;
+    std::vector<std::pair<int, int>> undo;
+    for (auto [t, o] : change) {
+      from = std::min(from, t);
+      total = WithSwap(total, work(t, choice_[t]), work(t, o));
+      undo.push_back({t, choice_[t]});
+      choice_[t] = o;
+    }
+    double result = TimelineSimulator::kAborted;
+    if (sim_.LowerBound(from, total) < cutoff) result = sim_.Evaluate(choice_, from, cutoff);
+    for (auto [t, o] : undo) choice_[t] = o;
+    return result;
+  }
+
+  void Commit(const std::vector<std::pair<int, int>>& change) {
+    if (change.empty()) return;
+    int from = change[0].first;
+    for (auto [t, o] : change) {
+      from = std::min(from, t);
+      total_ = WithSwap(total_, work(t, choice_[t]), work(t, o));
+      choice_[t] = o;
+    }
+    time_ = sim_.Rebase(choice_, from);
+  }
+
+ private:
+  const PreparedProblem& problem_;
+  TimelineSimulator sim_;
+  std::vector<int> choice_;
+  double time_;
+  Work total_;
+  std::vector<std::pair<double, int>> candidates_;
+};
+
+// Step 4: move GPU-compressed tensors to the CPU pool by groups of (size, option).
+void OptimizeOffload(const PreparedProblem& problem, Search& search) {
+  const auto& tensors = problem.sim.tensors;
+  struct Group {
+    std::vector<int> members;    // farthest from the output (highest index) first
+    std::vector<int> offloaded;  // the CPU option of each member
+  };
+  std::map<std::tuple<int64_t, int, bool, bool, int>, Group> by_key;
+  for (int i = 0; i < static_cast<int>(tensors.size()); ++i) {
+    const TensorOption& o = tensors[i].options[search.choice()[i]].option;
+    if (o.codec < 0 || o.encode_on != Where::kGpu) continue;
+    TensorOption cpu = o;
+    cpu.encode_on = Where::kCpu;
+    cpu.decode_on = o.two_way ? Where::kCpu : Where::kNone;
+    int index = FindOption(tensors[i], cpu);
+    if (index < 0) continue;
+    Group& g = by_key[{tensors[i].bytes, o.codec, o.two_way, o.hierarchical, o.partitions}];
+    g.members.push_back(i);
+    g.offloaded.push_back(index);
+  }
+  std::vector<Group> groups;
+  for (auto& [key, g] : by_key) {
+    std::vector<int> order(g.members.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return g.members[a] > g.members[b]; });
+    Group sorted;
+    for (int k : order) {
+      sorted.members.push_back(g.members[k]);
+      sorted.offloaded.push_back(g.offloaded[k]);
+    }
+    groups.push_back(std::move(sorted));
+  }
+  if (groups.empty()) return;
+  auto change_for = [&](const std::vector<int>& counts) {
+    std::vector<std::pair<int, int>> change;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (int k = 0; k < counts[g]; ++k) {
+        change.push_back({groups[g].members[k], groups[g].offloaded[k]});
+      }
+    }
+    return change;
+  };
+  double combinations = 1;
+  for (const auto& g : groups) combinations *= static_cast<double>(g.members.size() + 1);
+  std::vector<int> counts(groups.size(), 0);
+  if (combinations <= problem.inputs.options.max_joint_offload_choices()) {
+    // Every combination of counts (mixed radix).
+    std::vector<int> best_counts = counts;
+    double best_time = search.time() * (1 - kMinGain);
+    while (true) {
+      size_t g = 0;
+      while (g < groups.size() && counts[g] == static_cast<int>(groups[g].members.size())) {
+        counts[g++] = 0;
+      }
+      if (g == groups.size()) break;
+      ++counts[g];
+      double t = search.EvaluateChange(change_for(counts), best_time);
+      if (t < best_time) {
+        best_time = t;
+        best_counts = counts;
+      }
+    }
+    search.Commit(change_for(best_counts));
+    return;
+  }
+  // Too many combinations: one group at a time, the others fixed.
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<int> only(groups.size(), 0);
+    double best_time = search.time() * (1 - kMinGain);
+    int best_count = 0;
+    for (int k = 1; k <= static_cast<int>(groups[g].members.size()); ++k) {
+      only[g] = k;
+      double t = search.EvaluateChange(change_for(only), best_time);
+      if (t < best_time) {
+        best_time = t;
+        best_count = k;
+      }
+    }
+    only[g] = best_count;
+    search.Commit(change_for(only));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
+  PreparedProblem p;
+  p.inputs = raw;
+  p.inputs.cluster = WithDefaults(raw.cluster);
+  p.inputs.options = WithDefaults(raw.options);
+  const auto& in = p.inputs;
+  if (in.profile.tensors().empty()) return absl::InvalidArgumentError("profile has no tensors");
+  for (const auto& name : in.options.codecs()) {
+    bool found = false;
+    for (const auto& c : in.costs.codecs()) found = found || c.name() == name;
+    if (!found) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.codecs names '", name, "', which the cost table does not list"));
+    }
+  }
+  p.sim.forward_us = in.profile.forward_us();
+  p.sim.slots = {1, in.cluster.cpu_pool_threads(), 1, 1, 1, 1,
+                 in.cluster.servers() * in.cluster.server_threads(), 1};
+  for (const auto& t : in.profile.tensors()) {
+    SimTensor st;
+    st.name = t.name();
+    st.bytes = TensorBytes(t);
+    st.ready_gap_us = t.ready_gap_us();
+    for (const TensorOption& o : EnumerateOptions(t, in.cluster, in.costs, in.options)) {
+      st.options.push_back(CostOf(o, t, in.cluster, in.costs));
+    }
+    p.none_index.push_back(0);  // EnumerateOptions lists flat, default-partitioned none first
+    p.sim.tensors.push_back(std::move(st));
+  }
+  return p;
+}
+
+PlanResult PlanByteComp(const PreparedProblem& problem) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto& tensors = problem.sim.tensors;
+  const int n = static_cast<int>(tensors.size());
+  PlanResult result;
+  Search search(problem);
+  result.no_compression_us = search.time();
+
+  // Step 2: tensors whose communication ends before a bubble of the uncompressed timeline.
+  int first_kept = 0;
+  for (int j = 1; j < n; ++j) {
+    if (search.sim().idle_before(j)) first_kept = j;
+  }
+  result.dropped_before_bubble = first_kept;
+
+  // Step 1: larger first, nearer the output first among equals.
+  std::vector<int> order;
+  for (int i = first_kept; i < n; ++i) {
+    if (tensors[i].options.size() > 1) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return tensors[a].bytes > tensors[b].bytes; });
+
+  // Step 3: best GPU option per tensor (all options without a GPU).
+  const bool gpu = HasGpu(problem.inputs);
+  std::vector<int> allowed;
+  for (int i : order) {
+    allowed.clear();
+    for (size_t o = 0; o < tensors[i].options.size(); ++o) {
+      if (!gpu || !tensors[i].options[o].option.uses_cpu()) allowed.push_back(static_cast<int>(o));
+    }
+    search.ImproveTensor(i, allowed);
+  }
+  // Step 4: optimal offload to the CPU pool given the GPU result.
+  if (gpu) OptimizeOffload(problem, search);
+  // Ours: one more pass over every option, mixed placements included.
+  if (!problem.inputs.options.skip_refinement()) {
+    for (int i : order) {
+      allowed.resize(tensors[i].options.size());
+      std::iota(allowed.begin(), allowed.end(), 0);
+      search.ImproveTensor(i, allowed);
+    }
+  }
+  result.choice = search.choice();
+  result.predicted_us = search.time();
+  result.simulations = search.sim().simulations();
+  result.planning_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  result.compress_everything_choice = CompressEverythingChoice(problem);
+  result.compress_everything_us = search.sim().Simulate(result.compress_everything_choice);
+  return result;
+}
+
+absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem,
+                                          double max_combinations) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto& tensors = problem.sim.tensors;
+  const int n = static_cast<int>(tensors.size());
+  double combinations = 1;
+  for (const auto& t : tensors) combinations *= static_cast<double>(t.options.size());
+  if (combinations > max_combinations) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "exhaustive search over ", combinations, " combinations exceeds the limit of ",
+        max_combinations));
+  }
+  TimelineSimulator sim(&problem.sim);
+  PlanResult result;
+  result.no_compression_us = sim.Rebase(problem.none_index, 0);
+  // Per resource: compute segments, and the least work each suffix of tensors can need.
+  Work compute{};
+  for (const auto& t : tensors) compute[kCompute] += static_cast<float>(t.ready_gap_us);
+  std::vector<Work> min_suffix(n + 1, Work{});
+  for (int i = n - 1; i >= 0; --i) {
+    for (int r = 0; r < kNumResources; ++r) {
+      double least = tensors[i].options[0].work_us[r];
+      for (const auto& o : tensors[i].options) least = std::min(least, o.work_us[r]);
+      min_suffix[i][r] = min_suffix[i + 1][r] + least;
+    }
+  }
+  std::vector<int> choice(n, 0);
+  std::vector<Work> prefix(n + 1, compute);
+  double best = result.no_compression_us * (1 + 1e-12);
+  std::vector<int> best_choice = problem.none_index;
+  // Depth-first in backprop order: the simulation of tensors < depth is shared.
+  auto dfs = [&](auto&& self, int depth) -> void {
+    for (size_t o = 0; o < tensors[depth].options.size(); ++o) {
+      choice[depth] = static_cast<int>(o);
+      double t = sim.ExtendStack(choice, depth);
+      if (depth == n - 1) {
+        if (t < best) {
+          best = t;
+          best_choice = choice;
+        }
+        continue;
+      }
+      Work bound_work;
+      for (int r = 0; r < kNumResources; ++r) {
+        prefix[depth + 1][r] = prefix[depth][r] + tensors[depth].options[o].work_us[r];
+        bound_work[r] = prefix[depth + 1][r] + min_suffix[depth + 1][r];
+      }
+      if (sim.StackLowerBound(depth + 1, bound_work) >= best) continue;
+      self(self, depth + 1);
+    }
+  };
+  dfs(dfs, 0);
+  result.choice = best_choice;
+  result.predicted_us = sim.Simulate(best_choice);
+  result.simulations = sim.simulations();
+  result.planning_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  result.compress_everything_choice = CompressEverythingChoice(problem);
+  result.compress_everything_us = sim.Simulate(result.compress_everything_choice);
+  return result;
+}
+
+std::vector<int> CompressEverythingChoice(const PreparedProblem& problem,
+                                          const std::string& codec_name) {
+  const auto& in = problem.inputs;
+  int codec = -1;
+  for (int c = 0; c < in.costs.codecs_size(); ++c) {
+    if (codec_name.empty() ? codec < 0 : in.costs.codecs(c).name() == codec_name) codec = c;
+  }
+  const bool gpu = HasGpu(in);
+  std::vector<int> choice = problem.none_index;
+  if (codec < 0) return choice;
+  for (size_t i = 0; i < problem.sim.tensors.size(); ++i) {
+    const SimTensor& t = problem.sim.tensors[i];
+    const TensorOption none = t.options[problem.none_index[i]].option;
+    // Preferred: on the GPU if any, two-way if the codec allows; else what exists.
+    int best = -1, best_score = -1;
+    for (size_t o = 0; o < t.options.size(); ++o) {
+      const TensorOption& opt = t.options[o].option;
+      if (opt.codec != codec || opt.hierarchical || opt.partitions != none.partitions) continue;
+      int score = ((opt.encode_on == Where::kGpu) == gpu ? 4 : 0) + (opt.two_way ? 2 : 0) +
+                  (opt.decode_on == opt.encode_on ? 1 : 0);
+      if (score > best_score) {
+        best_score = score;
+        best = static_cast<int>(o);
+      }
+    }
+    if (best >= 0) choice[i] = best;
+  }
+  return choice;
+}
+
+proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int>& choice) {
+  const auto& in = problem.inputs;
+  proto::Strategy strategy;
+  strategy.set_version(1);
+  strategy.set_min_compress_bytes(in.options.min_compress_bytes());
+  auto placement = [](Where w) {
+    return w == Where::kGpu   ? proto::PLACEMENT_GPU
+           : w == Where::kCpu ? proto::PLACEMENT_CPU_POOL
+                              : proto::PLACEMENT_DEFAULT;
+  };
+  for (size_t i = 0; i < problem.sim.tensors.size(); ++i) {
+    const SimTensor& t = problem.sim.tensors[i];
+    const TensorOption& o = t.options[choice[i]].option;
+    const TensorOption& none = t.options[problem.none_index[i]].option;
+    proto::TensorStrategy* ts = strategy.add_tensors();
+    ts->set_name_pattern(t.name);
+    if (o.codec >= 0) {
+      const proto::CodecCost& codec = in.costs.codecs(o.codec);
+      proto::CodecConfig config;
+      config.set_name(codec.name());
+      config.mutable_params()->insert(codec.params().begin(), codec.params().end());
+      config.set_memory(codec.memory());
+      *ts->mutable_push_codec() = config;
+      if (o.two_way) *ts->mutable_pull_codec() = config;
+      ts->set_compress_on(placement(o.encode_on));
+      ts->set_decompress_on(placement(o.decode_on));
+    }
+    ts->set_hierarchical(o.hierarchical);
+    if (o.partitions != none.partitions) {
+      const int64_t element = t.bytes / std::max<int64_t>(
+                                            1, in.profile.tensors(static_cast<int>(i)).elements());
+      const int64_t elements_per_part =
+          (in.profile.tensors(static_cast<int>(i)).elements() + o.partitions - 1) / o.partitions;
+      ts->set_partition_bytes(elements_per_part * std::max<int64_t>(1, element));
+    }
+  }
+  return strategy;
+}
+
+}  // namespace bytecomp::planner

@@ -1,0 +1,294 @@
+#include "bytecomp/planner/timeline.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace bytecomp::planner {
+namespace {
+
+// Heaps: the earliest event first; the highest-priority (lowest value), earliest job first.
+bool LaterEvent(const TimelineSimulator::Event& a, const TimelineSimulator::Event& b) {
+  return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+}
+bool LowerPriority(const TimelineSimulator::Waiting& a, const TimelineSimulator::Waiting& b) {
+  return a.priority > b.priority || (a.priority == b.priority && a.seq > b.seq);
+}
+
+void AppendJsonString(std::string& out, const std::string& text) {
+  out.push_back('"');
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof buffer, "\\u%04x", c);
+      out += buffer;
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+}
+
+}  // namespace
+
+TimelineSimulator::TimelineSimulator(const SimProblem* problem)
+    : problem_(problem), n_(static_cast<int>(problem->tensors.size())) {
+  snapshots_.resize(n_);
+  idle_before_.assign(n_, 0);
+  stack_.resize(n_ + 1);
+  if (n_ > 0) {
+    Reset(snapshots_[0]);
+    Run(snapshots_[0], {}, 0, false, kAborted, nullptr);
+    idle_before_[0] = 1;
+    stack_[0] = snapshots_[0];
+  }
+}
+
+void TimelineSimulator::Reset(State& s) const {
+  s.now = 0;
+  s.seq = 0;
+  s.pending_ready = -1;
+  s.active_partitions = 0;
+  s.events.clear();
+  for (auto& r : s.resources) {
+    r.busy = 0;
+    r.started_work = 0;
+    r.queue.clear();
+  }
+  s.partitions.clear();
+  s.free_slots.clear();
+  const_cast<TimelineSimulator*>(this)->Enqueue(s, kCompute, ~0, 0,
+                                                static_cast<float>(problem_->tensors[0].ready_gap_us),
+                                                nullptr);
+}
+
+void TimelineSimulator::Start(State& s, int resource, int32_t job, float duration,
+                              std::vector<TraceSpan>* trace) {
+  auto& r = s.resources[resource];
+  ++r.busy;
+  r.started_work += duration;
+  s.events.push_back(Event{s.now + duration, s.seq++, job, static_cast<uint8_t>(resource)});
+  std::push_heap(s.events.begin(), s.events.end(), LaterEvent);
+  if (trace != nullptr) {
+    TraceSpan span{static_cast<uint8_t>(resource), 255, ~job, 0, s.now, duration};
+    if (job >= 0) {
+      const Partition& p = s.partitions[job];
+      span.kind = problem_->tensors[p.tensor].options[p.option].stages[p.stage].kind;
+      span.tensor = p.tensor;
+      span.partition = p.part;
+    }
+    trace->push_back(span);
+  }
+}
+
+void TimelineSimulator::Enqueue(State& s, int resource, int32_t job, int32_t priority,
+                                float duration, std::vector<TraceSpan>* trace) {
+  auto& r = s.resources[resource];
+  if (r.busy < problem_->slots[resource] && r.queue.empty()) {
+    Start(s, resource, job, duration, trace);
+    return;
+  }
+  r.queue.push_back(Waiting{priority, static_cast<uint32_t>(s.seq++), job, duration});
+  std::push_heap(r.queue.begin(), r.queue.end(), LowerPriority);
+}
+
+void TimelineSimulator::EnqueueStage(State& s, int32_t slot, std::vector<TraceSpan>* trace) {
+  const Partition& p = s.partitions[slot];
+  const Stage& stage = problem_->tensors[p.tensor].options[p.option].stages[p.stage];
+  // The compute stream is in order; elsewhere the tensor nearest the input goes first.
+  int32_t priority =
+      stage.resource == kCompute ? 0 : (n_ - p.tensor) * 4096 + std::min<int>(p.part, 4095);
+  Enqueue(s, stage.resource, slot, priority, stage.duration_us, trace);
+}
+
+void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
+                                     std::vector<TraceSpan>* trace) {
+  const OptionCost& cost = problem_->tensors[tensor].options[option];
+  for (int part = 0; part < cost.partitions; ++part) {
+    int32_t slot;
+    if (s.free_slots.empty()) {
+      slot = static_cast<int32_t>(s.partitions.size());
+      s.partitions.emplace_back();
+    } else {
+      slot = s.free_slots.back();
+      s.free_slots.pop_back();
+    }
+    s.partitions[slot] = Partition{tensor, static_cast<int16_t>(option),
+                                   static_cast<int16_t>(std::min(part, 32767)), 0};
+    ++s.active_partitions;
+    EnqueueStage(s, slot, trace);
+  }
+}
+
+double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop_tensor,
+                              bool record, double cutoff_us, std::vector<TraceSpan>* trace) {
+  const double forward = problem_->forward_us;
+  const int from = s.pending_ready;
+  auto dispatch = [&](int resource) {
+    auto& r = s.resources[resource];
+    while (r.busy < problem_->slots[resource] && !r.queue.empty()) {
+      std::pop_heap(r.queue.begin(), r.queue.end(), LowerPriority);
+      Waiting w = r.queue.back();
+      r.queue.pop_back();
+      Start(s, resource, w.job, w.duration, trace);
+    }
+  };
+  while (true) {
+    if (s.pending_ready >= 0) {
+      const int j = s.pending_ready;
+      if (j == stop_tensor) return s.now;
+      if (record && j > from) {
+        snapshots_[j] = s;
+        idle_before_[j] = s.active_partitions == 0;
+      }
+      s.pending_ready = -1;
+      ExpandTensor(s, j, choice[j], trace);
+      if (j + 1 < n_) {
+        Enqueue(s, kCompute, ~(j + 1), 0,
+                static_cast<float>(problem_->tensors[j + 1].ready_gap_us), trace);
+      }
+      dispatch(kCompute);
+    }
+    if (s.events.empty()) break;
+    if (s.events.front().time + forward >= cutoff_us) return kAborted;
+    std::pop_heap(s.events.begin(), s.events.end(), LaterEvent);
+    const Event e = s.events.back();
+    s.events.pop_back();
+    ++events_;
+    s.now = e.time;
+    --s.resources[e.resource].busy;
+    if (e.job < 0) {
+      s.pending_ready = ~e.job;  // dispatch after the tensor's own jobs are queued
+      continue;
+    }
+    Partition& p = s.partitions[e.job];
+    ++p.stage;
+    if (p.stage < problem_->tensors[p.tensor].options[p.option].num_stages) {
+      EnqueueStage(s, e.job, trace);
+    } else {
+      --s.active_partitions;
+      s.free_slots.push_back(e.job);
+    }
+    dispatch(e.resource);
+  }
+  return s.now + forward;
+}
+
+double TimelineSimulator::Simulate(const std::vector<int>& choice,
+                                   std::vector<TraceSpan>* trace) {
+  ++simulations_;
+  State s;
+  Reset(s);
+  if (trace != nullptr) trace->clear();
+  // Reset queued segment 0 without a trace; record it by hand.
+  if (trace != nullptr) {
+    trace->push_back(TraceSpan{kCompute, 255, 0, 0, 0, problem_->tensors[0].ready_gap_us});
+  }
+  return Run(s, choice, n_, false, kAborted, trace);
+}
+
+double TimelineSimulator::Rebase(const std::vector<int>& choice, int from) {
+  ++simulations_;
+  scratch_ = snapshots_[from];
+  baseline_us_ = Run(scratch_, choice, n_, true, kAborted, nullptr);
+  return baseline_us_;
+}
+
+double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, double cutoff_us) {
+  ++simulations_;
+  scratch_ = snapshots_[from];
+  return Run(scratch_, choice, n_, false, cutoff_us, nullptr);
+}
+
+std::array<double, kNumResources> TimelineSimulator::TotalWork(
+    const std::vector<int>& choice) const {
+  std::array<double, kNumResources> work{};
+  for (int i = 0; i < n_; ++i) {
+    const auto& t = problem_->tensors[i];
+    work[kCompute] += static_cast<float>(t.ready_gap_us);
+    const auto& w = t.options[choice[i]].work_us;
+    for (int r = 0; r < kNumResources; ++r) work[r] += w[r];
+  }
+  return work;
+}
+
+namespace {
+double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
+                 const std::array<double, kNumResources>& total_work) {
+  double lb = s.now;
+  for (int r = 0; r < kNumResources; ++r) {
+    double remaining = total_work[r] - s.resources[r].started_work;
+    if (remaining > 0) lb = std::max(lb, s.now + remaining / problem.slots[r]);
+  }
+  // Float rounding of durations must not make the bound exceed the true time.
+  return (lb + problem.forward_us) * (1 - 1e-9) - 1e-6;
+}
+}  // namespace
+
+double TimelineSimulator::LowerBound(int from,
+                                     const std::array<double, kNumResources>& total_work) const {
+  return BoundFrom(snapshots_[from], *problem_, total_work);
+}
+
+double TimelineSimulator::StackLowerBound(
+    int depth, const std::array<double, kNumResources>& total_work) const {
+  return BoundFrom(stack_[depth], *problem_, total_work);
+}
+
+double TimelineSimulator::ready_time_us(int tensor) const { return snapshots_[tensor].now; }
+bool TimelineSimulator::idle_before(int tensor) const { return idle_before_[tensor] != 0; }
+
+double TimelineSimulator::ExtendStack(const std::vector<int>& choice, int depth) {
+  stack_[depth + 1] = stack_[depth];
+  const int stop = depth + 1 < n_ ? depth + 1 : n_;
+  if (stop == n_) ++simulations_;
+  return Run(stack_[depth + 1], choice, stop, false, kAborted, nullptr);
+}
+
+std::string ChromeTraceJson(const SimProblem& problem, const std::vector<TraceSpan>& spans) {
+  std::vector<TraceSpan> sorted = spans;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const TraceSpan& a, const TraceSpan& b) { return a.start_us < b.start_us; });
+  std::array<std::vector<double>, kNumResources> lane_end;
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  std::vector<std::pair<int, int>> lanes_used;
+  bool first = true;
+  for (const TraceSpan& span : sorted) {
+    auto& ends = lane_end[span.resource];
+    size_t lane = 0;
+    while (lane < ends.size() && ends[lane] > span.start_us + 1e-9) ++lane;
+    if (lane == ends.size()) {
+      ends.push_back(0);
+      lanes_used.push_back({span.resource, static_cast<int>(lane)});
+    }
+    ends[lane] = span.start_us + span.duration_us;
+    const std::string& tensor = problem.tensors[span.tensor].name;
+    std::string name = span.kind == 255
+                           ? absl::StrCat("backward ", tensor)
+                           : absl::StrCat(StageKindName(span.kind), " ", tensor, "[",
+                                          span.partition, "]");
+    if (!first) out += ",\n";
+    first = false;
+    out += "{\"name\":";
+    AppendJsonString(out, name);
+    absl::StrAppend(&out, ",\"cat\":\"", span.kind == 255 ? "backward" : StageKindName(span.kind),
+                    "\",\"ph\":\"X\",\"pid\":0,\"tid\":", span.resource * 100 + lane,
+                    ",\"ts\":", span.start_us, ",\"dur\":", span.duration_us,
+                    ",\"args\":{\"tensor\":", span.tensor, "}}");
+  }
+  for (auto [resource, lane] : lanes_used) {
+    if (!first) out += ",\n";
+    first = false;
+    absl::StrAppend(&out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":",
+                    resource * 100 + lane, ",\"args\":{\"name\":\"", ResourceName(resource),
+                    " ", lane, "\"}}");
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+}  // namespace bytecomp::planner

@@ -1,0 +1,142 @@
+// bytecomp-plan: model profile + cluster + codec cost table -> Strategy (.pbtxt), the
+// predicted iteration time against no compression and compress-everything, a per-tensor
+// table, and a Chrome trace of the predicted timeline.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "bytecomp/planner/planner.h"
+#include "google/protobuf/text_format.h"
+
+ABSL_FLAG(std::string, profile, "", "Model profile (.pbtxt, bytecomp.proto.ModelProfile)");
+ABSL_FLAG(std::string, cluster, "", "Cluster description (.pbtxt, ClusterDescription)");
+ABSL_FLAG(std::string, costs, "", "Codec cost table (.pbtxt, CostTable)");
+ABSL_FLAG(std::string, options, "", "Planner options (.pbtxt, PlannerOptions); optional");
+ABSL_FLAG(std::string, out, "strategy.pbtxt", "Where to write the Strategy");
+ABSL_FLAG(std::string, trace, "", "Where to write the Chrome trace JSON of the plan; optional");
+ABSL_FLAG(std::string, all_codec, "",
+          "Codec of the compress-everything reference (default: the table's first)");
+ABSL_FLAG(bool, exhaustive, false, "Exhaustive search instead of the algorithm (small models)");
+ABSL_FLAG(bool, table, true, "Print the per-tensor table");
+ABSL_FLAG(bool, calibrate, false,
+          "Measure codec costs on this host into --costs (needs the codec registry)");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "bytecomp-plan: %s\n", message.c_str());
+  return 1;
+}
+
+std::string HumanBytes(double bytes) {
+  if (bytes >= 1 << 20) return absl::StrFormat("%.1f MiB", bytes / (1 << 20));
+  if (bytes >= 1 << 10) return absl::StrFormat("%.1f KiB", bytes / (1 << 10));
+  return absl::StrFormat("%.0f B", bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  using namespace bytecomp::planner;
+  if (absl::GetFlag(FLAGS_calibrate)) {
+    return Fail(
+        "--calibrate is not available in this build: it needs the codec registry "
+        "(compress/), which this planner branch does not link yet");
+  }
+  if (absl::GetFlag(FLAGS_profile).empty() || absl::GetFlag(FLAGS_cluster).empty() ||
+      absl::GetFlag(FLAGS_costs).empty()) {
+    return Fail("--profile, --cluster and --costs are required");
+  }
+  PlannerInputs inputs;
+  auto profile = LoadModelProfile(absl::GetFlag(FLAGS_profile));
+  if (!profile.ok()) return Fail(std::string(profile.status().message()));
+  auto cluster = LoadClusterDescription(absl::GetFlag(FLAGS_cluster));
+  if (!cluster.ok()) return Fail(std::string(cluster.status().message()));
+  auto costs = LoadCostTable(absl::GetFlag(FLAGS_costs));
+  if (!costs.ok()) return Fail(std::string(costs.status().message()));
+  inputs.profile = *std::move(profile);
+  inputs.cluster = *std::move(cluster);
+  inputs.costs = *std::move(costs);
+  if (!absl::GetFlag(FLAGS_options).empty()) {
+    auto options = LoadPlannerOptions(absl::GetFlag(FLAGS_options));
+    if (!options.ok()) return Fail(std::string(options.status().message()));
+    inputs.options = *std::move(options);
+  }
+  auto prepared = Prepare(inputs);
+  if (!prepared.ok()) return Fail(std::string(prepared.status().message()));
+  const PreparedProblem& problem = *prepared;
+
+  PlanResult result;
+  if (absl::GetFlag(FLAGS_exhaustive)) {
+    auto exhaustive = PlanExhaustive(problem);
+    if (!exhaustive.ok()) return Fail(std::string(exhaustive.status().message()));
+    result = *std::move(exhaustive);
+  } else {
+    result = PlanByteComp(problem);
+  }
+  TimelineSimulator sim(&problem.sim);
+  const std::string all_codec = absl::GetFlag(FLAGS_all_codec);
+  if (!all_codec.empty()) {
+    result.compress_everything_choice = CompressEverythingChoice(problem, all_codec);
+    result.compress_everything_us = sim.Simulate(result.compress_everything_choice);
+  }
+
+  const auto& c = problem.inputs.cluster;
+  double total_bytes = 0;
+  for (const auto& t : problem.sim.tensors) total_bytes += t.bytes;
+  std::printf("model %s: %zu tensors, %s; cluster: %d machines x %d GPUs, %d workers, %d "
+              "servers, %.1f Gbit/s NICs\n",
+              problem.inputs.profile.model().c_str(), problem.sim.tensors.size(),
+              HumanBytes(total_bytes).c_str(), c.machines(), c.gpus_per_machine(), c.workers(),
+              c.servers(), c.worker_link().bandwidth_gbps());
+  std::string everything_codec =
+      all_codec.empty() && problem.inputs.costs.codecs_size() > 0
+          ? problem.inputs.costs.codecs(0).name()
+          : all_codec;
+  std::printf("predicted iteration: no compression %.3f ms | compress-everything (%s) %.3f ms "
+              "| planned %.3f ms\n",
+              result.no_compression_us / 1e3, everything_codec.c_str(),
+              result.compress_everything_us / 1e3, result.predicted_us / 1e3);
+  std::printf("speed-up: %.2fx vs no compression, %.2fx vs compress-everything\n",
+              result.no_compression_us / result.predicted_us,
+              result.compress_everything_us / result.predicted_us);
+  std::printf("planner: %s, %.2f ms, %lld simulations, %d tensors dropped before a "
+              "communication bubble\n",
+              absl::GetFlag(FLAGS_exhaustive) ? "exhaustive" : "bytecomp", result.planning_ms,
+              static_cast<long long>(result.simulations), result.dropped_before_bubble);
+  if (absl::GetFlag(FLAGS_table)) {
+    std::printf("%-4s %-48s %12s %8s  %s\n", "#", "tensor", "size", "options", "chosen");
+    for (size_t i = 0; i < problem.sim.tensors.size(); ++i) {
+      const SimTensor& t = problem.sim.tensors[i];
+      std::printf("%-4zu %-48s %12s %8zu  %s\n", i, t.name.c_str(),
+                  HumanBytes(static_cast<double>(t.bytes)).c_str(), t.options.size(),
+                  DescribeOption(t.options[result.choice[i]].option, problem.inputs.costs).c_str());
+    }
+  }
+
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(ToStrategy(problem, result.choice), &text);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  {
+    std::ofstream file(out);
+    if (!file) return Fail("cannot write " + out);
+    file << "# Written by bytecomp-plan for " << problem.inputs.profile.model() << "; predicted "
+         << result.predicted_us / 1e3 << " ms per iteration.\n"
+         << text;
+  }
+  std::printf("strategy: %s\n", out.c_str());
+  if (const std::string trace_path = absl::GetFlag(FLAGS_trace); !trace_path.empty()) {
+    std::vector<TraceSpan> spans;
+    sim.Simulate(result.choice, &spans);
+    std::ofstream file(trace_path);
+    if (!file) return Fail("cannot write " + trace_path);
+    file << ChromeTraceJson(problem.sim, spans);
+    std::printf("trace: %s (%zu spans; open in chrome://tracing or ui.perfetto.dev)\n",
+                trace_path.c_str(), spans.size());
+  }
+  return 0;
+}

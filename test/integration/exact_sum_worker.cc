@@ -1,0 +1,153 @@
+// A worker for the integration tests: pushes and pulls 40 tensors (1 element to 20 MB, odd
+// sizes, partition boundaries +-1), fp32 and fp16, for N rounds through the C API, and checks
+// every element of every sum exactly against the locally computed reference.
+//
+// Values are small integers, so every partial sum is exact in fp32 and fp16 whatever the
+// order in which the server adds the workers' pushes.
+//
+// Usage: exact_sum_worker [--rounds N] [--slow-rank R --slow-ms MS] [--max-bytes B]
+//                         [--partition-bytes P]   (--slow-*: rank R sleeps up to MS ms before
+//                         a quarter of its pushes)
+// Exit code 0: all sums exact. 1: a wrong sum (printed). 2: an operation failed (the error text
+// and the milliseconds it took are printed as "OPERATION FAILED after T ms: ...").
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bytecomp/c_api.h"
+#include "bytecomp/common/half.h"
+
+namespace {
+
+struct TestTensor {
+  std::string name;
+  int64_t count;
+  int dtype;
+  std::vector<uint8_t> data;
+};
+
+float Value(int64_t i, int rank, int round) {
+  return static_cast<float>((i * 7 + rank * 13 + round * 5) % 61) - 30.0f;
+}
+
+int64_t Arg(int argc, char** argv, const char* flag, int64_t def) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], flag) == 0) return std::atoll(argv[i + 1]);
+  }
+  return def;
+}
+
+std::vector<TestTensor> MakeTensors(int64_t partition_bytes, int64_t max_bytes) {
+  const int64_t p32 = partition_bytes / 4;  // partition elements for fp32
+  const int64_t p16 = partition_bytes / 2;
+  // 20 sizes per dtype: tiny, odd, partition boundaries +-1, and one of 20 MB.
+  std::vector<int64_t> fp32_sizes = {1,     2,      3,     7,       31,          33,      1000,
+                                     4097,  65535,  65537, p32 - 1, p32,         p32 + 1, 2 * p32 + 1,
+                                     77,    12345,  123457, 300001, 999999, 20 * 1024 * 1024 / 4};
+  std::vector<int64_t> fp16_sizes = {1,    5,     9,       17,      31,      255,     777,
+                                     1023, 1025,  2049,    4099,    33333,   65537,   100003,
+                                     250001, 500001, p16 - 1, p16,   p16 + 1, 20 * 1024 * 1024 / 2};
+  std::vector<TestTensor> tensors;
+  auto add = [&](const std::vector<int64_t>& sizes, int dtype, const char* tag) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int64_t elem = dtype == BYTECOMP_FLOAT32 ? 4 : 2;
+      int64_t count = std::max<int64_t>(1, std::min(sizes[i], max_bytes / elem));
+      tensors.push_back({std::string(tag) + "." + std::to_string(i) + "." + std::to_string(count),
+                         count, dtype, std::vector<uint8_t>(count * elem)});
+    }
+  };
+  add(fp32_sizes, BYTECOMP_FLOAT32, "fp32");
+  add(fp16_sizes, BYTECOMP_FLOAT16, "fp16");
+  return tensors;
+}
+
+void Fill(TestTensor& t, int rank, int round) {
+  if (t.dtype == BYTECOMP_FLOAT32) {
+    float* d = reinterpret_cast<float*>(t.data.data());
+    for (int64_t i = 0; i < t.count; ++i) d[i] = Value(i, rank, round);
+  } else {
+    uint16_t* d = reinterpret_cast<uint16_t*>(t.data.data());
+    for (int64_t i = 0; i < t.count; ++i) d[i] = bytecomp::FloatToHalfBits(Value(i, rank, round));
+  }
+}
+
+// Returns the first wrong index, or -1.
+int64_t Check(const TestTensor& t, int workers, int round) {
+  for (int64_t i = 0; i < t.count; ++i) {
+    float expected = 0;
+    for (int r = 0; r < workers; ++r) expected += Value(i, r, round);
+    float got = t.dtype == BYTECOMP_FLOAT32
+                    ? reinterpret_cast<const float*>(t.data.data())[i]
+                    : bytecomp::HalfBitsToFloat(reinterpret_cast<const uint16_t*>(t.data.data())[i]);
+    if (got != expected) {
+      std::fprintf(stderr, "WRONG SUM: tensor %s round %d index %lld: got %g expected %g\n",
+                   t.name.c_str(), round, static_cast<long long>(i), got, expected);
+      return i;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = static_cast<int>(Arg(argc, argv, "--rounds", 50));
+  const int slow_ms = static_cast<int>(Arg(argc, argv, "--slow-ms", 0));
+  const int slow_rank = static_cast<int>(Arg(argc, argv, "--slow-rank", -1));
+  const int64_t max_bytes = Arg(argc, argv, "--max-bytes", 20 << 20);
+  const int64_t partition_bytes = Arg(argc, argv, "--partition-bytes", 4 << 20);
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed_ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  };
+  if (bytecomp_init(nullptr) != BYTECOMP_OK) {
+    std::fprintf(stderr, "INIT FAILED after %lld ms: %s\n", static_cast<long long>(elapsed_ms()),
+                 bytecomp_last_error());
+    return 2;
+  }
+  const int rank = bytecomp_rank();
+  const int workers = bytecomp_size();
+  std::vector<TestTensor> tensors = MakeTensors(partition_bytes, max_bytes);
+  std::mt19937 rng(rank * 7919 + 1);
+  std::vector<bytecomp_handle_t> handles(tensors.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (auto& t : tensors) Fill(t, rank, round);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (slow_ms > 0 && rank == slow_rank && rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % slow_ms));
+      TestTensor& t = tensors[i];
+      if (bytecomp_push_pull(t.name.c_str(), t.data.data(), t.count, t.dtype,
+                             static_cast<int>(tensors.size() - i), 0, &handles[i]) != BYTECOMP_OK) {
+        std::fprintf(stderr, "OPERATION FAILED after %lld ms: %s\n",
+                     static_cast<long long>(elapsed_ms()), bytecomp_last_error());
+        return 2;
+      }
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const int64_t t0 = elapsed_ms();
+      if (bytecomp_wait(handles[i], 60000) != BYTECOMP_OK) {
+        std::fprintf(stderr, "OPERATION FAILED after %lld ms (waited %lld ms): %s\n",
+                     static_cast<long long>(elapsed_ms()), static_cast<long long>(elapsed_ms() - t0),
+                     bytecomp_last_error());
+        bytecomp_shutdown();
+        return 2;
+      }
+    }
+    for (auto& t : tensors) {
+      if (Check(t, workers, round) >= 0) {
+        bytecomp_shutdown();
+        return 1;
+      }
+    }
+    if (round % 10 == 9 || round == rounds - 1) {
+      std::printf("round %d/%d: %zu tensors exact\n", round + 1, rounds, tensors.size());
+      std::fflush(stdout);
+    }
+  }
+  std::printf("ALL SUMS EXACT: %d rounds x %zu tensors, W=%d\n", rounds, tensors.size(), workers);
+  return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
+}
