@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,12 +74,16 @@ def load_digits_split(seed):
     return x[train], y[train], x[test], y[test]
 
 
+_init_lock = threading.Lock()  # seeding is process-wide (matters when tests run ranks as threads)
+
+
 def build_model(hidden, seed):
     import torch
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
-                               torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
-                               torch.nn.Linear(hidden, 10))
+    with _init_lock:
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
+                                   torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                   torch.nn.Linear(hidden, 10))
 
 
 def train(args, bc, log=print):

@@ -2,17 +2,24 @@
 multi-process test (real engine): W workers each train on their slice of every batch through
 DistributedOptimizer; one process trains on the whole batch; parameters must match."""
 
+import threading
+
 import torch
 import torch.nn.functional as F
+
+# Seeding and initialising use the process-wide generator: threads acting as workers (unit
+# tests) must not interleave, or rank 0's "seeded" model would depend on scheduling.
+_init_lock = threading.Lock()
 
 IN, HIDDEN, OUT = 16, 32, 8
 
 
 def make_model(seed):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.Tanh(),
-                               torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
-                               torch.nn.Linear(HIDDEN, OUT))
+    with _init_lock:
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.Tanh(),
+                                   torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
+                                   torch.nn.Linear(HIDDEN, OUT))
 
 
 def make_batches(seed, steps, global_batch):

@@ -2,6 +2,8 @@
 test (real engine, processes): W workers with DistributedTrainer (or Gluon's Trainer over
 bytecomp.mxnet.KVStore) against one process on the concatenated batch."""
 
+import threading
+
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
@@ -9,15 +11,20 @@ from mxnet import autograd, gluon
 IN, HIDDEN, OUT = 16, 32, 8
 
 
+_init_lock = threading.Lock()  # seeding is process-wide: threads as workers must not interleave
+
+
 def make_net(seed):
-    mx.random.seed(seed)
-    np.random.seed(seed)
-    net = gluon.nn.HybridSequential(prefix="mlp_")
-    with net.name_scope():
-        net.add(gluon.nn.Dense(HIDDEN, in_units=IN, activation="tanh", prefix="fc1_"))
-        net.add(gluon.nn.Dense(OUT, in_units=HIDDEN, prefix="fc2_"))
-    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
-    return net
+    with _init_lock:
+        mx.random.seed(seed)
+        np.random.seed(seed)
+        net = gluon.nn.HybridSequential(prefix="mlp_")
+        with net.name_scope():
+            net.add(gluon.nn.Dense(HIDDEN, in_units=IN, activation="tanh", prefix="fc1_"))
+            net.add(gluon.nn.Dense(OUT, in_units=HIDDEN, prefix="fc2_"))
+        net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+        net(mx.nd.zeros((1, IN))).wait_to_read()  # finish initialisation inside the lock
+        return net
 
 
 def make_batches(seed, steps, global_batch):
