@@ -30,14 +30,14 @@ def _check_all_ok(results, cluster):
 
 
 @needs_cluster
-def test_equivalence_w4_averaging_and_summation(tmp_path):
+def test_equivalence_w4_averaging_summation_and_local_accumulation(tmp_path):
     with LocalCluster(tmp_path, workers=4, servers=2) as cluster:
         results = cluster.run_workers([os.path.join(WORKERS, "torch_equivalence.py"),
                                        str(tmp_path)], timeout_s=90)
         _check_all_ok(results, cluster)
         assert cluster.wait_scheduler() == 0, cluster.report()
     torch.set_num_threads(1)
-    for mode, average in (("average", True), ("sum", False)):
+    for mode, average in (("average", True), ("sum", False), ("accumulate", True)):
         want = train_reference(4, average=average)
         for rank in range(4):
             got = torch.load(tmp_path / f"rank{rank}.pt")

@@ -15,7 +15,10 @@ try:
     rank, size = bc.rank(), bc.size()
     result = {"size": size,
               "average": train_distributed(bc, rank, size, average=True),
-              "sum": train_distributed(bc, rank, size, average=False)}
+              "sum": train_distributed(bc, rank, size, average=False),
+              # Two backward passes of half the local batch per step, summed locally.
+              "accumulate": train_distributed(bc, rank, size, average=True,
+                                              backward_passes_per_step=2)}
     torch.save(result, os.path.join(outdir, f"rank{rank}.pt"))
 finally:
     bc.shutdown()
