@@ -9,6 +9,7 @@ every one of them.
 
 import atexit
 import threading
+import time
 
 from . import _engine
 from ._engine import BytecompError, BytecompShutdownError, ERR_SHUTDOWN
@@ -16,6 +17,7 @@ from ._engine import BytecompError, BytecompShutdownError, ERR_SHUTDOWN
 _registry_lock = threading.Lock()
 _inflight = {}  # engine handle id -> Handle
 _atexit_registered = False
+_WAIT_SLICE_MS = 200
 
 
 class Handle:
@@ -192,13 +194,21 @@ def synchronize(handle, timeout_ms=-1):
     if handle.state == Handle.FAILED:
         raise handle.error
     if handle.state == Handle.PENDING:
-        try:
-            _engine.get_engine().wait(handle.engine_handle, timeout_ms)
-        except _engine.BytecompTimeoutError:
-            raise
-        except BytecompError as e:
-            _fail(handle, e)
-            raise
+        eng = _engine.get_engine()
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+        while True:
+            # Wait in slices: the wait blocks in C, where Python cannot deliver Ctrl-C.
+            slice_ms = _WAIT_SLICE_MS if deadline is None else max(
+                0, min(_WAIT_SLICE_MS, int((deadline - time.monotonic()) * 1000)))
+            try:
+                eng.wait(handle.engine_handle, slice_ms)
+                break
+            except _engine.BytecompTimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+            except BytecompError as e:
+                _fail(handle, e)
+                raise
         with _registry_lock:
             _inflight.pop(handle.engine_handle, None)
         handle.state = Handle.DONE

@@ -232,3 +232,22 @@ def test_error_classes_and_library_lookup(monkeypatch, tmp_path):
     fake_lib.parent.mkdir()
     fake_lib.write_bytes(b"")
     assert _engine.find_library() == str(fake_lib)
+
+
+def test_synchronize_timeout_leaves_the_operation_running():
+    import time
+
+    def worker(rank):
+        if rank == 1:
+            time.sleep(0.7)  # rank 0's operation cannot complete before this push
+            return bc.push_pull(torch.ones(3), "late", average=False)
+        h = bc.push_pull_async(torch.ones(3), "late", average=False)
+        start = time.monotonic()
+        with pytest.raises(bytecomp.BytecompTimeoutError):
+            bc.synchronize(h, timeout_ms=250)
+        waited = time.monotonic() - start
+        assert 0.2 < waited < 0.6, waited
+        return bc.synchronize(h)  # the operation went on and completes
+
+    results, _ = run_ranks(2, worker)
+    assert all(torch.equal(r, torch.full((3,), 2.0)) for r in results)
