@@ -1,5 +1,6 @@
 // bytecomp-scheduler: parses flags and the cluster config, then runs the Scheduler.
-// Exit status: 0 when every worker finished; 2 for a bad configuration; 128+N after signal N;
+// Exit status: 0 when every worker finished; 2 for a bad configuration; 128+N after SIGINT or
+// SIGTERM (SIGHUP asks for a strategy reload and does not stop the job);
 // 1 when the job failed (a node died, registration timed out, a node asked for shutdown).
 #include <csignal>
 #include <cstdio>
@@ -37,7 +38,12 @@ namespace {
 bytecomp::Scheduler* g_scheduler = nullptr;
 
 void OnSignal(int signal_number) {
-  if (g_scheduler != nullptr) g_scheduler->StopForSignal(signal_number);
+  if (g_scheduler == nullptr) return;
+  if (signal_number == SIGHUP) {
+    g_scheduler->RequestReload();  // SIGHUP means "reload the strategy", never "stop"
+  } else {
+    g_scheduler->StopForSignal(signal_number);
+  }
 }
 
 }  // namespace
@@ -81,6 +87,12 @@ int main(int argc, char** argv) {
   }
   if (const std::string v = absl::GetFlag(FLAGS_advertise_host); !v.empty()) {
     config.set_advertise_host(v);
+  }
+
+  if (int port = absl::GetFlag(FLAGS_port); port > 0) {
+    // The topology tells nodes the effective config, so it names the port really bound.
+    absl::StatusOr<bytecomp::HostPort> hp = bytecomp::ParseHostPort(config.scheduler_address());
+    if (hp.ok()) config.set_scheduler_address(absl::StrCat(hp->host, ":", port));
   }
 
   bytecomp::SchedulerOptions options;

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
@@ -12,6 +14,10 @@ namespace bytecomp {
 SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig config)
     : config_(std::move(config)), socket_(context, zmq::socket_type::dealer) {
   ConfigureSocket(socket_);
+  // A fixed identity: after a TCP reconnect the scheduler still knows who this is.
+  std::random_device random;
+  socket_.set(zmq::sockopt::routing_id,
+              absl::StrCat(Hostname(), "-", getpid(), "-", random()));
 }
 
 absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int requested_rank,

@@ -71,6 +71,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   auto context = std::make_unique<zmq::context_t>(1);
   auto socket = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::router);
   ConfigureSocket(*socket);
+  // A node that sets its own routing id keeps it across a TCP reconnect; handover lets the
+  // new connection take that id over instead of being refused as a duplicate.
+  socket->set(zmq::sockopt::router_handover, 1);
   absl::StatusOr<int> bound = BindTcp(*socket, options.bind_host, port);
   if (!bound.ok()) {
     return absl::UnavailableError(
@@ -108,6 +111,15 @@ void Scheduler::StopForSignal(int signal_number) {
   stop_requested_.store(true);
 }
 
+void Scheduler::RequestReload() { reload_requested_.store(true); }
+
+void Scheduler::ReloadStrategy() {
+  // The live Strategy (issue 5) is not held here yet, so there is nothing to reload; say so
+  // rather than pretend. The job goes on either way.
+  BC_LOG_WARNING("received a reload request (SIGHUP), but this scheduler holds no strategy "
+                 "file yet; nothing was reloaded");
+}
+
 absl::Status Scheduler::Run() {
   if (ran_) return absl::FailedPreconditionError("Scheduler::Run called twice");
   ran_ = true;
@@ -127,6 +139,7 @@ absl::Status Scheduler::Run() {
       Finish(absl::CancelledError(reason));
       break;
     }
+    if (reload_requested_.exchange(false)) ReloadStrategy();
     const int64_t now = MonotonicMs();
     const int64_t wait_ms = std::clamp<int64_t>(NextDeadlineMs(now) - now, 0, kMaxPollMs);
     zmq::pollitem_t item{socket_->handle(), 0, ZMQ_POLLIN, 0};
@@ -137,13 +150,20 @@ absl::Status Scheduler::Run() {
       Finish(absl::InternalError(absl::StrCat("zmq poll: ", e.what())));
       break;
     }
+    // Deadlines are checked only once the queue is drained: after a stall of this thread
+    // (an overloaded machine), heartbeats still queued must count before anyone is declared
+    // failed.
+    bool drained = true;
     if (item.revents & ZMQ_POLLIN) {
-      // Drain what is queued, then look at the deadlines.
+      drained = false;
       for (int i = 0; i < 1024 && !final_status_.has_value(); ++i) {
         std::vector<zmq::message_t> frames;
         try {
           zmq::message_t frame;
-          if (!socket_->recv(frame, zmq::recv_flags::dontwait)) break;
+          if (!socket_->recv(frame, zmq::recv_flags::dontwait)) {
+            drained = true;
+            break;
+          }
           frames.push_back(std::move(frame));
           while (frames.back().more()) {
             zmq::message_t next;
@@ -158,9 +178,17 @@ absl::Status Scheduler::Run() {
         HandleMessage(frames, MonotonicMs());
       }
     }
-    if (!final_status_.has_value()) CheckDeadlines(MonotonicMs());
+    if (drained && !final_status_.has_value()) CheckDeadlines(MonotonicMs());
   }
   return *final_status_;
+}
+
+void Scheduler::LogBadMessage(const std::string& what) {
+  ++bad_messages_;
+  // A peer stuck in a loop must not flood the log: the first ones, then every 1000th.
+  if (bad_messages_ <= 20 || bad_messages_ % 1000 == 0) {
+    BC_LOG_WARNING(what, " (bad message ", bad_messages_, " so far)");
+  }
 }
 
 void Scheduler::Finish(absl::Status status) {
@@ -182,15 +210,15 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
   if (node != nullptr) node->last_seen_ms = now_ms;
 
   if (frames.size() != 2) {
-    BC_LOG_WARNING("malformed message from ", who, ": ", frames.size() - 1,
-                   " frames, expected 1 (a ControlMessage)");
+    LogBadMessage(absl::StrCat("malformed message from ", who, ": ", frames.size() - 1,
+                               " frames, expected 1 (a ControlMessage)"));
     SendError(identity, absl::StrCat("expected one frame holding a ControlMessage, got ",
                                      frames.size() - 1, " frames"));
     return;
   }
   proto::ControlMessage message;
   if (absl::Status s = ParseFrame(frames[1], &message); !s.ok()) {
-    BC_LOG_WARNING("from ", who, ": ", s.message());
+    LogBadMessage(absl::StrCat("from ", who, ": ", s.message()));
     SendError(identity, std::string(s.message()));
     return;
   }
@@ -205,7 +233,7 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
     return;
   }
   if (node == nullptr) {
-    BC_LOG_WARNING(who, " sent ", BodyName(message), " before registering");
+    LogBadMessage(absl::StrCat(who, " sent ", BodyName(message), " before registering"));
     SendError(identity, absl::StrCat("received ", BodyName(message),
                                      " from a node that has not registered; send Register "
                                      "first"));
@@ -227,11 +255,11 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
       HandleShutdownRequest(*node, message.shutdown());
       return;
     case proto::ControlMessage::BODY_NOT_SET:
-      BC_LOG_WARNING("empty ControlMessage from ", who);
+      LogBadMessage(absl::StrCat("empty ControlMessage from ", who));
       SendError(identity, "empty ControlMessage: no message body is set");
       return;
     default:
-      BC_LOG_WARNING("unexpected ", BodyName(message), " from ", who);
+      LogBadMessage(absl::StrCat("unexpected ", BodyName(message), " from ", who));
       SendError(identity, absl::StrCat("the scheduler does not accept ", BodyName(message),
                                        " messages from nodes"));
       return;
@@ -455,7 +483,10 @@ void Scheduler::HandleDeclare(Node& node, const proto::DeclareTensor& declare, i
     return;
   }
   Declaration& decl = declarations_[declare.name()];
-  if (decl.by_worker.empty()) decl.first_ms = now_ms;
+  if (decl.by_worker.empty()) {
+    decl.first_ms = now_ms;
+    undecided_declarations_.insert(declare.name());
+  }
   auto mine = decl.by_worker.find(node.rank);
   if (mine != decl.by_worker.end()) {
     const bool same = mine->second.element_count() == declare.element_count() &&
@@ -545,6 +576,7 @@ void Scheduler::CompleteDeclaration(const std::string& name, Declaration& decl) 
   }
   if (!reply.ok()) BC_LOG_WARNING("declaration failed: ", reply.error());
   decl.reply = reply;
+  undecided_declarations_.erase(name);
   proto::ControlMessage message;
   *message.mutable_declare_reply() = reply;
   // Servers first: they validate every data message against the declaration, and a worker
@@ -597,10 +629,8 @@ int64_t Scheduler::NextDeadlineMs(int64_t now_ms) const {
       if (!node.done) next = std::min(next, node.last_seen_ms + config_.heartbeat_timeout_ms());
     }
   }
-  for (const auto& [name, decl] : declarations_) {
-    if (!decl.reply.has_value()) {
-      next = std::min(next, decl.first_ms + config_.declare_timeout_ms());
-    }
+  for (const std::string& name : undecided_declarations_) {
+    next = std::min(next, declarations_.at(name).first_ms + config_.declare_timeout_ms());
   }
   return next;
 }
@@ -675,8 +705,15 @@ void Scheduler::CheckDeadlines(int64_t now_ms) {
       return;
     }
   }
-  for (auto& [name, decl] : declarations_) {
-    if (decl.reply.has_value() || now_ms - decl.first_ms < config_.declare_timeout_ms()) continue;
+  std::vector<std::string> expired;
+  for (const std::string& name : undecided_declarations_) {
+    if (now_ms - declarations_.at(name).first_ms >= config_.declare_timeout_ms()) {
+      expired.push_back(name);
+    }
+  }
+  for (const std::string& name : expired) {
+    Declaration& decl = declarations_.at(name);
+    undecided_declarations_.erase(name);
     std::vector<int> missing;
     std::vector<int> declared;
     for (int r = 0; r < config_.num_workers(); ++r) {

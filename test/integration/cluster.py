@@ -73,12 +73,13 @@ class Node:
 
 class Cluster:
     def __init__(self, workers, servers, worker_cmd, heartbeat_timeout_ms=2000,
-                 partition_bytes=None, extra_env=None):
+                 partition_bytes=None, extra_env=None, scheduler_args=()):
         self.num_workers, self.num_servers = workers, servers
         self.worker_cmd = worker_cmd
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.partition_bytes = partition_bytes
         self.extra_env = extra_env or {}
+        self.scheduler_args = list(scheduler_args)
         self.dir = tempfile.mkdtemp(prefix="bytecomp-cluster-")
         self.port = free_port()
         self.server_ports = [free_port() for _ in range(servers)]
@@ -106,6 +107,7 @@ class Cluster:
                  "--heartbeat_interval_ms=200"]
         if self.partition_bytes:
             sched.append(f"--partition_bytes={self.partition_bytes}")
+        sched += self.scheduler_args
         self.scheduler = self._spawn("scheduler", None, sched)
         for i in range(self.num_servers):
             self.servers.append(self._spawn("server", i, [

@@ -7,13 +7,14 @@
 //
 // Usage: exact_sum_worker [--rounds N] [--slow-rank R --slow-ms MS] [--max-bytes B]
 //                         [--partition-bytes P]   (--slow-*: rank R sleeps up to MS ms before
-//                         a quarter of its pushes)
+//                         a quarter of its pushes) [--shuffle 1] (per-rank push order)
 // Exit code 0: all sums exact. 1: a wrong sum (printed). 2: an operation failed (the error text
 // and the milliseconds it took are printed as "OPERATION FAILED after T ms: ...").
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
@@ -99,6 +100,9 @@ int main(int argc, char** argv) {
   const int rounds = static_cast<int>(Arg(argc, argv, "--rounds", 50));
   const int slow_ms = static_cast<int>(Arg(argc, argv, "--slow-ms", 0));
   const int slow_rank = static_cast<int>(Arg(argc, argv, "--slow-rank", -1));
+  // Each rank pushes its tensors in its own order (and so fills its in-flight budget with
+  // different keys than the others).
+  const bool shuffle = Arg(argc, argv, "--shuffle", 0) != 0;
   const int64_t max_bytes = Arg(argc, argv, "--max-bytes", 20 << 20);
   const int64_t partition_bytes = Arg(argc, argv, "--partition-bytes", 4 << 20);
   const auto start = std::chrono::steady_clock::now();
@@ -115,9 +119,12 @@ int main(int argc, char** argv) {
   std::vector<TestTensor> tensors = MakeTensors(partition_bytes, max_bytes);
   std::mt19937 rng(rank * 7919 + 1);
   std::vector<bytecomp_handle_t> handles(tensors.size());
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   for (int round = 0; round < rounds; ++round) {
     for (auto& t : tensors) Fill(t, rank, round);
-    for (size_t i = 0; i < tensors.size(); ++i) {
+    if (shuffle) std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i : order) {
       if (slow_ms > 0 && rank == slow_rank && rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % slow_ms));
       TestTensor& t = tensors[i];
       if (bytecomp_push_pull(t.name.c_str(), t.data.data(), t.count, t.dtype,

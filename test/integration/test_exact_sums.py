@@ -3,9 +3,9 @@ every sum exactly. A second run slows one worker with random sleeps so rounds in
 import cluster
 
 
-def run(worker_args, rounds):
+def run(worker_args, rounds, scheduler_args=()):
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds)] + worker_args
-    with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd) as c:
+    with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd, scheduler_args=scheduler_args) as c:
         codes = c.wait_workers(timeout=300)
         assert codes == [0, 0, 0, 0], c.dump()
         for w in c.workers:
@@ -23,3 +23,11 @@ def test_exact_sums_with_a_slow_worker():
     # Worker 1 sleeps before a quarter of its pushes (up to 30 ms), so the others run ahead on
     # some keys and rounds of different keys interleave on the servers.
     run(["--slow-rank", "1", "--slow-ms", "30"], rounds=15)
+
+
+def test_exact_sums_with_per_rank_order_and_a_small_inflight_budget():
+    # Every worker pushes its tensors in a different order through a 1 MB in-flight budget per
+    # server: the budget must free on the server's ack, not on the round's completion, or the
+    # workers would wait on each other's keys forever.
+    run(["--shuffle", "1", "--max-bytes", "4000000"], rounds=10,
+        scheduler_args=["--max_inflight_bytes_per_server=1000000"])

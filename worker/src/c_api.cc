@@ -102,6 +102,11 @@ BYTECOMP_INFO_GETTER(bytecomp_local_size, local_size)
 BYTECOMP_INFO_GETTER(bytecomp_num_servers, num_servers)
 #undef BYTECOMP_INFO_GETTER
 
+int64_t bytecomp_partition_bytes(void) {
+  std::shared_ptr<WorkerEngine> e = Engine();
+  return e == nullptr ? NotInitialized() : e->info().partition_bytes;
+}
+
 int bytecomp_declare(const char* name, int64_t element_count, int dtype) {
   return Guarded([&] {
     std::shared_ptr<WorkerEngine> e = Engine();

@@ -193,7 +193,17 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
     return;
   }
   InFlight& in = it->second;
-  if (header.op() == proto::OP_PUSH_ACK) return;
+  // The in-flight budget counts pushes the server has not yet received: an ack frees it at
+  // once, whatever the other workers do. (Counting until the pull reply would let two workers
+  // that filled their budgets with different keys wait on each other forever.)
+  auto release_budget = [&] {
+    inflight_bytes_[in.server] -= in.bytes;
+    in.bytes = 0;
+  };
+  if (header.op() == proto::OP_PUSH_ACK) {
+    release_budget();
+    return;
+  }
   if (header.op() == proto::OP_PULL_REPLY) {
     const PartitionRange range = in.op->layout.range(in.partition);
     const size_t expected = static_cast<size_t>(range.count) * DTypeSize(in.op->dtype);
@@ -209,7 +219,7 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
   } else {
     return;
   }
-  inflight_bytes_[in.server] -= in.bytes;
+  release_budget();
   std::shared_ptr<Operation> op = std::move(in.op);
   inflight_.erase(it);
   engine_.FinishEvents(op, 1);

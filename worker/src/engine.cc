@@ -34,6 +34,7 @@ absl::Status EngineImpl::Init(const std::string& config_path) {
   info.local_rank = topology_.local_rank();
   info.local_size = std::max(1, topology_.local_size());
   info.num_servers = topology_.num_servers();
+  info.partition_bytes = config_.partition_bytes();
   if (topology_.servers_size() != info.num_servers) {
     return absl::InternalError(absl::StrCat("topology lists ", topology_.servers_size(),
                                             " servers, expected ", info.num_servers));

@@ -134,7 +134,7 @@ class DataLoop {
     std::shared_ptr<Operation> op;
     int64_t partition = 0;
     int server = 0;
-    int64_t bytes = 0;
+    int64_t bytes = 0;  // push bytes not yet acknowledged by the server
   };
 
   void Connect();

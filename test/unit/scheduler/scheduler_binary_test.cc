@@ -43,15 +43,15 @@ class ChildProcess {
   // The exit code (128+N for a signal N), or -1 if still running after `timeout_ms`.
   int WaitExit(int timeout_ms) {
     const int64_t deadline = MonotonicMs() + timeout_ms;
-    while (MonotonicMs() < deadline) {
+    while (true) {  // looks at least once, even with timeout 0
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         exited_ = true;
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       }
+      if (MonotonicMs() >= deadline) return -1;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    return -1;
   }
 
  private:
@@ -78,7 +78,7 @@ std::vector<std::string> Args(int port, std::vector<std::string> extra) {
   return args;
 }
 
-TEST(SchedulerBinaryTest, SigtermSendsShutdownToEveryNodeAndExits) {
+TEST(SchedulerBinaryTest, SighupKeepsTheJobAndSigtermSendsShutdownToEveryNode) {
   zmq::context_t context(1);
   const int port = FreePort();
   ChildProcess scheduler(Args(port, {"--num_workers=1", "--num_servers=1"}));
@@ -87,6 +87,12 @@ TEST(SchedulerBinaryTest, SigtermSendsShutdownToEveryNodeAndExits) {
   server.Register(proto::ROLE_SERVER, -1);
   worker.Expect(ControlMessage::kTopology, 5000);
   server.Expect(ControlMessage::kTopology, 5000);
+  // SIGHUP asks for a strategy reload: the job goes on.
+  kill(scheduler.pid(), SIGHUP);
+  worker.ExpectNothing(200);
+  EXPECT_EQ(scheduler.WaitExit(0), -1) << "SIGHUP ended the scheduler";
+  worker.Barrier("workers", 1);
+  EXPECT_EQ(worker.Expect(ControlMessage::kBarrierRelease).barrier_release().sequence(), 1u);
   kill(scheduler.pid(), SIGTERM);
   for (TestNode* n : {&worker, &server}) {
     EXPECT_EQ(n->Expect(ControlMessage::kShutdown).shutdown().reason(),

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
+#include <set>
 #include <memory>
 #include <thread>
 
@@ -73,6 +75,7 @@ TEST_F(SchedulerTest, AssignsRequestedAndFreeRanksAndSendsTopology) {
   s_b->Register(ROLE_SERVER, -1, "hostS", "tcp://10.0.0.2:7002");  // lowest free: 0
   w_x->Register(ROLE_WORKER, 2, "hostA");
   w_y->Register(ROLE_WORKER, -1, "hostB");  // 0
+  w_y->Sync();
   // Not complete yet: nobody hears anything.
   s_a->ExpectNothing(150);
   w_z->Register(ROLE_WORKER, -1, "hostA");  // 1
@@ -105,6 +108,7 @@ TEST_F(SchedulerTest, RejectsRankConflictsDuplicatesAndLateNodes) {
   Start(2, 1);
   auto w0 = Node(), other = Node(), server = Node(), w1 = Node(), late = Node();
   w0->Register(ROLE_WORKER, 0);
+  w0->Sync();
   other->Register(ROLE_WORKER, 0, "hostB");
   EXPECT_TRUE(Contains(other->ExpectError(), "worker rank 0 is already taken by pid 4242 on hostA"));
   other->Register(ROLE_WORKER, 5);
@@ -117,6 +121,7 @@ TEST_F(SchedulerTest, RejectsRankConflictsDuplicatesAndLateNodes) {
   EXPECT_TRUE(Contains(other->ExpectError(), "role must be worker or server"));
   // A rejected connection may try again with a free rank.
   other->Register(ROLE_WORKER, -1, "hostB");
+  other->Sync();
   w1->Register(ROLE_WORKER, -1);
   EXPECT_TRUE(Contains(w1->ExpectError(), "all 2 worker ranks are taken"));
   server->Register(ROLE_SERVER, 0);
@@ -209,7 +214,6 @@ TEST_F(SchedulerTest, DeclarationAssignsIdsAndBalancedServersToEveryWorker) {
   w1.Declare("fc.bias", 10, proto::DTYPE_FLOAT16);
   w0.Declare("fc.weight", 33, proto::DTYPE_FLOAT32);
   w1.Declare("fc.weight", 33, proto::DTYPE_FLOAT32);
-  w0.Declare("fc.bias", 10, proto::DTYPE_FLOAT16);
   for (TestNode* w : {&w0, &w1}) {
     const proto::DeclareReply a = w->Expect(ControlMessage::kDeclareReply).declare_reply();
     EXPECT_EQ(a.name(), "fc.weight");
@@ -217,6 +221,10 @@ TEST_F(SchedulerTest, DeclarationAssignsIdsAndBalancedServersToEveryWorker) {
     // Loads before: server 0 96 B, server 1 64 B. 16 -> s1 (128), 16 -> s0 (160), 1 -> s1.
     EXPECT_EQ(std::vector<int32_t>(a.partition_server().begin(), a.partition_server().end()),
               std::vector<int32_t>({1, 0, 1}));
+  }
+  // Only now (messages from two sockets may arrive in any order) does fc.bias complete.
+  w0.Declare("fc.bias", 10, proto::DTYPE_FLOAT16);
+  for (TestNode* w : {&w0, &w1}) {
     const proto::DeclareReply b = w->Expect(ControlMessage::kDeclareReply).declare_reply();
     EXPECT_EQ(b.name(), "fc.bias");
     EXPECT_EQ(b.tensor_id(), 2u);
@@ -262,6 +270,50 @@ TEST_F(SchedulerTest, DeclarationAssignsIdsAndBalancedServersToEveryWorker) {
   w0.Declare("odd", 5, 17);
   EXPECT_TRUE(Contains(w0.Expect(ControlMessage::kDeclareReply).declare_reply().error(),
                        "unknown dtype 17"));
+}
+
+TEST_F(SchedulerTest, ManyWorkersGetIdenticalDeclarationsInOneOrder) {
+  constexpr int kWorkers = 24;
+  constexpr int kServers = 4;
+  constexpr int kTensors = 60;
+  proto::ClusterConfig config;
+  config.set_partition_bytes(4096);
+  Start(kWorkers, kServers, config);
+  auto nodes = RegisterAll([this] { return Node(); }, kWorkers, kServers);
+  // Every worker declares every tensor (sizes around the 1024-element partition boundary);
+  // the order across workers interleaves arbitrarily at the scheduler.
+  auto size_of = [](int t) -> int64_t { return 1 + (t * 977) % 5000; };
+  for (int t = 0; t < kTensors; ++t) {
+    for (int w = 0; w < kWorkers; ++w) {
+      nodes[w]->Declare(absl::StrCat("layer", t), size_of(t), proto::DTYPE_FLOAT32);
+    }
+  }
+  std::vector<std::vector<proto::DeclareReply>> got(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    for (int t = 0; t < kTensors; ++t) {
+      got[w].push_back(nodes[w]->Expect(ControlMessage::kDeclareReply).declare_reply());
+    }
+  }
+  std::set<uint32_t> ids;
+  std::vector<int64_t> load(kServers, 0);
+  for (int t = 0; t < kTensors; ++t) {
+    const proto::DeclareReply& r = got[0][t];
+    ASSERT_TRUE(r.ok()) << r.error();
+    ids.insert(r.tensor_id());
+    EXPECT_EQ(r.partition_elements(), 1024);
+    const int64_t n = size_of(std::stoi(r.name().substr(5)));
+    ASSERT_EQ(r.partition_server_size(), (n + 1023) / 1024) << r.name();
+    for (int p = 0; p < r.partition_server_size(); ++p) {
+      load[r.partition_server(p)] += std::min<int64_t>(1024, n - p * 1024) * 4;
+    }
+    for (int w = 1; w < kWorkers; ++w) {
+      EXPECT_EQ(got[w][t].SerializeAsString(), r.SerializeAsString()) << "worker " << w;
+    }
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kTensors));
+  EXPECT_EQ(*ids.rbegin(), static_cast<uint32_t>(kTensors - 1));
+  const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+  EXPECT_LE(*hi - *lo, 4096) << "servers unbalanced";
 }
 
 TEST_F(SchedulerTest, MismatchedDeclarationIsAnErrorForEveryWorker) {
@@ -445,6 +497,23 @@ TEST_F(SchedulerTest, MalformedFramesGetErrorRepliesAndServingContinues) {
   a->Expect(ControlMessage::kBarrierRelease);
   s->Expect(ControlMessage::kBarrierRelease);
   EXPECT_TRUE(Running());
+}
+
+TEST_F(SchedulerTest, NodeWithItsOwnRoutingIdSurvivesAReconnect) {
+  Start(1, 1);
+  auto worker = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-1234");
+  auto server = Node();
+  worker->Register(ROLE_WORKER, -1);
+  server->Register(ROLE_SERVER, -1);
+  worker->Expect(ControlMessage::kTopology);
+  server->Expect(ControlMessage::kTopology);
+  // The same node on a new connection (a TCP reconnect) is still worker 0.
+  worker.reset();
+  auto again = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-1234");
+  again->Barrier("no-such-group", 0);
+  EXPECT_TRUE(Contains(again->ExpectError(), "unknown barrier group")) << "not seen as registered";
+  again->Barrier("workers", 1);
+  EXPECT_EQ(again->Expect(ControlMessage::kBarrierRelease).barrier_release().sequence(), 1u);
 }
 
 TEST_F(SchedulerTest, RegistrationTimeoutNamesMissingRanksAndTellsRegisteredNodes) {

@@ -19,8 +19,10 @@ namespace bytecomp::testing {
 
 class TestNode {
  public:
-  TestNode(zmq::context_t& context, int port) : socket_(context, zmq::socket_type::dealer) {
+  TestNode(zmq::context_t& context, int port, const std::string& routing_id = "")
+      : socket_(context, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
+    if (!routing_id.empty()) socket_.set(zmq::sockopt::routing_id, routing_id);
     socket_.connect(absl::StrCat("tcp://127.0.0.1:", port));
   }
 
@@ -65,6 +67,15 @@ class TestNode {
     m.mutable_declare_tensor()->set_element_count(elements);
     m.mutable_declare_tensor()->set_dtype(dtype);
     Send(m);
+  }
+
+  // Returns once the scheduler has handled everything this node sent before: messages from
+  // different sockets reach the scheduler in any order, so a test that needs "A's message
+  // before B's" syncs A first. A barrier request for a group that does not exist is always
+  // answered with an error, registered or not.
+  void Sync() {
+    Barrier("no-such-group", 0);
+    EXPECT_EQ(Expect(proto::ControlMessage::kError).body_case(), proto::ControlMessage::kError);
   }
 
   // The next message, or nullopt after `timeout_ms`.

@@ -60,6 +60,8 @@ BYTECOMP_API int bytecomp_size(void);
 BYTECOMP_API int bytecomp_local_rank(void);
 BYTECOMP_API int bytecomp_local_size(void);
 BYTECOMP_API int bytecomp_num_servers(void);
+/* The job's partition size in bytes (from the scheduler's configuration). */
+BYTECOMP_API int64_t bytecomp_partition_bytes(void);
 
 /* Declares a tensor. The same name on every worker gives the same key; the scheduler checks
  * that every worker declares it with the same element count and dtype (a mismatch fails every

@@ -5,6 +5,25 @@
 //
 // Wire: every node connects one DEALER socket to the scheduler's ROUTER and every message is
 // one frame holding a serialized proto::ControlMessage (proto/control.proto).
+//
+// Protocol, as a node sees it:
+// - Send Register{role, requested_rank (-1: any), data_address (servers), hostname, pid}.
+//   No acknowledgement: the answer is Topology once all W workers and S servers registered,
+//   or Error (rank taken or out of range, same connection registering twice, job full).
+//   Set a unique routing id on the DEALER (zmq::sockopt::routing_id) so that a TCP reconnect
+//   keeps the node's identity.
+// - Send Heartbeat every heartbeat_interval_ms from registration on (any message counts).
+//   Monitoring starts when the Topology is sent; a node silent for heartbeat_timeout_ms is
+//   failed: every other node gets NodeFailed{node, "missed heartbeats for 5.0 s",
+//   data_address}, then Shutdown{reason}, and the scheduler exits non-zero.
+// - BarrierRequest{group "workers"|"servers"|"all", sequence} -> BarrierRelease{group,
+//   sequence} to every member once all members asked for that sequence.
+// - Workers: DeclareTensor{name, element_count, dtype} -> DeclareReply to every worker once
+//   all declared it: ok with tensor_id (completion order), partition_elements and
+//   partition_server[], or ok=false with the error (mismatch, declare timeout, bad values).
+// - Workers: WorkerDone when finished. Once all did, servers get Shutdown and the scheduler
+//   exits 0. Any node may send Shutdown{reason}: everyone else gets Shutdown, exit non-zero.
+// - A node must stop when it receives Shutdown. Malformed frames get an Error reply.
 #pragma once
 
 #include <atomic>
@@ -60,6 +79,8 @@ class Scheduler {
   void Stop();
   // Async-signal-safe: Run sends Shutdown{"scheduler received SIGTERM"} and returns.
   void StopForSignal(int signal_number);
+  // Async-signal-safe (SIGHUP): ask Run to reload the strategy file. The job goes on.
+  void RequestReload();
   // The signal passed to StopForSignal, or 0.
   int stop_signal() const { return stop_signal_.load(); }
 
@@ -108,6 +129,8 @@ class Scheduler {
   void BroadcastShutdown(const std::string& reason, const std::string& except = "",
                          bool servers_only = false);
   void Finish(absl::Status status);
+  void ReloadStrategy();
+  void LogBadMessage(const std::string& what);
 
   bool JobComplete() const { return topology_sent_; }
   int GroupSize(const std::string& group) const;
@@ -123,6 +146,7 @@ class Scheduler {
 
   std::atomic<bool> stop_requested_{false};
   std::atomic<int> stop_signal_{0};
+  std::atomic<bool> reload_requested_{false};
   bool ran_ = false;
 
   absl::flat_hash_map<std::string, Node> nodes_;  // by identity
@@ -133,9 +157,11 @@ class Scheduler {
 
   absl::flat_hash_map<std::string, BarrierGroup> barriers_;  // by group name
   std::map<std::string, Declaration> declarations_;          // by tensor name
+  std::set<std::string> undecided_declarations_;  // names still waiting for workers
   uint32_t next_tensor_id_ = 0;
   PartitionAssigner assigner_;
   int workers_done_ = 0;
+  int64_t bad_messages_ = 0;  // malformed, unexpected or unregistered messages
 
   std::optional<absl::Status> final_status_;
 };

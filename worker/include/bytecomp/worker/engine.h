@@ -33,6 +33,7 @@ struct EngineInfo {
   int local_rank = 0;
   int local_size = 1;
   int num_servers = 0;
+  int64_t partition_bytes = 0;
 };
 
 class EngineImpl;

@@ -1,0 +1,154 @@
+// bytecomp-bench: a synthetic worker. Pushes and pulls a model's worth of tensors for N rounds
+// through the C API, checks every sum, prints per-round times, and ends with one JSON line:
+//   {"bench":"bytecomp-bench","model":...,"W":..,"S":..,"partition_bytes":..,
+//    "bytes_per_round":..,"median_round_ms":..,"goodput_gbytes_per_s":..}
+// goodput = the model's bytes per worker / median round time.
+//
+// Model: --preset flat:SIZE (SIZE in bytes, suffixes KB MB GB: one tensor) | resnet50 | vgg16 |
+// bert-base | ... (scheduler/planner/profiles/NAME.pbtxt) | --profile FILE (a ModelProfile).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "bytecomp/c_api.h"
+#include "bytecomp/common.h"
+#include "planner.pb.h"
+
+ABSL_FLAG(std::string, preset, "flat:100MB", "flat:SIZE, or a shipped profile name");
+ABSL_FLAG(std::string, profile, "", "ModelProfile .pbtxt (overrides --preset)");
+ABSL_FLAG(std::string, profiles_dir, BYTECOMP_PROFILES_DIR, "where shipped profiles live");
+ABSL_FLAG(int, rounds, 20, "timed rounds");
+ABSL_FLAG(int, warmup, 2, "untimed rounds first");
+ABSL_FLAG(bool, check, true, "check every sum exactly");
+
+namespace {
+
+struct Tensor {
+  std::string name;
+  std::vector<float> data;
+};
+
+absl::StatusOr<int64_t> ParseBytes(absl::string_view text) {
+  int64_t scale = 1;
+  for (auto [suffix, s] : {std::pair<const char*, int64_t>{"GB", 1000000000}, {"MB", 1000000},
+                           {"KB", 1000}, {"B", 1}}) {
+    if (absl::EndsWith(text, suffix)) {
+      text.remove_suffix(std::strlen(suffix));
+      scale = s;
+      break;
+    }
+  }
+  int64_t n;
+  if (!absl::SimpleAtoi(text, &n) || n < 4) {
+    return absl::InvalidArgumentError(absl::StrCat("bad size '", text, "' (e.g. 100MB)"));
+  }
+  return n * scale;
+}
+
+absl::StatusOr<std::vector<Tensor>> LoadModel(std::string* model_name) {
+  std::vector<Tensor> tensors;
+  std::string path = absl::GetFlag(FLAGS_profile);
+  const std::string preset = absl::GetFlag(FLAGS_preset);
+  if (path.empty() && absl::StartsWith(preset, "flat:")) {
+    absl::StatusOr<int64_t> bytes = ParseBytes(absl::string_view(preset).substr(5));
+    if (!bytes.ok()) return bytes.status();
+    *model_name = preset;
+    tensors.push_back({"flat", std::vector<float>(*bytes / 4)});
+    return tensors;
+  }
+  if (path.empty()) path = absl::StrCat(absl::GetFlag(FLAGS_profiles_dir), "/", preset, ".pbtxt");
+  bytecomp::proto::ModelProfile profile;
+  if (absl::Status s = bytecomp::ParseTextProtoFile(path, &profile); !s.ok()) return s;
+  *model_name = profile.model();
+  for (const auto& t : profile.tensors()) tensors.push_back({t.name(), std::vector<float>(t.elements())});
+  return tensors;
+}
+
+float Value(size_t i, int rank, int round) {
+  return static_cast<float>(static_cast<int>((i * 3 + rank * 11 + round) % 29)) - 14.0f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  std::string model;
+  absl::StatusOr<std::vector<Tensor>> loaded = LoadModel(&model);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "bytecomp-bench: %s\n", std::string(loaded.status().message()).c_str());
+    return 2;
+  }
+  std::vector<Tensor>& tensors = *loaded;
+  if (bytecomp_init(nullptr) != BYTECOMP_OK) {
+    std::fprintf(stderr, "bytecomp-bench: init failed: %s\n", bytecomp_last_error());
+    return 2;
+  }
+  const int rank = bytecomp_rank();
+  const int workers = bytecomp_size();
+  int64_t bytes = 0;
+  for (const Tensor& t : tensors) bytes += static_cast<int64_t>(t.data.size()) * 4;
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  std::vector<double> times_ms;
+  std::vector<bytecomp_handle_t> handles(tensors.size());
+  for (int round = 0; round < warmup + rounds; ++round) {
+    for (Tensor& t : tensors) {
+      for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = Value(i, rank, round);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    // Backprop order: the profile lists the output layer first; the input layer, needed first
+    // by the next forward pass, gets the highest priority.
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      Tensor& t = tensors[i];
+      if (bytecomp_push_pull(t.name.c_str(), t.data.data(), static_cast<int64_t>(t.data.size()),
+                             BYTECOMP_FLOAT32, static_cast<int>(i), 0, &handles[i]) != BYTECOMP_OK) {
+        std::fprintf(stderr, "push_pull failed: %s\n", bytecomp_last_error());
+        return 2;
+      }
+    }
+    for (bytecomp_handle_t h : handles) {
+      if (bytecomp_wait(h, 120000) != BYTECOMP_OK) {
+        std::fprintf(stderr, "wait failed: %s\n", bytecomp_last_error());
+        return 2;
+      }
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (absl::GetFlag(FLAGS_check)) {
+      for (const Tensor& t : tensors) {
+        for (size_t i = 0; i < t.data.size(); ++i) {
+          float expected = 0;
+          for (int r = 0; r < workers; ++r) expected += Value(i, r, round);
+          if (t.data[i] != expected) {
+            std::fprintf(stderr, "WRONG SUM in %s[%zu] round %d: %g, expected %g\n", t.name.c_str(), i,
+                         round, t.data[i], expected);
+            return 1;
+          }
+        }
+      }
+    }
+    if (round >= warmup) {
+      times_ms.push_back(ms);
+      if (rank == 0) std::printf("round %3d: %8.2f ms\n", round - warmup, ms);
+    }
+  }
+  std::vector<double> sorted = times_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  if (rank == 0) {
+    std::printf("{\"bench\":\"bytecomp-bench\",\"model\":\"%s\",\"tensors\":%zu,\"W\":%d,\"S\":%d,"
+                "\"partition_bytes\":%lld,\"bytes_per_round\":%lld,\"median_round_ms\":%.3f,"
+                "\"goodput_gbytes_per_s\":%.3f,\"checked\":%s}\n",
+                model.c_str(), tensors.size(), workers, bytecomp_num_servers(),
+                static_cast<long long>(bytecomp_partition_bytes()), static_cast<long long>(bytes), median,
+                bytes / median / 1e6, absl::GetFlag(FLAGS_check) ? "true" : "false");
+  }
+  std::fflush(stdout);
+  return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
+}

@@ -1,0 +1,549 @@
+// PowerSGD (Vogels et al. 2019) as a two-round codec (two_round.h), its aggregator
+// ("two_round_sum") and its memory ("powersgd", residual error feedback).
+//
+// Matrix shape: the codec sees a flat partition of n elements. It reads them row-major into a
+// rows x cols matrix M with cols = ceil(sqrt(n)) and rows = ceil(n / cols), zero-padded at the
+// end (rows * cols - n < cols padding zeros), so that P and Q are both about sqrt(n) long.
+// rank_eff = min(rank, rows, cols).
+//
+// Round (per worker w, with the same ctx in all calls):
+//   P_w = M_w Q                          payload 1: u32 1, rows * rank_eff f32 (column-major)
+//   P^ = orthonormalise(sum_w P_w)       Gram-Schmidt in double, the same on every worker
+//   Q_w = M_w^T P^                       payload 2: u32 2, cols * rank_eff f32 (column-major)
+//   output = P^ (sum_w Q_w)^T            = sum_w P^ P^T M_w, the projection of the sum of the
+//                                          inputs onto span(P^): n floats (padding dropped)
+//   local approximation = P^ Q_w^T       for this worker's residual (memory "powersgd")
+// Warm start: the next round's Q is this round's sum_w Q_w, each column scaled to unit length
+// (only directions matter: the orthonormalisation removes column scales, and unit columns keep
+// P's magnitude independent of the worker count and of past rounds). The first Q, and any
+// column that became zero, is standard normal from CounterRandom(seed, key, round, node 0),
+// the same on every worker. Payload sizes: 4 + 4 * rows * rank_eff and 4 + 4 * cols *
+// rank_eff bytes; for n = 2^20, rank 1: 4 KiB each against 4 MiB of fp32.
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/compress/aggregator.h"
+#include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/memory.h"
+#include "bytecomp/compress/params.h"
+#include "bytecomp/compress/registry.h"
+#include "bytecomp/compress/two_round.h"
+#include "quant_util.h"
+
+namespace bytecomp::compress {
+namespace {
+
+constexpr absl::string_view kName = "powersgd";
+
+struct MatrixShape {
+  size_t rows = 0;
+  size_t cols = 0;
+  size_t rank = 0;
+};
+
+MatrixShape ShapeFor(size_t n, size_t rank) {
+  MatrixShape s;
+  if (n == 0) return s;
+  size_t c = static_cast<size_t>(std::sqrt(static_cast<double>(n)));
+  while (c * c < n) ++c;
+  while (c > 1 && (c - 1) * (c - 1) >= n) --c;
+  s.cols = c;
+  s.rows = (n + c - 1) / c;
+  s.rank = std::min({rank, s.rows, s.cols});
+  return s;
+}
+
+// sum_j a[j] * b[j] in double, 8 lanes.
+__attribute__((target_clones("avx2", "default"))) double DotDouble(const float* a, const float* b,
+                                                                   size_t len) {
+  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t j = 0;
+  for (; j + 8 <= len; j += 8) {
+    for (size_t l = 0; l < 8; ++l) {
+      lanes[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
+    }
+  }
+  double tail = 0;
+  for (; j < len; ++j) tail += static_cast<double>(a[j]) * static_cast<double>(b[j]);
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail;
+}
+
+// acc[j] += a[j] * scale, in double.
+__attribute__((target_clones("avx2", "default"))) void AxpyDouble(double* __restrict acc,
+                                                                  const float* __restrict a,
+                                                                  double scale, size_t len) {
+  for (size_t j = 0; j < len; ++j) acc[j] += static_cast<double>(a[j]) * scale;
+}
+
+// out[j] (+)= sum_k p[k] * q[k * stride + j] for j < len: one row of P Q^T.
+void RowOfProduct(const float* p_row_values, const float* q, size_t stride, size_t rank,
+                  size_t len, float* out) {
+  for (size_t j = 0; j < len; ++j) {
+    double v = 0;
+    for (size_t k = 0; k < rank; ++k) {
+      v += static_cast<double>(p_row_values[k]) * static_cast<double>(q[k * stride + j]);
+    }
+    out[j] = static_cast<float>(v);
+  }
+}
+
+absl::Status CheckFiniteVector(absl::Span<const float> v, absl::string_view what) {
+  return CheckFinite(v, absl::StrCat("codec 'powersgd' ", what));
+}
+
+class PowerSgdCodec final : public Codec, public TwoRoundCodec {
+ public:
+  explicit PowerSgdCodec(size_t rank) : rank_(rank) {}
+
+  absl::string_view name() const override { return kName; }
+  CodecProperties properties() const override {
+    CodecProperties p;
+    p.two_round = true;
+    p.stateful = true;
+    return p;
+  }
+  // The single payload (the largest of the three formats).
+  size_t MaxEncodedBytes(size_t n) const override {
+    const MatrixShape s = ShapeFor(n, rank_);
+    return 8 + 4 * (s.rows + s.cols) * s.rank;
+  }
+
+  // Single-payload mode, for the pull direction (the server re-encodes the round's sum) and
+  // for one-worker use: this node's own round, P^ = orthonormalise(M Q), Q' = M^T P^, sent
+  // together; decode = P^ Q'^T. The warm start is this instance's own Q'. Format: u32 0,
+  // u32 n, rows * rank_eff f32 (P^), cols * rank_eff f32 (Q'). An instance is driven either
+  // this way or through TwoRoundCodec, not both.
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    const size_t bytes = MaxEncodedBytes(n);
+    if (auto s = codec_checks::OutputFits(kName, out.size(), bytes); !s.ok()) return s;
+    if (n > 0xffffffffull) return codec_checks::InputSizeSupported(kName, n);
+    std::vector<uint8_t> first(FirstRoundBytes(n));
+    auto first_bytes = EncodeFirst(input, ctx, absl::MakeSpan(first));
+    if (!first_bytes.ok()) return first_bytes.status();
+    const MatrixShape& sh = shape_;
+    std::vector<float> p(sh.rows * sh.rank);
+    std::memcpy(p.data(), first.data() + 4, 4 * p.size());
+    std::vector<uint8_t> second(SecondRoundBytes(n));
+    auto second_bytes = EncodeSecond(p, ctx, absl::MakeSpan(second));
+    if (!second_bytes.ok()) return second_bytes.status();
+    PutU32(out.data(), 0);
+    PutU32(out.data() + 4, static_cast<uint32_t>(n));
+    std::memcpy(out.data() + 8, p_hat_.data(), 4 * p_hat_.size());
+    std::memcpy(out.data() + 8 + 4 * p_hat_.size(), q_local_.data(), 4 * q_local_.size());
+    q_warm_ = q_local_;
+    have_warm_ = true;
+    stage_ = 3;
+    return bytes;
+  }
+
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
+                      absl::Span<float> output) override {
+    const size_t n = output.size();
+    const MatrixShape sh = ShapeFor(n, rank_);
+    const size_t expected = MaxEncodedBytes(n);
+    if (encoded.size() != expected) {
+      return MalformedError(kName, absl::StrCat(encoded.size(), " bytes for ", n,
+                                                " elements (expected ", expected, ")"));
+    }
+    if (GetU32(encoded.data()) != 0) {
+      return MalformedError(kName, absl::StrCat("stage ", GetU32(encoded.data()),
+                                                " in a single payload (expected 0; stage 1 and "
+                                                "2 payloads are summed, not decoded)"));
+    }
+    if (GetU32(encoded.data() + 4) != n) {
+      return MalformedError(kName, absl::StrCat("payload for ", GetU32(encoded.data() + 4),
+                                                " elements decoded into ", n));
+    }
+    std::vector<float> factors((sh.rows + sh.cols) * sh.rank);
+    std::memcpy(factors.data(), encoded.data() + 8, 4 * factors.size());
+    if (!IsFiniteBits(MaxAbsBits(factors.data(), factors.size()))) {
+      return MalformedError(kName, "non-finite factor values");
+    }
+    ProductOf(sh, n, factors.data(), factors.data() + sh.rows * sh.rank, output);
+    if (!IsFiniteBits(MaxAbsBits(output.data(), n))) {
+      return MalformedError(kName, "the factors' product overflows the float range");
+    }
+    return absl::OkStatus();
+  }
+
+  size_t FirstRoundFloats(size_t n) const override {
+    const MatrixShape s = ShapeFor(n, rank_);
+    return s.rows * s.rank;
+  }
+  size_t SecondRoundFloats(size_t n) const override {
+    const MatrixShape s = ShapeFor(n, rank_);
+    return s.cols * s.rank;
+  }
+
+  absl::StatusOr<size_t> EncodeFirst(absl::Span<const float> input, const CodecContext& ctx,
+                                     absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    const size_t bytes = FirstRoundBytes(n);
+    if (auto s = codec_checks::OutputFits(kName, out.size(), bytes); !s.ok()) return s;
+    if (auto s = codec_checks::InputSizeSupported(kName, n); !s.ok()) return s;
+    if (auto s = CheckFinite(input, "codec 'powersgd' input"); !s.ok()) return s;
+    // Another length means another partition layout (a new strategy): the state restarts.
+    if (n_ != n) {
+      n_ = 0;
+      have_warm_ = false;
+    }
+    if (n_ == 0) {
+      n_ = n;
+      shape_ = ShapeFor(n, rank_);
+      q_warm_.assign(shape_.cols * shape_.rank, 0.0f);
+    }
+    const MatrixShape& sh = shape_;
+    m_.assign(sh.rows * sh.cols, 0.0f);  // zero padding at the end
+    std::copy(input.begin(), input.end(), m_.begin());
+    PrepareWarmStart(ctx);
+    // P_k[i] = M_row_i . Q_k
+    std::vector<float> p(sh.rows * sh.rank);
+    for (size_t k = 0; k < sh.rank; ++k) {
+      for (size_t i = 0; i < sh.rows; ++i) {
+        p[k * sh.rows + i] = static_cast<float>(
+            DotDouble(m_.data() + i * sh.cols, q_warm_.data() + k * sh.cols, sh.cols));
+      }
+    }
+    if (!IsFiniteBits(MaxAbsBits(p.data(), p.size()))) {
+      return absl::InvalidArgumentError(
+          "codec 'powersgd': input magnitudes overflow the float range in P = M Q");
+    }
+    PutU32(out.data(), 1);
+    std::memcpy(out.data() + 4, p.data(), 4 * p.size());
+    stage_ = 1;
+    round_key_ = ctx.key;
+    round_ = ctx.round;
+    return bytes;
+  }
+
+  absl::StatusOr<size_t> EncodeSecond(absl::Span<const float> summed_first,
+                                      const CodecContext& ctx,
+                                      absl::Span<uint8_t> out) override {
+    if (auto s = CheckStage(1, ctx, "EncodeSecond"); !s.ok()) return s;
+    const MatrixShape& sh = shape_;
+    if (summed_first.size() != sh.rows * sh.rank) {
+      return absl::InvalidArgumentError(absl::StrCat("codec 'powersgd': summed P has ",
+                                                     summed_first.size(), " values, expected ",
+                                                     sh.rows * sh.rank));
+    }
+    if (auto s = CheckFiniteVector(summed_first, "summed P"); !s.ok()) return s;
+    const size_t bytes = SecondRoundBytes(n_);
+    if (auto s = codec_checks::OutputFits(kName, out.size(), bytes); !s.ok()) return s;
+    Orthonormalise(summed_first);
+    // Q_k = M^T P^_k, accumulated row by row in double.
+    std::vector<double> acc(sh.cols);
+    q_local_.resize(sh.cols * sh.rank);
+    for (size_t k = 0; k < sh.rank; ++k) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (size_t i = 0; i < sh.rows; ++i) {
+        const double p = p_hat_[k * sh.rows + i];
+        if (p != 0.0) AxpyDouble(acc.data(), m_.data() + i * sh.cols, p, sh.cols);
+      }
+      for (size_t j = 0; j < sh.cols; ++j) q_local_[k * sh.cols + j] = static_cast<float>(acc[j]);
+    }
+    if (!IsFiniteBits(MaxAbsBits(q_local_.data(), q_local_.size()))) {
+      return absl::InvalidArgumentError(
+          "codec 'powersgd': input magnitudes overflow the float range in Q = M^T P");
+    }
+    PutU32(out.data(), 2);
+    std::memcpy(out.data() + 4, q_local_.data(), 4 * q_local_.size());
+    stage_ = 2;
+    return bytes;
+  }
+
+  absl::Status LocalApproximation(absl::Span<float> output) const override {
+    if (stage_ != 2) {
+      return absl::FailedPreconditionError(
+          "codec 'powersgd': LocalApproximation before EncodeSecond of the round");
+    }
+    if (output.size() != n_) {
+      return absl::InvalidArgumentError(absl::StrCat("codec 'powersgd': output has ",
+                                                     output.size(), " elements, expected ", n_));
+    }
+    Product(q_local_.data(), output);
+    return absl::OkStatus();
+  }
+
+  absl::Status DecodeSecond(absl::Span<const float> summed_second, const CodecContext& ctx,
+                            absl::Span<float> output) override {
+    if (auto s = CheckStage(2, ctx, "DecodeSecond"); !s.ok()) return s;
+    const MatrixShape& sh = shape_;
+    if (summed_second.size() != sh.cols * sh.rank) {
+      return absl::InvalidArgumentError(absl::StrCat("codec 'powersgd': summed Q has ",
+                                                     summed_second.size(), " values, expected ",
+                                                     sh.cols * sh.rank));
+    }
+    if (auto s = CheckFiniteVector(summed_second, "summed Q"); !s.ok()) return s;
+    if (output.size() != n_) {
+      return absl::InvalidArgumentError(absl::StrCat("codec 'powersgd': output has ",
+                                                     output.size(), " elements, expected ", n_));
+    }
+    Product(summed_second.data(), output);
+    std::copy(summed_second.begin(), summed_second.end(), q_warm_.begin());
+    have_warm_ = true;
+    stage_ = 3;  // round over; LocalApproximation is no longer valid
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status CheckStage(int expected, const CodecContext& ctx, absl::string_view call) const {
+    if (stage_ != expected) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "codec 'powersgd': ", call, " out of order (", expected == 1 ? "EncodeFirst" : "EncodeSecond",
+          " of this round has not run)"));
+    }
+    if (ctx.key != round_key_ || ctx.round != round_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "codec 'powersgd': ", call, " for key ", ctx.key, " round ", ctx.round,
+          " but the open round is key ", round_key_, " round ", round_));
+    }
+    return absl::OkStatus();
+  }
+
+  // Unit columns for Q; a zero (or first) column is drawn standard normal, alike everywhere.
+  void PrepareWarmStart(const CodecContext& ctx) {
+    const MatrixShape& sh = shape_;
+    for (size_t k = 0; k < sh.rank; ++k) {
+      float* q = q_warm_.data() + k * sh.cols;
+      double norm = have_warm_ ? std::sqrt(DotDouble(q, q, sh.cols)) : 0.0;
+      if (norm == 0.0) {
+        const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, 0);
+        for (size_t j = 0; j < sh.cols; ++j) {
+          const uint32_t index = static_cast<uint32_t>(2 * (k * sh.cols + j));
+          const double u1 = 1.0 - UniformFloat(random, index);  // (0, 1]
+          const double u2 = UniformFloat(random, index + 1);
+          q[j] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
+                                    std::cos(6.283185307179586 * u2));
+        }
+        norm = std::sqrt(DotDouble(q, q, sh.cols));
+        if (norm == 0.0) continue;  // cols == 1 and a zero draw: P_k stays 0 this round
+      }
+      const double inverse = 1.0 / norm;
+      for (size_t j = 0; j < sh.cols; ++j) q[j] = static_cast<float>(q[j] * inverse);
+    }
+  }
+
+  // Modified Gram-Schmidt in double, sequential (the same bits on every worker).
+  void Orthonormalise(absl::Span<const float> p) {
+    const MatrixShape& sh = shape_;
+    std::vector<double> basis(sh.rows * sh.rank);
+    for (size_t k = 0; k < sh.rank; ++k) {
+      double* v = basis.data() + k * sh.rows;
+      for (size_t i = 0; i < sh.rows; ++i) v[i] = p[k * sh.rows + i];
+      for (size_t l = 0; l < k; ++l) {
+        const double* u = basis.data() + l * sh.rows;
+        double dot = 0;
+        for (size_t i = 0; i < sh.rows; ++i) dot += u[i] * v[i];
+        for (size_t i = 0; i < sh.rows; ++i) v[i] -= dot * u[i];
+      }
+      double norm = 0;
+      for (size_t i = 0; i < sh.rows; ++i) norm += v[i] * v[i];
+      norm = std::sqrt(norm);
+      // A zero (dependent) column contributes nothing this round.
+      const double inverse = norm > 0.0 ? 1.0 / norm : 0.0;
+      for (size_t i = 0; i < sh.rows; ++i) v[i] *= inverse;
+    }
+    p_hat_.resize(basis.size());
+    for (size_t i = 0; i < basis.size(); ++i) p_hat_[i] = static_cast<float>(basis[i]);
+  }
+
+  // output = P^ q^T, the first n_ entries of the rows x cols product.
+  void Product(const float* q, absl::Span<float> output) const {
+    ProductOf(shape_, n_, p_hat_.data(), q, output);
+  }
+
+  static void ProductOf(const MatrixShape& sh, size_t n, const float* p_hat, const float* q,
+                        absl::Span<float> output) {
+    std::vector<float> row(std::max<size_t>(sh.rank, 1));
+    for (size_t i = 0; i < sh.rows; ++i) {
+      for (size_t k = 0; k < sh.rank; ++k) row[k] = p_hat[k * sh.rows + i];
+      const size_t begin = i * sh.cols;
+      const size_t len = std::min(sh.cols, n - begin);
+      RowOfProduct(row.data(), q, sh.cols, sh.rank, len, output.data() + begin);
+    }
+  }
+
+  size_t rank_;
+  size_t n_ = 0;
+  MatrixShape shape_;
+  std::vector<float> m_;        // this round's input, rows x cols, zero-padded
+  std::vector<float> q_warm_;   // cols x rank, column-major
+  bool have_warm_ = false;
+  std::vector<float> p_hat_;    // rows x rank, orthonormal columns
+  std::vector<float> q_local_;  // cols x rank: M^T P^
+  int stage_ = 0;               // 1 after EncodeFirst, 2 after EncodeSecond, 3 after decode
+  uint64_t round_key_ = 0;
+  uint64_t round_ = 0;
+};
+
+// Sums the stage payloads of one round as f32 vectors (stages 1 and 2 alike; Finish returns
+// the stage's float count). Single payloads (stage 0, Codec::Encode) are decoded and added:
+// Finish returns n floats. One round holds one stage.
+class TwoRoundSumAggregator final : public Aggregator {
+ public:
+  explicit TwoRoundSumAggregator(std::unique_ptr<Codec> codec)
+      : codec_(std::move(codec)), two_round_(AsTwoRound(*codec_)) {}
+  absl::string_view name() const override { return "two_round_sum"; }
+
+  void Reset(size_t n) override {
+    n_ = n;
+    sum_.clear();
+    count_ = 0;
+    stage_ = 0;
+    started_ = true;
+  }
+
+  absl::Status Add(absl::Span<const uint8_t> encoded, const CodecContext& ctx) override {
+    if (!started_) return absl::FailedPreconditionError("two_round_sum: Add before Reset");
+    if (encoded.size() < 4) {
+      return MalformedError(kName, absl::StrCat(encoded.size(), " bytes, no stage field"));
+    }
+    const uint32_t stage = GetU32(encoded.data());
+    if (stage > 2) return MalformedError(kName, absl::StrCat("stage ", stage));
+    if (count_ > 0 && stage != stage_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "two_round_sum: stage ", stage, " payload added to a stage ", stage_, " round"));
+    }
+    if (stage == 0) {  // single payloads: decode and add, n floats
+      if (count_ == 0) sum_.assign(n_, 0.0f);
+      if (auto s = CheckRound(ctx); !s.ok()) return s;
+      if (auto s = codec_->DecodeAdd(encoded, ctx, absl::MakeSpan(sum_)); !s.ok()) return s;
+      if (count_ == 0) first_ctx_ = ctx;
+      stage_ = 0;
+      ++count_;
+      return absl::OkStatus();
+    }
+    const size_t floats =
+        stage == 1 ? two_round_->FirstRoundFloats(n_) : two_round_->SecondRoundFloats(n_);
+    if (encoded.size() != 4 + 4 * floats) {
+      return MalformedError(kName, absl::StrCat("stage ", stage, " payload of ", encoded.size(),
+                                                " bytes for ", n_, " elements (expected ",
+                                                4 + 4 * floats, ")"));
+    }
+    if (auto s = CheckRound(ctx); !s.ok()) return s;
+    scratch_.resize(floats);
+    std::memcpy(scratch_.data(), encoded.data() + 4, 4 * floats);
+    if (auto s = CheckFinite(scratch_, "two_round_sum payload"); !s.ok()) return s;
+    if (count_ == 0) {
+      sum_.assign(floats, 0.0f);
+      stage_ = stage;
+      first_ctx_ = ctx;
+    }
+    for (size_t i = 0; i < floats; ++i) sum_[i] += scratch_[i];
+    ++count_;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<absl::Span<const float>> Finish() override {
+    if (!started_) return absl::FailedPreconditionError("two_round_sum: Finish before Reset");
+    return absl::MakeConstSpan(sum_);
+  }
+
+  size_t count() const override { return count_; }
+
+  absl::Status CheckRound(const CodecContext& ctx) const {
+    if (count_ == 0 || (ctx.key == first_ctx_.key && ctx.round == first_ctx_.round &&
+                        ctx.seed == first_ctx_.seed)) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "two_round_sum: payload for key ", ctx.key, " round ", ctx.round,
+        " added to the round of key ", first_ctx_.key, " round ", first_ctx_.round));
+  }
+
+  // The stage of the payloads added since Reset (0 if none).
+  uint32_t stage() const { return stage_; }
+
+ private:
+  std::unique_ptr<Codec> codec_;
+  TwoRoundCodec* two_round_;
+  size_t n_ = 0;
+  std::vector<float> sum_;
+  std::vector<float> scratch_;
+  size_t count_ = 0;
+  uint32_t stage_ = 0;
+  bool started_ = false;
+  CodecContext first_ctx_;
+};
+
+// PowerSGD's error feedback: compensated = input + residual; residual = compensated - decoded,
+// where decoded is the worker's LocalApproximation (two_round.h), not the decoded sum.
+class PowerSgdMemory final : public Memory {
+ public:
+  absl::string_view name() const override { return "powersgd"; }
+  absl::Status Compensate(absl::Span<const float> input, const CodecContext&,
+                          absl::Span<float> compensated) override {
+    const size_t n = input.size();
+    if (compensated.size() != n || (!residual_.empty() && residual_.size() != n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "memory 'powersgd': input has ", n, " elements, compensated ", compensated.size(),
+          ", state ", residual_.size()));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      compensated[i] = residual_.empty() ? input[i] : input[i] + residual_[i];
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Update(absl::Span<const float> compensated, absl::Span<const float> decoded,
+                      const CodecContext&) override {
+    if (decoded.size() != compensated.size()) {
+      return absl::InvalidArgumentError("memory 'powersgd': decoded and compensated differ in size");
+    }
+    residual_.resize(compensated.size());
+    for (size_t i = 0; i < compensated.size(); ++i) residual_[i] = compensated[i] - decoded[i];
+    return absl::OkStatus();
+  }
+  void Reset() override { residual_.clear(); }
+
+ private:
+  std::vector<float> residual_;
+};
+
+}  // namespace
+
+void RegisterLowRankCodecs(CodecRegistry& registry) {
+  CodecSpec spec;
+  spec.name = std::string(kName);
+  spec.summary = "low-rank P and Q, two aggregation rounds, warm-started Q (two_round.h)";
+  spec.params = {codec_checks::IntParam("rank", 1, "rank of the approximation, in [1, 64]", 1, 64)};
+  spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
+    ParamReader r(params);
+    const int64_t rank = r.Int("rank");
+    if (!r.ok()) return r.status();
+    return std::unique_ptr<Codec>(new PowerSgdCodec(static_cast<size_t>(rank)));
+  };
+  spec.aggregator_factory =
+      [](std::unique_ptr<Codec> codec) -> absl::StatusOr<std::unique_ptr<Aggregator>> {
+    if (AsTwoRound(*codec) == nullptr) {
+      return absl::InvalidArgumentError("two_round_sum needs a two-round codec");
+    }
+    return std::unique_ptr<Aggregator>(new TwoRoundSumAggregator(std::move(codec)));
+  };
+  MustRegister(registry, std::move(spec));
+}
+
+void RegisterLowRankMemories(MemoryRegistry& registry) {
+  MustRegisterMemory(registry,
+                     {.name = "powersgd",
+                      .summary = "PowerSGD residual error feedback: residual = compensated - "
+                                 "the worker's local low-rank approximation",
+                      .params = {},
+                      .factory = [](const CodecParams&)
+                          -> absl::StatusOr<std::unique_ptr<Memory>> {
+                        return std::unique_ptr<Memory>(new PowerSgdMemory());
+                      }});
+}
+
+}  // namespace bytecomp::compress

@@ -1,0 +1,575 @@
+// The scalar quantisation codecs: qsgd, terngrad, natural, u8bit, dithering.
+//
+// Wire formats (little-endian; the element count n travels in the data-plane header; packed
+// codes are an LSB-first bit stream, code i in bits [i*b, (i+1)*b), padding bits 0):
+// qsgd, terngrad and dithering start with u32 n, the element count, which Decode checks
+// against the output length (a padded code stream alone cannot tell n from n - 1).
+//   qsgd       u32 n, ceil(n/bucket) f32 bucket L2 norms, then n codes of b = L + 1 bits,
+//              L = ceil(log2(quantum_num + 1)) level bits below a sign bit (1 = negative).
+//              Decoded: sign * level * norm / quantum_num. Size: 4 + 4*ceil(n/bucket) +
+//              ceil(n*b/8); with the defaults (127, 128): 4 + 4*ceil(n/128) + n.
+//   terngrad   u32 n, f32 scale, then n 2-bit codes, 4 per byte (0 = 0, 1 = +scale,
+//              2 = -scale, 3 invalid). Size: 8 + ceil(n/4).
+//   natural    u8 exponent_low (1..254), then n bytes: bit 7 sign, bits 0-6 code c, 0 = zero,
+//              c >= 1: 2^(exponent_low + c - 1 - 127) (elementwise.h). Size: 1 + n.
+//   u8bit      f32 max |x|, then n bytes of Dettmers' dynamic tree code (elementwise.h);
+//              decoded: max * table value. Size: 4 + n.
+//   dithering  u32 n, f32 norm (max |x| or L2 norm), then n codes of b = ceil(log2(k + 1)) + 1
+//              bits, level below a sign bit; level j stands for j/k (linear) or 2^(j-k)
+//              (natural; 0 for j = 0). Size: 8 + ceil(n*b/8).
+// Decode rejects a wrong size, non-finite or negative header values, out-of-range codes and
+// non-zero padding bits.
+//
+// Stochastic rounding (qsgd, terngrad, natural, dithering; all unbiased, terngrad for the
+// clipped input) draws element i's uniform from CounterRandom(seed, key, round, node) at
+// index i, so the bytes are a function of (input, context) alone.
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/params.h"
+#include "bytecomp/compress/registry.h"
+#include "quant_kernels.h"
+#include "quant_pack.h"
+#include "quant_register.h"
+#include "quant_util.h"
+
+namespace bytecomp::compress {
+namespace {
+
+using codec_checks::HeaderFloatOk;
+using codec_checks::InputWhat;
+using codec_checks::OutputFits;
+using codec_checks::PayloadSizeIs;
+
+absl::Status CheckEncode(absl::string_view codec, absl::Span<const float> input,
+                         absl::Span<uint8_t> out, size_t need, uint32_t* max_abs_bits) {
+  if (auto s = OutputFits(codec, out.size(), need); !s.ok()) return s;
+  if (auto s = codec_checks::InputSizeSupported(codec, input.size()); !s.ok()) return s;
+  *max_abs_bits = MaxAbsBits(input.data(), input.size());
+  if (!IsFiniteBits(*max_abs_bits)) return NonFiniteError(input, InputWhat(codec));
+  return absl::OkStatus();
+}
+
+// The u32 element count leading the bit-packed payloads (qsgd, terngrad, dithering).
+absl::Status CheckCount(absl::string_view codec, absl::Span<const uint8_t> encoded, size_t n) {
+  const uint32_t count = GetU32(encoded.data());
+  if (count == n) return absl::OkStatus();
+  return MalformedError(codec, absl::StrCat("payload for ", count, " elements decoded into ", n));
+}
+
+CounterRandom StreamOf(const CodecContext& ctx) {
+  return MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
+}
+
+// A norm as a float; a norm beyond the float range (values near FLT_MAX) is clamped, which
+// keeps |x| / norm <= 1 and the decoded values finite.
+float NormToFloat(double sum_of_squares) {
+  return static_cast<float>(std::min(std::sqrt(sum_of_squares), static_cast<double>(FLT_MAX)));
+}
+
+__attribute__((target_clones("avx2", "default"))) uint32_t MaxCodeLevel(const uint16_t* codes,
+                                                                        size_t n,
+                                                                        uint32_t level_mask) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t level = codes[i] & level_mask;
+    m = level > m ? level : m;
+  }
+  return m;
+}
+
+// ------------------------------------------------------------------------------------------
+// qsgd
+
+__attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket(
+    const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+  for (size_t i = 0; i < len; ++i) {
+    const float u = UniformFloat(random, first_index + static_cast<uint32_t>(i));
+    codes[i] = static_cast<uint16_t>(QsgdCode(x[i], norm, quantum_num, level_bits, u));
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void QsgdDecodeBucket(
+    const uint16_t* __restrict codes, size_t len, uint32_t level_bits, float norm_over_s,
+    float* __restrict out) {
+  for (size_t i = 0; i < len; ++i) out[i] = QsgdValue(codes[i], level_bits, norm_over_s);
+}
+
+class QsgdCodec final : public Codec {
+ public:
+  QsgdCodec(uint32_t quantum_num, size_t bucket)
+      : quantum_num_(quantum_num), bucket_(bucket), level_bits_(BitsFor(quantum_num)) {}
+  absl::string_view name() const override { return "qsgd"; }
+  CodecProperties properties() const override {
+    CodecProperties p;
+    p.unbiased = true;
+    return p;
+  }
+  size_t Buckets(size_t n) const { return (n + bucket_ - 1) / bucket_; }
+  size_t MaxEncodedBytes(size_t n) const override {
+    return 4 + 4 * Buckets(n) + PackedCodeBytes(n, level_bits_ + 1);
+  }
+
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    const size_t bytes = MaxEncodedBytes(n);
+    uint32_t max_bits = 0;
+    if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
+    codes_.resize(n);
+    const CounterRandom random = StreamOf(ctx);
+    const size_t buckets = Buckets(n);
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    uint8_t* const norms = out.data() + 4;
+    for (size_t b = 0; b < buckets; ++b) {
+      const size_t begin = b * bucket_;
+      const size_t len = std::min(bucket_, n - begin);
+      const float norm = NormToFloat(SumOfSquares(input.data() + begin, len));
+      PutF32(norms + 4 * b, norm);
+      QsgdEncodeBucket(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
+                       static_cast<uint32_t>(begin), codes_.data() + begin);
+    }
+    PackCodes(codes_.data(), n, level_bits_ + 1, norms + 4 * buckets);
+    return bytes;
+  }
+
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
+                      absl::Span<float> output) override {
+    const size_t n = output.size();
+    if (auto s = PayloadSizeIs(name(), encoded.size(), MaxEncodedBytes(n), n); !s.ok()) return s;
+    if (auto s = CheckCount(name(), encoded, n); !s.ok()) return s;
+    const size_t buckets = Buckets(n);
+    const uint8_t* const norms = encoded.data() + 4;
+    for (size_t b = 0; b < buckets; ++b) {
+      const float norm = GetF32(norms + 4 * b);
+      if (auto s = HeaderFloatOk(name(), norm, absl::StrCat("norm of bucket ", b), true); !s.ok()) {
+        return s;
+      }
+    }
+    codes_.resize(n);
+    if (!UnpackCodes(norms + 4 * buckets, n, level_bits_ + 1, codes_.data())) {
+      return MalformedError(name(), "padding bits after the last code are not zero");
+    }
+    const uint32_t max_level = MaxCodeLevel(codes_.data(), n, (1u << level_bits_) - 1u);
+    if (max_level > quantum_num_) {
+      return MalformedError(name(), absl::StrCat("level ", max_level, " exceeds quantum_num ",
+                                                 quantum_num_));
+    }
+    const float s = static_cast<float>(quantum_num_);
+    for (size_t b = 0; b < buckets; ++b) {
+      const size_t begin = b * bucket_;
+      const size_t len = std::min(bucket_, n - begin);
+      const float norm_over_s = GetF32(norms + 4 * b) / s;
+      QsgdDecodeBucket(codes_.data() + begin, len, level_bits_, norm_over_s,
+                       output.data() + begin);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  uint32_t quantum_num_;
+  size_t bucket_;
+  uint32_t level_bits_;
+  std::vector<uint16_t> codes_;
+};
+
+// ------------------------------------------------------------------------------------------
+// terngrad
+
+__attribute__((target_clones("avx2", "default"))) void TernEncode(const float* __restrict x,
+                                                                  size_t n, float clip,
+                                                                  float scale,
+                                                                  CounterRandom random,
+                                                                  uint16_t* __restrict codes) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t index = static_cast<uint32_t>(i);
+    codes[i] = static_cast<uint16_t>(TernaryCode(x[i], clip, scale, UniformFloat(random, index)));
+  }
+}
+
+// Whether any 2-bit code in the bytes is 3 (invalid).
+__attribute__((target_clones("avx2", "default"))) bool HasTernaryCode3(const uint8_t* in,
+                                                                       size_t bytes) {
+  uint8_t any = 0;
+  for (size_t i = 0; i < bytes; ++i) any |= in[i] & (in[i] >> 1) & 0x55u;
+  return any != 0;
+}
+
+__attribute__((target_clones("avx2", "default"))) void TernDecode(const uint16_t* __restrict codes,
+                                                                  size_t n, float scale,
+                                                                  float* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = TernaryValue(codes[i], scale);
+}
+
+class TernGradCodec final : public Codec {
+ public:
+  absl::string_view name() const override { return "terngrad"; }
+  CodecProperties properties() const override {
+    CodecProperties p;
+    p.unbiased = true;  // for the clipped input
+    return p;
+  }
+  size_t MaxEncodedBytes(size_t n) const override { return 8 + (n + 3) / 4; }
+
+  // GRACE clips at 2.5 standard deviations about zero; we use the root mean square (the
+  // standard deviation about zero, equal to GRACE's for zero-mean gradients) so that a
+  // constant tensor is not clipped to 0.
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    const size_t bytes = MaxEncodedBytes(n);
+    uint32_t max_bits = 0;
+    if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
+    const double rms = n == 0 ? 0.0 : std::sqrt(SumOfSquares(input.data(), n) / n);
+    const float clip = static_cast<float>(std::min(2.5 * rms, static_cast<double>(FLT_MAX)));
+    const float scale = std::min(BitsToFloat(max_bits), clip);
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    PutF32(out.data() + 4, scale);
+    codes_.resize(n);
+    TernEncode(input.data(), n, clip, scale, StreamOf(ctx), codes_.data());
+    // 2-bit codes, 4 per byte: the layout of PackTernary4 (elementwise.h).
+    PackCodes(codes_.data(), n, 2, out.data() + 8);
+    return bytes;
+  }
+
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
+                      absl::Span<float> output) override {
+    const size_t n = output.size();
+    if (auto s = PayloadSizeIs(name(), encoded.size(), MaxEncodedBytes(n), n); !s.ok()) return s;
+    if (auto s = CheckCount(name(), encoded, n); !s.ok()) return s;
+    const float scale = GetF32(encoded.data() + 4);
+    if (auto s = HeaderFloatOk(name(), scale, "scale", true); !s.ok()) return s;
+    const uint8_t* codes = encoded.data() + 8;
+    const size_t code_bytes = (n + 3) / 4;
+    if (HasTernaryCode3(codes, code_bytes)) return MalformedError(name(), "ternary code 3");
+    if (n % 4 != 0 && (codes[code_bytes - 1] >> (2 * (n % 4))) != 0) {
+      return MalformedError(name(), "padding bits after the last code are not zero");
+    }
+    codes_.resize(n);
+    UnpackCodes(codes, n, 2, codes_.data());
+    TernDecode(codes_.data(), n, scale, output.data());
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<uint16_t> codes_;
+};
+
+// ------------------------------------------------------------------------------------------
+// natural
+
+__attribute__((target_clones("avx2", "default"))) void NaturalEncode(const float* __restrict x,
+                                                                     size_t n,
+                                                                     uint32_t exponent_low,
+                                                                     CounterRandom random,
+                                                                     uint8_t* __restrict out) {
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = NaturalCode(x[i], exponent_low, RandomBits(random, static_cast<uint32_t>(i)));
+  }
+}
+
+// Largest 7-bit code, and whether a "negative zero" byte (0x80, never written) is present.
+__attribute__((target_clones("avx2", "default"))) uint32_t NaturalMaxCode(const uint8_t* in,
+                                                                          size_t n,
+                                                                          bool* negative_zero) {
+  uint8_t m = 0;
+  uint8_t nz = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t c = in[i] & 0x7fu;
+    m = c > m ? c : m;
+    nz |= in[i] == 0x80u ? 1u : 0u;
+  }
+  *negative_zero = nz != 0;
+  return m;
+}
+
+__attribute__((target_clones("avx2", "default"))) void NaturalDecode(const uint8_t* __restrict in,
+                                                                     size_t n,
+                                                                     uint32_t exponent_low,
+                                                                     float* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = NaturalValue(in[i], exponent_low);
+}
+
+class NaturalCodec final : public Codec {
+ public:
+  absl::string_view name() const override { return "natural"; }
+  CodecProperties properties() const override {
+    CodecProperties p;
+    p.unbiased = true;
+    return p;
+  }
+  size_t MaxEncodedBytes(size_t n) const override { return 1 + n; }
+
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    uint32_t max_bits = 0;
+    if (auto s = CheckEncode(name(), input, out, 1 + n, &max_bits); !s.ok()) return s;
+    const uint32_t exponent_low = NaturalExponentLow(max_bits >> 23);
+    out[0] = static_cast<uint8_t>(exponent_low);
+    NaturalEncode(input.data(), n, exponent_low, StreamOf(ctx), out.data() + 1);
+    return 1 + n;
+  }
+
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
+                      absl::Span<float> output) override {
+    const size_t n = output.size();
+    if (auto s = PayloadSizeIs(name(), encoded.size(), 1 + n, n); !s.ok()) return s;
+    const uint32_t exponent_low = encoded[0];
+    if (exponent_low < 1 || exponent_low > 254) {
+      return MalformedError(name(), absl::StrCat("exponent_low ", exponent_low,
+                                                 " outside 1..254"));
+    }
+    bool negative_zero = false;
+    const uint32_t max_code = NaturalMaxCode(encoded.data() + 1, n, &negative_zero);
+    if (max_code > 0 && exponent_low + max_code - 1 > 254) {
+      return MalformedError(name(), absl::StrCat("code ", max_code, " with exponent_low ",
+                                                 exponent_low, " exceeds the float range"));
+    }
+    if (negative_zero) return MalformedError(name(), "byte 0x80 (negative zero) is not a code");
+    NaturalDecode(encoded.data() + 1, n, exponent_low, output.data());
+    return absl::OkStatus();
+  }
+};
+
+// ------------------------------------------------------------------------------------------
+// u8bit
+
+__attribute__((target_clones("avx2", "default"))) void U8bitEncode(const float* __restrict x,
+                                                                   size_t n, float max_abs,
+                                                                   uint8_t* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = U8bitCode(x[i], max_abs);
+}
+
+class U8bitCodec final : public Codec {
+ public:
+  absl::string_view name() const override { return "u8bit"; }
+  CodecProperties properties() const override { return {}; }
+  size_t MaxEncodedBytes(size_t n) const override { return 4 + n; }
+
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    uint32_t max_bits = 0;
+    if (auto s = CheckEncode(name(), input, out, 4 + n, &max_bits); !s.ok()) return s;
+    const float max_abs = BitsToFloat(max_bits);
+    PutF32(out.data(), max_abs);
+    U8bitEncode(input.data(), n, max_abs, out.data() + 4);
+    return 4 + n;
+  }
+
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
+                      absl::Span<float> output) override {
+    const size_t n = output.size();
+    if (auto s = PayloadSizeIs(name(), encoded.size(), 4 + n, n); !s.ok()) return s;
+    const float max_abs = GetF32(encoded.data());
+    if (auto s = HeaderFloatOk(name(), max_abs, "max |x|", true); !s.ok()) return s;
+    const uint8_t* codes = encoded.data() + 4;
+    for (size_t i = 0; i < n; ++i) {
+      if (codes[i] == 0x80u) {
+        return MalformedError(name(), absl::StrCat("byte 0x80 (negative zero) at element ", i));
+      }
+    }
+    float table[256];
+    for (uint32_t c = 0; c < 256; ++c) table[c] = U8bitValue(static_cast<uint8_t>(c), max_abs);
+    for (size_t i = 0; i < n; ++i) output[i] = table[codes[i]];
+    return absl::OkStatus();
+  }
+};
+
+// ------------------------------------------------------------------------------------------
+// dithering
+
+__attribute__((target_clones("avx2", "default"))) void DitherEncodeLinear(
+    const float* __restrict x, size_t n, float norm, uint32_t s, uint32_t level_bits,
+    CounterRandom random, uint16_t* __restrict codes) {
+  for (size_t i = 0; i < n; ++i) {
+    const float u = UniformFloat(random, static_cast<uint32_t>(i));
+    const uint32_t level = DitherLinearLevel(AbsFloat(x[i]) / norm, s, u);
+    codes[i] = static_cast<uint16_t>((SignBit(x[i]) << level_bits) | level);
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void DitherEncodeNatural(
+    const float* __restrict x, size_t n, float norm, uint32_t s, uint32_t level_bits,
+    CounterRandom random, uint16_t* __restrict codes) {
+  for (size_t i = 0; i < n; ++i) {
+    const float u = UniformFloat(random, static_cast<uint32_t>(i));
+    const uint32_t level = DitherNaturalLevel(AbsFloat(x[i]) / norm, s, u);
+    codes[i] = static_cast<uint16_t>((SignBit(x[i]) << level_bits) | level);
+  }
+}
+
+class DitheringCodec final : public Codec {
+ public:
+  DitheringCodec(uint32_t levels, bool natural, bool l2)
+      : levels_(levels), natural_(natural), l2_(l2), level_bits_(BitsFor(levels)) {
+    // Level values times the norm, per level: the decode table.
+    for (uint32_t j = 0; j <= levels_; ++j) {
+      level_value_.push_back(natural_ ? DitherNaturalValue(j, levels_)
+                                      : DitherLinearValue(j, levels_));
+    }
+  }
+  absl::string_view name() const override { return "dithering"; }
+  CodecProperties properties() const override {
+    CodecProperties p;
+    p.unbiased = true;
+    return p;
+  }
+  size_t MaxEncodedBytes(size_t n) const override {
+    return 8 + PackedCodeBytes(n, level_bits_ + 1);
+  }
+
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    const size_t bytes = MaxEncodedBytes(n);
+    uint32_t max_bits = 0;
+    if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
+    const float norm =
+        l2_ ? NormToFloat(SumOfSquares(input.data(), n)) : BitsToFloat(max_bits);
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    PutF32(out.data() + 4, norm);
+    codes_.resize(n);
+    if (natural_) {
+      DitherEncodeNatural(input.data(), n, norm, levels_, level_bits_, StreamOf(ctx),
+                          codes_.data());
+    } else {
+      DitherEncodeLinear(input.data(), n, norm, levels_, level_bits_, StreamOf(ctx),
+                         codes_.data());
+    }
+    PackCodes(codes_.data(), n, level_bits_ + 1, out.data() + 8);
+    return bytes;
+  }
+
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
+                      absl::Span<float> output) override {
+    const size_t n = output.size();
+    if (auto s = PayloadSizeIs(name(), encoded.size(), MaxEncodedBytes(n), n); !s.ok()) return s;
+    if (auto s = CheckCount(name(), encoded, n); !s.ok()) return s;
+    const float norm = GetF32(encoded.data() + 4);
+    if (auto s = HeaderFloatOk(name(), norm, "norm", true); !s.ok()) return s;
+    codes_.resize(n);
+    if (!UnpackCodes(encoded.data() + 8, n, level_bits_ + 1, codes_.data())) {
+      return MalformedError(name(), "padding bits after the last code are not zero");
+    }
+    const uint32_t level_mask = (1u << level_bits_) - 1u;
+    const uint32_t max_level = MaxCodeLevel(codes_.data(), n, level_mask);
+    if (max_level > levels_) {
+      return MalformedError(name(), absl::StrCat("level ", max_level, " exceeds k ", levels_));
+    }
+    // Per code: sign * (level value * norm), a table of 2 * (k + 1) entries.
+    std::vector<float>& table = table_;
+    table.assign(size_t{2} << level_bits_, 0.0f);
+    for (uint32_t j = 0; j <= levels_; ++j) {
+      const float magnitude = level_value_[j] * norm;
+      table[j] = magnitude;
+      table[(1u << level_bits_) | j] = -magnitude;
+    }
+    for (size_t i = 0; i < n; ++i) output[i] = table[codes_[i]];
+    return absl::OkStatus();
+  }
+
+ private:
+  uint32_t levels_;
+  bool natural_;
+  bool l2_;
+  uint32_t level_bits_;
+  std::vector<float> level_value_;
+  std::vector<float> table_;
+  std::vector<uint16_t> codes_;
+};
+
+}  // namespace
+
+void RegisterQuantizationCodecs(CodecRegistry& registry) {
+  using codec_checks::ChoiceParam;
+  using codec_checks::IntParam;
+  {
+    CodecSpec spec;
+    spec.name = "qsgd";
+    spec.summary = "stochastic rounding to quantum_num levels of each bucket's L2 norm";
+    spec.params = {IntParam("quantum_num", 127, "levels per sign, in [1, 32767]", 1, 32767),
+                   IntParam("bucket_size", 128, "elements per norm, in [1, 2^31)", 1,
+                            2147483647.0)};
+    spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
+      ParamReader r(params);
+      const int64_t quantum_num = r.Int("quantum_num");
+      const int64_t bucket = r.Int("bucket_size");
+      if (!r.ok()) return r.status();
+      return std::unique_ptr<Codec>(
+          new QsgdCodec(static_cast<uint32_t>(quantum_num), static_cast<size_t>(bucket)));
+    };
+    MustRegister(registry, std::move(spec));
+  }
+  {
+    CodecSpec spec;
+    spec.name = "terngrad";
+    spec.summary = "{-1, 0, +1} times a scale, stochastic, after clipping at 2.5 sigma";
+    spec.factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
+      return std::unique_ptr<Codec>(new TernGradCodec());
+    };
+    MustRegister(registry, std::move(spec));
+  }
+  {
+    CodecSpec spec;
+    spec.name = "natural";
+    spec.summary = "stochastic rounding to a power of two: sign and exponent in a byte";
+    spec.factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
+      return std::unique_ptr<Codec>(new NaturalCodec());
+    };
+    MustRegister(registry, std::move(spec));
+  }
+  {
+    CodecSpec spec;
+    spec.name = "u8bit";
+    spec.summary = "8-bit dynamic tree quantisation (Dettmers) of x / max |x|";
+    spec.factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
+      return std::unique_ptr<Codec>(new U8bitCodec());
+    };
+    MustRegister(registry, std::move(spec));
+  }
+  {
+    CodecSpec spec;
+    spec.name = "dithering";
+    spec.summary = "stochastic rounding of |x| / norm to k levels (BytePS dithering)";
+    spec.params = {
+        IntParam("k", 15, "number of non-zero levels, in [1, 32767]; natural: [1, 127]", 1,
+                 32767),
+        ChoiceParam("partition", "linear", "level spacing: linear (j/k) or natural (2^(j-k))",
+                    {"linear", "natural"}),
+        ChoiceParam("normalize", "max", "norm: max (max |x|) or l2", {"max", "l2"})};
+    spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
+      ParamReader r(params);
+      const int64_t k = r.Int("k");
+      const std::string partition = r.String("partition");
+      const std::string normalize = r.String("normalize");
+      if (!r.ok()) return r.status();
+      const bool natural = partition == "natural";
+      if (natural && k > 127) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "codec 'dithering': k = ", k,
+            " is out of range for partition=natural (levels 2^(j-k) need k in [1, 127])"));
+      }
+      return std::unique_ptr<Codec>(
+          new DitheringCodec(static_cast<uint32_t>(k), natural, normalize == "l2"));
+    };
+    MustRegister(registry, std::move(spec));
+  }
+  RegisterSketchCodec(registry);
+  RegisterInceptionnCodec(registry);
+}
+
+}  // namespace bytecomp::compress

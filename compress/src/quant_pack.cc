@@ -1,0 +1,93 @@
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include "quant_pack.h"
+
+#include <cstring>
+
+#include "bytecomp/compress/codec_util.h"
+
+namespace bytecomp::compress {
+namespace {
+
+// 8 codes of up to 8 bits -> `bits` bytes through one 64-bit word.
+__attribute__((target_clones("avx2", "default"))) void PackGroups8(const uint16_t* codes,
+                                                                   size_t groups, uint32_t bits,
+                                                                   uint8_t* out) {
+  for (size_t g = 0; g < groups; ++g) {
+    const uint16_t* c = codes + 8 * g;
+    uint64_t word = 0;
+    for (uint32_t j = 0; j < 8; ++j) word |= static_cast<uint64_t>(c[j]) << (j * bits);
+    std::memcpy(out + g * bits, &word, bits);
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void UnpackGroups8(const uint8_t* in,
+                                                                     size_t groups,
+                                                                     uint32_t bits,
+                                                                     uint16_t* codes) {
+  const uint64_t mask = (1ull << bits) - 1;
+  for (size_t g = 0; g < groups; ++g) {
+    uint64_t word = 0;
+    std::memcpy(&word, in + g * bits, bits);
+    uint16_t* c = codes + 8 * g;
+    for (uint32_t j = 0; j < 8; ++j) c[j] = static_cast<uint16_t>((word >> (j * bits)) & mask);
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void NarrowBytes(const uint16_t* codes,
+                                                                   size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(codes[i]);
+}
+
+__attribute__((target_clones("avx2", "default"))) void WidenBytes(const uint8_t* in, size_t n,
+                                                                  uint16_t* codes) {
+  for (size_t i = 0; i < n; ++i) codes[i] = in[i];
+}
+
+}  // namespace
+
+void PackCodes(const uint16_t* codes, size_t n, uint32_t bits, uint8_t* out) {
+  if (bits == 8) {
+    NarrowBytes(codes, n, out);
+    return;
+  }
+  if (bits == 16) {
+    std::memcpy(out, codes, 2 * n);
+    return;
+  }
+  size_t done = 0;
+  if (bits < 8) {
+    PackGroups8(codes, n / 8, bits, out);
+    done = n / 8 * 8;
+  }
+  BitWriter writer(out + done * bits / 8);
+  for (size_t i = done; i < n; ++i) writer.Put(codes[i], static_cast<int>(bits));
+  writer.Finish();
+}
+
+bool UnpackCodes(const uint8_t* in, size_t n, uint32_t bits, uint16_t* codes) {
+  const size_t bytes = PackedCodeBytes(n, bits);
+  if (bits == 8) {
+    WidenBytes(in, n, codes);
+    return true;
+  }
+  if (bits == 16) {
+    std::memcpy(codes, in, 2 * n);
+    return true;
+  }
+  size_t done = 0;
+  if (bits < 8) {
+    UnpackGroups8(in, n / 8, bits, codes);
+    done = n / 8 * 8;
+  }
+  const size_t offset = done * bits / 8;
+  BitReader reader(in + offset, bytes - offset);
+  for (size_t i = done; i < n; ++i) codes[i] = static_cast<uint16_t>(reader.Get(static_cast<int>(bits)));
+  const uint32_t used_bits = static_cast<uint32_t>((n * bits) % 8);
+  if (used_bits == 0 || bytes == 0) return true;
+  return (in[bytes - 1] >> used_bits) == 0;
+}
+
+}  // namespace bytecomp::compress

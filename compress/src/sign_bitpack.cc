@@ -1,0 +1,142 @@
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include "sign_bitpack.h"
+
+#include <immintrin.h>
+
+#include "bytecomp/compress/elementwise.h"
+
+namespace bytecomp::compress {
+namespace {
+
+bool HaveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2");
+  return have;
+}
+
+void PackScalar(const float* x, size_t begin, size_t n, uint8_t* out) {
+  for (size_t b = begin / 8; b * 8 < n; ++b) {
+    uint32_t byte = 0;
+    for (size_t j = 0; j < 8 && b * 8 + j < n; ++j) byte |= SignBit(x[b * 8 + j]) << j;
+    out[b] = static_cast<uint8_t>(byte);
+  }
+}
+
+__attribute__((target("avx2"))) size_t PackAvx2(const float* x, size_t n, uint8_t* out) {
+  const __m256 zero = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const uint32_t m0 = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), zero, _CMP_LT_OQ));
+    const uint32_t m1 =
+        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), zero, _CMP_LT_OQ));
+    const uint32_t m2 =
+        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i + 16), zero, _CMP_LT_OQ));
+    const uint32_t m3 =
+        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i + 24), zero, _CMP_LT_OQ));
+    const uint32_t word = m0 | (m1 << 8) | (m2 << 16) | (m3 << 24);
+    __builtin_memcpy(out + i / 8, &word, 4);
+  }
+  return i;
+}
+
+void UnpackScalar(const uint8_t* bits, size_t begin, size_t n, float v0, float v1, float* out) {
+  for (size_t i = begin; i < n; ++i) out[i] = ((bits[i / 8] >> (i % 8)) & 1u) ? v1 : v0;
+}
+
+void AddScalar(const uint8_t* bits, size_t begin, size_t n, float v0, float v1, float* acc) {
+  for (size_t i = begin; i < n; ++i) acc[i] += ((bits[i / 8] >> (i % 8)) & 1u) ? v1 : v0;
+}
+
+template <bool kAdd>
+__attribute__((target("avx2"))) size_t UnpackAvx2(const uint8_t* bits, size_t n, float v0,
+                                                  float v1, float* out) {
+  const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 clear = _mm256_set1_ps(v0);
+  const __m256 set = _mm256_set1_ps(v1);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i byte = _mm256_set1_epi32(bits[i / 8]);
+    const __m256i mask = _mm256_cmpeq_epi32(_mm256_and_si256(byte, lane_bits), lane_bits);
+    const __m256 value = _mm256_blendv_ps(clear, set, _mm256_castsi256_ps(mask));
+    if constexpr (kAdd) {
+      _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), value));
+    } else {
+      _mm256_storeu_ps(out + i, value);
+    }
+  }
+  return i;
+}
+
+SignSums SumScalar(const float* x, size_t n) {
+  SignSums s;
+  for (size_t i = 0; i < n; ++i) {
+    if (x[i] < 0.0f) {
+      s.negative += x[i];
+      ++s.negative_count;
+    } else {
+      s.non_negative += x[i];
+    }
+  }
+  return s;
+}
+
+__attribute__((target("avx2"))) SignSums SumAvx2(const float* x, size_t n) {
+  __m256d pos0 = _mm256_setzero_pd(), pos1 = _mm256_setzero_pd();
+  __m256d neg0 = _mm256_setzero_pd(), neg1 = _mm256_setzero_pd();
+  const __m256 zero = _mm256_setzero_ps();
+  size_t count = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 is_neg = _mm256_cmp_ps(v, zero, _CMP_LT_OQ);
+    count += static_cast<size_t>(__builtin_popcount(_mm256_movemask_ps(is_neg)));
+    const __m256 neg = _mm256_and_ps(v, is_neg);
+    const __m256 pos = _mm256_andnot_ps(is_neg, v);
+    pos0 = _mm256_add_pd(pos0, _mm256_cvtps_pd(_mm256_castps256_ps128(pos)));
+    pos1 = _mm256_add_pd(pos1, _mm256_cvtps_pd(_mm256_extractf128_ps(pos, 1)));
+    neg0 = _mm256_add_pd(neg0, _mm256_cvtps_pd(_mm256_castps256_ps128(neg)));
+    neg1 = _mm256_add_pd(neg1, _mm256_cvtps_pd(_mm256_extractf128_ps(neg, 1)));
+  }
+  alignas(32) double p[4], q[4];
+  _mm256_store_pd(p, _mm256_add_pd(pos0, pos1));
+  _mm256_store_pd(q, _mm256_add_pd(neg0, neg1));
+  SignSums tail = SumScalar(x + i, n - i);
+  tail.non_negative += (p[0] + p[1]) + (p[2] + p[3]);
+  tail.negative += (q[0] + q[1]) + (q[2] + q[3]);
+  tail.negative_count += count;
+  return tail;
+}
+
+}  // namespace
+
+void PackSignBits(const float* x, size_t n, uint8_t* out) {
+  const size_t done = HaveAvx2() ? PackAvx2(x, n, out) : 0;
+  PackScalar(x, done, n, out);
+}
+
+void UnpackSignBits(const uint8_t* bits, size_t n, float value_if_clear, float value_if_set,
+                    float* out) {
+  const size_t done =
+      HaveAvx2() ? UnpackAvx2<false>(bits, n, value_if_clear, value_if_set, out) : 0;
+  UnpackScalar(bits, done, n, value_if_clear, value_if_set, out);
+}
+
+void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear,
+                         float value_if_set, float* acc) {
+  const size_t done =
+      HaveAvx2() ? UnpackAvx2<true>(bits, n, value_if_clear, value_if_set, acc) : 0;
+  AddScalar(bits, done, n, value_if_clear, value_if_set, acc);
+}
+
+bool SignPaddingIsZero(const uint8_t* bits, size_t n) {
+  if (n % 8 == 0) return true;
+  return (bits[n / 8] >> (n % 8)) == 0;
+}
+
+SignSums SumBySign(const float* x, size_t n) {
+  return HaveAvx2() ? SumAvx2(x, n) : SumScalar(x, n);
+}
+
+}  // namespace bytecomp::compress

@@ -1,0 +1,35 @@
+// Bit-packed signs and the reductions the sign codecs need, with AVX2 paths chosen at run
+// time (intrinsics: the compiler does not turn compare-and-pack loops into movemask).
+// Bit convention (elementwise.h): bit 1 = x < 0; element i is bit i % 8 of byte i / 8.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace bytecomp::compress {
+
+inline size_t SignBytes(size_t n) { return (n + 7) / 8; }
+
+// Writes SignBytes(n) bytes; the unused high bits of the last byte are 0.
+void PackSignBits(const float* x, size_t n, uint8_t* out);
+
+// out[i] = bit i ? value_if_set : value_if_clear.
+void UnpackSignBits(const uint8_t* bits, size_t n, float value_if_clear, float value_if_set,
+                    float* out);
+// acc[i] += bit i ? value_if_set : value_if_clear.
+void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear,
+                         float value_if_set, float* acc);
+
+// Whether the padding bits after element n in the last byte are all 0 (a malformed payload
+// otherwise).
+bool SignPaddingIsZero(const uint8_t* bits, size_t n);
+
+// Sums of the non-negative and of the negative elements (in double) and the negative count.
+struct SignSums {
+  double non_negative = 0.0;  // sum of x >= 0
+  double negative = 0.0;      // sum of x < 0 (<= 0)
+  size_t negative_count = 0;
+};
+SignSums SumBySign(const float* x, size_t n);
+
+}  // namespace bytecomp::compress
