@@ -166,6 +166,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _register_hooks(self):
         for p in self._requires_update:
+            # Runs on the incoming gradient before it is accumulated: refuses a gradient that
+            # would be added into p.grad while the engine reads and writes that memory.
+            p.register_hook(self._make_guard(p))
             # The AccumulateGrad node of the leaf: its hook runs right after p.grad was
             # updated, which is the moment the gradient is ready (Horovod's technique).
             p_tmp = p.expand_as(p)
@@ -173,14 +176,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             grad_acc.register_hook(self._make_hook(p))
             self._grad_accs.append(grad_acc)  # keeps the node (and its hook) alive
 
-    def _make_hook(self, p):
-        def hook(*unused):
+    def _make_guard(self, p):
+        def guard(grad):
             if p in self._handles:
                 raise RuntimeError(
                     f"gradient of '{self._names[p]}' computed again while its push_pull is in "
                     f"flight: more than backward_passes_per_step={self._k} backward passes "
                     "before step(). Call step() (or synchronize()) after every "
                     f"{self._k} backward passes, or raise backward_passes_per_step.")
+            return grad
+        return guard
+
+    def _make_hook(self, p):
+        def hook(*unused):
             self._needs_sync = True
             self._passes[p] += 1
             if self._passes[p] == self._k:
@@ -232,11 +240,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self.synchronize()
         return super(self.__class__, self).step(closure)
 
-    def zero_grad(self, set_to_none=False):
+    def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise RuntimeError("zero_grad() while gradient push_pulls are in flight; call "
                                "step() or synchronize() first")
-        return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,

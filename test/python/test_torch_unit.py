@@ -127,8 +127,11 @@ def test_too_many_backward_passes_before_step_is_an_error():
         assert _engine.get_engine().calls == []  # first pass: accumulated locally only
         F.cross_entropy(model(x), y).backward()
         assert len(_engine.get_engine().calls) == 6  # second pass: every gradient pushed
+        in_flight = [p.grad.clone() for p in model.parameters()]
         with pytest.raises(RuntimeError, match="backward_passes_per_step=2"):
             F.cross_entropy(model(x), y).backward()
+        # Refused before accumulation: memory the engine owns was not written.
+        assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), in_flight))
         with pytest.raises(RuntimeError, match="in flight"):
             opt.zero_grad()
         opt.step()
