@@ -174,8 +174,14 @@ class LocalCluster:
 def run_python(code, env, timeout_s):
     """Runs `python -c code` in its own session, killed at timeout; returns (rc, output,
     seconds)."""
+    return run_command([SYSTEM_PYTHON, "-c", code], env, timeout_s)
+
+
+def run_command(argv, env, timeout_s):
+    """Runs argv in its own session; at timeout the whole process group is killed and rc is
+    None. Returns (rc, output, seconds)."""
     start = time.monotonic()
-    p = subprocess.Popen([SYSTEM_PYTHON, "-c", code], env=env, stdout=subprocess.PIPE,
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, start_new_session=True)
     try:
         out, _ = p.communicate(timeout=timeout_s)

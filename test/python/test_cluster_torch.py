@@ -13,7 +13,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
 
-from cluster import REPO, LocalCluster, engine_available, free_port, run_python  # noqa: E402
+from cluster import (REPO, LocalCluster, engine_available, free_port, run_command,  # noqa: E402
+                     run_python)
 from equivalence_common import max_relative_difference, train_reference  # noqa: E402
 
 available, why = engine_available()
@@ -169,3 +170,23 @@ def test_worker_without_reachable_scheduler_fails_within_timeout_naming_address(
     assert "ERROR" in out and "NO ERROR" not in out, out
     assert address in out, out
     assert seconds < 1.5 + 8, f"init took {seconds:.1f} s with a 1.5 s connect timeout"
+
+
+LAUNCHER = os.environ.get("BYTECOMP_RUN") or os.path.join(REPO, "deploy", "bytecomp-run")
+
+
+@needs_cluster
+@pytest.mark.skipif(not os.path.isfile(LAUNCHER), reason=f"{LAUNCHER} not present")
+def test_example_launches_its_own_cluster_with_bytecomp_run(tmp_path):
+    """README command (a)'s path: the example, started without a launcher, runs itself under
+    bytecomp-run (scheduler, servers, W workers) and prints its per-epoch line."""
+    env = dict(os.environ, BYTECOMP_RUN=LAUNCHER, OMP_NUM_THREADS="1")
+    env.pop("BYTECOMP_SCHEDULER", None)
+    rc, out, _ = run_command(
+        [sys.executable, os.path.join(REPO, "examples", "train_digits.py"), "--workers", "2",
+         "--servers", "1", "--epochs", "2", "--json-out", str(tmp_path)], env, timeout_s=120)
+    assert rc == 0, out
+    assert "epoch   2  loss" in out and "samples/s" in out and "uncompressed" in out, out
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["size"] for r in results] == [2, 2]
+    assert results[0]["param_checksum"] == results[1]["param_checksum"]
