@@ -165,12 +165,12 @@ def find_launcher():
                      "after deploy/build.sh)")
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def check_codec(args):
+    """Stops with a clear message for a codec the engine cannot apply yet (after writing the
+    strategy file it would use)."""
     from bytecomp.strategy import PRESETS, write_strategy
     if args.codec not in PRESETS:
         raise SystemExit(f"--codec={args.codec}: unknown; known: {', '.join(PRESETS)}")
-    under_launcher = bool(os.environ.get("BYTECOMP_SCHEDULER"))
     if args.codec not in SUPPORTED_CODECS:
         path = args.strategy_out or os.path.join(
             os.environ.get("TMPDIR", "/tmp"), f"bytecomp-strategy-{args.codec}.pbtxt")
@@ -179,22 +179,39 @@ def main(argv=None):
             f"--codec={args.codec}: the worker engine does not apply compression strategies "
             f"yet, so only --codec=none can run (supported: {', '.join(SUPPORTED_CODECS)}). "
             f"The strategy file for this codec was written to {path}.")
-    if not under_launcher:
-        # Not started by a launcher: become one (scheduler, servers, W copies of this script).
-        launcher = find_launcher()
-        cmd = [launcher, "-np", str(args.workers), "--servers", str(args.servers), "--",
-               sys.executable, os.path.abspath(__file__)] + (argv if argv is not None
-                                                             else sys.argv[1:])
-        os.execv(launcher, cmd)
 
+
+def launch_unless_under_launcher(args, script, argv):
+    """Not started by a launcher (no BYTECOMP_SCHEDULER): become one, i.e. exec bytecomp-run
+    with a scheduler, S servers and W copies of `script` with the same arguments."""
+    if os.environ.get("BYTECOMP_SCHEDULER"):
+        return
+    launcher = find_launcher()
+    cmd = [launcher, "-np", str(args.workers), "--servers", str(args.servers)]
+    build_dir = os.environ.get("BYTECOMP_BUILD_DIR")
+    if build_dir and os.path.isdir(os.path.join(build_dir, "bin")):
+        cmd += ["--bin-dir", os.path.join(build_dir, "bin")]
+    cmd += ["--", sys.executable, os.path.abspath(script)] + list(
+        argv if argv is not None else sys.argv[1:])
+    sys.stdout.flush()
+    os.execv(launcher, cmd)
+
+
+def write_json(args, result):
+    if args.json_out:
+        os.makedirs(args.json_out, exist_ok=True)
+        with open(os.path.join(args.json_out, f"rank{result['rank']}.json"), "w") as f:
+            json.dump(result, f)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    check_codec(args)
+    launch_unless_under_launcher(args, __file__, argv)
     import bytecomp.torch as bc
     bc.init()
     try:
-        result = train(args, bc, log=lambda s: print(s, flush=True))
-        if args.json_out:
-            os.makedirs(args.json_out, exist_ok=True)
-            with open(os.path.join(args.json_out, f"rank{result['rank']}.json"), "w") as f:
-                json.dump(result, f)
+        write_json(args, train(args, bc, log=lambda s: print(s, flush=True)))
     finally:
         bc.shutdown()
 
