@@ -190,3 +190,16 @@ def test_example_launches_its_own_cluster_with_bytecomp_run(tmp_path):
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["size"] for r in results] == [2, 2]
     assert results[0]["param_checksum"] == results[1]["param_checksum"]
+
+
+def test_engine_calls_before_init_fail_clearly():
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "shim"))
+    env.pop("BYTECOMP_SCHEDULER", None)
+    code = ("import torch, bytecomp, bytecomp.torch as bc\n"
+            "assert not bc.is_initialized()\n"
+            "for f in (bc.rank, lambda: bc.push_pull(torch.ones(2), 'x')):\n"
+            "    try:\n        f()\n    except bytecomp.BytecompNotInitializedError as e:\n"
+            "        print('NOT_INITIALIZED', e)\n")
+    rc, out, _ = run_python(code, env, timeout_s=60)
+    assert rc == 0, out
+    assert out.count("NOT_INITIALIZED") == 2 and "bytecomp_init" in out, out
