@@ -1,0 +1,69 @@
+// GPU codecs: CUDA kernels that produce the same wire format as the CPU codecs (compress/src,
+// see each codec's format comment), so a GPU-compressed push is decoded by a CPU server and
+// the reverse. The per-element math is elementwise.h and cuda_feedback.h, shared with the CPU
+// code and tested there; no GPU runs in CI, so these kernels are compile-checked only.
+//
+//   auto codec = CudaCodec::Create("topk", {{"ratio", "0.01"}}, "residual", {});
+//   size_t bytes = *(*codec)->Encode(d_gradient, n, ctx, d_payload, capacity, stream);
+//
+// Encode fuses the error-feedback memory (residual, efsignsgd, dgc_momentum; its state lives
+// in device memory inside the CudaCodec) and momentum (signum) into the kernels. One CudaCodec
+// serves one partition in one direction, like a CPU Codec. Every call returns once the result
+// size is known, which for most codecs means after one stream synchronisation (the finite
+// check, data-dependent sizes); device buffers given must stay valid until then.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "bytecomp/compress/codec.h"
+
+namespace bytecomp::compress::cuda {
+
+// The codecs with GPU kernels: fp16, bf16, signsgd, efsignsgd, signum, onebit, topk, randomk,
+// qsgd, terngrad, natural, dgc.
+std::vector<std::string> CudaCodecNames();
+
+// The memories that can be fused with each codec: "none" always; "residual" with every codec
+// but signum and dgc; "efsignsgd" with efsignsgd; "dgc_momentum" with dgc.
+bool CudaMemorySupported(absl::string_view codec, absl::string_view memory);
+
+class CudaCodec {
+ public:
+  // Parameters as the CPU codecs and memories take them (same names, defaults and ranges).
+  static absl::StatusOr<std::unique_ptr<CudaCodec>> Create(absl::string_view codec,
+                                                           const CodecParams& params,
+                                                           absl::string_view memory = "none",
+                                                           const CodecParams& memory_params = {});
+  virtual ~CudaCodec();
+
+  virtual absl::string_view name() const = 0;
+  virtual size_t MaxEncodedBytes(size_t n) const = 0;
+
+  // Encodes n floats at device pointer input into the device buffer out (capacity bytes, at
+  // least MaxEncodedBytes(n), 4-byte aligned), on stream; updates the fused memory's state.
+  // Returns the payload size; the payload is complete when the stream reaches this point (a
+  // later copy on the same stream sees it). NaN or Inf in the (compensated) input is
+  // InvalidArgument naming the first bad index; the memory has then absorbed the gradient
+  // already, so call ResetState before reusing the instance.
+  virtual absl::StatusOr<size_t> Encode(const float* input, size_t n, const CodecContext& ctx,
+                                        uint8_t* out, size_t capacity, cudaStream_t stream) = 0;
+
+  // Decodes a payload in device memory into n floats at device pointer output. A malformed
+  // payload is InvalidArgument (output then unspecified).
+  virtual absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext& ctx,
+                              float* output, size_t n, cudaStream_t stream) = 0;
+
+  // Drops the memory and momentum state.
+  virtual void ResetState() = 0;
+};
+
+}  // namespace bytecomp::compress::cuda

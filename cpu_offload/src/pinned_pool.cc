@@ -1,0 +1,233 @@
+#include "bytecomp/cpu_offload/pinned_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common/logging.h"
+
+#if BYTECOMP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace bytecomp::cpu_offload {
+namespace internal {
+
+struct PinnedPoolState {
+  PinnedPoolOptions options;
+  PinnedMemoryKind kind = PinnedMemoryKind::kUnlocked;
+  size_t page_bytes = 4096;
+  mutable std::mutex mutex;
+  std::map<size_t, std::vector<std::pair<uint8_t*, PinnedMemoryKind>>> free_blocks;  // by class
+  PinnedPoolStats stats;
+
+  // Called with mutex held.
+  void FreeToSystem(uint8_t* data, size_t capacity, PinnedMemoryKind block_kind) {
+    ++stats.releases_to_system;
+    switch (block_kind) {
+      case PinnedMemoryKind::kCudaHost:
+#if BYTECOMP_HAVE_CUDA
+        cudaFreeHost(data);
+#endif
+        return;
+      case PinnedMemoryKind::kMlocked:
+        munlock(data, capacity);
+        std::free(data);
+        return;
+      case PinnedMemoryKind::kUnlocked:
+        std::free(data);
+        return;
+    }
+  }
+
+  // Frees cached blocks (largest first) until at least `needed` more bytes fit in the bound.
+  void EvictCachedFor(size_t needed) {
+    while (stats.in_use_bytes + stats.cached_bytes + needed > options.max_total_bytes &&
+           stats.cached_bytes > 0) {
+      auto it = std::prev(free_blocks.end());
+      while (it->second.empty()) {
+        if (it == free_blocks.begin()) return;
+        --it;
+      }
+      auto [data, block_kind] = it->second.back();
+      it->second.pop_back();
+      stats.cached_bytes -= it->first;
+      FreeToSystem(data, it->first, block_kind);
+    }
+  }
+
+  void ReleaseAll() {
+    for (auto& [capacity, blocks] : free_blocks) {
+      for (auto [data, block_kind] : blocks) FreeToSystem(data, capacity, block_kind);
+      stats.cached_bytes -= capacity * blocks.size();
+      blocks.clear();
+    }
+  }
+
+  ~PinnedPoolState() { ReleaseAll(); }
+};
+
+}  // namespace internal
+
+namespace {
+
+std::atomic<bool> mlock_warning_given{false};
+
+PinnedMemoryKind DecideKind(const PinnedPoolOptions& options) {
+#if BYTECOMP_HAVE_CUDA
+  if (options.prefer_cuda_host) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+      return PinnedMemoryKind::kCudaHost;
+    }
+    cudaGetLastError();  // clear the sticky "no device" error for later CUDA calls
+  }
+#endif
+  return options.lock_memory ? PinnedMemoryKind::kMlocked : PinnedMemoryKind::kUnlocked;
+}
+
+}  // namespace
+
+absl::string_view PinnedMemoryKindName(PinnedMemoryKind kind) {
+  switch (kind) {
+    case PinnedMemoryKind::kCudaHost: return "cuda-host";
+    case PinnedMemoryKind::kMlocked: return "mlocked";
+    case PinnedMemoryKind::kUnlocked: return "unlocked";
+  }
+  return "unknown";
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    state_ = std::move(other.state_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+    kind_ = other.kind_;
+  }
+  return *this;
+}
+
+void PinnedBuffer::Reset() {
+  if (data_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stats.in_use_bytes -= capacity_;
+    state_->free_blocks[capacity_].emplace_back(data_, kind_);
+    state_->stats.cached_bytes += capacity_;
+  }
+  data_ = nullptr;
+  size_ = capacity_ = 0;
+  state_.reset();
+}
+
+size_t PinnedMemoryPool::SizeClass(size_t bytes, size_t min_class_bytes) {
+  const size_t floor = std::bit_ceil(std::max<size_t>(min_class_bytes, 1));
+  if (bytes <= floor) return floor;
+  if (bytes > (size_t{1} << 62)) return 0;  // no class: the caller reports it
+  return std::bit_ceil(bytes);
+}
+
+PinnedMemoryPool::PinnedMemoryPool(PinnedPoolOptions options)
+    : state_(std::make_shared<internal::PinnedPoolState>()) {
+  state_->options = options;
+  const long page = sysconf(_SC_PAGESIZE);
+  state_->page_bytes = page > 0 ? static_cast<size_t>(page) : 4096;
+  state_->kind = DecideKind(options);
+}
+
+PinnedMemoryPool::~PinnedMemoryPool() { Trim(); }
+
+absl::StatusOr<PinnedBuffer> PinnedMemoryPool::Acquire(size_t bytes) {
+  internal::PinnedPoolState& s = *state_;
+  const size_t capacity = SizeClass(bytes, s.options.min_class_bytes);
+  if (capacity == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pinned memory pool: a request of ", bytes, " bytes has no size class"));
+  }
+  std::unique_lock<std::mutex> lock(s.mutex);
+  PinnedBuffer buffer;
+  auto& cached = s.free_blocks[capacity];
+  if (!cached.empty()) {
+    std::tie(buffer.data_, buffer.kind_) = cached.back();
+    cached.pop_back();
+    s.stats.cached_bytes -= capacity;
+    ++s.stats.reuses;
+  } else {
+    s.EvictCachedFor(capacity);
+    if (s.stats.in_use_bytes + s.stats.cached_bytes + capacity >
+                             s.options.max_total_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "pinned memory pool: a request of ", bytes, " bytes (size class ", capacity,
+          " bytes) exceeds the bound of ", s.options.max_total_bytes, " bytes: ",
+          s.stats.in_use_bytes, " bytes are in use; raise the pinned pool bound or release "
+          "buffers"));
+    }
+    uint8_t* data = nullptr;
+    PinnedMemoryKind kind = s.kind;
+#if BYTECOMP_HAVE_CUDA
+    if (kind == PinnedMemoryKind::kCudaHost) {
+      void* p = nullptr;
+      const cudaError_t rc = cudaHostAlloc(&p, capacity, cudaHostAllocPortable);
+      if (rc != cudaSuccess) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "pinned memory pool: cudaHostAlloc of ", capacity, " bytes failed: ",
+            cudaGetErrorString(rc), " (", s.stats.in_use_bytes, " bytes in use)"));
+      }
+      data = static_cast<uint8_t*>(p);
+    }
+#endif
+    if (data == nullptr) {
+      // Page-aligned so that mlock locks exactly this block and DMA engines like it.
+      const size_t alignment = std::max(s.page_bytes, size_t{64});
+      const size_t rounded = (capacity + alignment - 1) / alignment * alignment;
+      data = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded));
+      if (data == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "pinned memory pool: the system refused ", capacity, " bytes (",
+            s.stats.in_use_bytes, " bytes in use)"));
+      }
+      if (kind == PinnedMemoryKind::kMlocked && mlock(data, capacity) != 0) {
+        const int err = errno;
+        if (!mlock_warning_given.exchange(true)) {
+          BC_LOG_WARNING("pinned memory pool: mlock of ", capacity, " bytes failed (",
+                         std::strerror(err),
+                         "); staging buffers are not page-locked. Raise RLIMIT_MEMLOCK "
+                         "(ulimit -l) to lock them.");
+        }
+        kind = PinnedMemoryKind::kUnlocked;
+      }
+    }
+    buffer.data_ = data;
+    buffer.kind_ = kind;
+    ++s.stats.allocations;
+  }
+  s.stats.in_use_bytes += capacity;
+  buffer.state_ = state_;
+  buffer.size_ = bytes;
+  buffer.capacity_ = capacity;
+  return buffer;
+}
+
+void PinnedMemoryPool::Trim() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->ReleaseAll();
+}
+
+PinnedPoolStats PinnedMemoryPool::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->stats;
+}
+
+size_t PinnedMemoryPool::max_total_bytes() const { return state_->options.max_total_bytes; }
+
+PinnedMemoryKind PinnedMemoryPool::kind() const { return state_->kind; }
+
+}  // namespace bytecomp::cpu_offload
