@@ -33,8 +33,19 @@ REPO = os.path.dirname(HERE)
 if os.path.isdir(os.path.join(REPO, "shim", "bytecomp")):
     sys.path.insert(0, os.path.join(REPO, "shim"))  # run from a checkout without pip install
 
-# Codecs the engine applies today (grows as strategies and codecs land in the engine).
+# Codecs the engine applies today (grows as strategies and codecs land in the engine), and the
+# bytecomp-scheduler flag that takes a strategy file (None: the scheduler has none yet). When
+# both exist, a launch by this script hands the scheduler the strategy for --codec.
 SUPPORTED_CODECS = ("none",)
+SCHEDULER_STRATEGY_FLAG = None
+
+
+def strategy_file_for(args):
+    """Writes the Strategy for --codec (bytecomp.strategy presets); returns its path."""
+    from bytecomp.strategy import write_strategy
+    path = args.strategy_out or os.path.join(
+        os.environ.get("TMPDIR", "/tmp"), f"bytecomp-strategy-{args.codec}-{os.getpid()}.pbtxt")
+    return write_strategy(path, args.codec, two_way=args.two_way)
 
 
 def parse_args(argv=None):
@@ -168,13 +179,12 @@ def find_launcher():
 def check_codec(args):
     """Stops with a clear message for a codec the engine cannot apply yet (after writing the
     strategy file it would use)."""
-    from bytecomp.strategy import PRESETS, write_strategy
+    from bytecomp.strategy import PRESETS
     if args.codec not in PRESETS:
         raise SystemExit(f"--codec={args.codec}: unknown; known: {', '.join(PRESETS)}")
-    if args.codec not in SUPPORTED_CODECS:
-        path = args.strategy_out or os.path.join(
-            os.environ.get("TMPDIR", "/tmp"), f"bytecomp-strategy-{args.codec}.pbtxt")
-        write_strategy(path, args.codec, two_way=args.two_way)
+    if args.codec not in SUPPORTED_CODECS or (args.codec != "none" and
+                                              SCHEDULER_STRATEGY_FLAG is None):
+        path = strategy_file_for(args)
         raise SystemExit(
             f"--codec={args.codec}: the worker engine does not apply compression strategies "
             f"yet, so only --codec=none can run (supported: {', '.join(SUPPORTED_CODECS)}). "
@@ -188,6 +198,8 @@ def launch_unless_under_launcher(args, script, argv):
         return
     launcher = find_launcher()
     cmd = [launcher, "-np", str(args.workers), "--servers", str(args.servers)]
+    if args.codec != "none":
+        cmd += ["--scheduler-args", f"{SCHEDULER_STRATEGY_FLAG}={strategy_file_for(args)}"]
     build_dir = os.environ.get("BYTECOMP_BUILD_DIR")
     if build_dir and os.path.isdir(os.path.join(build_dir, "bin")):
         cmd += ["--bin-dir", os.path.join(build_dir, "bin")]
