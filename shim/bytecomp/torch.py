@@ -1,0 +1,423 @@
+"""PyTorch binding of the ByteComp worker engine (Horovod/BytePS-style API).
+
+    import bytecomp.torch as bc
+    bc.init()
+    optimizer = bc.DistributedOptimizer(optimizer, model.named_parameters())
+    bc.broadcast_parameters(model.state_dict(), root_rank=0)
+    bc.broadcast_optimizer_state(optimizer, root_rank=0)
+
+Tensors cross into the engine as data_ptr(), numel() and dtype (float32, float16, bfloat16);
+the shim does not link libtorch, so any PyTorch version with these attributes works.
+
+Limitations, stated plainly:
+- CUDA tensors: the C API takes host memory only (no device pointers or CUDA streams yet), so
+  every entry point raises NotImplementedError for a CUDA tensor instead of copying silently.
+  Train on the CPU or move tensors to the CPU yourself.
+- Compression is chosen by the Strategy that the scheduler holds, not here. The engine does not
+  apply strategies or codecs yet; error-feedback state therefore does not exist yet and
+  DistributedOptimizer.state_dict() holds only the wrapped optimizer's state. The optimizer's
+  learning rate cannot reach codecs (EF-SignSGD) until the C API has a call for it.
+"""
+
+import json
+from contextlib import contextmanager
+
+import torch
+
+from . import _core, _engine
+from ._core import (Handle, barrier, init, is_initialized, local_rank, local_size,  # noqa: F401
+                    num_servers, rank, shutdown, size)
+from ._engine import BytecompError  # noqa: F401
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "num_servers", "barrier", "declare", "push_pull", "push_pull_async", "push_pull_inplace",
+    "push_pull_async_inplace", "poll", "synchronize", "DistributedOptimizer",
+    "broadcast_parameters", "broadcast_optimizer_state", "BytecompError", "Handle",
+]
+
+_DTYPE_CODES = {
+    torch.float32: _engine.FLOAT32,
+    torch.float16: _engine.FLOAT16,
+    torch.bfloat16: _engine.BFLOAT16,
+}
+
+
+def _dtype_code(tensor, what):
+    if tensor.device.type != "cpu":
+        raise NotImplementedError(
+            f"{what}: tensor is on {tensor.device}; the worker engine's C API takes host memory "
+            "only (no CUDA device pointers or streams yet). Move it to the CPU explicitly "
+            "(t.cpu()) and copy the result back.")
+    if tensor.layout != torch.strided:
+        raise TypeError(f"{what}: only dense tensors are supported, not {tensor.layout}")
+    code = _DTYPE_CODES.get(tensor.dtype)
+    if code is None:
+        raise TypeError(f"{what}: dtype {tensor.dtype} is not supported by the engine "
+                        "(float32, float16, bfloat16)")
+    return code
+
+
+def declare(name, tensor):
+    """Declares a tensor by name (same name, size and dtype on every worker). Optional: the
+    first push_pull declares it; declaring up front fixes the key order on every worker."""
+    _core.declare(name, tensor.numel(), _dtype_code(tensor, f"declare '{name}'"))
+
+
+def push_pull_async_inplace(tensor, name, average=True, priority=0):
+    """Starts summing (average=True: averaging) `tensor` over all workers, in place.
+    Do not read or write the tensor until synchronize(handle) returned it."""
+    code = _dtype_code(tensor, f"push_pull '{name}'")
+    with torch.no_grad():
+        target = tensor.detach()
+        if target.is_contiguous():
+            buf, finish = target, None
+        else:
+            buf = target.contiguous()
+
+            def finish():
+                with torch.no_grad():
+                    target.copy_(buf)
+    return _core.start_push_pull(name, buf.data_ptr(), buf.numel(), code, priority, average,
+                                 keepalive=(tensor, buf), result=tensor, finish=finish)
+
+
+def push_pull_async(tensor, name, average=True, priority=0):
+    """Like push_pull_async_inplace on a copy: `tensor` is left unchanged and
+    synchronize(handle) returns a new tensor with the result."""
+    _dtype_code(tensor, f"push_pull '{name}'")
+    with torch.no_grad():
+        out = tensor.detach().clone(memory_format=torch.contiguous_format)
+    return push_pull_async_inplace(out, name, average, priority)
+
+
+def push_pull(tensor, name, average=True, priority=0):
+    """Sum (average=True: mean) of `tensor` over all workers, as a new tensor."""
+    return synchronize(push_pull_async(tensor, name, average, priority))
+
+
+def push_pull_inplace(tensor, name, average=True, priority=0):
+    return synchronize(push_pull_async_inplace(tensor, name, average, priority))
+
+
+def poll(handle):
+    """True when the operation finished; raises its failure (BytecompError)."""
+    return _core.poll(handle)
+
+
+def synchronize(handle, timeout_ms=-1):
+    """Waits for the operation and returns its result tensor; raises its failure."""
+    return _core.synchronize(handle, timeout_ms)
+
+
+# ---------------------------------------------------------------------------------------------
+# DistributedOptimizer
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """Methods mixed into a subclass of the user's optimizer class (see DistributedOptimizer).
+    `super(self.__class__, self)` is the user's optimizer class."""
+
+    def __init__(self, params, named_parameters, backward_passes_per_step, average,
+                 name_prefix):
+        super(self.__class__, self).__init__(params)
+        if backward_passes_per_step < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got "
+                             f"{backward_passes_per_step}")
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is None:
+            named = [(f"param.{i}", p) for i, p in enumerate(all_params)]
+        else:
+            named = list(named_parameters)
+        names = [n for n, _ in named]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"named_parameters has duplicate names: {duplicates}")
+        by_param = {}
+        for index, (n, p) in enumerate(named):
+            by_param.setdefault(p, (n, index))
+        unnamed = [i for i, p in enumerate(all_params) if p not in by_param]
+        if unnamed:
+            raise ValueError(f"the optimizer has {len(unnamed)} parameter(s) missing from "
+                             f"named_parameters (positions {unnamed[:5]}...)")
+
+        self._k = backward_passes_per_step
+        self._average = average
+        self._names = {}       # param -> engine tensor name
+        self._priorities = {}  # param -> priority: earlier layers (first named) go first
+        self._requires_update = []
+        for p in all_params:
+            if not p.requires_grad:
+                continue
+            n, index = by_param[p]
+            self._names[p] = name_prefix + n
+            self._priorities[p] = -index
+            self._requires_update.append(p)
+        # Declare in named_parameters order so that every worker gets the same keys, and a
+        # size that differs between workers is reported before the first step.
+        for p in sorted(self._requires_update, key=lambda q: -self._priorities[q]):
+            _core.declare(self._names[p], p.numel(), _dtype_code(p, f"parameter "
+                                                                 f"'{self._names[p]}'"))
+        self._handles = {}      # param -> Handle started in this step
+        self._passes = {p: 0 for p in self._requires_update}
+        self._needs_sync = False
+        self._grad_accs = []
+        self._register_hooks()
+
+    def _register_hooks(self):
+        for p in self._requires_update:
+            # Runs on the incoming gradient before it is accumulated: refuses a gradient that
+            # would be added into p.grad while the engine reads and writes that memory.
+            p.register_hook(self._make_guard(p))
+            # The AccumulateGrad node of the leaf: its hook runs right after p.grad was
+            # updated, which is the moment the gradient is ready (Horovod's technique).
+            p_tmp = p.expand_as(p)
+            grad_acc = p_tmp.grad_fn.next_functions[0][0]
+            grad_acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(grad_acc)  # keeps the node (and its hook) alive
+
+    def _make_guard(self, p):
+        def guard(grad):
+            if p in self._handles:
+                raise RuntimeError(
+                    f"gradient of '{self._names[p]}' computed again while its push_pull is in "
+                    f"flight: more than backward_passes_per_step={self._k} backward passes "
+                    "before step(). Call step() (or synchronize()) after every "
+                    f"{self._k} backward passes, or raise backward_passes_per_step.")
+            return grad
+        return guard
+
+    def _make_hook(self, p):
+        def hook(*unused):
+            self._needs_sync = True
+            self._passes[p] += 1
+            if self._passes[p] == self._k:
+                self._start(p)
+        return hook
+
+    def _start(self, p):
+        if p.grad is None:
+            # This worker did not use p in the step; the others wait for its contribution.
+            p.grad = torch.zeros_like(p)
+        self._handles[p] = push_pull_async_inplace(p.grad, self._names[p],
+                                                   average=self._average,
+                                                   priority=self._priorities[p])
+
+    def synchronize(self):
+        """Finishes every gradient's push_pull (starting those whose hook has not fired, e.g.
+        with fewer than backward_passes_per_step passes), so that p.grad holds the result."""
+        if not self._needs_sync:
+            return
+        for p in self._requires_update:
+            if p not in self._handles:
+                self._start(p)
+        first_error = None
+        # Wait in priority order: the first layers' results are needed first.
+        for p in sorted(self._handles, key=lambda q: -self._priorities[q]):
+            try:
+                synchronize(self._handles[p])
+            except BytecompError as e:
+                first_error = first_error or e
+        self._handles.clear()
+        for p in self._passes:
+            self._passes[p] = 0
+        self._needs_sync = False
+        if first_error is not None:
+            raise first_error
+
+    @contextmanager
+    def skip_synchronize(self):
+        """For `optimizer.synchronize(); clip(...); with optimizer.skip_synchronize():
+        optimizer.step()`: step() then does not synchronize again."""
+        self._skip_sync = True
+        try:
+            yield
+        finally:
+            self._skip_sync = False
+
+    def step(self, closure=None):
+        if not getattr(self, "_skip_sync", False):
+            self.synchronize()
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise RuntimeError("zero_grad() while gradient push_pulls are in flight; call "
+                               "step() or synchronize() first")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,
+                         average=True, name_prefix="grad/"):
+    """Wraps a torch.optim optimizer: each gradient's push_pull starts from a backward hook the
+    moment the gradient is ready (priority by layer order, first layers first) and step()
+    waits for all of them before updating.
+
+    named_parameters: (name, parameter) pairs, e.g. model.named_parameters(); the names must be
+      the same on every worker (they name the engine's tensors). Every parameter is declared
+      here, so a size mismatch between workers fails before the first step.
+    backward_passes_per_step: gradients of k backward passes are summed locally (as PyTorch
+      does) and pushed on the k-th; call step() after every k passes.
+    average: divide the sum over workers by the number of workers (True) or keep the sum.
+
+    The result is an instance of a subclass of the optimizer's class, built from its
+    param_groups (hyperparameters kept); state_dict()/load_state_dict() are the optimizer's.
+    """
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, backward_passes_per_step, average,
+               name_prefix)
+
+
+# ---------------------------------------------------------------------------------------------
+# Broadcasts, built on push_pull: the root contributes its value, every other rank zeros, and
+# the sum (average=False) is the root's value on every rank (x + 0 == x exactly).
+
+
+def _broadcast_async(tensor, name, root_rank, is_root):
+    """Starts broadcasting `tensor` in place; returns a Handle."""
+    if tensor.device.type != "cpu":
+        _dtype_code(tensor, f"broadcast '{name}'")  # raises the CUDA limitation
+    with torch.no_grad():
+        target = tensor.detach()
+        if target.dtype in _DTYPE_CODES:
+            if not is_root:
+                target.zero_()
+            return push_pull_async_inplace(target, name, average=False)
+        # Other dtypes travel as two float32 halves, hi + lo: exact for integers below 2**48
+        # and bool, float64 to about 48 bits of mantissa.
+        if target.is_complex() or target.layout != torch.strided:
+            raise TypeError(f"broadcast '{name}': cannot broadcast {target.dtype} tensors")
+        flat = target.reshape(-1).to(torch.float64)
+        hi = flat.to(torch.float32)
+        lo = (flat - hi.to(torch.float64)).to(torch.float32)
+        buf = torch.cat([hi, lo])
+        if not is_root:
+            buf.zero_()
+        n = flat.numel()
+        is_float = target.is_floating_point()
+
+        def finish():
+            with torch.no_grad():
+                joined = buf[:n].to(torch.float64) + buf[n:].to(torch.float64)
+                if not is_float:
+                    joined = joined.round()
+                target.copy_(joined.reshape(target.shape).to(target.dtype))
+
+        return _core.start_push_pull(name, buf.data_ptr(), buf.numel(), _engine.FLOAT32, 0,
+                                     False, keepalive=(tensor, buf), result=tensor,
+                                     finish=finish)
+
+
+def _named_tensors(params, what):
+    if isinstance(params, dict):
+        return sorted(params.items())
+    items = list(params)
+    if items and not (isinstance(items[0], tuple) and len(items[0]) == 2):
+        raise ValueError(f"{what}: expected a dict (state_dict) or (name, tensor) pairs "
+                         "(named_parameters)")
+    return items
+
+
+def broadcast_parameters(params, root_rank=0, name_prefix="bcast/"):
+    """Overwrites every tensor in `params` (a state_dict or named_parameters) with root_rank's
+    value. Names must be the same on every worker."""
+    is_root = rank() == root_rank
+    handles = []
+    for name, tensor in _named_tensors(params, "broadcast_parameters"):
+        if tensor is None:
+            continue
+        handles.append(_broadcast_async(tensor, name_prefix + name, root_rank, is_root))
+    _synchronize_all(handles)
+
+
+def _synchronize_all(handles):
+    """Waits for every handle (also after a failure, so no memory stays in flight) and
+    raises the first failure."""
+    first_error = None
+    for h in handles:
+        try:
+            synchronize(h)
+        except BytecompError as e:
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error
+
+
+def _json_value(v):
+    """v if it survives JSON unchanged in meaning (tuples as lists), else None."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)) and all(isinstance(x, (bool, int, float)) for x in v):
+        return list(v)
+    return None
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, name_prefix="bcast_opt/"):
+    """Makes every worker's optimizer state (per-parameter state and the param groups'
+    hyperparameters) equal to root_rank's, even where a worker has no state yet.
+
+    The root's layout (which state entries exist, their shapes and dtypes, and scalar values)
+    travels first, as bytes in a float32 tensor; then every state tensor is broadcast."""
+    is_root = rank() == root_rank
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    layout = None
+    if is_root:
+        groups = []
+        for group in optimizer.param_groups:
+            groups.append({k: _json_value(v) for k, v in group.items()
+                           if k != "params" and (v is None or _json_value(v) is not None)})
+        state = []
+        for p in params:
+            entries = {}
+            for key, value in optimizer.state.get(p, {}).items():
+                if torch.is_tensor(value):
+                    entries[key] = ["tensor", list(value.shape), str(value.dtype)]
+                elif _json_value(value) is not None or value is None:
+                    entries[key] = ["value", _json_value(value)]
+                else:
+                    raise TypeError(f"broadcast_optimizer_state: state entry '{key}' of type "
+                                    f"{type(value).__name__} cannot be broadcast")
+            state.append(entries)
+        layout = json.dumps({"groups": groups, "state": state}).encode()
+        if len(layout) >= 2 ** 24:
+            raise ValueError("broadcast_optimizer_state: optimizer layout too large")
+    # 1. the layout's length, 2. the layout bytes (one float32 per byte: exact).
+    length = torch.tensor([float(len(layout)) if is_root else 0.0])
+    synchronize(_broadcast_async(length, name_prefix + "layout_length", root_rank, is_root))
+    n = int(length.item())
+    buf = torch.zeros(n, dtype=torch.float32)
+    if is_root:
+        buf.copy_(torch.tensor(list(layout), dtype=torch.float32))
+    # The name carries the length: a tensor name keeps one size for the whole job.
+    synchronize(_broadcast_async(buf, f"{name_prefix}layout/{n}", root_rank, is_root))
+    decoded = json.loads(bytes(int(x) for x in buf.round().to(torch.int64).tolist()))
+
+    if len(decoded["groups"]) != len(optimizer.param_groups) or \
+            len(decoded["state"]) != len(params):
+        raise ValueError(
+            f"broadcast_optimizer_state: root has {len(decoded['groups'])} param groups and "
+            f"{len(decoded['state'])} parameters, this worker {len(optimizer.param_groups)} "
+            f"and {len(params)}")
+    for group, values in zip(optimizer.param_groups, decoded["groups"]):
+        for k, v in values.items():
+            group[k] = tuple(v) if isinstance(group.get(k), tuple) else v
+
+    handles = []
+    for index, (p, entries) in enumerate(zip(params, decoded["state"])):
+        state = optimizer.state[p]
+        for key in [k for k in state if k not in entries]:
+            del state[key]
+        for key, (kind, *rest) in sorted(entries.items()):
+            if kind == "value":
+                state[key] = rest[0]
+                continue
+            shape, dtype_name = rest
+            dtype = getattr(torch, dtype_name.replace("torch.", ""))
+            current = state.get(key)
+            if not (torch.is_tensor(current) and list(current.shape) == shape and
+                    current.dtype == dtype):
+                state[key] = torch.zeros(shape, dtype=dtype, device=p.device)
+            handles.append(_broadcast_async(state[key], f"{name_prefix}{index}/{key}",
+                                            root_rank, is_root))
+    _synchronize_all(handles)

@@ -1,0 +1,214 @@
+"""bytecomp.torch on a real local cluster (scheduler, servers and worker processes on
+loopback): equivalence with one process, convergence on digits, and the error cases."""
+
+import json
+import os
+import sys
+import time
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+
+from cluster import (REPO, LocalCluster, engine_available, free_port, run_command,  # noqa: E402
+                     run_python)
+from equivalence_common import max_relative_difference, train_reference  # noqa: E402
+
+available, why = engine_available()
+if not available and os.environ.get("BYTECOMP_REQUIRE_ENGINE") == "1":
+    raise RuntimeError(f"ctest runs these tests with the engine built, but: {why}")
+needs_cluster = pytest.mark.skipif(not available, reason=why)
+
+WORKERS = os.path.join(HERE, "workers")
+
+
+def _check_all_ok(results, cluster):
+    bad = [r for r in results if r.returncode != 0]
+    assert not bad, f"workers failed: {bad}\n" + cluster.report()
+
+
+@needs_cluster
+def test_equivalence_w4_averaging_summation_and_local_accumulation(tmp_path):
+    with LocalCluster(tmp_path, workers=4, servers=2) as cluster:
+        results = cluster.run_workers([os.path.join(WORKERS, "torch_equivalence.py"),
+                                       str(tmp_path)], timeout_s=90)
+        _check_all_ok(results, cluster)
+        assert cluster.wait_scheduler() == 0, cluster.report()
+    torch.set_num_threads(1)
+    for mode, average in (("average", True), ("sum", False), ("accumulate", True)):
+        want = train_reference(4, average=average)
+        for rank in range(4):
+            got = torch.load(tmp_path / f"rank{rank}.pt")
+            assert got["size"] == 4
+            diff = max_relative_difference(got[mode], want)
+            assert diff < 1e-5, f"rank {rank} {mode}: relative difference {diff}"
+
+
+# The table's rows. The issue's compressed rows (topk 1% + residual, onebit + residual, qsgd,
+# efsignsgd, dgc, powersgd rank 2, randomk 10% + residual) run once the engine applies
+# strategies: train_digits.SUPPORTED_CODECS lists what it applies today, and
+# train_digits.SCHEDULER_STRATEGY_FLAG names the scheduler's strategy-file flag.
+CONVERGENCE_ROWS = ["none", "topk", "onebit", "qsgd", "efsignsgd", "dgc", "powersgd", "randomk"]
+EPOCHS, SEED = 10, 42
+NONE_MIN_ACCURACY = 0.94      # measured 0.958 for these seeds with the in-process fake engine
+MAX_DROP_POINTS = 1.5         # compressed rows: within 1.5 points of the uncompressed run
+
+
+def _train_digits(tmp_path, codec):
+    import train_digits
+    from bytecomp.strategy import write_strategy
+    outdir = tmp_path / codec
+    outdir.mkdir()
+    scheduler_flags = []
+    if codec != "none":
+        path = write_strategy(str(tmp_path / f"{codec}.pbtxt"), codec)
+        scheduler_flags = [f"{train_digits.SCHEDULER_STRATEGY_FLAG}={path}"]
+    with LocalCluster(tmp_path / codec, workers=4, servers=1,
+                      extra_scheduler_flags=scheduler_flags) as cluster:
+        start = time.monotonic()
+        results = cluster.run_workers(
+            [os.path.join(REPO, "examples", "train_digits.py"), "--codec", codec,
+             "--epochs", str(EPOCHS), "--seed", str(SEED), "--json-out", str(outdir)],
+            timeout_s=120)
+        _check_all_ok(results, cluster)
+        wall = time.monotonic() - start
+    ranks = [json.loads((outdir / f"rank{r}.json").read_text()) for r in range(4)]
+    assert len({r["param_checksum"] for r in ranks}) == 1, "workers ended with different models"
+    return ranks[0], wall, results[0].output
+
+
+@needs_cluster
+def test_convergence_table_digits_w4(tmp_path):
+    import train_digits
+    rows = {}
+    for codec in CONVERGENCE_ROWS:
+        if codec not in train_digits.SUPPORTED_CODECS or (
+                codec != "none" and train_digits.SCHEDULER_STRATEGY_FLAG is None):
+            rows[codec] = None
+            continue
+        rows[codec] = _train_digits(tmp_path, codec)
+    base = rows["none"][0]["final_accuracy"]
+    print(f"\ndigits MLP, W=4, S=1, {EPOCHS} epochs, seed {SEED}")
+    print(f"{'codec':<10} {'test acc':>9} {'vs none':>8} {'samples/s':>10} {'sent/uncompressed':>18}")
+    for codec, row in rows.items():
+        if row is None:
+            print(f"{codec:<10} pending: the engine does not apply compression strategies yet")
+            continue
+        result, wall, _ = row
+        last = result["epochs"][-1]
+        ratio = ("n/a" if last["bytes_sent"] is None
+                 else f"{last['bytes_sent'] / last['bytes_uncompressed']:.3f}")
+        median_rate = sorted(e["samples_per_s"] for e in result["epochs"])[EPOCHS // 2]
+        print(f"{codec:<10} {result['final_accuracy']:>9.4f} "
+              f"{100 * (result['final_accuracy'] - base):>+7.2f}p {median_rate:>10.0f} "
+              f"{ratio:>18}")
+    assert base >= NONE_MIN_ACCURACY, rows["none"][2]
+    for codec, row in rows.items():
+        if row is not None:
+            assert row[0]["final_accuracy"] >= base - MAX_DROP_POINTS / 100, codec
+
+
+def _records(tmp_path, n):
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(n)]
+
+
+@needs_cluster
+def test_size_differing_between_workers_fails_every_worker_clearly(tmp_path):
+    with LocalCluster(tmp_path, workers=3, servers=1) as cluster:
+        results = cluster.run_workers([os.path.join(WORKERS, "torch_errors.py"),
+                                       "size_mismatch", str(tmp_path)], timeout_s=60)
+        _check_all_ok(results, cluster)
+    for rec in _records(tmp_path, 3):
+        kind, *rest = rec["push_pull"]
+        assert kind == "error", f"rank {rec['rank']} got a result: {rest}"
+        message = rest[1]
+        assert "'mismatch'" in message, message  # the tensor's name...
+        assert "10 elements" in message and "12 elements" in message, message  # both sizes
+        assert rec["seconds"] < 30
+
+
+@needs_cluster
+def test_same_name_declared_with_another_size_is_an_error(tmp_path):
+    with LocalCluster(tmp_path, workers=1, servers=1) as cluster:
+        results = cluster.run_workers([os.path.join(WORKERS, "torch_errors.py"),
+                                       "double_declare", str(tmp_path)], timeout_s=60)
+        _check_all_ok(results, cluster)
+    rec = _records(tmp_path, 1)[0]
+    for key in ("declare_other_size", "declare_other_dtype", "push_pull_other_size"):
+        kind, cls, message = rec[key]
+        assert kind == "error" and cls == "BytecompInvalidArgumentError", rec[key]
+        assert "twice" in message and "10" in message, message
+    assert "12" in rec["declare_other_size"][2]
+    assert rec["still_works"] == ["ok", [2.0] * 10]
+
+
+@needs_cluster
+def test_shutdown_with_operations_in_flight_never_hangs(tmp_path):
+    # The engine lets operations in flight finish for the time a failed peer takes to be
+    # detected (heartbeat timeout + 5 s), then fails them.
+    heartbeat_timeout_ms = 2000
+    with LocalCluster(tmp_path, workers=2, servers=1,
+                      heartbeat_timeout_ms=heartbeat_timeout_ms) as cluster:
+        results = cluster.run_workers([os.path.join(WORKERS, "torch_errors.py"),
+                                       "shutdown_inflight", str(tmp_path)], timeout_s=60)
+        _check_all_ok(results, cluster)
+        assert cluster.wait_scheduler() == 0, cluster.report()
+    records = {r["rank"]: r for r in _records(tmp_path, 2)}
+    assert records[0]["shutdown_seconds"] < heartbeat_timeout_ms / 1000 + 5 + 3
+    assert len(records[0]["handles"]) == 4
+    for outcome in records[0]["handles"]:
+        # Completed (the sum of ones over both workers) or failed with an error: never hung.
+        assert outcome[0] == "error" or outcome == ["ok", 2.0 * (1 << 20)], outcome
+        if outcome[0] == "error":
+            assert outcome[1] in ("BytecompShutdownError", "BytecompUnavailableError"), outcome
+
+
+def test_worker_without_reachable_scheduler_fails_within_timeout_naming_address():
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    env = dict(os.environ)
+    env.update(BYTECOMP_SCHEDULER=address, BYTECOMP_CONNECT_TIMEOUT_MS="1500",
+               PYTHONPATH=os.path.join(REPO, "shim"))
+    code = ("import bytecomp, bytecomp.torch as bc\n"
+            "try:\n    bc.init()\nexcept bytecomp.BytecompError as e:\n"
+            "    print('ERROR', type(e).__name__, e)\nelse:\n    print('NO ERROR')\n")
+    rc, out, seconds = run_python(code, env, timeout_s=30)
+    assert rc == 0, out
+    assert "ERROR" in out and "NO ERROR" not in out, out
+    assert address in out, out
+    assert seconds < 1.5 + 8, f"init took {seconds:.1f} s with a 1.5 s connect timeout"
+
+
+LAUNCHER = os.environ.get("BYTECOMP_RUN") or os.path.join(REPO, "deploy", "bytecomp-run")
+
+
+@needs_cluster
+@pytest.mark.skipif(not os.path.isfile(LAUNCHER), reason=f"{LAUNCHER} not present")
+def test_example_launches_its_own_cluster_with_bytecomp_run(tmp_path):
+    """README command (a)'s path: the example, started without a launcher, runs itself under
+    bytecomp-run (scheduler, servers, W workers) and prints its per-epoch line."""
+    env = dict(os.environ, BYTECOMP_RUN=LAUNCHER, OMP_NUM_THREADS="1")
+    env.pop("BYTECOMP_SCHEDULER", None)
+    rc, out, _ = run_command(
+        [sys.executable, os.path.join(REPO, "examples", "train_digits.py"), "--workers", "2",
+         "--servers", "1", "--epochs", "2", "--json-out", str(tmp_path)], env, timeout_s=120)
+    assert rc == 0, out
+    assert "epoch   2  loss" in out and "samples/s" in out and "uncompressed" in out, out
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["size"] for r in results] == [2, 2]
+    assert results[0]["param_checksum"] == results[1]["param_checksum"]
+
+
+def test_engine_calls_before_init_fail_clearly():
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "shim"))
+    env.pop("BYTECOMP_SCHEDULER", None)
+    code = ("import torch, bytecomp, bytecomp.torch as bc\n"
+            "assert not bc.is_initialized()\n"
+            "for f in (bc.rank, lambda: bc.push_pull(torch.ones(2), 'x')):\n"
+            "    try:\n        f()\n    except bytecomp.BytecompNotInitializedError as e:\n"
+            "        print('NOT_INITIALIZED', e)\n")
+    rc, out, _ = run_python(code, env, timeout_s=60)
+    assert rc == 0, out
+    assert out.count("NOT_INITIALIZED") == 2 and "bytecomp_init" in out, out

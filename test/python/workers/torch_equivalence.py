@@ -1,0 +1,24 @@
+"""Worker of test_cluster_torch: the equivalence experiment (equivalence_common) in both modes,
+averaging and plain summation; saves this rank's parameters to OUTDIR/rank<R>.pt."""
+
+import os
+import sys
+
+import torch
+
+import bytecomp.torch as bc
+from equivalence_common import train_distributed
+
+outdir = sys.argv[1]
+bc.init()
+try:
+    rank, size = bc.rank(), bc.size()
+    result = {"size": size,
+              "average": train_distributed(bc, rank, size, average=True),
+              "sum": train_distributed(bc, rank, size, average=False),
+              # Two backward passes of half the local batch per step, summed locally.
+              "accumulate": train_distributed(bc, rank, size, average=True,
+                                              backward_passes_per_step=2)}
+    torch.save(result, os.path.join(outdir, f"rank{rank}.pt"))
+finally:
+    bc.shutdown()
