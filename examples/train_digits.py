@@ -15,9 +15,9 @@ gradients are averaged through the servers by bytecomp.torch.DistributedOptimize
 prints per epoch: mean training loss, test accuracy, samples/s over all workers, and the bytes
 moved per worker against uncompressed.
 
---codec: the scheduler's Strategy decides compression. The engine does not apply strategies
-yet, so only --codec=none runs; other names stop with an error that says so (the strategy file
-they would use is written, see --strategy-out).
+--codec: the scheduler's Strategy decides compression; this script writes one that applies the
+codec's preset (bytecomp.strategy) to every gradient (--strategy-out names the file) and hands
+it to the scheduler. Broadcasts and metrics stay uncompressed.
 """
 
 import argparse
@@ -36,8 +36,9 @@ if os.path.isdir(os.path.join(REPO, "shim", "bytecomp")):
 # Codecs the engine applies today (grows as strategies and codecs land in the engine), and the
 # bytecomp-scheduler flag that takes a strategy file (None: the scheduler has none yet). When
 # both exist, a launch by this script hands the scheduler the strategy for --codec.
-SUPPORTED_CODECS = ("none",)
-SCHEDULER_STRATEGY_FLAG = None
+SUPPORTED_CODECS = ("none", "fp16", "topk", "onebit", "qsgd", "efsignsgd", "dgc", "powersgd",
+                    "randomk")
+SCHEDULER_STRATEGY_FLAG = "--strategy"
 
 
 def strategy_file_for(args):
@@ -45,7 +46,9 @@ def strategy_file_for(args):
     from bytecomp.strategy import write_strategy
     path = args.strategy_out or os.path.join(
         os.environ.get("TMPDIR", "/tmp"), f"bytecomp-strategy-{args.codec}-{os.getpid()}.pbtxt")
-    return write_strategy(path, args.codec, two_way=args.two_way)
+    # The digits MLP's tensors are all under the 64 KiB below which compression is normally
+    # skipped: force it, so the example shows what the codec does.
+    return write_strategy(path, args.codec, two_way=args.two_way, force=True)
 
 
 def parse_args(argv=None):
@@ -55,9 +58,11 @@ def parse_args(argv=None):
                         "efsignsgd, dgc, powersgd, randomk (presets in bytecomp.strategy)")
     p.add_argument("--two-way", action="store_true",
                    help="servers re-encode the sum for pulls with the same codec")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--lr", type=float, default=0.3)
+    # Plain SGD by default: error-feedback codecs diverge under heavy optimizer momentum at
+    # this learning rate (DGC replaces the optimizer's momentum with its own correction).
+    p.add_argument("--momentum", type=float, default=0.0)
     p.add_argument("--batch-size", type=int, default=16, help="samples per worker per step")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--seed", type=int, default=42)
@@ -126,6 +131,9 @@ def train(args, bc, log=print):
             f"batch={args.batch_size}/worker ({global_batch} global) steps/epoch="
             f"{steps_per_epoch} params={grad_bytes // 4}")
     epochs = []
+    counters = bc.stats()  # the engine's byte counters (broadcasts included so far)
+    sent_before = counters["pushed_bytes"] + counters["pulled_bytes"]
+    raw_before = counters["pushed_raw_bytes"] + counters["pulled_raw_bytes"]
     for epoch in range(args.epochs):
         order = torch.from_numpy(np.random.RandomState(args.seed * 1000 + epoch)
                                  .permutation(len(x_train)))
@@ -151,12 +159,16 @@ def train(args, bc, log=print):
         record = dict(epoch=epoch + 1, loss=float(loss_sum[0] / loss_sum[1]),
                       accuracy=accuracy, samples_per_s=steps_per_epoch * global_batch / elapsed,
                       bytes_uncompressed=uncompressed, bytes_sent=None)
-        if args.codec == "none":
-            record["bytes_sent"] = uncompressed  # nothing is compressed: exact
+        counters = bc.stats()
+        record["bytes_sent"] = (counters["pushed_bytes"] + counters["pulled_bytes"]) - sent_before
+        record["bytes_uncompressed"] = (counters["pushed_raw_bytes"] +
+                                        counters["pulled_raw_bytes"]) - raw_before
+        sent_before += record["bytes_sent"]
+        raw_before += record["bytes_uncompressed"]
         epochs.append(record)
         if rank == 0:
-            sent = ("n/a (the engine does not report bytes yet)" if record["bytes_sent"] is None
-                    else f"{record['bytes_sent'] / 1e6:.2f} MB")
+            sent = f"{record['bytes_sent'] / 1e6:.2f} MB"
+            uncompressed = record["bytes_uncompressed"]
             log(f"epoch {epoch + 1:3d}  loss {record['loss']:.4f}  test acc {accuracy:.4f}  "
                 f"{record['samples_per_s']:.0f} samples/s  sent {sent} of "
                 f"{uncompressed / 1e6:.2f} MB uncompressed per worker")
@@ -199,7 +211,7 @@ def launch_unless_under_launcher(args, script, argv):
     launcher = find_launcher()
     cmd = [launcher, "-np", str(args.workers), "--servers", str(args.servers)]
     if args.codec != "none":
-        cmd += ["--scheduler-args", f"{SCHEDULER_STRATEGY_FLAG}={strategy_file_for(args)}"]
+        cmd += [f"--scheduler-args={SCHEDULER_STRATEGY_FLAG}={strategy_file_for(args)}"]
     build_dir = os.environ.get("BYTECOMP_BUILD_DIR")
     if build_dir and os.path.isdir(os.path.join(build_dir, "bin")):
         cmd += ["--bin-dir", os.path.join(build_dir, "bin")]

@@ -149,6 +149,16 @@ def num_servers():
     return _engine.get_engine().num_servers()
 
 
+def set_learning_rate(learning_rate):
+    """The optimiser's current learning rate, for codecs that use it (efsignsgd)."""
+    _engine.get_engine().set_learning_rate(learning_rate)
+
+
+def stats():
+    """Bytes this worker pushed and pulled, on the wire and uncompressed, and operations."""
+    return _engine.get_engine().stats()
+
+
 def barrier(timeout_ms=-1):
     """Blocks until every worker reached the barrier."""
     _engine.get_engine().barrier(timeout_ms)

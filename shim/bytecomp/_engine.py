@@ -136,6 +136,13 @@ def find_library():
         "(deploy/build.sh) or set BYTECOMP_LIBRARY to the library's path")
 
 
+class Stats(ctypes.Structure):
+    """bytecomp_stats_t: bytes on the wire and what they stand for uncompressed."""
+    _fields_ = [("pushed_bytes", ctypes.c_int64), ("pushed_raw_bytes", ctypes.c_int64),
+                ("pulled_bytes", ctypes.c_int64), ("pulled_raw_bytes", ctypes.c_int64),
+                ("operations", ctypes.c_int64)]
+
+
 def _declare_prototypes(lib):
     """argtypes/restype for every C API function, so ctypes never guesses an int width."""
     c_int, c_int64, c_char_p = ctypes.c_int, ctypes.c_int64, ctypes.c_char_p
@@ -158,6 +165,8 @@ def _declare_prototypes(lib):
         "bytecomp_handle_error": (c_int, [handle_t, ctypes.c_char_p, ctypes.c_size_t]),
         "bytecomp_barrier": (c_int, [c_int64]),
         "bytecomp_last_error": (c_char_p, []),
+        "bytecomp_set_learning_rate": (c_int, [ctypes.c_double]),
+        "bytecomp_get_stats": (c_int, [ctypes.POINTER(Stats)]),
     }
     for name, (restype, argtypes) in prototypes.items():
         fn = getattr(lib, name)  # AttributeError names the missing symbol
@@ -262,6 +271,15 @@ class Engine:
 
     def barrier(self, timeout_ms=-1):
         self._check(self._lib.bytecomp_barrier(int(timeout_ms)), "barrier")
+
+    def set_learning_rate(self, learning_rate):
+        self._check(self._lib.bytecomp_set_learning_rate(float(learning_rate)),
+                    "bytecomp_set_learning_rate")
+
+    def stats(self):
+        stats = Stats()
+        self._check(self._lib.bytecomp_get_stats(ctypes.byref(stats)), "bytecomp_get_stats")
+        return {name: getattr(stats, name) for name, _ in Stats._fields_}
 
 
 _engine = None

@@ -35,9 +35,11 @@ def _codec_block(field, name, params, memory):
 
 
 def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_bytes=None,
-                  force=False, seed=0):
-    """A Strategy applying `codec` to every tensor ("*"). params/memory default to the
-    preset for the name; two_way re-encodes pulls with the same codec on the servers."""
+                  force=False, seed=0, name_pattern="grad/*"):
+    """A Strategy applying `codec` to every tensor matching name_pattern (by default every
+    gradient of DistributedOptimizer; broadcasts and metrics stay exact). params/memory default
+    to the preset for the name; two_way re-encodes pulls with the same codec on the servers;
+    force compresses tensors under min_compress_bytes (64 KiB) too."""
     preset_params, preset_memory = PRESETS.get(codec, ({}, ""))
     params = preset_params if params is None else params
     memory = preset_memory if memory is None else memory
@@ -46,7 +48,7 @@ def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_b
     if min_compress_bytes is not None:
         lines.append(f"min_compress_bytes: {int(min_compress_bytes)}")
     lines.append("tensors {")
-    lines.append('  name_pattern: "*"')
+    lines.append(f"  name_pattern: {_quote(name_pattern)}")
     if codec and codec != "none":
         lines += _codec_block("push_codec", codec, params, memory)
         if two_way:

@@ -26,7 +26,7 @@ import torch
 
 from . import _core, _engine
 from ._core import (Handle, barrier, init, is_initialized, local_rank, local_size,  # noqa: F401
-                    num_servers, rank, shutdown, size)
+                    num_servers, rank, set_learning_rate, shutdown, size, stats)
 from ._engine import BytecompError  # noqa: F401
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "num_servers", "barrier", "declare", "push_pull", "push_pull_async", "push_pull_inplace",
     "push_pull_async_inplace", "poll", "synchronize", "DistributedOptimizer",
     "broadcast_parameters", "broadcast_optimizer_state", "BytecompError", "Handle",
+    "set_learning_rate", "stats",
 ]
 
 _DTYPE_CODES = {
@@ -236,6 +237,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._skip_sync = False
 
     def step(self, closure=None):
+        # The learning rate reaches the codecs that need it (efsignsgd) through the API, every
+        # step, so a scheduler's changes apply at once.
+        _core.set_learning_rate(self.param_groups[0]["lr"])
         if not getattr(self, "_skip_sync", False):
             self.synchronize()
         return super(self.__class__, self).step(closure)

@@ -106,6 +106,13 @@ class FakeEngine:
     def barrier(self, timeout_ms=-1):
         pass
 
+    def set_learning_rate(self, learning_rate):
+        self.learning_rate = learning_rate
+
+    def stats(self):
+        return {"pushed_bytes": 0, "pushed_raw_bytes": 0, "pulled_bytes": 0,
+                "pulled_raw_bytes": 0, "operations": 0}
+
     def last_error(self):
         return ""
 
