@@ -258,8 +258,8 @@ TEST(StagingPipeline, TwoThreadsEncodeConcurrently) {
                                 int seen = peak.load();
                                 while (now > seen && !peak.compare_exchange_weak(seen, now)) {
                                 }
-                                // Hold the chunk until another thread joins (or 2 s pass).
-                                for (int i = 0; i < 2000 && !both_seen.load(); ++i) {
+                                // Hold the chunk until another thread joins (or 10 s pass).
+                                for (int i = 0; i < 10000 && !both_seen.load(); ++i) {
                                   if (active.load() >= 2) both_seen = true;
                                   std::this_thread::sleep_for(std::chrono::milliseconds(1));
                                 }
