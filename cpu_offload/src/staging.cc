@@ -221,9 +221,18 @@ absl::Status StagingPipeline::Push(PushRequest request) {
   // Device tensor: queue every chunk's copy on the caller's stream now (after the work that
   // produced the gradient); each copy's completion queues that chunk's encode.
   const cudaStream_t stream = static_cast<cudaStream_t>(r.cuda_stream);
+  // The caller is a training thread: leave its current device as it was.
+  int previous_device = 0;
+  if (cudaError_t rc = cudaGetDevice(&previous_device); rc != cudaSuccess) {
+    return CudaError("staging push: cudaGetDevice", rc);
+  }
   if (cudaError_t rc = cudaSetDevice(r.device); rc != cudaSuccess) {
     return CudaError(absl::StrCat("staging push: cudaSetDevice(", r.device, ")"), rc);
   }
+  struct RestoreDevice {
+    int device;
+    ~RestoreDevice() { cudaSetDevice(device); }
+  } restore{previous_device};
   for (const ChunkInfo& chunk : chunks) {
     auto fail = [&](absl::Status status) {
       shared->request.on_chunk(chunk, status);
