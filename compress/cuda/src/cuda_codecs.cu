@@ -138,7 +138,7 @@ const char* DecodeErrorText(int code) {
   switch (code) {
     case kBadPadding: return "padding bits after the last element are not zero";
     case kBadHeaderValue: return "a header value is not finite or has the wrong sign";
-    case kBadLevel: return "a level exceeds quantum_num";
+    case kBadLevel: return "a level exceeds quantum_num, a padding bit is set or a norm is bad";
     case kBadTernary: return "ternary code 3";
     case kBadNatural: return "a natural code is out of range or is 0x80 (negative zero)";
     case kNonFinitePayload: return "payload holds NaN or Inf";
