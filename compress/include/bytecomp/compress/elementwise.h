@@ -45,9 +45,12 @@ BYTECOMP_HD uint32_t Mix32(uint32_t x) {
   return x;
 }
 
-// One random stream: 64 key bits. RandomBits(i) = Mix32(Mix32(i ^ k0) ^ k1): two keyed rounds
-// of a bijection, so distinct streams are unrelated sequences (not shifts of one sequence) and
-// every index in a stream gets its own value.
+// One random stream: 64 key bits. RandomBits(i) = Mix32(i * golden + k0) ^ k1: one bijective
+// mixing round over a Weyl sequence (two 32-bit multiplies per element, which is what the
+// encode loops can afford at memory speed). Distinct streams are the same sequence at a
+// pseudo-random offset in 2^32 (and xor-ed with k1), so streams of partitions up to 2^24
+// elements overlap with a probability below 1%, and an overlap only pairs the random numbers
+// of different elements: each stream is still uniform, and rounding stays unbiased.
 struct CounterRandom {
   uint32_t k0 = 0;
   uint32_t k1 = 0;
@@ -68,7 +71,7 @@ BYTECOMP_HD CounterRandom MakeCounterRandom(uint64_t seed, uint64_t key, uint64_
 }
 
 BYTECOMP_HD uint32_t RandomBits(CounterRandom r, uint32_t index) {
-  return Mix32(Mix32(index ^ r.k0) ^ r.k1);
+  return Mix32(index * 0x9e3779b9u + r.k0) ^ r.k1;
 }
 
 // Uniform in [0, 1) with 24 random bits (every value exactly representable).
@@ -193,9 +196,12 @@ BYTECOMP_HD uint8_t NaturalCode(float x, uint32_t exponent_low, uint32_t random_
   uint32_t e = exponent + (((random_bits >> 9) < mantissa) ? 1u : 0u);
   e = e > 254u ? 254u : e;
   const uint32_t code_above = e - exponent_low + 1u;  // used only when exponent >= low
-  // Below it: 0 or 2^(exponent_low-127) with probability |x| / that power.
-  const float smallest = BitsToFloat(exponent_low << 23);
-  const float probability = BitsToFloat(abs_bits) / smallest;
+  // Below it: 0 or 2^(exponent_low-127) with probability |x| / that power, computed as
+  // |x| * 2^(127-exponent_low): the same exact quotient, so the same rounding, without a
+  // division (2^-127, for exponent_low 254, is the subnormal 0x00400000).
+  const float inverse_smallest =
+      BitsToFloat(exponent_low < 254u ? (254u - exponent_low) << 23 : 0x00400000u);
+  const float probability = BitsToFloat(abs_bits) * inverse_smallest;
   const uint32_t code_below = UniformFromBits(random_bits) < probability ? 1u : 0u;
   const uint32_t code = exponent >= exponent_low ? code_above : code_below;
   return static_cast<uint8_t>(code == 0u ? 0u : (sign | code));  // one zero code: +0
@@ -267,8 +273,9 @@ BYTECOMP_HD float U8bitMagnitude(uint32_t c) {
                      (c >= 16u ? 1u : 0u) + (c >= 32u ? 1u : 0u) + (c >= 64u ? 1u : 0u);
   const uint32_t e = 6u - f;
   const uint32_t m = c & ((1u << f) - 1u);
-  const float fraction = 0.9f * (static_cast<float>(static_cast<int32_t>(m + 1u)) /
-                                 static_cast<float>(static_cast<int32_t>(1u << f)));
+  // (m + 1) / 2^f, exactly, as a product with 2^-f.
+  const float fraction = 0.9f * (static_cast<float>(static_cast<int32_t>(m + 1u)) *
+                                 BitsToFloat((127u - f) << 23));
   const float value = U8bitDecadeScale(e) * (0.1f + fraction);
   return c == 0u ? 0.0f : value;
 }
@@ -281,7 +288,11 @@ BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {  // v = |x| / max in [
                      (v <= U8bitDecadeScale(5) ? 1u : 0u) + (v <= U8bitDecadeScale(6) ? 1u : 0u);
   const uint32_t f = 6u - e;
   const float grid = static_cast<float>(static_cast<int32_t>(1u << f));
-  const float position = (v / U8bitDecadeScale(e) - 0.1f) / 0.9f * grid;
+  // A first guess only (the neighbours are compared below), so multiplications will do:
+  // v * 10^e (10^e exact in float) and 1/0.9.
+  const float ten_to_e = ((e & 1u) ? 10.0f : 1.0f) * ((e & 2u) ? 100.0f : 1.0f) *
+                         ((e & 4u) ? 10000.0f : 1.0f);
+  const float position = (v * ten_to_e - 0.1f) * (grid * (1.0f / 0.9f));
   int32_t m = static_cast<int32_t>(position + 0.5f) - 1;  // nearest of the (m + 1) grid points
   const int32_t top = static_cast<int32_t>(1u << f) - 1;
   m = m < 0 ? 0 : m;
