@@ -92,13 +92,27 @@ __attribute__((target_clones("avx2", "default"))) uint32_t MaxCodeLevel(const ui
 // ------------------------------------------------------------------------------------------
 // qsgd
 
-__attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket(
+template <typename Code>
+__attribute__((always_inline)) inline void QsgdEncodeBucketBody(
     const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
-    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+    CounterRandom random, uint32_t first_index, Code* __restrict codes) {
   for (size_t i = 0; i < len; ++i) {
     const float u = UniformFloat(random, first_index + static_cast<uint32_t>(i));
-    codes[i] = static_cast<uint16_t>(QsgdCode(x[i], norm, quantum_num, level_bits, u));
+    codes[i] = static_cast<Code>(QsgdCode(x[i], norm, quantum_num, level_bits, u));
   }
+}
+
+// 8-bit codes (quantum_num 64..127, the default) go straight to the payload.
+__attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket8(
+    const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint8_t* __restrict codes) {
+  QsgdEncodeBucketBody(x, len, norm, quantum_num, level_bits, random, first_index, codes);
+}
+
+__attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket16(
+    const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+  QsgdEncodeBucketBody(x, len, norm, quantum_num, level_bits, random, first_index, codes);
 }
 
 __attribute__((target_clones("avx2", "default"))) void QsgdDecodeBucket(
@@ -126,22 +140,33 @@ class QsgdCodec final : public Codec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     const size_t bytes = MaxEncodedBytes(n);
-    uint32_t max_bits = 0;
-    if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
-    codes_.resize(n);
+    if (auto s = OutputFits(name(), out.size(), bytes); !s.ok()) return s;
+    if (auto s = codec_checks::InputSizeSupported(name(), n); !s.ok()) return s;
     const CounterRandom random = StreamOf(ctx);
     const size_t buckets = Buckets(n);
     PutU32(out.data(), static_cast<uint32_t>(n));
     uint8_t* const norms = out.data() + 4;
+    uint8_t* const packed = norms + 4 * buckets;
+    const bool byte_codes = level_bits_ + 1 == 8;
+    if (!byte_codes) codes_.resize(n);
     for (size_t b = 0; b < buckets; ++b) {
       const size_t begin = b * bucket_;
       const size_t len = std::min(bucket_, n - begin);
-      const float norm = NormToFloat(SumOfSquares(input.data() + begin, len));
+      // The bucket's sum of squares doubles as the finite check: it is NaN or Inf exactly
+      // when an element is (finite floats squared cannot overflow a double sum).
+      const double sum_of_squares = SumOfSquares(input.data() + begin, len);
+      if (!std::isfinite(sum_of_squares)) return NonFiniteError(input, InputWhat(name()));
+      const float norm = NormToFloat(sum_of_squares);
       PutF32(norms + 4 * b, norm);
-      QsgdEncodeBucket(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
-                       static_cast<uint32_t>(begin), codes_.data() + begin);
+      if (byte_codes) {
+        QsgdEncodeBucket8(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
+                          static_cast<uint32_t>(begin), packed + begin);
+      } else {
+        QsgdEncodeBucket16(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
+                           static_cast<uint32_t>(begin), codes_.data() + begin);
+      }
     }
-    PackCodes(codes_.data(), n, level_bits_ + 1, norms + 4 * buckets);
+    if (!byte_codes) PackCodes(codes_.data(), n, level_bits_ + 1, packed);
     return bytes;
   }
 
@@ -188,14 +213,26 @@ class QsgdCodec final : public Codec {
 // ------------------------------------------------------------------------------------------
 // terngrad
 
+// Four elements per output byte (PackTernary4's layout).
 __attribute__((target_clones("avx2", "default"))) void TernEncode(const float* __restrict x,
                                                                   size_t n, float clip,
                                                                   float scale,
                                                                   CounterRandom random,
-                                                                  uint16_t* __restrict codes) {
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t index = static_cast<uint32_t>(i);
-    codes[i] = static_cast<uint16_t>(TernaryCode(x[i], clip, scale, UniformFloat(random, index)));
+                                                                  uint8_t* __restrict out) {
+  const size_t groups = n / 4;
+  for (size_t g = 0; g < groups; ++g) {
+    const uint32_t i = static_cast<uint32_t>(4 * g);
+    out[g] = PackTernary4(TernaryCode(x[i], clip, scale, UniformFloat(random, i)),
+                          TernaryCode(x[i + 1], clip, scale, UniformFloat(random, i + 1)),
+                          TernaryCode(x[i + 2], clip, scale, UniformFloat(random, i + 2)),
+                          TernaryCode(x[i + 3], clip, scale, UniformFloat(random, i + 3)));
+  }
+  if (n % 4 != 0) {
+    uint32_t c[4] = {0, 0, 0, 0};
+    for (size_t i = groups * 4; i < n; ++i) {
+      c[i % 4] = TernaryCode(x[i], clip, scale, UniformFloat(random, static_cast<uint32_t>(i)));
+    }
+    out[groups] = PackTernary4(c[0], c[1], c[2], c[3]);
   }
 }
 
@@ -230,17 +267,16 @@ class TernGradCodec final : public Codec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     const size_t bytes = MaxEncodedBytes(n);
-    uint32_t max_bits = 0;
-    if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
-    const double rms = n == 0 ? 0.0 : std::sqrt(SumOfSquares(input.data(), n) / n);
+    if (auto s = OutputFits(name(), out.size(), bytes); !s.ok()) return s;
+    if (auto s = codec_checks::InputSizeSupported(name(), n); !s.ok()) return s;
+    const SquaresAndMax stats = SumOfSquaresAndMaxAbs(input.data(), n);
+    if (!IsFiniteBits(stats.max_abs_bits)) return NonFiniteError(input, InputWhat(name()));
+    const double rms = n == 0 ? 0.0 : std::sqrt(stats.sum_of_squares / n);
     const float clip = static_cast<float>(std::min(2.5 * rms, static_cast<double>(FLT_MAX)));
-    const float scale = std::min(BitsToFloat(max_bits), clip);
+    const float scale = std::min(BitsToFloat(stats.max_abs_bits), clip);
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutF32(out.data() + 4, scale);
-    codes_.resize(n);
-    TernEncode(input.data(), n, clip, scale, StreamOf(ctx), codes_.data());
-    // 2-bit codes, 4 per byte: the layout of PackTernary4 (elementwise.h).
-    PackCodes(codes_.data(), n, 2, out.data() + 8);
+    TernEncode(input.data(), n, clip, scale, StreamOf(ctx), out.data() + 8);
     return bytes;
   }
 
@@ -436,10 +472,18 @@ class DitheringCodec final : public Codec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     const size_t bytes = MaxEncodedBytes(n);
-    uint32_t max_bits = 0;
-    if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
-    const float norm =
-        l2_ ? NormToFloat(SumOfSquares(input.data(), n)) : BitsToFloat(max_bits);
+    if (auto s = OutputFits(name(), out.size(), bytes); !s.ok()) return s;
+    if (auto s = codec_checks::InputSizeSupported(name(), n); !s.ok()) return s;
+    float norm = 0.0f;
+    if (l2_) {
+      const double sum_of_squares = SumOfSquares(input.data(), n);  // NaN/Inf iff x has one
+      if (!std::isfinite(sum_of_squares)) return NonFiniteError(input, InputWhat(name()));
+      norm = NormToFloat(sum_of_squares);
+    } else {
+      const uint32_t max_bits = MaxAbsBits(input.data(), n);
+      if (!IsFiniteBits(max_bits)) return NonFiniteError(input, InputWhat(name()));
+      norm = BitsToFloat(max_bits);
+    }
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutF32(out.data() + 4, norm);
     codes_.resize(n);
