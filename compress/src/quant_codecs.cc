@@ -27,10 +27,13 @@
 // GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
 // no-trapping-math (results unchanged) lets it if-convert selects around divisions.
 #pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -383,10 +386,88 @@ class NaturalCodec final : public Codec {
 // ------------------------------------------------------------------------------------------
 // u8bit
 
-__attribute__((target_clones("avx2", "default"))) void U8bitEncode(const float* __restrict x,
-                                                                   size_t n, float max_abs,
-                                                                   uint8_t* __restrict out) {
-  for (size_t i = 0; i < n; ++i) out[i] = U8bitCode(x[i], max_abs);
+// U8bitNearestMagnitudeCode (elementwise.h) is defined as the number of midpoints at or below
+// v. Here it is counted with two tables: for each block of 2^16 float bit patterns in [0, 1]
+// (relative width 2^-7, narrower than any gap between midpoints, so a block holds at most one
+// midpoint; the unit test checks that every block does) the count at the block's first value,
+// then one comparison with the next midpoint.
+struct U8bitTables {
+  static constexpr uint32_t kBlocks = (0x3f800000u >> 16) + 1;  // blocks up to v = 1.0
+  float midpoint[128];  // midpoint[127] = +inf: nothing above code 127
+  int32_t count_at_block[kBlocks];  // int32 for the AVX2 gather
+
+  U8bitTables() {
+    for (uint32_t c = 0; c < 127; ++c) midpoint[c] = U8bitMidpoint(c);
+    midpoint[127] = std::numeric_limits<float>::infinity();
+    int32_t count = 0;
+    for (uint32_t block = 0; block < kBlocks; ++block) {
+      const float first = BitsToFloat(block << 16);
+      while (count < 127 && first >= midpoint[count]) ++count;
+      count_at_block[block] = count;
+    }
+  }
+};
+
+const U8bitTables& GetU8bitTables() {
+  static const U8bitTables* const tables = new U8bitTables();
+  return *tables;
+}
+
+uint8_t U8bitCodeByTables(float x, float inverse_max, const U8bitTables& tables) {
+  constexpr uint32_t kLastBlock = U8bitTables::kBlocks - 1;
+  const float v = AbsFloat(x) * inverse_max;  // NaN or inf * 0 for max_abs == 0: code 0
+  uint32_t block = FloatBits(v) >> 16;
+  block = block < kLastBlock ? block : kLastBlock;
+  uint32_t c = static_cast<uint32_t>(tables.count_at_block[block]);
+  c += static_cast<uint32_t>(v >= tables.midpoint[c]);
+  c |= 127u * static_cast<uint32_t>(v >= 1.0f);
+  c *= static_cast<uint32_t>(v > 0.0f);
+  const uint32_t negative = static_cast<uint32_t>(x < 0.0f) * static_cast<uint32_t>(c != 0u);
+  return static_cast<uint8_t>((negative << 7) | c);
+}
+
+// The same per element, 8 at a time with AVX2 gathers for the two table reads.
+__attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
+                                                      float inverse_max,
+                                                      const U8bitTables& tables, uint8_t* out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 inv = _mm256_set1_ps(inverse_max);
+  const __m256i last_block = _mm256_set1_epi32(static_cast<int>(U8bitTables::kBlocks - 1));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256i c127 = _mm256_set1_epi32(127);
+  const __m256i c1 = _mm256_set1_epi32(1);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    const __m256 v = _mm256_mul_ps(_mm256_and_ps(xv, abs_mask), inv);
+    __m256i block = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+    block = _mm256_min_epu32(block, last_block);
+    __m256i c = _mm256_i32gather_epi32(tables.count_at_block, block, 4);
+    const __m256 mid = _mm256_i32gather_ps(tables.midpoint, c, 4);
+    c = _mm256_add_epi32(c, _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, mid, _CMP_GE_OQ)), c1));
+    c = _mm256_or_si256(c, _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, one, _CMP_GE_OQ)), c127));
+    c = _mm256_and_si256(c, _mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_GT_OQ)));
+    const __m256i negative = _mm256_andnot_si256(
+        _mm256_cmpeq_epi32(c, _mm256_setzero_si256()),
+        _mm256_castps_si256(_mm256_cmp_ps(xv, zero, _CMP_LT_OQ)));
+    c = _mm256_or_si256(c, _mm256_and_si256(negative, _mm256_set1_epi32(0x80)));
+    // 8 x int32 (each < 256) -> 8 bytes.
+    const __m128i lo = _mm256_castsi256_si128(c);
+    const __m128i hi = _mm256_extracti128_si256(c, 1);
+    const __m128i words = _mm_packus_epi32(lo, hi);
+    const __m128i bytes = _mm_packus_epi16(words, words);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), bytes);
+  }
+  return i;
+}
+
+void U8bitEncode(const float* x, size_t n, float max_abs, const U8bitTables& tables,
+                 uint8_t* out) {
+  static const bool have_avx2 = __builtin_cpu_supports("avx2");
+  const float inverse_max = 1.0f / max_abs;
+  const size_t done = have_avx2 ? U8bitEncodeAvx2(x, n, inverse_max, tables, out) : 0;
+  for (size_t i = done; i < n; ++i) out[i] = U8bitCodeByTables(x[i], inverse_max, tables);
 }
 
 class U8bitCodec final : public Codec {
@@ -402,7 +483,7 @@ class U8bitCodec final : public Codec {
     if (auto s = CheckEncode(name(), input, out, 4 + n, &max_bits); !s.ok()) return s;
     const float max_abs = BitsToFloat(max_bits);
     PutF32(out.data(), max_abs);
-    U8bitEncode(input.data(), n, max_abs, out.data() + 4);
+    U8bitEncode(input.data(), n, max_abs, GetU8bitTables(), out.data() + 4);
     return 4 + n;
   }
 

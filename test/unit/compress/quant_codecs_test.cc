@@ -271,6 +271,36 @@ TEST(U8bitTest, SizeAndNearestTableValue) {
   }
 }
 
+TEST(U8bitTest, CodecBytesEqualTheElementwiseDefinition) {
+  // The codec counts midpoints with tables; elementwise.h (shared with the GPU) by a guess and
+  // two comparisons. Both must give the same byte for every element.
+  auto codec = MustCreate("u8bit");
+  std::mt19937_64 gen(21);
+  std::uniform_real_distribution<float> exponent(-9.0f, 0.0f);
+  std::vector<float> x(200000);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::pow(10.0f, exponent(gen)) * ((i % 2) ? -1.0f : 1.0f);
+  }
+  x[0] = 1.0f;  // max |x| = 1: v = |x|
+  for (uint32_t c = 0; c < 127; ++c) {  // the midpoints and their float neighbours
+    const float m = U8bitMidpoint(c);
+    x[1 + 3 * c] = m;
+    x[2 + 3 * c] = std::nextafter(m, 0.0f);
+    x[3 + 3 * c] = std::nextafter(m, 2.0f);
+  }
+  for (float max_abs : {1.0f, 3.7f, 1e-20f}) {
+    std::vector<float> scaled(x);
+    for (float& v : scaled) v *= max_abs;
+    auto enc = EncodeToVector(*codec, scaled, TestContext());
+    ASSERT_TRUE(enc.ok());
+    float header;
+    std::memcpy(&header, enc->data(), 4);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ((*enc)[4 + i], U8bitCode(scaled[i], header)) << "element " << i << " = " << scaled[i];
+    }
+  }
+}
+
 // ---- dithering ----
 
 TEST(DitheringTest, SizesAndErrorBoundsForEveryPartitionAndNorm) {

@@ -280,7 +280,16 @@ BYTECOMP_HD float U8bitMagnitude(uint32_t c) {
   return c == 0u ? 0.0f : value;
 }
 
-BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {  // v = |x| / max in [0, 1]
+// The midpoint between the magnitudes of codes c and c + 1 (c in 0..126).
+BYTECOMP_HD float U8bitMidpoint(uint32_t c) {
+  return 0.5f * (U8bitMagnitude(c) + U8bitMagnitude(c + 1u));
+}
+
+// The code of v = |x| / max in [0, 1]: by definition the number of midpoints
+// U8bitMidpoint(0..126) at or below v (so the nearest magnitude, ties to the larger), 0 for
+// v <= 0 or NaN, 127 for v >= 1. Any implementation that counts the same midpoints (the CPU
+// codec uses a table) yields the same codes.
+BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {
   // Decade: e = number of thresholds 10^-k, k = 1..6, that v is at or below (written out:
   // a loop here would keep CPU loops over elements from vectorising).
   const uint32_t e = (v <= U8bitDecadeScale(1) ? 1u : 0u) + (v <= U8bitDecadeScale(2) ? 1u : 0u) +
@@ -288,8 +297,8 @@ BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {  // v = |x| / max in [
                      (v <= U8bitDecadeScale(5) ? 1u : 0u) + (v <= U8bitDecadeScale(6) ? 1u : 0u);
   const uint32_t f = 6u - e;
   const float grid = static_cast<float>(static_cast<int32_t>(1u << f));
-  // A first guess only (the neighbours are compared below), so multiplications will do:
-  // v * 10^e (10^e exact in float) and 1/0.9.
+  // A first guess, within one code of the count (multiplications will do: v * 10^e, 10^e
+  // exact in float, and 1/0.9); the midpoint comparisons below settle it.
   const float ten_to_e = ((e & 1u) ? 10.0f : 1.0f) * ((e & 2u) ? 100.0f : 1.0f) *
                          ((e & 4u) ? 10000.0f : 1.0f);
   const float position = (v * ten_to_e - 0.1f) * (grid * (1.0f / 0.9f));
@@ -297,27 +306,19 @@ BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {  // v = |x| / max in [
   const int32_t top = static_cast<int32_t>(1u << f) - 1;
   m = m < 0 ? 0 : m;
   m = m > top ? top : m;
-  const uint32_t middle = (1u << f) | static_cast<uint32_t>(m);
-  // The grid is uneven across decade edges: settle between the neighbours by distance
-  // (middle - 1 may be code 0, value 0; middle + 1 is capped at 127).
-  const uint32_t lower = middle - 1u;
-  const uint32_t upper = middle < 127u ? middle + 1u : 127u;
-  uint32_t best = middle;
-  float best_error = AbsFloat(v - U8bitMagnitude(middle));
-  const float lower_error = AbsFloat(v - U8bitMagnitude(lower));
-  best = lower_error < best_error ? lower : best;
-  best_error = lower_error < best_error ? lower_error : best_error;
-  const float upper_error = AbsFloat(v - U8bitMagnitude(upper));
-  best = upper_error < best_error ? upper : best;
-  // Arithmetic on the comparison results rather than selects: GCC's jump threading turns a
-  // chain of selects here into branches that keep the element loop from vectorising.
-  best |= 127u * static_cast<uint32_t>(v >= 1.0f);
-  return best * static_cast<uint32_t>(v > 0.0f);
+  uint32_t c = (1u << f) | static_cast<uint32_t>(m);  // 1..127
+  // Arithmetic on the comparison results rather than selects: GCC's jump threading turns
+  // chains of selects here into branches that keep the element loop from vectorising.
+  c -= static_cast<uint32_t>(v < U8bitMidpoint(c - 1u));
+  c += static_cast<uint32_t>(c < 127u) * static_cast<uint32_t>(v >= U8bitMidpoint(c));
+  c |= 127u * static_cast<uint32_t>(v >= 1.0f);
+  return c * static_cast<uint32_t>(v > 0.0f);
 }
 
-// max_abs == 0 (an all-zero tensor) gives 0/0 = NaN, which codes as 0.
+// v = |x| * (1 / max_abs), the reciprocal rounded once (a multiplication per element, not a
+// division). max_abs == 0 (an all-zero tensor) gives 0 * inf = NaN, which codes as 0.
 BYTECOMP_HD uint8_t U8bitCode(float x, float max_abs) {
-  const uint32_t c = U8bitNearestMagnitudeCode(AbsFloat(x) / max_abs);
+  const uint32_t c = U8bitNearestMagnitudeCode(AbsFloat(x) * (1.0f / max_abs));
   const uint32_t negative = static_cast<uint32_t>(x < 0.0f) * static_cast<uint32_t>(c != 0u);
   return static_cast<uint8_t>((negative << 7) | c);
 }
