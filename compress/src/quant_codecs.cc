@@ -16,7 +16,8 @@
 //              decoded: max * table value. Size: 4 + n.
 //   dithering  u32 n, f32 norm (max |x| or L2 norm), then n codes of b = ceil(log2(k + 1)) + 1
 //              bits, level below a sign bit; level j stands for j/k (linear) or 2^(j-k)
-//              (natural; 0 for j = 0). Size: 8 + ceil(n*b/8).
+//              (natural; 0 for j = 0) of the norm; the level of |x| * (1/norm) is drawn
+//              (elementwise.h DitherCode). Size: 8 + ceil(n*b/8).
 // Decode rejects a wrong size, non-finite or negative header values, out-of-range codes and
 // non-zero padding bits.
 //
@@ -99,8 +100,11 @@ template <typename Code>
 __attribute__((always_inline)) inline void QsgdEncodeBucketBody(
     const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
     CounterRandom random, uint32_t first_index, Code* __restrict codes) {
-  for (size_t i = 0; i < len; ++i) {
-    const float u = UniformFloat(random, first_index + static_cast<uint32_t>(i));
+  // 32-bit counters (n < 2^32 is checked): a 64-bit induction variable narrowed per element
+  // costs the vector loop a third of its instructions.
+  const uint32_t count = static_cast<uint32_t>(len);
+  for (uint32_t i = 0; i < count; ++i) {
+    const float u = UniformFloat(random, first_index + i);
     codes[i] = static_cast<Code>(QsgdCode(x[i], norm, quantum_num, level_bits, u));
   }
 }
@@ -222,9 +226,9 @@ __attribute__((target_clones("avx2", "default"))) void TernEncode(const float* _
                                                                   float scale,
                                                                   CounterRandom random,
                                                                   uint8_t* __restrict out) {
-  const size_t groups = n / 4;
-  for (size_t g = 0; g < groups; ++g) {
-    const uint32_t i = static_cast<uint32_t>(4 * g);
+  const uint32_t groups = static_cast<uint32_t>(n / 4);  // 32-bit counters: see qsgd
+  for (uint32_t g = 0; g < groups; ++g) {
+    const uint32_t i = 4 * g;
     out[g] = PackTernary4(TernaryCode(x[i], clip, scale, UniformFloat(random, i)),
                           TernaryCode(x[i + 1], clip, scale, UniformFloat(random, i + 1)),
                           TernaryCode(x[i + 2], clip, scale, UniformFloat(random, i + 2)),
@@ -314,8 +318,9 @@ __attribute__((target_clones("avx2", "default"))) void NaturalEncode(const float
                                                                      uint32_t exponent_low,
                                                                      CounterRandom random,
                                                                      uint8_t* __restrict out) {
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = NaturalCode(x[i], exponent_low, RandomBits(random, static_cast<uint32_t>(i)));
+  const uint32_t count = static_cast<uint32_t>(n);  // 32-bit counters: see qsgd
+  for (uint32_t i = 0; i < count; ++i) {
+    out[i] = NaturalCode(x[i], exponent_low, RandomBits(random, i));
   }
 }
 
@@ -509,24 +514,30 @@ class U8bitCodec final : public Codec {
 // ------------------------------------------------------------------------------------------
 // dithering
 
-__attribute__((target_clones("avx2", "default"))) void DitherEncodeLinear(
-    const float* __restrict x, size_t n, float norm, uint32_t s, uint32_t level_bits,
-    CounterRandom random, uint16_t* __restrict codes) {
-  for (size_t i = 0; i < n; ++i) {
-    const float u = UniformFloat(random, static_cast<uint32_t>(i));
-    const uint32_t level = DitherLinearLevel(AbsFloat(x[i]) / norm, s, u);
-    codes[i] = static_cast<uint16_t>((SignBit(x[i]) << level_bits) | level);
+template <bool kNatural>
+__attribute__((always_inline)) inline void DitherEncodeBody(const float* __restrict x, size_t n,
+                                                            float inverse_norm, uint32_t s,
+                                                            uint32_t level_bits,
+                                                            CounterRandom random,
+                                                            uint32_t first_index,
+                                                            uint16_t* __restrict codes) {
+  const uint32_t count = static_cast<uint32_t>(n);  // 32-bit counters: see qsgd
+  for (uint32_t i = 0; i < count; ++i) {
+    codes[i] = static_cast<uint16_t>(DitherCode(x[i], inverse_norm, s, level_bits, kNatural,
+                                                UniformFloat(random, first_index + i)));
   }
 }
 
+__attribute__((target_clones("avx2", "default"))) void DitherEncodeLinear(
+    const float* __restrict x, size_t n, float inverse_norm, uint32_t s, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+  DitherEncodeBody<false>(x, n, inverse_norm, s, level_bits, random, first_index, codes);
+}
+
 __attribute__((target_clones("avx2", "default"))) void DitherEncodeNatural(
-    const float* __restrict x, size_t n, float norm, uint32_t s, uint32_t level_bits,
-    CounterRandom random, uint16_t* __restrict codes) {
-  for (size_t i = 0; i < n; ++i) {
-    const float u = UniformFloat(random, static_cast<uint32_t>(i));
-    const uint32_t level = DitherNaturalLevel(AbsFloat(x[i]) / norm, s, u);
-    codes[i] = static_cast<uint16_t>((SignBit(x[i]) << level_bits) | level);
-  }
+    const float* __restrict x, size_t n, float inverse_norm, uint32_t s, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+  DitherEncodeBody<true>(x, n, inverse_norm, s, level_bits, random, first_index, codes);
 }
 
 class DitheringCodec final : public Codec {
@@ -567,15 +578,25 @@ class DitheringCodec final : public Codec {
     }
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutF32(out.data() + 4, norm);
-    codes_.resize(n);
-    if (natural_) {
-      DitherEncodeNatural(input.data(), n, norm, levels_, level_bits_, StreamOf(ctx),
-                          codes_.data());
-    } else {
-      DitherEncodeLinear(input.data(), n, norm, levels_, level_bits_, StreamOf(ctx),
-                         codes_.data());
+    const float inverse_norm = 1.0f / norm;
+    const CounterRandom random = StreamOf(ctx);
+    // Blocks of codes that stay in L1 between computing and packing them; a multiple of 8
+    // elements, so every block but the last starts on a byte.
+    constexpr size_t kBlock = 2048;
+    codes_.resize(std::min(n, kBlock));
+    for (size_t begin = 0; begin < n; begin += kBlock) {
+      const size_t len = std::min(kBlock, n - begin);
+      const uint32_t first = static_cast<uint32_t>(begin);
+      if (natural_) {
+        DitherEncodeNatural(input.data() + begin, len, inverse_norm, levels_, level_bits_,
+                            random, first, codes_.data());
+      } else {
+        DitherEncodeLinear(input.data() + begin, len, inverse_norm, levels_, level_bits_,
+                           random, first, codes_.data());
+      }
+      PackCodes(codes_.data(), len, level_bits_ + 1,
+                out.data() + 8 + begin * (level_bits_ + 1) / 8);
     }
-    PackCodes(codes_.data(), n, level_bits_ + 1, out.data() + 8);
     return bytes;
   }
 

@@ -239,6 +239,18 @@ BYTECOMP_HD uint32_t DitherNaturalLevel(float normalised, uint32_t s, float unif
   return static_cast<uint32_t>(j) + (uniform < fraction ? 1u : 0u);
 }
 
+// The code of one element: sign bit (1 = negative) above level_bits level bits, for
+// v = |x| * inverse_norm, inverse_norm = 1 / norm rounded once by the caller (a multiplication
+// per element; norm 0 gives 0 * inf = NaN, level 0). For norms below 2^-126 the reciprocal
+// overflows and nonzero elements take the top level.
+BYTECOMP_HD uint32_t DitherCode(float x, float inverse_norm, uint32_t s, uint32_t level_bits,
+                                bool natural_partition, float uniform) {
+  const float v = AbsFloat(x) * inverse_norm;
+  const uint32_t level =
+      natural_partition ? DitherNaturalLevel(v, s, uniform) : DitherLinearLevel(v, s, uniform);
+  return (SignBit(x) << level_bits) | level;
+}
+
 // Level value in [0, 1] (natural partition needs s <= 126, checked by the codec).
 BYTECOMP_HD float DitherLinearValue(uint32_t level, uint32_t s) {
   return static_cast<float>(level) / static_cast<float>(s);
