@@ -392,23 +392,30 @@ class NaturalCodec final : public Codec {
 // u8bit
 
 // U8bitNearestMagnitudeCode (elementwise.h) is defined as the number of midpoints at or below
-// v. Here it is counted with two tables: for each block of 2^16 float bit patterns in [0, 1]
+// v. Here it is counted with one table over blocks of 2^16 float bit patterns in [0, 1]
 // (relative width 2^-7, narrower than any gap between midpoints, so a block holds at most one
-// midpoint; the unit test checks that every block does) the count at the block's first value,
-// then one comparison with the next midpoint.
+// midpoint; the unit test checks the codec against the definition). Entry: the count at the
+// block's first value (bits 0-7) and the low 16 bits of the block's midpoint, if one lies
+// strictly inside it, else 0x10000 (bits 8-24). Positive floats order like their bits, so
+// v passes that midpoint iff its low 16 bits are at least the stored ones: one table read
+// (one AVX2 gather) per element.
 struct U8bitTables {
   static constexpr uint32_t kBlocks = (0x3f800000u >> 16) + 1;  // blocks up to v = 1.0
-  float midpoint[128];  // midpoint[127] = +inf: nothing above code 127
-  int32_t count_at_block[kBlocks];  // int32 for the AVX2 gather
+  static constexpr uint32_t kNoMidpoint = 0x10000u;
+  int32_t block_entry[kBlocks];
 
   U8bitTables() {
+    float midpoint[127];
     for (uint32_t c = 0; c < 127; ++c) midpoint[c] = U8bitMidpoint(c);
-    midpoint[127] = std::numeric_limits<float>::infinity();
-    int32_t count = 0;
+    uint32_t count = 0;
     for (uint32_t block = 0; block < kBlocks; ++block) {
-      const float first = BitsToFloat(block << 16);
-      while (count < 127 && first >= midpoint[count]) ++count;
-      count_at_block[block] = count;
+      const uint32_t first_bits = block << 16;
+      while (count < 127 && FloatBits(midpoint[count]) <= first_bits) ++count;
+      uint32_t inside = kNoMidpoint;
+      if (count < 127 && (FloatBits(midpoint[count]) >> 16) == block) {
+        inside = FloatBits(midpoint[count]) & 0xffffu;  // > 0: the one at the start is counted
+      }
+      block_entry[block] = static_cast<int32_t>(count | (inside << 8));
     }
   }
 };
@@ -421,17 +428,18 @@ const U8bitTables& GetU8bitTables() {
 uint8_t U8bitCodeByTables(float x, float inverse_max, const U8bitTables& tables) {
   constexpr uint32_t kLastBlock = U8bitTables::kBlocks - 1;
   const float v = AbsFloat(x) * inverse_max;  // NaN or inf * 0 for max_abs == 0: code 0
-  uint32_t block = FloatBits(v) >> 16;
+  const uint32_t bits = FloatBits(v);
+  uint32_t block = bits >> 16;
   block = block < kLastBlock ? block : kLastBlock;
-  uint32_t c = static_cast<uint32_t>(tables.count_at_block[block]);
-  c += static_cast<uint32_t>(v >= tables.midpoint[c]);
+  const uint32_t entry = static_cast<uint32_t>(tables.block_entry[block]);
+  uint32_t c = (entry & 0xffu) + static_cast<uint32_t>((bits & 0xffffu) >= (entry >> 8));
   c |= 127u * static_cast<uint32_t>(v >= 1.0f);
   c *= static_cast<uint32_t>(v > 0.0f);
   const uint32_t negative = static_cast<uint32_t>(x < 0.0f) * static_cast<uint32_t>(c != 0u);
   return static_cast<uint8_t>((negative << 7) | c);
 }
 
-// The same per element, 8 at a time with AVX2 gathers for the two table reads.
+// The same per element, 8 at a time with an AVX2 gather for the table read.
 __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
                                                       float inverse_max,
                                                       const U8bitTables& tables, uint8_t* out) {
@@ -441,16 +449,20 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 zero = _mm256_setzero_ps();
   const __m256i c127 = _mm256_set1_epi32(127);
+  const __m256i low8 = _mm256_set1_epi32(0xff);
+  const __m256i low16 = _mm256_set1_epi32(0xffff);
   const __m256i c1 = _mm256_set1_epi32(1);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 xv = _mm256_loadu_ps(x + i);
     const __m256 v = _mm256_mul_ps(_mm256_and_ps(xv, abs_mask), inv);
-    __m256i block = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
-    block = _mm256_min_epu32(block, last_block);
-    __m256i c = _mm256_i32gather_epi32(tables.count_at_block, block, 4);
-    const __m256 mid = _mm256_i32gather_ps(tables.midpoint, c, 4);
-    c = _mm256_add_epi32(c, _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, mid, _CMP_GE_OQ)), c1));
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i block = _mm256_min_epu32(_mm256_srli_epi32(bits, 16), last_block);
+    const __m256i entry = _mm256_i32gather_epi32(tables.block_entry, block, 4);
+    // (bits & 0xffff) >= (entry >> 8), both < 2^17: a signed compare is exact.
+    const __m256i passed = _mm256_cmpgt_epi32(_mm256_srli_epi32(entry, 8),
+                                              _mm256_and_si256(bits, low16));  // not passed
+    __m256i c = _mm256_add_epi32(_mm256_and_si256(entry, low8), _mm256_andnot_si256(passed, c1));
     c = _mm256_or_si256(c, _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, one, _CMP_GE_OQ)), c127));
     c = _mm256_and_si256(c, _mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_GT_OQ)));
     const __m256i negative = _mm256_andnot_si256(
@@ -458,11 +470,8 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
         _mm256_castps_si256(_mm256_cmp_ps(xv, zero, _CMP_LT_OQ)));
     c = _mm256_or_si256(c, _mm256_and_si256(negative, _mm256_set1_epi32(0x80)));
     // 8 x int32 (each < 256) -> 8 bytes.
-    const __m128i lo = _mm256_castsi256_si128(c);
-    const __m128i hi = _mm256_extracti128_si256(c, 1);
-    const __m128i words = _mm_packus_epi32(lo, hi);
-    const __m128i bytes = _mm_packus_epi16(words, words);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), bytes);
+    const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(words, words));
   }
   return i;
 }
