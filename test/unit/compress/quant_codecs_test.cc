@@ -166,7 +166,9 @@ TEST(TernGradTest, SizeValuesAndScale) {
     for (size_t i = 0; i < n; ++i) {
       const float y = (*dec)[i];
       ASSERT_TRUE(y == 0.0f || y == header || y == -header) << in.name << " " << i;
-      if (y != 0.0f) ASSERT_EQ(y < 0, in.values[i] < 0) << in.name << " " << i;
+      if (y != 0.0f) {
+        ASSERT_EQ(y < 0, in.values[i] < 0) << in.name << " " << i;
+      }
       // |error| <= scale: the decoded value is 0 or +-scale on the side of x.
       ASSERT_LE(std::fabs(y - std::clamp<double>(in.values[i], -clip, clip)), scale * (1 + 1e-6))
           << in.name << " " << i;
@@ -262,11 +264,15 @@ TEST(U8bitTest, SizeAndNearestTableValue) {
       for (float t : table) best = std::min(best, std::fabs(v - t));
       const float got = std::fabs((*dec)[i]) / max_abs;
       ASSERT_LE(std::fabs(v - got), best * (1 + 1e-5f) + 1e-7f) << in.name << " " << i;
-      if ((*dec)[i] != 0) ASSERT_EQ((*dec)[i] < 0, in.values[i] < 0);
+      if ((*dec)[i] != 0) {
+        ASSERT_EQ((*dec)[i] < 0, in.values[i] < 0);
+      }
     }
     // The largest magnitude is exact.
     for (size_t i = 0; i < n; ++i) {
-      if (std::fabs(in.values[i]) == max_abs) ASSERT_EQ(std::fabs((*dec)[i]), max_abs);
+      if (std::fabs(in.values[i]) == max_abs) {
+        ASSERT_EQ(std::fabs((*dec)[i]), max_abs);
+      }
     }
   }
 }
@@ -381,7 +387,9 @@ TEST(QuantCodecsTest, SameContextSameBytesOtherNodeOtherBytes) {
     auto c = EncodeToVector(*codec, x, TestContext(3, 1));
     ASSERT_TRUE(a.ok() && b.ok() && c.ok());
     EXPECT_EQ(*a, *b) << name;
-    if (codec->properties().unbiased) EXPECT_NE(*a, *c) << name << ": node feeds the random stream";
+    if (codec->properties().unbiased) {
+      EXPECT_NE(*a, *c) << name << ": node feeds the random stream";
+    }
   }
 }
 
