@@ -19,7 +19,10 @@
 // column that became zero, is standard normal from CounterRandom(seed, key, round, node 0),
 // the same on every worker. Payload sizes: 4 + 4 * rows * rank_eff and 4 + 4 * cols *
 // rank_eff bytes; for n = 2^20, rank 1: 4 KiB each against 4 MiB of fp32.
-#pragma GCC optimize("fp-contract=off")
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 #include <algorithm>
 #include <cmath>
 #include <cstring>

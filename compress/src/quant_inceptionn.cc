@@ -8,7 +8,10 @@
 // the int16 values of the tag-2 elements and the f32 values of the tag-3 elements, each in
 // element order. Size: 4 + ceil(n/4) + c1 + 2 c2 + 4 c3 (c_t: elements with tag t); at most
 // 4 + ceil(n/4) + 4n.
-#pragma GCC optimize("fp-contract=off")  // elementwise.h: identical rounding in every variant
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 #include <cstring>
 #include <memory>
 #include <vector>

@@ -1,5 +1,8 @@
 // The efsignsgd memory (EF-SignSGD error feedback), registered in the memory registry.
-#pragma GCC optimize("fp-contract=off")
+// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
+// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
+// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 #include <algorithm>
 #include <memory>
 #include <vector>

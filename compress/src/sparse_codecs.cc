@@ -27,6 +27,8 @@
 //   negative ones (the two sets must be disjoint), 0 elsewhere.
 //
 // Every n == 0 message is a header alone (k = 0).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -169,17 +171,69 @@ class SparseCodec : public Codec {
   std::vector<uint32_t> indices_;  // decode scratch, and encode's selected indices
 };
 
-// Writes x[i] for every i with keep(|x[i]| bits) into out values (at out + 16) and indices_,
-// branch-free; returns the count. out must have room for n + 1 values past the header.
-template <typename Keep>
-size_t Compact(const float* x, size_t n, Keep keep, uint8_t* values, uint32_t* indices) {
+constexpr size_t kCompactSlack = 16;
+
+// kAbs: compare |x|'s bit pattern (sign cleared); otherwise the raw bit pattern (positive
+// values in [0, 0x7f800000), negative ones from 0x80000000 up, ordered by magnitude).
+// values may be null (indices only).
+template <bool kAbs>
+size_t CompactRangeScalar(const float* x, size_t begin, size_t end, uint32_t lo, uint32_t hi,
+                          uint8_t* values, uint32_t* indices, uint32_t base = 0) {
   size_t j = 0;
-  for (size_t i = 0; i < n; ++i) {
-    std::memcpy(values + 4 * j, x + i, 4);
-    indices[j] = static_cast<uint32_t>(i);
-    j += keep(AbsBits(x[i])) ? 1 : 0;
+  for (size_t i = begin; i < end; ++i) {
+    uint32_t a;
+    std::memcpy(&a, x + i, 4);
+    if constexpr (kAbs) a &= 0x7fffffffu;
+    if (values != nullptr) std::memcpy(values + 4 * j, x + i, 4);
+    if (indices != nullptr) indices[j] = base + static_cast<uint32_t>(i);
+    j += (a >= lo && a <= hi) ? 1 : 0;
   }
   return j;
+}
+
+template <bool kAbs>
+__attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, size_t n,
+                                                             uint32_t lo, uint32_t hi,
+                                                             uint8_t* values, uint32_t* indices,
+                                                             uint32_t base) {
+  const __m512i abs_mask = _mm512_set1_epi32(kAbs ? 0x7fffffff : -1);
+  const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
+  const __m512i vhi = _mm512_set1_epi32(static_cast<int>(hi));
+  __m512i iota = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
+                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  size_t j = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(a, vlo) & _mm512_cmple_epu32_mask(a, vhi);
+    if (values != nullptr) _mm512_storeu_ps(values + 4 * j, _mm512_maskz_compress_ps(keep, v));
+    if (indices != nullptr) _mm512_storeu_si512(indices + j, _mm512_maskz_compress_epi32(keep, iota));
+    iota = _mm512_add_epi32(iota, sixteen);
+    j += static_cast<size_t>(__builtin_popcount(keep));
+  }
+  return j + CompactRangeScalar<kAbs>(x, i, n, lo, hi, values != nullptr ? values + 4 * j : nullptr,
+                                      indices != nullptr ? indices + j : nullptr, base);
+}
+
+// Compaction: for every i with lo <= bits(x[i]) <= hi appends x[i] to values and i (+ base:
+// x[0..n) are elements base..base+n of the tensor) to indices; either output may be null.
+// With AVX-512 it stores 16 lanes at a time, so both outputs need room for the count plus
+// kCompactSlack elements. Returns the count.
+template <bool kAbs = true>
+size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
+                    uint32_t* indices, uint32_t base = 0) {
+  static const bool have_avx512 = __builtin_cpu_supports("avx512f");
+  if (!have_avx512) return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base);
+  return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
+}
+
+// Every |x| >= lo into the message's value area (out + 16) and indices. The value area of a
+// 16 + 8n byte buffer holds 2n values, enough for the vector kernel's slack from n >= 16.
+size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices) {
+  uint8_t* values = out + kSparseHeader;
+  if (n < kCompactSlack) return CompactRangeScalar<true>(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices);
+  return CompactRange(x, n, lo, kNonFiniteAbsBits - 1, values, indices);
 }
 
 // ---- topk ----
@@ -203,26 +257,24 @@ class TopkCodec final : public SparseCodec {
 
     constexpr int kBins = 2048, kShift = 20;
     uint32_t hist[4][kBins] = {};
-    uint32_t max_bits = 0;
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {  // four histograms: repeated bins do not serialise
-      const uint32_t a0 = AbsBits(x[i]), a1 = AbsBits(x[i + 1]), a2 = AbsBits(x[i + 2]),
-                     a3 = AbsBits(x[i + 3]);
-      ++hist[0][a0 >> kShift];
-      ++hist[1][a1 >> kShift];
-      ++hist[2][a2 >> kShift];
-      ++hist[3][a3 >> kShift];
-      max_bits = std::max({max_bits, a0, a1, a2, a3});
+      ++hist[0][AbsBits(x[i]) >> kShift];
+      ++hist[1][AbsBits(x[i + 1]) >> kShift];
+      ++hist[2][AbsBits(x[i + 2]) >> kShift];
+      ++hist[3][AbsBits(x[i + 3]) >> kShift];
     }
-    for (; i < n; ++i) {
-      const uint32_t a = AbsBits(x[i]);
-      ++hist[0][a >> kShift];
-      max_bits = std::max(max_bits, a);
+    for (; i < n; ++i) ++hist[0][AbsBits(x[i]) >> kShift];
+    // NaN and Inf land in the bins from kNonFiniteAbsBits up: the finite check for free.
+    for (uint32_t b = kNonFiniteAbsBits >> kShift; b < kBins; ++b) {
+      if (hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b] != 0) {
+        return NonFiniteError(input, "codec 'topk' input");
+      }
     }
-    if (!IsFiniteBits(max_bits)) return NonFiniteError(input, "codec 'topk' input");
 
     uint32_t threshold = 0;
     size_t ties = 0;
+    bool all_ties = false;
     if (k > 0) {
       size_t above = 0;
       int bin = kBins - 1;
@@ -232,35 +284,79 @@ class TopkCodec final : public SparseCodec {
         above += count;
       }
       const size_t bin_count = hist[0][bin] + hist[1][bin] + hist[2][bin] + hist[3][bin];
-      candidates_.resize(bin_count + 1);
-      size_t c = 0;
-      for (size_t e = 0; e < n; ++e) {
-        const uint32_t a = AbsBits(x[e]);
-        candidates_[c] = a;
-        c += (a >> kShift) == static_cast<uint32_t>(bin) ? 1 : 0;
-      }
+      candidates_.resize(bin_count + kCompactSlack);
+      const uint32_t bin_lo = static_cast<uint32_t>(bin) << kShift;
+      const size_t c = CompactRange(x, n, bin_lo, bin_lo + ((1u << kShift) - 1),
+                                    reinterpret_cast<uint8_t*>(candidates_.data()), nullptr);
       candidates_.resize(c);
+      for (auto& a : candidates_) a &= 0x7fffffffu;  // stored as the values' bits
       const size_t need = k - above;  // 1 <= need <= c
       threshold = NthLargest(candidates_, need);
-      size_t greater = 0;
-      for (uint32_t a : candidates_) greater += a > threshold ? 1 : 0;
+      size_t greater = 0, equal = 0;
+      for (uint32_t a : candidates_) {
+        greater += a > threshold ? 1 : 0;
+        equal += a == threshold ? 1 : 0;
+      }
       ties = need - greater;
+      all_ties = ties == equal;
     }
 
-    indices_.resize(k + 1);
     uint8_t* values = out.data() + kSparseHeader;
-    uint32_t* idx = indices_.data();
     size_t j = 0;
-    for (size_t e = 0; e < n && k > 0; ++e) {
-      const uint32_t a = AbsBits(x[e]);
-      const bool tie = a == threshold && ties > 0;
-      const bool keep = a > threshold || tie;
-      std::memcpy(values + 4 * j, x + e, 4);
-      idx[j] = static_cast<uint32_t>(e);
-      j += keep ? 1 : 0;
-      ties -= tie ? 1 : 0;
+    if (all_ties && k >= kCompactSlack) {
+      // Every element at the threshold is kept: exactly k elements have |x| >= threshold, and
+      // the value area (room for 2k values before the index section) takes the slack.
+      indices_.resize(k + kCompactSlack);
+      j = CompactRange(x, n, threshold, kNonFiniteAbsBits - 1, values, indices_.data());
+    } else if (k >= kCompactSlack) {
+      // Some elements equal to the threshold are dropped: keep the first `ties` of them. The
+      // elements above it are compacted in one pass; the ties are found block by block until
+      // enough are seen; a backward merge puts both in index order in place.
+      indices_.resize(k + kCompactSlack);
+      const size_t greater = CompactRange(x, n, threshold + 1, kNonFiniteAbsBits - 1, values,
+                                          indices_.data());
+      constexpr size_t kBlock = 4096;
+      ties_.resize(ties + kBlock + kCompactSlack);
+      tie_values_.resize(kBlock + kCompactSlack);
+      size_t t = 0;
+      for (size_t start = 0; start < n && t < ties; start += kBlock) {
+        t += CompactRange(x + start, std::min(kBlock, n - start), threshold, threshold,
+                          reinterpret_cast<uint8_t*>(tie_values_.data()), ties_.data() + t,
+                          static_cast<uint32_t>(start));
+      }
+      if (greater + ties != k || t < ties) {
+        return absl::InternalError(absl::StrCat("topk: ", greater, " above the threshold, ", t,
+                                                " ties seen, ", ties, " needed, k = ", k));
+      }
+      int64_t g = static_cast<int64_t>(greater) - 1, tt = static_cast<int64_t>(ties) - 1;
+      for (int64_t w = static_cast<int64_t>(k) - 1; tt >= 0; --w) {
+        if (g >= 0 && indices_[g] > ties_[tt]) {
+          indices_[w] = indices_[g];
+          std::memcpy(values + 4 * w, values + 4 * g, 4);
+          --g;
+        } else {
+          indices_[w] = ties_[tt];
+          std::memcpy(values + 4 * w, x + ties_[tt], 4);
+          --tt;
+        }
+      }
+      j = k;
+    } else {
+      // k below the vector kernel's slack: one scalar pass keeping the first ties.
+      indices_.resize(k + 1);
+      uint32_t* idx = indices_.data();
+      for (size_t e = 0; e < n && k > 0; ++e) {
+        const uint32_t a = AbsBits(x[e]);
+        const bool tie = a == threshold && ties > 0;
+        const bool keep = a > threshold || tie;
+        std::memcpy(values + 4 * j, x + e, 4);
+        idx[j] = static_cast<uint32_t>(e);
+        j += keep ? 1 : 0;
+        ties -= tie ? 1 : 0;
+      }
     }
     if (j != k) return absl::InternalError(absl::StrCat("topk selected ", j, " of ", k));
+    const uint32_t* idx = indices_.data();
     return FinishSparseMessage(out.data(), n, k, idx);
   }
 
@@ -269,7 +365,8 @@ class TopkCodec final : public SparseCodec {
 
  private:
   double ratio_;
-  std::vector<uint32_t> candidates_;
+  std::vector<uint32_t> candidates_, ties_;
+  std::vector<float> tie_values_;
 };
 
 // ---- threshold ----
@@ -286,11 +383,10 @@ class ThresholdCodec final : public SparseCodec {
     if (auto s = CheckLength(n); !s.ok()) return s;
     if (auto s = CheckOut(name(), out.size(), MaxEncodedBytes(n)); !s.ok()) return s;
     if (auto s = CheckFinite(input, "codec 'threshold' input"); !s.ok()) return s;
-    indices_.resize(n + 1);
     // |x| > threshold, compared as bit patterns (monotonic for non-negative floats).
-    const uint32_t t = threshold_bits_;
-    const size_t k = Compact(input.data(), n, [t](uint32_t a) { return a > t; },
-                             out.data() + kSparseHeader, indices_.data());
+    if (threshold_bits_ >= kNonFiniteAbsBits - 1) return FinishSparseMessage(out.data(), n, 0, nullptr);
+    indices_.resize(n + kCompactSlack);
+    const size_t k = Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data());
     return FinishSparseMessage(out.data(), n, k, indices_.data());
   }
 
@@ -350,10 +446,8 @@ class DgcCodec final : public SparseCodec {
       }
       count = CountAtLeast(x, n, static_cast<int32_t>(AbsBits(threshold)));
     }
-    indices_.resize(count + 1);
-    const uint32_t t = AbsBits(threshold);
-    const size_t k = Compact(x, n, [t](uint32_t a) { return a >= t; }, out.data() + kSparseHeader,
-                             indices_.data());
+    indices_.resize(count + kCompactSlack);
+    const size_t k = Compact(x, n, AbsBits(threshold), out.data(), indices_.data());
     return FinishSparseMessage(out.data(), n, k, indices_.data());
   }
 
@@ -397,26 +491,18 @@ class AdaqCodec final : public Codec {
       if (!pos_sample_.empty()) pos_t = NthLargest(pos_sample_, KeptCount(ratio_, pos_sample_.size()));
       if (!neg_sample_.empty()) neg_t = NthLargest(neg_sample_, KeptCount(ratio_, neg_sample_.size()));
     }
-    pos_.resize(n + 1);
-    neg_.resize(n + 1);
+    // Thresholds compared on the raw bit pattern: a positive x has bits in [pos_t, max finite];
+    // a negative one has bits 0x80000000 | |x|, so |x| >= neg_t is bits >= 0x80000000 | neg_t.
     size_t kp = 0, kn = 0;
-    double sum_p = 0, sum_n = 0;
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t b;
-      std::memcpy(&b, x + i, 4);
-      const uint32_t a = b & 0x7fffffffu;
-      const bool negative = (b >> 31) != 0;
-      const bool keep_p = !negative && a != 0 && a >= pos_t;
-      const bool keep_n = negative && a != 0 && a >= neg_t;
-      pos_[kp] = static_cast<uint32_t>(i);
-      neg_[kn] = static_cast<uint32_t>(i);
-      kp += keep_p ? 1 : 0;
-      kn += keep_n ? 1 : 0;
-      sum_p += keep_p ? x[i] : 0.0;
-      sum_n += keep_n ? x[i] : 0.0;
+    pos_.resize(n + kCompactSlack);
+    neg_.resize(n + kCompactSlack);
+    if (pos_t != 0xffffffffu) kp = CompactRange<false>(x, n, pos_t, kNonFiniteAbsBits - 1, nullptr, pos_.data());
+    if (neg_t != 0xffffffffu) {
+      kn = CompactRange<false>(x, n, 0x80000000u | neg_t, 0x80000000u | (kNonFiniteAbsBits - 1),
+                               nullptr, neg_.data());
     }
-    const float mean_p = kp ? static_cast<float>(sum_p / kp) : 0.0f;
-    const float mean_n = kn ? static_cast<float>(sum_n / kn) : 0.0f;
+    const float mean_p = kp ? static_cast<float>(SumAt(x, pos_.data(), kp) / kp) : 0.0f;
+    const float mean_n = kn ? static_cast<float>(SumAt(x, neg_.data(), kn) / kn) : 0.0f;
     const IndexPlan plan_p = sparse::PlanIndices(pos_.data(), kp);
     const IndexPlan plan_n = sparse::PlanIndices(neg_.data(), kn);
     uint8_t* p = out.data();
@@ -459,6 +545,17 @@ class AdaqCodec final : public Codec {
   }
 
  private:
+  // Sum of x at the indices, in double with four accumulators (no long dependency chain).
+  static double SumAt(const float* x, const uint32_t* idx, size_t k) {
+    double s[4] = {0, 0, 0, 0};
+    size_t j = 0;
+    for (; j + 4 <= k; j += 4) {
+      for (int l = 0; l < 4; ++l) s[l] += x[idx[j + l]];
+    }
+    for (; j < k; ++j) s[0] += x[idx[j]];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+  }
+
   // The same sample as SampleAbs, split by sign.
   void SampleSigned(const float* x, size_t n, uint64_t seed) {
     pos_sample_.clear();
@@ -527,19 +624,24 @@ class AdaqCodec final : public Codec {
 
 // ---- randomk ----
 
-// Calls f(j, index, stratum_size) for the k shared random indices, in increasing order.
+// Calls f(j, index, stratum_start, stratum_size) for the k shared random indices, in
+// increasing order. Strata tile [0, n) contiguously. One 64-bit draw serves two strata (32
+// random bits each, Lemire's multiply-shift).
 template <typename F>
 inline void ForEachRandomIndex(size_t n, size_t k, uint64_t seed, F f) {
   if (k == 0) return;
   Rng rng(seed);
   const size_t q = n / k, r = n % k;
   size_t start = 0, err = 0;
+  uint64_t bits = 0;
   for (size_t j = 0; j < k; ++j) {
     err += r;
     const bool longer = err >= k;  // Bresenham: the r longer strata spread evenly
     err -= longer ? k : 0;
     const uint32_t size = static_cast<uint32_t>(q + (longer ? 1 : 0));
-    f(j, start + rng.Below(size), size);
+    if ((j & 1) == 0) bits = rng.Next();
+    const uint64_t draw = (j & 1) == 0 ? bits >> 32 : bits & 0xffffffffull;
+    f(j, start + static_cast<size_t>((draw * size) >> 32), start, size);
     start += size;
   }
 }
@@ -562,26 +664,43 @@ class RandomkCodec final : public Codec {
     const size_t n = input.size();
     if (auto s = CheckLength(n); !s.ok()) return s;
     if (auto s = CheckOut(name(), out.size(), MaxEncodedBytes(n)); !s.ok()) return s;
-    if (auto s = CheckFinite(input, "codec 'randomk' input"); !s.ok()) return s;
     const size_t k = KeptCount(ratio_, n);
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutU32(out.data() + 4, static_cast<uint32_t>(k));
     uint8_t* values = out.data() + kRandomkHeader;
     const float* x = input.data();
-    if (scale_) {
-      uint32_t max_bits = 0;
-      ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt), [&](size_t j, size_t i, uint32_t size) {
-        const float v = x[i] * static_cast<float>(size);
-        max_bits = std::max(max_bits, AbsBits(v));
-        PutF32(values + 4 * j, v);
-      });
-      if (!IsFiniteBits(max_bits)) {
-        return absl::InvalidArgumentError(
-            "codec 'randomk': a value times its scale n/k overflows fp32 (|x| near 3.4e38)");
+    // The finite check runs block by block just ahead of the gather, so the input is read from
+    // memory once (the gather then hits the cache).
+    constexpr size_t kBlock = 4096;
+    uint32_t max_bits = 0, scaled_bits = 0;
+    size_t checked = 0;
+    auto check_through = [&](size_t end) {
+      while (checked < end) {
+        const size_t len = std::min(kBlock, n - checked);
+        max_bits = std::max(max_bits, MaxAbsBits(x + checked, len));
+        checked += len;
       }
+    };
+    if (scale_) {
+      ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt),
+                         [&](size_t j, size_t i, size_t start, uint32_t size) {
+                           if (start + size > checked) check_through(start + size);
+                           const float v = x[i] * static_cast<float>(size);
+                           scaled_bits = std::max(scaled_bits, AbsBits(v));
+                           PutF32(values + 4 * j, v);
+                         });
     } else {
       ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt),
-                         [&](size_t j, size_t i, uint32_t) { PutF32(values + 4 * j, x[i]); });
+                         [&](size_t j, size_t i, size_t start, uint32_t size) {
+                           if (start + size > checked) check_through(start + size);
+                           PutF32(values + 4 * j, x[i]);
+                         });
+    }
+    check_through(n);
+    if (!IsFiniteBits(max_bits)) return NonFiniteError(input, "codec 'randomk' input");
+    if (!IsFiniteBits(scaled_bits)) {
+      return absl::InvalidArgumentError(
+          "codec 'randomk': a value times its scale n/k overflows fp32 (|x| near 3.4e38)");
     }
     return kRandomkHeader + 4 * k;
   }
@@ -589,10 +708,8 @@ class RandomkCodec final : public Codec {
   absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
                       absl::Span<float> output) override {
     if (auto s = Validate(encoded, output.size()); !s.ok()) return s;
-    std::fill(output.begin(), output.end(), 0.0f);
     const uint8_t* values = encoded.data() + kRandomkHeader;
-    ForEachRandomIndex(output.size(), KeptCount(ratio_, output.size()), SharedSeed(ctx, kRandomkSalt),
-                       [&](size_t j, size_t i, uint32_t) { output[i] = GetF32(values + 4 * j); });
+    Scatter(ctx, output, [values](size_t j) { return GetF32(values + 4 * j); });
     return absl::OkStatus();
   }
 
@@ -602,7 +719,9 @@ class RandomkCodec final : public Codec {
     const uint8_t* values = encoded.data() + kRandomkHeader;
     ForEachRandomIndex(accumulator.size(), KeptCount(ratio_, accumulator.size()),
                        SharedSeed(ctx, kRandomkSalt),
-                       [&](size_t j, size_t i, uint32_t) { accumulator[i] += GetF32(values + 4 * j); });
+                       [&](size_t j, size_t i, size_t, uint32_t) {
+                         accumulator[i] += GetF32(values + 4 * j);
+                       });
     return absl::OkStatus();
   }
 
@@ -628,13 +747,32 @@ class RandomkCodec final : public Codec {
       return absl::InvalidArgumentError(absl::StrCat("codec 'randomk': sum has ", sum.size(),
                                                      " values, expected ", k));
     }
-    std::fill(output.begin(), output.end(), 0.0f);
-    ForEachRandomIndex(n, k, SharedSeed(ctx, kRandomkSalt),
-                       [&](size_t j, size_t i, uint32_t) { output[i] = sum[j]; });
+    Scatter(ctx, output, [&sum](size_t j) { return sum[j]; });
     return absl::OkStatus();
   }
 
  private:
+  // output = value(j) at the j-th shared index, zeros elsewhere. Zeroing runs a block ahead of
+  // the scatter (every pick lies below its stratum's end), so the output is written in one
+  // sweep that stays in the cache.
+  template <typename Value>
+  void Scatter(const CodecContext& ctx, absl::Span<float> output, Value value) {
+    const size_t n = output.size();
+    float* o = output.data();
+    constexpr size_t kBlock = 4096;
+    size_t zeroed = 0;
+    ForEachRandomIndex(n, KeptCount(ratio_, n), SharedSeed(ctx, kRandomkSalt),
+                       [&](size_t j, size_t i, size_t start, uint32_t size) {
+                         while (zeroed < start + size) {
+                           const size_t len = std::min(kBlock, n - zeroed);
+                           std::memset(o + zeroed, 0, 4 * len);
+                           zeroed += len;
+                         }
+                         o[i] = value(j);
+                       });
+    if (zeroed < n) std::memset(o + zeroed, 0, 4 * (n - zeroed));
+  }
+
   absl::Status Validate(absl::Span<const uint8_t> encoded, size_t n) {
     if (encoded.size() < kRandomkHeader) {
       return MalformedError(name(), absl::StrCat(encoded.size(), " bytes, shorter than the header"));

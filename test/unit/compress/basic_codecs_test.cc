@@ -81,6 +81,21 @@ TEST(HalfCodecTest, Fp16MatchesTheSharedScalarConversion) {
   }
 }
 
+TEST(HalfCodecTest, Bf16MatchesTheSharedScalarConversion) {
+  auto codec = MustCreate("bf16");
+  std::vector<float> in = RandomNormal(1003, 12, 1e10f);
+  in.push_back(1.00390625f);   // exactly halfway between two bf16 values: ties to even
+  in.push_back(1.01171875f);   // halfway, rounds up to even
+  in.push_back(-1e-40f);       // subnormal
+  auto enc = EncodeToVector(*codec, in, TestContext());
+  ASSERT_TRUE(enc.ok());
+  for (size_t i = 0; i < in.size(); ++i) {
+    uint16_t b;
+    std::memcpy(&b, enc->data() + 2 * i, 2);
+    EXPECT_EQ(b, FloatToBFloat16Bits(in[i])) << i << " " << in[i];
+  }
+}
+
 TEST(BasicCodecsTest, NonFiniteInputIsAnErrorNamingTheIndex) {
   for (const char* name : {"none", "fp16", "bf16"}) {
     auto codec = MustCreate(name);

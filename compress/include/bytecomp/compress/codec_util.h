@@ -106,22 +106,27 @@ const T* AlignedAs(absl::Span<const uint8_t> bytes, std::vector<T>& scratch) {
 inline int BitWidth(uint32_t v) { return v == 0 ? 0 : 32 - __builtin_clz(v); }
 inline size_t PackedBytes(size_t count, int bits) { return (count * static_cast<size_t>(bits) + 7) / 8; }
 
-// LSB-first bit stream: value i occupies bits [i*bits, (i+1)*bits) of the byte string.
+// LSB-first bit stream: value i occupies bits [i*bits, (i+1)*bits) of the byte string, which
+// is exactly PackedBytes(count, bits) long. Flushes 8 bytes at a time.
 class BitWriter {
  public:
   explicit BitWriter(uint8_t* out) : out_(out) {}
   void Put(uint32_t value, int bits) {  // bits in [0, 32]; value < 2^bits
     acc_ |= static_cast<uint64_t>(value) << filled_;
     filled_ += bits;
-    while (filled_ >= 8) {
-      *out_++ = static_cast<uint8_t>(acc_);
-      acc_ >>= 8;
-      filled_ -= 8;
+    if (filled_ >= 64) {
+      std::memcpy(out_, &acc_, 8);
+      out_ += 8;
+      filled_ -= 64;
+      // The bits of value that did not fit (none when filled_ is now 0: value >> bits == 0).
+      acc_ = static_cast<uint64_t>(value) >> (bits - filled_);
     }
   }
-  // Writes the last partial byte (zero-padded); returns the end pointer.
+  // Writes the last partial word (the final byte zero-padded); returns the end pointer.
   uint8_t* Finish() {
-    if (filled_ > 0) *out_++ = static_cast<uint8_t>(acc_);
+    const int bytes = (filled_ + 7) / 8;
+    std::memcpy(out_, &acc_, bytes);
+    out_ += bytes;
     acc_ = 0;
     filled_ = 0;
     return out_;
@@ -138,19 +143,30 @@ class BitWriter {
 class BitReader {
  public:
   BitReader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
-  uint32_t Get(int bits) {
-    while (filled_ < bits) {
-      const uint64_t byte = p_ < end_ ? *p_++ : 0;
-      acc_ |= byte << filled_;
-      filled_ += 8;
-    }
-    const uint32_t v = bits == 0 ? 0 : static_cast<uint32_t>(acc_ & ((bits == 32) ? 0xffffffffull : ((1ull << bits) - 1)));
-    acc_ = bits == 64 ? 0 : acc_ >> bits;
+  uint32_t Get(int bits) {  // bits in [0, 32]
+    if (filled_ < bits) Refill();
+    const uint32_t v = static_cast<uint32_t>(acc_ & ((uint64_t{1} << bits) - 1));
+    acc_ >>= bits;
     filled_ -= bits;
     return v;
   }
 
  private:
+  void Refill() {
+    // Top up to at least 57 bits, a byte at a time near the end, 8 bytes at a time elsewhere.
+    if (end_ - p_ >= 8 && filled_ <= 0) {
+      std::memcpy(&acc_, p_, 8);
+      p_ += 8;
+      filled_ = 64;
+      return;
+    }
+    while (filled_ <= 56) {
+      const uint64_t byte = p_ < end_ ? *p_++ : 0;
+      acc_ |= byte << filled_;
+      filled_ += 8;
+    }
+  }
+
   const uint8_t* p_;
   const uint8_t* end_;
   uint64_t acc_ = 0;

@@ -7,8 +7,9 @@
 //   but some expressions have the shape a*b+c, which compilers fuse into one FMA (one
 //   rounding) when allowed. So: CUDA kernels that use this header are built with
 //   --fmad=false, and CPU files with fp-contract off (the codec sources start with
-//   `#pragma GCC optimize("fp-contract=off")` before their includes, because the
+//   `#pragma GCC optimize("fp-contract=off", ...)` before their includes, because the
 //   target_clones AVX2/FMA variants would otherwise fuse where the default variant does not).
+//   no-trapping-math there too: it changes no result and lets GCC vectorise the selects.
 // - Reductions (norms, maxima, means) are the caller's business: the CPU codecs accumulate
 //   sums of squares and absolute values in double, in index order, and round once to float.
 //   A kernel that wants identical bytes computes per-bucket sums the same way.
@@ -44,9 +45,12 @@ BYTECOMP_HD uint32_t Mix32(uint32_t x) {
   return x;
 }
 
-// One random stream: 64 key bits. RandomBits(i) = Mix32(Mix32(i ^ k0) ^ k1): two keyed rounds
-// of a bijection, so distinct streams are unrelated sequences (not shifts of one sequence) and
-// every index in a stream gets its own value.
+// One random stream: 64 key bits. RandomBits(i) = Mix32(i * golden + k0) ^ k1: one bijective
+// mixing round over a Weyl sequence (two 32-bit multiplies per element, which is what the
+// encode loops can afford at memory speed). Distinct streams are the same sequence at a
+// pseudo-random offset in 2^32 (and xor-ed with k1), so streams of partitions up to 2^24
+// elements overlap with a probability below 1%, and an overlap only pairs the random numbers
+// of different elements: each stream is still uniform, and rounding stays unbiased.
 struct CounterRandom {
   uint32_t k0 = 0;
   uint32_t k1 = 0;
@@ -67,7 +71,7 @@ BYTECOMP_HD CounterRandom MakeCounterRandom(uint64_t seed, uint64_t key, uint64_
 }
 
 BYTECOMP_HD uint32_t RandomBits(CounterRandom r, uint32_t index) {
-  return Mix32(Mix32(index ^ r.k0) ^ r.k1);
+  return Mix32(index * 0x9e3779b9u + r.k0) ^ r.k1;
 }
 
 // Uniform in [0, 1) with 24 random bits (every value exactly representable).
@@ -150,8 +154,8 @@ BYTECOMP_HD uint32_t TernaryCode(float x, float clip, float scale, float uniform
   float magnitude = AbsFloat(x);
   magnitude = magnitude > clip ? clip : magnitude;
   const float probability = magnitude / scale;
-  const uint32_t nonzero = uniform < probability ? 1u : 0u;
-  return nonzero << SignBit(x);  // 1 = +scale, 2 = -scale
+  const uint32_t code = x < 0.0f ? 2u : 1u;  // 1 = +scale, 2 = -scale
+  return uniform < probability ? code : 0u;
 }
 
 BYTECOMP_HD float TernaryValue(uint32_t code, float scale) {
@@ -180,27 +184,27 @@ BYTECOMP_HD uint32_t NaturalExponentLow(uint32_t max_biased_exponent) {
   return top > 127u ? top - 126u : 1u;
 }
 
+// Both cases are computed and one selected, so that CPU loops vectorise.
 BYTECOMP_HD uint8_t NaturalCode(float x, uint32_t exponent_low, uint32_t random_bits) {
   const uint32_t bits = FloatBits(x);
   const uint32_t sign = (bits >> 31) << 7;
   const uint32_t abs_bits = bits & 0x7fffffffu;
   const uint32_t exponent = abs_bits >> 23;
-  uint32_t code;
-  if (exponent >= exponent_low) {
-    // Round up with probability mantissa / 2^23 == (|x| - 2^e) / 2^e: compare 23 random bits.
-    const uint32_t mantissa = abs_bits & 0x7fffffu;
-    uint32_t e = exponent + (((random_bits >> 9) < mantissa) ? 1u : 0u);
-    if (e > 254u) e = 254u;
-    code = e - exponent_low + 1u;
-  } else {
-    // Below the smallest power: 0 or 2^(exponent_low-127) with probability |x| / that power.
-    const float smallest = BitsToFloat(exponent_low << 23);
-    const float probability = BitsToFloat(abs_bits) / smallest;
-    const float uniform = UniformFromBits(random_bits);
-    code = uniform < probability ? 1u : 0u;
-  }
-  if (code == 0u) return 0u;  // +0 whatever the sign: one zero code
-  return static_cast<uint8_t>(sign | code);
+  // At or above the smallest power: round up with probability mantissa / 2^23 ==
+  // (|x| - 2^e) / 2^e, comparing 23 random bits.
+  const uint32_t mantissa = abs_bits & 0x7fffffu;
+  uint32_t e = exponent + (((random_bits >> 9) < mantissa) ? 1u : 0u);
+  e = e > 254u ? 254u : e;
+  const uint32_t code_above = e - exponent_low + 1u;  // used only when exponent >= low
+  // Below it: 0 or 2^(exponent_low-127) with probability |x| / that power, computed as
+  // |x| * 2^(127-exponent_low): the same exact quotient, so the same rounding, without a
+  // division (2^-127, for exponent_low 254, is the subnormal 0x00400000).
+  const float inverse_smallest =
+      BitsToFloat(exponent_low < 254u ? (254u - exponent_low) << 23 : 0x00400000u);
+  const float probability = BitsToFloat(abs_bits) * inverse_smallest;
+  const uint32_t code_below = UniformFromBits(random_bits) < probability ? 1u : 0u;
+  const uint32_t code = exponent >= exponent_low ? code_above : code_below;
+  return static_cast<uint8_t>(code == 0u ? 0u : (sign | code));  // one zero code: +0
 }
 
 BYTECOMP_HD float NaturalValue(uint8_t code, uint32_t exponent_low) {
@@ -235,6 +239,18 @@ BYTECOMP_HD uint32_t DitherNaturalLevel(float normalised, uint32_t s, float unif
   return static_cast<uint32_t>(j) + (uniform < fraction ? 1u : 0u);
 }
 
+// The code of one element: sign bit (1 = negative) above level_bits level bits, for
+// v = |x| * inverse_norm, inverse_norm = 1 / norm rounded once by the caller (a multiplication
+// per element; norm 0 gives 0 * inf = NaN, level 0). For norms below 2^-126 the reciprocal
+// overflows and nonzero elements take the top level.
+BYTECOMP_HD uint32_t DitherCode(float x, float inverse_norm, uint32_t s, uint32_t level_bits,
+                                bool natural_partition, float uniform) {
+  const float v = AbsFloat(x) * inverse_norm;
+  const uint32_t level =
+      natural_partition ? DitherNaturalLevel(v, s, uniform) : DitherLinearLevel(v, s, uniform);
+  return (SignBit(x) << level_bits) | level;
+}
+
 // Level value in [0, 1] (natural partition needs s <= 126, checked by the codec).
 BYTECOMP_HD float DitherLinearValue(uint32_t level, uint32_t s) {
   return static_cast<float>(level) / static_cast<float>(s);
@@ -252,60 +268,71 @@ BYTECOMP_HD float DitherNaturalValue(uint32_t level, uint32_t s) {
 // linear fraction m: value = 10^-e * (0.1 + 0.9 * (m + 1) / 2^f). The values increase with c,
 // from 1e-6 (c = 1) to 1 (c = 127); the encoder picks the nearest.
 
+// 10^-e for e in 0..6 from its binary digits: three two-way selects and two products, which
+// CPU loops vectorise (a seven-way choice becomes a table lookup that does not). The products
+// are rounded (1e-1f * 1e-2f is not 1e-3f to the last bit); encoder and decoder share them.
 BYTECOMP_HD float U8bitDecadeScale(uint32_t e) {
-  const float kScale[7] = {1.0f, 1e-1f, 1e-2f, 1e-3f, 1e-4f, 1e-5f, 1e-6f};
-  return kScale[e];
+  const float a = (e & 1u) ? 1e-1f : 1.0f;
+  const float b = (e & 2u) ? 1e-2f : 1.0f;
+  const float c = (e & 4u) ? 1e-4f : 1.0f;
+  return (a * b) * c;
 }
 
 BYTECOMP_HD float U8bitMagnitude(uint32_t c) {
   c &= 0x7fu;
-  if (c == 0u) return 0.0f;
-  uint32_t f = 6u;  // position of the indicator bit
-  while (((c >> f) & 1u) == 0u) --f;
+  // f = position of the highest set bit (the indicator), by comparisons.
+  const uint32_t f = (c >= 2u ? 1u : 0u) + (c >= 4u ? 1u : 0u) + (c >= 8u ? 1u : 0u) +
+                     (c >= 16u ? 1u : 0u) + (c >= 32u ? 1u : 0u) + (c >= 64u ? 1u : 0u);
   const uint32_t e = 6u - f;
   const uint32_t m = c & ((1u << f) - 1u);
-  const float fraction = 0.9f * (static_cast<float>(m + 1u) / static_cast<float>(1u << f));
-  return U8bitDecadeScale(e) * (0.1f + fraction);
+  // (m + 1) / 2^f, exactly, as a product with 2^-f.
+  const float fraction = 0.9f * (static_cast<float>(static_cast<int32_t>(m + 1u)) *
+                                 BitsToFloat((127u - f) << 23));
+  const float value = U8bitDecadeScale(e) * (0.1f + fraction);
+  return c == 0u ? 0.0f : value;
 }
 
-BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {  // v = |x| / max in [0, 1]
-  if (!(v > 0.0f)) return 0u;
-  if (v >= 1.0f) return 127u;
-  // Decade: e = number of thresholds 10^-(k+1), k = 0..5, that v is at or below.
-  uint32_t e = 0;
-  for (uint32_t k = 1; k < 7; ++k) e += (v <= U8bitDecadeScale(k)) ? 1u : 0u;
+// The midpoint between the magnitudes of codes c and c + 1 (c in 0..126).
+BYTECOMP_HD float U8bitMidpoint(uint32_t c) {
+  return 0.5f * (U8bitMagnitude(c) + U8bitMagnitude(c + 1u));
+}
+
+// The code of v = |x| / max in [0, 1]: by definition the number of midpoints
+// U8bitMidpoint(0..126) at or below v (so the nearest magnitude, ties to the larger), 0 for
+// v <= 0 or NaN, 127 for v >= 1. Any implementation that counts the same midpoints (the CPU
+// codec uses a table) yields the same codes.
+BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {
+  // Decade: e = number of thresholds 10^-k, k = 1..6, that v is at or below (written out:
+  // a loop here would keep CPU loops over elements from vectorising).
+  const uint32_t e = (v <= U8bitDecadeScale(1) ? 1u : 0u) + (v <= U8bitDecadeScale(2) ? 1u : 0u) +
+                     (v <= U8bitDecadeScale(3) ? 1u : 0u) + (v <= U8bitDecadeScale(4) ? 1u : 0u) +
+                     (v <= U8bitDecadeScale(5) ? 1u : 0u) + (v <= U8bitDecadeScale(6) ? 1u : 0u);
   const uint32_t f = 6u - e;
-  const float position = (v / U8bitDecadeScale(e) - 0.1f) / 0.9f * static_cast<float>(1u << f);
+  const float grid = static_cast<float>(static_cast<int32_t>(1u << f));
+  // A first guess, within one code of the count (multiplications will do: v * 10^e, 10^e
+  // exact in float, and 1/0.9); the midpoint comparisons below settle it.
+  const float ten_to_e = ((e & 1u) ? 10.0f : 1.0f) * ((e & 2u) ? 100.0f : 1.0f) *
+                         ((e & 4u) ? 10000.0f : 1.0f);
+  const float position = (v * ten_to_e - 0.1f) * (grid * (1.0f / 0.9f));
   int32_t m = static_cast<int32_t>(position + 0.5f) - 1;  // nearest of the (m + 1) grid points
-  if (m < 0) m = 0;
-  if (m > static_cast<int32_t>((1u << f) - 1u)) m = static_cast<int32_t>((1u << f) - 1u);
-  uint32_t best = (1u << f) | static_cast<uint32_t>(m);
-  // The grid is uneven across decade edges: settle between the neighbours by distance.
-  float best_error = AbsFloat(v - U8bitMagnitude(best));
-  if (best > 1u) {
-    const float err = AbsFloat(v - U8bitMagnitude(best - 1u));
-    if (err < best_error) {
-      best_error = err;
-      best = best - 1u;
-    }
-  } else {
-    const float err = v;  // code 0
-    if (err < best_error) {
-      best_error = err;
-      best = 0u;
-    }
-  }
-  if (best < 127u && best != 0u) {
-    const float err = AbsFloat(v - U8bitMagnitude(best + 1u));
-    if (err < best_error) best = best + 1u;
-  }
-  return best;
+  const int32_t top = static_cast<int32_t>(1u << f) - 1;
+  m = m < 0 ? 0 : m;
+  m = m > top ? top : m;
+  uint32_t c = (1u << f) | static_cast<uint32_t>(m);  // 1..127
+  // Arithmetic on the comparison results rather than selects: GCC's jump threading turns
+  // chains of selects here into branches that keep the element loop from vectorising.
+  c -= static_cast<uint32_t>(v < U8bitMidpoint(c - 1u));
+  c += static_cast<uint32_t>(c < 127u) * static_cast<uint32_t>(v >= U8bitMidpoint(c));
+  c |= 127u * static_cast<uint32_t>(v >= 1.0f);
+  return c * static_cast<uint32_t>(v > 0.0f);
 }
 
+// v = |x| * (1 / max_abs), the reciprocal rounded once (a multiplication per element, not a
+// division). max_abs == 0 (an all-zero tensor) gives 0 * inf = NaN, which codes as 0.
 BYTECOMP_HD uint8_t U8bitCode(float x, float max_abs) {
-  if (!(max_abs > 0.0f)) return 0u;
-  const uint32_t c = U8bitNearestMagnitudeCode(AbsFloat(x) / max_abs);
-  return static_cast<uint8_t>(c == 0u ? 0u : ((SignBit(x) << 7) | c));
+  const uint32_t c = U8bitNearestMagnitudeCode(AbsFloat(x) * (1.0f / max_abs));
+  const uint32_t negative = static_cast<uint32_t>(x < 0.0f) * static_cast<uint32_t>(c != 0u);
+  return static_cast<uint8_t>((negative << 7) | c);
 }
 
 BYTECOMP_HD float U8bitValue(uint8_t code, float max_abs) {
