@@ -14,6 +14,7 @@
 //                          [--codecs=fp16,onebit,topk,...] [--pin]
 // Codecs not (yet) in the registry are skipped with a note. Medians over --reps runs.
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +42,14 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// CPU time of the calling thread: unlike wall time, other processes on the machine barely
+// change it, so it is the robust per-byte cost for the planner on a shared machine.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double Median(std::vector<double> v) {
@@ -203,16 +212,20 @@ int main(int argc, char** argv) {
   for (float& x : data) x = normal(rng);
   std::vector<float> copy(elements), decoded(elements);
 
-  std::vector<double> memcpy_s;
+  std::vector<double> memcpy_s, memcpy_cpu;
   for (int r = 0; r < opt.reps; ++r) {
     const auto t0 = Clock::now();
+    const double c0 = ThreadCpuSeconds();
     std::memcpy(copy.data(), data.data(), elements * sizeof(float));
     memcpy_s.push_back(Seconds(t0, Clock::now()));
+    memcpy_cpu.push_back(ThreadCpuSeconds() - c0);
   }
   const double memcpy_gbs = gb / Median(memcpy_s);
   std::printf("tensor %zu MiB fp32 in %zu chunks of %zu KiB; medians of %d runs%s\n", opt.mib,
               chunks.size(), opt.chunk_kib, opt.reps, opt.pin ? "; pinned" : "");
-  std::printf("memcpy (reference): %.2f GB/s\n", memcpy_gbs);
+  const double memcpy_cpu_gbs = gb / Median(memcpy_cpu);
+  std::printf("memcpy (reference): %.2f GB/s wall, %.2f GB per CPU-second\n", memcpy_gbs,
+              memcpy_cpu_gbs);
   // Other processes compete for the cores: the figures mean little when this exceeds ~1.
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     char line[128] = {};
@@ -237,6 +250,7 @@ int main(int argc, char** argv) {
   struct StepFigures {
     std::string codec;
     double compute, encode, inline_step, offload_step;
+    double encode_cpu_gbs, decode_cpu_gbs;  // GB of fp32 input per CPU-second, one thread
   };
   std::vector<StepFigures> steps;
   for (const std::string& name : opt.codecs) {
@@ -249,11 +263,12 @@ int main(int argc, char** argv) {
     ChunkCodecs& codecs = *made;
     uint64_t round = 0;
     // Inline encode (also keeps the bytes for the decode runs) and inline decode.
-    std::vector<double> enc_inline, dec_inline;
+    std::vector<double> enc_inline, dec_inline, enc_cpu, dec_cpu;
     size_t encoded_bytes = 0;
     for (int r = 0; r < opt.reps; ++r, ++round) {
       encoded_bytes = 0;
       const auto t0 = Clock::now();
+      const double c0 = ThreadCpuSeconds();
       for (const ChunkInfo& chunk : chunks) {
         auto& out = codecs.encoded[chunk.index];
         out.resize(codecs.encoders[chunk.index]->MaxEncodedBytes(chunk.elements));
@@ -268,10 +283,12 @@ int main(int argc, char** argv) {
         encoded_bytes += *n;
       }
       enc_inline.push_back(Seconds(t0, Clock::now()));
+      enc_cpu.push_back(ThreadCpuSeconds() - c0);
     }
     const uint64_t decode_round = round - 1;  // the bytes kept are from the last round
     for (int r = 0; r < opt.reps; ++r) {
       const auto t0 = Clock::now();
+      const double c0 = ThreadCpuSeconds();
       for (const ChunkInfo& chunk : chunks) {
         auto s = codecs.decoders[chunk.index]->Decode(
             codecs.encoded[chunk.index], ContextOf(chunk, decode_round),
@@ -279,6 +296,7 @@ int main(int argc, char** argv) {
         if (!s.ok()) return 1;
       }
       dec_inline.push_back(Seconds(t0, Clock::now()));
+      dec_cpu.push_back(ThreadCpuSeconds() - c0);
     }
     double enc_pool[3] = {0, 0, 0}, dec_pool[3] = {0, 0, 0};
     for (size_t threads : {1u, 2u}) {
@@ -351,9 +369,17 @@ int main(int argc, char** argv) {
       ++round;
       offload_step.push_back(Seconds(t0, Clock::now()));
     }
-    steps.push_back({name, Median(compute_alone), ei, Median(inline_step), Median(offload_step)});
+    steps.push_back({name, Median(compute_alone), ei, Median(inline_step), Median(offload_step),
+                     gb / Median(enc_cpu), gb / Median(dec_cpu)});
   }
 
+  std::printf("\nper-byte CPU cost, one thread (thread CPU time; robust to other load)\n");
+  std::printf("%-10s %18s %18s %14s\n", "codec", "encode GB/cpu-s", "decode GB/cpu-s",
+              "enc x memcpy");
+  for (const StepFigures& s : steps) {
+    std::printf("%-10s %18.2f %18.2f %14.3f\n", s.codec.c_str(), s.encode_cpu_gbs,
+                s.decode_cpu_gbs, s.encode_cpu_gbs / memcpy_cpu_gbs);
+  }
   std::printf("\ntraining step = compute (calibrated to ~ inline encode time) + compress the tensor\n");
   std::printf("%-10s %10s %10s %12s %12s %9s %14s\n", "codec", "compute ms", "encode ms",
               "inline ms", "offload ms", "speed-up", "offload/ideal");

@@ -16,7 +16,8 @@
 //              decoded: max * table value. Size: 4 + n.
 //   dithering  u32 n, f32 norm (max |x| or L2 norm), then n codes of b = ceil(log2(k + 1)) + 1
 //              bits, level below a sign bit; level j stands for j/k (linear) or 2^(j-k)
-//              (natural; 0 for j = 0). Size: 8 + ceil(n*b/8).
+//              (natural; 0 for j = 0) of the norm; the level of |x| * (1/norm) is drawn
+//              (elementwise.h DitherCode). Size: 8 + ceil(n*b/8).
 // Decode rejects a wrong size, non-finite or negative header values, out-of-range codes and
 // non-zero padding bits.
 //
@@ -27,10 +28,13 @@
 // GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
 // no-trapping-math (results unchanged) lets it if-convert selects around divisions.
 #pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -92,13 +96,30 @@ __attribute__((target_clones("avx2", "default"))) uint32_t MaxCodeLevel(const ui
 // ------------------------------------------------------------------------------------------
 // qsgd
 
-__attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket(
+template <typename Code>
+__attribute__((always_inline)) inline void QsgdEncodeBucketBody(
+    const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, Code* __restrict codes) {
+  // 32-bit counters (n < 2^32 is checked): a 64-bit induction variable narrowed per element
+  // costs the vector loop a third of its instructions.
+  const uint32_t count = static_cast<uint32_t>(len);
+  for (uint32_t i = 0; i < count; ++i) {
+    const float u = UniformFloat(random, first_index + i);
+    codes[i] = static_cast<Code>(QsgdCode(x[i], norm, quantum_num, level_bits, u));
+  }
+}
+
+// 8-bit codes (quantum_num 64..127, the default) go straight to the payload.
+__attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket8(
+    const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint8_t* __restrict codes) {
+  QsgdEncodeBucketBody(x, len, norm, quantum_num, level_bits, random, first_index, codes);
+}
+
+__attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket16(
     const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
     CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
-  for (size_t i = 0; i < len; ++i) {
-    const float u = UniformFloat(random, first_index + static_cast<uint32_t>(i));
-    codes[i] = static_cast<uint16_t>(QsgdCode(x[i], norm, quantum_num, level_bits, u));
-  }
+  QsgdEncodeBucketBody(x, len, norm, quantum_num, level_bits, random, first_index, codes);
 }
 
 __attribute__((target_clones("avx2", "default"))) void QsgdDecodeBucket(
@@ -126,22 +147,33 @@ class QsgdCodec final : public Codec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     const size_t bytes = MaxEncodedBytes(n);
-    uint32_t max_bits = 0;
-    if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
-    codes_.resize(n);
+    if (auto s = OutputFits(name(), out.size(), bytes); !s.ok()) return s;
+    if (auto s = codec_checks::InputSizeSupported(name(), n); !s.ok()) return s;
     const CounterRandom random = StreamOf(ctx);
     const size_t buckets = Buckets(n);
     PutU32(out.data(), static_cast<uint32_t>(n));
     uint8_t* const norms = out.data() + 4;
+    uint8_t* const packed = norms + 4 * buckets;
+    const bool byte_codes = level_bits_ + 1 == 8;
+    if (!byte_codes) codes_.resize(n);
     for (size_t b = 0; b < buckets; ++b) {
       const size_t begin = b * bucket_;
       const size_t len = std::min(bucket_, n - begin);
-      const float norm = NormToFloat(SumOfSquares(input.data() + begin, len));
+      // The bucket's sum of squares doubles as the finite check: it is NaN or Inf exactly
+      // when an element is (finite floats squared cannot overflow a double sum).
+      const double sum_of_squares = SumOfSquares(input.data() + begin, len);
+      if (!std::isfinite(sum_of_squares)) return NonFiniteError(input, InputWhat(name()));
+      const float norm = NormToFloat(sum_of_squares);
       PutF32(norms + 4 * b, norm);
-      QsgdEncodeBucket(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
-                       static_cast<uint32_t>(begin), codes_.data() + begin);
+      if (byte_codes) {
+        QsgdEncodeBucket8(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
+                          static_cast<uint32_t>(begin), packed + begin);
+      } else {
+        QsgdEncodeBucket16(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
+                           static_cast<uint32_t>(begin), codes_.data() + begin);
+      }
     }
-    PackCodes(codes_.data(), n, level_bits_ + 1, norms + 4 * buckets);
+    if (!byte_codes) PackCodes(codes_.data(), n, level_bits_ + 1, packed);
     return bytes;
   }
 
@@ -188,14 +220,26 @@ class QsgdCodec final : public Codec {
 // ------------------------------------------------------------------------------------------
 // terngrad
 
+// Four elements per output byte (PackTernary4's layout).
 __attribute__((target_clones("avx2", "default"))) void TernEncode(const float* __restrict x,
                                                                   size_t n, float clip,
                                                                   float scale,
                                                                   CounterRandom random,
-                                                                  uint16_t* __restrict codes) {
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t index = static_cast<uint32_t>(i);
-    codes[i] = static_cast<uint16_t>(TernaryCode(x[i], clip, scale, UniformFloat(random, index)));
+                                                                  uint8_t* __restrict out) {
+  const uint32_t groups = static_cast<uint32_t>(n / 4);  // 32-bit counters: see qsgd
+  for (uint32_t g = 0; g < groups; ++g) {
+    const uint32_t i = 4 * g;
+    out[g] = PackTernary4(TernaryCode(x[i], clip, scale, UniformFloat(random, i)),
+                          TernaryCode(x[i + 1], clip, scale, UniformFloat(random, i + 1)),
+                          TernaryCode(x[i + 2], clip, scale, UniformFloat(random, i + 2)),
+                          TernaryCode(x[i + 3], clip, scale, UniformFloat(random, i + 3)));
+  }
+  if (n % 4 != 0) {
+    uint32_t c[4] = {0, 0, 0, 0};
+    for (size_t i = groups * 4; i < n; ++i) {
+      c[i % 4] = TernaryCode(x[i], clip, scale, UniformFloat(random, static_cast<uint32_t>(i)));
+    }
+    out[groups] = PackTernary4(c[0], c[1], c[2], c[3]);
   }
 }
 
@@ -230,17 +274,16 @@ class TernGradCodec final : public Codec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     const size_t bytes = MaxEncodedBytes(n);
-    uint32_t max_bits = 0;
-    if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
-    const double rms = n == 0 ? 0.0 : std::sqrt(SumOfSquares(input.data(), n) / n);
+    if (auto s = OutputFits(name(), out.size(), bytes); !s.ok()) return s;
+    if (auto s = codec_checks::InputSizeSupported(name(), n); !s.ok()) return s;
+    const SquaresAndMax stats = SumOfSquaresAndMaxAbs(input.data(), n);
+    if (!IsFiniteBits(stats.max_abs_bits)) return NonFiniteError(input, InputWhat(name()));
+    const double rms = n == 0 ? 0.0 : std::sqrt(stats.sum_of_squares / n);
     const float clip = static_cast<float>(std::min(2.5 * rms, static_cast<double>(FLT_MAX)));
-    const float scale = std::min(BitsToFloat(max_bits), clip);
+    const float scale = std::min(BitsToFloat(stats.max_abs_bits), clip);
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutF32(out.data() + 4, scale);
-    codes_.resize(n);
-    TernEncode(input.data(), n, clip, scale, StreamOf(ctx), codes_.data());
-    // 2-bit codes, 4 per byte: the layout of PackTernary4 (elementwise.h).
-    PackCodes(codes_.data(), n, 2, out.data() + 8);
+    TernEncode(input.data(), n, clip, scale, StreamOf(ctx), out.data() + 8);
     return bytes;
   }
 
@@ -275,8 +318,9 @@ __attribute__((target_clones("avx2", "default"))) void NaturalEncode(const float
                                                                      uint32_t exponent_low,
                                                                      CounterRandom random,
                                                                      uint8_t* __restrict out) {
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = NaturalCode(x[i], exponent_low, RandomBits(random, static_cast<uint32_t>(i)));
+  const uint32_t count = static_cast<uint32_t>(n);  // 32-bit counters: see qsgd
+  for (uint32_t i = 0; i < count; ++i) {
+    out[i] = NaturalCode(x[i], exponent_low, RandomBits(random, i));
   }
 }
 
@@ -347,10 +391,97 @@ class NaturalCodec final : public Codec {
 // ------------------------------------------------------------------------------------------
 // u8bit
 
-__attribute__((target_clones("avx2", "default"))) void U8bitEncode(const float* __restrict x,
-                                                                   size_t n, float max_abs,
-                                                                   uint8_t* __restrict out) {
-  for (size_t i = 0; i < n; ++i) out[i] = U8bitCode(x[i], max_abs);
+// U8bitNearestMagnitudeCode (elementwise.h) is defined as the number of midpoints at or below
+// v. Here it is counted with one table over blocks of 2^16 float bit patterns in [0, 1]
+// (relative width 2^-7, narrower than any gap between midpoints, so a block holds at most one
+// midpoint; the unit test checks the codec against the definition). Entry: the count at the
+// block's first value (bits 0-7) and the low 16 bits of the block's midpoint, if one lies
+// strictly inside it, else 0x10000 (bits 8-24). Positive floats order like their bits, so
+// v passes that midpoint iff its low 16 bits are at least the stored ones: one table read
+// (one AVX2 gather) per element.
+struct U8bitTables {
+  static constexpr uint32_t kBlocks = (0x3f800000u >> 16) + 1;  // blocks up to v = 1.0
+  static constexpr uint32_t kNoMidpoint = 0x10000u;
+  int32_t block_entry[kBlocks];
+
+  U8bitTables() {
+    float midpoint[127];
+    for (uint32_t c = 0; c < 127; ++c) midpoint[c] = U8bitMidpoint(c);
+    uint32_t count = 0;
+    for (uint32_t block = 0; block < kBlocks; ++block) {
+      const uint32_t first_bits = block << 16;
+      while (count < 127 && FloatBits(midpoint[count]) <= first_bits) ++count;
+      uint32_t inside = kNoMidpoint;
+      if (count < 127 && (FloatBits(midpoint[count]) >> 16) == block) {
+        inside = FloatBits(midpoint[count]) & 0xffffu;  // > 0: the one at the start is counted
+      }
+      block_entry[block] = static_cast<int32_t>(count | (inside << 8));
+    }
+  }
+};
+
+const U8bitTables& GetU8bitTables() {
+  static const U8bitTables* const tables = new U8bitTables();
+  return *tables;
+}
+
+uint8_t U8bitCodeByTables(float x, float inverse_max, const U8bitTables& tables) {
+  constexpr uint32_t kLastBlock = U8bitTables::kBlocks - 1;
+  const float v = AbsFloat(x) * inverse_max;  // NaN or inf * 0 for max_abs == 0: code 0
+  const uint32_t bits = FloatBits(v);
+  uint32_t block = bits >> 16;
+  block = block < kLastBlock ? block : kLastBlock;
+  const uint32_t entry = static_cast<uint32_t>(tables.block_entry[block]);
+  uint32_t c = (entry & 0xffu) + static_cast<uint32_t>((bits & 0xffffu) >= (entry >> 8));
+  c |= 127u * static_cast<uint32_t>(v >= 1.0f);
+  c *= static_cast<uint32_t>(v > 0.0f);
+  const uint32_t negative = static_cast<uint32_t>(x < 0.0f) * static_cast<uint32_t>(c != 0u);
+  return static_cast<uint8_t>((negative << 7) | c);
+}
+
+// The same per element, 8 at a time with an AVX2 gather for the table read.
+__attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
+                                                      float inverse_max,
+                                                      const U8bitTables& tables, uint8_t* out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 inv = _mm256_set1_ps(inverse_max);
+  const __m256i last_block = _mm256_set1_epi32(static_cast<int>(U8bitTables::kBlocks - 1));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256i c127 = _mm256_set1_epi32(127);
+  const __m256i low8 = _mm256_set1_epi32(0xff);
+  const __m256i low16 = _mm256_set1_epi32(0xffff);
+  const __m256i c1 = _mm256_set1_epi32(1);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    const __m256 v = _mm256_mul_ps(_mm256_and_ps(xv, abs_mask), inv);
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i block = _mm256_min_epu32(_mm256_srli_epi32(bits, 16), last_block);
+    const __m256i entry = _mm256_i32gather_epi32(tables.block_entry, block, 4);
+    // (bits & 0xffff) >= (entry >> 8), both < 2^17: a signed compare is exact.
+    const __m256i passed = _mm256_cmpgt_epi32(_mm256_srli_epi32(entry, 8),
+                                              _mm256_and_si256(bits, low16));  // not passed
+    __m256i c = _mm256_add_epi32(_mm256_and_si256(entry, low8), _mm256_andnot_si256(passed, c1));
+    c = _mm256_or_si256(c, _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, one, _CMP_GE_OQ)), c127));
+    c = _mm256_and_si256(c, _mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_GT_OQ)));
+    const __m256i negative = _mm256_andnot_si256(
+        _mm256_cmpeq_epi32(c, _mm256_setzero_si256()),
+        _mm256_castps_si256(_mm256_cmp_ps(xv, zero, _CMP_LT_OQ)));
+    c = _mm256_or_si256(c, _mm256_and_si256(negative, _mm256_set1_epi32(0x80)));
+    // 8 x int32 (each < 256) -> 8 bytes.
+    const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(words, words));
+  }
+  return i;
+}
+
+void U8bitEncode(const float* x, size_t n, float max_abs, const U8bitTables& tables,
+                 uint8_t* out) {
+  static const bool have_avx2 = __builtin_cpu_supports("avx2");
+  const float inverse_max = 1.0f / max_abs;
+  const size_t done = have_avx2 ? U8bitEncodeAvx2(x, n, inverse_max, tables, out) : 0;
+  for (size_t i = done; i < n; ++i) out[i] = U8bitCodeByTables(x[i], inverse_max, tables);
 }
 
 class U8bitCodec final : public Codec {
@@ -366,7 +497,7 @@ class U8bitCodec final : public Codec {
     if (auto s = CheckEncode(name(), input, out, 4 + n, &max_bits); !s.ok()) return s;
     const float max_abs = BitsToFloat(max_bits);
     PutF32(out.data(), max_abs);
-    U8bitEncode(input.data(), n, max_abs, out.data() + 4);
+    U8bitEncode(input.data(), n, max_abs, GetU8bitTables(), out.data() + 4);
     return 4 + n;
   }
 
@@ -392,24 +523,30 @@ class U8bitCodec final : public Codec {
 // ------------------------------------------------------------------------------------------
 // dithering
 
-__attribute__((target_clones("avx2", "default"))) void DitherEncodeLinear(
-    const float* __restrict x, size_t n, float norm, uint32_t s, uint32_t level_bits,
-    CounterRandom random, uint16_t* __restrict codes) {
-  for (size_t i = 0; i < n; ++i) {
-    const float u = UniformFloat(random, static_cast<uint32_t>(i));
-    const uint32_t level = DitherLinearLevel(AbsFloat(x[i]) / norm, s, u);
-    codes[i] = static_cast<uint16_t>((SignBit(x[i]) << level_bits) | level);
+template <bool kNatural>
+__attribute__((always_inline)) inline void DitherEncodeBody(const float* __restrict x, size_t n,
+                                                            float inverse_norm, uint32_t s,
+                                                            uint32_t level_bits,
+                                                            CounterRandom random,
+                                                            uint32_t first_index,
+                                                            uint16_t* __restrict codes) {
+  const uint32_t count = static_cast<uint32_t>(n);  // 32-bit counters: see qsgd
+  for (uint32_t i = 0; i < count; ++i) {
+    codes[i] = static_cast<uint16_t>(DitherCode(x[i], inverse_norm, s, level_bits, kNatural,
+                                                UniformFloat(random, first_index + i)));
   }
 }
 
+__attribute__((target_clones("avx2", "default"))) void DitherEncodeLinear(
+    const float* __restrict x, size_t n, float inverse_norm, uint32_t s, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+  DitherEncodeBody<false>(x, n, inverse_norm, s, level_bits, random, first_index, codes);
+}
+
 __attribute__((target_clones("avx2", "default"))) void DitherEncodeNatural(
-    const float* __restrict x, size_t n, float norm, uint32_t s, uint32_t level_bits,
-    CounterRandom random, uint16_t* __restrict codes) {
-  for (size_t i = 0; i < n; ++i) {
-    const float u = UniformFloat(random, static_cast<uint32_t>(i));
-    const uint32_t level = DitherNaturalLevel(AbsFloat(x[i]) / norm, s, u);
-    codes[i] = static_cast<uint16_t>((SignBit(x[i]) << level_bits) | level);
-  }
+    const float* __restrict x, size_t n, float inverse_norm, uint32_t s, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+  DitherEncodeBody<true>(x, n, inverse_norm, s, level_bits, random, first_index, codes);
 }
 
 class DitheringCodec final : public Codec {
@@ -436,21 +573,39 @@ class DitheringCodec final : public Codec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     const size_t bytes = MaxEncodedBytes(n);
-    uint32_t max_bits = 0;
-    if (auto s = CheckEncode(name(), input, out, bytes, &max_bits); !s.ok()) return s;
-    const float norm =
-        l2_ ? NormToFloat(SumOfSquares(input.data(), n)) : BitsToFloat(max_bits);
+    if (auto s = OutputFits(name(), out.size(), bytes); !s.ok()) return s;
+    if (auto s = codec_checks::InputSizeSupported(name(), n); !s.ok()) return s;
+    float norm = 0.0f;
+    if (l2_) {
+      const double sum_of_squares = SumOfSquares(input.data(), n);  // NaN/Inf iff x has one
+      if (!std::isfinite(sum_of_squares)) return NonFiniteError(input, InputWhat(name()));
+      norm = NormToFloat(sum_of_squares);
+    } else {
+      const uint32_t max_bits = MaxAbsBits(input.data(), n);
+      if (!IsFiniteBits(max_bits)) return NonFiniteError(input, InputWhat(name()));
+      norm = BitsToFloat(max_bits);
+    }
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutF32(out.data() + 4, norm);
-    codes_.resize(n);
-    if (natural_) {
-      DitherEncodeNatural(input.data(), n, norm, levels_, level_bits_, StreamOf(ctx),
-                          codes_.data());
-    } else {
-      DitherEncodeLinear(input.data(), n, norm, levels_, level_bits_, StreamOf(ctx),
-                         codes_.data());
+    const float inverse_norm = 1.0f / norm;
+    const CounterRandom random = StreamOf(ctx);
+    // Blocks of codes that stay in L1 between computing and packing them; a multiple of 8
+    // elements, so every block but the last starts on a byte.
+    constexpr size_t kBlock = 2048;
+    codes_.resize(std::min(n, kBlock));
+    for (size_t begin = 0; begin < n; begin += kBlock) {
+      const size_t len = std::min(kBlock, n - begin);
+      const uint32_t first = static_cast<uint32_t>(begin);
+      if (natural_) {
+        DitherEncodeNatural(input.data() + begin, len, inverse_norm, levels_, level_bits_,
+                            random, first, codes_.data());
+      } else {
+        DitherEncodeLinear(input.data() + begin, len, inverse_norm, levels_, level_bits_,
+                           random, first, codes_.data());
+      }
+      PackCodes(codes_.data(), len, level_bits_ + 1,
+                out.data() + 8 + begin * (level_bits_ + 1) / 8);
     }
-    PackCodes(codes_.data(), n, level_bits_ + 1, out.data() + 8);
     return bytes;
   }
 

@@ -11,15 +11,43 @@
 namespace bytecomp::compress {
 namespace {
 
-// 8 codes of up to 8 bits -> `bits` bytes through one 64-bit word.
-__attribute__((target_clones("avx2", "default"))) void PackGroups8(const uint16_t* codes,
-                                                                   size_t groups, uint32_t bits,
-                                                                   uint8_t* out) {
+// 8 codes of kBits <= 8 bits -> kBits bytes through one 64-bit word; constant shifts.
+template <uint32_t kBits>
+__attribute__((always_inline)) inline void PackGroups8Body(const uint16_t* __restrict codes,
+                                                           size_t groups,
+                                                           uint8_t* __restrict out) {
   for (size_t g = 0; g < groups; ++g) {
     const uint16_t* c = codes + 8 * g;
     uint64_t word = 0;
-    for (uint32_t j = 0; j < 8; ++j) word |= static_cast<uint64_t>(c[j]) << (j * bits);
-    std::memcpy(out + g * bits, &word, bits);
+    for (uint32_t j = 0; j < 8; ++j) word |= static_cast<uint64_t>(c[j]) << (j * kBits);
+    std::memcpy(out + g * kBits, &word, kBits);
+  }
+}
+
+template <uint32_t kBits>
+__attribute__((always_inline)) inline void UnpackGroups8Body(const uint8_t* __restrict in,
+                                                             size_t groups,
+                                                             uint16_t* __restrict codes) {
+  constexpr uint64_t kMask = (uint64_t{1} << kBits) - 1;
+  for (size_t g = 0; g < groups; ++g) {
+    uint64_t word = 0;
+    std::memcpy(&word, in + g * kBits, kBits);
+    uint16_t* c = codes + 8 * g;
+    for (uint32_t j = 0; j < 8; ++j) c[j] = static_cast<uint16_t>((word >> (j * kBits)) & kMask);
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void PackGroups8(const uint16_t* codes,
+                                                                   size_t groups, uint32_t bits,
+                                                                   uint8_t* out) {
+  switch (bits) {
+    case 1: PackGroups8Body<1>(codes, groups, out); return;
+    case 2: PackGroups8Body<2>(codes, groups, out); return;
+    case 3: PackGroups8Body<3>(codes, groups, out); return;
+    case 4: PackGroups8Body<4>(codes, groups, out); return;
+    case 5: PackGroups8Body<5>(codes, groups, out); return;
+    case 6: PackGroups8Body<6>(codes, groups, out); return;
+    default: PackGroups8Body<7>(codes, groups, out); return;
   }
 }
 
@@ -27,12 +55,14 @@ __attribute__((target_clones("avx2", "default"))) void UnpackGroups8(const uint8
                                                                      size_t groups,
                                                                      uint32_t bits,
                                                                      uint16_t* codes) {
-  const uint64_t mask = (1ull << bits) - 1;
-  for (size_t g = 0; g < groups; ++g) {
-    uint64_t word = 0;
-    std::memcpy(&word, in + g * bits, bits);
-    uint16_t* c = codes + 8 * g;
-    for (uint32_t j = 0; j < 8; ++j) c[j] = static_cast<uint16_t>((word >> (j * bits)) & mask);
+  switch (bits) {
+    case 1: UnpackGroups8Body<1>(in, groups, codes); return;
+    case 2: UnpackGroups8Body<2>(in, groups, codes); return;
+    case 3: UnpackGroups8Body<3>(in, groups, codes); return;
+    case 4: UnpackGroups8Body<4>(in, groups, codes); return;
+    case 5: UnpackGroups8Body<5>(in, groups, codes); return;
+    case 6: UnpackGroups8Body<6>(in, groups, codes); return;
+    default: UnpackGroups8Body<7>(in, groups, codes); return;
   }
 }
 

@@ -82,34 +82,54 @@ SignSums SumScalar(const float* x, size_t n) {
   return s;
 }
 
-__attribute__((target("avx2"))) SignSums SumAvx2(const float* x, size_t n) {
+__attribute__((target("avx2"))) SignSums PackWithSumsAvx2(const float* x, size_t n,
+                                                         uint8_t* out, size_t* done) {
   __m256d pos0 = _mm256_setzero_pd(), pos1 = _mm256_setzero_pd();
   __m256d neg0 = _mm256_setzero_pd(), neg1 = _mm256_setzero_pd();
   const __m256 zero = _mm256_setzero_ps();
   size_t count = 0;
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 is_neg = _mm256_cmp_ps(v, zero, _CMP_LT_OQ);
-    count += static_cast<size_t>(__builtin_popcount(_mm256_movemask_ps(is_neg)));
-    const __m256 neg = _mm256_and_ps(v, is_neg);
-    const __m256 pos = _mm256_andnot_ps(is_neg, v);
-    pos0 = _mm256_add_pd(pos0, _mm256_cvtps_pd(_mm256_castps256_ps128(pos)));
-    pos1 = _mm256_add_pd(pos1, _mm256_cvtps_pd(_mm256_extractf128_ps(pos, 1)));
-    neg0 = _mm256_add_pd(neg0, _mm256_cvtps_pd(_mm256_castps256_ps128(neg)));
-    neg1 = _mm256_add_pd(neg1, _mm256_cvtps_pd(_mm256_extractf128_ps(neg, 1)));
+  for (; i + 32 <= n; i += 32) {
+    uint32_t word = 0;
+    for (int part = 0; part < 4; ++part) {
+      const __m256 v = _mm256_loadu_ps(x + i + 8 * part);
+      const __m256 is_neg = _mm256_cmp_ps(v, zero, _CMP_LT_OQ);
+      const uint32_t mask = static_cast<uint32_t>(_mm256_movemask_ps(is_neg));
+      word |= mask << (8 * part);
+      count += static_cast<size_t>(__builtin_popcount(mask));
+      const __m256 neg = _mm256_and_ps(v, is_neg);
+      const __m256 pos = _mm256_andnot_ps(is_neg, v);
+      pos0 = _mm256_add_pd(pos0, _mm256_cvtps_pd(_mm256_castps256_ps128(pos)));
+      pos1 = _mm256_add_pd(pos1, _mm256_cvtps_pd(_mm256_extractf128_ps(pos, 1)));
+      neg0 = _mm256_add_pd(neg0, _mm256_cvtps_pd(_mm256_castps256_ps128(neg)));
+      neg1 = _mm256_add_pd(neg1, _mm256_cvtps_pd(_mm256_extractf128_ps(neg, 1)));
+    }
+    __builtin_memcpy(out + i / 8, &word, 4);
   }
   alignas(32) double p[4], q[4];
   _mm256_store_pd(p, _mm256_add_pd(pos0, pos1));
   _mm256_store_pd(q, _mm256_add_pd(neg0, neg1));
-  SignSums tail = SumScalar(x + i, n - i);
-  tail.non_negative += (p[0] + p[1]) + (p[2] + p[3]);
-  tail.negative += (q[0] + q[1]) + (q[2] + q[3]);
-  tail.negative_count += count;
-  return tail;
+  SignSums s;
+  s.non_negative = (p[0] + p[1]) + (p[2] + p[3]);
+  s.negative = (q[0] + q[1]) + (q[2] + q[3]);
+  s.negative_count = count;
+  *done = i;
+  return s;
 }
 
 }  // namespace
+
+SignSums PackSignBitsWithSums(const float* x, size_t n, uint8_t* out) {
+  size_t done = 0;
+  SignSums sums;
+  if (HaveAvx2()) sums = PackWithSumsAvx2(x, n, out, &done);
+  PackScalar(x, done, n, out);
+  const SignSums tail = SumScalar(x + done, n - done);
+  sums.non_negative += tail.non_negative;
+  sums.negative += tail.negative;
+  sums.negative_count += tail.negative_count;
+  return sums;
+}
 
 void PackSignBits(const float* x, size_t n, uint8_t* out) {
   const size_t done = HaveAvx2() ? PackAvx2(x, n, out) : 0;
@@ -133,10 +153,6 @@ void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear,
 bool SignPaddingIsZero(const uint8_t* bits, size_t n) {
   if (n % 8 == 0) return true;
   return (bits[n / 8] >> (n % 8)) == 0;
-}
-
-SignSums SumBySign(const float* x, size_t n) {
-  return HaveAvx2() ? SumAvx2(x, n) : SumScalar(x, n);
 }
 
 }  // namespace bytecomp::compress

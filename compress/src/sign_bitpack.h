@@ -30,6 +30,8 @@ struct SignSums {
   double negative = 0.0;      // sum of x < 0 (<= 0)
   size_t negative_count = 0;
 };
-SignSums SumBySign(const float* x, size_t n);
+// PackSignBits plus the sums, in one pass over x (the sign bits do not depend on the sums, so
+// efsignsgd and onebit read their input once).
+SignSums PackSignBitsWithSums(const float* x, size_t n, uint8_t* out);
 
 }  // namespace bytecomp::compress

@@ -159,12 +159,11 @@ class EfSignSgdCodec final : public Codec {
     const size_t n = input.size();
     const size_t bytes = 8 + SignBytes(n);
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
-    const SignSums sums = SumBySign(input.data(), n);
+    const SignSums sums = PackSignBitsWithSums(input.data(), n, out.data() + 8);
     const float scale =
         n == 0 ? 0.0f : static_cast<float>((sums.non_negative - sums.negative) / n);
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutF32(out.data() + 4, scale);
-    PackSignBits(input.data(), n, out.data() + 8);
     return bytes;
   }
 
@@ -211,8 +210,10 @@ class OnebitCodec final : public Codec {
     const size_t bytes = 12 + SignBytes(n);
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
     float clear_value = 1.0f, set_value = -1.0f;
-    if (scaling_ != OnebitScaling::kNone) {
-      const SignSums sums = SumBySign(input.data(), n);
+    if (scaling_ == OnebitScaling::kNone) {
+      PackSignBits(input.data(), n, out.data() + 12);
+    } else {
+      const SignSums sums = PackSignBitsWithSums(input.data(), n, out.data() + 12);
       if (scaling_ == OnebitScaling::kMeans) {
         const size_t non_negative_count = n - sums.negative_count;
         clear_value = non_negative_count == 0
@@ -229,7 +230,6 @@ class OnebitCodec final : public Codec {
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutF32(out.data() + 4, clear_value);
     PutF32(out.data() + 8, set_value);
-    PackSignBits(input.data(), n, out.data() + 12);
     return bytes;
   }
 

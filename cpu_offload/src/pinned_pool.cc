@@ -26,6 +26,13 @@ struct PinnedPoolState {
   mutable std::mutex mutex;
   std::map<size_t, std::vector<std::pair<uint8_t*, PinnedMemoryKind>>> free_blocks;  // by class
   PinnedPoolStats stats;
+  struct Parked {
+    size_t bytes;
+    std::function<void(absl::StatusOr<PinnedBuffer>)> on_ready;
+  };
+  std::deque<Parked> parked;  // AcquireOrPark requests, oldest first
+  // Acquire for parked requests, set by the pool (it needs the pool's allocation code).
+  std::function<absl::StatusOr<PinnedBuffer>(size_t)> acquire_locked;
 
   // Called with mutex held.
   void FreeToSystem(uint8_t* data, size_t capacity, PinnedMemoryKind block_kind) {
@@ -117,15 +124,24 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
 
 void PinnedBuffer::Reset() {
   if (data_ == nullptr) return;
+  std::shared_ptr<internal::PinnedPoolState> state = std::move(state_);
+  // Parked requests that fit now, served oldest first; their callbacks run outside the lock.
+  std::vector<std::pair<std::function<void(absl::StatusOr<PinnedBuffer>)>, PinnedBuffer>> ready;
   {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->stats.in_use_bytes -= capacity_;
-    state_->free_blocks[capacity_].emplace_back(data_, kind_);
-    state_->stats.cached_bytes += capacity_;
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->stats.in_use_bytes -= capacity_;
+    state->free_blocks[capacity_].emplace_back(data_, kind_);
+    state->stats.cached_bytes += capacity_;
+    while (!state->parked.empty() && state->acquire_locked) {
+      absl::StatusOr<PinnedBuffer> buffer = state->acquire_locked(state->parked.front().bytes);
+      if (!buffer.ok()) break;  // still does not fit: keep the order
+      ready.emplace_back(std::move(state->parked.front().on_ready), std::move(*buffer));
+      state->parked.pop_front();
+    }
   }
   data_ = nullptr;
   size_ = capacity_ = 0;
-  state_.reset();
+  for (auto& [on_ready, buffer] : ready) on_ready(std::move(buffer));
 }
 
 size_t PinnedMemoryPool::SizeClass(size_t bytes, size_t min_class_bytes) {
@@ -141,18 +157,61 @@ PinnedMemoryPool::PinnedMemoryPool(PinnedPoolOptions options)
   const long page = sysconf(_SC_PAGESIZE);
   state_->page_bytes = page > 0 ? static_cast<size_t>(page) : 4096;
   state_->kind = DecideKind(options);
+  // Called with the state's mutex held, from a releasing buffer. The raw pointer is safe: the
+  // destructor clears this function before the pool goes.
+  state_->acquire_locked = [this](size_t bytes) { return AcquireLocked(bytes); };
 }
 
-PinnedMemoryPool::~PinnedMemoryPool() { Trim(); }
+PinnedMemoryPool::~PinnedMemoryPool() {
+  std::deque<internal::PinnedPoolState::Parked> parked;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    parked.swap(state_->parked);
+    state_->acquire_locked = nullptr;  // buffers outliving the pool serve no one
+  }
+  for (auto& p : parked) {
+    p.on_ready(absl::CancelledError(absl::StrCat(
+        "pinned memory pool destroyed while a request of ", p.bytes, " bytes waited")));
+  }
+  Trim();
+}
 
 absl::StatusOr<PinnedBuffer> PinnedMemoryPool::Acquire(size_t bytes) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return AcquireLocked(bytes);
+}
+
+std::optional<absl::StatusOr<PinnedBuffer>> PinnedMemoryPool::AcquireOrPark(
+    size_t bytes, std::function<void(absl::StatusOr<PinnedBuffer>)> on_ready) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const size_t capacity = SizeClass(bytes, state_->options.min_class_bytes);
+  const bool can_ever_fit = capacity != 0 && capacity <= state_->options.max_total_bytes;
+  // Parked requests go first, so a newcomer does not overtake them.
+  if (!can_ever_fit || state_->parked.empty()) {
+    absl::StatusOr<PinnedBuffer> buffer = AcquireLocked(bytes);
+    // Parking helps only when buffers in use will come back.
+    if (buffer.ok() || buffer.status().code() != absl::StatusCode::kResourceExhausted ||
+        !can_ever_fit || state_->stats.in_use_bytes == 0) {
+      return buffer;
+    }
+  }
+  state_->parked.push_back({bytes, std::move(on_ready)});
+  ++state_->stats.parked;
+  return std::nullopt;
+}
+
+size_t PinnedMemoryPool::parked_requests() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->parked.size();
+}
+
+absl::StatusOr<PinnedBuffer> PinnedMemoryPool::AcquireLocked(size_t bytes) {
   internal::PinnedPoolState& s = *state_;
   const size_t capacity = SizeClass(bytes, s.options.min_class_bytes);
   if (capacity == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pinned memory pool: a request of ", bytes, " bytes has no size class"));
   }
-  std::unique_lock<std::mutex> lock(s.mutex);
   PinnedBuffer buffer;
   auto& cached = s.free_blocks[capacity];
   if (!cached.empty()) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -54,15 +55,16 @@ struct PushShared {
   PushRequest request;
   RequestTracker tracker;
   PinnedMemoryPool* memory;
-  PushShared(PushRequest r, size_t chunks, PinnedMemoryPool* m)
-      : request(std::move(r)), tracker(chunks, request.on_done), memory(m) {}
+  PriorityThreadPool* pool;
+  PushShared(PushRequest r, size_t chunks, PinnedMemoryPool* m, PriorityThreadPool* p)
+      : request(std::move(r)), tracker(chunks, request.on_done), memory(m), pool(p) {}
 };
 
-// Encodes one chunk from input (host memory) into a fresh pinned buffer and hands it on.
-void EncodeChunk(PushShared& shared, const ChunkInfo& chunk, absl::Span<const float> input) {
+// Encodes one chunk from input (host memory) into buffer and hands it on.
+void EncodeInto(PushShared& shared, const ChunkInfo& chunk, absl::Span<const float> input,
+                absl::StatusOr<PinnedBuffer> buffer) {
   absl::StatusOr<EncodedChunk> result;
   const size_t bound = shared.request.max_encoded_bytes(chunk.elements);
-  absl::StatusOr<PinnedBuffer> buffer = shared.memory->Acquire(std::max<size_t>(bound, 1));
   if (!buffer.ok()) {
     result = ChunkError("staging buffer", chunk, buffer.status());
   } else {
@@ -80,6 +82,26 @@ void EncodeChunk(PushShared& shared, const ChunkInfo& chunk, absl::Span<const fl
   const absl::Status status = result.status();
   shared.request.on_chunk(chunk, std::move(result));
   shared.tracker.ChunkFinished(status);
+}
+
+// Gets the chunk's output buffer and encodes, on a pool thread. When the pinned pool is at its
+// bound the chunk is parked (no thread waits): the release that makes room queues the encode.
+// staged (may be null) keeps the chunk's device copy alive until then.
+void EncodeChunk(std::shared_ptr<PushShared> shared, const ChunkInfo& chunk,
+                 absl::Span<const float> input, std::shared_ptr<PinnedBuffer> staged) {
+  const size_t bound = std::max<size_t>(shared->request.max_encoded_bytes(chunk.elements), 1);
+  std::optional<absl::StatusOr<PinnedBuffer>> now = shared->memory->AcquireOrPark(
+      bound, [shared, chunk, input, staged](absl::StatusOr<PinnedBuffer> buffer) {
+        auto holder = std::make_shared<absl::StatusOr<PinnedBuffer>>(std::move(buffer));
+        shared->pool
+            ->Submit(shared->request.priority,
+                     [shared, chunk, input, staged, holder](absl::Status status) {
+                       if (!status.ok()) *holder = status;  // pool shut down: Cancelled
+                       EncodeInto(*shared, chunk, input, std::move(*holder));
+                     })
+            .IgnoreError();  // a refused task ran with Cancelled
+      });
+  if (now.has_value()) EncodeInto(*shared, chunk, input, std::move(*now));
 }
 
 struct PullShared {
@@ -116,8 +138,10 @@ void CUDART_CB OnPushCopyDone(void* raw) {
           ctx->shared->tracker.ChunkFinished(status);
           return;
         }
-        EncodeChunk(*ctx->shared, ctx->chunk,
-                    absl::Span<const float>(ctx->staged.as<const float>(), ctx->chunk.elements));
+        auto staged = std::make_shared<PinnedBuffer>(std::move(ctx->staged));
+        EncodeChunk(ctx->shared, ctx->chunk,
+                    absl::Span<const float>(staged->as<const float>(), ctx->chunk.elements),
+                    staged);
       }).IgnoreError();  // a refused task was called with Cancelled and reported it
 }
 
@@ -139,6 +163,41 @@ void CUDART_CB OnPullCopyDone(void* raw) {
                  ctx->shared->tracker.ChunkFinished(absl::OkStatus());
                })
       .IgnoreError();
+}
+// Decodes pull chunk i into the pinned buffer staged and queues its copy to the device.
+void DecodeToDevice(const std::shared_ptr<PullShared>& shared, size_t i,
+                    absl::StatusOr<PinnedBuffer> staged) {
+  const PullRequest& r = shared->request;
+  const PullChunk& in = r.chunks[i];
+  if (!staged.ok()) {
+    shared->tracker.ChunkFinished(ChunkError("staging buffer", in.chunk, staged.status()));
+    return;
+  }
+  absl::Status decoded = r.decode(in.chunk, in.encoded,
+                                  absl::Span<float>(staged->as<float>(), in.chunk.elements));
+  if (!decoded.ok()) {
+    shared->tracker.ChunkFinished(ChunkError("decode", in.chunk, decoded));
+    return;
+  }
+  const cudaStream_t stream = static_cast<cudaStream_t>(r.cuda_stream);
+  cudaError_t rc = cudaSetDevice(r.device);
+  if (rc == cudaSuccess) {
+    rc = cudaMemcpyAsync(r.destination + in.chunk.element_offset, staged->data(),
+                         in.chunk.elements * sizeof(float), cudaMemcpyHostToDevice, stream);
+  }
+  if (rc != cudaSuccess) {
+    shared->tracker.ChunkFinished(
+        ChunkError("host-to-device copy", in.chunk, CudaError("cudaMemcpyAsync", rc)));
+    return;
+  }
+  auto* ctx = new PullCopyContext{shared, in.chunk, std::move(*staged)};
+  rc = cudaLaunchHostFunc(stream, &OnPullCopyDone, ctx);
+  if (rc != cudaSuccess) {
+    cudaStreamSynchronize(stream);  // the copy may still read the buffer
+    delete ctx;
+    shared->tracker.ChunkFinished(
+        ChunkError("host-to-device copy", in.chunk, CudaError("cudaLaunchHostFunc", rc)));
+  }
 }
 #endif  // BYTECOMP_HAVE_CUDA
 
@@ -198,7 +257,7 @@ absl::Status StagingPipeline::Push(PushRequest request) {
   if (absl::Status s = CheckLocation(request.location); !s.ok()) return s;
 
   const std::vector<ChunkInfo> chunks = SplitIntoChunks(request.elements, request.chunk_elements);
-  auto shared = std::make_shared<PushShared>(std::move(request), chunks.size(), memory_);
+  auto shared = std::make_shared<PushShared>(std::move(request), chunks.size(), memory_, pool_);
   const PushRequest& r = shared->request;
 
   if (r.location == TensorLocation::kHost) {
@@ -209,9 +268,10 @@ absl::Status StagingPipeline::Push(PushRequest request) {
               shared->tracker.ChunkFinished(status);
               return;
             }
-            EncodeChunk(*shared, chunk,
+            EncodeChunk(shared, chunk,
                         absl::Span<const float>(shared->request.source + chunk.element_offset,
-                                                chunk.elements));
+                                                chunk.elements),
+                        nullptr);
           }).IgnoreError();
     }
     return absl::OkStatus();
@@ -221,9 +281,18 @@ absl::Status StagingPipeline::Push(PushRequest request) {
   // Device tensor: queue every chunk's copy on the caller's stream now (after the work that
   // produced the gradient); each copy's completion queues that chunk's encode.
   const cudaStream_t stream = static_cast<cudaStream_t>(r.cuda_stream);
+  // The caller is a training thread: leave its current device as it was.
+  int previous_device = 0;
+  if (cudaError_t rc = cudaGetDevice(&previous_device); rc != cudaSuccess) {
+    return CudaError("staging push: cudaGetDevice", rc);
+  }
   if (cudaError_t rc = cudaSetDevice(r.device); rc != cudaSuccess) {
     return CudaError(absl::StrCat("staging push: cudaSetDevice(", r.device, ")"), rc);
   }
+  struct RestoreDevice {
+    int device;
+    ~RestoreDevice() { cudaSetDevice(device); }
+  } restore{previous_device};
   for (const ChunkInfo& chunk : chunks) {
     auto fail = [&](absl::Status status) {
       shared->request.on_chunk(chunk, status);
@@ -292,38 +361,21 @@ absl::Status StagingPipeline::Pull(PullRequest request) {
             return;
           }
 #if BYTECOMP_HAVE_CUDA
-          absl::StatusOr<PinnedBuffer> staged =
-              shared->memory->Acquire(std::max<size_t>(in.chunk.elements * sizeof(float), 1));
-          if (!staged.ok()) {
-            shared->tracker.ChunkFinished(ChunkError("staging buffer", in.chunk, staged.status()));
-            return;
-          }
-          absl::Status decoded = r.decode(
-              in.chunk, in.encoded, absl::Span<float>(staged->as<float>(), in.chunk.elements));
-          if (!decoded.ok()) {
-            shared->tracker.ChunkFinished(ChunkError("decode", in.chunk, decoded));
-            return;
-          }
-          const cudaStream_t stream = static_cast<cudaStream_t>(r.cuda_stream);
-          cudaError_t rc = cudaSetDevice(r.device);
-          if (rc == cudaSuccess) {
-            rc = cudaMemcpyAsync(r.destination + in.chunk.element_offset, staged->data(),
-                                 in.chunk.elements * sizeof(float), cudaMemcpyHostToDevice,
-                                 stream);
-          }
-          if (rc != cudaSuccess) {
-            shared->tracker.ChunkFinished(
-                ChunkError("host-to-device copy", in.chunk, CudaError("cudaMemcpyAsync", rc)));
-            return;
-          }
-          auto* ctx = new PullCopyContext{shared, in.chunk, std::move(*staged)};
-          rc = cudaLaunchHostFunc(stream, &OnPullCopyDone, ctx);
-          if (rc != cudaSuccess) {
-            cudaStreamSynchronize(stream);
-            delete ctx;
-            shared->tracker.ChunkFinished(
-                ChunkError("host-to-device copy", in.chunk, CudaError("cudaLaunchHostFunc", rc)));
-          }
+          // The decoded floats go through a pinned buffer; at the pool's bound the chunk is
+          // parked until a release makes room (then it continues as a pool task).
+          const size_t bytes = std::max<size_t>(in.chunk.elements * sizeof(float), 1);
+          std::optional<absl::StatusOr<PinnedBuffer>> now = shared->memory->AcquireOrPark(
+              bytes, [shared, i](absl::StatusOr<PinnedBuffer> staged) {
+                auto holder = std::make_shared<absl::StatusOr<PinnedBuffer>>(std::move(staged));
+                shared->pool
+                    ->Submit(shared->request.priority,
+                             [shared, i, holder](absl::Status status) {
+                               if (!status.ok()) *holder = status;
+                               DecodeToDevice(shared, i, std::move(*holder));
+                             })
+                    .IgnoreError();
+              });
+          if (now.has_value()) DecodeToDevice(shared, i, std::move(*now));
 #endif
         }).IgnoreError();
   }

@@ -138,7 +138,7 @@ const char* DecodeErrorText(int code) {
   switch (code) {
     case kBadPadding: return "padding bits after the last element are not zero";
     case kBadHeaderValue: return "a header value is not finite or has the wrong sign";
-    case kBadLevel: return "a level exceeds quantum_num";
+    case kBadLevel: return "a level exceeds quantum_num, a padding bit is set or a norm is bad";
     case kBadTernary: return "ternary code 3";
     case kBadNatural: return "a natural code is out of range or is 0x80 (negative zero)";
     case kNonFinitePayload: return "payload holds NaN or Inf";
@@ -433,12 +433,14 @@ __global__ void NaturalDecodeKernel(const uint8_t* __restrict__ codes, size_t n,
 
 __global__ void RandomkGatherKernel(const float* __restrict__ x, const uint32_t* __restrict__ idx,
                                     const uint32_t* __restrict__ sizes, size_t k, bool scale,
-                                    uint8_t* __restrict__ values, Feedback fb) {
+                                    uint8_t* __restrict__ values, Feedback fb,
+                                    DeviceStats* stats) {
   for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < k;
        j += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const uint32_t i = idx[j];
     const float c = x[i];
     const float v = scale ? c * static_cast<float>(sizes[j]) : c;
+    if (!IsFiniteFloat(v)) RecordError(stats, kNonFinitePayload);  // x * n/k overflowed
     reinterpret_cast<float*>(values)[j] = v;
     fb.Update(i, c, v);
   }
@@ -795,11 +797,7 @@ class CudaCodecImpl final : public CudaCodec {
       return absl::InvalidArgumentError(absl::StrCat("cuda codec '", s_.codec, "': ", n,
                                                      " elements exceed the 2^31-1 supported"));
     }
-    if (state_n_ != 0 && state_n_ != n && state_round_ > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cuda codec '", s_.codec, "': this instance holds state for ", state_n_,
-          " elements, called with ", n, " (one instance per partition)"));
-    }
+    // A new length restarts the state (momentum, residual), as the CPU's stateful codecs do.
     const float* x = input;
     Feedback fb;
     BC_ASSIGN(x, Compensate(input, n, ctx, stream, &fb));
@@ -1164,10 +1162,16 @@ class CudaCodecImpl final : public CudaCodec {
       uint32_t* sizes = nullptr;
       uint32_t* idx = nullptr;
       BC_ASSIGN(idx, UploadRandomIndices(n, k, ctx, stream, &sizes));
+      BC_CUDA_TRY(cudaMemsetAsync(stats_, 0, sizeof(DeviceStats), stream));
       RandomkGatherKernel<<<Blocks(k), kThreads, 0, stream>>>(x, idx, sizes, k, s_.randomk_scale,
-                                                             out + kRandomkHeader, fb);
-      // The host index buffer is reused by the next call: wait for its upload.
-      BC_CUDA_TRY(cudaStreamSynchronize(stream));
+                                                             out + kRandomkHeader, fb, stats_);
+      // Also waits for the index upload, whose host buffer the next call reuses.
+      DeviceStats st;
+      BC_ASSIGN(st, ReadStats(stream));
+      if (st.error != kFine) {
+        return absl::InvalidArgumentError(
+            "codec 'randomk': a value times its scale n/k overflows fp32 (|x| near 3.4e38)");
+      }
     }
     return Launched(kRandomkHeader + 4 * k);
   }

@@ -166,7 +166,9 @@ TEST(TernGradTest, SizeValuesAndScale) {
     for (size_t i = 0; i < n; ++i) {
       const float y = (*dec)[i];
       ASSERT_TRUE(y == 0.0f || y == header || y == -header) << in.name << " " << i;
-      if (y != 0.0f) ASSERT_EQ(y < 0, in.values[i] < 0) << in.name << " " << i;
+      if (y != 0.0f) {
+        ASSERT_EQ(y < 0, in.values[i] < 0) << in.name << " " << i;
+      }
       // |error| <= scale: the decoded value is 0 or +-scale on the side of x.
       ASSERT_LE(std::fabs(y - std::clamp<double>(in.values[i], -clip, clip)), scale * (1 + 1e-6))
           << in.name << " " << i;
@@ -262,11 +264,45 @@ TEST(U8bitTest, SizeAndNearestTableValue) {
       for (float t : table) best = std::min(best, std::fabs(v - t));
       const float got = std::fabs((*dec)[i]) / max_abs;
       ASSERT_LE(std::fabs(v - got), best * (1 + 1e-5f) + 1e-7f) << in.name << " " << i;
-      if ((*dec)[i] != 0) ASSERT_EQ((*dec)[i] < 0, in.values[i] < 0);
+      if ((*dec)[i] != 0) {
+        ASSERT_EQ((*dec)[i] < 0, in.values[i] < 0);
+      }
     }
     // The largest magnitude is exact.
     for (size_t i = 0; i < n; ++i) {
-      if (std::fabs(in.values[i]) == max_abs) ASSERT_EQ(std::fabs((*dec)[i]), max_abs);
+      if (std::fabs(in.values[i]) == max_abs) {
+        ASSERT_EQ(std::fabs((*dec)[i]), max_abs);
+      }
+    }
+  }
+}
+
+TEST(U8bitTest, CodecBytesEqualTheElementwiseDefinition) {
+  // The codec counts midpoints with tables; elementwise.h (shared with the GPU) by a guess and
+  // two comparisons. Both must give the same byte for every element.
+  auto codec = MustCreate("u8bit");
+  std::mt19937_64 gen(21);
+  std::uniform_real_distribution<float> exponent(-9.0f, 0.0f);
+  std::vector<float> x(200003);  // not a multiple of 8: the scalar tail too
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::pow(10.0f, exponent(gen)) * ((i % 2) ? -1.0f : 1.0f);
+  }
+  x[0] = 1.0f;  // max |x| = 1: v = |x|
+  for (uint32_t c = 0; c < 127; ++c) {  // the midpoints and their float neighbours
+    const float m = U8bitMidpoint(c);
+    x[1 + 3 * c] = m;
+    x[2 + 3 * c] = std::nextafter(m, 0.0f);
+    x[3 + 3 * c] = std::nextafter(m, 2.0f);
+  }
+  for (float max_abs : {1.0f, 3.7f, 1e-20f}) {
+    std::vector<float> scaled(x);
+    for (float& v : scaled) v *= max_abs;
+    auto enc = EncodeToVector(*codec, scaled, TestContext());
+    ASSERT_TRUE(enc.ok());
+    float header;
+    std::memcpy(&header, enc->data(), 4);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ((*enc)[4 + i], U8bitCode(scaled[i], header)) << "element " << i << " = " << scaled[i];
     }
   }
 }
@@ -351,7 +387,9 @@ TEST(QuantCodecsTest, SameContextSameBytesOtherNodeOtherBytes) {
     auto c = EncodeToVector(*codec, x, TestContext(3, 1));
     ASSERT_TRUE(a.ok() && b.ok() && c.ok());
     EXPECT_EQ(*a, *b) << name;
-    if (codec->properties().unbiased) EXPECT_NE(*a, *c) << name << ": node feeds the random stream";
+    if (codec->properties().unbiased) {
+      EXPECT_NE(*a, *c) << name << ": node feeds the random stream";
+    }
   }
 }
 

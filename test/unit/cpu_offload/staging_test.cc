@@ -241,6 +241,58 @@ TEST(StagingPipeline, ShutdownCancelsQueuedChunksAndStillCompletes) {
   stopper.join();
 }
 
+// At the pinned pool's bound, chunks wait (parked, no thread blocked) until the network side
+// releases encoded buffers, and then complete: back-pressure instead of errors.
+TEST(StagingPipeline, ChunksWaitForPinnedMemoryAtTheBound) {
+  PriorityThreadPool pool(Threads(2));
+  PinnedMemoryPool memory(Memory(64 << 10));  // 8 chunks of 8 KiB class
+  StagingPipeline pipeline(&pool, &memory);
+  const std::vector<float> data = RandomFloats(20 * 2000, 9);
+  std::mutex mutex;
+  std::vector<EncodedChunk> in_flight;  // what the "network" still holds
+  std::map<size_t, std::vector<uint8_t>> sent;
+  std::promise<absl::Status> done;
+  PushRequest request;
+  request.source = data.data();
+  request.elements = data.size();
+  request.chunk_elements = 2000;  // 4 + 4000 bytes encoded: the 8 KiB class
+  request.max_encoded_bytes = Fp16MaxBytes;
+  request.encode = Fp16Encode;
+  request.on_chunk = [&](const ChunkInfo& chunk, absl::StatusOr<EncodedChunk> encoded) {
+    ASSERT_TRUE(encoded.ok()) << encoded.status();
+    std::lock_guard<std::mutex> lock(mutex);
+    auto view = encoded->view();
+    sent[chunk.index].assign(view.begin(), view.end());
+    in_flight.push_back(std::move(*encoded));
+  };
+  request.on_done = [&](absl::Status s) { done.set_value(s); };
+  ASSERT_TRUE(pipeline.Push(std::move(request)).ok());
+  auto future = done.get_future();
+  // Play the network: wait until the bound stops the pipeline, then send (release) everything.
+  for (int step = 0; step < 10000; ++step) {
+    if (future.wait_for(std::chrono::milliseconds(1)) == std::future_status::ready) break;
+    if (memory.parked_requests() > 0) {
+      std::vector<EncodedChunk> releasing;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        releasing.swap(in_flight);
+      }
+      EXPECT_LE(memory.stats().in_use_bytes, memory.max_total_bytes());
+    }
+  }
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(future.get().ok());
+  EXPECT_GT(memory.stats().parked, 0u);  // the bound was reached and waited on
+  ASSERT_EQ(sent.size(), 20u);
+  for (const ChunkInfo& chunk : SplitIntoChunks(data.size(), 2000)) {
+    std::vector<uint8_t> expected(Fp16MaxBytes(chunk.elements));
+    ASSERT_TRUE(Fp16Encode(chunk, absl::MakeConstSpan(data).subspan(chunk.element_offset,
+                                                                     chunk.elements),
+                           absl::MakeSpan(expected)).ok());
+    EXPECT_EQ(sent[chunk.index], expected) << "chunk " << chunk.index;
+  }
+}
+
 // Two threads really encode two chunks at the same time (the speed-up itself is measured by
 // bench/cpu_offload, not asserted here: timings on a shared machine are not a test).
 TEST(StagingPipeline, TwoThreadsEncodeConcurrently) {
@@ -258,8 +310,8 @@ TEST(StagingPipeline, TwoThreadsEncodeConcurrently) {
                                 int seen = peak.load();
                                 while (now > seen && !peak.compare_exchange_weak(seen, now)) {
                                 }
-                                // Hold the chunk until another thread joins (or 2 s pass).
-                                for (int i = 0; i < 2000 && !both_seen.load(); ++i) {
+                                // Hold the chunk until another thread joins (or 10 s pass).
+                                for (int i = 0; i < 10000 && !both_seen.load(); ++i) {
                                   if (active.load() >= 2) both_seen = true;
                                   std::this_thread::sleep_for(std::chrono::milliseconds(1));
                                 }

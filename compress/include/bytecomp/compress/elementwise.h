@@ -45,9 +45,12 @@ BYTECOMP_HD uint32_t Mix32(uint32_t x) {
   return x;
 }
 
-// One random stream: 64 key bits. RandomBits(i) = Mix32(Mix32(i ^ k0) ^ k1): two keyed rounds
-// of a bijection, so distinct streams are unrelated sequences (not shifts of one sequence) and
-// every index in a stream gets its own value.
+// One random stream: 64 key bits. RandomBits(i) = Mix32(i * golden + k0) ^ k1: one bijective
+// mixing round over a Weyl sequence (two 32-bit multiplies per element, which is what the
+// encode loops can afford at memory speed). Distinct streams are the same sequence at a
+// pseudo-random offset in 2^32 (and xor-ed with k1), so streams of partitions up to 2^24
+// elements overlap with a probability below 1%, and an overlap only pairs the random numbers
+// of different elements: each stream is still uniform, and rounding stays unbiased.
 struct CounterRandom {
   uint32_t k0 = 0;
   uint32_t k1 = 0;
@@ -68,7 +71,7 @@ BYTECOMP_HD CounterRandom MakeCounterRandom(uint64_t seed, uint64_t key, uint64_
 }
 
 BYTECOMP_HD uint32_t RandomBits(CounterRandom r, uint32_t index) {
-  return Mix32(Mix32(index ^ r.k0) ^ r.k1);
+  return Mix32(index * 0x9e3779b9u + r.k0) ^ r.k1;
 }
 
 // Uniform in [0, 1) with 24 random bits (every value exactly representable).
@@ -193,9 +196,12 @@ BYTECOMP_HD uint8_t NaturalCode(float x, uint32_t exponent_low, uint32_t random_
   uint32_t e = exponent + (((random_bits >> 9) < mantissa) ? 1u : 0u);
   e = e > 254u ? 254u : e;
   const uint32_t code_above = e - exponent_low + 1u;  // used only when exponent >= low
-  // Below it: 0 or 2^(exponent_low-127) with probability |x| / that power.
-  const float smallest = BitsToFloat(exponent_low << 23);
-  const float probability = BitsToFloat(abs_bits) / smallest;
+  // Below it: 0 or 2^(exponent_low-127) with probability |x| / that power, computed as
+  // |x| * 2^(127-exponent_low): the same exact quotient, so the same rounding, without a
+  // division (2^-127, for exponent_low 254, is the subnormal 0x00400000).
+  const float inverse_smallest =
+      BitsToFloat(exponent_low < 254u ? (254u - exponent_low) << 23 : 0x00400000u);
+  const float probability = BitsToFloat(abs_bits) * inverse_smallest;
   const uint32_t code_below = UniformFromBits(random_bits) < probability ? 1u : 0u;
   const uint32_t code = exponent >= exponent_low ? code_above : code_below;
   return static_cast<uint8_t>(code == 0u ? 0u : (sign | code));  // one zero code: +0
@@ -233,6 +239,18 @@ BYTECOMP_HD uint32_t DitherNaturalLevel(float normalised, uint32_t s, float unif
   return static_cast<uint32_t>(j) + (uniform < fraction ? 1u : 0u);
 }
 
+// The code of one element: sign bit (1 = negative) above level_bits level bits, for
+// v = |x| * inverse_norm, inverse_norm = 1 / norm rounded once by the caller (a multiplication
+// per element; norm 0 gives 0 * inf = NaN, level 0). For norms below 2^-126 the reciprocal
+// overflows and nonzero elements take the top level.
+BYTECOMP_HD uint32_t DitherCode(float x, float inverse_norm, uint32_t s, uint32_t level_bits,
+                                bool natural_partition, float uniform) {
+  const float v = AbsFloat(x) * inverse_norm;
+  const uint32_t level =
+      natural_partition ? DitherNaturalLevel(v, s, uniform) : DitherLinearLevel(v, s, uniform);
+  return (SignBit(x) << level_bits) | level;
+}
+
 // Level value in [0, 1] (natural partition needs s <= 126, checked by the codec).
 BYTECOMP_HD float DitherLinearValue(uint32_t level, uint32_t s) {
   return static_cast<float>(level) / static_cast<float>(s);
@@ -267,13 +285,23 @@ BYTECOMP_HD float U8bitMagnitude(uint32_t c) {
                      (c >= 16u ? 1u : 0u) + (c >= 32u ? 1u : 0u) + (c >= 64u ? 1u : 0u);
   const uint32_t e = 6u - f;
   const uint32_t m = c & ((1u << f) - 1u);
-  const float fraction = 0.9f * (static_cast<float>(static_cast<int32_t>(m + 1u)) /
-                                 static_cast<float>(static_cast<int32_t>(1u << f)));
+  // (m + 1) / 2^f, exactly, as a product with 2^-f.
+  const float fraction = 0.9f * (static_cast<float>(static_cast<int32_t>(m + 1u)) *
+                                 BitsToFloat((127u - f) << 23));
   const float value = U8bitDecadeScale(e) * (0.1f + fraction);
   return c == 0u ? 0.0f : value;
 }
 
-BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {  // v = |x| / max in [0, 1]
+// The midpoint between the magnitudes of codes c and c + 1 (c in 0..126).
+BYTECOMP_HD float U8bitMidpoint(uint32_t c) {
+  return 0.5f * (U8bitMagnitude(c) + U8bitMagnitude(c + 1u));
+}
+
+// The code of v = |x| / max in [0, 1]: by definition the number of midpoints
+// U8bitMidpoint(0..126) at or below v (so the nearest magnitude, ties to the larger), 0 for
+// v <= 0 or NaN, 127 for v >= 1. Any implementation that counts the same midpoints (the CPU
+// codec uses a table) yields the same codes.
+BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {
   // Decade: e = number of thresholds 10^-k, k = 1..6, that v is at or below (written out:
   // a loop here would keep CPU loops over elements from vectorising).
   const uint32_t e = (v <= U8bitDecadeScale(1) ? 1u : 0u) + (v <= U8bitDecadeScale(2) ? 1u : 0u) +
@@ -281,32 +309,28 @@ BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {  // v = |x| / max in [
                      (v <= U8bitDecadeScale(5) ? 1u : 0u) + (v <= U8bitDecadeScale(6) ? 1u : 0u);
   const uint32_t f = 6u - e;
   const float grid = static_cast<float>(static_cast<int32_t>(1u << f));
-  const float position = (v / U8bitDecadeScale(e) - 0.1f) / 0.9f * grid;
+  // A first guess, within one code of the count (multiplications will do: v * 10^e, 10^e
+  // exact in float, and 1/0.9); the midpoint comparisons below settle it.
+  const float ten_to_e = ((e & 1u) ? 10.0f : 1.0f) * ((e & 2u) ? 100.0f : 1.0f) *
+                         ((e & 4u) ? 10000.0f : 1.0f);
+  const float position = (v * ten_to_e - 0.1f) * (grid * (1.0f / 0.9f));
   int32_t m = static_cast<int32_t>(position + 0.5f) - 1;  // nearest of the (m + 1) grid points
   const int32_t top = static_cast<int32_t>(1u << f) - 1;
   m = m < 0 ? 0 : m;
   m = m > top ? top : m;
-  const uint32_t middle = (1u << f) | static_cast<uint32_t>(m);
-  // The grid is uneven across decade edges: settle between the neighbours by distance
-  // (middle - 1 may be code 0, value 0; middle + 1 is capped at 127).
-  const uint32_t lower = middle - 1u;
-  const uint32_t upper = middle < 127u ? middle + 1u : 127u;
-  uint32_t best = middle;
-  float best_error = AbsFloat(v - U8bitMagnitude(middle));
-  const float lower_error = AbsFloat(v - U8bitMagnitude(lower));
-  best = lower_error < best_error ? lower : best;
-  best_error = lower_error < best_error ? lower_error : best_error;
-  const float upper_error = AbsFloat(v - U8bitMagnitude(upper));
-  best = upper_error < best_error ? upper : best;
-  // Arithmetic on the comparison results rather than selects: GCC's jump threading turns a
-  // chain of selects here into branches that keep the element loop from vectorising.
-  best |= 127u * static_cast<uint32_t>(v >= 1.0f);
-  return best * static_cast<uint32_t>(v > 0.0f);
+  uint32_t c = (1u << f) | static_cast<uint32_t>(m);  // 1..127
+  // Arithmetic on the comparison results rather than selects: GCC's jump threading turns
+  // chains of selects here into branches that keep the element loop from vectorising.
+  c -= static_cast<uint32_t>(v < U8bitMidpoint(c - 1u));
+  c += static_cast<uint32_t>(c < 127u) * static_cast<uint32_t>(v >= U8bitMidpoint(c));
+  c |= 127u * static_cast<uint32_t>(v >= 1.0f);
+  return c * static_cast<uint32_t>(v > 0.0f);
 }
 
-// max_abs == 0 (an all-zero tensor) gives 0/0 = NaN, which codes as 0.
+// v = |x| * (1 / max_abs), the reciprocal rounded once (a multiplication per element, not a
+// division). max_abs == 0 (an all-zero tensor) gives 0 * inf = NaN, which codes as 0.
 BYTECOMP_HD uint8_t U8bitCode(float x, float max_abs) {
-  const uint32_t c = U8bitNearestMagnitudeCode(AbsFloat(x) / max_abs);
+  const uint32_t c = U8bitNearestMagnitudeCode(AbsFloat(x) * (1.0f / max_abs));
   const uint32_t negative = static_cast<uint32_t>(x < 0.0f) * static_cast<uint32_t>(c != 0u);
   return static_cast<uint8_t>((negative << 7) | c);
 }

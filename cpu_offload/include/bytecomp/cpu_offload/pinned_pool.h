@@ -8,9 +8,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,6 +44,7 @@ struct PinnedPoolStats {
   uint64_t allocations = 0;   // blocks obtained from the system
   uint64_t reuses = 0;        // acquisitions served from the cache
   uint64_t releases_to_system = 0;
+  uint64_t parked = 0;  // AcquireOrPark requests that had to wait
 };
 
 namespace internal {
@@ -93,6 +97,15 @@ class PinnedMemoryPool {
   // and the bytes in use.
   absl::StatusOr<PinnedBuffer> Acquire(size_t bytes);
 
+  // Back-pressure without a waiting thread. Returns the result at once when a buffer can be
+  // had, or when waiting cannot help (its size class exceeds the bound, or no buffer is in use
+  // to come back: ResourceExhausted). Otherwise parks the request, returns nullopt, and later calls
+  // on_ready from the thread that releases enough memory (first come, first served), or with
+  // Cancelled if the pool is destroyed first. on_ready should be short (e.g. queue a task).
+  std::optional<absl::StatusOr<PinnedBuffer>> AcquireOrPark(
+      size_t bytes, std::function<void(absl::StatusOr<PinnedBuffer>)> on_ready);
+  size_t parked_requests() const;
+
   // Gives every cached block back to the system.
   void Trim();
 
@@ -105,6 +118,8 @@ class PinnedMemoryPool {
   static size_t SizeClass(size_t bytes, size_t min_class_bytes);
 
  private:
+  absl::StatusOr<PinnedBuffer> AcquireLocked(size_t bytes);  // state mutex held
+
   std::shared_ptr<internal::PinnedPoolState> state_;
 };
 

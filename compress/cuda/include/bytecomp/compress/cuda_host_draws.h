@@ -16,7 +16,8 @@ namespace bytecomp::compress::cuda {
 constexpr uint64_t kRandomkSalt = 0x72616e646f6d6bull;  // "randomk", sparse_codecs.cc
 constexpr uint64_t kDgcSalt = 0x646763ull;
 
-// randomk: index j is uniform in the j-th of k strata tiling [0, n) (Bresenham-spread sizes);
+// randomk: index j is uniform in the j-th of k strata tiling [0, n) (Bresenham-spread sizes,
+// 32 random bits a stratum, two strata a 64-bit draw);
 // sizes[j] is that stratum's size (the scale of a scaled value).
 inline void RandomkIndices(size_t n, size_t k, const CodecContext& ctx, uint32_t* idx,
                            uint32_t* sizes) {
@@ -24,12 +25,16 @@ inline void RandomkIndices(size_t n, size_t k, const CodecContext& ctx, uint32_t
   Rng rng(SharedSeed(ctx, kRandomkSalt));
   const size_t q = n / k, r = n % k;
   size_t start = 0, err = 0;
+  uint64_t bits = 0;
   for (size_t j = 0; j < k; ++j) {
     err += r;
     const bool longer = err >= k;
     err -= longer ? k : 0;
     const uint32_t size = static_cast<uint32_t>(q + (longer ? 1 : 0));
-    idx[j] = static_cast<uint32_t>(start + rng.Below(size));
+    // One 64-bit draw serves two strata: the high half, then the low half.
+    if ((j & 1) == 0) bits = rng.Next();
+    const uint64_t draw = (j & 1) == 0 ? bits >> 32 : bits & 0xffffffffull;
+    idx[j] = static_cast<uint32_t>(start + ((draw * size) >> 32));
     sizes[j] = size;
     start += size;
   }
