@@ -26,7 +26,7 @@ std::string Where(absl::string_view source, const TextFormat::ParseInfoTree* tre
   TextFormat::ParseLocation loc = tree->GetLocation(tensors_field, tensor_index);
   if (entry != nullptr) {
     const auto* config = proto::TensorStrategy::descriptor()->FindFieldByName(config_field);
-    const TextFormat::ParseInfoTree* codec = entry->GetTreeForNested(config, 0);
+    const TextFormat::ParseInfoTree* codec = entry->GetTreeForNested(config, -1);
     if (codec != nullptr) {
       const auto* f = proto::CodecConfig::descriptor()->FindFieldByName(leaf);
       TextFormat::ParseLocation l = codec->GetLocation(f, f->is_repeated() ? 0 : -1);

@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   std::vector<TestTensor> tensors = MakeTensors(partition_bytes, max_bytes);
   std::mt19937 rng(rank * 7919 + 1);
   std::vector<bytecomp_handle_t> handles(tensors.size());
+  std::vector<int64_t> versions;
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   for (int round = 0; round < rounds; ++round) {
@@ -150,11 +151,28 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+    // The strategy version each tensor used this round: one version for all, every round.
+    int64_t version = -1;
+    for (auto& t : tensors) {
+      int64_t r = -1, v = -1;
+      bytecomp_tensor_strategy(t.name.c_str(), &r, &v);
+      if (r != round || (version >= 0 && v != version)) {
+        std::fprintf(stderr, "VERSION MIXUP: tensor %s round %lld version %lld, others %lld\n",
+                     t.name.c_str(), static_cast<long long>(r), static_cast<long long>(v),
+                     static_cast<long long>(version));
+        bytecomp_shutdown();
+        return 1;
+      }
+      version = v;
+    }
+    versions.push_back(version);
     if (round % 10 == 9 || round == rounds - 1) {
       std::printf("round %d/%d: %zu tensors exact\n", round + 1, rounds, tensors.size());
       std::fflush(stdout);
     }
   }
-  std::printf("ALL SUMS EXACT: %d rounds x %zu tensors, W=%d\n", rounds, tensors.size(), workers);
+  std::printf("STRATEGY VERSIONS BY ROUND:");
+  for (int64_t v : versions) std::printf(" %lld", static_cast<long long>(v));
+  std::printf("\nALL SUMS EXACT: %d rounds x %zu tensors, W=%d\n", rounds, tensors.size(), workers);
   return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
 }

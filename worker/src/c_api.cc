@@ -209,6 +209,15 @@ int bytecomp_get_stats(bytecomp_stats_t* stats) {
   return BYTECOMP_OK;
 }
 
+int bytecomp_tensor_strategy(const char* name, int64_t* round, int64_t* version) {
+  std::shared_ptr<WorkerEngine> e = Engine();
+  if (e == nullptr) return NotInitialized();
+  if (name == nullptr || round == nullptr || version == nullptr) {
+    return Fail(absl::InvalidArgumentError("bytecomp_tensor_strategy: NULL argument"));
+  }
+  return Report(e->TensorStrategy(name, round, version));
+}
+
 const char* bytecomp_last_error(void) { return t_last_error.c_str(); }
 
 }  // extern "C"

@@ -178,6 +178,7 @@ void EngineImpl::StartNextLocked(const std::shared_ptr<TensorEntry>& tensor_ptr,
     }
   }
   op->wire_round = tensor.next_wire_round;
+  tensor.last_version = op->plan.version;
   const int64_t parts = op->layout.num_partitions();
   if (!op->plan.compressed()) {
     tensor.next_wire_round += 1;
@@ -253,6 +254,16 @@ void EngineImpl::OnStrategyCommit(const proto::Strategy& strategy) {
     }
   }
   RunDeferred(deferred);
+}
+
+absl::Status EngineImpl::TensorStrategy(const std::string& name, int64_t* round,
+                                        int64_t* version) {
+  std::lock_guard<std::mutex> lock(tensors_mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "'"));
+  *round = static_cast<int64_t>(it->second->next_round) - 1;
+  *version = static_cast<int64_t>(it->second->last_version);
+  return absl::OkStatus();
 }
 
 EngineStats EngineImpl::Stats() const {
@@ -484,5 +495,9 @@ absl::Status WorkerEngine::Barrier(int64_t t) { return impl_->Barrier(t); }
 absl::Status WorkerEngine::Shutdown() { return impl_->Shutdown(); }
 void WorkerEngine::SetLearningRate(double lr) { impl_->SetLearningRate(lr); }
 EngineStats WorkerEngine::Stats() const { return impl_->Stats(); }
+absl::Status WorkerEngine::TensorStrategy(const std::string& name, int64_t* round,
+                                          int64_t* version) {
+  return impl_->TensorStrategy(name, round, version);
+}
 
 }  // namespace bytecomp::worker

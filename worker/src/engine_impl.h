@@ -87,6 +87,7 @@ class EngineImpl {
     pulled_raw_bytes_ += raw_bytes;
   }
   EngineStats Stats() const;
+  absl::Status TensorStrategy(const std::string& name, int64_t* round, int64_t* version);
 
  private:
   friend class ControlLoop;

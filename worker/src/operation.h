@@ -88,6 +88,7 @@ struct TensorEntry {
   TensorLayout layout;
   uint64_t next_round = 0;       // training rounds started
   uint64_t next_wire_round = 0;  // exchanges with the servers started (2 per PowerSGD round)
+  uint64_t last_version = 0;     // strategy version of the latest started operation
   std::vector<PartitionCodec> codecs;
   // Operations on one tensor run one at a time, in submission order: a key's rounds follow
   // each other on the server.

@@ -100,6 +100,10 @@ typedef struct {
 } bytecomp_stats_t;
 BYTECOMP_API int bytecomp_get_stats(bytecomp_stats_t* stats);
 
+/* The training round (push_pull count - 1) of the tensor's latest started operation and the
+ * strategy version it used (1 = the scheduler's initial strategy). */
+BYTECOMP_API int bytecomp_tensor_strategy(const char* name, int64_t* round, int64_t* version);
+
 /* Blocks until every worker reached the barrier (or a node failed / timeout). */
 BYTECOMP_API int bytecomp_barrier(int64_t timeout_ms);
 

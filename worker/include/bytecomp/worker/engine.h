@@ -66,6 +66,8 @@ class WorkerEngine {
   // The optimiser's current learning rate, for codecs that need it (efsignsgd).
   void SetLearningRate(double learning_rate);
   EngineStats Stats() const;
+  // The round and strategy version of the tensor's latest started operation.
+  absl::Status TensorStrategy(const std::string& name, int64_t* round, int64_t* version);
   // Completes or fails everything in flight, tells the scheduler, stops the threads.
   absl::Status Shutdown();
 

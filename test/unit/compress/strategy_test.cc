@@ -1,0 +1,93 @@
+#include "bytecomp/compress/strategy.h"
+
+#include <gtest/gtest.h>
+
+namespace bytecomp::compress {
+namespace {
+
+bool Has(const absl::Status& s, const std::string& text) {
+  return std::string(s.message()).find(text) != std::string::npos;
+}
+
+TEST(StrategyFileTest, ParsesAndFillsTheDefaultThreshold) {
+  absl::StatusOr<proto::Strategy> s = ParseStrategy(
+      "seed: 3\ntensors { name_pattern: \"fc.*\" push_codec { name: \"topk\" params { key: "
+      "\"ratio\" value: \"0.01\" } memory: \"residual\" } }\n",
+      "s.pbtxt");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->min_compress_bytes(), kDefaultMinCompressBytes);
+  EXPECT_EQ(s->tensors(0).push_codec().params().at("ratio"), "0.01");
+}
+
+TEST(StrategyFileTest, UnknownCodecNamesLineFieldAndValidCodecs) {
+  absl::StatusOr<proto::Strategy> s = ParseStrategy(
+      "seed: 1\ntensors {\n  name_pattern: \"*\"\n  push_codec { name: \"topkk\" }\n}\n", "s.pbtxt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Has(s.status(), "s.pbtxt:4:")) << s.status();
+  EXPECT_TRUE(Has(s.status(), "tensors[0].push_codec")) << s.status();
+  EXPECT_TRUE(Has(s.status(), "topkk")) << s.status();
+  EXPECT_TRUE(Has(s.status(), "qsgd")) << s.status();  // the valid names are listed
+}
+
+TEST(StrategyFileTest, BadParameterNamesLineAndParameter) {
+  absl::StatusOr<proto::Strategy> s = ParseStrategy(
+      "tensors { name_pattern: \"a\" }\ntensors {\n  name_pattern: \"b\"\n  pull_codec { name: "
+      "\"fp16\" }\n  push_codec {\n    name: \"topk\"\n    params { key: \"ratio\" value: \"7\" }\n"
+      "  }\n}\n",
+      "p.pbtxt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Has(s.status(), "p.pbtxt:7:")) << s.status();
+  EXPECT_TRUE(Has(s.status(), "tensors[1].push_codec")) << s.status();
+  EXPECT_TRUE(Has(s.status(), "ratio")) << s.status();
+}
+
+TEST(StrategyFileTest, SyntaxErrorAndUnknownFieldNameTheLine) {
+  absl::StatusOr<proto::Strategy> s = ParseStrategy("seed: 1\ntensors {\n  name_patern: \"x\"\n}\n", "f.pbtxt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Has(s.status(), "f.pbtxt:3:")) << s.status();
+  EXPECT_TRUE(Has(s.status(), "name_patern")) << s.status();
+  s = ParseStrategy("seed: 1\ntensors { name_pattern: \"x\"\n", "g.pbtxt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Has(s.status(), "g.pbtxt:")) << s.status();
+}
+
+TEST(StrategyFileTest, TwoWayNeedsAPushCodecAndMemoryNeedsACodec) {
+  EXPECT_FALSE(ParseStrategy("tensors { name_pattern: \"x\" pull_codec { name: \"fp16\" } }", "a").ok());
+  absl::StatusOr<proto::Strategy> s =
+      ParseStrategy("tensors { name_pattern: \"x\" push_codec { memory: \"residual\" } }", "b");
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Has(s.status(), "memory")) << s.status();
+  EXPECT_FALSE(ParseStrategy("tensors { name_pattern: \"x\" push_codec { name: \"topk\" memory: \"resid\" } }", "c").ok());
+}
+
+TEST(StrategyPlanTest, FirstMatchWinsAndSmallTensorsStayRaw) {
+  absl::StatusOr<proto::Strategy> s = ParseStrategy(
+      "tensors { name_pattern: \"bias?\" }\n"
+      "tensors { name_pattern: \"*\" push_codec { name: \"fp16\" } pull_codec { name: \"fp16\" } }\n"
+      "tensors { name_pattern: \"tiny\" push_codec { name: \"fp16\" } force: true }\n",
+      "s");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(PlanFor(*s, "bias1", 1 << 20).compressed());
+  EXPECT_TRUE(PlanFor(*s, "w", 1 << 20).two_way());
+  EXPECT_FALSE(PlanFor(*s, "w", 1000).compressed());       // under 64 KiB
+  EXPECT_FALSE(PlanFor(*s, "tiny", 100).compressed());     // "*" matched first, not forced
+  EXPECT_TRUE(GlobMatch("layer*.w?ight", "layer12.weight"));
+  EXPECT_FALSE(GlobMatch("layer*.w?ight", "layer12.weights"));
+}
+
+TEST(StrategyHistoryTest, RoundsMapToTheirVersion) {
+  StrategyHistory h;
+  proto::Strategy v1, v2, v0;
+  v1.set_version(1);
+  v2.set_version(2);
+  v2.set_first_round(10);
+  ASSERT_TRUE(h.Add(v1).ok());
+  ASSERT_TRUE(h.Add(v2).ok());
+  EXPECT_EQ(h.ForRound(9)->version(), 1u);
+  EXPECT_EQ(h.ForRound(10)->version(), 2u);
+  v0.set_version(2);
+  EXPECT_FALSE(h.Add(v0).ok());  // versions only increase
+}
+
+}  // namespace
+}  // namespace bytecomp::compress
