@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -9,11 +10,31 @@ namespace bytecomp::planner {
 namespace {
 
 // Heaps: the earliest event first; the highest-priority (lowest value), earliest job first.
-bool LaterEvent(const TimelineSimulator::Event& a, const TimelineSimulator::Event& b) {
-  return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+struct LaterEventT {
+  bool operator()(const TimelineSimulator::Event& a, const TimelineSimulator::Event& b) const {
+    return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+  }
+};
+struct LowerPriorityT {
+  bool operator()(const TimelineSimulator::Waiting& a,
+                  const TimelineSimulator::Waiting& b) const {
+    return a.priority > b.priority || (a.priority == b.priority && a.seq > b.seq);
+  }
+};
+constexpr LaterEventT LaterEvent;
+constexpr LowerPriorityT LowerPriority;
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
 }
-bool LowerPriority(const TimelineSimulator::Waiting& a, const TimelineSimulator::Waiting& b) {
-  return a.priority > b.priority || (a.priority == b.priority && a.seq > b.seq);
+
+uint64_t Bits(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
 }
 
 void AppendJsonString(std::string& out, const std::string& text) {
@@ -38,12 +59,14 @@ void AppendJsonString(std::string& out, const std::string& text) {
 TimelineSimulator::TimelineSimulator(const SimProblem* problem)
     : problem_(problem), n_(static_cast<int>(problem->tensors.size())) {
   snapshots_.resize(n_);
+  snapshot_hash_.assign(n_, 0);
   idle_before_.assign(n_, 0);
   stack_.resize(n_ + 1);
   if (n_ > 0) {
     Reset(snapshots_[0]);
-    Run(snapshots_[0], {}, 0, false, kAborted, nullptr);
+    Run(snapshots_[0], {}, 0, false, kAborted, nullptr, n_);
     idle_before_[0] = 1;
+    snapshot_hash_[0] = StateHash(snapshots_[0]);
     stack_[0] = snapshots_[0];
   }
 }
@@ -125,7 +148,8 @@ void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
 }
 
 double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop_tensor,
-                              bool record, double cutoff_us, std::vector<TraceSpan>* trace) {
+                              bool record, double cutoff_us, std::vector<TraceSpan>* trace,
+                              int same_as_baseline_after) {
   const double forward = problem_->forward_us;
   const int from = s.pending_ready;
   auto dispatch = [&](int resource) {
@@ -144,6 +168,15 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       if (record && j > from) {
         snapshots_[j] = s;
         idle_before_[j] = s.active_partitions == 0;
+      }
+      // The same state as the baseline's at this ready time, and the baseline's choice from
+      // here on: the rest of the run is the baseline's. States are compared by a 64-bit
+      // order-independent hash of every pending job (time, resource, tensor, option, stage).
+      if (record && j > from) snapshot_hash_[j] = StateHash(s);
+      if (j > same_as_baseline_after && s.now == snapshots_[j].now &&
+          s.active_partitions == snapshots_[j].active_partitions &&
+          StateHash(s) == snapshot_hash_[j]) {
+        return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
       }
       s.pending_ready = -1;
       ExpandTensor(s, j, choice[j], trace);
@@ -178,6 +211,25 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
   return s.now + forward;
 }
 
+uint64_t TimelineSimulator::StateHash(const State& s) const {
+  auto job_key = [&](int32_t job) -> uint64_t {
+    if (job < 0) return 0xC0FFEEULL ^ (static_cast<uint64_t>(~job) << 20);
+    const Partition& p = s.partitions[job];
+    return (static_cast<uint64_t>(p.tensor) << 40) ^ (static_cast<uint64_t>(p.option) << 24) ^
+           (static_cast<uint64_t>(p.part) << 8) ^ static_cast<uint64_t>(p.stage);
+  };
+  uint64_t h = Mix(Bits(s.now));
+  for (const Event& e : s.events) {
+    h += Mix(Bits(e.time) ^ Mix(job_key(e.job) + e.resource));
+  }
+  for (int r = 0; r < kNumResources; ++r) {
+    for (const Waiting& w : s.resources[r].queue) {
+      h += Mix(0x5151ULL + r + Mix(job_key(w.job) ^ 0xABCDEFULL));
+    }
+  }
+  return h;
+}
+
 double TimelineSimulator::Simulate(const std::vector<int>& choice,
                                    std::vector<TraceSpan>* trace) {
   ++simulations_;
@@ -188,20 +240,22 @@ double TimelineSimulator::Simulate(const std::vector<int>& choice,
   if (trace != nullptr) {
     trace->push_back(TraceSpan{kCompute, 255, 0, 0, 0, problem_->tensors[0].ready_gap_us});
   }
-  return Run(s, choice, n_, false, kAborted, trace);
+  return Run(s, choice, n_, false, kAborted, trace, n_);
 }
 
 double TimelineSimulator::Rebase(const std::vector<int>& choice, int from) {
   ++simulations_;
   scratch_ = snapshots_[from];
-  baseline_us_ = Run(scratch_, choice, n_, true, kAborted, nullptr);
+  baseline_us_ = Run(scratch_, choice, n_, true, kAborted, nullptr, n_);
   return baseline_us_;
 }
 
-double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, double cutoff_us) {
+double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, double cutoff_us,
+                                   int last_changed) {
   ++simulations_;
   scratch_ = snapshots_[from];
-  return Run(scratch_, choice, n_, false, cutoff_us, nullptr);
+  return Run(scratch_, choice, n_, false, cutoff_us, nullptr,
+             last_changed < 0 ? from : last_changed);
 }
 
 std::array<double, kNumResources> TimelineSimulator::TotalWork(
@@ -218,8 +272,8 @@ std::array<double, kNumResources> TimelineSimulator::TotalWork(
 
 namespace {
 double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
-                 const std::array<double, kNumResources>& total_work) {
-  double lb = s.now;
+                 const std::array<double, kNumResources>& total_work, double tail_us) {
+  double lb = s.now + tail_us;
   for (int r = 0; r < kNumResources; ++r) {
     double remaining = total_work[r] - s.resources[r].started_work;
     if (remaining > 0) lb = std::max(lb, s.now + remaining / problem.slots[r]);
@@ -229,14 +283,15 @@ double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
 }
 }  // namespace
 
-double TimelineSimulator::LowerBound(int from,
-                                     const std::array<double, kNumResources>& total_work) const {
-  return BoundFrom(snapshots_[from], *problem_, total_work);
+double TimelineSimulator::LowerBound(int from, const std::array<double, kNumResources>& total_work,
+                                     double tail_us) const {
+  return BoundFrom(snapshots_[from], *problem_, total_work, tail_us);
 }
 
-double TimelineSimulator::StackLowerBound(
-    int depth, const std::array<double, kNumResources>& total_work) const {
-  return BoundFrom(stack_[depth], *problem_, total_work);
+double TimelineSimulator::StackLowerBound(int depth,
+                                          const std::array<double, kNumResources>& total_work,
+                                          double tail_us) const {
+  return BoundFrom(stack_[depth], *problem_, total_work, tail_us);
 }
 
 double TimelineSimulator::ready_time_us(int tensor) const { return snapshots_[tensor].now; }
@@ -246,7 +301,7 @@ double TimelineSimulator::ExtendStack(const std::vector<int>& choice, int depth)
   stack_[depth + 1] = stack_[depth];
   const int stop = depth + 1 < n_ ? depth + 1 : n_;
   if (stop == n_) ++simulations_;
-  return Run(stack_[depth + 1], choice, stop, false, kAborted, nullptr);
+  return Run(stack_[depth + 1], choice, stop, false, kAborted, nullptr, n_);
 }
 
 std::string ChromeTraceJson(const SimProblem& problem, const std::vector<TraceSpan>& spans) {

@@ -104,10 +104,11 @@ int main(int argc, char** argv) {
   std::printf("speed-up: %.2fx vs no compression, %.2fx vs compress-everything\n",
               result.no_compression_us / result.predicted_us,
               result.compress_everything_us / result.predicted_us);
-  std::printf("planner: %s, %.2f ms, %lld simulations, %d tensors dropped before a "
-              "communication bubble\n",
+  std::printf("planner: %s, %.2f ms, %lld simulations, %lld events, %d tensors dropped "
+              "before a communication bubble\n",
               absl::GetFlag(FLAGS_exhaustive) ? "exhaustive" : "bytecomp", result.planning_ms,
-              static_cast<long long>(result.simulations), result.dropped_before_bubble);
+              static_cast<long long>(result.simulations), static_cast<long long>(result.events),
+              result.dropped_before_bubble);
   if (absl::GetFlag(FLAGS_table)) {
     std::printf("%-4s %-48s %12s %8s  %s\n", "#", "tensor", "size", "options", "chosen");
     for (size_t i = 0; i < problem.sim.tensors.size(); ++i) {
