@@ -260,8 +260,8 @@ absl::Status ValidateOptions(const proto::PlannerOptions& o,
   if (o.min_relative_gain() < 0 || o.min_relative_gain() >= 1) {
     p.Add(tree, o, "min_relative_gain", -1, Loc{}, "min_relative_gain", "must be in [0, 1)");
   }
-  if (o.uniform_starts() < 0) {
-    p.Add(tree, o, "uniform_starts", -1, Loc{}, "uniform_starts", "must be >= 0");
+  if (o.uniform_starts() < -1) {
+    p.Add(tree, o, "uniform_starts", -1, Loc{}, "uniform_starts", "must be >= -1");
   }
   if (o.max_joint_offload_choices() < 0) {
     p.Add(tree, o, "max_joint_offload_choices", -1, Loc{}, "max_joint_offload_choices",

@@ -64,7 +64,7 @@ class Search {
   // Best option for `tensor` among `allowed` with the others fixed; commits it if it is
   // better. Options are tried in order of their lower bound; the loop stops at the first
   // bound that cannot beat the best time found.
-  bool ImproveTensor(int tensor, const std::vector<int>& allowed) {
+  bool ImproveTensor(int tensor, const std::vector<int>& allowed, int max_simulations = 1 << 30) {
     const int current = choice_[tensor];
     candidates_.clear();
     const double later_tail = tensor + 1 < static_cast<int>(tail_max_.size())
@@ -81,9 +81,10 @@ class Search {
     double best_time = time_ * keep_;
     int best = current;
     for (auto [lb, o] : candidates_) {
-      if (lb >= best_time) break;
+      if (lb >= best_time || max_simulations-- == 0) break;
       choice_[tensor] = o;
-      double t = sim_.Evaluate(choice_, tensor, best_time);
+      const Work total = WithSwap(total_, work(tensor, current), work(tensor, o));
+      double t = sim_.Evaluate(choice_, tensor, best_time, tensor, &total, &tail_after_);
       if (t < best_time) {
         best_time = t;
         best = o;
@@ -114,7 +115,7 @@ class Search {
     }
     double result = TimelineSimulator::kAborted;
     if (sim_.LowerBound(from, total, tail) < cutoff) {
-      result = sim_.Evaluate(choice_, from, cutoff, last);
+      result = sim_.Evaluate(choice_, from, cutoff, last, &total, &tail_after_);
     }
     for (auto [t, o] : undo) choice_[t] = o;
     return result;
@@ -170,14 +171,17 @@ class Search {
   void RefreshTails() {
     const int n = static_cast<int>(choice_.size());
     tail_max_.assign(n + 1, -1e300);
+    tail_after_.assign(n, 0);
     for (int k = n - 1; k >= 0; --k) {
       tail_max_[k] = std::max(tail_max_[k + 1], gaps_[k] + Chain(k, choice_[k]));
+      tail_after_[k] = tail_max_[k] - gaps_[k];
     }
   }
 
   double keep_;                   // 1 - min_relative_gain
   std::vector<double> gaps_;      // sum of ready gaps of tensors 1..k
   std::vector<double> tail_max_;
+  std::vector<double> tail_after_;  // tail_max_[k] - gaps_[k]: bound after tensor k is ready
   const PreparedProblem& problem_;
   TimelineSimulator sim_;
   std::vector<int> choice_;
@@ -276,6 +280,7 @@ void OptimizeOffload(const PreparedProblem& problem, Search& search) {
 std::vector<std::vector<int>> BestUniformChoices(const PreparedProblem& problem,
                                                  TimelineSimulator& sim, int count) {
   const auto& tensors = problem.sim.tensors;
+  if (count == 0) return {};
   std::vector<TensorOption> kinds;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const int default_parts = tensors[i].options[problem.none_index[i]].option.partitions;
@@ -391,15 +396,19 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   // uniform assignments (every tensor the same kind of option), which escapes local optima
   // that one-tensor moves cannot leave. The best result wins.
   if (!problem.inputs.options.skip_refinement()) {
-    const bool pairwise =
+    // Small models get pairs and unbounded passes; large ones the few options with the best
+    // bounds per tensor, which keeps refinement about as cheap as the published steps.
+    const bool small =
         static_cast<int>(order.size()) <= problem.inputs.options.pairwise_max_tensors();
+    const bool pairwise = small;
+    const int per_tensor = small ? 1 << 30 : 4;
     auto refine = [&](Search& s) {
-      for (int pass = 0; pass < 4; ++pass) {
+      for (int pass = 0; pass < (small ? 4 : 2); ++pass) {
         bool changed = false;
         for (int i : order) {
           allowed.resize(tensors[i].options.size());
           std::iota(allowed.begin(), allowed.end(), 0);
-          changed |= s.ImproveTensor(i, allowed);
+          changed |= s.ImproveTensor(i, allowed, per_tensor);
         }
         if (pairwise) {
           for (size_t a = 0; a < order.size(); ++a) {
@@ -411,9 +420,12 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
     };
     refine(search);
     for (const std::vector<int>& start :
-         BestUniformChoices(problem, search.sim(), problem.inputs.options.uniform_starts())) {
+         BestUniformChoices(problem, search.sim(),
+                            std::max(0, problem.inputs.options.uniform_starts()))) {
       Search other(problem);
       other.SetChoice(start);
+      // Refining costs as much as the search itself: only for starts near the best so far.
+      if (other.time() > search.time() * 1.1) continue;
       refine(other);
       simulations_elsewhere += other.sim().simulations();
       events_elsewhere += other.sim().events_processed();

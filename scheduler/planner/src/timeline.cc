@@ -24,6 +24,9 @@ struct LowerPriorityT {
 constexpr LaterEventT LaterEvent;
 constexpr LowerPriorityT LowerPriority;
 
+double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
+                 const std::array<double, kNumResources>& total_work, double tail_us);
+
 uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -60,13 +63,13 @@ TimelineSimulator::TimelineSimulator(const SimProblem* problem)
     : problem_(problem), n_(static_cast<int>(problem->tensors.size())) {
   snapshots_.resize(n_);
   snapshot_hash_.assign(n_, 0);
+  snapshot_hash_valid_.assign(n_, 0);
   idle_before_.assign(n_, 0);
   stack_.resize(n_ + 1);
   if (n_ > 0) {
     Reset(snapshots_[0]);
     Run(snapshots_[0], {}, 0, false, kAborted, nullptr, n_);
     idle_before_[0] = 1;
-    snapshot_hash_[0] = StateHash(snapshots_[0]);
     stack_[0] = snapshots_[0];
   }
 }
@@ -89,8 +92,8 @@ void TimelineSimulator::Reset(State& s) const {
                                                 nullptr);
 }
 
-void TimelineSimulator::Start(State& s, int resource, int32_t job, float duration,
-                              std::vector<TraceSpan>* trace) {
+inline __attribute__((always_inline)) void TimelineSimulator::Start(
+    State& s, int resource, int32_t job, float duration, std::vector<TraceSpan>* trace) {
   auto& r = s.resources[resource];
   ++r.busy;
   r.started_work += duration;
@@ -100,7 +103,7 @@ void TimelineSimulator::Start(State& s, int resource, int32_t job, float duratio
     TraceSpan span{static_cast<uint8_t>(resource), 255, ~job, 0, s.now, duration};
     if (job >= 0) {
       const Partition& p = s.partitions[job];
-      span.kind = problem_->tensors[p.tensor].options[p.option].stages[p.stage].kind;
+      span.kind = p.cost->stages[p.stage].kind;
       span.tensor = p.tensor;
       span.partition = p.part;
     }
@@ -108,8 +111,9 @@ void TimelineSimulator::Start(State& s, int resource, int32_t job, float duratio
   }
 }
 
-void TimelineSimulator::Enqueue(State& s, int resource, int32_t job, int32_t priority,
-                                float duration, std::vector<TraceSpan>* trace) {
+inline __attribute__((always_inline)) void TimelineSimulator::Enqueue(
+    State& s, int resource, int32_t job, int32_t priority, float duration,
+    std::vector<TraceSpan>* trace) {
   auto& r = s.resources[resource];
   if (r.busy < problem_->slots[resource] && r.queue.empty()) {
     Start(s, resource, job, duration, trace);
@@ -119,9 +123,10 @@ void TimelineSimulator::Enqueue(State& s, int resource, int32_t job, int32_t pri
   std::push_heap(r.queue.begin(), r.queue.end(), LowerPriority);
 }
 
-void TimelineSimulator::EnqueueStage(State& s, int32_t slot, std::vector<TraceSpan>* trace) {
+inline __attribute__((always_inline)) void TimelineSimulator::EnqueueStage(
+    State& s, int32_t slot, std::vector<TraceSpan>* trace) {
   const Partition& p = s.partitions[slot];
-  const Stage& stage = problem_->tensors[p.tensor].options[p.option].stages[p.stage];
+  const Stage& stage = p.cost->stages[p.stage];
   // The compute stream is in order; elsewhere the tensor nearest the input goes first.
   int32_t priority =
       stage.resource == kCompute ? 0 : (n_ - p.tensor) * 4096 + std::min<int>(p.part, 4095);
@@ -140,7 +145,7 @@ void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
       slot = s.free_slots.back();
       s.free_slots.pop_back();
     }
-    s.partitions[slot] = Partition{tensor, static_cast<int16_t>(option),
+    s.partitions[slot] = Partition{&cost, tensor, static_cast<int16_t>(option),
                                    static_cast<int16_t>(std::min(part, 32767)), 0};
     ++s.active_partitions;
     EnqueueStage(s, slot, trace);
@@ -172,11 +177,18 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       // The same state as the baseline's at this ready time, and the baseline's choice from
       // here on: the rest of the run is the baseline's. States are compared by a 64-bit
       // order-independent hash of every pending job (time, resource, tensor, option, stage).
-      if (record && j > from) snapshot_hash_[j] = StateHash(s);
+      if (record && j > from) snapshot_hash_valid_[j] = 0;
       if (j > same_as_baseline_after && s.now == snapshots_[j].now &&
           s.active_partitions == snapshots_[j].active_partitions &&
-          StateHash(s) == snapshot_hash_[j]) {
+          StateHash(s) == SnapshotHash(j)) {
         return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
+      }
+      // A bound from here: the work not started yet, and after the last change the tail
+      // the caller knows for the baseline's choice.
+      if (bound_work_ != nullptr && j > from) {
+        double tail = 0;
+        if (j > same_as_baseline_after && bound_tail_ != nullptr) tail = (*bound_tail_)[j];
+        if (BoundFrom(s, *problem_, *bound_work_, tail) >= cutoff_us) return kAborted;
       }
       s.pending_ready = -1;
       ExpandTensor(s, j, choice[j], trace);
@@ -200,7 +212,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     }
     Partition& p = s.partitions[e.job];
     ++p.stage;
-    if (p.stage < problem_->tensors[p.tensor].options[p.option].num_stages) {
+    if (p.stage < p.cost->num_stages) {
       EnqueueStage(s, e.job, trace);
     } else {
       --s.active_partitions;
@@ -209,6 +221,14 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     dispatch(e.resource);
   }
   return s.now + forward;
+}
+
+uint64_t TimelineSimulator::SnapshotHash(int tensor) {
+  if (!snapshot_hash_valid_[tensor]) {
+    snapshot_hash_[tensor] = StateHash(snapshots_[tensor]);
+    snapshot_hash_valid_[tensor] = 1;
+  }
+  return snapshot_hash_[tensor];
 }
 
 uint64_t TimelineSimulator::StateHash(const State& s) const {
@@ -251,11 +271,18 @@ double TimelineSimulator::Rebase(const std::vector<int>& choice, int from) {
 }
 
 double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, double cutoff_us,
-                                   int last_changed) {
+                                   int last_changed,
+                                   const std::array<double, kNumResources>* total_work,
+                                   const std::vector<double>* tail_us) {
   ++simulations_;
   scratch_ = snapshots_[from];
-  return Run(scratch_, choice, n_, false, cutoff_us, nullptr,
-             last_changed < 0 ? from : last_changed);
+  bound_work_ = total_work;
+  bound_tail_ = tail_us;
+  double result = Run(scratch_, choice, n_, false, cutoff_us, nullptr,
+                      last_changed < 0 ? from : last_changed);
+  bound_work_ = nullptr;
+  bound_tail_ = nullptr;
+  return result;
 }
 
 std::array<double, kNumResources> TimelineSimulator::TotalWork(

@@ -64,8 +64,14 @@ class TimelineSimulator {
   // `last_changed` (default `from`): the last tensor where `choice` differs from the
   // baseline; once the run, after it, reaches a ready time in the same state as the
   // baseline did, the rest is the baseline's and is not simulated again.
+  // With `total_work` (the whole iteration's work per resource under `choice`), the run
+  // also stops at any ready time where LowerBound's bound reaches the cutoff; `tail_us[j]`,
+  // when given, bounds what must still happen after tensor j is ready under the baseline's
+  // choice (used only after the last change).
   double Evaluate(const std::vector<int>& choice, int from, double cutoff_us = kAborted,
-                  int last_changed = -1);
+                  int last_changed = -1,
+                  const std::array<double, kNumResources>* total_work = nullptr,
+                  const std::vector<double>* tail_us = nullptr);
 
   // A lower bound on Evaluate(choice, from): the time of snapshot `from` plus the larger of
   // the work not yet started on the busiest resource and `tail_us` (a bound, from the
@@ -110,6 +116,7 @@ class TimelineSimulator {
     std::vector<Waiting> queue;  // heap
   };
   struct Partition {
+    const OptionCost* cost;  // the tensor's option, for its stages
     int32_t tensor;
     int16_t option;
     int16_t part;
@@ -142,12 +149,16 @@ class TimelineSimulator {
   const SimProblem* problem_;
   int n_;
   uint64_t StateHash(const State& s) const;
+  uint64_t SnapshotHash(int tensor);  // computed when first needed
 
   std::vector<State> snapshots_;  // snapshots_[i]: the state when tensor i becomes ready
   std::vector<uint64_t> snapshot_hash_;
+  std::vector<uint8_t> snapshot_hash_valid_;
   std::vector<uint8_t> idle_before_;
   std::vector<State> stack_;       // exhaustive search
   State scratch_;
+  const std::array<double, kNumResources>* bound_work_ = nullptr;
+  const std::vector<double>* bound_tail_ = nullptr;
   double baseline_us_ = 0;
   int64_t simulations_ = 0;
   int64_t events_ = 0;
