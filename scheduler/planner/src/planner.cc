@@ -424,8 +424,9 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
                             std::max(0, problem.inputs.options.uniform_starts()))) {
       Search other(problem);
       other.SetChoice(start);
-      // Refining costs as much as the search itself: only for starts near the best so far.
-      if (other.time() > search.time() * 1.1) continue;
+      // On large models refining costs as much as the search itself: only for starts near
+      // the best so far.
+      if (!small && other.time() > search.time() * 1.1) continue;
       refine(other);
       simulations_elsewhere += other.sim().simulations();
       events_elsewhere += other.sim().events_processed();

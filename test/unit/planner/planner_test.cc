@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "bytecomp/common/config.h"
@@ -214,6 +217,131 @@ TEST(PlannerTest, NoGpuClusterPlansCpuCompression) {
     EXPECT_NE(o.encode_on, Where::kGpu);
     EXPECT_NE(o.decode_on, Where::kGpu);
   }
+}
+
+}  // namespace
+}  // namespace bytecomp::planner
+
+namespace bytecomp::planner {
+namespace {
+
+// One codec, cheap on the CPU pool (0.5 ms per MiB per thread) and `gpu_us_per_mb` on the
+// GPU (where it holds up the backward pass), on a 1 Gbit/s network where compression pays.
+PlannerInputs SlowGpuCodec(int tensors, double gap_us, double gpu_us_per_mb) {
+  PlannerInputs in;
+  in.cluster.set_machines(4);
+  in.cluster.set_gpus_per_machine(1);
+  in.cluster.set_servers(4);
+  in.cluster.mutable_worker_link()->set_bandwidth_gbps(1);
+  in.cluster.mutable_server_link()->set_bandwidth_gbps(1);
+  in.cluster.set_cpu_pool_threads(8);
+  auto* codec = in.costs.add_codecs();
+  codec->set_name("topk");
+  codec->set_ratio(0.02);
+  codec->set_reencodable(true);
+  for (auto [device, us_per_mb] :
+       std::vector<std::pair<proto::Device, double>>{{proto::DEVICE_CPU, 500},
+                                                     {proto::DEVICE_GPU, gpu_us_per_mb}}) {
+    auto* cost = codec->add_costs();
+    cost->set_device(device);
+    auto* e = cost->add_encode();
+    e->set_bytes(1 << 20);
+    e->set_us(us_per_mb);
+    auto* d = cost->add_decode();
+    d->set_bytes(1 << 20);
+    d->set_us(us_per_mb / 10);
+  }
+  in.profile.set_forward_us(1000);
+  for (int i = 0; i < tensors; ++i) {
+    auto* t = in.profile.add_tensors();
+    t->set_name("w" + std::to_string(i));
+    t->set_elements(1 << 20);  // 4 MiB: 34 ms uncompressed at 1 Gbit/s
+    t->set_ready_gap_us(gap_us);
+  }
+  return in;
+}
+
+int CountCpuEncodes(const PreparedProblem& p, const std::vector<int>& choice) {
+  int on_cpu = 0;
+  for (size_t i = 0; i < choice.size(); ++i) {
+    const auto& o = p.sim.tensors[i].options[choice[i]].option;
+    on_cpu += o.codec >= 0 && o.encode_on == Where::kCpu;
+  }
+  return on_cpu;
+}
+
+TEST(PlannerTest, OffloadStepMovesGpuCompressionToTheCpuPool) {
+  // GPU encode 2 ms per MiB (8 ms per tensor, on the backward stream): compressing on the
+  // GPU beats sending 4 MiB at 1 Gbit/s, so step 3 picks it; the 8-thread CPU pool at
+  // 0.5 ms per MiB does the same without delaying the backward pass, so step 4 moves it.
+  PlannerInputs in = SlowGpuCodec(6, 2000, /*gpu_us_per_mb=*/2000);
+  in.options.set_skip_refinement(true);  // the published steps alone
+  auto prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  PlanResult result = PlanByteComp(*prepared);
+  EXPECT_GT(CountCpuEncodes(*prepared, result.choice), 0);
+  EXPECT_LT(result.predicted_us, 0.5 * result.no_compression_us);
+}
+
+TEST(PlannerTest, RefinementFindsCpuCompressionThatThePublishedStepsMiss) {
+  // GPU encode 200 ms per MiB: worse than no compression, so the published algorithm, which
+  // offloads only what it compressed on the GPU, keeps everything uncompressed; our
+  // refinement over all options compresses on the CPU pool.
+  PlannerInputs in = SlowGpuCodec(6, 2000, /*gpu_us_per_mb=*/200000);
+  in.options.set_skip_refinement(true);
+  auto published_problem = Prepare(in);
+  ASSERT_TRUE(published_problem.ok());
+  PlanResult published = PlanByteComp(*published_problem);
+  EXPECT_EQ(published.predicted_us, published.no_compression_us);
+  in.options.set_skip_refinement(false);
+  auto prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  PlanResult result = PlanByteComp(*prepared);
+  EXPECT_EQ(CountCpuEncodes(*prepared, result.choice), 6);
+  EXPECT_LT(result.predicted_us, 0.5 * result.no_compression_us);
+}
+
+TEST(PlannerTest, TensorsBeforeACommunicationBubbleAreLeftAlone) {
+  // The first three tensors' pushes (tiny: 64 KiB, at 1 Gbit/s about 2 ms with 4 senders
+  // on 4 servers) end long before the fourth is ready 50 ms later.
+  PlannerInputs in = SlowGpuCodec(5, 100, 2000);
+  for (int i = 0; i < 3; ++i) in.profile.mutable_tensors(i)->set_elements(16384);
+  in.profile.mutable_tensors(3)->set_ready_gap_us(50000);
+  auto prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  PlanResult result = PlanByteComp(*prepared);
+  EXPECT_EQ(result.dropped_before_bubble, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(result.choice[i], prepared->none_index[i]);
+  EXPECT_LT(result.predicted_us, result.no_compression_us);
+}
+
+TEST(PlannerTest, CliWritesAParseableStrategyAndTrace) {
+  const std::string out = ::testing::TempDir() + "/planner_cli_strategy.pbtxt";
+  const std::string trace = ::testing::TempDir() + "/planner_cli_trace.json";
+  const std::string command = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + kDir +
+                              "/profiles/lstm.pbtxt --cluster=" + kDir +
+                              "/clusters/4x1gpu-1g.pbtxt --costs=" + kDir +
+                              "/costs/nominal.pbtxt --out=" + out + " --trace=" + trace +
+                              " > /dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  proto::Strategy strategy;
+  ASSERT_TRUE(ParseTextProtoFile(out, &strategy).ok());
+  EXPECT_EQ(strategy.tensors_size(), 11);
+  std::ifstream in(trace);
+  std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(json.find("push encoder.weight"), std::string::npos);
+  // A bad input file fails with its name, line and field.
+  const std::string bad = ::testing::TempDir() + "/planner_cli_bad.pbtxt";
+  std::ofstream(bad) << "model: \"x\"\ntensors { name: \"a\" elements: -5 }\n";
+  const std::string failing = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + bad +
+                              " --cluster=" + kDir + "/clusters/4x1gpu-1g.pbtxt --costs=" + kDir +
+                              "/costs/nominal.pbtxt --out=" + out + " 2> " + bad + ".err";
+  EXPECT_NE(std::system(failing.c_str()), 0);
+  std::ifstream err(bad + ".err");
+  std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(message.find(bad + ":2:21: tensors[0].elements: must be > 0"), std::string::npos)
+      << message;
 }
 
 }  // namespace
