@@ -18,6 +18,8 @@
 
 namespace bytecomp::compress {
 
+class Aggregator;  // aggregator.h
+
 struct CodecProperties {
   // Encoded contributions of several workers can be summed without decoding (fp16; randomk
   // with a shared seed: the value arrays add element-wise).
@@ -72,6 +74,23 @@ class Codec {
   // codecs override it when they can add directly (sparse formats).
   virtual absl::Status DecodeAdd(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
                                  absl::Span<float> accumulator);
+
+  // --- Summing without decoding; only for codecs with properties().summable_encoded. ---
+  // Their payload carries a dense vector of SummedLength(n) values that add element-wise
+  // across workers (randomk: the k values at the shared indices; fp16: all n values). The
+  // server keeps an fp32 sum of that length, adds each payload into it, and expands once.
+  virtual size_t SummedLength(size_t n, const CodecContext& ctx) const { return n; }
+  // sum (SummedLength(n) floats) += the payload's values, after validating the payload for
+  // n = output length as Decode would. The default is Unimplemented.
+  virtual absl::Status AddEncodedValues(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
+                                        size_t n, absl::Span<float> sum);
+  // output (n floats) = the dense tensor that the summed values stand for. Default
+  // Unimplemented.
+  virtual absl::Status ExpandSum(absl::Span<const float> sum, const CodecContext& ctx,
+                                 absl::Span<float> output);
+
+ protected:
+  std::vector<float> decode_add_scratch_;  // the default DecodeAdd's buffer
 };
 
 // Declared parameter of a codec, for validation and for error messages listing valid ones.
@@ -81,14 +100,27 @@ struct CodecParamSpec {
   Type type = Type::kDouble;
   std::string default_value;
   std::string help;  // e.g. "fraction of elements kept, in (0, 1]"
+  // Range for kDouble and kInt, checked by the registry (an exclusive bound excludes itself).
+  double min_value = -1e308;
+  double max_value = 1e308;
+  bool min_exclusive = false;
+  bool max_exclusive = false;
+  // For kString: the accepted values; empty accepts any text.
+  std::vector<std::string> choices = {};
 };
 
 struct CodecSpec {
   std::string name;
   std::string summary;
   std::vector<CodecParamSpec> params;
-  // Builds an instance from validated, defaults-filled parameters.
+  // Builds an instance from validated, defaults-filled parameters (read them with
+  // ParamReader, params.h).
   std::function<absl::StatusOr<std::unique_ptr<Codec>>(const CodecParams&)> factory;
+  // Optional: the server-side aggregator this codec needs when the generic choice from its
+  // properties is not right (majority vote, two rounds). Takes ownership of a codec instance
+  // made by `factory`. Empty: CreateAggregator (aggregator.h) picks from the properties.
+  std::function<absl::StatusOr<std::unique_ptr<Aggregator>>(std::unique_ptr<Codec>)>
+      aggregator_factory = nullptr;
 };
 
 }  // namespace bytecomp::compress

@@ -34,6 +34,10 @@ class CodecRegistry {
 absl::StatusOr<std::unique_ptr<Codec>> CreateCodec(absl::string_view name,
                                                    const CodecParams& params = {});
 
+// Register, aborting with the error on failure (a duplicate name or a default that fails its
+// own validation is a programming error, found by the first test that runs).
+void MustRegister(CodecRegistry& registry, CodecSpec spec);
+
 // Registration hooks, one per family, called by CodecRegistry::Global() (explicit calls, not
 // static initialisers, which a static library would drop).
 void RegisterBasicCodecs(CodecRegistry& registry);         // none, fp16, bf16

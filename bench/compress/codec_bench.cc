@@ -1,0 +1,179 @@
+// bytecomp-codec-bench: for every registered codec, single-thread encode and decode throughput
+// (GB/s of fp32 input, per thread CPU second) on 1M and 64M floats, the median of several
+// repetitions, the
+// compressed/original size, and the ratio to memcpy bandwidth measured in the same run.
+//
+//   bytecomp-codec-bench [--codecs=topk,fp16] [--sizes=1048576,67108864] [--reps=7]
+//
+// Targets (issue 3): linear-time codecs encode at >= 25% of memcpy; topk, dgc, threshold at
+// >= 5%. The last column says whether the run met its target.
+#include <algorithm>
+#include <ctime>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bytecomp/compress.h"
+
+namespace {
+
+using bytecomp::compress::Codec;
+using bytecomp::compress::CodecContext;
+using bytecomp::compress::CodecRegistry;
+// Thread CPU time, not wall time: on a shared, overloaded machine a descheduled thread would
+// otherwise count other processes' time. memcpy is measured the same way, so ratios compare
+// like with like.
+struct Clock {
+  using time_point = double;
+  static double now() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  }
+};
+
+double Seconds(double a, double b) { return b - a; }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Gradient-like input, fast to make: Irwin-Hall approximation of a normal, a few outliers.
+std::vector<float> MakeInput(size_t n) {
+  std::vector<float> x(n);
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < n; ++i) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    const float u = static_cast<float>((s & 0xffff) + ((s >> 16) & 0xffff) + ((s >> 32) & 0xffff) +
+                                       ((s >> 48) & 0xffff)) *
+                    (1.0f / 65536.0f);
+    x[i] = (u - 2.0f) * 1.7320508f * 0.01f;
+    if ((s >> 40 & 0x3ff) == 0) x[i] *= 100.0f;
+  }
+  return x;
+}
+
+double MemcpyBandwidth(const std::vector<float>& src, int reps) {
+  std::vector<float> dst(src.size());
+  std::memcpy(dst.data(), src.data(), 4 * src.size());  // touch pages
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto a = Clock::now();
+    std::memcpy(dst.data(), src.data(), 4 * src.size());
+    const auto b = Clock::now();
+    t.push_back(Seconds(a, b));
+  }
+  volatile float sink = dst[src.size() / 2];
+  (void)sink;
+  return 4.0 * src.size() / Median(t) / 1e9;
+}
+
+double TargetFraction(const std::string& name) {
+  static const std::set<std::string> linear = {"fp16", "bf16", "onebit", "signsgd", "efsignsgd",
+                                               "signum", "terngrad", "qsgd", "natural", "u8bit",
+                                               "dithering", "randomk", "none"};
+  static const std::set<std::string> selection = {"topk", "dgc", "threshold"};
+  if (linear.count(name)) return 0.25;
+  if (selection.count(name)) return 0.05;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> codecs = CodecRegistry::Global().Names();
+  std::vector<size_t> sizes = {size_t{1} << 20, size_t{64} << 20};
+  int reps = 7;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--codecs=", 0) == 0) {
+      codecs = absl::StrSplit(arg.substr(9), ',', absl::SkipEmpty());
+    } else if (arg.rfind("--sizes=", 0) == 0) {
+      sizes.clear();
+      for (absl::string_view s : absl::StrSplit(arg.substr(8), ',', absl::SkipEmpty())) {
+        size_t v;
+        if (!absl::SimpleAtoi(s, &v) || v == 0) {
+          std::fprintf(stderr, "bad size '%s'\n", std::string(s).c_str());
+          return 2;
+        }
+        sizes.push_back(v);
+      }
+    } else if (arg.rfind("--reps=", 0) == 0 && absl::SimpleAtoi(arg.substr(7), &reps) && reps > 0) {
+    } else {
+      std::fprintf(stderr, "usage: %s [--codecs=a,b] [--sizes=n1,n2] [--reps=N]\n", argv[0]);
+      return 2;
+    }
+  }
+
+  int failures = 0;
+  for (size_t n : sizes) {
+    const std::vector<float> input = MakeInput(n);
+    const int r = n >= (size_t{16} << 20) ? std::max(3, reps / 2) : reps;
+    const double memcpy_gbs = MemcpyBandwidth(input, r * 2);
+    std::printf("\n%zu floats (%.0f MiB), one thread, CPU time, median of %d; memcpy %.2f GB/s\n", n,
+                4.0 * n / (1 << 20), r, memcpy_gbs);
+    std::printf("%-10s %9s %8s %9s %8s %10s %7s %s\n", "codec", "enc GB/s", "enc/mcp", "dec GB/s",
+                "dec/mcp", "size ratio", "target", "met");
+    for (const auto& name : codecs) {
+      auto codec_or = bytecomp::compress::CreateCodec(name);
+      if (!codec_or.ok()) {
+        std::printf("%-10s %s\n", name.c_str(), std::string(codec_or.status().message()).c_str());
+        ++failures;
+        continue;
+      }
+      Codec& codec = **codec_or;
+      std::vector<uint8_t> out(codec.MaxEncodedBytes(n));
+      std::vector<float> decoded(n);
+      CodecContext ctx;
+      ctx.key = 1;
+      ctx.seed = 7;
+      ctx.learning_rate = 0.1f;
+      std::vector<double> enc_t, dec_t;
+      size_t bytes = 0;
+      bool ok = true;
+      for (int rep = 0; rep <= r && ok; ++rep) {  // rep 0 warms up (page faults, scratch)
+        ctx.round = rep;
+        const auto a = Clock::now();
+        auto b = codec.Encode(input, ctx, absl::MakeSpan(out));
+        const auto m = Clock::now();
+        if (!b.ok()) {
+          std::printf("%-10s encode failed: %s\n", name.c_str(), std::string(b.status().message()).c_str());
+          ok = false;
+          break;
+        }
+        bytes = *b;
+        auto s = codec.Decode(absl::MakeConstSpan(out.data(), bytes), ctx, absl::MakeSpan(decoded));
+        const auto e = Clock::now();
+        if (!s.ok()) {
+          std::printf("%-10s decode failed: %s\n", name.c_str(), std::string(s.message()).c_str());
+          ok = false;
+          break;
+        }
+        if (rep > 0) {
+          enc_t.push_back(Seconds(a, m));
+          dec_t.push_back(Seconds(m, e));
+        }
+      }
+      if (!ok) {
+        ++failures;
+        continue;
+      }
+      const double enc = 4.0 * n / Median(enc_t) / 1e9, dec = 4.0 * n / Median(dec_t) / 1e9;
+      const double target = TargetFraction(name);
+      const bool met = enc / memcpy_gbs >= target;
+      std::printf("%-10s %9.2f %7.1f%% %9.2f %7.1f%% %10.4f %6.0f%% %s\n", name.c_str(), enc,
+                  100 * enc / memcpy_gbs, dec, 100 * dec / memcpy_gbs,
+                  static_cast<double>(bytes) / (4.0 * n), 100 * target,
+                  target == 0 ? "-" : (met ? "yes" : "NO"));
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}

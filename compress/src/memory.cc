@@ -1,0 +1,264 @@
+// Memories (memory.h): registry, EncodeWithMemory, and the basic ones: none, residual,
+// dgc_momentum.
+#include "bytecomp/compress/memory.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bytecomp/compress/params.h"
+
+namespace bytecomp::compress {
+
+const MemoryRegistry& MemoryRegistry::Global() {
+  static const MemoryRegistry* const registry = [] {
+    auto* r = new MemoryRegistry;
+    RegisterBasicMemories(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+absl::Status MemoryRegistry::Register(MemorySpec spec) {
+  if (spec.name.empty() || !spec.factory) {
+    return absl::InvalidArgumentError("a memory spec needs a name and a factory");
+  }
+  if (Find(spec.name) != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat("memory '", spec.name, "' is already registered"));
+  }
+  for (const auto& p : spec.params) {
+    auto checked = ValidateParams(absl::StrCat("memory '", spec.name, "' default"), spec.params,
+                                  {{p.name, p.default_value}});
+    if (!checked.ok()) return checked.status();
+  }
+  specs_.push_back(std::move(spec));
+  return absl::OkStatus();
+}
+
+const MemorySpec* MemoryRegistry::Find(absl::string_view name) const {
+  for (const auto& s : specs_) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> MemoryRegistry::Names() const {
+  std::vector<std::string> names;
+  for (const auto& s : specs_) names.push_back(s.name);
+  return names;
+}
+
+absl::StatusOr<std::unique_ptr<Memory>> MemoryRegistry::Create(absl::string_view name,
+                                                               const CodecParams& params) const {
+  const MemorySpec* spec = Find(name);
+  if (spec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown memory '", name, "'; valid memories: ",
+                                                   absl::StrJoin(Names(), ", ")));
+  }
+  auto filled = ValidateParams(absl::StrCat("memory '", name, "'"), spec->params, params);
+  if (!filled.ok()) return filled.status();
+  return spec->factory(*filled);
+}
+
+absl::StatusOr<std::unique_ptr<Memory>> CreateMemory(absl::string_view name,
+                                                     const CodecParams& params) {
+  return MemoryRegistry::Global().Create(name, params);
+}
+
+absl::StatusOr<size_t> EncodeWithMemory(Codec& codec, Memory* memory,
+                                        absl::Span<const float> input, const CodecContext& ctx,
+                                        absl::Span<uint8_t> out, std::vector<float>& compensated,
+                                        std::vector<float>& decoded) {
+  if (memory == nullptr) return codec.Encode(input, ctx, out);
+  compensated.resize(input.size());
+  if (auto s = memory->Compensate(input, ctx, absl::MakeSpan(compensated)); !s.ok()) return s;
+  auto bytes = codec.Encode(compensated, ctx, out);
+  if (!bytes.ok()) return bytes.status();
+  if (memory->needs_decoded()) {
+    decoded.resize(input.size());
+    if (auto s = codec.Decode(out.first(*bytes), ctx, absl::MakeSpan(decoded)); !s.ok()) return s;
+  }
+  if (auto s = memory->Update(compensated, decoded, ctx); !s.ok()) return s;
+  return bytes;
+}
+
+namespace {
+
+absl::Status SizeMismatch(absl::string_view memory, size_t have, size_t got) {
+  return absl::InvalidArgumentError(absl::StrCat("memory '", memory, "' holds state for ", have,
+                                                 " elements, called with ", got,
+                                                 " (one memory instance per partition)"));
+}
+
+// out = a * x + b * y; out may alias x or y (element-wise).
+__attribute__((target_clones("avx2", "default"))) void WeightedSum(float a, const float* x, float b,
+                                                                    const float* y, float* out,
+                                                                    size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = a * x[i] + b * y[i];
+}
+
+// v = compensated and u kept where nothing was sent (decoded == 0); both zero where sent.
+__attribute__((target_clones("avx2", "default"))) void MaskSent(const float* decoded,
+                                                                 const float* compensated, float* u,
+                                                                 float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const bool sent = decoded[i] != 0.0f;
+    v[i] = sent ? 0.0f : compensated[i];
+    u[i] = sent ? 0.0f : u[i];
+  }
+}
+
+class NoMemory final : public Memory {
+ public:
+  absl::string_view name() const override { return "none"; }
+  absl::Status Compensate(absl::Span<const float> input, const CodecContext&,
+                          absl::Span<float> compensated) override {
+    if (compensated.size() != input.size()) return SizeMismatch(name(), input.size(), compensated.size());
+    if (compensated.data() != input.data()) std::copy(input.begin(), input.end(), compensated.begin());
+    return absl::OkStatus();
+  }
+  absl::Status Update(absl::Span<const float>, absl::Span<const float>, const CodecContext&) override {
+    return absl::OkStatus();
+  }
+  bool needs_decoded() const override { return false; }
+  void Reset() override {}
+};
+
+// Error feedback. GRACE's ResidualMemory and BytePS's vanilla error feedback:
+//   compensated = beta * residual + gamma * input;  residual = compensated - decoded.
+// (GRACE returns the input unchanged on the very first call; here the residual starts at zero,
+// which is the same for gamma = 1.)
+class ResidualMemory final : public Memory {
+ public:
+  ResidualMemory(float beta, float gamma) : beta_(beta), gamma_(gamma) {}
+  absl::string_view name() const override { return "residual"; }
+
+  absl::Status Compensate(absl::Span<const float> input, const CodecContext&,
+                          absl::Span<float> compensated) override {
+    const size_t n = input.size();
+    if (compensated.size() != n) return SizeMismatch(name(), n, compensated.size());
+    if (residual_.empty()) residual_.assign(n, 0.0f);
+    if (residual_.size() != n) return SizeMismatch(name(), residual_.size(), n);
+    WeightedSum(beta_, residual_.data(), gamma_, input.data(), compensated.data(), n);
+    return absl::OkStatus();
+  }
+
+  absl::Status Update(absl::Span<const float> compensated, absl::Span<const float> decoded,
+                      const CodecContext&) override {
+    const size_t n = compensated.size();
+    if (residual_.size() != n) return SizeMismatch(name(), residual_.size(), n);
+    if (decoded.size() != n) return SizeMismatch(name(), n, decoded.size());
+    WeightedSum(1.0f, compensated.data(), -1.0f, decoded.data(), residual_.data(), n);
+    return absl::OkStatus();
+  }
+
+  void Reset() override { residual_.clear(); }
+
+ private:
+  float beta_, gamma_;
+  std::vector<float> residual_;
+};
+
+// DGC momentum correction with masking (GRACE's DgcMemory, without its gradient clipping):
+//   u = momentum * u + input;  v = v + u;  compensated = v;
+//   after encode, u and v are zeroed where the coordinate was transmitted (decoded != 0).
+// Compensate computes the new u aside and Update commits it, so a failed encode in between
+// leaves the state as it was.
+class DgcMomentumMemory final : public Memory {
+ public:
+  explicit DgcMomentumMemory(float momentum) : momentum_(momentum) {}
+  absl::string_view name() const override { return "dgc_momentum"; }
+
+  absl::Status Compensate(absl::Span<const float> input, const CodecContext&,
+                          absl::Span<float> compensated) override {
+    const size_t n = input.size();
+    if (compensated.size() != n) return SizeMismatch(name(), n, compensated.size());
+    if (u_.empty()) {
+      u_.assign(n, 0.0f);
+      v_.assign(n, 0.0f);
+    }
+    if (u_.size() != n) return SizeMismatch(name(), u_.size(), n);
+    next_u_.resize(n);
+    // next_u = m * u + x; compensated = v + next_u.
+    WeightedSum(momentum_, u_.data(), 1.0f, input.data(), next_u_.data(), n);
+    WeightedSum(1.0f, v_.data(), 1.0f, next_u_.data(), compensated.data(), n);
+    pending_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status Update(absl::Span<const float> compensated, absl::Span<const float> decoded,
+                      const CodecContext&) override {
+    const size_t n = compensated.size();
+    if (!pending_) return absl::FailedPreconditionError("memory 'dgc_momentum': Update before Compensate");
+    if (u_.size() != n) return SizeMismatch(name(), u_.size(), n);
+    if (decoded.size() != n) return SizeMismatch(name(), n, decoded.size());
+    pending_ = false;
+    u_.swap(next_u_);
+    MaskSent(decoded.data(), compensated.data(), u_.data(), v_.data(), n);
+    return absl::OkStatus();
+  }
+
+  void Reset() override {
+    u_.clear();
+    v_.clear();
+    pending_ = false;
+  }
+
+ private:
+  float momentum_;
+  std::vector<float> u_, v_, next_u_;
+  bool pending_ = false;
+};
+
+}  // namespace
+
+void MustRegisterMemory(MemoryRegistry& registry, MemorySpec spec) {
+  const std::string name = spec.name;
+  const absl::Status status = registry.Register(std::move(spec));
+  if (!status.ok()) {
+    std::fprintf(stderr, "registering memory '%s' failed: %s\n", name.c_str(),
+                 status.ToString().c_str());
+    std::abort();
+  }
+}
+
+void RegisterBasicMemories(MemoryRegistry& registry) {
+  MustRegisterMemory(registry, {.name = "none",
+                                .summary = "no state: the input is encoded as it is",
+                                .params = {},
+                                .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Memory>> {
+                                  return std::make_unique<NoMemory>();
+                                }});
+  MustRegisterMemory(
+      registry,
+      {.name = "residual",
+       .summary = "error feedback: compensated = beta * residual + gamma * input; residual = "
+                  "compensated - decoded",
+       .params = {{.name = "beta", .type = CodecParamSpec::Type::kDouble, .default_value = "1.0",
+                   .help = "weight of the carried residual", .min_value = 0},
+                  {.name = "gamma", .type = CodecParamSpec::Type::kDouble, .default_value = "1.0",
+                   .help = "weight of the new input (e.g. the learning rate)", .min_value = 0}},
+       .factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Memory>> {
+         ParamReader r(params);
+         const double beta = r.Double("beta"), gamma = r.Double("gamma");
+         if (!r.ok()) return r.status();
+         return std::make_unique<ResidualMemory>(static_cast<float>(beta), static_cast<float>(gamma));
+       }});
+  MustRegisterMemory(
+      registry,
+      {.name = "dgc_momentum",
+       .summary = "DGC momentum correction: u = m*u + input, v += u, send v; zero u and v where sent",
+       .params = {{.name = "momentum", .type = CodecParamSpec::Type::kDouble,
+                   .default_value = "0.9", .help = "momentum of the correction", .min_value = 0,
+                   .max_value = 1, .max_exclusive = true}},
+       .factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Memory>> {
+         ParamReader r(params);
+         const double momentum = r.Double("momentum");
+         if (!r.ok()) return r.status();
+         return std::make_unique<DgcMomentumMemory>(static_cast<float>(momentum));
+       }});
+}
+
+}  // namespace bytecomp::compress

@@ -1,0 +1,428 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "codec_test_util.h"
+
+namespace bytecomp::compress {
+namespace {
+
+using testing::AdversarialInputs;
+using testing::DecodeToVector;
+using testing::EncodeToVector;
+using testing::MustCreate;
+using testing::RandomHeavyTail;
+using testing::RandomNormal;
+using testing::RoundTrip;
+using testing::TestContext;
+
+uint32_t U32At(const std::vector<uint8_t>& b, size_t off) {
+  uint32_t v;
+  std::memcpy(&v, b.data() + off, 4);
+  return v;
+}
+
+size_t ExpectedK(double ratio, size_t n) {
+  return n == 0 ? 0 : std::clamp<size_t>(static_cast<size_t>(std::ceil(ratio * n)), 1, n);
+}
+
+// The documented index-section size: min(raw, bit-packed deltas, varint deltas).
+size_t ExpectedIndexBytes(const std::vector<uint32_t>& idx) {
+  uint32_t max_delta = 0;
+  size_t varint = 0;
+  int64_t prev = -1;
+  for (uint32_t i : idx) {
+    const uint32_t d = static_cast<uint32_t>(i - prev - 1);
+    prev = i;
+    max_delta = std::max(max_delta, d);
+    int bits = d == 0 ? 1 : 32 - __builtin_clz(d);
+    varint += (bits + 6) / 7;
+  }
+  const int width = max_delta == 0 ? 0 : 32 - __builtin_clz(max_delta);
+  const size_t packed = (idx.size() * width + 7) / 8;
+  return std::min({4 * idx.size(), packed, varint});
+}
+
+// The k largest magnitudes, ties to the lower index, in index order (reference by full sort).
+std::vector<uint32_t> ReferenceTopk(const std::vector<float>& x, size_t k) {
+  std::vector<uint32_t> order(x.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+void ExpectSparseSizeFormula(const std::vector<uint8_t>& enc, const std::vector<uint32_t>& idx,
+                             const std::string& what) {
+  ASSERT_GE(enc.size(), 16u) << what;
+  EXPECT_EQ(U32At(enc, 8), idx.size()) << what;
+  EXPECT_EQ(U32At(enc, 12), ExpectedIndexBytes(idx)) << what;
+  EXPECT_EQ(enc.size(), 16 + 4 * idx.size() + ExpectedIndexBytes(idx)) << what;
+}
+
+TEST(TopkTest, KeepsExactlyTheKLargestAndMatchesTheSizeFormula) {
+  for (double ratio : {0.3, 0.01, 1.0}) {
+    auto codec = MustCreate("topk", {{"ratio", absl::StrCat(ratio)}});
+    auto inputs = AdversarialInputs();
+    inputs.push_back({"heavy_100k", RandomHeavyTail(100000, 21)});
+    std::vector<float> few_values(50000);  // many exact ties at the threshold, across blocks
+    for (size_t i = 0; i < few_values.size(); ++i) few_values[i] = static_cast<float>(i * 7919 % 13) - 6;
+    inputs.push_back({"ties_50k", few_values});
+    for (const auto& in : inputs) {
+      const std::string what = absl::StrCat(in.name, " ratio ", ratio);
+      const size_t k = ExpectedK(ratio, in.values.size());
+      auto enc = EncodeToVector(*codec, in.values, TestContext());
+      ASSERT_TRUE(enc.ok()) << what << ": " << enc.status();
+      const auto idx = ReferenceTopk(in.values, k);
+      ExpectSparseSizeFormula(*enc, idx, what);
+      auto dec = DecodeToVector(*codec, *enc, TestContext(), in.values.size());
+      ASSERT_TRUE(dec.ok()) << dec.status();
+      std::vector<float> expected(in.values.size(), 0.0f);
+      for (uint32_t i : idx) expected[i] = in.values[i];
+      EXPECT_EQ(*dec, expected) << what;
+    }
+  }
+}
+
+TEST(ThresholdTest, SendsExactlyTheMagnitudesAboveTheThreshold) {
+  auto codec = MustCreate("threshold", {{"threshold", "0.5"}});
+  for (const auto& in : AdversarialInputs()) {
+    auto enc = EncodeToVector(*codec, in.values, TestContext());
+    ASSERT_TRUE(enc.ok()) << in.name << ": " << enc.status();
+    std::vector<uint32_t> idx;
+    std::vector<float> expected(in.values.size(), 0.0f);
+    for (size_t i = 0; i < in.values.size(); ++i) {
+      if (std::fabs(in.values[i]) > 0.5f) {
+        idx.push_back(i);
+        expected[i] = in.values[i];
+      }
+    }
+    ExpectSparseSizeFormula(*enc, idx, in.name);
+    auto dec = DecodeToVector(*codec, *enc, TestContext(), in.values.size());
+    ASSERT_TRUE(dec.ok()) << dec.status();
+    EXPECT_EQ(*dec, expected) << in.name;
+  }
+}
+
+TEST(ThresholdTest, DefaultIsGraces001) {
+  auto codec = MustCreate("threshold");
+  std::vector<float> in = {0.02f, -0.005f, 0.0100001f, 0.01f, -0.5f};
+  auto dec = RoundTrip(*codec, in, TestContext());
+  ASSERT_TRUE(dec.ok());
+  EXPECT_EQ(*dec, (std::vector<float>{0.02f, 0.0f, 0.0100001f, 0.0f, -0.5f}));
+}
+
+// Kept elements exact, and every kept magnitude >= every dropped one.
+void ExpectThresholdShaped(const std::vector<float>& x, const std::vector<float>& dec,
+                           const std::string& what, size_t* kept_count) {
+  float min_kept = std::numeric_limits<float>::infinity(), max_dropped = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (dec[i] != 0.0f) {
+      ASSERT_EQ(dec[i], x[i]) << what << " element " << i;
+      min_kept = std::min(min_kept, std::fabs(x[i]));
+      ++kept;
+    } else {
+      max_dropped = std::max(max_dropped, std::fabs(x[i]));
+    }
+  }
+  if (kept > 0) {
+    EXPECT_GE(min_kept, max_dropped) << what;
+  }
+  *kept_count = kept;
+}
+
+TEST(DgcTest, ThresholdSelectionWithCountNearK) {
+  for (double ratio : {0.3, 0.01}) {
+    auto codec = MustCreate("dgc", {{"ratio", absl::StrCat(ratio)}});
+    for (const auto& in : AdversarialInputs()) {
+      auto dec = RoundTrip(*codec, in.values, TestContext());
+      ASSERT_TRUE(dec.ok()) << in.name << ": " << dec.status();
+      size_t kept;
+      ExpectThresholdShaped(in.values, *dec, in.name, &kept);
+    }
+    for (uint64_t seed : {1, 2, 3}) {
+      const auto x = RandomNormal(200000, seed);
+      auto enc = EncodeToVector(*codec, x, TestContext(seed));
+      ASSERT_TRUE(enc.ok());
+      const size_t k = U32At(*enc, 8);
+      EXPECT_GE(k, 0.7 * ratio * x.size()) << ratio;
+      EXPECT_LE(k, 1.3 * ratio * x.size()) << ratio;
+      auto dec = DecodeToVector(*codec, *enc, TestContext(seed), x.size());
+      ASSERT_TRUE(dec.ok());
+      size_t kept;
+      ExpectThresholdShaped(x, *dec, "normal", &kept);
+      EXPECT_EQ(kept, k);
+      std::vector<uint32_t> idx;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if ((*dec)[i] != 0.0f) idx.push_back(i);
+      }
+      ExpectSparseSizeFormula(*enc, idx, "dgc normal");
+    }
+  }
+}
+
+TEST(AdaqTest, PerSignThresholdsAndMeans) {
+  auto codec = MustCreate("adaq", {{"ratio", "0.1"}});
+  auto inputs = AdversarialInputs();
+  inputs.push_back({"normal_50k", RandomNormal(50000, 5)});
+  for (const auto& in : inputs) {
+    const auto& x = in.values;
+    auto enc = EncodeToVector(*codec, x, TestContext());
+    ASSERT_TRUE(enc.ok()) << in.name << ": " << enc.status();
+    auto dec = DecodeToVector(*codec, *enc, TestContext(), x.size());
+    ASSERT_TRUE(dec.ok()) << dec.status();
+    float mean_p, mean_n;
+    std::memcpy(&mean_p, enc->data() + 28, 4);
+    std::memcpy(&mean_n, enc->data() + 32, 4);
+    double sum_p = 0, sum_n = 0;
+    size_t kp = 0, kn = 0, pos = 0, neg = 0;
+    float min_kept_p = INFINITY, max_dropped_p = 0, min_kept_n = INFINITY, max_dropped_n = 0;
+    std::vector<uint32_t> pos_idx, neg_idx;
+    for (size_t i = 0; i < x.size(); ++i) {
+      pos += x[i] > 0;
+      neg += x[i] < 0;
+      const bool kept_p = x[i] > 0 && (*dec)[i] == mean_p && (*dec)[i] != 0;
+      const bool kept_n = x[i] < 0 && (*dec)[i] == mean_n && (*dec)[i] != 0;
+      if (!kept_p && !kept_n) {
+        ASSERT_EQ((*dec)[i], 0.0f) << in.name << " element " << i;
+      }
+      if (kept_p) {
+        sum_p += x[i], ++kp, pos_idx.push_back(i);
+        min_kept_p = std::min(min_kept_p, x[i]);
+      } else if (x[i] > 0) {
+        max_dropped_p = std::max(max_dropped_p, x[i]);
+      }
+      if (kept_n) {
+        sum_n += x[i], ++kn, neg_idx.push_back(i);
+        min_kept_n = std::min(min_kept_n, -x[i]);
+      } else if (x[i] < 0) {
+        max_dropped_n = std::max(max_dropped_n, -x[i]);
+      }
+    }
+    if (kp) {
+      EXPECT_NEAR(mean_p, sum_p / kp, 1e-5 * std::fabs(sum_p / kp)) << in.name;
+      EXPECT_GE(min_kept_p, max_dropped_p) << in.name;
+    }
+    if (kn) {
+      EXPECT_NEAR(mean_n, sum_n / kn, 1e-5 * std::fabs(sum_n / kn)) << in.name;
+      EXPECT_GE(min_kept_n, max_dropped_n) << in.name;
+    }
+    EXPECT_EQ(U32At(*enc, 12), kp) << in.name;
+    EXPECT_EQ(U32At(*enc, 16), kn) << in.name;
+    EXPECT_EQ(enc->size(), 36 + ExpectedIndexBytes(pos_idx) + ExpectedIndexBytes(neg_idx)) << in.name;
+    if (x.size() <= 1000) {
+      // The sample is the whole tensor: exactly the top ratio of each sign (ties may add more).
+      if (pos) {
+        EXPECT_GE(kp, ExpectedK(0.1, pos)) << in.name;
+      }
+      if (neg) {
+        EXPECT_GE(kn, ExpectedK(0.1, neg)) << in.name;
+      }
+    } else {
+      EXPECT_NEAR(static_cast<double>(kp), 0.1 * pos, 0.03 * pos) << in.name;
+      EXPECT_NEAR(static_cast<double>(kn), 0.1 * neg, 0.03 * neg) << in.name;
+    }
+  }
+}
+
+TEST(RandomkTest, SharedIndicesSameOnEveryNodeAndNewEachRound) {
+  auto codec = MustCreate("randomk", {{"ratio", "0.25"}});
+  const auto x = RandomNormal(1001, 4);
+  const size_t k = ExpectedK(0.25, 1001);
+  auto support = [&](uint64_t round, uint32_t node) {
+    auto enc = EncodeToVector(*codec, x, TestContext(round, node));
+    EXPECT_TRUE(enc.ok());
+    EXPECT_EQ(enc->size(), 8 + 4 * k);
+    auto dec = DecodeToVector(*codec, *enc, TestContext(round, node), x.size());
+    EXPECT_TRUE(dec.ok());
+    std::vector<uint32_t> idx;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if ((*dec)[i] != 0.0f) {
+        EXPECT_EQ((*dec)[i], x[i]);
+        idx.push_back(i);
+      }
+    }
+    return idx;
+  };
+  const auto a = support(3, 0);
+  EXPECT_EQ(a.size(), k);
+  EXPECT_EQ(support(3, 1), a);  // another worker, same key and round
+  EXPECT_NE(support(4, 0), a);  // next round
+}
+
+TEST(RandomkTest, AdversarialRoundTripsAndSizes) {
+  auto codec = MustCreate("randomk");
+  for (const auto& in : AdversarialInputs()) {
+    auto enc = EncodeToVector(*codec, in.values, TestContext());
+    ASSERT_TRUE(enc.ok()) << in.name;
+    const size_t k = ExpectedK(0.3, in.values.size());
+    EXPECT_EQ(enc->size(), 8 + 4 * k) << in.name;
+    auto dec = DecodeToVector(*codec, *enc, TestContext(), in.values.size());
+    ASSERT_TRUE(dec.ok()) << dec.status();
+    size_t nonzero_inputs_kept = 0;
+    for (size_t i = 0; i < in.values.size(); ++i) {
+      if ((*dec)[i] != 0.0f) {
+        EXPECT_EQ((*dec)[i], in.values[i]) << in.name;
+        ++nonzero_inputs_kept;
+      }
+    }
+    EXPECT_LE(nonzero_inputs_kept, k);
+  }
+}
+
+TEST(RandomkTest, ScaledIsUnbiased) {
+  auto codec = MustCreate("randomk", {{"ratio", "0.3"}, {"scale", "true"}});
+  EXPECT_TRUE(codec->properties().unbiased);
+  EXPECT_FALSE(MustCreate("randomk")->properties().unbiased);
+  const auto x = RandomNormal(203, 8);
+  testing::ExpectUnbiased(*codec, x, 600, [](int t) { return TestContext(t); });
+}
+
+TEST(RandomkTest, SummedValuesExpandToTheSumOfDecodes) {
+  auto codec = MustCreate("randomk", {{"ratio", "0.1"}});
+  ASSERT_TRUE(codec->properties().summable_encoded);
+  const size_t n = 5000;
+  const CodecContext ctx = TestContext(9);
+  std::vector<float> sum(codec->SummedLength(n, ctx), 0.0f), reference(n, 0.0f);
+  for (uint32_t w = 0; w < 4; ++w) {
+    CodecContext wctx = ctx;
+    wctx.node = w;
+    const auto x = RandomNormal(n, 100 + w);
+    auto enc = EncodeToVector(*codec, x, wctx);
+    ASSERT_TRUE(enc.ok());
+    ASSERT_TRUE(codec->AddEncodedValues(*enc, wctx, n, absl::MakeSpan(sum)).ok());
+    ASSERT_TRUE(codec->DecodeAdd(*enc, wctx, absl::MakeSpan(reference)).ok());
+  }
+  std::vector<float> expanded(n);
+  ASSERT_TRUE(codec->ExpandSum(sum, ctx, absl::MakeSpan(expanded)).ok());
+  EXPECT_EQ(expanded, reference);
+}
+
+TEST(SparseCodecsTest, DecodeAddIsASparseAdd) {
+  for (const char* name : {"topk", "threshold", "dgc", "adaq", "randomk"}) {
+    auto codec = MustCreate(name);
+    const auto x = RandomNormal(3000, 6);
+    auto enc = EncodeToVector(*codec, x, TestContext());
+    ASSERT_TRUE(enc.ok());
+    auto dec = DecodeToVector(*codec, *enc, TestContext(), x.size());
+    ASSERT_TRUE(dec.ok());
+    std::vector<float> acc = RandomNormal(3000, 7), expected = acc;
+    for (size_t i = 0; i < acc.size(); ++i) expected[i] += (*dec)[i];
+    ASSERT_TRUE(codec->DecodeAdd(*enc, TestContext(), absl::MakeSpan(acc)).ok());
+    EXPECT_EQ(acc, expected) << name;
+  }
+}
+
+TEST(SparseCodecsTest, IndexEncodingsRoundTrip) {
+  // Dense selection: bit-packed deltas of width 0 (no index bytes at all).
+  auto all = MustCreate("threshold", {{"threshold", "0"}});
+  const auto x = RandomNormal(1000, 3);
+  auto enc = EncodeToVector(*all, x, TestContext());
+  ASSERT_TRUE(enc.ok());
+  EXPECT_EQ((*enc)[1], 1);  // bit-packed
+  EXPECT_EQ((*enc)[2], 0);  // width 0
+  EXPECT_EQ(enc->size(), 16 + 4 * 1000u);
+  // A few big gaps among many small ones: varint is smallest.
+  std::vector<float> sparse_x(1 << 20, 0.0f);
+  for (size_t i = 0; i < 200; ++i) sparse_x[i * 3] = 1.0f;
+  sparse_x[1 << 19] = 1.0f;
+  sparse_x[(1 << 20) - 1] = 1.0f;
+  auto codec = MustCreate("threshold", {{"threshold", "0.5"}});
+  enc = EncodeToVector(*codec, sparse_x, TestContext());
+  ASSERT_TRUE(enc.ok());
+  EXPECT_EQ((*enc)[1], 2);  // varint
+  auto dec = DecodeToVector(*codec, *enc, TestContext(), sparse_x.size());
+  ASSERT_TRUE(dec.ok());
+  EXPECT_EQ(*dec, sparse_x);
+}
+
+// A hand-made message in the common sparse format.
+std::vector<uint8_t> SparseMessage(uint8_t encoding, uint8_t width, uint32_t n,
+                                   const std::vector<float>& values,
+                                   const std::vector<uint8_t>& index_section) {
+  std::vector<uint8_t> m(16 + 4 * values.size());
+  m[0] = 1;
+  m[1] = encoding;
+  m[2] = width;
+  const uint32_t header[3] = {n, static_cast<uint32_t>(values.size()),
+                              static_cast<uint32_t>(index_section.size())};
+  std::memcpy(m.data() + 4, header, 12);
+  if (!values.empty()) std::memcpy(m.data() + 16, values.data(), 4 * values.size());
+  m.insert(m.end(), index_section.begin(), index_section.end());
+  return m;
+}
+
+std::vector<uint8_t> RawIndices(const std::vector<uint32_t>& idx) {
+  std::vector<uint8_t> b(4 * idx.size());
+  std::memcpy(b.data(), idx.data(), b.size());
+  return b;
+}
+
+TEST(SparseCodecsTest, MalformedMessagesAreRejected) {
+  auto codec = MustCreate("threshold");
+  std::vector<float> out(10);
+  auto decode = [&](const std::vector<uint8_t>& m) {
+    return codec->Decode(m, TestContext(), absl::MakeSpan(out));
+  };
+  // A valid raw message first, so that the rejections below are about one thing each.
+  EXPECT_TRUE(decode(SparseMessage(0, 0, 10, {1, 2}, RawIndices({3, 7}))).ok());
+  const std::vector<std::vector<uint8_t>> bad = {
+      {},
+      {1, 0, 0},
+      SparseMessage(0, 0, 11, {1, 2}, RawIndices({3, 7})),           // wrong n
+      SparseMessage(0, 0, 10, {1, 2}, RawIndices({3, 10})),          // index out of range
+      SparseMessage(0, 0, 10, {1, 2}, RawIndices({7, 3})),           // not increasing
+      SparseMessage(0, 0, 10, {1, 2}, RawIndices({3, 3})),           // duplicate
+      SparseMessage(0, 0, 10, {1, NAN}, RawIndices({3, 7})),         // NaN value
+      SparseMessage(0, 0, 10, {1, INFINITY}, RawIndices({3, 7})),    // Inf value
+      SparseMessage(7, 0, 10, {1, 2}, RawIndices({3, 7})),           // unknown encoding
+      SparseMessage(1, 33, 10, {1, 2}, {0, 0, 0, 0, 0, 0, 0, 0, 0}),  // width > 32
+      SparseMessage(1, 4, 10, {1, 2}, {0x73, 0x00}),                  // bit-packed, one byte extra
+      SparseMessage(1, 4, 10, {1, 2}, {0xf3}),                        // bit-packed 3 then 3+1+15 >= 10
+      SparseMessage(2, 0, 10, {1, 2}, {3, 3, 0}),                     // varint, bytes left over
+      SparseMessage(2, 0, 10, {1, 2}, {3}),                           // varint ends early
+      SparseMessage(2, 0, 10, {1, 2}, {0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),  // varint too long
+      SparseMessage(0, 0, 10, std::vector<float>(11, 1.0f), RawIndices({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})),  // k > n
+  };
+  for (size_t c = 0; c < bad.size(); ++c) {
+    auto s = decode(bad[c]);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "case " << c << ": " << s;
+    std::vector<float> acc(10, 1.0f);
+    EXPECT_FALSE(codec->DecodeAdd(bad[c], TestContext(), absl::MakeSpan(acc)).ok());
+    EXPECT_EQ(acc, std::vector<float>(10, 1.0f)) << "case " << c << " touched the accumulator";
+  }
+  // A header claiming k = 4e9 must not allocate or read out of bounds.
+  auto huge = SparseMessage(1, 0, 10, {}, {});
+  const uint32_t big_k = 4000000000u;
+  std::memcpy(huge.data() + 8, &big_k, 4);
+  EXPECT_FALSE(decode(huge).ok());
+  // topk insists on its k.
+  auto topk = MustCreate("topk", {{"ratio", "0.3"}});
+  EXPECT_FALSE(topk->Decode(SparseMessage(0, 0, 10, {1, 2}, RawIndices({3, 7})), TestContext(),
+                            absl::MakeSpan(out)).ok());
+  EXPECT_TRUE(topk->Decode(SparseMessage(0, 0, 10, {1, 2, 3}, RawIndices({3, 7, 9})), TestContext(),
+                           absl::MakeSpan(out)).ok());
+}
+
+TEST(SparseCodecsTest, NonFiniteInputIsAnErrorNamingTheIndex) {
+  for (const char* name : {"topk", "threshold", "dgc", "adaq", "randomk"}) {
+    auto codec = MustCreate(name);
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      auto x = RandomNormal(500, 1);
+      x[123] = bad;
+      auto enc = EncodeToVector(*codec, x, TestContext());
+      ASSERT_FALSE(enc.ok()) << name;
+      EXPECT_TRUE(absl::StrContains(enc.status().message(), "element 123 of 500")) << enc.status();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bytecomp::compress
