@@ -121,20 +121,40 @@ class Search {
     return result;
   }
 
-  // Best pair of options for two tensors, the others fixed; commits it if better.
+  // Best pair of options for two tensors, the others fixed; commits it if better. Pairs
+  // are simulated in order of their lower bound until the bound cannot beat the best.
   bool ImprovePair(int a, int b) {
+    if (a > b) std::swap(a, b);
     const int na = static_cast<int>(problem_.sim.tensors[a].options.size());
     const int nb = static_cast<int>(problem_.sim.tensors[b].options.size());
+    const int n = static_cast<int>(choice_.size());
+    // Tail bound pieces that do not depend on the pair: tensors after a other than b.
+    double others = -1e300;
+    for (int k = a + 1; k < n; ++k) {
+      if (k != b) others = std::max(others, gaps_[k] + Chain(k, choice_[k]));
+    }
+    pair_candidates_.clear();
+    for (int x = 0; x < na; ++x) {
+      if (x == choice_[a]) continue;  // single moves are tried elsewhere
+      const Work with_x = WithSwap(total_, work(a, choice_[a]), work(a, x));
+      for (int y = 0; y < nb; ++y) {
+        if (y == choice_[b]) continue;
+        const double tail = std::max({others, gaps_[a] + Chain(a, x), gaps_[b] + Chain(b, y)}) -
+                            gaps_[a];
+        const double lb =
+            sim_.LowerBound(a, WithSwap(with_x, work(b, choice_[b]), work(b, y)), tail);
+        if (lb < target()) pair_candidates_.push_back({lb, x, y});
+      }
+    }
+    std::sort(pair_candidates_.begin(), pair_candidates_.end());
     double best_time = target();
     std::pair<int, int> best = {choice_[a], choice_[b]};
-    for (int x = 0; x < na; ++x) {
-      for (int y = 0; y < nb; ++y) {
-        if (x == choice_[a] || y == choice_[b]) continue;  // single moves are tried elsewhere
-        double t = EvaluateChange({{a, x}, {b, y}}, best_time);
-        if (t < best_time) {
-          best_time = t;
-          best = {x, y};
-        }
+    for (const auto& [lb, x, y] : pair_candidates_) {
+      if (lb >= best_time) break;
+      double t = EvaluateChange({{a, x}, {b, y}}, best_time);
+      if (t < best_time) {
+        best_time = t;
+        best = {x, y};
       }
     }
     if (best.first == choice_[a]) return false;
@@ -188,6 +208,7 @@ class Search {
   double time_;
   Work total_;
   std::vector<std::pair<double, int>> candidates_;
+  std::vector<std::tuple<double, int, int>> pair_candidates_;
 };
 
 // Step 4: move GPU-compressed tensors to the CPU pool by groups of (size, option).
@@ -313,6 +334,34 @@ std::vector<std::vector<int>> BestUniformChoices(const PreparedProblem& problem,
   return best;
 }
 
+// a dominates b: the same stages on the same resources, none longer (ties: the earlier).
+bool Dominates(const OptionCost& a, const OptionCost& b) {
+  if (a.partitions != b.partitions || a.num_stages != b.num_stages) return false;
+  for (int k = 0; k < a.num_stages; ++k) {
+    if (a.stages[k].resource != b.stages[k].resource ||
+        a.stages[k].duration_us > b.stages[k].duration_us) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Drops options another option dominates; the first option (uncompressed, default
+// partitioning) always stays first.
+void DropDominated(std::vector<OptionCost>& options) {
+  std::vector<OptionCost> kept;
+  for (size_t b = 0; b < options.size(); ++b) {
+    bool dominated = false;
+    for (size_t a = 0; a < options.size() && !dominated; ++a) {
+      if (a == b || !Dominates(options[a], options[b])) continue;
+      // Equal options: keep the first of them.
+      dominated = !Dominates(options[b], options[a]) || a < b;
+    }
+    if (!dominated || b == 0) kept.push_back(options[b]);
+  }
+  options = std::move(kept);
+}
+
 }  // namespace
 
 absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
@@ -349,6 +398,8 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
       cost.chain_us = chain + (cost.partitions - 1) * busiest;
       st.options.push_back(cost);
     }
+    st.tree_options = static_cast<int>(st.options.size());
+    if (!in.options.keep_dominated()) DropDominated(st.options);
     p.none_index.push_back(0);  // EnumerateOptions lists flat, default-partitioned none first
     p.sim.tensors.push_back(std::move(st));
   }
@@ -398,8 +449,17 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   if (!problem.inputs.options.skip_refinement()) {
     // Small models get pairs and unbounded passes; large ones the few options with the best
     // bounds per tensor, which keeps refinement about as cheap as the published steps.
+    std::vector<int> compressible;
+    for (int i : order) {
+      for (const auto& o : tensors[i].options) {
+        if (o.option.codec >= 0) {
+          compressible.push_back(i);
+          break;
+        }
+      }
+    }
     const bool small =
-        static_cast<int>(order.size()) <= problem.inputs.options.pairwise_max_tensors();
+        static_cast<int>(compressible.size()) <= problem.inputs.options.pairwise_max_tensors();
     const bool pairwise = small;
     const int per_tensor = small ? 1 << 30 : 4;
     auto refine = [&](Search& s) {
@@ -411,8 +471,10 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
           changed |= s.ImproveTensor(i, allowed, per_tensor);
         }
         if (pairwise) {
-          for (size_t a = 0; a < order.size(); ++a) {
-            for (size_t b = a + 1; b < order.size(); ++b) changed |= s.ImprovePair(order[a], order[b]);
+          for (size_t a = 0; a < compressible.size(); ++a) {
+            for (size_t b = a + 1; b < compressible.size(); ++b) {
+              changed |= s.ImprovePair(compressible[a], compressible[b]);
+            }
           }
         }
         if (!changed) break;
@@ -424,9 +486,9 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
                             std::max(0, problem.inputs.options.uniform_starts()))) {
       Search other(problem);
       other.SetChoice(start);
-      // On large models refining costs as much as the search itself: only for starts near
-      // the best so far.
-      if (!small && other.time() > search.time() * 1.1) continue;
+      // On large models refining costs as much as the search itself: only for a start that
+      // already beats the result.
+      if (!small && other.time() >= search.time()) continue;
       refine(other);
       simulations_elsewhere += other.sim().simulations();
       events_elsewhere += other.sim().events_processed();

@@ -152,11 +152,13 @@ int main(int argc, char** argv) {
               static_cast<long long>(result.simulations), static_cast<long long>(result.events),
               result.dropped_before_bubble);
   if (absl::GetFlag(FLAGS_table)) {
-    std::printf("%-4s %-48s %12s %8s  %s\n", "#", "tensor", "size", "options", "chosen");
+    std::printf("%-4s %-48s %12s %7s %7s  %s\n", "#", "tensor", "size", "options",
+                "undom.", "chosen");
     for (size_t i = 0; i < problem.sim.tensors.size(); ++i) {
       const SimTensor& t = problem.sim.tensors[i];
-      std::printf("%-4zu %-48s %12s %8zu  %s\n", i, t.name.c_str(),
-                  HumanBytes(static_cast<double>(t.bytes)).c_str(), t.options.size(),
+      std::printf("%-4zu %-48s %12s %7d %7zu  %s\n", i, t.name.c_str(),
+                  HumanBytes(static_cast<double>(t.bytes)).c_str(), t.tree_options,
+                  t.options.size(),
                   DescribeOption(t.options[result.choice[i]].option, problem.inputs.costs).c_str());
     }
   }

@@ -28,6 +28,7 @@ struct SimTensor {
   int64_t bytes = 0;
   double ready_gap_us = 0;
   std::vector<OptionCost> options;
+  int tree_options = 0;  // leaves of the decision tree, before dropping dominated ones
 };
 struct SimProblem {
   std::vector<SimTensor> tensors;  // backprop order
