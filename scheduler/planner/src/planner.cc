@@ -430,6 +430,17 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return tensors[a].bytes > tensors[b].bytes; });
 
+  // Ours: start from the best uniform assignment rather than from no compression (tensors
+  // before the bubble stay uncompressed).
+  std::vector<int> warm_start;
+  if (!problem.inputs.options.start_uncompressed()) {
+    auto starts = BestUniformChoices(problem, search.sim(), 1);
+    if (!starts.empty()) {
+      warm_start = starts[0];
+      for (int i = 0; i < first_kept; ++i) warm_start[i] = problem.none_index[i];
+      search.SetChoice(warm_start);
+    }
+  }
   // Step 3: best GPU option per tensor (all options without a GPU).
   const bool gpu = HasGpu(problem.inputs);
   std::vector<int> allowed;
@@ -458,8 +469,11 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
         }
       }
     }
-    const bool small =
-        static_cast<int>(compressible.size()) <= problem.inputs.options.pairwise_max_tensors();
+    const int pair_limit = problem.inputs.options.pairwise_max_tensors();
+    const bool small = static_cast<int>(compressible.size()) <= pair_limit;
+    // Pairs among every tensor with a choice when there are few, else among compressible ones.
+    const std::vector<int>& paired =
+        static_cast<int>(order.size()) <= pair_limit ? order : compressible;
     const bool pairwise = small;
     const int per_tensor = small ? 1 << 30 : 4;
     auto refine = [&](Search& s) {
@@ -471,9 +485,9 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
           changed |= s.ImproveTensor(i, allowed, per_tensor);
         }
         if (pairwise) {
-          for (size_t a = 0; a < compressible.size(); ++a) {
-            for (size_t b = a + 1; b < compressible.size(); ++b) {
-              changed |= s.ImprovePair(compressible[a], compressible[b]);
+          for (size_t a = 0; a < paired.size(); ++a) {
+            for (size_t b = a + 1; b < paired.size(); ++b) {
+              changed |= s.ImprovePair(paired[a], paired[b]);
             }
           }
         }
@@ -485,7 +499,10 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
          BestUniformChoices(problem, search.sim(),
                             std::max(0, problem.inputs.options.uniform_starts()))) {
       Search other(problem);
-      other.SetChoice(start);
+      std::vector<int> kept_start = start;
+      for (int i = 0; i < first_kept; ++i) kept_start[i] = problem.none_index[i];
+      if (kept_start == warm_start) continue;  // the main search started there
+      other.SetChoice(kept_start);
       // On large models refining costs as much as the search itself: only for a start that
       // already beats the result.
       if (!small && other.time() >= search.time()) continue;

@@ -285,7 +285,8 @@ TEST(PlannerTest, OffloadStepMovesGpuCompressionToTheCpuPool) {
   // GPU beats sending 4 MiB at 1 Gbit/s, so step 3 picks it; the 8-thread CPU pool at
   // 0.5 ms per MiB does the same without delaying the backward pass, so step 4 moves it.
   PlannerInputs in = SlowGpuCodec(6, 2000, /*gpu_us_per_mb=*/2000);
-  in.options.set_skip_refinement(true);  // the published steps alone
+  in.options.set_skip_refinement(true);  // the published steps alone, from no compression
+  in.options.set_start_uncompressed(true);
   auto prepared = Prepare(in);
   ASSERT_TRUE(prepared.ok());
   PlanResult result = PlanByteComp(*prepared);
@@ -299,11 +300,13 @@ TEST(PlannerTest, RefinementFindsCpuCompressionThatThePublishedStepsMiss) {
   // refinement over all options compresses on the CPU pool.
   PlannerInputs in = SlowGpuCodec(6, 2000, /*gpu_us_per_mb=*/200000);
   in.options.set_skip_refinement(true);
+  in.options.set_start_uncompressed(true);
   auto published_problem = Prepare(in);
   ASSERT_TRUE(published_problem.ok());
   PlanResult published = PlanByteComp(*published_problem);
   EXPECT_EQ(published.predicted_us, published.no_compression_us);
   in.options.set_skip_refinement(false);
+  in.options.set_start_uncompressed(false);
   auto prepared = Prepare(in);
   ASSERT_TRUE(prepared.ok());
   PlanResult result = PlanByteComp(*prepared);
