@@ -505,8 +505,7 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
       other.SetChoice(kept_start);
       // On large models refining costs as much as the search itself: only for a start that
       // already beats the result.
-      if (!small && other.time() >= search.time()) continue;
-      refine(other);
+      if (small || other.time() < search.time()) refine(other);
       simulations_elsewhere += other.sim().simulations();
       events_elsewhere += other.sim().events_processed();
       if (other.time() < search.time()) search.SetChoice(other.choice());
