@@ -147,7 +147,7 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   };
   auto add = [&](Resource r, StageKind kind, double us) {
     cost.stages[cost.num_stages++] = Stage{r, kind, static_cast<float>(us)};
-    cost.work_us[r] += us * option.partitions;
+    cost.work_us[r] += static_cast<double>(static_cast<float>(us)) * option.partitions;
   };
 
   if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes));

@@ -16,6 +16,12 @@ namespace {
 using google::protobuf::Message;
 using google::protobuf::TextFormat;
 
+// A 0-based position in the text.
+struct Loc {
+  int line = 0;
+  int column = 0;
+};
+
 // Collects validation problems as "file:line:column: field.path: what".
 class Problems {
  public:
@@ -24,10 +30,10 @@ class Problems {
   // `tree` is the parse-info tree of the message holding `field`; `index` -1 for singular.
   // An absent field is reported at `fallback_line` (the enclosing message's line, 0-based).
   void Add(const TextFormat::ParseInfoTree* tree, const Message& message, const char* field,
-           int index, int fallback_line, absl::string_view path, absl::string_view what) {
-    int line = fallback_line, column = 0;
+           int index, Loc fallback, absl::string_view path, absl::string_view what) {
+    int line = fallback.line, column = fallback.column;
     const auto* fd = message.GetDescriptor()->FindFieldByName(field);
-    if (tree != nullptr && fd != nullptr) {
+    if (tree != nullptr && fd != nullptr && fd->is_repeated() == (index >= 0)) {
       auto location = tree->GetLocation(fd, index);
       if (location.line >= 0) {
         line = location.line;
@@ -47,19 +53,20 @@ class Problems {
   std::vector<std::string> problems_;
 };
 
-int LineOf(const TextFormat::ParseInfoTree* tree, const Message& message, const char* field,
-           int index, int fallback) {
+Loc LineOf(const TextFormat::ParseInfoTree* tree, const Message& message, const char* field,
+           int index, Loc fallback) {
   const auto* fd = message.GetDescriptor()->FindFieldByName(field);
-  if (tree == nullptr || fd == nullptr) return fallback;
+  if (tree == nullptr || fd == nullptr || fd->is_repeated() != (index >= 0)) return fallback;
   auto location = tree->GetLocation(fd, index);
-  return location.line >= 0 ? location.line : fallback;
+  return location.line >= 0 ? Loc{location.line, location.column} : fallback;
 }
 
 const TextFormat::ParseInfoTree* Nested(const TextFormat::ParseInfoTree* tree,
                                         const Message& message, const char* field, int index) {
   if (tree == nullptr) return nullptr;
   const auto* fd = message.GetDescriptor()->FindFieldByName(field);
-  return fd == nullptr ? nullptr : tree->GetTreeForNested(fd, index);
+  if (fd == nullptr || fd->is_repeated() != (index >= 0)) return nullptr;
+  return tree->GetTreeForNested(fd, index);
 }
 
 // Syntax and unknown fields through common's parser (file:line:column errors), then a second
@@ -84,7 +91,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return buffer.str();
 }
 
-void CheckLink(const proto::LinkSpec& link, const TextFormat::ParseInfoTree* tree, int line,
+void CheckLink(const proto::LinkSpec& link, const TextFormat::ParseInfoTree* tree, Loc line,
                absl::string_view path, bool required, Problems& p) {
   if (required && link.bandwidth_gbps() <= 0) {
     p.Add(tree, link, "bandwidth_gbps", -1, line, absl::StrCat(path, ".bandwidth_gbps"),
@@ -101,7 +108,7 @@ void CheckLink(const proto::LinkSpec& link, const TextFormat::ParseInfoTree* tre
 
 void CheckCurve(const google::protobuf::RepeatedPtrField<proto::CostPoint>& points,
                 const TextFormat::ParseInfoTree* tree, const Message& parent,
-                const char* field, int line, absl::string_view path, Problems& p) {
+                const char* field, Loc line, absl::string_view path, Problems& p) {
   if (points.empty()) {
     p.Add(tree, parent, field, -1, line, path, "needs at least one point");
     return;
@@ -109,7 +116,7 @@ void CheckCurve(const google::protobuf::RepeatedPtrField<proto::CostPoint>& poin
   for (int i = 0; i < points.size(); ++i) {
     const auto& point = points[i];
     const auto* sub = Nested(tree, parent, field, i);
-    int point_line = LineOf(tree, parent, field, i, line);
+    Loc point_line = LineOf(tree, parent, field, i, line);
     std::string here = absl::StrCat(path, "[", i, "]");
     if (point.bytes() <= 0) {
       p.Add(sub, point, "bytes", -1, point_line, absl::StrCat(here, ".bytes"),
@@ -128,12 +135,12 @@ void CheckCurve(const google::protobuf::RepeatedPtrField<proto::CostPoint>& poin
 absl::Status ValidateProfile(const proto::ModelProfile& m, const TextFormat::ParseInfoTree* tree,
                              absl::string_view source) {
   Problems p(source);
-  if (m.tensors().empty()) p.Add(tree, m, "tensors", -1, 0, "tensors", "no tensors");
-  if (m.forward_us() < 0) p.Add(tree, m, "forward_us", -1, 0, "forward_us", "must be >= 0");
+  if (m.tensors().empty()) p.Add(tree, m, "tensors", -1, Loc{}, "tensors", "no tensors");
+  if (m.forward_us() < 0) p.Add(tree, m, "forward_us", -1, Loc{}, "forward_us", "must be >= 0");
   for (int i = 0; i < m.tensors_size(); ++i) {
     const auto& t = m.tensors(i);
     const auto* sub = Nested(tree, m, "tensors", i);
-    int line = LineOf(tree, m, "tensors", i, 0);
+    Loc line = LineOf(tree, m, "tensors", i, Loc{});
     std::string here = absl::StrCat("tensors[", i, "]");
     if (t.name().empty()) p.Add(sub, t, "name", -1, line, here + ".name", "must not be empty");
     if (t.elements() <= 0) {
@@ -156,19 +163,19 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c,
                              const TextFormat::ParseInfoTree* tree, absl::string_view source) {
   Problems p(source);
   if (c.machines() < 1) {
-    p.Add(tree, c, "machines", -1, 0, "machines", absl::StrCat("must be >= 1, got ", c.machines()));
+    p.Add(tree, c, "machines", -1, Loc{}, "machines", absl::StrCat("must be >= 1, got ", c.machines()));
   }
   if (c.gpus_per_machine() < 0) {
-    p.Add(tree, c, "gpus_per_machine", -1, 0, "gpus_per_machine", "must be >= 0");
+    p.Add(tree, c, "gpus_per_machine", -1, Loc{}, "gpus_per_machine", "must be >= 0");
   }
-  if (c.workers() < 0) p.Add(tree, c, "workers", -1, 0, "workers", "must be >= 0");
+  if (c.workers() < 0) p.Add(tree, c, "workers", -1, Loc{}, "workers", "must be >= 0");
   if (c.servers() < 1) {
-    p.Add(tree, c, "servers", -1, 0, "servers", absl::StrCat("must be >= 1, got ", c.servers()));
+    p.Add(tree, c, "servers", -1, Loc{}, "servers", absl::StrCat("must be >= 1, got ", c.servers()));
   }
   auto link = [&](const char* field, const proto::LinkSpec& spec, bool required) {
-    int line = LineOf(tree, c, field, -1, 0);
+    Loc line = LineOf(tree, c, field, -1, Loc{});
     if (required && !c.GetReflection()->HasField(c, c.GetDescriptor()->FindFieldByName(field))) {
-      p.Add(tree, c, field, -1, 0, field, "missing (bandwidth_gbps and latency_us)");
+      p.Add(tree, c, field, -1, Loc{}, field, "missing (bandwidth_gbps and latency_us)");
       return;
     }
     CheckLink(spec, Nested(tree, c, field, -1), line, field, required, p);
@@ -178,16 +185,16 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c,
   link("intra_machine_link", c.intra_machine_link(), c.gpus_per_machine() > 1);
   link("pcie_link", c.pcie_link(), false);
   if (c.cpu_pool_threads() < 0) {
-    p.Add(tree, c, "cpu_pool_threads", -1, 0, "cpu_pool_threads", "must be >= 0");
+    p.Add(tree, c, "cpu_pool_threads", -1, Loc{}, "cpu_pool_threads", "must be >= 0");
   }
   if (c.server_threads() < 0) {
-    p.Add(tree, c, "server_threads", -1, 0, "server_threads", "must be >= 0");
+    p.Add(tree, c, "server_threads", -1, Loc{}, "server_threads", "must be >= 0");
   }
   if (c.server_sum_gbytes_per_s() < 0) {
-    p.Add(tree, c, "server_sum_gbytes_per_s", -1, 0, "server_sum_gbytes_per_s", "must be >= 0");
+    p.Add(tree, c, "server_sum_gbytes_per_s", -1, Loc{}, "server_sum_gbytes_per_s", "must be >= 0");
   }
   if (c.partition_bytes() < 0) {
-    p.Add(tree, c, "partition_bytes", -1, 0, "partition_bytes", "must be >= 0");
+    p.Add(tree, c, "partition_bytes", -1, Loc{}, "partition_bytes", "must be >= 0");
   }
   return p.ToStatus();
 }
@@ -198,7 +205,7 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
   for (int i = 0; i < t.codecs_size(); ++i) {
     const auto& codec = t.codecs(i);
     const auto* sub = Nested(tree, t, "codecs", i);
-    int line = LineOf(tree, t, "codecs", i, 0);
+    Loc line = LineOf(tree, t, "codecs", i, Loc{});
     std::string here = absl::StrCat("codecs[", i, "]");
     if (codec.name().empty() || codec.name() == "none") {
       p.Add(sub, codec, "name", -1, line, here + ".name",
@@ -215,7 +222,7 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
     for (int d = 0; d < codec.costs_size(); ++d) {
       const auto& cost = codec.costs(d);
       const auto* dsub = Nested(sub, codec, "costs", d);
-      int dline = LineOf(sub, codec, "costs", d, line);
+      Loc dline = LineOf(sub, codec, "costs", d, line);
       std::string dhere = absl::StrCat(here, ".costs[", d, "]");
       if (cost.device() != proto::DEVICE_CPU && cost.device() != proto::DEVICE_GPU) {
         p.Add(dsub, cost, "device", -1, dline, dhere + ".device", "must be DEVICE_CPU or DEVICE_GPU");
@@ -242,16 +249,22 @@ absl::Status ValidateOptions(const proto::PlannerOptions& o,
                              const TextFormat::ParseInfoTree* tree, absl::string_view source) {
   Problems p(source);
   if (o.min_compress_bytes() < 0) {
-    p.Add(tree, o, "min_compress_bytes", -1, 0, "min_compress_bytes", "must be >= 0");
+    p.Add(tree, o, "min_compress_bytes", -1, Loc{}, "min_compress_bytes", "must be >= 0");
   }
   for (int i = 0; i < o.partition_bytes_size(); ++i) {
     if (o.partition_bytes(i) < 4) {
-      p.Add(tree, o, "partition_bytes", i, 0, absl::StrCat("partition_bytes[", i, "]"),
+      p.Add(tree, o, "partition_bytes", i, Loc{}, absl::StrCat("partition_bytes[", i, "]"),
             absl::StrCat("must be >= 4, got ", o.partition_bytes(i)));
     }
   }
+  if (o.min_relative_gain() < 0 || o.min_relative_gain() >= 1) {
+    p.Add(tree, o, "min_relative_gain", -1, Loc{}, "min_relative_gain", "must be in [0, 1)");
+  }
+  if (o.uniform_starts() < -1) {
+    p.Add(tree, o, "uniform_starts", -1, Loc{}, "uniform_starts", "must be >= -1");
+  }
   if (o.max_joint_offload_choices() < 0) {
-    p.Add(tree, o, "max_joint_offload_choices", -1, 0, "max_joint_offload_choices",
+    p.Add(tree, o, "max_joint_offload_choices", -1, Loc{}, "max_joint_offload_choices",
           "must be >= 0");
   }
   return p.ToStatus();
@@ -324,6 +337,9 @@ proto::ClusterDescription WithDefaults(proto::ClusterDescription c) {
 proto::PlannerOptions WithDefaults(proto::PlannerOptions o) {
   if (o.min_compress_bytes() == 0) o.set_min_compress_bytes(65536);
   if (o.max_joint_offload_choices() == 0) o.set_max_joint_offload_choices(64);
+  if (o.min_relative_gain() == 0) o.set_min_relative_gain(1e-3);
+  if (o.pairwise_max_tensors() == 0) o.set_pairwise_max_tensors(8);
+  if (o.uniform_starts() == 0) o.set_uniform_starts(3);
   return o;
 }
 

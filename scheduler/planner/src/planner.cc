@@ -13,8 +13,6 @@ namespace {
 
 using Work = std::array<double, kNumResources>;
 
-// Relative improvement a change must bring to be kept (avoids churn on float noise).
-constexpr double kMinGain = 1e-9;
 
 Work WithSwap(Work total, const Work& old_work, const Work& new_work) {
   for (int r = 0; r < kNumResources; ++r) total[r] += new_work[r] - old_work[r];
@@ -37,13 +35,26 @@ bool HasGpu(const PlannerInputs& in) {
 class Search {
  public:
   explicit Search(const PreparedProblem& problem)
-      : problem_(problem), sim_(&problem.sim), choice_(problem.none_index) {
+      : problem_(problem),
+        sim_(&problem.sim),
+        choice_(problem.none_index),
+        keep_(1 - problem.inputs.options.min_relative_gain()) {
+    const int n = static_cast<int>(problem.sim.tensors.size());
+    gaps_.resize(n);
+    double sum = 0;
+    for (int i = 0; i < n; ++i) {
+      if (i > 0) sum += static_cast<float>(problem.sim.tensors[i].ready_gap_us);
+      gaps_[i] = sum;
+    }
     time_ = sim_.Rebase(choice_, 0);
     total_ = sim_.TotalWork(choice_);
+    RefreshTails();
   }
 
   const std::vector<int>& choice() const { return choice_; }
   double time() const { return time_; }
+  // A change must beat this to be kept.
+  double target() const { return time_ * keep_; }
   TimelineSimulator& sim() { return sim_; }
 
   const Work& work(int tensor, int option) const {
@@ -53,21 +64,27 @@ class Search {
   // Best option for `tensor` among `allowed` with the others fixed; commits it if it is
   // better. Options are tried in order of their lower bound; the loop stops at the first
   // bound that cannot beat the best time found.
-  bool ImproveTensor(int tensor, const std::vector<int>& allowed) {
+  bool ImproveTensor(int tensor, const std::vector<int>& allowed, int max_simulations = 1 << 30) {
     const int current = choice_[tensor];
     candidates_.clear();
+    const double later_tail = tensor + 1 < static_cast<int>(tail_max_.size())
+                                  ? tail_max_[tensor + 1] - gaps_[tensor]
+                                  : 0;
     for (int o : allowed) {
       if (o == current) continue;
-      double lb = sim_.LowerBound(tensor, WithSwap(total_, work(tensor, current), work(tensor, o)));
-      if (lb < time_) candidates_.push_back({lb, o});
+      double tail = std::max(later_tail, Chain(tensor, o));
+      double lb =
+          sim_.LowerBound(tensor, WithSwap(total_, work(tensor, current), work(tensor, o)), tail);
+      if (lb < time_ * keep_) candidates_.push_back({lb, o});
     }
     std::sort(candidates_.begin(), candidates_.end());
-    double best_time = time_ * (1 - kMinGain);
+    double best_time = time_ * keep_;
     int best = current;
     for (auto [lb, o] : candidates_) {
-      if (lb >= best_time) break;
+      if (lb >= best_time || max_simulations-- == 0) break;
       choice_[tensor] = o;
-      double t = sim_.Evaluate(choice_, tensor, best_time);
+      const Work total = WithSwap(total_, work(tensor, current), work(tensor, o));
+      double t = sim_.Evaluate(choice_, tensor, best_time, tensor, &total, &tail_after_);
       if (t < best_time) {
         best_time = t;
         best = o;
@@ -82,19 +99,75 @@ class Search {
   // Evaluates a change of several tensors; returns the time or kAborted if >= cutoff.
   double EvaluateChange(const std::vector<std::pair<int, int>>& change, double cutoff) {
     if (change.empty()) return time_;
-    int from = change[0].first;
+    int from = change[0].first, last = change[0].first;
     Work total = total_;
     std::vector<std::pair<int, int>> undo;
     for (auto [t, o] : change) {
       from = std::min(from, t);
+      last = std::max(last, t);
       total = WithSwap(total, work(t, choice_[t]), work(t, o));
       undo.push_back({t, choice_[t]});
       choice_[t] = o;
     }
+    double tail = 0;
+    for (int k = from; k < static_cast<int>(choice_.size()); ++k) {
+      tail = std::max(tail, gaps_[k] - gaps_[from] + Chain(k, choice_[k]));
+    }
     double result = TimelineSimulator::kAborted;
-    if (sim_.LowerBound(from, total) < cutoff) result = sim_.Evaluate(choice_, from, cutoff);
+    if (sim_.LowerBound(from, total, tail) < cutoff) {
+      result = sim_.Evaluate(choice_, from, cutoff, last, &total, &tail_after_);
+    }
     for (auto [t, o] : undo) choice_[t] = o;
     return result;
+  }
+
+  // Best pair of options for two tensors, the others fixed; commits it if better. Pairs
+  // are simulated in order of their lower bound until the bound cannot beat the best.
+  bool ImprovePair(int a, int b) {
+    if (a > b) std::swap(a, b);
+    const int na = static_cast<int>(problem_.sim.tensors[a].options.size());
+    const int nb = static_cast<int>(problem_.sim.tensors[b].options.size());
+    const int n = static_cast<int>(choice_.size());
+    // Tail bound pieces that do not depend on the pair: tensors after a other than b.
+    double others = -1e300;
+    for (int k = a + 1; k < n; ++k) {
+      if (k != b) others = std::max(others, gaps_[k] + Chain(k, choice_[k]));
+    }
+    pair_candidates_.clear();
+    for (int x = 0; x < na; ++x) {
+      if (x == choice_[a]) continue;  // single moves are tried elsewhere
+      const Work with_x = WithSwap(total_, work(a, choice_[a]), work(a, x));
+      for (int y = 0; y < nb; ++y) {
+        if (y == choice_[b]) continue;
+        const double tail = std::max({others, gaps_[a] + Chain(a, x), gaps_[b] + Chain(b, y)}) -
+                            gaps_[a];
+        const double lb =
+            sim_.LowerBound(a, WithSwap(with_x, work(b, choice_[b]), work(b, y)), tail);
+        if (lb < target()) pair_candidates_.push_back({lb, x, y});
+      }
+    }
+    std::sort(pair_candidates_.begin(), pair_candidates_.end());
+    double best_time = target();
+    std::pair<int, int> best = {choice_[a], choice_[b]};
+    for (const auto& [lb, x, y] : pair_candidates_) {
+      if (lb >= best_time) break;
+      double t = EvaluateChange({{a, x}, {b, y}}, best_time);
+      if (t < best_time) {
+        best_time = t;
+        best = {x, y};
+      }
+    }
+    if (best.first == choice_[a]) return false;
+    Commit({{a, best.first}, {b, best.second}});
+    return true;
+  }
+
+  void SetChoice(const std::vector<int>& choice) {
+    std::vector<std::pair<int, int>> change;
+    for (size_t i = 0; i < choice.size(); ++i) {
+      if (choice[i] != choice_[i]) change.push_back({static_cast<int>(i), choice[i]});
+    }
+    Commit(change);
   }
 
   void Commit(const std::vector<std::pair<int, int>>& change) {
@@ -106,15 +179,36 @@ class Search {
       choice_[t] = o;
     }
     time_ = sim_.Rebase(choice_, from);
+    RefreshTails();
   }
 
  private:
+  double Chain(int tensor, int option) const {
+    return problem_.sim.tensors[tensor].options[option].chain_us;
+  }
+  // tail_max_[k]: the latest, over tensors j >= k, of (gaps to j + j's chain bound), so that
+  // a tensor j ready no earlier than snapshot k plus those gaps ends no earlier than that.
+  void RefreshTails() {
+    const int n = static_cast<int>(choice_.size());
+    tail_max_.assign(n + 1, -1e300);
+    tail_after_.assign(n, 0);
+    for (int k = n - 1; k >= 0; --k) {
+      tail_max_[k] = std::max(tail_max_[k + 1], gaps_[k] + Chain(k, choice_[k]));
+      tail_after_[k] = tail_max_[k] - gaps_[k];
+    }
+  }
+
+  double keep_;                   // 1 - min_relative_gain
+  std::vector<double> gaps_;      // sum of ready gaps of tensors 1..k
+  std::vector<double> tail_max_;
+  std::vector<double> tail_after_;  // tail_max_[k] - gaps_[k]: bound after tensor k is ready
   const PreparedProblem& problem_;
   TimelineSimulator sim_;
   std::vector<int> choice_;
   double time_;
   Work total_;
   std::vector<std::pair<double, int>> candidates_;
+  std::vector<std::tuple<double, int, int>> pair_candidates_;
 };
 
 // Step 4: move GPU-compressed tensors to the CPU pool by groups of (size, option).
@@ -166,7 +260,7 @@ void OptimizeOffload(const PreparedProblem& problem, Search& search) {
   if (combinations <= problem.inputs.options.max_joint_offload_choices()) {
     // Every combination of counts (mixed radix).
     std::vector<int> best_counts = counts;
-    double best_time = search.time() * (1 - kMinGain);
+    double best_time = search.target();
     while (true) {
       size_t g = 0;
       while (g < groups.size() && counts[g] == static_cast<int>(groups[g].members.size())) {
@@ -186,7 +280,7 @@ void OptimizeOffload(const PreparedProblem& problem, Search& search) {
   // Too many combinations: one group at a time, the others fixed.
   for (size_t g = 0; g < groups.size(); ++g) {
     std::vector<int> only(groups.size(), 0);
-    double best_time = search.time() * (1 - kMinGain);
+    double best_time = search.target();
     int best_count = 0;
     for (int k = 1; k <= static_cast<int>(groups[g].members.size()); ++k) {
       only[g] = k;
@@ -199,6 +293,73 @@ void OptimizeOffload(const PreparedProblem& problem, Search& search) {
     only[g] = best_count;
     search.Commit(change_for(only));
   }
+}
+
+// Every tensor takes the same kind of option (codec, placements, one/two-way, flat or
+// hierarchical; default partitioning) where it has it, none elsewhere; the `count` best of
+// these that beat no compression, best first.
+std::vector<std::vector<int>> BestUniformChoices(const PreparedProblem& problem,
+                                                 TimelineSimulator& sim, int count) {
+  const auto& tensors = problem.sim.tensors;
+  if (count == 0) return {};
+  std::vector<TensorOption> kinds;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int default_parts = tensors[i].options[problem.none_index[i]].option.partitions;
+    for (const auto& cost : tensors[i].options) {
+      TensorOption kind = cost.option;
+      if (kind.partitions != default_parts || kind.codec < 0) continue;
+      kind.partitions = 0;
+      if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+    }
+  }
+  const double none_time = sim.Simulate(problem.none_index);
+  std::vector<std::pair<double, std::vector<int>>> scored;
+  for (const TensorOption& kind : kinds) {
+    std::vector<int> choice = problem.none_index;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      TensorOption wanted = kind;
+      wanted.partitions = tensors[i].options[problem.none_index[i]].option.partitions;
+      int index = FindOption(tensors[i], wanted);
+      if (index >= 0) choice[i] = index;
+    }
+    double t = sim.Simulate(choice);
+    if (t < none_time) scored.push_back({t, std::move(choice)});
+  }
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::vector<int>> best;
+  for (auto& [t, choice] : scored) {
+    if (static_cast<int>(best.size()) == count) break;
+    best.push_back(std::move(choice));
+  }
+  return best;
+}
+
+// a dominates b: the same stages on the same resources, none longer (ties: the earlier).
+bool Dominates(const OptionCost& a, const OptionCost& b) {
+  if (a.partitions != b.partitions || a.num_stages != b.num_stages) return false;
+  for (int k = 0; k < a.num_stages; ++k) {
+    if (a.stages[k].resource != b.stages[k].resource ||
+        a.stages[k].duration_us > b.stages[k].duration_us) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Drops options another option dominates; the first option (uncompressed, default
+// partitioning) always stays first.
+void DropDominated(std::vector<OptionCost>& options) {
+  std::vector<OptionCost> kept;
+  for (size_t b = 0; b < options.size(); ++b) {
+    bool dominated = false;
+    for (size_t a = 0; a < options.size() && !dominated; ++a) {
+      if (a == b || !Dominates(options[a], options[b])) continue;
+      // Equal options: keep the first of them.
+      dominated = !Dominates(options[b], options[a]) || a < b;
+    }
+    if (!dominated || b == 0) kept.push_back(options[b]);
+  }
+  options = std::move(kept);
 }
 
 }  // namespace
@@ -227,8 +388,18 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
     st.bytes = TensorBytes(t);
     st.ready_gap_us = t.ready_gap_us();
     for (const TensorOption& o : EnumerateOptions(t, in.cluster, in.costs, in.options)) {
-      st.options.push_back(CostOf(o, t, in.cluster, in.costs));
+      OptionCost cost = CostOf(o, t, in.cluster, in.costs);
+      double chain = 0, busiest = 0;
+      for (int k = 0; k < cost.num_stages; ++k) {
+        const Stage& stage = cost.stages[k];
+        chain += stage.duration_us;
+        if (p.sim.slots[stage.resource] == 1) busiest = std::max<double>(busiest, stage.duration_us);
+      }
+      cost.chain_us = chain + (cost.partitions - 1) * busiest;
+      st.options.push_back(cost);
     }
+    st.tree_options = static_cast<int>(st.options.size());
+    if (!in.options.keep_dominated()) DropDominated(st.options);
     p.none_index.push_back(0);  // EnumerateOptions lists flat, default-partitioned none first
     p.sim.tensors.push_back(std::move(st));
   }
@@ -242,6 +413,7 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   PlanResult result;
   Search search(problem);
   result.no_compression_us = search.time();
+  int64_t simulations_elsewhere = 0, events_elsewhere = 0;
 
   // Step 2: tensors whose communication ends before a bubble of the uncompressed timeline.
   int first_kept = 0;
@@ -258,6 +430,17 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return tensors[a].bytes > tensors[b].bytes; });
 
+  // Ours: start from the best uniform assignment rather than from no compression (tensors
+  // before the bubble stay uncompressed).
+  std::vector<int> warm_start;
+  if (!problem.inputs.options.start_uncompressed()) {
+    auto starts = BestUniformChoices(problem, search.sim(), 1);
+    if (!starts.empty()) {
+      warm_start = starts[0];
+      for (int i = 0; i < first_kept; ++i) warm_start[i] = problem.none_index[i];
+      search.SetChoice(warm_start);
+    }
+  }
   // Step 3: best GPU option per tensor (all options without a GPU).
   const bool gpu = HasGpu(problem.inputs);
   std::vector<int> allowed;
@@ -270,17 +453,68 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   }
   // Step 4: optimal offload to the CPU pool given the GPU result.
   if (gpu) OptimizeOffload(problem, search);
-  // Ours: one more pass over every option, mixed placements included.
+  // Ours: refinement passes over every option (mixed placements included), and for small
+  // models over pairs of tensors, until a pass changes nothing; then the same from the best
+  // uniform assignments (every tensor the same kind of option), which escapes local optima
+  // that one-tensor moves cannot leave. The best result wins.
   if (!problem.inputs.options.skip_refinement()) {
+    // Small models get pairs and unbounded passes; large ones the few options with the best
+    // bounds per tensor, which keeps refinement about as cheap as the published steps.
+    std::vector<int> compressible;
     for (int i : order) {
-      allowed.resize(tensors[i].options.size());
-      std::iota(allowed.begin(), allowed.end(), 0);
-      search.ImproveTensor(i, allowed);
+      for (const auto& o : tensors[i].options) {
+        if (o.option.codec >= 0) {
+          compressible.push_back(i);
+          break;
+        }
+      }
+    }
+    const int pair_limit = problem.inputs.options.pairwise_max_tensors();
+    const bool small = static_cast<int>(compressible.size()) <= pair_limit;
+    // Pairs among every tensor with a choice when there are few, else among compressible ones.
+    const std::vector<int>& paired =
+        static_cast<int>(order.size()) <= pair_limit ? order : compressible;
+    const bool pairwise = small;
+    const int per_tensor = small ? 1 << 30 : 4;
+    auto refine = [&](Search& s) {
+      for (int pass = 0; pass < (small ? 4 : 2); ++pass) {
+        bool changed = false;
+        for (int i : order) {
+          allowed.resize(tensors[i].options.size());
+          std::iota(allowed.begin(), allowed.end(), 0);
+          changed |= s.ImproveTensor(i, allowed, per_tensor);
+        }
+        if (pairwise) {
+          for (size_t a = 0; a < paired.size(); ++a) {
+            for (size_t b = a + 1; b < paired.size(); ++b) {
+              changed |= s.ImprovePair(paired[a], paired[b]);
+            }
+          }
+        }
+        if (!changed) break;
+      }
+    };
+    refine(search);
+    for (const std::vector<int>& start :
+         BestUniformChoices(problem, search.sim(),
+                            std::max(0, problem.inputs.options.uniform_starts()))) {
+      Search other(problem);
+      std::vector<int> kept_start = start;
+      for (int i = 0; i < first_kept; ++i) kept_start[i] = problem.none_index[i];
+      if (kept_start == warm_start) continue;  // the main search started there
+      other.SetChoice(kept_start);
+      // On large models refining costs as much as the search itself: only for a start that
+      // already beats the result.
+      if (small || other.time() < search.time()) refine(other);
+      simulations_elsewhere += other.sim().simulations();
+      events_elsewhere += other.sim().events_processed();
+      if (other.time() < search.time()) search.SetChoice(other.choice());
     }
   }
   result.choice = search.choice();
   result.predicted_us = search.time();
-  result.simulations = search.sim().simulations();
+  result.simulations = search.sim().simulations() + simulations_elsewhere;
+  result.events = search.sim().events_processed() + events_elsewhere;
   result.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   result.compress_everything_choice = CompressEverythingChoice(problem);
@@ -314,6 +548,15 @@ absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem,
       min_suffix[i][r] = min_suffix[i + 1][r] + least;
     }
   }
+  // Tail bounds: tensor k is ready no earlier than the gaps after the current snapshot, and
+  // then needs at least its cheapest option's chain.
+  std::vector<double> gaps(n, 0), tail_max(n + 1, -1e300);
+  for (int i = 1; i < n; ++i) gaps[i] = gaps[i - 1] + static_cast<float>(tensors[i].ready_gap_us);
+  for (int k = n - 1; k >= 0; --k) {
+    double least = tensors[k].options[0].chain_us;
+    for (const auto& o : tensors[k].options) least = std::min(least, o.chain_us);
+    tail_max[k] = std::max(tail_max[k + 1], gaps[k] + least);
+  }
   std::vector<int> choice(n, 0);
   std::vector<Work> prefix(n + 1, compute);
   double best = result.no_compression_us * (1 + 1e-12);
@@ -335,7 +578,10 @@ absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem,
         prefix[depth + 1][r] = prefix[depth][r] + tensors[depth].options[o].work_us[r];
         bound_work[r] = prefix[depth + 1][r] + min_suffix[depth + 1][r];
       }
-      if (sim.StackLowerBound(depth + 1, bound_work) >= best) continue;
+      if (sim.StackLowerBound(depth + 1, bound_work, tail_max[depth + 1] - gaps[depth + 1]) >=
+          best) {
+        continue;
+      }
       self(self, depth + 1);
     }
   };
@@ -343,6 +589,7 @@ absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem,
   result.choice = best_choice;
   result.predicted_us = sim.Simulate(best_choice);
   result.simulations = sim.simulations();
+  result.events = sim.events_processed();
   result.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   result.compress_everything_choice = CompressEverythingChoice(problem);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -9,11 +10,34 @@ namespace bytecomp::planner {
 namespace {
 
 // Heaps: the earliest event first; the highest-priority (lowest value), earliest job first.
-bool LaterEvent(const TimelineSimulator::Event& a, const TimelineSimulator::Event& b) {
-  return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+struct LaterEventT {
+  bool operator()(const TimelineSimulator::Event& a, const TimelineSimulator::Event& b) const {
+    return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+  }
+};
+struct LowerPriorityT {
+  bool operator()(const TimelineSimulator::Waiting& a,
+                  const TimelineSimulator::Waiting& b) const {
+    return a.priority > b.priority || (a.priority == b.priority && a.seq > b.seq);
+  }
+};
+constexpr LaterEventT LaterEvent;
+constexpr LowerPriorityT LowerPriority;
+
+double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
+                 const std::array<double, kNumResources>& total_work, double tail_us);
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
 }
-bool LowerPriority(const TimelineSimulator::Waiting& a, const TimelineSimulator::Waiting& b) {
-  return a.priority > b.priority || (a.priority == b.priority && a.seq > b.seq);
+
+uint64_t Bits(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
 }
 
 void AppendJsonString(std::string& out, const std::string& text) {
@@ -38,11 +62,13 @@ void AppendJsonString(std::string& out, const std::string& text) {
 TimelineSimulator::TimelineSimulator(const SimProblem* problem)
     : problem_(problem), n_(static_cast<int>(problem->tensors.size())) {
   snapshots_.resize(n_);
+  snapshot_hash_.assign(n_, 0);
+  snapshot_hash_valid_.assign(n_, 0);
   idle_before_.assign(n_, 0);
   stack_.resize(n_ + 1);
   if (n_ > 0) {
     Reset(snapshots_[0]);
-    Run(snapshots_[0], {}, 0, false, kAborted, nullptr);
+    Run(snapshots_[0], {}, 0, false, kAborted, nullptr, n_);
     idle_before_[0] = 1;
     stack_[0] = snapshots_[0];
   }
@@ -66,8 +92,8 @@ void TimelineSimulator::Reset(State& s) const {
                                                 nullptr);
 }
 
-void TimelineSimulator::Start(State& s, int resource, int32_t job, float duration,
-                              std::vector<TraceSpan>* trace) {
+inline __attribute__((always_inline)) void TimelineSimulator::Start(
+    State& s, int resource, int32_t job, float duration, std::vector<TraceSpan>* trace) {
   auto& r = s.resources[resource];
   ++r.busy;
   r.started_work += duration;
@@ -77,7 +103,7 @@ void TimelineSimulator::Start(State& s, int resource, int32_t job, float duratio
     TraceSpan span{static_cast<uint8_t>(resource), 255, ~job, 0, s.now, duration};
     if (job >= 0) {
       const Partition& p = s.partitions[job];
-      span.kind = problem_->tensors[p.tensor].options[p.option].stages[p.stage].kind;
+      span.kind = p.cost->stages[p.stage].kind;
       span.tensor = p.tensor;
       span.partition = p.part;
     }
@@ -85,8 +111,9 @@ void TimelineSimulator::Start(State& s, int resource, int32_t job, float duratio
   }
 }
 
-void TimelineSimulator::Enqueue(State& s, int resource, int32_t job, int32_t priority,
-                                float duration, std::vector<TraceSpan>* trace) {
+inline __attribute__((always_inline)) void TimelineSimulator::Enqueue(
+    State& s, int resource, int32_t job, int32_t priority, float duration,
+    std::vector<TraceSpan>* trace) {
   auto& r = s.resources[resource];
   if (r.busy < problem_->slots[resource] && r.queue.empty()) {
     Start(s, resource, job, duration, trace);
@@ -96,9 +123,10 @@ void TimelineSimulator::Enqueue(State& s, int resource, int32_t job, int32_t pri
   std::push_heap(r.queue.begin(), r.queue.end(), LowerPriority);
 }
 
-void TimelineSimulator::EnqueueStage(State& s, int32_t slot, std::vector<TraceSpan>* trace) {
+inline __attribute__((always_inline)) void TimelineSimulator::EnqueueStage(
+    State& s, int32_t slot, std::vector<TraceSpan>* trace) {
   const Partition& p = s.partitions[slot];
-  const Stage& stage = problem_->tensors[p.tensor].options[p.option].stages[p.stage];
+  const Stage& stage = p.cost->stages[p.stage];
   // The compute stream is in order; elsewhere the tensor nearest the input goes first.
   int32_t priority =
       stage.resource == kCompute ? 0 : (n_ - p.tensor) * 4096 + std::min<int>(p.part, 4095);
@@ -117,7 +145,7 @@ void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
       slot = s.free_slots.back();
       s.free_slots.pop_back();
     }
-    s.partitions[slot] = Partition{tensor, static_cast<int16_t>(option),
+    s.partitions[slot] = Partition{&cost, tensor, static_cast<int16_t>(option),
                                    static_cast<int16_t>(std::min(part, 32767)), 0};
     ++s.active_partitions;
     EnqueueStage(s, slot, trace);
@@ -125,7 +153,8 @@ void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
 }
 
 double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop_tensor,
-                              bool record, double cutoff_us, std::vector<TraceSpan>* trace) {
+                              bool record, double cutoff_us, std::vector<TraceSpan>* trace,
+                              int same_as_baseline_after) {
   const double forward = problem_->forward_us;
   const int from = s.pending_ready;
   auto dispatch = [&](int resource) {
@@ -144,6 +173,22 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       if (record && j > from) {
         snapshots_[j] = s;
         idle_before_[j] = s.active_partitions == 0;
+      }
+      // The same state as the baseline's at this ready time, and the baseline's choice from
+      // here on: the rest of the run is the baseline's. States are compared by a 64-bit
+      // order-independent hash of every pending job (time, resource, tensor, option, stage).
+      if (record && j > from) snapshot_hash_valid_[j] = 0;
+      if (j > same_as_baseline_after && s.now == snapshots_[j].now &&
+          s.active_partitions == snapshots_[j].active_partitions &&
+          StateHash(s) == SnapshotHash(j)) {
+        return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
+      }
+      // A bound from here: the work not started yet, and after the last change the tail
+      // the caller knows for the baseline's choice.
+      if (bound_work_ != nullptr && j > from) {
+        double tail = 0;
+        if (j > same_as_baseline_after && bound_tail_ != nullptr) tail = (*bound_tail_)[j];
+        if (BoundFrom(s, *problem_, *bound_work_, tail) >= cutoff_us) return kAborted;
       }
       s.pending_ready = -1;
       ExpandTensor(s, j, choice[j], trace);
@@ -167,7 +212,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     }
     Partition& p = s.partitions[e.job];
     ++p.stage;
-    if (p.stage < problem_->tensors[p.tensor].options[p.option].num_stages) {
+    if (p.stage < p.cost->num_stages) {
       EnqueueStage(s, e.job, trace);
     } else {
       --s.active_partitions;
@@ -176,6 +221,33 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     dispatch(e.resource);
   }
   return s.now + forward;
+}
+
+uint64_t TimelineSimulator::SnapshotHash(int tensor) {
+  if (!snapshot_hash_valid_[tensor]) {
+    snapshot_hash_[tensor] = StateHash(snapshots_[tensor]);
+    snapshot_hash_valid_[tensor] = 1;
+  }
+  return snapshot_hash_[tensor];
+}
+
+uint64_t TimelineSimulator::StateHash(const State& s) const {
+  auto job_key = [&](int32_t job) -> uint64_t {
+    if (job < 0) return 0xC0FFEEULL ^ (static_cast<uint64_t>(~job) << 20);
+    const Partition& p = s.partitions[job];
+    return (static_cast<uint64_t>(p.tensor) << 40) ^ (static_cast<uint64_t>(p.option) << 24) ^
+           (static_cast<uint64_t>(p.part) << 8) ^ static_cast<uint64_t>(p.stage);
+  };
+  uint64_t h = Mix(Bits(s.now));
+  for (const Event& e : s.events) {
+    h += Mix(Bits(e.time) ^ Mix(job_key(e.job) + e.resource));
+  }
+  for (int r = 0; r < kNumResources; ++r) {
+    for (const Waiting& w : s.resources[r].queue) {
+      h += Mix(0x5151ULL + r + Mix(job_key(w.job) ^ 0xABCDEFULL));
+    }
+  }
+  return h;
 }
 
 double TimelineSimulator::Simulate(const std::vector<int>& choice,
@@ -188,20 +260,29 @@ double TimelineSimulator::Simulate(const std::vector<int>& choice,
   if (trace != nullptr) {
     trace->push_back(TraceSpan{kCompute, 255, 0, 0, 0, problem_->tensors[0].ready_gap_us});
   }
-  return Run(s, choice, n_, false, kAborted, trace);
+  return Run(s, choice, n_, false, kAborted, trace, n_);
 }
 
 double TimelineSimulator::Rebase(const std::vector<int>& choice, int from) {
   ++simulations_;
   scratch_ = snapshots_[from];
-  baseline_us_ = Run(scratch_, choice, n_, true, kAborted, nullptr);
+  baseline_us_ = Run(scratch_, choice, n_, true, kAborted, nullptr, n_);
   return baseline_us_;
 }
 
-double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, double cutoff_us) {
+double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, double cutoff_us,
+                                   int last_changed,
+                                   const std::array<double, kNumResources>* total_work,
+                                   const std::vector<double>* tail_us) {
   ++simulations_;
   scratch_ = snapshots_[from];
-  return Run(scratch_, choice, n_, false, cutoff_us, nullptr);
+  bound_work_ = total_work;
+  bound_tail_ = tail_us;
+  double result = Run(scratch_, choice, n_, false, cutoff_us, nullptr,
+                      last_changed < 0 ? from : last_changed);
+  bound_work_ = nullptr;
+  bound_tail_ = nullptr;
+  return result;
 }
 
 std::array<double, kNumResources> TimelineSimulator::TotalWork(
@@ -218,8 +299,8 @@ std::array<double, kNumResources> TimelineSimulator::TotalWork(
 
 namespace {
 double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
-                 const std::array<double, kNumResources>& total_work) {
-  double lb = s.now;
+                 const std::array<double, kNumResources>& total_work, double tail_us) {
+  double lb = s.now + tail_us;
   for (int r = 0; r < kNumResources; ++r) {
     double remaining = total_work[r] - s.resources[r].started_work;
     if (remaining > 0) lb = std::max(lb, s.now + remaining / problem.slots[r]);
@@ -229,14 +310,15 @@ double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
 }
 }  // namespace
 
-double TimelineSimulator::LowerBound(int from,
-                                     const std::array<double, kNumResources>& total_work) const {
-  return BoundFrom(snapshots_[from], *problem_, total_work);
+double TimelineSimulator::LowerBound(int from, const std::array<double, kNumResources>& total_work,
+                                     double tail_us) const {
+  return BoundFrom(snapshots_[from], *problem_, total_work, tail_us);
 }
 
-double TimelineSimulator::StackLowerBound(
-    int depth, const std::array<double, kNumResources>& total_work) const {
-  return BoundFrom(stack_[depth], *problem_, total_work);
+double TimelineSimulator::StackLowerBound(int depth,
+                                          const std::array<double, kNumResources>& total_work,
+                                          double tail_us) const {
+  return BoundFrom(stack_[depth], *problem_, total_work, tail_us);
 }
 
 double TimelineSimulator::ready_time_us(int tensor) const { return snapshots_[tensor].now; }
@@ -246,7 +328,7 @@ double TimelineSimulator::ExtendStack(const std::vector<int>& choice, int depth)
   stack_[depth + 1] = stack_[depth];
   const int stop = depth + 1 < n_ ? depth + 1 : n_;
   if (stop == n_) ++simulations_;
-  return Run(stack_[depth + 1], choice, stop, false, kAborted, nullptr);
+  return Run(stack_[depth + 1], choice, stop, false, kAborted, nullptr, n_);
 }
 
 std::string ChromeTraceJson(const SimProblem& problem, const std::vector<TraceSpan>& spans) {

@@ -9,6 +9,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "bytecomp/planner/planner.h"
+#ifdef BYTECOMP_PLAN_CALIBRATE
+#include "bytecomp/planner/calibrate.h"
+#endif
 #include "google/protobuf/text_format.h"
 
 ABSL_FLAG(std::string, profile, "", "Model profile (.pbtxt, bytecomp.proto.ModelProfile)");
@@ -22,7 +25,12 @@ ABSL_FLAG(std::string, all_codec, "",
 ABSL_FLAG(bool, exhaustive, false, "Exhaustive search instead of the algorithm (small models)");
 ABSL_FLAG(bool, table, true, "Print the per-tensor table");
 ABSL_FLAG(bool, calibrate, false,
-          "Measure codec costs on this host into --costs (needs the codec registry)");
+          "Measure codec encode/decode costs on this host's CPU and write the cost table to "
+          "--costs, then exit");
+ABSL_FLAG(std::string, calibrate_template, "",
+          "Cost table whose codecs (names, params, memories, GPU costs) --calibrate measures; "
+          "default: every registered codec with default parameters");
+ABSL_FLAG(double, calibrate_seconds, 0.02, "Time spent per measured point of --calibrate");
 
 namespace {
 
@@ -37,16 +45,50 @@ std::string HumanBytes(double bytes) {
   return absl::StrFormat("%.0f B", bytes);
 }
 
+int Calibrate() {
+#ifdef BYTECOMP_PLAN_CALIBRATE
+  using namespace bytecomp::planner;
+  const std::string out = absl::GetFlag(FLAGS_costs);
+  if (out.empty()) return Fail("--calibrate writes the table to --costs, which is empty");
+  bytecomp::proto::CostTable template_table;
+  if (const std::string path = absl::GetFlag(FLAGS_calibrate_template); !path.empty()) {
+    auto loaded = LoadCostTable(path);
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    template_table = *std::move(loaded);
+  }
+  CalibrationOptions options;
+  options.seconds_per_point = absl::GetFlag(FLAGS_calibrate_seconds);
+  auto table = CalibrateCpuCosts(template_table, options);
+  if (!table.ok()) return Fail(std::string(table.status().message()));
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(*table, &text);
+  std::ofstream file(out);
+  if (!file) return Fail("cannot write " + out);
+  file << "# Written by bytecomp-plan --calibrate.\n" << text;
+  std::printf("%-12s %8s %10s | %12s %12s | %12s %12s\n", "codec", "ratio", "overhead",
+              "enc 1MiB us", "dec 1MiB us", "enc GB/s", "dec GB/s");
+  for (const auto& codec : table->codecs()) {
+    const auto& cpu = codec.costs(0);
+    const double enc = InterpolateCost(cpu.encode(), 1 << 20);
+    const double dec = InterpolateCost(cpu.decode(), 1 << 20);
+    std::printf("%-12s %8.4f %10lld | %12.1f %12.1f | %12.2f %12.2f\n", codec.name().c_str(),
+                codec.ratio(), static_cast<long long>(codec.overhead_bytes()), enc, dec,
+                (1 << 20) / enc / 1e3, (1 << 20) / dec / 1e3);
+  }
+  std::printf("cost table: %s (%s)\n", out.c_str(), table->source().c_str());
+  return 0;
+#else
+  return Fail("--calibrate is not available in this build: it needs the codec registry "
+              "(compress/, target bytecomp_compress), which was not built");
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   using namespace bytecomp::planner;
-  if (absl::GetFlag(FLAGS_calibrate)) {
-    return Fail(
-        "--calibrate is not available in this build: it needs the codec registry "
-        "(compress/), which this planner branch does not link yet");
-  }
+  if (absl::GetFlag(FLAGS_calibrate)) return Calibrate();
   if (absl::GetFlag(FLAGS_profile).empty() || absl::GetFlag(FLAGS_cluster).empty() ||
       absl::GetFlag(FLAGS_costs).empty()) {
     return Fail("--profile, --cluster and --costs are required");
@@ -104,16 +146,19 @@ int main(int argc, char** argv) {
   std::printf("speed-up: %.2fx vs no compression, %.2fx vs compress-everything\n",
               result.no_compression_us / result.predicted_us,
               result.compress_everything_us / result.predicted_us);
-  std::printf("planner: %s, %.2f ms, %lld simulations, %d tensors dropped before a "
-              "communication bubble\n",
+  std::printf("planner: %s, %.2f ms, %lld simulations, %lld events, %d tensors dropped "
+              "before a communication bubble\n",
               absl::GetFlag(FLAGS_exhaustive) ? "exhaustive" : "bytecomp", result.planning_ms,
-              static_cast<long long>(result.simulations), result.dropped_before_bubble);
+              static_cast<long long>(result.simulations), static_cast<long long>(result.events),
+              result.dropped_before_bubble);
   if (absl::GetFlag(FLAGS_table)) {
-    std::printf("%-4s %-48s %12s %8s  %s\n", "#", "tensor", "size", "options", "chosen");
+    std::printf("%-4s %-48s %12s %7s %7s  %s\n", "#", "tensor", "size", "options",
+                "undom.", "chosen");
     for (size_t i = 0; i < problem.sim.tensors.size(); ++i) {
       const SimTensor& t = problem.sim.tensors[i];
-      std::printf("%-4zu %-48s %12s %8zu  %s\n", i, t.name.c_str(),
-                  HumanBytes(static_cast<double>(t.bytes)).c_str(), t.options.size(),
+      std::printf("%-4zu %-48s %12s %7d %7zu  %s\n", i, t.name.c_str(),
+                  HumanBytes(static_cast<double>(t.bytes)).c_str(), t.tree_options,
+                  t.options.size(),
                   DescribeOption(t.options[result.choice[i]].option, problem.inputs.costs).c_str());
     }
   }

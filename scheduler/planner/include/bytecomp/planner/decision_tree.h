@@ -59,6 +59,10 @@ struct OptionCost {
   int8_t num_stages = 0;
   std::array<Stage, kMaxStages> stages;
   std::array<double, kNumResources> work_us{};
+  // A lower bound on the time from the tensor being ready to its last partition being done
+  // (its stages in a row, plus the other partitions' turns on the busiest one-slot
+  // resource). Filled by Prepare(), which knows the slots.
+  double chain_us = 0;
 };
 
 // The tensor's pruned option list. Pruning rules (each returns fewer, never invalid, leaves):

@@ -7,9 +7,12 @@
 //  3. for each remaining tensor, try each GPU option with the others fixed; keep the best;
 //  4. group GPU-compressed tensors by (size, option) and enumerate how many of each group to
 //     move to the CPU pool, farthest from the output first.
-// Then (ours, PlannerOptions.skip_refinement to skip) one more per-tensor pass over every
-// option. Changes are evaluated incrementally from the simulator's snapshots, options in
-// order of a lower bound, stopping when the bound cannot beat the best found.
+// Ours: steps 3 and 4 start from the best uniform assignment instead of no compression
+// (PlannerOptions.start_uncompressed for the paper's start); afterwards refinement passes
+// over every option (pairs of tensors too on small models) and from the best uniform
+// assignments (PlannerOptions.skip_refinement to skip). Dominated options are dropped first.
+// Changes are evaluated incrementally from the simulator's snapshots, options in order of a
+// lower bound, stopping when the bound cannot beat the best found.
 #pragma once
 
 #include <string>
@@ -47,7 +50,8 @@ struct PlanResult {
   double compress_everything_us = 0;
   std::vector<int> compress_everything_choice;
   int dropped_before_bubble = 0;
-  int64_t simulations = 0;
+  int64_t simulations = 0;      // full or partial simulations run
+  int64_t events = 0;           // simulated events processed
   double planning_ms = 0;
 };
 

@@ -28,6 +28,7 @@ struct SimTensor {
   int64_t bytes = 0;
   double ready_gap_us = 0;
   std::vector<OptionCost> options;
+  int tree_options = 0;  // leaves of the decision tree, before dropping dominated ones
 };
 struct SimProblem {
   std::vector<SimTensor> tensors;  // backprop order
@@ -61,12 +62,24 @@ class TimelineSimulator {
 
   // Iteration time of `choice`, which equals the baseline on tensors < from, resuming from
   // snapshot `from`. Returns kAborted as soon as the result is known to be >= cutoff_us.
-  double Evaluate(const std::vector<int>& choice, int from, double cutoff_us = kAborted);
+  // `last_changed` (default `from`): the last tensor where `choice` differs from the
+  // baseline; once the run, after it, reaches a ready time in the same state as the
+  // baseline did, the rest is the baseline's and is not simulated again.
+  // With `total_work` (the whole iteration's work per resource under `choice`), the run
+  // also stops at any ready time where LowerBound's bound reaches the cutoff; `tail_us[j]`,
+  // when given, bounds what must still happen after tensor j is ready under the baseline's
+  // choice (used only after the last change).
+  double Evaluate(const std::vector<int>& choice, int from, double cutoff_us = kAborted,
+                  int last_changed = -1,
+                  const std::array<double, kNumResources>* total_work = nullptr,
+                  const std::vector<double>* tail_us = nullptr);
 
-  // A lower bound on Evaluate(choice, from): time of snapshot `from` plus the work not yet
-  // started on the busiest resource. `total_work` is the whole iteration's work per resource
-  // under `choice`.
-  double LowerBound(int from, const std::array<double, kNumResources>& total_work) const;
+  // A lower bound on Evaluate(choice, from): the time of snapshot `from` plus the larger of
+  // the work not yet started on the busiest resource and `tail_us` (a bound, from the
+  // caller, on what must still happen after snapshot `from`). `total_work` is the whole
+  // iteration's work per resource under `choice`.
+  double LowerBound(int from, const std::array<double, kNumResources>& total_work,
+                    double tail_us = 0) const;
   // Total work per resource of `choice` (compute segments included).
   std::array<double, kNumResources> TotalWork(const std::vector<int>& choice) const;
 
@@ -79,7 +92,8 @@ class TimelineSimulator {
   // depth+1 is ready (or to the end when depth is the last tensor). Uses a private stack.
   double ExtendStack(const std::vector<int>& choice, int depth);
   // Lower bound from the stacked state at `depth` (depth tensors expanded already).
-  double StackLowerBound(int depth, const std::array<double, kNumResources>& total_work) const;
+  double StackLowerBound(int depth, const std::array<double, kNumResources>& total_work,
+                         double tail_us = 0) const;
 
   int64_t simulations() const { return simulations_; }
   int64_t events_processed() const { return events_; }
@@ -103,6 +117,7 @@ class TimelineSimulator {
     std::vector<Waiting> queue;  // heap
   };
   struct Partition {
+    const OptionCost* cost;  // the tensor's option, for its stages
     int32_t tensor;
     int16_t option;
     int16_t part;
@@ -124,7 +139,7 @@ class TimelineSimulator {
   // Runs until tensor `stop_tensor` is ready (its snapshot) or to the end (returns the end).
   // Records snapshots of tensors in (from, n) when `record`.
   double Run(State& state, const std::vector<int>& choice, int stop_tensor, bool record,
-             double cutoff_us, std::vector<TraceSpan>* trace);
+             double cutoff_us, std::vector<TraceSpan>* trace, int same_as_baseline_after);
   void Enqueue(State& s, int resource, int32_t job, int32_t priority, float duration,
                std::vector<TraceSpan>* trace);
   void Start(State& s, int resource, int32_t job, float duration,
@@ -134,10 +149,17 @@ class TimelineSimulator {
 
   const SimProblem* problem_;
   int n_;
+  uint64_t StateHash(const State& s) const;
+  uint64_t SnapshotHash(int tensor);  // computed when first needed
+
   std::vector<State> snapshots_;  // snapshots_[i]: the state when tensor i becomes ready
+  std::vector<uint64_t> snapshot_hash_;
+  std::vector<uint8_t> snapshot_hash_valid_;
   std::vector<uint8_t> idle_before_;
   std::vector<State> stack_;       // exhaustive search
   State scratch_;
+  const std::array<double, kNumResources>* bound_work_ = nullptr;
+  const std::vector<double>* bound_tail_ = nullptr;
   double baseline_us_ = 0;
   int64_t simulations_ = 0;
   int64_t events_ = 0;

@@ -1,0 +1,32 @@
+// Measuring a codec cost table on this host (bytecomp-plan --calibrate). Implemented in the
+// target bytecomp_planner_calibrate, which links the codec registry (compress/); the planner
+// library itself does not depend on the codecs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner.pb.h"
+
+namespace bytecomp::planner {
+
+struct CalibrationOptions {
+  // Input sizes in bytes (fp32 inputs of size/4 elements), increasing.
+  std::vector<int64_t> sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20};
+  // Each point repeats encode (and decode) until this much time has passed, at least 3
+  // times; the median is kept.
+  double seconds_per_point = 0.02;
+};
+
+// Measures encode and decode time against size on one CPU thread, and the compressed size
+// (ratio and overhead fitted on the two largest sizes), for every codec of `template_table`
+// (name, params and memory kept; its GPU costs copied unmeasured) or, when it has no
+// codecs, for every codec of the registry except "none" with default parameters.
+// summable and reencodable come from the codec's properties (not two-round, not a vote).
+// Template codecs the registry does not know are left out and named in the table's source;
+// invalid parameters are an error.
+absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& template_table,
+                                                   const CalibrationOptions& options = {});
+
+}  // namespace bytecomp::planner

@@ -1,0 +1,82 @@
+// bytecomp-plan --calibrate's measurement, on small sizes to stay fast.
+#include "bytecomp/planner/calibrate.h"
+
+#include "bytecomp/planner/inputs.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace bytecomp::planner {
+namespace {
+
+CalibrationOptions Quick() {
+  CalibrationOptions options;
+  options.sizes = {1 << 10, 16 << 10, 64 << 10};
+  options.seconds_per_point = 0.0005;
+  return options;
+}
+
+TEST(CalibrateTest, MeasuresTemplateCodecsAndKeepsTheirSettings) {
+  proto::CostTable tmpl;
+  tmpl.add_codecs()->set_name("fp16");
+  auto* topk = tmpl.add_codecs();
+  topk->set_name("topk");
+  (*topk->mutable_params())["ratio"] = "0.01";
+  topk->set_memory("residual");
+  auto* gpu = topk->add_costs();
+  gpu->set_device(proto::DEVICE_GPU);
+  gpu->add_encode()->set_bytes(1 << 20);
+  gpu->mutable_encode(0)->set_us(30);
+  gpu->add_decode()->set_bytes(1 << 20);
+  gpu->mutable_decode(0)->set_us(5);
+  tmpl.add_codecs()->set_name("nosuchcodec");
+
+  auto table = CalibrateCpuCosts(tmpl, Quick());
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->codecs_size(), 2);
+  EXPECT_NE(table->source().find("left out: nosuchcodec"), std::string::npos);
+
+  const auto& fp16 = table->codecs(0);
+  EXPECT_EQ(fp16.name(), "fp16");
+  EXPECT_NEAR(fp16.ratio(), 0.5, 0.01);
+  EXPECT_TRUE(fp16.summable());
+  EXPECT_TRUE(fp16.reencodable());
+  ASSERT_EQ(fp16.costs_size(), 1);
+  EXPECT_EQ(fp16.costs(0).device(), proto::DEVICE_CPU);
+  ASSERT_EQ(fp16.costs(0).encode_size(), 3);
+  for (const auto& point : fp16.costs(0).encode()) EXPECT_GT(point.us(), 0);
+
+  const auto& measured_topk = table->codecs(1);
+  EXPECT_EQ(measured_topk.params().at("ratio"), "0.01");
+  EXPECT_EQ(measured_topk.memory(), "residual");
+  EXPECT_GT(measured_topk.ratio(), 0.005);
+  EXPECT_LT(measured_topk.ratio(), 0.03);
+  ASSERT_EQ(measured_topk.costs_size(), 2);  // CPU measured, GPU copied
+  EXPECT_EQ(measured_topk.costs(1).device(), proto::DEVICE_GPU);
+  EXPECT_EQ(measured_topk.costs(1).encode(0).us(), 30);
+
+  // The written table is a valid cost table.
+  std::string text;
+  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(*table, &text));
+  proto::CostTable parsed;
+  EXPECT_TRUE(ParseCostTable(text, "calibrated.pbtxt", &parsed).ok());
+}
+
+TEST(CalibrateTest, BadParameterIsAnErrorNamingTheCodec) {
+  proto::CostTable tmpl;
+  auto* topk = tmpl.add_codecs();
+  topk->set_name("topk");
+  (*topk->mutable_params())["ratio"] = "7";
+  auto table = CalibrateCpuCosts(tmpl, Quick());
+  ASSERT_FALSE(table.ok());
+  EXPECT_NE(table.status().message().find("topk"), std::string::npos) << table.status();
+}
+
+TEST(CalibrateTest, EmptyTemplateMeasuresEveryRegisteredCodec) {
+  auto table = CalibrateCpuCosts(proto::CostTable(), Quick());
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_GE(table->codecs_size(), 2);
+  for (const auto& codec : table->codecs()) EXPECT_NE(codec.name(), "none");
+}
+
+}  // namespace
+}  // namespace bytecomp::planner

@@ -1,0 +1,209 @@
+// The decision tree's pruning rules and the cost model's numbers.
+#include "bytecomp/planner/decision_tree.h"
+
+#include <algorithm>
+
+#include "bytecomp/planner/inputs.h"
+#include "gtest/gtest.h"
+
+namespace bytecomp::planner {
+namespace {
+
+proto::CostPoint Point(int64_t bytes, double us) {
+  proto::CostPoint p;
+  p.set_bytes(bytes);
+  p.set_us(us);
+  return p;
+}
+
+// Costs linear in size: `us_per_mb` per MiB for encode and decode.
+proto::CodecCost Codec(const std::string& name, double ratio, bool reencodable, bool cpu,
+                       bool gpu) {
+  proto::CodecCost c;
+  c.set_name(name);
+  c.set_ratio(ratio);
+  c.set_reencodable(reencodable);
+  auto add = [&](proto::Device device, double us_per_mb) {
+    auto* d = c.add_costs();
+    d->set_device(device);
+    *d->add_encode() = Point(1 << 20, us_per_mb);
+    *d->add_decode() = Point(1 << 20, us_per_mb / 2);
+  };
+  if (cpu) add(proto::DEVICE_CPU, 1000);
+  if (gpu) add(proto::DEVICE_GPU, 10);
+  return c;
+}
+
+proto::ClusterDescription Cluster(int gpus) {
+  proto::ClusterDescription c;
+  c.set_machines(4);
+  c.set_gpus_per_machine(gpus);
+  c.set_servers(2);
+  c.mutable_worker_link()->set_bandwidth_gbps(10);
+  c.mutable_worker_link()->set_latency_us(10);
+  c.mutable_server_link()->set_bandwidth_gbps(10);
+  c.mutable_server_link()->set_latency_us(10);
+  c.mutable_intra_machine_link()->set_bandwidth_gbps(800);
+  return WithDefaults(c);
+}
+
+proto::TensorProfile Tensor(int64_t elements) {
+  proto::TensorProfile t;
+  t.set_name("w");
+  t.set_elements(elements);
+  return t;
+}
+
+proto::CostTable TwoCodecs() {
+  proto::CostTable costs;
+  *costs.add_codecs() = Codec("fp16", 0.5, /*reencodable=*/true, true, true);
+  *costs.add_codecs() = Codec("dgc", 0.02, /*reencodable=*/false, true, true);
+  return costs;
+}
+
+proto::PlannerOptions Options() { return WithDefaults(proto::PlannerOptions()); }
+
+TEST(DecisionTreeTest, SmallTensorsOnlyStayUncompressed) {
+  auto options = EnumerateOptions(Tensor(1000), Cluster(1), TwoCodecs(), Options());
+  ASSERT_EQ(options.size(), 1u);
+  EXPECT_EQ(options[0].codec, -1);
+}
+
+TEST(DecisionTreeTest, OneGpuPerMachine) {
+  auto options = EnumerateOptions(Tensor(1 << 20), Cluster(1), TwoCodecs(), Options());
+  // none + fp16: {GPU, CPU} encode x {1-way, 2-way GPU decode, 2-way CPU decode}
+  //      + dgc (not re-encodable): {GPU, CPU} x 1-way.
+  EXPECT_EQ(options.size(), 1u + 6u + 2u);
+  for (const auto& o : options) {
+    EXPECT_FALSE(o.hierarchical);  // one GPU: nothing to reduce inside the machine
+    if (o.codec == 1) EXPECT_FALSE(o.two_way);
+    if (!o.two_way) EXPECT_EQ(o.decode_on, Where::kNone);
+  }
+  EXPECT_EQ(options[0].codec, -1);
+}
+
+TEST(DecisionTreeTest, NoGpuMeansCpuPlacementsOnly) {
+  auto options = EnumerateOptions(Tensor(1 << 20), Cluster(0), TwoCodecs(), Options());
+  EXPECT_EQ(options.size(), 1u + 2u + 1u);
+  for (const auto& o : options) {
+    EXPECT_NE(o.encode_on, Where::kGpu);
+    EXPECT_NE(o.decode_on, Where::kGpu);
+  }
+}
+
+TEST(DecisionTreeTest, SeveralGpusAddHierarchical) {
+  auto options = EnumerateOptions(Tensor(1 << 20), Cluster(8), TwoCodecs(), Options());
+  EXPECT_EQ(options.size(), 2u * 9u);
+  EXPECT_EQ(std::count_if(options.begin(), options.end(),
+                          [](const TensorOption& o) { return o.hierarchical; }),
+            9);
+  proto::PlannerOptions flat = Options();
+  flat.set_disable_hierarchical(true);
+  EXPECT_EQ(EnumerateOptions(Tensor(1 << 20), Cluster(8), TwoCodecs(), flat).size(), 9u);
+}
+
+TEST(DecisionTreeTest, CodecWithoutCpuCostsIsUnusable) {
+  proto::CostTable costs;
+  *costs.add_codecs() = Codec("gpu_only", 0.1, true, /*cpu=*/false, /*gpu=*/true);
+  EXPECT_EQ(EnumerateOptions(Tensor(1 << 20), Cluster(1), costs, Options()).size(), 1u);
+}
+
+TEST(DecisionTreeTest, CodecWithoutGpuCostsRunsOnTheCpuPool) {
+  proto::CostTable costs;
+  *costs.add_codecs() = Codec("cpu_only", 0.1, true, /*cpu=*/true, /*gpu=*/false);
+  auto options = EnumerateOptions(Tensor(1 << 20), Cluster(1), costs, Options());
+  EXPECT_EQ(options.size(), 1u + 2u);  // none, CPU 1-way, CPU 2-way with CPU decode
+}
+
+TEST(DecisionTreeTest, OptionFlagsPrune) {
+  proto::PlannerOptions o = Options();
+  o.set_disable_two_way(true);
+  o.set_disable_cpu(true);
+  EXPECT_EQ(EnumerateOptions(Tensor(1 << 20), Cluster(1), TwoCodecs(), o).size(), 3u);
+  o = Options();
+  o.add_codecs("dgc");
+  EXPECT_EQ(EnumerateOptions(Tensor(1 << 20), Cluster(1), TwoCodecs(), o).size(), 3u);
+}
+
+TEST(DecisionTreeTest, PartitionCountsAreDeduplicated) {
+  proto::PlannerOptions o = Options();
+  o.add_partition_bytes(4 << 20);        // 1 part for 2 MiB, same as the cluster default
+  o.add_partition_bytes((4 << 20) + 4);  // 1 part again
+  o.add_partition_bytes(1 << 20);        // 2 parts
+  auto options = EnumerateOptions(Tensor(512 << 10), Cluster(1), TwoCodecs(), o);
+  EXPECT_EQ(options.size(), 2u * 9u);
+  int two_parts = 0;
+  for (const auto& opt : options) two_parts += opt.partitions == 2;
+  EXPECT_EQ(two_parts, 9);
+}
+
+TEST(CostModelTest, UncompressedPushIsAlphaBetaWithServerIncast) {
+  // 1 MB (250,000 fp32), 4 workers, 2 servers, 10 Gbit/s = 1250 bytes/us everywhere.
+  // Push: alpha 10 + 10 us; beta = max(1 / 1250 (own NIC), 4 / (2 * 1250) (incast)).
+  proto::TensorProfile t = Tensor(250000);
+  OptionCost cost = CostOf(TensorOption{}, t, Cluster(1), TwoCodecs());
+  ASSERT_EQ(cost.num_stages, 5);  // d2h, push, server, pull, h2d
+  EXPECT_EQ(cost.stages[1].resource, kNicUp);
+  EXPECT_NEAR(cost.stages[1].duration_us, 20 + 1e6 * 4 / 2500.0, 1e-3);
+  EXPECT_EQ(cost.stages[3].resource, kNicDown);
+  EXPECT_NEAR(cost.stages[3].duration_us, 20 + 1e6 * 4 / 2500.0, 1e-3);
+  // Server: 4 pushes summed at 8 GB/s.
+  EXPECT_NEAR(cost.stages[2].duration_us, 4 * 1e6 / 8e3, 1e-3);
+  // PCIe: 96 Gbit/s = 12,000 bytes/us.
+  EXPECT_NEAR(cost.stages[0].duration_us, 1e6 / 12e3, 1e-3);
+}
+
+TEST(CostModelTest, GpuTwoWayCompression) {
+  proto::TensorProfile t = Tensor(1 << 18);  // 1 MiB
+  TensorOption o;
+  o.codec = 0;  // fp16, ratio 0.5: 10 us / MiB encode, 5 us decode on the GPU
+  o.encode_on = Where::kGpu;
+  o.two_way = true;
+  o.decode_on = Where::kGpu;
+  OptionCost cost = CostOf(o, t, Cluster(1), TwoCodecs());
+  std::vector<std::pair<int, double>> stages;
+  for (int k = 0; k < cost.num_stages; ++k) {
+    stages.push_back({cost.stages[k].resource, cost.stages[k].duration_us});
+  }
+  const double half = (1 << 20) / 2.0;
+  ASSERT_EQ(stages.size(), 7u);
+  EXPECT_EQ(stages[0].first, kCompute);
+  EXPECT_NEAR(stages[0].second, 10, 1e-3);
+  EXPECT_NEAR(stages[1].second, half / 12e3, 1e-3);
+  EXPECT_NEAR(stages[2].second, 20 + half * 4 / 2500.0, 1e-2);
+  // Server: fp16 is not summable here, so 4 CPU decodes (500 us) + sum + one re-encode.
+  EXPECT_NEAR(stages[3].second, 4 * 500 + 4 * (1 << 20) / 8e3 + 1000, 1e-2);
+  EXPECT_NEAR(stages[4].second, 20 + half * 4 / 2500.0, 1e-2);
+  EXPECT_EQ(stages[6].first, kCompute);
+  EXPECT_NEAR(stages[6].second, 5, 1e-3);
+  EXPECT_NEAR(cost.work_us[kCompute], 15, 1e-3);
+}
+
+TEST(CostModelTest, HierarchicalPushesOncePerMachine) {
+  proto::TensorProfile t = Tensor(250000);  // 1 MB
+  TensorOption flat, hier;
+  hier.hierarchical = true;
+  OptionCost f = CostOf(flat, t, Cluster(8), TwoCodecs());
+  OptionCost h = CostOf(hier, t, Cluster(8), TwoCodecs());
+  // Flat: 8 workers share the NIC (8 / 1250 us per byte) and 32 senders hit 2 servers.
+  EXPECT_NEAR(f.work_us[kNicUp], 20 + 1e6 * std::max(8 / 1250.0, 32 / 2500.0), 1e-2);
+  // Hierarchical: one push per machine, 4 senders; reduce and broadcast over NVLink
+  // (800 Gbit/s = 100,000 bytes/us, 7/8 of the bytes, 10 us latency by default 0 here).
+  EXPECT_NEAR(h.work_us[kNicUp], 20 + 1e6 * std::max(1 / 1250.0, 4 / 2500.0), 1e-2);
+  EXPECT_NEAR(h.work_us[kIntraMachine], 2 * (1e6 * 7 / 8 / 1e5), 1e-3);
+}
+
+TEST(CostModelTest, DescribeOption) {
+  TensorOption o;
+  o.codec = 0;
+  o.encode_on = Where::kGpu;
+  o.two_way = true;
+  o.decode_on = Where::kCpu;
+  o.hierarchical = true;
+  o.partitions = 4;
+  EXPECT_EQ(DescribeOption(o, TwoCodecs()), "fp16(GPU,2-way:CPU) hier p4");
+  EXPECT_EQ(DescribeOption(TensorOption{}, TwoCodecs()), "none");
+}
+
+}  // namespace
+}  // namespace bytecomp::planner

@@ -1,0 +1,361 @@
+// The decision algorithm against the exhaustive optimum, and the Strategy it writes.
+#include "bytecomp/planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "bytecomp/common/config.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace bytecomp::planner {
+namespace {
+
+const std::string kDir = BYTECOMP_PLANNER_DIR;
+
+double LogUniform(std::mt19937& rng, double lo, double hi) {
+  return std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng));
+}
+
+void Curve(proto::DeviceCost* cost, double fixed_us, double encode_gbps, double decode_gbps) {
+  for (int64_t bytes : {int64_t{4096}, int64_t{1} << 20, int64_t{64} << 20}) {
+    auto* e = cost->add_encode();
+    e->set_bytes(bytes);
+    e->set_us(fixed_us + bytes / (encode_gbps * 1e3));
+    auto* d = cost->add_decode();
+    d->set_bytes(bytes);
+    d->set_us(fixed_us + bytes / (decode_gbps * 1e3));
+  }
+}
+
+// A random small model on a random cluster with two random codecs.
+PlannerInputs RandomInputs(std::mt19937& rng) {
+  PlannerInputs in;
+  auto& c = in.cluster;
+  c.set_machines(2 + rng() % 7);
+  const int gpu_choices[] = {0, 1, 1, 1, 2};
+  c.set_gpus_per_machine(gpu_choices[rng() % 5]);
+  c.set_servers(1 + rng() % 4);
+  c.mutable_worker_link()->set_bandwidth_gbps(LogUniform(rng, 1, 40));
+  c.mutable_worker_link()->set_latency_us(LogUniform(rng, 2, 50));
+  c.mutable_server_link()->set_bandwidth_gbps(LogUniform(rng, 1, 40));
+  c.mutable_server_link()->set_latency_us(LogUniform(rng, 2, 50));
+  c.mutable_intra_machine_link()->set_bandwidth_gbps(LogUniform(rng, 100, 1200));
+  c.mutable_pcie_link()->set_bandwidth_gbps(LogUniform(rng, 32, 128));
+  c.set_cpu_pool_threads(1 + rng() % 4);
+
+  auto* light = in.costs.add_codecs();  // fp16-like
+  light->set_name("fp16");
+  light->set_ratio(0.5);
+  light->set_summable(rng() % 2);
+  light->set_reencodable(true);
+  auto* heavy = in.costs.add_codecs();  // top-k-like
+  heavy->set_name("topk");
+  heavy->set_ratio(LogUniform(rng, 0.005, 0.1));
+  heavy->set_overhead_bytes(8);
+  heavy->set_reencodable(rng() % 10 < 7);
+  for (auto* codec : {light, heavy}) {
+    auto* cpu = codec->add_costs();
+    cpu->set_device(proto::DEVICE_CPU);
+    Curve(cpu, LogUniform(rng, 1, 20), LogUniform(rng, 0.1, 8), LogUniform(rng, 0.5, 8));
+    auto* gpu = codec->add_costs();
+    gpu->set_device(proto::DEVICE_GPU);
+    Curve(gpu, LogUniform(rng, 5, 50), LogUniform(rng, 5, 500), LogUniform(rng, 20, 500));
+  }
+  const int n = 1 + rng() % 6;
+  in.profile.set_model("random");
+  in.profile.set_forward_us(LogUniform(rng, 100, 20000));
+  for (int i = 0; i < n; ++i) {
+    auto* t = in.profile.add_tensors();
+    t->set_name("t" + std::to_string(i));
+    t->set_elements(static_cast<int64_t>(LogUniform(rng, 4096, 16 << 20)));
+    t->set_ready_gap_us(rng() % 4 == 0 ? 0 : LogUniform(rng, 10, 20000));
+  }
+  return in;
+}
+
+double Combinations(const PreparedProblem& p) {
+  double combinations = 1;
+  for (const auto& t : p.sim.tensors) combinations *= static_cast<double>(t.options.size());
+  return combinations;
+}
+
+TEST(PlannerTest, WithinThreePercentOfExhaustiveOnRandomSmallModels) {
+  std::mt19937 rng(20240521);
+  const int kModels = 1000;
+  int within = 0, better_than_none = 0;
+  double worst_ratio = 0, sum_ratio = 0;
+  std::string worst;
+  for (int m = 0; m < kModels; ++m) {
+    PlannerInputs in = RandomInputs(rng);
+    auto prepared = Prepare(in);
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    // Keep the exhaustive search affordable: drop tensors from the end while too many.
+    while (in.profile.tensors_size() > 1) {
+      PlannerInputs every_option = in;
+      every_option.options.set_keep_dominated(true);
+      if (Combinations(*Prepare(every_option)) <= 40000) break;
+      in.profile.mutable_tensors()->RemoveLast();
+    }
+    prepared = Prepare(in);
+    ASSERT_TRUE(prepared.ok());
+    PlanResult planned = PlanByteComp(*prepared);
+    // The optimum over every leaf of the decision tree, dominated options included.
+    PlannerInputs every_option = in;
+    every_option.options.set_keep_dominated(true);
+    auto full = Prepare(every_option);
+    ASSERT_TRUE(full.ok());
+    auto optimum = PlanExhaustive(*full);
+    ASSERT_TRUE(optimum.ok()) << optimum.status();
+    // The exhaustive search is exact: the algorithm can never beat it.
+    ASSERT_GE(planned.predicted_us, optimum->predicted_us * (1 - 1e-9)) << "model " << m;
+    // The algorithm only accepts improvements: never worse than no compression.
+    ASSERT_LE(planned.predicted_us, planned.no_compression_us * (1 + 1e-12)) << "model " << m;
+    better_than_none += planned.predicted_us < planned.no_compression_us * (1 - 1e-6);
+    // Its prediction is the simulator's.
+    TimelineSimulator sim(&prepared->sim);
+    ASSERT_NEAR(sim.Simulate(planned.choice), planned.predicted_us, 1e-6 * planned.predicted_us);
+    const double ratio = planned.predicted_us / optimum->predicted_us;
+    sum_ratio += ratio;
+    within += ratio <= 1.03;
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = "model " + std::to_string(m) + " (" +
+              std::to_string(prepared->sim.tensors.size()) + " tensors, " +
+              std::to_string(in.cluster.gpus_per_machine()) + " GPUs/machine): planned " +
+              std::to_string(planned.predicted_us) + " us, optimum " +
+              std::to_string(optimum->predicted_us) + " us; planned [";
+      for (size_t i = 0; i < planned.choice.size(); ++i) {
+        const auto& t = prepared->sim.tensors[i];
+        worst += DescribeOption(t.options[planned.choice[i]].option, in.costs) + " / " +
+                 DescribeOption(full->sim.tensors[i].options[optimum->choice[i]].option,
+                                in.costs) +
+                 "; ";
+      }
+      worst += "] (planned / optimum)";
+    }
+  }
+  std::printf("random small models: %d/%d within 3%% of the exhaustive optimum, mean ratio "
+              "%.5f, worst %.5f: %s; %d of them gain from compression\n",
+              within, kModels, sum_ratio / kModels, worst_ratio, worst.c_str(), better_than_none);
+  EXPECT_GE(within, kModels * 99 / 100);
+  // The random models must exercise compression, or the comparison says little.
+  EXPECT_GE(better_than_none, kModels / 4);
+}
+
+TEST(PlannerTest, ExhaustiveRefusesLargeInputs) {
+  std::mt19937 rng(1);
+  PlannerInputs in = RandomInputs(rng);
+  auto prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  auto result = PlanExhaustive(*prepared, /*max_combinations=*/0.5);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(PlannerTest, UnknownCodecInOptionsIsAnError) {
+  std::mt19937 rng(2);
+  PlannerInputs in = RandomInputs(rng);
+  in.options.add_codecs("nosuchcodec");
+  auto prepared = Prepare(in);
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_NE(prepared.status().message().find("nosuchcodec"), std::string::npos);
+}
+
+PlannerInputs Shipped(const std::string& model, const std::string& cluster) {
+  PlannerInputs in;
+  in.profile = *LoadModelProfile(kDir + "/profiles/" + model + ".pbtxt");
+  in.cluster = *LoadClusterDescription(kDir + "/clusters/" + cluster + ".pbtxt");
+  in.costs = *LoadCostTable(kDir + "/costs/nominal.pbtxt");
+  return in;
+}
+
+TEST(PlannerTest, StrategyForAShippedModelParsesBackAndMatchesTheChoice) {
+  auto prepared = Prepare(Shipped("vgg16", "4x1gpu-1g"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  PlanResult result = PlanByteComp(*prepared);
+  // On a 1 Gbit/s network a comm-heavy model gains from compression.
+  EXPECT_LT(result.predicted_us, 0.5 * result.no_compression_us);
+  EXPECT_LE(result.predicted_us, result.compress_everything_us);
+  proto::Strategy strategy = ToStrategy(*prepared, result.choice);
+  std::string text;
+  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(strategy, &text));
+  proto::Strategy parsed;
+  ASSERT_TRUE(ParseTextProto(text, "strategy.pbtxt", &parsed).ok());
+  ASSERT_EQ(parsed.tensors_size(), 32);
+  EXPECT_EQ(parsed.min_compress_bytes(), 65536);
+  for (int i = 0; i < parsed.tensors_size(); ++i) {
+    const auto& ts = parsed.tensors(i);
+    const auto& option = prepared->sim.tensors[i].options[result.choice[i]].option;
+    EXPECT_EQ(ts.name_pattern(), prepared->sim.tensors[i].name);
+    EXPECT_EQ(ts.push_codec().name().empty(), option.codec < 0);
+    EXPECT_EQ(ts.pull_codec().name().empty(), !option.two_way);
+    if (option.codec >= 0) {
+      EXPECT_EQ(ts.push_codec().name(), prepared->inputs.costs.codecs(option.codec).name());
+      EXPECT_EQ(ts.compress_on(), option.encode_on == Where::kGpu ? proto::PLACEMENT_GPU
+                                                                  : proto::PLACEMENT_CPU_POOL);
+    }
+  }
+}
+
+TEST(PlannerTest, ResNet101PlanBeatsBothReferences) {
+  auto prepared = Prepare(Shipped("resnet101", "8x1gpu-10g"));
+  ASSERT_TRUE(prepared.ok());
+  ASSERT_EQ(prepared->sim.tensors.size(), 314u);
+  PlanResult result = PlanByteComp(*prepared);
+  EXPECT_LE(result.predicted_us, result.no_compression_us);
+  EXPECT_LE(result.predicted_us, result.compress_everything_us);
+  // Never below the compute alone (forward + backward).
+  double compute = prepared->sim.forward_us;
+  for (const auto& t : prepared->sim.tensors) compute += t.ready_gap_us;
+  EXPECT_GE(result.predicted_us, compute * (1 - 1e-6));
+}
+
+TEST(PlannerTest, NoGpuClusterPlansCpuCompression) {
+  PlannerInputs in = Shipped("lstm", "4x1gpu-1g");
+  in.cluster.set_gpus_per_machine(0);
+  auto prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  PlanResult result = PlanByteComp(*prepared);
+  EXPECT_LT(result.predicted_us, result.no_compression_us);
+  for (size_t i = 0; i < result.choice.size(); ++i) {
+    const auto& o = prepared->sim.tensors[i].options[result.choice[i]].option;
+    EXPECT_NE(o.encode_on, Where::kGpu);
+    EXPECT_NE(o.decode_on, Where::kGpu);
+  }
+}
+
+}  // namespace
+}  // namespace bytecomp::planner
+
+namespace bytecomp::planner {
+namespace {
+
+// One codec, cheap on the CPU pool (0.5 ms per MiB per thread) and `gpu_us_per_mb` on the
+// GPU (where it holds up the backward pass), on a 1 Gbit/s network where compression pays.
+PlannerInputs SlowGpuCodec(int tensors, double gap_us, double gpu_us_per_mb) {
+  PlannerInputs in;
+  in.cluster.set_machines(4);
+  in.cluster.set_gpus_per_machine(1);
+  in.cluster.set_servers(4);
+  in.cluster.mutable_worker_link()->set_bandwidth_gbps(1);
+  in.cluster.mutable_server_link()->set_bandwidth_gbps(1);
+  in.cluster.set_cpu_pool_threads(8);
+  auto* codec = in.costs.add_codecs();
+  codec->set_name("topk");
+  codec->set_ratio(0.02);
+  codec->set_reencodable(true);
+  for (auto [device, us_per_mb] :
+       std::vector<std::pair<proto::Device, double>>{{proto::DEVICE_CPU, 500},
+                                                     {proto::DEVICE_GPU, gpu_us_per_mb}}) {
+    auto* cost = codec->add_costs();
+    cost->set_device(device);
+    auto* e = cost->add_encode();
+    e->set_bytes(1 << 20);
+    e->set_us(us_per_mb);
+    auto* d = cost->add_decode();
+    d->set_bytes(1 << 20);
+    d->set_us(us_per_mb / 10);
+  }
+  in.profile.set_forward_us(1000);
+  for (int i = 0; i < tensors; ++i) {
+    auto* t = in.profile.add_tensors();
+    t->set_name("w" + std::to_string(i));
+    t->set_elements(1 << 20);  // 4 MiB: 34 ms uncompressed at 1 Gbit/s
+    t->set_ready_gap_us(gap_us);
+  }
+  return in;
+}
+
+int CountCpuEncodes(const PreparedProblem& p, const std::vector<int>& choice) {
+  int on_cpu = 0;
+  for (size_t i = 0; i < choice.size(); ++i) {
+    const auto& o = p.sim.tensors[i].options[choice[i]].option;
+    on_cpu += o.codec >= 0 && o.encode_on == Where::kCpu;
+  }
+  return on_cpu;
+}
+
+TEST(PlannerTest, OffloadStepMovesGpuCompressionToTheCpuPool) {
+  // GPU encode 2 ms per MiB (8 ms per tensor, on the backward stream): compressing on the
+  // GPU beats sending 4 MiB at 1 Gbit/s, so step 3 picks it; the 8-thread CPU pool at
+  // 0.5 ms per MiB does the same without delaying the backward pass, so step 4 moves it.
+  PlannerInputs in = SlowGpuCodec(6, 2000, /*gpu_us_per_mb=*/2000);
+  in.options.set_skip_refinement(true);  // the published steps alone, from no compression
+  in.options.set_start_uncompressed(true);
+  auto prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  PlanResult result = PlanByteComp(*prepared);
+  EXPECT_GT(CountCpuEncodes(*prepared, result.choice), 0);
+  EXPECT_LT(result.predicted_us, 0.5 * result.no_compression_us);
+}
+
+TEST(PlannerTest, RefinementFindsCpuCompressionThatThePublishedStepsMiss) {
+  // GPU encode 200 ms per MiB: worse than no compression, so the published algorithm, which
+  // offloads only what it compressed on the GPU, keeps everything uncompressed; our
+  // refinement over all options compresses on the CPU pool.
+  PlannerInputs in = SlowGpuCodec(6, 2000, /*gpu_us_per_mb=*/200000);
+  in.options.set_skip_refinement(true);
+  in.options.set_start_uncompressed(true);
+  auto published_problem = Prepare(in);
+  ASSERT_TRUE(published_problem.ok());
+  PlanResult published = PlanByteComp(*published_problem);
+  EXPECT_EQ(published.predicted_us, published.no_compression_us);
+  in.options.set_skip_refinement(false);
+  in.options.set_start_uncompressed(false);
+  auto prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  PlanResult result = PlanByteComp(*prepared);
+  EXPECT_EQ(CountCpuEncodes(*prepared, result.choice), 6);
+  EXPECT_LT(result.predicted_us, 0.5 * result.no_compression_us);
+}
+
+TEST(PlannerTest, TensorsBeforeACommunicationBubbleAreLeftAlone) {
+  // The first three tensors' pushes (tiny: 64 KiB, at 1 Gbit/s about 2 ms with 4 senders
+  // on 4 servers) end long before the fourth is ready 50 ms later.
+  PlannerInputs in = SlowGpuCodec(5, 100, 2000);
+  for (int i = 0; i < 3; ++i) in.profile.mutable_tensors(i)->set_elements(16384);
+  in.profile.mutable_tensors(3)->set_ready_gap_us(50000);
+  auto prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  PlanResult result = PlanByteComp(*prepared);
+  EXPECT_EQ(result.dropped_before_bubble, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(result.choice[i], prepared->none_index[i]);
+  EXPECT_LT(result.predicted_us, result.no_compression_us);
+}
+
+TEST(PlannerTest, CliWritesAParseableStrategyAndTrace) {
+  const std::string out = ::testing::TempDir() + "/planner_cli_strategy.pbtxt";
+  const std::string trace = ::testing::TempDir() + "/planner_cli_trace.json";
+  const std::string command = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + kDir +
+                              "/profiles/lstm.pbtxt --cluster=" + kDir +
+                              "/clusters/4x1gpu-1g.pbtxt --costs=" + kDir +
+                              "/costs/nominal.pbtxt --out=" + out + " --trace=" + trace +
+                              " > /dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  proto::Strategy strategy;
+  ASSERT_TRUE(ParseTextProtoFile(out, &strategy).ok());
+  EXPECT_EQ(strategy.tensors_size(), 11);
+  std::ifstream in(trace);
+  std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(json.find("push encoder.weight"), std::string::npos);
+  // A bad input file fails with its name, line and field.
+  const std::string bad = ::testing::TempDir() + "/planner_cli_bad.pbtxt";
+  std::ofstream(bad) << "model: \"x\"\ntensors { name: \"a\" elements: -5 }\n";
+  const std::string failing = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + bad +
+                              " --cluster=" + kDir + "/clusters/4x1gpu-1g.pbtxt --costs=" + kDir +
+                              "/costs/nominal.pbtxt --out=" + out + " 2> " + bad + ".err";
+  EXPECT_NE(std::system(failing.c_str()), 0);
+  std::ifstream err(bad + ".err");
+  std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(message.find(bad + ":2:21: tensors[0].elements: must be > 0"), std::string::npos)
+      << message;
+}
+
+}  // namespace
+}  // namespace bytecomp::planner
