@@ -33,11 +33,11 @@ REPO = os.path.dirname(HERE)
 if os.path.isdir(os.path.join(REPO, "shim", "bytecomp")):
     sys.path.insert(0, os.path.join(REPO, "shim"))  # run from a checkout without pip install
 
-# Codecs the engine applies today (grows as strategies and codecs land in the engine), and the
-# bytecomp-scheduler flag that takes a strategy file (None: the scheduler has none yet). When
-# both exist, a launch by this script hands the scheduler the strategy for --codec.
-SUPPORTED_CODECS = ("none", "fp16", "topk", "onebit", "qsgd", "efsignsgd", "dgc", "powersgd",
-                    "randomk")
+from bytecomp.strategy import PRESETS  # noqa: E402
+
+# The codecs --codec takes (bytecomp.strategy presets), and the bytecomp-scheduler flag that
+# takes the strategy file a launch by this script writes for --codec.
+SUPPORTED_CODECS = tuple(PRESETS)
 SCHEDULER_STRATEGY_FLAG = "--strategy"
 
 
@@ -189,18 +189,9 @@ def find_launcher():
 
 
 def check_codec(args):
-    """Stops with a clear message for a codec the engine cannot apply yet (after writing the
-    strategy file it would use)."""
-    from bytecomp.strategy import PRESETS
+    """Stops with a clear message for a codec name that has no preset."""
     if args.codec not in PRESETS:
         raise SystemExit(f"--codec={args.codec}: unknown; known: {', '.join(PRESETS)}")
-    if args.codec not in SUPPORTED_CODECS or (args.codec != "none" and
-                                              SCHEDULER_STRATEGY_FLAG is None):
-        path = strategy_file_for(args)
-        raise SystemExit(
-            f"--codec={args.codec}: the worker engine does not apply compression strategies "
-            f"yet, so only --codec=none can run (supported: {', '.join(SUPPORTED_CODECS)}). "
-            f"The strategy file for this codec was written to {path}.")
 
 
 def launch_unless_under_launcher(args, script, argv):

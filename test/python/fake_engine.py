@@ -110,8 +110,12 @@ class FakeEngine:
         self.learning_rate = learning_rate
 
     def stats(self):
-        return {"pushed_bytes": 0, "pushed_raw_bytes": 0, "pulled_bytes": 0,
-                "pulled_raw_bytes": 0, "operations": 0}
+        """Uncompressed, like the real engine without a strategy: bytes on the wire equal
+        the raw bytes, one push and one pull per operation (per rank)."""
+        moved = getattr(self._local, "bytes_moved", 0)
+        ops = getattr(self._local, "operations", 0)
+        return {"pushed_bytes": moved, "pushed_raw_bytes": moved, "pulled_bytes": moved,
+                "pulled_raw_bytes": moved, "operations": ops}
 
     def last_error(self):
         return ""
@@ -132,6 +136,9 @@ class FakeEngine:
         if dtype not in (_engine.FLOAT32, _engine.FLOAT16, _engine.BFLOAT16):
             raise make_error(_engine.ERR_INVALID_ARGUMENT, f"bad dtype {dtype}", "push_pull")
         self.declare(name, element_count, dtype)
+        self._local.bytes_moved = getattr(self._local, "bytes_moved", 0) + element_count * (
+            4 if dtype == _engine.FLOAT32 else 2)
+        self._local.operations = getattr(self._local, "operations", 0) + 1
         rnd = self._local.rounds.get(name, 0)
         self._local.rounds[name] = rnd + 1
         rank = self._rank()

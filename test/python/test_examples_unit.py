@@ -24,7 +24,7 @@ torch.set_num_threads(1)
 
 
 def test_digits_training_loop_reaches_accuracy_and_ranks_agree():
-    args = train_digits.parse_args(["--epochs", "6"])
+    args = train_digits.parse_args(["--epochs", "6", "--lr", "0.1", "--momentum", "0.9"])
     results, _ = run_ranks(4, lambda r: train_digits.train(args, bc, log=lambda s: None))
     assert len({r["param_checksum"] for r in results}) == 1  # every rank holds one model
     assert results[0]["size"] == 4 and len(results[0]["epochs"]) == 6
@@ -34,11 +34,14 @@ def test_digits_training_loop_reaches_accuracy_and_ranks_agree():
     assert last["bytes_sent"] == last["bytes_uncompressed"] > 0
 
 
-def test_compressed_codec_stops_with_a_clear_message(tmp_path):
+def test_codec_strategy_file_and_unknown_codec(tmp_path):
     out = tmp_path / "s.pbtxt"
-    with pytest.raises(SystemExit, match="does not apply compression strategies yet"):
-        train_digits.main(["--codec", "topk", "--strategy-out", str(out)])
-    assert 'name: "topk"' in out.read_text()
+    args = train_digits.parse_args(["--codec", "topk", "--strategy-out", str(out)])
+    train_digits.strategy_file_for(args)
+    text = out.read_text()
+    # Every gradient, forced (the digits MLP's tensors are under 64 KiB); broadcasts and metrics
+    # are not matched, so they stay exact.
+    assert 'name: "topk"' in text and 'name_pattern: "grad/*"' in text and "force: true" in text
     with pytest.raises(SystemExit, match="unknown"):
         train_digits.main(["--codec", "zip"])
 
