@@ -9,10 +9,14 @@
 //   --fmad=false, and CPU files with fp-contract off (the codec sources start with
 //   `#pragma GCC optimize("fp-contract=off", ...)` before their includes, because the
 //   target_clones AVX2/FMA variants would otherwise fuse where the default variant does not).
-//   no-trapping-math there too: it changes no result and lets GCC vectorise the selects.
+//   They use no-trapping-math too: it changes no result and lets GCC vectorise the selects.
 // - Reductions (norms, maxima, means) are the caller's business: the CPU codecs accumulate
-//   sums of squares and absolute values in double, in index order, and round once to float.
-//   A kernel that wants identical bytes computes per-bucket sums the same way.
+//   sums of squares and magnitudes in double over 8 interleaved partial sums and round once
+//   to float, so another summation order changes the float only in rare rounding ties; a
+//   kernel that wants byte-identical payloads in every case reproduces that order
+//   (compress/src/quant_kernels.cc SumOfSquares). Maxima are exact in any order.
+// - Codecs whose headers depend on such reductions: qsgd (bucket norms), terngrad (scale),
+//   dithering (norm), u8bit (max), natural (largest exponent), efsignsgd/onebit (means).
 // - Random numbers come from CounterRandom: a stateless hash of (stream, element index), so
 //   element i's random number does not depend on how the work is split into threads.
 #pragma once
