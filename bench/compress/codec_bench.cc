@@ -4,6 +4,7 @@
 // compressed/original size, and the ratio to memcpy bandwidth measured in the same run.
 //
 //   bytecomp-codec-bench [--codecs=topk,fp16] [--sizes=1048576,67108864] [--reps=7]
+//   bytecomp-codec-bench --list     every codec and memory with its parameters
 //
 // Targets (issue 3): linear-time codecs encode at >= 25% of memcpy; topk, dgc, threshold at
 // >= 5%. The last column says whether the run met its target.
@@ -94,7 +95,20 @@ int main(int argc, char** argv) {
   int reps = 7;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.rfind("--codecs=", 0) == 0) {
+    if (arg == "--list") {
+      for (const auto& name : CodecRegistry::Global().Names()) {
+        const auto* spec = CodecRegistry::Global().Find(name);
+        std::printf("codec %s: %s\n%s\n", name.c_str(), spec->summary.c_str(),
+                    bytecomp::compress::DescribeParams(spec->params).c_str());
+      }
+      const auto& memories = bytecomp::compress::MemoryRegistry::Global();
+      for (const auto& name : memories.Names()) {
+        const auto* spec = memories.Find(name);
+        std::printf("memory %s: %s\n%s\n", name.c_str(), spec->summary.c_str(),
+                    bytecomp::compress::DescribeParams(spec->params).c_str());
+      }
+      return 0;
+    } else if (arg.rfind("--codecs=", 0) == 0) {
       codecs = absl::StrSplit(arg.substr(9), ',', absl::SkipEmpty());
     } else if (arg.rfind("--sizes=", 0) == 0) {
       sizes.clear();
@@ -108,7 +122,7 @@ int main(int argc, char** argv) {
       }
     } else if (arg.rfind("--reps=", 0) == 0 && absl::SimpleAtoi(arg.substr(7), &reps) && reps > 0) {
     } else {
-      std::fprintf(stderr, "usage: %s [--codecs=a,b] [--sizes=n1,n2] [--reps=N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--codecs=a,b] [--sizes=n1,n2] [--reps=N] | --list\n", argv[0]);
       return 2;
     }
   }

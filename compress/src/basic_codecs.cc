@@ -25,10 +25,7 @@ namespace {
 
 constexpr float kHalfMax = 65504.0f;
 
-bool HaveF16C() {
-  static const bool have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
-  return have;
-}
+bool HaveF16C() { return CpuSimdLevel() >= SimdLevel::kAvx2; }
 
 // ---- fp16 kernels: F16C where the CPU has it, the shared scalar math otherwise. ----
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/dtype.h"
@@ -66,6 +68,24 @@ absl::Status NonFiniteError(absl::Span<const float> data, absl::string_view what
 absl::Status CheckFinite(absl::Span<const float> data, absl::string_view what) {
   if (IsFiniteBits(MaxAbsBits(data.data(), data.size()))) return absl::OkStatus();
   return NonFiniteError(data, what);
+}
+
+SimdLevel CpuSimdLevel() {
+  static const SimdLevel level = [] {
+    SimdLevel best = SimdLevel::kScalar;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) best = SimdLevel::kAvx2;
+    if (best == SimdLevel::kAvx2 && __builtin_cpu_supports("avx512f")) best = SimdLevel::kAvx512;
+    const char* cap = std::getenv("BYTECOMP_SIMD");
+    if (cap != nullptr) {
+      const std::string c(cap);
+      const SimdLevel limit = c == "scalar" ? SimdLevel::kScalar
+                              : c == "avx2" ? SimdLevel::kAvx2
+                                            : SimdLevel::kAvx512;
+      best = std::min(best, limit);
+    }
+    return best;
+  }();
+  return level;
 }
 
 absl::Status MalformedError(absl::string_view codec, absl::string_view detail) {

@@ -147,7 +147,7 @@ class SparseCodec : public Codec {
       return MalformedError(name(), absl::StrCat(encoded.size(), " bytes, shorter than the header"));
     }
     const uint8_t* p = encoded.data();
-    if (p[0] != 1) return MalformedError(name(), absl::StrCat("unknown version ", p[0]));
+    if (p[0] != 1) return MalformedError(name(), absl::StrCat("unknown version ", static_cast<int>(p[0])));
     const uint32_t msg_n = GetU32(p + 4), k = GetU32(p + 8), index_bytes = GetU32(p + 12);
     if (msg_n != n) {
       return MalformedError(name(), absl::StrCat("message holds ", msg_n, " elements, expected ", n));
@@ -216,6 +216,58 @@ __attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, siz
                                       indices != nullptr ? indices + j : nullptr, base);
 }
 
+// AVX2 has no compress instruction: a table gives, for each 8-lane mask, the kept lanes
+// positions packed to the front, and a lane permute applies it.
+struct CompressTable {
+  alignas(32) uint32_t perm[256][8];
+};
+
+const CompressTable& CompressLanes() {
+  static const CompressTable table = [] {
+    CompressTable t{};
+    for (int m = 0; m < 256; ++m) {
+      int c = 0;
+      for (int b = 0; b < 8; ++b) {
+        if ((m >> b) & 1) t.perm[m][c++] = static_cast<uint32_t>(b);
+      }
+    }
+    return t;
+  }();
+  return table;
+}
+
+template <bool kAbs>
+__attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n, uint32_t lo,
+                                                        uint32_t hi, uint8_t* values,
+                                                        uint32_t* indices, uint32_t base) {
+  const CompressTable& table = CompressLanes();
+  const __m256i abs_mask = _mm256_set1_epi32(kAbs ? 0x7fffffff : -1);
+  // lo <= a <= hi (unsigned) is (a - lo) <= (hi - lo) unsigned, a signed compare after
+  // flipping the top bit of both sides.
+  const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i vlo = _mm256_set1_epi32(static_cast<int>(lo));
+  const __m256i span = _mm256_set1_epi32(static_cast<int>((hi - lo) ^ 0x80000000u));
+  __m256i iota = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(base)),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i eight = _mm256_set1_epi32(8);
+  size_t j = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), abs_mask);
+    const __m256i outside = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_sub_epi32(a, vlo), bias), span);
+    const int keep = ~_mm256_movemask_ps(_mm256_castsi256_ps(outside)) & 0xff;
+    const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.perm[keep]));
+    if (values != nullptr) _mm256_storeu_ps(reinterpret_cast<float*>(values + 4 * j), _mm256_permutevar8x32_ps(v, perm));
+    if (indices != nullptr) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + j), _mm256_permutevar8x32_epi32(iota, perm));
+    }
+    iota = _mm256_add_epi32(iota, eight);
+    j += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(keep)));
+  }
+  return j + CompactRangeScalar<kAbs>(x, i, n, lo, hi, values != nullptr ? values + 4 * j : nullptr,
+                                      indices != nullptr ? indices + j : nullptr, base);
+}
+
 // Compaction: for every i with lo <= bits(x[i]) <= hi appends x[i] to values and i (+ base:
 // x[0..n) are elements base..base+n of the tensor) to indices; either output may be null.
 // With AVX-512 it stores 16 lanes at a time, so both outputs need room for the count plus
@@ -223,9 +275,13 @@ __attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, siz
 template <bool kAbs = true>
 size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
                     uint32_t* indices, uint32_t base = 0) {
-  static const bool have_avx512 = __builtin_cpu_supports("avx512f");
-  if (!have_avx512) return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base);
-  return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
+  if (lo > hi) return 0;
+  switch (CpuSimdLevel()) {
+    case SimdLevel::kAvx512: return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
+    case SimdLevel::kAvx2: return CompactRangeAvx2<kAbs>(x, n, lo, hi, values, indices, base);
+    case SimdLevel::kScalar: break;
+  }
+  return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base);
 }
 
 // Every |x| >= lo into the message's value area (out + 16) and indices. The value area of a
@@ -407,7 +463,7 @@ __attribute__((target_clones("avx2", "default"))) size_t CountAtLeast(const floa
   return count;
 }
 
-// GRACE's DGC: the threshold is the (ratio * sample)-th largest magnitude of a 1% sample;
+// GRACE's DGC (its momentum correction is the dgc_momentum memory): the threshold is the (ratio * sample)-th largest magnitude of a 1% sample;
 // while the kept count is above 1.3 k or below 0.7 k (k = ratio * n) the threshold is scaled
 // by 1.3 or 0.7, at most 10 times; then every |x| >= threshold is sent.
 class DgcCodec final : public SparseCodec {
@@ -415,11 +471,6 @@ class DgcCodec final : public SparseCodec {
   explicit DgcCodec(double ratio) : ratio_(ratio) {}
   absl::string_view name() const override { return "dgc"; }
   size_t MaxEncodedBytes(size_t n) const override { return kSparseHeader + 8 * n; }
-  CodecProperties properties() const override {
-    CodecProperties p = SparseCodec::properties();
-    p.stateful = false;  // momentum correction lives in the dgc_momentum memory
-    return p;
-  }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
                                 absl::Span<uint8_t> out) override {
@@ -575,7 +626,7 @@ class AdaqCodec final : public Codec {
       return MalformedError(name(), absl::StrCat(encoded.size(), " bytes, shorter than the header"));
     }
     const uint8_t* p = encoded.data();
-    if (p[0] != 1) return MalformedError(name(), absl::StrCat("unknown version ", p[0]));
+    if (p[0] != 1) return MalformedError(name(), absl::StrCat("unknown version ", static_cast<int>(p[0])));
     const uint32_t msg_n = GetU32(p + 8), kp = GetU32(p + 12), kn = GetU32(p + 16);
     const uint32_t bytes_p = GetU32(p + 20), bytes_n = GetU32(p + 24);
     if (msg_n != n) {

@@ -104,10 +104,10 @@ absl::Status ReadIndices(absl::string_view codec, const uint8_t* data, size_t by
       return absl::OkStatus();
     }
     case kBitPack: {
-      if (width > 32) return MalformedError(codec, absl::StrCat("index width ", width, " > 32"));
+      if (width > 32) return MalformedError(codec, absl::StrCat("index width ", static_cast<int>(width), " > 32"));
       if (bytes != PackedBytes(k, width)) {
         return MalformedError(codec, absl::StrCat("bit-packed index section of ", bytes,
-                                                  " bytes for ", k, " indices of ", width, " bits"));
+                                                  " bytes for ", k, " indices of ", static_cast<int>(width), " bits"));
       }
       BitReader r(data, bytes);
       uint64_t next = 0;  // the smallest index the next one may take
@@ -145,7 +145,7 @@ absl::Status ReadIndices(absl::string_view codec, const uint8_t* data, size_t by
       return absl::OkStatus();
     }
   }
-  return MalformedError(codec, absl::StrCat("unknown index encoding ", encoding));
+  return MalformedError(codec, absl::StrCat("unknown index encoding ", static_cast<int>(encoding)));
 }
 
 }  // namespace bytecomp::compress::sparse

@@ -20,6 +20,12 @@ uint32_t MaxAbsBits(const float* data, size_t n);
 constexpr uint32_t kNonFiniteAbsBits = 0x7f800000u;
 inline bool IsFiniteBits(uint32_t abs_bits) { return abs_bits < kNonFiniteAbsBits; }
 
+// The hand-written vector kernels in use: the best the CPU has, capped by the environment
+// variable BYTECOMP_SIMD=scalar|avx2|avx512 (read once), so that tests and benchmarks can
+// exercise the fallbacks on a machine that has more. kAvx2 implies F16C here.
+enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+SimdLevel CpuSimdLevel();
+
 // OK, or InvalidArgument "input element 12 of 100 is NaN" naming the first bad index.
 // `what` says whose input ("codec 'topk' input").
 absl::Status CheckFinite(absl::Span<const float> data, absl::string_view what);
