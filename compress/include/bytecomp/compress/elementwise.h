@@ -257,12 +257,13 @@ BYTECOMP_HD uint32_t DitherCode(float x, float inverse_norm, uint32_t s, uint32_
 
 // Level value in [0, 1] (natural partition needs s <= 126, checked by the codec).
 BYTECOMP_HD float DitherLinearValue(uint32_t level, uint32_t s) {
-  return static_cast<float>(level) / static_cast<float>(s);
+  return static_cast<float>(static_cast<int32_t>(level)) /
+         static_cast<float>(static_cast<int32_t>(s));
 }
 
 BYTECOMP_HD float DitherNaturalValue(uint32_t level, uint32_t s) {
-  if (level == 0u) return 0.0f;
-  return BitsToFloat((127u + level - s) << 23);
+  const float value = BitsToFloat((127u + level - s) << 23);  // garbage for level 0
+  return level == 0u ? 0.0f : value;
 }
 
 // ---------------------------------------------------------------------------------------------
