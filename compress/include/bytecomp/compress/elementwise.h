@@ -19,6 +19,24 @@
 //   dithering (norm), u8bit (max), natural (largest exponent), efsignsgd/onebit (means).
 // - Random numbers come from CounterRandom: a stateless hash of (stream, element index), so
 //   element i's random number does not depend on how the work is split into threads.
+//
+// What the CPU codecs compute, per codec, so that a kernel can produce the same payload
+// (wire layouts are documented in compress/src/sign_codecs.cc and quant_codecs.cc):
+//   random stream   r = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node); element i
+//                   uses UniformFloat(r, i) or RandomBits(r, i), i the index in the partition.
+//   signsgd/signum  SignBit(x) (signum: of m = (1-beta)*g + beta*m_prev, m = g the first time).
+//   efsignsgd       scale = (float)(sum |x| / n) in double; SignBit(x).
+//   onebit          means of the non-negative and negative parts (double sums); SignBit(x).
+//   qsgd            per bucket: norm = (float)min(sqrt(sum x^2 in double), FLT_MAX);
+//                   QsgdCode(x, norm, s, BitsFor(s), UniformFloat(r, i)).
+//   terngrad        rms = sqrt(sum x^2 / n) in double; clip = (float)min(2.5 * rms, FLT_MAX);
+//                   scale = min(max |x|, clip); TernaryCode(x, clip, scale, UniformFloat(r, i)).
+//   natural         low = NaturalExponentLow(max biased exponent of |x|);
+//                   NaturalCode(x, low, RandomBits(r, i)).
+//   u8bit           U8bitCode(x, max |x|).
+//   dithering       norm = max |x| or (float)min(sqrt(sum x^2 in double), FLT_MAX);
+//                   DitherCode(x, 1.0f / norm, k, BitsFor(k), natural, UniformFloat(r, i)).
+//   inceptionn      InceptionnTag(x, eb); InceptionnSteps(x, eb) for tags 1 and 2.
 #pragma once
 
 #include <cstdint>
