@@ -84,7 +84,7 @@ void PackCodes(const uint16_t* codes, size_t n, uint32_t bits, uint8_t* out) {
     return;
   }
   if (bits == 16) {
-    std::memcpy(out, codes, 2 * n);
+    if (n != 0) std::memcpy(out, codes, 2 * n);
     return;
   }
   size_t done = 0;
@@ -104,7 +104,7 @@ bool UnpackCodes(const uint8_t* in, size_t n, uint32_t bits, uint16_t* codes) {
     return true;
   }
   if (bits == 16) {
-    std::memcpy(codes, in, 2 * n);
+    if (n != 0) std::memcpy(codes, in, 2 * n);
     return true;
   }
   size_t done = 0;

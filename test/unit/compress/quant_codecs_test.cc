@@ -370,6 +370,8 @@ const std::vector<std::pair<std::string, CodecParams>>& AllQuantCodecs() {
   static const auto* all = new std::vector<std::pair<std::string, CodecParams>>{
       {"qsgd", {}},
       {"qsgd", {{"quantum_num", "100"}, {"bucket_size", "7"}}},
+      {"qsgd", {{"quantum_num", "1000"}}},   // 11-bit codes: the bit-stream path
+      {"qsgd", {{"quantum_num", "32767"}}},  // 16-bit codes
       {"terngrad", {}},
       {"natural", {}},
       {"u8bit", {}},
