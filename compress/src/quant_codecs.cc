@@ -478,7 +478,7 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
 
 void U8bitEncode(const float* x, size_t n, float max_abs, const U8bitTables& tables,
                  uint8_t* out) {
-  static const bool have_avx2 = __builtin_cpu_supports("avx2");
+  const bool have_avx2 = CpuSimdLevel() >= SimdLevel::kAvx2;  // honours BYTECOMP_SIMD
   const float inverse_max = 1.0f / max_abs;
   const size_t done = have_avx2 ? U8bitEncodeAvx2(x, n, inverse_max, tables, out) : 0;
   for (size_t i = done; i < n; ++i) out[i] = U8bitCodeByTables(x[i], inverse_max, tables);

@@ -6,15 +6,14 @@
 
 #include <immintrin.h>
 
+#include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
 
 namespace bytecomp::compress {
 namespace {
 
-bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
-}
+// CpuSimdLevel honours BYTECOMP_SIMD, so the tests also run the scalar paths.
+bool HaveAvx2() { return CpuSimdLevel() >= SimdLevel::kAvx2; }
 
 void PackScalar(const float* x, size_t begin, size_t n, uint8_t* out) {
   for (size_t b = begin / 8; b * 8 < n; ++b) {
