@@ -6,7 +6,7 @@
 // against the output length (a padded code stream alone cannot tell n from n - 1).
 //   qsgd       u32 n, ceil(n/bucket) f32 bucket L2 norms, then n codes of b = L + 1 bits,
 //              L = ceil(log2(quantum_num + 1)) level bits below a sign bit (1 = negative).
-//              Decoded: sign * level * norm / quantum_num. Size: 4 + 4*ceil(n/bucket) +
+//              Decoded: sign * (level / quantum_num) * norm. Size: 4 + 4*ceil(n/bucket) +
 //              ceil(n*b/8); with the defaults (127, 128): 4 + 4*ceil(n/128) + n.
 //   terngrad   u32 n, f32 scale, then n 2-bit codes, 4 per byte (0 = 0, 1 = +scale,
 //              2 = -scale, 3 invalid). Size: 8 + ceil(n/4).
@@ -123,9 +123,9 @@ __attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket16(
 }
 
 __attribute__((target_clones("avx2", "default"))) void QsgdDecodeBucket(
-    const uint16_t* __restrict codes, size_t len, uint32_t level_bits, float norm_over_s,
-    float* __restrict out) {
-  for (size_t i = 0; i < len; ++i) out[i] = QsgdValue(codes[i], level_bits, norm_over_s);
+    const uint16_t* __restrict codes, size_t len, uint32_t level_bits, uint32_t quantum_num,
+    float norm, float* __restrict out) {
+  for (size_t i = 0; i < len; ++i) out[i] = QsgdValue(codes[i], level_bits, quantum_num, norm);
 }
 
 class QsgdCodec final : public Codec {
@@ -199,13 +199,11 @@ class QsgdCodec final : public Codec {
       return MalformedError(name(), absl::StrCat("level ", max_level, " exceeds quantum_num ",
                                                  quantum_num_));
     }
-    const float s = static_cast<float>(quantum_num_);
     for (size_t b = 0; b < buckets; ++b) {
       const size_t begin = b * bucket_;
       const size_t len = std::min(bucket_, n - begin);
-      const float norm_over_s = GetF32(norms + 4 * b) / s;
-      QsgdDecodeBucket(codes_.data() + begin, len, level_bits_, norm_over_s,
-                       output.data() + begin);
+      QsgdDecodeBucket(codes_.data() + begin, len, level_bits_, quantum_num_,
+                       GetF32(norms + 4 * b), output.data() + begin);
     }
     return absl::OkStatus();
   }

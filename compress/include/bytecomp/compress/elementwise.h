@@ -160,10 +160,13 @@ BYTECOMP_HD uint32_t QsgdCode(float x, float norm, uint32_t quantum_num, uint32_
   return (SignBit(x) << level_bits) | level;
 }
 
-// norm_over_s = norm / s (computed once per bucket by the caller).
-BYTECOMP_HD float QsgdValue(uint32_t code, uint32_t level_bits, float norm_over_s) {
+// (level / s) * norm: the ratio is at most 1, so a norm near FLT_MAX cannot overflow to inf
+// (level * (norm / s) can, for some s).
+BYTECOMP_HD float QsgdValue(uint32_t code, uint32_t level_bits, uint32_t quantum_num, float norm) {
   const uint32_t level = code & ((1u << level_bits) - 1u);
-  const float magnitude = static_cast<float>(level) * norm_over_s;
+  const float ratio = static_cast<float>(static_cast<int32_t>(level)) /
+                      static_cast<float>(static_cast<int32_t>(quantum_num));
+  const float magnitude = ratio * norm;
   return (code >> level_bits) ? -magnitude : magnitude;
 }
 
