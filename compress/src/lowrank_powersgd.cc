@@ -296,6 +296,11 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
                                                      output.size(), " elements, expected ", n_));
     }
     Product(summed_second.data(), output);
+    if (!IsFiniteBits(MaxAbsBits(output.data(), n_))) {
+      return absl::InvalidArgumentError(
+          "codec 'powersgd': the approximation of the summed gradients overflows the float "
+          "range");
+    }
     std::copy(summed_second.begin(), summed_second.end(), q_warm_.begin());
     have_warm_ = true;
     stage_ = 3;  // round over; LocalApproximation is no longer valid
