@@ -109,17 +109,39 @@ __attribute__((always_inline)) inline void QsgdEncodeBucketBody(
   }
 }
 
-// 8-bit codes (quantum_num 64..127, the default) go straight to the payload.
-__attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket8(
-    const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
-    CounterRandom random, uint32_t first_index, uint8_t* __restrict codes) {
-  QsgdEncodeBucketBody(x, len, norm, quantum_num, level_bits, random, first_index, codes);
+// All buckets in one call: norm (the bucket's sum of squares, which doubles as the finite
+// check: NaN or Inf exactly when an element is, as finite floats squared cannot overflow a
+// double sum), then the codes while the bucket is in L1. Returns false on a non-finite input.
+template <typename Code>
+__attribute__((always_inline)) inline bool QsgdEncodeAll(const float* __restrict x, size_t n,
+                                                         size_t bucket, uint32_t quantum_num,
+                                                         uint32_t level_bits,
+                                                         CounterRandom random,
+                                                         uint8_t* __restrict norms,
+                                                         Code* __restrict codes) {
+  for (size_t begin = 0, b = 0; begin < n; begin += bucket, ++b) {
+    const size_t len = n - begin < bucket ? n - begin : bucket;
+    const double sum_of_squares = SumOfSquaresInline(x + begin, len);
+    if (!std::isfinite(sum_of_squares)) return false;
+    const float norm = NormToFloat(sum_of_squares);
+    PutF32(norms + 4 * b, norm);
+    QsgdEncodeBucketBody(x + begin, len, norm, quantum_num, level_bits, random,
+                         static_cast<uint32_t>(begin), codes + begin);
+  }
+  return true;
 }
 
-__attribute__((target_clones("avx2", "default"))) void QsgdEncodeBucket16(
-    const float* __restrict x, size_t len, float norm, uint32_t quantum_num, uint32_t level_bits,
-    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
-  QsgdEncodeBucketBody(x, len, norm, quantum_num, level_bits, random, first_index, codes);
+// 8-bit codes (quantum_num 64..127, the default) go straight to the payload.
+__attribute__((target_clones("avx2", "default"))) bool QsgdEncode8(
+    const float* __restrict x, size_t n, size_t bucket, uint32_t quantum_num, uint32_t level_bits,
+    CounterRandom random, uint8_t* __restrict norms, uint8_t* __restrict codes) {
+  return QsgdEncodeAll(x, n, bucket, quantum_num, level_bits, random, norms, codes);
+}
+
+__attribute__((target_clones("avx2", "default"))) bool QsgdEncode16(
+    const float* __restrict x, size_t n, size_t bucket, uint32_t quantum_num, uint32_t level_bits,
+    CounterRandom random, uint8_t* __restrict norms, uint16_t* __restrict codes) {
+  return QsgdEncodeAll(x, n, bucket, quantum_num, level_bits, random, norms, codes);
 }
 
 __attribute__((target_clones("avx2", "default"))) void QsgdDecodeBucket(
@@ -155,24 +177,16 @@ class QsgdCodec final : public Codec {
     uint8_t* const norms = out.data() + 4;
     uint8_t* const packed = norms + 4 * buckets;
     const bool byte_codes = level_bits_ + 1 == 8;
-    if (!byte_codes) codes_.resize(n);
-    for (size_t b = 0; b < buckets; ++b) {
-      const size_t begin = b * bucket_;
-      const size_t len = std::min(bucket_, n - begin);
-      // The bucket's sum of squares doubles as the finite check: it is NaN or Inf exactly
-      // when an element is (finite floats squared cannot overflow a double sum).
-      const double sum_of_squares = SumOfSquares(input.data() + begin, len);
-      if (!std::isfinite(sum_of_squares)) return NonFiniteError(input, InputWhat(name()));
-      const float norm = NormToFloat(sum_of_squares);
-      PutF32(norms + 4 * b, norm);
-      if (byte_codes) {
-        QsgdEncodeBucket8(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
-                          static_cast<uint32_t>(begin), packed + begin);
-      } else {
-        QsgdEncodeBucket16(input.data() + begin, len, norm, quantum_num_, level_bits_, random,
-                           static_cast<uint32_t>(begin), codes_.data() + begin);
-      }
+    bool finite;
+    if (byte_codes) {
+      finite = QsgdEncode8(input.data(), n, bucket_, quantum_num_, level_bits_, random, norms,
+                           packed);
+    } else {
+      codes_.resize(n);
+      finite = QsgdEncode16(input.data(), n, bucket_, quantum_num_, level_bits_, random, norms,
+                            codes_.data());
     }
+    if (!finite) return NonFiniteError(input, InputWhat(name()));
     if (!byte_codes) PackCodes(codes_.data(), n, level_bits_ + 1, packed);
     return bytes;
   }
