@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -411,20 +412,26 @@ class NaturalCodec final : public Codec {
 // strictly inside it, else 0x10000 (bits 8-24). Positive floats order like their bits, so
 // v passes that midpoint iff its low 16 bits are at least the stored ones: one table read
 // (one AVX2 gather) per element.
+// The table starts at v = 2^-22: every smaller v lies below the first midpoint (5e-7), so
+// clamping v's bits up to 2^-22 changes no code and keeps the table at 11 KiB, in L1 beside
+// the streaming input.
 struct U8bitTables {
-  static constexpr uint32_t kBlocks = (0x3f800000u >> 16) + 1;  // blocks up to v = 1.0
+  static constexpr uint32_t kFloorBits = 105u << 23;  // 2^-22
+  static constexpr uint32_t kFirstBlock = kFloorBits >> 16;
+  static constexpr uint32_t kBlocks = (0x3f800000u >> 16) + 1 - kFirstBlock;  // up to v = 1.0
   static constexpr uint32_t kNoMidpoint = 0x10000u;
   int32_t block_entry[kBlocks];
 
   U8bitTables() {
     float midpoint[127];
     for (uint32_t c = 0; c < 127; ++c) midpoint[c] = U8bitMidpoint(c);
+    if (FloatBits(midpoint[0]) <= kFloorBits) std::abort();  // the floor above would be wrong
     uint32_t count = 0;
     for (uint32_t block = 0; block < kBlocks; ++block) {
-      const uint32_t first_bits = block << 16;
+      const uint32_t first_bits = (block + kFirstBlock) << 16;
       while (count < 127 && FloatBits(midpoint[count]) <= first_bits) ++count;
       uint32_t inside = kNoMidpoint;
-      if (count < 127 && (FloatBits(midpoint[count]) >> 16) == block) {
+      if (count < 127 && (FloatBits(midpoint[count]) >> 16) == block + kFirstBlock) {
         inside = FloatBits(midpoint[count]) & 0xffffu;  // > 0: the one at the start is counted
       }
       block_entry[block] = static_cast<int32_t>(count | (inside << 8));
@@ -440,8 +447,9 @@ const U8bitTables& GetU8bitTables() {
 uint8_t U8bitCodeByTables(float x, float inverse_max, const U8bitTables& tables) {
   constexpr uint32_t kLastBlock = U8bitTables::kBlocks - 1;
   const float v = AbsFloat(x) * inverse_max;  // NaN or inf * 0 for max_abs == 0: code 0
-  const uint32_t bits = FloatBits(v);
-  uint32_t block = bits >> 16;
+  uint32_t bits = FloatBits(v);
+  bits = bits > U8bitTables::kFloorBits ? bits : U8bitTables::kFloorBits;
+  uint32_t block = (bits >> 16) - U8bitTables::kFirstBlock;
   block = block < kLastBlock ? block : kLastBlock;
   const uint32_t entry = static_cast<uint32_t>(tables.block_entry[block]);
   uint32_t c = (entry & 0xffu) + static_cast<uint32_t>((bits & 0xffffu) >= (entry >> 8));
@@ -458,6 +466,8 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 inv = _mm256_set1_ps(inverse_max);
   const __m256i last_block = _mm256_set1_epi32(static_cast<int>(U8bitTables::kBlocks - 1));
+  const __m256i floor_bits = _mm256_set1_epi32(static_cast<int>(U8bitTables::kFloorBits));
+  const __m256i first_block = _mm256_set1_epi32(static_cast<int>(U8bitTables::kFirstBlock));
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 zero = _mm256_setzero_ps();
   const __m256i c127 = _mm256_set1_epi32(127);
@@ -468,8 +478,10 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
   for (; i + 8 <= n; i += 8) {
     const __m256 xv = _mm256_loadu_ps(x + i);
     const __m256 v = _mm256_mul_ps(_mm256_and_ps(xv, abs_mask), inv);
-    const __m256i bits = _mm256_castps_si256(v);
-    const __m256i block = _mm256_min_epu32(_mm256_srli_epi32(bits, 16), last_block);
+    // NaN bits (> 0x7f800000) stay above the floor and clamp to the last block; code 0 below.
+    const __m256i bits = _mm256_max_epu32(_mm256_castps_si256(v), floor_bits);
+    const __m256i block = _mm256_min_epu32(
+        _mm256_sub_epi32(_mm256_srli_epi32(bits, 16), first_block), last_block);
     const __m256i entry = _mm256_i32gather_epi32(tables.block_entry, block, 4);
     // (bits & 0xffff) >= (entry >> 8), both < 2^17: a signed compare is exact.
     const __m256i passed = _mm256_cmpgt_epi32(_mm256_srli_epi32(entry, 8),
