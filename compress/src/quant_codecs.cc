@@ -476,6 +476,7 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
   const __m256i c1 = _mm256_set1_epi32(1);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    _mm_prefetch(reinterpret_cast<const char*>(x + i) + 1024, _MM_HINT_T0);
     const __m256 xv = _mm256_loadu_ps(x + i);
     const __m256 v = _mm256_mul_ps(_mm256_and_ps(xv, abs_mask), inv);
     // NaN bits (> 0x7f800000) stay above the floor and clamp to the last block; code 0 below.
