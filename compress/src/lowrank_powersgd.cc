@@ -44,6 +44,11 @@ namespace {
 
 constexpr absl::string_view kName = "powersgd";
 
+// memcpy that accepts the null pointers of empty vectors (n = 0 partitions).
+void CopyBytes(void* to, const void* from, size_t bytes) {
+  if (bytes != 0) std::memcpy(to, from, bytes);
+}
+
 struct MatrixShape {
   size_t rows = 0;
   size_t cols = 0;
@@ -134,14 +139,14 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     if (!first_bytes.ok()) return first_bytes.status();
     const MatrixShape& sh = shape_;
     std::vector<float> p(sh.rows * sh.rank);
-    std::memcpy(p.data(), first.data() + 4, 4 * p.size());
+    CopyBytes(p.data(), first.data() + 4, 4 * p.size());
     std::vector<uint8_t> second(SecondRoundBytes(n));
     auto second_bytes = EncodeSecond(p, ctx, absl::MakeSpan(second));
     if (!second_bytes.ok()) return second_bytes.status();
     PutU32(out.data(), 0);
     PutU32(out.data() + 4, static_cast<uint32_t>(n));
-    std::memcpy(out.data() + 8, p_hat_.data(), 4 * p_hat_.size());
-    std::memcpy(out.data() + 8 + 4 * p_hat_.size(), q_local_.data(), 4 * q_local_.size());
+    CopyBytes(out.data() + 8, p_hat_.data(), 4 * p_hat_.size());
+    CopyBytes(out.data() + 8 + 4 * p_hat_.size(), q_local_.data(), 4 * q_local_.size());
     q_warm_ = q_local_;
     have_warm_ = true;
     stage_ = 3;
@@ -167,7 +172,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
                                                 " elements decoded into ", n));
     }
     std::vector<float> factors((sh.rows + sh.cols) * sh.rank);
-    std::memcpy(factors.data(), encoded.data() + 8, 4 * factors.size());
+    CopyBytes(factors.data(), encoded.data() + 8, 4 * factors.size());
     if (!IsFiniteBits(MaxAbsBits(factors.data(), factors.size()))) {
       return MalformedError(kName, "non-finite factor values");
     }
@@ -221,7 +226,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
           "codec 'powersgd': input magnitudes overflow the float range in P = M Q");
     }
     PutU32(out.data(), 1);
-    std::memcpy(out.data() + 4, p.data(), 4 * p.size());
+    CopyBytes(out.data() + 4, p.data(), 4 * p.size());
     stage_ = 1;
     round_key_ = ctx.key;
     round_ = ctx.round;
@@ -258,7 +263,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
           "codec 'powersgd': input magnitudes overflow the float range in Q = M^T P");
     }
     PutU32(out.data(), 2);
-    std::memcpy(out.data() + 4, q_local_.data(), 4 * q_local_.size());
+    CopyBytes(out.data() + 4, q_local_.data(), 4 * q_local_.size());
     stage_ = 2;
     return bytes;
   }
@@ -291,6 +296,11 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
                                                      output.size(), " elements, expected ", n_));
     }
     Product(summed_second.data(), output);
+    if (!IsFiniteBits(MaxAbsBits(output.data(), n_))) {
+      return absl::InvalidArgumentError(
+          "codec 'powersgd': the approximation of the summed gradients overflows the float "
+          "range");
+    }
     std::copy(summed_second.begin(), summed_second.end(), q_warm_.begin());
     have_warm_ = true;
     stage_ = 3;  // round over; LocalApproximation is no longer valid
@@ -434,7 +444,7 @@ class TwoRoundSumAggregator final : public Aggregator {
     }
     if (auto s = CheckRound(ctx); !s.ok()) return s;
     scratch_.resize(floats);
-    std::memcpy(scratch_.data(), encoded.data() + 4, 4 * floats);
+    CopyBytes(scratch_.data(), encoded.data() + 4, 4 * floats);
     if (auto s = CheckFinite(scratch_, "two_round_sum payload"); !s.ok()) return s;
     if (count_ == 0) {
       sum_.assign(floats, 0.0f);

@@ -121,6 +121,10 @@ class InceptionnCodec final : public Codec {
       }
       output[i] = v;
     }
+    // A multiple that a real encode never writes can overflow with a huge error bound.
+    if (!IsFiniteBits(MaxAbsBits(output.data(), n))) {
+      return MalformedError(name(), "a stored multiple overflows the float range");
+    }
     return absl::OkStatus();
   }
 

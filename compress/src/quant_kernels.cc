@@ -10,18 +10,7 @@
 namespace bytecomp::compress {
 
 __attribute__((target_clones("avx2", "default"))) double SumOfSquares(const float* x, size_t n) {
-  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (size_t j = 0; j < 8; ++j) {
-      const double v = static_cast<double>(x[i + j]);
-      lanes[j] += v * v;
-    }
-  }
-  double tail = 0.0;
-  for (; i < n; ++i) tail += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail;
+  return SumOfSquaresInline(x, n);
 }
 
 float MaxAbs(const float* x, size_t n) { return BitsToFloat(MaxAbsBits(x, n)); }

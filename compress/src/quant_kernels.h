@@ -8,6 +8,23 @@
 namespace bytecomp::compress {
 
 double SumOfSquares(const float* x, size_t n);
+
+// SumOfSquares' body, for kernels that fuse it into their own loop (same summation order, so
+// the same result).
+__attribute__((always_inline)) inline double SumOfSquaresInline(const float* x, size_t n) {
+  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t j = 0; j < 8; ++j) {
+      const double v = static_cast<double>(x[i + j]);
+      lanes[j] += v * v;
+    }
+  }
+  double tail = 0.0;
+  for (; i < n; ++i) tail += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail;
+}
 // Largest |x| (the caller has checked that x is finite).
 float MaxAbs(const float* x, size_t n);
 

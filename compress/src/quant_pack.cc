@@ -11,7 +11,10 @@
 namespace bytecomp::compress {
 namespace {
 
-// 8 codes of kBits <= 8 bits -> kBits bytes through one 64-bit word; constant shifts.
+// 8 codes of kBits <= 8 bits -> kBits bytes through one 64-bit word; constant shifts. Groups
+// whose 8-byte word ends inside the groups' bytes store (and load) the whole word: the bytes
+// past the group are zeros that the next groups overwrite (packing), or bits that are masked
+// off (unpacking); the last groups move exactly kBits bytes.
 template <uint32_t kBits>
 __attribute__((always_inline)) inline void PackGroups8Body(const uint16_t* __restrict codes,
                                                            size_t groups,
@@ -20,7 +23,11 @@ __attribute__((always_inline)) inline void PackGroups8Body(const uint16_t* __res
     const uint16_t* c = codes + 8 * g;
     uint64_t word = 0;
     for (uint32_t j = 0; j < 8; ++j) word |= static_cast<uint64_t>(c[j]) << (j * kBits);
-    std::memcpy(out + g * kBits, &word, kBits);
+    if ((g + 1) * kBits + (8 - kBits) <= groups * kBits) {  // 8 bytes inside the groups
+      std::memcpy(out + g * kBits, &word, 8);
+    } else {
+      std::memcpy(out + g * kBits, &word, kBits);
+    }
   }
 }
 
@@ -31,7 +38,11 @@ __attribute__((always_inline)) inline void UnpackGroups8Body(const uint8_t* __re
   constexpr uint64_t kMask = (uint64_t{1} << kBits) - 1;
   for (size_t g = 0; g < groups; ++g) {
     uint64_t word = 0;
-    std::memcpy(&word, in + g * kBits, kBits);
+    if ((g + 1) * kBits + (8 - kBits) <= groups * kBits) {  // 8 bytes inside the groups
+      std::memcpy(&word, in + g * kBits, 8);
+    } else {
+      std::memcpy(&word, in + g * kBits, kBits);
+    }
     uint16_t* c = codes + 8 * g;
     for (uint32_t j = 0; j < 8; ++j) c[j] = static_cast<uint16_t>((word >> (j * kBits)) & kMask);
   }
@@ -84,7 +95,7 @@ void PackCodes(const uint16_t* codes, size_t n, uint32_t bits, uint8_t* out) {
     return;
   }
   if (bits == 16) {
-    std::memcpy(out, codes, 2 * n);
+    if (n != 0) std::memcpy(out, codes, 2 * n);
     return;
   }
   size_t done = 0;
@@ -92,6 +103,7 @@ void PackCodes(const uint16_t* codes, size_t n, uint32_t bits, uint8_t* out) {
     PackGroups8(codes, n / 8, bits, out);
     done = n / 8 * 8;
   }
+  if (done == n) return;  // (an empty tail: out may be the null data() of an empty buffer)
   BitWriter writer(out + done * bits / 8);
   for (size_t i = done; i < n; ++i) writer.Put(codes[i], static_cast<int>(bits));
   writer.Finish();
@@ -104,7 +116,7 @@ bool UnpackCodes(const uint8_t* in, size_t n, uint32_t bits, uint16_t* codes) {
     return true;
   }
   if (bits == 16) {
-    std::memcpy(codes, in, 2 * n);
+    if (n != 0) std::memcpy(codes, in, 2 * n);
     return true;
   }
   size_t done = 0;

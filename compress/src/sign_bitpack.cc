@@ -6,15 +6,14 @@
 
 #include <immintrin.h>
 
+#include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
 
 namespace bytecomp::compress {
 namespace {
 
-bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
-}
+// CpuSimdLevel honours BYTECOMP_SIMD, so the tests also run the scalar paths.
+bool HaveAvx2() { return CpuSimdLevel() >= SimdLevel::kAvx2; }
 
 void PackScalar(const float* x, size_t begin, size_t n, uint8_t* out) {
   for (size_t b = begin / 8; b * 8 < n; ++b) {
@@ -24,20 +23,28 @@ void PackScalar(const float* x, size_t begin, size_t n, uint8_t* out) {
   }
 }
 
-__attribute__((target("avx2"))) size_t PackAvx2(const float* x, size_t n, uint8_t* out) {
+// Also tracks the largest |x| bit pattern (the finite check rides along with the pack).
+__attribute__((target("avx2"))) size_t PackAvx2(const float* x, size_t n, uint8_t* out,
+                                               uint32_t* max_abs_bits) {
   const __m256 zero = _mm256_setzero_ps();
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i max_bits = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const uint32_t m0 = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), zero, _CMP_LT_OQ));
-    const uint32_t m1 =
-        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), zero, _CMP_LT_OQ));
-    const uint32_t m2 =
-        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i + 16), zero, _CMP_LT_OQ));
-    const uint32_t m3 =
-        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i + 24), zero, _CMP_LT_OQ));
-    const uint32_t word = m0 | (m1 << 8) | (m2 << 16) | (m3 << 24);
+    uint32_t word = 0;
+    for (int part = 0; part < 4; ++part) {
+      const __m256 v = _mm256_loadu_ps(x + i + 8 * part);
+      max_bits = _mm256_max_epu32(max_bits, _mm256_and_si256(_mm256_castps_si256(v), abs_mask));
+      word |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)))
+              << (8 * part);
+    }
     __builtin_memcpy(out + i / 8, &word, 4);
   }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), max_bits);
+  uint32_t m = 0;
+  for (uint32_t l : lanes) m = l > m ? l : m;
+  *max_abs_bits = m;
   return i;
 }
 
@@ -131,9 +138,15 @@ SignSums PackSignBitsWithSums(const float* x, size_t n, uint8_t* out) {
   return sums;
 }
 
-void PackSignBits(const float* x, size_t n, uint8_t* out) {
-  const size_t done = HaveAvx2() ? PackAvx2(x, n, out) : 0;
+bool PackSignBits(const float* x, size_t n, uint8_t* out) {
+  uint32_t max_bits = 0;
+  const size_t done = HaveAvx2() ? PackAvx2(x, n, out, &max_bits) : 0;
   PackScalar(x, done, n, out);
+  for (size_t i = done; i < n; ++i) {
+    const uint32_t bits = FloatBits(x[i]) & 0x7fffffffu;
+    max_bits = bits > max_bits ? bits : max_bits;
+  }
+  return max_bits < 0x7f800000u;
 }
 
 void UnpackSignBits(const uint8_t* bits, size_t n, float value_if_clear, float value_if_set,

@@ -10,8 +10,9 @@ namespace bytecomp::compress {
 
 inline size_t SignBytes(size_t n) { return (n + 7) / 8; }
 
-// Writes SignBytes(n) bytes; the unused high bits of the last byte are 0.
-void PackSignBits(const float* x, size_t n, uint8_t* out);
+// Writes SignBytes(n) bytes; the unused high bits of the last byte are 0. Returns whether
+// every element was finite (the caller's finite check, in the same pass).
+bool PackSignBits(const float* x, size_t n, uint8_t* out);
 
 // out[i] = bit i ? value_if_set : value_if_clear.
 void UnpackSignBits(const uint8_t* bits, size_t n, float value_if_clear, float value_if_set,
@@ -31,7 +32,8 @@ struct SignSums {
   size_t negative_count = 0;
 };
 // PackSignBits plus the sums, in one pass over x (the sign bits do not depend on the sums, so
-// efsignsgd and onebit read their input once).
+// efsignsgd and onebit read their input once). A NaN or Inf element makes a sum non-finite,
+// which is the caller's finite check.
 SignSums PackSignBitsWithSums(const float* x, size_t n, uint8_t* out);
 
 }  // namespace bytecomp::compress

@@ -19,6 +19,7 @@
 // no-trapping-math (results unchanged) lets it if-convert selects around divisions.
 #pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -40,12 +41,17 @@ using codec_checks::InputWhat;
 using codec_checks::OutputFits;
 using codec_checks::PayloadSizeIs;
 
-// Validates the encode call and the input (finite, size); shared by all four codecs.
+// Validates the encode call (buffer, size). The finite check rides along with the packing
+// pass (PackSignBits' result, or non-finite sums), except signum's, which must check its input
+// before it enters the momentum.
 absl::Status CheckEncode(absl::string_view codec, absl::Span<const float> input,
                          absl::Span<uint8_t> out, size_t need) {
   if (auto s = OutputFits(codec, out.size(), need); !s.ok()) return s;
-  if (auto s = codec_checks::InputSizeSupported(codec, input.size()); !s.ok()) return s;
-  return CheckFinite(input, InputWhat(codec));
+  return codec_checks::InputSizeSupported(codec, input.size());
+}
+
+bool SumsFinite(const SignSums& sums) {
+  return std::isfinite(sums.non_negative) && std::isfinite(sums.negative);
 }
 
 // The u32 element count that leads every payload here: padded bit streams would otherwise
@@ -101,7 +107,9 @@ class SignSgdCodec final : public PlainSignCodec {
     const size_t bytes = 4 + SignBytes(input.size());
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
     PutU32(out.data(), static_cast<uint32_t>(input.size()));
-    PackSignBits(input.data(), input.size(), out.data() + 4);
+    if (!PackSignBits(input.data(), input.size(), out.data() + 4)) {
+      return NonFiniteError(input, InputWhat(name()));
+    }
     return bytes;
   }
 };
@@ -123,27 +131,48 @@ class SignumCodec final : public PlainSignCodec {
     const size_t n = input.size();
     const size_t bytes = 4 + SignBytes(n);
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
+    PutU32(out.data(), static_cast<uint32_t>(n));
     // Another length means another partition layout (a new strategy): momentum restarts.
-    if (momentum_vector_.empty() || momentum_vector_.size() != n) {
+    const bool restart = momentum_vector_.size() != n;
+    if (restart) {
+      if (!PackSignBits(input.data(), n, out.data() + 4)) {
+        return NonFiniteError(input, InputWhat(name()));
+      }
+    } else {
+      // The new momentum goes to a second buffer in L1-sized blocks, each packed right after
+      // it is blended; the state changes (a swap) only when the whole input was finite.
+      // Finite momentum <=> finite input: (1 - beta) > 0 times a NaN or Inf stays one.
+      next_momentum_.resize(n);
+      constexpr size_t kBlock = 2048;  // a multiple of 8: blocks start on a byte
+      bool finite = true;
+      for (size_t begin = 0; begin < n; begin += kBlock) {
+        const size_t len = std::min(kBlock, n - begin);
+        Blend(next_momentum_.data() + begin, input.data() + begin,
+              momentum_vector_.data() + begin, len, momentum_);
+        finite &= PackSignBits(next_momentum_.data() + begin, len, out.data() + 4 + begin / 8);
+      }
+      if (!finite) return NonFiniteError(input, InputWhat(name()));
+    }
+    if (restart) {
       momentum_vector_.assign(input.begin(), input.end());
     } else {
-      Blend(momentum_vector_.data(), input.data(), n, momentum_);
+      momentum_vector_.swap(next_momentum_);
     }
-    PutU32(out.data(), static_cast<uint32_t>(n));
-    PackSignBits(momentum_vector_.data(), n, out.data() + 4);
     return bytes;
   }
 
  private:
-  __attribute__((target_clones("avx2", "default"))) static void Blend(float* __restrict m,
-                                                                      const float* __restrict g,
-                                                                      size_t n, float beta) {
+  // next = (1 - beta) * g + beta * m
+  __attribute__((target_clones("avx2", "default"))) static void Blend(
+      float* __restrict next, const float* __restrict g, const float* __restrict m, size_t n,
+      float beta) {
     const float keep = 1.0f - beta;
-    for (size_t i = 0; i < n; ++i) m[i] = keep * g[i] + beta * m[i];
+    for (size_t i = 0; i < n; ++i) next[i] = keep * g[i] + beta * m[i];
   }
 
   float momentum_;
   std::vector<float> momentum_vector_;
+  std::vector<float> next_momentum_;
 };
 
 // EF-SignSGD's compressor: mean magnitude and signs. Its error feedback is the efsignsgd
@@ -160,6 +189,7 @@ class EfSignSgdCodec final : public Codec {
     const size_t bytes = 8 + SignBytes(n);
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
     const SignSums sums = PackSignBitsWithSums(input.data(), n, out.data() + 8);
+    if (!SumsFinite(sums)) return NonFiniteError(input, InputWhat(name()));
     const float scale =
         n == 0 ? 0.0f : static_cast<float>((sums.non_negative - sums.negative) / n);
     PutU32(out.data(), static_cast<uint32_t>(n));
@@ -211,9 +241,12 @@ class OnebitCodec final : public Codec {
     if (auto s = CheckEncode(name(), input, out, bytes); !s.ok()) return s;
     float clear_value = 1.0f, set_value = -1.0f;
     if (scaling_ == OnebitScaling::kNone) {
-      PackSignBits(input.data(), n, out.data() + 12);
+      if (!PackSignBits(input.data(), n, out.data() + 12)) {
+        return NonFiniteError(input, InputWhat(name()));
+      }
     } else {
       const SignSums sums = PackSignBitsWithSums(input.data(), n, out.data() + 12);
+      if (!SumsFinite(sums)) return NonFiniteError(input, InputWhat(name()));
       if (scaling_ == OnebitScaling::kMeans) {
         const size_t non_negative_count = n - sums.negative_count;
         clear_value = non_negative_count == 0

@@ -138,6 +138,17 @@ TEST(QsgdTest, DefaultsAre127LevelsAndBucket128OneBytePerElement) {
   EXPECT_EQ(codec->MaxEncodedBytes(1000), 4 + 4 * 8 + 1000u);
 }
 
+TEST(QsgdTest, NormsNearTheFloatMaximumDecodeFinite) {
+  // 25 levels: 25 * (FLT_MAX / 25) rounds to inf, (25 / 25) * FLT_MAX does not.
+  for (const char* s : {"25", "127"}) {
+    auto codec = MustCreate("qsgd", {{"quantum_num", s}, {"bucket_size", "4"}});
+    std::vector<float> x = {3e38f, -3e38f, 1e38f, 0.0f};
+    auto dec = RoundTrip(*codec, x, TestContext());
+    ASSERT_TRUE(dec.ok()) << dec.status();
+    for (float v : *dec) EXPECT_TRUE(std::isfinite(v)) << v;
+  }
+}
+
 TEST(QsgdTest, UnbiasedOverSeeds) {
   auto codec = MustCreate("qsgd", {{"quantum_num", "4"}});
   auto x = RandomNormal(300, 11);
@@ -370,6 +381,8 @@ const std::vector<std::pair<std::string, CodecParams>>& AllQuantCodecs() {
   static const auto* all = new std::vector<std::pair<std::string, CodecParams>>{
       {"qsgd", {}},
       {"qsgd", {{"quantum_num", "100"}, {"bucket_size", "7"}}},
+      {"qsgd", {{"quantum_num", "1000"}}},   // 11-bit codes: the bit-stream path
+      {"qsgd", {{"quantum_num", "32767"}}},  // 16-bit codes
       {"terngrad", {}},
       {"natural", {}},
       {"u8bit", {}},

@@ -103,6 +103,23 @@ TEST(SignumTest, SignsOfMomentumSmoothedGradient) {
   EXPECT_EQ(*d3, (std::vector<float>{-1, 1, 1, 1, 1, 1}));
 }
 
+TEST(SignumTest, RejectedInputLeavesTheMomentumUnchanged) {
+  auto a = MustCreate("signum", {{"momentum", "0.5"}});
+  auto b = MustCreate("signum", {{"momentum", "0.5"}});
+  const auto g1 = RandomNormal(5000, 1), g2 = RandomNormal(5000, 2);
+  auto bad = g2;
+  bad[4321] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(EncodeToVector(*a, g1, TestContext(0)).ok());
+  ASSERT_TRUE(EncodeToVector(*b, g1, TestContext(0)).ok());
+  auto rejected = EncodeToVector(*a, bad, TestContext(1));
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_TRUE(absl::StrContains(rejected.status().message(), "4321")) << rejected.status();
+  auto ea = EncodeToVector(*a, g2, TestContext(1));
+  auto eb = EncodeToVector(*b, g2, TestContext(1));
+  ASSERT_TRUE(ea.ok() && eb.ok());
+  EXPECT_EQ(*ea, *eb);
+}
+
 TEST(SignumTest, DefaultMomentumIs09AndOutOfRangeIsRejected) {
   const CodecSpec* spec = CodecRegistry::Global().Find("signum");
   ASSERT_NE(spec, nullptr);

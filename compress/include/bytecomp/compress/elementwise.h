@@ -9,12 +9,34 @@
 //   --fmad=false, and CPU files with fp-contract off (the codec sources start with
 //   `#pragma GCC optimize("fp-contract=off", ...)` before their includes, because the
 //   target_clones AVX2/FMA variants would otherwise fuse where the default variant does not).
-//   no-trapping-math there too: it changes no result and lets GCC vectorise the selects.
+//   They use no-trapping-math too: it changes no result and lets GCC vectorise the selects.
 // - Reductions (norms, maxima, means) are the caller's business: the CPU codecs accumulate
-//   sums of squares and absolute values in double, in index order, and round once to float.
-//   A kernel that wants identical bytes computes per-bucket sums the same way.
+//   sums of squares and magnitudes in double over 8 interleaved partial sums and round once
+//   to float, so another summation order changes the float only in rare rounding ties; a
+//   kernel that wants byte-identical payloads in every case reproduces that order
+//   (compress/src/quant_kernels.cc SumOfSquares). Maxima are exact in any order.
+// - Codecs whose headers depend on such reductions: qsgd (bucket norms), terngrad (scale),
+//   dithering (norm), u8bit (max), natural (largest exponent), efsignsgd/onebit (means).
 // - Random numbers come from CounterRandom: a stateless hash of (stream, element index), so
 //   element i's random number does not depend on how the work is split into threads.
+//
+// What the CPU codecs compute, per codec, so that a kernel can produce the same payload
+// (wire layouts are documented in compress/src/sign_codecs.cc and quant_codecs.cc):
+//   random stream   r = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node); element i
+//                   uses UniformFloat(r, i) or RandomBits(r, i), i the index in the partition.
+//   signsgd/signum  SignBit(x) (signum: of m = (1-beta)*g + beta*m_prev, m = g the first time).
+//   efsignsgd       scale = (float)(sum |x| / n) in double; SignBit(x).
+//   onebit          means of the non-negative and negative parts (double sums); SignBit(x).
+//   qsgd            per bucket: norm = (float)min(sqrt(sum x^2 in double), FLT_MAX);
+//                   QsgdCode(x, norm, s, BitsFor(s), UniformFloat(r, i)).
+//   terngrad        rms = sqrt(sum x^2 / n) in double; clip = (float)min(2.5 * rms, FLT_MAX);
+//                   scale = min(max |x|, clip); TernaryCode(x, clip, scale, UniformFloat(r, i)).
+//   natural         low = NaturalExponentLow(max biased exponent of |x|);
+//                   NaturalCode(x, low, RandomBits(r, i)).
+//   u8bit           U8bitCode(x, max |x|).
+//   dithering       norm = max |x| or (float)min(sqrt(sum x^2 in double), FLT_MAX);
+//                   DitherCode(x, 1.0f / norm, k, BitsFor(k), natural, UniformFloat(r, i)).
+//   inceptionn      InceptionnTag(x, eb); InceptionnSteps(x, eb) for tags 1 and 2.
 #pragma once
 
 #include <cstdint>
@@ -138,10 +160,13 @@ BYTECOMP_HD uint32_t QsgdCode(float x, float norm, uint32_t quantum_num, uint32_
   return (SignBit(x) << level_bits) | level;
 }
 
-// norm_over_s = norm / s (computed once per bucket by the caller).
-BYTECOMP_HD float QsgdValue(uint32_t code, uint32_t level_bits, float norm_over_s) {
+// (level / s) * norm: the ratio is at most 1, so a norm near FLT_MAX cannot overflow to inf
+// (level * (norm / s) can, for some s).
+BYTECOMP_HD float QsgdValue(uint32_t code, uint32_t level_bits, uint32_t quantum_num, float norm) {
   const uint32_t level = code & ((1u << level_bits) - 1u);
-  const float magnitude = static_cast<float>(level) * norm_over_s;
+  const float ratio = static_cast<float>(static_cast<int32_t>(level)) /
+                      static_cast<float>(static_cast<int32_t>(quantum_num));
+  const float magnitude = ratio * norm;
   return (code >> level_bits) ? -magnitude : magnitude;
 }
 
@@ -253,12 +278,13 @@ BYTECOMP_HD uint32_t DitherCode(float x, float inverse_norm, uint32_t s, uint32_
 
 // Level value in [0, 1] (natural partition needs s <= 126, checked by the codec).
 BYTECOMP_HD float DitherLinearValue(uint32_t level, uint32_t s) {
-  return static_cast<float>(level) / static_cast<float>(s);
+  return static_cast<float>(static_cast<int32_t>(level)) /
+         static_cast<float>(static_cast<int32_t>(s));
 }
 
 BYTECOMP_HD float DitherNaturalValue(uint32_t level, uint32_t s) {
-  if (level == 0u) return 0.0f;
-  return BitsToFloat((127u + level - s) << 23);
+  const float value = BitsToFloat((127u + level - s) << 23);  // garbage for level 0
+  return level == 0u ? 0.0f : value;
 }
 
 // ---------------------------------------------------------------------------------------------
