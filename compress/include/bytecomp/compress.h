@@ -30,3 +30,4 @@
 #include "bytecomp/compress/memory.h"
 #include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
+#include "bytecomp/compress/two_round.h"
