@@ -51,7 +51,6 @@ BYTECOMP_HD void QsgdEncodeGroup(const float* x, size_t n, size_t g, size_t buck
                                  const float* norms, uint32_t quantum_num, uint32_t level_bits,
                                  CounterRandom random, uint8_t* packed, Update update) {
   const uint32_t code_bits = level_bits + 1;
-  const float s = static_cast<float>(quantum_num);
   unsigned __int128 acc = 0;
   for (uint32_t j = 0; j < 8; ++j) {
     const size_t i = 8 * g + j;
@@ -61,7 +60,7 @@ BYTECOMP_HD void QsgdEncodeGroup(const float* x, size_t n, size_t g, size_t buck
     const uint32_t code = QsgdCode(c, norm, quantum_num, level_bits,
                                    UniformFloat(random, static_cast<uint32_t>(i)));
     acc |= static_cast<unsigned __int128>(code) << (j * code_bits);
-    update(i, c, QsgdValue(code, level_bits, norm / s));
+    update(i, c, QsgdValue(code, level_bits, quantum_num, norm));
   }
   const size_t first_byte = g * code_bits;
   const size_t total_bytes = (n * code_bits + 7) / 8;
@@ -78,7 +77,6 @@ BYTECOMP_HD bool QsgdDecodeGroup(const uint8_t* payload, size_t n, size_t g, siz
   const size_t buckets = (n + bucket - 1) / bucket;
   const uint8_t* packed = payload + 4 * buckets;
   const size_t total_bytes = (n * code_bits + 7) / 8;
-  const float s = static_cast<float>(quantum_num);
   unsigned __int128 acc = 0;
   const size_t first_byte = g * code_bits;
   for (uint32_t k = 0; k < code_bits && first_byte + k < total_bytes; ++k) {
@@ -99,7 +97,7 @@ BYTECOMP_HD bool QsgdDecodeGroup(const uint8_t* payload, size_t n, size_t g, siz
     for (int k = 0; k < 4; ++k) nb |= static_cast<uint32_t>(payload[4 * b + k]) << (8 * k);
     const float norm = BitsToFloat(nb);
     ok = ok && IsFiniteFloat(norm) && !(norm < 0.0f);
-    out[i] = QsgdValue(code, level_bits, norm / s);
+    out[i] = QsgdValue(code, level_bits, quantum_num, norm);
   }
   return ok;
 }
