@@ -516,6 +516,7 @@ class PowerSgdMemory final : public Memory {
     return absl::OkStatus();
   }
   void Reset() override { residual_.clear(); }
+  std::vector<std::vector<float>*> StateVectors() override { return {&residual_}; }
 
  private:
   std::vector<float> residual_;

@@ -2,6 +2,9 @@
 // dgc_momentum.
 #include "bytecomp/compress/memory.h"
 
+#include <cmath>
+#include <cstring>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -157,6 +160,7 @@ class ResidualMemory final : public Memory {
   }
 
   void Reset() override { residual_.clear(); }
+  std::vector<std::vector<float>*> StateVectors() override { return {&residual_}; }
 
  private:
   float beta_, gamma_;
@@ -207,6 +211,7 @@ class DgcMomentumMemory final : public Memory {
     v_.clear();
     pending_ = false;
   }
+  std::vector<std::vector<float>*> StateVectors() override { return {&u_, &v_}; }
 
  private:
   float momentum_;
@@ -261,6 +266,53 @@ void RegisterBasicMemories(MemoryRegistry& registry) {
          if (!r.ok()) return r.status();
          return std::make_unique<DgcMomentumMemory>(static_cast<float>(momentum));
        }});
+}
+
+std::string SaveMemoryState(Memory& memory) {
+  std::string out;
+  auto put = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  const std::vector<std::vector<float>*> vectors = memory.StateVectors();
+  const uint32_t count = static_cast<uint32_t>(vectors.size());
+  put(&count, 4);
+  for (const std::vector<float>* v : vectors) {
+    const uint64_t n = v->size();
+    put(&n, 8);
+    put(v->data(), n * sizeof(float));
+  }
+  return out;
+}
+
+absl::Status LoadMemoryState(Memory& memory, absl::string_view state) {
+  const std::vector<std::vector<float>*> vectors = memory.StateVectors();
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state of memory '", memory.name(), "': ", why));
+  };
+  size_t pos = 0;
+  auto take = [&](void* p, size_t n) {
+    if (state.size() - pos < n) return false;
+    std::memcpy(p, state.data() + pos, n);
+    pos += n;
+    return true;
+  };
+  uint32_t count = 0;
+  if (!take(&count, 4)) return bad("truncated");
+  if (count != vectors.size()) {
+    return bad(absl::StrCat(count, " vectors, expected ", vectors.size()));
+  }
+  std::vector<std::vector<float>> loaded(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    uint64_t n = 0;
+    if (!take(&n, 8) || n > (state.size() - pos) / sizeof(float)) return bad("truncated");
+    loaded[i].resize(n);
+    take(loaded[i].data(), n * sizeof(float));
+    for (float x : loaded[i]) {
+      if (!std::isfinite(x)) return bad("non-finite value");
+    }
+  }
+  if (pos != state.size()) return bad(absl::StrCat(state.size() - pos, " trailing bytes"));
+  for (uint32_t i = 0; i < count; ++i) vectors[i]->swap(loaded[i]);
+  return absl::OkStatus();
 }
 
 }  // namespace bytecomp::compress

@@ -63,6 +63,7 @@ class EfSignSgdMemory final : public Memory {
   }
 
   void Reset() override { residual_.clear(); }
+  std::vector<std::vector<float>*> StateVectors() override { return {&residual_}; }
 
  private:
   // out = a + scale * b (out may alias a).

@@ -154,6 +154,15 @@ def set_learning_rate(learning_rate):
     _engine.get_engine().set_learning_rate(learning_rate)
 
 
+def save_state(name):
+    """A tensor's error-feedback state (residuals, momenta) as bytes, for a checkpoint."""
+    return _engine.get_engine().save_state(name)
+
+
+def load_state(name, state):
+    _engine.get_engine().load_state(name, state)
+
+
 def stats():
     """Bytes this worker pushed and pulled, on the wire and uncompressed, and operations."""
     return _engine.get_engine().stats()

@@ -167,6 +167,9 @@ def _declare_prototypes(lib):
         "bytecomp_last_error": (c_char_p, []),
         "bytecomp_set_learning_rate": (c_int, [ctypes.c_double]),
         "bytecomp_get_stats": (c_int, [ctypes.POINTER(Stats)]),
+        "bytecomp_save_state": (c_int, [c_char_p, ctypes.c_void_p, ctypes.c_size_t,
+                                        ctypes.POINTER(ctypes.c_size_t)]),
+        "bytecomp_load_state": (c_int, [c_char_p, ctypes.c_void_p, ctypes.c_size_t]),
     }
     for name, (restype, argtypes) in prototypes.items():
         fn = getattr(lib, name)  # AttributeError names the missing symbol
@@ -275,6 +278,21 @@ class Engine:
     def set_learning_rate(self, learning_rate):
         self._check(self._lib.bytecomp_set_learning_rate(float(learning_rate)),
                     "bytecomp_set_learning_rate")
+
+    def save_state(self, name):
+        """The tensor's error-feedback state as bytes (between steps)."""
+        size = ctypes.c_size_t(0)
+        self._check(self._lib.bytecomp_save_state(name.encode(), None, 0, ctypes.byref(size)),
+                    f"save_state '{name}'")
+        buf = ctypes.create_string_buffer(max(1, size.value))
+        self._check(self._lib.bytecomp_save_state(name.encode(), buf, size.value,
+                                                  ctypes.byref(size)), f"save_state '{name}'")
+        return buf.raw[:size.value]
+
+    def load_state(self, name, state):
+        buf = ctypes.create_string_buffer(bytes(state), max(1, len(state)))
+        self._check(self._lib.bytecomp_load_state(name.encode(), buf, len(state)),
+                    f"load_state '{name}'")
 
     def stats(self):
         stats = Stats()

@@ -244,6 +244,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self.synchronize()
         return super(self.__class__, self).step(closure)
 
+    # The error-feedback state of the engine's codecs (residuals, momentum correction) travels
+    # with the optimizer's state, so a checkpoint restores training exactly where it was.
+    _EF_KEY = "bytecomp_error_feedback"
+
+    def state_dict(self):
+        if self._handles:
+            raise RuntimeError("state_dict() while gradient push_pulls are in flight; call "
+                               "step() or synchronize() first")
+        state = super(self.__class__, self).state_dict()
+        state[self._EF_KEY] = {name: _core.save_state(name) for name in self._names.values()}
+        return state
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        error_feedback = state_dict.pop(self._EF_KEY, None)
+        super(self.__class__, self).load_state_dict(state_dict)
+        for name, blob in (error_feedback or {}).items():
+            _core.load_state(name, blob)
+
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise RuntimeError("zero_grad() while gradient push_pulls are in flight; call "
@@ -265,7 +284,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
     average: divide the sum over workers by the number of workers (True) or keep the sum.
 
     The result is an instance of a subclass of the optimizer's class, built from its
-    param_groups (hyperparameters kept); state_dict()/load_state_dict() are the optimizer's.
+    param_groups (hyperparameters kept); state_dict()/load_state_dict() are the optimizer's,
+    plus the engine's error-feedback state of every gradient (key "bytecomp_error_feedback").
     """
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))

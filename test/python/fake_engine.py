@@ -106,6 +106,12 @@ class FakeEngine:
     def barrier(self, timeout_ms=-1):
         pass
 
+    def save_state(self, name):
+        return b""  # no codecs, so no error-feedback state
+
+    def load_state(self, name, state):
+        pass
+
     def set_learning_rate(self, learning_rate):
         self.learning_rate = learning_rate
 

@@ -213,3 +213,24 @@ def test_engine_calls_before_init_fail_clearly():
     rc, out, _ = run_python(code, env, timeout_s=60)
     assert rc == 0, out
     assert out.count("NOT_INITIALIZED") == 2 and "bytecomp_init" in out, out
+
+
+@needs_cluster
+def test_checkpoint_restores_error_feedback(tmp_path):
+    """A checkpoint holds the codecs' error-feedback state: resuming from it repeats the
+    original run's last steps bit for bit; dropping that state changes the result."""
+    from bytecomp.strategy import write_strategy
+    strategy = write_strategy(str(tmp_path / "topk.pbtxt"), "topk", force=True)
+    script = os.path.join(WORKERS, "torch_checkpoint.py")
+    for mode in ("train", "resume", "no_ef"):
+        (tmp_path / mode).mkdir()
+        with LocalCluster(tmp_path / mode, workers=2, servers=1,
+                          extra_scheduler_flags=[f"--strategy={strategy}"]) as cluster:
+            results = cluster.run_workers([script, mode, str(tmp_path)], timeout_s=60)
+            _check_all_ok(results, cluster)
+    for rank in range(2):
+        trained = torch.load(tmp_path / f"rank{rank}.train.pt")
+        resumed = torch.load(tmp_path / f"rank{rank}.resume.pt")
+        no_ef = torch.load(tmp_path / f"rank{rank}.no_ef.pt")
+        assert all(torch.equal(a, b) for a, b in zip(trained, resumed)), f"rank {rank}"
+        assert not all(torch.equal(a, b) for a, b in zip(trained, no_ef)), f"rank {rank}"

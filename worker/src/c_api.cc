@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "bytecomp/worker/engine.h"
 
 namespace {
@@ -216,6 +217,38 @@ int bytecomp_tensor_strategy(const char* name, int64_t* round, int64_t* version)
     return Fail(absl::InvalidArgumentError("bytecomp_tensor_strategy: NULL argument"));
   }
   return Report(e->TensorStrategy(name, round, version));
+}
+
+int bytecomp_save_state(const char* name, void* buf, size_t buf_len, size_t* state_len) {
+  return Guarded([&] {
+    std::shared_ptr<WorkerEngine> e = Engine();
+    if (e == nullptr) return NotInitialized();
+    if (name == nullptr || state_len == nullptr) {
+      return Fail(absl::InvalidArgumentError("bytecomp_save_state: NULL name or state_len"));
+    }
+    absl::StatusOr<std::string> state = e->SaveTensorState(name);
+    if (!state.ok()) return Fail(state.status());
+    *state_len = state->size();
+    if (buf == nullptr) return BYTECOMP_OK;
+    if (buf_len < state->size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "state of '", name, "' needs ", state->size(), " bytes, the buffer has ", buf_len)));
+    }
+    std::memcpy(buf, state->data(), state->size());
+    return BYTECOMP_OK;
+  });
+}
+
+int bytecomp_load_state(const char* name, const void* buf, size_t len) {
+  return Guarded([&] {
+    std::shared_ptr<WorkerEngine> e = Engine();
+    if (e == nullptr) return NotInitialized();
+    if (name == nullptr || (buf == nullptr && len > 0)) {
+      return Fail(absl::InvalidArgumentError("bytecomp_load_state: NULL name or buffer"));
+    }
+    return Report(e->LoadTensorState(
+        name, absl::string_view(static_cast<const char*>(buf), len)));
+  });
 }
 
 const char* bytecomp_last_error(void) { return t_last_error.c_str(); }

@@ -11,7 +11,8 @@
 namespace bytecomp::worker {
 namespace {
 
-absl::Status EnsureCodecs(PartitionCodec& pc, const compress::TensorPlan& plan) {
+absl::Status EnsureCodecs(PartitionCodec& pc, const compress::TensorPlan& plan,
+                          std::string* pending_state) {
   if (pc.push != nullptr && pc.version == plan.version) return absl::OkStatus();
   pc = PartitionCodec{};
   pc.version = plan.version;
@@ -24,6 +25,11 @@ absl::Status EnsureCodecs(PartitionCodec& pc, const compress::TensorPlan& plan) 
         compress::CreateMemory(plan.push.memory(), compress::MemoryParamsOf(plan.push));
     if (!memory.ok()) return memory.status();
     pc.memory = *std::move(memory);
+    if (!pending_state->empty()) {
+      absl::Status loaded = compress::LoadMemoryState(*pc.memory, *pending_state);
+      pending_state->clear();
+      if (!loaded.ok()) return loaded;
+    }
   }
   if (plan.two_way()) {
     absl::StatusOr<std::unique_ptr<compress::Codec>> pull =
@@ -57,7 +63,7 @@ void EngineImpl::EncodePartition(const std::shared_ptr<Operation>& op, int64_t p
   auto push = std::make_shared<EncodedPush>();
   push->op = op;
   push->partition = partition;
-  absl::Status status = EnsureCodecs(pc, op->plan);
+  absl::Status status = EnsureCodecs(pc, op->plan, &op->tensor->pending_state[partition]);
   if (status.ok()) {
     const size_t elem = DTypeSize(op->dtype);
     const char* src = static_cast<const char*>(op->data) + range.offset * elem;

@@ -187,6 +187,7 @@ void EngineImpl::StartNextLocked(const std::shared_ptr<TensorEntry>& tensor_ptr,
     return;
   }
   if (tensor.codecs.size() != static_cast<size_t>(parts)) tensor.codecs.resize(parts);
+  if (tensor.pending_state.size() != static_cast<size_t>(parts)) tensor.pending_state.resize(parts);
   absl::StatusOr<std::unique_ptr<compress::Codec>> probe =
       compress::CreateCodec(op->plan.push.name(), compress::ParamsOf(op->plan.push));
   op->two_round = probe.ok() && (*probe)->properties().two_round;
@@ -266,6 +267,85 @@ absl::Status EngineImpl::TensorStrategy(const std::string& name, int64_t* round,
   return absl::OkStatus();
 }
 
+// Checkpoint format of a tensor's error-feedback state: u32 partition count, then per partition a
+// u64 length and compress::SaveMemoryState's bytes (length 0: no memory, or no round yet).
+absl::StatusOr<std::string> EngineImpl::SaveTensorState(const std::string& name) {
+  std::lock_guard<std::mutex> lock(tensors_mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "'"));
+  TensorEntry& t = *it->second;
+  if (t.busy || !t.waiting.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor '", name, "' has a push_pull in flight; save its state between steps"));
+  }
+  std::string out;
+  const uint32_t parts = static_cast<uint32_t>(t.layout.num_partitions());
+  out.append(reinterpret_cast<const char*>(&parts), 4);
+  for (uint32_t p = 0; p < parts; ++p) {
+    std::string state;
+    if (p < t.codecs.size() && t.codecs[p].memory != nullptr) {
+      state = compress::SaveMemoryState(*t.codecs[p].memory);
+    } else if (p < t.pending_state.size()) {
+      state = t.pending_state[p];
+    }
+    const uint64_t len = state.size();
+    out.append(reinterpret_cast<const char*>(&len), 8);
+    out += state;
+  }
+  return out;
+}
+
+absl::Status EngineImpl::LoadTensorState(const std::string& name, absl::string_view state) {
+  std::lock_guard<std::mutex> lock(tensors_mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "': declare it first"));
+  }
+  TensorEntry& t = *it->second;
+  if (t.busy || !t.waiting.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor '", name, "' has a push_pull in flight; load its state between steps"));
+  }
+  if (t.state == TensorState::kDeclaring) {
+    t.checkpoint = std::string(state);  // applied once the partitioning is known
+    return absl::OkStatus();
+  }
+  return ApplyCheckpointLocked(t, state);
+}
+
+absl::Status EngineImpl::ApplyCheckpointLocked(TensorEntry& t, absl::string_view state) {
+  const size_t parts = static_cast<size_t>(t.layout.num_partitions());
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("error-feedback state of '", t.name, "': ", why));
+  };
+  std::vector<std::string> states(parts);
+  uint32_t count = 0;
+  if (state.size() < 4) return bad("truncated");
+  std::memcpy(&count, state.data(), 4);
+  size_t pos = 4;
+  if (count != parts) return bad(absl::StrCat(count, " partitions, the tensor has ", parts));
+  for (size_t p = 0; p < parts; ++p) {
+    uint64_t len = 0;
+    if (state.size() - pos < 8) return bad("truncated");
+    std::memcpy(&len, state.data() + pos, 8);
+    pos += 8;
+    if (state.size() - pos < len) return bad("truncated");
+    states[p] = std::string(state.substr(pos, len));
+    pos += len;
+  }
+  if (pos != state.size()) return bad("trailing bytes");
+  t.codecs.resize(parts);
+  t.pending_state.resize(parts);
+  for (size_t p = 0; p < parts; ++p) {
+    if (t.codecs[p].memory != nullptr && !states[p].empty()) {
+      if (absl::Status s = compress::LoadMemoryState(*t.codecs[p].memory, states[p]); !s.ok()) return s;
+    } else {
+      t.pending_state[p] = std::move(states[p]);
+    }
+  }
+  return absl::OkStatus();
+}
+
 EngineStats EngineImpl::Stats() const {
   EngineStats s;
   s.pushed_bytes = pushed_bytes_.load();
@@ -330,6 +410,12 @@ void EngineImpl::OnDeclareReply(const proto::DeclareReply& reply) {
     } else {
       tensor.layout = *layout;
       tensor.state = TensorState::kReady;
+      if (!tensor.checkpoint.empty()) {
+        if (absl::Status s = ApplyCheckpointLocked(tensor, tensor.checkpoint); !s.ok()) {
+          BC_LOG_ERROR(s.message());
+        }
+        tensor.checkpoint.clear();
+      }
       StartNextLocked(it->second, &deferred);
       lock.unlock();
       RunDeferred(deferred);
@@ -495,6 +581,12 @@ absl::Status WorkerEngine::Barrier(int64_t t) { return impl_->Barrier(t); }
 absl::Status WorkerEngine::Shutdown() { return impl_->Shutdown(); }
 void WorkerEngine::SetLearningRate(double lr) { impl_->SetLearningRate(lr); }
 EngineStats WorkerEngine::Stats() const { return impl_->Stats(); }
+absl::StatusOr<std::string> WorkerEngine::SaveTensorState(const std::string& name) {
+  return impl_->SaveTensorState(name);
+}
+absl::Status WorkerEngine::LoadTensorState(const std::string& name, absl::string_view state) {
+  return impl_->LoadTensorState(name, state);
+}
 absl::Status WorkerEngine::TensorStrategy(const std::string& name, int64_t* round,
                                           int64_t* version) {
   return impl_->TensorStrategy(name, round, version);

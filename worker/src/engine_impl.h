@@ -88,6 +88,9 @@ class EngineImpl {
   }
   EngineStats Stats() const;
   absl::Status TensorStrategy(const std::string& name, int64_t* round, int64_t* version);
+  absl::StatusOr<std::string> SaveTensorState(const std::string& name);
+  absl::Status LoadTensorState(const std::string& name, absl::string_view state);
+  absl::Status ApplyCheckpointLocked(TensorEntry& tensor, absl::string_view state);
 
  private:
   friend class ControlLoop;

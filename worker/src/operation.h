@@ -90,6 +90,10 @@ struct TensorEntry {
   uint64_t next_wire_round = 0;  // exchanges with the servers started (2 per PowerSGD round)
   uint64_t last_version = 0;     // strategy version of the latest started operation
   std::vector<PartitionCodec> codecs;
+  // Error-feedback state restored from a checkpoint before the partition's memory existed;
+  // applied when it is made.
+  std::vector<std::string> pending_state;
+  std::string checkpoint;  // loaded before the declaration completed
   // Operations on one tensor run one at a time, in submission order: a key's rounds follow
   // each other on the server.
   bool busy = false;

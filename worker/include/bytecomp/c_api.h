@@ -104,6 +104,15 @@ BYTECOMP_API int bytecomp_get_stats(bytecomp_stats_t* stats);
  * strategy version it used (1 = the scheduler's initial strategy). */
 BYTECOMP_API int bytecomp_tensor_strategy(const char* name, int64_t* round, int64_t* version);
 
+/* Error-feedback state of a tensor (its memories' residuals and momenta), for checkpoints. Call
+ * between steps (no push_pull of the tensor in flight). save: *state_len receives the size; the
+ * state is written when buf_len is large enough (call with buf NULL to ask the size), else
+ * BYTECOMP_ERR_INVALID_ARGUMENT. load: the tensor must be declared (and known to every
+ * worker: after its first push_pull, or a barrier after bytecomp_declare). */
+BYTECOMP_API int bytecomp_save_state(const char* name, void* buf, size_t buf_len,
+                                     size_t* state_len);
+BYTECOMP_API int bytecomp_load_state(const char* name, const void* buf, size_t len);
+
 /* Blocks until every worker reached the barrier (or a node failed / timeout). */
 BYTECOMP_API int bytecomp_barrier(int64_t timeout_ms);
 

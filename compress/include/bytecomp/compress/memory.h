@@ -44,7 +44,16 @@ class Memory {
 
   // Drops the state (a new training phase, a changed strategy).
   virtual void Reset() = 0;
+
+  // The state kept between rounds (residuals, momentum), for checkpoints; see SaveMemoryState.
+  virtual std::vector<std::vector<float>*> StateVectors() { return {}; }
 };
+
+// A memory's state as bytes for a checkpoint, and back: u32 vector count, then per vector a u64
+// length and its floats (little-endian). Loading checks the count and that every value is
+// finite; a vector may be empty (no round yet) or of any length the memory then checks.
+std::string SaveMemoryState(Memory& memory);
+absl::Status LoadMemoryState(Memory& memory, absl::string_view state);
 
 struct MemorySpec {
   std::string name;

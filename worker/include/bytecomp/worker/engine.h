@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "data.pb.h"
 
 namespace bytecomp::worker {
@@ -68,6 +69,10 @@ class WorkerEngine {
   EngineStats Stats() const;
   // The round and strategy version of the tensor's latest started operation.
   absl::Status TensorStrategy(const std::string& name, int64_t* round, int64_t* version);
+  // The tensor's error-feedback state (every partition's memory), for checkpoints; the tensor
+  // must have no push_pull in flight.
+  absl::StatusOr<std::string> SaveTensorState(const std::string& name);
+  absl::Status LoadTensorState(const std::string& name, absl::string_view state);
   // Completes or fails everything in flight, tells the scheduler, stops the threads.
   absl::Status Shutdown();
 
