@@ -34,7 +34,13 @@ ABSL_FLAG(int64_t, max_inflight_bytes_per_server, -1,
 ABSL_FLAG(std::string, advertise_host, "", "Host the nodes advertise (empty: auto)");
 ABSL_FLAG(std::string, strategy, "",
           "Strategy file (proto/strategy.proto): which tensors to compress how; reloaded on "
-          "SIGHUP. Empty: nothing is compressed");
+          "SIGHUP. Empty: nothing is compressed. 'auto': planned from the workers' measured "
+          "profile (needs --plan_cluster and --plan_costs)");
+ABSL_FLAG(std::string, plan_cluster, "",
+          "--strategy=auto: ClusterDescription (proto/planner.proto) of the links and GPUs");
+ABSL_FLAG(std::string, plan_costs, "",
+          "--strategy=auto: codec cost table (bytecomp-plan --calibrate writes one)");
+ABSL_FLAG(int, profile_rounds, 5, "--strategy=auto: rounds the workers profile before planning");
 
 namespace {
 
@@ -102,6 +108,10 @@ int main(int argc, char** argv) {
   options.config = config;
   options.bind_host = absl::GetFlag(FLAGS_bind_host);
   options.strategy_path = absl::GetFlag(FLAGS_strategy);
+  options.auto_strategy = options.strategy_path == "auto";
+  options.plan_cluster_path = absl::GetFlag(FLAGS_plan_cluster);
+  options.plan_costs_path = absl::GetFlag(FLAGS_plan_costs);
+  options.profile_rounds = absl::GetFlag(FLAGS_profile_rounds);
   options.port = absl::GetFlag(FLAGS_port) > 0 ? absl::GetFlag(FLAGS_port) : -1;
   absl::StatusOr<std::unique_ptr<bytecomp::Scheduler>> scheduler =
       bytecomp::Scheduler::Create(std::move(options));

@@ -83,6 +83,11 @@ std::string FrameToString(const zmq::message_t& frame) {
   return std::string(static_cast<const char*>(frame.data()), frame.size());
 }
 
+int64_t MonotonicUs() {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
 int64_t MonotonicMs() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();

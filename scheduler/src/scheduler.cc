@@ -1,5 +1,8 @@
 #include "bytecomp/scheduler/scheduler.h"
 
+#include "bytecomp/planner/inputs.h"
+#include "bytecomp/scheduler/auto_planner.h"
+
 #include <algorithm>
 #include <csignal>
 #include <cstring>
@@ -63,7 +66,26 @@ std::string PrintableIdentity(const std::string& id) {
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options) {
   if (absl::Status s = ValidateClusterConfig(options.config); !s.ok()) return s;
   StrategyKeeper strategy;
-  if (absl::Status s = strategy.LoadInitial(options.strategy_path); !s.ok()) return s;
+  if (absl::Status s = strategy.LoadInitial(options.auto_strategy ? "" : options.strategy_path);
+      !s.ok()) {
+    return s;
+  }
+  proto::ClusterDescription plan_cluster;
+  proto::CostTable plan_costs;
+  if (options.auto_strategy) {
+    if (options.plan_cluster_path.empty() || options.plan_costs_path.empty()) {
+      return absl::InvalidArgumentError(
+          "--strategy=auto needs --plan_cluster (a ClusterDescription: links, GPUs) and "
+          "--plan_costs (a codec cost table, e.g. from bytecomp-plan --calibrate)");
+    }
+    absl::StatusOr<proto::ClusterDescription> c = planner::LoadClusterDescription(options.plan_cluster_path);
+    if (!c.ok()) return c.status();
+    absl::StatusOr<proto::CostTable> t = planner::LoadCostTable(options.plan_costs_path);
+    if (!t.ok()) return t.status();
+    plan_cluster = *c;
+    plan_costs = *t;
+    options.config.set_profile_rounds(std::max(1, options.profile_rounds));
+  }
   int port = options.port;
   if (port < 0) {
     absl::StatusOr<HostPort> hp = ParseHostPort(options.config.scheduler_address());
@@ -85,6 +107,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   std::unique_ptr<Scheduler> scheduler(
       new Scheduler(std::move(options), std::move(context), std::move(socket), *bound));
   scheduler->strategy_ = std::move(strategy);
+  scheduler->plan_cluster_ = std::move(plan_cluster);
+  scheduler->plan_costs_ = std::move(plan_costs);
   return scheduler;
 }
 
@@ -126,6 +150,31 @@ void Scheduler::ReloadStrategy() {
   }
   BC_LOG_INFO("reloading strategy from ", strategy_.path(), ": preparing version ",
               prepare->strategy_prepare().version());
+  for (const std::string& id : worker_by_rank_) {
+    if (!id.empty()) Send(id, *prepare);
+  }
+}
+
+void Scheduler::HandleProfileReport(Node& node, const proto::ProfileReport& report) {
+  if (node.role != proto::ROLE_WORKER || !options_.auto_strategy || planned_) return;
+  profiles_[node.rank] = report.profile();
+  if (static_cast<int>(profiles_.size()) < config_.num_workers()) return;
+  planned_ = true;
+  std::vector<proto::ModelProfile> profiles;
+  for (auto& [rank, p] : profiles_) profiles.push_back(p);
+  absl::StatusOr<AutoPlan> plan = PlanFromProfiles(profiles, plan_cluster_, plan_costs_,
+                                                   config_.num_workers(), config_.num_servers());
+  if (!plan.ok()) {
+    BC_LOG_ERROR("--strategy=auto: planning failed, training goes on uncompressed: ",
+                 plan.status().message());
+    return;
+  }
+  BC_LOG_INFO("--strategy=auto: ", plan->summary);
+  absl::StatusOr<proto::ControlMessage> prepare = strategy_.BeginUpdate(plan->strategy);
+  if (!prepare.ok()) {
+    BC_LOG_ERROR("--strategy=auto: ", prepare.status().message());
+    return;
+  }
   for (const std::string& id : worker_by_rank_) {
     if (!id.empty()) Send(id, *prepare);
   }
@@ -278,6 +327,9 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
       return;
     case proto::ControlMessage::kWorkerDone:
       HandleWorkerDone(*node);
+      return;
+    case proto::ControlMessage::kProfileReport:
+      HandleProfileReport(*node, message.profile_report());
       return;
     case proto::ControlMessage::kStrategyPrepareReply:
       HandleStrategyPrepareReply(*node, message.strategy_prepare_reply());

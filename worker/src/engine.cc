@@ -48,6 +48,7 @@ absl::Status EngineImpl::Init(const std::string& config_path) {
           absl::StrCat("BYTECOMP_COMPRESS_THREADS='", t, "' is not a thread count in [1, 256]"));
     }
   }
+  if (config_.profile_rounds() > 0) profiler_ = std::make_unique<ReadyProfiler>(config_.profile_rounds());
   cpu_offload::ThreadPoolOptions pool_options;
   pool_options.num_threads = static_cast<size_t>(threads);
   pool_options.name = "bc-codec";
@@ -137,6 +138,16 @@ absl::StatusOr<int64_t> EngineImpl::PushPull(const PushPullRequest& request) {
     std::shared_ptr<TensorEntry> tensor =
         FindOrDeclareLocked(request.name, request.element_count, request.dtype, &error);
     if (tensor == nullptr) return error;
+    if (profiler_ != nullptr && !profiler_->done()) {
+      std::optional<proto::ModelProfile> profile = profiler_->Record(
+          request.name, request.element_count, static_cast<int>(DTypeSize(request.dtype)),
+          MonotonicUs());
+      if (profile.has_value()) {
+        proto::ControlMessage report;
+        *report.mutable_profile_report()->mutable_profile() = *std::move(profile);
+        control_queue_.Push(SendControl{std::move(report)});
+      }
+    }
     {
       std::lock_guard<std::mutex> hl(handles_mu_);
       op->handle = next_handle_++;

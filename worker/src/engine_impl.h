@@ -18,6 +18,7 @@
 #include "bytecomp/cpu_offload.h"
 #include "control.pb.h"
 #include "operation.h"
+#include "ready_profiler.h"
 #include "wake_queue.h"
 
 namespace bytecomp::worker {
@@ -138,6 +139,7 @@ class EngineImpl {
   uint64_t highest_started_round_ = 0;              // tensors_mu_
 
   std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
+  std::unique_ptr<ReadyProfiler> profiler_;  // tensors_mu_; when the scheduler asked for one
   std::atomic<double> learning_rate_{0.0};
   std::atomic<int64_t> pushed_bytes_{0}, pushed_raw_bytes_{0}, pulled_bytes_{0},
       pulled_raw_bytes_{0}, operations_{0};

@@ -37,5 +37,6 @@ std::string FrameToString(const zmq::message_t& frame);
 
 // Milliseconds on a monotonic clock.
 int64_t MonotonicMs();
+int64_t MonotonicUs();
 
 }  // namespace bytecomp

@@ -42,6 +42,7 @@
 #include "bytecomp/scheduler/strategy_keeper.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
+#include "planner.pb.h"
 #include "zmq.hpp"
 
 namespace bytecomp {
@@ -57,6 +58,12 @@ struct SchedulerOptions {
   int shutdown_linger_ms = 1000;
   // Strategy file (proto/strategy.proto); empty: nothing is compressed. Reloaded on SIGHUP.
   std::string strategy_path;
+  // --strategy=auto: start uncompressed, have the workers profile rounds 1..profile_rounds,
+  // plan with the ByteComp algorithm for this cluster description and cost table, and switch.
+  bool auto_strategy = false;
+  std::string plan_cluster_path;
+  std::string plan_costs_path;
+  int profile_rounds = 5;
 };
 
 class Scheduler {
@@ -136,6 +143,7 @@ class Scheduler {
   void Finish(absl::Status status);
   void ReloadStrategy();
   void HandleStrategyPrepareReply(Node& node, const proto::StrategyPrepareReply& reply);
+  void HandleProfileReport(Node& node, const proto::ProfileReport& report);
   void LogBadMessage(const std::string& what);
 
   bool JobComplete() const { return topology_sent_; }
@@ -167,6 +175,10 @@ class Scheduler {
   uint32_t next_tensor_id_ = 0;
   PartitionAssigner assigner_;
   StrategyKeeper strategy_;
+  proto::ClusterDescription plan_cluster_;  // --strategy=auto
+  proto::CostTable plan_costs_;
+  std::map<int, proto::ModelProfile> profiles_;  // by worker rank
+  bool planned_ = false;
   int workers_done_ = 0;
   int64_t bad_messages_ = 0;  // malformed, unexpected or unregistered messages
 
