@@ -252,16 +252,26 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
       op->RecordError(absl::DataLossError(absl::StrCat(
           "server ", server, " answered the pull of '", op->name, "' partition ", partition,
           " with ", payload.size(), " bytes, expected ", expected)));
-    } else if (op->average) {
-      std::vector<float> sum(static_cast<size_t>(range.count));
-      ToFloat32(op->dtype, payload.data(), sum.data(), sum.size());
-      engine_.WriteResult(*op, partition, sum.data());
-    } else {
-      std::memcpy(static_cast<char*>(op->data) + range.offset * DTypeSize(op->dtype),
-                  payload.data(), expected);
+      engine_.FinishEvents(op, 1);
+      return;
     }
     engine_.CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected));
-    engine_.FinishEvents(op, 1);
+    // The copy into the caller's tensor runs on the pool, so this thread goes on receiving.
+    engine_.SubmitToPool(
+        op->priority, proto::PLACEMENT_CPU_POOL,
+        [this, op, partition, p = std::move(payload)]() mutable {
+          const PartitionRange r = op->layout.range(partition);
+          if (op->average) {
+            std::vector<float> sum(static_cast<size_t>(r.count));
+            ToFloat32(op->dtype, p.data(), sum.data(), sum.size());
+            engine_.WriteResult(*op, partition, sum.data());
+          } else {
+            std::memcpy(static_cast<char*>(op->data) + r.offset * DTypeSize(op->dtype), p.data(),
+                        p.size());
+          }
+          engine_.FinishEvents(op, 1);
+        },
+        op, nullptr);
     return;
   }
   if (header.op() != proto::OP_ERROR) return;
