@@ -55,6 +55,7 @@ namespace {
 using codec_checks::HeaderFloatOk;
 using codec_checks::InputWhat;
 using codec_checks::OutputFits;
+using codec_checks::CheckCount;
 using codec_checks::PayloadSizeIs;
 
 absl::Status CheckEncode(absl::string_view codec, absl::Span<const float> input,
@@ -64,13 +65,6 @@ absl::Status CheckEncode(absl::string_view codec, absl::Span<const float> input,
   *max_abs_bits = MaxAbsBits(input.data(), input.size());
   if (!IsFiniteBits(*max_abs_bits)) return NonFiniteError(input, InputWhat(codec));
   return absl::OkStatus();
-}
-
-// The u32 element count leading the bit-packed payloads (qsgd, terngrad, dithering).
-absl::Status CheckCount(absl::string_view codec, absl::Span<const uint8_t> encoded, size_t n) {
-  const uint32_t count = GetU32(encoded.data());
-  if (count == n) return absl::OkStatus();
-  return MalformedError(codec, absl::StrCat("payload for ", count, " elements decoded into ", n));
 }
 
 // Asks for the next block's input ahead of use: the hardware prefetcher alone falls behind

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,16 @@ inline absl::Status HeaderFloatOk(absl::string_view codec, float value, absl::st
 
 inline std::string InputWhat(absl::string_view codec) {
   return absl::StrCat("codec '", codec, "' input");
+}
+
+// The u32 element count leading the bit-packed payloads (sign codecs, qsgd, terngrad,
+// dithering): padded bit streams would otherwise decode into a few more or fewer elements.
+inline absl::Status CheckCount(absl::string_view codec, absl::Span<const uint8_t> encoded,
+                               size_t n) {
+  uint32_t count;
+  std::memcpy(&count, encoded.data(), 4);
+  if (count == n) return absl::OkStatus();
+  return MalformedError(codec, absl::StrCat("payload for ", count, " elements decoded into ", n));
 }
 
 }  // namespace bytecomp::compress::codec_checks

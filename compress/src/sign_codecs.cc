@@ -39,6 +39,7 @@ namespace {
 using codec_checks::HeaderFloatOk;
 using codec_checks::InputWhat;
 using codec_checks::OutputFits;
+using codec_checks::CheckCount;
 using codec_checks::PayloadSizeIs;
 
 // Validates the encode call (buffer, size). The finite check rides along with the packing
@@ -52,14 +53,6 @@ absl::Status CheckEncode(absl::string_view codec, absl::Span<const float> input,
 
 bool SumsFinite(const SignSums& sums) {
   return std::isfinite(sums.non_negative) && std::isfinite(sums.negative);
-}
-
-// The u32 element count that leads every payload here: padded bit streams would otherwise
-// decode into a few more or fewer elements without complaint.
-absl::Status CheckCount(absl::string_view codec, absl::Span<const uint8_t> encoded, size_t n) {
-  const uint32_t count = GetU32(encoded.data());
-  if (count == n) return absl::OkStatus();
-  return MalformedError(codec, absl::StrCat("payload for ", count, " elements decoded into ", n));
 }
 
 absl::Status CheckSignBits(absl::string_view codec, const uint8_t* bits, size_t n) {
