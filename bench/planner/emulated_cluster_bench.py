@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""The planner's predictions against measurements on an emulated cluster (issue 5): scheduler,
+servers and 4 workers each in a network namespace joined by tbf-limited links
+(deploy/netns_cluster.sh), at 1 and 10 Gbit/s, for no compression, compress-everything (fp16
+both ways) and the planned strategy. The model is resnet50's tensors, pushed all at once per
+round by bytecomp-bench (ready gaps 0, no compute), and the codec costs are calibrated on this
+host first (bytecomp-plan --calibrate). Needs root. Prints a table; writes JSON with --out.
+
+  python3 bench/planner/emulated_cluster_bench.py [--rounds 5] [--out emulated.json]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.path.join(REPO, "build", "bin")
+PLANNER = os.path.join(REPO, "scheduler", "planner")
+WORKERS, SERVERS = 4, 1
+
+
+def run(cmd, timeout):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def profile_without_gaps(path):
+    """resnet50's tensors with ready gaps 0 and no forward time: bytecomp-bench pushes every
+    tensor at the start of a round, and computes nothing."""
+    text = open(os.path.join(PLANNER, "profiles", "resnet50.pbtxt")).read()
+    text = re.sub(r"ready_gap_us: [\d.]+", "ready_gap_us: 0", text)
+    text = re.sub(r"forward_us: [\d.]+", "forward_us: 0", text)
+    open(path, "w").write(text)
+
+
+def cluster_description(path, gbps):
+    open(path, "w").write(
+        f"# emulated: {WORKERS} worker namespaces, {SERVERS} server, tbf at {gbps} Gbit/s, CPU only\n"
+        f"machines: {WORKERS}\ngpus_per_machine: 0\nservers: {SERVERS}\n"
+        f"worker_link {{ bandwidth_gbps: {gbps} latency_us: 50 }}\n"
+        f"server_link {{ bandwidth_gbps: {gbps} latency_us: 50 }}\ncpu_pool_threads: 2\n")
+
+
+def plan(profile, cluster, costs, out):
+    res = run([os.path.join(BIN, "bytecomp-plan"), f"--profile={profile}", f"--cluster={cluster}",
+               f"--costs={costs}", f"--out={out}", "--table=false", "--all_codec=fp16"], 120)
+    if res.returncode != 0:
+        raise SystemExit(res.stdout + res.stderr)
+    m = re.search(r"no compression ([\d.]+) ms \| compress-everything \(\w+\) ([\d.]+) ms \| "
+                  r"planned ([\d.]+) ms", res.stdout)
+    return {"none": float(m.group(1)), "everything": float(m.group(2)), "planned": float(m.group(3))}
+
+
+def measure(rate, strategy, rounds):
+    cmd = ["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
+           str(WORKERS), "--servers", str(SERVERS), "--rate", rate, "--prefix", "bcb-",
+           "--bin-dir", BIN, "--timeout", "600"]
+    if strategy:
+        cmd.append(f"--scheduler-args=--strategy={strategy} --heartbeat_timeout_ms=30000")
+    cmd += ["--", os.path.join(BIN, "bytecomp-bench"), "--preset=resnet50",
+            f"--rounds={rounds}", "--warmup=1", "--check=false"]
+    res = run(cmd, 900)
+    for line in res.stdout.splitlines():
+        if "{" in line and '"bench":"bytecomp-bench"' in line:
+            return json.loads(line[line.index("{"):])["median_round_ms"]
+    raise SystemExit(f"no result from {' '.join(cmd)}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default="emulated-cluster-bench.json")
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="bytecomp-emulated-")
+    costs = os.path.join(work, "costs.pbtxt")
+    res = run([os.path.join(BIN, "bytecomp-plan"), "--calibrate", f"--costs={costs}",
+               f"--calibrate_template={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}"], 300)
+    if res.returncode != 0:
+        raise SystemExit(res.stdout + res.stderr)
+    profile = os.path.join(work, "profile.pbtxt")
+    profile_without_gaps(profile)
+    everything = os.path.join(work, "everything.pbtxt")
+    open(everything, "w").write('tensors { name_pattern: "*" push_codec { name: "fp16" } '
+                                'pull_codec { name: "fp16" } force: true }\n')
+    rows = []
+    for rate, gbps in (("1gbit", 1), ("10gbit", 10)):
+        cluster = os.path.join(work, f"cluster-{rate}.pbtxt")
+        cluster_description(cluster, gbps)
+        planned = os.path.join(work, f"planned-{rate}.pbtxt")
+        predicted = plan(profile, cluster, costs, planned)
+        for name, strategy in (("none", ""), ("everything", everything), ("planned", planned)):
+            print(f"{rate} {name} ...", flush=True)
+            measured = measure(rate, strategy, args.rounds)
+            rows.append({"rate": rate, "strategy": name, "predicted_ms": predicted[name],
+                         "measured_ms": measured,
+                         "error": (predicted[name] - measured) / measured})
+    print(f"\nresnet50, W={WORKERS} S={SERVERS}, emulated links (netns + tbf), median of "
+          f"{args.rounds} rounds")
+    print(f"{'link':<7} {'strategy':<11} {'predicted ms':>12} {'measured ms':>12} {'error':>7}")
+    for r in rows:
+        print(f"{r['rate']:<7} {r['strategy']:<11} {r['predicted_ms']:>12.1f} "
+              f"{r['measured_ms']:>12.1f} {100 * r['error']:>+6.1f}%")
+    json.dump(rows, open(args.out, "w"), indent=1)
+    print(f"written {args.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
