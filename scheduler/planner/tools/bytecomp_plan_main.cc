@@ -120,11 +120,17 @@ int main(int argc, char** argv) {
   } else {
     result = PlanByteComp(problem);
   }
-  TimelineSimulator sim(&problem.sim);
+  // The compress-everything reference is simulated over every option: dropping dominated ones
+  // (which the search may) can remove the reference codec's options altogether.
   const std::string all_codec = absl::GetFlag(FLAGS_all_codec);
-  if (!all_codec.empty()) {
-    result.compress_everything_choice = CompressEverythingChoice(problem, all_codec);
-    result.compress_everything_us = sim.Simulate(result.compress_everything_choice);
+  {
+    PlannerInputs all_options = inputs;
+    all_options.options.set_keep_dominated(true);
+    auto reference = Prepare(all_options);
+    if (!reference.ok()) return Fail(std::string(reference.status().message()));
+    TimelineSimulator reference_sim(&reference->sim);
+    result.compress_everything_choice = CompressEverythingChoice(*reference, all_codec);
+    result.compress_everything_us = reference_sim.Simulate(result.compress_everything_choice);
   }
 
   const auto& c = problem.inputs.cluster;
@@ -176,7 +182,7 @@ int main(int argc, char** argv) {
   std::printf("strategy: %s\n", out.c_str());
   if (const std::string trace_path = absl::GetFlag(FLAGS_trace); !trace_path.empty()) {
     std::vector<TraceSpan> spans;
-    sim.Simulate(result.choice, &spans);
+    TimelineSimulator(&problem.sim).Simulate(result.choice, &spans);
     std::ofstream file(trace_path);
     if (!file) return Fail("cannot write " + trace_path);
     file << ChromeTraceJson(problem.sim, spans);
