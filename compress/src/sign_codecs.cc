@@ -377,12 +377,8 @@ void RegisterSignCodecs(CodecRegistry& registry) {
     CodecSpec spec;
     spec.name = "signum";
     spec.summary = "signs of a momentum-smoothed gradient, 1 bit each; majority vote";
-    CodecParamSpec momentum;
-    momentum.name = "momentum";
-    momentum.type = CodecParamSpec::Type::kDouble;
-    momentum.default_value = "0.9";
-    momentum.help = "momentum factor, in [0, 1)";
-    momentum.min_value = 0.0;
+    CodecParamSpec momentum = codec_checks::DoubleParam(
+        "momentum", "0.9", "momentum factor, in [0, 1)", 0.0, /*min_exclusive=*/false);
     momentum.max_value = 1.0;
     momentum.max_exclusive = true;
     spec.params.push_back(momentum);
@@ -399,14 +395,10 @@ void RegisterSignCodecs(CodecRegistry& registry) {
     CodecSpec spec;
     spec.name = "onebit";
     spec.summary = "sign mask and two values (the means of the non-negative and negative parts)";
-    CodecParamSpec scaling;
-    scaling.name = "scaling";
-    scaling.type = CodecParamSpec::Type::kString;
-    scaling.default_value = "means";
-    scaling.help =
-        "means: mean of each sign's part (GRACE); l1: +-mean |x| (BytePS scaling); none: +-1";
-    scaling.choices = {"means", "l1", "none"};
-    spec.params.push_back(scaling);
+    spec.params.push_back(codec_checks::ChoiceParam(
+        "scaling", "means",
+        "means: mean of each sign's part (GRACE); l1: +-mean |x| (BytePS scaling); none: +-1",
+        {"means", "l1", "none"}));
     spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
       ParamReader r(params);
       const std::string scaling = r.String("scaling");

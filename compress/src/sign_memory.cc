@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/memory.h"
 #include "bytecomp/compress/params.h"
+#include "quant_util.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -89,14 +90,9 @@ void RegisterSignMemories(MemoryRegistry& registry) {
   MemorySpec spec;
   spec.name = "efsignsgd";
   spec.summary = "EF-SignSGD error feedback: residual kept in learning-rate units";
-  CodecParamSpec lr;
-  lr.name = "lr";
-  lr.type = CodecParamSpec::Type::kDouble;
-  lr.default_value = "0.1";
-  lr.help = "learning rate, > 0 (CodecContext::learning_rate overrides it when set)";
-  lr.min_value = 0.0;
-  lr.min_exclusive = true;
-  spec.params.push_back(lr);
+  spec.params.push_back(codec_checks::DoubleParam(
+      "lr", "0.1", "learning rate, > 0 (CodecContext::learning_rate overrides it when set)", 0.0,
+      /*min_exclusive=*/true));
   spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Memory>> {
     ParamReader r(params);
     const double lr = r.Double("lr");

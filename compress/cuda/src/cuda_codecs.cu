@@ -55,15 +55,18 @@ unsigned Blocks(size_t work, int threads = kThreads) {
 // ------------------------------------------------------------------------------------------
 // Device buffers.
 
-class DeviceBuffer {
+// A growable CUDA allocation; Alloc/Free are cudaMalloc/cudaFree (device) or
+// cudaMallocHost/cudaFreeHost (pinned host memory, for readbacks and index uploads).
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
+class CudaBuffer {
  public:
-  ~DeviceBuffer() { cudaFree(data_); }
+  ~CudaBuffer() { Free(data_); }
   absl::StatusOr<void*> Reserve(size_t bytes) {
     if (bytes > capacity_) {
-      cudaFree(data_);
+      Free(data_);
       data_ = nullptr;
       capacity_ = 0;
-      BC_CUDA_TRY(cudaMalloc(&data_, bytes));
+      BC_CUDA_TRY(Alloc(&data_, bytes));
       capacity_ = bytes;
     }
     return data_;
@@ -76,27 +79,10 @@ class DeviceBuffer {
   size_t capacity_ = 0;
 };
 
-// Pinned host memory for readbacks and index uploads.
-class HostBuffer {
- public:
-  ~HostBuffer() { cudaFreeHost(data_); }
-  absl::StatusOr<void*> Reserve(size_t bytes) {
-    if (bytes > capacity_) {
-      cudaFreeHost(data_);
-      data_ = nullptr;
-      capacity_ = 0;
-      BC_CUDA_TRY(cudaMallocHost(&data_, bytes));
-      capacity_ = bytes;
-    }
-    return data_;
-  }
-  template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  size_t capacity_ = 0;
-};
+cudaError_t DeviceAlloc(void** p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t HostAlloc(void** p, size_t n) { return cudaMallocHost(p, n); }
+using DeviceBuffer = CudaBuffer<DeviceAlloc, cudaFree>;
+using HostBuffer = CudaBuffer<HostAlloc, cudaFreeHost>;
 
 #define BC_ASSIGN(lhs, expr)             \
   do {                                   \
