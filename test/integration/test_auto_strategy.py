@@ -27,5 +27,4 @@ def test_auto_strategy_plans_from_measured_profiles_and_switches():
         switch = re.search(r"strategy version 2 applies from round (\d+)", log)
         assert switch and int(switch.group(1)) <= 6, log
         assert f"strategy version 2 from round {switch.group(1)}" in c.servers[0].output(), c.dump()
-        for w in c.workers:
-            assert '"bench":"bytecomp-bench"' in w.output() or w.rank != 0, c.dump()
+        assert '"bench":"bytecomp-bench"' in c.workers[0].output(), c.dump()

@@ -199,9 +199,13 @@ void EngineImpl::StartNextLocked(const std::shared_ptr<TensorEntry>& tensor_ptr,
   }
   if (tensor.codecs.size() != static_cast<size_t>(parts)) tensor.codecs.resize(parts);
   if (tensor.pending_state.size() != static_cast<size_t>(parts)) tensor.pending_state.resize(parts);
-  absl::StatusOr<std::unique_ptr<compress::Codec>> probe =
-      compress::CreateCodec(op->plan.push.name(), compress::ParamsOf(op->plan.push));
-  op->two_round = probe.ok() && (*probe)->properties().two_round;
+  if (tensor.two_round_version != op->plan.version) {  // once per strategy version
+    absl::StatusOr<std::unique_ptr<compress::Codec>> probe =
+        compress::CreateCodec(op->plan.push.name(), compress::ParamsOf(op->plan.push));
+    tensor.two_round = probe.ok() && (*probe)->properties().two_round;
+    tensor.two_round_version = op->plan.version;
+  }
+  op->two_round = tensor.two_round;
   tensor.next_wire_round += op->two_round ? 2 : 1;
   op->pending_events.store(parts);
   for (int64_t p = 0; p < parts; ++p) {

@@ -89,6 +89,8 @@ struct TensorEntry {
   uint64_t next_round = 0;       // training rounds started
   uint64_t next_wire_round = 0;  // exchanges with the servers started (2 per PowerSGD round)
   uint64_t last_version = 0;     // strategy version of the latest started operation
+  uint64_t two_round_version = 0;  // the version `two_round` was found for
+  bool two_round = false;          // the push codec needs two exchanges (PowerSGD)
   std::vector<PartitionCodec> codecs;
   // Error-feedback state restored from a checkpoint before the partition's memory existed;
   // applied when it is made.
