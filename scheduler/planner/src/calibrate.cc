@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bytecomp/common/dtype.h"
+#include "bytecomp/compress/aggregator.h"
+#include "bytecomp/compress/memory.h"
 #include "bytecomp/compress/registry.h"
 
 namespace bytecomp::planner {
@@ -35,6 +40,51 @@ absl::StatusOr<double> TimeCall(double seconds, Call call) {
   return Median(times);
 }
 
+// GB/s of one thread running `call` over `bytes` (the median time).
+template <typename Call>
+double GbytesPerS(double seconds, double bytes, Call call) {
+  auto us = TimeCall(seconds, [&]() -> absl::Status {
+    call();
+    return absl::OkStatus();
+  });
+  return us.ok() && *us > 0 ? bytes / (*us * 1e3) : 0;
+}
+
+// The server's side of one codec at one size: an aggregation round with one push and with
+// four (a push costs a third of the difference, the rest of one push's round is fixed). Codecs whose
+// aggregator cannot be made or fed this way get no points (the planner then models the
+// server as decode and add).
+struct AggregateCost {
+  double per_push_us = 0;
+  double base_us = 0;
+};
+std::optional<AggregateCost> TimeAggregate(const proto::CodecCost& entry,
+                                           const compress::CodecParams& params,
+                                           absl::Span<const uint8_t> payload, size_t n,
+                                           const compress::CodecContext& ctx, double seconds) {
+  auto aggregator = compress::CreateAggregator(entry.name(), params);
+  if (!aggregator.ok()) return std::nullopt;
+  auto round = [&](int pushes) {
+    return TimeCall(seconds, [&]() -> absl::Status {
+      (*aggregator)->Reset(n);
+      for (int r = 0; r < pushes; ++r) {
+        compress::CodecContext from = ctx;
+        from.node = static_cast<uint32_t>(r);
+        if (absl::Status s = (*aggregator)->Add(payload, from); !s.ok()) return s;
+      }
+      return (*aggregator)->Finish().status();
+    });
+  };
+  constexpr int kPushes = 4;
+  auto one = round(1);
+  auto many = round(kPushes);
+  if (!one.ok() || !many.ok()) return std::nullopt;
+  AggregateCost cost;
+  cost.per_push_us = std::max(0.0, (*many - *one) / (kPushes - 1));
+  cost.base_us = std::max(0.0, *one - cost.per_push_us);
+  return cost;
+}
+
 std::string HostName() {
   char name[256] = {0};
   if (gethostname(name, sizeof name - 1) != 0) return "this host";
@@ -58,14 +108,27 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
   proto::CostTable table;
   table.set_source(absl::StrCat(
       "measured by bytecomp-plan --calibrate on ", HostName(),
-      ", one CPU thread, Gaussian inputs; GPU costs (where present) copied unmeasured from "
+      ", one CPU thread, Gaussian inputs; encode with the codec's memory, decode into the "
+      "caller's tensor, server aggregation per push; GPU costs (where present) copied unmeasured from "
       "the template"));
   std::mt19937 rng(12345);
   std::normal_distribution<float> normal(0, 1);
   std::vector<float> input(options.sizes.back() / 4);
   for (float& x : input) x = normal(rng);
   std::vector<float> output(input.size());
+  std::vector<float> result(input.size());  // the caller's tensor the decoded values go to
+  std::vector<float> compensated, decoded;   // EncodeWithMemory's scratch
   std::vector<uint8_t> encoded;
+  {
+    const double big = static_cast<double>(options.sizes.back());
+    const size_t n = input.size();
+    table.set_sum_gbytes_per_s(GbytesPerS(options.seconds_per_point, big, [&] {
+      AddFloat32(output.data(), input.data(), n);
+    }));
+    table.set_copy_gbytes_per_s(GbytesPerS(options.seconds_per_point, big, [&] {
+      std::memcpy(result.data(), input.data(), n * sizeof(float));
+    }));
+  }
 
   std::vector<std::string> skipped;
   for (const proto::CodecCost& entry : entries.codecs()) {
@@ -87,6 +150,7 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
     proto::DeviceCost* cpu = out.add_costs();
     cpu->set_device(proto::DEVICE_CPU);
     std::vector<double> encoded_bytes;
+    bool aggregate_ok = !properties.two_round;
     for (int64_t bytes : options.sizes) {
       const size_t n = static_cast<size_t>(bytes / 4);
       absl::Span<const float> in(input.data(), n);
@@ -94,9 +158,20 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
       size_t written = 0;
       compress::CodecContext ctx;
       ctx.key = 1;
+      std::unique_ptr<compress::Memory> memory;  // one per partition size, as in the engine
+      if (!entry.memory().empty() && entry.memory() != "none") {
+        auto made = compress::CreateMemory(entry.memory());
+        if (!made.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("calibrating '", entry.name(),
+                                                         "': memory: ", made.status().message()));
+        }
+        memory = *std::move(made);
+      }
       auto encode_us = TimeCall(options.seconds_per_point, [&]() -> absl::Status {
         ++ctx.round;  // stateful codecs see successive rounds
-        auto size = (*codec)->Encode(in, ctx, absl::MakeSpan(encoded));
+        // As the engine encodes: with the memory (compensate, encode, update).
+        auto size = compress::EncodeWithMemory(**codec, memory.get(), in, ctx,
+                                               absl::MakeSpan(encoded), compensated, decoded);
         if (!size.ok()) return size.status();
         written = *size;
         return absl::OkStatus();
@@ -105,9 +180,12 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
         return absl::InternalError(absl::StrCat("calibrating '", entry.name(), "' encode of ",
                                                 bytes, " bytes: ", encode_us.status().message()));
       }
+      // As the engine decodes a pull: into its buffer, then into the caller's tensor.
       auto decode_us = TimeCall(options.seconds_per_point, [&]() -> absl::Status {
-        return (*codec)->Decode(absl::MakeConstSpan(encoded.data(), written), ctx,
-                                absl::MakeSpan(output.data(), n));
+        absl::Status s = (*codec)->Decode(absl::MakeConstSpan(encoded.data(), written), ctx,
+                                          absl::MakeSpan(output.data(), n));
+        std::memcpy(result.data(), output.data(), n * sizeof(float));
+        return s;
       });
       if (!decode_us.ok()) {
         return absl::InternalError(absl::StrCat("calibrating '", entry.name(), "' decode of ",
@@ -120,6 +198,25 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
       d->set_bytes(bytes);
       d->set_us(*decode_us);
       encoded_bytes.push_back(static_cast<double>(written));
+      if (aggregate_ok) {
+        std::optional<AggregateCost> agg =
+            TimeAggregate(entry, params, absl::MakeConstSpan(encoded.data(), written), n, ctx,
+                          options.seconds_per_point);
+        if (agg.has_value()) {
+          auto* a = cpu->add_aggregate();
+          a->set_bytes(bytes);
+          a->set_us(agg->per_push_us);
+          auto* b = cpu->add_aggregate_base();
+          b->set_bytes(bytes);
+          b->set_us(agg->base_us);
+        } else {
+          aggregate_ok = false;
+        }
+      }
+    }
+    if (!aggregate_ok) {  // all sizes or none
+      cpu->clear_aggregate();
+      cpu->clear_aggregate_base();
     }
     // Compressed size = ratio * bytes + overhead, from the two largest sizes.
     const size_t k = options.sizes.size();

@@ -145,7 +145,24 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     return cluster.intra_machine_link().latency_us() +
            b * (gpus - 1) / gpus / BytesPerUs(cluster.intra_machine_link());
   };
+  // One host for the whole job (host_cores): every worker does this worker's CPU work at the
+  // same time, and the servers' work queues on the same cores (one resource, kCpuPool).
+  const int host_cores = cluster.host_cores();
+  const double pool_scale =
+      host_cores > 0 ? static_cast<double>(cluster.workers()) /
+                           std::min<double>(host_cores, static_cast<double>(cluster.workers()) *
+                                                            cluster.cpu_pool_threads())
+                     : 1.0;
+  const double server_scale =
+      host_cores > 0 ? 1.0 / std::min<double>(host_cores, static_cast<double>(cluster.servers()) *
+                                                              cluster.server_threads())
+                     : 1.0;
   auto add = [&](Resource r, StageKind kind, double us) {
+    if (r == kCpuPool) us *= pool_scale;
+    if (r == kServer && host_cores > 0) {
+      r = kCpuPool;
+      us *= server_scale;
+    }
     cost.stages[cost.num_stages++] = Stage{r, kind, static_cast<float>(us)};
     cost.work_us[r] += static_cast<double>(static_cast<float>(us)) * option.partitions;
   };
@@ -166,17 +183,25 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   }
   add(kNicUp, kPush, transfer(pushed));
 
-  // Server: decode every push (or sum encoded pushes and decode once), sum, re-encode.
+  // Server: the first fp32 push becomes the sum, the others are added. Compressed: the
+  // codec's aggregator adds every push (measured, or modelled as decode and add), and
+  // two-way re-encodes the sum with the server's memory.
   const double sum_us = senders * part_bytes / (cluster.server_sum_gbytes_per_s() * 1e3);
   double server_us = sum_us;
   if (codec != nullptr) {
     const auto* cpu = device_cost(Where::kCpu);
-    const double decode = InterpolateCost(cpu->decode(), part_bytes);
-    if (codec->summable()) {
-      server_us += option.two_way ? 0 : decode;
-    } else {
-      server_us += senders * decode;
+    if (!cpu->aggregate().empty()) {
+      server_us = InterpolateCost(cpu->aggregate_base(), part_bytes) +
+                  senders * InterpolateCost(cpu->aggregate(), part_bytes);
       if (option.two_way) server_us += InterpolateCost(cpu->encode(), part_bytes);
+    } else {
+      const double decode = InterpolateCost(cpu->decode(), part_bytes);
+      if (codec->summable()) {
+        server_us += option.two_way ? 0 : decode;
+      } else {
+        server_us += senders * decode;
+        if (option.two_way) server_us += InterpolateCost(cpu->encode(), part_bytes);
+      }
     }
   }
   add(kServer, kServerWork, server_us);
@@ -189,8 +214,13 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   } else if (pulled_compressed) {
     add(kCpuPool, kDecode, InterpolateCost(device_cost(Where::kCpu)->decode(), part_bytes));
     if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
-  } else if (has_gpu) {
-    add(kPcieH2D, kCopyH2D, pcie(part_bytes));
+  } else {
+    // One-way compressed: the pool copies the fp32 sum into the caller's tensor (twice: out
+    // of the message, then the result write), when the copy speed was measured.
+    if (codec != nullptr && costs.copy_gbytes_per_s() > 0) {
+      add(kCpuPool, kDecode, 2 * part_bytes / (costs.copy_gbytes_per_s() * 1e3));
+    }
+    if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
   }
   if (option.hierarchical) add(kIntraMachine, kBroadcast, intra(part_bytes));
   return cost;

@@ -196,12 +196,19 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c,
   if (c.partition_bytes() < 0) {
     p.Add(tree, c, "partition_bytes", -1, Loc{}, "partition_bytes", "must be >= 0");
   }
+  if (c.host_cores() < 0) p.Add(tree, c, "host_cores", -1, Loc{}, "host_cores", "must be >= 0");
   return p.ToStatus();
 }
 
 absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::ParseInfoTree* tree,
                                absl::string_view source) {
   Problems p(source);
+  if (t.sum_gbytes_per_s() < 0) {
+    p.Add(tree, t, "sum_gbytes_per_s", -1, Loc{}, "sum_gbytes_per_s", "must be >= 0");
+  }
+  if (t.copy_gbytes_per_s() < 0) {
+    p.Add(tree, t, "copy_gbytes_per_s", -1, Loc{}, "copy_gbytes_per_s", "must be >= 0");
+  }
   for (int i = 0; i < t.codecs_size(); ++i) {
     const auto& codec = t.codecs(i);
     const auto* sub = Nested(tree, t, "codecs", i);
@@ -234,6 +241,19 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
       seen[cost.device()] = true;
       CheckCurve(cost.encode(), dsub, cost, "encode", dline, dhere + ".encode", p);
       CheckCurve(cost.decode(), dsub, cost, "decode", dline, dhere + ".decode", p);
+      if (cost.aggregate().empty() != cost.aggregate_base().empty()) {
+        p.Add(dsub, cost, "aggregate", -1, dline, dhere + ".aggregate",
+              "aggregate and aggregate_base go together (both measured, or neither)");
+      }
+      if (!cost.aggregate().empty()) {
+        if (cost.device() != proto::DEVICE_CPU) {
+          p.Add(dsub, cost, "aggregate", -1, dline, dhere + ".aggregate",
+                "only DEVICE_CPU costs have server aggregation (servers run on CPUs)");
+        }
+        CheckCurve(cost.aggregate(), dsub, cost, "aggregate", dline, dhere + ".aggregate", p);
+        CheckCurve(cost.aggregate_base(), dsub, cost, "aggregate_base", dline,
+                   dhere + ".aggregate_base", p);
+      }
     }
     for (int j = 0; j < i; ++j) {
       if (t.codecs(j).name() == codec.name() &&

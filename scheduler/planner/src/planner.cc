@@ -367,7 +367,11 @@ void DropDominated(std::vector<OptionCost>& options) {
 absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
   PreparedProblem p;
   p.inputs = raw;
-  p.inputs.cluster = WithDefaults(raw.cluster);
+  proto::ClusterDescription cluster = raw.cluster;
+  if (cluster.server_sum_gbytes_per_s() <= 0 && raw.costs.sum_gbytes_per_s() > 0) {
+    cluster.set_server_sum_gbytes_per_s(raw.costs.sum_gbytes_per_s());  // measured here
+  }
+  p.inputs.cluster = WithDefaults(cluster);
   p.inputs.options = WithDefaults(raw.options);
   const auto& in = p.inputs;
   if (in.profile.tensors().empty()) return absl::InvalidArgumentError("profile has no tensors");
@@ -380,7 +384,8 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
     }
   }
   p.sim.forward_us = in.profile.forward_us();
-  p.sim.slots = {1, in.cluster.cpu_pool_threads(), 1, 1, 1, 1,
+  // One host for the whole job: the pool resource is that host's cores, as one fluid slot.
+  p.sim.slots = {1, in.cluster.host_cores() > 0 ? 1 : in.cluster.cpu_pool_threads(), 1, 1, 1, 1,
                  in.cluster.servers() * in.cluster.server_threads(), 1};
   for (const auto& t : in.profile.tensors()) {
     SimTensor st;

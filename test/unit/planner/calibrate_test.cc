@@ -44,6 +44,11 @@ TEST(CalibrateTest, MeasuresTemplateCodecsAndKeepsTheirSettings) {
   EXPECT_EQ(fp16.costs(0).device(), proto::DEVICE_CPU);
   ASSERT_EQ(fp16.costs(0).encode_size(), 3);
   for (const auto& point : fp16.costs(0).encode()) EXPECT_GT(point.us(), 0);
+  // The server's side: a cost per push and per round at every size.
+  EXPECT_EQ(fp16.costs(0).aggregate_size(), 3);
+  EXPECT_EQ(fp16.costs(0).aggregate_base_size(), 3);
+  EXPECT_GT(table->sum_gbytes_per_s(), 0);
+  EXPECT_GT(table->copy_gbytes_per_s(), 0);
 
   const auto& measured_topk = table->codecs(1);
   EXPECT_EQ(measured_topk.params().at("ratio"), "0.01");
@@ -59,6 +64,25 @@ TEST(CalibrateTest, MeasuresTemplateCodecsAndKeepsTheirSettings) {
   ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(*table, &text));
   proto::CostTable parsed;
   EXPECT_TRUE(ParseCostTable(text, "calibrated.pbtxt", &parsed).ok());
+}
+
+TEST(CalibrateTest, TwoRoundCodecsHaveNoAggregationPointsAndMemoriesAreUsed) {
+  proto::CostTable tmpl;
+  tmpl.add_codecs()->set_name("powersgd");
+  auto* topk = tmpl.add_codecs();
+  topk->set_name("topk");
+  topk->set_memory("residual");
+  auto table = CalibrateCpuCosts(tmpl, Quick());
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->codecs_size(), 2);
+  EXPECT_EQ(table->codecs(0).costs(0).aggregate_size(), 0);
+  EXPECT_EQ(table->codecs(1).costs(0).aggregate_size(), 3);
+  // An unknown memory is an error naming the codec.
+  tmpl.mutable_codecs(1)->set_memory("nosuchmemory");
+  auto bad = CalibrateCpuCosts(tmpl, Quick());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("topk"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("nosuchmemory"), std::string::npos) << bad.status();
 }
 
 TEST(CalibrateTest, BadParameterIsAnErrorNamingTheCodec) {

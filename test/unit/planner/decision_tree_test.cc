@@ -193,6 +193,60 @@ TEST(CostModelTest, HierarchicalPushesOncePerMachine) {
   EXPECT_NEAR(h.work_us[kIntraMachine], 2 * (1e6 * 7 / 8 / 1e5), 1e-3);
 }
 
+TEST(CostModelTest, MeasuredAggregationAndOneWayCopies) {
+  // 1 MiB, CPU only: fp16 with measured server costs of 100 us per push and 40 us per round.
+  proto::TensorProfile t = Tensor(1 << 18);
+  proto::CostTable costs = TwoCodecs();
+  auto* cpu = costs.mutable_codecs(0)->mutable_costs(0);
+  *cpu->add_aggregate() = Point(1 << 20, 100);
+  *cpu->add_aggregate_base() = Point(1 << 20, 40);
+  costs.set_copy_gbytes_per_s(2);  // 2000 bytes/us
+  TensorOption o;
+  o.codec = 0;
+  o.encode_on = Where::kCpu;
+  OptionCost one_way = CostOf(o, t, Cluster(0), costs);
+  // encode, push, server, pull, copy of the fp32 sum (twice) into the tensor.
+  ASSERT_EQ(one_way.num_stages, 5);
+  EXPECT_EQ(one_way.stages[2].resource, kServer);
+  EXPECT_NEAR(one_way.stages[2].duration_us, 40 + 4 * 100, 1e-3);
+  EXPECT_EQ(one_way.stages[4].resource, kCpuPool);
+  EXPECT_NEAR(one_way.stages[4].duration_us, 2 * (1 << 20) / 2000.0, 1e-3);
+  // Two-way: the server re-encodes (1000 us) and the worker decodes (500 us), no extra copy.
+  o.two_way = true;
+  o.decode_on = Where::kCpu;
+  OptionCost two_way = CostOf(o, t, Cluster(0), costs);
+  ASSERT_EQ(two_way.num_stages, 5);
+  EXPECT_NEAR(two_way.stages[2].duration_us, 40 + 4 * 100 + 1000, 1e-3);
+  EXPECT_NEAR(two_way.stages[4].duration_us, 500, 1e-3);
+}
+
+TEST(CostModelTest, OneHostSharesItsCoresBetweenWorkersAndServers) {
+  // 4 workers with 2 pool threads each and 2 servers with 2 threads, all on 2 cores.
+  proto::TensorProfile t = Tensor(1 << 18);
+  proto::ClusterDescription cluster = Cluster(0);
+  cluster.set_cpu_pool_threads(2);
+  cluster.set_host_cores(2);
+  TensorOption o;
+  o.codec = 1;  // dgc on the CPU pool: 1000 us per MiB single-threaded
+  o.encode_on = Where::kCpu;
+  OptionCost shared = CostOf(o, t, cluster, TwoCodecs());
+  cluster.set_host_cores(0);
+  OptionCost own = CostOf(o, t, cluster, TwoCodecs());
+  EXPECT_NEAR(own.stages[0].duration_us, 1000, 1e-3);
+  // The 4 workers' encodes at once on 2 cores: 4 x 1000 us / 2.
+  EXPECT_EQ(shared.stages[0].resource, kCpuPool);
+  EXPECT_NEAR(shared.stages[0].duration_us, 2000, 1e-3);
+  // The server's work moves to the same cores, spread over min(2 cores, 4 threads).
+  EXPECT_EQ(own.stages[2].resource, kServer);
+  EXPECT_EQ(shared.stages[2].resource, kCpuPool);
+  EXPECT_NEAR(shared.stages[2].duration_us, own.stages[2].duration_us / 2, 1e-2);
+  EXPECT_EQ(shared.work_us[kServer], 0);
+  // Plenty of cores: the same speed as cores of its own, as one fluid slot of 2 threads.
+  cluster.set_host_cores(64);
+  OptionCost roomy = CostOf(o, t, cluster, TwoCodecs());
+  EXPECT_NEAR(roomy.stages[0].duration_us, 500, 1e-3);
+}
+
 TEST(CostModelTest, DescribeOption) {
   TensorOption o;
   o.codec = 0;

@@ -19,7 +19,10 @@ struct CalibrationOptions {
   double seconds_per_point = 0.02;
 };
 
-// Measures encode and decode time against size on one CPU thread, and the compressed size
+// Measures encode (with the entry's memory, as the engine runs it) and decode (into the
+// caller's tensor) time against size on one CPU thread, the server's aggregation per push and
+// per round (not for two-round codecs), the host's fp32 summing and copy speeds, and the
+// compressed size
 // (ratio and overhead fitted on the two largest sizes), for every codec of `template_table`
 // (name, params and memory kept; its GPU costs copied unmeasured) or, when it has no
 // codecs, for every codec of the registry except "none" with default parameters.
