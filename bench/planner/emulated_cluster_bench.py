@@ -37,10 +37,12 @@ def profile_without_gaps(path):
 
 def cluster_description(path, gbps):
     open(path, "w").write(
-        f"# emulated: {WORKERS} worker namespaces, {SERVERS} server, tbf at {gbps} Gbit/s, CPU only\n"
+        f"# emulated: {WORKERS} worker namespaces, {SERVERS} server, tbf at {gbps} Gbit/s, CPU only,\n"
+        f"# every process on this host's {os.cpu_count()} cores\n"
         f"machines: {WORKERS}\ngpus_per_machine: 0\nservers: {SERVERS}\n"
         f"worker_link {{ bandwidth_gbps: {gbps} latency_us: 50 }}\n"
-        f"server_link {{ bandwidth_gbps: {gbps} latency_us: 50 }}\ncpu_pool_threads: 2\n")
+        f"server_link {{ bandwidth_gbps: {gbps} latency_us: 50 }}\ncpu_pool_threads: 2\n"
+        f"host_cores: {os.cpu_count()}\n")
 
 
 def plan(profile, cluster, costs, out):

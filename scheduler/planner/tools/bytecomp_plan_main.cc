@@ -60,6 +60,13 @@ int Calibrate() {
   options.seconds_per_point = absl::GetFlag(FLAGS_calibrate_seconds);
   auto table = CalibrateCpuCosts(template_table, options);
   if (!table.ok()) return Fail(std::string(table.status().message()));
+  if (absl::StatusOr<int> gpu = CalibrateGpuCosts(&*table, options); gpu.ok()) {
+    std::printf("GPU: measured %d codecs\n", *gpu);
+  } else if (absl::IsUnavailable(gpu.status())) {
+    std::printf("GPU: not measured (%s)\n", std::string(gpu.status().message()).c_str());
+  } else {
+    return Fail(std::string(gpu.status().message()));
+  }
   std::string text;
   google::protobuf::TextFormat::PrintToString(*table, &text);
   std::ofstream file(out);

@@ -85,6 +85,24 @@ TEST(CalibrateTest, TwoRoundCodecsHaveNoAggregationPointsAndMemoriesAreUsed) {
   EXPECT_NE(bad.status().message().find("nosuchmemory"), std::string::npos) << bad.status();
 }
 
+TEST(CalibrateTest, GpuCostsAreMeasuredWhereADeviceExistsAndUntouchedElsewhere) {
+  proto::CostTable tmpl;
+  tmpl.add_codecs()->set_name("fp16");
+  auto table = CalibrateCpuCosts(tmpl, Quick());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::string before = table->SerializeAsString();
+  absl::StatusOr<int> gpu = CalibrateGpuCosts(&*table, Quick());
+  if (gpu.ok()) {  // a CUDA build on a machine with a GPU
+    EXPECT_EQ(*gpu, 1);
+    ASSERT_EQ(table->codecs(0).costs_size(), 2);
+    EXPECT_EQ(table->codecs(0).costs(1).device(), proto::DEVICE_GPU);
+    EXPECT_EQ(table->codecs(0).costs(1).encode_size(), 3);
+  } else {  // here: no device, or no CUDA in the build
+    EXPECT_TRUE(absl::IsUnavailable(gpu.status())) << gpu.status();
+    EXPECT_EQ(table->SerializeAsString(), before);
+  }
+}
+
 TEST(CalibrateTest, BadParameterIsAnErrorNamingTheCodec) {
   proto::CostTable tmpl;
   auto* topk = tmpl.add_codecs();

@@ -32,4 +32,11 @@ struct CalibrationOptions {
 absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& template_table,
                                                    const CalibrationOptions& options = {});
 
+// Replaces the GPU costs of every codec of `table` that has a CUDA kernel (compress/cuda) with
+// times measured on CUDA device 0 (encode with the fused memory, decode; CUDA events, median).
+// Returns how many codecs were measured. Unavailable when there is no device or the build has
+// no CUDA (the table is then unchanged). Compile-checked only: no GPU runs in our CI.
+absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table,
+                                      const CalibrationOptions& options = {});
+
 }  // namespace bytecomp::planner

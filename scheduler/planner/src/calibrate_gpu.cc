@@ -1,0 +1,163 @@
+// GPU codec costs for the cost table (bytecomp-plan --calibrate on a host with a GPU): the
+// compress/cuda kernels timed with CUDA events. Built only with CUDA; without a device it
+// returns Unavailable and the template's GPU costs stay. No GPU runs in our CI: this file is
+// compile-checked only.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/compress/cuda_codecs.h"
+#include "bytecomp/planner/calibrate.h"
+
+namespace bytecomp::planner {
+namespace {
+
+absl::Status Check(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(error)));
+}
+
+// Device buffers freed on scope exit.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+};
+
+// Median time in us of `call` on `stream`, timed with events, repeated until `seconds` of
+// wall time have passed (at least 3 times).
+template <typename Call>
+absl::StatusOr<double> TimeOnStream(cudaStream_t stream, double seconds, Call call) {
+  cudaEvent_t begin, end;
+  if (absl::Status s = Check(cudaEventCreate(&begin), "cudaEventCreate"); !s.ok()) return s;
+  if (absl::Status s = Check(cudaEventCreate(&end), "cudaEventCreate"); !s.ok()) {
+    cudaEventDestroy(begin);
+    return s;
+  }
+  std::vector<double> times;
+  absl::Status status;
+  const auto start = std::chrono::steady_clock::now();
+  while (status.ok() && (times.size() < 3 || std::chrono::duration<double>(
+                                                 std::chrono::steady_clock::now() - start)
+                                                     .count() < seconds)) {
+    status = Check(cudaEventRecord(begin, stream), "cudaEventRecord");
+    if (status.ok()) status = call();
+    if (status.ok()) status = Check(cudaEventRecord(end, stream), "cudaEventRecord");
+    if (status.ok()) status = Check(cudaEventSynchronize(end), "cudaEventSynchronize");
+    float ms = 0;
+    if (status.ok()) status = Check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    if (status.ok()) times.push_back(ms * 1e3);
+    if (times.size() >= 10000) break;
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  if (!status.ok()) return status;
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table,
+                                      const CalibrationOptions& options) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return absl::UnavailableError("no CUDA device: GPU costs stay as in the template");
+  }
+  cudaDeviceProp prop;
+  if (absl::Status s = Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+      !s.ok()) {
+    return s;
+  }
+  cudaStream_t stream;
+  if (absl::Status s = Check(cudaStreamCreate(&stream), "cudaStreamCreate"); !s.ok()) return s;
+  const size_t max_n = static_cast<size_t>(options.sizes.back() / 4);
+  std::vector<float> host(max_n);
+  std::mt19937 rng(12345);
+  std::normal_distribution<float> normal(0, 1);
+  for (float& x : host) x = normal(rng);
+  DeviceBuffer input, output, payload;
+  absl::Status status = Check(cudaMalloc(&input.ptr, max_n * 4), "cudaMalloc");
+  if (status.ok()) status = Check(cudaMalloc(&output.ptr, max_n * 4), "cudaMalloc");
+  if (status.ok()) {
+    status = Check(cudaMemcpy(input.ptr, host.data(), max_n * 4, cudaMemcpyHostToDevice),
+                   "cudaMemcpy");
+  }
+  const std::vector<std::string> gpu_codecs = compress::cuda::CudaCodecNames();
+  int measured = 0;
+  for (int c = 0; status.ok() && c < table->codecs_size(); ++c) {
+    proto::CodecCost& entry = *table->mutable_codecs(c);
+    const std::string memory = entry.memory().empty() ? "none" : entry.memory();
+    if (std::find(gpu_codecs.begin(), gpu_codecs.end(), entry.name()) == gpu_codecs.end() ||
+        !compress::cuda::CudaMemorySupported(entry.name(), memory)) {
+      continue;  // no kernel: the template's GPU costs (if any) stay
+    }
+    compress::CodecParams params(entry.params().begin(), entry.params().end());
+    proto::DeviceCost gpu;
+    gpu.set_device(proto::DEVICE_GPU);
+    for (int64_t bytes : options.sizes) {
+      const size_t n = static_cast<size_t>(bytes / 4);
+      auto codec = compress::cuda::CudaCodec::Create(entry.name(), params, memory);
+      if (!codec.ok()) {
+        status = absl::InvalidArgumentError(absl::StrCat("GPU calibration of '", entry.name(),
+                                                         "': ", codec.status().message()));
+        break;
+      }
+      const size_t capacity = (*codec)->MaxEncodedBytes(n);
+      DeviceBuffer out;
+      status = Check(cudaMalloc(&out.ptr, capacity), "cudaMalloc");
+      if (!status.ok()) break;
+      compress::CodecContext ctx;
+      ctx.key = 1;
+      size_t written = 0;
+      auto encode_us = TimeOnStream(stream, options.seconds_per_point, [&]() -> absl::Status {
+        ++ctx.round;
+        auto size = (*codec)->Encode(static_cast<const float*>(input.ptr), n, ctx,
+                                     static_cast<uint8_t*>(out.ptr), capacity, stream);
+        if (!size.ok()) return size.status();
+        written = *size;
+        return absl::OkStatus();
+      });
+      if (!encode_us.ok()) {
+        status = encode_us.status();
+        break;
+      }
+      auto decode_us = TimeOnStream(stream, options.seconds_per_point, [&]() -> absl::Status {
+        return (*codec)->Decode(static_cast<const uint8_t*>(out.ptr), written, ctx,
+                                static_cast<float*>(output.ptr), n, stream);
+      });
+      if (!decode_us.ok()) {
+        status = decode_us.status();
+        break;
+      }
+      auto* e = gpu.add_encode();
+      e->set_bytes(bytes);
+      e->set_us(*encode_us);
+      auto* d = gpu.add_decode();
+      d->set_bytes(bytes);
+      d->set_us(*decode_us);
+    }
+    if (!status.ok()) break;
+    auto* costs = entry.mutable_costs();
+    costs->erase(std::remove_if(costs->begin(), costs->end(),
+                                [](const proto::DeviceCost& d) {
+                                  return d.device() == proto::DEVICE_GPU;
+                                }),
+                 costs->end());
+    *entry.add_costs() = std::move(gpu);
+    ++measured;
+  }
+  cudaStreamDestroy(stream);
+  if (!status.ok()) return status;
+  table->set_source(absl::StrCat(table->source(), "; GPU costs of ", measured,
+                                 " codecs measured on ", prop.name, " (CUDA events, median)"));
+  return measured;
+}
+
+}  // namespace bytecomp::planner
