@@ -35,10 +35,10 @@ bool HasGpu(const PlannerInputs& in) {
 class Search {
  public:
   explicit Search(const PreparedProblem& problem)
-      : problem_(problem),
+      : keep_(1 - problem.inputs.options.min_relative_gain()),
+        problem_(problem),
         sim_(&problem.sim),
-        choice_(problem.none_index),
-        keep_(1 - problem.inputs.options.min_relative_gain()) {
+        choice_(problem.none_index) {
     const int n = static_cast<int>(problem.sim.tensors.size());
     gaps_.resize(n);
     double sum = 0;

@@ -76,8 +76,12 @@ TEST(DecisionTreeTest, OneGpuPerMachine) {
   EXPECT_EQ(options.size(), 1u + 6u + 2u);
   for (const auto& o : options) {
     EXPECT_FALSE(o.hierarchical);  // one GPU: nothing to reduce inside the machine
-    if (o.codec == 1) EXPECT_FALSE(o.two_way);
-    if (!o.two_way) EXPECT_EQ(o.decode_on, Where::kNone);
+    if (o.codec == 1) {
+      EXPECT_FALSE(o.two_way);
+    }
+    if (!o.two_way) {
+      EXPECT_EQ(o.decode_on, Where::kNone);
+    }
   }
   EXPECT_EQ(options[0].codec, -1);
 }
