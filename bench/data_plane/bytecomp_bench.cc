@@ -1,7 +1,8 @@
 // bytecomp-bench: a synthetic worker. Pushes and pulls a model's worth of tensors for N rounds
 // through the C API, checks every sum, prints per-round times, and ends with one JSON line:
 //   {"bench":"bytecomp-bench","model":...,"W":..,"S":..,"partition_bytes":..,
-//    "bytes_per_round":..,"median_round_ms":..,"goodput_gbytes_per_s":..}
+//    "bytes_per_round":..,"median_round_ms":..,"goodput_gbytes_per_s":..,
+//    "strategy_versions":[first,last]}   (the strategy versions the timed rounds ran under)
 // goodput = the model's bytes per worker / median round time.
 //
 // Model: --preset flat:SIZE (SIZE in bytes, suffixes KB MB GB: one tensor) | resnet50 | vgg16 |
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   const int rounds = absl::GetFlag(FLAGS_rounds);
   const int warmup = absl::GetFlag(FLAGS_warmup);
   std::vector<double> times_ms;
+  int64_t first_version = -1, last_version = -1;  // strategy versions of the timed rounds
   std::vector<bytecomp_handle_t> handles(tensors.size());
   for (int round = 0; round < warmup + rounds; ++round) {
     for (Tensor& t : tensors) {
@@ -134,6 +136,13 @@ int main(int argc, char** argv) {
       }
     }
     if (round >= warmup) {
+      // The strategy version the round ran under (--strategy=auto switches after profiling:
+      // a caller wants every timed round after the switch).
+      int64_t op_round = 0, version = 0;
+      if (bytecomp_tensor_strategy(tensors[0].name.c_str(), &op_round, &version) == BYTECOMP_OK) {
+        first_version = first_version < 0 ? version : std::min(first_version, version);
+        last_version = std::max(last_version, version);
+      }
       times_ms.push_back(ms);
       if (rank == 0) std::printf("round %3d: %8.2f ms\n", round - warmup, ms);
     }
@@ -144,10 +153,11 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("{\"bench\":\"bytecomp-bench\",\"model\":\"%s\",\"tensors\":%zu,\"W\":%d,\"S\":%d,"
                 "\"partition_bytes\":%lld,\"bytes_per_round\":%lld,\"median_round_ms\":%.3f,"
-                "\"goodput_gbytes_per_s\":%.3f,\"checked\":%s}\n",
+                "\"goodput_gbytes_per_s\":%.3f,\"checked\":%s,\"strategy_versions\":[%lld,%lld]}\n",
                 model.c_str(), tensors.size(), workers, bytecomp_num_servers(),
                 static_cast<long long>(bytecomp_partition_bytes()), static_cast<long long>(bytes), median,
-                bytes / median / 1e6, absl::GetFlag(FLAGS_check) ? "true" : "false");
+                bytes / median / 1e6, absl::GetFlag(FLAGS_check) ? "true" : "false",
+                static_cast<long long>(first_version), static_cast<long long>(last_version));
   }
   std::fflush(stdout);
   return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;

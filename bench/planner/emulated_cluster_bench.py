@@ -2,9 +2,11 @@
 """The planner's predictions against measurements on an emulated cluster (issue 5): scheduler,
 servers and 4 workers each in a network namespace joined by tbf-limited links
 (deploy/netns_cluster.sh), at 1 and 10 Gbit/s, for no compression, compress-everything (fp16
-both ways) and the planned strategy. The model is resnet50's tensors, pushed all at once per
-round by bytecomp-bench (ready gaps 0, no compute), and the codec costs are calibrated on this
-host first (bytecomp-plan --calibrate). Needs root. Prints a table; writes JSON with --out.
+both ways) and --strategy=auto (the scheduler profiles the first rounds, plans, and switches
+every node; only rounds after the switch are timed). The model is resnet50's tensors, pushed
+all at once per round by bytecomp-bench (no compute). The codec costs are calibrated on this
+host first (bytecomp-plan --calibrate), and the cluster description says that every process
+shares this host's cores (host_cores). Needs root. Prints a table; writes JSON with --out.
 
   python3 bench/planner/emulated_cluster_bench.py [--rounds 5] [--out emulated.json]
 """
@@ -55,19 +57,34 @@ def plan(profile, cluster, costs, out):
     return {"none": float(m.group(1)), "everything": float(m.group(2)), "planned": float(m.group(3))}
 
 
-def measure(rate, strategy, rounds):
+def measure(rate, scheduler_args, rounds, warmup=1):
+    """Runs bytecomp-bench on the emulated cluster; returns its JSON result and the output."""
     cmd = ["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
            str(WORKERS), "--servers", str(SERVERS), "--rate", rate, "--prefix", "bcb-",
-           "--bin-dir", BIN, "--timeout", "600"]
-    if strategy:
-        cmd.append(f"--scheduler-args=--strategy={strategy} --heartbeat_timeout_ms=30000")
-    cmd += ["--", os.path.join(BIN, "bytecomp-bench"), "--preset=resnet50",
-            f"--rounds={rounds}", "--warmup=1", "--check=false"]
+           "--bin-dir", BIN, "--timeout", "600",
+           "--scheduler-args=--heartbeat_timeout_ms=30000 " + scheduler_args,
+           "--", os.path.join(BIN, "bytecomp-bench"), "--preset=resnet50",
+           f"--rounds={rounds}", f"--warmup={warmup}", "--check=false"]
     res = run(cmd, 900)
     for line in res.stdout.splitlines():
         if "{" in line and '"bench":"bytecomp-bench"' in line:
-            return json.loads(line[line.index("{"):])["median_round_ms"]
+            return json.loads(line[line.index("{"):]), res.stdout + res.stderr
     raise SystemExit(f"no result from {' '.join(cmd)}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+
+
+def measure_auto(rate, cluster, costs, rounds):
+    """--strategy=auto: 2 profiled rounds, then the switch; the timed rounds come after it.
+    Returns (measured ms, the scheduler's predicted ms, its summary line)."""
+    result, output = measure(rate, f"--strategy=auto --plan_cluster={cluster} "
+                             f"--plan_costs={costs} --profile_rounds=2", rounds, warmup=6)
+    m = re.search(r"--strategy=auto: (planned .*predicted iteration ([\d.]+) ms.*)", output)
+    if m is None:
+        raise SystemExit(f"the scheduler printed no plan:\n{output[-3000:]}")
+    versions = result.get("strategy_versions", [0, 0])
+    if versions[0] < 2:
+        raise SystemExit(f"timed rounds ran under strategy versions {versions}: the switch came "
+                         "after the warm-up; raise warmup")
+    return result["median_round_ms"], float(m.group(2)), m.group(1)
 
 
 def main():
@@ -91,14 +108,19 @@ def main():
     for rate, gbps in (("1gbit", 1), ("10gbit", 10)):
         cluster = os.path.join(work, f"cluster-{rate}.pbtxt")
         cluster_description(cluster, gbps)
-        planned = os.path.join(work, f"planned-{rate}.pbtxt")
-        predicted = plan(profile, cluster, costs, planned)
-        for name, strategy in (("none", ""), ("everything", everything), ("planned", planned)):
+        predicted = plan(profile, cluster, costs, os.path.join(work, f"planned-{rate}.pbtxt"))
+        for name, scheduler_args in (("none", ""), ("everything", f"--strategy={everything}")):
             print(f"{rate} {name} ...", flush=True)
-            measured = measure(rate, strategy, args.rounds)
+            measured = measure(rate, scheduler_args, args.rounds)[0]["median_round_ms"]
             rows.append({"rate": rate, "strategy": name, "predicted_ms": predicted[name],
                          "measured_ms": measured,
                          "error": (predicted[name] - measured) / measured})
+        print(f"{rate} auto ...", flush=True)
+        measured, auto_predicted, summary = measure_auto(rate, cluster, costs, args.rounds)
+        print(f"  scheduler: {summary}")
+        rows.append({"rate": rate, "strategy": "auto", "predicted_ms": auto_predicted,
+                     "measured_ms": measured, "error": (auto_predicted - measured) / measured,
+                     "scheduler": summary})
     print(f"\nresnet50, W={WORKERS} S={SERVERS}, emulated links (netns + tbf), median of "
           f"{args.rounds} rounds")
     print(f"{'link':<7} {'strategy':<11} {'predicted ms':>12} {'measured ms':>12} {'error':>7}")
