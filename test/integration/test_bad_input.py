@@ -1,6 +1,6 @@
-"""A client sending malformed frames, unknown keys, wrong sizes, a wrong dtype and a round far
-in the future to a live server gets error replies, while well-behaved workers beside it still
-get exact sums and the server keeps running."""
+"""A client sending malformed frames, unknown keys, wrong sizes, a wrong dtype, a round far
+in the future and bad link probes to a live server gets error replies, while well-behaved
+workers beside it still get exact sums and the server keeps running."""
 import subprocess
 import time
 
@@ -27,7 +27,7 @@ def test_bad_requests_get_errors_and_disturb_nothing():
                 [cluster.binary("bad_input_client"), f"tcp://127.0.0.1:{c.server_ports[0]}", "0", "1"],
                 capture_output=True, text=True, timeout=120)
             assert bad.returncode == 0, bad.stdout + bad.stderr + c.dump()
-            assert "11 of 11 bad requests answered with the expected error" in bad.stdout
+            assert "13 of 13 bad requests answered with the expected error" in bad.stdout
             assert c.servers[0].proc.poll() is None, c.dump()
         assert all(w.proc.poll() is None for w in c.workers), "workers finished before the bad client: " + c.dump()
         codes = c.wait_workers(timeout=240)
