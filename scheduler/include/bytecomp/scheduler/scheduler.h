@@ -38,6 +38,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bytecomp/scheduler/auto_planner.h"
+#include "bytecomp/scheduler/link_book.h"
 #include "bytecomp/scheduler/partition_assigner.h"
 #include "bytecomp/scheduler/strategy_keeper.h"
 #include "cluster_config.pb.h"
@@ -64,6 +66,8 @@ struct SchedulerOptions {
   std::string plan_cluster_path;
   std::string plan_costs_path;
   int profile_rounds = 5;
+  // Where the planned cluster's worker and server links come from (auto_planner.h).
+  PlanLinks plan_links = PlanLinks::kMeasured;
 };
 
 class Scheduler {
@@ -93,6 +97,8 @@ class Scheduler {
   void RequestReload();
   // The strategy in force (tests).
   const proto::Strategy& strategy() const { return strategy_.current(); }
+  // The workers' link probe reports so far (tests).
+  const LinkBook& links() const { return links_; }
   // The signal passed to StopForSignal, or 0.
   int stop_signal() const { return stop_signal_.load(); }
 
@@ -144,6 +150,7 @@ class Scheduler {
   void ReloadStrategy();
   void HandleStrategyPrepareReply(Node& node, const proto::StrategyPrepareReply& reply);
   void HandleProfileReport(Node& node, const proto::ProfileReport& report);
+  void HandleLinkProbeReport(Node& node, const proto::LinkProbeReport& report);
   void LogBadMessage(const std::string& what);
 
   bool JobComplete() const { return topology_sent_; }
@@ -178,6 +185,7 @@ class Scheduler {
   proto::ClusterDescription plan_cluster_;  // --strategy=auto
   proto::CostTable plan_costs_;
   std::map<int, proto::ModelProfile> profiles_;  // by worker rank
+  LinkBook links_;
   bool planned_ = false;
   int workers_done_ = 0;
   int64_t bad_messages_ = 0;  // malformed, unexpected or unregistered messages
