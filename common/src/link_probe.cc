@@ -83,17 +83,19 @@ proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,
 
 proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
                                   const LinkProbeOptions& options,
-                                  const std::function<int64_t()>& clock) {
+                                  const std::function<int64_t()>& clock, int first_server) {
   proto::LinkProbeReport report;
   const int64_t start = clock();
   const int64_t end = start + options.timeout_ms * 1000;
-  for (size_t i = 0; i < servers.size(); ++i) {
+  const size_t n = servers.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t server = (i + static_cast<size_t>(std::max(0, first_server))) % n;
     const int64_t now = clock();
-    const int64_t share = std::max<int64_t>(0, end - now) / static_cast<int64_t>(servers.size() - i);
+    const int64_t share = std::max<int64_t>(0, end - now) / static_cast<int64_t>(n - i);
     LinkSamples samples;
-    absl::Status s = CollectLinkSamples(*servers[i], options, now + share, clock, &samples);
+    absl::Status s = CollectLinkSamples(*servers[server], options, now + share, clock, &samples);
     proto::LinkProbe* link = report.add_links();
-    *link = SummarizeLinkSamples(static_cast<int>(i), samples, options.transfer_bytes);
+    *link = SummarizeLinkSamples(static_cast<int>(server), samples, options.transfer_bytes);
     if (!s.ok()) {
       link->set_error(absl::StrCat(s.message(), " (after ", samples.latency_us.size(), " of ",
                                    options.latency_probes, " small probes and ",

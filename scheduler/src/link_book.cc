@@ -1,5 +1,6 @@
 #include "bytecomp/scheduler/link_book.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -45,7 +46,11 @@ std::string LinkBook::Table() const {
   std::map<int, Medians> per_server;
   std::string rows;
   for (const auto& [worker, report] : reports_) {
-    for (const proto::LinkProbe& l : report.links()) {
+    std::vector<proto::LinkProbe> links(report.links().begin(), report.links().end());
+    std::sort(links.begin(), links.end(), [](const proto::LinkProbe& a, const proto::LinkProbe& b) {
+      return a.server() < b.server();  // workers probe from their own rank's server on
+    });
+    for (const proto::LinkProbe& l : links) {
       bytes = std::max<int64_t>(bytes, l.probe_bytes());
       per_server[l.server()].Add(l);
       rows += Row(absl::StrCat(worker), l.server(), l.latency_us(), l.up_gbps(), l.down_gbps(),

@@ -18,7 +18,7 @@ void DataLoop::ProbeLinks() {
   for (auto& e : exchanges) servers.push_back(&e);
   proto::ControlMessage message;
   proto::LinkProbeReport* report = message.mutable_link_probe_report();
-  *report = bytecomp::ProbeLinks(servers, options, &MonotonicUs);
+  *report = bytecomp::ProbeLinks(servers, options, &MonotonicUs, engine_.info.rank);
   for (const proto::LinkProbe& link : report->links()) {
     if (!link.error().empty()) {
       BC_LOG_WARNING("link probe of server ", link.server(), ": ", link.error());

@@ -120,6 +120,17 @@ TEST(LinkProbeTest, ServersShareTheTimeLimitAndAHungOneDoesNotStopTheOthers) {
   EXPECT_NEAR(r.links(1).up_gbps(), 1.0, 1e-9);
   // Server 0 used its half (500 ms); server 1 its 6 x 8.1 ms + 6 x 0.1 ms.
   EXPECT_NEAR(r.elapsed_ms(), 500 + 6 * 8.1 + 6 * 0.1, 1e-6);
+
+  // Starting at server 1 (a worker of rank 1): the fine server gets the full second first.
+  now = 0;
+  hung.calls = 0;
+  const proto::LinkProbeReport rotated = ProbeLinks({&hung, &fine}, o, [&] { return now; }, 1);
+  ASSERT_EQ(rotated.links_size(), 2);
+  EXPECT_EQ(rotated.links(0).server(), 1);
+  EXPECT_EQ(rotated.links(0).error(), "");
+  EXPECT_EQ(rotated.links(1).server(), 0);
+  EXPECT_NE(rotated.links(1).error(), "");
+  EXPECT_NEAR(rotated.elapsed_ms(), 1000, 1e-6);  // the hung one had what was left
 }
 
 TEST(LinkProbeTest, TimeLimitInTheMiddleKeepsWhatCompleted) {

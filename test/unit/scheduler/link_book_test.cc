@@ -21,6 +21,16 @@ proto::LinkProbeReport Report(std::vector<std::array<double, 3>> per_server) {
   return r;
 }
 
+TEST(LinkBookTest, RowsAreInServerOrder) {
+  LinkBook book;
+  proto::LinkProbeReport r = Report({{100, 1, 1}, {200, 2, 2}});
+  r.mutable_links()->SwapElements(0, 1);  // probed server 1 first
+  book.Add(1, r, 1);
+  const std::string table = book.Table();
+  EXPECT_LT(table.find("       1      0        100.0"), table.find("       1      1        200.0"))
+      << table;
+}
+
 TEST(LinkBookTest, CompleteOnceEveryWorkerReported) {
   LinkBook book;
   EXPECT_FALSE(book.Add(1, Report({{100, 1, 2}}), 2));

@@ -59,11 +59,12 @@ absl::Status CollectLinkSamples(ProbeExchange& exchange, const LinkProbeOptions&
 proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,
                                       int64_t transfer_bytes);
 
-// Probes servers[i] (server i) in turn; each gets an equal share of the time still left.
-// A server whose probes did not all complete carries the error.
+// Probes servers[i] (server i) in turn, from first_server on (workers start at their rank, so
+// that W <= S workers probe distinct servers at a time); each gets an equal share of the time
+// still left. A server whose probes did not all complete carries the error.
 proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
                                   const LinkProbeOptions& options,
-                                  const std::function<int64_t()>& clock);
+                                  const std::function<int64_t()>& clock, int first_server = 0);
 
 // OP_PROBE exchanges over a DEALER socket connected to a server. Replies to other requests
 // (a probe that timed out earlier) are dropped. request ids come from *next_request_id.
