@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
     cases.push_back({"link probe asking too much", {Header(probe)},
                      "probe_reply_bytes 67108865 is outside [0, 67108864]"});
     probe.set_probe_reply_bytes(16);
-    probe.set_key(bytecomp::MakeKey(tensor, 0));
-    cases.push_back({"link probe naming a key", {Header(probe)}, "must be 0, got key"});
+    probe.set_round(3);
+    cases.push_back({"link probe naming a round", {Header(probe)}, "must be 0, got key 0 round 3"});
   }
 
   zmq::context_t ctx(1);

@@ -2,18 +2,8 @@
 in the future and bad link probes to a live server gets error replies, while well-behaved
 workers beside it still get exact sums and the server keeps running."""
 import subprocess
-import time
 
 import cluster
-
-
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_bad_requests_get_errors_and_disturb_nothing():
@@ -21,7 +11,7 @@ def test_bad_requests_get_errors_and_disturb_nothing():
     with cluster.Cluster(workers=2, servers=2, worker_cmd=cmd) as c:
         # Once the workers are summing, tensor 0 (fp32, 1 element, the first both workers
         # declared) lives on server 0.
-        assert wait_for(lambda: "round 10/" in c.workers[0].output(), 60), c.dump()
+        assert cluster.wait_for(lambda: "round 10/" in c.workers[0].output(), 60), c.dump()
         for attempt in range(2):
             bad = subprocess.run(
                 [cluster.binary("bad_input_client"), f"tcp://127.0.0.1:{c.server_ports[0]}", "0", "1"],

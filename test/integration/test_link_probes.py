@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-import time
 
 import cluster
 
@@ -31,15 +30,6 @@ def table_rows(log):
     return rows
 
 
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_probes_reach_the_scheduler_and_auto_planning_uses_them():
     # 40 ms of "forward pass" before every round.
     cmd = [cluster.binary("bytecomp-bench"), "--preset=resnet50", "--rounds=8", "--warmup=0",
@@ -47,7 +37,8 @@ def test_probes_reach_the_scheduler_and_auto_planning_uses_them():
     args = ["--strategy=auto", "--profile_rounds=3"] + AUTO
     with cluster.Cluster(workers=2, servers=2, worker_cmd=cmd, scheduler_args=args) as c:
         # While the job runs: the probe tool against its servers (a tool outside the job).
-        assert wait_for(lambda: "link probes of 2 workers" in c.scheduler.output(), 60), c.dump()
+        assert cluster.wait_for(lambda: "link probes of 2 workers" in c.scheduler.output(), 60), \
+            c.dump()
         tool = subprocess.run(
             [cluster.binary("bytecomp-linkprobe"), "--json", "--count=2", "--bytes=262144",
              "--servers=" + ",".join(f"tcp://127.0.0.1:{p}" for p in c.server_ports)],
