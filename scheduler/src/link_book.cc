@@ -67,7 +67,10 @@ std::string LinkBook::Table() const {
     out += Row("median", server, bytecomp::Median(m.latency), bytecomp::Median(m.up),
                bytecomp::Median(m.down), "");
   }
-  if (!out.empty() && out.back() == '\n') out.pop_back();
+  absl::StrAppend(&out, "  probing took");
+  for (const auto& [worker, report] : reports_) {
+    absl::StrAppend(&out, absl::StrFormat(" %.1f ms (worker %d)", report.elapsed_ms(), worker));
+  }
   return out;
 }
 

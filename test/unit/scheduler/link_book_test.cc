@@ -46,6 +46,7 @@ TEST(LinkBookTest, MediansOverWorkersAndServersSkipUnmeasuredValues) {
   book.Add(0, Report({{100, 1.0, 2.0}, {300, 3.0, 4.0}}), 3);
   book.Add(1, Report({{200, 2.0, 3.0}, {0, 0, 0}}), 3);  // server 1 timed out
   proto::LinkProbeReport partial = Report({{150, 5.0, 0}});
+  partial.set_elapsed_ms(5000);
   partial.mutable_links(0)->set_error("no reply before the time limit");
   book.Add(2, partial, 3);
   std::optional<MeasuredLinks> m = book.Median();
@@ -61,6 +62,9 @@ TEST(LinkBookTest, MediansOverWorkersAndServersSkipUnmeasuredValues) {
   EXPECT_NE(table.find("       0      1        300.0      3.000        4.000"), std::string::npos)
       << table;
   EXPECT_NE(table.find("incomplete: no reply before the time limit"), std::string::npos);
+  EXPECT_NE(table.find("probing took 0.0 ms (worker 0) 0.0 ms (worker 1) 5000.0 ms (worker 2)"),
+            std::string::npos)
+      << table;
   // Server 0's median over workers: latency of 100, 200, 150; up of 1, 2, 5; down of 2, 3.
   EXPECT_NE(table.find("  median      0        150.0      2.000        3.000"), std::string::npos)
       << table;
