@@ -64,7 +64,7 @@ def test_probes_reach_the_scheduler_and_auto_planning_uses_them():
     forward = re.search(r"\(measured forward ([\d.]+) ms\)", log)
     # The bench sleeps 40 ms between a round's last wait and the next round's first push_pull
     # (plus refilling 25M floats); the median over rounds 1..3 and both workers.
-    assert forward and 40 <= float(forward.group(1)) < 1000, log
+    assert forward and 40 <= float(forward.group(1)) < 2000, log
 
     assert tool.returncode == 0, tool.stdout + tool.stderr
     results = [json.loads(line) for line in tool.stdout.splitlines()]

@@ -21,6 +21,9 @@
 // - Workers: DeclareTensor{name, element_count, dtype} -> DeclareReply to every worker once
 //   all declared it: ok with tensor_id (completion order), partition_elements and
 //   partition_server[], or ok=false with the error (mismatch, declare timeout, bad values).
+// - Workers: LinkProbeReport once at start (their measured links to every server): kept,
+//   printed as one table once every worker reported, used by --strategy=auto. From a server:
+//   Error.
 // - Workers: WorkerDone when finished. Once all did, servers get Shutdown and the scheduler
 //   exits 0. Any node may send Shutdown{reason}: everyone else gets Shutdown, exit non-zero.
 // - A node must stop when it receives Shutdown. Malformed frames get an Error reply.
