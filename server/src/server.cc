@@ -182,7 +182,9 @@ class IoLoop {
     std::vector<zmq::message_t> frames;
     frames.push_back(std::move(identity));
     frames.push_back(ProtoFrame(reply));
-    if (request.probe_reply_bytes() > 0) frames.push_back(ProbePayload(request.probe_reply_bytes()));
+    if (request.probe_reply_bytes() > 0) {
+      frames.push_back(ProbePayload(request.probe_reply_bytes()));
+    }
     SendOrLog(router_, frames);
   }
 

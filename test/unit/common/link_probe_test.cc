@@ -247,7 +247,8 @@ TEST(LinkProbeTest, ConfigDefaultsAndLimits) {
       << s.message();
   EXPECT_NE(s.message().find("link_probe_count must be in [0, 100]"), std::string::npos);
   proto::ClusterConfig parsed;
-  absl::Status bad = ParseTextProto("link_probe_count: 2\nlink_probe_bytez: 5\n", "c.pbtxt", &parsed);
+  absl::Status bad =
+      ParseTextProto("link_probe_count: 2\nlink_probe_bytez: 5\n", "c.pbtxt", &parsed);
   EXPECT_NE(bad.message().find("c.pbtxt:2:"), std::string::npos) << bad.message();
 }
 

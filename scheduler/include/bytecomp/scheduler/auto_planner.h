@@ -35,7 +35,8 @@ std::string ChooseLinks(PlanLinks mode, const std::optional<MeasuredLinks>& meas
                         proto::ClusterDescription* cluster);
 
 // Merges the workers' profiles (worker 0's ready order, every tensor's gap averaged over the
-// workers, forward_us the median over workers), sets the cluster's worker and server counts to the job's, and plans.
+// workers, forward_us the median over workers), sets the cluster's worker and server counts
+// to the job's, and plans.
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
                                           proto::ClusterDescription cluster,
                                           const proto::CostTable& costs, int num_workers,
