@@ -20,13 +20,13 @@ TEST(ForwardTimerTest, GapFromLastCompletionToNextFirstCall) {
   t.Started(1, 1090);
   t.Started(1, 1080);
   t.Done(1, 1200);
-  // Round 2: gap 3000; round 3: gap 2000; round 4 is beyond the profile.
+  // Round 2: gap 3000; round 3: gap 500; round 4 is beyond the profile.
   t.Started(2, 4200);
   t.Done(2, 4300);
-  t.Started(3, 6300);
-  t.Done(3, 6400);
-  t.Started(4, 6400 + 99999);
-  EXPECT_DOUBLE_EQ(t.MedianUs(), 2000);  // median of 1000, 3000, 2000
+  t.Started(3, 4800);
+  t.Done(3, 4900);
+  t.Started(4, 4900 + 99999);
+  EXPECT_DOUBLE_EQ(t.MedianUs(), 1000);  // median of 1000, 3000, 500
 }
 
 TEST(ForwardTimerTest, OverlappingRoundsCountZeroAndMissingEndsAreSkipped) {
