@@ -41,6 +41,14 @@ ABSL_FLAG(std::string, plan_cluster, "",
 ABSL_FLAG(std::string, plan_costs, "",
           "--strategy=auto: codec cost table (bytecomp-plan --calibrate writes one)");
 ABSL_FLAG(int, profile_rounds, 5, "--strategy=auto: rounds the workers profile before planning");
+ABSL_FLAG(std::string, plan_links, "measured",
+          "--strategy=auto: where the planned worker_link and server_link come from: 'measured' "
+          "(the workers' link probes; the --plan_cluster file's values where no probe "
+          "measured) or 'file' (the --plan_cluster file's values)");
+ABSL_FLAG(int, link_probe_count, -1,
+          "Link probe transfers per direction and server at each worker's start; 0: no probes "
+          "(-1: from --config, default 3)");
+ABSL_FLAG(int64_t, link_probe_bytes, 0, "Bytes of one link probe transfer (0: from --config)");
 
 namespace {
 
@@ -97,6 +105,8 @@ int main(int argc, char** argv) {
   if (const std::string v = absl::GetFlag(FLAGS_advertise_host); !v.empty()) {
     config.set_advertise_host(v);
   }
+  if (int v = absl::GetFlag(FLAGS_link_probe_count); v >= 0) config.set_link_probe_count(v);
+  if (int64_t v = absl::GetFlag(FLAGS_link_probe_bytes); v != 0) config.set_link_probe_bytes(v);
 
   if (int port = absl::GetFlag(FLAGS_port); port > 0) {
     // The topology tells nodes the effective config, so it names the port really bound.
@@ -112,6 +122,13 @@ int main(int argc, char** argv) {
   options.plan_cluster_path = absl::GetFlag(FLAGS_plan_cluster);
   options.plan_costs_path = absl::GetFlag(FLAGS_plan_costs);
   options.profile_rounds = absl::GetFlag(FLAGS_profile_rounds);
+  absl::StatusOr<bytecomp::PlanLinks> plan_links =
+      bytecomp::ParsePlanLinks(absl::GetFlag(FLAGS_plan_links));
+  if (!plan_links.ok()) {
+    BC_LOG_ERROR(plan_links.status().message());
+    return 2;
+  }
+  options.plan_links = *plan_links;
   options.port = absl::GetFlag(FLAGS_port) > 0 ? absl::GetFlag(FLAGS_port) : -1;
   absl::StatusOr<std::unique_ptr<bytecomp::Scheduler>> scheduler =
       bytecomp::Scheduler::Create(std::move(options));

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -28,6 +29,9 @@ ABSL_FLAG(std::string, profiles_dir, BYTECOMP_PROFILES_DIR, "where shipped profi
 ABSL_FLAG(int, rounds, 20, "timed rounds");
 ABSL_FLAG(int, warmup, 2, "untimed rounds first");
 ABSL_FLAG(bool, check, true, "check every sum exactly");
+ABSL_FLAG(int, forward_ms, 0,
+          "sleep this long before each round's first push_pull, standing in for the forward "
+          "pass (not counted in the round times)");
 
 namespace {
 
@@ -103,6 +107,9 @@ int main(int argc, char** argv) {
   for (int round = 0; round < warmup + rounds; ++round) {
     for (Tensor& t : tensors) {
       for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = Value(i, rank, round);
+    }
+    if (const int f = absl::GetFlag(FLAGS_forward_ms); f > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(f));
     }
     const auto start = std::chrono::steady_clock::now();
     // Backprop order: the profile lists the output layer first; the input layer, needed first

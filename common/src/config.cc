@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bytecomp/common/link_probe.h"
 #include "bytecomp/common/net.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -67,6 +68,10 @@ proto::ClusterConfig WithClusterDefaults(proto::ClusterConfig c) {
   if (c.heartbeat_timeout_ms() == 0) c.set_heartbeat_timeout_ms(5000);
   if (c.connect_timeout_ms() == 0) c.set_connect_timeout_ms(30000);
   if (c.declare_timeout_ms() == 0) c.set_declare_timeout_ms(60000);
+  if (!c.has_link_probe_count()) c.set_link_probe_count(3);
+  if (c.link_probe_bytes() == 0) c.set_link_probe_bytes(1 << 20);
+  if (c.link_latency_probes() == 0) c.set_link_latency_probes(16);
+  if (c.link_probe_timeout_ms() == 0) c.set_link_probe_timeout_ms(5000);
   return c;
 }
 
@@ -93,6 +98,18 @@ absl::Status ValidateClusterConfig(const proto::ClusterConfig& c) {
   if (c.declare_timeout_ms() < 1) problems.push_back("declare_timeout_ms must be >= 1");
   if (c.max_inflight_bytes_per_server() < 0) {
     problems.push_back("max_inflight_bytes_per_server must be >= 0");
+  }
+  if (c.link_probe_count() < 0 || c.link_probe_count() > 100) {
+    problems.push_back("link_probe_count must be in [0, 100] (0: no link probes)");
+  }
+  if (c.link_probe_bytes() < 1024 || c.link_probe_bytes() > kMaxProbeBytes) {
+    problems.push_back(absl::StrCat("link_probe_bytes must be in [1024, ", kMaxProbeBytes, "]"));
+  }
+  if (c.link_latency_probes() < 1 || c.link_latency_probes() > 1000) {
+    problems.push_back("link_latency_probes must be in [1, 1000]");
+  }
+  if (c.link_probe_timeout_ms() < 1 || c.link_probe_timeout_ms() > 600000) {
+    problems.push_back("link_probe_timeout_ms must be in [1, 600000]");
   }
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(

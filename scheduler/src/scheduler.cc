@@ -162,7 +162,9 @@ void Scheduler::HandleProfileReport(Node& node, const proto::ProfileReport& repo
   planned_ = true;
   std::vector<proto::ModelProfile> profiles;
   for (auto& [rank, p] : profiles_) profiles.push_back(p);
-  absl::StatusOr<AutoPlan> plan = PlanFromProfiles(profiles, plan_cluster_, plan_costs_,
+  proto::ClusterDescription cluster = plan_cluster_;
+  BC_LOG_INFO("--strategy=auto: ", ChooseLinks(options_.plan_links, links_.Median(), &cluster));
+  absl::StatusOr<AutoPlan> plan = PlanFromProfiles(profiles, cluster, plan_costs_,
                                                    config_.num_workers(), config_.num_servers());
   if (!plan.ok()) {
     BC_LOG_ERROR("--strategy=auto: planning failed, training goes on uncompressed: ",
@@ -178,6 +180,18 @@ void Scheduler::HandleProfileReport(Node& node, const proto::ProfileReport& repo
   for (const std::string& id : worker_by_rank_) {
     if (!id.empty()) Send(id, *prepare);
   }
+}
+
+void Scheduler::HandleLinkProbeReport(Node& node, const proto::LinkProbeReport& report) {
+  if (node.role != proto::ROLE_WORKER) {
+    SendError(node.identity, absl::StrCat("LinkProbeReport from ", NodeName(node)));
+    return;
+  }
+  if (report.links_size() != config_.num_servers()) {
+    BC_LOG_WARNING(NodeName(node), " reported link probes of ", report.links_size(),
+                   " servers, the job has ", config_.num_servers());
+  }
+  if (links_.Add(node.rank, report, config_.num_workers())) BC_LOG_INFO(links_.Table());
 }
 
 void Scheduler::HandleStrategyPrepareReply(Node& node, const proto::StrategyPrepareReply& reply) {
@@ -330,6 +344,9 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
       return;
     case proto::ControlMessage::kProfileReport:
       HandleProfileReport(*node, message.profile_report());
+      return;
+    case proto::ControlMessage::kLinkProbeReport:
+      HandleLinkProbeReport(*node, message.link_probe_report());
       return;
     case proto::ControlMessage::kStrategyPrepareReply:
       HandleStrategyPrepareReply(*node, message.strategy_prepare_reply());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/dtype.h"
+#include "bytecomp/common/link_probe.h"
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/two_round.h"
 
@@ -107,6 +108,41 @@ absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_pay
   if (payload_size == 0 || payload_size > bound) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", h.codec(), " payload of ",
                                                    payload_size, " bytes, expected 1 to ", bound));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequestValidator::ValidateProbe(const proto::DataHeader& h, bool has_payload,
+                                             size_t payload_size) const {
+  auto bad = [](auto... why) {
+    return absl::InvalidArgumentError(absl::StrCat("link probe: ", why...));
+  };
+  if (h.op() != proto::OP_PROBE) return bad("op ", proto::DataOp_Name(h.op()), " is not OP_PROBE");
+  if (h.sender() < -1 || h.sender() >= num_workers_) {
+    return bad("sender ", h.sender(), " is not a worker rank (0..", num_workers_ - 1,
+               ") nor -1 (a tool outside the job)");
+  }
+  if (h.key() != 0 || h.round() != 0 || h.iteration() != 0 || h.stage() != 0 ||
+      h.strategy_version() != 0) {
+    return bad("key, round, iteration, stage and strategy_version must be 0, got key ", h.key(),
+               " round ", h.round(), " iteration ", h.iteration(), " stage ", h.stage(),
+               " strategy_version ", h.strategy_version());
+  }
+  if (!h.codec().empty() || h.dtype() != 0 || h.element_count() != 0 || !h.error().empty()) {
+    return bad("codec, dtype, element_count and error must be unset");
+  }
+  if (h.payload_bytes() < 0 || h.payload_bytes() > kMaxProbeBytes) {
+    return bad("payload_bytes ", h.payload_bytes(), " is outside [0, ", kMaxProbeBytes, "]");
+  }
+  const size_t got = has_payload ? payload_size : 0;
+  if (static_cast<size_t>(h.payload_bytes()) != got ||
+      (has_payload && payload_size == 0)) {
+    return bad("payload is ", has_payload ? absl::StrCat(payload_size, " bytes") : "absent",
+               ", header says ", h.payload_bytes(), " bytes (0: no payload frame)");
+  }
+  if (h.probe_reply_bytes() < 0 || h.probe_reply_bytes() > kMaxProbeBytes) {
+    return bad("probe_reply_bytes ", h.probe_reply_bytes(), " is outside [0, ", kMaxProbeBytes,
+               "]");
   }
   return absl::OkStatus();
 }

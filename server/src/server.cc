@@ -153,15 +153,39 @@ class IoLoop {
       return RejectRaw(frames, absl::StrCat("malformed request: the header frame (",
                                             frames[1].size(), " bytes) is not a DataHeader"));
     }
+    const bool has_payload = frames.size() == 3;
+    if (header.op() == proto::OP_PROBE) {
+      return AnswerProbe(frames[0], header, has_payload ? frames[2].size() : 0, has_payload);
+    }
     if (may_park && validator_.AwaitsDeclaration(header) && parked_.size() < kMaxParkedRequests) {
       parked_.push_back(Parked{MonotonicMs(), std::move(frames)});
       return;
     }
-    const bool has_payload = frames.size() == 3;
     absl::Status valid = validator_.Validate(header, has_payload, has_payload ? frames[2].size() : 0);
     if (!valid.ok()) return Reject(frames[0], header, std::string(valid.message()));
     const size_t engine = (header.key() ^ (header.key() >> 32)) % engines_.size();
     SendOrLog(engines_[engine], frames);
+  }
+
+  // Link probes are answered here, off the key engines: the payload is dropped and the reply
+  // carries the requested number of bytes.
+  void AnswerProbe(zmq::message_t& identity, const proto::DataHeader& request,
+                   size_t payload_size, bool has_payload) {
+    absl::Status valid = validator_.ValidateProbe(request, has_payload, payload_size);
+    if (!valid.ok()) return Reject(identity, request, std::string(valid.message()));
+    proto::DataHeader reply;
+    reply.set_op(proto::OP_PROBE_REPLY);
+    reply.set_request_id(request.request_id());
+    reply.set_sender(my_rank_);
+    reply.set_probe_reply_bytes(request.probe_reply_bytes());
+    reply.set_payload_bytes(request.probe_reply_bytes());
+    std::vector<zmq::message_t> frames;
+    frames.push_back(std::move(identity));
+    frames.push_back(ProtoFrame(reply));
+    if (request.probe_reply_bytes() > 0) {
+      frames.push_back(ProbePayload(request.probe_reply_bytes()));
+    }
+    SendOrLog(router_, frames);
   }
 
   void RejectRaw(std::vector<zmq::message_t>& frames, const std::string& why) {

@@ -1,6 +1,6 @@
 // A misbehaving client for the bad-input test: sends malformed frames, unknown keys, wrong
-// sizes, a wrong dtype, an unknown codec, a foreign sender and a round far in the future to a
-// live server, and checks that each gets an OP_ERROR reply naming the problem.
+// sizes, a wrong dtype, an unknown codec, a foreign sender, a round far in the future and bad
+// link probes to a live server, and checks that each gets an OP_ERROR reply naming the problem.
 //
 // Usage: bad_input_client tcp://host:port KEY_TENSOR_ID KEY_ELEMENTS
 //   (a key the server owns: tensor id, partition 0, with that many fp32 elements)
@@ -91,6 +91,18 @@ int main(int argc, char** argv) {
     DataHeader h = base;
     h.set_key(bytecomp::MakeKey(999999, 0));
     cases.push_back({"unknown key", {Header(h), good_payload}, "unknown key"});
+  }
+
+  {
+    DataHeader probe;
+    probe.set_op(bytecomp::proto::OP_PROBE);
+    probe.set_sender(0);
+    probe.set_probe_reply_bytes(bytecomp::kMaxProbeBytes + 1);
+    cases.push_back({"link probe asking too much", {Header(probe)},
+                     "probe_reply_bytes 67108865 is outside [0, 67108864]"});
+    probe.set_probe_reply_bytes(16);
+    probe.set_round(3);
+    cases.push_back({"link probe naming a round", {Header(probe)}, "must be 0, got key 0 round 3"});
   }
 
   zmq::context_t ctx(1);

@@ -33,6 +33,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_for(predicate, timeout, interval=0.05):
+    """Polls predicate() until it is true (returns True) or timeout seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
 def binary(name):
     path = os.path.join(BIN_DIR, name)
     if not os.path.exists(path):

@@ -5,7 +5,6 @@ field, and the old strategy stays."""
 import os
 import re
 import signal
-import time
 
 import cluster
 
@@ -17,15 +16,6 @@ V2 = ('seed: 7\ntensors {\n  name_pattern: "*"\n  push_codec { name: "fp16" }\n'
       '  pull_codec { name: "fp16" }\n  force: true\n}\n')
 
 
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_switch_mid_training_keeps_sums_exact_and_versions_agree(tmp_path):
     path = os.path.join(tmp_path, "strategy.pbtxt")
     with open(path, "w") as f:
@@ -34,12 +24,13 @@ def test_switch_mid_training_keeps_sums_exact_and_versions_agree(tmp_path):
            "--slow-rank", "1", "--slow-ms", "20"]
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
                          scheduler_args=[f"--strategy={path}"]) as c:
-        assert wait_for(lambda: "round 10/" in c.workers[0].output(), 60), c.dump()
+        assert cluster.wait_for(lambda: "round 10/" in c.workers[0].output(), 60), c.dump()
         # A broken file: rejected with file, line and field; the job goes on with version 1.
         with open(path, "w") as f:
             f.write(BAD)
         c.scheduler.proc.send_signal(signal.SIGHUP)
-        assert wait_for(lambda: "strategy not reloaded" in c.scheduler.output(), 10), c.dump()
+        assert cluster.wait_for(lambda: "strategy not reloaded" in c.scheduler.output(), 10), \
+            c.dump()
         log = c.scheduler.output()
         assert f"{path}:4:" in log and "tensors[0].push_codec" in log and "fp61" in log, log
         # The real switch.

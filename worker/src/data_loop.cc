@@ -45,6 +45,7 @@ void DataLoop::Connect() {
 
 void DataLoop::Run() {
   Connect();
+  ProbeLinks();
   std::vector<zmq::pollitem_t> items;
   std::vector<std::pair<int, zmq::socket_t*>> item_socket;  // (server, socket) per item
   for (size_t s = 0; s < sockets_.size(); ++s) {

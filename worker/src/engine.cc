@@ -376,6 +376,7 @@ void EngineImpl::FinishEvents(const std::shared_ptr<Operation>& op, int64_t even
 }
 
 void EngineImpl::Complete(const std::shared_ptr<Operation>& op) {
+  const int64_t done_us = MonotonicUs();  // before the caller can see it done
   absl::Status status;
   {
     std::lock_guard<std::mutex> lock(op->mu);
@@ -386,6 +387,9 @@ void EngineImpl::Complete(const std::shared_ptr<Operation>& op) {
   // with the server, so the tensor stays failed.
   Deferred deferred;
   std::unique_lock<std::mutex> lock(tensors_mu_);
+  if (profiler_ != nullptr && !profiler_->done() && status.ok()) {
+    profiler_->RecordDone(static_cast<int64_t>(op->round), done_us);
+  }
   auto it = tensors_.find(op->name);
   if (it == tensors_.end()) return;
   TensorEntry& tensor = *it->second;

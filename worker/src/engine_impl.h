@@ -195,6 +195,8 @@ class DataLoop {
   };
 
   void Connect();
+  // Before the first push: measures each server's link and reports it (link_probes.cc).
+  void ProbeLinks();
   void Enqueue(const std::shared_ptr<Operation>& op);
   void SendReady();
   void Send(const PartitionTask& task);

@@ -3,17 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/stats.h"
 
 namespace bytecomp::worker {
-namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
 
 std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name,
                                                          int64_t elements, int element_bytes,
@@ -23,6 +15,7 @@ std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name
   t.elements = elements;
   t.element_bytes = element_bytes;
   const int64_t round = t.calls++;
+  forward_.Started(round, time_us);
   if (round >= 1 && round <= rounds_) t.ready_us.push_back(time_us);
   if (round <= rounds_) return std::nullopt;
   done_ = true;
@@ -48,8 +41,11 @@ proto::ModelProfile ReadyProfiler::Build() const {
   std::sort(order.begin(), order.end());
   proto::ModelProfile profile;
   profile.set_model("measured");
-  profile.set_source(absl::StrCat("measured by the worker engine: push_pull call times of rounds 1..",
-                                  rounds_, ", median offsets from each round's first gradient"));
+  profile.set_source(absl::StrCat(
+      "measured by the worker engine: push_pull call times of rounds 1..", rounds_,
+      ", median offsets from each round's first gradient; forward_us: median time from a "
+      "round's last completion to the next round's first push_pull"));
+  profile.set_forward_us(forward_.MedianUs());
   double previous = 0;
   for (const auto& [offset, name] : order) {
     const Tensor& t = tensors_.at(name);

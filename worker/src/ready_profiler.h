@@ -9,18 +9,23 @@
 #include <string>
 #include <vector>
 
+#include "forward_timer.h"
 #include "planner.pb.h"
 
 namespace bytecomp::worker {
 
 class ReadyProfiler {
  public:
-  explicit ReadyProfiler(int rounds) : rounds_(rounds) {}
+  explicit ReadyProfiler(int rounds) : rounds_(rounds), forward_(rounds) {}
 
   // A push_pull of `name` was called at time_us. Returns the profile once, when the first tensor
   // starts round rounds + 1 (every tensor has had its rounds 1..N by then).
   std::optional<proto::ModelProfile> Record(const std::string& name, int64_t elements,
                                             int element_bytes, int64_t time_us);
+
+  // A push_pull of `round` (its tensor's call count, from 0) completed at time_us: the last
+  // completion of a round ends it, for the profile's forward_us (forward_timer.h).
+  void RecordDone(int64_t round, int64_t time_us) { forward_.Done(round, time_us); }
 
   bool done() const { return done_; }
 
@@ -34,6 +39,7 @@ class ReadyProfiler {
   proto::ModelProfile Build() const;
 
   int rounds_;
+  ForwardTimer forward_;
   bool done_ = false;
   std::map<std::string, Tensor> tensors_;
 };

@@ -563,3 +563,34 @@ TEST(SchedulerCreateTest, RejectsInvalidConfigAndBusyPort) {
 
 }  // namespace
 }  // namespace bytecomp
+
+namespace bytecomp {
+namespace {
+
+TEST_F(SchedulerTest, KeepsWorkersLinkProbesAndRefusesThemFromServers) {
+  Start(2, 1);
+  auto nodes = RegisterAll([this] { return Node(); }, 2, 1);
+  ControlMessage report;
+  proto::LinkProbe* link = report.mutable_link_probe_report()->add_links();
+  link->set_latency_us(80);
+  link->set_up_gbps(1.5);
+  link->set_down_gbps(2.5);
+  nodes[2]->Send(report);  // the server
+  EXPECT_TRUE(Contains(nodes[2]->ExpectError(), "LinkProbeReport from server 0"));
+  nodes[0]->Send(report);
+  nodes[0]->Sync();
+  EXPECT_EQ(scheduler_->links().size(), 1);
+  link->set_latency_us(120);
+  nodes[1]->Send(report);
+  nodes[1]->Sync();
+  ASSERT_EQ(scheduler_->links().size(), 2);
+  std::optional<MeasuredLinks> m = scheduler_->links().Median();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->pairs, 2);
+  EXPECT_DOUBLE_EQ(m->latency_us, 120);
+  EXPECT_DOUBLE_EQ(m->up_gbps, 1.5);
+  EXPECT_TRUE(Running());
+}
+
+}  // namespace
+}  // namespace bytecomp

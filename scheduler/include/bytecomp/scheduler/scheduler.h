@@ -21,6 +21,9 @@
 // - Workers: DeclareTensor{name, element_count, dtype} -> DeclareReply to every worker once
 //   all declared it: ok with tensor_id (completion order), partition_elements and
 //   partition_server[], or ok=false with the error (mismatch, declare timeout, bad values).
+// - Workers: LinkProbeReport once at start (their measured links to every server): kept,
+//   printed as one table once every worker reported, used by --strategy=auto. From a server:
+//   Error.
 // - Workers: WorkerDone when finished. Once all did, servers get Shutdown and the scheduler
 //   exits 0. Any node may send Shutdown{reason}: everyone else gets Shutdown, exit non-zero.
 // - A node must stop when it receives Shutdown. Malformed frames get an Error reply.
@@ -38,6 +41,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bytecomp/scheduler/auto_planner.h"
+#include "bytecomp/scheduler/link_book.h"
 #include "bytecomp/scheduler/partition_assigner.h"
 #include "bytecomp/scheduler/strategy_keeper.h"
 #include "cluster_config.pb.h"
@@ -64,6 +69,8 @@ struct SchedulerOptions {
   std::string plan_cluster_path;
   std::string plan_costs_path;
   int profile_rounds = 5;
+  // Where the planned cluster's worker and server links come from (auto_planner.h).
+  PlanLinks plan_links = PlanLinks::kMeasured;
 };
 
 class Scheduler {
@@ -93,6 +100,8 @@ class Scheduler {
   void RequestReload();
   // The strategy in force (tests).
   const proto::Strategy& strategy() const { return strategy_.current(); }
+  // The workers' link probe reports so far (tests).
+  const LinkBook& links() const { return links_; }
   // The signal passed to StopForSignal, or 0.
   int stop_signal() const { return stop_signal_.load(); }
 
@@ -144,6 +153,7 @@ class Scheduler {
   void ReloadStrategy();
   void HandleStrategyPrepareReply(Node& node, const proto::StrategyPrepareReply& reply);
   void HandleProfileReport(Node& node, const proto::ProfileReport& report);
+  void HandleLinkProbeReport(Node& node, const proto::LinkProbeReport& report);
   void LogBadMessage(const std::string& what);
 
   bool JobComplete() const { return topology_sent_; }
@@ -178,6 +188,7 @@ class Scheduler {
   proto::ClusterDescription plan_cluster_;  // --strategy=auto
   proto::CostTable plan_costs_;
   std::map<int, proto::ModelProfile> profiles_;  // by worker rank
+  LinkBook links_;
   bool planned_ = false;
   int workers_done_ = 0;
   int64_t bad_messages_ = 0;  // malformed, unexpected or unregistered messages

@@ -32,6 +32,13 @@ class RequestValidator {
   absl::Status Validate(const proto::DataHeader& header, bool has_payload,
                         size_t payload_size);
 
+  // OK if an OP_PROBE may be answered: the sender is a worker rank or -1 (a tool outside the
+  // job), key, round, iteration, stage, strategy version, codec, dtype, element count and error
+  // are unset, payload_bytes matches the payload (none for 0), and it and probe_reply_bytes
+  // are at most kMaxProbeBytes.
+  absl::Status ValidateProbe(const proto::DataHeader& header, bool has_payload,
+                             size_t payload_size) const;
+
  private:
   // Upper bound of a push payload for (tensor, version, partition size).
   size_t MaxPayloadBytes(uint32_t tensor_id, uint64_t version, const compress::TensorPlan& plan,

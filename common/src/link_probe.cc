@@ -1,0 +1,148 @@
+#include "bytecomp/common/link_probe.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common/stats.h"
+#include "bytecomp/common/transport.h"
+#include "data.pb.h"
+
+namespace bytecomp {
+namespace {
+
+double MedianUs(const std::vector<int64_t>& us) {
+  return Median(std::vector<double>(us.begin(), us.end()));
+}
+
+// A direction's bandwidth: the payload over the median round trip less the small probes'.
+double Gbps(const std::vector<int64_t>& round_trips_us, double latency_us, int64_t bytes) {
+  if (round_trips_us.empty()) return 0;
+  const double total = MedianUs(round_trips_us);
+  const double transfer = total > latency_us ? total - latency_us : total;
+  if (transfer <= 0) return 0;
+  return static_cast<double>(bytes) * 8 / (transfer * 1000);  // bits per us = Mbit/s
+}
+
+void NoFree(void* /*data*/, void* /*hint*/) {}
+
+}  // namespace
+
+LinkProbeOptions LinkProbeOptionsFrom(const proto::ClusterConfig& config) {
+  LinkProbeOptions o;
+  o.transfers = config.link_probe_count();
+  o.transfer_bytes = config.link_probe_bytes();
+  o.latency_probes = config.link_latency_probes();
+  o.timeout_ms = config.link_probe_timeout_ms();
+  return o;
+}
+
+zmq::message_t ProbePayload(int64_t bytes) {
+  // Never freed: ZeroMQ may still be sending from it when the caller is gone. calloc'd pages
+  // that are only read stay shared zero pages, so this costs address space, not memory.
+  static char* const zeros = static_cast<char*>(std::calloc(kMaxProbeBytes, 1));
+  const size_t size = static_cast<size_t>(std::clamp<int64_t>(bytes, 0, kMaxProbeBytes));
+  return zmq::message_t(zeros, size, &NoFree, nullptr);
+}
+
+absl::Status CollectLinkSamples(ProbeExchange& exchange, const LinkProbeOptions& o,
+                                int64_t deadline_us, const std::function<int64_t()>& clock,
+                                LinkSamples* samples) {
+  auto timed = [&](int64_t send, int64_t reply, std::vector<int64_t>* into) -> absl::Status {
+    const int64_t start = clock();
+    absl::Status s = exchange.RoundTrip(send, reply, deadline_us);
+    if (s.ok() && into != nullptr) into->push_back(clock() - start);
+    return s;
+  };
+  if (absl::Status s = timed(o.latency_bytes, o.latency_bytes, nullptr); !s.ok()) return s;
+  for (int i = 0; i < o.latency_probes; ++i) {
+    if (absl::Status s = timed(o.latency_bytes, o.latency_bytes, &samples->latency_us); !s.ok()) {
+      return s;
+    }
+  }
+  for (int i = 0; i < o.transfers; ++i) {
+    if (absl::Status s = timed(o.transfer_bytes, 0, &samples->up_us); !s.ok()) return s;
+    if (absl::Status s = timed(0, o.transfer_bytes, &samples->down_us); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,
+                                      int64_t transfer_bytes) {
+  proto::LinkProbe p;
+  p.set_server(server);
+  p.set_probe_bytes(transfer_bytes);
+  const double latency = MedianUs(samples.latency_us);
+  p.set_latency_us(latency);
+  p.set_latency_samples(static_cast<int>(samples.latency_us.size()));
+  p.set_up_gbps(Gbps(samples.up_us, latency, transfer_bytes));
+  p.set_down_gbps(Gbps(samples.down_us, latency, transfer_bytes));
+  p.set_transfer_samples(static_cast<int>(std::min(samples.up_us.size(), samples.down_us.size())));
+  return p;
+}
+
+proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
+                                  const LinkProbeOptions& options,
+                                  const std::function<int64_t()>& clock, int first_server) {
+  proto::LinkProbeReport report;
+  const int64_t start = clock();
+  const int64_t end = start + options.timeout_ms * 1000;
+  const size_t n = servers.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t server = (i + static_cast<size_t>(std::max(0, first_server))) % n;
+    const int64_t now = clock();
+    const int64_t share = std::max<int64_t>(0, end - now) / static_cast<int64_t>(n - i);
+    LinkSamples samples;
+    absl::Status s = CollectLinkSamples(*servers[server], options, now + share, clock, &samples);
+    proto::LinkProbe* link = report.add_links();
+    *link = SummarizeLinkSamples(static_cast<int>(server), samples, options.transfer_bytes);
+    if (!s.ok()) {
+      link->set_error(absl::StrCat(s.message(), " (after ", samples.latency_us.size(), " of ",
+                                   options.latency_probes, " small probes and ",
+                                   link->transfer_samples(), " of ", options.transfers,
+                                   " transfers each way)"));
+    }
+  }
+  report.set_elapsed_ms(static_cast<double>(clock() - start) / 1000);
+  return report;
+}
+
+absl::Status ZmqProbeExchange::RoundTrip(int64_t send_bytes, int64_t reply_bytes,
+                                         int64_t deadline_us) {
+  const uint64_t id = (*next_request_id_)++;
+  proto::DataHeader header;
+  header.set_op(proto::OP_PROBE);
+  header.set_sender(sender_);
+  header.set_request_id(id);
+  header.set_payload_bytes(send_bytes);
+  header.set_probe_reply_bytes(reply_bytes);
+  std::vector<zmq::message_t> frames;
+  frames.push_back(ProtoFrame(header));
+  if (send_bytes > 0) frames.push_back(ProbePayload(send_bytes));
+  if (absl::Status s = SendFrames(socket_, frames); !s.ok()) return s;
+  while (true) {
+    const int64_t left_us = deadline_us - MonotonicUs();
+    if (left_us <= 0) {
+      return absl::DeadlineExceededError("link probe: no reply before the time limit");
+    }
+    absl::StatusOr<std::vector<zmq::message_t>> reply =
+        RecvFrames(socket_, std::chrono::milliseconds((left_us + 999) / 1000));
+    if (!reply.ok()) return reply.status();
+    if (reply->empty()) continue;
+    proto::DataHeader answer;
+    if (!answer.ParseFromArray((*reply)[0].data(), static_cast<int>((*reply)[0].size()))) {
+      return absl::DataLossError("link probe: the reply header is not a DataHeader");
+    }
+    if (answer.request_id() != id) continue;  // a reply to a probe given up on earlier
+    if (answer.op() == proto::OP_ERROR) return absl::FailedPreconditionError(answer.error());
+    const size_t got = reply->size() > 1 ? (*reply)[1].size() : 0;
+    if (answer.op() != proto::OP_PROBE_REPLY || got != static_cast<size_t>(reply_bytes)) {
+      return absl::DataLossError(absl::StrCat("link probe: expected OP_PROBE_REPLY with ",
+                                              reply_bytes, " bytes, got ",
+                                              proto::DataOp_Name(answer.op()), " with ", got));
+    }
+    return absl::OkStatus();
+  }
+}
+
+}  // namespace bytecomp

@@ -1,0 +1,256 @@
+// Link probe statistics and sequencing on a fake clock, the ZeroMQ exchange against a scripted
+// ROUTER, and the cluster config's link probe fields.
+#include "bytecomp/common/link_probe.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "bytecomp/common/config.h"
+#include "bytecomp/common/net.h"
+#include "bytecomp/common/transport.h"
+#include "data.pb.h"
+
+namespace bytecomp {
+namespace {
+
+// A link of fixed round-trip latency and per-direction bandwidth (bytes per us) on a fake
+// clock: a round trip takes rtt + sent / up + replied / down.
+class FakeLink : public ProbeExchange {
+ public:
+  FakeLink(int64_t* now, double rtt_us, double up_bytes_per_us, double down_bytes_per_us)
+      : now_(now), rtt_(rtt_us), up_(up_bytes_per_us), down_(down_bytes_per_us) {}
+  absl::Status RoundTrip(int64_t send, int64_t reply, int64_t deadline_us) override {
+    ++calls;
+    double t = rtt_ + send / up_ + reply / down_;
+    if (calls == slow_call) t *= 10;
+    const int64_t done = *now_ + static_cast<int64_t>(t);
+    if (done > deadline_us || hang) {
+      *now_ = std::max(*now_, deadline_us);
+      return absl::DeadlineExceededError("no reply before the time limit");
+    }
+    if (calls == fail_call) return absl::FailedPreconditionError("server 0: refused");
+    *now_ = done;
+    return absl::OkStatus();
+  }
+  int calls = 0;
+  int slow_call = -1;
+  int fail_call = -1;
+  bool hang = false;
+
+ private:
+  int64_t* now_;
+  double rtt_, up_, down_;
+};
+
+LinkProbeOptions Options() {
+  LinkProbeOptions o;
+  o.latency_probes = 5;
+  o.latency_bytes = 0;  // a pure round trip: latency is exactly the rtt
+  o.transfers = 3;
+  o.transfer_bytes = 1000000;
+  o.timeout_ms = 10000;
+  return o;
+}
+
+TEST(LinkProbeTest, LatencyAndBandwidthOfAnIdealLink) {
+  int64_t now = 0;
+  // 1 Gbit/s = 125 bytes/us up, 0.5 Gbit/s down, 200 us round trip.
+  FakeLink link(&now, 200, 125, 62.5);
+  LinkSamples samples;
+  ASSERT_TRUE(CollectLinkSamples(link, Options(), 1 << 30, [&] { return now; }, &samples).ok());
+  EXPECT_EQ(link.calls, 1 + 5 + 2 * 3);  // the uncounted first probe, small ones, transfers
+  EXPECT_EQ(samples.latency_us.size(), 5u);
+  EXPECT_EQ(samples.up_us.size(), 3u);
+  EXPECT_EQ(samples.down_us.size(), 3u);
+  EXPECT_EQ(samples.up_us[0], 200 + 8000);
+  EXPECT_EQ(samples.down_us[0], 200 + 16000);
+  const proto::LinkProbe p = SummarizeLinkSamples(2, samples, 1000000);
+  EXPECT_EQ(p.server(), 2);
+  EXPECT_DOUBLE_EQ(p.latency_us(), 200);
+  EXPECT_NEAR(p.up_gbps(), 1.0, 1e-9);  // the round trip's latency is not counted as transfer
+  EXPECT_NEAR(p.down_gbps(), 0.5, 1e-9);
+  EXPECT_EQ(p.latency_samples(), 5);
+  EXPECT_EQ(p.transfer_samples(), 3);
+  EXPECT_EQ(p.probe_bytes(), 1000000);
+}
+
+TEST(LinkProbeTest, MediansIgnoreOneSlowProbe) {
+  int64_t now = 0;
+  FakeLink link(&now, 100, 125, 125);
+  link.slow_call = 1 + 5 + 1;  // the first up transfer takes ten times as long
+  LinkSamples samples;
+  ASSERT_TRUE(CollectLinkSamples(link, Options(), 1 << 30, [&] { return now; }, &samples).ok());
+  EXPECT_GT(samples.up_us[0], 10 * samples.up_us[1] - 1);
+  const proto::LinkProbe p = SummarizeLinkSamples(0, samples, 1000000);
+  EXPECT_NEAR(p.up_gbps(), 1.0, 1e-9);
+  EXPECT_NEAR(p.down_gbps(), 1.0, 1e-9);
+}
+
+TEST(LinkProbeTest, SummaryOfHandMadeSamples) {
+  LinkSamples s;
+  s.latency_us = {300, 100, 100};  // median 100
+  s.up_us = {2100, 1100, 900};     // median 1100: 1000 us of transfer
+  s.down_us = {};
+  const proto::LinkProbe p = SummarizeLinkSamples(1, s, 250000);
+  EXPECT_DOUBLE_EQ(p.latency_us(), 100);
+  EXPECT_DOUBLE_EQ(p.up_gbps(), 2.0);  // 2e6 bits in 1000 us
+  EXPECT_EQ(p.down_gbps(), 0);         // no sample, no value
+  EXPECT_EQ(p.transfer_samples(), 0);
+  // A transfer faster than the small probes (noise): the whole round trip is used.
+  s.up_us = {50};
+  EXPECT_DOUBLE_EQ(SummarizeLinkSamples(1, s, 250000).up_gbps(), 40.0);
+}
+
+TEST(LinkProbeTest, ServersShareTheTimeLimitAndAHungOneDoesNotStopTheOthers) {
+  int64_t now = 0;
+  FakeLink hung(&now, 100, 125, 125);
+  hung.hang = true;
+  FakeLink fine(&now, 100, 125, 125);
+  LinkProbeOptions o = Options();
+  o.timeout_ms = 1000;
+  const proto::LinkProbeReport r = ProbeLinks({&hung, &fine}, o, [&] { return now; });
+  ASSERT_EQ(r.links_size(), 2);
+  EXPECT_EQ(r.links(0).server(), 0);
+  EXPECT_NE(r.links(0).error().find("no reply before the time limit"), std::string::npos)
+      << r.links(0).error();
+  EXPECT_NE(r.links(0).error().find("after 0 of 5 small probes"), std::string::npos);
+  EXPECT_EQ(r.links(0).latency_us(), 0);
+  EXPECT_EQ(r.links(1).error(), "");
+  EXPECT_NEAR(r.links(1).up_gbps(), 1.0, 1e-9);
+  // Server 0 used its half (500 ms); server 1 its 6 x 8.1 ms + 6 x 0.1 ms.
+  EXPECT_NEAR(r.elapsed_ms(), 500 + 6 * 8.1 + 6 * 0.1, 1e-6);
+
+  // Starting at server 1 (a worker of rank 1): the fine server gets the full second first.
+  now = 0;
+  hung.calls = 0;
+  const proto::LinkProbeReport rotated = ProbeLinks({&hung, &fine}, o, [&] { return now; }, 1);
+  ASSERT_EQ(rotated.links_size(), 2);
+  EXPECT_EQ(rotated.links(0).server(), 1);
+  EXPECT_EQ(rotated.links(0).error(), "");
+  EXPECT_EQ(rotated.links(1).server(), 0);
+  EXPECT_NE(rotated.links(1).error(), "");
+  EXPECT_NEAR(rotated.elapsed_ms(), 1000, 1e-6);  // the hung one had what was left
+}
+
+TEST(LinkProbeTest, TimeLimitInTheMiddleKeepsWhatCompleted) {
+  int64_t now = 0;
+  FakeLink link(&now, 100, 125, 125);
+  LinkProbeOptions o = Options();
+  o.timeout_ms = 20;  // the small probes (0.6 ms) and two transfers (8.1 ms each)
+  const proto::LinkProbeReport r = ProbeLinks({&link}, o, [&] { return now; });
+  ASSERT_EQ(r.links_size(), 1);
+  EXPECT_DOUBLE_EQ(r.links(0).latency_us(), 100);
+  EXPECT_EQ(r.links(0).latency_samples(), 5);
+  EXPECT_NEAR(r.links(0).up_gbps(), 1.0, 1e-9);  // one up and one down transfer completed
+  EXPECT_NEAR(r.links(0).down_gbps(), 1.0, 1e-9);
+  EXPECT_EQ(r.links(0).transfer_samples(), 1);
+  EXPECT_NE(r.links(0).error().find("1 of 3 transfers each way"), std::string::npos)
+      << r.links(0).error();
+  EXPECT_LE(r.elapsed_ms(), 20);
+}
+
+TEST(LinkProbeTest, AnErrorReplyStopsThatServer) {
+  int64_t now = 0;
+  FakeLink link(&now, 100, 125, 125);
+  link.fail_call = 3;
+  const proto::LinkProbeReport r = ProbeLinks({&link}, Options(), [&] { return now; });
+  EXPECT_NE(r.links(0).error().find("server 0: refused (after 1 of 5 small probes"),
+            std::string::npos)
+      << r.links(0).error();
+  EXPECT_EQ(link.calls, 3);
+}
+
+TEST(LinkProbeTest, ZmqExchangeMatchesRepliesAndReportsErrors) {
+  zmq::context_t ctx(1);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  ConfigureSocket(router);
+  absl::StatusOr<int> port = BindTcp(router, "127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  std::vector<proto::DataHeader> seen;
+  std::vector<size_t> seen_payload;
+  // Request 1: a stale reply (another id) first, then the answer. Request 2: an error.
+  // Request 3: a reply of the wrong size. Request 4: never answered.
+  std::thread server([&] {
+    for (int i = 0; i < 4; ++i) {
+      absl::StatusOr<std::vector<zmq::message_t>> f = RecvFrames(router, std::chrono::seconds(5));
+      if (!f.ok() || f->size() < 2) return;
+      proto::DataHeader h;
+      h.ParseFromArray((*f)[1].data(), static_cast<int>((*f)[1].size()));
+      seen.push_back(h);
+      seen_payload.push_back(f->size() > 2 ? (*f)[2].size() : 0);
+      auto reply = [&](proto::DataOp op, uint64_t id, int64_t bytes, const std::string& error) {
+        proto::DataHeader r;
+        r.set_op(op);
+        r.set_request_id(id);
+        r.set_error(error);
+        std::vector<zmq::message_t> out;
+        out.emplace_back((*f)[0].data(), (*f)[0].size());
+        out.push_back(ProtoFrame(r));
+        if (bytes > 0) out.push_back(ProbePayload(bytes));
+        (void)SendFrames(router, out);
+      };
+      if (i == 0) reply(proto::OP_PROBE_REPLY, 999, 0, "");
+      if (i == 0) reply(proto::OP_PROBE_REPLY, h.request_id(), h.probe_reply_bytes(), "");
+      if (i == 1) reply(proto::OP_ERROR, h.request_id(), 0, "server 0: link probe: no");
+      if (i == 2) reply(proto::OP_PROBE_REPLY, h.request_id(), 5, "");
+    }
+  });
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  ConfigureSocket(dealer);
+  dealer.connect(TcpEndpoint("127.0.0.1", *port));
+  uint64_t next = 7;
+  ZmqProbeExchange exchange(dealer, 3, &next);
+  const int64_t far = MonotonicUs() + 5000000;
+  EXPECT_TRUE(exchange.RoundTrip(4096, 100, far).ok());
+  absl::Status error = exchange.RoundTrip(0, 0, far);
+  EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(error.message(), "server 0: link probe: no");
+  absl::Status wrong = exchange.RoundTrip(0, 16, far);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(wrong.message().find("with 16 bytes, got OP_PROBE_REPLY with 5"), std::string::npos);
+  const int64_t before = MonotonicUs();
+  absl::Status late = exchange.RoundTrip(0, 0, before + 50000);
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(MonotonicUs() - before, 50000);
+  server.join();
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0].op(), proto::OP_PROBE);
+  EXPECT_EQ(seen[0].sender(), 3);
+  EXPECT_EQ(seen[0].request_id(), 7u);
+  EXPECT_EQ(seen[0].payload_bytes(), 4096);
+  EXPECT_EQ(seen_payload[0], 4096u);
+  EXPECT_EQ(seen[0].probe_reply_bytes(), 100);
+  EXPECT_EQ(seen_payload[1], 0u);  // no payload frame for 0 bytes
+  EXPECT_EQ(next, 11u);
+}
+
+TEST(LinkProbeTest, ConfigDefaultsAndLimits) {
+  proto::ClusterConfig c = WithClusterDefaults({});
+  EXPECT_EQ(c.link_probe_count(), 3);
+  EXPECT_EQ(c.link_probe_bytes(), 1 << 20);
+  EXPECT_EQ(c.link_latency_probes(), 16);
+  EXPECT_EQ(c.link_probe_timeout_ms(), 5000);
+  const LinkProbeOptions o = LinkProbeOptionsFrom(c);
+  EXPECT_EQ(o.transfers, 3);
+  EXPECT_EQ(o.transfer_bytes, 1 << 20);
+  EXPECT_EQ(o.latency_probes, 16);
+  EXPECT_EQ(o.timeout_ms, 5000);
+  proto::ClusterConfig off;
+  off.set_link_probe_count(0);  // an explicit 0 disables the probes, and stays 0
+  EXPECT_EQ(WithClusterDefaults(off).link_probe_count(), 0);
+  EXPECT_TRUE(ValidateClusterConfig(WithClusterDefaults(off)).ok());
+  c.set_link_probe_bytes(kMaxProbeBytes + 1);
+  c.set_link_probe_count(101);
+  absl::Status s = ValidateClusterConfig(c);
+  EXPECT_NE(s.message().find("link_probe_bytes must be in [1024, 67108864]"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("link_probe_count must be in [0, 100]"), std::string::npos);
+  proto::ClusterConfig parsed;
+  absl::Status bad =
+      ParseTextProto("link_probe_count: 2\nlink_probe_bytez: 5\n", "c.pbtxt", &parsed);
+  EXPECT_NE(bad.message().find("c.pbtxt:2:"), std::string::npos) << bad.message();
+}
+
+}  // namespace
+}  // namespace bytecomp

@@ -1,0 +1,90 @@
+// RequestValidator: link probe requests (OP_PROBE) are checked field by field.
+#include "bytecomp/server/request_validator.h"
+
+#include <gtest/gtest.h>
+
+#include "bytecomp/common/link_probe.h"
+
+namespace bytecomp::server {
+namespace {
+
+proto::DataHeader Probe(int64_t payload, int64_t reply) {
+  proto::DataHeader h;
+  h.set_op(proto::OP_PROBE);
+  h.set_sender(1);
+  h.set_request_id(42);
+  h.set_payload_bytes(payload);
+  h.set_probe_reply_bytes(reply);
+  return h;
+}
+
+std::string Why(const RequestValidator& v, const proto::DataHeader& h, bool has_payload,
+                size_t size) {
+  absl::Status s = v.ValidateProbe(h, has_payload, size);
+  return s.ok() ? "ok" : std::string(s.message());
+}
+
+TEST(RequestValidatorTest, ProbesWithinBoundsAreAccepted) {
+  RequestValidator v(/*my_rank=*/0, /*num_workers=*/2, /*num_servers=*/1);
+  EXPECT_EQ(Why(v, Probe(16, 16), true, 16), "ok");
+  EXPECT_EQ(Why(v, Probe(0, 1 << 20), false, 0), "ok");
+  EXPECT_EQ(Why(v, Probe(kMaxProbeBytes, 0), true, kMaxProbeBytes), "ok");
+  EXPECT_EQ(Why(v, Probe(0, kMaxProbeBytes), false, 0), "ok");
+  proto::DataHeader tool = Probe(0, 0);
+  tool.set_sender(-1);  // bytecomp-linkprobe, outside the job
+  EXPECT_EQ(Why(v, tool, false, 0), "ok");
+}
+
+TEST(RequestValidatorTest, BadProbesAreRefusedWithTheField) {
+  RequestValidator v(0, 2, 1);
+  EXPECT_EQ(Why(v, Probe(0, kMaxProbeBytes + 1), false, 0),
+            "link probe: probe_reply_bytes 67108865 is outside [0, 67108864]");
+  EXPECT_EQ(Why(v, Probe(0, -1), false, 0),
+            "link probe: probe_reply_bytes -1 is outside [0, 67108864]");
+  EXPECT_EQ(Why(v, Probe(kMaxProbeBytes + 1, 0), true, kMaxProbeBytes + 1),
+            "link probe: payload_bytes 67108865 is outside [0, 67108864]");
+  EXPECT_EQ(Why(v, Probe(100, 0), true, 99),
+            "link probe: payload is 99 bytes, header says 100 bytes (0: no payload frame)");
+  EXPECT_EQ(Why(v, Probe(100, 0), false, 0),
+            "link probe: payload is absent, header says 100 bytes (0: no payload frame)");
+  EXPECT_EQ(Why(v, Probe(0, 0), true, 0),
+            "link probe: payload is 0 bytes, header says 0 bytes (0: no payload frame)");
+  proto::DataHeader h = Probe(0, 0);
+  h.set_sender(2);
+  EXPECT_EQ(Why(v, h, false, 0),
+            "link probe: sender 2 is not a worker rank (0..1) nor -1 (a tool outside the job)");
+  h.set_sender(-2);
+  EXPECT_NE(Why(v, h, false, 0).find("sender -2"), std::string::npos);
+  h = Probe(0, 0);
+  h.set_key(5);
+  EXPECT_EQ(Why(v, h, false, 0),
+            "link probe: key, round, iteration, stage and strategy_version must be 0, got key 5 "
+            "round 0 iteration 0 stage 0 strategy_version 0");
+  h = Probe(0, 0);
+  h.set_strategy_version(3);
+  EXPECT_NE(Why(v, h, false, 0).find("strategy_version 3"), std::string::npos);
+  for (int field = 0; field < 4; ++field) {
+    h = Probe(0, 0);
+    if (field == 0) h.set_codec("topk");
+    if (field == 1) h.set_dtype(proto::DTYPE_FLOAT16);
+    if (field == 2) h.set_element_count(10);
+    if (field == 3) h.set_error("abort");
+    EXPECT_EQ(Why(v, h, false, 0),
+              "link probe: codec, dtype, element_count and error must be unset")
+        << field;
+  }
+  h = Probe(0, 0);
+  h.set_op(proto::OP_PUSH);
+  EXPECT_EQ(Why(v, h, false, 0), "link probe: op OP_PUSH is not OP_PROBE");
+}
+
+TEST(RequestValidatorTest, DataValidationRefusesProbeReplies) {
+  RequestValidator v(0, 2, 1);
+  proto::DataHeader h = Probe(0, 0);
+  h.set_op(proto::OP_PROBE_REPLY);
+  absl::Status s = v.Validate(h, false, 0);
+  EXPECT_EQ(s.message(), "unsupported op OP_PROBE_REPLY (expected OP_PUSH or OP_PULL)");
+}
+
+}  // namespace
+}  // namespace bytecomp::server

@@ -1,0 +1,32 @@
+// The link probes at start: on the data thread, after connecting and before the first push
+// (operations queue meanwhile; the engine's callers are not held up), bounded by
+// ClusterConfig.link_probe_timeout_ms. The report goes to the scheduler.
+#include "absl/strings/str_cat.h"
+#include "engine_impl.h"
+
+namespace bytecomp::worker {
+
+void DataLoop::ProbeLinks() {
+  const LinkProbeOptions options = LinkProbeOptionsFrom(engine_.config_);
+  if (options.transfers <= 0) return;
+  std::vector<ZmqProbeExchange> exchanges;
+  exchanges.reserve(sockets_.size());
+  for (auto& conns : sockets_) {
+    exchanges.emplace_back(conns.front(), engine_.info.rank, &next_request_);
+  }
+  std::vector<ProbeExchange*> servers;
+  for (auto& e : exchanges) servers.push_back(&e);
+  proto::ControlMessage message;
+  proto::LinkProbeReport* report = message.mutable_link_probe_report();
+  *report = bytecomp::ProbeLinks(servers, options, &MonotonicUs, engine_.info.rank);
+  for (const proto::LinkProbe& link : report->links()) {
+    if (!link.error().empty()) {
+      BC_LOG_WARNING("link probe of server ", link.server(), ": ", link.error());
+    }
+    BC_LOG_DEBUG("link to server ", link.server(), ": latency ", link.latency_us(), " us, up ",
+                 link.up_gbps(), " Gbit/s, down ", link.down_gbps(), " Gbit/s");
+  }
+  engine_.control_queue_.Push(SendControl{std::move(message)});
+}
+
+}  // namespace bytecomp::worker
