@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/dtype.h"
+#include "bytecomp/common/stats.h"
 #include "bytecomp/compress/aggregator.h"
 #include "bytecomp/compress/memory.h"
 #include "bytecomp/compress/registry.h"
@@ -19,11 +20,6 @@ namespace bytecomp::planner {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Runs `call` until `seconds` have passed (at least 3 times); returns the median in us.
 template <typename Call>
@@ -37,7 +33,7 @@ absl::StatusOr<double> TimeCall(double seconds, Call call) {
     times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     if (times.size() >= 10000) break;
   }
-  return Median(times);
+  return bytecomp::Median(times);
 }
 
 // GB/s of one thread running `call` over `bytes` (the median time).
