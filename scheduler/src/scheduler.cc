@@ -376,8 +376,12 @@ void Scheduler::HandleRegister(const std::string& identity, const proto::Registe
   const bool is_worker = reg.role() == proto::ROLE_WORKER;
   WorkerPlacement placement;
   placement.machine = reg.machine().empty() ? reg.hostname() : reg.machine();
-  if (reg.has_requested_local_rank()) placement.requested_local_rank = reg.requested_local_rank();
-  if (reg.has_declared_local_size()) placement.declared_local_size = reg.declared_local_size();
+  // Local ranks matter (and are checked) only when machines reduce locally; otherwise they
+  // are informational and the scheduler numbers each machine's workers in rank order.
+  if (config_.hierarchical()) {
+    if (reg.has_requested_local_rank()) placement.requested_local_rank = reg.requested_local_rank();
+    if (reg.has_declared_local_size()) placement.declared_local_size = reg.declared_local_size();
+  }
   std::vector<std::string>& by_rank = is_worker ? worker_by_rank_ : server_by_rank_;
   const std::string role = RoleName(reg.role());
   if (!is_worker) {
