@@ -17,10 +17,10 @@ constexpr size_t kMaxMachineName = 256;
 absl::Status CheckPlacement(const std::vector<WorkerPlacement>& registered,
                             const WorkerPlacement& joining) {
   const std::string who = absl::StrCat("worker ", joining.rank, " on machine '", joining.machine, "'");
-  if (joining.machine.empty() || joining.machine.size() > kMaxMachineName) {
-    return absl::InvalidArgumentError(absl::StrCat("worker ", joining.rank, ": machine name must be 1 to ",
-                                                   kMaxMachineName, " bytes, got ",
-                                                   joining.machine.size()));
+  if (joining.machine.size() > kMaxMachineName) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", joining.rank, ": a machine name of ",
+                                                   joining.machine.size(), " bytes; at most ",
+                                                   kMaxMachineName));
   }
   if (joining.declared_local_size.has_value() && *joining.declared_local_size < 1) {
     return absl::InvalidArgumentError(

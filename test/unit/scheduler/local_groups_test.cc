@@ -54,7 +54,8 @@ TEST(LocalGroupsTest, RegistrationRefusesConflictsNamingTheMachineAndTheWorkers)
   EXPECT_TRUE(Contains(message(At(2, "A", 2, 2)), "asked for local rank 2, out of range for local size 2"));
   EXPECT_TRUE(Contains(message(At(2, "A", -1)), "asked for local rank -1, out of range"));
   EXPECT_TRUE(Contains(message(At(2, "A", std::nullopt, 0)), "declared local size 0"));
-  EXPECT_TRUE(Contains(message(At(2, "")), "machine name must be 1 to 256 bytes"));
+  EXPECT_TRUE(Contains(message(At(2, std::string(300, 'm'))), "a machine name of 300 bytes; at most 256"));
+  EXPECT_TRUE(CheckPlacement(registered, At(2, "")).ok()) << "no name (no hostname) is one more machine";
   EXPECT_TRUE(CheckPlacement(registered, At(2, "A", 1, 2)).ok());
   EXPECT_TRUE(CheckPlacement(registered, At(2, "A")).ok());
   // A third worker on a machine of declared size 2.

@@ -36,10 +36,10 @@ struct LocalAssignment {
   std::vector<int> roots;
 };
 
-// Registration-time checks of `joining` against the workers already registered: a valid
-// machine name and local rank/size, agreement with the local size others on the same machine
-// declared, a local rank not taken, and no more workers on the machine than declared. The
-// error names the machine and the workers involved.
+// Registration-time checks of `joining` against the workers already registered: a machine
+// name of at most 256 bytes, a valid local rank and size, agreement with the local size
+// others on the same machine declared, a local rank not taken, and no more workers on the
+// machine than declared. The error names the machine and the workers involved.
 absl::Status CheckPlacement(const std::vector<WorkerPlacement>& registered,
                             const WorkerPlacement& joining);
 
