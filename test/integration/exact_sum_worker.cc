@@ -10,6 +10,9 @@
 //                         a quarter of its pushes) [--shuffle 1] (per-rank push order)
 //                         [--average 1] (BYTECOMP_FLAG_AVERAGE: expects sum / W)
 //                         [--die-rank R --die-round K] (rank R exits at once, code 3, in round K)
+//                         [--lonely-rank R] (only rank R push_pulls, one tensor "lonely", and
+//                         exits 4 printing "LONELY FAILED after T ms: <error>" if it fails;
+//                         the others shut down at once)
 // At the end it prints "PUSHED BYTES: N" (what this worker pushed to servers).
 // Exit code 0: all sums exact. 1: a wrong sum (printed). 2: an operation failed (the error text
 // and the milliseconds it took are printed as "OPERATION FAILED after T ms: ...").
@@ -125,6 +128,21 @@ int main(int argc, char** argv) {
   }
   const int rank = bytecomp_rank();
   const int workers = bytecomp_size();
+  if (const int lonely = static_cast<int>(Arg(argc, argv, "--lonely-rank", -1)); lonely >= 0) {
+    if (rank != lonely) return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
+    std::vector<float> v(100, 1.0f);
+    bytecomp_handle_t h = 0;
+    const int64_t t0 = elapsed_ms();
+    if (bytecomp_push_pull("lonely", v.data(), 100, BYTECOMP_FLOAT32, 0, 0, &h) != BYTECOMP_OK ||
+        bytecomp_wait(h, 60000) != BYTECOMP_OK) {
+      std::printf("LONELY FAILED after %lld ms: %s\n", static_cast<long long>(elapsed_ms() - t0),
+                  bytecomp_last_error());
+      std::fflush(stdout);
+      bytecomp_shutdown();
+      return 4;
+    }
+    return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
+  }
   std::vector<TestTensor> tensors = MakeTensors(partition_bytes, max_bytes);
   std::mt19937 rng(rank * 7919 + 1);
   std::vector<bytecomp_handle_t> handles(tensors.size());

@@ -171,3 +171,17 @@ def test_machine_with_fewer_workers_than_its_local_size_fails_at_start():
             assert "INIT FAILED" in out, c.dump()
             assert "machine 'A' declared local size 3 but 2 workers registered" in out, c.dump()
             assert "missing local rank 2" in out, c.dump()
+
+
+def test_a_tensor_only_a_non_root_pushes_fails_with_the_declaration_error():
+    # Worker 2 (machine A's non-root) push_pulls a tensor nobody else declares: its operation
+    # waits on the local root, and must end with the scheduler's declaration timeout, not hang.
+    cmd = [cluster.binary("exact_sum_worker"), "--lonely-rank", "2"]
+    with cluster.Cluster(workers=4, servers=1, worker_cmd=cmd,
+                         scheduler_args=["--hierarchical", "--declare_timeout_ms=1500"],
+                         worker_env=machines_env(["A", "B", "A", "B"])) as c:
+        codes = c.wait_workers(timeout=20)
+        assert codes == [0, 0, 4, 0], c.dump()
+        out = c.workers[2].output()
+        assert "LONELY FAILED" in out, c.dump()
+        assert "tensor 'lonely' was not declared by workers 0, 1, 3 within 1.5 s" in out, c.dump()

@@ -469,6 +469,7 @@ void EngineImpl::OnDeclareReply(const proto::DeclareReply& reply) {
     } else {
       tensor.layout = *layout;
       tensor.state = TensorState::kReady;
+      tensor.local_ops.clear();
       if (!tensor.checkpoint.empty()) {
         if (absl::Status s = ApplyCheckpointLocked(tensor, tensor.checkpoint); !s.ok()) {
           BC_LOG_ERROR(s.message());
@@ -485,6 +486,12 @@ void EngineImpl::OnDeclareReply(const proto::DeclareReply& reply) {
   tensor.error = error;
   for (auto& op : tensor.waiting) op->FailBeforeStart(error);
   tensor.waiting.clear();
+  // Hierarchical push_pulls of this tensor wait on the local root, which may never reduce a
+  // tensor that was not declared everywhere: they fail with the declaration's error.
+  for (auto& weak : tensor.local_ops) {
+    if (std::shared_ptr<Operation> op = weak.lock()) op->FailBeforeStart(error);
+  }
+  tensor.local_ops.clear();
 }
 
 void EngineImpl::FailEngine(const absl::Status& reason) {

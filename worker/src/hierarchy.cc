@@ -29,6 +29,7 @@ absl::StatusOr<int64_t> EngineImpl::HierarchicalPushPull(const PushPullRequest& 
       return outer->handle;
     }
     tag = absl::StrCat(request.name, "@", tensor->local_round++);
+    if (tensor->state == TensorState::kDeclaring) tensor->local_ops.push_back(outer);
   }
   ++operations_;
   LocalReducer& reducer = *local_reducer_;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -99,6 +100,8 @@ struct TensorEntry {
   uint64_t next_round = 0;       // training rounds started
   uint64_t next_wire_round = 0;  // exchanges with the servers started (2 per PowerSGD round)
   uint64_t local_round = 0;      // hierarchical: push_pull calls, which tag the local collectives
+  // Hierarchical push_pulls started while the declaration was pending (failed with it if it fails).
+  std::vector<std::weak_ptr<Operation>> local_ops;
   uint64_t last_version = 0;     // strategy version of the latest started operation
   uint64_t two_round_version = 0;  // the version `two_round` was found for
   bool two_round = false;          // the push codec needs two exchanges (PowerSGD)
