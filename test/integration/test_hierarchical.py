@@ -185,3 +185,40 @@ def test_a_tensor_only_a_non_root_pushes_fails_with_the_declaration_error():
         out = c.workers[2].output()
         assert "LONELY FAILED" in out, c.dump()
         assert "tensor 'lonely' was not declared by workers 0, 1, 3 within 1.5 s" in out, c.dump()
+
+
+def test_strategy_switch_applies_at_one_round_on_every_local_rank(tmp_path):
+    # SIGHUP with a new strategy (fp16 both ways: exact for these values) mid-training: the
+    # local roots switch at the agreed round, and every local rank, root or not, reports the
+    # same version for each of its rounds.
+    from test_strategy_switch import V1, V2, wait_for
+    import signal
+    rounds = 30
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write(V1)
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--max-bytes", "1000000",
+           "--slow-rank", "3", "--slow-ms", "20"]
+    with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
+                         scheduler_args=[f"--strategy={path}", "--hierarchical"],
+                         worker_env=machines_env(["A", "B", "A", "B"])) as c:
+        assert wait_for(lambda: "round 10/" in c.workers[0].output(), 60), c.dump()
+        with open(path, "w") as f:
+            f.write(V2)
+        c.scheduler.proc.send_signal(signal.SIGHUP)
+        codes = c.wait_workers(timeout=120)
+        assert codes == [0, 0, 0, 0], c.dump()
+        sequences = []
+        for w in c.workers:
+            out = w.output()
+            assert f"ALL SUMS EXACT: {rounds} rounds" in out, c.dump()
+            line = next(l for l in out.splitlines() if l.startswith("STRATEGY VERSIONS BY ROUND:"))
+            sequences.append([int(v) for v in line.split(":")[1].split()])
+        assert all(s == sequences[0] for s in sequences), sequences
+        seq = sequences[0]
+        assert seq[0] == 1 and seq[-1] == 2 and seq == sorted(seq), seq
+        switch_round = seq.index(2)
+        for s in c.servers:
+            c.wait_node(s, 15)
+            assert f"strategy version 2 from round {switch_round}" in s.output(), c.dump()
+        assert sorted(server_pushes(c)) == [0, 1], c.dump()
