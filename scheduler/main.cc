@@ -40,6 +40,8 @@ ABSL_FLAG(std::string, plan_cluster, "",
           "--strategy=auto: ClusterDescription (proto/planner.proto) of the links and GPUs");
 ABSL_FLAG(std::string, plan_costs, "",
           "--strategy=auto: codec cost table (bytecomp-plan --calibrate writes one)");
+ABSL_FLAG(bool, hierarchical, false,
+          "Reduce inside each machine first; only local roots push (ClusterConfig.hierarchical)");
 ABSL_FLAG(int, profile_rounds, 5, "--strategy=auto: rounds the workers profile before planning");
 ABSL_FLAG(std::string, plan_links, "measured",
           "--strategy=auto: where the planned worker_link and server_link come from: 'measured' "
@@ -98,6 +100,7 @@ int main(int argc, char** argv) {
     config.set_heartbeat_timeout_ms(v);
   }
   if (int v = absl::GetFlag(FLAGS_connect_timeout_ms); v != 0) config.set_connect_timeout_ms(v);
+  if (absl::GetFlag(FLAGS_hierarchical)) config.set_hierarchical(true);
   if (int v = absl::GetFlag(FLAGS_declare_timeout_ms); v != 0) config.set_declare_timeout_ms(v);
   if (int64_t v = absl::GetFlag(FLAGS_max_inflight_bytes_per_server); v >= 0) {
     config.set_max_inflight_bytes_per_server(v);

@@ -36,6 +36,11 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
   reg->set_data_address(data_address);
   reg->set_hostname(Hostname());
   reg->set_pid(getpid());
+  if (role == proto::ROLE_WORKER) {
+    reg->set_machine(machine_.empty() ? Hostname() : machine_);
+    if (local_rank_.has_value()) reg->set_requested_local_rank(*local_rank_);
+    if (local_size_.has_value()) reg->set_declared_local_size(*local_size_);
+  }
   if (absl::Status s = Send(msg); !s.ok()) return s;
 
   const int64_t deadline = MonotonicMs() + config_.connect_timeout_ms();
@@ -66,6 +71,13 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
                                                m.shutdown().reason()));
     }
   }
+}
+
+void SchedulerClient::SetPlacement(std::string machine, std::optional<int> local_rank,
+                                   std::optional<int> local_size) {
+  machine_ = std::move(machine);
+  local_rank_ = local_rank;
+  local_size_ = local_size;
 }
 
 absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {

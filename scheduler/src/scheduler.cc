@@ -2,6 +2,7 @@
 
 #include "bytecomp/planner/inputs.h"
 #include "bytecomp/scheduler/auto_planner.h"
+#include "bytecomp/scheduler/local_groups.h"
 
 #include <algorithm>
 #include <csignal>
@@ -354,6 +355,9 @@ void Scheduler::HandleMessage(std::vector<zmq::message_t>& frames, int64_t now_m
     case proto::ControlMessage::kShutdown:
       HandleShutdownRequest(*node, message.shutdown());
       return;
+    case proto::ControlMessage::kLocalCommunicator:
+      HandleLocalCommunicator(*node, message.local_communicator());
+      return;
     case proto::ControlMessage::BODY_NOT_SET:
       LogBadMessage(absl::StrCat("empty ControlMessage from ", who));
       SendError(identity, "empty ControlMessage: no message body is set");
@@ -387,6 +391,14 @@ void Scheduler::HandleRegister(const std::string& identity, const proto::Registe
     return;
   }
   const bool is_worker = reg.role() == proto::ROLE_WORKER;
+  WorkerPlacement placement;
+  placement.machine = reg.machine().empty() ? reg.hostname() : reg.machine();
+  // Local ranks matter (and are checked) only when machines reduce locally; otherwise they
+  // are informational and the scheduler numbers each machine's workers in rank order.
+  if (config_.hierarchical()) {
+    if (reg.has_requested_local_rank()) placement.requested_local_rank = reg.requested_local_rank();
+    if (reg.has_declared_local_size()) placement.declared_local_size = reg.declared_local_size();
+  }
   std::vector<std::string>& by_rank = is_worker ? worker_by_rank_ : server_by_rank_;
   const std::string role = RoleName(reg.role());
   if (!is_worker) {
@@ -418,6 +430,13 @@ void Scheduler::HandleRegister(const std::string& identity, const proto::Registe
     }
     rank = static_cast<int>(free - by_rank.begin());
   }
+  if (is_worker) {
+    placement.rank = rank;
+    if (absl::Status s = CheckPlacement(WorkerPlacements(), placement); !s.ok()) {
+      reject(std::string(s.message()));
+      return;
+    }
+  }
   Node node;
   node.identity = identity;
   node.role = reg.role();
@@ -426,6 +445,7 @@ void Scheduler::HandleRegister(const std::string& identity, const proto::Registe
   node.hostname = reg.hostname();
   node.pid = reg.pid();
   node.last_seen_ms = now_ms;
+  if (is_worker) node.placement = placement;
   by_rank[rank] = identity;
   BC_LOG_INFO("registered ", NodeName(node), " (pid ", node.pid, " on ",
               node.hostname.empty() ? "?" : node.hostname,
@@ -438,21 +458,43 @@ void Scheduler::HandleRegister(const std::string& identity, const proto::Registe
   }
 }
 
+std::vector<WorkerPlacement> Scheduler::WorkerPlacements() const {
+  std::vector<WorkerPlacement> out;
+  for (const std::string& id : worker_by_rank_) {
+    if (!id.empty()) out.push_back(nodes_.at(id).placement);
+  }
+  return out;
+}
+
 void Scheduler::SendTopology() {
   topology_sent_ = true;
   const int64_t now = MonotonicMs();
+  absl::StatusOr<LocalAssignment> local = AssignLocalRanks(WorkerPlacements());
+  if (!local.ok()) {
+    const std::string reason = absl::StrCat("cannot group the workers by machine: ",
+                                            local.status().message());
+    BC_LOG_ERROR(reason);
+    BroadcastShutdown(reason);
+    Finish(absl::FailedPreconditionError(reason));
+    return;
+  }
+  local_ = *std::move(local);
   // Heartbeat monitoring starts now: until the topology arrives a node may be busy with its
   // own start-up, and the registration timeout covers that phase.
   for (auto& [id, node] : nodes_) node.last_seen_ms = now;
 
   std::string table = absl::StrFormat("\n  %-7s %4s  %-24s %7s  %s", "role", "rank", "host",
-                                      "pid", "data address");
+                                      "pid", "data address / machine:local rank");
   for (const auto* ranks : {&worker_by_rank_, &server_by_rank_}) {
     for (const std::string& id : *ranks) {
       const Node& n = nodes_.at(id);
+      const std::string where =
+          n.role == proto::ROLE_WORKER
+              ? absl::StrCat(n.placement.machine, ":", local_.local_rank[n.rank], "/",
+                             local_.local_size[n.rank])
+              : n.data_address;
       absl::StrAppend(&table, absl::StrFormat("\n  %-7s %4d  %-24s %7d  %s", RoleName(n.role),
-                                              n.rank, n.hostname, n.pid,
-                                              n.data_address.empty() ? "-" : n.data_address));
+                                              n.rank, n.hostname, n.pid, where));
     }
   }
   BC_LOG_INFO("all ", config_.num_workers(), " workers and ", config_.num_servers(),
@@ -470,20 +512,20 @@ void Scheduler::SendTopology() {
   }
   *topology->mutable_config() = config_;
   *topology->mutable_strategy() = strategy_.current();
+  if (config_.hierarchical()) {
+    for (int root : local_.roots) topology->add_pushers(root);
+    BC_LOG_INFO("hierarchical: ", local_.machines.size(), " machines; local roots (the workers "
+                "that push) ", absl::StrJoin(local_.roots, ", "));
+  } else {
+    for (int r = 0; r < config_.num_workers(); ++r) topology->add_pushers(r);
+  }
   for (const std::string& id : worker_by_rank_) {
     const Node& n = nodes_.at(id);
-    int local_rank = 0;
-    int local_size = 0;
-    for (const std::string& other_id : worker_by_rank_) {
-      const Node& other = nodes_.at(other_id);
-      if (other.hostname != n.hostname) continue;
-      ++local_size;
-      if (other.rank < n.rank) ++local_rank;
-    }
     proto::ControlMessage message = base;
     message.mutable_topology()->set_your_rank(n.rank);
-    message.mutable_topology()->set_local_rank(local_rank);
-    message.mutable_topology()->set_local_size(local_size);
+    message.mutable_topology()->set_local_rank(local_.local_rank[n.rank]);
+    message.mutable_topology()->set_local_size(local_.local_size[n.rank]);
+    message.mutable_topology()->set_local_root(local_.local_root[n.rank]);
     Send(id, message);
   }
   for (const std::string& id : server_by_rank_) {
@@ -690,6 +732,50 @@ void Scheduler::CompleteDeclaration(const std::string& name, Declaration& decl) 
   for (const std::string& id : worker_by_rank_) {
     if (!id.empty()) Send(id, message);
   }
+}
+
+void Scheduler::HandleLocalCommunicator(Node& node, const proto::LocalCommunicator& comm) {
+  auto refuse = [&](const std::string& why) {
+    LogBadMessage(absl::StrCat("LocalCommunicator from ", NodeName(node), " refused: ", why));
+    SendError(node.identity, absl::StrCat("LocalCommunicator refused: ", why));
+  };
+  if (node.role != proto::ROLE_WORKER) return refuse(absl::StrCat(NodeName(node), " is not a worker"));
+  if (!config_.hierarchical()) return refuse("the job is not hierarchical (ClusterConfig.hierarchical)");
+  if (!JobComplete()) return refuse("sent before the topology");
+  const int local_rank = local_.local_rank[node.rank];
+  const int local_size = local_.local_size[node.rank];
+  if (local_rank != 0 || local_size < 2) {
+    return refuse(absl::StrCat(NodeName(node), " is local rank ", local_rank, " of ", local_size,
+                               " on machine '", node.placement.machine,
+                               "'; only the local root of a machine with more than one worker "
+                               "sends one"));
+  }
+  if (comm.kind() != "host" && comm.kind() != "nccl") {
+    return refuse(absl::StrCat("unknown kind '", comm.kind(), "' (valid: host, nccl)"));
+  }
+  constexpr size_t kNcclIdBytes = 128;
+  constexpr size_t kMaxIdBytes = 1024;
+  if (comm.id().empty() || comm.id().size() > kMaxIdBytes ||
+      (comm.kind() == "nccl" && comm.id().size() != kNcclIdBytes)) {
+    return refuse(absl::StrCat("a ", comm.kind(), " id of ", comm.id().size(), " bytes (expected ",
+                               comm.kind() == "nccl" ? "128" : "1 to 1024", ")"));
+  }
+  auto [it, added] = local_comms_.emplace(node.placement.machine, comm.SerializeAsString());
+  if (!added) {
+    if (it->second != comm.SerializeAsString()) {
+      refuse(absl::StrCat("machine '", node.placement.machine,
+                          "' already has a different local communicator"));
+    }
+    return;  // a repeat: the local ranks have it already
+  }
+  proto::ControlMessage relay;
+  *relay.mutable_local_communicator() = comm;
+  for (const std::vector<int>& machine : local_.machines) {
+    if (machine.front() != node.rank) continue;
+    for (size_t lr = 1; lr < machine.size(); ++lr) Send(worker_by_rank_[machine[lr]], relay);
+  }
+  BC_LOG_DEBUG("relayed the ", comm.kind(), " communicator of machine '", node.placement.machine,
+               "' to ", local_size - 1, " local ranks");
 }
 
 void Scheduler::HandleWorkerDone(Node& node) {

@@ -1,5 +1,6 @@
 #include "bytecomp/server/key_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,18 @@ std::string KeyName(uint64_t key) { return absl::StrCat(KeyTensor(key), ":", Key
 bool IsRaw(const std::string& codec) { return codec.empty() || codec == "none"; }
 
 }  // namespace
+
+KeyStore::KeyStore(int my_rank, int num_workers, const Catalog& catalog, std::vector<int> pushers)
+    : my_rank_(my_rank),
+      num_workers_(num_workers),
+      pushers_(std::move(pushers)),
+      pushes_by_worker_(num_workers, 0),
+      catalog_(catalog) {
+  if (pushers_.empty()) {
+    for (int r = 0; r < num_workers; ++r) pushers_.push_back(r);
+  }
+  std::sort(pushers_.begin(), pushers_.end());
+}
 
 compress::CodecContext KeyStore::ContextOf(const proto::DataHeader& h, uint32_t node) const {
   compress::CodecContext ctx;
@@ -86,8 +99,9 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
   }
   key.pushed[h.sender()] = true;
   ++key.pushes;
+  ++pushes_by_worker_[h.sender()];
   out->push_back(Reply(zmq::message_t(identity.data(), identity.size()), h, proto::OP_PUSH_ACK));
-  if (key.pushes == num_workers_) CompleteRound(key, h, out);
+  if (key.pushes == static_cast<int>(pushers_.size())) CompleteRound(key, h, out);
 }
 
 void KeyStore::AddRaw(KeyState& key, const proto::DataHeader& h, zmq::message_t payload) {
@@ -149,7 +163,7 @@ absl::Status KeyStore::FinishEncoded(KeyState& key, const proto::DataHeader& h) 
   if (absl::Status s = PrepareCodec(key, h); !s.ok()) return s;
   CodecState& c = *key.codec;
   c.aggregator->Reset(static_cast<size_t>(h.element_count()));
-  for (int r = 0; r < num_workers_; ++r) {
+  for (int r : pushers_) {
     const zmq::message_t& m = key.encoded[r];
     proto::DataHeader from = h;
     from.set_sender(r);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/link_probe.h"
 #include "bytecomp/compress.h"
@@ -52,6 +53,12 @@ absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_pay
     return absl::InvalidArgumentError(absl::StrCat("sender ", h.sender(),
                                                    " is not a worker rank (0..", num_workers_ - 1,
                                                    ")"));
+  }
+  if (h.op() == proto::OP_PUSH && !pushers_.empty() &&
+      std::find(pushers_.begin(), pushers_.end(), h.sender()) == pushers_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", h.sender(), " pushed, but the job is hierarchical and only the local roots ",
+        absl::StrJoin(pushers_, ", "), " push"));
   }
   const DeclaredTensor* tensor = catalog_.Tensor(KeyTensor(h.key()));
   const int64_t partition = KeyPartition(h.key());

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bytecomp/common.h"
 #include "bytecomp/server/key_store.h"
 #include "bytecomp/server/request_validator.h"
@@ -42,13 +43,14 @@ std::vector<zmq::message_t> ReplyFrames(OutgoingReply& reply) {
   return frames;
 }
 
-void EngineLoop(zmq::context_t& ctx, int index, int my_rank, int num_workers, int num_servers) {
+void EngineLoop(zmq::context_t& ctx, int index, int my_rank, int num_workers, int num_servers,
+                std::vector<int> pushers) {
   zmq::socket_t in(ctx, zmq::socket_type::pull);
   in.bind(EngineEndpoint(index));
   zmq::socket_t out(ctx, zmq::socket_type::push);
   out.connect(kRepliesEndpoint);
   Catalog catalog(num_servers);  // this engine's copy, updated in order with its requests
-  KeyStore store(my_rank, num_workers, catalog);
+  KeyStore store(my_rank, num_workers, catalog, std::move(pushers));
   std::vector<OutgoingReply> replies;
   while (true) {
     absl::StatusOr<std::vector<zmq::message_t>> frames = RecvFrames(in);
@@ -80,15 +82,23 @@ void EngineLoop(zmq::context_t& ctx, int index, int my_rank, int num_workers, in
     }
     replies.clear();
   }
-  BC_LOG_DEBUG("engine ", index, " stops after ", store.rounds_completed(), " rounds on ",
-               store.num_keys(), " keys");
+  std::vector<std::string> pushes;
+  for (size_t r = 0; r < store.pushes_by_worker().size(); ++r) {
+    if (store.pushes_by_worker()[r] > 0) pushes.push_back(absl::StrCat(r, "=", store.pushes_by_worker()[r]));
+  }
+  // The per-worker push counts show who pushed (one local root per machine when hierarchical).
+  BC_LOG_INFO("engine ", index, " stops after ", store.rounds_completed(), " rounds on ",
+              store.num_keys(), " keys; pushes by worker: ",
+              pushes.empty() ? "none" : absl::StrJoin(pushes, " "));
 }
 
 class IoLoop {
  public:
   IoLoop(zmq::context_t& ctx, zmq::socket_t& router, int my_rank, int num_workers,
-         int num_servers, int engines)
-      : router_(router), validator_(my_rank, num_workers, num_servers), my_rank_(my_rank) {
+         int num_servers, int engines, std::vector<int> pushers)
+      : router_(router),
+        validator_(my_rank, num_workers, num_servers, std::move(pushers)),
+        my_rank_(my_rank) {
     control_ = zmq::socket_t(ctx, zmq::socket_type::pair);
     control_.connect(kControlEndpoint);
     replies_ = zmq::socket_t(ctx, zmq::socket_type::pull);
@@ -316,11 +326,12 @@ absl::Status AggregationServer::Run() {
 
   zmq::socket_t to_io(ctx, zmq::socket_type::pair);
   to_io.bind(kControlEndpoint);
-  IoLoop io(ctx, router, rank, topology->num_workers(), topology->num_servers(), engines);
+  const std::vector<int> pushers(topology->pushers().begin(), topology->pushers().end());
+  IoLoop io(ctx, router, rank, topology->num_workers(), topology->num_servers(), engines, pushers);
   std::vector<std::thread> engine_threads;
   for (int i = 0; i < engines; ++i) {
     engine_threads.emplace_back(EngineLoop, std::ref(ctx), i, rank, topology->num_workers(),
-                                topology->num_servers());
+                                topology->num_servers(), pushers);
   }
   // Give the engines a moment to bind their inproc endpoints before connecting to them (inproc
   // connect-before-bind works in ZeroMQ >= 4.x, so this is only ordering hygiene).

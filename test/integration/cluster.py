@@ -83,13 +83,15 @@ class Node:
 
 class Cluster:
     def __init__(self, workers, servers, worker_cmd, heartbeat_timeout_ms=2000,
-                 partition_bytes=None, extra_env=None, scheduler_args=()):
+                 partition_bytes=None, extra_env=None, scheduler_args=(), worker_env=None):
         self.num_workers, self.num_servers = workers, servers
         self.worker_cmd = worker_cmd
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.partition_bytes = partition_bytes
         self.extra_env = extra_env or {}
         self.scheduler_args = list(scheduler_args)
+        # Per worker rank: extra environment (e.g. BYTECOMP_MACHINE for hierarchical jobs).
+        self.worker_env = worker_env or [{} for _ in range(workers)]
         self.dir = tempfile.mkdtemp(prefix="bytecomp-cluster-")
         self.port = free_port()
         self.server_ports = [free_port() for _ in range(servers)]
@@ -124,8 +126,9 @@ class Cluster:
                 binary("bytecomp-server"), f"--scheduler=127.0.0.1:{self.port}", f"--rank={i}",
                 "--bind_host=127.0.0.1", f"--port={self.server_ports[i]}"]))
         for i in range(self.num_workers):
-            self.workers.append(self._spawn("worker", i, self.worker_cmd, {
-                "BYTECOMP_SCHEDULER": f"127.0.0.1:{self.port}", "BYTECOMP_RANK": str(i)}))
+            self.workers.append(self._spawn("worker", i, self.worker_cmd, dict(
+                self.worker_env[i],
+                BYTECOMP_SCHEDULER=f"127.0.0.1:{self.port}", BYTECOMP_RANK=str(i))))
         return self
 
     def nodes(self):

@@ -5,7 +5,10 @@
 // same deterministic inputs), the server's aggregation in rank order, and for two-way the
 // server's re-encode and this worker's decode.
 //
-// Usage: codec_cluster_worker --strategy FILE --rounds R --elements N
+// Usage: codec_cluster_worker --strategy FILE --rounds R --elements N [--machines 0,0,1,1]
+// --machines (a hierarchical job): the machine of each worker rank. The reference then sums
+// each machine's inputs in fp32 in rank order (its local ranks) and applies the codec to that
+// sum as the machine's local root (its lowest rank) would: one encode per machine.
 // All tensors have N elements (one partition), so the scheduler's balancing puts tensor t on
 // server t % S, which the reference needs for the server's codec context.
 #include <cmath>
@@ -17,6 +20,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
 #include "bytecomp/c_api.h"
 #include "bytecomp/common.h"
 #include "bytecomp/compress.h"
@@ -26,6 +30,7 @@
 ABSL_FLAG(std::string, strategy, "", "the strategy file the scheduler was given");
 ABSL_FLAG(int, rounds, 4, "rounds");
 ABSL_FLAG(int, elements, 4099, "elements per tensor");
+ABSL_FLAG(std::string, machines, "", "hierarchical job: machine index of each worker rank, e.g. 0,0,1,1");
 
 namespace bc = bytecomp::compress;
 
@@ -62,7 +67,8 @@ void Must(const absl::Status& s, const std::string& what) {
 // The whole job's computation for one tensor, simulated on this worker.
 struct Reference {
   bc::TensorPlan plan;
-  std::vector<std::unique_ptr<bc::Codec>> codecs;    // per worker
+  std::vector<uint32_t> nodes;                        // the pushing worker ranks
+  std::vector<std::unique_ptr<bc::Codec>> codecs;    // per pushing worker
   std::vector<std::unique_ptr<bc::Memory>> memories;  // per worker
   std::vector<std::vector<float>> compensated, decoded;
   std::unique_ptr<bc::Codec> server_codec;
@@ -70,7 +76,8 @@ struct Reference {
   std::vector<float> server_compensated, server_decoded;
   std::unique_ptr<bc::Codec> pull_decoder;
 
-  Reference(const bc::TensorPlan& p, int workers) : plan(p) {
+  Reference(const bc::TensorPlan& p, std::vector<uint32_t> pushers) : plan(p), nodes(std::move(pushers)) {
+    const int workers = static_cast<int>(nodes.size());
     for (int r = 0; r < workers; ++r) {
       codecs.push_back(Must(bc::CreateCodec(plan.push.name(), bc::ParamsOf(plan.push)), "codec"));
       memories.push_back(plan.push.memory().empty()
@@ -94,7 +101,7 @@ struct Reference {
         Must(bc::CreateAggregator(plan.push.name(), bc::ParamsOf(plan.push)), "aggregator");
     agg->Reset(n);
     for (size_t r = 0; r < payloads.size(); ++r) {
-      ctx.node = static_cast<uint32_t>(r);
+      ctx.node = nodes[r];
       Must(agg->Add(payloads[r], ctx), "aggregate");
     }
     absl::Span<const float> sum = Must(agg->Finish(), "finish");
@@ -109,7 +116,7 @@ struct Reference {
     if (bc::AsTwoRound(*codecs[0]) != nullptr) {
       for (int r = 0; r < workers; ++r) {
         bc::CodecContext c = ctx;
-        c.node = r;
+        c.node = nodes[r];
         compensated[r].resize(n);
         if (memories[r]) {
           Must(memories[r]->Compensate(inputs[r], c, absl::MakeSpan(compensated[r])), "compensate");
@@ -123,7 +130,7 @@ struct Reference {
       std::vector<float> sum1 = Sum(payloads, ctx, n);
       for (int r = 0; r < workers; ++r) {
         bc::CodecContext c = ctx;
-        c.node = r;
+        c.node = nodes[r];
         bc::TwoRoundCodec* two = bc::AsTwoRound(*codecs[r]);
         payloads[r].resize(4 + 4 * two->SecondRoundFloats(n));
         payloads[r].resize(Must(two->EncodeSecond(sum1, c, absl::MakeSpan(payloads[r])), "second"));
@@ -137,14 +144,14 @@ struct Reference {
       std::vector<float> out(n);
       for (int r = 0; r < workers; ++r) {
         bc::CodecContext c = ctx;
-        c.node = r;
+        c.node = nodes[r];
         Must(bc::AsTwoRound(*codecs[r])->DecodeSecond(sum2, c, absl::MakeSpan(out)), "decode second");
       }
       return out;
     }
     for (int r = 0; r < workers; ++r) {
       bc::CodecContext c = ctx;
-      c.node = r;
+      c.node = nodes[r];
       payloads[r].resize(codecs[r]->MaxEncodedBytes(n));
       payloads[r].resize(Must(bc::EncodeWithMemory(*codecs[r], memories[r].get(), inputs[r], c,
                                                    absl::MakeSpan(payloads[r]), compensated[r], decoded[r]),
@@ -184,11 +191,29 @@ int main(int argc, char** argv) {
   const int workers = bytecomp_size();
   const int servers = bytecomp_num_servers();
   const int tensors = strategy->tensors_size();
+  // Machine of each worker rank (default: one machine each); the pushers are each machine's
+  // lowest rank.
+  std::vector<int> machine_of(workers);
+  for (int r = 0; r < workers; ++r) machine_of[r] = r;
+  if (const std::string m = absl::GetFlag(FLAGS_machines); !m.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(m, ',');
+    if (static_cast<int>(parts.size()) != workers) {
+      std::fprintf(stderr, "--machines names %zu workers, the job has %d\n", parts.size(), workers);
+      return 2;
+    }
+    for (int r = 0; r < workers; ++r) machine_of[r] = std::atoi(parts[r].c_str());
+  }
+  std::vector<uint32_t> pushers;
+  for (int r = 0; r < workers; ++r) {
+    bool first = true;
+    for (int q = 0; q < r; ++q) first = first && machine_of[q] != machine_of[r];
+    if (first) pushers.push_back(static_cast<uint32_t>(r));
+  }
   std::vector<std::string> names;
   std::vector<std::unique_ptr<Reference>> refs;
   for (const auto& t : strategy->tensors()) {
     names.push_back(t.name_pattern());
-    refs.push_back(std::make_unique<Reference>(bc::PlanFor(*strategy, t.name_pattern(), n * 4), workers));
+    refs.push_back(std::make_unique<Reference>(bc::PlanFor(*strategy, t.name_pattern(), n * 4), pushers));
   }
   std::vector<std::vector<float>> data(tensors, std::vector<float>(n));
   int mismatches = 0;
@@ -211,9 +236,17 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "OPERATION FAILED %s round %d: %s\n", names[t].c_str(), round, bytecomp_last_error());
         return 2;
       }
-      std::vector<std::vector<float>> inputs(workers, std::vector<float>(n));
-      for (int r = 0; r < workers; ++r) {
-        for (size_t i = 0; i < n; ++i) inputs[r][i] = Input(r, round, t, i);
+      // Per pusher: the sum of its machine's inputs, in rank order, in fp32.
+      std::vector<std::vector<float>> inputs(pushers.size(), std::vector<float>(n, 0.0f));
+      for (size_t p = 0; p < pushers.size(); ++p) {
+        bool first = true;
+        for (int r = 0; r < workers; ++r) {
+          if (machine_of[r] != machine_of[pushers[p]]) continue;
+          for (size_t i = 0; i < n; ++i) {
+            inputs[p][i] = first ? Input(r, round, t, i) : inputs[p][i] + Input(r, round, t, i);
+          }
+          first = false;
+        }
       }
       bc::CodecContext ctx;
       ctx.key = bytecomp::MakeKey(static_cast<uint32_t>(t), 0);

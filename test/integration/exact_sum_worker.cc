@@ -8,6 +8,12 @@
 // Usage: exact_sum_worker [--rounds N] [--slow-rank R --slow-ms MS] [--max-bytes B]
 //                         [--partition-bytes P]   (--slow-*: rank R sleeps up to MS ms before
 //                         a quarter of its pushes) [--shuffle 1] (per-rank push order)
+//                         [--average 1] (BYTECOMP_FLAG_AVERAGE: expects sum / W)
+//                         [--die-rank R --die-round K] (rank R exits at once, code 3, in round K)
+//                         [--lonely-rank R] (only rank R push_pulls, one tensor "lonely", and
+//                         exits 4 printing "LONELY FAILED after T ms: <error>" if it fails;
+//                         the others shut down at once)
+// At the end it prints "PUSHED BYTES: N" (what this worker pushed to servers).
 // Exit code 0: all sums exact. 1: a wrong sum (printed). 2: an operation failed (the error text
 // and the milliseconds it took are printed as "OPERATION FAILED after T ms: ...").
 #include <chrono>
@@ -77,11 +83,14 @@ void Fill(TestTensor& t, int rank, int round) {
   }
 }
 
-// Returns the first wrong index, or -1.
-int64_t Check(const TestTensor& t, int workers, int round) {
+// Returns the first wrong index, or -1. average: the engine divides the exact fp32 sum by W once,
+// then narrows to the tensor's dtype.
+int64_t Check(const TestTensor& t, int workers, int round, bool average) {
   for (int64_t i = 0; i < t.count; ++i) {
     float expected = 0;
     for (int r = 0; r < workers; ++r) expected += Value(i, r, round);
+    if (average) expected /= static_cast<float>(workers);
+    if (t.dtype == BYTECOMP_FLOAT16) expected = bytecomp::HalfBitsToFloat(bytecomp::FloatToHalfBits(expected));
     float got = t.dtype == BYTECOMP_FLOAT32
                     ? reinterpret_cast<const float*>(t.data.data())[i]
                     : bytecomp::HalfBitsToFloat(reinterpret_cast<const uint16_t*>(t.data.data())[i]);
@@ -105,6 +114,9 @@ int main(int argc, char** argv) {
   const bool shuffle = Arg(argc, argv, "--shuffle", 0) != 0;
   const int64_t max_bytes = Arg(argc, argv, "--max-bytes", 20 << 20);
   const int64_t partition_bytes = Arg(argc, argv, "--partition-bytes", 4 << 20);
+  const bool average = Arg(argc, argv, "--average", 0) != 0;
+  const int die_rank = static_cast<int>(Arg(argc, argv, "--die-rank", -1));
+  const int die_round = static_cast<int>(Arg(argc, argv, "--die-round", -1));
   const auto start = std::chrono::steady_clock::now();
   auto elapsed_ms = [&] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
@@ -116,6 +128,21 @@ int main(int argc, char** argv) {
   }
   const int rank = bytecomp_rank();
   const int workers = bytecomp_size();
+  if (const int lonely = static_cast<int>(Arg(argc, argv, "--lonely-rank", -1)); lonely >= 0) {
+    if (rank != lonely) return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
+    std::vector<float> v(100, 1.0f);
+    bytecomp_handle_t h = 0;
+    const int64_t t0 = elapsed_ms();
+    if (bytecomp_push_pull("lonely", v.data(), 100, BYTECOMP_FLOAT32, 0, 0, &h) != BYTECOMP_OK ||
+        bytecomp_wait(h, 60000) != BYTECOMP_OK) {
+      std::printf("LONELY FAILED after %lld ms: %s\n", static_cast<long long>(elapsed_ms() - t0),
+                  bytecomp_last_error());
+      std::fflush(stdout);
+      bytecomp_shutdown();
+      return 4;
+    }
+    return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
+  }
   std::vector<TestTensor> tensors = MakeTensors(partition_bytes, max_bytes);
   std::mt19937 rng(rank * 7919 + 1);
   std::vector<bytecomp_handle_t> handles(tensors.size());
@@ -123,13 +150,19 @@ int main(int argc, char** argv) {
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   for (int round = 0; round < rounds; ++round) {
+    if (rank == die_rank && round == die_round) {
+      std::printf("DYING in round %d\n", round);
+      std::fflush(stdout);
+      std::_Exit(3);  // no shutdown: the others must notice
+    }
     for (auto& t : tensors) Fill(t, rank, round);
     if (shuffle) std::shuffle(order.begin(), order.end(), rng);
     for (size_t i : order) {
       if (slow_ms > 0 && rank == slow_rank && rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % slow_ms));
       TestTensor& t = tensors[i];
       if (bytecomp_push_pull(t.name.c_str(), t.data.data(), t.count, t.dtype,
-                             static_cast<int>(tensors.size() - i), 0, &handles[i]) != BYTECOMP_OK) {
+                             static_cast<int>(tensors.size() - i), average ? BYTECOMP_FLAG_AVERAGE : 0,
+                             &handles[i]) != BYTECOMP_OK) {
         std::fprintf(stderr, "OPERATION FAILED after %lld ms: %s\n",
                      static_cast<long long>(elapsed_ms()), bytecomp_last_error());
         return 2;
@@ -146,7 +179,7 @@ int main(int argc, char** argv) {
       }
     }
     for (auto& t : tensors) {
-      if (Check(t, workers, round) >= 0) {
+      if (Check(t, workers, round, average) >= 0) {
         bytecomp_shutdown();
         return 1;
       }
@@ -173,6 +206,9 @@ int main(int argc, char** argv) {
   }
   std::printf("STRATEGY VERSIONS BY ROUND:");
   for (int64_t v : versions) std::printf(" %lld", static_cast<long long>(v));
-  std::printf("\nALL SUMS EXACT: %d rounds x %zu tensors, W=%d\n", rounds, tensors.size(), workers);
+  bytecomp_stats_t stats{};
+  bytecomp_get_stats(&stats);
+  std::printf("\nPUSHED BYTES: %lld\n", static_cast<long long>(stats.pushed_bytes));
+  std::printf("ALL SUMS EXACT: %d rounds x %zu tensors, W=%d\n", rounds, tensors.size(), workers);
   return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
 }

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -169,7 +170,7 @@ class LauncherTest(unittest.TestCase):
                 "BYTECOMP_SCHEDULER": address, "BYTECOMP_RANK": str(rank),
                 "BYTECOMP_NUM_WORKERS": "4", "BYTECOMP_NUM_SERVERS": "2",
                 "BYTECOMP_LOCAL_RANK": str(rank), "BYTECOMP_LOCAL_SIZE": "4",
-                "BYTECOMP_ROLE": "worker"})
+                "BYTECOMP_MACHINE": socket.gethostname(), "BYTECOMP_ROLE": "worker"})
         self.assert_all_gone()
 
     def test_explicit_port_is_used(self):
@@ -470,6 +471,8 @@ class LauncherTest(unittest.TestCase):
         self.assertRegex(lines[1], r"ip netns exec bc-s0 \S*bytecomp-server --scheduler "
                                    r"10\.213\.0\.1:9123 --rank 0$")
         self.assertIn("BYTECOMP_LOCAL_RANK=0 BYTECOMP_LOCAL_SIZE=1", lines[3])
+        # Namespaces share the hostname: each is named as its own machine.
+        self.assertIn("BYTECOMP_MACHINE=bc-w1", lines[3])
         self.assertIn("BYTECOMP_SCHEDULER=10.213.0.1:9123", lines[3])
         self.assertTrue(lines[3].endswith("ip netns exec bc-w1 python3 train.py"), lines[3])
 

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine_impl.h"
+#include "local_setup.h"
 
 namespace bytecomp::worker {
 
@@ -19,8 +20,11 @@ absl::Status EngineImpl::Init(const std::string& config_path) {
       return absl::InvalidArgumentError(absl::StrCat("BYTECOMP_RANK='", r, "' is not an integer"));
     }
   }
+  absl::StatusOr<Placement> placement = PlacementFromEnv();
+  if (!placement.ok()) return placement.status();
   context_ = std::make_unique<zmq::context_t>(2);
   auto client = std::make_unique<SchedulerClient>(*context_, config_);
+  client->SetPlacement(placement->machine, placement->local_rank, placement->local_size);
   absl::StatusOr<proto::Topology> topology =
       client->Register(proto::ROLE_WORKER, requested_rank, "");
   if (!topology.ok()) return topology.status();
@@ -40,6 +44,20 @@ absl::Status EngineImpl::Init(const std::string& config_path) {
                                             " servers, expected ", info.num_servers));
   }
   SetLogIdentity(absl::StrCat("worker ", info.rank));
+  absl::StatusOr<std::unique_ptr<LocalReducer>> reducer =
+      ConnectLocalReducer(*context_, *client, topology_);
+  if (!reducer.ok()) {
+    // Tell the others at once rather than let them wait for this worker's heartbeats to stop.
+    const std::string reason = absl::StrCat("worker ", info.rank, " (local rank ", info.local_rank,
+                                            " of ", info.local_size, "): hierarchical set-up failed: ",
+                                            reducer.status().message());
+    proto::ControlMessage bye;
+    bye.mutable_shutdown()->set_reason(reason);
+    (void)client->Send(bye);
+    client->socket().set(zmq::sockopt::linger, 1000);  // let the Shutdown leave
+    return absl::Status(reducer.status().code(), reason);
+  }
+  local_reducer_ = *std::move(reducer);
   if (absl::Status st = strategies_.Add(topology_.strategy()); !st.ok()) return st;
   int threads = 2;
   if (const char* t = std::getenv("BYTECOMP_COMPRESS_THREADS"); t != nullptr && *t != '\0') {
@@ -124,6 +142,14 @@ absl::StatusOr<int64_t> EngineImpl::PushPull(const PushPullRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", request.name, "': data is NULL"));
   }
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
+  if (local_reducer_ != nullptr) return HierarchicalPushPull(request);
+  std::shared_ptr<Operation> op = NewOperation(request);
+  if (absl::Status s = QueueOperation(op, /*internal=*/false); !s.ok()) return s;
+  ++operations_;
+  return op->handle;
+}
+
+std::shared_ptr<Operation> EngineImpl::NewOperation(const PushPullRequest& request) {
   auto op = std::make_shared<Operation>();
   op->name = request.name;
   op->data = request.data;
@@ -131,38 +157,47 @@ absl::StatusOr<int64_t> EngineImpl::PushPull(const PushPullRequest& request) {
   op->dtype = request.dtype;
   op->priority = request.priority;
   op->average = request.average;
+  return op;
+}
+
+void EngineImpl::RecordReadyLocked(const Operation& op) {
+  if (profiler_ == nullptr || profiler_->done()) return;
+  std::optional<proto::ModelProfile> profile = profiler_->Record(
+      op.name, op.element_count, static_cast<int>(DTypeSize(op.dtype)), MonotonicUs());
+  if (profile.has_value()) {
+    proto::ControlMessage report;
+    *report.mutable_profile_report()->mutable_profile() = *std::move(profile);
+    control_queue_.Push(SendControl{std::move(report)});
+  }
+}
+
+void EngineImpl::RegisterHandle(const std::shared_ptr<Operation>& op) {
+  std::lock_guard<std::mutex> hl(handles_mu_);
+  op->handle = next_handle_++;
+  handles_[op->handle] = op;
+}
+
+absl::Status EngineImpl::QueueOperation(const std::shared_ptr<Operation>& op, bool internal) {
   Deferred deferred;
   {
     std::lock_guard<std::mutex> lock(tensors_mu_);
     absl::Status error;
     std::shared_ptr<TensorEntry> tensor =
-        FindOrDeclareLocked(request.name, request.element_count, request.dtype, &error);
+        FindOrDeclareLocked(op->name, op->element_count, op->dtype, &error);
     if (tensor == nullptr) return error;
-    if (profiler_ != nullptr && !profiler_->done()) {
-      std::optional<proto::ModelProfile> profile = profiler_->Record(
-          request.name, request.element_count, static_cast<int>(DTypeSize(request.dtype)),
-          MonotonicUs());
-      if (profile.has_value()) {
-        proto::ControlMessage report;
-        *report.mutable_profile_report()->mutable_profile() = *std::move(profile);
-        control_queue_.Push(SendControl{std::move(report)});
-      }
-    }
-    {
-      std::lock_guard<std::mutex> hl(handles_mu_);
-      op->handle = next_handle_++;
-      handles_[op->handle] = op;
+    if (!internal) {
+      RecordReadyLocked(*op);
+      RegisterHandle(op);
     }
     if (tensor->state == TensorState::kFailed) {
       op->FailBeforeStart(tensor->error);
-      return op->handle;
+      return absl::OkStatus();
     }
     tensor->waiting.push_back(op);
     if (tensor->state == TensorState::kReady && !tensor->busy) StartNextLocked(tensor, &deferred);
   }
   RunDeferred(deferred);
-  ++operations_;
-  return op->handle;
+  return absl::OkStatus();
 }
 
 void EngineImpl::StartNextLocked(const std::shared_ptr<TensorEntry>& tensor_ptr,
@@ -277,6 +312,15 @@ absl::Status EngineImpl::TensorStrategy(const std::string& name, int64_t* round,
   std::lock_guard<std::mutex> lock(tensors_mu_);
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "'"));
+  if (local_reducer_ != nullptr) {
+    // Hierarchical: the local root's network round k carries every local rank's push_pull k,
+    // so every local rank reports its own push_pull count and that round's strategy version.
+    *round = static_cast<int64_t>(it->second->local_round) - 1;
+    std::lock_guard<std::mutex> strategy_lock(strategy_mu_);
+    const proto::Strategy* s = *round < 0 ? nullptr : strategies_.ForRound(static_cast<uint64_t>(*round));
+    *version = s == nullptr ? 0 : static_cast<int64_t>(s->version());
+    return absl::OkStatus();
+  }
   *round = static_cast<int64_t>(it->second->next_round) - 1;
   *version = static_cast<int64_t>(it->second->last_version);
   return absl::OkStatus();
@@ -429,6 +473,7 @@ void EngineImpl::OnDeclareReply(const proto::DeclareReply& reply) {
     } else {
       tensor.layout = *layout;
       tensor.state = TensorState::kReady;
+      tensor.local_ops.clear();
       if (!tensor.checkpoint.empty()) {
         if (absl::Status s = ApplyCheckpointLocked(tensor, tensor.checkpoint); !s.ok()) {
           BC_LOG_ERROR(s.message());
@@ -445,6 +490,12 @@ void EngineImpl::OnDeclareReply(const proto::DeclareReply& reply) {
   tensor.error = error;
   for (auto& op : tensor.waiting) op->FailBeforeStart(error);
   tensor.waiting.clear();
+  // Hierarchical push_pulls of this tensor wait on the local root, which may never reduce a
+  // tensor that was not declared everywhere: they fail with the declaration's error.
+  for (auto& weak : tensor.local_ops) {
+    if (std::shared_ptr<Operation> op = weak.lock()) op->FailBeforeStart(error);
+  }
+  tensor.local_ops.clear();
 }
 
 void EngineImpl::FailEngine(const absl::Status& reason) {
@@ -469,6 +520,7 @@ void EngineImpl::FailEngine(const absl::Status& reason) {
     }
   }
   for (auto& op : waiting) op->FailBeforeStart(reason);
+  if (local_reducer_ != nullptr) local_reducer_->Fail(reason);
   data_queue_.Push(FailEverything{reason});
   barrier_cv_.notify_all();
 }
@@ -573,6 +625,8 @@ absl::Status EngineImpl::Shutdown() {
   if (control_thread_.joinable()) control_thread_.join();
   // Operations whose payload ZeroMQ held are released with the sockets; wake their waiters.
   for (auto& op : pending) op->MarkDone();
+  if (local_reducer_ != nullptr) local_reducer_->Stop();  // its callbacks still see it
+  local_reducer_.reset();  // its socket closes before the context ends
   context_.reset();
   return absl::OkStatus();
 }

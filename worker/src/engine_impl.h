@@ -17,6 +17,7 @@
 #include "bytecomp/worker/engine.h"
 #include "bytecomp/cpu_offload.h"
 #include "control.pb.h"
+#include "local_reducer.h"
 #include "operation.h"
 #include "ready_profiler.h"
 #include "wake_queue.h"
@@ -98,6 +99,17 @@ class EngineImpl {
   friend class DataLoop;
 
   absl::Status EngineStatus();
+  static std::shared_ptr<Operation> NewOperation(const PushPullRequest& request);
+  // Queues `op` on its tensor (declaring it if new). internal: an operation of the
+  // hierarchical layer, with no handle and not profiled (its outer operation is).
+  absl::Status QueueOperation(const std::shared_ptr<Operation>& op, bool internal);
+  void RecordReadyLocked(const Operation& op);
+  void RegisterHandle(const std::shared_ptr<Operation>& op);
+  // Hierarchical mode (hierarchy.cc): reduce in the machine, the local root pushes and pulls,
+  // then broadcast in the machine.
+  absl::StatusOr<int64_t> HierarchicalPushPull(const PushPullRequest& request);
+  void FinishHierarchical(const std::shared_ptr<Operation>& outer, const std::string& tag,
+                          const absl::Status& status);
   using Deferred = std::vector<absl::AnyInvocable<void()>>;
   // Runs work that StartNextLocked deferred until tensors_mu_ is released (inline encodes).
   static void RunDeferred(Deferred& work);
@@ -139,6 +151,8 @@ class EngineImpl {
   uint64_t highest_started_round_ = 0;              // tensors_mu_
 
   std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
+  // Hierarchical mode with more than one worker on this machine; else null.
+  std::unique_ptr<LocalReducer> local_reducer_;
   std::unique_ptr<ReadyProfiler> profiler_;  // tensors_mu_; when the scheduler asked for one
   std::atomic<double> learning_rate_{0.0};
   std::atomic<int64_t> pushed_bytes_{0}, pushed_raw_bytes_{0}, pulled_bytes_{0},

@@ -8,7 +8,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "bytecomp/common/partition.h"
 #include "bytecomp/compress.h"
@@ -57,6 +59,9 @@ struct Operation {
   std::condition_variable cv;
   bool done = false;
   absl::Status status;  // first error wins
+  // Runs once, with the final status, when the operation is done (the hierarchical layer
+  // chains the local root's network operation to the broadcast). It must only queue work.
+  absl::AnyInvocable<void(absl::Status)> on_done;
 
   void RecordError(const absl::Status& error) {
     std::lock_guard<std::mutex> lock(mu);
@@ -64,11 +69,17 @@ struct Operation {
   }
   // Wakes every waiter; the operation's status is final.
   void MarkDone() {
+    absl::AnyInvocable<void(absl::Status)> then;
+    absl::Status final_status;
     {
       std::lock_guard<std::mutex> lock(mu);
       done = true;
+      then = std::move(on_done);
+      on_done = nullptr;
+      final_status = status;
     }
     cv.notify_all();
+    if (then) then(final_status);
   }
   // Fails an operation that never reached the data thread.
   void FailBeforeStart(const absl::Status& error) {
@@ -88,6 +99,9 @@ struct TensorEntry {
   TensorLayout layout;
   uint64_t next_round = 0;       // training rounds started
   uint64_t next_wire_round = 0;  // exchanges with the servers started (2 per PowerSGD round)
+  uint64_t local_round = 0;      // hierarchical: push_pull calls, which tag the local collectives
+  // Hierarchical push_pulls started while the declaration was pending (failed with it if it fails).
+  std::vector<std::weak_ptr<Operation>> local_ops;
   uint64_t last_version = 0;     // strategy version of the latest started operation
   uint64_t two_round_version = 0;  // the version `two_round` was found for
   bool two_round = false;          // the push codec needs two exchanges (PowerSGD)

@@ -542,6 +542,120 @@ TEST_F(SchedulerTest, StopTellsEveryNode) {
   EXPECT_EQ(Result().code(), absl::StatusCode::kCancelled);
 }
 
+ControlMessage LocalComm(const std::string& kind, const std::string& id) {
+  ControlMessage m;
+  m.mutable_local_communicator()->set_kind(kind);
+  m.mutable_local_communicator()->set_id(id);
+  return m;
+}
+
+TEST_F(SchedulerTest, HierarchicalJobRelaysTheLocalRootsCommunicatorToItsMachineOnly) {
+  proto::ClusterConfig config;
+  config.set_hierarchical(true);
+  Start(4, 1, config);
+  auto server = Node(), w0 = Node(), w1 = Node(), w2 = Node(), w3 = Node();
+  server->Register(ROLE_SERVER, 0);
+  w0->Register(ROLE_WORKER, 0, "hostA");
+  w1->Register(ROLE_WORKER, 1, "hostB");
+  w2->Register(ROLE_WORKER, 2, "hostA");
+  w3->Register(ROLE_WORKER, 3, "hostB");
+  struct Expected {
+    TestNode* node;
+    int local_rank, local_root;
+  };
+  for (const Expected& e : {Expected{w0.get(), 0, 0}, Expected{w1.get(), 0, 1},
+                            Expected{w2.get(), 1, 0}, Expected{w3.get(), 1, 1}}) {
+    const proto::Topology t = e.node->Expect(ControlMessage::kTopology).topology();
+    EXPECT_EQ(t.local_rank(), e.local_rank);
+    EXPECT_EQ(t.local_size(), 2);
+    EXPECT_EQ(t.local_root(), e.local_root);
+    EXPECT_EQ(std::vector<int>(t.pushers().begin(), t.pushers().end()), (std::vector<int>{0, 1}));
+    EXPECT_TRUE(t.config().hierarchical());
+  }
+  const proto::Topology st = server->Expect(ControlMessage::kTopology).topology();
+  EXPECT_EQ(std::vector<int>(st.pushers().begin(), st.pushers().end()), (std::vector<int>{0, 1}));
+
+  w2->Send(LocalComm("host", "tcp://127.0.0.1:5555"));
+  EXPECT_TRUE(Contains(w2->ExpectError(), "worker 2 is local rank 1 of 2 on machine 'hostA'; only the local root"));
+  w0->Send(LocalComm("nccl", "12345"));
+  EXPECT_TRUE(Contains(w0->ExpectError(), "a nccl id of 5 bytes (expected 128)"));
+  w0->Send(LocalComm("gloo", "x"));
+  EXPECT_TRUE(Contains(w0->ExpectError(), "unknown kind 'gloo'"));
+  w0->Send(LocalComm("host", ""));
+  EXPECT_TRUE(Contains(w0->ExpectError(), "a host id of 0 bytes"));
+  server->Send(LocalComm("host", "x"));
+  EXPECT_TRUE(Contains(server->ExpectError(), "server 0 is not a worker"));
+
+  w0->Send(LocalComm("host", "tcp://127.0.0.1:5555"));
+  const ControlMessage relayed = w2->Expect(ControlMessage::kLocalCommunicator);
+  EXPECT_EQ(relayed.local_communicator().kind(), "host");
+  EXPECT_EQ(relayed.local_communicator().id(), "tcp://127.0.0.1:5555");
+  w1->ExpectNothing(100);
+  w3->ExpectNothing(100);
+  w0->ExpectNothing(0);
+  // A repeat is ignored; a different id for the same machine is refused.
+  w0->Send(LocalComm("host", "tcp://127.0.0.1:5555"));
+  w0->Sync();
+  w0->Send(LocalComm("host", "tcp://127.0.0.1:6666"));
+  EXPECT_TRUE(Contains(w0->ExpectError(), "machine 'hostA' already has a different local communicator"));
+  w2->ExpectNothing(100);
+  // Machine B's root has a 128-byte NCCL id.
+  w1->Send(LocalComm("nccl", std::string(128, '\x07')));
+  EXPECT_EQ(w3->Expect(ControlMessage::kLocalCommunicator).local_communicator().id(), std::string(128, '\x07'));
+  EXPECT_TRUE(Running());
+}
+
+TEST_F(SchedulerTest, FlatJobListsEveryWorkerAsPusherAndRefusesLocalCommunicators) {
+  Start(2, 1);
+  auto server = Node(), w0 = Node(), w1 = Node();
+  server->Register(ROLE_SERVER, 0);
+  w0->Register(ROLE_WORKER, 0, "hostA");
+  w1->Register(ROLE_WORKER, 1, "hostA");
+  for (TestNode* n : {w0.get(), w1.get(), server.get()}) {
+    const proto::Topology t = n->Expect(ControlMessage::kTopology).topology();
+    EXPECT_EQ(std::vector<int>(t.pushers().begin(), t.pushers().end()), (std::vector<int>{0, 1}));
+  }
+  w0->Send(LocalComm("host", "tcp://127.0.0.1:5555"));
+  EXPECT_TRUE(Contains(w0->ExpectError(), "the job is not hierarchical"));
+  w1->ExpectNothing(100);
+}
+
+TEST_F(SchedulerTest, HierarchicalRegistrationRefusesATakenLocalRankAndAShortMachineStopsTheJob) {
+  proto::ClusterConfig config;
+  config.set_hierarchical(true);
+  Start(3, 1, config);
+  auto register_on = [](TestNode& node, int rank, const std::string& machine, int local_rank,
+                         int local_size) {
+    ControlMessage m;
+    proto::Register* r = m.mutable_register_();
+    r->set_role(ROLE_WORKER);
+    r->set_requested_rank(rank);
+    r->set_hostname("host");
+    r->set_machine(machine);
+    r->set_requested_local_rank(local_rank);
+    r->set_declared_local_size(local_size);
+    node.Send(m);
+  };
+  auto server = Node(), w0 = Node(), w1 = Node(), w2 = Node();
+  server->Register(ROLE_SERVER, 0);
+  register_on(*w0, 0, "m1", 0, 3);
+  w0->Sync();
+  register_on(*w1, 1, "m1", 0, 3);
+  EXPECT_TRUE(Contains(w1->ExpectError(), "asked for local rank 0, already taken by worker 0"));
+  register_on(*w1, 1, "m1", 1, 3);
+  register_on(*w2, 2, "m2", 0, 1);
+  // Everyone registered, but machine m1 has 2 of its 3 workers: the job cannot start.
+  for (TestNode* n : {server.get(), w0.get(), w1.get(), w2.get()}) {
+    const ControlMessage m = n->Expect(ControlMessage::kShutdown);
+    EXPECT_TRUE(Contains(m.shutdown().reason(),
+                         "machine 'm1' declared local size 3 but 2 workers registered from it"))
+        << m.shutdown().reason();
+  }
+  absl::Status result = Result();
+  EXPECT_EQ(result.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(std::string(result.message()), "missing local rank 2")) << result;
+}
+
 TEST(SchedulerCreateTest, RejectsInvalidConfigAndBusyPort) {
   SchedulerOptions options;
   options.config = WithClusterDefaults({});

@@ -20,6 +20,10 @@ class SchedulerClient {
   // names the scheduler address, or carries the scheduler's error reply.
   absl::StatusOr<proto::Topology> Register(proto::Role role, int requested_rank,
                                            const std::string& data_address);
+  // Workers, before Register: the machine (empty: the hostname) and the local rank and size a
+  // launcher assigned (nullopt: the scheduler decides).
+  void SetPlacement(std::string machine, std::optional<int> local_rank,
+                    std::optional<int> local_size);
 
   absl::Status Send(const proto::ControlMessage& message);
   // Sends a heartbeat when heartbeat_interval_ms passed since the last message sent.
@@ -33,6 +37,8 @@ class SchedulerClient {
  private:
   proto::ClusterConfig config_;
   zmq::socket_t socket_;
+  std::string machine_;
+  std::optional<int> local_rank_, local_size_;
   int64_t last_sent_ms_ = 0;
   uint64_t heartbeat_sequence_ = 0;
 };

@@ -24,6 +24,10 @@
 // - Workers: LinkProbeReport once at start (their measured links to every server): kept,
 //   printed as one table once every worker reported, used by --strategy=auto. From a server:
 //   Error.
+// - Workers name their machine in Register (machine, default hostname; optional local rank
+//   and local size). Topology carries local_rank/local_size/local_root and the pushers. With
+//   config.hierarchical, a machine's local root sends LocalCommunicator{kind, id}; the scheduler
+//   checks it and relays it to the machine's other local ranks (local_groups.h).
 // - Workers: WorkerDone when finished. Once all did, servers get Shutdown and the scheduler
 //   exits 0. Any node may send Shutdown{reason}: everyone else gets Shutdown, exit non-zero.
 // - A node must stop when it receives Shutdown. Malformed frames get an Error reply.
@@ -43,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/link_book.h"
+#include "bytecomp/scheduler/local_groups.h"
 #include "bytecomp/scheduler/partition_assigner.h"
 #include "bytecomp/scheduler/strategy_keeper.h"
 #include "cluster_config.pb.h"
@@ -115,6 +120,7 @@ class Scheduler {
     int pid = 0;
     int64_t last_seen_ms = 0;
     bool done = false;  // worker sent WorkerDone
+    WorkerPlacement placement;  // workers: machine and local rank/size asked for
   };
   // One tensor name's declarations, per worker rank, until all workers declared it.
   struct Declaration {
@@ -136,6 +142,8 @@ class Scheduler {
   void HandleDeclare(Node& node, const proto::DeclareTensor& declare, int64_t now_ms);
   void HandleWorkerDone(Node& node);
   void HandleShutdownRequest(Node& node, const proto::Shutdown& shutdown);
+  void HandleLocalCommunicator(Node& node, const proto::LocalCommunicator& comm);
+  std::vector<WorkerPlacement> WorkerPlacements() const;
 
   void SendTopology();
   void TryReleaseBarrier(const std::string& group_name, uint64_t sequence);
@@ -178,6 +186,8 @@ class Scheduler {
   std::vector<std::string> server_by_rank_;
   int64_t start_ms_ = 0;
   bool topology_sent_ = false;
+  LocalAssignment local_;  // set with the topology
+  std::map<std::string, std::string> local_comms_;  // machine -> its LocalCommunicator, relayed
 
   absl::flat_hash_map<std::string, BarrierGroup> barriers_;  // by group name
   std::map<std::string, Declaration> declarations_;          // by tensor name

@@ -4,7 +4,8 @@
 // Round bookkeeping: a key accumulates one round at a time. Uncompressed fp32: the first push
 // of a round becomes the accumulator (its receive buffer is summed in place: no copy); later
 // pushes are added. Compressed: the codec's aggregator (majority vote, sparse add, summed
-// values, decode-and-add) sums into fp32. When all W workers pushed, the sum becomes the key's
+// values, decode-and-add) sums into fp32. When all pushers pushed (the W workers, or each
+// machine's local root in a hierarchical job), the sum becomes the key's
 // ready round (re-encoded with the pull codec for two-way compression) and the next round
 // starts. A worker pushes round r+1 only after it pulled round r, so two buffers per key
 // (accumulating, ready) suffice; a pull for the accumulating round is held until it completes.
@@ -34,8 +35,9 @@ struct OutgoingReply {
 
 class KeyStore {
  public:
-  KeyStore(int my_rank, int num_workers, const Catalog& catalog)
-      : my_rank_(my_rank), num_workers_(num_workers), catalog_(catalog) {}
+  // `pushers`: the worker ranks whose pushes make a round (Topology.pushers: every worker, or
+  // each machine's local root when the job is hierarchical); empty: every worker.
+  KeyStore(int my_rank, int num_workers, const Catalog& catalog, std::vector<int> pushers = {});
 
   // Handles a validated PUSH or PULL; appends the replies it causes (an ack, held pulls
   // answered, or an error) to *out.
@@ -46,6 +48,8 @@ class KeyStore {
 
   size_t num_keys() const { return keys_.size(); }
   uint64_t rounds_completed() const { return rounds_completed_; }
+  // Pushes accepted, by worker rank (index).
+  const std::vector<int64_t>& pushes_by_worker() const { return pushes_by_worker_; }
 
  private:
   struct HeldPull {
@@ -105,6 +109,8 @@ class KeyStore {
 
   int my_rank_;
   int num_workers_;
+  std::vector<int> pushers_;  // ascending worker ranks
+  std::vector<int64_t> pushes_by_worker_;
   const Catalog& catalog_;
   uint64_t rounds_completed_ = 0;
   absl::flat_hash_map<uint64_t, KeyState> keys_;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -15,8 +16,10 @@ namespace bytecomp::server {
 
 class RequestValidator {
  public:
-  RequestValidator(int my_rank, int num_workers, int num_servers)
-      : my_rank_(my_rank), num_workers_(num_workers), catalog_(num_servers) {}
+  // `pushers`: the worker ranks allowed to push (Topology.pushers; empty: every worker).
+  RequestValidator(int my_rank, int num_workers, int num_servers, std::vector<int> pushers = {})
+      : my_rank_(my_rank), num_workers_(num_workers), pushers_(std::move(pushers)),
+        catalog_(num_servers) {}
 
   Catalog& catalog() { return catalog_; }
 
@@ -46,6 +49,7 @@ class RequestValidator {
 
   int my_rank_;
   int num_workers_;
+  std::vector<int> pushers_;
   Catalog catalog_;
   absl::flat_hash_map<std::pair<uint64_t, int64_t>, size_t> max_bytes_;  // (version, n)
 };

@@ -6,7 +6,12 @@
 // root, for tensors too small to shard.
 //
 // The communicator's unique id is 128 opaque bytes: local rank 0 makes one (NewUniqueId),
-// the scheduler passes it to the other local ranks, and each calls Create with it.
+// the scheduler passes it to the other local ranks (LocalCommunicator, kind "nccl"), and each
+// calls Create with it.
+//
+// The engine's hierarchical mode (worker/src/hierarchy.cc) uses the root variant: the whole
+// machine's sum is at local rank 0, which alone compresses, pushes and pulls; see
+// nccl_local_reducer.h for the engine-facing LocalReducer built on this class.
 // Built only with CUDA (target bytecomp_nccl); without a GPU here it is compile-checked, and
 // its host-side logic (id parsing, shard arithmetic) is unit-tested.
 #pragma once

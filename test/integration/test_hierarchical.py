@@ -1,0 +1,224 @@
+"""Hierarchical (intra-machine) reduction with real processes: "machines" are named with
+BYTECOMP_MACHINE, the scheduler runs with --hierarchical, the local ranks of a machine reduce
+to their local root over loopback, and only local roots push. Every worker checks every sum
+exactly (exact_sum_worker.cc) or against a reference that applies the codec to each machine's
+sum (codec_cluster_worker.cc); the servers' per-worker push counts show who pushed."""
+import os
+import re
+import time
+
+import cluster
+
+PARTITION = 1 << 20
+
+
+def machines_env(machines, local_ranks=None, local_sizes=None):
+    env = []
+    for r, m in enumerate(machines):
+        e = {"BYTECOMP_MACHINE": m}
+        if local_ranks is not None:
+            e["BYTECOMP_LOCAL_RANK"] = str(local_ranks[r])
+        if local_sizes is not None:
+            e["BYTECOMP_LOCAL_SIZE"] = str(local_sizes[r])
+        env.append(e)
+    return env
+
+
+def server_pushes(c):
+    """Pushes per worker rank, summed over every server's engine threads."""
+    total = {}
+    for s in c.servers:
+        for line in re.findall(r"pushes by worker: (.*)", s.output()):
+            for item in line.split():
+                if item == "none":
+                    continue
+                rank, count = item.split("=")
+                total[int(rank)] = total.get(int(rank), 0) + int(count)
+    return total
+
+
+def pushed_bytes(worker):
+    m = re.search(r"PUSHED BYTES: (\d+)", worker.output())
+    assert m, worker.output()[-2000:]
+    return int(m.group(1))
+
+
+def run_exact(machines, rounds, worker_args=(), local_ranks=None, local_sizes=None):
+    w = len(machines)
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--shuffle", "1",
+           "--max-bytes", "3000000", "--partition-bytes", str(PARTITION)] + list(worker_args)
+    with cluster.Cluster(workers=w, servers=2, worker_cmd=cmd, partition_bytes=PARTITION,
+                         scheduler_args=["--hierarchical"],
+                         worker_env=machines_env(machines, local_ranks, local_sizes)) as c:
+        codes = c.wait_workers(timeout=120)
+        assert codes == [0] * w, c.dump()
+        for wk in c.workers:
+            assert f"ALL SUMS EXACT: {rounds} rounds x 40 tensors, W={w}" in wk.output(), c.dump()
+        for n in [c.scheduler] + c.servers:
+            assert c.wait_node(n, 15) == 0, c.dump()
+        return c, server_pushes(c), [pushed_bytes(wk) for wk in c.workers]
+
+
+def test_two_machines_of_two_exact_sums_and_one_push_per_machine():
+    # Machines interleave over the ranks: A = workers 0, 2 and B = workers 1, 3, so the local
+    # roots are 0 and 1. Each rank pushes its tensors in its own order.
+    c, pushes, sent = run_exact(["A", "B", "A", "B"], rounds=8)
+    assert sorted(pushes) == [0, 1], (pushes, c.dump())
+    assert pushes[0] == pushes[1] > 0, pushes
+    # 40 tensors x 8 rounds, one push per partition: at least 320 pushes per root.
+    assert pushes[0] >= 320, pushes
+    assert sent[0] > 0 and sent[1] > 0 and sent[2] == 0 and sent[3] == 0, sent
+
+
+def test_uneven_machines_with_launcher_local_ranks():
+    # Machine A holds workers 0 and 2, with worker 2 as local rank 0 (its root) as the launcher
+    # said; machine B holds worker 1 alone.
+    c, pushes, sent = run_exact(["A", "B", "A"], rounds=6, local_ranks=[1, 0, 0],
+                                local_sizes=[2, 1, 2])
+    assert sorted(pushes) == [1, 2], (pushes, c.dump())
+    assert pushes[1] == pushes[2] > 0, pushes
+    assert sent[0] == 0 and sent[1] > 0 and sent[2] > 0, sent
+
+
+def test_three_and_one_average_divides_by_every_worker():
+    c, pushes, sent = run_exact(["A", "A", "A", "B"], rounds=5, worker_args=["--average", "1"])
+    assert sorted(pushes) == [0, 3], (pushes, c.dump())
+
+
+CODECS = [
+    ("topk", {"ratio": "0.01"}, "residual", False),
+    ("randomk", {"ratio": "0.1"}, "residual", False),
+    ("fp16", {}, "", True),
+    ("onebit", {}, "residual", True),
+    ("dgc", {"ratio": "0.01"}, "dgc_momentum", False),
+    ("powersgd", {"rank": "2"}, "powersgd", False),
+]
+
+
+def codec_strategy():
+    lines = ["seed: 99"]
+    for name, params, memory, two_way in CODECS:
+        block = []
+        for field in ["push_codec"] + (["pull_codec"] if two_way else []):
+            block.append(f"  {field} {{")
+            block.append(f'    name: "{name}"')
+            for k, v in params.items():
+                block.append(f'    params {{ key: "{k}" value: "{v}" }}')
+            if memory:
+                block.append(f'    memory: "{memory}"')
+            block.append("  }")
+        lines += ["tensors {", f'  name_pattern: "{name}"'] + block + ["  force: true", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_codecs_compress_each_machines_sum(tmp_path):
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write(codec_strategy())
+    machines = ["A", "A", "B", "B"]
+    cmd = [cluster.binary("codec_cluster_worker"), f"--strategy={path}", "--rounds=3",
+           "--elements=4099", "--machines=0,0,1,1"]
+    with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
+                         scheduler_args=[f"--strategy={path}", "--hierarchical"],
+                         worker_env=machines_env(machines)) as c:
+        codes = c.wait_workers(timeout=120)
+        assert codes == [0, 0, 0, 0], c.dump()
+        for w in c.workers:
+            assert f"ALL {len(CODECS)} TENSORS MATCH THE REFERENCE for 3 rounds" in w.output(), c.dump()
+        for n in [c.scheduler] + c.servers:
+            assert c.wait_node(n, 15) == 0, c.dump()
+        assert sorted(server_pushes(c)) == [0, 2], c.dump()
+
+
+def run_death(die_rank):
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "200", "--max-bytes", "200000",
+           "--die-rank", str(die_rank), "--die-round", "3"]
+    with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd, scheduler_args=["--hierarchical"],
+                         heartbeat_timeout_ms=2000,
+                         worker_env=machines_env(["A", "B", "A", "B"])) as c:
+        start = time.monotonic()
+        codes = c.wait_workers(timeout=30)
+        took = time.monotonic() - start
+        assert codes[die_rank] == 3, c.dump()
+        others = [r for r in range(4) if r != die_rank]
+        for r in others:
+            assert codes[r] == 2, c.dump()
+            out = c.workers[r].output()
+            assert "OPERATION FAILED" in out, c.dump()
+            assert f"worker {die_rank}" in out and "missed heartbeats" in out, c.dump()
+        # Detection takes the heartbeat timeout (2 s) plus start-up; far from the 60 s waits.
+        assert took < 20, (took, c.dump())
+        assert c.wait_node(c.scheduler, 10) not in (None, 0), c.dump()
+
+
+def test_a_dying_local_rank_is_a_clear_error_for_the_others():
+    run_death(2)  # not a root: machine A's roots is worker 0
+
+
+def test_a_dying_local_root_is_a_clear_error_for_the_others():
+    run_death(1)  # machine B's root
+
+
+def test_machine_with_fewer_workers_than_its_local_size_fails_at_start():
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "1"]
+    with cluster.Cluster(workers=3, servers=1, worker_cmd=cmd, scheduler_args=["--hierarchical"],
+                         worker_env=machines_env(["A", "A", "B"], local_ranks=[0, 1, 0],
+                                                 local_sizes=[3, 3, 1])) as c:
+        codes = c.wait_workers(timeout=30)
+        assert codes == [2, 2, 2], c.dump()
+        for w in c.workers:
+            out = w.output()
+            assert "INIT FAILED" in out, c.dump()
+            assert "machine 'A' declared local size 3 but 2 workers registered" in out, c.dump()
+            assert "missing local rank 2" in out, c.dump()
+
+
+def test_a_tensor_only_a_non_root_pushes_fails_with_the_declaration_error():
+    # Worker 2 (machine A's non-root) push_pulls a tensor nobody else declares: its operation
+    # waits on the local root, and must end with the scheduler's declaration timeout, not hang.
+    cmd = [cluster.binary("exact_sum_worker"), "--lonely-rank", "2"]
+    with cluster.Cluster(workers=4, servers=1, worker_cmd=cmd,
+                         scheduler_args=["--hierarchical", "--declare_timeout_ms=1500"],
+                         worker_env=machines_env(["A", "B", "A", "B"])) as c:
+        codes = c.wait_workers(timeout=20)
+        assert codes == [0, 0, 4, 0], c.dump()
+        out = c.workers[2].output()
+        assert "LONELY FAILED" in out, c.dump()
+        assert "tensor 'lonely' was not declared by workers 0, 1, 3 within 1.5 s" in out, c.dump()
+
+
+def test_strategy_switch_applies_at_one_round_on_every_local_rank(tmp_path):
+    # SIGHUP with a new strategy (fp16 both ways: exact for these values) mid-training: the
+    # local roots switch at the agreed round, and every local rank, root or not, reports the
+    # same version for each of its rounds.
+    from test_strategy_switch import V1, V2, wait_for
+    import signal
+    rounds = 30
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write(V1)
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--max-bytes", "1000000",
+           "--slow-rank", "3", "--slow-ms", "20"]
+    with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
+                         scheduler_args=[f"--strategy={path}", "--hierarchical"],
+                         worker_env=machines_env(["A", "B", "A", "B"])) as c:
+        assert wait_for(lambda: "round 10/" in c.workers[0].output(), 60), c.dump()
+        with open(path, "w") as f:
+            f.write(V2)
+        c.scheduler.proc.send_signal(signal.SIGHUP)
+        codes = c.wait_workers(timeout=120)
+        assert codes == [0, 0, 0, 0], c.dump()
+        sequences = []
+        for w in c.workers:
+            out = w.output()
+            assert f"ALL SUMS EXACT: {rounds} rounds" in out, c.dump()
+            line = next(l for l in out.splitlines() if l.startswith("STRATEGY VERSIONS BY ROUND:"))
+            sequences.append([int(v) for v in line.split(":")[1].split()])
+        assert all(s == sequences[0] for s in sequences), sequences
+        seq = sequences[0]
+        assert seq[0] == 1 and seq[-1] == 2 and seq == sorted(seq), seq
+        switch_round = seq.index(2)
+        for s in c.servers:
+            c.wait_node(s, 15)
+            assert f"strategy version 2 from round {switch_round}" in s.output(), c.dump()
+        assert sorted(server_pushes(c)) == [0, 1], c.dump()
