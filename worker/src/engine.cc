@@ -125,6 +125,14 @@ absl::StatusOr<int64_t> EngineImpl::PushPull(const PushPullRequest& request) {
   }
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
   auto op = std::make_shared<Operation>();
+  if (request.on_device) {
+    absl::StatusOr<DeviceBackend*> backend = DeviceBackendFor(request);
+    if (!backend.ok()) return backend.status();
+    op->device = std::make_unique<DeviceWork>();
+    op->device->backend = *backend;
+    op->device->device = request.device;
+    op->device->stream = request.stream;
+  }
   op->name = request.name;
   op->data = request.data;
   op->element_count = request.element_count;
@@ -194,7 +202,11 @@ void EngineImpl::StartNextLocked(const std::shared_ptr<TensorEntry>& tensor_ptr,
   if (!op->plan.compressed()) {
     tensor.next_wire_round += 1;
     op->pending_events.store(2 * parts);
-    data_queue_.Push(StartOperation{op});
+    if (op->device != nullptr) {
+      StartDeviceLocked(op, tensor, deferred);
+    } else {
+      data_queue_.Push(StartOperation{op});
+    }
     return;
   }
   if (tensor.codecs.size() != static_cast<size_t>(parts)) tensor.codecs.resize(parts);
@@ -208,9 +220,36 @@ void EngineImpl::StartNextLocked(const std::shared_ptr<TensorEntry>& tensor_ptr,
   op->two_round = tensor.two_round;
   tensor.next_wire_round += op->two_round ? 2 : 1;
   op->pending_events.store(parts);
-  for (int64_t p = 0; p < parts; ++p) {
-    SubmitToPool(op->priority, op->plan.compress_on,
-                 [this, op, p] { EncodePartition(op, p); }, op, deferred);
+  if (op->device != nullptr) {
+    StartDeviceLocked(op, tensor, deferred);
+    return;
+  }
+  if ((op->plan.compress_on == proto::PLACEMENT_GPU ||
+       op->plan.decompress_on == proto::PLACEMENT_GPU) &&
+      !tensor.placement_logged) {
+    tensor.placement_logged = true;
+    BC_LOG_WARNING("tensor '", tensor.name, "': the strategy places its compression on the GPU, "
+                   "but it was given in host memory (bytecomp_push_pull), so it is encoded and "
+                   "decoded on the CPU pool; bytecomp_push_pull_device takes device tensors");
+  }
+  StartEncodes(op, deferred);
+}
+
+void EngineImpl::StartEncodes(const std::shared_ptr<Operation>& op, Deferred* deferred) {
+  const bool on_device = op->device != nullptr && op->device->encode_on_device;
+  // A device tensor's host stages never run inline: its host copy is ready on another thread.
+  const proto::Placement placement =
+      op->device != nullptr ? proto::PLACEMENT_CPU_POOL : op->plan.compress_on;
+  for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
+    SubmitToPool(op->priority, placement,
+                 [this, op, p, on_device] {
+                   if (on_device) {
+                     EncodePartitionOnDevice(op, p);
+                   } else {
+                     EncodePartition(op, p);
+                   }
+                 },
+                 op, deferred);
   }
 }
 
@@ -228,8 +267,8 @@ void EngineImpl::SubmitToPool(int priority, proto::Placement placement,
     deferred->push_back(std::move(work));
     return;
   }
-  // PLACEMENT_GPU needs device tensors, which the C API does not take yet: host tensors are
-  // compressed on the pool.
+  // PLACEMENT_GPU with a host tensor runs here too (StartNextLocked says so once); device
+  // tensors' device stages also start from a pool thread, which waits for the device codec.
   absl::Status submitted = pool_->Submit(
       priority, [this, work = std::move(work), op](absl::Status status) mutable {
         if (!status.ok()) {  // the pool shut down before running it
