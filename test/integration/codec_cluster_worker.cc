@@ -1,18 +1,29 @@
-// A worker for the codec integration test: every tensor of the strategy file (one per entry,
+// A worker for the codec integration tests: every tensor of the strategy file (one per entry,
 // named by its name_pattern) goes through the cluster with that entry's codec, one-way or
 // two-way, for several rounds; each pulled result must equal, bit for bit, the reference this
 // worker computes locally: every worker's encode (with its error-feedback memory, from the
 // same deterministic inputs), the server's aggregation in rank order, and for two-way the
-// server's re-encode and this worker's decode.
+// server's re-encode and this worker's decode. Uncompressed tensors get integer inputs, whose
+// sums (and averages over a power-of-two W) are exact.
 //
-// Usage: codec_cluster_worker --strategy FILE --rounds R --elements N
-// All tensors have N elements (one partition), so the scheduler's balancing puts tensor t on
-// server t % S, which the reference needs for the server's codec context.
+// Usage: codec_cluster_worker --strategy FILE --rounds R --elements N [--partition_elements P]
+//                             [--device]
+// All tensors have N elements. With one partition per tensor the scheduler's balancing puts
+// tensor t on server t % S, which the reference needs for the server's codec context; with
+// --partition_elements (the scheduler's partition_bytes / 4) the job must have one server.
+// --device: tensors whose name contains ".dev" are pushed with bytecomp_push_pull_device on
+// the emulated device (BYTECOMP_DEVICE_BACKEND=emulated), their inputs written by work queued
+// on the tensor's stream just before the call; names containing ".avg" ask for the average.
+// --expect_device_refusal: only checks that bytecomp_push_pull_device refuses clearly when
+// there is no device (prints the error) and exits.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -22,10 +33,14 @@
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/strategy.h"
 #include "bytecomp/compress/two_round.h"
+#include "bytecomp/worker/emulated_device.h"
 
 ABSL_FLAG(std::string, strategy, "", "the strategy file the scheduler was given");
 ABSL_FLAG(int, rounds, 4, "rounds");
 ABSL_FLAG(int, elements, 4099, "elements per tensor");
+ABSL_FLAG(int, partition_elements, 0, "elements per partition (0: one partition per tensor)");
+ABSL_FLAG(bool, device, false, "push tensors named *.dev* as (emulated) device tensors");
+ABSL_FLAG(bool, expect_device_refusal, false, "check the device API's error without a device");
 
 namespace bc = bytecomp::compress;
 
@@ -166,6 +181,30 @@ struct Reference {
 
 }  // namespace
 
+// The emulated device the engine uses (BYTECOMP_DEVICE_BACKEND=emulated), to queue the work
+// that "produces" a gradient on its stream.
+bytecomp::worker::EmulatedDeviceBackend* EmulatedDevice() {
+  absl::StatusOr<bytecomp::worker::DeviceBackend*> backend = bytecomp::worker::ProcessDeviceBackend();
+  Must(backend.status(), "device backend");
+  auto* emulated = dynamic_cast<bytecomp::worker::EmulatedDeviceBackend*>(*backend);
+  if (emulated == nullptr) Must(absl::InternalError("the device backend is not the emulated one"), "device");
+  return emulated;
+}
+
+int CheckDeviceRefusal() {
+  std::vector<float> data(16, 1.0f);
+  bytecomp_handle_t handle = 0;
+  const int rc = bytecomp_push_pull_device("refused", data.data(), 16, BYTECOMP_FLOAT32, 0, nullptr, 0, 0, &handle);
+  if (rc == BYTECOMP_OK) {
+    std::printf("DEVICE PRESENT: the device API accepted the tensor\n");
+    bytecomp_wait(handle, 60000);
+  } else {
+    std::printf("DEVICE REFUSED rc=%d: %s\n", rc, bytecomp_last_error());
+  }
+  bytecomp_shutdown();
+  return rc == BYTECOMP_OK || rc == BYTECOMP_ERR_INVALID_ARGUMENT ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<bytecomp::proto::Strategy> strategy = bc::LoadStrategyFile(absl::GetFlag(FLAGS_strategy));
@@ -175,28 +214,67 @@ int main(int argc, char** argv) {
   }
   strategy->set_version(1);
   const size_t n = static_cast<size_t>(absl::GetFlag(FLAGS_elements));
+  const size_t part = absl::GetFlag(FLAGS_partition_elements) > 0
+                          ? static_cast<size_t>(absl::GetFlag(FLAGS_partition_elements)) : n;
+  const size_t parts = (n + part - 1) / part;
   const int rounds = absl::GetFlag(FLAGS_rounds);
   if (bytecomp_init(nullptr) != BYTECOMP_OK) {
     std::fprintf(stderr, "init: %s\n", bytecomp_last_error());
     return 2;
   }
+  if (absl::GetFlag(FLAGS_expect_device_refusal)) return CheckDeviceRefusal();
   const int rank = bytecomp_rank();
   const int workers = bytecomp_size();
   const int servers = bytecomp_num_servers();
+  if (parts > 1 && servers != 1) {
+    std::fprintf(stderr, "--partition_elements needs a job with one server\n");
+    return 2;
+  }
   const int tensors = strategy->tensors_size();
+  bytecomp::worker::EmulatedDeviceBackend* device =
+      absl::GetFlag(FLAGS_device) ? EmulatedDevice() : nullptr;
   std::vector<std::string> names;
-  std::vector<std::unique_ptr<Reference>> refs;
+  std::vector<bc::TensorPlan> plans;
+  std::vector<std::vector<std::unique_ptr<Reference>>> refs(tensors);  // [tensor][partition]
   for (const auto& t : strategy->tensors()) {
     names.push_back(t.name_pattern());
-    refs.push_back(std::make_unique<Reference>(bc::PlanFor(*strategy, t.name_pattern(), n * 4), workers));
+    plans.push_back(bc::PlanFor(*strategy, t.name_pattern(), n * 4));
+    for (size_t p = 0; p < parts && plans.back().compressed(); ++p) {
+      refs[names.size() - 1].push_back(std::make_unique<Reference>(plans.back(), workers));
+    }
   }
+  const auto on_device = [&](int t) { return device != nullptr && names[t].find(".dev") != std::string::npos; };
+  const auto averaged = [&](int t) { return names[t].find(".avg") != std::string::npos; };
+  // Uncompressed tensors get integers, whose sums are exact in any order.
+  const auto input = [&](int r, int round, int t, size_t i) {
+    const float x = Input(r, round, t, i);
+    return plans[t].compressed() ? x : std::round(x * 64.0f) + 0.0f;  // no -0: sums exact
+  };
   std::vector<std::vector<float>> data(tensors, std::vector<float>(n));
+  std::vector<std::vector<float>> produced(tensors, std::vector<float>(n));
   int mismatches = 0;
   for (int round = 0; round < rounds; ++round) {
     std::vector<bytecomp_handle_t> handles(tensors);
     for (int t = 0; t < tensors; ++t) {
-      for (size_t i = 0; i < n; ++i) data[t][i] = Input(rank, round, t, i);
-      if (bytecomp_push_pull(names[t].c_str(), data[t].data(), n, BYTECOMP_FLOAT32, 0, 0, &handles[t]) != BYTECOMP_OK) {
+      for (size_t i = 0; i < n; ++i) produced[t][i] = input(rank, round, t, i);
+      int rc;
+      const uint32_t flags = averaged(t) ? BYTECOMP_FLAG_AVERAGE : 0;
+      if (on_device(t)) {
+        // The gradient is not there yet: a kernel queued on the stream writes it a little
+        // later, so an engine that read it before the stream got there would push NaN.
+        std::fill(data[t].begin(), data[t].end(), std::nanf(""));
+        void* stream = reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000 + t));
+        Must(device->QueueWork(0, stream, [&, t] {
+               std::this_thread::sleep_for(std::chrono::milliseconds(2));
+               std::copy(produced[t].begin(), produced[t].end(), data[t].begin());
+             }), "queue the gradient");
+        rc = bytecomp_push_pull_device(names[t].c_str(), data[t].data(), n, BYTECOMP_FLOAT32, 0,
+                                       stream, 0, flags, &handles[t]);
+      } else {
+        data[t] = produced[t];
+        rc = bytecomp_push_pull(names[t].c_str(), data[t].data(), n, BYTECOMP_FLOAT32, 0, flags, &handles[t]);
+      }
+      if (rc != BYTECOMP_OK) {
         std::fprintf(stderr, "push_pull %s: %s\n", names[t].c_str(), bytecomp_last_error());
         return 2;
       }
@@ -211,15 +289,29 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "OPERATION FAILED %s round %d: %s\n", names[t].c_str(), round, bytecomp_last_error());
         return 2;
       }
-      std::vector<std::vector<float>> inputs(workers, std::vector<float>(n));
-      for (int r = 0; r < workers; ++r) {
-        for (size_t i = 0; i < n; ++i) inputs[r][i] = Input(r, round, t, i);
+      std::vector<float> expected(n, 0.0f);
+      for (size_t p = 0; p < parts; ++p) {
+        const size_t begin = p * part, count = std::min(part, n - begin);
+        std::vector<std::vector<float>> inputs(workers, std::vector<float>(count));
+        for (int r = 0; r < workers; ++r) {
+          for (size_t i = 0; i < count; ++i) inputs[r][i] = input(r, round, t, begin + i);
+        }
+        if (!plans[t].compressed()) {
+          for (int r = 0; r < workers; ++r) {
+            for (size_t i = 0; i < count; ++i) expected[begin + i] += inputs[r][i];
+          }
+          continue;
+        }
+        bc::CodecContext ctx;
+        ctx.key = bytecomp::MakeKey(static_cast<uint32_t>(t), static_cast<uint32_t>(p));
+        ctx.round = static_cast<uint64_t>(round);
+        ctx.seed = strategy->seed();
+        const std::vector<float> sum = refs[t][p]->Round(inputs, ctx, static_cast<uint32_t>(t % servers));
+        std::copy(sum.begin(), sum.end(), expected.begin() + begin);
       }
-      bc::CodecContext ctx;
-      ctx.key = bytecomp::MakeKey(static_cast<uint32_t>(t), 0);
-      ctx.round = static_cast<uint64_t>(round);
-      ctx.seed = strategy->seed();
-      const std::vector<float> expected = refs[t]->Round(inputs, ctx, static_cast<uint32_t>(t % servers));
+      if (averaged(t)) {
+        for (float& x : expected) x /= static_cast<float>(workers);
+      }
       size_t bad = 0, first_bad = 0;
       for (size_t i = 0; i < n; ++i) {
         if (std::memcmp(&expected[i], &data[t][i], 4) != 0) {
@@ -235,6 +327,11 @@ int main(int argc, char** argv) {
   }
   if (mismatches == 0) {
     std::printf("ALL %d TENSORS MATCH THE REFERENCE for %d rounds (W=%d S=%d)\n", tensors, rounds, workers, servers);
+  }
+  if (device != nullptr) {
+    const bytecomp::worker::EmulatedDeviceStats stats = device->stats();
+    std::printf("EMULATED DEVICE: encodes=%lld decodes=%lld\n", static_cast<long long>(stats.encodes),
+                static_cast<long long>(stats.decodes));
   }
   bytecomp_shutdown();
   return mismatches == 0 ? 0 : 1;

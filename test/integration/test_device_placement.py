@@ -1,0 +1,115 @@
+"""Device tensors (bytecomp_push_pull_device) through a real cluster on the emulated device
+(BYTECOMP_DEVICE_BACKEND=emulated, a test facility: device memory is host memory, device codecs
+are the CPU codecs run in stream order; see worker/device/.../emulated_device.h).
+
+W=2 workers, S=1 server, 3 partitions per tensor. Every worker checks every result bit for bit
+against the reference it computes locally with the CPU codecs (codec_cluster_worker.cc), which
+is also what host tensors on the CPU pool must equal (test_codecs). Each device tensor's
+gradient is written by work queued on its stream just before the call, so an engine that read
+it early would push NaN. The emulated device's codec call counts show which stages ran on the
+device."""
+import os
+
+import cluster
+
+ELEMENTS, PARTITION_BYTES, ROUNDS = 4099, 8192, 3
+PARTS = -(-ELEMENTS // (PARTITION_BYTES // 4))
+
+# (codec, params, memory); all but powersgd have device kernels.
+CODECS = [
+    ("topk", {"ratio": "0.01"}, "residual"), ("randomk", {"ratio": "0.1"}, "residual"),
+    ("qsgd", {}, ""), ("efsignsgd", {}, "efsignsgd"), ("dgc", {"ratio": "0.01"}, "dgc_momentum"),
+    ("fp16", {}, ""), ("powersgd", {"rank": "2"}, "powersgd"),
+]
+GPU, CPU = "PLACEMENT_GPU", "PLACEMENT_CPU_POOL"
+
+
+def codec_block(field, name, params, memory):
+    lines = [f"  {field} {{", f'    name: "{name}"']
+    for k, v in params.items():
+        lines.append(f'    params {{ key: "{k}" value: "{v}" }}')
+    if memory:
+        lines.append(f'    memory: "{memory}"')
+    lines.append("  }")
+    return lines
+
+
+def tensors():
+    """(name, codec or None, placement, two_way)."""
+    out = []
+    for name, params, memory in CODECS:
+        for placement in (GPU, CPU):
+            for two_way in (False, True):
+                way = "twoway" if two_way else "oneway"
+                tag = "gpu" if placement == GPU else "cpu"
+                out.append((f"{name}.{way}.{tag}.dev", (name, params, memory), placement, two_way))
+    # A host tensor whose strategy says GPU: compressed on the pool, and the engine says so.
+    out.append(("topk.twoway.gpu.host", CODECS[0], GPU, True))
+    out.append(("plain.dev", None, GPU, False))
+    out.append(("plain.dev.avg", None, GPU, False))
+    out.append(("plain.host", None, GPU, False))
+    return out
+
+
+def strategy_text():
+    lines = ["seed: 4321"]
+    for name, codec, placement, two_way in tensors():
+        lines += ["tensors {", f'  name_pattern: "{name}"']
+        if codec is not None:
+            lines += codec_block("push_codec", *codec)
+            if two_way:
+                lines += codec_block("pull_codec", *codec)
+            lines += [f"  compress_on: {placement}", f"  decompress_on: {placement}",
+                      "  force: true"]
+        lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def expected_device_calls():
+    encodes = decodes = 0
+    for name, codec, placement, two_way in tensors():
+        if codec is None or not name.endswith(".dev") or placement != GPU or codec[0] == "powersgd":
+            continue
+        encodes += ROUNDS * PARTS
+        if two_way:
+            decodes += ROUNDS * PARTS
+    return encodes, decodes
+
+
+def test_device_tensors_on_the_emulated_device_match_the_reference(tmp_path):
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write(strategy_text())
+    cmd = [cluster.binary("codec_cluster_worker"), f"--strategy={path}", f"--rounds={ROUNDS}",
+           f"--elements={ELEMENTS}", f"--partition_elements={PARTITION_BYTES // 4}", "--device"]
+    with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd, partition_bytes=PARTITION_BYTES,
+                         scheduler_args=[f"--strategy={path}"],
+                         extra_env={"BYTECOMP_DEVICE_BACKEND": "emulated"}) as c:
+        codes = c.wait_workers(timeout=120)
+        assert codes == [0, 0], c.dump()
+        encodes, decodes = expected_device_calls()
+        for w in c.workers:
+            out = w.output()
+            assert f"ALL {len(tensors())} TENSORS MATCH THE REFERENCE for {ROUNDS} rounds" in out, c.dump()
+            assert f"EMULATED DEVICE: encodes={encodes} decodes={decodes}" in out, c.dump()
+            # Once per tensor, not silently and not every round.
+            assert out.count("'topk.twoway.gpu.host': the strategy places its compression on "
+                             "the GPU, but it was given in host memory") == 1, out
+            assert out.count("'powersgd.oneway.gpu.dev': the strategy places its encode on the "
+                             "GPU, but powersgd has no device kernels") == 1, out
+
+
+def test_device_api_without_a_device_refuses_clearly(tmp_path):
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write("seed: 1\n")
+    cmd = [cluster.binary("codec_cluster_worker"), f"--strategy={path}", "--expect_device_refusal"]
+    env = {"BYTECOMP_DEVICE_BACKEND": ""}
+    with cluster.Cluster(workers=1, servers=1, worker_cmd=cmd, extra_env=env) as c:
+        assert c.wait_workers(timeout=30) == [0], c.dump()
+        out = c.workers[0].output()
+        if "DEVICE PRESENT" in out:
+            return  # a machine with a GPU: the device API works there
+        assert f"DEVICE REFUSED rc=-1" in out, out
+        assert ("this engine was built without CUDA" in out
+                or "no usable CUDA device for a device tensor (cudaGetDeviceCount:" in out), out
