@@ -11,6 +11,7 @@ device."""
 import os
 
 import cluster
+from test_codecs import codec_block
 
 ELEMENTS, PARTITION_BYTES, ROUNDS = 4099, 8192, 3
 PARTS = -(-ELEMENTS // (PARTITION_BYTES // 4))
@@ -21,21 +22,12 @@ CODECS = [
     ("qsgd", {}, ""), ("efsignsgd", {}, "efsignsgd"), ("dgc", {"ratio": "0.01"}, "dgc_momentum"),
     ("fp16", {}, ""), ("powersgd", {"rank": "2"}, "powersgd"),
 ]
-GPU, CPU = "PLACEMENT_GPU", "PLACEMENT_CPU_POOL"
-
-
-def codec_block(field, name, params, memory):
-    lines = [f"  {field} {{", f'    name: "{name}"']
-    for k, v in params.items():
-        lines.append(f'    params {{ key: "{k}" value: "{v}" }}')
-    if memory:
-        lines.append(f'    memory: "{memory}"')
-    lines.append("  }")
-    return lines
+GPU, CPU, DEFAULT = "PLACEMENT_GPU", "PLACEMENT_CPU_POOL", "PLACEMENT_DEFAULT"
 
 
 def tensors():
-    """(name, codec or None, placement, two_way)."""
+    """(name, codec or None, placement, two_way); placement: one for both stages, or
+    (compress_on, decompress_on)."""
     out = []
     for name, params, memory in CODECS:
         for placement in (GPU, CPU):
@@ -43,6 +35,11 @@ def tensors():
                 way = "twoway" if two_way else "oneway"
                 tag = "gpu" if placement == GPU else "cpu"
                 out.append((f"{name}.{way}.{tag}.dev", (name, params, memory), placement, two_way))
+    # No placement: the GPU for device tensors (strategy.proto).
+    out.append(("qsgd.twoway.default.dev", CODECS[2], DEFAULT, True))
+    # Encode on the device, decode on the pool, and the reverse.
+    out.append(("topk.twoway.gpu-cpu.dev", CODECS[0], (GPU, CPU), True))
+    out.append(("randomk.twoway.cpu-gpu.dev", CODECS[1], (CPU, GPU), True))
     # A host tensor whose strategy says GPU: compressed on the pool, and the engine says so.
     out.append(("topk.twoway.gpu.host", CODECS[0], GPU, True))
     out.append(("plain.dev", None, GPU, False))
@@ -59,19 +56,31 @@ def strategy_text():
             lines += codec_block("push_codec", *codec)
             if two_way:
                 lines += codec_block("pull_codec", *codec)
-            lines += [f"  compress_on: {placement}", f"  decompress_on: {placement}",
-                      "  force: true"]
+            encode_on, decode_on = stages(placement)
+            if encode_on != DEFAULT:
+                lines.append(f"  compress_on: {encode_on}")
+            if decode_on != DEFAULT:
+                lines.append(f"  decompress_on: {decode_on}")
+            lines.append("  force: true")
         lines.append("}")
     return "\n".join(lines) + "\n"
 
 
+def stages(placement):
+    return placement if isinstance(placement, tuple) else (placement, placement)
+
+
 def expected_device_calls():
+    """Device codec calls: device tensors whose stage the strategy puts on the GPU (or leaves
+    at the default), except powersgd, which has no device kernels."""
     encodes = decodes = 0
     for name, codec, placement, two_way in tensors():
-        if codec is None or not name.endswith(".dev") or placement != GPU or codec[0] == "powersgd":
+        if codec is None or not name.endswith(".dev") or codec[0] == "powersgd":
             continue
-        encodes += ROUNDS * PARTS
-        if two_way:
+        encode_on, decode_on = stages(placement)
+        if encode_on != CPU:
+            encodes += ROUNDS * PARTS
+        if two_way and decode_on != CPU:
             decodes += ROUNDS * PARTS
     return encodes, decodes
 

@@ -91,9 +91,7 @@ void EngineImpl::EncodePartition(const std::shared_ptr<Operation>& op, int64_t p
   PartitionCodec& pc = op->tensor->codecs[partition];
   const PartitionRange range = op->layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  auto push = std::make_shared<EncodedPush>();
-  push->op = op;
-  push->partition = partition;
+  std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition);
   absl::Status status = EnsureCodecs(pc, *op, &op->tensor->pending_state[partition]);
   if (status.ok()) {
     const size_t elem = DTypeSize(op->dtype);
@@ -147,10 +145,7 @@ void EngineImpl::DecodePartition(const std::shared_ptr<Operation>& op, int64_t p
   absl::Status status;
   if (stage == 1) {  // the sum of the workers' P: compute and push Q
     compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
-    auto push = std::make_shared<EncodedPush>();
-    push->op = op;
-    push->partition = partition;
-    push->stage = 2;
+    std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
     push->payload.resize(4 + 4 * two->SecondRoundFloats(n));
     absl::StatusOr<size_t> bytes = two->EncodeSecond(floats(payload), ctx, absl::MakeSpan(push->payload));
     status = bytes.status();

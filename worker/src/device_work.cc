@@ -7,6 +7,7 @@
 //         (decode on the pool, or the uncompressed sum) -> copy the partition to the device
 // Every device step is queued on the caller's stream, after the work that produced the
 // gradient; the host steps that follow one start from DeviceBackend::WhenReached.
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -75,6 +76,35 @@ absl::StatusOr<DeviceBackend*> EngineImpl::DeviceBackendFor(const PushPullReques
   return device_backend_;
 }
 
+absl::Status EngineImpl::AfterDevice(const DeviceWork& d, absl::AnyInvocable<void()> work) {
+  {
+    std::lock_guard<std::mutex> lock(device_mu_);
+    ++device_callbacks_;
+  }
+  auto finished = [this] {
+    std::lock_guard<std::mutex> lock(device_mu_);
+    if (--device_callbacks_ == 0) device_cv_.notify_all();
+  };
+  absl::Status status = d.backend->WhenReached(
+      d.device, d.stream, [work = std::move(work), finished]() mutable {
+        work();
+        finished();
+      });
+  if (!status.ok()) finished();
+  return status;
+}
+
+void EngineImpl::WaitForDeviceCallbacks(int64_t deadline_ms) {
+  std::unique_lock<std::mutex> lock(device_mu_);
+  const bool drained = device_cv_.wait_for(
+      lock, std::chrono::milliseconds(std::max<int64_t>(0, deadline_ms - MonotonicMs())),
+      [&] { return device_callbacks_ == 0; });
+  if (!drained) {
+    BC_LOG_ERROR(device_callbacks_, " device stream callbacks still pending at shutdown: a "
+                 "device stream did not reach the engine's copies");
+  }
+}
+
 void EngineImpl::StartDeviceLocked(const std::shared_ptr<Operation>& op, TensorEntry& tensor,
                                    Deferred* deferred) {
   DeviceWork& d = *op->device;
@@ -112,7 +142,7 @@ void EngineImpl::StartDeviceLocked(const std::shared_ptr<Operation>& op, TensorE
   }
   absl::Status status = d.backend->CopyToHost(d.device, d.stream, d.host.data(), op->data, bytes);
   if (status.ok()) {
-    status = d.backend->WhenReached(d.device, d.stream, [this, op, compressed] {
+    status = AfterDevice(d, [this, op, compressed] {
       if (compressed) {
         StartEncodes(op, nullptr);
       } else {
@@ -134,10 +164,7 @@ void EngineImpl::AbortDeviceOperation(const std::shared_ptr<Operation>& op,
   // does not have.
   if (!op->plan.compressed()) FinishEvents(op, parts);
   for (int64_t p = 0; p < parts; ++p) {
-    auto push = std::make_shared<EncodedPush>();
-    push->op = op;
-    push->partition = p;
-    PushEncodeFailure(push, status);
+    PushEncodeFailure(EncodedPush::For(op, p), status);
   }
 }
 
@@ -147,9 +174,7 @@ void EngineImpl::EncodePartitionOnDevice(const std::shared_ptr<Operation>& op,
   PartitionCodec& pc = op->tensor->codecs[partition];
   const PartitionRange range = op->layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  auto push = std::make_shared<EncodedPush>();
-  push->op = op;
-  push->partition = partition;
+  std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition);
   absl::Status status = EnsureCodecs(pc, *op, &op->tensor->pending_state[partition]);
   absl::StatusOr<size_t> bytes = size_t{0};
   if (status.ok()) {
@@ -181,7 +206,7 @@ void EngineImpl::EncodePartitionOnDevice(const std::shared_ptr<Operation>& op,
     }
   }
   if (status.ok()) {
-    status = d.backend->WhenReached(d.device, d.stream, [this, push] { data_queue_.Push(push); });
+    status = AfterDevice(d, [this, push] { data_queue_.Push(push); });
   }
   CountPush(status.ok() ? static_cast<int64_t>(*bytes) : 0, static_cast<int64_t>(n * sizeof(float)));
   if (!status.ok()) {
@@ -229,11 +254,10 @@ void EngineImpl::DecodePartitionOnDevice(const std::shared_ptr<Operation>& op, i
                                     output, n, d.stream);
   }
   if (status.ok()) {
-    status = d.backend->WhenReached(d.device, d.stream,
-                                    [this, op, staged = std::move(staged)]() mutable {
-                                      staged.Reset();
-                                      FinishEvents(op, 1);
-                                    });
+    status = AfterDevice(d, [this, op, staged = std::move(staged)]() mutable {
+      staged.Reset();
+      FinishEvents(op, 1);
+    });
     if (status.ok()) return;
   }
   op->RecordError(absl::Status(status.code(),
@@ -255,7 +279,7 @@ void EngineImpl::DeliverPartition(const std::shared_ptr<Operation>& op, int64_t 
       d.backend->CopyToDevice(d.device, d.stream, static_cast<char*>(op->data) + offset,
                               d.host.data() + offset, static_cast<size_t>(range.count) * elem);
   if (status.ok()) {
-    status = d.backend->WhenReached(d.device, d.stream, [this, op] { FinishEvents(op, 1); });
+    status = AfterDevice(d, [this, op] { FinishEvents(op, 1); });
     if (status.ok()) return;
   }
   op->RecordError(absl::Status(status.code(),

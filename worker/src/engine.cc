@@ -603,6 +603,8 @@ absl::Status EngineImpl::Shutdown() {
   control_queue_.Push(SendControl{std::move(done)});
   control_queue_.Push(StopControl{});
   data_queue_.Push(StopData{});
+  // Device callbacks queue pool work and call into the engine: let them run out first.
+  WaitForDeviceCallbacks(deadline);
   if (pool_ != nullptr) pool_->Shutdown();
   if (data_thread_.joinable()) data_thread_.join();
   if (control_thread_.joinable()) control_thread_.join();

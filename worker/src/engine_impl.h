@@ -37,6 +37,14 @@ struct EncodedPush {
   cpu_offload::PinnedBuffer pinned;
   size_t pinned_bytes = 0;
   std::string abort_error;
+  static std::shared_ptr<EncodedPush> For(std::shared_ptr<Operation> op, int64_t partition,
+                                          uint32_t stage = 0) {
+    auto push = std::make_shared<EncodedPush>();
+    push->op = std::move(op);
+    push->partition = partition;
+    push->stage = stage;
+    return push;
+  }
   const uint8_t* data() const { return pinned ? pinned.data() : payload.data(); }
   size_t size() const { return pinned ? pinned_bytes : payload.size(); }
 };
@@ -139,6 +147,10 @@ class EngineImpl {
   // round completes on the servers).
   void AbortDeviceOperation(const std::shared_ptr<Operation>& op, const absl::Status& status);
   absl::StatusOr<DeviceBackend*> DeviceBackendFor(const PushPullRequest& request);
+  // DeviceBackend::WhenReached, counted so that Shutdown can wait for the callbacks (they call
+  // into the engine) before it goes.
+  absl::Status AfterDevice(const DeviceWork& d, absl::AnyInvocable<void()> work);
+  void WaitForDeviceCallbacks(int64_t deadline_ms);
   void Complete(const std::shared_ptr<Operation>& op);
   std::shared_ptr<Operation> FindHandle(int64_t handle);
 
@@ -172,6 +184,8 @@ class EngineImpl {
   std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
   // Made with the first device tensor, so host-only jobs never touch CUDA (device_mu_).
   std::mutex device_mu_;
+  std::condition_variable device_cv_;
+  int64_t device_callbacks_ = 0;  // AfterDevice callbacks not yet run
   DeviceBackend* device_backend_ = nullptr;
   std::unique_ptr<cpu_offload::PinnedMemoryPool> pinned_;
   std::unique_ptr<ReadyProfiler> profiler_;  // tensors_mu_; when the scheduler asked for one
