@@ -329,6 +329,21 @@ int main(int argc, char** argv) {
     std::printf("ALL %d TENSORS MATCH THE REFERENCE for %d rounds (W=%d S=%d)\n", tensors, rounds, workers, servers);
   }
   if (device != nullptr) {
+    // Error-feedback state kept on the device cannot be checkpointed yet: refused, not empty.
+    int refused = 0, saved = 0;
+    for (int t = 0; t < tensors; ++t) {
+      if (!on_device(t) || !plans[t].compressed()) continue;
+      size_t len = 0;
+      const int rc = bytecomp_save_state(names[t].c_str(), nullptr, 0, &len);
+      if (rc == BYTECOMP_ERR_REJECTED) {
+        ++refused;
+      } else if (rc == BYTECOMP_OK) {
+        ++saved;
+      } else {
+        std::fprintf(stderr, "save_state %s: %s\n", names[t].c_str(), bytecomp_last_error());
+      }
+    }
+    std::printf("DEVICE STATE: refused=%d saved=%d\n", refused, saved);
     const bytecomp::worker::EmulatedDeviceStats stats = device->stats();
     std::printf("EMULATED DEVICE: encodes=%lld decodes=%lld\n", static_cast<long long>(stats.encodes),
                 static_cast<long long>(stats.decodes));

@@ -85,6 +85,20 @@ def expected_device_calls():
     return encodes, decodes
 
 
+def expected_state_saves():
+    """Device tensors encoded on the device with an error-feedback memory refuse
+    bytecomp_save_state; the others save."""
+    refused = saved = 0
+    for name, codec, placement, _ in tensors():
+        if codec is None or not name.endswith(".dev"):
+            continue
+        if stages(placement)[0] != CPU and codec[0] != "powersgd" and codec[2]:
+            refused += 1
+        else:
+            saved += 1
+    return refused, saved
+
+
 def test_device_tensors_on_the_emulated_device_match_the_reference(tmp_path):
     path = os.path.join(tmp_path, "strategy.pbtxt")
     with open(path, "w") as f:
@@ -101,6 +115,8 @@ def test_device_tensors_on_the_emulated_device_match_the_reference(tmp_path):
             out = w.output()
             assert f"ALL {len(tensors())} TENSORS MATCH THE REFERENCE for {ROUNDS} rounds" in out, c.dump()
             assert f"EMULATED DEVICE: encodes={encodes} decodes={decodes}" in out, c.dump()
+            refused, saved = expected_state_saves()
+            assert f"DEVICE STATE: refused={refused} saved={saved}" in out, c.dump()
             # Once per tensor, not silently and not every round.
             assert out.count("'topk.twoway.gpu.host': the strategy places its compression on "
                              "the GPU, but it was given in host memory") == 1, out

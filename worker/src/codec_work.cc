@@ -36,11 +36,17 @@ absl::Status EnsureCodecs(PartitionCodec& pc, const Operation& op, std::string* 
     }
   }
   if (encode_on_device && pc.device_push == nullptr) {
+    if (!pending_state->empty()) {
+      return absl::UnimplementedError(
+          "a checkpoint's error-feedback state cannot be loaded into a device codec yet; place "
+          "the tensor's compression on the CPU pool to resume it");
+    }
     absl::StatusOr<std::unique_ptr<DeviceCodec>> push = op.device->backend->CreateCodec(
         op.device->device, plan.push.name(), compress::ParamsOf(plan.push), plan.push.memory(),
         compress::MemoryParamsOf(plan.push));
     if (!push.ok()) return push.status();
     pc.device_push = *std::move(push);
+    pc.device_memory = !plan.push.memory().empty() && plan.push.memory() != "none";
   }
   if (plan.two_way() && !decode_on_device && pc.pull == nullptr) {
     absl::StatusOr<std::unique_ptr<compress::Codec>> pull =

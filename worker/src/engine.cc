@@ -336,6 +336,11 @@ absl::StatusOr<std::string> EngineImpl::SaveTensorState(const std::string& name)
   const uint32_t parts = static_cast<uint32_t>(t.layout.num_partitions());
   out.append(reinterpret_cast<const char*>(&parts), 4);
   for (uint32_t p = 0; p < parts; ++p) {
+    if (p < t.codecs.size() && t.codecs[p].device_memory) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor '", name, "' is encoded on the device, whose error-feedback state cannot be "
+          "saved yet; place its compression on the CPU pool to checkpoint it"));
+    }
     std::string state;
     if (p < t.codecs.size() && t.codecs[p].memory != nullptr) {
       state = compress::SaveMemoryState(*t.codecs[p].memory);

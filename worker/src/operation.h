@@ -33,6 +33,7 @@ struct PartitionCodec {
   std::vector<float> input, compensated, decoded, output;  // scratch, reused across rounds
   // Device tensors whose stages run on the device (made on first use for `version`).
   std::unique_ptr<DeviceCodec> device_push, device_pull;
+  bool device_memory = false;  // device_push has an error-feedback memory fused
   DeviceAllocation device_encoded, device_pulled;  // payload buffers on the device
   size_t device_encoded_bytes = 0, device_pulled_bytes = 0;
 };

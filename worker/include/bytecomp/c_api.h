@@ -131,7 +131,10 @@ BYTECOMP_API int bytecomp_tensor_strategy(const char* name, int64_t* round, int6
  * between steps (no push_pull of the tensor in flight). save: *state_len receives the size; the
  * state is written when buf_len is large enough (call with buf NULL to ask the size), else
  * BYTECOMP_ERR_INVALID_ARGUMENT. load: the tensor must be declared (and known to every
- * worker: after its first push_pull, or a barrier after bytecomp_declare). */
+ * worker: after its first push_pull, or a barrier after bytecomp_declare). The state of a
+ * memory fused into a device encode (bytecomp_push_pull_device, compress_on GPU) lives on the
+ * device and is not saved or loaded yet: save is refused (BYTECOMP_ERR_REJECTED), and a loaded
+ * state fails the tensor's first device encode. */
 BYTECOMP_API int bytecomp_save_state(const char* name, void* buf, size_t buf_len,
                                      size_t* state_len);
 BYTECOMP_API int bytecomp_load_state(const char* name, const void* buf, size_t len);
