@@ -13,7 +13,9 @@
 // --partition_elements (the scheduler's partition_bytes / 4) the job must have one server.
 // --device: tensors whose name contains ".dev" are pushed with bytecomp_push_pull_device on
 // the emulated device (BYTECOMP_DEVICE_BACKEND=emulated), their inputs written by work queued
-// on the tensor's stream just before the call; names containing ".avg" ask for the average.
+// on the tensor's stream just before the call; names containing ".avg" ask for the average,
+// names containing ".f16" are fp16 tensors (inputs rounded to fp16; the engine computes in
+// fp32, so the expected result is the fp32 reference rounded to fp16).
 // --expect_device_refusal: only checks that bytecomp_push_pull_device refuses clearly when
 // there is no device (prints the error) and exits.
 #include <algorithm>
@@ -214,9 +216,15 @@ int main(int argc, char** argv) {
   }
   strategy->set_version(1);
   const size_t n = static_cast<size_t>(absl::GetFlag(FLAGS_elements));
-  const size_t part = absl::GetFlag(FLAGS_partition_elements) > 0
-                          ? static_cast<size_t>(absl::GetFlag(FLAGS_partition_elements)) : n;
-  const size_t parts = (n + part - 1) / part;
+  // Partitions hold partition_bytes: twice the elements for fp16 tensors.
+  const auto part_of = [&](const std::string& name) {
+    const size_t fp32 = static_cast<size_t>(absl::GetFlag(FLAGS_partition_elements));
+    if (fp32 == 0) return n;
+    return name.find(".f16") != std::string::npos ? 2 * fp32 : fp32;
+  };
+  const auto parts_of = [&](const std::string& name) {
+    return (n + part_of(name) - 1) / part_of(name);
+  };
   const int rounds = absl::GetFlag(FLAGS_rounds);
   if (bytecomp_init(nullptr) != BYTECOMP_OK) {
     std::fprintf(stderr, "init: %s\n", bytecomp_last_error());
@@ -226,7 +234,7 @@ int main(int argc, char** argv) {
   const int rank = bytecomp_rank();
   const int workers = bytecomp_size();
   const int servers = bytecomp_num_servers();
-  if (parts > 1 && servers != 1) {
+  if (absl::GetFlag(FLAGS_partition_elements) > 0 && servers != 1) {
     std::fprintf(stderr, "--partition_elements needs a job with one server\n");
     return 2;
   }
@@ -239,17 +247,30 @@ int main(int argc, char** argv) {
   for (const auto& t : strategy->tensors()) {
     names.push_back(t.name_pattern());
     plans.push_back(bc::PlanFor(*strategy, t.name_pattern(), n * 4));
-    for (size_t p = 0; p < parts && plans.back().compressed(); ++p) {
+    for (size_t p = 0; p < parts_of(names.back()) && plans.back().compressed(); ++p) {
       refs[names.size() - 1].push_back(std::make_unique<Reference>(plans.back(), workers));
     }
   }
   const auto on_device = [&](int t) { return device != nullptr && names[t].find(".dev") != std::string::npos; };
   const auto averaged = [&](int t) { return names[t].find(".avg") != std::string::npos; };
+  const auto dtype = [&](int t) {
+    return names[t].find(".f16") != std::string::npos ? bytecomp::proto::DTYPE_FLOAT16
+                                                       : bytecomp::proto::DTYPE_FLOAT32;
+  };
+  // x as the tensor's dtype holds it.
+  const auto as_dtype = [&](int t, float x) {
+    uint16_t half = 0;
+    if (dtype(t) == bytecomp::proto::DTYPE_FLOAT32) return x;
+    bytecomp::FromFloat32(dtype(t), &x, &half, 1);
+    bytecomp::ToFloat32(dtype(t), &half, &x, 1);
+    return x;
+  };
   // Uncompressed tensors get integers, whose sums are exact in any order.
   const auto input = [&](int r, int round, int t, size_t i) {
     const float x = Input(r, round, t, i);
-    return plans[t].compressed() ? x : std::round(x * 64.0f) + 0.0f;  // no -0: sums exact
+    return as_dtype(t, plans[t].compressed() ? x : std::round(x * 64.0f) + 0.0f);  // no -0
   };
+  // The tensors' memory: n elements of their dtype (fp16 uses the first half).
   std::vector<std::vector<float>> data(tensors, std::vector<float>(n));
   std::vector<std::vector<float>> produced(tensors, std::vector<float>(n));
   int mismatches = 0;
@@ -266,13 +287,13 @@ int main(int argc, char** argv) {
         void* stream = reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000 + t));
         Must(device->QueueWork(0, stream, [&, t] {
                std::this_thread::sleep_for(std::chrono::milliseconds(2));
-               std::copy(produced[t].begin(), produced[t].end(), data[t].begin());
+               bytecomp::FromFloat32(dtype(t), produced[t].data(), data[t].data(), n);
              }), "queue the gradient");
-        rc = bytecomp_push_pull_device(names[t].c_str(), data[t].data(), n, BYTECOMP_FLOAT32, 0,
+        rc = bytecomp_push_pull_device(names[t].c_str(), data[t].data(), n, dtype(t), 0,
                                        stream, 0, flags, &handles[t]);
       } else {
-        data[t] = produced[t];
-        rc = bytecomp_push_pull(names[t].c_str(), data[t].data(), n, BYTECOMP_FLOAT32, 0, flags, &handles[t]);
+        bytecomp::FromFloat32(dtype(t), produced[t].data(), data[t].data(), n);
+        rc = bytecomp_push_pull(names[t].c_str(), data[t].data(), n, dtype(t), 0, flags, &handles[t]);
       }
       if (rc != BYTECOMP_OK) {
         std::fprintf(stderr, "push_pull %s: %s\n", names[t].c_str(), bytecomp_last_error());
@@ -290,7 +311,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       std::vector<float> expected(n, 0.0f);
-      for (size_t p = 0; p < parts; ++p) {
+      const size_t part = part_of(names[t]);
+      for (size_t p = 0; p < parts_of(names[t]); ++p) {
         const size_t begin = p * part, count = std::min(part, n - begin);
         std::vector<std::vector<float>> inputs(workers, std::vector<float>(count));
         for (int r = 0; r < workers; ++r) {
@@ -312,16 +334,19 @@ int main(int argc, char** argv) {
       if (averaged(t)) {
         for (float& x : expected) x /= static_cast<float>(workers);
       }
+      for (float& x : expected) x = as_dtype(t, x);
+      std::vector<float> got(n);
+      bytecomp::ToFloat32(dtype(t), data[t].data(), got.data(), n);
       size_t bad = 0, first_bad = 0;
       for (size_t i = 0; i < n; ++i) {
-        if (std::memcmp(&expected[i], &data[t][i], 4) != 0) {
+        if (std::memcmp(&expected[i], &got[i], 4) != 0) {
           if (bad++ == 0) first_bad = i;
         }
       }
       if (bad > 0) {
         ++mismatches;
         std::fprintf(stderr, "MISMATCH %s round %d: %zu of %zu elements differ, first [%zu]: got %.9g expected %.9g\n",
-                     names[t].c_str(), round, bad, n, first_bad, data[t][first_bad], expected[first_bad]);
+                     names[t].c_str(), round, bad, n, first_bad, got[first_bad], expected[first_bad]);
       }
     }
   }

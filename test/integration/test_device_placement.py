@@ -2,7 +2,7 @@
 (BYTECOMP_DEVICE_BACKEND=emulated, a test facility: device memory is host memory, device codecs
 are the CPU codecs run in stream order; see worker/device/.../emulated_device.h).
 
-W=2 workers, S=1 server, 3 partitions per tensor. Every worker checks every result bit for bit
+W=2 workers, S=1 server, 3 partitions per fp32 tensor (2 per fp16 one). Every worker checks every result bit for bit
 against the reference it computes locally with the CPU codecs (codec_cluster_worker.cc), which
 is also what host tensors on the CPU pool must equal (test_codecs). Each device tensor's
 gradient is written by work queued on its stream just before the call, so an engine that read
@@ -42,6 +42,10 @@ def tensors():
     out.append(("randomk.twoway.cpu-gpu.dev", CODECS[1], (CPU, GPU), True))
     # A host tensor whose strategy says GPU: compressed on the pool, and the engine says so.
     out.append(("topk.twoway.gpu.host", CODECS[0], GPU, True))
+    # fp16 tensors: the device codecs take fp32, so a GPU placement runs on the pool (logged).
+    out.append(("topk.twoway.gpu.dev.f16", CODECS[0], GPU, True))
+    out.append(("plain.dev.f16", None, GPU, False))
+    out.append(("plain.dev.avg.f16", None, GPU, False))
     out.append(("plain.dev", None, GPU, False))
     out.append(("plain.dev.avg", None, GPU, False))
     out.append(("plain.host", None, GPU, False))
@@ -75,7 +79,8 @@ def expected_device_calls():
     at the default), except powersgd, which has no device kernels."""
     encodes = decodes = 0
     for name, codec, placement, two_way in tensors():
-        if codec is None or not name.endswith(".dev") or codec[0] == "powersgd":
+        if (codec is None or ".dev" not in name or name.endswith(".f16")
+                or codec[0] == "powersgd"):
             continue
         encode_on, decode_on = stages(placement)
         if encode_on != CPU:
@@ -90,9 +95,10 @@ def expected_state_saves():
     bytecomp_save_state; the others save."""
     refused = saved = 0
     for name, codec, placement, _ in tensors():
-        if codec is None or not name.endswith(".dev"):
+        if codec is None or ".dev" not in name:
             continue
-        if stages(placement)[0] != CPU and codec[0] != "powersgd" and codec[2]:
+        on_device = stages(placement)[0] != CPU and codec[0] != "powersgd"
+        if on_device and codec[2] and not name.endswith(".f16"):
             refused += 1
         else:
             saved += 1
@@ -122,6 +128,8 @@ def test_device_tensors_on_the_emulated_device_match_the_reference(tmp_path):
                              "the GPU, but it was given in host memory") == 1, out
             assert out.count("'powersgd.oneway.gpu.dev': the strategy places its encode on the "
                              "GPU, but powersgd has no device kernels") == 1, out
+            assert out.count("'topk.twoway.gpu.dev.f16': the strategy places its encode on the "
+                             "GPU, but fp16 tensors are converted to fp32 on the host") == 1, out
 
 
 def test_device_api_without_a_device_refuses_clearly(tmp_path):
