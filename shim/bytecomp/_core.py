@@ -178,15 +178,20 @@ def declare(name, element_count, dtype_code):
 
 
 def start_push_pull(name, data_ptr, element_count, dtype_code, priority, average, keepalive,
-                    result, finish=None):
+                    result, finish=None, device=None):
     """Starts the engine's in-place push-pull on raw memory and returns a registered Handle.
-    `keepalive` holds whatever owns data_ptr until the operation is over."""
+    `keepalive` holds whatever owns data_ptr until the operation is over. `device`: None for
+    host memory, or (device index, cudaStream_t as an int) for CUDA memory."""
     if element_count == 0:
         handle = Handle(name, None, None, result, finish)
         handle._run_finish()
         return handle
     eng = _engine.get_engine()
-    engine_handle = eng.push_pull(name, data_ptr, element_count, dtype_code, priority, average)
+    if device is None:
+        engine_handle = eng.push_pull(name, data_ptr, element_count, dtype_code, priority, average)
+    else:
+        engine_handle = eng.push_pull_device(name, data_ptr, element_count, dtype_code, device[0],
+                                             device[1], priority, average)
     handle = Handle(name, engine_handle, keepalive, result, finish)
     with _registry_lock:
         _inflight[engine_handle] = handle

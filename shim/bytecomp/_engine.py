@@ -159,6 +159,9 @@ def _declare_prototypes(lib):
         "bytecomp_declare": (c_int, [c_char_p, c_int64, c_int]),
         "bytecomp_push_pull": (c_int, [c_char_p, ctypes.c_void_p, c_int64, c_int, c_int,
                                        ctypes.c_uint32, ctypes.POINTER(handle_t)]),
+        "bytecomp_push_pull_device": (c_int, [c_char_p, ctypes.c_void_p, c_int64, c_int, c_int,
+                                              ctypes.c_void_p, c_int, ctypes.c_uint32,
+                                              ctypes.POINTER(handle_t)]),
         "bytecomp_poll": (c_int, [handle_t]),
         "bytecomp_wait": (c_int, [handle_t, c_int64]),
         "bytecomp_release": (c_int, [handle_t]),
@@ -248,6 +251,19 @@ class Engine:
                                                  int(element_count), int(dtype),
                                                  int(priority), flags, ctypes.byref(handle)),
                     f"push_pull '{name}'")
+        return handle.value
+
+    def push_pull_device(self, name, data_ptr, element_count, dtype, device, stream,
+                         priority=0, average=False):
+        """The same for CUDA memory of `device`, ready once the work queued on `stream` (a
+        cudaStream_t as an int, 0: the default stream) is done; the result is in device memory
+        when the handle completes."""
+        handle = ctypes.c_int64(-1)
+        flags = FLAG_AVERAGE if average else 0
+        self._check(self._lib.bytecomp_push_pull_device(
+            name.encode(), ctypes.c_void_p(data_ptr), int(element_count), int(dtype),
+            int(device), ctypes.c_void_p(stream or None), int(priority), flags,
+            ctypes.byref(handle)), f"push_pull '{name}'")
         return handle.value
 
     def poll(self, handle):

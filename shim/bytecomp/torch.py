@@ -10,9 +10,11 @@ Tensors cross into the engine as data_ptr(), numel() and dtype (float32, float16
 the shim does not link libtorch, so any PyTorch version with these attributes works.
 
 Limitations, stated plainly:
-- CUDA tensors: the C API takes host memory only (no device pointers or CUDA streams yet), so
-  every entry point raises NotImplementedError for a CUDA tensor instead of copying silently.
-  Train on the CPU or move tensors to the CPU yourself.
+- CUDA tensors go to the engine's device API (bytecomp_push_pull_device) with their device and
+  the current CUDA stream, so the engine reads a gradient after the kernels that produced it;
+  where each stage runs follows the strategy. This path is untested: no GPU exists where
+  ByteComp is tested (the engine's device path is tested on an emulated device). An engine
+  built without CUDA, or a machine without a GPU, refuses CUDA tensors with the reason.
 - Compression is chosen by the Strategy that the scheduler holds, not here. The engine does not
   apply strategies or codecs yet; error-feedback state therefore does not exist yet and
   DistributedOptimizer.state_dict() holds only the wrapped optimizer's state. The optimizer's
@@ -44,12 +46,23 @@ _DTYPE_CODES = {
 }
 
 
-def _dtype_code(tensor, what):
-    if tensor.device.type != "cpu":
+def _check_device(tensor, what):
+    if tensor.device.type not in ("cpu", "cuda"):
         raise NotImplementedError(
-            f"{what}: tensor is on {tensor.device}; the worker engine's C API takes host memory "
-            "only (no CUDA device pointers or streams yet). Move it to the CPU explicitly "
-            "(t.cpu()) and copy the result back.")
+            f"{what}: tensor is on {tensor.device}; the worker engine takes CPU or CUDA "
+            "memory only. Move it to the CPU explicitly (t.cpu()) and copy the result back.")
+
+
+def _device_of(tensor):
+    """None for a host tensor; for a CUDA tensor (device index, current cudaStream_t): the
+    engine reads the tensor once the work queued on that stream is done."""
+    if tensor.device.type != "cuda":
+        return None
+    return tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream
+
+
+def _dtype_code(tensor, what):
+    _check_device(tensor, what)
     if tensor.layout != torch.strided:
         raise TypeError(f"{what}: only dense tensors are supported, not {tensor.layout}")
     code = _DTYPE_CODES.get(tensor.dtype)
@@ -80,7 +93,8 @@ def push_pull_async_inplace(tensor, name, average=True, priority=0):
                 with torch.no_grad():
                     target.copy_(buf)
     return _core.start_push_pull(name, buf.data_ptr(), buf.numel(), code, priority, average,
-                                 keepalive=(tensor, buf), result=tensor, finish=finish)
+                                 keepalive=(tensor, buf), result=tensor, finish=finish,
+                                 device=_device_of(buf))
 
 
 def push_pull_async(tensor, name, average=True, priority=0):
@@ -300,8 +314,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
 
 def _broadcast_async(tensor, name, root_rank, is_root):
     """Starts broadcasting `tensor` in place; returns a Handle."""
-    if tensor.device.type != "cpu":
-        _dtype_code(tensor, f"broadcast '{name}'")  # raises the CUDA limitation
+    _check_device(tensor, f"broadcast '{name}'")
     with torch.no_grad():
         target = tensor.detach()
         if target.dtype in _DTYPE_CODES:
@@ -330,7 +343,7 @@ def _broadcast_async(tensor, name, root_rank, is_root):
 
         return _core.start_push_pull(name, buf.data_ptr(), buf.numel(), _engine.FLOAT32, 0,
                                      False, keepalive=(tensor, buf), result=tensor,
-                                     finish=finish)
+                                     finish=finish, device=_device_of(buf))
 
 
 def _named_tensors(params, what):

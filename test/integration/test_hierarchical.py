@@ -191,7 +191,8 @@ def test_strategy_switch_applies_at_one_round_on_every_local_rank(tmp_path):
     # SIGHUP with a new strategy (fp16 both ways: exact for these values) mid-training: the
     # local roots switch at the agreed round, and every local rank, root or not, reports the
     # same version for each of its rounds.
-    from test_strategy_switch import V1, V2, wait_for
+    from cluster import wait_for
+    from test_strategy_switch import V1, V2
     import signal
     rounds = 30
     path = os.path.join(tmp_path, "strategy.pbtxt")

@@ -50,6 +50,7 @@ class FakeEngine:
         self._handles = {}           # id -> op dict
         self._ids = itertools.count(1)
         self.calls = []              # (rank, name, priority, average) of every push_pull
+        self.device_calls = []       # (rank, name, device, stream) of every push_pull_device
         self.shutdown_count = 0
 
     # -- per-thread worker state ----------------------------------------------------------
@@ -163,6 +164,14 @@ class FakeEngine:
             self._handles[handle] = op
             self._cond.notify_all()
         return handle
+
+    def push_pull_device(self, name, data_ptr, element_count, dtype, device, stream,
+                         priority=0, average=False):
+        """Like the emulated device: the "device" pointer is host memory. Records the device
+        and stream it was given in device_calls."""
+        with self._cond:
+            self.device_calls.append((self._rank(), name, device, stream))
+        return self.push_pull(name, data_ptr, element_count, dtype, priority, average)
 
     def _complete_locked(self, op):
         if op["state"] != 0:

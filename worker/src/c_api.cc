@@ -61,6 +61,27 @@ int Guarded(F&& f) {
   }
 }
 
+int PushPull(const char* name, void* data, int64_t element_count, int dtype, int priority,
+             uint32_t flags, bytecomp::worker::PushPullRequest& request,
+             bytecomp_handle_t* handle_out) {
+  return Guarded([&] {
+    std::shared_ptr<WorkerEngine> e = Engine();
+    if (e == nullptr) return NotInitialized();
+    if (name == nullptr) return Fail(absl::InvalidArgumentError("tensor name is NULL"));
+    if (handle_out == nullptr) return Fail(absl::InvalidArgumentError("handle_out is NULL"));
+    request.name = name;
+    request.data = data;
+    request.element_count = element_count;
+    request.dtype = static_cast<bytecomp::proto::DType>(dtype);
+    request.priority = priority;
+    request.average = (flags & BYTECOMP_FLAG_AVERAGE) != 0;
+    absl::StatusOr<int64_t> handle = e->PushPull(request);
+    if (!handle.ok()) return Fail(handle.status());
+    *handle_out = *handle;
+    return BYTECOMP_OK;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -119,23 +140,18 @@ int bytecomp_declare(const char* name, int64_t element_count, int dtype) {
 
 int bytecomp_push_pull(const char* name, void* data, int64_t element_count, int dtype,
                        int priority, uint32_t flags, bytecomp_handle_t* handle_out) {
-  return Guarded([&] {
-    std::shared_ptr<WorkerEngine> e = Engine();
-    if (e == nullptr) return NotInitialized();
-    if (name == nullptr) return Fail(absl::InvalidArgumentError("tensor name is NULL"));
-    if (handle_out == nullptr) return Fail(absl::InvalidArgumentError("handle_out is NULL"));
-    bytecomp::worker::PushPullRequest request;
-    request.name = name;
-    request.data = data;
-    request.element_count = element_count;
-    request.dtype = static_cast<bytecomp::proto::DType>(dtype);
-    request.priority = priority;
-    request.average = (flags & BYTECOMP_FLAG_AVERAGE) != 0;
-    absl::StatusOr<int64_t> handle = e->PushPull(request);
-    if (!handle.ok()) return Fail(handle.status());
-    *handle_out = *handle;
-    return BYTECOMP_OK;
-  });
+  bytecomp::worker::PushPullRequest request;
+  return PushPull(name, data, element_count, dtype, priority, flags, request, handle_out);
+}
+
+int bytecomp_push_pull_device(const char* name, void* data, int64_t element_count, int dtype,
+                              int device_id, void* cuda_stream, int priority, uint32_t flags,
+                              bytecomp_handle_t* handle_out) {
+  bytecomp::worker::PushPullRequest request;
+  request.on_device = true;
+  request.device = device_id;
+  request.stream = cuda_stream;
+  return PushPull(name, data, element_count, dtype, priority, flags, request, handle_out);
 }
 
 int bytecomp_poll(bytecomp_handle_t handle) {

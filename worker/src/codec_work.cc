@@ -9,38 +9,75 @@
 #include "engine_impl.h"
 
 namespace bytecomp::worker {
-namespace {
 
-absl::Status EnsureCodecs(PartitionCodec& pc, const compress::TensorPlan& plan,
-                          std::string* pending_state) {
-  if (pc.push != nullptr && pc.version == plan.version) return absl::OkStatus();
-  pc = PartitionCodec{};
-  pc.version = plan.version;
-  absl::StatusOr<std::unique_ptr<compress::Codec>> push =
-      compress::CreateCodec(plan.push.name(), compress::ParamsOf(plan.push));
-  if (!push.ok()) return push.status();
-  pc.push = *std::move(push);
-  if (!plan.push.memory().empty()) {
-    absl::StatusOr<std::unique_ptr<compress::Memory>> memory =
-        compress::CreateMemory(plan.push.memory(), compress::MemoryParamsOf(plan.push));
-    if (!memory.ok()) return memory.status();
-    pc.memory = *std::move(memory);
-    if (!pending_state->empty()) {
-      absl::Status loaded = compress::LoadMemoryState(*pc.memory, *pending_state);
-      pending_state->clear();
-      if (!loaded.ok()) return loaded;
+absl::Status EnsureCodecs(PartitionCodec& pc, const Operation& op, std::string* pending_state) {
+  const compress::TensorPlan& plan = op.plan;
+  const bool encode_on_device = op.device != nullptr && op.device->encode_on_device;
+  const bool decode_on_device = op.device != nullptr && op.device->decode_on_device;
+  if (pc.version != plan.version) {
+    pc = PartitionCodec{};
+    pc.version = plan.version;
+  }
+  if (!encode_on_device && pc.push == nullptr) {
+    absl::StatusOr<std::unique_ptr<compress::Codec>> push =
+        compress::CreateCodec(plan.push.name(), compress::ParamsOf(plan.push));
+    if (!push.ok()) return push.status();
+    pc.push = *std::move(push);
+    if (!plan.push.memory().empty()) {
+      absl::StatusOr<std::unique_ptr<compress::Memory>> memory =
+          compress::CreateMemory(plan.push.memory(), compress::MemoryParamsOf(plan.push));
+      if (!memory.ok()) return memory.status();
+      pc.memory = *std::move(memory);
+      if (!pending_state->empty()) {
+        absl::Status loaded = compress::LoadMemoryState(*pc.memory, *pending_state);
+        pending_state->clear();
+        if (!loaded.ok()) return loaded;
+      }
     }
   }
-  if (plan.two_way()) {
+  if (encode_on_device && pc.device_push == nullptr) {
+    if (!pending_state->empty()) {
+      return absl::UnimplementedError(
+          "a checkpoint's error-feedback state cannot be loaded into a device codec yet; place "
+          "the tensor's compression on the CPU pool to resume it");
+    }
+    absl::StatusOr<std::unique_ptr<DeviceCodec>> push = op.device->backend->CreateCodec(
+        op.device->device, plan.push.name(), compress::ParamsOf(plan.push), plan.push.memory(),
+        compress::MemoryParamsOf(plan.push));
+    if (!push.ok()) return push.status();
+    pc.device_push = *std::move(push);
+    pc.device_memory = !plan.push.memory().empty() && plan.push.memory() != "none";
+  }
+  if (plan.two_way() && !decode_on_device && pc.pull == nullptr) {
     absl::StatusOr<std::unique_ptr<compress::Codec>> pull =
         compress::CreateCodec(plan.pull.name(), compress::ParamsOf(plan.pull));
     if (!pull.ok()) return pull.status();
     pc.pull = *std::move(pull);
   }
+  if (plan.two_way() && decode_on_device && pc.device_pull == nullptr) {
+    absl::StatusOr<std::unique_ptr<DeviceCodec>> pull = op.device->backend->CreateCodec(
+        op.device->device, plan.pull.name(), compress::ParamsOf(plan.pull), "", {});
+    if (!pull.ok()) return pull.status();
+    pc.device_pull = *std::move(pull);
+  }
   return absl::OkStatus();
 }
 
-}  // namespace
+void EngineImpl::PushEncodeFailure(const std::shared_ptr<EncodedPush>& push,
+                                   const absl::Status& status) {
+  const Operation& op = *push->op;
+  // The round still has to complete on the server for the other workers: push an abort,
+  // whose error every worker then receives for this round.
+  push->abort_error = absl::StrCat(
+      "encoding '", op.name, "' partition ", push->partition,
+      op.plan.compressed() ? absl::StrCat(" with ", op.plan.push.name()) : "", ": ",
+      status.message());
+  // (A pinned payload stays: a device copy may still be writing it. Send ignores it.)
+  push->payload.clear();
+  push->op->RecordError(absl::InvalidArgumentError(push->abort_error));
+  data_queue_.Push(push);
+}
+
 
 compress::CodecContext EngineImpl::ContextFor(const Operation& op, int64_t partition,
                                               uint32_t node) const {
@@ -60,13 +97,11 @@ void EngineImpl::EncodePartition(const std::shared_ptr<Operation>& op, int64_t p
   PartitionCodec& pc = op->tensor->codecs[partition];
   const PartitionRange range = op->layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  auto push = std::make_shared<EncodedPush>();
-  push->op = op;
-  push->partition = partition;
-  absl::Status status = EnsureCodecs(pc, op->plan, &op->tensor->pending_state[partition]);
+  std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition);
+  absl::Status status = EnsureCodecs(pc, *op, &op->tensor->pending_state[partition]);
   if (status.ok()) {
     const size_t elem = DTypeSize(op->dtype);
-    const char* src = static_cast<const char*>(op->data) + range.offset * elem;
+    const char* src = op->host_data() + range.offset * elem;
     absl::Span<const float> input;
     if (op->dtype == proto::DTYPE_FLOAT32) {
       input = absl::MakeConstSpan(reinterpret_cast<const float*>(src), n);
@@ -95,15 +130,12 @@ void EngineImpl::EncodePartition(const std::shared_ptr<Operation>& op, int64_t p
     if (status.ok() && !bytes.ok()) status = bytes.status();
     if (status.ok()) push->payload.resize(*bytes);
   }
-  if (!status.ok()) {
-    // The round still has to complete on the server for the other workers: push an abort,
-    // whose error every worker then receives for this round.
-    push->abort_error = absl::StrCat("encoding '", op->name, "' partition ", partition, " with ",
-                                     op->plan.push.name(), ": ", status.message());
-    push->payload.clear();
-    op->RecordError(absl::InvalidArgumentError(push->abort_error));
-  }
+  if (!status.ok()) push->payload.clear();
   CountPush(static_cast<int64_t>(push->payload.size()), static_cast<int64_t>(n * DTypeSize(op->dtype)));
+  if (!status.ok()) {
+    PushEncodeFailure(push, status);
+    return;
+  }
   data_queue_.Push(push);
 }
 
@@ -119,10 +151,7 @@ void EngineImpl::DecodePartition(const std::shared_ptr<Operation>& op, int64_t p
   absl::Status status;
   if (stage == 1) {  // the sum of the workers' P: compute and push Q
     compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
-    auto push = std::make_shared<EncodedPush>();
-    push->op = op;
-    push->partition = partition;
-    push->stage = 2;
+    std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
     push->payload.resize(4 + 4 * two->SecondRoundFloats(n));
     absl::StatusOr<size_t> bytes = two->EncodeSecond(floats(payload), ctx, absl::MakeSpan(push->payload));
     status = bytes.status();
@@ -158,10 +187,11 @@ void EngineImpl::DecodePartition(const std::shared_ptr<Operation>& op, int64_t p
   }
   if (status.ok()) {
     WriteResult(*op, partition, pc.output.data());
-  } else {
-    op->RecordError(absl::Status(status.code(), absl::StrCat("decoding '", op->name, "' partition ",
-                                                             partition, ": ", status.message())));
+    DeliverPartition(op, partition);
+    return;
   }
+  op->RecordError(absl::Status(status.code(), absl::StrCat("decoding '", op->name, "' partition ",
+                                                           partition, ": ", status.message())));
   FinishEvents(op, 1);
 }
 
@@ -169,7 +199,7 @@ void EngineImpl::WriteResult(Operation& op, int64_t partition, const float* sum)
   const PartitionRange range = op.layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
   const size_t elem = DTypeSize(op.dtype);
-  char* dst = static_cast<char*>(op.data) + range.offset * elem;
+  char* dst = op.host_data() + range.offset * elem;
   if (!op.average) {
     FromFloat32(op.dtype, sum, dst, n);
     return;

@@ -160,7 +160,7 @@ void DataLoop::Send(const PartitionTask& task) {
     bytes = range.count * static_cast<int64_t>(elem);
     header.set_payload_bytes(bytes);
     push.push_back(ProtoFrame(header));
-    char* payload = static_cast<char*>(op.data) + range.offset * elem;
+    char* payload = op.host_data() + range.offset * elem;
     push.emplace_back(payload, static_cast<size_t>(bytes), &ReleasePayload,
                       new PayloadRelease{&engine_, task.op});
     engine_.CountPush(bytes, bytes);
@@ -168,11 +168,11 @@ void DataLoop::Send(const PartitionTask& task) {
     header.set_error(task.encoded->abort_error);
     push.push_back(ProtoFrame(header));
   } else {
-    std::vector<uint8_t>& payload = task.encoded->payload;
+    const EncodedPush& payload = *task.encoded;
     bytes = static_cast<int64_t>(payload.size());
     header.set_payload_bytes(bytes);
     push.push_back(ProtoFrame(header));
-    push.emplace_back(payload.data(), payload.size(), &ReleaseEncoded,
+    push.emplace_back(const_cast<uint8_t*>(payload.data()), payload.size(), &ReleaseEncoded,
                       new std::shared_ptr<EncodedPush>(task.encoded));
   }
   // The pull goes right behind the push on the same connection: the server sees them in order
@@ -240,11 +240,7 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
     const bool compressed = in.compressed;
     inflight_.erase(it);
     if (compressed) {
-      engine_.SubmitToPool(op->priority, op->plan.decompress_on,
-                           [this, op, partition, stage, server, p = std::move(payload)]() mutable {
-                             engine_.DecodePartition(op, partition, stage, std::move(p), server);
-                           },
-                           op, nullptr);
+      engine_.SubmitDecode(op, partition, stage, std::move(payload), server);
       return;
     }
     const PartitionRange range = op->layout.range(partition);
@@ -267,10 +263,9 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
             ToFloat32(op->dtype, p.data(), sum.data(), sum.size());
             engine_.WriteResult(*op, partition, sum.data());
           } else {
-            std::memcpy(static_cast<char*>(op->data) + r.offset * DTypeSize(op->dtype), p.data(),
-                        p.size());
+            std::memcpy(op->host_data() + r.offset * DTypeSize(op->dtype), p.data(), p.size());
           }
-          engine_.FinishEvents(op, 1);
+          engine_.DeliverPartition(op, partition);
         },
         op, nullptr);
     return;

@@ -142,15 +142,34 @@ absl::StatusOr<int64_t> EngineImpl::PushPull(const PushPullRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", request.name, "': data is NULL"));
   }
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
-  if (local_reducer_ != nullptr) return HierarchicalPushPull(request);
-  std::shared_ptr<Operation> op = NewOperation(request);
+  if (local_reducer_ != nullptr) {
+    if (request.on_device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", request.name, "': device tensors in a hierarchical job are not supported "
+          "yet (the engine's local reduction takes host tensors; the NCCL reducer is not wired "
+          "in): copy the gradient to host memory, or run the job without hierarchical"));
+    }
+    return HierarchicalPushPull(request);
+  }
+  absl::StatusOr<std::shared_ptr<Operation>> made = NewOperation(request);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<Operation> op = *std::move(made);
   if (absl::Status s = QueueOperation(op, /*internal=*/false); !s.ok()) return s;
   ++operations_;
   return op->handle;
 }
 
-std::shared_ptr<Operation> EngineImpl::NewOperation(const PushPullRequest& request) {
+absl::StatusOr<std::shared_ptr<Operation>> EngineImpl::NewOperation(
+    const PushPullRequest& request) {
   auto op = std::make_shared<Operation>();
+  if (request.on_device) {
+    absl::StatusOr<DeviceBackend*> backend = DeviceBackendFor(request);
+    if (!backend.ok()) return backend.status();
+    op->device = std::make_unique<DeviceWork>();
+    op->device->backend = *backend;
+    op->device->device = request.device;
+    op->device->stream = request.stream;
+  }
   op->name = request.name;
   op->data = request.data;
   op->element_count = request.element_count;
@@ -229,7 +248,11 @@ void EngineImpl::StartNextLocked(const std::shared_ptr<TensorEntry>& tensor_ptr,
   if (!op->plan.compressed()) {
     tensor.next_wire_round += 1;
     op->pending_events.store(2 * parts);
-    data_queue_.Push(StartOperation{op});
+    if (op->device != nullptr) {
+      StartDeviceLocked(op, tensor, deferred);
+    } else {
+      data_queue_.Push(StartOperation{op});
+    }
     return;
   }
   if (tensor.codecs.size() != static_cast<size_t>(parts)) tensor.codecs.resize(parts);
@@ -243,9 +266,36 @@ void EngineImpl::StartNextLocked(const std::shared_ptr<TensorEntry>& tensor_ptr,
   op->two_round = tensor.two_round;
   tensor.next_wire_round += op->two_round ? 2 : 1;
   op->pending_events.store(parts);
-  for (int64_t p = 0; p < parts; ++p) {
-    SubmitToPool(op->priority, op->plan.compress_on,
-                 [this, op, p] { EncodePartition(op, p); }, op, deferred);
+  if (op->device != nullptr) {
+    StartDeviceLocked(op, tensor, deferred);
+    return;
+  }
+  if ((op->plan.compress_on == proto::PLACEMENT_GPU ||
+       op->plan.decompress_on == proto::PLACEMENT_GPU) &&
+      !tensor.placement_logged) {
+    tensor.placement_logged = true;
+    BC_LOG_WARNING("tensor '", tensor.name, "': the strategy places its compression on the GPU, "
+                   "but it was given in host memory (bytecomp_push_pull), so it is encoded and "
+                   "decoded on the CPU pool; bytecomp_push_pull_device takes device tensors");
+  }
+  StartEncodes(op, deferred);
+}
+
+void EngineImpl::StartEncodes(const std::shared_ptr<Operation>& op, Deferred* deferred) {
+  const bool on_device = op->device != nullptr && op->device->encode_on_device;
+  // A device tensor's host stages never run inline: its host copy is ready on another thread.
+  const proto::Placement placement =
+      op->device != nullptr ? proto::PLACEMENT_CPU_POOL : op->plan.compress_on;
+  for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
+    SubmitToPool(op->priority, placement,
+                 [this, op, p, on_device] {
+                   if (on_device) {
+                     EncodePartitionOnDevice(op, p);
+                   } else {
+                     EncodePartition(op, p);
+                   }
+                 },
+                 op, deferred);
   }
 }
 
@@ -263,8 +313,8 @@ void EngineImpl::SubmitToPool(int priority, proto::Placement placement,
     deferred->push_back(std::move(work));
     return;
   }
-  // PLACEMENT_GPU needs device tensors, which the C API does not take yet: host tensors are
-  // compressed on the pool.
+  // PLACEMENT_GPU with a host tensor runs here too (StartNextLocked says so once); device
+  // tensors' device stages also start from a pool thread, which waits for the device codec.
   absl::Status submitted = pool_->Submit(
       priority, [this, work = std::move(work), op](absl::Status status) mutable {
         if (!status.ok()) {  // the pool shut down before running it
@@ -341,6 +391,11 @@ absl::StatusOr<std::string> EngineImpl::SaveTensorState(const std::string& name)
   const uint32_t parts = static_cast<uint32_t>(t.layout.num_partitions());
   out.append(reinterpret_cast<const char*>(&parts), 4);
   for (uint32_t p = 0; p < parts; ++p) {
+    if (p < t.codecs.size() && t.codecs[p].device_memory) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor '", name, "' is encoded on the device, whose error-feedback state cannot be "
+          "saved yet; place its compression on the CPU pool to checkpoint it"));
+    }
     std::string state;
     if (p < t.codecs.size() && t.codecs[p].memory != nullptr) {
       state = compress::SaveMemoryState(*t.codecs[p].memory);
@@ -620,6 +675,8 @@ absl::Status EngineImpl::Shutdown() {
   control_queue_.Push(SendControl{std::move(done)});
   control_queue_.Push(StopControl{});
   data_queue_.Push(StopData{});
+  // Device callbacks queue pool work and call into the engine: let them run out first.
+  WaitForDeviceCallbacks(deadline);
   if (pool_ != nullptr) pool_->Shutdown();
   if (data_thread_.joinable()) data_thread_.join();
   if (control_thread_.joinable()) control_thread_.join();

@@ -34,7 +34,20 @@ struct EncodedPush {
   int64_t partition = 0;
   uint32_t stage = 0;  // two-round codecs: 1 or 2
   std::vector<uint8_t> payload;
+  // Encoded on the device: the payload copied to pinned host memory instead.
+  cpu_offload::PinnedBuffer pinned;
+  size_t pinned_bytes = 0;
   std::string abort_error;
+  static std::shared_ptr<EncodedPush> For(std::shared_ptr<Operation> op, int64_t partition,
+                                          uint32_t stage = 0) {
+    auto push = std::make_shared<EncodedPush>();
+    push->op = std::move(op);
+    push->partition = partition;
+    push->stage = stage;
+    return push;
+  }
+  const uint8_t* data() const { return pinned ? pinned.data() : payload.data(); }
+  size_t size() const { return pinned ? pinned_bytes : payload.size(); }
 };
 struct FailEverything {
   absl::Status reason;
@@ -49,6 +62,10 @@ struct SendControl {
 };
 struct StopControl {};
 using ControlCommand = std::variant<SendControl, StopControl>;
+
+// Makes the partition's codec objects for the operation's strategy version: on the host, or on
+// the device for the stages of a device tensor that run there (codec_work.cc).
+absl::Status EnsureCodecs(PartitionCodec& pc, const Operation& op, std::string* pending_state);
 
 class EngineImpl {
  public:
@@ -79,6 +96,19 @@ class EngineImpl {
   void EncodePartition(const std::shared_ptr<Operation>& op, int64_t partition);
   void DecodePartition(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
                        zmq::message_t payload, int server);
+  // Pushes an abort for a partition that could not be encoded (the round must still complete
+  // on the server for the other workers) and records the error.
+  void PushEncodeFailure(const std::shared_ptr<EncodedPush>& push, const absl::Status& status);
+  // Device tensors (device_work.cc): the stages that run on the device.
+  void EncodePartitionOnDevice(const std::shared_ptr<Operation>& op, int64_t partition);
+  void DecodePartitionOnDevice(const std::shared_ptr<Operation>& op, int64_t partition,
+                               zmq::message_t payload, int server);
+  // The partition's result is in op's host memory: for a device tensor copy it to the device
+  // first; then the partition's event is finished.
+  void DeliverPartition(const std::shared_ptr<Operation>& op, int64_t partition);
+  // Work for the pulled reply of a compressed partition (decode on the pool or the device).
+  void SubmitDecode(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
+                    zmq::message_t payload, int server);
   void SetLearningRate(double lr) { learning_rate_.store(lr); }
   void CountPush(int64_t payload_bytes, int64_t raw_bytes) {
     pushed_bytes_ += payload_bytes;
@@ -99,7 +129,8 @@ class EngineImpl {
   friend class DataLoop;
 
   absl::Status EngineStatus();
-  static std::shared_ptr<Operation> NewOperation(const PushPullRequest& request);
+  // A new operation for the request; fails when a device tensor has no device backend.
+  absl::StatusOr<std::shared_ptr<Operation>> NewOperation(const PushPullRequest& request);
   // Queues `op` on its tensor (declaring it if new). internal: an operation of the
   // hierarchical layer, with no handle and not profiled (its outer operation is).
   absl::Status QueueOperation(const std::shared_ptr<Operation>& op, bool internal);
@@ -120,6 +151,19 @@ class EngineImpl {
   std::shared_ptr<TensorEntry> FindOrDeclareLocked(const std::string& name, int64_t count,
                                                    proto::DType dtype, absl::Status* error);
   void StartNextLocked(const std::shared_ptr<TensorEntry>& tensor, Deferred* deferred);
+  // A device tensor's operation (device_work.cc): decides where its stages run, copies it to
+  // pinned host memory where a host stage needs it, and starts its partitions.
+  void StartDeviceLocked(const std::shared_ptr<Operation>& op, TensorEntry& tensor,
+                         Deferred* deferred);
+  void StartEncodes(const std::shared_ptr<Operation>& op, Deferred* deferred);
+  // Fails every partition of a device operation that could not start (pushing aborts, so the
+  // round completes on the servers).
+  void AbortDeviceOperation(const std::shared_ptr<Operation>& op, const absl::Status& status);
+  absl::StatusOr<DeviceBackend*> DeviceBackendFor(const PushPullRequest& request);
+  // DeviceBackend::WhenReached, counted so that Shutdown can wait for the callbacks (they call
+  // into the engine) before it goes.
+  absl::Status AfterDevice(const DeviceWork& d, absl::AnyInvocable<void()> work);
+  void WaitForDeviceCallbacks(int64_t deadline_ms);
   void Complete(const std::shared_ptr<Operation>& op);
   std::shared_ptr<Operation> FindHandle(int64_t handle);
 
@@ -153,6 +197,12 @@ class EngineImpl {
   std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
   // Hierarchical mode with more than one worker on this machine; else null.
   std::unique_ptr<LocalReducer> local_reducer_;
+  // Made with the first device tensor, so host-only jobs never touch CUDA (device_mu_).
+  std::mutex device_mu_;
+  std::condition_variable device_cv_;
+  int64_t device_callbacks_ = 0;  // AfterDevice callbacks not yet run
+  DeviceBackend* device_backend_ = nullptr;
+  std::unique_ptr<cpu_offload::PinnedMemoryPool> pinned_;
   std::unique_ptr<ReadyProfiler> profiler_;  // tensors_mu_; when the scheduler asked for one
   std::atomic<double> learning_rate_{0.0};
   std::atomic<int64_t> pushed_bytes_{0}, pushed_raw_bytes_{0}, pulled_bytes_{0},

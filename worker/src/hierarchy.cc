@@ -12,7 +12,9 @@
 namespace bytecomp::worker {
 
 absl::StatusOr<int64_t> EngineImpl::HierarchicalPushPull(const PushPullRequest& request) {
-  std::shared_ptr<Operation> outer = NewOperation(request);
+  absl::StatusOr<std::shared_ptr<Operation>> made = NewOperation(request);  // a host tensor
+  if (!made.ok()) return made.status();
+  std::shared_ptr<Operation> outer = *std::move(made);
   std::string tag;
   {
     std::lock_guard<std::mutex> lock(tensors_mu_);
@@ -58,7 +60,12 @@ absl::StatusOr<int64_t> EngineImpl::HierarchicalPushPull(const PushPullRequest& 
                    sum.dtype = outer->dtype;
                    sum.priority = outer->priority;
                    sum.average = outer->average;
-                   std::shared_ptr<Operation> network = NewOperation(sum);
+                   absl::StatusOr<std::shared_ptr<Operation>> made_network = NewOperation(sum);
+                   if (!made_network.ok()) {
+                     FinishHierarchical(outer, tag, made_network.status());
+                     return;
+                   }
+                   std::shared_ptr<Operation> network = *std::move(made_network);
                    network->on_done = [this, outer, tag](absl::Status done) {
                      FinishHierarchical(outer, tag, done);
                    };

@@ -15,6 +15,8 @@
 #include "bytecomp/common/partition.h"
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/strategy.h"
+#include "bytecomp/cpu_offload.h"
+#include "bytecomp/worker/device_backend.h"
 #include "data.pb.h"
 
 namespace bytecomp::worker {
@@ -31,6 +33,23 @@ struct PartitionCodec {
   std::unique_ptr<compress::Memory> memory;
   std::unique_ptr<compress::Codec> pull;  // two-way only
   std::vector<float> input, compensated, decoded, output;  // scratch, reused across rounds
+  // Device tensors whose stages run on the device (made on first use for `version`).
+  std::unique_ptr<DeviceCodec> device_push, device_pull;
+  bool device_memory = false;  // device_push has an error-feedback memory fused
+  DeviceAllocation device_encoded, device_pulled;  // payload buffers on the device
+  size_t device_encoded_bytes = 0, device_pulled_bytes = 0;
+};
+
+// Where a device tensor's stages run, decided when its operation starts.
+struct DeviceWork {
+  DeviceBackend* backend = nullptr;
+  int device = 0;
+  DeviceStream stream = nullptr;
+  bool encode_on_device = false;  // else: copy to pinned host memory, encode on the pool
+  bool decode_on_device = false;  // else: decode on the pool, copy to the device
+  // Pinned host copy of the tensor, for the stages that run on the host (the push of an
+  // uncompressed or pool-encoded tensor, the results decoded on the pool).
+  cpu_offload::PinnedBuffer host;
 };
 
 struct Operation {
@@ -48,6 +67,13 @@ struct Operation {
   compress::TensorPlan plan;
   bool two_round = false;   // PowerSGD: two exchanges per round
   std::shared_ptr<TensorEntry> tensor;
+  std::unique_ptr<DeviceWork> device;  // null: a host tensor
+
+  // Where the host stages read the gradient and write the result: the caller's memory, or
+  // for a device tensor its pinned host copy.
+  char* host_data() const {
+    return static_cast<char*>(device != nullptr ? static_cast<void*>(device->host.data()) : data);
+  }
 
   // Uncompressed: two events per partition, the pull reply (or its failure) and ZeroMQ
   // releasing the zero-copy push payload (the caller's memory), so the caller may reuse its
@@ -105,6 +131,7 @@ struct TensorEntry {
   uint64_t last_version = 0;     // strategy version of the latest started operation
   uint64_t two_round_version = 0;  // the version `two_round` was found for
   bool two_round = false;          // the push codec needs two exchanges (PowerSGD)
+  bool placement_logged = false;   // a placement the strategy asked for could not be followed
   std::vector<PartitionCodec> codecs;
   // Error-feedback state restored from a checkpoint before the partition's memory existed;
   // applied when it is made.

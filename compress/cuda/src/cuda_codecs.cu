@@ -26,6 +26,7 @@
 #include "bytecomp/compress/cuda_host_draws.h"
 #include "bytecomp/compress/cuda_feedback.h"
 #include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/gpu_codecs.h"
 #include "bytecomp/compress/params.h"
 
 namespace bytecomp::compress::cuda {
@@ -1316,17 +1317,10 @@ class CudaCodecImpl final : public CudaCodec {
 
 }  // namespace
 
-std::vector<std::string> CudaCodecNames() {
-  return {"fp16", "bf16", "signsgd", "efsignsgd", "signum", "onebit",
-          "topk", "randomk", "qsgd", "terngrad", "natural", "dgc"};
-}
+std::vector<std::string> CudaCodecNames() { return GpuCodecNames(); }
 
 bool CudaMemorySupported(absl::string_view codec, absl::string_view memory) {
-  if (memory == "none") return true;
-  if (memory == "efsignsgd") return codec == "efsignsgd";
-  if (memory == "dgc_momentum") return codec == "dgc";
-  if (memory == "residual") return codec != "signum" && codec != "dgc";
-  return false;
+  return GpuMemorySupported(codec, memory);
 }
 
 CudaCodec::~CudaCodec() = default;

@@ -76,6 +76,29 @@ BYTECOMP_API int bytecomp_declare(const char* name, int64_t element_count, int d
 BYTECOMP_API int bytecomp_push_pull(const char* name, void* data, int64_t element_count, int dtype,
                        int priority, uint32_t flags, bytecomp_handle_t* handle_out);
 
+/* The same for a tensor in device (GPU) memory. `data` is a device pointer on device
+ * `device_id`; `cuda_stream` is the cudaStream_t (NULL: the legacy default stream) on which
+ * the gradient is produced: the engine reads it once the work queued there before this call
+ * is done, queues its own copies and kernels on that stream, and writes the result back into
+ * `data` before the handle completes. Keep `data` untouched until then.
+ * Where each stage runs follows the tensor's strategy (proto/strategy.proto):
+ *   uncompressed: device -> pinned host memory -> push; pull -> pinned -> device
+ *   compress_on GPU or DEFAULT: encode on the device (error feedback fused), copy the payload
+ *     to pinned memory, push; CPU_POOL or INLINE: copy to pinned memory, encode on the pool
+ *   decompress_on GPU or DEFAULT (two-way): copy the payload to the device and decode there;
+ *     CPU_POOL or INLINE: decode on the pool, copy to the device
+ * A stage the device cannot run (a codec without GPU kernels such as powersgd, fp16/bf16
+ * tensors, BYTECOMP_FLAG_AVERAGE for the decode) runs on the pool, and the engine logs it once
+ * per tensor. Without a device: BYTECOMP_ERR_INVALID_ARGUMENT, with the reason (a build
+ * without CUDA, or cudaGetDeviceCount's error).
+ * Test facility: BYTECOMP_DEVICE_BACKEND=emulated makes "device memory" ordinary host memory
+ * and runs the device path on an emulated device (worker/device/.../emulated_device.h), so
+ * that it can be tested without a GPU; never set it in training. */
+BYTECOMP_API int bytecomp_push_pull_device(const char* name, void* data, int64_t element_count,
+                                           int dtype, int device_id, void* cuda_stream,
+                                           int priority, uint32_t flags,
+                                           bytecomp_handle_t* handle_out);
+
 /* 1 when done (successfully), 0 while pending, a negative code if it failed. */
 BYTECOMP_API int bytecomp_poll(bytecomp_handle_t handle);
 /* Waits up to timeout_ms (< 0: forever). BYTECOMP_OK, BYTECOMP_ERR_TIMEOUT or the failure
@@ -108,7 +131,10 @@ BYTECOMP_API int bytecomp_tensor_strategy(const char* name, int64_t* round, int6
  * between steps (no push_pull of the tensor in flight). save: *state_len receives the size; the
  * state is written when buf_len is large enough (call with buf NULL to ask the size), else
  * BYTECOMP_ERR_INVALID_ARGUMENT. load: the tensor must be declared (and known to every
- * worker: after its first push_pull, or a barrier after bytecomp_declare). */
+ * worker: after its first push_pull, or a barrier after bytecomp_declare). The state of a
+ * memory fused into a device encode (bytecomp_push_pull_device, compress_on GPU) lives on the
+ * device and is not saved or loaded yet: save is refused (BYTECOMP_ERR_REJECTED), and a loaded
+ * state fails the tensor's first device encode. */
 BYTECOMP_API int bytecomp_save_state(const char* name, void* buf, size_t buf_len,
                                      size_t* state_len);
 BYTECOMP_API int bytecomp_load_state(const char* name, const void* buf, size_t len);

@@ -26,6 +26,11 @@ struct PushPullRequest {
   proto::DType dtype = proto::DTYPE_FLOAT32;
   int priority = 0;
   bool average = false;
+  // A device tensor (bytecomp_push_pull_device): data is device memory of `device`, ready once
+  // the work queued on `stream` (a cudaStream_t) before the call is done.
+  bool on_device = false;
+  int device = 0;
+  void* stream = nullptr;
 };
 
 struct EngineInfo {

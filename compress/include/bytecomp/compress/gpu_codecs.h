@@ -1,0 +1,20 @@
+// Which codecs and fused memories have GPU kernels (compress/cuda). Plain C++, so the worker
+// can decide a tensor's placement in builds without CUDA (and with the emulated device).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace bytecomp::compress {
+
+// fp16, bf16, signsgd, efsignsgd, signum, onebit, topk, randomk, qsgd, terngrad, natural, dgc.
+std::vector<std::string> GpuCodecNames();
+bool HasGpuCodec(absl::string_view codec);
+
+// The memories that can be fused with each codec: "none" (or "") always; "residual" with
+// every codec but signum and dgc; "efsignsgd" with efsignsgd; "dgc_momentum" with dgc.
+bool GpuMemorySupported(absl::string_view codec, absl::string_view memory);
+
+}  // namespace bytecomp::compress
