@@ -72,14 +72,16 @@ def measure(rate, scheduler_args, rounds, warmup=1):
     raise SystemExit(f"no result from {' '.join(cmd)}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
 
 
-def measure_auto(rate, cluster, costs, rounds):
+def measure_auto(rate, cluster, costs, rounds, links_from):
     """--strategy=auto: 2 profiled rounds, then the switch; the timed rounds come after it.
     Returns the measured ms, the scheduler's predicted ms without the measured forward time
     (bytecomp-bench times a round from its first push to its last pull; the refill of the
     tensors before it is the profile's forward time), the links the scheduler planned with
     (bandwidth Gbit/s, latency us) and its summary."""
     result, output = measure(rate, f"--strategy=auto --plan_cluster={cluster} "
-                             f"--plan_costs={costs} --profile_rounds=2", rounds, warmup=6)
+                             f"--plan_costs={costs} --profile_rounds=2 "
+                             f"--plan_links={'file' if links_from == 'nominal' else 'measured'}",
+                             rounds, warmup=6)
     m = re.search(r"--strategy=auto: (planned .*predicted iteration ([\d.]+) ms.*)", output)
     if m is None:
         raise SystemExit(f"the scheduler printed no plan:\n{output[-3000:]}")
@@ -101,6 +103,9 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="emulated-cluster-bench.json")
+    parser.add_argument("--links", choices=("measured", "nominal"), default="measured",
+                        help="plan with the links the workers' probes measured (the scheduler's "
+                        "default), or with the tbf rates and 50 us (--plan_links=file)")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bytecomp-emulated-")
     costs = os.path.join(work, "costs.pbtxt")
@@ -120,7 +125,8 @@ def main():
         # Auto first: the scheduler plans with the links its workers measured; the predictions
         # for the other two use the same links.
         print(f"{rate} auto ...", flush=True)
-        measured, auto_predicted, links, summary = measure_auto(rate, cluster, costs, args.rounds)
+        measured, auto_predicted, links, summary = measure_auto(rate, cluster, costs, args.rounds,
+                                                                args.links)
         print(f"  scheduler: {summary}")
         auto_row = {"rate": rate, "strategy": "auto", "predicted_ms": auto_predicted,
                     "measured_ms": measured, "error": (auto_predicted - measured) / measured,

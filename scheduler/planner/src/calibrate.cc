@@ -56,19 +56,34 @@ struct AggregateCost {
 };
 std::optional<AggregateCost> TimeAggregate(const proto::CodecCost& entry,
                                            const compress::CodecParams& params,
-                                           absl::Span<const uint8_t> payload, size_t n,
-                                           const compress::CodecContext& ctx, double seconds) {
-  auto aggregator = compress::CreateAggregator(entry.name(), params);
-  if (!aggregator.ok()) return std::nullopt;
+                                           const std::vector<std::vector<uint8_t>>& payloads,
+                                           size_t n, const compress::CodecContext& ctx,
+                                           double seconds) {
+  // One aggregator per slot (a server keeps one per key), each fed its slot's payload.
+  std::vector<std::unique_ptr<compress::Aggregator>> aggregators;
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    auto aggregator = compress::CreateAggregator(entry.name(), params);
+    if (!aggregator.ok()) return std::nullopt;
+    aggregators.push_back(*std::move(aggregator));
+  }
+  for (size_t i = 0; i < payloads.size(); ++i) {  // allocate each one's sum before timing
+    aggregators[i]->Reset(n);
+    if (!aggregators[i]->Add(payloads[i], ctx).ok() || !aggregators[i]->Finish().ok()) {
+      return std::nullopt;
+    }
+  }
+  size_t next = 0;
   auto round = [&](int pushes) {
     return TimeCall(seconds, [&]() -> absl::Status {
-      (*aggregator)->Reset(n);
+      const size_t slot = next++ % payloads.size();
+      compress::Aggregator& aggregator = *aggregators[slot];
+      aggregator.Reset(n);
       for (int r = 0; r < pushes; ++r) {
         compress::CodecContext from = ctx;
         from.node = static_cast<uint32_t>(r);
-        if (absl::Status s = (*aggregator)->Add(payload, from); !s.ok()) return s;
+        if (absl::Status s = aggregator.Add(payloads[slot], from); !s.ok()) return s;
       }
-      return (*aggregator)->Finish().status();
+      return aggregator.Finish().status();
     });
   };
   constexpr int kPushes = 4;
@@ -107,16 +122,20 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
       ", one CPU thread, Gaussian inputs; encode with the codec's memory, decode into the "
       "caller's tensor, server aggregation per push; GPU costs (where present) copied unmeasured from "
       "the template"));
+  // Inputs and outputs span the working set, so that successive calls, each on its own slot
+  // (its own partition: input, memory, payload, output), find their data out of cache as the
+  // engine does, which touches each partition once per round.
+  const size_t max_bytes = static_cast<size_t>(
+      std::max<int64_t>(options.sizes.back(), options.working_set_bytes));
   std::mt19937 rng(12345);
   std::normal_distribution<float> normal(0, 1);
-  std::vector<float> input(options.sizes.back() / 4);
+  std::vector<float> input(max_bytes / 4);
   for (float& x : input) x = normal(rng);
   std::vector<float> output(input.size());
-  std::vector<float> result(input.size());  // the caller's tensor the decoded values go to
+  std::vector<float> result(input.size());  // the caller's tensors the decoded values go to
   std::vector<float> compensated, decoded;   // EncodeWithMemory's scratch
-  std::vector<uint8_t> encoded;
   {
-    const double big = static_cast<double>(options.sizes.back());
+    const double big = static_cast<double>(input.size() * sizeof(float));
     const size_t n = input.size();
     table.set_sum_gbytes_per_s(GbytesPerS(options.seconds_per_point, big, [&] {
       AddFloat32(output.data(), input.data(), n);
@@ -149,38 +168,66 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
     bool aggregate_ok = !properties.two_round;
     for (int64_t bytes : options.sizes) {
       const size_t n = static_cast<size_t>(bytes / 4);
-      absl::Span<const float> in(input.data(), n);
-      encoded.resize((*codec)->MaxEncodedBytes(n));
-      size_t written = 0;
+      const size_t slots = std::clamp<size_t>(input.size() / n, 1, 1024);
+      // One codec and memory per slot, as the engine has one per partition.
+      std::vector<std::unique_ptr<compress::Codec>> codecs;
+      std::vector<std::unique_ptr<compress::Memory>> memories;
+      for (size_t i = 0; i < slots; ++i) {
+        auto made_codec = registry.Create(entry.name(), params);
+        if (!made_codec.ok()) return made_codec.status();
+        codecs.push_back(*std::move(made_codec));
+        if (!entry.memory().empty() && entry.memory() != "none") {
+          auto made = compress::CreateMemory(entry.memory());
+          if (!made.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "calibrating '", entry.name(), "': memory: ", made.status().message()));
+          }
+          memories.push_back(*std::move(made));
+        } else {
+          memories.push_back(nullptr);
+        }
+      }
+      std::vector<std::vector<uint8_t>> payloads(
+          slots, std::vector<uint8_t>((*codec)->MaxEncodedBytes(n)));
+      std::vector<size_t> written(slots, payloads[0].size());
       compress::CodecContext ctx;
       ctx.key = 1;
-      std::unique_ptr<compress::Memory> memory;  // one per partition size, as in the engine
-      if (!entry.memory().empty() && entry.memory() != "none") {
-        auto made = compress::CreateMemory(entry.memory());
-        if (!made.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat("calibrating '", entry.name(),
-                                                         "': memory: ", made.status().message()));
+      // Untimed first round: the memories allocate their state, as in the engine's first round.
+      for (size_t slot = 0; slot < slots; ++slot) {
+        auto size = compress::EncodeWithMemory(
+            *codecs[slot], memories[slot].get(), absl::MakeConstSpan(&input[slot * n], n), ctx,
+            absl::MakeSpan(payloads[slot]), compensated, decoded);
+        if (!size.ok()) {
+          return absl::InternalError(absl::StrCat("calibrating '", entry.name(), "' encode of ",
+                                                  bytes, " bytes: ", size.status().message()));
         }
-        memory = *std::move(made);
       }
+      size_t next = 0;
       auto encode_us = TimeCall(options.seconds_per_point, [&]() -> absl::Status {
-        ++ctx.round;  // stateful codecs see successive rounds
+        const size_t slot = next++ % slots;
+        if (slot == 0) ++ctx.round;  // stateful codecs see successive rounds
         // As the engine encodes: with the memory (compensate, encode, update).
-        auto size = compress::EncodeWithMemory(**codec, memory.get(), in, ctx,
-                                               absl::MakeSpan(encoded), compensated, decoded);
+        auto size = compress::EncodeWithMemory(
+            *codecs[slot], memories[slot].get(), absl::MakeConstSpan(&input[slot * n], n), ctx,
+            absl::MakeSpan(payloads[slot]), compensated, decoded);
         if (!size.ok()) return size.status();
-        written = *size;
+        written[slot] = *size;
         return absl::OkStatus();
       });
       if (!encode_us.ok()) {
         return absl::InternalError(absl::StrCat("calibrating '", entry.name(), "' encode of ",
                                                 bytes, " bytes: ", encode_us.status().message()));
       }
+      const size_t encoded_slots = std::min<size_t>(next, slots);  // slots holding a payload
+      for (size_t i = 0; i < encoded_slots; ++i) payloads[i].resize(written[i]);
+      payloads.resize(encoded_slots);
       // As the engine decodes a pull: into its buffer, then into the caller's tensor.
+      next = 0;
       auto decode_us = TimeCall(options.seconds_per_point, [&]() -> absl::Status {
-        absl::Status s = (*codec)->Decode(absl::MakeConstSpan(encoded.data(), written), ctx,
-                                          absl::MakeSpan(output.data(), n));
-        std::memcpy(result.data(), output.data(), n * sizeof(float));
+        const size_t slot = next++ % encoded_slots;
+        absl::Status s = codecs[slot]->Decode(payloads[slot], ctx,
+                                              absl::MakeSpan(&output[slot * n], n));
+        std::memcpy(&result[slot * n], &output[slot * n], n * sizeof(float));
         return s;
       });
       if (!decode_us.ok()) {
@@ -193,11 +240,10 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
       auto* d = cpu->add_decode();
       d->set_bytes(bytes);
       d->set_us(*decode_us);
-      encoded_bytes.push_back(static_cast<double>(written));
+      encoded_bytes.push_back(static_cast<double>(written[0]));
       if (aggregate_ok) {
         std::optional<AggregateCost> agg =
-            TimeAggregate(entry, params, absl::MakeConstSpan(encoded.data(), written), n, ctx,
-                          options.seconds_per_point);
+            TimeAggregate(entry, params, payloads, n, ctx, options.seconds_per_point);
         if (agg.has_value()) {
           auto* a = cpu->add_aggregate();
           a->set_bytes(bytes);

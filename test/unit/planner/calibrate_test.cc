@@ -12,6 +12,7 @@ CalibrationOptions Quick() {
   CalibrationOptions options;
   options.sizes = {1 << 10, 16 << 10, 64 << 10};
   options.seconds_per_point = 0.0005;
+  options.working_set_bytes = 256 << 10;  // 4 to 256 slots
   return options;
 }
 

@@ -17,6 +17,10 @@ struct CalibrationOptions {
   // Each point repeats encode (and decode) until this much time has passed, at least 3
   // times; the median is kept.
   double seconds_per_point = 0.02;
+  // Successive calls work on different slots (input, codec, memory, payload, output) spanning
+  // this many bytes, so that they find their data out of cache as the engine does (it touches
+  // each partition once per round); at most 1024 slots.
+  int64_t working_set_bytes = 64 << 20;
 };
 
 // Measures encode (with the entry's memory, as the engine runs it) and decode (into the
