@@ -15,10 +15,11 @@ Limitations, stated plainly:
   where each stage runs follows the strategy. This path is untested: no GPU exists where
   ByteComp is tested (the engine's device path is tested on an emulated device). An engine
   built without CUDA, or a machine without a GPU, refuses CUDA tensors with the reason.
-- Compression is chosen by the Strategy that the scheduler holds, not here. The engine does not
-  apply strategies or codecs yet; error-feedback state therefore does not exist yet and
-  DistributedOptimizer.state_dict() holds only the wrapped optimizer's state. The optimizer's
-  learning rate cannot reach codecs (EF-SignSGD) until the C API has a call for it.
+- Compression is chosen by the Strategy that the scheduler holds (a file, or --strategy=auto),
+  not here; the engine applies it. DistributedOptimizer.state_dict() carries the codecs'
+  error-feedback state (bytecomp_save_state), except for memories fused into a GPU encode,
+  which the engine refuses to save; the learning rate reaches the codecs every step
+  (bytecomp_set_learning_rate).
 """
 
 import json

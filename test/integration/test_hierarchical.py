@@ -192,7 +192,7 @@ def test_strategy_switch_applies_at_one_round_on_every_local_rank(tmp_path):
     # local roots switch at the agreed round, and every local rank, root or not, reports the
     # same version for each of its rounds.
     from cluster import wait_for
-    from test_strategy_switch import V1, V2
+    from test_strategy_switch import V1, V2, check_one_switch
     import signal
     rounds = 30
     path = os.path.join(tmp_path, "strategy.pbtxt")
@@ -207,19 +207,5 @@ def test_strategy_switch_applies_at_one_round_on_every_local_rank(tmp_path):
         with open(path, "w") as f:
             f.write(V2)
         c.scheduler.proc.send_signal(signal.SIGHUP)
-        codes = c.wait_workers(timeout=120)
-        assert codes == [0, 0, 0, 0], c.dump()
-        sequences = []
-        for w in c.workers:
-            out = w.output()
-            assert f"ALL SUMS EXACT: {rounds} rounds" in out, c.dump()
-            line = next(l for l in out.splitlines() if l.startswith("STRATEGY VERSIONS BY ROUND:"))
-            sequences.append([int(v) for v in line.split(":")[1].split()])
-        assert all(s == sequences[0] for s in sequences), sequences
-        seq = sequences[0]
-        assert seq[0] == 1 and seq[-1] == 2 and seq == sorted(seq), seq
-        switch_round = seq.index(2)
-        for s in c.servers:
-            c.wait_node(s, 15)
-            assert f"strategy version 2 from round {switch_round}" in s.output(), c.dump()
+        check_one_switch(c, rounds, timeout=120)
         assert sorted(server_pushes(c)) == [0, 1], c.dump()

@@ -16,6 +16,28 @@ V2 = ('seed: 7\ntensors {\n  name_pattern: "*"\n  push_codec { name: "fp16" }\n'
       '  pull_codec { name: "fp16" }\n  force: true\n}\n')
 
 
+
+def check_one_switch(c, rounds, timeout):
+    """Every worker of the cluster c ends with exact sums and reports, round by round, the
+    same strategy versions: 1, then 2 from one round on, at which every server switched too.
+    Returns that round."""
+    codes = c.wait_workers(timeout=timeout)
+    assert codes == [0] * len(c.workers), c.dump()
+    sequences = []
+    for w in c.workers:
+        out = w.output()
+        assert f"ALL SUMS EXACT: {rounds} rounds" in out, c.dump()
+        line = next(l for l in out.splitlines() if l.startswith("STRATEGY VERSIONS BY ROUND:"))
+        sequences.append([int(v) for v in line.split(":")[1].split()])
+    assert all(s == sequences[0] for s in sequences), sequences
+    seq = sequences[0]
+    assert seq[0] == 1 and seq[-1] == 2 and seq == sorted(seq), seq
+    switch_round = seq.index(2)
+    for s in c.servers:
+        c.wait_node(s, 15)
+        assert f"strategy version 2 from round {switch_round}" in s.output(), c.dump()
+    return switch_round
+
 def test_switch_mid_training_keeps_sums_exact_and_versions_agree(tmp_path):
     path = os.path.join(tmp_path, "strategy.pbtxt")
     with open(path, "w") as f:
@@ -37,20 +59,6 @@ def test_switch_mid_training_keeps_sums_exact_and_versions_agree(tmp_path):
         with open(path, "w") as f:
             f.write(V2)
         c.scheduler.proc.send_signal(signal.SIGHUP)
-        codes = c.wait_workers(timeout=240)
-        assert codes == [0, 0, 0, 0], c.dump()
-        sequences = []
-        for w in c.workers:
-            out = w.output()
-            assert f"ALL SUMS EXACT: {ROUNDS} rounds" in out, c.dump()
-            line = next(l for l in out.splitlines() if l.startswith("STRATEGY VERSIONS BY ROUND:"))
-            sequences.append([int(v) for v in line.split(":")[1].split()])
-        assert all(s == sequences[0] for s in sequences), sequences
-        seq = sequences[0]
-        assert seq[0] == 1 and seq[-1] == 2 and seq == sorted(seq), seq
-        switch_round = seq.index(2)
-        for s in c.servers:
-            c.wait_node(s, 15)
-            assert f"strategy version 2 from round {switch_round}" in s.output(), c.dump()
+        switch_round = check_one_switch(c, ROUNDS, timeout=240)
         assert re.search(rf"strategy version 2 applies from round {switch_round}\b",
                          c.scheduler.output()), c.dump()
