@@ -1,9 +1,11 @@
 #include "nccl_setup.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <future>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -116,12 +118,16 @@ absl::StatusOr<DeviceReducer> ConnectDeviceReducer(SchedulerClient& client,
 #if BYTECOMP_HAVE_NCCL
     if (agreed.ok()) {
       absl::StatusOr<std::string> made = NewNcclUniqueId();
-      if (!made.ok()) return made.status();  // every rank can join: a failure here is the job's
-      id = *std::move(made);
-      proto::ControlMessage announce;
-      announce.mutable_local_communicator()->set_kind("nccl");
-      announce.mutable_local_communicator()->set_id(id);
-      if (absl::Status s = client.Send(announce); !s.ok()) return s;
+      if (!made.ok()) {
+        agreed = absl::FailedPreconditionError(absl::StrCat(
+            "the local root could not make an NCCL unique id: ", made.status().message()));
+      } else {
+        id = *std::move(made);
+        proto::ControlMessage announce;
+        announce.mutable_local_communicator()->set_kind("nccl");
+        announce.mutable_local_communicator()->set_id(id);
+        if (absl::Status s = client.Send(announce); !s.ok()) return s;
+      }
     }
 #endif
   }
@@ -135,8 +141,7 @@ absl::StatusOr<DeviceReducer> ConnectDeviceReducer(SchedulerClient& client,
   if (!verdict.ok()) {
     if (verdict.code() != absl::StatusCode::kFailedPrecondition) return verdict;  // a failure, not a "no"
     out.unavailable = absl::FailedPreconditionError(absl::StrCat(
-        "this machine's local ranks formed no NCCL communicator at set-up: ",
-        verdict.message().empty() ? "" : verdict.message(),
+        "this machine's local ranks formed no NCCL communicator at set-up: ", verdict.message(),
         local_rank == 0 || device.ok() ? ""
                                        : absl::StrCat("; this process: ", device.status().message())));
     BC_LOG_INFO(out.unavailable.message());
@@ -153,8 +158,27 @@ absl::StatusOr<DeviceReducer> ConnectDeviceReducer(SchedulerClient& client,
     if (absl::Status s = ServeScheduler(client, 100, &comm); !s.ok()) return s;
   }
   if (local_rank != 0) id = comm->id();
-  absl::StatusOr<std::unique_ptr<NcclLocalReducer>> nccl =
-      NcclLocalReducer::Create(id, local_rank, local_size, *device);
+  // ncclCommInitRank blocks until every rank has joined: on its own thread, so that this one
+  // keeps heartbeating and gives up at the deadline (leaving that thread behind: the set-up
+  // has failed and the process is expected to exit).
+  auto joined = std::make_shared<std::promise<absl::StatusOr<std::unique_ptr<NcclLocalReducer>>>>();
+  std::future<absl::StatusOr<std::unique_ptr<NcclLocalReducer>>> joining = joined->get_future();
+  std::thread joiner([joined, id, local_rank, local_size, d = *device] {
+    joined->set_value(NcclLocalReducer::Create(id, local_rank, local_size, d));
+  });
+  while (joining.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+    absl::Status s = MonotonicMs() >= deadline
+                         ? absl::DeadlineExceededError(absl::StrCat(
+                               "local rank ", local_rank, ": ncclCommInitRank did not finish within "
+                               "the connect timeout"))
+                         : ServeScheduler(client, 100, nullptr);
+    if (!s.ok()) {
+      joiner.detach();
+      return s;
+    }
+  }
+  joiner.join();
+  absl::StatusOr<std::unique_ptr<NcclLocalReducer>> nccl = joining.get();
   if (!nccl.ok()) return nccl.status();
   absl::StatusOr<std::unique_ptr<NcclLocalReducerAdapter>> adapter = NcclLocalReducerAdapter::Create(
       std::make_unique<SharedControlPlane>(host), *std::move(nccl), *device);
