@@ -760,11 +760,14 @@ void Scheduler::HandleLocalCommunicator(Node& node, const proto::LocalCommunicat
     return refuse(absl::StrCat("a ", comm.kind(), " id of ", comm.id().size(), " bytes (expected ",
                                comm.kind() == "nccl" ? "128" : "1 to 1024", ")"));
   }
-  auto [it, added] = local_comms_.emplace(node.placement.machine, comm.SerializeAsString());
+  // One communicator of each kind per machine: the host reducer's endpoint and, when its local
+  // ranks have GPUs, an NCCL unique id.
+  auto [it, added] = local_comms_.emplace(std::make_pair(node.placement.machine, comm.kind()),
+                                          comm.id());
   if (!added) {
-    if (it->second != comm.SerializeAsString()) {
-      refuse(absl::StrCat("machine '", node.placement.machine,
-                          "' already has a different local communicator"));
+    if (it->second != comm.id()) {
+      refuse(absl::StrCat("machine '", node.placement.machine, "' already has a different ",
+                          comm.kind(), " local communicator"));
     }
     return;  // a repeat: the local ranks have it already
   }

@@ -13,6 +13,9 @@
 //                         [--lonely-rank R] (only rank R push_pulls, one tensor "lonely", and
 //                         exits 4 printing "LONELY FAILED after T ms: <error>" if it fails;
 //                         the others shut down at once)
+//                         [--device-first 1] (first a device tensor "on_device" of 16 fp32 on
+//                         device 0: prints "DEVICE REFUSED rc=N: <error>", or "DEVICE PRESENT"
+//                         and waits for it where a device accepts it; then the rounds)
 // At the end it prints "PUSHED BYTES: N" (what this worker pushed to servers).
 // Exit code 0: all sums exact. 1: a wrong sum (printed). 2: an operation failed (the error text
 // and the milliseconds it took are printed as "OPERATION FAILED after T ms: ...").
@@ -142,6 +145,18 @@ int main(int argc, char** argv) {
       return 4;
     }
     return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
+  }
+  if (Arg(argc, argv, "--device-first", 0) != 0) {
+    std::vector<float> v(16, 1.0f);
+    bytecomp_handle_t h = 0;
+    const int rc = bytecomp_push_pull_device("on_device", v.data(), 16, BYTECOMP_FLOAT32, 0,
+                                             nullptr, 0, 0, &h);
+    if (rc == BYTECOMP_OK) {
+      std::printf("DEVICE PRESENT: %s\n", bytecomp_wait(h, 60000) == BYTECOMP_OK ? "done" : bytecomp_last_error());
+    } else {
+      std::printf("DEVICE REFUSED rc=%d: %s\n", rc, bytecomp_last_error());
+    }
+    std::fflush(stdout);
   }
   std::vector<TestTensor> tensors = MakeTensors(partition_bytes, max_bytes);
   std::mt19937 rng(rank * 7919 + 1);

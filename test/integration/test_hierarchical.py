@@ -43,12 +43,13 @@ def pushed_bytes(worker):
     return int(m.group(1))
 
 
-def run_exact(machines, rounds, worker_args=(), local_ranks=None, local_sizes=None):
+def run_exact(machines, rounds, worker_args=(), local_ranks=None, local_sizes=None,
+              extra_env=None, check=None):
     w = len(machines)
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--shuffle", "1",
            "--max-bytes", "3000000", "--partition-bytes", str(PARTITION)] + list(worker_args)
     with cluster.Cluster(workers=w, servers=2, worker_cmd=cmd, partition_bytes=PARTITION,
-                         scheduler_args=["--hierarchical"],
+                         scheduler_args=["--hierarchical"], extra_env=extra_env,
                          worker_env=machines_env(machines, local_ranks, local_sizes)) as c:
         codes = c.wait_workers(timeout=120)
         assert codes == [0] * w, c.dump()
@@ -56,6 +57,8 @@ def run_exact(machines, rounds, worker_args=(), local_ranks=None, local_sizes=No
             assert f"ALL SUMS EXACT: {rounds} rounds x 40 tensors, W={w}" in wk.output(), c.dump()
         for n in [c.scheduler] + c.servers:
             assert c.wait_node(n, 15) == 0, c.dump()
+        if check is not None:
+            check(c)
         return c, server_pushes(c), [pushed_bytes(wk) for wk in c.workers]
 
 
@@ -209,3 +212,76 @@ def test_strategy_switch_applies_at_one_round_on_every_local_rank(tmp_path):
         c.scheduler.proc.send_signal(signal.SIGHUP)
         check_one_switch(c, rounds, timeout=120)
         assert sorted(server_pushes(c)) == [0, 1], c.dump()
+
+
+def test_device_tensor_without_a_device_is_refused_and_host_tensors_still_sum():
+    # Every worker first passes a device tensor (no device backend chosen: CUDA if the build
+    # and the machine have it). Without a GPU each is refused at once with the reason, before
+    # any local collective, and the host tensors that follow still sum exactly; the local
+    # ranks agreed at set-up that their machine has no NCCL communicator.
+    def check(c):
+        for wk in c.workers:
+            out = wk.output()
+            if "DEVICE PRESENT" in out:
+                continue  # a machine with GPUs: the device tensor went through NCCL
+            assert "DEVICE REFUSED rc=-1: tensor 'on_device'" in out, c.dump()
+            assert ("device tensors in a hierarchical job are not supported by this engine "
+                    "(built without CUDA and NCCL" in out
+                    or "no usable CUDA device for a device tensor (cudaGetDeviceCount:" in out), out
+            assert "formed no NCCL communicator at set-up" in out, out
+            assert "cannot join an NCCL communicator" in out, out
+
+    run_exact(["A", "B", "A", "B"], rounds=3, worker_args=["--device-first", "1"],
+              extra_env={"BYTECOMP_DEVICE_BACKEND": ""}, check=check)
+
+
+def test_device_tensors_on_the_emulated_device_reduce_through_the_local_root(tmp_path):
+    # The emulated device's memory is host memory, so the host reducer stands in for NCCL: this
+    # checks the engine's flow for device tensors (wait for the caller's stream, reduce, the
+    # root's device pipeline on the machine's sum, broadcast), not NCCL. Bit-exact against the
+    # reference that applies the codec to each machine's sum; only the local roots encode.
+    from test_codecs import codec_block
+    rounds, elements, part = 3, 4099, 2048
+    parts = -(-elements // part)
+    tensors = [  # name, (codec, params, memory) or None, compress_on/decompress_on, two_way
+        ("topk.twoway.gpu.dev", ("topk", {"ratio": "0.01"}, "residual"), "PLACEMENT_GPU", True),
+        ("randomk.oneway.cpu.dev", ("randomk", {"ratio": "0.1"}, "residual"), "PLACEMENT_CPU_POOL", False),
+        ("fp16.twoway.gpu.dev", ("fp16", {}, ""), "PLACEMENT_GPU", True),
+        ("plain.dev", None, None, False),
+        ("plain.dev.avg", None, None, False),
+        ("plain.dev.f16", None, None, False),
+        ("topk.twoway.host", ("topk", {"ratio": "0.01"}, "residual"), "PLACEMENT_CPU_POOL", True),
+        ("plain.host", None, None, False),
+    ]
+    lines = ["seed: 77"]
+    for name, codec, placement, two_way in tensors:
+        lines += ["tensors {", f'  name_pattern: "{name}"']
+        if codec is not None:
+            lines += codec_block("push_codec", *codec)
+            if two_way:
+                lines += codec_block("pull_codec", *codec)
+            lines += [f"  compress_on: {placement}", f"  decompress_on: {placement}", "  force: true"]
+        lines.append("}")
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    encodes = rounds * parts * 2  # topk and fp16 encode on the (emulated) device
+    decodes = rounds * parts * 2  # and decode there (two-way)
+    cmd = [cluster.binary("codec_cluster_worker"), f"--strategy={path}", f"--rounds={rounds}",
+           f"--elements={elements}", f"--partition_elements={part}", "--device",
+           "--machines=0,0,1,1"]
+    with cluster.Cluster(workers=4, servers=1, worker_cmd=cmd, partition_bytes=part * 4,
+                         scheduler_args=[f"--strategy={path}", "--hierarchical"],
+                         extra_env={"BYTECOMP_DEVICE_BACKEND": "emulated"},
+                         worker_env=machines_env(["A", "A", "B", "B"])) as c:
+        codes = c.wait_workers(timeout=120)
+        assert codes == [0, 0, 0, 0], c.dump()
+        for r, w in enumerate(c.workers):
+            out = w.output()
+            assert f"ALL {len(tensors)} TENSORS MATCH THE REFERENCE for {rounds} rounds" in out, c.dump()
+            root = r in (0, 2)
+            expected = f"EMULATED DEVICE: encodes={encodes if root else 0} decodes={decodes if root else 0}"
+            assert expected in out, (r, c.dump())
+        for n in [c.scheduler] + c.servers:
+            assert c.wait_node(n, 15) == 0, c.dump()
+        assert sorted(server_pushes(c)) == [0, 2], c.dump()

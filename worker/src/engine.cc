@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine_impl.h"
 #include "local_setup.h"
+#include "nccl_setup.h"
 
 namespace bytecomp::worker {
 
@@ -44,20 +45,27 @@ absl::Status EngineImpl::Init(const std::string& config_path) {
                                             " servers, expected ", info.num_servers));
   }
   SetLogIdentity(absl::StrCat("worker ", info.rank));
-  absl::StatusOr<std::unique_ptr<LocalReducer>> reducer =
-      ConnectLocalReducer(*context_, *client, topology_);
-  if (!reducer.ok()) {
+  auto setup_failed = [&](const absl::Status& status) {
     // Tell the others at once rather than let them wait for this worker's heartbeats to stop.
     const std::string reason = absl::StrCat("worker ", info.rank, " (local rank ", info.local_rank,
                                             " of ", info.local_size, "): hierarchical set-up failed: ",
-                                            reducer.status().message());
+                                            status.message());
     proto::ControlMessage bye;
     bye.mutable_shutdown()->set_reason(reason);
     (void)client->Send(bye);
     client->socket().set(zmq::sockopt::linger, 1000);  // let the Shutdown leave
-    return absl::Status(reducer.status().code(), reason);
-  }
+    return absl::Status(status.code(), reason);
+  };
+  absl::StatusOr<std::unique_ptr<LocalReducer>> reducer =
+      ConnectLocalReducer(*context_, *client, topology_);
+  if (!reducer.ok()) return setup_failed(reducer.status());
   local_reducer_ = *std::move(reducer);
+  if (local_reducer_ != nullptr) {
+    absl::StatusOr<DeviceReducer> device_reducer =
+        ConnectDeviceReducer(*client, topology_, *local_reducer_);
+    if (!device_reducer.ok()) return setup_failed(device_reducer.status());
+    device_reducer_ = *std::move(device_reducer);
+  }
   if (absl::Status st = strategies_.Add(topology_.strategy()); !st.ok()) return st;
   int threads = 2;
   if (const char* t = std::getenv("BYTECOMP_COMPRESS_THREADS"); t != nullptr && *t != '\0') {
@@ -142,15 +150,7 @@ absl::StatusOr<int64_t> EngineImpl::PushPull(const PushPullRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", request.name, "': data is NULL"));
   }
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
-  if (local_reducer_ != nullptr) {
-    if (request.on_device) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", request.name, "': device tensors in a hierarchical job are not supported "
-          "yet (the engine's local reduction takes host tensors; the NCCL reducer is not wired "
-          "in): copy the gradient to host memory, or run the job without hierarchical"));
-    }
-    return HierarchicalPushPull(request);
-  }
+  if (local_reducer_ != nullptr) return HierarchicalPushPull(request);
   absl::StatusOr<std::shared_ptr<Operation>> made = NewOperation(request);
   if (!made.ok()) return made.status();
   std::shared_ptr<Operation> op = *std::move(made);
@@ -576,6 +576,7 @@ void EngineImpl::FailEngine(const absl::Status& reason) {
   }
   for (auto& op : waiting) op->FailBeforeStart(reason);
   if (local_reducer_ != nullptr) local_reducer_->Fail(reason);
+  if (device_reducer_.reducer != nullptr) device_reducer_.reducer->Fail(reason);
   data_queue_.Push(FailEverything{reason});
   barrier_cv_.notify_all();
 }
@@ -682,7 +683,10 @@ absl::Status EngineImpl::Shutdown() {
   if (control_thread_.joinable()) control_thread_.join();
   // Operations whose payload ZeroMQ held are released with the sockets; wake their waiters.
   for (auto& op : pending) op->MarkDone();
+  // The host reducer first: its callbacks include the NCCL adapter's control plane's.
   if (local_reducer_ != nullptr) local_reducer_->Stop();  // its callbacks still see it
+  if (device_reducer_.reducer != nullptr) device_reducer_.reducer->Stop();
+  device_reducer_.reducer.reset();
   local_reducer_.reset();  // its socket closes before the context ends
   context_.reset();
   return absl::OkStatus();

@@ -18,6 +18,7 @@
 #include "bytecomp/cpu_offload.h"
 #include "control.pb.h"
 #include "local_reducer.h"
+#include "nccl_setup.h"
 #include "operation.h"
 #include "ready_profiler.h"
 #include "wake_queue.h"
@@ -139,8 +140,13 @@ class EngineImpl {
   // Hierarchical mode (hierarchy.cc): reduce in the machine, the local root pushes and pulls,
   // then broadcast in the machine.
   absl::StatusOr<int64_t> HierarchicalPushPull(const PushPullRequest& request);
-  void FinishHierarchical(const std::shared_ptr<Operation>& outer, const std::string& tag,
-                          const absl::Status& status);
+  // The local reducer for the operation's memory: the host reducer for host tensors (and for
+  // the emulated device, whose memory is host memory), the NCCL one for CUDA device tensors.
+  absl::StatusOr<LocalReducer*> LocalReducerFor(const Operation& op);
+  void StartHierarchical(LocalReducer* reducer, const std::shared_ptr<Operation>& outer,
+                         const std::string& tag);
+  void FinishHierarchical(LocalReducer* reducer, const std::shared_ptr<Operation>& outer,
+                          const std::string& tag, const absl::Status& status);
   using Deferred = std::vector<absl::AnyInvocable<void()>>;
   // Runs work that StartNextLocked deferred until tensors_mu_ is released (inline encodes).
   static void RunDeferred(Deferred& work);
@@ -197,6 +203,8 @@ class EngineImpl {
   std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
   // Hierarchical mode with more than one worker on this machine; else null.
   std::unique_ptr<LocalReducer> local_reducer_;
+  // With local_reducer_: the NCCL reducer for device tensors, or why there is none.
+  DeviceReducer device_reducer_;
   // Made with the first device tensor, so host-only jobs never touch CUDA (device_mu_).
   std::mutex device_mu_;
   std::condition_variable device_cv_;

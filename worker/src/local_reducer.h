@@ -4,8 +4,9 @@
 //
 // Collectives are matched by tag (tensor name and round), not by call order: the training
 // processes of a machine may call push_pull for different tensors in different orders.
-// Implementations: HostLocalReducer (host memory, loopback TCP between the processes; what the
-// engine uses) and, with CUDA, NcclLocalReducerAdapter (device memory; compile-checked only).
+// Implementations: HostLocalReducer (host memory, loopback TCP between the processes) and, with
+// CUDA and NCCL, NcclLocalReducerAdapter (device memory; compile-checked only), which the
+// engine uses for CUDA device tensors (nccl_setup.h).
 #pragma once
 
 #include <cstdint>

@@ -22,8 +22,8 @@ absl::Status EnvInt(const char* name, std::optional<int>* out) {
   return absl::OkStatus();
 }
 
-// Heartbeats and reads what the scheduler sent, waiting at most wait_ms for a message. A
-// LocalCommunicator is stored in *comm; Shutdown, NodeFailed and Error end the set-up.
+}  // namespace
+
 absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
                             std::optional<proto::LocalCommunicator>* comm) {
   client.HeartbeatIfDue();
@@ -48,8 +48,6 @@ absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
     }
   }
 }
-
-}  // namespace
 
 absl::StatusOr<Placement> PlacementFromEnv() {
   Placement p;

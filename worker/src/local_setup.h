@@ -25,6 +25,12 @@ struct Placement {
 // the variable and its value.
 absl::StatusOr<Placement> PlacementFromEnv();
 
+// Heartbeats and reads what the scheduler sent, waiting at most wait_ms for a message. A
+// LocalCommunicator is stored in *comm (when comm is not null); Shutdown, NodeFailed and Error
+// end the set-up with that reason.
+absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
+                            std::optional<proto::LocalCommunicator>* comm);
+
 // With topology.config().hierarchical and local_size > 1: the local root opens a
 // HostLocalReducer and sends its endpoint to the scheduler; the other local ranks wait for
 // it and join. Every wait is bounded by connect_timeout_ms and keeps heartbeating; a Shutdown,

@@ -597,11 +597,42 @@ TEST_F(SchedulerTest, HierarchicalJobRelaysTheLocalRootsCommunicatorToItsMachine
   w0->Send(LocalComm("host", "tcp://127.0.0.1:5555"));
   w0->Sync();
   w0->Send(LocalComm("host", "tcp://127.0.0.1:6666"));
-  EXPECT_TRUE(Contains(w0->ExpectError(), "machine 'hostA' already has a different local communicator"));
+  EXPECT_TRUE(Contains(w0->ExpectError(), "machine 'hostA' already has a different host local communicator"));
   w2->ExpectNothing(100);
   // Machine B's root has a 128-byte NCCL id.
   w1->Send(LocalComm("nccl", std::string(128, '\x07')));
   EXPECT_EQ(w3->Expect(ControlMessage::kLocalCommunicator).local_communicator().id(), std::string(128, '\x07'));
+  EXPECT_TRUE(Running());
+}
+
+TEST_F(SchedulerTest, HierarchicalJobRelaysBothTheHostAndTheNcclCommunicator) {
+  proto::ClusterConfig config;
+  config.set_hierarchical(true);
+  Start(3, 1, config);
+  auto server = Node(), w0 = Node(), w1 = Node(), w2 = Node();
+  server->Register(ROLE_SERVER, 0);
+  w0->Register(ROLE_WORKER, 0, "hostA");
+  w1->Register(ROLE_WORKER, 1, "hostA");
+  w2->Register(ROLE_WORKER, 2, "hostA");
+  for (TestNode* n : {w0.get(), w1.get(), w2.get()}) n->Expect(ControlMessage::kTopology);
+  const std::string nccl_id(128, '\x2a');
+  w0->Send(LocalComm("host", "tcp://127.0.0.1:5555"));
+  w0->Send(LocalComm("nccl", nccl_id));
+  for (TestNode* n : {w1.get(), w2.get()}) {
+    const ControlMessage host = n->Expect(ControlMessage::kLocalCommunicator);
+    EXPECT_EQ(host.local_communicator().kind(), "host");
+    EXPECT_EQ(host.local_communicator().id(), "tcp://127.0.0.1:5555");
+    const ControlMessage nccl = n->Expect(ControlMessage::kLocalCommunicator);
+    EXPECT_EQ(nccl.local_communicator().kind(), "nccl");
+    EXPECT_EQ(nccl.local_communicator().id(), nccl_id);
+  }
+  // Each kind is checked on its own: a repeat is ignored, another NCCL id is refused.
+  w0->Send(LocalComm("nccl", nccl_id));
+  w0->Sync();
+  w0->Send(LocalComm("nccl", std::string(128, '\x2b')));
+  EXPECT_TRUE(Contains(w0->ExpectError(), "machine 'hostA' already has a different nccl local communicator"));
+  w1->ExpectNothing(100);
+  w2->ExpectNothing(0);
   EXPECT_TRUE(Running());
 }
 

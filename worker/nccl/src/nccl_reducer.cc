@@ -57,6 +57,20 @@ absl::StatusOr<std::string> NewNcclUniqueId() {
   return std::string(id.internal, sizeof(id.internal));
 }
 
+absl::StatusOr<int> CurrentNcclDevice() {
+  int count = 0;
+  if (cudaError_t rc = cudaGetDeviceCount(&count); rc != cudaSuccess || count < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no usable GPU (cudaGetDeviceCount: ",
+        rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices", ")"));
+  }
+  int device = 0;
+  if (cudaError_t rc = cudaGetDevice(&device); rc != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("cudaGetDevice: ", cudaGetErrorString(rc)));
+  }
+  return device;
+}
+
 absl::StatusOr<std::unique_ptr<NcclLocalReducer>> NcclLocalReducer::Create(
     absl::string_view unique_id, int local_rank, int local_size, int device) {
   if (unique_id.size() != kNcclUniqueIdBytes) {

@@ -26,8 +26,9 @@
 //   Error.
 // - Workers name their machine in Register (machine, default hostname; optional local rank
 //   and local size). Topology carries local_rank/local_size/local_root and the pushers. With
-//   config.hierarchical, a machine's local root sends LocalCommunicator{kind, id}; the scheduler
-//   checks it and relays it to the machine's other local ranks (local_groups.h).
+//   config.hierarchical, a machine's local root sends LocalCommunicator{kind, id}, at most one
+//   of each kind ("host", and "nccl" when its local ranks have GPUs); the scheduler checks each
+//   and relays it to the machine's other local ranks (local_groups.h).
 // - Workers: WorkerDone when finished. Once all did, servers get Shutdown and the scheduler
 //   exits 0. Any node may send Shutdown{reason}: everyone else gets Shutdown, exit non-zero.
 // - A node must stop when it receives Shutdown. Malformed frames get an Error reply.
@@ -40,6 +41,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -187,7 +189,8 @@ class Scheduler {
   int64_t start_ms_ = 0;
   bool topology_sent_ = false;
   LocalAssignment local_;  // set with the topology
-  std::map<std::string, std::string> local_comms_;  // machine -> its LocalCommunicator, relayed
+  // (machine, kind) -> the id of that LocalCommunicator, relayed
+  std::map<std::pair<std::string, std::string>, std::string> local_comms_;
 
   absl::flat_hash_map<std::string, BarrierGroup> barriers_;  // by group name
   std::map<std::string, Declaration> declarations_;          // by tensor name

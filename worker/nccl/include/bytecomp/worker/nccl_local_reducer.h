@@ -7,9 +7,9 @@
 // broadcast), and every rank launches its NCCL calls strictly in number order. Errors (a
 // failed network round on the root) travel on the host channel, never through NCCL.
 //
-// Built only with CUDA and NCCL (target bytecomp_nccl_hierarchy). Compile-checked here: there
-// is no GPU on the build machine, and the engine does not create it yet because the C API
-// takes host tensors only (device tensors come with the device-tensor C API).
+// Built only with CUDA and NCCL, into the worker engine, which creates it at set-up for device
+// tensors in hierarchical jobs (worker/src/nccl_setup.h). Compile-checked here: there is no
+// GPU on the build machine.
 #pragma once
 
 #include <condition_variable>

@@ -34,6 +34,11 @@ constexpr size_t kNcclUniqueIdBytes = 128;
 // A new unique id, to be sent to every local rank through the scheduler.
 absl::StatusOr<std::string> NewNcclUniqueId();
 
+// The CUDA device this process would join a communicator on: its current device
+// (cudaGetDevice; frameworks set it per local rank). FailedPrecondition naming CUDA's error when
+// the process sees no GPU.
+absl::StatusOr<int> CurrentNcclDevice();
+
 // The slice of a tensor of `elements` that local rank `rank` of `ranks` reduces and pushes:
 // equal shards of ceil(elements / ranks) (the last ones shorter or empty), so that the
 // reduce-scatter and all-gather can work in place on a buffer padded to
