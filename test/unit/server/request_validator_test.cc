@@ -78,6 +78,55 @@ TEST(RequestValidatorTest, BadProbesAreRefusedWithTheField) {
   EXPECT_EQ(Why(v, h, false, 0), "link probe: op OP_PUSH is not OP_PROBE");
 }
 
+TEST(RequestValidatorTest, ProbeTurnFieldsAreChecked) {
+  RequestValidator v(0, 2, 1);
+  proto::DataHeader begin = Probe(0, 0);
+  begin.set_probe_turn(proto::PROBE_TURN_BEGIN);
+  begin.set_probe_turn_ms(2500);
+  EXPECT_EQ(Why(v, begin, false, 0), "ok");
+  begin.set_probe_turn_ms(kMaxProbeTurnMs);
+  EXPECT_EQ(Why(v, begin, false, 0), "ok");
+  proto::DataHeader end = Probe(0, 1 << 20);  // the last down transfer gives the turn back
+  end.set_probe_turn(proto::PROBE_TURN_END);
+  EXPECT_EQ(Why(v, end, false, 0), "ok");
+
+  begin.set_probe_turn_ms(0);
+  EXPECT_EQ(Why(v, begin, false, 0),
+            "link probe: probe_turn_ms 0 is outside [1, 600000] (the longest the sender holds "
+            "the bandwidth turn)");
+  begin.set_probe_turn_ms(kMaxProbeTurnMs + 1);
+  EXPECT_EQ(Why(v, begin, false, 0),
+            "link probe: probe_turn_ms 600001 is outside [1, 600000] (the longest the sender "
+            "holds the bandwidth turn)");
+  proto::DataHeader loaded = Probe(16, 0);
+  loaded.set_probe_turn(proto::PROBE_TURN_BEGIN);
+  loaded.set_probe_turn_ms(10);
+  EXPECT_EQ(Why(v, loaded, true, 16),
+            "link probe: a PROBE_TURN_BEGIN probe carries no payload either way, got "
+            "payload_bytes 16 and probe_reply_bytes 0");
+  end.set_probe_turn_ms(5);
+  EXPECT_EQ(Why(v, end, false, 0),
+            "link probe: probe_turn_ms must be 0 without PROBE_TURN_BEGIN, got 5");
+  proto::DataHeader plain = Probe(0, 0);
+  plain.set_probe_turn_ms(-1);
+  EXPECT_EQ(Why(v, plain, false, 0),
+            "link probe: probe_turn_ms must be 0 without PROBE_TURN_BEGIN, got -1");
+
+  proto::DataHeader reply_value = Probe(0, 0);
+  reply_value.set_probe_turn(proto::PROBE_TURN_GRANTED);
+  EXPECT_EQ(Why(v, reply_value, false, 0),
+            "link probe: probe_turn 3 (PROBE_TURN_GRANTED) is not one a probe asks with "
+            "(PROBE_TURN_NONE, PROBE_TURN_BEGIN or PROBE_TURN_END)");
+  reply_value.set_probe_turn(proto::PROBE_TURN_BUSY);
+  EXPECT_NE(Why(v, reply_value, false, 0).find("probe_turn 4 (PROBE_TURN_BUSY) is not"),
+            std::string::npos);
+  proto::DataHeader unknown = Probe(0, 0);
+  unknown.set_probe_turn(static_cast<proto::ProbeTurn>(77));  // a value this build does not know
+  EXPECT_EQ(Why(v, unknown, false, 0),
+            "link probe: probe_turn 77 is not one a probe asks with (PROBE_TURN_NONE, "
+            "PROBE_TURN_BEGIN or PROBE_TURN_END)");
+}
+
 TEST(RequestValidatorTest, DataValidationRefusesProbeReplies) {
   RequestValidator v(0, 2, 1);
   proto::DataHeader h = Probe(0, 0);
