@@ -105,11 +105,11 @@ absl::Status CollectLinkSamples(ProbeExchange& exchange, const LinkProbeOptions&
   if (absl::Status s = AwaitTurn(exchange, deadline_us, clock, samples); !s.ok()) return s;
   for (int i = 0; i < o.transfers; ++i) {
     if (absl::Status s = timed({o.transfer_bytes, 0}, &samples->up_us); !s.ok()) return s;
-    ProbeRequest down{0, o.transfer_bytes};
-    if (i + 1 == o.transfers) down.turn = proto::PROBE_TURN_END;  // the last one gives it back
-    if (absl::Status s = timed(down, &samples->down_us); !s.ok()) return s;
+    if (absl::Status s = timed({0, o.transfer_bytes}, &samples->down_us); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  // Given back once the last reply arrived, not with the last request: the next holder's first
+  // transfer must not meet that reply on the server's link.
+  return timed({0, 0, proto::PROBE_TURN_END}, nullptr);
 }
 
 proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,

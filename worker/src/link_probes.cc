@@ -1,6 +1,8 @@
 // The link probes at start: on the data thread, after connecting and before the first push
 // (operations queue meanwhile; the engine's callers are not held up), bounded by
-// ClusterConfig.link_probe_timeout_ms. The report goes to the scheduler.
+// ClusterConfig.link_probe_timeout_ms. The report goes to the scheduler. Every worker starts at
+// server (rank mod S), so that with several servers they wait for different servers' bandwidth
+// turns (common/link_probe.h).
 #include "absl/strings/str_cat.h"
 #include "engine_impl.h"
 

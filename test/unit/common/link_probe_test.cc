@@ -79,8 +79,8 @@ TEST(LinkProbeTest, LatencyAndBandwidthOfAnIdealLink) {
   FakeLink link(&now, 200, 125, 62.5);
   LinkSamples samples;
   ASSERT_TRUE(CollectLinkSamples(link, Options(), 1 << 30, [&] { return now; }, &samples).ok());
-  // The uncounted first probe, small ones, the turn, transfers.
-  EXPECT_EQ(link.calls, 1 + 5 + 1 + 2 * 3);
+  // The uncounted first probe, small ones, the turn, transfers, the turn given back.
+  EXPECT_EQ(link.calls, 1 + 5 + 1 + 2 * 3 + 1);
   EXPECT_EQ(samples.latency_us.size(), 5u);
   EXPECT_EQ(samples.up_us.size(), 3u);
   EXPECT_EQ(samples.down_us.size(), 3u);
@@ -139,8 +139,8 @@ TEST(LinkProbeTest, ServersShareTheTimeLimitAndAHungOneDoesNotStopTheOthers) {
   EXPECT_EQ(r.links(0).latency_us(), 0);
   EXPECT_EQ(r.links(1).error(), "");
   EXPECT_NEAR(r.links(1).up_gbps(), 1.0, 1e-9);
-  // Server 0 used its half (500 ms); server 1 its 6 x 8.1 ms + 7 x 0.1 ms (and the turn's).
-  EXPECT_NEAR(r.elapsed_ms(), 500 + 6 * 8.1 + 7 * 0.1, 1e-6);
+  // Server 0 used its half (500 ms); server 1 its 6 x 8.1 ms + 8 x 0.1 ms (with the turn's).
+  EXPECT_NEAR(r.elapsed_ms(), 500 + 6 * 8.1 + 8 * 0.1, 1e-6);
 
   // Starting at server 1 (a worker of rank 1): the fine server gets the full second first.
   now = 0;
@@ -184,12 +184,12 @@ TEST(LinkProbeTest, TransfersWaitForTheTurnWithBackoffAndTheLastOneEndsIt) {
   EXPECT_TRUE(samples.got_turn);
   EXPECT_EQ(samples.turn_wait_us, 126000 + 8 * 100);
   EXPECT_FALSE(link.held);  // given back
-  // Small probes first, then only BEGINs until granted, then the transfers: END on the last.
-  ASSERT_EQ(link.turns.size(), 1u + 5 + 8 + 6);
+  // Small probes first, then only BEGINs until granted, the transfers, then END.
+  ASSERT_EQ(link.turns.size(), 1u + 5 + 8 + 6 + 1);
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(link.turns[i], proto::PROBE_TURN_NONE) << i;
   for (size_t i = 6; i < 14; ++i) EXPECT_EQ(link.turns[i], proto::PROBE_TURN_BEGIN) << i;
-  for (size_t i = 14; i < 19; ++i) EXPECT_EQ(link.turns[i], proto::PROBE_TURN_NONE) << i;
-  EXPECT_EQ(link.turns[19], proto::PROBE_TURN_END);
+  for (size_t i = 14; i < 20; ++i) EXPECT_EQ(link.turns[i], proto::PROBE_TURN_NONE) << i;
+  EXPECT_EQ(link.turns[20], proto::PROBE_TURN_END);
   // The wait is not in the samples: the bandwidths are the link's.
   const proto::LinkProbe p = SummarizeLinkSamples(0, samples, 1000000);
   EXPECT_NEAR(p.up_gbps(), 1.0, 1e-9);

@@ -24,7 +24,7 @@ proto::ProbeTurn Begin(BandwidthTurn& t, const char* who, int sender, int64_t no
   return r.ok() ? *r : proto::PROBE_TURN_NONE;
 }
 
-TEST(BandwidthTurnTest, OneHolderAtATimeUntilItsLastTransferEndsIt) {
+TEST(BandwidthTurnTest, OneHolderAtATimeUntilItGivesItBack) {
   BandwidthTurn t(/*quiet_ms=*/500);
   EXPECT_FALSE(t.held());
   EXPECT_EQ(Begin(t, "a", 0, 0), proto::PROBE_TURN_GRANTED);
@@ -35,7 +35,7 @@ TEST(BandwidthTurnTest, OneHolderAtATimeUntilItsLastTransferEndsIt) {
   EXPECT_EQ(*t.OnProbe("b", Probe(1, proto::PROBE_TURN_NONE), 3), proto::PROBE_TURN_NONE);
   EXPECT_EQ(*t.OnProbe("a", Probe(0, proto::PROBE_TURN_NONE), 4), proto::PROBE_TURN_NONE);
   EXPECT_EQ(Begin(t, "b", 1, 5), proto::PROBE_TURN_BUSY);
-  // The holder's last down transfer carries END.
+  // After its last transfer, the holder gives it back.
   EXPECT_EQ(*t.OnProbe("a", Probe(0, proto::PROBE_TURN_END), 6), proto::PROBE_TURN_NONE);
   EXPECT_FALSE(t.held());
   EXPECT_EQ(Begin(t, "b", 1, 7), proto::PROBE_TURN_GRANTED);

@@ -86,7 +86,7 @@ TEST(RequestValidatorTest, ProbeTurnFieldsAreChecked) {
   EXPECT_EQ(Why(v, begin, false, 0), "ok");
   begin.set_probe_turn_ms(kMaxProbeTurnMs);
   EXPECT_EQ(Why(v, begin, false, 0), "ok");
-  proto::DataHeader end = Probe(0, 1 << 20);  // the last down transfer gives the turn back
+  proto::DataHeader end = Probe(0, 1 << 20);  // END may also ride on a transfer
   end.set_probe_turn(proto::PROBE_TURN_END);
   EXPECT_EQ(Why(v, end, false, 0), "ok");
 

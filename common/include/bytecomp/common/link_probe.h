@@ -11,8 +11,8 @@
 // all probing at start, concurrent transfers through one server's link would each measure a
 // share of it (4 workers on one 1 Gbit/s server saw 0.3 Gbit/s each). So before its transfers
 // a prober asks the server for the bandwidth turn (PROBE_TURN_BEGIN, proto/data.proto); on
-// PROBE_TURN_BUSY it waits a few ms (backing off) and asks again, within its time limit; its
-// last down transfer carries PROBE_TURN_END and gives the turn back. The server takes back the
+// PROBE_TURN_BUSY it waits a few ms (backing off) and asks again, within its time limit; after
+// its last transfer a small probe with PROBE_TURN_END gives the turn back. The server takes back the
 // turn of a holder that went quiet (kProbeTurnQuietMs) or whose time limit passed, so a dead or
 // slow prober cannot block the others. Small probes need no turn and stay concurrent.
 #pragma once

@@ -19,7 +19,7 @@ class BandwidthTurn {
 
   // A validated probe from `prober` (its connection) at now_ms: the probe_turn of the reply
   // (GRANTED or BUSY for a BEGIN, NONE otherwise), or an error for an END from a prober that
-  // does not hold the turn. An END takes effect with this probe's reply.
+  // does not hold the turn.
   absl::StatusOr<proto::ProbeTurn> OnProbe(absl::string_view prober,
                                            const proto::DataHeader& probe, int64_t now_ms);
 
