@@ -52,27 +52,28 @@ void ProbeExchange::Wait(int64_t us) { std::this_thread::sleep_for(std::chrono::
 
 namespace {
 
-// Asks for the server's bandwidth turn until it is granted or deadline_us passes.
-absl::Status AwaitTurn(ProbeExchange& exchange, int64_t deadline_us,
-                       const std::function<int64_t()>& clock, LinkSamples* samples) {
+// Sends `ask` (a BEGIN or a QUERY) until the answer is `want`, waiting a few ms more after
+// every BUSY; DeadlineExceeded(on_deadline) once deadline_us passed. *waited_us: the time
+// since the first ask.
+absl::Status AskUntil(ProbeExchange& exchange, ProbeRequest ask, proto::ProbeTurn want,
+                      int64_t deadline_us, const std::function<int64_t()>& clock,
+                      const char* on_deadline, int64_t* waited_us) {
   const int64_t start = clock();
   int64_t wait_us = kProbeTurnFirstWaitUs;
   while (true) {
-    ProbeRequest ask;
-    ask.turn = proto::PROBE_TURN_BEGIN;
-    // The server may take the turn back once this prober's time limit passed.
-    ask.turn_ms = std::clamp<int64_t>((deadline_us - clock() + 999) / 1000, 1, kMaxProbeTurnMs);
-    absl::StatusOr<proto::ProbeTurn> answer = exchange.RoundTrip(ask, deadline_us);
-    samples->turn_wait_us = clock() - start;
-    if (!answer.ok()) return answer.status();
-    if (*answer == proto::PROBE_TURN_GRANTED) {
-      samples->got_turn = true;
-      return absl::OkStatus();
+    if (ask.turn == proto::PROBE_TURN_BEGIN) {
+      // The server may take the turn back once this prober's time limit passed.
+      ask.turn_ms = std::clamp<int64_t>((deadline_us - clock() + 999) / 1000, 1, kMaxProbeTurnMs);
     }
+    absl::StatusOr<proto::ProbeTurn> answer = exchange.RoundTrip(ask, deadline_us);
+    *waited_us = clock() - start;
+    if (!answer.ok()) return answer.status();
+    if (*answer == want) return absl::OkStatus();
     if (*answer != proto::PROBE_TURN_BUSY) {
-      return absl::DataLossError(absl::StrCat("link probe: the reply to PROBE_TURN_BEGIN says ",
-                                              proto::ProbeTurn_Name(*answer),
-                                              ", not PROBE_TURN_GRANTED or PROBE_TURN_BUSY"));
+      return absl::DataLossError(absl::StrCat(
+          "link probe: the reply to ", proto::ProbeTurn_Name(ask.turn), " says ",
+          proto::ProbeTurn_Name(*answer), ", not ", proto::ProbeTurn_Name(want),
+          " or PROBE_TURN_BUSY"));
     }
     const int64_t left = deadline_us - clock();
     if (left <= 0) break;
@@ -80,9 +81,20 @@ absl::Status AwaitTurn(ProbeExchange& exchange, int64_t deadline_us,
     wait_us = std::min(2 * wait_us, kProbeTurnMaxWaitUs);
     if (clock() >= deadline_us) break;
   }
-  samples->turn_wait_us = clock() - start;
-  return absl::DeadlineExceededError(
-      "link probe: no bandwidth turn before the time limit (another prober held it)");
+  *waited_us = clock() - start;
+  return absl::DeadlineExceededError(on_deadline);
+}
+
+// Asks for the server's bandwidth turn until it is granted or deadline_us passes.
+absl::Status AwaitTurn(ProbeExchange& exchange, int64_t deadline_us,
+                       const std::function<int64_t()>& clock, LinkSamples* samples) {
+  absl::Status s = AskUntil(
+      exchange, ProbeRequest{0, 0, proto::PROBE_TURN_BEGIN}, proto::PROBE_TURN_GRANTED,
+      deadline_us, clock,
+      "link probe: no bandwidth turn before the time limit (another prober held it)",
+      &samples->turn_wait_us);
+  samples->got_turn = s.ok();
+  return s;
 }
 
 }  // namespace
@@ -155,6 +167,21 @@ proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
   }
   report.set_elapsed_ms(static_cast<double>(clock() - start) / 1000);
   return report;
+}
+
+absl::Status AwaitOtherProbers(const std::vector<ProbeExchange*>& servers, int64_t deadline_us,
+                               const std::function<int64_t()>& clock) {
+  for (size_t i = 0; i < servers.size(); ++i) {
+    int64_t waited_us = 0;
+    absl::Status s = AskUntil(*servers[i], ProbeRequest{0, 0, proto::PROBE_TURN_QUERY},
+                              proto::PROBE_TURN_IDLE, deadline_us, clock,
+                              "other probers still measuring at the time limit", &waited_us);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("link probe: server ", i, ": ", s.message(),
+                                                 " (waited ", waited_us / 1000, " ms)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<proto::ProbeTurn> ZmqProbeExchange::RoundTrip(const ProbeRequest& request,

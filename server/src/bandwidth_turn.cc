@@ -8,6 +8,7 @@ namespace bytecomp::server {
 BandwidthTurn::BandwidthTurn(int64_t quiet_ms) : quiet_ms_(quiet_ms) {}
 
 void BandwidthTurn::Expire(int64_t now_ms) {
+  absl::erase_if(waiters_, [&](const auto& w) { return now_ms - w.second >= quiet_ms_; });
   if (holder_.empty()) return;
   const bool quiet = now_ms - last_seen_ms_ >= quiet_ms_;
   if (!quiet && now_ms < until_ms_) return;
@@ -25,7 +26,11 @@ absl::StatusOr<proto::ProbeTurn> BandwidthTurn::OnProbe(absl::string_view prober
   if (holds) last_seen_ms_ = now_ms;
   switch (probe.probe_turn()) {
     case proto::PROBE_TURN_BEGIN:
-      if (!holder_.empty() && !holds) return proto::PROBE_TURN_BUSY;
+      if (!holder_.empty() && !holds) {
+        waiters_[prober] = now_ms;
+        return proto::PROBE_TURN_BUSY;
+      }
+      waiters_.erase(prober);
       holder_ = std::string(prober);
       holder_sender_ = probe.sender();
       last_seen_ms_ = now_ms;
@@ -40,6 +45,9 @@ absl::StatusOr<proto::ProbeTurn> BandwidthTurn::OnProbe(absl::string_view prober
       }
       holder_.clear();
       return proto::PROBE_TURN_NONE;
+    case proto::PROBE_TURN_QUERY:
+      return holder_.empty() && waiters_.empty() ? proto::PROBE_TURN_IDLE
+                                                 : proto::PROBE_TURN_BUSY;
     default:
       return proto::PROBE_TURN_NONE;
   }

@@ -34,6 +34,9 @@ class FakeLink : public ProbeExchange {
     if (calls == fail_call) return absl::FailedPreconditionError("server 0: refused");
     *now_ = done;
     if (r.turn == proto::PROBE_TURN_END) held = false;
+    if (r.turn == proto::PROBE_TURN_QUERY) {
+      return *now_ < busy_until_us ? proto::PROBE_TURN_BUSY : proto::PROBE_TURN_IDLE;
+    }
     if (r.turn != proto::PROBE_TURN_BEGIN) return proto::PROBE_TURN_NONE;
     turn_ms.push_back(r.turn_ms);
     if (busy_answers > 0 || *now_ < busy_until_us) {
@@ -212,6 +215,27 @@ TEST(LinkProbeTest, TheTimeLimitWhileWaitingForTheTurnIsReported) {
   EXPECT_EQ(r.links(0).up_gbps(), 0);
   EXPECT_NEAR(r.elapsed_ms(), 300, 1e-6);
   EXPECT_FALSE(link.held);
+}
+
+TEST(LinkProbeTest, AWorkerDoneProbingWaitsUntilEveryServerIsIdle) {
+  int64_t now = 0;
+  FakeLink idle(&now, 100, 125, 125);
+  FakeLink busy(&now, 100, 125, 125);
+  busy.busy_until_us = 50000;  // others probe server 1 for 50 ms more
+  ASSERT_TRUE(AwaitOtherProbers({&idle, &busy}, 1000000, [&] { return now; }).ok());
+  EXPECT_EQ(idle.calls, 1);
+  EXPECT_GE(now, 50000);
+  EXPECT_LT(now, 50000 + kProbeTurnMaxWaitUs + 200);
+  EXPECT_EQ(busy.turns.back(), proto::PROBE_TURN_QUERY);
+
+  now = 0;
+  busy.busy_until_us = 1 << 30;
+  absl::Status s = AwaitOtherProbers({&idle, &busy}, 100000, [&] { return now; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(),
+            "link probe: server 1: other probers still measuring at the time limit (waited "
+            "99 ms)");
+  EXPECT_EQ(now, 100000);
 }
 
 TEST(LinkProbeTest, NoTurnIsAskedForWithoutTransfers) {

@@ -70,6 +70,28 @@ TEST(BandwidthTurnTest, TheHoldersTimeLimitEndsTheTurnEvenWhileItProbes) {
   EXPECT_EQ(Begin(t, "b", 1, 1000), proto::PROBE_TURN_GRANTED);
 }
 
+TEST(BandwidthTurnTest, QueryIsBusyWhileAnyoneHoldsOrWaits) {
+  BandwidthTurn t(/*quiet_ms=*/500);
+  auto query = [&](const char* who, int64_t now) {
+    return *t.OnProbe(who, Probe(0, proto::PROBE_TURN_QUERY), now);
+  };
+  EXPECT_EQ(query("x", 0), proto::PROBE_TURN_IDLE);
+  EXPECT_EQ(Begin(t, "a", 0, 10), proto::PROBE_TURN_GRANTED);
+  EXPECT_EQ(query("x", 11), proto::PROBE_TURN_BUSY);
+  EXPECT_EQ(Begin(t, "b", 1, 12), proto::PROBE_TURN_BUSY);  // b waits
+  EXPECT_EQ(*t.OnProbe("a", Probe(0, proto::PROBE_TURN_END), 13), proto::PROBE_TURN_NONE);
+  EXPECT_EQ(query("x", 14), proto::PROBE_TURN_BUSY);  // b has not had its turn
+  EXPECT_EQ(Begin(t, "b", 1, 15), proto::PROBE_TURN_GRANTED);
+  EXPECT_EQ(*t.OnProbe("b", Probe(1, proto::PROBE_TURN_END), 16), proto::PROBE_TURN_NONE);
+  EXPECT_EQ(query("x", 17), proto::PROBE_TURN_IDLE);
+  // A waiter that stops asking (it gave up at its time limit) is forgotten after quiet_ms.
+  EXPECT_EQ(Begin(t, "a", 0, 20), proto::PROBE_TURN_GRANTED);
+  EXPECT_EQ(Begin(t, "c", 2, 21), proto::PROBE_TURN_BUSY);
+  EXPECT_EQ(*t.OnProbe("a", Probe(0, proto::PROBE_TURN_END), 22), proto::PROBE_TURN_NONE);
+  EXPECT_EQ(query("x", 520), proto::PROBE_TURN_BUSY);
+  EXPECT_EQ(query("x", 521), proto::PROBE_TURN_IDLE);
+}
+
 TEST(BandwidthTurnTest, EndWithoutTheTurnIsRefused) {
   BandwidthTurn t(/*quiet_ms=*/500);
   absl::StatusOr<proto::ProbeTurn> never = t.OnProbe("a", Probe(-1, proto::PROBE_TURN_END), 0);

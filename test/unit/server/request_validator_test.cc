@@ -112,11 +112,27 @@ TEST(RequestValidatorTest, ProbeTurnFieldsAreChecked) {
   EXPECT_EQ(Why(v, plain, false, 0),
             "link probe: probe_turn_ms must be 0 without PROBE_TURN_BEGIN, got -1");
 
+  proto::DataHeader query = Probe(0, 0);
+  query.set_probe_turn(proto::PROBE_TURN_QUERY);
+  EXPECT_EQ(Why(v, query, false, 0), "ok");
+  query.set_probe_reply_bytes(8);
+  EXPECT_EQ(Why(v, query, false, 0),
+            "link probe: a PROBE_TURN_QUERY probe carries no payload either way, got "
+            "payload_bytes 0 and probe_reply_bytes 8");
+  query.set_probe_reply_bytes(0);
+  query.set_probe_turn_ms(100);
+  EXPECT_EQ(Why(v, query, false, 0),
+            "link probe: probe_turn_ms must be 0 without PROBE_TURN_BEGIN, got 100");
+  proto::DataHeader idle = Probe(0, 0);
+  idle.set_probe_turn(proto::PROBE_TURN_IDLE);
+  EXPECT_NE(Why(v, idle, false, 0).find("probe_turn 6 (PROBE_TURN_IDLE) is not"),
+            std::string::npos);
+
   proto::DataHeader reply_value = Probe(0, 0);
   reply_value.set_probe_turn(proto::PROBE_TURN_GRANTED);
   EXPECT_EQ(Why(v, reply_value, false, 0),
             "link probe: probe_turn 3 (PROBE_TURN_GRANTED) is not one a probe asks with "
-            "(PROBE_TURN_NONE, PROBE_TURN_BEGIN or PROBE_TURN_END)");
+            "(PROBE_TURN_NONE, PROBE_TURN_BEGIN, PROBE_TURN_END or PROBE_TURN_QUERY)");
   reply_value.set_probe_turn(proto::PROBE_TURN_BUSY);
   EXPECT_NE(Why(v, reply_value, false, 0).find("probe_turn 4 (PROBE_TURN_BUSY) is not"),
             std::string::npos);
@@ -124,7 +140,7 @@ TEST(RequestValidatorTest, ProbeTurnFieldsAreChecked) {
   unknown.set_probe_turn(static_cast<proto::ProbeTurn>(77));  // a value this build does not know
   EXPECT_EQ(Why(v, unknown, false, 0),
             "link probe: probe_turn 77 is not one a probe asks with (PROBE_TURN_NONE, "
-            "PROBE_TURN_BEGIN or PROBE_TURN_END)");
+            "PROBE_TURN_BEGIN, PROBE_TURN_END or PROBE_TURN_QUERY)");
 }
 
 TEST(RequestValidatorTest, DataValidationRefusesProbeReplies) {

@@ -14,7 +14,8 @@
 // PROBE_TURN_BUSY it waits a few ms (backing off) and asks again, within its time limit; after
 // its last transfer a small probe with PROBE_TURN_END gives the turn back. The server takes back the
 // turn of a holder that went quiet (kProbeTurnQuietMs) or whose time limit passed, so a dead or
-// slow prober cannot block the others. Small probes need no turn and stay concurrent.
+// slow prober cannot block the others. Small probes need no turn and stay concurrent. A worker
+// done with its probes waits for the others (AwaitOtherProbers) before it pushes.
 #pragma once
 
 #include <cstdint>
@@ -98,6 +99,12 @@ proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,
 proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
                                   const LinkProbeOptions& options,
                                   const std::function<int64_t()>& clock, int first_server = 0);
+
+// Waits until no prober holds or waits for the bandwidth turn of any server (PROBE_TURN_QUERY
+// until PROBE_TURN_IDLE), or deadline_us: a worker done with its probes calls it before its
+// first push, which would otherwise cross a link that another worker is still measuring.
+absl::Status AwaitOtherProbers(const std::vector<ProbeExchange*>& servers, int64_t deadline_us,
+                               const std::function<int64_t()>& clock);
 
 // OP_PROBE exchanges over a DEALER socket connected to a server (the server knows the turn's
 // holder by this connection). Replies to other requests (a probe that timed out earlier) are
