@@ -1,8 +1,9 @@
 // bytecomp-linkprobe: measures latency and bandwidth from this host to the servers of a running
 // job with the link probes every worker runs at start (common/link_probe.h), and prints a table
 // (or JSON lines with --json). Server addresses are what each server logs at start ("serving
-// data on tcp://host:port"). Exit status: 0 when every server was measured, 1 otherwise, 2 for
-// bad flags.
+// data on tcp://host:port"). Like a worker, it takes each server's bandwidth turn for its
+// transfers, so it never measures a share of a link a worker is probing. Exit status: 0 when
+// every server was measured, 1 otherwise, 2 for bad flags.
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -1,7 +1,10 @@
 #include "bytecomp/common/link_probe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/stats.h"
@@ -45,26 +48,80 @@ zmq::message_t ProbePayload(int64_t bytes) {
   return zmq::message_t(zeros, size, &NoFree, nullptr);
 }
 
+void ProbeExchange::Wait(int64_t us) { std::this_thread::sleep_for(std::chrono::microseconds(us)); }
+
+namespace {
+
+// Sends `ask` (a BEGIN or a QUERY) until the answer is `want`, waiting a few ms more after
+// every BUSY; DeadlineExceeded(on_deadline) once deadline_us passed. *waited_us: the time
+// since the first ask.
+absl::Status AskUntil(ProbeExchange& exchange, ProbeRequest ask, proto::ProbeTurn want,
+                      int64_t deadline_us, const std::function<int64_t()>& clock,
+                      const char* on_deadline, int64_t* waited_us) {
+  const int64_t start = clock();
+  int64_t wait_us = kProbeTurnFirstWaitUs;
+  while (true) {
+    if (ask.turn == proto::PROBE_TURN_BEGIN) {
+      // The server may take the turn back once this prober's time limit passed.
+      ask.turn_ms = std::clamp<int64_t>((deadline_us - clock() + 999) / 1000, 1, kMaxProbeTurnMs);
+    }
+    absl::StatusOr<proto::ProbeTurn> answer = exchange.RoundTrip(ask, deadline_us);
+    *waited_us = clock() - start;
+    if (!answer.ok()) return answer.status();
+    if (*answer == want) return absl::OkStatus();
+    if (*answer != proto::PROBE_TURN_BUSY) {
+      return absl::DataLossError(absl::StrCat(
+          "link probe: the reply to ", proto::ProbeTurn_Name(ask.turn), " says ",
+          proto::ProbeTurn_Name(*answer), ", not ", proto::ProbeTurn_Name(want),
+          " or PROBE_TURN_BUSY"));
+    }
+    const int64_t left = deadline_us - clock();
+    if (left <= 0) break;
+    exchange.Wait(std::min(wait_us, left));
+    wait_us = std::min(2 * wait_us, kProbeTurnMaxWaitUs);
+    if (clock() >= deadline_us) break;
+  }
+  *waited_us = clock() - start;
+  return absl::DeadlineExceededError(on_deadline);
+}
+
+// Asks for the server's bandwidth turn until it is granted or deadline_us passes.
+absl::Status AwaitTurn(ProbeExchange& exchange, int64_t deadline_us,
+                       const std::function<int64_t()>& clock, LinkSamples* samples) {
+  absl::Status s = AskUntil(
+      exchange, ProbeRequest{0, 0, proto::PROBE_TURN_BEGIN}, proto::PROBE_TURN_GRANTED,
+      deadline_us, clock,
+      "link probe: no bandwidth turn before the time limit (another prober held it)",
+      &samples->turn_wait_us);
+  samples->got_turn = s.ok();
+  return s;
+}
+
+}  // namespace
+
 absl::Status CollectLinkSamples(ProbeExchange& exchange, const LinkProbeOptions& o,
                                 int64_t deadline_us, const std::function<int64_t()>& clock,
                                 LinkSamples* samples) {
-  auto timed = [&](int64_t send, int64_t reply, std::vector<int64_t>* into) -> absl::Status {
+  auto timed = [&](const ProbeRequest& request, std::vector<int64_t>* into) -> absl::Status {
     const int64_t start = clock();
-    absl::Status s = exchange.RoundTrip(send, reply, deadline_us);
-    if (s.ok() && into != nullptr) into->push_back(clock() - start);
-    return s;
+    absl::StatusOr<proto::ProbeTurn> answer = exchange.RoundTrip(request, deadline_us);
+    if (answer.ok() && into != nullptr) into->push_back(clock() - start);
+    return answer.status();
   };
-  if (absl::Status s = timed(o.latency_bytes, o.latency_bytes, nullptr); !s.ok()) return s;
+  const ProbeRequest small{o.latency_bytes, o.latency_bytes};
+  if (absl::Status s = timed(small, nullptr); !s.ok()) return s;
   for (int i = 0; i < o.latency_probes; ++i) {
-    if (absl::Status s = timed(o.latency_bytes, o.latency_bytes, &samples->latency_us); !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = timed(small, &samples->latency_us); !s.ok()) return s;
   }
+  if (o.transfers <= 0) return absl::OkStatus();
+  if (absl::Status s = AwaitTurn(exchange, deadline_us, clock, samples); !s.ok()) return s;
   for (int i = 0; i < o.transfers; ++i) {
-    if (absl::Status s = timed(o.transfer_bytes, 0, &samples->up_us); !s.ok()) return s;
-    if (absl::Status s = timed(0, o.transfer_bytes, &samples->down_us); !s.ok()) return s;
+    if (absl::Status s = timed({o.transfer_bytes, 0}, &samples->up_us); !s.ok()) return s;
+    if (absl::Status s = timed({0, o.transfer_bytes}, &samples->down_us); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  // Given back once the last reply arrived, not with the last request: the next holder's first
+  // transfer must not meet that reply on the server's link.
+  return timed({0, 0, proto::PROBE_TURN_END}, nullptr);
 }
 
 proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,
@@ -97,8 +154,13 @@ proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
     proto::LinkProbe* link = report.add_links();
     *link = SummarizeLinkSamples(static_cast<int>(server), samples, options.transfer_bytes);
     if (!s.ok()) {
+      const std::string turn =
+          samples.got_turn || samples.turn_wait_us > 0
+              ? absl::StrCat(", ", samples.got_turn ? "got" : "waited for",
+                             " the bandwidth turn after ", samples.turn_wait_us / 1000, " ms")
+              : "";
       link->set_error(absl::StrCat(s.message(), " (after ", samples.latency_us.size(), " of ",
-                                   options.latency_probes, " small probes and ",
+                                   options.latency_probes, " small probes", turn, " and ",
                                    link->transfer_samples(), " of ", options.transfers,
                                    " transfers each way)"));
     }
@@ -107,8 +169,25 @@ proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
   return report;
 }
 
-absl::Status ZmqProbeExchange::RoundTrip(int64_t send_bytes, int64_t reply_bytes,
-                                         int64_t deadline_us) {
+absl::Status AwaitOtherProbers(const std::vector<ProbeExchange*>& servers, int64_t deadline_us,
+                               const std::function<int64_t()>& clock) {
+  for (size_t i = 0; i < servers.size(); ++i) {
+    int64_t waited_us = 0;
+    absl::Status s = AskUntil(*servers[i], ProbeRequest{0, 0, proto::PROBE_TURN_QUERY},
+                              proto::PROBE_TURN_IDLE, deadline_us, clock,
+                              "other probers still measuring at the time limit", &waited_us);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("link probe: server ", i, ": ", s.message(),
+                                                 " (waited ", waited_us / 1000, " ms)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<proto::ProbeTurn> ZmqProbeExchange::RoundTrip(const ProbeRequest& request,
+                                                             int64_t deadline_us) {
+  const int64_t send_bytes = request.send_bytes;
+  const int64_t reply_bytes = request.reply_bytes;
   const uint64_t id = (*next_request_id_)++;
   proto::DataHeader header;
   header.set_op(proto::OP_PROBE);
@@ -116,6 +195,8 @@ absl::Status ZmqProbeExchange::RoundTrip(int64_t send_bytes, int64_t reply_bytes
   header.set_request_id(id);
   header.set_payload_bytes(send_bytes);
   header.set_probe_reply_bytes(reply_bytes);
+  header.set_probe_turn(request.turn);
+  header.set_probe_turn_ms(request.turn_ms);
   std::vector<zmq::message_t> frames;
   frames.push_back(ProtoFrame(header));
   if (send_bytes > 0) frames.push_back(ProbePayload(send_bytes));
@@ -141,7 +222,7 @@ absl::Status ZmqProbeExchange::RoundTrip(int64_t send_bytes, int64_t reply_bytes
                                               reply_bytes, " bytes, got ",
                                               proto::DataOp_Name(answer.op()), " with ", got));
     }
-    return absl::OkStatus();
+    return answer.probe_turn();
   }
 }
 

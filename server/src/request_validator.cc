@@ -151,6 +151,30 @@ absl::Status RequestValidator::ValidateProbe(const proto::DataHeader& h, bool ha
     return bad("probe_reply_bytes ", h.probe_reply_bytes(), " is outside [0, ", kMaxProbeBytes,
                "]");
   }
+  const int turn = static_cast<int>(h.probe_turn());
+  if (turn != proto::PROBE_TURN_NONE && turn != proto::PROBE_TURN_BEGIN &&
+      turn != proto::PROBE_TURN_END && turn != proto::PROBE_TURN_QUERY) {
+    const std::string name = proto::ProbeTurn_IsValid(turn)
+                                 ? absl::StrCat(" (", proto::ProbeTurn_Name(h.probe_turn()), ")")
+                                 : "";
+    return bad("probe_turn ", turn, name,
+               " is not one a probe asks with (PROBE_TURN_NONE, PROBE_TURN_BEGIN, "
+               "PROBE_TURN_END or PROBE_TURN_QUERY)");
+  }
+  if ((turn == proto::PROBE_TURN_BEGIN || turn == proto::PROBE_TURN_QUERY) &&
+      (h.payload_bytes() != 0 || h.probe_reply_bytes() != 0)) {
+    return bad("a ", proto::ProbeTurn_Name(h.probe_turn()),
+               " probe carries no payload either way, got payload_bytes ", h.payload_bytes(),
+               " and probe_reply_bytes ", h.probe_reply_bytes());
+  }
+  if (turn == proto::PROBE_TURN_BEGIN) {
+    if (h.probe_turn_ms() < 1 || h.probe_turn_ms() > kMaxProbeTurnMs) {
+      return bad("probe_turn_ms ", h.probe_turn_ms(), " is outside [1, ", kMaxProbeTurnMs,
+                 "] (the longest the sender holds the bandwidth turn)");
+    }
+  } else if (h.probe_turn_ms() != 0) {
+    return bad("probe_turn_ms must be 0 without PROBE_TURN_BEGIN, got ", h.probe_turn_ms());
+  }
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common.h"
+#include "bytecomp/server/bandwidth_turn.h"
 #include "bytecomp/server/key_store.h"
 #include "bytecomp/server/request_validator.h"
 #include "control.pb.h"
@@ -178,13 +179,19 @@ class IoLoop {
   }
 
   // Link probes are answered here, off the key engines: the payload is dropped and the reply
-  // carries the requested number of bytes.
+  // carries the requested number of bytes. The bandwidth turn lets one prober (connection) at a
+  // time do its transfers.
   void AnswerProbe(zmq::message_t& identity, const proto::DataHeader& request,
                    size_t payload_size, bool has_payload) {
     absl::Status valid = validator_.ValidateProbe(request, has_payload, payload_size);
     if (!valid.ok()) return Reject(identity, request, std::string(valid.message()));
+    absl::StatusOr<proto::ProbeTurn> turn = bandwidth_turn_.OnProbe(
+        absl::string_view(static_cast<const char*>(identity.data()), identity.size()), request,
+        MonotonicMs());
+    if (!turn.ok()) return Reject(identity, request, std::string(turn.status().message()));
     proto::DataHeader reply;
     reply.set_op(proto::OP_PROBE_REPLY);
+    reply.set_probe_turn(*turn);
     reply.set_request_id(request.request_id());
     reply.set_sender(my_rank_);
     reply.set_probe_reply_bytes(request.probe_reply_bytes());
@@ -278,6 +285,7 @@ class IoLoop {
   zmq::socket_t replies_;
   std::vector<zmq::socket_t> engines_;
   RequestValidator validator_;
+  BandwidthTurn bandwidth_turn_{kProbeTurnQuietMs};
   std::deque<Parked> parked_;
   int my_rank_;
   bool stopping_ = false;

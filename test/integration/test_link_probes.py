@@ -93,3 +93,23 @@ def test_link_probe_count_zero_turns_the_probes_off():
         assert c.wait_workers(timeout=120) == [0], c.dump()
         assert c.wait_node(c.scheduler, 15) == 0, c.dump()
         assert "link probes of" not in c.scheduler.output(), c.dump()
+
+
+def test_four_workers_on_one_server_take_turns_and_all_complete():
+    # More workers than servers: their transfers to the one server wait for its bandwidth turn
+    # (one worker at a time); every worker's probe must still complete within the time limit.
+    cmd = [cluster.binary("bytecomp-bench"), "--preset=flat:4MB", "--rounds=3", "--warmup=0",
+           "--check=false"]
+    with cluster.Cluster(workers=4, servers=1, worker_cmd=cmd) as c:
+        assert c.wait_workers(timeout=240) == [0, 0, 0, 0], c.dump()
+        assert c.wait_node(c.scheduler, 15) == 0, c.dump()
+        log = c.scheduler.output()
+        server_log = c.servers[0].output()
+    rows = table_rows(log)
+    for worker in ("0", "1", "2", "3", "median"):
+        latency, up, down, note = rows.get((worker, 0), (0, 0, 0, "missing"))
+        assert latency > 0 and up > 0.01 and down > 0.01 and note == "", (worker, log)
+    assert len(rows) == 5, log
+    # Nobody's turn had to be taken back, and no END was refused.
+    assert "took the bandwidth turn back" not in server_log, server_log
+    assert "PROBE_TURN_END" not in server_log, server_log

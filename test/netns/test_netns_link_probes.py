@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Link probes under an emulated 100 Mbit/s link (deploy/netns_cluster.sh, tc tbf both ways):
-the bandwidth a worker measures to its server, up and down, is within 30% of the limit.
+the bandwidth a worker measures to its server, up and down, is within 30% of the limit; also
+with three workers on one server, which take the server's bandwidth turn one at a time.
 
 Needs root and the built binaries (BYTECOMP_BIN_DIR); otherwise it prints the reason and exits
 77, which ctest reports as skipped, never as a pass.
@@ -18,38 +19,58 @@ import test_netns_cluster as netns  # noqa: E402  (skip_reason, the script's pat
 
 PREFIX = "bcl%d-" % os.getpid()
 BIN_DIR = os.environ.get("BYTECOMP_BIN_DIR", "")
-ROW = re.compile(r"^\[scheduler\]\s+0\s+0\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*(.*)$")
+ROW = re.compile(r"^\[scheduler\]\s+(\d+)\s+0\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*(.*)$")
+
+
+def probe_rows(workers):
+    """Runs a job of `workers` workers and 1 server on 100 Mbit/s links; the scheduler's link
+    table as {worker: (latency_us, up_gbps, down_gbps, note)} and the job's output."""
+    state = tempfile.mkdtemp(prefix="bc-netns-state-")
+    env = dict(os.environ, BYTECOMP_NETNS_STATE_DIR=state, BYTECOMP_NETNS_PREFIX=PREFIX)
+    bench = os.path.join(BIN_DIR, "bytecomp-bench")
+    try:
+        proc = subprocess.run(
+            ["bash", netns.SCRIPT, "run", "--workers", str(workers), "--servers", "1", "--rate",
+             "100mbit", "--bin-dir", BIN_DIR, "--timeout", "25", "--",
+             bench, "--preset=flat:4MB", "--rounds=1", "--warmup=0"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=40)
+    finally:
+        subprocess.run(["bash", netns.SCRIPT, "down"], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    out = proc.stdout
+    rows = {}
+    for m in (ROW.match(line) for line in out.splitlines()):
+        if m:
+            rows[int(m.group(1))] = (float(m.group(2)), float(m.group(3)), float(m.group(4)),
+                                     m.group(5))
+    return proc.returncode, rows, out
 
 
 class NetnsLinkProbeTest(unittest.TestCase):
+    def check_rows(self, workers):
+        code, rows, out = probe_rows(workers)
+        self.assertEqual(code, 0, out)
+        # Worker w to server 0 (the median row is apart).
+        self.assertEqual(sorted(rows), list(range(workers)), out)
+        for worker, (latency, up, down, note) in sorted(rows.items()):
+            print("%d worker(s), 100 Mbit/s tbf: worker %d latency %.0f us, up %.1f Mbit/s, "
+                  "down %.1f Mbit/s" % (workers, worker, latency, up * 1000, down * 1000),
+                  file=sys.stderr)
+            self.assertEqual(note, "", out)
+            self.assertGreater(latency, 0)
+            for name, gbps in (("up", up), ("down", down)):
+                why = "worker %d %s %.4f Gbit/s\n%s" % (worker, name, gbps, out)
+                self.assertGreaterEqual(gbps, 0.07, why)
+                self.assertLessEqual(gbps, 0.13, why)
+
     def test_measured_bandwidth_matches_a_100mbit_link(self):
-        state = tempfile.mkdtemp(prefix="bc-netns-state-")
-        env = dict(os.environ, BYTECOMP_NETNS_STATE_DIR=state, BYTECOMP_NETNS_PREFIX=PREFIX)
-        bench = os.path.join(BIN_DIR, "bytecomp-bench")
-        try:
-            proc = subprocess.run(
-                ["bash", netns.SCRIPT, "run", "--workers", "1", "--servers", "1", "--rate",
-                 "100mbit", "--bin-dir", BIN_DIR, "--timeout", "25", "--",
-                 bench, "--preset=flat:4MB", "--rounds=1", "--warmup=0"],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                timeout=40)
-        finally:
-            subprocess.run(["bash", netns.SCRIPT, "down"], env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-        out = proc.stdout
-        self.assertEqual(proc.returncode, 0, out)
-        rows = [ROW.match(line) for line in out.splitlines()]
-        rows = [m for m in rows if m]
-        self.assertEqual(len(rows), 1, out)  # worker 0 to server 0 (the median row is apart)
-        latency, up, down, note = (float(rows[0].group(1)), float(rows[0].group(2)),
-                                   float(rows[0].group(3)), rows[0].group(4))
-        print("100 Mbit/s tbf: latency %.0f us, up %.1f Mbit/s, down %.1f Mbit/s"
-              % (latency, up * 1000, down * 1000), file=sys.stderr)
-        self.assertEqual(note, "", out)
-        self.assertGreater(latency, 0)
-        for name, gbps in (("up", up), ("down", down)):
-            self.assertGreaterEqual(gbps, 0.07, "%s %.4f Gbit/s\n%s" % (name, gbps, out))
-            self.assertLessEqual(gbps, 0.13, "%s %.4f Gbit/s\n%s" % (name, gbps, out))
+        self.check_rows(1)
+
+    def test_workers_sharing_one_server_each_measure_the_whole_link(self):
+        # The server's bandwidth turn lets one worker at a time transfer: without it the three
+        # would share the server's 100 Mbit/s and each see about a third to a half of it.
+        self.check_rows(3)
 
 
 if __name__ == "__main__":

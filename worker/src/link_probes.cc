@@ -1,6 +1,8 @@
 // The link probes at start: on the data thread, after connecting and before the first push
 // (operations queue meanwhile; the engine's callers are not held up), bounded by
-// ClusterConfig.link_probe_timeout_ms. The report goes to the scheduler.
+// ClusterConfig.link_probe_timeout_ms. The report goes to the scheduler. Every worker starts at
+// server (rank mod S), so that with several servers they wait for different servers' bandwidth
+// turns (common/link_probe.h).
 #include "absl/strings/str_cat.h"
 #include "engine_impl.h"
 
@@ -18,7 +20,13 @@ void DataLoop::ProbeLinks() {
   for (auto& e : exchanges) servers.push_back(&e);
   proto::ControlMessage message;
   proto::LinkProbeReport* report = message.mutable_link_probe_report();
+  const int64_t deadline_us = MonotonicUs() + options.timeout_ms * 1000;
   *report = bytecomp::ProbeLinks(servers, options, &MonotonicUs, engine_.info.rank);
+  // Our pushes would cross the links of workers still measuring: wait for them (they are
+  // needed for the first round anyway), within the same time limit.
+  if (absl::Status s = AwaitOtherProbers(servers, deadline_us, &MonotonicUs); !s.ok()) {
+    BC_LOG_WARNING(s.message());
+  }
   for (const proto::LinkProbe& link : report->links()) {
     if (!link.error().empty()) {
       BC_LOG_WARNING("link probe of server ", link.server(), ": ", link.error());

@@ -15,14 +15,16 @@ namespace bytecomp {
 namespace {
 
 // A link of fixed round-trip latency and per-direction bandwidth (bytes per us) on a fake
-// clock: a round trip takes rtt + sent / up + replied / down.
+// clock: a round trip takes rtt + sent / up + replied / down. The server's bandwidth turn is
+// busy for the first `busy_answers` BEGINs (or, with busy_until_us, until then).
 class FakeLink : public ProbeExchange {
  public:
   FakeLink(int64_t* now, double rtt_us, double up_bytes_per_us, double down_bytes_per_us)
       : now_(now), rtt_(rtt_us), up_(up_bytes_per_us), down_(down_bytes_per_us) {}
-  absl::Status RoundTrip(int64_t send, int64_t reply, int64_t deadline_us) override {
+  absl::StatusOr<proto::ProbeTurn> RoundTrip(const ProbeRequest& r, int64_t deadline_us) override {
     ++calls;
-    double t = rtt_ + send / up_ + reply / down_;
+    turns.push_back(r.turn);
+    double t = rtt_ + r.send_bytes / up_ + r.reply_bytes / down_;
     if (calls == slow_call) t *= 10;
     const int64_t done = *now_ + static_cast<int64_t>(t);
     if (done > deadline_us || hang) {
@@ -31,12 +33,33 @@ class FakeLink : public ProbeExchange {
     }
     if (calls == fail_call) return absl::FailedPreconditionError("server 0: refused");
     *now_ = done;
-    return absl::OkStatus();
+    if (r.turn == proto::PROBE_TURN_END) held = false;
+    if (r.turn == proto::PROBE_TURN_QUERY) {
+      return *now_ < busy_until_us ? proto::PROBE_TURN_BUSY : proto::PROBE_TURN_IDLE;
+    }
+    if (r.turn != proto::PROBE_TURN_BEGIN) return proto::PROBE_TURN_NONE;
+    turn_ms.push_back(r.turn_ms);
+    if (busy_answers > 0 || *now_ < busy_until_us) {
+      --busy_answers;
+      return proto::PROBE_TURN_BUSY;
+    }
+    held = true;
+    return proto::PROBE_TURN_GRANTED;
+  }
+  void Wait(int64_t us) override {
+    waits.push_back(us);
+    *now_ += us;
   }
   int calls = 0;
   int slow_call = -1;
   int fail_call = -1;
   bool hang = false;
+  int busy_answers = 0;
+  int64_t busy_until_us = 0;
+  bool held = false;  // granted and not ended
+  std::vector<proto::ProbeTurn> turns;
+  std::vector<int64_t> turn_ms;
+  std::vector<int64_t> waits;
 
  private:
   int64_t* now_;
@@ -59,7 +82,8 @@ TEST(LinkProbeTest, LatencyAndBandwidthOfAnIdealLink) {
   FakeLink link(&now, 200, 125, 62.5);
   LinkSamples samples;
   ASSERT_TRUE(CollectLinkSamples(link, Options(), 1 << 30, [&] { return now; }, &samples).ok());
-  EXPECT_EQ(link.calls, 1 + 5 + 2 * 3);  // the uncounted first probe, small ones, transfers
+  // The uncounted first probe, small ones, the turn, transfers, the turn given back.
+  EXPECT_EQ(link.calls, 1 + 5 + 1 + 2 * 3 + 1);
   EXPECT_EQ(samples.latency_us.size(), 5u);
   EXPECT_EQ(samples.up_us.size(), 3u);
   EXPECT_EQ(samples.down_us.size(), 3u);
@@ -78,7 +102,7 @@ TEST(LinkProbeTest, LatencyAndBandwidthOfAnIdealLink) {
 TEST(LinkProbeTest, MediansIgnoreOneSlowProbe) {
   int64_t now = 0;
   FakeLink link(&now, 100, 125, 125);
-  link.slow_call = 1 + 5 + 1;  // the first up transfer takes ten times as long
+  link.slow_call = 1 + 5 + 1 + 1;  // the first up transfer takes ten times as long
   LinkSamples samples;
   ASSERT_TRUE(CollectLinkSamples(link, Options(), 1 << 30, [&] { return now; }, &samples).ok());
   EXPECT_GT(samples.up_us[0], 10 * samples.up_us[1] - 1);
@@ -118,8 +142,8 @@ TEST(LinkProbeTest, ServersShareTheTimeLimitAndAHungOneDoesNotStopTheOthers) {
   EXPECT_EQ(r.links(0).latency_us(), 0);
   EXPECT_EQ(r.links(1).error(), "");
   EXPECT_NEAR(r.links(1).up_gbps(), 1.0, 1e-9);
-  // Server 0 used its half (500 ms); server 1 its 6 x 8.1 ms + 6 x 0.1 ms.
-  EXPECT_NEAR(r.elapsed_ms(), 500 + 6 * 8.1 + 6 * 0.1, 1e-6);
+  // Server 0 used its half (500 ms); server 1 its 6 x 8.1 ms + 8 x 0.1 ms (with the turn's).
+  EXPECT_NEAR(r.elapsed_ms(), 500 + 6 * 8.1 + 8 * 0.1, 1e-6);
 
   // Starting at server 1 (a worker of rank 1): the fine server gets the full second first.
   now = 0;
@@ -137,7 +161,7 @@ TEST(LinkProbeTest, TimeLimitInTheMiddleKeepsWhatCompleted) {
   int64_t now = 0;
   FakeLink link(&now, 100, 125, 125);
   LinkProbeOptions o = Options();
-  o.timeout_ms = 20;  // the small probes (0.6 ms) and two transfers (8.1 ms each)
+  o.timeout_ms = 20;  // the small probes and the turn (0.7 ms) and two transfers (8.1 ms each)
   const proto::LinkProbeReport r = ProbeLinks({&link}, o, [&] { return now; });
   ASSERT_EQ(r.links_size(), 1);
   EXPECT_DOUBLE_EQ(r.links(0).latency_us(), 100);
@@ -148,6 +172,81 @@ TEST(LinkProbeTest, TimeLimitInTheMiddleKeepsWhatCompleted) {
   EXPECT_NE(r.links(0).error().find("1 of 3 transfers each way"), std::string::npos)
       << r.links(0).error();
   EXPECT_LE(r.elapsed_ms(), 20);
+}
+
+TEST(LinkProbeTest, TransfersWaitForTheTurnWithBackoffAndTheLastOneEndsIt) {
+  int64_t now = 0;
+  FakeLink link(&now, 100, 125, 125);
+  link.busy_answers = 7;
+  LinkSamples samples;
+  ASSERT_TRUE(CollectLinkSamples(link, Options(), 1000000, [&] { return now; }, &samples).ok());
+  // Busy seven times: waits of 2, 4, 8, 16, 32, 32, 32 ms between the asks.
+  EXPECT_EQ(link.waits, (std::vector<int64_t>{2000, 4000, 8000, 16000, 32000, 32000, 32000}));
+  EXPECT_EQ(link.turn_ms.size(), 8u);
+  EXPECT_EQ(link.turn_ms[0], 1000);  // the time left after the small probes, rounded up
+  EXPECT_TRUE(samples.got_turn);
+  EXPECT_EQ(samples.turn_wait_us, 126000 + 8 * 100);
+  EXPECT_FALSE(link.held);  // given back
+  // Small probes first, then only BEGINs until granted, the transfers, then END.
+  ASSERT_EQ(link.turns.size(), 1u + 5 + 8 + 6 + 1);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(link.turns[i], proto::PROBE_TURN_NONE) << i;
+  for (size_t i = 6; i < 14; ++i) EXPECT_EQ(link.turns[i], proto::PROBE_TURN_BEGIN) << i;
+  for (size_t i = 14; i < 20; ++i) EXPECT_EQ(link.turns[i], proto::PROBE_TURN_NONE) << i;
+  EXPECT_EQ(link.turns[20], proto::PROBE_TURN_END);
+  // The wait is not in the samples: the bandwidths are the link's.
+  const proto::LinkProbe p = SummarizeLinkSamples(0, samples, 1000000);
+  EXPECT_NEAR(p.up_gbps(), 1.0, 1e-9);
+  EXPECT_NEAR(p.down_gbps(), 1.0, 1e-9);
+}
+
+TEST(LinkProbeTest, TheTimeLimitWhileWaitingForTheTurnIsReported) {
+  int64_t now = 0;
+  FakeLink link(&now, 100, 125, 125);
+  link.busy_until_us = 1 << 30;  // another prober never gives it back (until the server would)
+  LinkProbeOptions o = Options();
+  o.timeout_ms = 300;
+  const proto::LinkProbeReport r = ProbeLinks({&link}, o, [&] { return now; });
+  ASSERT_EQ(r.links_size(), 1);
+  EXPECT_EQ(r.links(0).error(),
+            "link probe: no bandwidth turn before the time limit (another prober held it) (after 5 "
+            "of 5 small probes, waited for the bandwidth turn after 299 ms and 0 of 3 transfers "
+            "each way)");
+  EXPECT_DOUBLE_EQ(r.links(0).latency_us(), 100);  // the small probes still count
+  EXPECT_EQ(r.links(0).up_gbps(), 0);
+  EXPECT_NEAR(r.elapsed_ms(), 300, 1e-6);
+  EXPECT_FALSE(link.held);
+}
+
+TEST(LinkProbeTest, AWorkerDoneProbingWaitsUntilEveryServerIsIdle) {
+  int64_t now = 0;
+  FakeLink idle(&now, 100, 125, 125);
+  FakeLink busy(&now, 100, 125, 125);
+  busy.busy_until_us = 50000;  // others probe server 1 for 50 ms more
+  ASSERT_TRUE(AwaitOtherProbers({&idle, &busy}, 1000000, [&] { return now; }).ok());
+  EXPECT_EQ(idle.calls, 1);
+  EXPECT_GE(now, 50000);
+  EXPECT_LT(now, 50000 + kProbeTurnMaxWaitUs + 200);
+  EXPECT_EQ(busy.turns.back(), proto::PROBE_TURN_QUERY);
+
+  now = 0;
+  busy.busy_until_us = 1 << 30;
+  absl::Status s = AwaitOtherProbers({&idle, &busy}, 100000, [&] { return now; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(),
+            "link probe: server 1: other probers still measuring at the time limit (waited "
+            "99 ms)");
+  EXPECT_EQ(now, 100000);
+}
+
+TEST(LinkProbeTest, NoTurnIsAskedForWithoutTransfers) {
+  int64_t now = 0;
+  FakeLink link(&now, 100, 125, 125);
+  LinkProbeOptions o = Options();
+  o.transfers = 0;
+  LinkSamples samples;
+  ASSERT_TRUE(CollectLinkSamples(link, o, 1 << 30, [&] { return now; }, &samples).ok());
+  EXPECT_EQ(link.calls, 1 + 5);
+  EXPECT_TRUE(link.turn_ms.empty());
 }
 
 TEST(LinkProbeTest, AnErrorReplyStopsThatServer) {
@@ -179,9 +278,11 @@ TEST(LinkProbeTest, ZmqExchangeMatchesRepliesAndReportsErrors) {
       h.ParseFromArray((*f)[1].data(), static_cast<int>((*f)[1].size()));
       seen.push_back(h);
       seen_payload.push_back(f->size() > 2 ? (*f)[2].size() : 0);
-      auto reply = [&](proto::DataOp op, uint64_t id, int64_t bytes, const std::string& error) {
+      auto reply = [&](proto::DataOp op, uint64_t id, int64_t bytes, const std::string& error,
+                       bool granted = false) {
         proto::DataHeader r;
         r.set_op(op);
+        if (granted) r.set_probe_turn(proto::PROBE_TURN_GRANTED);
         r.set_request_id(id);
         r.set_error(error);
         std::vector<zmq::message_t> out;
@@ -191,7 +292,7 @@ TEST(LinkProbeTest, ZmqExchangeMatchesRepliesAndReportsErrors) {
         (void)SendFrames(router, out);
       };
       if (i == 0) reply(proto::OP_PROBE_REPLY, 999, 0, "");
-      if (i == 0) reply(proto::OP_PROBE_REPLY, h.request_id(), h.probe_reply_bytes(), "");
+      if (i == 0) reply(proto::OP_PROBE_REPLY, h.request_id(), h.probe_reply_bytes(), "", true);
       if (i == 1) reply(proto::OP_ERROR, h.request_id(), 0, "server 0: link probe: no");
       if (i == 2) reply(proto::OP_PROBE_REPLY, h.request_id(), 5, "");
     }
@@ -202,15 +303,18 @@ TEST(LinkProbeTest, ZmqExchangeMatchesRepliesAndReportsErrors) {
   uint64_t next = 7;
   ZmqProbeExchange exchange(dealer, 3, &next);
   const int64_t far = MonotonicUs() + 5000000;
-  EXPECT_TRUE(exchange.RoundTrip(4096, 100, far).ok());
-  absl::Status error = exchange.RoundTrip(0, 0, far);
+  absl::StatusOr<proto::ProbeTurn> first =
+      exchange.RoundTrip({4096, 100, proto::PROBE_TURN_END}, far);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, proto::PROBE_TURN_GRANTED);  // the reply's probe_turn, as the server said
+  absl::Status error = exchange.RoundTrip({0, 0, proto::PROBE_TURN_BEGIN, 250}, far).status();
   EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(error.message(), "server 0: link probe: no");
-  absl::Status wrong = exchange.RoundTrip(0, 16, far);
+  absl::Status wrong = exchange.RoundTrip({0, 16}, far).status();
   EXPECT_EQ(wrong.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(wrong.message().find("with 16 bytes, got OP_PROBE_REPLY with 5"), std::string::npos);
   const int64_t before = MonotonicUs();
-  absl::Status late = exchange.RoundTrip(0, 0, before + 50000);
+  absl::Status late = exchange.RoundTrip({0, 0}, before + 50000).status();
   EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_GE(MonotonicUs() - before, 50000);
   server.join();
@@ -221,7 +325,12 @@ TEST(LinkProbeTest, ZmqExchangeMatchesRepliesAndReportsErrors) {
   EXPECT_EQ(seen[0].payload_bytes(), 4096);
   EXPECT_EQ(seen_payload[0], 4096u);
   EXPECT_EQ(seen[0].probe_reply_bytes(), 100);
+  EXPECT_EQ(seen[0].probe_turn(), proto::PROBE_TURN_END);
+  EXPECT_EQ(seen[0].probe_turn_ms(), 0);
   EXPECT_EQ(seen_payload[1], 0u);  // no payload frame for 0 bytes
+  EXPECT_EQ(seen[1].probe_turn(), proto::PROBE_TURN_BEGIN);
+  EXPECT_EQ(seen[1].probe_turn_ms(), 250);
+  EXPECT_EQ(seen[2].probe_turn(), proto::PROBE_TURN_NONE);
   EXPECT_EQ(next, 11u);
 }
 

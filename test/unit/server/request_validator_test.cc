@@ -78,6 +78,55 @@ TEST(RequestValidatorTest, BadProbesAreRefusedWithTheField) {
   EXPECT_EQ(Why(v, h, false, 0), "link probe: op OP_PUSH is not OP_PROBE");
 }
 
+proto::DataHeader TurnProbe(int turn, int64_t turn_ms, int64_t payload = 0, int64_t reply = 0) {
+  proto::DataHeader h = Probe(payload, reply);
+  h.set_probe_turn(static_cast<proto::ProbeTurn>(turn));
+  h.set_probe_turn_ms(turn_ms);
+  return h;
+}
+
+TEST(RequestValidatorTest, ProbeTurnFieldsAreChecked) {
+  RequestValidator v(0, 2, 1);
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_BEGIN, 2500), false, 0), "ok");
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_BEGIN, kMaxProbeTurnMs), false, 0), "ok");
+  // END may also ride on a transfer.
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_END, 0, 0, 1 << 20), false, 0), "ok");
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_QUERY, 0), false, 0), "ok");
+
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_BEGIN, 0), false, 0),
+            "link probe: probe_turn_ms 0 is outside [1, 600000] (the longest the sender holds "
+            "the bandwidth turn)");
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_BEGIN, kMaxProbeTurnMs + 1), false, 0),
+            "link probe: probe_turn_ms 600001 is outside [1, 600000] (the longest the sender "
+            "holds the bandwidth turn)");
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_BEGIN, 10, 16, 0), true, 16),
+            "link probe: a PROBE_TURN_BEGIN probe carries no payload either way, got "
+            "payload_bytes 16 and probe_reply_bytes 0");
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_QUERY, 0, 0, 8), false, 0),
+            "link probe: a PROBE_TURN_QUERY probe carries no payload either way, got "
+            "payload_bytes 0 and probe_reply_bytes 8");
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_END, 5), false, 0),
+            "link probe: probe_turn_ms must be 0 without PROBE_TURN_BEGIN, got 5");
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_NONE, -1), false, 0),
+            "link probe: probe_turn_ms must be 0 without PROBE_TURN_BEGIN, got -1");
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_QUERY, 100), false, 0),
+            "link probe: probe_turn_ms must be 0 without PROBE_TURN_BEGIN, got 100");
+
+  // Reply values, and one this build does not know.
+  EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_GRANTED, 0), false, 0),
+            "link probe: probe_turn 3 (PROBE_TURN_GRANTED) is not one a probe asks with "
+            "(PROBE_TURN_NONE, PROBE_TURN_BEGIN, PROBE_TURN_END or PROBE_TURN_QUERY)");
+  EXPECT_NE(Why(v, TurnProbe(proto::PROBE_TURN_BUSY, 0), false, 0)
+                .find("probe_turn 4 (PROBE_TURN_BUSY) is not"),
+            std::string::npos);
+  EXPECT_NE(Why(v, TurnProbe(proto::PROBE_TURN_IDLE, 0), false, 0)
+                .find("probe_turn 6 (PROBE_TURN_IDLE) is not"),
+            std::string::npos);
+  EXPECT_EQ(Why(v, TurnProbe(77, 0), false, 0),
+            "link probe: probe_turn 77 is not one a probe asks with (PROBE_TURN_NONE, "
+            "PROBE_TURN_BEGIN, PROBE_TURN_END or PROBE_TURN_QUERY)");
+}
+
 TEST(RequestValidatorTest, DataValidationRefusesProbeReplies) {
   RequestValidator v(0, 2, 1);
   proto::DataHeader h = Probe(0, 0);

@@ -6,6 +6,16 @@
 // transfer (transfer_bytes to the server, a header-only reply) and a down transfer (a
 // header-only request, transfer_bytes back). Latency is the median small round trip; a
 // direction's bandwidth is transfer_bytes * 8 bits over (its median round trip - latency).
+//
+// The transfers to one server are taken one prober at a time: with more workers than servers,
+// all probing at start, concurrent transfers through one server's link would each measure a
+// share of it (4 workers on one 1 Gbit/s server saw 0.3 Gbit/s each). So before its transfers
+// a prober asks the server for the bandwidth turn (PROBE_TURN_BEGIN, proto/data.proto); on
+// PROBE_TURN_BUSY it waits a few ms (backing off) and asks again, within its time limit; after
+// its last transfer a small probe with PROBE_TURN_END gives the turn back. The server takes back the
+// turn of a holder that went quiet (kProbeTurnQuietMs) or whose time limit passed, so a dead or
+// slow prober cannot block the others. Small probes need no turn and stay concurrent. A worker
+// done with its probes waits for the others (AwaitOtherProbers) before it pushes.
 #pragma once
 
 #include <cstdint>
@@ -13,14 +23,24 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
+#include "data.pb.h"
 #include "zmq.hpp"
 
 namespace bytecomp {
 
 // Largest probe payload either way; the server refuses larger requests.
 inline constexpr int64_t kMaxProbeBytes = int64_t{64} << 20;
+// Longest bandwidth turn a prober may ask for (PROBE_TURN_BEGIN's probe_turn_ms).
+inline constexpr int64_t kMaxProbeTurnMs = 600000;
+// A server takes the turn back from a holder that sent no probe for this long. A down and the
+// next up transfer (2 x 1 MiB by default) must fit: links down to about 17 Mbit/s.
+inline constexpr int64_t kProbeTurnQuietMs = 1000;
+// A prober told BUSY asks again after this long, doubled on every BUSY up to the maximum.
+inline constexpr int64_t kProbeTurnFirstWaitUs = 2000;
+inline constexpr int64_t kProbeTurnMaxWaitUs = 32000;
 
 struct LinkProbeOptions {
   int latency_probes = 16;
@@ -33,24 +53,38 @@ struct LinkProbeOptions {
 // The options a cluster config sets (defaults applied, WithClusterDefaults).
 LinkProbeOptions LinkProbeOptionsFrom(const proto::ClusterConfig& config);
 
-// One probe exchange with one server: send send_bytes, wait for a reply carrying reply_bytes.
+// One probe: send_bytes to the server, reply_bytes back, and what it says of the turn.
+struct ProbeRequest {
+  int64_t send_bytes = 0;
+  int64_t reply_bytes = 0;
+  proto::ProbeTurn turn = proto::PROBE_TURN_NONE;  // BEGIN: ask for it; END: give it back
+  int64_t turn_ms = 0;                             // BEGIN: the longest the turn is held
+};
+
+// One probe exchange with one server: send a request, wait for its reply.
 class ProbeExchange {
  public:
   virtual ~ProbeExchange() = default;
-  // DeadlineExceeded if no reply came by deadline_us (on the caller's clock); the error reply
-  // of the server otherwise, or OK.
-  virtual absl::Status RoundTrip(int64_t send_bytes, int64_t reply_bytes, int64_t deadline_us) = 0;
+  // The reply's probe_turn (GRANTED or BUSY for a BEGIN, NONE otherwise). DeadlineExceeded if
+  // no reply came by deadline_us (on the caller's clock); the error reply of the server.
+  virtual absl::StatusOr<proto::ProbeTurn> RoundTrip(const ProbeRequest& request,
+                                                     int64_t deadline_us) = 0;
+  // Waits `us` before asking for the turn again (on the caller's clock).
+  virtual void Wait(int64_t us);
 };
 
-// Round trips of one server's probes, in us.
+// Round trips of one server's probes, in us, and the time spent waiting for the turn.
 struct LinkSamples {
   std::vector<int64_t> latency_us;
   std::vector<int64_t> up_us;
   std::vector<int64_t> down_us;
+  int64_t turn_wait_us = 0;  // from the first BEGIN to GRANTED (or to the time limit)
+  bool got_turn = false;
 };
 
 // Runs one server's probes, stopping at deadline_us or the first failed exchange (returned;
-// the samples hold what completed). clock() gives the time in us.
+// the samples hold what completed). The transfers wait for the server's bandwidth turn, asked
+// for until deadline_us. clock() gives the time in us.
 absl::Status CollectLinkSamples(ProbeExchange& exchange, const LinkProbeOptions& options,
                                 int64_t deadline_us, const std::function<int64_t()>& clock,
                                 LinkSamples* samples);
@@ -66,13 +100,21 @@ proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
                                   const LinkProbeOptions& options,
                                   const std::function<int64_t()>& clock, int first_server = 0);
 
-// OP_PROBE exchanges over a DEALER socket connected to a server. Replies to other requests
-// (a probe that timed out earlier) are dropped. request ids come from *next_request_id.
+// Waits until no prober holds or waits for the bandwidth turn of any server (PROBE_TURN_QUERY
+// until PROBE_TURN_IDLE), or deadline_us: a worker done with its probes calls it before its
+// first push, which would otherwise cross a link that another worker is still measuring.
+absl::Status AwaitOtherProbers(const std::vector<ProbeExchange*>& servers, int64_t deadline_us,
+                               const std::function<int64_t()>& clock);
+
+// OP_PROBE exchanges over a DEALER socket connected to a server (the server knows the turn's
+// holder by this connection). Replies to other requests (a probe that timed out earlier) are
+// dropped. request ids come from *next_request_id.
 class ZmqProbeExchange final : public ProbeExchange {
  public:
   ZmqProbeExchange(zmq::socket_t& socket, int sender, uint64_t* next_request_id)
       : socket_(socket), sender_(sender), next_request_id_(next_request_id) {}
-  absl::Status RoundTrip(int64_t send_bytes, int64_t reply_bytes, int64_t deadline_us) override;
+  absl::StatusOr<proto::ProbeTurn> RoundTrip(const ProbeRequest& request,
+                                             int64_t deadline_us) override;
 
  private:
   zmq::socket_t& socket_;
