@@ -41,6 +41,7 @@ struct Tensor {
 };
 
 absl::StatusOr<int64_t> ParseBytes(absl::string_view text) {
+  const std::string given(text);
   int64_t scale = 1;
   for (auto [suffix, s] : {std::pair<const char*, int64_t>{"GB", 1000000000}, {"MB", 1000000},
                            {"KB", 1000}, {"B", 1}}) {
@@ -51,8 +52,10 @@ absl::StatusOr<int64_t> ParseBytes(absl::string_view text) {
     }
   }
   int64_t n;
-  if (!absl::SimpleAtoi(text, &n) || n < 4) {
-    return absl::InvalidArgumentError(absl::StrCat("bad size '", text, "' (e.g. 100MB)"));
+  if (!absl::SimpleAtoi(text, &n) || n <= 0 || n > (int64_t{1} << 40) / scale || n * scale < 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad size '", given, "': a whole number of bytes >= 4 with an optional "
+                     "suffix KB, MB or GB (e.g. 100MB)"));
   }
   return n * scale;
 }
