@@ -10,6 +10,9 @@
 namespace bytecomp::worker {
 namespace {
 
+// How long closing the socket may take to deliver what is still queued (a dead peer: no more).
+constexpr int kCloseLingerMs = 2000;
+
 using Header = proto::LocalReduceHeader;
 
 std::string PeerIdentity(int local_rank) { return absl::StrCat("local-rank-", local_rank); }
@@ -44,6 +47,10 @@ HostLocalReducer::HostLocalReducer(zmq::context_t& context, int local_rank, int 
       socket_(context, local_rank == 0 ? zmq::socket_type::router : zmq::socket_type::dealer),
       peer_identity_(local_size) {
   ConfigureSocket(socket_);
+  // The root's last broadcast of a job is often still queued when its training process shuts
+  // down right after: closing must deliver it (bounded), not drop it, or a local rank waits
+  // for a result that never comes.
+  socket_.set(zmq::sockopt::linger, kCloseLingerMs);
   for (int lr = 0; lr < local_size; ++lr) peer_identity_[lr] = PeerIdentity(lr);
 }
 
