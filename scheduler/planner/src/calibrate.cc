@@ -47,9 +47,9 @@ double GbytesPerS(double seconds, double bytes, Call call) {
 }
 
 // The server's side of one codec at one size: an aggregation round with one push and with
-// four (a push costs a third of the difference, the rest of one push's round is fixed). Codecs whose
-// aggregator cannot be made or fed this way get no points (the planner then models the
-// server as decode and add).
+// four (a push costs a third of the difference, the rest of one push's round is fixed).
+// Codecs whose aggregator cannot be made or fed this way get no points (the planner then
+// models the server as decode and add).
 struct AggregateCost {
   double per_push_us = 0;
   double base_us = 0;
@@ -59,18 +59,17 @@ std::optional<AggregateCost> TimeAggregate(const proto::CodecCost& entry,
                                            const std::vector<std::vector<uint8_t>>& payloads,
                                            size_t n, const compress::CodecContext& ctx,
                                            double seconds) {
-  // One aggregator per slot (a server keeps one per key), each fed its slot's payload.
+  // One aggregator per slot (a server keeps one per key), each fed its slot's payload and
+  // run once untimed, so that its sum is allocated before timing.
   std::vector<std::unique_ptr<compress::Aggregator>> aggregators;
-  for (size_t i = 0; i < payloads.size(); ++i) {
+  for (const std::vector<uint8_t>& payload : payloads) {
     auto aggregator = compress::CreateAggregator(entry.name(), params);
     if (!aggregator.ok()) return std::nullopt;
-    aggregators.push_back(*std::move(aggregator));
-  }
-  for (size_t i = 0; i < payloads.size(); ++i) {  // allocate each one's sum before timing
-    aggregators[i]->Reset(n);
-    if (!aggregators[i]->Add(payloads[i], ctx).ok() || !aggregators[i]->Finish().ok()) {
+    (*aggregator)->Reset(n);
+    if (!(*aggregator)->Add(payload, ctx).ok() || !(*aggregator)->Finish().ok()) {
       return std::nullopt;
     }
+    aggregators.push_back(*std::move(aggregator));
   }
   size_t next = 0;
   auto round = [&](int pushes) {
