@@ -715,33 +715,12 @@ void RegisterQuantizationCodecs(CodecRegistry& registry) {
     };
     MustRegister(registry, std::move(spec));
   }
-  {
-    CodecSpec spec;
-    spec.name = "terngrad";
-    spec.summary = "{-1, 0, +1} times a scale, stochastic, after clipping at 2.5 sigma";
-    spec.factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
-      return std::unique_ptr<Codec>(new TernGradCodec());
-    };
-    MustRegister(registry, std::move(spec));
-  }
-  {
-    CodecSpec spec;
-    spec.name = "natural";
-    spec.summary = "stochastic rounding to a power of two: sign and exponent in a byte";
-    spec.factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
-      return std::unique_ptr<Codec>(new NaturalCodec());
-    };
-    MustRegister(registry, std::move(spec));
-  }
-  {
-    CodecSpec spec;
-    spec.name = "u8bit";
-    spec.summary = "8-bit dynamic tree quantisation (Dettmers) of x / max |x|";
-    spec.factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
-      return std::unique_ptr<Codec>(new U8bitCodec());
-    };
-    MustRegister(registry, std::move(spec));
-  }
+  MustRegister(registry, ParameterlessSpec<TernGradCodec>(
+      "terngrad", "{-1, 0, +1} times a scale, stochastic, after clipping at 2.5 sigma"));
+  MustRegister(registry, ParameterlessSpec<NaturalCodec>(
+      "natural", "stochastic rounding to a power of two: sign and exponent in a byte"));
+  MustRegister(registry, ParameterlessSpec<U8bitCodec>(
+      "u8bit", "8-bit dynamic tree quantisation (Dettmers) of x / max |x|"));
   {
     CodecSpec spec;
     spec.name = "dithering";

@@ -355,24 +355,13 @@ void RegisterSignCodecs(CodecRegistry& registry) {
     return std::unique_ptr<Aggregator>(new MajorityVoteAggregator(std::move(codec)));
   };
   {
-    CodecSpec spec;
-    spec.name = "signsgd";
-    spec.summary = "signs, 1 bit each; the server takes a majority vote";
-    spec.factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
-      return std::unique_ptr<Codec>(new SignSgdCodec());
-    };
+    CodecSpec spec = ParameterlessSpec<SignSgdCodec>(
+        "signsgd", "signs, 1 bit each; the server takes a majority vote");
     spec.aggregator_factory = majority;
     MustRegister(registry, std::move(spec));
   }
-  {
-    CodecSpec spec;
-    spec.name = "efsignsgd";
-    spec.summary = "mean magnitude and signs, 1 bit each; use with the efsignsgd memory (lr)";
-    spec.factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
-      return std::unique_ptr<Codec>(new EfSignSgdCodec());
-    };
-    MustRegister(registry, std::move(spec));
-  }
+  MustRegister(registry, ParameterlessSpec<EfSignSgdCodec>(
+      "efsignsgd", "mean magnitude and signs, 1 bit each; use with the efsignsgd memory (lr)"));
   {
     CodecSpec spec;
     spec.name = "signum";

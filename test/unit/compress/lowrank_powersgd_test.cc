@@ -67,7 +67,9 @@ std::vector<float> RunRound(std::vector<Worker>& workers, Aggregator& server,
     EXPECT_EQ(*bytes, payload.size());
     wk.local.assign(n, 0.0f);
     EXPECT_TRUE(wk.two_round->LocalApproximation(absl::MakeSpan(wk.local)).ok());
-    if (use_memory) EXPECT_TRUE(wk.memory->Update(wk.compensated, wk.local, ctx).ok());
+    if (use_memory) {
+      EXPECT_TRUE(wk.memory->Update(wk.compensated, wk.local, ctx).ok());
+    }
     EXPECT_TRUE(server.Add(payload, ctx).ok());
   }
   auto sum_q_span = server.Finish();

@@ -38,6 +38,18 @@ absl::StatusOr<std::unique_ptr<Codec>> CreateCodec(absl::string_view name,
 // own validation is a programming error, found by the first test that runs).
 void MustRegister(CodecRegistry& registry, CodecSpec spec);
 
+// The spec of a codec without parameters, built as `new CodecT()`.
+template <typename CodecT>
+CodecSpec ParameterlessSpec(std::string name, std::string summary) {
+  CodecSpec spec;
+  spec.name = std::move(name);
+  spec.summary = std::move(summary);
+  spec.factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
+    return std::unique_ptr<Codec>(new CodecT());
+  };
+  return spec;
+}
+
 // Registration hooks, one per family, called by CodecRegistry::Global() (explicit calls, not
 // static initialisers, which a static library would drop).
 void RegisterBasicCodecs(CodecRegistry& registry);         // none, fp16, bf16
