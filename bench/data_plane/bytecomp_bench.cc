@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,11 @@ ABSL_FLAG(std::string, profiles_dir, BYTECOMP_PROFILES_DIR, "where shipped profi
 ABSL_FLAG(int, rounds, 20, "timed rounds");
 ABSL_FLAG(int, warmup, 2, "untimed rounds first");
 ABSL_FLAG(bool, check, true, "check every sum exactly");
+ABSL_FLAG(bool, barrier, true,
+          "before each round's clock starts, every worker meets at a one-element push_pull "
+          "(tensor bytecomp-bench.barrier), so a round is timed from when the slowest worker "
+          "is ready to push: the planner models workers that start together, and a worker "
+          "still filling its tensors would otherwise count in the others' rounds");
 ABSL_FLAG(int, forward_ms, 0,
           "sleep this long before each round's first push_pull, standing in for the forward "
           "pass (not counted in the round times)");
@@ -79,8 +85,21 @@ absl::StatusOr<std::vector<Tensor>> LoadModel(std::string* model_name) {
   return tensors;
 }
 
+// Element i of rank's gradient in a round: ((3i + 11 rank + round) mod 29) - 14, small
+// integers whose sums are exact in fp32.
 float Value(size_t i, int rank, int round) {
   return static_cast<float>(static_cast<int>((i * 3 + rank * 11 + round) % 29)) - 14.0f;
+}
+
+// Writes Value(i, rank, round) for every i without a division per element (the values
+// repeat every 29 elements): filling must not load the CPU that the other workers, sharing
+// it in a one-host cluster, are sending with.
+void Fill(std::vector<float>& data, int rank, int round) {
+  float period[29];
+  for (int j = 0; j < 29; ++j) period[j] = Value(j, rank, round);
+  size_t i = 0;
+  for (; i + 29 <= data.size(); i += 29) std::memcpy(&data[i], period, sizeof period);
+  for (int j = 0; i < data.size(); ++i, ++j) data[i] = period[j];
 }
 
 }  // namespace
@@ -108,11 +127,19 @@ int main(int argc, char** argv) {
   int64_t first_version = -1, last_version = -1;  // strategy versions of the timed rounds
   std::vector<bytecomp_handle_t> handles(tensors.size());
   for (int round = 0; round < warmup + rounds; ++round) {
-    for (Tensor& t : tensors) {
-      for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = Value(i, rank, round);
-    }
+    for (Tensor& t : tensors) Fill(t.data, rank, round);
     if (const int f = absl::GetFlag(FLAGS_forward_ms); f > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(f));
+    }
+    if (absl::GetFlag(FLAGS_barrier)) {
+      float one = 1;
+      bytecomp_handle_t barrier;
+      if (bytecomp_push_pull("bytecomp-bench.barrier", &one, 1, BYTECOMP_FLOAT32,
+                             static_cast<int>(tensors.size()), 0, &barrier) != BYTECOMP_OK ||
+          bytecomp_wait(barrier, 120000) != BYTECOMP_OK) {
+        std::fprintf(stderr, "barrier failed: %s\n", bytecomp_last_error());
+        return 2;
+      }
     }
     const auto start = std::chrono::steady_clock::now();
     // Backprop order: the profile lists the output layer first; the input layer, needed first

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
       for (int k = 0; k < kSims; ++k) sim.Simulate(prepared->none_index);
       sim_cpu.push_back((CpuMs() - s0) / kSims);
     }
-    std::printf("%-10s %7zu %8zu | %9.2f %9.2f %9.2f | %9.3f %9.0f | %8lld %9lld | %9.1f %9.1f %9.1f\n",
+    std::printf("%-10s %7d %8zu | %9.2f %9.2f %9.2f | %9.3f %9.0f | %8lld %9lld | %9.1f %9.1f %9.1f\n",
                 model, in.profile.tensors().size(), static_cast<size_t>(options), Median(wall), Median(cpu),
                 Median(published), Median(sim_cpu), Median(cpu) / Median(sim_cpu),
                 static_cast<long long>(result.simulations), static_cast<long long>(result.events),
