@@ -5,7 +5,9 @@ servers and 4 workers each in a network namespace joined by tbf-limited links
 both ways) and --strategy=auto (the scheduler profiles the first rounds, plans, and switches
 every node; only rounds after the switch are timed). The model is resnet50's tensors, pushed
 all at once per round by bytecomp-bench (no compute). The codec costs are calibrated on this
-host first (bytecomp-plan --calibrate), and the cluster description says that every process
+host first (bytecomp-plan --calibrate), and so is the CPU that moving messages costs on the
+emulated links (scheduler/planner/tools/calibrate_transport.py, with jobs unlike the measured
+ones: 500 small tensors, one 64 MiB tensor); the cluster description says that every process
 shares this host's cores (host_cores). Needs root. Prints a table; writes JSON with --out.
 
   python3 bench/planner/emulated_cluster_bench.py [--rounds 5] [--out emulated.json]
@@ -113,6 +115,12 @@ def main():
                f"--calibrate_template={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}"], 300)
     if res.returncode != 0:
         raise SystemExit(res.stdout + res.stderr)
+    res = run([sys.executable, os.path.join(PLANNER, "tools", "calibrate_transport.py"),
+               f"--costs={costs}", f"--out={costs}", f"--workers={WORKERS}", f"--bin-dir={BIN}",
+               "--netns-rate=10gbit"], 600)
+    if res.returncode != 0:
+        raise SystemExit(res.stdout + res.stderr)
+    print(res.stdout.splitlines()[0], flush=True)
     profile = os.path.join(work, "profile.pbtxt")
     profile_without_gaps(profile)
     everything = os.path.join(work, "everything.pbtxt")

@@ -35,8 +35,8 @@ const char* ResourceName(int resource) {
 
 const char* StageKindName(int kind) {
   static const char* kNames[] = {"reduce", "encode", "d2h",    "push",     "server",
-                                 "pull",   "h2d",    "decode", "broadcast"};
-  return kind >= 0 && kind <= kBroadcast ? kNames[kind] : "backward";
+                                 "pull",   "h2d",    "decode", "broadcast", "transport cpu"};
+  return kind >= 0 && kind <= kTransport ? kNames[kind] : "backward";
 }
 
 int64_t TensorBytes(const proto::TensorProfile& tensor) {
@@ -166,6 +166,14 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     cost.stages[cost.num_stages++] = Stage{r, kind, static_cast<float>(us)};
     cost.work_us[r] += static_cast<double>(static_cast<float>(us)) * option.partitions;
   };
+  // On one host, moving every push and pull through ZeroMQ and the kernel takes CPU from the
+  // same cores (both ends' time, measured by --calibrate): a job before the push and one
+  // after the pull.
+  auto transport_cpu = [&](double b) {
+    if (host_cores > 0 && costs.transfer_cpu_size() > 0) {
+      add(kCpuPool, kTransport, InterpolateCost(costs.transfer_cpu(), static_cast<int64_t>(b)));
+    }
+  };
 
   if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes));
   double pushed = part_bytes;
@@ -181,6 +189,7 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
         InterpolateCost(device_cost(Where::kCpu)->encode(), part_bytes));
     pushed = compressed;
   }
+  transport_cpu(pushed);
   add(kNicUp, kPush, transfer(pushed));
 
   // Server: the first fp32 push becomes the sum, the others are added. Compressed: the
@@ -207,7 +216,9 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   add(kServer, kServerWork, server_us);
 
   const bool pulled_compressed = codec != nullptr && option.two_way;
-  add(kNicDown, kPull, transfer(pulled_compressed ? compressed : part_bytes));
+  const double pulled = pulled_compressed ? compressed : part_bytes;
+  add(kNicDown, kPull, transfer(pulled));
+  transport_cpu(pulled);
   if (pulled_compressed && option.decode_on == Where::kGpu) {
     add(kPcieH2D, kCopyH2D, pcie(compressed));
     add(kCompute, kDecode, InterpolateCost(device_cost(Where::kGpu)->decode(), part_bytes));

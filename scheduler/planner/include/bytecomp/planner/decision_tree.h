@@ -45,11 +45,12 @@ struct Stage {
   float duration_us;
 };
 enum StageKind : uint8_t {
-  kReduce, kEncode, kCopyD2H, kPush, kServerWork, kPull, kCopyH2D, kDecode, kBroadcast
+  kReduce, kEncode, kCopyD2H, kPush, kServerWork, kPull, kCopyH2D, kDecode, kBroadcast,
+  kTransport  // CPU spent moving a push or pull (ZeroMQ, kernel) on a shared host
 };
 const char* StageKindName(int kind);
 
-inline constexpr int kMaxStages = 10;
+inline constexpr int kMaxStages = 12;
 
 // What an option costs: the stages of each of its (identical) partitions, and the total work
 // it puts on each resource (used for lower bounds).
