@@ -9,7 +9,8 @@ process) from the operating system:
   - many small tensors (1 KiB) give the CPU per message,
   - one large tensor in 4 MiB partitions gives the CPU per byte, after the message part and
     the server's summing (which the planner charges on its own, at the table's summing speed).
-Each is run twice with different round counts, so that start-up and shutdown cancel out.
+Each is run with two round counts, so that start-up and shutdown cancel out; the small
+tensors' difference, the noisier one, is the median of three such pairs.
 What it measures is the engine as it runs, both ends together: ZeroMQ, the kernel's TCP, the
 engine's threads and copies. With --netns-rate the jobs run on an emulated cluster
 (deploy/netns_cluster.sh, as root) instead, whose veth pairs, bridge and tbf queues cost the
@@ -24,6 +25,7 @@ import argparse
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,10 +62,14 @@ def job_cpu_seconds(launch, bin_dir, bench_args, rounds):
     return children_cpu_seconds() - before
 
 
-def cpu_per_round(launch, bin_dir, bench_args, rounds=(3, 13)):
-    a = job_cpu_seconds(launch, bin_dir, bench_args, rounds[0])
-    b = job_cpu_seconds(launch, bin_dir, bench_args, rounds[1])
-    return max(0.0, (b - a) / (rounds[1] - rounds[0]))
+def cpu_per_round(launch, bin_dir, bench_args, rounds, repeats):
+    """Median over `repeats` pairs of jobs of the CPU a further round costs."""
+    per_round = []
+    for _ in range(repeats):
+        a = job_cpu_seconds(launch, bin_dir, bench_args, rounds[0])
+        b = job_cpu_seconds(launch, bin_dir, bench_args, rounds[1])
+        per_round.append(max(0.0, (b - a) / (rounds[1] - rounds[0])))
+    return statistics.median(per_round)
 
 
 def summing_gbytes_per_s(costs_text):
@@ -82,8 +88,10 @@ def measure(bin_dir, workers, costs_text, netns_rate=None):
             f.write(f'tensors {{ name: "t{i}" elements: {SMALL_ELEMENTS} }}\n')
     # Each round: every worker pushes and pulls every tensor (a message each way).
     messages = 2 * workers * SMALL_TENSORS
-    per_message_us = cpu_per_round(launch, bin_dir, [f"--profile={small}"]) * 1e6 / messages
-    large = cpu_per_round(launch, bin_dir, [f"--preset=flat:{LARGE_BYTES}B"])
+    per_message_us = cpu_per_round(launch, bin_dir, [f"--profile={small}"],
+                                   rounds=(3, 33), repeats=3) * 1e6 / messages
+    large = cpu_per_round(launch, bin_dir, [f"--preset=flat:{LARGE_BYTES}B"],
+                          rounds=(3, 13), repeats=1)
     partitions = -(-LARGE_BYTES // PARTITION_BYTES)
     moved = 2 * workers * LARGE_BYTES
     summing_s = workers * LARGE_BYTES / (summing_gbytes_per_s(costs_text) * 1e9)

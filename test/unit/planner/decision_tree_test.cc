@@ -251,6 +251,42 @@ TEST(CostModelTest, OneHostSharesItsCoresBetweenWorkersAndServers) {
   EXPECT_NEAR(roomy.stages[0].duration_us, 500, 1e-3);
 }
 
+TEST(CostModelTest, OneHostChargesMovingEachPushAndPullToItsCores) {
+  // 4 workers on 2 cores; moving a message costs 10 us + 1 us per KiB of CPU (both ends).
+  proto::TensorProfile t = Tensor(1 << 18);  // 1 MiB
+  proto::ClusterDescription cluster = Cluster(0);
+  cluster.set_cpu_pool_threads(2);
+  cluster.set_host_cores(2);
+  proto::CostTable costs = TwoCodecs();
+  *costs.add_transfer_cpu() = Point(1024, 11);
+  *costs.add_transfer_cpu() = Point(1 << 20, 10 + 1024);
+  const OptionCost none = CostOf(TensorOption{}, t, cluster, costs);
+  // transport, push, server, pull, transport: every worker's message at once on 2 cores.
+  ASSERT_EQ(none.num_stages, 5);
+  for (int stage : {0, 4}) {
+    EXPECT_EQ(none.stages[stage].resource, kCpuPool);
+    EXPECT_EQ(none.stages[stage].kind, kTransport);
+    EXPECT_NEAR(none.stages[stage].duration_us, 4 * 1034 / 2.0, 1e-2);
+  }
+  EXPECT_EQ(none.stages[1].kind, kPush);
+  EXPECT_EQ(none.stages[3].kind, kPull);
+  // fp16 both ways moves half the bytes each way: 10 + 512 us per message.
+  TensorOption fp16;
+  fp16.codec = 0;
+  fp16.encode_on = Where::kCpu;
+  fp16.two_way = true;
+  fp16.decode_on = Where::kCpu;
+  const OptionCost halved = CostOf(fp16, t, cluster, costs);
+  ASSERT_EQ(halved.num_stages, 7);  // encode, transport, push, server, pull, transport, decode
+  EXPECT_EQ(halved.stages[1].kind, kTransport);
+  EXPECT_NEAR(halved.stages[1].duration_us, 4 * 522 / 2.0, 1e-2);
+  EXPECT_EQ(halved.stages[5].kind, kTransport);
+  EXPECT_NEAR(halved.stages[5].duration_us, 4 * 522 / 2.0, 1e-2);
+  // Machines of their own: their network work is not modelled.
+  cluster.set_host_cores(0);
+  EXPECT_EQ(CostOf(TensorOption{}, t, cluster, costs).num_stages, 3);
+}
+
 TEST(CostModelTest, DescribeOption) {
   TensorOption o;
   o.codec = 0;
