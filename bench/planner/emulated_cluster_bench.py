@@ -78,8 +78,9 @@ def measure_auto(rate, cluster, costs, rounds, links_from):
     """--strategy=auto: 2 profiled rounds, then the switch; the timed rounds come after it.
     Returns the measured ms, the scheduler's predicted ms without the measured forward time
     (bytecomp-bench times a round from its first push to its last pull; the refill of the
-    tensors before it is the profile's forward time), the links the scheduler planned with
-    (bandwidth Gbit/s, latency us) and its summary."""
+    tensors before it is the profile's forward time), the links the probes measured
+    (bandwidth Gbit/s, latency us), the fraction of their bandwidth the scheduler's link fit
+    kept (1: not fitted) and its summary."""
     result, output = measure(rate, f"--strategy=auto --plan_cluster={cluster} "
                              f"--plan_costs={costs} --profile_rounds=2 "
                              f"--plan_links={'file' if links_from == 'nominal' else 'measured'}",
@@ -92,12 +93,14 @@ def measure_auto(rate, cluster, costs, rounds, links_from):
     if forward is not None:
         predicted -= float(forward.group(1))
     links = re.search(r"worker_link and server_link ([\d.]+) Gbit/s, ([\d.]+) us each", output)
+    fitted = re.search(r"links fitted: ([\d.]+) of their bandwidth", m.group(1))
     versions = result.get("strategy_versions", [0, 0])
     if versions[0] < 2:
         raise SystemExit(f"timed rounds ran under strategy versions {versions}: the switch came "
                          "after the warm-up; raise warmup")
     return (result["median_round_ms"], predicted,
-            (float(links.group(1)), float(links.group(2))) if links else None, m.group(1))
+            (float(links.group(1)), float(links.group(2))) if links else None,
+            float(fitted.group(1)) if fitted else 1.0, m.group(1))
 
 
 def main():
@@ -133,34 +136,48 @@ def main():
         # Auto first: the scheduler plans with the links its workers measured; the predictions
         # for the other two use the same links.
         print(f"{rate} auto ...", flush=True)
-        measured, auto_predicted, links, summary = measure_auto(rate, cluster, costs, args.rounds,
-                                                                args.links)
+        measured, auto_predicted, links, fit, summary = measure_auto(rate, cluster, costs,
+                                                                     args.rounds, args.links)
         print(f"  scheduler: {summary}")
         auto_row = {"rate": rate, "strategy": "auto", "predicted_ms": auto_predicted,
                     "measured_ms": measured, "error": (auto_predicted - measured) / measured,
                     "scheduler": summary}
         measured_cluster = os.path.join(work, f"cluster-{rate}-measured.pbtxt")
-        if links is not None:
-            print(f"  links measured by the probes: {links[0]:.3f} Gbit/s, {links[1]:.1f} us")
-            cluster_description(measured_cluster, links[0], links[1])
-        else:
+        fitted_cluster = os.path.join(work, f"cluster-{rate}-fitted.pbtxt")
+        if links is None:
             print("  no probe measured the links: the nominal ones stand")
-            cluster_description(measured_cluster, gbps, 50)
-        predicted = plan(profile, measured_cluster, costs,
-                         os.path.join(work, f"planned-{rate}.pbtxt"))
+            links = (gbps, 50)
+        else:
+            print(f"  links measured by the probes: {links[0]:.3f} Gbit/s, {links[1]:.1f} us; "
+                  f"fitted to the profiled rounds: {fit:.3f} of that")
+        cluster_description(measured_cluster, links[0], links[1])
+        cluster_description(fitted_cluster, links[0] * fit, links[1])
+        # As the scheduler plans: the links fitted to its profiled (uncompressed) rounds; and,
+        # for comparison, the probes' links alone.
+        predicted = plan(profile, fitted_cluster, costs, os.path.join(work, f"planned-{rate}.pbtxt"))
+        unfitted_plan = plan(profile, measured_cluster, costs,
+                        os.path.join(work, f"planned-{rate}-unfitted.pbtxt"))
+        auto_row["predicted_unfitted_ms"] = None  # the scheduler's plan is for fitted links
         for name, scheduler_args in (("none", ""), ("everything", f"--strategy={everything}")):
             print(f"{rate} {name} ...", flush=True)
             measured = measure(rate, scheduler_args, args.rounds)[0]["median_round_ms"]
             rows.append({"rate": rate, "strategy": name, "predicted_ms": predicted[name],
-                         "measured_ms": measured,
+                         "predicted_unfitted_ms": unfitted_plan[name], "measured_ms": measured,
                          "error": (predicted[name] - measured) / measured})
         rows.append(auto_row)
     print(f"\nresnet50, W={WORKERS} S={SERVERS}, emulated links (netns + tbf), median of "
           f"{args.rounds} rounds")
-    print(f"{'link':<7} {'strategy':<11} {'predicted ms':>12} {'measured ms':>12} {'error':>7}")
+    print("predicted: with the links fitted to the profiled rounds (none ran in them); "
+          "unfitted: with the probes' links")
+    print(f"{'link':<7} {'strategy':<11} {'predicted ms':>12} {'measured ms':>12} {'error':>7} "
+          f"{'unfitted ms':>12} {'error':>7}")
     for r in rows:
+        unfitted = ""
+        if r["predicted_unfitted_ms"] is not None:
+            error = (r["predicted_unfitted_ms"] - r["measured_ms"]) / r["measured_ms"]
+            unfitted = f"{r['predicted_unfitted_ms']:>12.1f} {100 * error:>+6.1f}%"
         print(f"{r['rate']:<7} {r['strategy']:<11} {r['predicted_ms']:>12.1f} "
-              f"{r['measured_ms']:>12.1f} {100 * r['error']:>+6.1f}%")
+              f"{r['measured_ms']:>12.1f} {100 * r['error']:>+6.1f}% {unfitted}")
     json.dump(rows, open(args.out, "w"), indent=1)
     print(f"written {args.out}")
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "bytecomp/common/stats.h"
 #include "bytecomp/planner/planner.h"
+#include "bytecomp/planner/timeline.h"
 
 namespace bytecomp {
 
@@ -42,10 +43,63 @@ std::string ChooseLinks(PlanLinks mode, const std::optional<MeasuredLinks>& meas
       measured->down_gbps, describe(link), file);
 }
 
+bool IsUncompressed(const proto::Strategy& strategy) {
+  for (const proto::TensorStrategy& t : strategy.tensors()) {
+    if (!t.push_codec().name().empty() && t.push_codec().name() != "none") return false;
+  }
+  return true;
+}
+
+namespace {
+
+// The model's uncompressed round (without forward_us) with both links at `scale` of their
+// bandwidth.
+absl::StatusOr<double> UncompressedRoundUs(planner::PlannerInputs inputs, double scale) {
+  for (proto::LinkSpec* link :
+       {inputs.cluster.mutable_worker_link(), inputs.cluster.mutable_server_link()}) {
+    link->set_bandwidth_gbps(link->bandwidth_gbps() * scale);
+  }
+  absl::StatusOr<planner::PreparedProblem> prepared = planner::Prepare(inputs);
+  if (!prepared.ok()) return prepared.status();
+  planner::TimelineSimulator sim(&prepared->sim);
+  return sim.Simulate(prepared->none_index) - prepared->sim.forward_us;
+}
+
+// Scales inputs->cluster's links so that the model's uncompressed round matches
+// `measured_us`; returns the scale. 1 when the model is not faster than the measurement, or
+// when the model's round is mostly backward compute: the communication it exposes beyond the
+// compute must be at least a quarter of the measured excess over the compute, or else the
+// difference is more likely the compute's than the links'.
+absl::StatusOr<double> FitLinks(planner::PlannerInputs* inputs, double measured_us,
+                                double* predicted_us) {
+  absl::StatusOr<double> at_one = UncompressedRoundUs(*inputs, 1.0);
+  if (!at_one.ok()) return at_one.status();
+  *predicted_us = *at_one;
+  double compute_us = 0;
+  for (const proto::TensorProfile& t : inputs->profile.tensors()) compute_us += t.ready_gap_us();
+  if (measured_us <= *at_one || *at_one - compute_us < 0.25 * (measured_us - compute_us)) {
+    return 1.0;
+  }
+  double lo = 0.1, hi = 1.0;  // the round at lo is longer than measured, at hi shorter
+  for (int i = 0; i < 14; ++i) {
+    const double mid = (lo + hi) / 2;
+    absl::StatusOr<double> at_mid = UncompressedRoundUs(*inputs, mid);
+    if (!at_mid.ok()) return at_mid.status();
+    (*at_mid > measured_us ? lo : hi) = mid;
+  }
+  for (proto::LinkSpec* link :
+       {inputs->cluster.mutable_worker_link(), inputs->cluster.mutable_server_link()}) {
+    link->set_bandwidth_gbps(link->bandwidth_gbps() * hi);
+  }
+  return hi;
+}
+
+}  // namespace
+
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
                                           proto::ClusterDescription cluster,
                                           const proto::CostTable& costs, int num_workers,
-                                          int num_servers) {
+                                          int num_servers, bool profiled_uncompressed) {
   if (profiles.empty() || profiles[0].tensors_size() == 0) {
     return absl::FailedPreconditionError("no profile with tensors was reported");
   }
@@ -63,20 +117,51 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
     const auto& g = gaps[t.name()];
     t.set_ready_gap_us(g.first / g.second);
   }
-  std::vector<double> forward;
-  for (const proto::ModelProfile& p : profiles) forward.push_back(p.forward_us());
+  std::vector<double> forward, round;
+  for (const proto::ModelProfile& p : profiles) {
+    forward.push_back(p.forward_us());
+    if (p.measured_round_us() > 0) round.push_back(p.measured_round_us());
+  }
   inputs.profile.set_forward_us(Median(forward));
+  inputs.profile.set_measured_round_us(round.empty() ? 0 : Median(round));
   inputs.profile.set_source(absl::StrCat(profiles[0].source(), "; gaps averaged over ",
                                          profiles.size(), " workers, forward_us their median"));
   cluster.set_workers(num_workers);
   cluster.set_servers(num_servers);
   inputs.cluster = std::move(cluster);
   inputs.costs = costs;
+  std::string fit = "links not fitted: the profiled rounds were not timed";
+  double link_scale = 1;
+  if (!profiled_uncompressed) {
+    fit = "links not fitted: the profiled rounds ran compressed";
+  } else if (inputs.profile.measured_round_us() > 0) {
+    double predicted_us = 0;
+    absl::StatusOr<double> scale =
+        FitLinks(&inputs, inputs.profile.measured_round_us(), &predicted_us);
+    if (!scale.ok()) return scale.status();
+    link_scale = *scale;
+    fit = absl::StrFormat("the profiled (uncompressed) rounds took %.3f ms, the model %.3f ms "
+                          "with the links given; ",
+                          inputs.profile.measured_round_us() / 1000.0, predicted_us / 1000.0);
+    if (*scale < 1) {
+      absl::StrAppendFormat(&fit,
+                            "links fitted: %.3f of their bandwidth, worker_link and server_link "
+                            "%.3f Gbit/s",
+                            *scale, inputs.cluster.worker_link().bandwidth_gbps());
+    } else if (inputs.profile.measured_round_us() > predicted_us) {
+      fit += "links not fitted: the model's round is mostly backward compute, or too far off "
+             "for the links to explain";
+    } else {
+      fit += "links kept";
+    }
+  }
   absl::StatusOr<planner::PreparedProblem> prepared = planner::Prepare(inputs);
   if (!prepared.ok()) return prepared.status();
   const planner::PlanResult plan = planner::PlanByteComp(*prepared);
   AutoPlan out;
   out.strategy = planner::ToStrategy(*prepared, plan.choice);
+  out.predicted_us = plan.predicted_us;
+  out.link_scale = link_scale;
   int compressed = 0;
   for (size_t i = 0; i < plan.choice.size(); ++i) {
     if (plan.choice[i] != prepared->none_option_index(static_cast<int>(i))) ++compressed;
@@ -86,7 +171,7 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
       " compressed; predicted iteration ", plan.predicted_us / 1000.0, " ms against ",
       plan.no_compression_us / 1000.0, " ms uncompressed and ",
       plan.compress_everything_us / 1000.0, " ms compressing everything (measured forward ",
-      inputs.profile.forward_us() / 1000.0, " ms)");
+      inputs.profile.forward_us() / 1000.0, " ms); ", fit);
   return out;
 }
 

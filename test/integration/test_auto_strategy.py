@@ -21,9 +21,12 @@ def test_auto_strategy_plans_from_measured_profiles_and_switches():
         assert codes == [0, 0], c.dump()
         assert c.wait_node(c.scheduler, 15) == 0, c.dump()
         log = c.scheduler.output()
-        planned = re.search(r"--strategy=auto: planned 161 tensors in [\d.]+ ms: (\d+) compressed",
+        planned = re.search(r"--strategy=auto: planned 162 tensors in [\d.]+ ms: (\d+) compressed",
                             log)
         assert planned and int(planned.group(1)) > 0, log
+        # The profiled rounds ran uncompressed and were timed: the link fit says what it did
+        # (on loopback they beat the 1 Gbit/s description, so the links are kept).
+        assert "the profiled (uncompressed) rounds took" in log, log
         switch = re.search(r"strategy version 2 applies from round (\d+)", log)
         assert switch and int(switch.group(1)) <= 6, log
         assert f"strategy version 2 from round {switch.group(1)}" in c.servers[0].output(), c.dump()

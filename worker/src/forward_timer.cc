@@ -14,7 +14,7 @@ void ForwardTimer::Started(int64_t round, int64_t time_us) {
 }
 
 void ForwardTimer::Done(int64_t round, int64_t time_us) {
-  if (round < 0 || round >= rounds_) return;
+  if (round < 0 || round > rounds_) return;
   auto [it, inserted] = last_done_.emplace(round, time_us);
   if (!inserted) it->second = std::max(it->second, time_us);
 }
@@ -27,6 +27,17 @@ double ForwardTimer::MedianUs() const {
     gaps.push_back(static_cast<double>(std::max<int64_t>(0, start - end->second)));
   }
   return Median(std::move(gaps));
+}
+
+double ForwardTimer::RoundMedianUs() const {
+  std::vector<double> spans;
+  for (const auto& [round, start] : first_start_) {
+    auto end = last_done_.find(round);
+    if (end != last_done_.end()) {
+      spans.push_back(static_cast<double>(std::max<int64_t>(0, end->second - start)));
+    }
+  }
+  return Median(std::move(spans));
 }
 
 }  // namespace bytecomp::worker

@@ -22,6 +22,9 @@ class ForwardTimer {
   void Done(int64_t round, int64_t time_us);
   // Median over rounds 1..N with both ends known; 0 when there is none.
   double MedianUs() const;
+  // Median over rounds 1..N of the round itself: its first push_pull call to its last
+  // completion (ModelProfile.measured_round_us); 0 when no round has both.
+  double RoundMedianUs() const;
 
  private:
   int rounds_;

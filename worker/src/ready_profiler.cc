@@ -44,8 +44,10 @@ proto::ModelProfile ReadyProfiler::Build() const {
   profile.set_source(absl::StrCat(
       "measured by the worker engine: push_pull call times of rounds 1..", rounds_,
       ", median offsets from each round's first gradient; forward_us: median time from a "
-      "round's last completion to the next round's first push_pull"));
+      "round's last completion to the next round's first push_pull; measured_round_us: median "
+      "time from a round's first push_pull to its last completion"));
   profile.set_forward_us(forward_.MedianUs());
+  profile.set_measured_round_us(forward_.RoundMedianUs());
   double previous = 0;
   for (const auto& [offset, name] : order) {
     const Tensor& t = tensors_.at(name);

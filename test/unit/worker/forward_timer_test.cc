@@ -27,6 +27,10 @@ TEST(ForwardTimerTest, GapFromLastCompletionToNextFirstCall) {
   t.Done(3, 4900);
   t.Started(4, 4900 + 99999);
   EXPECT_DOUBLE_EQ(t.MedianUs(), 1000);  // median of 1000, 3000, 500
+  // Rounds 1..3 themselves: 1200-1080, 4300-4200, 4900-4800 (round 0 is not profiled).
+  EXPECT_DOUBLE_EQ(t.RoundMedianUs(), 100);
+  t.Done(3, 5400);  // a later completion of round 3 ends it: 600
+  EXPECT_DOUBLE_EQ(t.RoundMedianUs(), 120);
 }
 
 TEST(ForwardTimerTest, OverlappingRoundsCountZeroAndMissingEndsAreSkipped) {

@@ -17,6 +17,8 @@ namespace bytecomp {
 struct AutoPlan {
   proto::Strategy strategy;
   std::string summary;  // predicted iteration times and what was compressed, for the log
+  double predicted_us = 0;  // the plan's predicted iteration
+  double link_scale = 1;    // the link fit's fraction of the given bandwidth (1: none)
 };
 
 // Where --strategy=auto takes the cluster's worker_link and server_link from
@@ -34,12 +36,24 @@ absl::StatusOr<PlanLinks> ParsePlanLinks(absl::string_view text);
 std::string ChooseLinks(PlanLinks mode, const std::optional<MeasuredLinks>& measured,
                         proto::ClusterDescription* cluster);
 
+// True when no entry of `strategy` compresses: rounds run under it are uncompressed.
+bool IsUncompressed(const proto::Strategy& strategy);
+
 // Merges the workers' profiles (worker 0's ready order, every tensor's gap averaged over the
-// workers, forward_us the median over workers), sets the cluster's worker and server counts
-// to the job's, and plans.
+// workers, forward_us and measured_round_us the medians over workers), sets the cluster's
+// worker and server counts to the job's, and plans.
+//
+// Link fit: when the profiled rounds ran uncompressed (`profiled_uncompressed`) and took
+// longer than the model predicts for them, the links' bandwidth is scaled down (bisection,
+// to a tenth at most) until the model's uncompressed round matches the measured one, and the plan uses the
+// scaled links. Not when the model's round is mostly backward compute: the communication it
+// exposes beyond the compute must be at least a quarter of the measured excess over the
+// compute. Links carry less than a probe's lone transfer when every worker
+// sends at once (W-way incast, both directions full, a shared host's CPU). The summary says
+// what was fitted.
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
                                           proto::ClusterDescription cluster,
                                           const proto::CostTable& costs, int num_workers,
-                                          int num_servers);
+                                          int num_servers, bool profiled_uncompressed = false);
 
 }  // namespace bytecomp
