@@ -98,8 +98,7 @@ absl::StatusOr<double> FitLinks(planner::PlannerInputs* inputs, double measured_
 
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
                                           proto::ClusterDescription cluster,
-                                          const proto::CostTable& costs, int num_workers,
-                                          int num_servers, bool profiled_uncompressed) {
+                                          const proto::CostTable& costs, const AutoPlanJob& job) {
   if (profiles.empty() || profiles[0].tensors_size() == 0) {
     return absl::FailedPreconditionError("no profile with tensors was reported");
   }
@@ -126,13 +125,19 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
   inputs.profile.set_measured_round_us(round.empty() ? 0 : Median(round));
   inputs.profile.set_source(absl::StrCat(profiles[0].source(), "; gaps averaged over ",
                                          profiles.size(), " workers, forward_us their median"));
-  cluster.set_workers(num_workers);
-  cluster.set_servers(num_servers);
+  cluster.set_workers(job.workers);
+  cluster.set_servers(job.servers);
+  std::string scheme = "flat";
+  if (job.hierarchical_machines > 0) {
+    cluster.set_machines(job.hierarchical_machines);
+    inputs.options.set_hierarchical_only(true);
+    scheme = absl::StrCat("hierarchical, ", job.hierarchical_machines, " machines");
+  }
   inputs.cluster = std::move(cluster);
   inputs.costs = costs;
   std::string fit = "links not fitted: the profiled rounds were not timed";
   double link_scale = 1;
-  if (!profiled_uncompressed) {
+  if (!job.profiled_uncompressed) {
     fit = "links not fitted: the profiled rounds ran compressed";
   } else if (inputs.profile.measured_round_us() > 0) {
     double predicted_us = 0;
@@ -167,7 +172,7 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
     if (plan.choice[i] != prepared->none_option_index(static_cast<int>(i))) ++compressed;
   }
   out.summary = absl::StrCat(
-      "planned ", plan.choice.size(), " tensors in ", plan.planning_ms, " ms: ", compressed,
+      "planned ", plan.choice.size(), " tensors (", scheme, ") in ", plan.planning_ms, " ms: ", compressed,
       " compressed; predicted iteration ", plan.predicted_us / 1000.0, " ms against ",
       plan.no_compression_us / 1000.0, " ms uncompressed and ",
       plan.compress_everything_us / 1000.0, " ms compressing everything (measured forward ",

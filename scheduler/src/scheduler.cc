@@ -165,9 +165,12 @@ void Scheduler::HandleProfileReport(Node& node, const proto::ProfileReport& repo
   for (auto& [rank, p] : profiles_) profiles.push_back(p);
   proto::ClusterDescription cluster = plan_cluster_;
   BC_LOG_INFO("--strategy=auto: ", ChooseLinks(options_.plan_links, links_.Median(), &cluster));
-  absl::StatusOr<AutoPlan> plan =
-      PlanFromProfiles(profiles, cluster, plan_costs_, config_.num_workers(),
-                       config_.num_servers(), IsUncompressed(strategy_.current()));
+  AutoPlanJob job;
+  job.workers = config_.num_workers();
+  job.servers = config_.num_servers();
+  if (config_.hierarchical()) job.hierarchical_machines = static_cast<int>(local_.machines.size());
+  job.profiled_uncompressed = IsUncompressed(strategy_.current());
+  absl::StatusOr<AutoPlan> plan = PlanFromProfiles(profiles, cluster, plan_costs_, job);
   if (!plan.ok()) {
     BC_LOG_ERROR("--strategy=auto: planning failed, training goes on uncompressed: ",
                  plan.status().message());

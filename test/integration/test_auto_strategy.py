@@ -21,7 +21,7 @@ def test_auto_strategy_plans_from_measured_profiles_and_switches():
         assert codes == [0, 0], c.dump()
         assert c.wait_node(c.scheduler, 15) == 0, c.dump()
         log = c.scheduler.output()
-        planned = re.search(r"--strategy=auto: planned 162 tensors in [\d.]+ ms: (\d+) compressed",
+        planned = re.search(r"--strategy=auto: planned 162 tensors \(flat\) in [\d.]+ ms: (\d+) compressed",
                             log)
         assert planned and int(planned.group(1)) > 0, log
         # The profiled rounds ran uncompressed and were timed: the link fit says what it did

@@ -285,3 +285,30 @@ def test_device_tensors_on_the_emulated_device_reduce_through_the_local_root(tmp
         for n in [c.scheduler] + c.servers:
             assert c.wait_node(n, 15) == 0, c.dump()
         assert sorted(server_pushes(c)) == [0, 2], c.dump()
+
+
+def test_auto_strategy_plans_a_hierarchical_job_per_machine(tmp_path):
+    # --strategy=auto on 2 machines of 2 workers: the plan has one push per machine and every
+    # option reduces inside the machine first; every node switches and the job finishes.
+    plan_cluster = os.path.join(tmp_path, "cluster.pbtxt")
+    with open(plan_cluster, "w") as f:
+        f.write("machines: 4\ngpus_per_machine: 0\nservers: 1\ncpu_pool_threads: 2\n"
+                "worker_link { bandwidth_gbps: 1 latency_us: 50 }\n"
+                "server_link { bandwidth_gbps: 1 latency_us: 50 }\n"
+                "intra_machine_link { bandwidth_gbps: 20 latency_us: 20 }\n")
+    costs = os.path.join(os.path.dirname(__file__), "..", "..", "scheduler", "planner", "costs",
+                         "nominal.pbtxt")
+    cmd = [cluster.binary("bytecomp-bench"), "--preset=resnet50", "--rounds=6", "--warmup=0",
+           "--check=false"]
+    args = ["--hierarchical", "--strategy=auto", "--profile_rounds=2",
+            f"--plan_cluster={plan_cluster}", f"--plan_costs={costs}", "--plan_links=file"]
+    with cluster.Cluster(workers=4, servers=1, worker_cmd=cmd, scheduler_args=args,
+                         worker_env=machines_env(["A", "A", "B", "B"])) as c:
+        assert c.wait_workers(timeout=240) == [0, 0, 0, 0], c.dump()
+        assert c.wait_node(c.scheduler, 15) == 0, c.dump()
+        log = c.scheduler.output()
+        planned = re.search(r"--strategy=auto: planned 162 tensors \(hierarchical, 2 machines\) "
+                            r"in [\d.]+ ms: (\d+) compressed", log)
+        assert planned and int(planned.group(1)) > 0, log
+        assert re.search(r"strategy version 2 applies from round \d+", log), log
+        assert sorted(server_pushes(c)) == [0, 2], c.dump()

@@ -60,7 +60,7 @@ def test_probes_reach_the_scheduler_and_auto_planning_uses_them():
                      r"([\d.]+) Gbit/s\): worker_link and server_link ([\d.]+) Gbit/s", log)
     assert used, log
     assert float(used.group(4)) == min(float(used.group(2)), float(used.group(3))), log
-    assert re.search(r"--strategy=auto: planned 161 tensors in [\d.]+ ms", log), log
+    assert re.search(r"--strategy=auto: planned 162 tensors \(flat\) in [\d.]+ ms", log), log
     forward = re.search(r"\(measured forward ([\d.]+) ms\)", log)
     # The bench sleeps 40 ms between a round's last wait and the next round's first push_pull
     # (plus refilling 25M floats); the median over rounds 1..3 and both workers.

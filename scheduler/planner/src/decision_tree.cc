@@ -65,7 +65,9 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
   for (int64_t pb : options.partition_bytes()) add_count(pb);
 
   std::vector<bool> hier_choices = {false};
-  if (cluster.gpus_per_machine() > 1 && !options.disable_hierarchical()) {
+  if (options.hierarchical_only()) {
+    if (cluster.workers() > cluster.machines()) hier_choices = {true};
+  } else if (cluster.gpus_per_machine() > 1 && !options.disable_hierarchical()) {
     hier_choices.push_back(true);
   }
 
@@ -141,9 +143,16 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   auto pcie = [&](double b) {
     return cluster.pcie_link().latency_us() + b / BytesPerUs(cluster.pcie_link());
   };
-  auto intra = [&](double b) {
-    return cluster.intra_machine_link().latency_us() +
-           b * (gpus - 1) / gpus / BytesPerUs(cluster.intra_machine_link());
+  // Inside a machine of n workers: NCCL's ring moves (n-1)/n of the bytes through each GPU's
+  // link. Without GPUs the host reducer sends every local rank's copy to local rank 0, which
+  // adds them (reduce) and sends the result back (broadcast): n-1 copies through its link.
+  const int local = has_gpu ? gpus : workers_per_machine;
+  auto intra = [&](double b, bool reduce) {
+    const double link_us = cluster.intra_machine_link().latency_us() +
+                           b * (local - 1) / (has_gpu ? local : 1) /
+                               BytesPerUs(cluster.intra_machine_link());
+    if (has_gpu || !reduce) return link_us;
+    return link_us + (local - 1) * b / (cluster.server_sum_gbytes_per_s() * 1e3);
   };
   // One host for the whole job (host_cores): every worker does this worker's CPU work at the
   // same time, and the servers' work queues on the same cores (one resource, kCpuPool).
@@ -175,7 +184,7 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     }
   };
 
-  if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes));
+  if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes, true));
   double pushed = part_bytes;
   if (codec == nullptr) {
     if (has_gpu) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
@@ -233,7 +242,7 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     }
     if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
   }
-  if (option.hierarchical) add(kIntraMachine, kBroadcast, intra(part_bytes));
+  if (option.hierarchical) add(kIntraMachine, kBroadcast, intra(part_bytes, false));
   return cost;
 }
 

@@ -619,7 +619,10 @@ std::vector<int> CompressEverythingChoice(const PreparedProblem& problem,
     int best = -1, best_score = -1;
     for (size_t o = 0; o < t.options.size(); ++o) {
       const TensorOption& opt = t.options[o].option;
-      if (opt.codec != codec || opt.hierarchical || opt.partitions != none.partitions) continue;
+      if (opt.codec != codec || opt.hierarchical != none.hierarchical ||
+          opt.partitions != none.partitions) {
+        continue;
+      }
       int score = ((opt.encode_on == Where::kGpu) == gpu ? 4 : 0) + (opt.two_way ? 2 : 0) +
                   (opt.decode_on == opt.encode_on ? 1 : 0);
       if (score > best_score) {

@@ -287,6 +287,41 @@ TEST(CostModelTest, OneHostChargesMovingEachPushAndPullToItsCores) {
   EXPECT_EQ(CostOf(TensorOption{}, t, cluster, costs).num_stages, 3);
 }
 
+TEST(DecisionTreeTest, HierarchicalJobsGetOnlyHierarchicalOptionsWithOrWithoutGpus) {
+  // 4 machines of 2 CPU workers each (a hierarchical job, --strategy=auto).
+  proto::ClusterDescription cluster = Cluster(0);
+  cluster.set_workers(8);
+  proto::PlannerOptions options = Options();
+  options.set_hierarchical_only(true);
+  auto all = EnumerateOptions(Tensor(1 << 20), cluster, TwoCodecs(), options);
+  ASSERT_FALSE(all.empty());
+  for (const TensorOption& o : all) EXPECT_TRUE(o.hierarchical) << DescribeOption(o, TwoCodecs());
+  // Without the option, CPU machines have no hierarchical choice.
+  for (const TensorOption& o : EnumerateOptions(Tensor(1 << 20), cluster, TwoCodecs(), Options())) {
+    EXPECT_FALSE(o.hierarchical);
+  }
+  // One worker per machine: nothing to reduce locally, so flat.
+  cluster.set_workers(4);
+  for (const TensorOption& o : EnumerateOptions(Tensor(1 << 20), cluster, TwoCodecs(), options)) {
+    EXPECT_FALSE(o.hierarchical);
+  }
+}
+
+TEST(CostModelTest, HostReducerSendsEveryLocalCopyToTheRootWhichAddsThem) {
+  // 4 machines of 4 CPU workers; 4 MiB fp32; 800 Gbit/s = 100,000 bytes/us inside a machine,
+  // summing at 8 GB/s (the default) = 8000 bytes/us.
+  proto::ClusterDescription cluster = Cluster(0);
+  cluster.set_workers(16);
+  TensorOption o;
+  o.hierarchical = true;
+  const double bytes = 4 << 20;
+  OptionCost cost = CostOf(o, Tensor(1 << 20), cluster, TwoCodecs());
+  ASSERT_EQ(cost.stages[0].kind, kReduce);
+  EXPECT_NEAR(cost.stages[0].duration_us, 3 * bytes / 1e5 + 3 * bytes / 8e3, 1e-2);
+  EXPECT_EQ(cost.stages[cost.num_stages - 1].kind, kBroadcast);
+  EXPECT_NEAR(cost.stages[cost.num_stages - 1].duration_us, 3 * bytes / 1e5, 1e-2);
+}
+
 TEST(CostModelTest, DescribeOption) {
   TensorOption o;
   o.codec = 0;

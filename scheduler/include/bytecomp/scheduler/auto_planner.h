@@ -39,11 +39,23 @@ std::string ChooseLinks(PlanLinks mode, const std::optional<MeasuredLinks>& meas
 // True when no entry of `strategy` compresses: rounds run under it are uncompressed.
 bool IsUncompressed(const proto::Strategy& strategy);
 
+// The job being planned, as the scheduler knows it.
+struct AutoPlanJob {
+  int workers = 1;
+  int servers = 1;
+  // Hierarchical jobs (ClusterConfig.hierarchical): the machines the workers were grouped
+  // into. The plan then has this many machines and only hierarchical options
+  // (PlannerOptions.hierarchical_only). 0: a flat job; the cluster file's machines stand.
+  int hierarchical_machines = 0;
+  // The profiled rounds ran uncompressed (the link fit needs that).
+  bool profiled_uncompressed = false;
+};
+
 // Merges the workers' profiles (worker 0's ready order, every tensor's gap averaged over the
 // workers, forward_us and measured_round_us the medians over workers), sets the cluster's
-// worker and server counts to the job's, and plans.
+// worker and server counts (and, hierarchical, machines) to the job's, and plans.
 //
-// Link fit: when the profiled rounds ran uncompressed (`profiled_uncompressed`) and took
+// Link fit: when the profiled rounds ran uncompressed (job.profiled_uncompressed) and took
 // longer than the model predicts for them, the links' bandwidth is scaled down (bisection,
 // to a tenth at most) until the model's uncompressed round matches the measured one, and the plan uses the
 // scaled links. Not when the model's round is mostly backward compute: the communication it
@@ -53,7 +65,6 @@ bool IsUncompressed(const proto::Strategy& strategy);
 // what was fitted.
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
                                           proto::ClusterDescription cluster,
-                                          const proto::CostTable& costs, int num_workers,
-                                          int num_servers, bool profiled_uncompressed = false);
+                                          const proto::CostTable& costs, const AutoPlanJob& job);
 
 }  // namespace bytecomp

@@ -19,7 +19,7 @@ enum Resource : uint8_t {
   kNicUp,         // the machine's NIC, pushes (shared with the servers' incast)
   kNicDown,       // the machine's NIC, pulls
   kServer,        // the servers' decode/sum/re-encode (servers * server_threads slots)
-  kIntraMachine,  // NCCL reduce/broadcast between the machine's GPUs
+  kIntraMachine,  // reduce/broadcast inside the machine (NCCL, or the host reducer)
   kNumResources
 };
 const char* ResourceName(int resource);
@@ -72,7 +72,8 @@ struct OptionCost {
 //    re-encodes on its CPU) and it is allowed by options.codecs;
 //  - GPU encode/decode needs GPUs in the cluster and GPU costs for the codec, CPU needs a pool;
 //  - two-way needs a re-encodable codec; decode placement exists only for two-way;
-//  - hierarchical needs several GPUs per machine;
+//  - hierarchical needs several GPUs per machine; with options.hierarchical_only every option
+//    is hierarchical (when a machine has several workers, GPUs or not);
 //  - partition counts are deduplicated, at most one per element, 1 for tiny tensors.
 std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
                                            const proto::ClusterDescription& cluster,
