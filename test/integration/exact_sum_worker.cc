@@ -16,6 +16,8 @@
 //                         [--device-first 1] (first a device tensor "on_device" of 16 fp32 on
 //                         device 0: prints "DEVICE REFUSED rc=N: <error>", or "DEVICE PRESENT"
 //                         and waits for it where a device accepts it; then the rounds)
+//                         [--save-after-wait 1] (bytecomp_save_state of each tensor right
+//                         after its wait returns: it must not find the tensor in flight)
 // At the end it prints "PUSHED BYTES: N" (what this worker pushed to servers).
 // Exit code 0: all sums exact. 1: a wrong sum (printed). 2: an operation failed (the error text
 // and the milliseconds it took are printed as "OPERATION FAILED after T ms: ...").
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
   const int64_t max_bytes = Arg(argc, argv, "--max-bytes", 20 << 20);
   const int64_t partition_bytes = Arg(argc, argv, "--partition-bytes", 4 << 20);
   const bool average = Arg(argc, argv, "--average", 0) != 0;
+  const bool save_after_wait = Arg(argc, argv, "--save-after-wait", 0) != 0;
   const int die_rank = static_cast<int>(Arg(argc, argv, "--die-rank", -1));
   const int die_round = static_cast<int>(Arg(argc, argv, "--die-round", -1));
   const auto start = std::chrono::steady_clock::now();
@@ -188,6 +191,14 @@ int main(int argc, char** argv) {
       if (bytecomp_wait(handles[i], 60000) != BYTECOMP_OK) {
         std::fprintf(stderr, "OPERATION FAILED after %lld ms (waited %lld ms): %s\n",
                      static_cast<long long>(elapsed_ms()), static_cast<long long>(elapsed_ms() - t0),
+                     bytecomp_last_error());
+        bytecomp_shutdown();
+        return 2;
+      }
+      size_t state_bytes = 0;
+      if (save_after_wait &&
+          bytecomp_save_state(tensors[i].name.c_str(), nullptr, 0, &state_bytes) != BYTECOMP_OK) {
+        std::fprintf(stderr, "OPERATION FAILED: save_state right after the wait: %s\n",
                      bytecomp_last_error());
         bytecomp_shutdown();
         return 2;

@@ -31,3 +31,9 @@ def test_exact_sums_with_per_rank_order_and_a_small_inflight_budget():
     # workers would wait on each other's keys forever.
     run(["--shuffle", "1", "--max-bytes", "4000000"], rounds=10,
         scheduler_args=["--max_inflight_bytes_per_server=1000000"])
+
+
+def test_save_state_right_after_each_wait_finds_the_tensor_idle():
+    # A checkpoint taken as soon as the step's waits return: the engine must have marked each
+    # tensor idle before its wait returned (a race once failed a PyTorch checkpoint test).
+    run(["--save-after-wait", "1", "--max-bytes", "1000000"], rounds=40)

@@ -481,30 +481,32 @@ void EngineImpl::Complete(const std::shared_ptr<Operation>& op) {
     std::lock_guard<std::mutex> lock(op->mu);
     status = op->status;
   }
-  op->MarkDone();
   // The tensor's next operation may start; a failed round leaves the key's rounds out of step
-  // with the server, so the tensor stays failed.
+  // with the server, so the tensor stays failed. The tensor is idle before the caller sees the
+  // operation done: a save_state right after the wait must not find it in flight.
   Deferred deferred;
-  std::unique_lock<std::mutex> lock(tensors_mu_);
-  if (profiler_ != nullptr && !profiler_->done() && status.ok()) {
-    profiler_->RecordDone(static_cast<int64_t>(op->round), done_us);
+  {
+    std::lock_guard<std::mutex> lock(tensors_mu_);
+    if (profiler_ != nullptr && !profiler_->done() && status.ok()) {
+      profiler_->RecordDone(static_cast<int64_t>(op->round), done_us);
+    }
+    auto it = tensors_.find(op->name);
+    if (it != tensors_.end() && it->second->busy && it->second->state == TensorState::kReady) {
+      TensorEntry& tensor = *it->second;
+      tensor.busy = false;
+      if (!status.ok()) {
+        tensor.state = TensorState::kFailed;
+        tensor.error = absl::Status(status.code(), absl::StrCat("tensor '", tensor.name,
+                                                                "' failed in round ", op->round,
+                                                                ": ", status.message()));
+        for (auto& waiting : tensor.waiting) waiting->FailBeforeStart(tensor.error);
+        tensor.waiting.clear();
+      } else {
+        StartNextLocked(it->second, &deferred);
+      }
+    }
   }
-  auto it = tensors_.find(op->name);
-  if (it == tensors_.end()) return;
-  TensorEntry& tensor = *it->second;
-  if (!tensor.busy || tensor.state != TensorState::kReady) return;
-  tensor.busy = false;
-  if (!status.ok()) {
-    tensor.state = TensorState::kFailed;
-    tensor.error = absl::Status(status.code(), absl::StrCat("tensor '", tensor.name,
-                                                            "' failed in round ", op->round, ": ",
-                                                            status.message()));
-    for (auto& waiting : tensor.waiting) waiting->FailBeforeStart(tensor.error);
-    tensor.waiting.clear();
-    return;
-  }
-  StartNextLocked(it->second, &deferred);
-  lock.unlock();
+  op->MarkDone();
   RunDeferred(deferred);
 }
 
