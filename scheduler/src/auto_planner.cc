@@ -94,6 +94,35 @@ absl::StatusOr<double> FitLinks(planner::PlannerInputs* inputs, double measured_
   return hi;
 }
 
+// The link fit for PlanFromProfiles: scales inputs->cluster's links when the job's profiled
+// rounds allow (AutoPlanJob, FitLinks); returns the log's words for what it did.
+absl::StatusOr<std::string> ApplyLinkFit(planner::PlannerInputs* inputs, const AutoPlanJob& job,
+                                         double* scale) {
+  *scale = 1;
+  const double measured_us = inputs->profile.measured_round_us();
+  if (!job.profiled_uncompressed) return "links not fitted: the profiled rounds ran compressed";
+  if (measured_us <= 0) return "links not fitted: the profiled rounds were not timed";
+  double predicted_us = 0;
+  absl::StatusOr<double> fitted = FitLinks(inputs, measured_us, &predicted_us);
+  if (!fitted.ok()) return fitted.status();
+  *scale = *fitted;
+  std::string fit = absl::StrFormat(
+      "the profiled (uncompressed) rounds took %.3f ms, the model %.3f ms with the links "
+      "given; ",
+      measured_us / 1000.0, predicted_us / 1000.0);
+  if (*scale < 1) {
+    absl::StrAppendFormat(
+        &fit, "links fitted: %.3f of their bandwidth, worker_link and server_link %.3f Gbit/s",
+        *scale, inputs->cluster.worker_link().bandwidth_gbps());
+  } else if (measured_us > predicted_us) {
+    fit += "links not fitted: the model's round is mostly backward compute, or too far off for "
+           "the links to explain";
+  } else {
+    fit += "links kept";
+  }
+  return fit;
+}
+
 }  // namespace
 
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
@@ -135,31 +164,9 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
   }
   inputs.cluster = std::move(cluster);
   inputs.costs = costs;
-  std::string fit = "links not fitted: the profiled rounds were not timed";
   double link_scale = 1;
-  if (!job.profiled_uncompressed) {
-    fit = "links not fitted: the profiled rounds ran compressed";
-  } else if (inputs.profile.measured_round_us() > 0) {
-    double predicted_us = 0;
-    absl::StatusOr<double> scale =
-        FitLinks(&inputs, inputs.profile.measured_round_us(), &predicted_us);
-    if (!scale.ok()) return scale.status();
-    link_scale = *scale;
-    fit = absl::StrFormat("the profiled (uncompressed) rounds took %.3f ms, the model %.3f ms "
-                          "with the links given; ",
-                          inputs.profile.measured_round_us() / 1000.0, predicted_us / 1000.0);
-    if (*scale < 1) {
-      absl::StrAppendFormat(&fit,
-                            "links fitted: %.3f of their bandwidth, worker_link and server_link "
-                            "%.3f Gbit/s",
-                            *scale, inputs.cluster.worker_link().bandwidth_gbps());
-    } else if (inputs.profile.measured_round_us() > predicted_us) {
-      fit += "links not fitted: the model's round is mostly backward compute, or too far off "
-             "for the links to explain";
-    } else {
-      fit += "links kept";
-    }
-  }
+  absl::StatusOr<std::string> fit = ApplyLinkFit(&inputs, job, &link_scale);
+  if (!fit.ok()) return fit.status();
   absl::StatusOr<planner::PreparedProblem> prepared = planner::Prepare(inputs);
   if (!prepared.ok()) return prepared.status();
   const planner::PlanResult plan = planner::PlanByteComp(*prepared);
@@ -172,11 +179,11 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
     if (plan.choice[i] != prepared->none_option_index(static_cast<int>(i))) ++compressed;
   }
   out.summary = absl::StrCat(
-      "planned ", plan.choice.size(), " tensors (", scheme, ") in ", plan.planning_ms, " ms: ", compressed,
-      " compressed; predicted iteration ", plan.predicted_us / 1000.0, " ms against ",
-      plan.no_compression_us / 1000.0, " ms uncompressed and ",
+      "planned ", plan.choice.size(), " tensors (", scheme, ") in ", plan.planning_ms,
+      " ms: ", compressed, " compressed; predicted iteration ", plan.predicted_us / 1000.0,
+      " ms against ", plan.no_compression_us / 1000.0, " ms uncompressed and ",
       plan.compress_everything_us / 1000.0, " ms compressing everything (measured forward ",
-      inputs.profile.forward_us() / 1000.0, " ms); ", fit);
+      inputs.profile.forward_us() / 1000.0, " ms); ", *fit);
   return out;
 }
 

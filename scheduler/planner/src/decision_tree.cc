@@ -176,8 +176,8 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     cost.work_us[r] += static_cast<double>(static_cast<float>(us)) * option.partitions;
   };
   // On one host, moving every push and pull through ZeroMQ and the kernel takes CPU from the
-  // same cores (both ends' time, measured by --calibrate): a job before the push and one
-  // after the pull.
+  // same cores (both ends' time, measured by tools/calibrate_transport.py): a job before the
+  // push and one after the pull.
   auto transport_cpu = [&](double b) {
     if (host_cores > 0 && costs.transfer_cpu_size() > 0) {
       add(kCpuPool, kTransport, InterpolateCost(costs.transfer_cpu(), static_cast<int64_t>(b)));
