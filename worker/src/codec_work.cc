@@ -172,21 +172,30 @@ void EngineImpl::DecodePartition(const std::shared_ptr<Operation>& op, int64_t p
     data_queue_.Push(push);  // the operation's event completes with stage 2's reply
     return;
   }
-  pc.output.resize(n);
+  // An fp32 sum that is not averaged is decoded straight into the caller's tensor (a pass over
+  // the partition fewer); others go through the partition's scratch and WriteResult.
+  const bool direct = op->dtype == proto::DTYPE_FLOAT32 && !op->average;
+  absl::Span<float> out;
+  if (direct) {
+    out = absl::MakeSpan(reinterpret_cast<float*>(op->host_data()) + op->layout.range(partition).offset, n);
+  } else {
+    pc.output.resize(n);
+    out = absl::MakeSpan(pc.output);
+  }
   if (stage == 2) {
-    status = compress::AsTwoRound(*pc.push)->DecodeSecond(floats(payload), ctx, absl::MakeSpan(pc.output));
+    status = compress::AsTwoRound(*pc.push)->DecodeSecond(floats(payload), ctx, out);
   } else if (op->plan.two_way()) {
     status = pc.pull->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
-        ContextFor(*op, partition, static_cast<uint32_t>(server)), absl::MakeSpan(pc.output));
+        ContextFor(*op, partition, static_cast<uint32_t>(server)), out);
   } else if (payload.size() != n * sizeof(float)) {
     status = absl::DataLossError(absl::StrCat("server ", server, " returned ", payload.size(),
                                               " bytes for the fp32 sum of ", n, " elements"));
   } else {
-    std::memcpy(pc.output.data(), payload.data(), n * sizeof(float));
+    std::memcpy(out.data(), payload.data(), n * sizeof(float));
   }
   if (status.ok()) {
-    WriteResult(*op, partition, pc.output.data());
+    if (!direct) WriteResult(*op, partition, pc.output.data());
     DeliverPartition(op, partition);
     return;
   }
