@@ -235,10 +235,12 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     add(kCpuPool, kDecode, InterpolateCost(device_cost(Where::kCpu)->decode(), part_bytes));
     if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
   } else {
-    // One-way compressed: the pool copies the fp32 sum into the caller's tensor (twice: out
-    // of the message, then the result write), when the copy speed was measured.
+    // One-way compressed: the pool copies the fp32 sum into the caller's tensor, when the
+    // copy speed was measured: once for an fp32 tensor, twice for others (into a scratch
+    // buffer, then converted into the tensor).
     if (codec != nullptr && costs.copy_gbytes_per_s() > 0) {
-      add(kCpuPool, kDecode, 2 * part_bytes / (costs.copy_gbytes_per_s() * 1e3));
+      const int copies = tensor.element_bytes() == 0 || tensor.element_bytes() == 4 ? 1 : 2;
+      add(kCpuPool, kDecode, copies * part_bytes / (costs.copy_gbytes_per_s() * 1e3));
     }
     if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
   }

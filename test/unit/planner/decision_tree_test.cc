@@ -209,12 +209,17 @@ TEST(CostModelTest, MeasuredAggregationAndOneWayCopies) {
   o.codec = 0;
   o.encode_on = Where::kCpu;
   OptionCost one_way = CostOf(o, t, Cluster(0), costs);
-  // encode, push, server, pull, copy of the fp32 sum (twice) into the tensor.
+  // encode, push, server, pull, copy of the fp32 sum into the tensor.
   ASSERT_EQ(one_way.num_stages, 5);
   EXPECT_EQ(one_way.stages[2].resource, kServer);
   EXPECT_NEAR(one_way.stages[2].duration_us, 40 + 4 * 100, 1e-3);
   EXPECT_EQ(one_way.stages[4].resource, kCpuPool);
-  EXPECT_NEAR(one_way.stages[4].duration_us, 2 * (1 << 20) / 2000.0, 1e-3);
+  EXPECT_NEAR(one_way.stages[4].duration_us, (1 << 20) / 2000.0, 1e-3);
+  // An fp16 tensor's sum goes through a scratch buffer first: two copies.
+  proto::TensorProfile half = Tensor(1 << 19);
+  half.set_element_bytes(2);
+  EXPECT_NEAR(CostOf(o, half, Cluster(0), costs).stages[4].duration_us, 2 * (1 << 20) / 2000.0,
+              1e-3);
   // Two-way: the server re-encodes (1000 us) and the worker decodes (500 us), no extra copy.
   o.two_way = true;
   o.decode_on = Where::kCpu;
