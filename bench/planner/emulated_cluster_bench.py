@@ -133,8 +133,9 @@ def main():
     for rate, gbps in (("1gbit", 1), ("10gbit", 10)):
         cluster = os.path.join(work, f"cluster-{rate}.pbtxt")
         cluster_description(cluster, gbps, 50)
-        # Auto first: the scheduler plans with the links its workers measured; the predictions
-        # for the other two use the same links.
+        # Auto first: the scheduler plans with the links its workers measured (or the file's,
+        # --links nominal), fitted to its profiled rounds; the predictions for the other two
+        # use the same links.
         print(f"{rate} auto ...", flush=True)
         measured, auto_predicted, links, fit, summary = measure_auto(rate, cluster, costs,
                                                                      args.rounds, args.links)
@@ -144,8 +145,9 @@ def main():
                     "scheduler": summary}
         measured_cluster = os.path.join(work, f"cluster-{rate}-measured.pbtxt")
         fitted_cluster = os.path.join(work, f"cluster-{rate}-fitted.pbtxt")
-        if links is None:
-            print("  no probe measured the links: the nominal ones stand")
+        if args.links == "nominal" or links is None:
+            print("  the links planned with are the nominal ones (tbf rate, 50 us); fitted to the "
+                  f"profiled rounds: {fit:.3f} of that")
             links = (gbps, 50)
         else:
             print(f"  links measured by the probes: {links[0]:.3f} Gbit/s, {links[1]:.1f} us; "
@@ -156,7 +158,7 @@ def main():
         # for comparison, the probes' links alone.
         predicted = plan(profile, fitted_cluster, costs, os.path.join(work, f"planned-{rate}.pbtxt"))
         unfitted_plan = plan(profile, measured_cluster, costs,
-                        os.path.join(work, f"planned-{rate}-unfitted.pbtxt"))
+                             os.path.join(work, f"planned-{rate}-unfitted.pbtxt"))
         auto_row["predicted_unfitted_ms"] = None  # the scheduler's plan is for fitted links
         for name, scheduler_args in (("none", ""), ("everything", f"--strategy={everything}")):
             print(f"{rate} {name} ...", flush=True)
