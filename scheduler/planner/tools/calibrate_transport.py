@@ -80,19 +80,20 @@ def summing_gbytes_per_s(costs_text):
 def measure(bin_dir, workers, costs_text, netns_rate=None):
     """Returns (us per message, ns per byte), both ends and every process together."""
     launch = launcher(bin_dir, workers, netns_rate)
-    work = tempfile.mkdtemp(prefix="bytecomp-transport-")
-    small = os.path.join(work, "small.pbtxt")
-    with open(small, "w") as f:
-        f.write('model: "small tensors"\n')
-        for i in range(SMALL_TENSORS):
-            f.write(f'tensors {{ name: "t{i}" elements: {SMALL_ELEMENTS} }}\n')
-    # Each round: every worker pushes and pulls every tensor (a message each way).
-    messages = 2 * workers * SMALL_TENSORS
-    per_message_us = cpu_per_round(launch, bin_dir, [f"--profile={small}"],
-                                   rounds=(3, 33), repeats=3) * 1e6 / messages
+    with tempfile.TemporaryDirectory(prefix="bytecomp-transport-") as work:
+        small = os.path.join(work, "small.pbtxt")
+        with open(small, "w") as f:
+            f.write('model: "small tensors"\n')
+            for i in range(SMALL_TENSORS):
+                f.write(f'tensors {{ name: "t{i}" elements: {SMALL_ELEMENTS} }}\n')
+        # Each round: every worker pushes and pulls every tensor and bytecomp-bench's barrier
+        # (a message each way).
+        messages = 2 * workers * (SMALL_TENSORS + 1)
+        per_message_us = cpu_per_round(launch, bin_dir, [f"--profile={small}"],
+                                       rounds=(3, 33), repeats=3) * 1e6 / messages
     large = cpu_per_round(launch, bin_dir, [f"--preset=flat:{LARGE_BYTES}B"],
                           rounds=(3, 13), repeats=1)
-    partitions = -(-LARGE_BYTES // PARTITION_BYTES)
+    partitions = -(-LARGE_BYTES // PARTITION_BYTES) + 1  # and the barrier
     moved = 2 * workers * LARGE_BYTES
     summing_s = workers * LARGE_BYTES / (summing_gbytes_per_s(costs_text) * 1e9)
     rest = large - 2 * workers * partitions * per_message_us * 1e-6 - summing_s
