@@ -154,14 +154,14 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     if (has_gpu || !reduce) return link_us;
     return link_us + (local - 1) * b / (cluster.server_sum_gbytes_per_s() * 1e3);
   };
-  // One host for the whole job (host_cores): every worker does this worker's CPU work at the
-  // same time, and the servers' work queues on the same cores (one resource, kCpuPool).
+  // One host for the whole job (host_cores): every pushing worker (all W flat, the machine
+  // roots hierarchical) does this worker's CPU work at the same time, and the servers' work
+  // queues on the same cores (one resource, kCpuPool).
   const int host_cores = cluster.host_cores();
   const double pool_scale =
-      host_cores > 0 ? static_cast<double>(cluster.workers()) /
-                           std::min<double>(host_cores, static_cast<double>(cluster.workers()) *
-                                                            cluster.cpu_pool_threads())
-                     : 1.0;
+      host_cores > 0
+          ? senders / std::min<double>(host_cores, senders * cluster.cpu_pool_threads())
+          : 1.0;
   const double server_scale =
       host_cores > 0 ? 1.0 / std::min<double>(host_cores, static_cast<double>(cluster.servers()) *
                                                               cluster.server_threads())

@@ -256,6 +256,26 @@ TEST(CostModelTest, OneHostSharesItsCoresBetweenWorkersAndServers) {
   EXPECT_NEAR(roomy.stages[0].duration_us, 500, 1e-3);
 }
 
+TEST(CostModelTest, OneHostHierarchicalCountsOnlyTheMachineRootsWork) {
+  // 2 machines of 4 CPU workers on 2 cores: only the 2 machine roots encode and push.
+  proto::TensorProfile t = Tensor(1 << 18);
+  proto::ClusterDescription cluster = Cluster(0);
+  cluster.set_machines(2);
+  cluster.set_workers(8);
+  cluster.set_cpu_pool_threads(2);
+  cluster.set_host_cores(2);
+  TensorOption o;
+  o.codec = 1;  // dgc on the CPU pool: 1000 us per MiB single-threaded
+  o.encode_on = Where::kCpu;
+  o.hierarchical = true;
+  OptionCost roots = CostOf(o, t, cluster, TwoCodecs());
+  ASSERT_EQ(roots.stages[1].kind, kEncode);  // after the intra-machine reduce
+  EXPECT_NEAR(roots.stages[1].duration_us, 2 * 1000 / 2.0, 1e-3);
+  // Flat, all 8 workers encode at once on the 2 cores.
+  o.hierarchical = false;
+  EXPECT_NEAR(CostOf(o, t, cluster, TwoCodecs()).stages[0].duration_us, 8 * 1000 / 2.0, 1e-3);
+}
+
 TEST(CostModelTest, OneHostChargesMovingEachPushAndPullToItsCores) {
   // 4 workers on 2 cores; moving a message costs 10 us + 1 us per KiB of CPU (both ends).
   proto::TensorProfile t = Tensor(1 << 18);  // 1 MiB
