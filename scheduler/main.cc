@@ -30,7 +30,7 @@ ABSL_FLAG(int, heartbeat_timeout_ms, 0, "Silence after which a node is declared 
 ABSL_FLAG(int, connect_timeout_ms, 0, "Time allowed for every node to register");
 ABSL_FLAG(int, declare_timeout_ms, 0, "Time allowed for every worker to declare a tensor");
 ABSL_FLAG(int64_t, max_inflight_bytes_per_server, -1,
-          "Bytes a worker keeps in flight per server (0: 4 partitions per connection)");
+          "Bytes a worker keeps in flight per server (0: one partition)");
 ABSL_FLAG(std::string, advertise_host, "", "Host the nodes advertise (empty: auto)");
 ABSL_FLAG(std::string, strategy, "",
           "Strategy file (proto/strategy.proto): which tensors to compress how; reloaded on "

@@ -32,7 +32,7 @@ void DataLoop::Connect() {
   inflight_bytes_.assign(servers, 0);
   budget_bytes_ = config.max_inflight_bytes_per_server() > 0
                       ? config.max_inflight_bytes_per_server()
-                      : 4 * conns * config.partition_bytes();
+                      : config.partition_bytes();
   for (int s = 0; s < servers; ++s) {
     const std::string& address = engine_.topology_.servers(s).data_address();
     for (int c = 0; c < conns; ++c) {
