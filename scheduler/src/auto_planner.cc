@@ -52,13 +52,17 @@ bool IsUncompressed(const proto::Strategy& strategy) {
 
 namespace {
 
+// Multiplies both links' bandwidth by `scale`.
+void ScaleLinks(proto::ClusterDescription* cluster, double scale) {
+  for (proto::LinkSpec* link : {cluster->mutable_worker_link(), cluster->mutable_server_link()}) {
+    link->set_bandwidth_gbps(link->bandwidth_gbps() * scale);
+  }
+}
+
 // The model's uncompressed round (without forward_us) with both links at `scale` of their
 // bandwidth.
 absl::StatusOr<double> UncompressedRoundUs(planner::PlannerInputs inputs, double scale) {
-  for (proto::LinkSpec* link :
-       {inputs.cluster.mutable_worker_link(), inputs.cluster.mutable_server_link()}) {
-    link->set_bandwidth_gbps(link->bandwidth_gbps() * scale);
-  }
+  ScaleLinks(&inputs.cluster, scale);
   absl::StatusOr<planner::PreparedProblem> prepared = planner::Prepare(inputs);
   if (!prepared.ok()) return prepared.status();
   planner::TimelineSimulator sim(&prepared->sim);
@@ -87,10 +91,7 @@ absl::StatusOr<double> FitLinks(planner::PlannerInputs* inputs, double measured_
     if (!at_mid.ok()) return at_mid.status();
     (*at_mid > measured_us ? lo : hi) = mid;
   }
-  for (proto::LinkSpec* link :
-       {inputs->cluster.mutable_worker_link(), inputs->cluster.mutable_server_link()}) {
-    link->set_bandwidth_gbps(link->bandwidth_gbps() * hi);
-  }
+  ScaleLinks(&inputs->cluster, hi);
   return hi;
 }
 
