@@ -395,13 +395,13 @@ void Scheduler::HandleRegister(const std::string& identity, const proto::Registe
     return;
   }
   const bool is_worker = reg.role() == proto::ROLE_WORKER;
-  WorkerPlacement placement;
-  placement.machine = reg.machine().empty() ? reg.hostname() : reg.machine();
+  MachineSlot slot;
+  slot.machine = reg.machine().empty() ? reg.hostname() : reg.machine();
   // Local ranks matter (and are checked) only when machines reduce locally; otherwise they
   // are informational and the scheduler numbers each machine's workers in rank order.
   if (config_.hierarchical()) {
-    if (reg.has_requested_local_rank()) placement.requested_local_rank = reg.requested_local_rank();
-    if (reg.has_declared_local_size()) placement.declared_local_size = reg.declared_local_size();
+    if (reg.has_requested_local_rank()) slot.requested_local_rank = reg.requested_local_rank();
+    if (reg.has_declared_local_size()) slot.declared_local_size = reg.declared_local_size();
   }
   std::vector<std::string>& by_rank = is_worker ? worker_by_rank_ : server_by_rank_;
   const std::string role = RoleName(reg.role());
@@ -435,8 +435,8 @@ void Scheduler::HandleRegister(const std::string& identity, const proto::Registe
     rank = static_cast<int>(free - by_rank.begin());
   }
   if (is_worker) {
-    placement.rank = rank;
-    if (absl::Status s = CheckPlacement(WorkerPlacements(), placement); !s.ok()) {
+    slot.rank = rank;
+    if (absl::Status s = CheckMachineSlot(MachineSlots(), slot); !s.ok()) {
       reject(std::string(s.message()));
       return;
     }
@@ -449,7 +449,7 @@ void Scheduler::HandleRegister(const std::string& identity, const proto::Registe
   node.hostname = reg.hostname();
   node.pid = reg.pid();
   node.last_seen_ms = now_ms;
-  if (is_worker) node.placement = placement;
+  if (is_worker) node.slot = slot;
   by_rank[rank] = identity;
   BC_LOG_INFO("registered ", NodeName(node), " (pid ", node.pid, " on ",
               node.hostname.empty() ? "?" : node.hostname,
@@ -462,10 +462,10 @@ void Scheduler::HandleRegister(const std::string& identity, const proto::Registe
   }
 }
 
-std::vector<WorkerPlacement> Scheduler::WorkerPlacements() const {
-  std::vector<WorkerPlacement> out;
+std::vector<MachineSlot> Scheduler::MachineSlots() const {
+  std::vector<MachineSlot> out;
   for (const std::string& id : worker_by_rank_) {
-    if (!id.empty()) out.push_back(nodes_.at(id).placement);
+    if (!id.empty()) out.push_back(nodes_.at(id).slot);
   }
   return out;
 }
@@ -473,7 +473,7 @@ std::vector<WorkerPlacement> Scheduler::WorkerPlacements() const {
 void Scheduler::SendTopology() {
   topology_sent_ = true;
   const int64_t now = MonotonicMs();
-  absl::StatusOr<LocalAssignment> local = AssignLocalRanks(WorkerPlacements());
+  absl::StatusOr<LocalAssignment> local = AssignLocalRanks(MachineSlots());
   if (!local.ok()) {
     const std::string reason = absl::StrCat("cannot group the workers by machine: ",
                                             local.status().message());
@@ -494,7 +494,7 @@ void Scheduler::SendTopology() {
       const Node& n = nodes_.at(id);
       const std::string where =
           n.role == proto::ROLE_WORKER
-              ? absl::StrCat(n.placement.machine, ":", local_.local_rank[n.rank], "/",
+              ? absl::StrCat(n.slot.machine, ":", local_.local_rank[n.rank], "/",
                              local_.local_size[n.rank])
               : n.data_address;
       absl::StrAppend(&table, absl::StrFormat("\n  %-7s %4d  %-24s %7d  %s", RoleName(n.role),
@@ -750,7 +750,7 @@ void Scheduler::HandleLocalCommunicator(Node& node, const proto::LocalCommunicat
   const int local_size = local_.local_size[node.rank];
   if (local_rank != 0 || local_size < 2) {
     return refuse(absl::StrCat(NodeName(node), " is local rank ", local_rank, " of ", local_size,
-                               " on machine '", node.placement.machine,
+                               " on machine '", node.slot.machine,
                                "'; only the local root of a machine with more than one worker "
                                "sends one"));
   }
@@ -766,11 +766,11 @@ void Scheduler::HandleLocalCommunicator(Node& node, const proto::LocalCommunicat
   }
   // One communicator of each kind per machine: the host reducer's endpoint and, when its local
   // ranks have GPUs, an NCCL unique id.
-  auto [it, added] = local_comms_.emplace(std::make_pair(node.placement.machine, comm.kind()),
+  auto [it, added] = local_comms_.emplace(std::make_pair(node.slot.machine, comm.kind()),
                                           comm.id());
   if (!added) {
     if (it->second != comm.id()) {
-      refuse(absl::StrCat("machine '", node.placement.machine, "' already has a different ",
+      refuse(absl::StrCat("machine '", node.slot.machine, "' already has a different ",
                           comm.kind(), " local communicator"));
     }
     return;  // a repeat: the local ranks have it already
@@ -781,7 +781,7 @@ void Scheduler::HandleLocalCommunicator(Node& node, const proto::LocalCommunicat
     if (machine.front() != node.rank) continue;
     for (size_t lr = 1; lr < machine.size(); ++lr) Send(worker_by_rank_[machine[lr]], relay);
   }
-  BC_LOG_DEBUG("relayed the ", comm.kind(), " communicator of machine '", node.placement.machine,
+  BC_LOG_DEBUG("relayed the ", comm.kind(), " communicator of machine '", node.slot.machine,
                "' to ", local_size - 1, " local ranks");
 }
 

@@ -9,9 +9,9 @@ bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-WorkerPlacement At(int rank, const std::string& machine, std::optional<int> local_rank = std::nullopt,
-                   std::optional<int> local_size = std::nullopt) {
-  WorkerPlacement p;
+MachineSlot At(int rank, const std::string& machine, std::optional<int> local_rank = std::nullopt,
+               std::optional<int> local_size = std::nullopt) {
+  MachineSlot p;
   p.rank = rank;
   p.machine = machine;
   p.requested_local_rank = local_rank;
@@ -43,9 +43,9 @@ TEST(LocalGroupsTest, RequestedLocalRanksAreHonouredAndTheOthersFillTheGaps) {
 }
 
 TEST(LocalGroupsTest, RegistrationRefusesConflictsNamingTheMachineAndTheWorkers) {
-  const std::vector<WorkerPlacement> registered = {At(0, "A", 0, 2), At(1, "B")};
-  auto message = [&](const WorkerPlacement& p) {
-    absl::Status s = CheckPlacement(registered, p);
+  const std::vector<MachineSlot> registered = {At(0, "A", 0, 2), At(1, "B")};
+  auto message = [&](const MachineSlot& p) {
+    absl::Status s = CheckMachineSlot(registered, p);
     EXPECT_FALSE(s.ok());
     return std::string(s.message());
   };
@@ -55,13 +55,13 @@ TEST(LocalGroupsTest, RegistrationRefusesConflictsNamingTheMachineAndTheWorkers)
   EXPECT_TRUE(Contains(message(At(2, "A", -1)), "asked for local rank -1, out of range"));
   EXPECT_TRUE(Contains(message(At(2, "A", std::nullopt, 0)), "declared local size 0"));
   EXPECT_TRUE(Contains(message(At(2, std::string(300, 'm'))), "a machine name of 300 bytes; at most 256"));
-  EXPECT_TRUE(CheckPlacement(registered, At(2, "")).ok()) << "no name (no hostname) is one more machine";
-  EXPECT_TRUE(CheckPlacement(registered, At(2, "A", 1, 2)).ok());
-  EXPECT_TRUE(CheckPlacement(registered, At(2, "A")).ok());
+  EXPECT_TRUE(CheckMachineSlot(registered, At(2, "")).ok()) << "no name (no hostname) is one more machine";
+  EXPECT_TRUE(CheckMachineSlot(registered, At(2, "A", 1, 2)).ok());
+  EXPECT_TRUE(CheckMachineSlot(registered, At(2, "A")).ok());
   // A third worker on a machine of declared size 2.
-  std::vector<WorkerPlacement> full = registered;
+  std::vector<MachineSlot> full = registered;
   full.push_back(At(2, "A"));
-  EXPECT_TRUE(Contains(std::string(CheckPlacement(full, At(3, "A")).message()),
+  EXPECT_TRUE(Contains(std::string(CheckMachineSlot(full, At(3, "A")).message()),
                        "worker 3 on machine 'A' would be worker 3 on that machine, whose local size is 2"));
 }
 

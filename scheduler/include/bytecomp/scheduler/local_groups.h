@@ -17,8 +17,11 @@
 
 namespace bytecomp {
 
-struct WorkerPlacement {
-  int rank = -1;
+// Where a worker says it runs, from its Register: its machine and, optionally, the local rank
+// it asks for and its machine's worker count. (Not proto::Placement, which says where a
+// tensor is compressed.)
+struct MachineSlot {
+  int rank = -1;  // worker rank
   std::string machine;
   std::optional<int> requested_local_rank;
   std::optional<int> declared_local_size;
@@ -40,12 +43,12 @@ struct LocalAssignment {
 // name of at most 256 bytes, a valid local rank and size, agreement with the local size
 // others on the same machine declared, a local rank not taken, and no more workers on the
 // machine than declared. The error names the machine and the workers involved.
-absl::Status CheckPlacement(const std::vector<WorkerPlacement>& registered,
-                            const WorkerPlacement& joining);
+absl::Status CheckMachineSlot(const std::vector<MachineSlot>& registered,
+                             const MachineSlot& joining);
 
 // Once every worker registered (`workers` in any order, ranks 0..W-1 each once): the local
 // ranks. Fails when a machine's worker count differs from its declared local size (naming the
-// local ranks that are missing), or when CheckPlacement would fail.
-absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<WorkerPlacement>& workers);
+// local ranks that are missing), or when CheckMachineSlot would fail.
+absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<MachineSlot>& workers);
 
 }  // namespace bytecomp

@@ -122,7 +122,7 @@ class Scheduler {
     int pid = 0;
     int64_t last_seen_ms = 0;
     bool done = false;  // worker sent WorkerDone
-    WorkerPlacement placement;  // workers: machine and local rank/size asked for
+    MachineSlot slot;  // workers: machine and local rank/size asked for
   };
   // One tensor name's declarations, per worker rank, until all workers declared it.
   struct Declaration {
@@ -145,7 +145,7 @@ class Scheduler {
   void HandleWorkerDone(Node& node);
   void HandleShutdownRequest(Node& node, const proto::Shutdown& shutdown);
   void HandleLocalCommunicator(Node& node, const proto::LocalCommunicator& comm);
-  std::vector<WorkerPlacement> WorkerPlacements() const;
+  std::vector<MachineSlot> MachineSlots() const;
 
   void SendTopology();
   void TryReleaseBarrier(const std::string& group_name, uint64_t sequence);
