@@ -1,0 +1,152 @@
+#include "bytecomp/scheduler/registration.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "bytecomp/common/logging.h"
+#include "bytecomp/common/net.h"
+#include "log_format.h"
+
+namespace bytecomp {
+
+Registration::Registration(const proto::ClusterConfig& config, NodeTable* nodes,
+                           const StrategyKeeper& strategy, int64_t start_ms)
+    : config_(config), nodes_(*nodes), strategy_(strategy), start_ms_(start_ms) {}
+
+bool Registration::Handle(const std::string& identity, const proto::Register& reg,
+                          int64_t now_ms, Outbox* out) {
+  auto reject = [&](const std::string& why) {
+    BC_LOG_WARNING("rejected registration of ", RoleName(reg.role()), " (pid ", reg.pid(),
+                   " on ", reg.hostname().empty() ? "?" : reg.hostname(), "): ", why);
+    out->SendError(identity, absl::StrCat("registration rejected: ", why));
+    return false;
+  };
+  if (const RegisteredNode* known = nodes_.Find(identity); known != nullptr) {
+    return reject(absl::StrCat("this connection already registered as ", NodeTable::Name(*known)));
+  }
+  if (reg.role() != proto::ROLE_WORKER && reg.role() != proto::ROLE_SERVER) {
+    return reject(absl::StrCat("role must be worker or server, got ", RoleName(reg.role())));
+  }
+  if (nodes_.all_registered()) {
+    return reject(absl::StrCat("the job is full: all ", config_.num_workers(), " workers and ",
+                               config_.num_servers(), " servers have registered"));
+  }
+  const bool is_worker = reg.role() == proto::ROLE_WORKER;
+  MachineSlot slot;
+  slot.machine = reg.machine().empty() ? reg.hostname() : reg.machine();
+  // Local ranks matter (and are checked) only when machines reduce locally; otherwise they
+  // are informational and the scheduler numbers each machine's workers in rank order.
+  if (config_.hierarchical()) {
+    if (reg.has_requested_local_rank()) slot.requested_local_rank = reg.requested_local_rank();
+    if (reg.has_declared_local_size()) slot.declared_local_size = reg.declared_local_size();
+  }
+  const std::string role = RoleName(reg.role());
+  if (!is_worker) {
+    if (absl::StatusOr<HostPort> hp = ParseHostPort(reg.data_address()); !hp.ok()) {
+      return reject(absl::StrCat("server data_address '", reg.data_address(),
+                                 "' is not tcp://host:port"));
+    }
+  }
+  int rank = reg.requested_rank();
+  const int count = is_worker ? nodes_.num_workers() : nodes_.num_servers();
+  if (rank >= 0) {
+    if (rank >= count) {
+      return reject(absl::StrCat("requested ", role, " rank ", rank,
+                                 " is out of range: the job has ", count, " ", role,
+                                 "s (ranks 0..", count - 1, ")"));
+    }
+    if (const RegisteredNode* holder = nodes_.At(reg.role(), rank); holder != nullptr) {
+      return reject(absl::StrCat("requested ", role, " rank ", rank, " is already taken by pid ",
+                                 holder->pid, " on ", holder->hostname));
+    }
+  } else {
+    rank = 0;
+    while (rank < count && nodes_.At(reg.role(), rank) != nullptr) ++rank;
+    if (rank == count) return reject(absl::StrCat("all ", count, " ", role, " ranks are taken"));
+  }
+  RegisteredNode node;
+  if (is_worker) {
+    slot.rank = rank;
+    if (absl::Status s = CheckMachineSlot(nodes_.WorkerSlots(), slot); !s.ok()) {
+      return reject(std::string(s.message()));
+    }
+    node.slot = slot;
+  }
+  node.identity = identity;
+  node.role = reg.role();
+  node.rank = rank;
+  node.data_address = reg.data_address();
+  node.hostname = reg.hostname();
+  node.pid = reg.pid();
+  const std::string registered = absl::StrCat(
+      NodeTable::Name(node), " (pid ", node.pid, " on ",
+      node.hostname.empty() ? "?" : node.hostname,
+      node.data_address.empty() ? "" : absl::StrCat(", data ", node.data_address), ")");
+  if (absl::Status s = nodes_.Add(std::move(node)); !s.ok()) return reject(std::string(s.message()));
+  BC_LOG_INFO("registered ", registered, "; ", nodes_.size(), " of ",
+              config_.num_workers() + config_.num_servers(), " nodes");
+  return nodes_.all_registered() && SendTopology(now_ms, out);
+}
+
+bool Registration::SendTopology(int64_t now_ms, Outbox* out) {
+  absl::StatusOr<LocalAssignment> grouped = AssignLocalRanks(nodes_.WorkerSlots());
+  if (!grouped.ok()) {
+    const std::string reason = absl::StrCat("cannot group the workers by machine: ",
+                                            grouped.status().message());
+    BC_LOG_ERROR(reason);
+    out->EndJob(absl::FailedPreconditionError(reason), reason, nodes_.AllIdentities());
+    return false;
+  }
+  nodes_.SetLocal(*std::move(grouped));
+  const LocalAssignment& local = *nodes_.local();
+
+  std::string table = absl::StrFormat("\n  %-7s %4s  %-24s %7s  %s", "role", "rank", "host",
+                                      "pid", "data address / machine:local rank");
+  for (const RegisteredNode* n : nodes_.Registered()) {
+    const std::string where =
+        n->role == proto::ROLE_WORKER
+            ? absl::StrCat(n->slot.machine, ":", local.local_rank[n->rank], "/",
+                           local.local_size[n->rank])
+            : n->data_address;
+    absl::StrAppend(&table, absl::StrFormat("\n  %-7s %4d  %-24s %7d  %s", RoleName(n->role),
+                                            n->rank, n->hostname, n->pid, where));
+  }
+  BC_LOG_INFO("all ", config_.num_workers(), " workers and ", config_.num_servers(),
+              " servers registered after ", Seconds(now_ms - start_ms_), ":", table);
+
+  proto::ControlMessage base;
+  proto::Topology* topology = base.mutable_topology();
+  topology->set_num_workers(config_.num_workers());
+  topology->set_num_servers(config_.num_servers());
+  for (int s = 0; s < nodes_.num_servers(); ++s) {
+    proto::ServerInfo* info = topology->add_servers();
+    info->set_rank(s);
+    info->set_data_address(nodes_.At(proto::ROLE_SERVER, s)->data_address);
+  }
+  *topology->mutable_config() = config_;
+  *topology->mutable_strategy() = strategy_.current();
+  if (config_.hierarchical()) {
+    for (int root : local.roots) topology->add_pushers(root);
+    BC_LOG_INFO("hierarchical: ", local.machines.size(), " machines; local roots (the workers "
+                "that push) ", absl::StrJoin(local.roots, ", "));
+  } else {
+    for (int r = 0; r < config_.num_workers(); ++r) topology->add_pushers(r);
+  }
+  for (const RegisteredNode* n : nodes_.Registered()) {
+    proto::ControlMessage message = base;
+    proto::Topology* mine = message.mutable_topology();
+    mine->set_your_rank(n->rank);
+    if (n->role == proto::ROLE_WORKER) {
+      mine->set_local_rank(local.local_rank[n->rank]);
+      mine->set_local_size(local.local_size[n->rank]);
+      mine->set_local_root(local.local_root[n->rank]);
+    }
+    out->Send(n->identity, std::move(message));
+  }
+  return true;
+}
+
+}  // namespace bytecomp
