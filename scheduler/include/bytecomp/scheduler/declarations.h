@@ -1,0 +1,57 @@
+// Tensor declarations: every worker declares each tensor by name (DeclareTensor{name,
+// element_count, dtype}); once all W did, every worker gets one DeclareReply. When they
+// agree it is ok, with the tensor id (completion order: the same on every worker, whatever
+// order each declared in) and the partitions' servers (PartitionAssigner), and every server
+// gets it first, to validate pushes. When they disagree, or when a worker has not declared
+// within declare_timeout_ms of the first, it is an error naming the workers; a failed
+// declaration takes no tensor id. A worker that declares a decided tensor again (or late)
+// gets the decided reply, alone; a bad declaration (not a worker, empty name, unknown dtype,
+// no elements, a change of a worker's own declaration) gets an error reply, alone.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "bytecomp/scheduler/node_table.h"
+#include "bytecomp/scheduler/outbox.h"
+#include "bytecomp/scheduler/partition_assigner.h"
+#include "cluster_config.pb.h"
+#include "control.pb.h"
+
+namespace bytecomp {
+
+class Declarations {
+ public:
+  Declarations(const proto::ClusterConfig& config, const NodeTable& nodes);
+
+  void Handle(const RegisteredNode& node, const proto::DeclareTensor& declare, int64_t now_ms,
+              Outbox* out);
+  // Fails the declarations whose workers did not all declare in time.
+  void OnTime(int64_t now_ms, Outbox* out);
+  // When OnTime has something to do next; nullopt when no declaration is waiting.
+  std::optional<int64_t> NextDeadline() const;
+
+ private:
+  // One tensor name's declarations, per worker rank, until all workers declared it.
+  struct Declaration {
+    std::map<int, proto::DeclareTensor> by_worker;
+    int64_t first_ms = 0;
+    std::optional<proto::DeclareReply> reply;  // set once decided (ok or not)
+  };
+
+  void Complete(const std::string& name, Declaration& decl, Outbox* out);
+  // Records the decision and sends it: to the servers first when ok, then to every worker.
+  void Decide(Declaration& decl, proto::DeclareReply reply, Outbox* out);
+
+  const proto::ClusterConfig& config_;
+  const NodeTable& nodes_;
+  PartitionAssigner assigner_;
+  std::map<std::string, Declaration> declarations_;  // by tensor name
+  std::set<std::string> undecided_;                  // names still waiting for workers
+  uint32_t next_tensor_id_ = 0;
+};
+
+}  // namespace bytecomp

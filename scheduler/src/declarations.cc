@@ -1,0 +1,201 @@
+#include "bytecomp/scheduler/declarations.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bytecomp/common/dtype.h"
+#include "bytecomp/common/logging.h"
+#include "log_format.h"
+
+namespace bytecomp {
+namespace {
+
+std::string DescribeDeclaration(const proto::DeclareTensor& d) {
+  return absl::StrCat(d.element_count(), " elements of ",
+                      IsValidDType(d.dtype()) ? std::string(DTypeName(static_cast<DType>(d.dtype())))
+                                              : absl::StrCat("dtype ", d.dtype()));
+}
+
+proto::ControlMessage ReplyMessage(const proto::DeclareReply& reply) {
+  proto::ControlMessage message;
+  *message.mutable_declare_reply() = reply;
+  return message;
+}
+
+// "tensor 'w' declared with 100 elements by workers 0, 2 and 200 elements by worker 1": the
+// workers grouped by what they declared, in rank order of first appearance, saying only
+// what differs.
+std::string DescribeMismatch(const std::string& name,
+                             const std::map<int, proto::DeclareTensor>& by_worker,
+                             bool counts_agree, bool dtypes_agree) {
+  auto describe = [&](const proto::DeclareTensor& d) -> std::string {
+    if (!dtypes_agree && !counts_agree) return DescribeDeclaration(d);
+    if (!dtypes_agree) return absl::StrCat("dtype ", DTypeName(static_cast<DType>(d.dtype())));
+    return absl::StrCat(d.element_count(), " elements");
+  };
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (const auto& [rank, d] : by_worker) {
+    const std::string what = describe(d);
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const auto& group) { return group.first == what; });
+    if (g == groups.end()) {
+      groups.push_back({what, {rank}});
+    } else {
+      g->second.push_back(rank);
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [what, ranks] : groups) {
+    parts.push_back(absl::StrCat(what, ranks.size() == 1 ? " by worker " : " by workers ",
+                                 absl::StrJoin(ranks, ", ")));
+  }
+  return absl::StrCat("tensor '", name, "' declared with ", absl::StrJoin(parts, " and "));
+}
+
+}  // namespace
+
+Declarations::Declarations(const proto::ClusterConfig& config, const NodeTable& nodes)
+    : config_(config),
+      nodes_(nodes),
+      assigner_(config.num_servers(), config.partition_bytes()) {}
+
+void Declarations::Handle(const RegisteredNode& node, const proto::DeclareTensor& declare,
+                          int64_t now_ms, Outbox* out) {
+  auto reply_error = [&](const std::string& error) {
+    proto::DeclareReply reply;
+    reply.set_name(declare.name());
+    reply.set_ok(false);
+    reply.set_error(error);
+    BC_LOG_WARNING("declaration from ", NodeTable::Name(node), " rejected: ", error);
+    out->Send(node.identity, ReplyMessage(reply));
+  };
+  if (node.role != proto::ROLE_WORKER) {
+    return reply_error(absl::StrCat("only workers declare tensors; ", NodeTable::Name(node),
+                                    " declared '", declare.name(), "'"));
+  }
+  if (declare.name().empty()) return reply_error("tensor name must not be empty");
+  if (!IsValidDType(declare.dtype())) {
+    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared with unknown dtype ",
+                                    declare.dtype(), " by worker ", node.rank));
+  }
+  if (declare.element_count() < 1) {
+    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared with ",
+                                    declare.element_count(), " elements by worker ", node.rank,
+                                    "; a tensor needs at least 1 element"));
+  }
+  Declaration& decl = declarations_[declare.name()];
+  if (decl.by_worker.empty()) {
+    decl.first_ms = now_ms;
+    undecided_.insert(declare.name());
+  }
+  auto mine = decl.by_worker.find(node.rank);
+  if (mine != decl.by_worker.end()) {
+    const bool same = mine->second.element_count() == declare.element_count() &&
+                      mine->second.dtype() == declare.dtype();
+    if (!same) {
+      return reply_error(absl::StrCat("tensor '", declare.name(), "' re-declared by worker ",
+                                      node.rank, " with ", DescribeDeclaration(declare),
+                                      " after ", DescribeDeclaration(mine->second)));
+    }
+    // Identical re-declaration: answer again once decided, else keep waiting.
+    if (decl.reply.has_value()) out->Send(node.identity, ReplyMessage(*decl.reply));
+    return;
+  }
+  decl.by_worker[node.rank] = declare;
+  if (decl.reply.has_value()) {
+    // Decided without this worker (it timed out): it gets the same verdict as the others.
+    out->Send(node.identity, ReplyMessage(*decl.reply));
+    return;
+  }
+  if (static_cast<int>(decl.by_worker.size()) == config_.num_workers()) {
+    Complete(declare.name(), decl, out);
+  }
+}
+
+void Declarations::Complete(const std::string& name, Declaration& decl, Outbox* out) {
+  proto::DeclareReply reply;
+  reply.set_name(name);
+  const proto::DeclareTensor& first = decl.by_worker.begin()->second;
+  const bool counts_agree = std::all_of(
+      decl.by_worker.begin(), decl.by_worker.end(),
+      [&](const auto& kv) { return kv.second.element_count() == first.element_count(); });
+  const bool dtypes_agree = std::all_of(
+      decl.by_worker.begin(), decl.by_worker.end(),
+      [&](const auto& kv) { return kv.second.dtype() == first.dtype(); });
+  if (!counts_agree || !dtypes_agree) {
+    reply.set_ok(false);
+    reply.set_error(DescribeMismatch(name, decl.by_worker, counts_agree, dtypes_agree));
+  } else {
+    absl::StatusOr<PartitionAssignment> assignment =
+        assigner_.Assign(first.element_count(), static_cast<DType>(first.dtype()));
+    if (!assignment.ok()) {
+      reply.set_ok(false);
+      reply.set_error(absl::StrCat("tensor '", name, "': ", assignment.status().message()));
+    } else {
+      reply.set_ok(true);
+      reply.set_tensor_id(next_tensor_id_++);
+      reply.set_element_count(first.element_count());
+      reply.set_dtype(first.dtype());
+      reply.set_partition_elements(assignment->partition_elements);
+      for (int32_t server : assignment->partition_server) reply.add_partition_server(server);
+      BC_LOG_DEBUG("tensor '", name, "' id ", reply.tensor_id(), ": ",
+                   DescribeDeclaration(first), " in ", reply.partition_server_size(),
+                   " partitions");
+    }
+  }
+  undecided_.erase(name);
+  Decide(decl, std::move(reply), out);
+}
+
+void Declarations::Decide(Declaration& decl, proto::DeclareReply reply, Outbox* out) {
+  if (!reply.ok()) BC_LOG_WARNING("declaration failed: ", reply.error());
+  decl.reply = std::move(reply);
+  const proto::ControlMessage message = ReplyMessage(*decl.reply);
+  // Servers first: they validate every data message against the declaration, and a worker
+  // may push the moment it has its reply.
+  if (decl.reply->ok()) {
+    for (const std::string& id : nodes_.ServerIdentities()) out->Send(id, message);
+  }
+  for (const std::string& id : nodes_.WorkerIdentities()) out->Send(id, message);
+}
+
+std::optional<int64_t> Declarations::NextDeadline() const {
+  std::optional<int64_t> next;
+  for (const std::string& name : undecided_) {
+    const int64_t due = declarations_.at(name).first_ms + config_.declare_timeout_ms();
+    if (!next.has_value() || due < *next) next = due;
+  }
+  return next;
+}
+
+void Declarations::OnTime(int64_t now_ms, Outbox* out) {
+  std::vector<std::string> expired;
+  for (const std::string& name : undecided_) {
+    if (now_ms - declarations_.at(name).first_ms >= config_.declare_timeout_ms()) {
+      expired.push_back(name);
+    }
+  }
+  for (const std::string& name : expired) {
+    Declaration& decl = declarations_.at(name);
+    undecided_.erase(name);
+    std::vector<int> missing;
+    std::vector<int> declared;
+    for (int r = 0; r < config_.num_workers(); ++r) {
+      (decl.by_worker.count(r) > 0 ? declared : missing).push_back(r);
+    }
+    proto::DeclareReply reply;
+    reply.set_name(name);
+    reply.set_ok(false);
+    reply.set_error(absl::StrCat("tensor '", name, "' was not declared by worker",
+                                 missing.size() == 1 ? " " : "s ", absl::StrJoin(missing, ", "),
+                                 " within ", Seconds(config_.declare_timeout_ms()),
+                                 " (declared by worker", declared.size() == 1 ? " " : "s ",
+                                 absl::StrJoin(declared, ", "), ")"));
+    Decide(decl, std::move(reply), out);
+  }
+}
+
+}  // namespace bytecomp
