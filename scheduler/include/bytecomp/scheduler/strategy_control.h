@@ -1,0 +1,75 @@
+// Strategy changes, in two phases so that every node switches at the same round
+// (control.proto, StrategyPrepare): a reload of the strategy file (SIGHUP), or
+// --strategy=auto's plan once every worker reported its profiled rounds, sends
+// StrategyPrepare{version} to every worker; once all answered StrategyPrepareReply, every
+// server and then every worker gets StrategyCommit{strategy, first_round}. A file that does
+// not load or validate is logged and the strategy in force stays.
+//
+// Also the workers' LinkProbeReports (sent once at start): kept, printed as one table once
+// every worker reported, and used by --strategy=auto's plan. Prepare replies and link probe
+// reports from a server are answered with an Error.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bytecomp/scheduler/auto_planner.h"
+#include "bytecomp/scheduler/link_book.h"
+#include "bytecomp/scheduler/node_table.h"
+#include "bytecomp/scheduler/outbox.h"
+#include "bytecomp/scheduler/strategy_keeper.h"
+#include "cluster_config.pb.h"
+#include "control.pb.h"
+#include "planner.pb.h"
+
+namespace bytecomp {
+
+// What --strategy=auto plans with.
+struct AutoPlanInputs {
+  proto::ClusterDescription cluster;
+  proto::CostTable costs;
+  PlanLinks links = PlanLinks::kMeasured;
+};
+
+// Reads the --plan_cluster and --plan_costs files; the error names what is missing or wrong.
+absl::StatusOr<AutoPlanInputs> LoadAutoPlanInputs(const std::string& cluster_path,
+                                                  const std::string& costs_path,
+                                                  PlanLinks links);
+
+class StrategyControl {
+ public:
+  // `keeper`: the strategy loaded at start. `auto_plan`: set for --strategy=auto.
+  StrategyControl(const proto::ClusterConfig& config, const NodeTable& nodes,
+                  StrategyKeeper keeper, std::optional<AutoPlanInputs> auto_plan);
+
+  // The strategy in force and the file it came from (Registration sends it in the topology).
+  const StrategyKeeper& keeper() const { return keeper_; }
+  const LinkBook& links() const { return links_; }
+
+  // SIGHUP: re-read the strategy file and prepare every worker for it.
+  void Reload(Outbox* out);
+  void HandlePrepareReply(const RegisteredNode& node, const proto::StrategyPrepareReply& reply,
+                          Outbox* out);
+  // --strategy=auto: once every worker reported, plan and prepare the planned strategy. Other
+  // jobs ignore profiles.
+  void HandleProfileReport(const RegisteredNode& node, const proto::ProfileReport& report,
+                           Outbox* out);
+  void HandleLinkProbeReport(const RegisteredNode& node, const proto::LinkProbeReport& report,
+                             Outbox* out);
+
+ private:
+  void Prepare(const proto::ControlMessage& prepare, Outbox* out);
+  void Plan(Outbox* out);
+
+  const proto::ClusterConfig& config_;
+  const NodeTable& nodes_;
+  StrategyKeeper keeper_;
+  std::optional<AutoPlanInputs> auto_plan_;
+  std::map<int, proto::ModelProfile> profiles_;  // by worker rank
+  bool planned_ = false;
+  LinkBook links_;
+};
+
+}  // namespace bytecomp

@@ -1,0 +1,204 @@
+// Strategy changes without sockets: reload (prepare, then commit to servers first), a bad file
+// keeping the strategy in force, --strategy=auto's plan, and the workers' link probes.
+#include "bytecomp/scheduler/strategy_control.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "protocol_test_util.h"
+
+namespace bytecomp {
+namespace {
+
+using proto::ControlMessage;
+using testing::Contains;
+using testing::ServerId;
+using testing::WorkerId;
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+proto::StrategyPrepareReply PrepareReply(uint64_t version, uint64_t highest_started_round) {
+  proto::StrategyPrepareReply r;
+  r.set_version(version);
+  r.set_highest_started_round(highest_started_round);
+  return r;
+}
+
+constexpr char kFp16Everywhere[] =
+    "seed: 7\ntensors {\n  name_pattern: \"*\"\n  push_codec { name: \"fp16\" }\n"
+    "  pull_codec { name: \"fp16\" }\n  force: true\n}\n";
+
+class StrategyControlTest : public ::testing::Test {
+ protected:
+  // 3 workers, 2 servers; the strategy from `path` ("": none), --strategy=auto with `auto_plan`.
+  void Start(const std::string& path, std::optional<AutoPlanInputs> auto_plan = std::nullopt) {
+    StrategyKeeper keeper;
+    ASSERT_TRUE(keeper.LoadInitial(path).ok());
+    control_ = std::make_unique<StrategyControl>(config_, nodes_, std::move(keeper),
+                                                 std::move(auto_plan));
+  }
+  const RegisteredNode& Worker(int rank) { return *nodes_.At(proto::ROLE_WORKER, rank); }
+  const RegisteredNode& Server(int rank) { return *nodes_.At(proto::ROLE_SERVER, rank); }
+
+  proto::ClusterConfig config_ = testing::JobConfig(3, 2);
+  NodeTable nodes_{3, 2};
+  std::unique_ptr<StrategyControl> control_;
+  std::string path_ = ::testing::TempDir() + "/strategy_control_test.pbtxt";
+  void SetUp() override { testing::RegisterAll(nodes_); }
+};
+
+TEST_F(StrategyControlTest, AReloadPreparesEveryWorkerAndCommitsToServersFirst) {
+  WriteFile(path_, "seed: 7\n");
+  Start(path_);
+  EXPECT_EQ(control_->keeper().current().version(), 1u);
+  WriteFile(path_, kFp16Everywhere);
+  Outbox out;
+  control_->Reload(&out);
+  EXPECT_EQ(testing::Recipients(out),
+            (std::vector<std::string>{WorkerId(0), WorkerId(1), WorkerId(2)}));
+  for (const OutgoingControl& m : out.messages()) {
+    EXPECT_EQ(m.message.strategy_prepare().version(), 2u);
+  }
+  // Not in force until every worker answered.
+  Outbox replies;
+  control_->HandlePrepareReply(Worker(0), PrepareReply(2, 10), &replies);
+  control_->HandlePrepareReply(Worker(2), PrepareReply(2, 12), &replies);
+  control_->HandlePrepareReply(Worker(1), PrepareReply(1, 30), &replies);  // another version
+  EXPECT_TRUE(replies.messages().empty());
+  EXPECT_EQ(control_->keeper().current().version(), 1u);
+  control_->HandlePrepareReply(Worker(1), PrepareReply(2, 11), &replies);
+  EXPECT_EQ(testing::Recipients(replies),
+            (std::vector<std::string>{ServerId(0), ServerId(1), WorkerId(0), WorkerId(1),
+                                      WorkerId(2)}));
+  for (const OutgoingControl& m : replies.messages()) {
+    const proto::Strategy& s = m.message.strategy_commit().strategy();
+    EXPECT_EQ(s.version(), 2u);
+    EXPECT_EQ(s.first_round(), 14u) << "the highest round started, plus 2";
+    ASSERT_EQ(s.tensors_size(), 1);
+    EXPECT_EQ(s.tensors(0).push_codec().name(), "fp16");
+  }
+  EXPECT_EQ(control_->keeper().current().version(), 2u);
+}
+
+TEST_F(StrategyControlTest, AFileThatDoesNotLoadKeepsTheStrategyInForce) {
+  WriteFile(path_, "seed: 7\n");
+  Start(path_);
+  WriteFile(path_, "seed: 7\ntensors {\n  name_pattern: \"*\"\n  push_codec { name: \"fp61\" }\n}\n");
+  Outbox out;
+  control_->Reload(&out);
+  EXPECT_TRUE(out.messages().empty());
+  EXPECT_EQ(control_->keeper().current().version(), 1u);
+  // Fixed, it loads as version 2: the failed reload took no version.
+  WriteFile(path_, kFp16Everywhere);
+  control_->Reload(&out);
+  ASSERT_EQ(out.messages().size(), 3u);
+  EXPECT_EQ(out.messages()[0].message.strategy_prepare().version(), 2u);
+  // A second reload while the first is being switched to is refused, and changes nothing.
+  Outbox again;
+  control_->Reload(&again);
+  EXPECT_TRUE(again.messages().empty());
+}
+
+TEST_F(StrategyControlTest, WithoutAFileThereIsNothingToReload) {
+  Start("");
+  Outbox out;
+  control_->Reload(&out);
+  EXPECT_TRUE(out.messages().empty());
+  EXPECT_EQ(control_->keeper().current().version(), 1u);
+}
+
+TEST_F(StrategyControlTest, ServersMayNotAnswerPreparesOrReportLinks) {
+  Start("");
+  Outbox out;
+  control_->HandlePrepareReply(Server(1), PrepareReply(2, 0), &out);
+  EXPECT_EQ(testing::Only(out, ServerId(1), ControlMessage::kError).error().message(),
+            "StrategyPrepareReply from server 1");
+  Outbox probe;
+  control_->HandleLinkProbeReport(Server(0), proto::LinkProbeReport(), &probe);
+  EXPECT_EQ(testing::Only(probe, ServerId(0), ControlMessage::kError).error().message(),
+            "LinkProbeReport from server 0");
+  EXPECT_EQ(control_->links().size(), 0);
+}
+
+TEST_F(StrategyControlTest, KeepsTheWorkersLinkProbes) {
+  Start("");
+  proto::LinkProbeReport report;
+  proto::LinkProbe* link = report.add_links();
+  link->set_latency_us(80);
+  link->set_up_gbps(1.5);
+  link->set_down_gbps(2.5);
+  Outbox out;
+  control_->HandleLinkProbeReport(Worker(0), report, &out);
+  EXPECT_EQ(control_->links().size(), 1);
+  link->set_latency_us(120);
+  control_->HandleLinkProbeReport(Worker(1), report, &out);
+  control_->HandleLinkProbeReport(Worker(1), report, &out);  // a repeat replaces
+  EXPECT_TRUE(out.messages().empty());
+  ASSERT_EQ(control_->links().size(), 2);
+  std::optional<MeasuredLinks> m = control_->links().Median();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->pairs, 2);
+  EXPECT_DOUBLE_EQ(m->latency_us, 120);
+  EXPECT_DOUBLE_EQ(m->up_gbps, 1.5);
+}
+
+proto::ProfileReport Profile() {
+  proto::ProfileReport report;
+  proto::ModelProfile* p = report.mutable_profile();
+  p->set_model("one tensor");
+  auto* t = p->add_tensors();
+  t->set_name("w");
+  t->set_elements(1'000'000);
+  p->set_measured_round_us(10'000);
+  return report;
+}
+
+TEST_F(StrategyControlTest, AutoPlansOnceEveryWorkerReportedItsProfileAndPreparesThePlan) {
+  AutoPlanInputs inputs;
+  inputs.cluster.set_machines(3);
+  inputs.cluster.mutable_worker_link()->set_bandwidth_gbps(10);
+  inputs.cluster.mutable_server_link()->set_bandwidth_gbps(10);
+  inputs.links = PlanLinks::kFile;
+  Start("", inputs);
+  Outbox out;
+  control_->HandleProfileReport(Worker(0), Profile(), &out);
+  control_->HandleProfileReport(Worker(0), Profile(), &out);  // a repeat counts once
+  control_->HandleProfileReport(Server(0), Profile(), &out);  // ignored
+  control_->HandleProfileReport(Worker(2), Profile(), &out);
+  EXPECT_TRUE(out.messages().empty());
+  control_->HandleProfileReport(Worker(1), Profile(), &out);
+  EXPECT_EQ(testing::Recipients(out),
+            (std::vector<std::string>{WorkerId(0), WorkerId(1), WorkerId(2)}));
+  EXPECT_EQ(out.messages()[0].message.strategy_prepare().version(), 2u);
+  // Planned once: later reports change nothing.
+  Outbox later;
+  control_->HandleProfileReport(Worker(1), Profile(), &later);
+  EXPECT_TRUE(later.messages().empty());
+}
+
+TEST_F(StrategyControlTest, WithoutAutoProfilesAreIgnored) {
+  Start("");
+  Outbox out;
+  for (int w = 0; w < 3; ++w) control_->HandleProfileReport(Worker(w), Profile(), &out);
+  EXPECT_TRUE(out.messages().empty());
+  EXPECT_FALSE(control_->keeper().update_pending());
+}
+
+TEST(AutoPlanInputsTest, NeedsBothFiles) {
+  absl::StatusOr<AutoPlanInputs> inputs = LoadAutoPlanInputs("", "costs.pbtxt", PlanLinks::kFile);
+  ASSERT_FALSE(inputs.ok());
+  EXPECT_TRUE(Contains(std::string(inputs.status().message()), "--plan_cluster"));
+  inputs = LoadAutoPlanInputs("/nonexistent/cluster.pbtxt", "/nonexistent/costs.pbtxt",
+                              PlanLinks::kFile);
+  ASSERT_FALSE(inputs.ok());
+  EXPECT_TRUE(Contains(std::string(inputs.status().message()), "/nonexistent/cluster.pbtxt"))
+      << inputs.status();
+}
+
+}  // namespace
+}  // namespace bytecomp
