@@ -1,0 +1,67 @@
+// Liveness: whether the job is alive, and how it ends. Every way a job ends goes through
+// here (but one: Registration ends it when the workers cannot be grouped by machine).
+//
+// - Registration must complete within connect_timeout_ms of the start, else every node gets
+//   Shutdown naming the missing ranks (DeadlineExceeded).
+// - From the topology on, every node must be heard from (any message counts) within
+//   heartbeat_timeout_ms, else every other node gets NodeFailed{node, "missed heartbeats for
+//   5.0 s", data_address} for each silent one, then Shutdown (Unavailable). A worker that sent
+//   WorkerDone is no longer watched.
+// - WorkerDone from every worker: the servers get Shutdown{"every worker is done"} (OK; the
+//   workers are leaving already).
+// - Shutdown{reason} from a node: every other node gets Shutdown (Aborted).
+// - Stop (Scheduler::Stop, a signal): every node gets Shutdown (Cancelled).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "bytecomp/scheduler/node_table.h"
+#include "bytecomp/scheduler/outbox.h"
+#include "cluster_config.pb.h"
+#include "control.pb.h"
+
+namespace bytecomp {
+
+class Liveness {
+ public:
+  // `start_ms`: when the scheduler started listening; the registration deadline counts
+  // from it.
+  Liveness(const proto::ClusterConfig& config, const NodeTable& nodes, int64_t start_ms);
+
+  // A message from `node` (any message, even a malformed one, is a sign of life).
+  void Seen(const RegisteredNode& node, int64_t now_ms);
+  // The topology went out: heartbeat monitoring starts now for every node. Until then a node
+  // may be busy with its own start-up, and the registration deadline covers that phase.
+  void StartMonitoring(int64_t now_ms);
+
+  void HandleWorkerDone(const RegisteredNode& node, Outbox* out);
+  void HandleShutdown(const RegisteredNode& node, const proto::Shutdown& shutdown, Outbox* out);
+  // The scheduler is stopping (`reason`: "scheduler received SIGTERM", ...).
+  void Stop(const std::string& reason, Outbox* out);
+
+  // Ends the job when registration is late or a node went silent.
+  void OnTime(int64_t now_ms, Outbox* out);
+  // When OnTime has something to check next; nullopt when nothing is watched.
+  std::optional<int64_t> NextDeadline() const;
+
+  int workers_done() const { return static_cast<int>(done_workers_.size()); }
+
+ private:
+  // Not a worker that said WorkerDone.
+  bool Watched(const RegisteredNode& node) const;
+  int64_t LastSeen(const RegisteredNode& node) const;
+  void FailSilentNodes(int64_t now_ms, Outbox* out);
+
+  const proto::ClusterConfig& config_;
+  const NodeTable& nodes_;
+  int64_t start_ms_;
+  bool monitoring_ = false;
+  absl::flat_hash_map<std::string, int64_t> last_seen_ms_;  // by identity
+  std::set<int> done_workers_;                              // ranks that sent WorkerDone
+};
+
+}  // namespace bytecomp
