@@ -106,11 +106,16 @@ absl::Status NodeTable::Add(RegisteredNode node) {
     return absl::InvalidArgumentError(absl::StrCat("a ", RoleName(node.role), " cannot register"));
   }
   std::vector<RegisteredNode>& by_rank = ByRole(node.role);
-  if (node.rank < 0 || node.rank >= static_cast<int>(by_rank.size()) ||
-      !by_rank[node.rank].identity.empty() || node.identity.empty() ||
-      by_identity_.contains(node.identity)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot add ", Name(node), ": rank out of range or taken, or identity empty or taken"));
+  const std::string name = Name(node);
+  if (node.rank < 0 || node.rank >= static_cast<int>(by_rank.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is out of range"));
+  }
+  if (!by_rank[node.rank].identity.empty()) {
+    return absl::AlreadyExistsError(absl::StrCat(name, " is registered already"));
+  }
+  if (node.identity.empty() || by_identity_.contains(node.identity)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(name, ": its identity is empty or registered already"));
   }
   by_identity_[node.identity] = {node.role, node.rank};
   by_rank[node.rank] = std::move(node);
