@@ -24,7 +24,8 @@ ABSL_FLAG(int, num_workers, 0, "Number of workers (training processes)");
 ABSL_FLAG(int, num_servers, 0, "Number of servers");
 ABSL_FLAG(int64_t, partition_bytes, 0, "Partition size in bytes");
 ABSL_FLAG(int, connections_per_server, 0, "DEALER connections per worker and server");
-ABSL_FLAG(int, server_engine_threads, 0, "Engine threads per server");
+ABSL_FLAG(int, server_engine_threads, 0,
+          "Threads per server, each owning a disjoint set of keys (ClusterConfig field)");
 ABSL_FLAG(int, heartbeat_interval_ms, 0, "Heartbeat interval of the nodes");
 ABSL_FLAG(int, heartbeat_timeout_ms, 0, "Silence after which a node is declared failed");
 ABSL_FLAG(int, connect_timeout_ms, 0, "Time allowed for every node to register");
