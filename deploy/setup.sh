@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  clang
   libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler
   libabsl-dev

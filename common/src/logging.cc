@@ -5,18 +5,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace bytecomp {
 namespace {
 
-std::mutex& IdentityMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::string& Identity() {
-  static std::string identity = "bytecomp";
-  return identity;
+// The prefix of every line; set by the main thread, read by every thread that logs.
+struct LogIdentity {
+  absl::Mutex mutex;
+  std::string name ABSL_GUARDED_BY(mutex) = "bytecomp";
+};
+// Never destroyed: threads may still log while the process exits.
+LogIdentity& Identity() {
+  static LogIdentity* const identity = new LogIdentity();
+  return *identity;
 }
 
 LogLevel LevelFromEnv() {
@@ -46,8 +50,9 @@ const char* LevelName(LogLevel level) {
 }  // namespace
 
 void SetLogIdentity(absl::string_view identity) {
-  std::lock_guard<std::mutex> lock(IdentityMutex());
-  Identity() = std::string(identity);
+  LogIdentity& id = Identity();
+  absl::MutexLock lock(&id.mutex);
+  id.name = std::string(identity);
 }
 
 LogLevel CurrentLogLevel() { return static_cast<LogLevel>(Level().load(std::memory_order_relaxed)); }
@@ -59,8 +64,9 @@ void LogLine(LogLevel level, absl::string_view message) {
   const double t = duration<double>(system_clock::now().time_since_epoch()).count();
   std::string identity;
   {
-    std::lock_guard<std::mutex> lock(IdentityMutex());
-    identity = Identity();
+    LogIdentity& id = Identity();
+    absl::MutexLock lock(&id.mutex);
+    identity = id.name;
   }
   // One fprintf per line keeps lines from different threads whole.
   std::fprintf(stderr, "%s %.3f [%s] %.*s\n", LevelName(level), t, identity.c_str(),

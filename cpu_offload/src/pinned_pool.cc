@@ -9,7 +9,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <deque>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "bytecomp/common/logging.h"
 
 #if BYTECOMP_HAVE_CUDA
@@ -19,23 +26,28 @@
 namespace bytecomp::cpu_offload {
 namespace internal {
 
-struct PinnedPoolState {
+// Everything the pool and its buffers share. options, kind and page_bytes are set before the
+// state is shared and only read after.
+struct PinnedPoolState : std::enable_shared_from_this<PinnedPoolState> {
   PinnedPoolOptions options;
   PinnedMemoryKind kind = PinnedMemoryKind::kUnlocked;
   size_t page_bytes = 4096;
-  mutable std::mutex mutex;
-  std::map<size_t, std::vector<std::pair<uint8_t*, PinnedMemoryKind>>> free_blocks;  // by class
-  PinnedPoolStats stats;
+
   struct Parked {
     size_t bytes;
     std::function<void(absl::StatusOr<PinnedBuffer>)> on_ready;
   };
-  std::deque<Parked> parked;  // AcquireOrPark requests, oldest first
-  // Acquire for parked requests, set by the pool (it needs the pool's allocation code).
-  std::function<absl::StatusOr<PinnedBuffer>(size_t)> acquire_locked;
+  mutable absl::Mutex mutex;
+  // Cached blocks by size class.
+  std::map<size_t, std::vector<std::pair<uint8_t*, PinnedMemoryKind>>> free_blocks
+      ABSL_GUARDED_BY(mutex);
+  PinnedPoolStats stats ABSL_GUARDED_BY(mutex);
+  std::deque<Parked> parked ABSL_GUARDED_BY(mutex);  // AcquireOrPark requests, oldest first
 
-  // Called with mutex held.
-  void FreeToSystem(uint8_t* data, size_t capacity, PinnedMemoryKind block_kind) {
+  absl::StatusOr<PinnedBuffer> AcquireLocked(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex);
+
+  void FreeToSystem(uint8_t* data, size_t capacity, PinnedMemoryKind block_kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
     ++stats.releases_to_system;
     switch (block_kind) {
       case PinnedMemoryKind::kCudaHost:
@@ -54,7 +66,7 @@ struct PinnedPoolState {
   }
 
   // Frees cached blocks (largest first) until at least `needed` more bytes fit in the bound.
-  void EvictCachedFor(size_t needed) {
+  void EvictCachedFor(size_t needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
     while (stats.in_use_bytes + stats.cached_bytes + needed > options.max_total_bytes &&
            stats.cached_bytes > 0) {
       auto it = std::prev(free_blocks.end());
@@ -69,7 +81,7 @@ struct PinnedPoolState {
     }
   }
 
-  void ReleaseAll() {
+  void ReleaseAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
     for (auto& [capacity, blocks] : free_blocks) {
       for (auto [data, block_kind] : blocks) FreeToSystem(data, capacity, block_kind);
       stats.cached_bytes -= capacity * blocks.size();
@@ -77,7 +89,10 @@ struct PinnedPoolState {
     }
   }
 
-  ~PinnedPoolState() { ReleaseAll(); }
+  ~PinnedPoolState() {
+    absl::MutexLock lock(&mutex);
+    ReleaseAll();
+  }
 };
 
 }  // namespace internal
@@ -126,14 +141,15 @@ void PinnedBuffer::Reset() {
   if (data_ == nullptr) return;
   std::shared_ptr<internal::PinnedPoolState> state = std::move(state_);
   // Parked requests that fit now, served oldest first; their callbacks run outside the lock.
+  // (After the pool is destroyed nothing is parked: its destructor cancelled the requests.)
   std::vector<std::pair<std::function<void(absl::StatusOr<PinnedBuffer>)>, PinnedBuffer>> ready;
   {
-    std::lock_guard<std::mutex> lock(state->mutex);
+    absl::MutexLock lock(&state->mutex);
     state->stats.in_use_bytes -= capacity_;
     state->free_blocks[capacity_].emplace_back(data_, kind_);
     state->stats.cached_bytes += capacity_;
-    while (!state->parked.empty() && state->acquire_locked) {
-      absl::StatusOr<PinnedBuffer> buffer = state->acquire_locked(state->parked.front().bytes);
+    while (!state->parked.empty()) {
+      absl::StatusOr<PinnedBuffer> buffer = state->AcquireLocked(state->parked.front().bytes);
       if (!buffer.ok()) break;  // still does not fit: keep the order
       ready.emplace_back(std::move(state->parked.front().on_ready), std::move(*buffer));
       state->parked.pop_front();
@@ -157,17 +173,13 @@ PinnedMemoryPool::PinnedMemoryPool(PinnedPoolOptions options)
   const long page = sysconf(_SC_PAGESIZE);
   state_->page_bytes = page > 0 ? static_cast<size_t>(page) : 4096;
   state_->kind = DecideKind(options);
-  // Called with the state's mutex held, from a releasing buffer. The raw pointer is safe: the
-  // destructor clears this function before the pool goes.
-  state_->acquire_locked = [this](size_t bytes) { return AcquireLocked(bytes); };
 }
 
 PinnedMemoryPool::~PinnedMemoryPool() {
   std::deque<internal::PinnedPoolState::Parked> parked;
   {
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    absl::MutexLock lock(&state_->mutex);
     parked.swap(state_->parked);
-    state_->acquire_locked = nullptr;  // buffers outliving the pool serve no one
   }
   for (auto& p : parked) {
     p.on_ready(absl::CancelledError(absl::StrCat(
@@ -177,18 +189,18 @@ PinnedMemoryPool::~PinnedMemoryPool() {
 }
 
 absl::StatusOr<PinnedBuffer> PinnedMemoryPool::Acquire(size_t bytes) {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  return AcquireLocked(bytes);
+  absl::MutexLock lock(&state_->mutex);
+  return state_->AcquireLocked(bytes);
 }
 
 std::optional<absl::StatusOr<PinnedBuffer>> PinnedMemoryPool::AcquireOrPark(
     size_t bytes, std::function<void(absl::StatusOr<PinnedBuffer>)> on_ready) {
-  std::lock_guard<std::mutex> lock(state_->mutex);
+  absl::MutexLock lock(&state_->mutex);
   const size_t capacity = SizeClass(bytes, state_->options.min_class_bytes);
   const bool can_ever_fit = capacity != 0 && capacity <= state_->options.max_total_bytes;
   // Parked requests go first, so a newcomer does not overtake them.
   if (!can_ever_fit || state_->parked.empty()) {
-    absl::StatusOr<PinnedBuffer> buffer = AcquireLocked(bytes);
+    absl::StatusOr<PinnedBuffer> buffer = state_->AcquireLocked(bytes);
     // Parking helps only when buffers in use will come back.
     if (buffer.ok() || buffer.status().code() != absl::StatusCode::kResourceExhausted ||
         !can_ever_fit || state_->stats.in_use_bytes == 0) {
@@ -201,59 +213,56 @@ std::optional<absl::StatusOr<PinnedBuffer>> PinnedMemoryPool::AcquireOrPark(
 }
 
 size_t PinnedMemoryPool::parked_requests() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
+  absl::MutexLock lock(&state_->mutex);
   return state_->parked.size();
 }
 
-absl::StatusOr<PinnedBuffer> PinnedMemoryPool::AcquireLocked(size_t bytes) {
-  internal::PinnedPoolState& s = *state_;
-  const size_t capacity = SizeClass(bytes, s.options.min_class_bytes);
+absl::StatusOr<PinnedBuffer> internal::PinnedPoolState::AcquireLocked(size_t bytes) {
+  const size_t capacity = PinnedMemoryPool::SizeClass(bytes, options.min_class_bytes);
   if (capacity == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pinned memory pool: a request of ", bytes, " bytes has no size class"));
   }
-  PinnedBuffer buffer;
-  auto& cached = s.free_blocks[capacity];
+  uint8_t* data = nullptr;
+  PinnedMemoryKind block_kind = kind;
+  auto& cached = free_blocks[capacity];
   if (!cached.empty()) {
-    std::tie(buffer.data_, buffer.kind_) = cached.back();
+    std::tie(data, block_kind) = cached.back();
     cached.pop_back();
-    s.stats.cached_bytes -= capacity;
-    ++s.stats.reuses;
+    stats.cached_bytes -= capacity;
+    ++stats.reuses;
   } else {
-    s.EvictCachedFor(capacity);
-    if (s.stats.in_use_bytes + s.stats.cached_bytes + capacity >
-                             s.options.max_total_bytes) {
+    EvictCachedFor(capacity);
+    if (stats.in_use_bytes + stats.cached_bytes + capacity > options.max_total_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "pinned memory pool: a request of ", bytes, " bytes (size class ", capacity,
-          " bytes) exceeds the bound of ", s.options.max_total_bytes, " bytes: ",
-          s.stats.in_use_bytes, " bytes are in use; raise the pinned pool bound or release "
+          " bytes) exceeds the bound of ", options.max_total_bytes, " bytes: ",
+          stats.in_use_bytes, " bytes are in use; raise the pinned pool bound or release "
           "buffers"));
     }
-    uint8_t* data = nullptr;
-    PinnedMemoryKind kind = s.kind;
 #if BYTECOMP_HAVE_CUDA
-    if (kind == PinnedMemoryKind::kCudaHost) {
+    if (block_kind == PinnedMemoryKind::kCudaHost) {
       void* p = nullptr;
       const cudaError_t rc = cudaHostAlloc(&p, capacity, cudaHostAllocPortable);
       if (rc != cudaSuccess) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "pinned memory pool: cudaHostAlloc of ", capacity, " bytes failed: ",
-            cudaGetErrorString(rc), " (", s.stats.in_use_bytes, " bytes in use)"));
+            cudaGetErrorString(rc), " (", stats.in_use_bytes, " bytes in use)"));
       }
       data = static_cast<uint8_t*>(p);
     }
 #endif
     if (data == nullptr) {
       // Page-aligned so that mlock locks exactly this block and DMA engines like it.
-      const size_t alignment = std::max(s.page_bytes, size_t{64});
+      const size_t alignment = std::max(page_bytes, size_t{64});
       const size_t rounded = (capacity + alignment - 1) / alignment * alignment;
       data = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded));
       if (data == nullptr) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "pinned memory pool: the system refused ", capacity, " bytes (",
-            s.stats.in_use_bytes, " bytes in use)"));
+            stats.in_use_bytes, " bytes in use)"));
       }
-      if (kind == PinnedMemoryKind::kMlocked && mlock(data, capacity) != 0) {
+      if (block_kind == PinnedMemoryKind::kMlocked && mlock(data, capacity) != 0) {
         const int err = errno;
         if (!mlock_warning_given.exchange(true)) {
           BC_LOG_WARNING("pinned memory pool: mlock of ", capacity, " bytes failed (",
@@ -261,27 +270,22 @@ absl::StatusOr<PinnedBuffer> PinnedMemoryPool::AcquireLocked(size_t bytes) {
                          "); staging buffers are not page-locked. Raise RLIMIT_MEMLOCK "
                          "(ulimit -l) to lock them.");
         }
-        kind = PinnedMemoryKind::kUnlocked;
+        block_kind = PinnedMemoryKind::kUnlocked;
       }
     }
-    buffer.data_ = data;
-    buffer.kind_ = kind;
-    ++s.stats.allocations;
+    ++stats.allocations;
   }
-  s.stats.in_use_bytes += capacity;
-  buffer.state_ = state_;
-  buffer.size_ = bytes;
-  buffer.capacity_ = capacity;
-  return buffer;
+  stats.in_use_bytes += capacity;
+  return PinnedBuffer(shared_from_this(), data, bytes, capacity, block_kind);
 }
 
 void PinnedMemoryPool::Trim() {
-  std::lock_guard<std::mutex> lock(state_->mutex);
+  absl::MutexLock lock(&state_->mutex);
   state_->ReleaseAll();
 }
 
 PinnedPoolStats PinnedMemoryPool::stats() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
+  absl::MutexLock lock(&state_->mutex);
   return state_->stats;
 }
 

@@ -42,11 +42,11 @@ PriorityThreadPool::~PriorityThreadPool() { Shutdown(ShutdownMode::kDrain); }
 
 absl::Status PriorityThreadPool::Submit(int priority, PoolTask task) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     // A live worker always re-checks the queue before it exits, so an accepted task is run.
     if (!stopping_ || (drain_ && live_workers_ > 0)) {
       queue_.push(Entry{priority, next_sequence_++, std::move(task)});
-      work_available_.notify_one();
+      work_available_.Signal();
       return absl::OkStatus();
     }
     ++tasks_cancelled_;
@@ -58,19 +58,20 @@ absl::Status PriorityThreadPool::Submit(int priority, PoolTask task) {
 }
 
 void PriorityThreadPool::WorkerLoop(size_t index) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  mutex_.Lock();
   while (true) {
-    work_available_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) work_available_.Wait(&mutex_);
     if (queue_.empty() || (stopping_ && !drain_)) {  // Shutdown cancels a queue itself
       --live_workers_;
+      mutex_.Unlock();
       return;
     }
     PoolTask task = std::move(queue_.top().task);
     queue_.pop();
-    lock.unlock();
+    mutex_.Unlock();
     task(absl::OkStatus());
     task = nullptr;  // destroy captured state outside the lock too
-    lock.lock();
+    mutex_.Lock();
     ++tasks_run_;
   }
 }
@@ -79,7 +80,7 @@ void PriorityThreadPool::Shutdown(ShutdownMode mode) {
   std::call_once(shutdown_once_, [&] {
     std::vector<PoolTask> cancelled;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      absl::MutexLock lock(&mutex_);
       stopping_ = true;
       drain_ = mode == ShutdownMode::kDrain;
       if (!drain_) {
@@ -89,7 +90,7 @@ void PriorityThreadPool::Shutdown(ShutdownMode mode) {
         }
         tasks_cancelled_ += cancelled.size();
       }
-      work_available_.notify_all();
+      work_available_.SignalAll();
     }
     // Queued tasks learn of the cancellation in their submission order of priority.
     const absl::Status why = absl::CancelledError(
@@ -106,17 +107,17 @@ void PriorityThreadPool::Shutdown(ShutdownMode mode) {
 }
 
 size_t PriorityThreadPool::queued() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return queue_.size();
 }
 
 uint64_t PriorityThreadPool::tasks_run() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return tasks_run_;
 }
 
 uint64_t PriorityThreadPool::tasks_cancelled() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return tasks_cancelled_;
 }
 

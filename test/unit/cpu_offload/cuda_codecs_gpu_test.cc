@@ -1,16 +1,13 @@
 // GPU tests: run only where a CUDA device exists (none in CI here; they skip themselves).
-// The GPU codecs must produce the CPU codecs' bytes, decode what the CPU encodes, and the
-// staging pipeline must move device tensors through the pool.
+// The GPU codecs must produce the CPU codecs' bytes and decode what the CPU encodes.
 #include <cuda_runtime_api.h>
 
 #include <cstring>
-#include <future>
 #include <random>
 #include <vector>
 
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/cuda_codecs.h"
-#include "bytecomp/cpu_offload.h"
 #include "gtest/gtest.h"
 
 namespace bytecomp {
@@ -93,60 +90,6 @@ TEST(CudaCodecsOnGpu, NonFiniteInputNamesTheIndex) {
   auto r = (*gpu)->Encode(d_x.data, x.size(), {}, out.data, (*gpu)->MaxEncodedBytes(x.size()), nullptr);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("element 321"), absl::string_view::npos) << r.status();
-}
-
-TEST(StagingOnGpu, DeviceTensorPushAndPull) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  using namespace cpu_offload;
-  ThreadPoolOptions threads;
-  threads.num_threads = 2;
-  PriorityThreadPool pool(threads);
-  PinnedMemoryPool memory;
-  StagingPipeline pipeline(&pool, &memory);
-  const size_t n = 50000;
-  const std::vector<float> x = Gradient(n, 3);
-  DeviceArray<float> d_x(n), d_back(n);
-  ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
-  auto encode = [](const ChunkInfo&, absl::Span<const float> in, absl::Span<uint8_t> out)
-      -> absl::StatusOr<size_t> {
-    std::memcpy(out.data(), in.data(), 4 * in.size());
-    return 4 * in.size();
-  };
-  std::vector<std::vector<uint8_t>> chunks(SplitIntoChunks(n, 8192).size());
-  std::promise<absl::Status> pushed;
-  PushRequest push;
-  push.source = d_x.data;
-  push.elements = n;
-  push.location = TensorLocation::kCudaDevice;
-  push.chunk_elements = 8192;
-  push.max_encoded_bytes = [](size_t e) { return 4 * e; };
-  push.encode = encode;
-  push.on_chunk = [&](const ChunkInfo& c, absl::StatusOr<EncodedChunk> e) {
-    ASSERT_TRUE(e.ok()) << e.status();
-    chunks[c.index].assign(e->view().begin(), e->view().end());
-  };
-  push.on_done = [&](absl::Status s) { pushed.set_value(s); };
-  ASSERT_TRUE(pipeline.Push(push).ok());
-  ASSERT_TRUE(pushed.get_future().get().ok());
-  for (const ChunkInfo& c : SplitIntoChunks(n, 8192)) {
-    ASSERT_EQ(std::memcmp(chunks[c.index].data(), x.data() + c.element_offset, 4 * c.elements), 0);
-  }
-  PullRequest pull;
-  pull.destination = d_back.data;
-  pull.elements = n;
-  pull.location = TensorLocation::kCudaDevice;
-  for (const ChunkInfo& c : SplitIntoChunks(n, 8192)) pull.chunks.push_back({c, chunks[c.index]});
-  pull.decode = [](const ChunkInfo&, absl::Span<const uint8_t> in, absl::Span<float> out) {
-    std::memcpy(out.data(), in.data(), in.size());
-    return absl::OkStatus();
-  };
-  std::promise<absl::Status> pulled;
-  pull.on_done = [&](absl::Status s) { pulled.set_value(s); };
-  ASSERT_TRUE(pipeline.Pull(pull).ok());
-  ASSERT_TRUE(pulled.get_future().get().ok());
-  std::vector<float> back(n);
-  ASSERT_EQ(cudaMemcpy(back.data(), d_back.data, 4 * n, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(std::memcmp(back.data(), x.data(), 4 * n), 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "bytecomp/cpu_offload.h"
 #include "gtest/gtest.h"
 
@@ -45,13 +46,13 @@ TEST(PriorityThreadPool, HigherPriorityFirstFifoAmongEquals) {
   std::mt19937 rng(7);
   std::vector<std::pair<int, int>> submitted;  // (priority, submission index)
   std::vector<std::pair<int, int>> ran;
-  std::mutex ran_mutex;
+  absl::Mutex ran_mutex;
   for (int i = 0; i < 500; ++i) {
     const int priority = static_cast<int>(rng() % 7) - 3;
     submitted.emplace_back(priority, i);
     ASSERT_TRUE(pool.Submit(priority, [&, priority, i](absl::Status status) {
                       ASSERT_TRUE(status.ok());
-                      std::lock_guard<std::mutex> lock(ran_mutex);
+                      absl::MutexLock lock(&ran_mutex);
                       ran.emplace_back(priority, i);
                     }).ok());
   }

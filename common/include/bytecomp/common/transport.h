@@ -28,7 +28,7 @@ absl::StatusOr<std::vector<zmq::message_t>> RecvFrames(
     zmq::socket_t& socket, std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
 // Socket options used everywhere: no linger on close, unbounded high-water marks (flow control
-// is the engine's job), and TCP keepalive.
+// is the worker engine's job), and TCP keepalive.
 void ConfigureSocket(zmq::socket_t& socket);
 // Binds to tcp://host:port (port 0: ephemeral) and returns the bound endpoint's port.
 absl::StatusOr<int> BindTcp(zmq::socket_t& socket, const std::string& host, int port);

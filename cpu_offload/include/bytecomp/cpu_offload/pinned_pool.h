@@ -8,13 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -56,6 +52,10 @@ struct PinnedPoolState;
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
+  // Made by the pool only (PinnedMemoryPool::Acquire): the state type is private to it.
+  PinnedBuffer(std::shared_ptr<internal::PinnedPoolState> state, uint8_t* data, size_t size,
+               size_t capacity, PinnedMemoryKind kind)
+      : state_(std::move(state)), data_(data), size_(size), capacity_(capacity), kind_(kind) {}
   ~PinnedBuffer() { Reset(); }
   PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
@@ -75,7 +75,6 @@ class PinnedBuffer {
   void Reset();
 
  private:
-  friend class PinnedMemoryPool;
   std::shared_ptr<internal::PinnedPoolState> state_;
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
@@ -118,8 +117,8 @@ class PinnedMemoryPool {
   static size_t SizeClass(size_t bytes, size_t min_class_bytes);
 
  private:
-  absl::StatusOr<PinnedBuffer> AcquireLocked(size_t bytes);  // state mutex held
-
+  // The blocks, the bound and the parked requests, behind one mutex (pinned_pool.cc); shared
+  // with the buffers handed out.
   std::shared_ptr<internal::PinnedPoolState> state_;
 };
 

@@ -4,11 +4,10 @@
 // status when the pool shuts down before it started, so no task is ever lost silently.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <future>
-#include <mutex>
+#include <mutex>  // std::once_flag
 #include <queue>
 #include <string>
 #include <thread>
@@ -16,8 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 namespace bytecomp::cpu_offload {
 
@@ -49,7 +50,7 @@ class PriorityThreadPool {
   // work chained from a running task completes). Otherwise, after shutdown began, the task is
   // invoked at once on the caller's thread with a Cancelled status and FailedPrecondition is
   // returned.
-  absl::Status Submit(int priority, PoolTask task);
+  absl::Status Submit(int priority, PoolTask task) ABSL_LOCKS_EXCLUDED(mutex_);
 
   // Runs fn (returning absl::Status) on the pool; the future holds fn's status, or
   // Cancelled if the pool stopped before fn ran.
@@ -72,12 +73,12 @@ class PriorityThreadPool {
 
   // Stops accepting tasks, deals with the queue as mode says, and joins the threads. Tasks
   // already running finish. Idempotent; later calls only wait for the first to finish.
-  void Shutdown(ShutdownMode mode = ShutdownMode::kDrain);
+  void Shutdown(ShutdownMode mode = ShutdownMode::kDrain) ABSL_LOCKS_EXCLUDED(mutex_);
 
   size_t num_threads() const { return threads_.size(); }
-  size_t queued() const;
-  uint64_t tasks_run() const;
-  uint64_t tasks_cancelled() const;
+  size_t queued() const ABSL_LOCKS_EXCLUDED(mutex_);
+  uint64_t tasks_run() const ABSL_LOCKS_EXCLUDED(mutex_);
+  uint64_t tasks_cancelled() const ABSL_LOCKS_EXCLUDED(mutex_);
 
  private:
   struct Entry {
@@ -92,19 +93,21 @@ class PriorityThreadPool {
     }
   };
 
-  void WorkerLoop(size_t index);
+  void WorkerLoop(size_t index) ABSL_LOCKS_EXCLUDED(mutex_);
 
   const ThreadPoolOptions options_;
-  mutable std::mutex mutex_;
-  std::condition_variable work_available_;
-  std::priority_queue<Entry, std::vector<Entry>, Later> queue_;
-  uint64_t next_sequence_ = 0;
-  bool stopping_ = false;
-  bool drain_ = true;
-  size_t live_workers_ = 0;  // workers not yet exited; a drain accepts tasks while > 0
-  uint64_t tasks_run_ = 0;
-  uint64_t tasks_cancelled_ = 0;
+  mutable absl::Mutex mutex_;
+  absl::CondVar work_available_;  // signalled on a new task and at shutdown
+  std::priority_queue<Entry, std::vector<Entry>, Later> queue_ ABSL_GUARDED_BY(mutex_);
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  bool drain_ ABSL_GUARDED_BY(mutex_) = true;
+  // Workers not yet exited; a drain accepts tasks while > 0.
+  size_t live_workers_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t tasks_run_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t tasks_cancelled_ ABSL_GUARDED_BY(mutex_) = 0;
   std::once_flag shutdown_once_;
+  // Written by the constructor and by the one Shutdown call only.
   std::vector<std::thread> threads_;
 };
 

@@ -1,6 +1,6 @@
 // What the scheduler told a server: the declared tensors and the strategy versions. The I/O
-// thread validates requests against its copy; each engine thread keeps its own copy, updated
-// in order with the requests it is handed, so no lock is shared.
+// thread validates requests against its copy; each key shard keeps its own copy, updated in
+// order with the requests it is handed, so no lock is shared.
 #pragma once
 
 #include <cstdint>

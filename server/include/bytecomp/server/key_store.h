@@ -1,5 +1,5 @@
-// Per key and round: sums pushes, answers pulls. Owned by one engine thread; its keys are
-// disjoint from every other engine's, so no lock is taken.
+// Per key and round: sums pushes, answers pulls. Owned by one key shard (key_shard.h); its
+// keys are disjoint from every other shard's, so no lock is taken.
 //
 // Round bookkeeping: a key accumulates one round at a time. Uncompressed fp32: the first push
 // of a round becomes the accumulator (its receive buffer is summed in place: no copy); later

@@ -27,7 +27,7 @@ class RequestValidator {
   // worker may learn of it a moment earlier): the caller parks it for a while.
   bool AwaitsDeclaration(const proto::DataHeader& header) const;
 
-  // OK if the request may be handed to the key's engine: op is PUSH or PULL, the sender is a
+  // OK if the request may be handed to the key's shard: op is PUSH or PULL, the sender is a
   // worker rank, the key is declared and owned by this server, element count and dtype match
   // the declaration, the codec is the one the tensor's strategy version names, and the payload
   // has exactly the raw size (uncompressed) or at most the codec's bound (compressed); a PULL

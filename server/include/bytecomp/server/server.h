@@ -1,13 +1,16 @@
-// bytecomp-server: one ROUTER socket for data, engine threads that each own a disjoint set of
-// keys (no global lock), and a control thread that talks to the scheduler.
+// bytecomp-server: one ROUTER socket for data, key shard threads that each own a disjoint set
+// of keys (no lock on the data path), and a control thread that talks to the scheduler.
 //
-// Threads and sockets (each socket owned by one thread):
-//   control (the caller of Run): DEALER to the scheduler; forwards declarations and failures
-//     to the I/O thread over inproc.
-//   I/O: the ROUTER; validates every request against the declarations (RequestValidator),
-//     answers bad ones with OP_ERROR, hands good ones to engine (key % E) over inproc, and sends
-//     the engines' replies. Frames move between threads without copying.
-//   engine i: a KeyStore for its keys: sums pushes, answers pulls.
+// Threads and sockets (each socket owned by one thread; frames move between threads over
+// inproc without copying):
+//   control (the caller of Run): DEALER to the scheduler; forwards declarations, strategies
+//     and node failures to the I/O thread as shard commands (key_shard.h).
+//   I/O (IoLoop, src/server_threads.h): the ROUTER. Its RequestDispatcher validates every
+//     request against the declarations (RequestValidator), parks those that arrive before
+//     their declaration, answers link probes and bad requests, and hands good ones to the key
+//     shard that owns the key (ShardOf); the loop sends the shards' replies to the ROUTER.
+//   key shard i (RunKeyShard): a KeyShard, whose KeyStore sums its keys' pushes and answers
+//     their pulls.
 #pragma once
 
 #include <atomic>

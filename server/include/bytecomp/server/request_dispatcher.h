@@ -1,0 +1,83 @@
+// What the server's I/O thread decides for every message it receives; socket-free, so the I/O
+// loop only moves messages between its sockets and this class.
+//   A data request from a worker (identity, header, payload?): a PUSH or PULL that passes the
+//     RequestValidator goes to the key shard that owns its key (ShardOf); one naming a tensor
+//     or strategy version not heard of yet waits, parked, up to kUndeclaredGraceMs (the worker
+//     may learn of it a moment before this server); anything else is answered with OP_ERROR
+//     saying what is wrong. A link probe is answered here, off the key shards (BandwidthTurn).
+//   A command from the control thread (a shard message, key_shard.h): a declaration or
+//     strategy updates this thread's catalog, is forwarded to every shard, and then releases
+//     the parked requests, so a shard hears of a key before any request for it; kFail and
+//     kStop are forwarded to every shard.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bytecomp/server/bandwidth_turn.h"
+#include "bytecomp/server/request_validator.h"
+#include "data.pb.h"
+#include "zmq.hpp"
+
+namespace bytecomp::server {
+
+// How long a request for a key not yet declared waits for the scheduler's declaration.
+inline constexpr int64_t kUndeclaredGraceMs = 3000;
+// At most this many requests wait parked; beyond it a request is validated (and refused) at once.
+inline constexpr size_t kMaxParkedRequests = 4096;
+
+// What to send, in order per destination.
+struct DispatchOutbox {
+  // To the ROUTER socket: identity, header, payload? (error replies and probe replies).
+  std::vector<std::vector<zmq::message_t>> to_router;
+  // To key shard `first`: a shard message (key_shard.h).
+  std::vector<std::pair<size_t, std::vector<zmq::message_t>>> to_shards;
+};
+
+class RequestDispatcher {
+ public:
+  // `pushers`: as RequestValidator takes them; num_shards > 0.
+  RequestDispatcher(int my_rank, int num_workers, int num_servers, size_t num_shards,
+                    std::vector<int> pushers);
+
+  // A message from the ROUTER socket at now_ms.
+  void HandleRequest(std::vector<zmq::message_t> frames, int64_t now_ms, DispatchOutbox* out);
+  // A command from the control thread; returns false for kStop (the loop then ends).
+  bool HandleCommand(std::vector<zmq::message_t> message, int64_t now_ms, DispatchOutbox* out);
+  // Validates, and so routes or refuses, requests parked longer than kUndeclaredGraceMs.
+  void ExpireParked(int64_t now_ms, DispatchOutbox* out);
+
+  size_t parked() const { return parked_.size(); }
+  uint64_t requests() const { return requests_; }
+  uint64_t rejected() const { return rejected_; }
+
+ private:
+  struct Parked {
+    int64_t since_ms;
+    std::vector<zmq::message_t> frames;
+  };
+
+  // arrived_ms: when the request first arrived; a request released from parking and parked
+  // again keeps it, so it waits kUndeclaredGraceMs in all.
+  void Dispatch(std::vector<zmq::message_t> frames, bool may_park, int64_t arrived_ms,
+                int64_t now_ms, DispatchOutbox* out);
+  void AnswerProbe(zmq::message_t& identity, const proto::DataHeader& request,
+                   size_t payload_size, bool has_payload, int64_t now_ms, DispatchOutbox* out);
+  void Reject(zmq::message_t& identity, const proto::DataHeader& request, const std::string& why,
+              DispatchOutbox* out);
+  void ToEveryShard(const std::vector<zmq::message_t>& message, DispatchOutbox* out) const;
+
+  int my_rank_;
+  size_t num_shards_;
+  RequestValidator validator_;
+  BandwidthTurn bandwidth_turn_;
+  std::deque<Parked> parked_;
+  uint64_t requests_ = 0;
+  uint64_t rejected_ = 0;
+};
+
+}  // namespace bytecomp::server

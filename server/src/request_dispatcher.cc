@@ -1,0 +1,154 @@
+#include "bytecomp/server/request_dispatcher.h"
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common/link_probe.h"
+#include "bytecomp/common/logging.h"
+#include "bytecomp/common/transport.h"
+#include "bytecomp/server/key_shard.h"
+#include "control.pb.h"
+
+namespace bytecomp::server {
+
+RequestDispatcher::RequestDispatcher(int my_rank, int num_workers, int num_servers,
+                                     size_t num_shards, std::vector<int> pushers)
+    : my_rank_(my_rank),
+      num_shards_(num_shards),
+      validator_(my_rank, num_workers, num_servers, std::move(pushers)),
+      bandwidth_turn_(kProbeTurnQuietMs) {}
+
+void RequestDispatcher::HandleRequest(std::vector<zmq::message_t> frames, int64_t now_ms,
+                                      DispatchOutbox* out) {
+  if (frames.empty()) return;
+  ++requests_;
+  Dispatch(std::move(frames), /*may_park=*/true, now_ms, now_ms, out);
+}
+
+void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_park,
+                                 int64_t arrived_ms, int64_t now_ms, DispatchOutbox* out) {
+  proto::DataHeader header;
+  if (frames.size() < 2 || frames.size() > 3) {
+    return Reject(frames[0], header,
+                  absl::StrCat("malformed request: ", frames.size() - 1,
+                               " frames after the identity (expected a header and an optional "
+                               "payload)"),
+                  out);
+  }
+  if (!header.ParseFromArray(frames[1].data(), static_cast<int>(frames[1].size()))) {
+    header.Clear();  // echo nothing of a header that did not parse
+    return Reject(frames[0], header,
+                  absl::StrCat("malformed request: the header frame (", frames[1].size(),
+                               " bytes) is not a DataHeader"),
+                  out);
+  }
+  const bool has_payload = frames.size() == 3;
+  const size_t payload_size = has_payload ? frames[2].size() : 0;
+  if (header.op() == proto::OP_PROBE) {
+    return AnswerProbe(frames[0], header, payload_size, has_payload, now_ms, out);
+  }
+  if (may_park && validator_.AwaitsDeclaration(header) && parked_.size() < kMaxParkedRequests) {
+    parked_.push_back(Parked{arrived_ms, std::move(frames)});
+    return;
+  }
+  absl::Status valid = validator_.Validate(header, has_payload, payload_size);
+  if (!valid.ok()) return Reject(frames[0], header, std::string(valid.message()), out);
+  out->to_shards.emplace_back(ShardOf(header.key(), num_shards_), ShardRequest(std::move(frames)));
+}
+
+// The payload is dropped and the reply carries the requested number of bytes. The bandwidth
+// turn lets one prober (connection) at a time do its transfers.
+void RequestDispatcher::AnswerProbe(zmq::message_t& identity, const proto::DataHeader& request,
+                                    size_t payload_size, bool has_payload, int64_t now_ms,
+                                    DispatchOutbox* out) {
+  absl::Status valid = validator_.ValidateProbe(request, has_payload, payload_size);
+  if (!valid.ok()) return Reject(identity, request, std::string(valid.message()), out);
+  absl::StatusOr<proto::ProbeTurn> turn = bandwidth_turn_.OnProbe(
+      absl::string_view(static_cast<const char*>(identity.data()), identity.size()), request,
+      now_ms);
+  if (!turn.ok()) return Reject(identity, request, std::string(turn.status().message()), out);
+  proto::DataHeader reply;
+  reply.set_op(proto::OP_PROBE_REPLY);
+  reply.set_probe_turn(*turn);
+  reply.set_request_id(request.request_id());
+  reply.set_sender(my_rank_);
+  reply.set_probe_reply_bytes(request.probe_reply_bytes());
+  reply.set_payload_bytes(request.probe_reply_bytes());
+  std::vector<zmq::message_t> frames;
+  frames.push_back(std::move(identity));
+  frames.push_back(ProtoFrame(reply));
+  if (request.probe_reply_bytes() > 0) frames.push_back(ProbePayload(request.probe_reply_bytes()));
+  out->to_router.push_back(std::move(frames));
+}
+
+void RequestDispatcher::Reject(zmq::message_t& identity, const proto::DataHeader& request,
+                               const std::string& why, DispatchOutbox* out) {
+  ++rejected_;
+  if (rejected_ <= 20 || rejected_ % 1000 == 0) BC_LOG_WARNING("rejected request: ", why);
+  proto::DataHeader reply;
+  reply.set_op(proto::OP_ERROR);
+  reply.set_key(request.key());
+  reply.set_round(request.round());
+  reply.set_request_id(request.request_id());
+  reply.set_sender(my_rank_);
+  reply.set_error(absl::StrCat("server ", my_rank_, ": ", why));
+  std::vector<zmq::message_t> frames;
+  frames.push_back(std::move(identity));
+  frames.push_back(ProtoFrame(reply));
+  out->to_router.push_back(std::move(frames));
+}
+
+bool RequestDispatcher::HandleCommand(std::vector<zmq::message_t> message, int64_t now_ms,
+                                      DispatchOutbox* out) {
+  ShardMessageKind kind;
+  if (!ParseShardMessageKind(message, &kind) || kind == ShardMessageKind::kRequest) {
+    BC_LOG_ERROR("I/O thread: dropping a control message of ", message.size(), " frames");
+    return true;
+  }
+  const std::string body = message.size() >= 2 ? FrameToString(message[1]) : "";
+  if (kind == ShardMessageKind::kDeclare) {
+    proto::DeclareReply declared;
+    if (!declared.ParseFromString(body)) return true;
+    if (absl::Status s = validator_.catalog().AddTensor(declared); !s.ok()) {
+      BC_LOG_ERROR("ignoring declaration: ", s.ToString());
+      return true;
+    }
+  } else if (kind == ShardMessageKind::kStrategy) {
+    proto::Strategy strategy;
+    if (!strategy.ParseFromString(body)) return true;
+    if (absl::Status s = validator_.catalog().AddStrategy(strategy); !s.ok()) {
+      BC_LOG_ERROR("ignoring strategy: ", s.ToString());
+      return true;
+    }
+    BC_LOG_INFO("strategy version ", strategy.version(), " from round ", strategy.first_round());
+  }
+  // Every shard hears of it before any request that needed it.
+  ToEveryShard(message, out);
+  if (kind == ShardMessageKind::kStop) return false;
+  if (kind == ShardMessageKind::kDeclare || kind == ShardMessageKind::kStrategy) {
+    // Requests that arrived early go through now, in arrival order.
+    std::deque<Parked> waiting;
+    waiting.swap(parked_);
+    for (Parked& p : waiting) {
+      Dispatch(std::move(p.frames), /*may_park=*/true, p.since_ms, now_ms, out);
+    }
+  }
+  return true;
+}
+
+void RequestDispatcher::ExpireParked(int64_t now_ms, DispatchOutbox* out) {
+  while (!parked_.empty() && now_ms - parked_.front().since_ms > kUndeclaredGraceMs) {
+    Parked p = std::move(parked_.front());
+    parked_.pop_front();
+    Dispatch(std::move(p.frames), /*may_park=*/false, p.since_ms, now_ms, out);
+  }
+}
+
+void RequestDispatcher::ToEveryShard(const std::vector<zmq::message_t>& message,
+                                     DispatchOutbox* out) const {
+  for (size_t shard = 0; shard < num_shards_; ++shard) {
+    std::vector<zmq::message_t> copy;
+    for (const zmq::message_t& frame : message) copy.emplace_back(frame.data(), frame.size());
+    out->to_shards.emplace_back(shard, std::move(copy));
+  }
+}
+
+}  // namespace bytecomp::server

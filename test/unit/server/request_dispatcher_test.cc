@@ -1,0 +1,202 @@
+// RequestDispatcher: where the I/O thread sends each message, without sockets: requests to
+// their key's shard, parking until the declaration (and its timeout), refusals, link probes,
+// and commands forwarded to every shard ahead of the requests they release.
+#include "bytecomp/server/request_dispatcher.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "bytecomp/server/key_shard.h"
+#include "server_test_util.h"
+
+namespace bytecomp::server {
+namespace {
+
+constexpr int kN = 4;
+constexpr size_t kShards = 3;
+
+RequestDispatcher Dispatcher() {
+  return RequestDispatcher(/*my_rank=*/0, /*num_workers=*/2, /*num_servers=*/1, kShards, {});
+}
+
+std::vector<zmq::message_t> Frames(const proto::DataHeader& h, int payload_floats = -1) {
+  std::vector<zmq::message_t> frames;
+  frames.push_back(server_test::Identity(h.sender()));
+  frames.push_back(ProtoFrame(h));
+  if (payload_floats >= 0) {
+    frames.push_back(server_test::Payload(std::vector<float>(payload_floats, 1.0f),
+                                          proto::DTYPE_FLOAT32));
+  }
+  return frames;
+}
+
+std::vector<zmq::message_t> APush(int sender = 0) {
+  proto::DataHeader h = server_test::Request(proto::OP_PUSH, sender, 0, kN);
+  h.set_payload_bytes(4 * kN);
+  return Frames(h, kN);
+}
+
+std::vector<zmq::message_t> Declaration() {
+  return ShardCommand(ShardMessageKind::kDeclare, server_test::DeclareTensor(kN).SerializeAsString());
+}
+
+ShardMessageKind KindOf(const std::vector<zmq::message_t>& message) {
+  ShardMessageKind kind = ShardMessageKind::kStop;
+  EXPECT_TRUE(ParseShardMessageKind(message, &kind));
+  return kind;
+}
+
+proto::DataHeader HeaderOf(const std::vector<zmq::message_t>& reply) {
+  proto::DataHeader h;
+  EXPECT_TRUE(ParseFrame(reply[1], &h).ok());
+  return h;
+}
+
+TEST(RequestDispatcherTest, AValidRequestGoesToItsKeysShard) {
+  RequestDispatcher d = Dispatcher();
+  DispatchOutbox out;
+  ASSERT_TRUE(d.HandleCommand(Declaration(), 0, &out));
+  ASSERT_EQ(out.to_shards.size(), kShards);  // the declaration, to every shard
+  for (size_t i = 0; i < kShards; ++i) {
+    EXPECT_EQ(out.to_shards[i].first, i);
+    EXPECT_EQ(KindOf(out.to_shards[i].second), ShardMessageKind::kDeclare);
+  }
+  out = {};
+  d.HandleRequest(APush(), 5, &out);
+  EXPECT_TRUE(out.to_router.empty());
+  ASSERT_EQ(out.to_shards.size(), 1u);
+  EXPECT_EQ(out.to_shards[0].first, ShardOf(MakeKey(1, 0), kShards));
+  const std::vector<zmq::message_t>& message = out.to_shards[0].second;
+  EXPECT_EQ(KindOf(message), ShardMessageKind::kRequest);
+  ASSERT_EQ(message.size(), 4u);  // kind, identity, header, payload
+  EXPECT_EQ(FrameToString(message[1]), "worker-0");
+  EXPECT_EQ(d.requests(), 1u);
+  EXPECT_EQ(d.rejected(), 0u);
+}
+
+TEST(RequestDispatcherTest, AnEarlyRequestWaitsForItsDeclaration) {
+  RequestDispatcher d = Dispatcher();
+  DispatchOutbox out;
+  d.HandleRequest(APush(1), 100, &out);
+  d.HandleRequest(APush(0), 110, &out);
+  EXPECT_TRUE(out.to_router.empty());
+  EXPECT_TRUE(out.to_shards.empty());
+  EXPECT_EQ(d.parked(), 2u);
+  d.ExpireParked(100 + kUndeclaredGraceMs, &out);  // not yet
+  EXPECT_EQ(d.parked(), 2u);
+
+  ASSERT_TRUE(d.HandleCommand(Declaration(), 200, &out));
+  EXPECT_EQ(d.parked(), 0u);
+  // Every shard hears of the tensor first, then the requests go on in arrival order.
+  ASSERT_EQ(out.to_shards.size(), kShards + 2);
+  for (size_t i = 0; i < kShards; ++i) EXPECT_EQ(KindOf(out.to_shards[i].second), ShardMessageKind::kDeclare);
+  EXPECT_EQ(FrameToString(out.to_shards[kShards].second[1]), "worker-1");
+  EXPECT_EQ(FrameToString(out.to_shards[kShards + 1].second[1]), "worker-0");
+  EXPECT_TRUE(out.to_router.empty());
+}
+
+TEST(RequestDispatcherTest, AParkedRequestIsRefusedAfterTheGrace) {
+  RequestDispatcher d = Dispatcher();
+  DispatchOutbox out;
+  d.HandleRequest(APush(), 1000, &out);
+  // Another tensor's declaration releases it, and it waits again, from its first arrival.
+  proto::DeclareReply other = server_test::DeclareTensor(kN, proto::DTYPE_FLOAT32, 2);
+  ASSERT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kDeclare, other.SerializeAsString()),
+                              2000, &out));
+  EXPECT_EQ(d.parked(), 1u);
+  out = {};
+  d.ExpireParked(1000 + kUndeclaredGraceMs + 1, &out);
+  EXPECT_EQ(d.parked(), 0u);
+  EXPECT_TRUE(out.to_shards.empty());
+  ASSERT_EQ(out.to_router.size(), 1u);
+  const proto::DataHeader reply = HeaderOf(out.to_router[0]);
+  EXPECT_EQ(reply.op(), proto::OP_ERROR);
+  EXPECT_EQ(reply.request_id(), server_test::RequestId(0, 0));
+  EXPECT_EQ(reply.error(),
+            "server 0: unknown key 1:0 (not declared, or owned by another server than server 0)");
+  EXPECT_EQ(d.rejected(), 1u);
+}
+
+TEST(RequestDispatcherTest, BadRequestsAreAnsweredWithWhatIsWrong) {
+  RequestDispatcher d = Dispatcher();
+  DispatchOutbox out;
+  d.HandleCommand(Declaration(), 0, &out);
+  out = {};
+  std::vector<zmq::message_t> identity_only;
+  identity_only.push_back(server_test::Identity(0));
+  d.HandleRequest(std::move(identity_only), 1, &out);
+  std::vector<zmq::message_t> not_a_header;
+  not_a_header.push_back(server_test::Identity(0));
+  not_a_header.emplace_back("\xff\xff\xff", 3);
+  d.HandleRequest(std::move(not_a_header), 1, &out);
+  proto::DataHeader wrong_size = server_test::Request(proto::OP_PUSH, 1, 0, kN + 1);
+  wrong_size.set_payload_bytes(4 * (kN + 1));
+  d.HandleRequest(Frames(wrong_size, kN + 1), 1, &out);
+
+  EXPECT_TRUE(out.to_shards.empty());
+  ASSERT_EQ(out.to_router.size(), 3u);
+  EXPECT_EQ(HeaderOf(out.to_router[0]).error(),
+            "server 0: malformed request: 0 frames after the identity (expected a header and an "
+            "optional payload)");
+  EXPECT_EQ(HeaderOf(out.to_router[1]).error(),
+            "server 0: malformed request: the header frame (3 bytes) is not a DataHeader");
+  EXPECT_EQ(HeaderOf(out.to_router[2]).error(),
+            "server 0: key 1:0 round 0: element_count 5, declared 4");
+  EXPECT_EQ(FrameToString(out.to_router[2][0]), "worker-1");
+  EXPECT_EQ(d.requests(), 3u);
+  EXPECT_EQ(d.rejected(), 3u);
+}
+
+TEST(RequestDispatcherTest, LinkProbesAreAnsweredHere) {
+  RequestDispatcher d = Dispatcher();
+  DispatchOutbox out;
+  proto::DataHeader probe;
+  probe.set_op(proto::OP_PROBE);
+  probe.set_sender(-1);
+  probe.set_request_id(9);
+  probe.set_probe_reply_bytes(1000);
+  d.HandleRequest(Frames(probe), 1, &out);
+  EXPECT_TRUE(out.to_shards.empty());
+  ASSERT_EQ(out.to_router.size(), 1u);
+  ASSERT_EQ(out.to_router[0].size(), 3u);
+  const proto::DataHeader reply = HeaderOf(out.to_router[0]);
+  EXPECT_EQ(reply.op(), proto::OP_PROBE_REPLY);
+  EXPECT_EQ(reply.request_id(), 9u);
+  EXPECT_EQ(reply.payload_bytes(), 1000);
+  EXPECT_EQ(out.to_router[0][2].size(), 1000u);
+}
+
+TEST(RequestDispatcherTest, CommandsReachEveryShard) {
+  RequestDispatcher d = Dispatcher();
+  DispatchOutbox out;
+  EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kFail, "worker 1 failed"), 0, &out));
+  EXPECT_FALSE(d.HandleCommand(ShardCommand(ShardMessageKind::kStop), 0, &out));
+  ASSERT_EQ(out.to_shards.size(), 2 * kShards);
+  for (size_t i = 0; i < kShards; ++i) {
+    EXPECT_EQ(KindOf(out.to_shards[i].second), ShardMessageKind::kFail);
+    EXPECT_EQ(FrameToString(out.to_shards[i].second[1]), "worker 1 failed");
+    EXPECT_EQ(KindOf(out.to_shards[kShards + i].second), ShardMessageKind::kStop);
+  }
+  // A declaration the catalog refuses, or one that does not parse, goes to no shard.
+  out = {};
+  proto::DeclareReply bad = server_test::DeclareTensor(kN);
+  bad.add_partition_server(0);  // two servers listed for one partition
+  EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kDeclare, bad.SerializeAsString()),
+                              0, &out));
+  EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kStrategy, "\xff"), 0, &out));
+  EXPECT_TRUE(out.to_shards.empty());
+}
+
+TEST(RequestDispatcherTest, ParkingIsBounded) {
+  RequestDispatcher d = Dispatcher();
+  DispatchOutbox out;
+  for (size_t i = 0; i < kMaxParkedRequests + 1; ++i) d.HandleRequest(APush(), 1, &out);
+  EXPECT_EQ(d.parked(), kMaxParkedRequests);
+  ASSERT_EQ(out.to_router.size(), 1u);  // the one beyond the bound is refused at once
+  EXPECT_EQ(HeaderOf(out.to_router[0]).op(), proto::OP_ERROR);
+}
+
+}  // namespace
+}  // namespace bytecomp::server

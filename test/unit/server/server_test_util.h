@@ -1,0 +1,109 @@
+// Requests, payloads and declarations for the server's socket-free tests: one server (rank 0)
+// that owns every partition, tensors named "t<id>".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bytecomp/common.h"
+#include "bytecomp/compress.h"
+#include "control.pb.h"
+#include "data.pb.h"
+#include "gtest/gtest.h"
+#include "strategy.pb.h"
+#include "zmq.hpp"
+
+namespace bytecomp::server::server_test {
+
+inline constexpr uint64_t kSeed = 42;
+
+// A one-partition tensor of n elements, owned by server 0.
+inline proto::DeclareReply DeclareTensor(int64_t n, proto::DType dtype = proto::DTYPE_FLOAT32,
+                                         uint32_t tensor_id = 1) {
+  proto::DeclareReply d;
+  d.set_name("t" + std::to_string(tensor_id));
+  d.set_ok(true);
+  d.set_tensor_id(tensor_id);
+  d.set_element_count(n);
+  d.set_partition_elements(n);
+  d.set_dtype(dtype);
+  d.add_partition_server(0);
+  return d;
+}
+
+// Every tensor compressed with `push` (and re-encoded with `pull` when not empty), whatever its
+// size.
+inline proto::Strategy StrategyWith(uint64_t version, const std::string& push,
+                                    const std::string& pull) {
+  proto::Strategy s;
+  s.set_version(version);
+  s.set_seed(kSeed);
+  proto::TensorStrategy* t = s.add_tensors();
+  t->set_name_pattern("*");
+  t->mutable_push_codec()->set_name(push);
+  if (!pull.empty()) t->mutable_pull_codec()->set_name(pull);
+  t->set_force(true);
+  return s;
+}
+
+inline uint64_t RequestId(int sender, uint64_t round) { return 1000 * sender + round; }
+
+// A raw PUSH or PULL of partition 0 of tensor 1 (or as set after), iteration = round.
+inline proto::DataHeader Request(proto::DataOp op, int sender, uint64_t round, int64_t n,
+                                 proto::DType dtype = proto::DTYPE_FLOAT32) {
+  proto::DataHeader h;
+  h.set_op(op);
+  h.set_key(MakeKey(1, 0));
+  h.set_round(round);
+  h.set_iteration(round);
+  h.set_dtype(dtype);
+  h.set_element_count(n);
+  h.set_sender(sender);
+  h.set_request_id(RequestId(sender, round));
+  return h;
+}
+
+inline zmq::message_t Identity(int sender) { return zmq::message_t("worker-" + std::to_string(sender)); }
+
+template <typename Reply>
+std::string IdentityOf(const Reply& reply) {
+  return std::string(static_cast<const char*>(reply.identity.data()), reply.identity.size());
+}
+
+// values in dtype, as a worker sends them raw.
+inline zmq::message_t Payload(const std::vector<float>& values, proto::DType dtype) {
+  zmq::message_t m(values.size() * DTypeSize(dtype));
+  FromFloat32(dtype, values.data(), m.data(), values.size());
+  return m;
+}
+
+inline std::vector<float> ValuesOf(const zmq::message_t& payload, proto::DType dtype) {
+  std::vector<float> values(payload.size() / DTypeSize(dtype));
+  ToFloat32(dtype, payload.data(), values.data(), values.size());
+  return values;
+}
+
+template <typename Reply>
+std::vector<float> FloatsOf(const Reply& reply) {
+  return ValuesOf(reply.payload, proto::DTYPE_FLOAT32);
+}
+
+// values encoded with `codec` (default parameters) in the context a node derives from h: key,
+// round = iteration, node = sender, the strategy's seed.
+inline zmq::message_t Encode(const std::string& codec, const std::vector<float>& values,
+                             const proto::DataHeader& h) {
+  absl::StatusOr<std::unique_ptr<compress::Codec>> c = compress::CreateCodec(codec);
+  EXPECT_TRUE(c.ok()) << c.status();
+  compress::CodecContext ctx;
+  ctx.key = h.key();
+  ctx.round = h.iteration();
+  ctx.node = static_cast<uint32_t>(h.sender());
+  ctx.seed = kSeed;
+  std::vector<uint8_t> out((*c)->MaxEncodedBytes(values.size()));
+  absl::StatusOr<size_t> bytes = (*c)->Encode(values, ctx, absl::MakeSpan(out));
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return zmq::message_t(out.data(), bytes.ok() ? *bytes : 0);
+}
+
+}  // namespace bytecomp::server::server_test
