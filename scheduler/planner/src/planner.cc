@@ -232,7 +232,8 @@ void OptimizeOffload(const PreparedProblem& problem, Search& search) {
     g.offloaded.push_back(index);
   }
   std::vector<Group> groups;
-  for (auto& [key, g] : by_key) {
+  for (auto& entry : by_key) {
+    const Group& g = entry.second;  // (clang 14 cannot capture a structured binding)
     std::vector<int> order(g.members.size());
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(),
