@@ -54,7 +54,8 @@ install(DIRECTORY shim/bytecomp DESTINATION ${BYTECOMP_INSTALL_PYTHONDIR}
         FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 if(TARGET bytecomp_worker)
   install(CODE "
-    set(_lib \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:bytecomp_worker>\")
+    get_filename_component(_prefix \"\${CMAKE_INSTALL_PREFIX}\" ABSOLUTE)
+    set(_lib \"\${_prefix}/${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:bytecomp_worker>\")
     file(WRITE \"${_bytecomp_generated}/_installed.py\"
          \"# Written by ByteComp's install step: where libbytecomp_worker.so was installed.\\nLIBRARY_PATH = \\\"\${_lib}\\\"\\n\")
     file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${BYTECOMP_INSTALL_PYTHONDIR}/bytecomp\"
@@ -77,8 +78,9 @@ install(FILES README.md DESTINATION ${BYTECOMP_INSTALL_DOCDIR})
 foreach(unit bytecomp-scheduler.service bytecomp-server@.service)
   install(CODE "
     file(READ \"${CMAKE_CURRENT_SOURCE_DIR}/deploy/systemd/${unit}\" _unit)
-    string(REPLACE \"/usr/bin/\" \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/\" _unit \"\${_unit}\")
-    string(REPLACE \"/usr/share/\" \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_DATADIR}/\" _unit \"\${_unit}\")
+    get_filename_component(_prefix \"\${CMAKE_INSTALL_PREFIX}\" ABSOLUTE)
+    string(REPLACE \"/usr/bin/\" \"\${_prefix}/${CMAKE_INSTALL_BINDIR}/\" _unit \"\${_unit}\")
+    string(REPLACE \"/usr/share/\" \"\${_prefix}/${CMAKE_INSTALL_DATADIR}/\" _unit \"\${_unit}\")
     file(WRITE \"${_bytecomp_generated}/${unit}\" \"\${_unit}\")
     file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${BYTECOMP_INSTALL_UNITDIR}\"
          TYPE FILE FILES \"${_bytecomp_generated}/${unit}\")
