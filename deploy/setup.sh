@@ -14,6 +14,9 @@ packages=(
   iproute2 procps psmisc
   python3-torch python3-sklearn python3-numpy python3-pytest python3-venv python3-pip
   python3-yaml
+  # Packaging test (test/package): dpkg-shlibdeps for the .deb's dependencies, debootstrap for
+  # the fresh Debian root it installs into, systemd-analyze to verify the installed units.
+  dpkg-dev debootstrap systemd
 )
 
 missing=()
