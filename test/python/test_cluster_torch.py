@@ -13,8 +13,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
 
-from cluster import (REPO, LocalCluster, engine_available, free_port, run_command,  # noqa: E402
+from cluster import (REPO, engine_available, free_port, run_command,  # noqa: E402
                      run_python)
+from cluster import python_cluster as _python_cluster  # noqa: E402
 from equivalence_common import max_relative_difference, train_reference  # noqa: E402
 
 available, why = engine_available()
@@ -22,21 +23,26 @@ if not available and os.environ.get("BYTECOMP_REQUIRE_ENGINE") == "1":
     raise RuntimeError(f"ctest runs these tests with the engine built, but: {why}")
 needs_cluster = pytest.mark.skipif(not available, reason=why)
 
+
+def python_cluster(*args, **kwargs):
+    """The harness's cluster for Python workers that import this folder's helpers."""
+    return _python_cluster(*args, python_path=[HERE], **kwargs)
+
+
 WORKERS = os.path.join(HERE, "workers")
 
 
 def _check_all_ok(results, cluster):
-    bad = [r for r in results if r.returncode != 0]
-    assert not bad, f"workers failed: {bad}\n" + cluster.report()
+    cluster.check_workers_ok()
 
 
 @needs_cluster
 def test_equivalence_w4_averaging_summation_and_local_accumulation(tmp_path):
-    with LocalCluster(tmp_path, workers=4, servers=2) as cluster:
+    with python_cluster(tmp_path, workers=4, servers=2) as cluster:
         results = cluster.run_workers([os.path.join(WORKERS, "torch_equivalence.py"),
                                        str(tmp_path)], timeout_s=90)
         _check_all_ok(results, cluster)
-        assert cluster.wait_scheduler() == 0, cluster.report()
+        assert cluster.wait_scheduler() == 0, cluster.dump()
     torch.set_num_threads(1)
     for mode, average in (("average", True), ("sum", False), ("accumulate", True)):
         want = train_reference(4, average=average)
@@ -70,7 +76,7 @@ def _train_digits(tmp_path, codec):
     if codec != "none":
         path = write_strategy(str(tmp_path / f"{codec}.pbtxt"), codec, force=True)
         scheduler_flags = [f"{train_digits.SCHEDULER_STRATEGY_FLAG}={path}"]
-    with LocalCluster(tmp_path / codec, workers=4, servers=1,
+    with python_cluster(tmp_path / codec, workers=4, servers=1,
                       extra_scheduler_flags=scheduler_flags) as cluster:
         start = time.monotonic()
         results = cluster.run_workers(
@@ -82,7 +88,7 @@ def _train_digits(tmp_path, codec):
         wall = time.monotonic() - start
     ranks = [json.loads((outdir / f"rank{r}.json").read_text()) for r in range(4)]
     assert len({r["param_checksum"] for r in ranks}) == 1, "workers ended with different models"
-    return ranks[0], wall, results[0].output
+    return ranks[0], wall, results[0].output()
 
 
 @needs_cluster
@@ -118,7 +124,7 @@ def _records(tmp_path, n):
 
 @needs_cluster
 def test_size_differing_between_workers_fails_every_worker_clearly(tmp_path):
-    with LocalCluster(tmp_path, workers=3, servers=1) as cluster:
+    with python_cluster(tmp_path, workers=3, servers=1) as cluster:
         results = cluster.run_workers([os.path.join(WORKERS, "torch_errors.py"),
                                        "size_mismatch", str(tmp_path)], timeout_s=60)
         _check_all_ok(results, cluster)
@@ -133,7 +139,7 @@ def test_size_differing_between_workers_fails_every_worker_clearly(tmp_path):
 
 @needs_cluster
 def test_same_name_declared_with_another_size_is_an_error(tmp_path):
-    with LocalCluster(tmp_path, workers=1, servers=1) as cluster:
+    with python_cluster(tmp_path, workers=1, servers=1) as cluster:
         results = cluster.run_workers([os.path.join(WORKERS, "torch_errors.py"),
                                        "double_declare", str(tmp_path)], timeout_s=60)
         _check_all_ok(results, cluster)
@@ -151,12 +157,12 @@ def test_shutdown_with_operations_in_flight_never_hangs(tmp_path):
     # The engine lets operations in flight finish for the time a failed peer takes to be
     # detected (heartbeat timeout + 5 s), then fails them.
     heartbeat_timeout_ms = 2000
-    with LocalCluster(tmp_path, workers=2, servers=1,
+    with python_cluster(tmp_path, workers=2, servers=1,
                       heartbeat_timeout_ms=heartbeat_timeout_ms) as cluster:
         results = cluster.run_workers([os.path.join(WORKERS, "torch_errors.py"),
                                        "shutdown_inflight", str(tmp_path)], timeout_s=60)
         _check_all_ok(results, cluster)
-        assert cluster.wait_scheduler() == 0, cluster.report()
+        assert cluster.wait_scheduler() == 0, cluster.dump()
     records = {r["rank"]: r for r in _records(tmp_path, 2)}
     assert records[0]["shutdown_seconds"] < heartbeat_timeout_ms / 1000 + 5 + 3
     assert len(records[0]["handles"]) == 4
@@ -224,7 +230,7 @@ def test_checkpoint_restores_error_feedback(tmp_path):
     script = os.path.join(WORKERS, "torch_checkpoint.py")
     for mode in ("train", "resume", "no_ef"):
         (tmp_path / mode).mkdir()
-        with LocalCluster(tmp_path / mode, workers=2, servers=1,
+        with python_cluster(tmp_path / mode, workers=2, servers=1,
                           extra_scheduler_flags=[f"--strategy={strategy}"]) as cluster:
             results = cluster.run_workers([script, mode, str(tmp_path)], timeout_s=60)
             _check_all_ok(results, cluster)
