@@ -24,7 +24,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SHIM = os.path.join(REPO, "shim")
-SYSTEM_PYTHON = "/usr/bin/python3"
+# Workers run under the test's own interpreter (Debian's python3, or a virtual environment's
+# with another torch or mxnet).
+PYTHON = sys.executable
 
 
 def bin_dir():
@@ -228,7 +230,7 @@ class Cluster:
                                             self.worker_environment(i, extra)))
         return self.workers
 
-    def run_workers(self, argv, timeout_s=90, python=SYSTEM_PYTHON, env=None,
+    def run_workers(self, argv, timeout_s=90, python=PYTHON, env=None,
                     per_worker_env=None):
         """Starts W copies of `python argv...` and waits for all of them (at most timeout_s;
         then AssertionError with every process's output). Returns the worker Nodes."""
@@ -314,6 +316,6 @@ def run_command(argv, env, timeout_s):
     return rc, out.decode("utf-8", "replace"), time.monotonic() - start
 
 
-def run_python(code, env, timeout_s, python=SYSTEM_PYTHON):
+def run_python(code, env, timeout_s, python=PYTHON):
     """Runs `python -c code` like run_command."""
     return run_command([python, "-c", code], env, timeout_s)
