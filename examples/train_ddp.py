@@ -13,7 +13,8 @@ The switch, in a DDP script (bytecomp.torch, see shim/README.md):
 
 --comm: bytecomp (the hook; the scheduler's Strategy decides compression), gloo (DDP's
 allreduce, no hook), fp16 (DDP's fp16_compress_hook), powersgd (DDP's PowerSGD hook, rank 2,
-one bucket: several deadlock on gloo in torch 1.13). --model: mlp (64-2048-2048-10, 4.3M
+one bucket: several deadlock on gloo in torch 1.13), local (no DDP, no gradient exchange: what
+the same processes do without communication; the workers' models drift apart). --model: mlp (64-2048-2048-10, 4.3M
 parameters, one large layer; --hidden changes the width) or cnn (two 3x3 conv layers and a 4096x1024 dense layer, 4.2M).
 Rank 0 prints per epoch the loss, test accuracy, samples/s and bytes per step, and at the end
 one line "RESULT {json}"; --json-out DIR writes every rank's figures.
@@ -38,7 +39,7 @@ sys.path.insert(0, HERE)
 
 import train_digits  # noqa: E402  (data, launcher and strategy helpers)
 
-COMMS = ("bytecomp", "gloo", "fp16", "powersgd")
+COMMS = ("bytecomp", "gloo", "fp16", "powersgd", "local")
 MODELS = ("mlp", "cnn")
 
 
@@ -99,10 +100,12 @@ def nic_bytes(interface):
 
 
 def wrap(args, model, optimizer, bc):
-    """DDP with the chosen gradient exchange."""
+    """DDP with the chosen gradient exchange (--comm local: the bare model)."""
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
+    if args.comm == "local":
+        return model
     if args.comm == "powersgd":
         # One bucket (torch 1.13's PowerSGD hook deadlocks on gloo with several).
         dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
@@ -177,6 +180,7 @@ def train(args, bc, log=print):
     median = lambda key: sorted(e[key] for e in timed)[len(timed) // 2]  # noqa: E731
     checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
     return dict(rank=rank, size=size, comm=args.comm, model=args.model, params=n_params,
+                steps_per_epoch=steps,
                 epochs=epochs, final_accuracy=epochs[-1]["accuracy"], param_checksum=checksum,
                 samples_per_s=median("samples_per_s"),
                 engine_bytes_per_step=median("engine_bytes_per_step"),

@@ -34,10 +34,13 @@ import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "shim"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bytecomp.strategy import PRESETS, strategy_text  # noqa: E402
+from netns_probe import NetnsProbe  # noqa: E402
 
 SYSTEMS = ("ddp-gloo", "ddp-fp16", "ddp-powersgd", "bc-none", "bc-fp16", "bc-topk", "bc-auto")
+# Not in the default set: "local", the same processes training without communication.
 # Beside these, bc-<codec> runs any preset of bytecomp.strategy both ways.
 DDP_SYSTEMS = ("ddp-gloo", "ddp-fp16", "ddp-powersgd")
 COSTS = os.path.join(REPO, "scheduler", "planner", "costs", "measured-devvm.pbtxt")
@@ -58,11 +61,14 @@ def parse_args(argv=None):
     p.add_argument("--loopback", action="store_true", help="no namespaces even as root")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
     p.add_argument("--out", default=None, help="JSON file for every run's figures")
+    p.add_argument("--profile", action="store_true",
+                   help="also read, while each run goes, every process's CPU seconds, the tbf "
+                        "queues' drops and the TCP retransmissions (netns_probe.py); per step")
     args = p.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
     args.models = [m for m in args.models.split(",") if m]
     unknown = [s for s in args.systems
-               if s not in SYSTEMS and s[len("bc-"):] not in PRESETS]
+               if s not in SYSTEMS + ("local",) and s[len("bc-"):] not in PRESETS]
     if unknown:
         p.error(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
     return args
@@ -115,7 +121,8 @@ def scheduler_args(system, args, work):
 
 def run_one(system, model, args, work, use_netns):
     """Trains one system once; returns rank 0's RESULT figures plus wall seconds."""
-    comm = system[len("ddp-"):] if system in DDP_SYSTEMS else "bytecomp"
+    comm = (system[len("ddp-"):] if system in DDP_SYSTEMS else
+            "local" if system == "local" else "bytecomp")
     train = [sys.executable, os.path.join(REPO, "examples", "train_ddp.py"), "--comm", comm,
              "--model", model, "--epochs", str(args.epochs), "--batch-size",
              str(args.batch_size), "--lr", str(args.lr)]
@@ -135,8 +142,15 @@ def run_one(system, model, args, work, use_netns):
     env.setdefault("BYTECOMP_LIBRARY", os.path.join(os.path.dirname(args.bin_dir), "lib",
                                                     "libbytecomp_worker.so"))
     start = time.monotonic()
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                         timeout=args.timeout + 120)
+    probe = NetnsProbe("bce-", w) if (args.profile and use_netns) else None
+    if probe:
+        probe.__enter__()
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                             timeout=args.timeout + 120)
+    finally:
+        if probe:
+            probe.__exit__(None, None, None)
     wall = time.monotonic() - start
     log = os.path.join(work, f"{model}-{system}-{int(start)}.log")
     with open(log, "w") as f:
@@ -147,6 +161,8 @@ def run_one(system, model, args, work, use_netns):
         raise SystemExit(f"{system} on {model} failed (rc {res.returncode}, log {log}):\n{tail}")
     result = json.loads(found.group(1))
     result.update(system=system, wall_s=wall, log=log)
+    if probe:
+        result["probe"] = probe.summary(args.epochs * result["steps_per_epoch"])
     plan = re.search(r"--strategy=auto: (planned [^\n]*)", res.stdout)
     if plan:
         result["plan"] = plan.group(1)
@@ -181,7 +197,8 @@ def summarize(runs, systems, models):
                 nic_bytes_per_step=statistics.mean(nic) if nic else None,
                 engine_bytes_per_step=statistics.mean(r["engine_bytes_per_step"] for r in rs),
                 accuracy=statistics.mean(r["final_accuracy"] for r in rs),
-                plan=next((r["plan"] for r in rs if r.get("plan")), None)))
+                plan=next((r["plan"] for r in rs if r.get("plan")), None),
+                probe=[r["probe"] for r in rs if r.get("probe")]))
     return rows
 
 
@@ -199,6 +216,22 @@ def print_table(rows, header):
     for r in rows:
         if r["plan"]:
             print(f"{r['model']} {r['system']}: {r['plan']}")
+    if any(r["probe"] for r in rows):
+        print("\nper training step, all machines together (whole run, start-up included; "
+              "mean of repetitions):")
+        print(f"{'model':<5} {'system':<13} {'CPU s worker':>12} {'CPU s server':>12} "
+              f"{'tbf drops':>9} {'tbf overlimits':>14} {'TCP retrans':>11} {'TCP segs':>9}")
+        for r in rows:
+            if not r["probe"]:
+                continue
+            mean = lambda f: statistics.mean(f(p) or 0 for p in r["probe"])  # noqa: E731
+            print(f"{r['model']:<5} {r['system']:<13} "
+                  f"{mean(lambda p: p['cpu_s_per_step'].get('worker')):>12.3f} "
+                  f"{mean(lambda p: p['cpu_s_per_step'].get('server')):>12.3f} "
+                  f"{mean(lambda p: p['tbf_drops_per_step']):>9.1f} "
+                  f"{mean(lambda p: p['tbf_overlimits_per_step']):>14.1f} "
+                  f"{mean(lambda p: p['tcp_retrans_per_step']):>11.1f} "
+                  f"{mean(lambda p: p['tcp_out_segs_per_step']):>9.0f}")
 
 
 def main(argv=None):
