@@ -14,8 +14,10 @@ The switch, in a DDP script (bytecomp.torch, see shim/README.md):
 --comm: bytecomp (the hook; the scheduler's Strategy decides compression), gloo (DDP's
 allreduce, no hook), fp16 (DDP's fp16_compress_hook), powersgd (DDP's PowerSGD hook, rank 2,
 one bucket: several deadlock on gloo in torch 1.13), local (no DDP, no gradient exchange: what
-the same processes do without communication; the workers' models drift apart). --model: mlp (64-2048-2048-10, 4.3M
-parameters, one large layer; --hidden changes the width) or cnn (two 3x3 conv layers and a 4096x1024 dense layer, 4.2M).
+the same processes do without communication; the workers' models drift apart). --model: mlp
+(64-2048-2048-10, 4.3M parameters, one large layer; --hidden changes the width) or cnn (two 3x3
+conv layers and a 4096x1024 dense layer, 4.2M).
+
 Rank 0 prints per epoch the loss, test accuracy, samples/s and bytes per step, and at the end
 one line "RESULT {json}"; --json-out DIR writes every rank's figures.
 

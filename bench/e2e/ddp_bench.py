@@ -16,10 +16,11 @@ loopback (no slow links: compression can show little) and says so.
     sudo python3 bench/e2e/ddp_bench.py --models mlp --systems bc-none,ddp-gloo --reps 1
     --out FILE.json writes every run's figures.
 
-Systems: ddp-gloo (no hook), ddp-fp16 (fp16_compress_hook), ddp-powersgd (PowerSGD hook,
-rank 2, one bucket), bc-none, bc-fp16 (both ways), bc-topk (top-k 1% both ways, residual on
-the workers and the servers; any bc-<preset> of bytecomp.strategy likewise), bc-auto (--strategy=auto: the scheduler profiles, plans with
-the measured links and the VM's measured codec costs, switches every node).
+Systems: ddp-gloo (no hook), ddp-fp16 (fp16_compress_hook), ddp-powersgd (PowerSGD hook, rank
+2, one bucket), bc-none, bc-fp16 (both ways), bc-topk (top-k 1% both ways, residual on the
+workers and the servers; any bc-<preset> of bytecomp.strategy likewise), bc-auto
+(--strategy=auto: the scheduler profiles, plans with the measured links and the VM's measured
+codec costs, switches every node).
 """
 
 import argparse

@@ -279,7 +279,8 @@ def _train_ddp(tmp_path, codec):
     outdir.mkdir()
     flags = []
     if codec != "none":
-        flags = [f"--strategy={write_strategy(str(tmp_path / f'ddp-{codec}.pbtxt'), codec, force=True)}"]
+        path = write_strategy(str(tmp_path / f"ddp-{codec}.pbtxt"), codec, force=True)
+        flags = [f"--strategy={path}"]
     with python_cluster(outdir, workers=4, servers=2, extra_scheduler_flags=flags) as cluster:
         results = cluster.run_workers(
             [os.path.join(REPO, "examples", "train_ddp.py"), "--comm", "bytecomp", "--hidden",
