@@ -21,6 +21,9 @@ conv layers and a 4096x1024 dense layer, 4.2M).
 Rank 0 prints per epoch the loss, test accuracy, samples/s and bytes per step, and at the end
 one line "RESULT {json}"; --json-out DIR writes every rank's figures.
 
+worker_cpu_s_per_step: CPU seconds of this process (training, torch's and ByteComp's
+threads) per step: meaningful where wall time is not (a loaded host).
+
 Bytes per step: "nic" is what this worker's machine sent plus received on its network
 interface (eth0 of its namespace in an emulated cluster, deploy/netns_cluster.sh; absent on
 loopback), which counts DDP's ring and ByteComp's pushes, pulls and colocated server alike;
@@ -151,7 +154,7 @@ def train(args, bc, log=print):
                                  .permutation(len(x_train)))
         engine_before, nic_before = bc.stats(), nic_bytes(interface)
         loss_sum = torch.zeros(2)
-        start = time.perf_counter()
+        cpu_start, start = time.process_time(), time.perf_counter()
         for step in range(steps):
             lo = step * global_batch + rank * args.batch_size
             idx = order[lo:lo + args.batch_size]
@@ -161,11 +164,13 @@ def train(args, bc, log=print):
             optimizer.step()
             loss_sum += torch.tensor([loss.item(), 1.0])
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start  # every thread of this process, engine's too
         engine, nic = bc.stats(), nic_bytes(interface)
         with torch.no_grad():
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
         record = dict(epoch=epoch + 1, loss=float(loss_sum[0] / loss_sum[1]), accuracy=accuracy,
                       samples_per_s=steps * global_batch / elapsed,
+                      worker_cpu_s_per_step=cpu / steps,
                       engine_bytes_per_step=(engine["pushed_bytes"] + engine["pulled_bytes"] -
                                              engine_before["pushed_bytes"] -
                                              engine_before["pulled_bytes"]) / steps,
@@ -185,6 +190,7 @@ def train(args, bc, log=print):
                 steps_per_epoch=steps,
                 epochs=epochs, final_accuracy=epochs[-1]["accuracy"], param_checksum=checksum,
                 samples_per_s=median("samples_per_s"),
+                worker_cpu_s_per_step=median("worker_cpu_s_per_step"),
                 engine_bytes_per_step=median("engine_bytes_per_step"),
                 nic_bytes_per_step=(None if timed[0]["nic_bytes_per_step"] is None
                                     else median("nic_bytes_per_step")))

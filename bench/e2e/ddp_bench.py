@@ -7,8 +7,9 @@ W machines (network namespaces, deploy/netns_cluster.sh --colocate) joined by tb
 the same links). Each system trains examples/train_ddp.py for --epochs on digits; the table
 gives samples/s (median over epochs after the first, mean of the repetitions), the ratio to
 DDP over gloo and to the best DDP variant measured in the same run, the bytes each machine's
-NIC moved per step (sent + received), ByteComp's engine bytes per step, and the final test
-accuracy. Repetitions run in alternating order (the second reversed), so drift on a shared
+NIC moved per step (sent + received), ByteComp's engine bytes per step, the final test
+accuracy, and rank 0's CPU seconds per step (its process: training and communication
+threads; on a loaded host a steadier figure than wall time). Repetitions run in alternating order (the second reversed), so drift on a shared
 machine falls on every system alike. Needs root for the namespaces; without them it runs on
 loopback (no slow links: compression can show little) and says so.
 
@@ -198,6 +199,7 @@ def summarize(runs, systems, models):
                 nic_bytes_per_step=statistics.mean(nic) if nic else None,
                 engine_bytes_per_step=statistics.mean(r["engine_bytes_per_step"] for r in rs),
                 accuracy=statistics.mean(r["final_accuracy"] for r in rs),
+                worker_cpu_s_per_step=statistics.mean(r["worker_cpu_s_per_step"] for r in rs),
                 plan=next((r["plan"] for r in rs if r.get("plan")), None),
                 probe=[r["probe"] for r in rs if r.get("probe")]))
     return rows
@@ -206,14 +208,15 @@ def summarize(runs, systems, models):
 def print_table(rows, header):
     print(f"\n{header}")
     print(f"{'model':<5} {'system':<13} {'samples/s':>9} {'reps':>13} {'vs gloo':>8} "
-          f"{'vs best DDP':>11} {'NIC MB/step':>11} {'engine MB/step':>14} {'accuracy':>8}")
+          f"{'vs best DDP':>11} {'NIC MB/step':>11} {'engine MB/step':>14} {'accuracy':>8} "
+          f"{'CPU s/step':>10}")
     for r in rows:
         ratio = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
         reps = "/".join(f"{v:.0f}" for v in r["per_rep"])
         print(f"{r['model']:<5} {r['system']:<13} {r['samples_per_s']:>9.0f} {reps:>13} "
               f"{ratio(r['vs_ddp_gloo']):>8} {ratio(r['vs_best_ddp']):>11} "
               f"{mb(r['nic_bytes_per_step']):>11} {mb(r['engine_bytes_per_step']):>14} "
-              f"{r['accuracy']:>8.4f}")
+              f"{r['accuracy']:>8.4f} {r['worker_cpu_s_per_step']:>10.3f}")
     for r in rows:
         if r["plan"]:
             print(f"{r['model']} {r['system']}: {r['plan']}")
