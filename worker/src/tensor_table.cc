@@ -89,18 +89,25 @@ absl::Status TensorTable::Declare(const std::string& name, int64_t element_count
   return absl::OkStatus();
 }
 
+std::shared_ptr<TensorTable::Tensor> TensorTable::AdmitLocked(
+    const std::shared_ptr<Operation>& op, absl::FunctionRef<void()> accepted, absl::Status* error) {
+  std::shared_ptr<Tensor> tensor =
+      FindOrDeclareLocked(op->request.name, op->request.element_count, op->request.dtype, error);
+  if (tensor == nullptr) return nullptr;
+  accepted();
+  if (tensor->state == TensorState::kFailed) {
+    op->FailBeforeStart(tensor->error);
+    return nullptr;
+  }
+  return tensor;
+}
+
 absl::Status TensorTable::Queue(const std::shared_ptr<Operation>& op,
                                 absl::FunctionRef<void()> accepted, Started* started) {
   absl::MutexLock lock(&mu_);
   absl::Status error;
-  std::shared_ptr<Tensor> tensor =
-      FindOrDeclareLocked(op->request.name, op->request.element_count, op->request.dtype, &error);
+  std::shared_ptr<Tensor> tensor = AdmitLocked(op, accepted, &error);
   if (tensor == nullptr) return error;
-  accepted();
-  if (tensor->state == TensorState::kFailed) {
-    op->FailBeforeStart(tensor->error);
-    return absl::OkStatus();
-  }
   tensor->waiting.push_back(op);
   if (tensor->state == TensorState::kReady && !tensor->busy) StartNextLocked(tensor, started);
   return absl::OkStatus();
@@ -110,15 +117,9 @@ absl::Status TensorTable::BeginMachineRound(const std::shared_ptr<Operation>& op
                                             absl::FunctionRef<void()> accepted, std::string* tag) {
   absl::MutexLock lock(&mu_);
   absl::Status error;
-  std::shared_ptr<Tensor> tensor =
-      FindOrDeclareLocked(op->request.name, op->request.element_count, op->request.dtype, &error);
-  if (tensor == nullptr) return error;
-  accepted();
   tag->clear();
-  if (tensor->state == TensorState::kFailed) {
-    op->FailBeforeStart(tensor->error);
-    return absl::OkStatus();
-  }
+  std::shared_ptr<Tensor> tensor = AdmitLocked(op, accepted, &error);
+  if (tensor == nullptr) return error;
   *tag = absl::StrCat(op->request.name, "@", tensor->local_round++);
   if (tensor->state == TensorState::kDeclaring) tensor->local_ops.push_back(op);
   return absl::OkStatus();

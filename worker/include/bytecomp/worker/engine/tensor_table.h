@@ -97,6 +97,11 @@ class TensorTable {
   std::shared_ptr<Tensor> FindOrDeclareLocked(const std::string& name, int64_t count,
                                               proto::DType dtype, absl::Status* error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // op's tensor, declared if new, once op passed its checks and `accepted` ran. Null with
+  // *error set when it did not pass; null with *error OK when the tensor has failed (so has op).
+  std::shared_ptr<Tensor> AdmitLocked(const std::shared_ptr<Operation>& op,
+                                      absl::FunctionRef<void()> accepted, absl::Status* error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartNextLocked(const std::shared_ptr<Tensor>& tensor, Started* started)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyStateLocked(Tensor& tensor, absl::string_view state)
