@@ -43,11 +43,10 @@ Engine::Engine(JoinedJob job)
                     ? std::make_unique<ReadyProfiler>(config_.profile_rounds())
                     : nullptr),
       pool_(CodecPool(job.compress_threads)),
-      host_stages_(StageContext{info_.rank, info_.size, &strategies_, &learning_rate_, pool_.get(),
-                                &data_queue_, &tracker_, &traffic_}),
-      device_stages_(StageContext{info_.rank, info_.size, &strategies_, &learning_rate_,
-                                  pool_.get(), &data_queue_, &tracker_, &traffic_},
-                     host_stages_) {
+      stage_context_{info_.rank, info_.size, &strategies_, &learning_rate_, pool_.get(),
+                     &data_queue_, &tracker_, &traffic_},
+      host_stages_(stage_context_),
+      device_stages_(stage_context_, host_stages_) {
   if (reducers_.host != nullptr) {
     hierarchy_ = std::make_unique<Hierarchy>(
         reducers_, device_stages_,

@@ -115,6 +115,7 @@ class Engine final : public WorkerEngine, private ControlEvents {
   const std::unique_ptr<ReadyProfiler> profiler_ ABSL_PT_GUARDED_BY(profile_mu_);
 
   std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
+  const StageContext stage_context_;  // what the stages use of the above
   HostPipeline host_stages_;
   DevicePipeline device_stages_;
   std::unique_ptr<Hierarchy> hierarchy_;  // hierarchical mode with other local ranks; else null
