@@ -1,21 +1,9 @@
-// LocalReducer for host memory: the local ranks of a machine exchange tensors with the local
-// root over loopback TCP (ZeroMQ; the root binds a ROUTER on 127.0.0.1, every other local rank
-// connects a DEALER). Every local rank sends its whole tensor to the root, which sums; the root
-// sends the result back. (For G processes this moves (G-1) tensors each way through the root:
-// a CPU machine's network traffic drops by G at the price of loopback copies.)
-//
-// Setup, all bounded by a timeout: the root Listen()s and its endpoint is relayed to the others
-// through the scheduler (LocalCommunicator); each other rank Join()s (connects, says HELLO);
-// the root's AcceptAll() waits for every HELLO and answers WELCOME. A `tick` callback runs at
-// least every 100 ms while waiting (heartbeats; a non-OK return aborts the wait).
-//
-// After Start(), one thread owns the socket; calls from other threads are queued to it.
-// A local rank that dies is noticed through the scheduler (heartbeats), which fails the engine
-// and through it this reducer (Fail).
+// The host local reducer (bytecomp/worker/local_reducer.h: HostLocalReducer): its ZeroMQ
+// socket, owned by its I/O thread once started, and the root's and the other ranks' pending
+// collectives.
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,33 +13,31 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "local_reducer.h"
-#include "wake_queue.h"
+#include "bytecomp/worker/local_reducer.h"
+#include "bytecomp/worker/wake_queue.h"
 #include "zmq.hpp"
 
 namespace bytecomp::worker {
 
-class HostLocalReducer : public LocalReducer {
+class LoopbackReducer final : public HostLocalReducer {
  public:
-  using Tick = std::function<absl::Status()>;
-
   // The root (local rank 0 of local_size): binds 127.0.0.1 on an ephemeral port.
-  static absl::StatusOr<std::unique_ptr<HostLocalReducer>> Listen(zmq::context_t& context,
+  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Listen(zmq::context_t& context,
                                                                   int local_size);
   // A non-root local rank: connects to the root's endpoint and waits for its WELCOME.
-  static absl::StatusOr<std::unique_ptr<HostLocalReducer>> Join(zmq::context_t& context,
+  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Join(zmq::context_t& context,
                                                                 const std::string& endpoint,
                                                                 int local_rank, int local_size,
                                                                 int64_t timeout_ms,
                                                                 const Tick& tick);
-  ~HostLocalReducer() override;
+  ~LoopbackReducer() override;
 
   // The root's endpoint (tcp://127.0.0.1:port), to relay to the other local ranks.
-  const std::string& endpoint() const { return endpoint_; }
+  const std::string& endpoint() const override { return endpoint_; }
   // The root: waits for every other local rank's HELLO, then welcomes them all.
-  absl::Status AcceptAll(int64_t timeout_ms, const Tick& tick);
+  absl::Status AcceptAll(int64_t timeout_ms, const Tick& tick) override;
   // Starts the I/O thread; call once, after the setup.
-  void Start();
+  void Start() override;
 
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
@@ -83,7 +69,7 @@ class HostLocalReducer : public LocalReducer {
     std::map<int, std::vector<zmq::message_t>> contributions;  // by local rank: header, payload
   };
 
-  HostLocalReducer(zmq::context_t& context, int local_rank, int local_size);
+  LoopbackReducer(zmq::context_t& context, int local_rank, int local_size);
   void Run();
   void Handle(Call call);
   void HandleMessage(std::vector<zmq::message_t>& frames);
@@ -91,8 +77,11 @@ class HostLocalReducer : public LocalReducer {
   void FailAll(const absl::Status& reason);
   absl::Status SendTo(int local_rank, std::vector<zmq::message_t>& frames);
 
-  int local_rank_;
-  int local_size_;
+  const int local_rank_;
+  const int local_size_;
+  // No mutex: the set-up thread owns the socket and the state below until Start(), the I/O
+  // thread from then on, and Stop() again once it has joined that thread. Other threads only
+  // push to queue_ and read stopped_.
   zmq::socket_t socket_;
   std::string endpoint_;
   std::vector<std::string> peer_identity_;  // root: routing id of each local rank

@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<zmq::message_t>> RecvWithTicks(zmq::socket_t& socket,
 
 }  // namespace
 
-HostLocalReducer::HostLocalReducer(zmq::context_t& context, int local_rank, int local_size)
+LoopbackReducer::LoopbackReducer(zmq::context_t& context, int local_rank, int local_size)
     : local_rank_(local_rank),
       local_size_(local_size),
       socket_(context, local_rank == 0 ? zmq::socket_type::router : zmq::socket_type::dealer),
@@ -54,9 +54,9 @@ HostLocalReducer::HostLocalReducer(zmq::context_t& context, int local_rank, int 
   for (int lr = 0; lr < local_size; ++lr) peer_identity_[lr] = PeerIdentity(lr);
 }
 
-HostLocalReducer::~HostLocalReducer() { Stop(); }
+LoopbackReducer::~LoopbackReducer() { Stop(); }
 
-void HostLocalReducer::Stop() {
+void LoopbackReducer::Stop() {
   if (thread_.joinable()) {
     queue_.Push(StopCall{});
     thread_.join();
@@ -73,9 +73,9 @@ void HostLocalReducer::Stop() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Listen(zmq::context_t& context,
+absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(zmq::context_t& context,
                                                                            int local_size) {
-  std::unique_ptr<HostLocalReducer> r(new HostLocalReducer(context, 0, local_size));
+  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, 0, local_size));
   // A send to a local rank that is gone fails instead of vanishing.
   r->socket_.set(zmq::sockopt::router_mandatory, 1);
   absl::StatusOr<int> port = BindTcp(r->socket_, "127.0.0.1", 0);
@@ -86,14 +86,14 @@ absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Listen(zmq::
   return r;
 }
 
-absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Join(
+absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Join(
     zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
     int64_t timeout_ms, const Tick& tick) {
   if (local_rank < 1 || local_rank >= local_size) {
     return absl::InvalidArgumentError(absl::StrCat("local reducer: local rank ", local_rank,
                                                    " cannot join as a non-root of ", local_size));
   }
-  std::unique_ptr<HostLocalReducer> r(new HostLocalReducer(context, local_rank, local_size));
+  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, local_rank, local_size));
   r->socket_.set(zmq::sockopt::routing_id, PeerIdentity(local_rank));
   try {
     r->socket_.connect(endpoint);
@@ -125,7 +125,7 @@ absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Join(
   return r;
 }
 
-absl::Status HostLocalReducer::AcceptAll(int64_t timeout_ms, const Tick& tick) {
+absl::Status LoopbackReducer::AcceptAll(int64_t timeout_ms, const Tick& tick) {
   std::vector<bool> joined(local_size_, false);
   int missing = local_size_ - 1;
   const int64_t deadline = MonotonicMs() + timeout_ms;
@@ -167,25 +167,41 @@ absl::Status HostLocalReducer::AcceptAll(int64_t timeout_ms, const Tick& tick) {
   return absl::OkStatus();
 }
 
-void HostLocalReducer::Start() {
+absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Listen(zmq::context_t& context,
+                                                                           int local_size) {
+  absl::StatusOr<std::unique_ptr<LoopbackReducer>> root = LoopbackReducer::Listen(context, local_size);
+  if (!root.ok()) return root.status();
+  return std::unique_ptr<HostLocalReducer>(*std::move(root));
+}
+
+absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Join(
+    zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
+    int64_t timeout_ms, const Tick& tick) {
+  absl::StatusOr<std::unique_ptr<LoopbackReducer>> member =
+      LoopbackReducer::Join(context, endpoint, local_rank, local_size, timeout_ms, tick);
+  if (!member.ok()) return member.status();
+  return std::unique_ptr<HostLocalReducer>(*std::move(member));
+}
+
+void LoopbackReducer::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-void HostLocalReducer::Reduce(const std::string& tag, void* buffer, int64_t elements,
+void LoopbackReducer::Reduce(const std::string& tag, void* buffer, int64_t elements,
                               proto::DType dtype, Done done) {
   if (stopped_.load()) return done(absl::CancelledError("the local reducer stopped"));
   queue_.Push(Call{false, tag, buffer, elements, dtype, absl::OkStatus(), std::move(done)});
 }
 
-void HostLocalReducer::Broadcast(const std::string& tag, void* buffer, int64_t elements,
+void LoopbackReducer::Broadcast(const std::string& tag, void* buffer, int64_t elements,
                                  proto::DType dtype, absl::Status root_status, Done done) {
   if (stopped_.load()) return done(absl::CancelledError("the local reducer stopped"));
   queue_.Push(Call{true, tag, buffer, elements, dtype, std::move(root_status), std::move(done)});
 }
 
-void HostLocalReducer::Fail(const absl::Status& reason) { queue_.Push(FailCall{reason}); }
+void LoopbackReducer::Fail(const absl::Status& reason) { queue_.Push(FailCall{reason}); }
 
-void HostLocalReducer::Run() {
+void LoopbackReducer::Run() {
   bool stop = false;
   while (!stop) {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
@@ -217,7 +233,7 @@ void HostLocalReducer::Run() {
   FailAll(absl::CancelledError("the local reducer stopped"));
 }
 
-absl::Status HostLocalReducer::SendTo(int local_rank, std::vector<zmq::message_t>& frames) {
+absl::Status LoopbackReducer::SendTo(int local_rank, std::vector<zmq::message_t>& frames) {
   if (local_rank_ == 0) {
     frames.insert(frames.begin(), zmq::message_t(peer_identity_[local_rank].data(),
                                                  peer_identity_[local_rank].size()));
@@ -230,7 +246,7 @@ absl::Status HostLocalReducer::SendTo(int local_rank, std::vector<zmq::message_t
   return s;
 }
 
-void HostLocalReducer::Handle(Call call) {
+void LoopbackReducer::Handle(Call call) {
   if (!failed_.ok()) {
     call.done(failed_);
     return;
@@ -292,7 +308,7 @@ void HostLocalReducer::Handle(Call call) {
   }
 }
 
-void HostLocalReducer::HandleMessage(std::vector<zmq::message_t>& frames) {
+void LoopbackReducer::HandleMessage(std::vector<zmq::message_t>& frames) {
   // Root: identity, header[, values]. Others: header[, values].
   const size_t first = local_rank_ == 0 ? 1 : 0;
   Header h;
@@ -344,7 +360,7 @@ void HostLocalReducer::HandleMessage(std::vector<zmq::message_t>& frames) {
   call.done(absl::OkStatus());
 }
 
-void HostLocalReducer::TryFinishReduce(const std::string& tag) {
+void LoopbackReducer::TryFinishReduce(const std::string& tag) {
   auto it = collecting_.find(tag);
   if (it == collecting_.end()) return;
   Collect& c = it->second;
@@ -389,7 +405,7 @@ void HostLocalReducer::TryFinishReduce(const std::string& tag) {
   own.done(absl::OkStatus());
 }
 
-void HostLocalReducer::FailAll(const absl::Status& reason) {
+void LoopbackReducer::FailAll(const absl::Status& reason) {
   if (failed_.ok()) failed_ = reason.ok() ? absl::UnknownError("local reducer failed") : reason;
   std::map<std::string, Collect> collecting = std::move(collecting_);
   std::map<std::string, Call> waiting = std::move(waiting_);

@@ -1,4 +1,21 @@
-#include "nccl_setup.h"
+// Hierarchical mode, device tensors: the local ranks of a machine agree at set-up whether they
+// form an NCCL communicator, and if so form it (after the host reducer is up; host_setup.cc).
+//
+// Protocol, the same in every build so that engines built with and without NCCL agree:
+//  1. every local rank reports over the host reducer whether it can join (a CUDA build with
+//     NCCL, a visible GPU, and BYTECOMP_DEVICE_BACKEND not "emulated"); one flag per rank;
+//  2. the local root, if all can, makes an NCCL unique id and sends it to the scheduler
+//     (LocalCommunicator kind "nccl"), which relays it; it then broadcasts OK, or the reason
+//     why the machine has no NCCL communicator (which local ranks cannot join);
+//  3. on OK every local rank joins the communicator on its current CUDA device
+//     (ncclCommInitRank, collective: all reach it, since all said they could) and wraps it in
+//     an NcclLocalReducerAdapter whose control plane is the host reducer (tags kept apart).
+// Every wait is bounded by connect_timeout_ms and keeps heartbeating. Communicator set-up
+// happens here rather than with the first device tensor so that no training thread blocks in
+// a collective init, and a machine where one rank lacks a GPU gets an error on every rank
+// instead of a hang; the cost: a GPU machine's hierarchical job makes the communicator even
+// if it only ever pushes host tensors.
+#include "machine_setup.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -12,11 +29,10 @@
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/transport.h"
-#include "local_setup.h"
 
 #if BYTECOMP_HAVE_NCCL
-#include "bytecomp/worker/nccl_local_reducer.h"
 #include "bytecomp/worker/nccl_reducer.h"
+#include "nccl_local_reducer.h"
 #endif
 
 namespace bytecomp::worker {

@@ -7,21 +7,21 @@
 // broadcast), and every rank launches its NCCL calls strictly in number order. Errors (a
 // failed network round on the root) travel on the host channel, never through NCCL.
 //
-// Built only with CUDA and NCCL, into the worker engine, which creates it at set-up for device
-// tensors in hierarchical jobs (worker/src/nccl_setup.h). Compile-checked here: there is no
-// GPU on the build machine.
+// Built only with CUDA and NCCL (the bytecomp_nccl target exists), into the local_reduce
+// library, whose set-up makes it for device tensors in hierarchical jobs (nccl_setup.cc).
+// Compile-checked here: there is no GPU on the build machine.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "bytecomp/worker/local_reducer.h"
 #include "bytecomp/worker/nccl_reducer.h"
-#include "local_reducer.h"
 
 namespace bytecomp::worker {
 
@@ -58,23 +58,24 @@ class NcclLocalReducerAdapter : public LocalReducer {
   // Root: asks the control plane for the order of `tag` once every rank is ready for it.
   void Coordinate(const std::string& key, Launch launch);
   // Runs `launch` as number `sequence`, after every smaller number.
-  void Enqueue(uint64_t sequence, Launch launch);
-  void LaunchInOrderLocked();
-  void Complete();
+  void Enqueue(uint64_t sequence, Launch launch) ABSL_LOCKS_EXCLUDED(mu_);
+  void Complete() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<LocalReducer> control_;
   std::unique_ptr<NcclLocalReducer> nccl_;
   int device_;
   void* stream_;  // cudaStream_t
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t next_number_ = 0;                 // root: the next number to hand out
-  uint64_t next_launch_ = 0;                 // the next number to launch
-  std::map<uint64_t, Launch> numbered_;      // numbered, waiting for the smaller numbers
-  std::deque<std::pair<void*, Launch>> gpu_;  // launched: (cudaEvent_t, call), in order
-  absl::Status failed_;
-  bool stopping_ = false;
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // gpu_ gained an item, or stopping_
+  uint64_t next_number_ ABSL_GUARDED_BY(mu_) = 0;  // root: the next number to hand out
+  uint64_t next_launch_ ABSL_GUARDED_BY(mu_) = 0;  // the next number to launch
+  // Numbered, waiting for the smaller numbers.
+  std::map<uint64_t, Launch> numbered_ ABSL_GUARDED_BY(mu_);
+  // Launched: (cudaEvent_t, call), in order.
+  std::deque<std::pair<void*, Launch>> gpu_ ABSL_GUARDED_BY(mu_);
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread completer_;  // waits for each launched call's event, runs its callback
 };
 

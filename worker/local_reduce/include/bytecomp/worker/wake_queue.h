@@ -1,5 +1,7 @@
 // A multi-producer queue whose consumer is a thread blocked in zmq::poll: producers push under
 // a mutex and write an eventfd that the consumer polls beside its sockets (no busy waiting).
+// The host local reducer's I/O thread and the engine's data and control threads each take
+// their commands from one.
 #pragma once
 
 #include <sys/eventfd.h>
@@ -7,7 +9,9 @@
 
 #include <cstdint>
 #include <deque>
-#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace bytecomp::worker {
 
@@ -19,9 +23,9 @@ class WakeQueue {
   WakeQueue(const WakeQueue&) = delete;
   WakeQueue& operator=(const WakeQueue&) = delete;
 
-  void Push(T item) {
+  void Push(T item) ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       items_.push_back(std::move(item));
     }
     const uint64_t one = 1;
@@ -29,10 +33,10 @@ class WakeQueue {
   }
 
   // Takes everything queued; clears the eventfd.
-  std::deque<T> TakeAll() {
+  std::deque<T> TakeAll() ABSL_LOCKS_EXCLUDED(mu_) {
     uint64_t count;
     (void)!read(fd_, &count, sizeof(count));
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::deque<T> out;
     out.swap(items_);
     return out;
@@ -41,9 +45,9 @@ class WakeQueue {
   int fd() const { return fd_; }
 
  private:
-  int fd_;
-  std::mutex mu_;
-  std::deque<T> items_;
+  const int fd_;
+  absl::Mutex mu_;
+  std::deque<T> items_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace bytecomp::worker

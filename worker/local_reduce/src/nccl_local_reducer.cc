@@ -1,4 +1,4 @@
-#include "bytecomp/worker/nccl_local_reducer.h"
+#include "nccl_local_reducer.h"
 
 #include <cuda_runtime_api.h>
 
@@ -99,7 +99,7 @@ void NcclLocalReducerAdapter::Coordinate(const std::string& key, Launch launch) 
       [this, pending, ready, number, order_tag](absl::Status s) {
         uint64_t n = 0;
         if (s.ok()) {
-          std::lock_guard<std::mutex> lock(mu_);
+          absl::MutexLock lock(&mu_);
           n = next_number_++;
         }
         Encode(n, number.get());
@@ -115,7 +115,7 @@ void NcclLocalReducerAdapter::Coordinate(const std::string& key, Launch launch) 
 void NcclLocalReducerAdapter::Enqueue(uint64_t sequence, Launch launch) {
   std::vector<std::pair<Launch, absl::Status>> failed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!failed_.ok()) {
       failed.emplace_back(std::move(launch), failed_);
     } else {
@@ -155,7 +155,7 @@ void NcclLocalReducerAdapter::Enqueue(uint64_t sequence, Launch launch) {
       }
     }
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (auto& [l, s] : failed) l.done(s);
 }
 
@@ -163,8 +163,8 @@ void NcclLocalReducerAdapter::Complete() {
   while (true) {
     std::pair<void*, Launch> item;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !gpu_.empty() || stopping_; });
+      absl::MutexLock lock(&mu_);
+      while (gpu_.empty() && !stopping_) cv_.Wait(&mu_);
       if (gpu_.empty()) return;
       item = std::move(gpu_.front());
       gpu_.pop_front();
@@ -180,7 +180,7 @@ void NcclLocalReducerAdapter::Fail(const absl::Status& reason) {
   control_->Fail(reason);
   std::map<uint64_t, Launch> numbered;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (failed_.ok()) failed_ = reason;
     numbered.swap(numbered_);
   }
@@ -190,10 +190,10 @@ void NcclLocalReducerAdapter::Fail(const absl::Status& reason) {
 void NcclLocalReducerAdapter::Stop() {
   control_->Stop();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   // Collectives already on the GPU complete first (a dead peer would hang them: NCCL offers
   // only ncclCommAbort for that, which NcclLocalReducer does not expose yet).
   if (completer_.joinable()) completer_.join();

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "forward_timer.h"
+#include "bytecomp/worker/engine/forward_timer.h"
 #include "planner.pb.h"
 
 namespace bytecomp::worker {

@@ -1,28 +1,13 @@
-#include "local_setup.h"
+// Set-up of a machine's local reducers: the host reducer first (its endpoint relayed through
+// the scheduler), then the NCCL one over it (nccl_setup.cc).
+#include "machine_setup.h"
 
-#include <cstdlib>
-
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/transport.h"
 #include "host_local_reducer.h"
 
 namespace bytecomp::worker {
-namespace {
-
-absl::Status EnvInt(const char* name, std::optional<int>* out) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return absl::OkStatus();
-  int parsed = 0;
-  if (!absl::SimpleAtoi(v, &parsed)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not an integer"));
-  }
-  *out = parsed;
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
                             std::optional<proto::LocalCommunicator>* comm) {
@@ -49,17 +34,9 @@ absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
   }
 }
 
-absl::StatusOr<Placement> PlacementFromEnv() {
-  Placement p;
-  if (const char* m = std::getenv("BYTECOMP_MACHINE"); m != nullptr) p.machine = m;
-  if (absl::Status s = EnvInt("BYTECOMP_LOCAL_RANK", &p.local_rank); !s.ok()) return s;
-  if (absl::Status s = EnvInt("BYTECOMP_LOCAL_SIZE", &p.local_size); !s.ok()) return s;
-  return p;
-}
-
-absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectLocalReducer(zmq::context_t& context,
-                                                                  SchedulerClient& client,
-                                                                  const proto::Topology& topology) {
+absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t& context,
+                                                                 SchedulerClient& client,
+                                                                 const proto::Topology& topology) {
   const int local_rank = topology.local_rank();
   const int local_size = topology.local_size();
   if (!topology.config().hierarchical() || local_size < 2) return std::unique_ptr<LocalReducer>();
@@ -67,7 +44,7 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectLocalReducer(zmq::context_t
   const int64_t deadline = MonotonicMs() + timeout_ms;
   auto tick = [&client]() { return ServeScheduler(client, 0, nullptr); };
   if (local_rank == 0) {
-    absl::StatusOr<std::unique_ptr<HostLocalReducer>> root = HostLocalReducer::Listen(context, local_size);
+    absl::StatusOr<std::unique_ptr<LoopbackReducer>> root = LoopbackReducer::Listen(context, local_size);
     if (!root.ok()) return root.status();
     proto::ControlMessage announce;
     announce.mutable_local_communicator()->set_kind("host");
@@ -92,11 +69,39 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectLocalReducer(zmq::context_t
         "the local root (worker ", topology.local_root(), ") opened a '", comm->kind(),
         "' local communicator; this worker reduces host memory ('host')"));
   }
-  absl::StatusOr<std::unique_ptr<HostLocalReducer>> member = HostLocalReducer::Join(
+  absl::StatusOr<std::unique_ptr<LoopbackReducer>> member = LoopbackReducer::Join(
       context, comm->id(), local_rank, local_size, std::max<int64_t>(1, deadline - MonotonicMs()), tick);
   if (!member.ok()) return member.status();
   (*member)->Start();
   return std::unique_ptr<LocalReducer>(std::move(*member));
 }
+
+absl::StatusOr<MachineReducers> ConnectMachineReducers(zmq::context_t& context,
+                                                      SchedulerClient& client,
+                                                      const proto::Topology& topology) {
+  MachineReducers out;
+  absl::StatusOr<std::unique_ptr<LocalReducer>> host = ConnectHostReducer(context, client, topology);
+  if (!host.ok()) return host.status();
+  out.host = *std::move(host);
+  if (out.host == nullptr) return out;
+  absl::StatusOr<DeviceReducer> device = ConnectDeviceReducer(client, topology, *out.host);
+  if (!device.ok()) return device.status();
+  out.device = *std::move(device);
+  return out;
+}
+
+void MachineReducers::Fail(const absl::Status& reason) {
+  if (host != nullptr) host->Fail(reason);
+  if (device.reducer != nullptr) device.reducer->Fail(reason);
+}
+
+void MachineReducers::Stop() {
+  if (host != nullptr) host->Stop();  // its callbacks still see the NCCL adapter
+  if (device.reducer != nullptr) device.reducer->Stop();
+  device.reducer.reset();
+  host.reset();
+}
+
+bool DeviceReductionBuilt() { return BYTECOMP_HAVE_NCCL != 0; }
 
 }  // namespace bytecomp::worker
