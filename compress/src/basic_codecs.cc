@@ -28,12 +28,14 @@ bool HaveF16C() { return CpuSimdLevel() >= SimdLevel::kAvx2; }
 
 // ---- fp16 kernels: F16C where the CPU has it, the shared scalar math otherwise. ----
 
-// Converts with saturation; returns the largest |x| bit pattern seen (the finite check).
+// Converts to fp16 (kBFloat: bf16) with saturation; returns the largest |x| bit pattern seen
+// (the finite check).
+template <bool kBFloat>
 uint32_t FloatToHalfScalar(const float* src, uint16_t* dst, size_t n) {
   uint32_t m = 0;
   for (size_t i = 0; i < n; ++i) {
     m = std::max(m, FloatBits(src[i]) & 0x7fffffffu);
-    dst[i] = half::SaturatingHalfBits(src[i]);
+    dst[i] = kBFloat ? half::SaturatingBFloat16Bits(src[i]) : half::SaturatingHalfBits(src[i]);
   }
   return m;
 }
@@ -55,7 +57,7 @@ __attribute__((target("avx2,f16c"))) uint32_t FloatToHalfF16C(const float* src, 
   alignas(32) uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), maxbits);
   uint32_t m = *std::max_element(lanes, lanes + 8);
-  return std::max(m, FloatToHalfScalar(src + i, dst + i, n - i));
+  return std::max(m, FloatToHalfScalar<false>(src + i, dst + i, n - i));
 }
 
 // Largest (h & 0x7fff): >= 0x7c00 means a NaN or Inf half.
@@ -108,15 +110,6 @@ void HalfToFloat(const uint16_t* src, float* dst, size_t n) {
 
 // ---- bf16 kernels: integer bit operations, which vectorise everywhere. ----
 
-uint32_t FloatToBF16Scalar(const float* src, uint16_t* dst, size_t n) {
-  uint32_t m = 0;
-  for (size_t i = 0; i < n; ++i) {
-    m = std::max(m, FloatBits(src[i]) & 0x7fffffffu);
-    dst[i] = half::SaturatingBFloat16Bits(src[i]);
-  }
-  return m;
-}
-
 // SaturatingBFloat16Bits' arithmetic, 8 elements; maxbits collects |x| bit patterns.
 __attribute__((target("avx2"), always_inline)) inline __m256i ConvertBF16x8(__m256i x,
                                                                            __m256i& maxbits) {
@@ -144,11 +137,11 @@ __attribute__((target("avx2"))) uint32_t FloatToBF16Avx2(const float* src, uint1
   alignas(32) uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), maxbits);
   const uint32_t m = *std::max_element(lanes, lanes + 8);
-  return std::max(m, FloatToBF16Scalar(src + i, dst + i, n - i));
+  return std::max(m, FloatToHalfScalar<true>(src + i, dst + i, n - i));
 }
 
 uint32_t FloatToBF16(const float* src, uint16_t* dst, size_t n) {
-  return HaveF16C() ? FloatToBF16Avx2(src, dst, n) : FloatToBF16Scalar(src, dst, n);
+  return HaveF16C() ? FloatToBF16Avx2(src, dst, n) : FloatToHalfScalar<true>(src, dst, n);
 }
 
 template <bool kAdd>
@@ -287,7 +280,7 @@ class HalfCodec final : public DenseSummableCodec {
     } else if (HaveF16C()) {
       m = FloatToHalfF16C(input.data(), dst, n);
     } else {
-      m = FloatToHalfScalar(input.data(), dst, n);
+      m = FloatToHalfScalar<false>(input.data(), dst, n);
     }
     if (!IsFiniteBits(m)) return NonFiniteError(input, absl::StrCat("codec '", name(), "' input"));
     if (!aligned && n > 0) std::memcpy(out.data(), dst, 2 * n);

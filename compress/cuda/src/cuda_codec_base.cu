@@ -162,6 +162,18 @@ absl::StatusOr<const uint8_t*> CudaCodecBase::ReadHeader(const uint8_t* encoded,
   return static_cast<const uint8_t*>(host);
 }
 
+absl::StatusOr<const uint8_t*> CudaCodecBase::ReadCountedHeader(const uint8_t* encoded,
+                                                                size_t bytes,
+                                                                size_t header_bytes, size_t n,
+                                                                cudaStream_t stream) {
+  const uint8_t* header = nullptr;
+  BC_ASSIGN(header, ReadHeader(encoded, bytes, header_bytes, stream));
+  if (auto s = Malformed(CheckSizeAndCount(header, bytes, MaxEncodedBytes(n), n)); !s.ok()) {
+    return s;
+  }
+  return header;
+}
+
 cudaError_t CudaCodecBase::WriteHeader(uint8_t* out, size_t bytes, cudaStream_t stream) {
   return cudaMemcpyAsync(out, header_scratch_, bytes, cudaMemcpyHostToDevice, stream);
 }

@@ -77,6 +77,11 @@ class CudaCodecBase : public CudaCodec {
   // the pointer is valid until the next call. Format checks read only what the size allows.
   absl::StatusOr<const uint8_t*> ReadHeader(const uint8_t* encoded, size_t bytes,
                                             size_t header_bytes, cudaStream_t stream);
+  // For the payloads that lead with u32 n: ReadHeader, then the size (MaxEncodedBytes(n)) and
+  // the count checked against the decode length n.
+  absl::StatusOr<const uint8_t*> ReadCountedHeader(const uint8_t* encoded, size_t bytes,
+                                                   size_t header_bytes, size_t n,
+                                                   cudaStream_t stream);
   // Copies `bytes` (<= 16) header bytes that the caller wrote into header_scratch() to out. The
   // source is pageable, so cudaMemcpyAsync has staged it before returning and the scratch may
   // be reused at once.

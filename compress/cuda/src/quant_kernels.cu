@@ -77,10 +77,8 @@ class QsgdCudaCodec final : public CudaCodecBase {
 
   absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext&, float* output,
                       size_t n, cudaStream_t stream) override {
-    const uint8_t* header = nullptr;
-    BC_ASSIGN(header, ReadHeader(encoded, bytes, 4, stream));
-    if (auto s = Malformed(CheckSizeAndCount(header, bytes, MaxEncodedBytes(n), n)); !s.ok()) {
-      return s;
+    if (auto header = ReadCountedHeader(encoded, bytes, 4, n, stream); !header.ok()) {
+      return header.status();
     }
     if (auto s = ResetStats(stream); !s.ok()) return s;
     QsgdDecodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
@@ -141,11 +139,9 @@ class TernGradCudaCodec final : public CudaCodecBase {
   absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext&, float* output,
                       size_t n, cudaStream_t stream) override {
     const uint8_t* header = nullptr;
-    BC_ASSIGN(header, ReadHeader(encoded, bytes, 8, stream));
-    FormatError e = CheckSizeAndCount(header, bytes, MaxEncodedBytes(n), n);
-    const float scale = e.ok() ? GetF32(header + 4) : 0.0f;
-    if (e.ok()) e = CheckHeaderValue(scale, kScaleValue, true);
-    if (auto s = Malformed(e); !s.ok()) return s;
+    BC_ASSIGN(header, ReadCountedHeader(encoded, bytes, 8, n, stream));
+    const float scale = GetF32(header + 4);
+    if (auto s = Malformed(CheckHeaderValue(scale, kScaleValue, true)); !s.ok()) return s;
     if (auto s = ResetStats(stream); !s.ok()) return s;
     TernDecodeKernel<<<Blocks(terngrad::CodeBytes(n)), kThreads, 0, stream>>>(
         encoded + 8, n, scale, output, stats());

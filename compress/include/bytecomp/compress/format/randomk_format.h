@@ -12,8 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "bytecomp/compress/format/host_device.h"
 #include "bytecomp/compress/format/format_error.h"
+#include "bytecomp/compress/format/host_device.h"
 #include "bytecomp/compress/format/little_endian.h"
 #include "bytecomp/compress/format/rng.h"
 

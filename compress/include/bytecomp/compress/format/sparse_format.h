@@ -22,14 +22,14 @@
 //              on every byte but the last): sum of VarintLength(d_j) bytes.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cmath>
 #include <cstring>
 
-#include "bytecomp/compress/format/host_device.h"
 #include "bytecomp/compress/format/bit_stream.h"
 #include "bytecomp/compress/format/format_error.h"
+#include "bytecomp/compress/format/host_device.h"
 #include "bytecomp/compress/format/little_endian.h"
 
 namespace bytecomp::compress::sparse {
