@@ -40,30 +40,27 @@ class BlockSparseAggregator final : public Aggregator {
     if (count_ > 0) {
       if (auto s = CheckSameRound(first_, ctx); !s.ok()) return s;
     }
-    // The whole payload is checked before the sum changes.
-    absl::StatusOr<const uint8_t*> values = codec_->Parse(encoded, n_, &carried_);
-    if (!values.ok()) return values.status();
-    if (count_ == 0) first_ = ctx;
-    const uint8_t* v = *values;
+    // The whole payload is checked before the sum changes (ForEachCarriedBlock parses first).
     merged_.clear();
     size_t i = 0;
-    for (uint32_t b : carried_) {
-      while (i < union_.size() && union_[i].block < b) merged_.push_back(union_[i++]);
-      const size_t len = blocksparse::BlockLength(n_, block_, b);
-      if (i < union_.size() && union_[i].block == b) {
-        float* sum = Slot(union_[i].slot);
-        for (size_t k = 0; k < len; ++k) sum[k] += GetF32(v + 4 * k);
-        merged_.push_back(union_[i++]);
-      } else {
-        // A block's first contribution is copied, as the uncompressed path keeps the first
-        // push: the sum of one payload is that payload.
-        const uint32_t slot = static_cast<uint32_t>(slots_.size() / block_);
-        slots_.resize(slots_.size() + block_, 0.0f);
-        std::memcpy(Slot(slot), v, 4 * len);
-        merged_.push_back({b, slot});
-      }
-      v += 4 * len;
-    }
+    absl::Status s = codec_->ForEachCarriedBlock(
+        encoded, n_, [&](uint32_t b, size_t, size_t len, const uint8_t* values) {
+          while (i < union_.size() && union_[i].block < b) merged_.push_back(union_[i++]);
+          if (i < union_.size() && union_[i].block == b) {
+            float* sum = Slot(union_[i].slot);
+            for (size_t k = 0; k < len; ++k) sum[k] += GetF32(values + 4 * k);
+            merged_.push_back(union_[i++]);
+            return;
+          }
+          // A block's first contribution is copied, as the uncompressed path keeps the first
+          // push: the sum of one payload is that payload.
+          const uint32_t slot = static_cast<uint32_t>(slots_.size() / block_);
+          slots_.resize(slots_.size() + block_, 0.0f);
+          std::memcpy(Slot(slot), values, 4 * len);
+          merged_.push_back({b, slot});
+        });
+    if (!s.ok()) return s;
+    if (count_ == 0) first_ = ctx;
     merged_.insert(merged_.end(), union_.begin() + static_cast<std::ptrdiff_t>(i), union_.end());
     union_.swap(merged_);
     ++count_;
@@ -133,7 +130,6 @@ class BlockSparseAggregator final : public Aggregator {
   bool started_ = false;
   std::vector<Entry> union_, merged_;   // increasing block order; merged_ is the merge's scratch
   std::vector<float> slots_;            // block_ floats per block of the union
-  std::vector<uint32_t> carried_;       // the payload being added: its blocks
   bool summed_ = false;                 // kept_ and encoded_ are up to date
   std::vector<Entry> kept_;
   std::vector<uint32_t> kept_blocks_;

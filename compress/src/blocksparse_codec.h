@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "bytecomp/compress/aggregator.h"
 #include "bytecomp/compress/codec.h"
+#include "bytecomp/compress/format/blocksparse_format.h"
 
 namespace bytecomp::compress {
 
@@ -41,6 +42,21 @@ class BlocksparseCodec final : public Codec {
   // *carried and returns where the values start. Work in proportion to the payload.
   absl::StatusOr<const uint8_t*> Parse(absl::Span<const uint8_t> encoded, size_t n,
                                        std::vector<uint32_t>* carried) const;
+
+  // Parse, then f(block index, its first element, its length, its values) for every carried
+  // block in increasing order; nothing is called for a malformed payload.
+  template <typename F>
+  absl::Status ForEachCarriedBlock(absl::Span<const uint8_t> encoded, size_t n, F f) {
+    absl::StatusOr<const uint8_t*> values = Parse(encoded, n, &carried_);
+    if (!values.ok()) return values.status();
+    const uint8_t* v = *values;
+    for (uint32_t b : carried_) {
+      const size_t len = blocksparse::BlockLength(n, block_, b);
+      f(b, size_t{b} * block_, len, v);
+      v += 4 * len;
+    }
+    return absl::OkStatus();
+  }
 
  private:
   uint32_t block_;

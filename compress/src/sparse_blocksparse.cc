@@ -80,35 +80,25 @@ absl::StatusOr<const uint8_t*> BlocksparseCodec::Parse(absl::Span<const uint8_t>
 
 absl::Status BlocksparseCodec::Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
                                       absl::Span<float> output) {
-  const size_t n = output.size();
-  absl::StatusOr<const uint8_t*> values = Parse(encoded, n, &carried_);
-  if (!values.ok()) return values.status();
-  const uint8_t* v = *values;
-  size_t done = 0;  // output[0, done) is written
-  for (uint32_t b : carried_) {
-    const size_t start = size_t{b} * block_, len = blocksparse::BlockLength(n, block_, b);
-    std::memset(output.data() + done, 0, 4 * (start - done));
-    std::memcpy(output.data() + start, v, 4 * len);
-    v += 4 * len;
-    done = start + len;
-  }
-  std::memset(output.data() + done, 0, 4 * (n - done));
-  return absl::OkStatus();
+  float* out = output.data();
+  size_t done = 0;  // out[0, done) is written
+  absl::Status s = ForEachCarriedBlock(
+      encoded, output.size(), [&](uint32_t, size_t start, size_t len, const uint8_t* values) {
+        std::memset(out + done, 0, 4 * (start - done));
+        std::memcpy(out + start, values, 4 * len);
+        done = start + len;
+      });
+  if (s.ok()) std::memset(out + done, 0, 4 * (output.size() - done));
+  return s;
 }
 
 absl::Status BlocksparseCodec::DecodeAdd(absl::Span<const uint8_t> encoded, const CodecContext&,
                                          absl::Span<float> accumulator) {
-  const size_t n = accumulator.size();
-  absl::StatusOr<const uint8_t*> values = Parse(encoded, n, &carried_);
-  if (!values.ok()) return values.status();
-  const uint8_t* v = *values;
-  for (uint32_t b : carried_) {
-    const size_t len = blocksparse::BlockLength(n, block_, b);
-    float* acc = accumulator.data() + size_t{b} * block_;
-    for (size_t i = 0; i < len; ++i) acc[i] += GetF32(v + 4 * i);
-    v += 4 * len;
-  }
-  return absl::OkStatus();
+  return ForEachCarriedBlock(
+      encoded, accumulator.size(), [&](uint32_t, size_t start, size_t len, const uint8_t* values) {
+        float* acc = accumulator.data() + start;
+        for (size_t i = 0; i < len; ++i) acc[i] += GetF32(values + 4 * i);
+      });
 }
 
 void RegisterBlocksparseCodec(CodecRegistry& registry) {

@@ -300,12 +300,12 @@ TEST(BlocksparseTest, AHugeClaimedCountIsRefusedBeforeAnyWork) {
 
 TEST(BlocksparseTest, BadParametersAreRefusedNamingThem) {
   for (const auto& [params, why] : std::vector<std::pair<CodecParams, std::string>>{
-           {{{"block", "0"}}, "block"},
-           {{{"block", "-4"}}, "block"},
-           {{{"block", "16777217"}}, "block"},
-           {{{"block", "2.5"}}, "block"},
-           {{{"threshold", "-0.1"}}, "threshold"},
-           {{{"threshold", "nan"}}, "threshold"},
+           {{{"block", "0"}}, "parameter 'block' = 0 is out of range"},
+           {{{"block", "-4"}}, "parameter 'block' = -4 is out of range"},
+           {{{"block", "16777217"}}, "parameter 'block' = 16777217 is out of range"},
+           {{{"block", "2.5"}}, "parameter 'block' = '2.5' is not an integer"},
+           {{{"threshold", "-0.1"}}, "parameter 'threshold' = -0.1 is out of range"},
+           {{{"threshold", "nan"}}, "parameter 'threshold' = 'nan' is not a finite number"},
            {{{"ratio", "0.1"}}, "unknown parameter 'ratio'"}}) {
     auto codec = CreateCodec("blocksparse", params);
     ASSERT_FALSE(codec.ok()) << why;
