@@ -84,6 +84,12 @@ TEST(BlocksparseFormatTest, TheSizeFormulaByHand) {
   EXPECT_EQ(PositionsFor(100, 5), kBitmap);
   EXPECT_EQ(PayloadBytes(25600, 256, 5, false), 16u + 16 + 4 * 1280);
   EXPECT_EQ(MaxPayloadBytes(0, 256), 16u);
+  // The planner's model: 1% of the blocks of a 4 MiB partition (4096 blocks: 41 of them, in
+  // an index list of 164 bytes against a 512-byte bitmap).
+  EXPECT_EQ(PayloadBytesAtDensity(1 << 20, 256, 0.01), 16u + 4 * 41 + 4 * 41 * 256);
+  EXPECT_EQ(PayloadBytesAtDensity(1 << 20, 256, 0.5), 16u + 512 + 4 * 2048 * 256);
+  EXPECT_EQ(PayloadBytesAtDensity(1 << 20, 256, 1.0), MaxPayloadBytes(1 << 20, 256));
+  EXPECT_EQ(PayloadBytesAtDensity(1000, 256, 0.0), 16u);
 }
 
 TEST(BlocksparseTest, TheMessageIsLaidOutAsDocumented) {

@@ -25,7 +25,9 @@
 // Size model (the planner's): a partition of n elements whose blocks are non-zero with density
 // d (m = d * B blocks) takes about 16 + min(4 d B, B / 8) + 4 d n bytes, i.e. the density
 // times the raw 4n bytes, plus the header and at most one bit per block for positions
-// (B / 8 = n / (8 * block) bytes: 0.05% of the raw size at block 256).
+// (B / 8 = n / (8 * block) bytes: 0.05% of the raw size at block 256): PayloadBytesAtDensity.
+// The pull carries the union of the W pushes' blocks: density at most min(1, W d), and
+// 1 - (1 - d)^W for workers whose blocks are independent.
 #pragma once
 
 #include <cstddef>
@@ -72,6 +74,16 @@ BYTECOMP_HD size_t CarriedElements(size_t n, size_t block, size_t m, bool last_c
 BYTECOMP_HD size_t PayloadBytes(size_t n, size_t block, size_t m, bool last_carried) {
   return kHeaderBytes + PositionBytes(BlockCount(n, block), m) +
          4 * CarriedElements(n, block, m, last_carried);
+}
+
+// The size model above: PayloadBytes for m = ceil(density * B) blocks (density in [0, 1]),
+// counting the last block as carried (an upper bound by less than 4 * block bytes).
+BYTECOMP_HD size_t PayloadBytesAtDensity(size_t n, size_t block, double density) {
+  const size_t blocks = BlockCount(n, block);
+  const double want = density <= 0 ? 0.0 : (density >= 1 ? 1.0 : density) * static_cast<double>(blocks);
+  size_t m = static_cast<size_t>(want);
+  if (static_cast<double>(m) < want) ++m;
+  return PayloadBytes(n, block, m, true);
 }
 
 // Every block carried: the largest message (16 + BitmapBytes(B) + 4n for n > 0).
