@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Two builds side by side on this machine, alternating which goes first, so that the machine's
+load drifts over both alike: the codec benchmark (bytecomp-codec-bench: encode and decode GB/s
+against memcpy measured in the same process) and the data plane (bytecomp-bench on a local
+cluster: median round time against the raw ZeroMQ loopback reference measured right before).
+Prints, per row, each build's median and after/before. For a change that must not cost speed
+(a restructuring): ratios within the spread between repetitions are noise.
+
+  python3 bench/compare_builds.py --before /path/to/old/build/bin --after build/bin \\
+      [--reps 3] [--codecs topk,onebit,fp16,dgc] [--configs 0,1] [--out compare.json]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "harness"))
+import cluster  # noqa: E402
+
+DATA_CONFIGS = [  # (W, S, model, rounds)
+    (2, 1, "flat:100MB", 10),
+    (4, 2, "flat:100MB", 10),
+    (2, 1, "resnet50", 10),
+]
+
+
+def codec_bench(bin_dir, codecs, size):
+    out = subprocess.run([os.path.join(bin_dir, "bytecomp-codec-bench"), f"--codecs={codecs}",
+                          f"--sizes={size}", "--reps=5"], capture_output=True, text=True,
+                         timeout=600, check=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(r"(\w+)\s+([\d.]+)\s+([\d.]+)%\s+([\d.]+)\s+([\d.]+)%", line)
+        if m:  # codec, enc GB/s, enc/memcpy %, dec GB/s, dec/memcpy %
+            rows[m.group(1)] = {"enc_vs_memcpy": float(m.group(3)) / 100,
+                                "dec_vs_memcpy": float(m.group(5)) / 100}
+    return rows
+
+
+def data_plane(bin_dir, workers, servers, model, rounds):
+    os.environ["BYTECOMP_BIN_DIR"] = bin_dir
+    ref = subprocess.run([cluster.binary("bytecomp-zmq-reference"), "--repeats", "3"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    gbps = json.loads(ref.strip().splitlines()[-1])["median_gbytes_per_s"]
+    cmd = [cluster.binary("bytecomp-bench"), f"--preset={model}", f"--rounds={rounds}",
+           "--warmup=2", "--check=true"]
+    with cluster.Cluster(workers=workers, servers=servers, worker_cmd=cmd,
+                         heartbeat_timeout_ms=10000) as c:
+        codes = c.wait_workers(timeout=900)
+        if codes != [0] * workers:
+            raise RuntimeError(f"bench failed: {codes}\n{c.dump()}")
+        for line in reversed(c.workers[0].output().splitlines()):
+            if line.startswith("{"):
+                row = json.loads(line)
+                ref_ms = 2 * workers * row["bytes_per_round"] / (gbps * 1e9) * 1e3
+                return row["median_round_ms"] / ref_ms
+    raise RuntimeError("no JSON line from worker 0")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--before", required=True, help="bin/ of the reference build")
+    p.add_argument("--after", required=True, help="bin/ of the build under test")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--codecs", default="fp16,topk,dgc,onebit,qsgd,randomk")
+    p.add_argument("--size", type=int, default=4 * 1024 * 1024, help="floats per codec call")
+    p.add_argument("--configs", default="0,1,2", help="indices into DATA_CONFIGS")
+    p.add_argument("--out", default="compare-builds.json")
+    args = p.parse_args()
+    builds = {"before": os.path.abspath(args.before), "after": os.path.abspath(args.after)}
+    configs = [DATA_CONFIGS[int(i)] for i in args.configs.split(",") if i != ""]
+    samples = {}  # (row, build) -> [value]
+
+    def add(row, build, value):
+        samples.setdefault((row, build), []).append(value)
+
+    load_before = os.getloadavg()[0]
+    for rep in range(args.reps):
+        order = ("before", "after") if rep % 2 == 0 else ("after", "before")
+        print(f"repetition {rep + 1}/{args.reps} ({order[0]} first)", flush=True)
+        for build in order:
+            for codec, r in codec_bench(builds[build], args.codecs, args.size).items():
+                add(f"codec {codec} encode / memcpy", build, r["enc_vs_memcpy"])
+                add(f"codec {codec} decode / memcpy", build, r["dec_vs_memcpy"])
+        for w, s, model, rounds in configs:
+            for build in order:
+                add(f"data plane W={w} S={s} {model}: round / reference", build,
+                    data_plane(builds[build], w, s, model, rounds))
+    rows = sorted({row for row, _ in samples}, key=lambda r: (not r.startswith("codec"), r))
+    print(f"\n{'row':<52} {'before':>8} {'after':>8} {'after/before':>12}  (medians of "
+          f"{args.reps}; spread = max/min of a build's repetitions)")
+    table = []
+    for row in rows:
+        b = statistics.median(samples[(row, "before")])
+        a = statistics.median(samples[(row, "after")])
+        spread = max(max(v) / min(v) for v in (samples[(row, "before")], samples[(row, "after")])
+                     if min(v) > 0)
+        table.append({"row": row, "before": samples[(row, "before")],
+                      "after": samples[(row, "after")], "ratio": a / b, "spread": spread})
+        print(f"{row:<52} {b:>8.3f} {a:>8.3f} {a / b:>12.3f}  (spread {spread:.2f})")
+    print("codec rows: higher is faster; data-plane rows: lower is faster. Load average "
+          f"{load_before:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    with open(args.out, "w") as f:
+        json.dump({"builds": builds, "rows": table}, f, indent=1)
+    print(f"written {args.out}")
+
+
+if __name__ == "__main__":
+    main()
