@@ -77,6 +77,11 @@ std::string FormatErrorText(const FormatError& e) {
     case C::kVarintTooLong: return "varint index longer than 5 bytes";
     case C::kVarintTrailingBytes:
       return absl::StrCat(e.a, " bytes left after ", e.b, " varint indices");
+    case C::kWrongStage: return absl::StrCat("stage ", e.a, " payload, expected stage ", e.b);
+    case C::kCandidateFields:
+      return absl::StrCat("candidate flag ", e.a, ", index encoding ", e.b, ", width ", e.c,
+                          ", index_bytes ", e.d, " (the flag is 0 or 1; without a candidate "
+                          "the index fields are 0)");
   }
   return absl::StrCat("format error ", static_cast<uint32_t>(e.code));
 }

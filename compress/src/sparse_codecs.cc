@@ -1,5 +1,6 @@
 // The sparsification codecs: topk, randomk, threshold, dgc, adaq (names and defaults as
-// GRACE), one source each (sparse_<name>.cc; threshold beside topk). Their wire formats are in
+// GRACE) and artopk (AR-Topk, two rounds), one source each (sparse_<name>.cc; threshold beside
+// topk). Their wire formats are in format/artopk_format.h,
 // format/sparse_format.h (the sparse message of topk, threshold and dgc, and the index
 // sections), format/randomk_format.h and sparse_adaq.cc; how topk and dgc choose what to send
 // in format/topk_select.h and format/dgc_threshold.h, shared with the CUDA codecs.
@@ -13,6 +14,7 @@ void RegisterSparsificationCodecs(CodecRegistry& registry) {
   RegisterThresholdCodec(registry);
   RegisterDgcCodec(registry);
   RegisterAdaqCodec(registry);
+  RegisterArtopkCodec(registry);
 }
 
 }  // namespace bytecomp::compress

@@ -16,11 +16,14 @@ CODECS = [
     ("signum", {}, ""), ("onebit", {}, "residual"), ("natural", {}, ""), ("u8bit", {}, ""),
     ("dithering", {}, ""), ("powersgd", {"rank": "2"}, "powersgd"), ("adaq", {}, ""),
     ("sketch", {}, ""), ("inceptionn", {}, ""),
+    ("artopk", {"ratio": "0.01"}, "residual"),
+    # The same codec under another tensor name (the text after "@"): its other chooser.
+    ("artopk@largest_norm", {"ratio": "0.01", "chooser": "largest_norm"}, "residual"),
 ]
 
 
 def codec_block(field, name, params, memory):
-    lines = [f"  {field} {{", f'    name: "{name}"']
+    lines = [f"  {field} {{", f'    name: "{name.split("@")[0]}"']
     for k, v in params.items():
         lines.append(f'    params {{ key: "{k}" value: "{v}" }}')
     if memory:
@@ -34,7 +37,8 @@ def strategy_text():
     for name, params, memory in CODECS:
         for two_way in (False, True):
             lines.append("tensors {")
-            lines.append(f'  name_pattern: "{name}.{"twoway" if two_way else "oneway"}"')
+            label = name.replace("@", ".")
+            lines.append(f'  name_pattern: "{label}.{"twoway" if two_way else "oneway"}"')
             lines += codec_block("push_codec", name, params, memory)
             if two_way and name != "none":
                 lines += codec_block("pull_codec", name, params, memory)

@@ -54,6 +54,9 @@ enum class FormatErrorCode : uint32_t {
   kVarintEndsEarly,         // varint index section ends early
   kVarintTooLong,           // varint index longer than 5 bytes
   kVarintTrailingBytes,     // a bytes left after b varint indices
+  // Two-round stages (artopk_format.h).
+  kWrongStage,              // stage a payload, expected stage b
+  kCandidateFields,         // candidate flag a, index encoding b, width c, index_bytes d: not a candidate's nor an empty push's
 };
 
 // The header values that kHeaderValueNotFinite / kHeaderValueNegative name (their a).
