@@ -41,6 +41,9 @@ ABSL_FLAG(std::string, plan_cluster, "",
           "--strategy=auto: ClusterDescription (proto/planner.proto) of the links and GPUs");
 ABSL_FLAG(std::string, plan_costs, "",
           "--strategy=auto: codec cost table (bytecomp-plan --calibrate writes one)");
+ABSL_FLAG(std::string, plan_options, "",
+          "--strategy=auto, optional: PlannerOptions (proto/planner.proto), e.g. `allowed`: the "
+          "codecs the user accepts per tensor; the planner never picks a lossier one");
 ABSL_FLAG(bool, hierarchical, false,
           "Reduce inside each machine first; only local roots push (ClusterConfig.hierarchical)");
 ABSL_FLAG(int, profile_rounds, 5, "--strategy=auto: rounds the workers profile before planning");
@@ -125,6 +128,7 @@ int main(int argc, char** argv) {
   options.auto_strategy = options.strategy_path == "auto";
   options.plan_cluster_path = absl::GetFlag(FLAGS_plan_cluster);
   options.plan_costs_path = absl::GetFlag(FLAGS_plan_costs);
+  options.plan_options_path = absl::GetFlag(FLAGS_plan_options);
   options.profile_rounds = absl::GetFlag(FLAGS_profile_rounds);
   absl::StatusOr<bytecomp::PlanLinks> plan_links =
       bytecomp::ParsePlanLinks(absl::GetFlag(FLAGS_plan_links));

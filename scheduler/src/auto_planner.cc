@@ -157,6 +157,7 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
                                          profiles.size(), " workers, forward_us their median"));
   cluster.set_workers(job.workers);
   cluster.set_servers(job.servers);
+  inputs.options = job.options;
   std::string scheme = "flat";
   if (job.hierarchical_machines > 0) {
     cluster.set_machines(job.hierarchical_machines);

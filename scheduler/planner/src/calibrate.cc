@@ -8,12 +8,14 @@
 #include <string>
 #include <unistd.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/stats.h"
 #include "bytecomp/compress/aggregator.h"
 #include "bytecomp/compress/memory.h"
+#include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
 
 namespace bytecomp::planner {
@@ -95,6 +97,27 @@ std::optional<AggregateCost> TimeAggregate(const proto::CodecCost& entry,
   return cost;
 }
 
+// How the codec crosses the network, for the cost model (proto Exchange): artopk's two
+// exchanges and blocksparse's block-sparse pull by name; the kept fraction of the ratio codecs;
+// sparse pushes can be returned as the servers' union.
+absl::Status SetExchange(const std::string& name, const compress::CodecParams& given,
+                         const compress::CodecProperties& properties, proto::CodecCost* out) {
+  const compress::CodecSpec* spec = compress::CodecRegistry::Global().Find(name);
+  absl::StatusOr<compress::CodecParams> params =
+      compress::ValidateParams(absl::StrCat("codec '", name, "'"), spec->params, given);
+  if (!params.ok()) return params.status();
+  double kept = 0;
+  if (auto it = params->find("ratio"); it != params->end() && (properties.sparse || name == "artopk")) {
+    if (!absl::SimpleAtod(it->second, &kept)) kept = 0;
+  }
+  out->set_kept_fraction(kept);
+  out->set_union_pull(properties.sparse && kept > 0);
+  out->set_exchange(name == "artopk"        ? proto::EXCHANGE_SUMMED_INDICES
+                    : name == "blocksparse" ? proto::EXCHANGE_BLOCK_SPARSE
+                                            : proto::EXCHANGE_PUSH_PULL);
+  return absl::OkStatus();
+}
+
 std::string HostName() {
   char name[256] = {0};
   if (gethostname(name, sizeof name - 1) != 0) return "this host";
@@ -161,6 +184,7 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
     const compress::CodecProperties properties = (*codec)->properties();
     out.set_summable(properties.summable_encoded);
     out.set_reencodable(!properties.two_round && !properties.majority_vote);
+    if (absl::Status s = SetExchange(entry.name(), params, properties, &out); !s.ok()) return s;
     proto::DeviceCost* cpu = out.add_costs();
     cpu->set_device(proto::DEVICE_CPU);
     std::vector<double> encoded_bytes;

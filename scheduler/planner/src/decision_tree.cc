@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/planner/allowed_codecs.h"
+#include "bytecomp/planner/exchange_sizes.h"
 #include "bytecomp/planner/inputs.h"
 
 namespace bytecomp::planner {
@@ -24,6 +26,38 @@ bool CodecAllowed(const proto::CodecCost& codec, const proto::PlannerOptions& op
 
 // Bytes per microsecond of a link given in Gbit/s.
 double BytesPerUs(const proto::LinkSpec& link) { return link.bandwidth_gbps() * 1e3 / 8.0; }
+
+// artopk's stages (EXCHANGE_SUMMED_INDICES, exchange_sizes.h): the chooser's encode (the round
+// waits for it: its top-k selection, with the memory), the index section's exchange, the
+// values gathered at those indices, their exchange, and the k sums scattered into the tensor.
+// The servers' work is summing: the section passes through, the values add at the summing
+// speed. `add`, `transfer`, `pcie` and `transport_cpu` are CostOf's.
+template <typename Pcie, typename Transfer, typename TransportCpu, typename Add>
+void AddSummedIndicesStages(const proto::CodecCost& codec, double part_bytes, double senders,
+                            const proto::ClusterDescription& cluster,
+                            const proto::CostTable& costs, bool has_gpu, Pcie pcie,
+                            Transfer transfer, TransportCpu transport_cpu, Add add) {
+  const proto::DeviceCost* cpu = CostFor(codec, proto::DEVICE_CPU);
+  const SummedIndicesBytes b = SummedIndicesSizes(codec, part_bytes, senders);
+  const double sum_bytes_per_us = cluster.server_sum_gbytes_per_s() * 1e3;
+  const double copy_bytes_per_us =
+      costs.copy_gbytes_per_s() > 0 ? costs.copy_gbytes_per_s() * 1e3 : sum_bytes_per_us;
+  if (has_gpu) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
+  add(kCpuPool, kEncode, InterpolateCost(cpu->encode(), part_bytes));
+  transport_cpu(b.push1);
+  add(kNicUp, kPush, transfer(b.push1));
+  add(kServer, kServerWork, senders * b.push1 / sum_bytes_per_us);
+  add(kNicDown, kPull, transfer(b.pull1));
+  transport_cpu(b.pull1);
+  add(kCpuPool, kEncode, 2 * b.push2 / copy_bytes_per_us);
+  transport_cpu(b.push2);
+  add(kNicUp, kPush, transfer(b.push2));
+  add(kServer, kServerWork, senders * b.push2 / sum_bytes_per_us);
+  add(kNicDown, kPull, transfer(b.pull2));
+  transport_cpu(b.pull2);
+  add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
+  if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
+}
 
 }  // namespace
 
@@ -81,29 +115,46 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
     }
   }
   if (!may_compress) return out;
+  const proto::TensorAllowance* allowance = AllowanceFor(options, tensor.name());
   for (int c = 0; c < costs.codecs_size(); ++c) {
     const auto& codec = costs.codecs(c);
     if (!CodecAllowed(codec, options)) continue;
+    if (allowance != nullptr && !CodecAllowedBy(codec, *allowance)) continue;
     const bool cpu_costs = CostFor(codec, proto::DEVICE_CPU) != nullptr;
     const bool gpu_costs = CostFor(codec, proto::DEVICE_GPU) != nullptr;
     if (!cpu_costs) continue;  // the server runs decode / re-encode on its CPU
     std::vector<Where> encode_places;
     if (has_gpu && gpu_costs) encode_places.push_back(Where::kGpu);
     if (has_cpu_pool || !has_gpu) encode_places.push_back(Where::kCpu);
-    std::vector<std::pair<bool, Where>> pulls = {{false, Where::kNone}};
-    if (codec.reencodable() && !options.disable_two_way()) {
+    struct Pull {
+      bool two_way = false;
+      Where decode = Where::kNone;
+      bool union_pull = false;
+    };
+    std::vector<Pull> pulls = {{}};
+    // artopk's pull is a summed k-vector and blocksparse's a block-sparse sum: nothing to
+    // re-encode.
+    const bool one_push = codec.exchange() == proto::EXCHANGE_PUSH_PULL;
+    if (one_push && codec.reencodable() && !options.disable_two_way() &&
+        TwoWayAllowed(allowance)) {
       if (has_gpu && gpu_costs) pulls.push_back({true, Where::kGpu});
       if (has_cpu_pool || !has_gpu) pulls.push_back({true, Where::kCpu});
     }
+    // The union is threshold 0's message, decoded on the CPU.
+    if (one_push && codec.union_pull() && codec.kept_fraction() > 0 &&
+        !options.disable_two_way() && (has_cpu_pool || !has_gpu)) {
+      pulls.push_back({true, Where::kCpu, true});
+    }
     for (Where encode : encode_places) {
-      for (auto [two_way, decode] : pulls) {
+      for (const Pull& pull : pulls) {
         for (bool hier : hier_choices) {
           for (int32_t count : counts) {
             TensorOption o;
             o.codec = static_cast<int16_t>(c);
             o.encode_on = encode;
-            o.two_way = two_way;
-            o.decode_on = decode;
+            o.two_way = pull.two_way;
+            o.decode_on = pull.decode;
+            o.union_pull = pull.union_pull;
             o.hierarchical = hier;
             o.partitions = count;
             out.push_back(o);
@@ -128,12 +179,16 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   auto device_cost = [&](Where where) {
     return CostFor(*codec, where == Where::kGpu ? proto::DEVICE_GPU : proto::DEVICE_CPU);
   };
-  const double compressed =
-      codec ? std::min(part_bytes, codec->ratio() * part_bytes + codec->overhead_bytes())
-            : part_bytes;
   // Flat: every worker of the machine pushes its own copy through the machine's NIC and all
   // W workers' pushes land on the S servers. Hierarchical: one push per machine.
   const double senders = option.hierarchical ? cluster.machines() : cluster.workers();
+  const proto::Exchange exchange = codec ? codec->exchange() : proto::EXCHANGE_PUSH_PULL;
+  // blocksparse: the non-zero blocks of one worker's gradient up, of the sum back.
+  const double density = tensor.has_block_density() ? tensor.block_density() : 1.0;
+  double compressed =
+      codec ? std::min(part_bytes, codec->ratio() * part_bytes + codec->overhead_bytes())
+            : part_bytes;
+  if (exchange == proto::EXCHANGE_BLOCK_SPARSE) compressed = BlockSparseBytes(density, part_bytes);
   const double nic_share = option.hierarchical ? 1 : workers_per_machine;
   const double alpha = cluster.worker_link().latency_us() + cluster.server_link().latency_us();
   const double us_per_byte =
@@ -185,6 +240,12 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   };
 
   if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes, true));
+  if (exchange == proto::EXCHANGE_SUMMED_INDICES) {
+    AddSummedIndicesStages(*codec, part_bytes, senders, cluster, costs, has_gpu, pcie, transfer,
+                           transport_cpu, add);
+    if (option.hierarchical) add(kIntraMachine, kBroadcast, intra(part_bytes, false));
+    return cost;
+  }
   double pushed = part_bytes;
   if (codec == nullptr) {
     if (has_gpu) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
@@ -222,16 +283,32 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
       }
     }
   }
+  if (exchange == proto::EXCHANGE_BLOCK_SPARSE) {
+    // The servers' work follows the non-zero blocks (calibrated on dense inputs: scaled).
+    const auto* cpu = device_cost(Where::kCpu);
+    server_us = cpu->aggregate().empty()
+                    ? senders * density * InterpolateCost(cpu->decode(), part_bytes)
+                    : InterpolateCost(cpu->aggregate_base(), part_bytes) +
+                          senders * density * InterpolateCost(cpu->aggregate(), part_bytes);
+  }
   add(kServer, kServerWork, server_us);
 
   const bool pulled_compressed = codec != nullptr && option.two_way;
-  const double pulled = pulled_compressed ? compressed : part_bytes;
+  double pulled = pulled_compressed ? compressed : part_bytes;
+  if (option.union_pull) pulled = UnionPullBytes(codec->kept_fraction(), senders, part_bytes);
+  if (exchange == proto::EXCHANGE_BLOCK_SPARSE) {
+    pulled = BlockSparseBytes(UnionFraction(density, senders), part_bytes);
+  }
   add(kNicDown, kPull, transfer(pulled));
   transport_cpu(pulled);
   if (pulled_compressed && option.decode_on == Where::kGpu) {
     add(kPcieH2D, kCopyH2D, pcie(compressed));
     add(kCompute, kDecode, InterpolateCost(device_cost(Where::kGpu)->decode(), part_bytes));
   } else if (pulled_compressed) {
+    add(kCpuPool, kDecode, InterpolateCost(device_cost(Where::kCpu)->decode(), part_bytes));
+    if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
+  } else if (exchange == proto::EXCHANGE_BLOCK_SPARSE) {
+    // The block-sparse sum, scattered into the tensor (zeros between its blocks).
     add(kCpuPool, kDecode, InterpolateCost(device_cost(Where::kCpu)->decode(), part_bytes));
     if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
   } else {
@@ -254,10 +331,10 @@ std::string DescribeOption(const TensorOption& option, const proto::CostTable& c
   if (option.codec < 0) {
     out = "none";
   } else {
-    out = absl::StrCat(costs.codecs(option.codec).name(), "(", where(option.encode_on),
-                       option.two_way ? absl::StrCat(",2-way:", where(option.decode_on))
-                                      : std::string(",1-way"),
-                       ")");
+    const std::string pull = option.union_pull ? absl::StrCat(",union:", where(option.decode_on))
+                             : option.two_way  ? absl::StrCat(",2-way:", where(option.decode_on))
+                                               : std::string(",1-way");
+    out = absl::StrCat(costs.codecs(option.codec).name(), "(", where(option.encode_on), pull, ")");
   }
   if (option.hierarchical) absl::StrAppend(&out, " hier");
   if (option.partitions > 1) absl::StrAppend(&out, " p", option.partitions);

@@ -155,6 +155,10 @@ absl::Status ValidateProfile(const proto::ModelProfile& m, const TextFormat::Par
       p.Add(sub, t, "ready_gap_us", -1, line, here + ".ready_gap_us",
             absl::StrCat("must be >= 0, got ", t.ready_gap_us()));
     }
+    if (t.has_block_density() && !(t.block_density() >= 0 && t.block_density() <= 1)) {
+      p.Add(sub, t, "block_density", -1, line, here + ".block_density",
+            absl::StrCat("must be in [0, 1], got ", t.block_density()));
+    }
   }
   return p.ToStatus();
 }
@@ -225,6 +229,21 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
     if (codec.overhead_bytes() < 0) {
       p.Add(sub, codec, "overhead_bytes", -1, line, here + ".overhead_bytes", "must be >= 0");
     }
+    if (!(codec.kept_fraction() >= 0 && codec.kept_fraction() <= 1)) {
+      p.Add(sub, codec, "kept_fraction", -1, line, here + ".kept_fraction",
+            absl::StrCat("must be in [0, 1], got ", codec.kept_fraction()));
+    }
+    if (codec.exchange() == proto::EXCHANGE_SUMMED_INDICES &&
+        (codec.kept_fraction() <= 0 || codec.kept_fraction() > codec.ratio())) {
+      p.Add(sub, codec, "kept_fraction", -1, line, here + ".kept_fraction",
+            absl::StrCat("EXCHANGE_SUMMED_INDICES needs kept_fraction in (0, ratio = ",
+                         codec.ratio(), "] (ratio - kept_fraction: the index section), got ",
+                         codec.kept_fraction()));
+    }
+    if (codec.union_pull() && codec.kept_fraction() <= 0) {
+      p.Add(sub, codec, "union_pull", -1, line, here + ".union_pull",
+            "union_pull needs kept_fraction > 0 (the union is sized from it)");
+    }
     bool seen[3] = {false, false, false};
     for (int d = 0; d < codec.costs_size(); ++d) {
       const auto& cost = codec.costs(d);
@@ -286,6 +305,13 @@ absl::Status ValidateOptions(const proto::PlannerOptions& o,
   if (o.max_joint_offload_choices() < 0) {
     p.Add(tree, o, "max_joint_offload_choices", -1, Loc{}, "max_joint_offload_choices",
           "must be >= 0");
+  }
+  for (int i = 0; i < o.allowed_size(); ++i) {
+    if (o.allowed(i).name_pattern().empty()) {
+      p.Add(Nested(tree, o, "allowed", i), o.allowed(i), "name_pattern", -1,
+            LineOf(tree, o, "allowed", i, Loc{}), absl::StrCat("allowed[", i, "].name_pattern"),
+            "must not be empty");
+    }
   }
   return p.ToStatus();
 }

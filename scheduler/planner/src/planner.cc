@@ -659,7 +659,15 @@ proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int
       config.mutable_params()->insert(codec.params().begin(), codec.params().end());
       config.set_memory(codec.memory());
       *ts->mutable_push_codec() = config;
-      if (o.two_way) *ts->mutable_pull_codec() = config;
+      if (o.union_pull) {
+        // The servers' sparse union: every non-zero of the sum (decision_tree.h).
+        proto::CodecConfig union_pull;
+        union_pull.set_name("threshold");
+        union_pull.mutable_params()->insert({std::string("threshold"), std::string("0")});
+        *ts->mutable_pull_codec() = std::move(union_pull);
+      } else if (o.two_way) {
+        *ts->mutable_pull_codec() = config;
+      }
       ts->set_compress_on(placement(o.encode_on));
       ts->set_decompress_on(placement(o.decode_on));
     }

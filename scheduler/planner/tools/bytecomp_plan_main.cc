@@ -7,7 +7,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bytecomp/common/config.h"
 #include "bytecomp/planner/planner.h"
 #ifdef BYTECOMP_PLAN_CALIBRATE
 #include "bytecomp/planner/calibrate.h"
@@ -31,6 +33,9 @@ ABSL_FLAG(std::string, calibrate_template, "",
           "Cost table whose codecs (names, params, memories, GPU costs) --calibrate measures; "
           "default: every registered codec with default parameters");
 ABSL_FLAG(double, calibrate_seconds, 0.02, "Time spent per measured point of --calibrate");
+ABSL_FLAG(std::string, evaluate, "",
+          "A Strategy file (.pbtxt) to simulate beside the plan: its predicted iteration is "
+          "printed as 'evaluated <file>: <ms> ms'");
 
 namespace {
 
@@ -138,6 +143,22 @@ int main(int argc, char** argv) {
     TimelineSimulator reference_sim(&reference->sim);
     result.compress_everything_choice = CompressEverythingChoice(*reference, all_codec);
     result.compress_everything_us = reference_sim.Simulate(result.compress_everything_choice);
+  }
+
+  if (const std::string path = absl::GetFlag(FLAGS_evaluate); !path.empty()) {
+    // Every option, so that the strategy's are there even where a search would drop them.
+    PlannerInputs all_options = inputs;
+    all_options.options.set_keep_dominated(true);
+    auto everything = Prepare(all_options);
+    if (!everything.ok()) return Fail(std::string(everything.status().message()));
+    bytecomp::proto::Strategy strategy;
+    if (absl::Status s = bytecomp::ParseTextProtoFile(path, &strategy); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    auto choice = ChoiceOf(*everything, strategy);
+    if (!choice.ok()) return Fail(absl::StrCat(path, ": ", choice.status().message()));
+    std::printf("evaluated %s: %.3f ms\n", path.c_str(),
+                TimelineSimulator(&everything->sim).Simulate(*choice) / 1e3);
   }
 
   const auto& c = problem.inputs.cluster;

@@ -86,6 +86,39 @@ TEST(CalibrateTest, TwoRoundCodecsHaveNoAggregationPointsAndMemoriesAreUsed) {
   EXPECT_NE(bad.status().message().find("nosuchmemory"), std::string::npos) << bad.status();
 }
 
+TEST(CalibrateTest, SparseCodecsGetTheirExchangeKeptFractionAndUnionPull) {
+  proto::CostTable tmpl;
+  for (const char* name : {"topk", "artopk"}) {
+    auto* c = tmpl.add_codecs();
+    c->set_name(name);
+    (*c->mutable_params())["ratio"] = "0.01";
+    c->set_memory("residual");
+  }
+  tmpl.add_codecs()->set_name("fp16");
+  auto table = CalibrateCpuCosts(tmpl, Quick());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const auto& topk = table->codecs(0);
+  EXPECT_EQ(topk.exchange(), proto::EXCHANGE_PUSH_PULL);
+  EXPECT_DOUBLE_EQ(topk.kept_fraction(), 0.01);
+  EXPECT_TRUE(topk.union_pull());
+  const auto& artopk = table->codecs(1);
+  EXPECT_EQ(artopk.exchange(), proto::EXCHANGE_SUMMED_INDICES);
+  EXPECT_DOUBLE_EQ(artopk.kept_fraction(), 0.01);
+  EXPECT_FALSE(artopk.union_pull());
+  EXPECT_FALSE(artopk.reencodable());
+  // Its single payload is topk's message: values and an index section beyond the values.
+  EXPECT_GT(artopk.ratio(), artopk.kept_fraction());
+  EXPECT_LT(artopk.ratio(), 0.03);
+  EXPECT_EQ(artopk.costs(0).aggregate_size(), 0);
+  EXPECT_EQ(table->codecs(2).kept_fraction(), 0);
+  EXPECT_FALSE(table->codecs(2).union_pull());
+  // The table loads: artopk's kept fraction is within its ratio.
+  std::string text;
+  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(*table, &text));
+  proto::CostTable parsed;
+  EXPECT_TRUE(ParseCostTable(text, "calibrated.pbtxt", &parsed).ok());
+}
+
 TEST(CalibrateTest, GpuCostsAreMeasuredWhereADeviceExistsAndUntouchedElsewhere) {
   proto::CostTable tmpl;
   tmpl.add_codecs()->set_name("fp16");

@@ -49,6 +49,8 @@ struct AutoPlanJob {
   int hierarchical_machines = 0;
   // The profiled rounds ran uncompressed (the link fit needs that).
   bool profiled_uncompressed = false;
+  // The user's planner options (--plan_options): the codecs accepted per tensor, ...
+  proto::PlannerOptions options;
 };
 
 // Merges the workers' profiles (worker 0's ready order, every tensor's gap averaged over the

@@ -30,7 +30,11 @@ struct CalibrationOptions {
 // (ratio and overhead fitted on the two largest sizes), for every codec of `template_table`
 // (name, params and memory kept; its GPU costs copied unmeasured) or, when it has no
 // codecs, for every codec of the registry except "none" with default parameters.
-// summable and reencodable come from the codec's properties (not two-round, not a vote).
+// summable and reencodable come from the codec's properties (not two-round, not a vote);
+// kept_fraction from the ratio of sparse codecs and artopk, union_pull for sparse ones with a
+// ratio, exchange by name (artopk: EXCHANGE_SUMMED_INDICES, blocksparse:
+// EXCHANGE_BLOCK_SPARSE). Two-round codecs are timed through their single payload: artopk's
+// is topk's message, its encode the chooser's work (top-k selection with the memory).
 // Template codecs the registry does not know are left out and named in the table's source;
 // invalid parameters are an error.
 absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& template_table,

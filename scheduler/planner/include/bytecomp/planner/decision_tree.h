@@ -31,6 +31,7 @@ struct TensorOption {
   int16_t codec = -1;               // index into the cost table; -1: uncompressed
   Where encode_on = Where::kNone;   // where the worker encodes pushes
   bool two_way = false;             // server re-encodes the sum for pulls
+  bool union_pull = false;          // two-way as the servers' sparse union (gather style)
   Where decode_on = Where::kNone;   // where the worker decodes pulls (two-way only)
   bool hierarchical = false;        // NCCL reduce inside the machine first
   int32_t partitions = 1;           // parts of equal size, each its own key
@@ -50,7 +51,7 @@ enum StageKind : uint8_t {
 };
 const char* StageKindName(int kind);
 
-inline constexpr int kMaxStages = 12;
+inline constexpr int kMaxStages = 18;  // artopk's two exchanges, hierarchical, with a GPU
 
 // What an option costs: the stages of each of its (identical) partitions, and the total work
 // it puts on each resource (used for lower bounds).
@@ -72,6 +73,11 @@ struct OptionCost {
 //    re-encodes on its CPU) and it is allowed by options.codecs;
 //  - GPU encode/decode needs GPUs in the cluster and GPU costs for the codec, CPU needs a pool;
 //  - two-way needs a re-encodable codec; decode placement exists only for two-way;
+//  - codecs whose pushes are sparse (union_pull) also get the servers' sparse union for pulls
+//    (decoded on the CPU); artopk (two exchanges) and blocksparse (the pull is block-sparse
+//    already) get one-way options only;
+//  - a tensor the user gave an allowance (PlannerOptions.allowed) gets only codecs no lossier
+//    than it allows, and two-way re-encoding only when it says so (allowed_codecs.h);
 //  - hierarchical needs several GPUs per machine; with options.hierarchical_only every option
 //    is hierarchical (when a machine has several workers, GPUs or not);
 //  - partition counts are deduplicated, at most one per element, 1 for tiny tensors.
@@ -85,7 +91,7 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
                   const proto::ClusterDescription& cluster, const proto::CostTable& costs);
 
 int64_t TensorBytes(const proto::TensorProfile& tensor);
-// "none", "topk(GPU,2-way:GPU)", "fp16(CPU,1-way,hier,p4)".
+// "none", "topk(GPU,2-way:GPU)", "fp16(CPU,1-way,hier,p4)", "topk(CPU,union:CPU)".
 std::string DescribeOption(const TensorOption& option, const proto::CostTable& costs);
 
 }  // namespace bytecomp::planner

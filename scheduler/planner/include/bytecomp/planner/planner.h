@@ -71,4 +71,12 @@ std::vector<int> CompressEverythingChoice(const PreparedProblem& problem,
 // The Strategy for a choice: one entry per tensor, by exact name.
 proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int>& choice);
 
+// The reverse: the option a Strategy gives each tensor (its first matching entry's codec by
+// name and parameters, placements, one-way, two-way or the servers' union, hierarchical,
+// partition size), so that it can be simulated. An error names a tensor whose codec is not in
+// the cost table or whose option the tree does not offer (Prepare with keep_dominated, so
+// that no option was dropped).
+absl::StatusOr<std::vector<int>> ChoiceOf(const PreparedProblem& problem,
+                                          const proto::Strategy& strategy);
+
 }  // namespace bytecomp::planner
