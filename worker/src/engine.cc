@@ -151,12 +151,25 @@ absl::Status Engine::PushPullMachineSum(const std::shared_ptr<Operation>& outer,
 void Engine::Accept(const std::shared_ptr<Operation>& op) {
   handles_.Register(op);
   if (profiler_ == nullptr) return;
+  const int64_t now_us = MonotonicUs();
+  const PushPullRequest& r = op->request;
+  bool measure_density = false;
+  {
+    absl::MutexLock lock(&profile_mu_);
+    if (profiler_->done()) return;
+    measure_density = profiler_->WantsBlockDensity(r.name);
+  }
+  // A host fp32 gradient's block density, for the planner's blocksparse: one pass, once.
+  const double density =
+      measure_density && !r.on_device && r.dtype == proto::DTYPE_FLOAT32
+          ? BlockDensity(static_cast<const float*>(r.data), static_cast<size_t>(r.element_count))
+          : -1;
   std::optional<proto::ModelProfile> profile;
   {
     absl::MutexLock lock(&profile_mu_);
     if (profiler_->done()) return;
-    profile = profiler_->Record(op->request.name, op->request.element_count,
-                                static_cast<int>(DTypeSize(op->request.dtype)), MonotonicUs());
+    profile = profiler_->Record(r.name, r.element_count, static_cast<int>(DTypeSize(r.dtype)),
+                                now_us, density);
   }
   if (profile.has_value()) {
     proto::ControlMessage report;

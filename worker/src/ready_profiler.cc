@@ -7,9 +7,27 @@
 
 namespace bytecomp::worker {
 
+double BlockDensity(const float* x, size_t n) {
+  if (n == 0) return 0;
+  constexpr size_t kBlock = 256;
+  size_t nonzero = 0;
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t end = std::min(n, begin + kBlock);
+    bool any = false;
+    for (size_t i = begin; i < end; ++i) any |= x[i] != 0.0f;
+    nonzero += any ? 1 : 0;
+  }
+  return static_cast<double>(nonzero) / static_cast<double>((n + kBlock - 1) / kBlock);
+}
+
+bool ReadyProfiler::WantsBlockDensity(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return !done_ && rounds_ > 0 && it != tensors_.end() && it->second.calls == 1;
+}
+
 std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name,
                                                          int64_t elements, int element_bytes,
-                                                         int64_t time_us) {
+                                                         int64_t time_us, double block_density) {
   if (done_ || rounds_ <= 0) return std::nullopt;
   Tensor& t = tensors_[name];
   t.elements = elements;
@@ -17,6 +35,7 @@ std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name
   const int64_t round = t.calls++;
   forward_.Started(round, time_us);
   if (round >= 1 && round <= rounds_) t.ready_us.push_back(time_us);
+  if (block_density >= 0) t.block_density = block_density;
   if (round <= rounds_) return std::nullopt;
   done_ = true;
   return Build();
@@ -56,6 +75,7 @@ proto::ModelProfile ReadyProfiler::Build() const {
     tp->set_elements(t.elements);
     tp->set_element_bytes(t.element_bytes);
     tp->set_ready_gap_us(std::max(0.0, offset - previous));
+    if (t.block_density >= 0) tp->set_block_density(t.block_density);
     previous = offset;
   }
   return profile;

@@ -1,6 +1,9 @@
 // The measured forward time (ModelProfile.forward_us) on a fake clock: from the last completion
-// of round r-1 to the first push_pull of round r, median over the profiled rounds 1..N.
+// of round r-1 to the first push_pull of round r, median over the profiled rounds 1..N; and
+// the gradients' block density in the profile.
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "bytecomp/worker/engine/forward_timer.h"
 #include "bytecomp/worker/engine/ready_profiler.h"
@@ -66,6 +69,27 @@ TEST(ReadyProfilerTest, ProfileCarriesTheMedianForwardTime) {
   EXPECT_DOUBLE_EQ(profile->tensors(1).ready_gap_us(), 300);
   EXPECT_NE(profile->source().find("forward_us: median time from a round's last completion"),
             std::string::npos);
+}
+
+TEST(ReadyProfilerTest, BlockDensityIsMeasuredOnceInTheFirstProfiledRound) {
+  std::vector<float> x(1000, 0.0f);  // 4 blocks of 256 (the last holds 232)
+  EXPECT_DOUBLE_EQ(BlockDensity(x.data(), x.size()), 0);
+  x[300] = -1e-30f;
+  x[999] = 2;
+  EXPECT_DOUBLE_EQ(BlockDensity(x.data(), x.size()), 0.5);
+  EXPECT_DOUBLE_EQ(BlockDensity(x.data(), 0), 0);
+  ReadyProfiler p(2);
+  std::optional<proto::ModelProfile> profile;
+  for (int round = 0; round <= 3 && !profile.has_value(); ++round) {
+    EXPECT_EQ(p.WantsBlockDensity("emb"), round == 1) << round;
+    profile = p.Record("emb", 1000, 4, 1000 * round, round == 1 ? 0.25 : -1);
+    if (!profile.has_value()) profile = p.Record("fc", 10, 4, 1000 * round + 10);
+  }
+  ASSERT_TRUE(profile.has_value());
+  ASSERT_EQ(profile->tensors_size(), 2);
+  EXPECT_TRUE(profile->tensors(0).has_block_density());
+  EXPECT_DOUBLE_EQ(profile->tensors(0).block_density(), 0.25);
+  EXPECT_FALSE(profile->tensors(1).has_block_density());
 }
 
 }  // namespace
