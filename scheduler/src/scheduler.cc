@@ -50,8 +50,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   }
   std::optional<AutoPlanInputs> auto_plan;
   if (options.auto_strategy) {
-    absl::StatusOr<AutoPlanInputs> loaded = LoadAutoPlanInputs(
-        options.plan_cluster_path, options.plan_costs_path, options.plan_links);
+    absl::StatusOr<AutoPlanInputs> loaded =
+        LoadAutoPlanInputs(options.plan_cluster_path, options.plan_costs_path, options.plan_links,
+                           options.plan_options_path);
     if (!loaded.ok()) return loaded.status();
     auto_plan = *std::move(loaded);
     options.config.set_profile_rounds(std::max(1, options.profile_rounds));
@@ -262,6 +263,8 @@ void Scheduler::Dispatch(const RegisteredNode& node, const proto::ControlMessage
       return strategy_.HandleProfileReport(node, message.profile_report(), out);
     case proto::ControlMessage::kLinkProbeReport:
       return strategy_.HandleLinkProbeReport(node, message.link_probe_report(), out);
+    case proto::ControlMessage::kRatioReport:
+      return strategy_.HandleRatioReport(node, message.ratio_report(), out);
     case proto::ControlMessage::kWorkerDone:
       return liveness_.HandleWorkerDone(node, out);
     case proto::ControlMessage::kShutdown:

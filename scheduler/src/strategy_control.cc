@@ -11,7 +11,8 @@ namespace bytecomp {
 
 absl::StatusOr<AutoPlanInputs> LoadAutoPlanInputs(const std::string& cluster_path,
                                                   const std::string& costs_path,
-                                                  PlanLinks links) {
+                                                  PlanLinks links,
+                                                  const std::string& options_path) {
   if (cluster_path.empty() || costs_path.empty()) {
     return absl::InvalidArgumentError(
         "--strategy=auto needs --plan_cluster (a ClusterDescription: links, GPUs) and "
@@ -25,6 +26,11 @@ absl::StatusOr<AutoPlanInputs> LoadAutoPlanInputs(const std::string& cluster_pat
   inputs.cluster = *std::move(cluster);
   inputs.costs = *std::move(costs);
   inputs.links = links;
+  if (!options_path.empty()) {
+    absl::StatusOr<proto::PlannerOptions> options = planner::LoadPlannerOptions(options_path);
+    if (!options.ok()) return options.status();
+    inputs.options = *std::move(options);
+  }
   return inputs;
 }
 
@@ -86,6 +92,7 @@ void StrategyControl::Plan(Outbox* out) {
     job.hierarchical_machines = static_cast<int>(nodes_.local()->machines.size());
   }
   job.profiled_uncompressed = IsUncompressed(keeper_.current());
+  job.options = auto_plan_->options;
   absl::StatusOr<AutoPlan> plan = PlanFromProfiles(profiles, cluster, auto_plan_->costs, job);
   if (!plan.ok()) {
     BC_LOG_ERROR("--strategy=auto: planning failed, training goes on uncompressed: ",
@@ -113,6 +120,34 @@ void StrategyControl::HandleLinkProbeReport(const RegisteredNode& node,
                    " servers, the job has ", config_.num_servers());
   }
   if (links_.Add(node.rank, report, config_.num_workers())) BC_LOG_INFO(links_.Table());
+}
+
+void StrategyControl::HandleRatioReport(const RegisteredNode& node,
+                                        const proto::RatioReport& report, Outbox* out) {
+  if (node.role != proto::ROLE_WORKER) {
+    out->SendError(node.identity, absl::StrCat("RatioReport from ", NodeTable::Name(node)));
+    return;
+  }
+  if (keeper_.update_pending()) return;  // one change at a time
+  // The windows come from every worker, or from each machine's local root (hierarchical).
+  const int pushers = config_.hierarchical() && nodes_.local() != nullptr
+                          ? static_cast<int>(nodes_.local()->machines.size())
+                          : config_.num_workers();
+  std::string dropped;
+  std::optional<AdaptiveRatioControl::Change> change =
+      adaptive_.Add(node.rank, report, keeper_.current(), pushers, &dropped);
+  // Reports of the version before a switch arrive after it: expected, not worth a line.
+  if (!dropped.empty() && report.strategy_version() >= keeper_.current().version()) {
+    BC_LOG_WARNING(dropped);
+  }
+  if (!change.has_value()) return;
+  absl::StatusOr<proto::ControlMessage> prepare = keeper_.BeginUpdate(change->strategy);
+  if (!prepare.ok()) {
+    BC_LOG_ERROR(change->log, "; not applied: ", prepare.status().message());
+    return;
+  }
+  BC_LOG_INFO(change->log, "; preparing version ", prepare->strategy_prepare().version());
+  Prepare(*prepare, out);
 }
 
 }  // namespace bytecomp

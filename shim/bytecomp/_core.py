@@ -168,6 +168,12 @@ def stats():
     return _engine.get_engine().stats()
 
 
+def tensor_strategy(name):
+    """(round, version) of the tensor's latest started round: its push_pull count - 1 and the
+    strategy version that round ran with (strategy switches, the adaptive ratio)."""
+    return _engine.get_engine().tensor_strategy(name)
+
+
 def barrier(timeout_ms=-1):
     """Blocks until every worker reached the barrier."""
     _engine.get_engine().barrier(timeout_ms)

@@ -179,6 +179,8 @@ def _declare_prototypes(lib):
         "bytecomp_save_state": (c_int, [c_char_p, ctypes.c_void_p, ctypes.c_size_t,
                                         ctypes.POINTER(ctypes.c_size_t)]),
         "bytecomp_load_state": (c_int, [c_char_p, ctypes.c_void_p, ctypes.c_size_t]),
+        "bytecomp_tensor_strategy": (c_int, [c_char_p, ctypes.POINTER(c_int64),
+                                             ctypes.POINTER(c_int64)]),
     }
     for name, (restype, argtypes) in prototypes.items():
         fn = getattr(lib, name)  # AttributeError names the missing symbol
@@ -315,6 +317,15 @@ class Engine:
         buf = ctypes.create_string_buffer(bytes(state), max(1, len(state)))
         self._check(self._lib.bytecomp_load_state(name.encode(), buf, len(state)),
                     f"load_state '{name}'")
+
+    def tensor_strategy(self, name):
+        """(round, version): the tensor's latest started round and the strategy version it ran
+        with."""
+        round_, version = ctypes.c_int64(0), ctypes.c_int64(0)
+        self._check(self._lib.bytecomp_tensor_strategy(name.encode(), ctypes.byref(round_),
+                                                       ctypes.byref(version)),
+                    f"tensor_strategy '{name}'")
+        return round_.value, version.value
 
     def stats(self):
         stats = Stats()

@@ -31,7 +31,8 @@ import torch
 
 from . import _core, _cpu, _engine
 from ._core import (Handle, barrier, is_initialized, local_rank, local_size,  # noqa: F401
-                    num_servers, rank, set_learning_rate, shutdown, size, stats)
+                    num_servers, rank, set_learning_rate, shutdown, size, stats,
+                    tensor_strategy)
 from ._engine import BytecompError  # noqa: F401
 
 __all__ = [
@@ -39,8 +40,8 @@ __all__ = [
     "num_servers", "barrier", "declare", "push_pull", "push_pull_async", "push_pull_inplace",
     "push_pull_async_inplace", "poll", "synchronize", "DistributedOptimizer",
     "broadcast_parameters", "broadcast_optimizer_state", "BytecompError", "Handle",
-    "set_learning_rate", "stats", "DDPHookState", "ddp_comm_hook", "init_process_group",
-    "check_cpu_math", "configure_cpu_threads",
+    "set_learning_rate", "stats", "tensor_strategy", "DDPHookState", "ddp_comm_hook",
+    "init_process_group", "check_cpu_math", "configure_cpu_threads",
 ]
 
 _DTYPE_CODES = {

@@ -180,6 +180,9 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
 
 void Engine::StartStages(const TensorTable::Started& started) {
   for (const std::shared_ptr<Operation>& op : started) {
+    if (op->plan.ratio_window_rounds > 0) {
+      ratio_windows_.Started(op->request.name, op->round, MonotonicUs());
+    }
     tracker_.Expect(*op);
     op->stages->Start(op);
   }
@@ -192,12 +195,32 @@ void Engine::Complete(const std::shared_ptr<Operation>& op) {
     absl::MutexLock lock(&profile_mu_);
     if (!profiler_->done()) profiler_->RecordDone(static_cast<int64_t>(op->round), done_us);
   }
+  if (op->plan.ratio_window_rounds > 0 && status.ok()) RecordRatioRound(*op, done_us);
   // The tensor is idle before the caller sees the operation done: a save_state right after the
   // wait must not find it in flight.
   TensorTable::Started started;
   tensors_.Finished(*op, status, &started);
   op->MarkDone();
   StartStages(started);
+}
+
+void Engine::RecordRatioRound(const Operation& op, int64_t done_us) {
+  // The kept energy over the partitions (host_pipeline.cc measured each; -1 if one was not).
+  double sent = 0, total = 0;
+  bool measured = op.codecs != nullptr;
+  for (int64_t p = 0; measured && p < op.layout.num_partitions(); ++p) {
+    const PartitionCodec& pc = op.codecs->partitions[p];
+    measured = pc.sent_energy >= 0;
+    sent += pc.sent_energy;
+    total += pc.compensated_energy;
+  }
+  const double kept = !measured ? -1 : total > 0 ? sent / total : 1;
+  std::optional<proto::RatioReport> report = ratio_windows_.Finished(
+      op.request.name, op.round, op.plan.version, op.plan.ratio_window_rounds, kept, done_us);
+  if (!report.has_value()) return;
+  proto::ControlMessage message;
+  *message.mutable_ratio_report() = *std::move(report);
+  control_queue_.Push(SendControl{std::move(message)});
 }
 
 // --- Handles, statistics, checkpoints.

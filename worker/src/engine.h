@@ -23,6 +23,7 @@
 #include "bytecomp/worker/engine/handle_table.h"
 #include "bytecomp/worker/engine/operation.h"
 #include "bytecomp/worker/engine/operation_tracker.h"
+#include "bytecomp/worker/engine/ratio_windows.h"
 #include "bytecomp/worker/engine/ready_profiler.h"
 #include "bytecomp/worker/engine/strategy_switch.h"
 #include "bytecomp/worker/engine/tensor_table.h"
@@ -75,6 +76,9 @@ class Engine final : public WorkerEngine, private ControlEvents {
   void StartStages(const TensorTable::Started& started);
   // The tracker saw the operation's last event.
   void Complete(const std::shared_ptr<Operation>& op) ABSL_LOCKS_EXCLUDED(profile_mu_);
+  // An adaptive-ratio tensor's round ended: its window's measurements, and the report to the
+  // scheduler when the window is complete (ratio_windows.h).
+  void RecordRatioRound(const Operation& op, int64_t done_us);
 
   // --- the scheduler's messages (ControlEvents, on the control thread)
   void OnDeclareReply(const proto::DeclareReply& reply) override;
@@ -113,6 +117,8 @@ class Engine final : public WorkerEngine, private ControlEvents {
   // Set when the scheduler asked for a profile (profile_rounds); its contents are guarded.
   absl::Mutex profile_mu_;
   const std::unique_ptr<ReadyProfiler> profiler_ ABSL_PT_GUARDED_BY(profile_mu_);
+
+  RatioWindows ratio_windows_;  // the adaptive ratio's measurements
 
   std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
   const StageContext stage_context_;  // what the stages use of the above

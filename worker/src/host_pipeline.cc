@@ -6,12 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common.h"
 #include "bytecomp/compress/two_round.h"
+#include "bytecomp/worker/engine/ratio_windows.h"
 #include "partition_codec.h"
 
 namespace bytecomp::worker {
 namespace {
 
-// A payload of fp32 values (PowerSGD's factors).
+// A payload of fp32 values (PowerSGD's factors; artopk's 4-byte words).
 absl::Span<const float> Floats(const zmq::message_t& m) {
   return absl::MakeConstSpan(static_cast<const float*>(m.data()), m.size() / sizeof(float));
 }
@@ -78,6 +79,7 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
     }
     if (status.ok() && !bytes.ok()) status = bytes.status();
     if (status.ok()) push->payload.resize(*bytes);
+    if (status.ok() && !compress::AsTwoRound(*pc.push)) MeasureKeptEnergy(*op, pc, n);
   }
   if (!status.ok()) push->payload.clear();
   ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()),
@@ -87,6 +89,14 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
     return;
   }
   ctx_.to_data_thread->Push(push);
+}
+
+void HostPipeline::MeasureKeptEnergy(const Operation& op, PartitionCodec& pc, size_t n) {
+  if (op.plan.ratio_window_rounds == 0) return;
+  // What the memory was updated with: the compensated gradient and what was sent of it.
+  const bool measured = pc.memory != nullptr && pc.compensated.size() == n && pc.decoded.size() == n;
+  pc.sent_energy = measured ? SquaredNorm(pc.decoded) : -1;
+  pc.compensated_energy = measured ? SquaredNorm(pc.compensated) : 0;
 }
 
 void HostPipeline::PushEncodeFailure(const std::shared_ptr<EncodedPush>& push,
@@ -137,11 +147,12 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
     status = two->LocalApproximation(absl::MakeSpan(pc.decoded));
     if (status.ok()) status = pc.memory->Update(pc.compensated, pc.decoded, ctx);
   }
+  if (status.ok()) MeasureKeptEnergy(*op, pc, n);
   if (status.ok()) {
     push->payload.resize(*bytes);
     ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0);
   } else {
-    push->abort_error = absl::StrCat("PowerSGD stage 2 of '", op->request.name, "' partition ",
+    push->abort_error = absl::StrCat(op->plan.push.name(), " stage 2 of '", op->request.name, "' partition ",
                                      partition, ": ", status.message());
     push->payload.clear();
     op->RecordError(absl::InvalidArgumentError(push->abort_error));

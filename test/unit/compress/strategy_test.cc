@@ -60,6 +60,41 @@ TEST(StrategyFileTest, TwoWayNeedsAPushCodecAndMemoryNeedsACodec) {
   EXPECT_FALSE(ParseStrategy("tensors { name_pattern: \"x\" push_codec { name: \"topk\" memory: \"resid\" } }", "c").ok());
 }
 
+TEST(StrategyFileTest, AdaptiveRatioIsCheckedAgainstTheCodecsRatio) {
+  auto parse = [](const std::string& codec, const std::string& adaptive) {
+    return ParseStrategy("tensors {\n  name_pattern: \"x\"\n  push_codec { " + codec +
+                             " }\n  adaptive_ratio { " + adaptive + " }\n}\n",
+                         "a.pbtxt");
+  };
+  const std::string artopk = "name: \"artopk\" params { key: \"ratio\" value: \"0.01\" }";
+  auto good = parse(artopk, "min_ratio: 0.001 max_ratio: 0.1 window_rounds: 7");
+  ASSERT_TRUE(good.ok()) << good.status();
+  const TensorPlan plan = PlanFor(*good, "x", 1 << 20);
+  EXPECT_EQ(plan.ratio_window_rounds, 7u);
+  EXPECT_EQ(PlanFor(*parse(artopk, "min_ratio: 0.001 max_ratio: 0.1"), "x", 1 << 20)
+                .ratio_window_rounds,
+            20u);  // the default window
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"min_ratio: 0.02 max_ratio: 0.1", "the push codec's ratio 0.01 is outside [0.02, 0.1]"},
+      {"min_ratio: 0.001 max_ratio: 2", "0 < min_ratio <= max_ratio <= 1"},
+      {"min_ratio: 0.001 max_ratio: 0.1 step: 0.5", "step must be > 1"},
+      {"min_ratio: 0.001 max_ratio: 0.1 raise_below_kept: 0.9", "raise_below_kept <= lower_above_kept"},
+  };
+  for (const auto& [adaptive, text] : bad) {
+    auto s = parse(artopk, adaptive);
+    ASSERT_FALSE(s.ok()) << adaptive;
+    EXPECT_NE(s.status().message().find("a.pbtxt:3:"), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("tensors[0].adaptive_ratio: "), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find(text), std::string::npos) << s.status();
+  }
+  auto no_ratio = parse("name: \"fp16\"", "min_ratio: 0.1 max_ratio: 0.5");
+  ASSERT_FALSE(no_ratio.ok());
+  EXPECT_NE(no_ratio.status().message().find("has no ratio parameter to adapt"), std::string::npos)
+      << no_ratio.status();
+  // topk's default ratio (0.3) counts when the entry leaves it out.
+  EXPECT_TRUE(parse("name: \"topk\"", "min_ratio: 0.1 max_ratio: 0.5").ok());
+}
+
 TEST(StrategyPlanTest, FirstMatchWinsAndSmallTensorsStayRaw) {
   absl::StatusOr<proto::Strategy> s = ParseStrategy(
       "tensors { name_pattern: \"bias?\" }\n"

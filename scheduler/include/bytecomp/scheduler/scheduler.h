@@ -30,7 +30,9 @@
 //   On SIGHUP (strategy file reloaded), or once every worker sent its ProfileReport under
 //   --strategy=auto: StrategyPrepare{version} to every worker; once all answered
 //   StrategyPrepareReply, StrategyCommit to every server, then every worker. From a server,
-//   LinkProbeReport or StrategyPrepareReply gets Error.
+//   LinkProbeReport, StrategyPrepareReply or RatioReport gets Error. Workers send a
+//   RatioReport per complete window of a tensor whose entry adapts its ratio; a change of the
+//   ratio is prepared and committed the same way (adaptive_ratio.h).
 // - [Registration, LocalRelay] Workers name their machine in Register (machine, default
 //   hostname; optional local rank and local size). Topology carries local_rank/local_size/
 //   local_root and the pushers. With config.hierarchical, a machine's local root sends
@@ -85,6 +87,9 @@ struct SchedulerOptions {
   bool auto_strategy = false;
   std::string plan_cluster_path;
   std::string plan_costs_path;
+  // --strategy=auto, optional: PlannerOptions (proto/planner.proto), e.g. the codecs the user
+  // accepts per tensor (allowed).
+  std::string plan_options_path;
   int profile_rounds = 5;
   // Where the planned cluster's worker and server links come from (auto_planner.h).
   PlanLinks plan_links = PlanLinks::kMeasured;

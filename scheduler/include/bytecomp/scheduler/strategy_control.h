@@ -5,6 +5,10 @@
 // server and then every worker gets StrategyCommit{strategy, first_round}. A file that does
 // not load or validate is logged and the strategy in force stays.
 //
+// Also the adaptive ratio: the workers' RatioReports go to AdaptiveRatioControl
+// (adaptive_ratio.h), whose changes are prepared and committed as any other update, one at a
+// time, each logged with its reason.
+//
 // Also the workers' LinkProbeReports (sent once at start): kept, printed as one table once
 // every worker reported, and used by --strategy=auto's plan. Prepare replies and link probe
 // reports from a server are answered with an Error.
@@ -15,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bytecomp/scheduler/adaptive_ratio.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/link_book.h"
 #include "bytecomp/scheduler/node_table.h"
@@ -31,12 +36,15 @@ struct AutoPlanInputs {
   proto::ClusterDescription cluster;
   proto::CostTable costs;
   PlanLinks links = PlanLinks::kMeasured;
+  proto::PlannerOptions options;  // --plan_options; defaults when not given
 };
 
-// Reads the --plan_cluster and --plan_costs files; the error names what is missing or wrong.
+// Reads the --plan_cluster and --plan_costs files, and --plan_options when given; the error
+// names what is missing or wrong.
 absl::StatusOr<AutoPlanInputs> LoadAutoPlanInputs(const std::string& cluster_path,
                                                   const std::string& costs_path,
-                                                  PlanLinks links);
+                                                  PlanLinks links,
+                                                  const std::string& options_path = "");
 
 class StrategyControl {
  public:
@@ -58,6 +66,10 @@ class StrategyControl {
                            Outbox* out);
   void HandleLinkProbeReport(const RegisteredNode& node, const proto::LinkProbeReport& report,
                              Outbox* out);
+  // A worker's measurements of a window of an adaptive-ratio tensor; the policy may change the
+  // entry's ratio (adaptive_ratio.h).
+  void HandleRatioReport(const RegisteredNode& node, const proto::RatioReport& report,
+                         Outbox* out);
 
  private:
   void Prepare(const proto::ControlMessage& prepare, Outbox* out);
@@ -70,6 +82,7 @@ class StrategyControl {
   std::map<int, proto::ModelProfile> profiles_;  // by worker rank
   bool planned_ = false;
   LinkBook links_;
+  AdaptiveRatioControl adaptive_;
 };
 
 }  // namespace bytecomp
