@@ -134,8 +134,8 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
                                      zmq::message_t payload) {
   PartitionCodec& pc = op->codecs->partitions[partition];
   const size_t n = static_cast<size_t>(op->layout.range(partition).count);
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()),
-                          static_cast<int64_t>(n * DTypeSize(op->request.dtype)));
+  // The uncompressed size this round stands for is counted once, with the result (stage 2).
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), 0);
   const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
   compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
