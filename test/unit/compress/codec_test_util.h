@@ -1,5 +1,5 @@
 // Reusable pieces for codec and memory tests: input generators, encode/decode helpers, the
-// 3-sigma unbiasedness check and the error-feedback invariant check.
+// 3-sigma unbiasedness check, the error-feedback invariant check and two-round workers.
 #pragma once
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "bytecomp/compress.h"
+#include "bytecomp/compress/two_round.h"
 #include "gtest/gtest.h"
 
 namespace bytecomp::compress::testing {
@@ -191,6 +192,30 @@ inline void ExpectErrorFeedbackInvariant(Codec& codec, Memory& memory,
     }
     old_residual = residual;
   }
+}
+
+// One simulated worker of a two-round codec (two_round.h) with its error-feedback memory, and
+// the vectors of its round: the compensated input, its local approximation, the result.
+struct TwoRoundWorker {
+  std::unique_ptr<Codec> codec;
+  TwoRoundCodec* two_round = nullptr;
+  std::unique_ptr<Memory> memory;
+  std::vector<float> compensated, local, output;
+};
+
+inline std::vector<TwoRoundWorker> MakeTwoRoundWorkers(size_t count, const std::string& codec,
+                                                       const CodecParams& params,
+                                                       const std::string& memory) {
+  std::vector<TwoRoundWorker> workers(count);
+  for (TwoRoundWorker& w : workers) {
+    w.codec = MustCreate(codec, params);
+    w.two_round = AsTwoRound(*w.codec);
+    EXPECT_NE(w.two_round, nullptr);
+    auto made = CreateMemory(memory);
+    EXPECT_TRUE(made.ok()) << made.status();
+    w.memory = std::move(*made);
+  }
+  return workers;
 }
 
 }  // namespace bytecomp::compress::testing

@@ -16,14 +16,7 @@ using testing::MustCreate;
 using testing::RandomNormal;
 using testing::TestContext;
 
-struct Worker {
-  std::unique_ptr<Codec> codec;
-  TwoRoundCodec* two_round = nullptr;
-  std::unique_ptr<Memory> memory;
-  std::vector<float> compensated;
-  std::vector<float> local;
-  std::vector<float> output;
-};
+using Worker = testing::TwoRoundWorker;
 
 std::unique_ptr<Aggregator> ServerAggregator(const CodecParams& params) {
   const CodecSpec* spec = CodecRegistry::Global().Find("powersgd");
@@ -87,16 +80,7 @@ std::vector<float> RunRound(std::vector<Worker>& workers, Aggregator& server,
 }
 
 std::vector<Worker> MakeWorkers(size_t count, const CodecParams& params) {
-  std::vector<Worker> workers(count);
-  for (auto& w : workers) {
-    w.codec = MustCreate("powersgd", params);
-    w.two_round = AsTwoRound(*w.codec);
-    EXPECT_NE(w.two_round, nullptr);
-    auto memory = CreateMemory("powersgd");
-    EXPECT_TRUE(memory.ok()) << memory.status();
-    w.memory = std::move(*memory);
-  }
-  return workers;
+  return testing::MakeTwoRoundWorkers(count, "powersgd", params, "powersgd");
 }
 
 TEST(PowerSgdTest, ShapeAndPayloadSizes) {

@@ -39,24 +39,10 @@ std::vector<uint32_t> TopkIndices(absl::Span<const float> x, const std::string& 
   return idx;
 }
 
-struct Worker {
-  std::unique_ptr<Codec> codec;
-  TwoRoundCodec* two_round = nullptr;
-  std::unique_ptr<Memory> memory;
-  std::vector<float> compensated, local, output;
-};
+using Worker = testing::TwoRoundWorker;
 
 std::vector<Worker> MakeWorkers(size_t count, const CodecParams& params) {
-  std::vector<Worker> workers(count);
-  for (Worker& w : workers) {
-    w.codec = MustCreate("artopk", params);
-    w.two_round = AsTwoRound(*w.codec);
-    EXPECT_NE(w.two_round, nullptr);
-    auto memory = CreateMemory("residual");
-    EXPECT_TRUE(memory.ok()) << memory.status();
-    w.memory = std::move(*memory);
-  }
-  return workers;
+  return testing::MakeTwoRoundWorkers(count, "artopk", params, "residual");
 }
 
 // What one round through the servers looks like from the codec's side.

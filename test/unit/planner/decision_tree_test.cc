@@ -5,16 +5,12 @@
 
 #include "bytecomp/planner/inputs.h"
 #include "gtest/gtest.h"
+#include "planner_test_util.h"
 
 namespace bytecomp::planner {
 namespace {
 
-proto::CostPoint Point(int64_t bytes, double us) {
-  proto::CostPoint p;
-  p.set_bytes(bytes);
-  p.set_us(us);
-  return p;
-}
+using testing::Point;
 
 // Costs linear in size: `us_per_mb` per MiB for encode and decode.
 proto::CodecCost Codec(const std::string& name, double ratio, bool reencodable, bool cpu,

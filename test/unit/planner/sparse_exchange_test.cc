@@ -11,16 +11,12 @@
 #include "bytecomp/planner/inputs.h"
 #include "bytecomp/planner/planner.h"
 #include "gtest/gtest.h"
+#include "planner_test_util.h"
 
 namespace bytecomp::planner {
 namespace {
 
-proto::CostPoint Point(int64_t bytes, double us) {
-  proto::CostPoint p;
-  p.set_bytes(bytes);
-  p.set_us(us);
-  return p;
-}
+using testing::Point;
 
 // CPU costs linear in size: encode 1000 us per MiB, decode 100.
 proto::CodecCost Sparse(const std::string& name, double kept, proto::Exchange exchange) {
