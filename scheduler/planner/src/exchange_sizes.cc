@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+
+#include "bytecomp/compress/format/blocksparse_format.h"
 
 namespace bytecomp::planner {
 
@@ -36,11 +39,10 @@ SummedIndicesBytes SummedIndicesSizes(const proto::CodecCost& codec, double byte
 }
 
 double BlockSparseBytes(double density, double bytes) {
-  constexpr double kBlockBytes = 256 * 4;
-  const double blocks = std::ceil(bytes / kBlockBytes);
-  const double nonzero = std::ceil(std::clamp(density, 0.0, 1.0) * blocks);
-  const double positions = std::min(std::ceil(blocks / 8.0), 4.0 * nonzero);
-  return 16.0 + positions + std::min(bytes, nonzero * kBlockBytes);
+  // The planner sizes partitions in fp32 bytes; the format counts elements.
+  const size_t elements = static_cast<size_t>(std::ceil(std::max(0.0, bytes) / 4.0));
+  return static_cast<double>(compress::blocksparse::PayloadBytesAtDensity(
+      elements, kBlockSparseBlock, std::clamp(density, 0.0, 1.0)));
 }
 
 }  // namespace bytecomp::planner

@@ -85,6 +85,9 @@ TEST(ExchangeSizesTest, UnionSummedIndicesAndBlockSparse) {
   EXPECT_DOUBLE_EQ(BlockSparseBytes(0.01, bytes), 16 + 41 * 4 + 41 * 1024);
   EXPECT_DOUBLE_EQ(BlockSparseBytes(0.5, bytes), 16 + 512 + 2048 * 1024);
   EXPECT_DOUBLE_EQ(BlockSparseBytes(1, bytes), 16 + 512 + bytes);
+  // Off the block size (1000 elements, 4 blocks, the last of 232): the format's own size
+  // (blocksparse_format.h), a bitmap padded to a whole word and exactly the tensor's values.
+  EXPECT_DOUBLE_EQ(BlockSparseBytes(1, 4000), 16 + 4 + 4000);
 }
 
 TEST(SparseExchangeTest, TheTreeOffersTheUnionForTopkAndOneWayForArtopk) {

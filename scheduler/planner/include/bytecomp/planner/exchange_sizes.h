@@ -3,6 +3,8 @@
 // `bytes` fp32 input bytes and `senders` pushing workers.
 #pragma once
 
+#include <cstddef>
+
 #include "planner.pb.h"
 
 namespace bytecomp::planner {
@@ -29,8 +31,11 @@ struct SummedIndicesBytes {
 SummedIndicesBytes SummedIndicesSizes(const proto::CodecCost& codec, double bytes,
                                       double senders);
 
-// blocksparse (EXCHANGE_BLOCK_SPARSE): the non-zero 256-element blocks of `density` of them and
-// their positions (a bitmap or a list, the smaller), and a 16-byte header.
+// blocksparse (EXCHANGE_BLOCK_SPARSE) at its default block of 256 elements, the block that
+// TensorProfile.block_density counts: the non-zero blocks of `density` of them, their
+// positions (a bitmap or a list, the smaller) and the header; the format's own size model
+// (format/blocksparse_format.h, PayloadBytesAtDensity) for `bytes` of fp32.
+inline constexpr size_t kBlockSparseBlock = 256;
 double BlockSparseBytes(double density, double bytes);
 
 }  // namespace bytecomp::planner
