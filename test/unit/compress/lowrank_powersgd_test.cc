@@ -50,32 +50,7 @@ std::vector<float> RunRound(std::vector<Worker>& workers, Aggregator& server,
   auto sum_p_span = server.Finish();
   EXPECT_TRUE(sum_p_span.ok());
   const std::vector<float> sum_p(sum_p_span->begin(), sum_p_span->end());
-  server.Reset(n);
-  for (size_t w = 0; w < workers.size(); ++w) {
-    Worker& wk = workers[w];
-    const CodecContext ctx = TestContext(round, static_cast<uint32_t>(w));
-    std::vector<uint8_t> payload(wk.two_round->SecondRoundBytes(n));
-    auto bytes = wk.two_round->EncodeSecond(sum_p, ctx, absl::MakeSpan(payload));
-    EXPECT_TRUE(bytes.ok()) << bytes.status();
-    EXPECT_EQ(*bytes, payload.size());
-    wk.local.assign(n, 0.0f);
-    EXPECT_TRUE(wk.two_round->LocalApproximation(absl::MakeSpan(wk.local)).ok());
-    if (use_memory) {
-      EXPECT_TRUE(wk.memory->Update(wk.compensated, wk.local, ctx).ok());
-    }
-    EXPECT_TRUE(server.Add(payload, ctx).ok());
-  }
-  auto sum_q_span = server.Finish();
-  EXPECT_TRUE(sum_q_span.ok());
-  const std::vector<float> sum_q(sum_q_span->begin(), sum_q_span->end());
-  for (size_t w = 0; w < workers.size(); ++w) {
-    Worker& wk = workers[w];
-    wk.output.assign(n, 0.0f);
-    EXPECT_TRUE(wk.two_round
-                    ->DecodeSecond(sum_q, TestContext(round, static_cast<uint32_t>(w)),
-                                   absl::MakeSpan(wk.output))
-                    .ok());
-  }
+  testing::RunSecondRound(workers, server, sum_p, n, round, use_memory);
   return sum_p;
 }
 

@@ -74,30 +74,8 @@ RoundResult RunRound(std::vector<Worker>& workers, Aggregator& server,
   EXPECT_TRUE(first.ok()) << first.status();
   const std::vector<float> reply1(first->begin(), first->end());
   std::memcpy(&result.chooser, reply1.data(), 4);
-  server.Reset(n);
-  for (size_t w = 0; w < workers.size(); ++w) {
-    Worker& wk = workers[w];
-    const CodecContext ctx = TestContext(round, static_cast<uint32_t>(w));
-    std::vector<uint8_t> payload(wk.two_round->SecondRoundBytes(n));
-    auto bytes = wk.two_round->EncodeSecond(reply1, ctx, absl::MakeSpan(payload));
-    EXPECT_TRUE(bytes.ok()) << bytes.status();
-    EXPECT_EQ(*bytes, payload.size());
-    wk.local.assign(n, 0.0f);
-    EXPECT_TRUE(wk.two_round->LocalApproximation(absl::MakeSpan(wk.local)).ok());
-    EXPECT_TRUE(wk.memory->Update(wk.compensated, wk.local, ctx).ok());
-    EXPECT_TRUE(server.Add(payload, ctx).ok());
-  }
-  auto second = server.Finish();
-  EXPECT_TRUE(second.ok()) << second.status();
-  const std::vector<float> reply2(second->begin(), second->end());
+  const std::vector<float> reply2 = testing::RunSecondRound(workers, server, reply1, n, round);
   std::memcpy(&result.next_chooser, reply2.data() + reply2.size() - 1, 4);
-  for (size_t w = 0; w < workers.size(); ++w) {
-    Worker& wk = workers[w];
-    wk.output.assign(n, -1.0f);
-    auto s = wk.two_round->DecodeSecond(reply2, TestContext(round, static_cast<uint32_t>(w)),
-                                        absl::MakeSpan(wk.output));
-    EXPECT_TRUE(s.ok()) << s;
-  }
   return result;
 }
 
