@@ -23,6 +23,8 @@ proto::CodecCost Codec(const std::string& name, double ratio, bool reencodable, 
   c.set_name(name);
   c.set_ratio(ratio);
   c.set_reencodable(reencodable);
+  // With error feedback: within the default max_loss (LOSS_COMPENSATED).
+  if (name != "fp16") c.set_memory("residual");
   auto add = [&](proto::Device device, double us_per_mb) {
     auto* d = c.add_costs();
     d->set_device(device);
