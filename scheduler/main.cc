@@ -45,6 +45,14 @@ ABSL_FLAG(std::string, plan_cluster, "",
           "--strategy=auto: ClusterDescription (proto/planner.proto) of the links and GPUs");
 ABSL_FLAG(std::string, plan_costs, "",
           "--strategy=auto: codec cost table (bytecomp-plan --calibrate writes one)");
+ABSL_FLAG(std::string, plan_options, "",
+          "--strategy=auto: PlannerOptions file (proto/planner.proto): codecs allowed, max_loss "
+          "(default LOSS_COMPENSATED: no randomk, no codec without error feedback), partition "
+          "sizes, ...");
+ABSL_FLAG(std::string, plan_out, "",
+          "--strategy=auto: where the planned strategy is written, with a per-tensor table of "
+          "what was chosen and why as comments (default: $TMPDIR or /tmp, "
+          "bytecomp-auto-strategy-<pid>.pbtxt); --strategy=FILE runs it again");
 ABSL_FLAG(bool, hierarchical, false,
           "Reduce inside each machine first; only local roots push (ClusterConfig.hierarchical)");
 ABSL_FLAG(int, profile_rounds, 5, "--strategy=auto: rounds the workers profile before planning");
@@ -132,6 +140,8 @@ int main(int argc, char** argv) {
   options.auto_strategy = options.strategy_path == "auto";
   options.plan_cluster_path = absl::GetFlag(FLAGS_plan_cluster);
   options.plan_costs_path = absl::GetFlag(FLAGS_plan_costs);
+  options.plan_options_path = absl::GetFlag(FLAGS_plan_options);
+  options.plan_out_path = absl::GetFlag(FLAGS_plan_out);
   options.profile_rounds = absl::GetFlag(FLAGS_profile_rounds);
   absl::StatusOr<bytecomp::PlanLinks> plan_links =
       bytecomp::ParsePlanLinks(absl::GetFlag(FLAGS_plan_links));

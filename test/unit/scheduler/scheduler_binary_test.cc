@@ -144,7 +144,7 @@ TEST(SchedulerBinaryTest, HelpListsTheDaemonsFlags) {
   const std::string scheduler = Output(absl::StrCat(BYTECOMP_SCHEDULER_BINARY, " --help"));
   EXPECT_EQ(scheduler.find("No flags matched"), std::string::npos) << scheduler;
   for (const char* flag : {"--num_workers", "--strategy", "--plan_cluster", "--plan_costs",
-                           "--plan_links", "--hierarchical"}) {
+                           "--plan_out", "--plan_options", "--plan_links", "--hierarchical"}) {
     EXPECT_NE(scheduler.find(flag), std::string::npos) << flag << " missing:\n" << scheduler;
   }
   EXPECT_EQ(scheduler.find("--flagfile"), std::string::npos) << "Abseil's own flags: --helpfull";
