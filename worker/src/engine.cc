@@ -78,9 +78,10 @@ absl::Status Engine::Run() {
   return absl::OkStatus();
 }
 
-absl::Status Engine::Declare(const std::string& name, int64_t element_count, proto::DType dtype) {
+absl::Status Engine::Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+                             absl::Span<const int64_t> shape) {
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
-  return tensors_.Declare(name, element_count, dtype);
+  return tensors_.Declare(name, element_count, dtype, shape);
 }
 
 // --- A push_pull's way: request -> operation -> the tensor's queue -> its stages (the pipeline

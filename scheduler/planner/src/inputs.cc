@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/config.h"
+#include "bytecomp/common/partition.h"
 #include "google/protobuf/text_format.h"
 
 namespace bytecomp::planner {
@@ -155,20 +156,10 @@ absl::Status ValidateProfile(const proto::ModelProfile& m, const TextFormat::Par
       p.Add(sub, t, "ready_gap_us", -1, line, here + ".ready_gap_us",
             absl::StrCat("must be >= 0, got ", t.ready_gap_us()));
     }
-    if (t.shape_size() > 0) {
-      int64_t product = 1;
-      for (int64_t d : t.shape()) {
-        if (d <= 0 || d > t.elements() / product) {  // (never overflows)
-          product = -1;
-          break;
-        }
-        product *= d;
-      }
-      if (product != t.elements()) {
-        p.Add(sub, t, "shape", 0, line, here + ".shape",
-              absl::StrCat("dimensions must be > 0 and multiply to elements (",
-                           t.elements(), ")"));
-      }
+    if (t.shape_size() > 0 &&
+        !ShapeHolds(absl::MakeConstSpan(t.shape().data(), t.shape_size()), t.elements())) {
+      p.Add(sub, t, "shape", 0, line, here + ".shape",
+            absl::StrCat("dimensions must be > 0 and multiply to elements (", t.elements(), ")"));
     }
   }
   if (m.measured_round_cpu_us() < 0 || m.cpu_cores() < 0 || m.host_cpu_busy() < 0 ||
