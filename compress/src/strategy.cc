@@ -154,7 +154,7 @@ namespace {
 // Gives `config` the tensor's row length as "cols" when its codec works on a matrix (it
 // declares a "cols" parameter) and the strategy does not set it.
 void SetRowLength(int64_t row_elements, proto::CodecConfig* config) {
-  if (row_elements <= 0 || config->params().contains("cols")) return;
+  if (row_elements <= 0 || config->params().count("cols") > 0) return;
   const CodecSpec* spec = CodecRegistry::Global().Find(config->name());
   if (spec == nullptr) return;
   for (const CodecParamSpec& param : spec->params) {

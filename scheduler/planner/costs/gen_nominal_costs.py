@@ -25,7 +25,8 @@ CODECS = [
     ("topk", {"ratio": "0.01"}, "residual", 0.0132, 8, False, True, (2, 0.2, 8.0), (30, 20, 200)),
     ("randomk", {"ratio": "0.01"}, "residual", 0.01, 8, True, True, (2, 16.0, 8.0), (10, 200, 300)),
     ("onebit", {}, "residual", 1 / 32, 8, False, True, (2, 1.5, 3.0), (15, 200, 300)),
-    ("dgc", {"ratio": "0.01"}, "dgc_momentum", 0.0115, 8, False, False, (3, 1.0, 8.0), (25, 50, 200)),
+    ("dgc", {"ratio": "0.01"}, "dgc_momentum", 0.0115, 8, False, False, (3, 1.0, 8.0),
+     (25, 50, 200)),
     ("qsgd", {"quantum_num": "127"}, "", 0.2578, 0, False, True, (2, 1.0, 3.0), (15, 150, 300)),
 ]
 

@@ -150,8 +150,9 @@ std::string ExcludedCodecs(const PreparedProblem& problem) {
   for (const proto::CodecCost& codec : problem.inputs.costs.codecs()) {
     const proto::LossClass loss = LossOf(codec);
     if (CodecAllowed(codec, proto::TensorProfile(), options)) continue;
-    const proto::LossClass max_loss =
-        options.max_loss() == proto::LOSS_UNSPECIFIED ? proto::LOSS_COMPENSATED : options.max_loss();
+    const proto::LossClass max_loss = options.max_loss() == proto::LOSS_UNSPECIFIED
+                                          ? proto::LOSS_COMPENSATED
+                                          : options.max_loss();
     excluded.push_back(
         loss > max_loss
             ? absl::StrCat(codec.name(), " (loss class ", LossName(loss), ", above max_loss ",

@@ -48,7 +48,8 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
   for (int i = 0; i < n; ++i) {
     const TensorOption& option = problem.sim.tensors[i].options[choice[i]].option;
     if (option.codec < 0) continue;
-    order.push_back({-static_cast<int>(LossOfOption(problem, option)), problem.sim.tensors[i].bytes, i});
+    order.push_back(
+        {-static_cast<int>(LossOfOption(problem, option)), problem.sim.tensors[i].bytes, i});
   }
   std::sort(order.begin(), order.end());
   std::array<double, kNumResources> total = sim.TotalWork(choice);

@@ -291,7 +291,9 @@ TEST(PowerSgdTest, LayerShapeRecoversALowRankLayerThatTheNearSquareReadingDoesNo
     RunRound(workers, *server, inputs, 0, /*use_memory=*/false);
     EXPECT_EQ(workers[0].output, workers[1].output) << "the workers disagree";
     double error = 0;
-    for (size_t i = 0; i < n; ++i) error = std::max(error, std::fabs(workers[0].output[i] - total[i]));
+    for (size_t i = 0; i < n; ++i) {
+      error = std::max(error, std::fabs(workers[0].output[i] - total[i]));
+    }
     return error / scale;
   };
   const CodecParams layer = {{"rank", "2"}, {"cols", "30"}};

@@ -5,16 +5,13 @@
 #include "bytecomp/planner/decision_tree.h"
 #include "bytecomp/planner/inputs.h"
 #include "gtest/gtest.h"
+#include "planner_test_util.h"
 
 namespace bytecomp::planner {
 namespace {
 
-proto::CostPoint Point(int64_t bytes, double us) {
-  proto::CostPoint p;
-  p.set_bytes(bytes);
-  p.set_us(us);
-  return p;
-}
+using testing::Point;
+using testing::Tensor;
 
 proto::SizePoint Size(int64_t bytes, int64_t encoded) {
   proto::SizePoint p;
@@ -33,13 +30,6 @@ proto::ClusterDescription Cluster() {
     link->set_latency_us(10);
   }
   return WithDefaults(c);
-}
-
-proto::TensorProfile Tensor(int64_t elements) {
-  proto::TensorProfile t;
-  t.set_name("w");
-  t.set_elements(elements);
-  return t;
 }
 
 // powersgd as --calibrate writes it: 100 us per MiB before, 200 between, 50 after the rounds.

@@ -5,16 +5,13 @@
 
 #include "bytecomp/planner/inputs.h"
 #include "gtest/gtest.h"
+#include "planner_test_util.h"
 
 namespace bytecomp::planner {
 namespace {
 
-proto::CostPoint Point(int64_t bytes, double us) {
-  proto::CostPoint p;
-  p.set_bytes(bytes);
-  p.set_us(us);
-  return p;
-}
+using testing::Point;
+using testing::Tensor;
 
 // Costs linear in size: `us_per_mb` per MiB for encode and decode.
 proto::CodecCost Codec(const std::string& name, double ratio, bool reencodable, bool cpu,
@@ -47,13 +44,6 @@ proto::ClusterDescription Cluster(int gpus) {
   c.mutable_server_link()->set_latency_us(10);
   c.mutable_intra_machine_link()->set_bandwidth_gbps(800);
   return WithDefaults(c);
-}
-
-proto::TensorProfile Tensor(int64_t elements) {
-  proto::TensorProfile t;
-  t.set_name("w");
-  t.set_elements(elements);
-  return t;
 }
 
 proto::CostTable TwoCodecs() {

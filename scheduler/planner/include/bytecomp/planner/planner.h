@@ -60,8 +60,9 @@ PlanResult PlanByteComp(const PreparedProblem& problem);
 
 // Gives compressed tensors less lossy options (LossOf: uncompressed first, then another codec
 // of a lower class in the same placement) while the iteration stays within
-// min_relative_gain of `choice`'s: the lossiest tensors first, and among them the smallest. A codec's gain must pay for its loss; a plan within the tolerance
-// of the fastest is as good a prediction (the model's own error is larger).
+// min_relative_gain of `choice`'s: the lossiest tensors first, and among them the smallest. A
+// codec's gain must pay for its loss; a plan within the tolerance of the fastest is as good a
+// prediction (the model's own error is larger).
 std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int> choice);
 // Exhaustive search (branch and bound over backprop order); exact under the model. Returns
 // an error when the number of combinations exceeds `max_combinations`.
