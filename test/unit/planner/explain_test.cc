@@ -5,6 +5,7 @@
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "planner_test_util.h"
 
 namespace bytecomp::planner {
 namespace {
@@ -12,10 +13,7 @@ namespace {
 // 2 CPU workers, 1 server at 1 Gbit/s; topk (with a residual) costs 10 us per MiB.
 PlannerInputs Inputs() {
   PlannerInputs in;
-  in.cluster.set_machines(2);
-  in.cluster.set_servers(1);
-  in.cluster.mutable_worker_link()->set_bandwidth_gbps(1);
-  in.cluster.mutable_server_link()->set_bandwidth_gbps(1);
+  in.cluster = testing::Cluster(/*machines=*/2, /*servers=*/1, /*gbps=*/1);
   proto::CodecCost* topk = in.costs.add_codecs();
   topk->set_name("topk");
   (*topk->mutable_params())["ratio"] = "0.01";

@@ -4,6 +4,7 @@
 #include "bytecomp/planner/explain.h"
 #include "bytecomp/planner/planner.h"
 #include "gtest/gtest.h"
+#include "planner_test_util.h"
 
 namespace bytecomp::planner {
 namespace {
@@ -53,13 +54,8 @@ TEST(LossTest, MaxLossKeepsLossierCodecsOutUnlessRaised) {
 // One 64 MiB tensor ready at once, 2 workers, 1 server, 1 Gbit/s.
 PlannerInputs OneTensor() {
   PlannerInputs in;
-  in.cluster.set_machines(2);
-  in.cluster.set_servers(1);
-  in.cluster.mutable_worker_link()->set_bandwidth_gbps(1);
-  in.cluster.mutable_server_link()->set_bandwidth_gbps(1);
-  proto::TensorProfile* t = in.profile.add_tensors();
-  t->set_name("w");
-  t->set_elements(16 << 20);
+  in.cluster = testing::Cluster(/*machines=*/2, /*servers=*/1, /*gbps=*/1);
+  *in.profile.add_tensors() = testing::Tensor(16 << 20);
   return in;
 }
 
