@@ -7,31 +7,35 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/command_line.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
 #include "bytecomp/scheduler/scheduler.h"
 
-// 0 (or empty) means "take the value from --config, then BYTECOMP_* env, then the default".
+// 0 (or empty) means "the BYTECOMP_* environment variable, else --config's value, else the
+// default" (common/config.h: LoadClusterConfig).
 ABSL_FLAG(std::string, config, "", "Cluster config file (.pbtxt, proto/cluster_config.proto)");
-ABSL_FLAG(std::string, scheduler_address, "", "host:port the nodes connect to");
+ABSL_FLAG(std::string, scheduler_address, "",
+          "host:port the nodes connect to (default 127.0.0.1:9000)");
 ABSL_FLAG(int, port, 0, "Port to bind (default: the port of scheduler_address)");
 ABSL_FLAG(std::string, bind_host, "0.0.0.0", "Interface to bind");
-ABSL_FLAG(int, num_workers, 0, "Number of workers (training processes)");
-ABSL_FLAG(int, num_servers, 0, "Number of servers");
-ABSL_FLAG(int64_t, partition_bytes, 0, "Partition size in bytes");
-ABSL_FLAG(int, connections_per_server, 0, "DEALER connections per worker and server");
+ABSL_FLAG(int, num_workers, 0, "Number of workers (training processes; default 1)");
+ABSL_FLAG(int, num_servers, 0, "Number of aggregation servers (default 1)");
+ABSL_FLAG(int64_t, partition_bytes, 0, "Partition size in bytes (default 4 MiB)");
+ABSL_FLAG(int, connections_per_server, 0, "DEALER connections per worker and server (default 2)");
 ABSL_FLAG(int, server_engine_threads, 0,
-          "Threads per server, each owning a disjoint set of keys (ClusterConfig field)");
-ABSL_FLAG(int, heartbeat_interval_ms, 0, "Heartbeat interval of the nodes");
-ABSL_FLAG(int, heartbeat_timeout_ms, 0, "Silence after which a node is declared failed");
-ABSL_FLAG(int, connect_timeout_ms, 0, "Time allowed for every node to register");
-ABSL_FLAG(int, declare_timeout_ms, 0, "Time allowed for every worker to declare a tensor");
-ABSL_FLAG(int64_t, max_inflight_bytes_per_server, -1,
-          "Bytes a worker keeps in flight per server (0: one partition)");
+          "Threads per server, each owning a disjoint set of keys (default 2)");
+ABSL_FLAG(int, heartbeat_interval_ms, 0, "Heartbeat interval of the nodes (default 1000)");
+ABSL_FLAG(int, heartbeat_timeout_ms, 0,
+          "Silence after which a node is declared failed (default 5000)");
+ABSL_FLAG(int, connect_timeout_ms, 0, "Time allowed for every node to register (default 30000)");
+ABSL_FLAG(int, declare_timeout_ms, 0,
+          "Time allowed for every worker to declare a tensor (default 60000)");
+ABSL_FLAG(
+    int64_t, max_inflight_bytes_per_server, -1,
+    "Bytes a worker keeps in flight per server (0: one partition; -1: from --config, default 0)");
 ABSL_FLAG(std::string, advertise_host, "", "Host the nodes advertise (empty: auto)");
 ABSL_FLAG(std::string, strategy, "",
           "Strategy file (proto/strategy.proto): which tensors to compress how; reloaded on "
@@ -41,6 +45,14 @@ ABSL_FLAG(std::string, plan_cluster, "",
           "--strategy=auto: ClusterDescription (proto/planner.proto) of the links and GPUs");
 ABSL_FLAG(std::string, plan_costs, "",
           "--strategy=auto: codec cost table (bytecomp-plan --calibrate writes one)");
+ABSL_FLAG(std::string, plan_options, "",
+          "--strategy=auto: PlannerOptions file (proto/planner.proto): codecs allowed, max_loss "
+          "(default LOSS_COMPENSATED: no randomk, no codec without error feedback), partition "
+          "sizes, ...");
+ABSL_FLAG(std::string, plan_out, "",
+          "--strategy=auto: where the planned strategy is written, with a per-tensor table of "
+          "what was chosen and why as comments (default: $TMPDIR or /tmp, "
+          "bytecomp-auto-strategy-<pid>.pbtxt); --strategy=FILE runs it again");
 ABSL_FLAG(bool, hierarchical, false,
           "Reduce inside each machine first; only local roots push (ClusterConfig.hierarchical)");
 ABSL_FLAG(int, profile_rounds, 5, "--strategy=auto: rounds the workers profile before planning");
@@ -51,7 +63,8 @@ ABSL_FLAG(std::string, plan_links, "measured",
 ABSL_FLAG(int, link_probe_count, -1,
           "Link probe transfers per direction and server at each worker's start; 0: no probes "
           "(-1: from --config, default 3)");
-ABSL_FLAG(int64_t, link_probe_bytes, 0, "Bytes of one link probe transfer (0: from --config)");
+ABSL_FLAG(int64_t, link_probe_bytes, 0,
+          "Bytes of one link probe transfer (0: from --config, default 1 MiB)");
 
 namespace {
 
@@ -69,10 +82,12 @@ void OnSignal(int signal_number) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  bytecomp::ParseCommandLine(
+      argc, argv,
       "bytecomp-scheduler --config=cluster.pbtxt [--num_workers=N --num_servers=S ...]\n"
-      "Rendezvous, topology, barriers, heartbeats and tensor declarations of a ByteComp job.");
-  absl::ParseCommandLine(argc, argv);
+      "Rendezvous, topology, barriers, heartbeats, tensor declarations and the strategy of a "
+      "ByteComp job.\nA flag left at 0 or empty takes the value of the BYTECOMP_* environment "
+      "variable, else of the --config file, else the default (README.md: Settings).");
   bytecomp::SetLogIdentity("scheduler");
 
   absl::StatusOr<bytecomp::proto::ClusterConfig> loaded =
@@ -125,6 +140,8 @@ int main(int argc, char** argv) {
   options.auto_strategy = options.strategy_path == "auto";
   options.plan_cluster_path = absl::GetFlag(FLAGS_plan_cluster);
   options.plan_costs_path = absl::GetFlag(FLAGS_plan_costs);
+  options.plan_options_path = absl::GetFlag(FLAGS_plan_options);
+  options.plan_out_path = absl::GetFlag(FLAGS_plan_out);
   options.profile_rounds = absl::GetFlag(FLAGS_profile_rounds);
   absl::StatusOr<bytecomp::PlanLinks> plan_links =
       bytecomp::ParsePlanLinks(absl::GetFlag(FLAGS_plan_links));

@@ -3,13 +3,13 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "bytecomp/common.h"
+#include "bytecomp/common/command_line.h"
 #include "bytecomp/server/server.h"
 
 ABSL_FLAG(std::string, config, "", "ClusterConfig text file (proto/cluster_config.proto)");
-ABSL_FLAG(std::string, scheduler, "", "scheduler host:port (overrides the file and BYTECOMP_SCHEDULER)");
+ABSL_FLAG(std::string, scheduler, "",
+          "scheduler host:port (overrides the file and BYTECOMP_SCHEDULER)");
 ABSL_FLAG(int, rank, -1, "requested server rank (-1: the scheduler picks)");
 ABSL_FLAG(std::string, bind_host, "0.0.0.0", "address to bind the data socket on");
 ABSL_FLAG(int, port, 0, "data port (0: ephemeral)");
@@ -23,8 +23,11 @@ void OnSignal(int) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("ByteComp aggregation server: sums workers' pushes per key and round");
-  absl::ParseCommandLine(argc, argv);
+  bytecomp::ParseCommandLine(
+      argc, argv,
+      "bytecomp-server --config=cluster.pbtxt [--scheduler=host:port --rank=R ...]\n"
+      "ByteComp aggregation server: sums the workers' pushes per key and round and answers "
+      "their pulls (README.md: Settings).");
   bytecomp::SetLogIdentity("server");
   absl::StatusOr<bytecomp::proto::ClusterConfig> config =
       bytecomp::LoadClusterConfig(absl::GetFlag(FLAGS_config));
@@ -32,8 +35,12 @@ int main(int argc, char** argv) {
     BC_LOG_ERROR(config.status().message());
     return 2;
   }
-  if (!absl::GetFlag(FLAGS_scheduler).empty()) config->set_scheduler_address(absl::GetFlag(FLAGS_scheduler));
-  if (!absl::GetFlag(FLAGS_advertise_host).empty()) config->set_advertise_host(absl::GetFlag(FLAGS_advertise_host));
+  if (!absl::GetFlag(FLAGS_scheduler).empty()) {
+    config->set_scheduler_address(absl::GetFlag(FLAGS_scheduler));
+  }
+  if (!absl::GetFlag(FLAGS_advertise_host).empty()) {
+    config->set_advertise_host(absl::GetFlag(FLAGS_advertise_host));
+  }
   if (absl::Status s = bytecomp::ValidateClusterConfig(*config); !s.ok()) {
     BC_LOG_ERROR(s.message());
     return 2;

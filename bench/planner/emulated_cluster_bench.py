@@ -9,8 +9,10 @@ host first (bytecomp-plan --calibrate), and so is the CPU that moving messages c
 emulated links (scheduler/planner/tools/calibrate_transport.py, with jobs unlike the measured
 ones: 500 small tensors, one 64 MiB tensor); the cluster description says that every process
 shares this host's cores (host_cores). Needs root. Prints a table; writes JSON with --out.
+--colocate runs BytePS's layout instead: a server beside each worker (4 servers, in the
+workers' namespaces: netns_cluster.sh --colocate), planned with colocated_servers.
 
-  python3 bench/planner/emulated_cluster_bench.py [--rounds 5] [--out emulated.json]
+  python3 bench/planner/emulated_cluster_bench.py [--rounds 5] [--colocate] [--out emulated.json]
 """
 import argparse
 import json
@@ -24,6 +26,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(REPO, "build", "bin")
 PLANNER = os.path.join(REPO, "scheduler", "planner")
 WORKERS, SERVERS = 4, 1
+COLOCATE = False  # --colocate: SERVERS = WORKERS, each beside its worker
 
 
 def run(cmd, timeout):
@@ -40,10 +43,12 @@ def profile_without_gaps(path):
 
 
 def cluster_description(path, gbps, latency_us):
+    layout = "beside the workers" if COLOCATE else "in its own namespace"
     open(path, "w").write(
-        f"# emulated: {WORKERS} worker namespaces, {SERVERS} server, tbf at {gbps} Gbit/s, CPU only,\n"
-        f"# every process on this host's {os.cpu_count()} cores\n"
+        f"# emulated: {WORKERS} worker namespaces, {SERVERS} servers {layout}, tbf at {gbps} "
+        f"Gbit/s, CPU only,\n# every process on this host's {os.cpu_count()} cores\n"
         f"machines: {WORKERS}\ngpus_per_machine: 0\nservers: {SERVERS}\n"
+        f"colocated_servers: {'true' if COLOCATE else 'false'}\n"
         f"worker_link {{ bandwidth_gbps: {gbps} latency_us: {latency_us} }}\n"
         f"server_link {{ bandwidth_gbps: {gbps} latency_us: {latency_us} }}\ncpu_pool_threads: 2\n"
         f"host_cores: {os.cpu_count()}\n")
@@ -62,8 +67,8 @@ def plan(profile, cluster, costs, out):
 def measure(rate, scheduler_args, rounds, warmup=1):
     """Runs bytecomp-bench on the emulated cluster; returns its JSON result and the output."""
     cmd = ["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
-           str(WORKERS), "--servers", str(SERVERS), "--rate", rate, "--prefix", "bcb-",
-           "--bin-dir", BIN, "--timeout", "600",
+           str(WORKERS), "--servers", str(SERVERS)] + (["--colocate"] if COLOCATE else []) + [
+           "--rate", rate, "--prefix", "bcb-", "--bin-dir", BIN, "--timeout", "600",
            "--scheduler-args=--heartbeat_timeout_ms=30000 " + scheduler_args,
            "--", os.path.join(BIN, "bytecomp-bench"), "--preset=resnet50",
            f"--rounds={rounds}", f"--warmup={warmup}", "--check=false"]
@@ -111,7 +116,13 @@ def main():
     parser.add_argument("--links", choices=("measured", "nominal"), default="measured",
                         help="plan with the links the workers' probes measured (the scheduler's "
                         "default), or with the tbf rates and 50 us (--plan_links=file)")
+    parser.add_argument("--colocate", action="store_true",
+                        help="a server beside each worker (BytePS's layout), planned as such")
+    parser.add_argument("--rates", default="1gbit,10gbit", help="tbf rates, comma-separated")
     args = parser.parse_args()
+    global SERVERS, COLOCATE
+    if args.colocate:
+        SERVERS, COLOCATE = WORKERS, True
     work = tempfile.mkdtemp(prefix="bytecomp-emulated-")
     costs = os.path.join(work, "costs.pbtxt")
     res = run([os.path.join(BIN, "bytecomp-plan"), "--calibrate", f"--costs={costs}",
@@ -130,7 +141,8 @@ def main():
     open(everything, "w").write('tensors { name_pattern: "*" push_codec { name: "fp16" } '
                                 'pull_codec { name: "fp16" } force: true }\n')
     rows = []
-    for rate, gbps in (("1gbit", 1), ("10gbit", 10)):
+    for rate in args.rates.split(","):
+        gbps = float(re.match(r"([\d.]+)gbit$", rate).group(1))
         cluster = os.path.join(work, f"cluster-{rate}.pbtxt")
         cluster_description(cluster, gbps, 50)
         # Auto first: the scheduler plans with the links its workers measured (or the file's,
@@ -167,8 +179,8 @@ def main():
                          "predicted_unfitted_ms": unfitted_plan[name], "measured_ms": measured,
                          "error": (predicted[name] - measured) / measured})
         rows.append(auto_row)
-    print(f"\nresnet50, W={WORKERS} S={SERVERS}, emulated links (netns + tbf), median of "
-          f"{args.rounds} rounds")
+    print(f"\nresnet50, W={WORKERS} S={SERVERS}{' (colocated)' if COLOCATE else ''}, emulated "
+          f"links (netns + tbf), median of {args.rounds} rounds")
     print("predicted: with the links fitted to the profiled rounds (none ran in them); "
           "unfitted: with the probes' links")
     print(f"{'link':<7} {'strategy':<11} {'predicted ms':>12} {'measured ms':>12} {'error':>7} "

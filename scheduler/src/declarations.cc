@@ -8,15 +8,19 @@
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/common/partition.h"
 #include "log_format.h"
 
 namespace bytecomp {
 namespace {
 
+constexpr int kMaxShapeDimensions = 32;
+
 std::string DescribeDeclaration(const proto::DeclareTensor& d) {
   return absl::StrCat(d.element_count(), " elements of ",
-                      IsValidDType(d.dtype()) ? std::string(DTypeName(static_cast<DType>(d.dtype())))
-                                              : absl::StrCat("dtype ", d.dtype()));
+                      IsValidDType(d.dtype())
+                          ? std::string(DTypeName(static_cast<DType>(d.dtype())))
+                          : absl::StrCat("dtype ", d.dtype()));
 }
 
 proto::ControlMessage ReplyMessage(const proto::DeclareReply& reply) {
@@ -55,12 +59,27 @@ std::string DescribeMismatch(const std::string& name,
   return absl::StrCat("tensor '", name, "' declared with ", absl::StrJoin(parts, " and "));
 }
 
+// The row length of the tensor's matrix view (DeclareReply.row_elements): when every worker
+// declared the same shape of two or more dimensions and a row fits in a partition; else 0
+// (workers that give no shape, or shapes that differ, make it a flat tensor).
+int64_t RowElements(const std::map<int, proto::DeclareTensor>& by_worker,
+                    int64_t partition_elements) {
+  const proto::DeclareTensor& first = by_worker.begin()->second;
+  if (first.shape_size() < 2) return 0;
+  for (const auto& [rank, d] : by_worker) {
+    if (!std::equal(d.shape().begin(), d.shape().end(), first.shape().begin(),
+                    first.shape().end())) {
+      return 0;
+    }
+  }
+  const int64_t row = first.element_count() / first.shape(0);
+  return row <= partition_elements ? row : 0;
+}
+
 }  // namespace
 
 Declarations::Declarations(const proto::ClusterConfig& config, const NodeTable& nodes)
-    : config_(config),
-      nodes_(nodes),
-      assigner_(config.num_servers(), config.partition_bytes()) {}
+    : config_(config), nodes_(nodes), assigner_(config.num_servers(), config.partition_bytes()) {}
 
 void Declarations::Handle(const RegisteredNode& node, const proto::DeclareTensor& declare,
                           int64_t now_ms, Outbox* out) {
@@ -91,14 +110,29 @@ void Declarations::Handle(const RegisteredNode& node, const proto::DeclareTensor
     decl.first_ms = now_ms;
     undecided_.insert(declare.name());
   }
+  if (declare.shape_size() > kMaxShapeDimensions) {
+    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared by worker ", node.rank,
+                                    " with ", declare.shape_size(), " dimensions; at most ",
+                                    kMaxShapeDimensions));
+  }
+  if (!declare.shape().empty() &&
+      !ShapeHolds(absl::MakeConstSpan(declare.shape().data(), declare.shape_size()),
+                  declare.element_count())) {
+      return reply_error(
+          absl::StrCat("tensor '", declare.name(), "' declared by worker ", node.rank,
+                       " with shape [", absl::StrJoin(declare.shape(), ", "),
+                       "], which does not hold ", declare.element_count(), " elements"));
+  }
   auto mine = decl.by_worker.find(node.rank);
   if (mine != decl.by_worker.end()) {
     const bool same = mine->second.element_count() == declare.element_count() &&
-                      mine->second.dtype() == declare.dtype();
+                      mine->second.dtype() == declare.dtype() &&
+                      std::equal(mine->second.shape().begin(), mine->second.shape().end(),
+                                 declare.shape().begin(), declare.shape().end());
     if (!same) {
       return reply_error(absl::StrCat("tensor '", declare.name(), "' re-declared by worker ",
-                                      node.rank, " with ", DescribeDeclaration(declare),
-                                      " after ", DescribeDeclaration(mine->second)));
+                                      node.rank, " with ", DescribeDeclaration(declare), " after ",
+                                      DescribeDeclaration(mine->second)));
     }
     // Identical re-declaration: answer again once decided, else keep waiting.
     if (decl.reply.has_value()) out->Send(node.identity, ReplyMessage(*decl.reply));
@@ -122,15 +156,18 @@ void Declarations::Complete(const std::string& name, Declaration& decl, Outbox* 
   const bool counts_agree = std::all_of(
       decl.by_worker.begin(), decl.by_worker.end(),
       [&](const auto& kv) { return kv.second.element_count() == first.element_count(); });
-  const bool dtypes_agree = std::all_of(
-      decl.by_worker.begin(), decl.by_worker.end(),
-      [&](const auto& kv) { return kv.second.dtype() == first.dtype(); });
+  const bool dtypes_agree =
+      std::all_of(decl.by_worker.begin(), decl.by_worker.end(),
+                  [&](const auto& kv) { return kv.second.dtype() == first.dtype(); });
   if (!counts_agree || !dtypes_agree) {
     reply.set_ok(false);
     reply.set_error(DescribeMismatch(name, decl.by_worker, counts_agree, dtypes_agree));
   } else {
+    const int64_t row_elements = RowElements(
+        decl.by_worker,
+        assigner_.PartitionElements(config_.partition_bytes(), static_cast<DType>(first.dtype())));
     absl::StatusOr<PartitionAssignment> assignment =
-        assigner_.Assign(first.element_count(), static_cast<DType>(first.dtype()));
+        assigner_.Assign(first.element_count(), static_cast<DType>(first.dtype()), row_elements);
     if (!assignment.ok()) {
       reply.set_ok(false);
       reply.set_error(absl::StrCat("tensor '", name, "': ", assignment.status().message()));
@@ -140,10 +177,10 @@ void Declarations::Complete(const std::string& name, Declaration& decl, Outbox* 
       reply.set_element_count(first.element_count());
       reply.set_dtype(first.dtype());
       reply.set_partition_elements(assignment->partition_elements);
+      reply.set_row_elements(row_elements);
       for (int32_t server : assignment->partition_server) reply.add_partition_server(server);
-      BC_LOG_DEBUG("tensor '", name, "' id ", reply.tensor_id(), ": ",
-                   DescribeDeclaration(first), " in ", reply.partition_server_size(),
-                   " partitions");
+      BC_LOG_DEBUG("tensor '", name, "' id ", reply.tensor_id(), ": ", DescribeDeclaration(first),
+                   " in ", reply.partition_server_size(), " partitions");
     }
   }
   undecided_.erase(name);

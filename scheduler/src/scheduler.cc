@@ -50,10 +50,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   }
   std::optional<AutoPlanInputs> auto_plan;
   if (options.auto_strategy) {
-    absl::StatusOr<AutoPlanInputs> loaded = LoadAutoPlanInputs(
-        options.plan_cluster_path, options.plan_costs_path, options.plan_links);
+    absl::StatusOr<AutoPlanInputs> loaded =
+        LoadAutoPlanInputs(options.plan_cluster_path, options.plan_costs_path,
+                           options.plan_options_path, options.plan_links);
     if (!loaded.ok()) return loaded.status();
     auto_plan = *std::move(loaded);
+    auto_plan->plan_out =
+        options.plan_out_path.empty() ? DefaultPlanOut() : options.plan_out_path;
     options.config.set_profile_rounds(std::max(1, options.profile_rounds));
   }
   int port = options.port;

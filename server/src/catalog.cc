@@ -24,9 +24,10 @@ const DeclaredTensor* Catalog::Tensor(uint32_t tensor_id) const {
 compress::TensorPlan Catalog::Plan(const DeclaredTensor& tensor, uint64_t version) const {
   const proto::Strategy* strategy = history_.Version(version);
   if (strategy == nullptr) return compress::TensorPlan{};
-  return compress::PlanFor(*strategy, tensor.name,
-                           tensor.layout.element_count *
-                               static_cast<int64_t>(DTypeSize(tensor.layout.dtype)));
+  return compress::PlanFor(
+      *strategy, tensor.name,
+      tensor.layout.element_count * static_cast<int64_t>(DTypeSize(tensor.layout.dtype)),
+      tensor.layout.row_elements);
 }
 
 }  // namespace bytecomp::server

@@ -173,8 +173,8 @@ def barrier(timeout_ms=-1):
     _engine.get_engine().barrier(timeout_ms)
 
 
-def declare(name, element_count, dtype_code):
-    _engine.get_engine().declare(name, element_count, dtype_code)
+def declare(name, element_count, dtype_code, shape=None):
+    _engine.get_engine().declare(name, element_count, dtype_code, shape)
 
 
 def start_push_pull(name, data_ptr, element_count, dtype_code, priority, average, keepalive,

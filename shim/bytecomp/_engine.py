@@ -163,6 +163,8 @@ def _declare_prototypes(lib):
         "bytecomp_local_size": (c_int, []),
         "bytecomp_num_servers": (c_int, []),
         "bytecomp_declare": (c_int, [c_char_p, c_int64, c_int]),
+        "bytecomp_declare_shape": (c_int, [c_char_p, c_int64, c_int, c_int,
+                                           ctypes.POINTER(c_int64)]),
         "bytecomp_push_pull": (c_int, [c_char_p, ctypes.c_void_p, c_int64, c_int, c_int,
                                        ctypes.c_uint32, ctypes.POINTER(handle_t)]),
         "bytecomp_push_pull_device": (c_int, [c_char_p, ctypes.c_void_p, c_int64, c_int, c_int,
@@ -245,8 +247,16 @@ class Engine:
         return self._check(self._lib.bytecomp_num_servers(), "bytecomp_num_servers")
 
     # -- tensors -------------------------------------------------------------------------
-    def declare(self, name, element_count, dtype):
-        self._check(self._lib.bytecomp_declare(name.encode(), int(element_count), int(dtype)),
+    def declare(self, name, element_count, dtype, shape=None):
+        """shape: the tensor's dimensions (optional); matrix codecs (powersgd) then read it as
+        shape[0] rows of the other dimensions' product instead of a near-square matrix."""
+        if not shape:
+            self._check(self._lib.bytecomp_declare(name.encode(), int(element_count),
+                                                   int(dtype)), f"declare '{name}'")
+            return
+        dims = (ctypes.c_int64 * len(shape))(*[int(d) for d in shape])
+        self._check(self._lib.bytecomp_declare_shape(name.encode(), int(element_count),
+                                                     int(dtype), len(shape), dims),
                     f"declare '{name}'")
 
     def push_pull(self, name, data_ptr, element_count, dtype, priority=0, average=False):

@@ -40,7 +40,8 @@ def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_b
     gradient of DistributedOptimizer; broadcasts and metrics stay exact). params/memory default
     to the preset for the name; two_way re-encodes pulls with the same codec on the servers;
     force compresses tensors under min_compress_bytes (64 KiB) too; pull_memory is the servers'
-    error-feedback memory for the re-encode (two_way)."""
+    error-feedback memory for the re-encode (two_way): "" gives them the push codec's memory
+    (the nodes resolve it: compress/strategy.h, PlanFor), "none" none."""
     preset_params, preset_memory = PRESETS.get(codec, ({}, ""))
     params = preset_params if params is None else params
     memory = preset_memory if memory is None else memory

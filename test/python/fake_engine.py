@@ -127,7 +127,7 @@ class FakeEngine:
     def last_error(self):
         return ""
 
-    def declare(self, name, element_count, dtype):
+    def declare(self, name, element_count, dtype, shape=None):
         self._require_init(f"declare '{name}'")
         mine = self._local.declared.get(name)
         if mine is not None and mine != (element_count, dtype):

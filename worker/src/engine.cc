@@ -78,9 +78,10 @@ absl::Status Engine::Run() {
   return absl::OkStatus();
 }
 
-absl::Status Engine::Declare(const std::string& name, int64_t element_count, proto::DType dtype) {
+absl::Status Engine::Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+                             absl::Span<const int64_t> shape) {
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
-  return tensors_.Declare(name, element_count, dtype);
+  return tensors_.Declare(name, element_count, dtype, shape);
 }
 
 // --- A push_pull's way: request -> operation -> the tensor's queue -> its stages (the pipeline
@@ -156,7 +157,8 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
     absl::MutexLock lock(&profile_mu_);
     if (profiler_->done()) return;
     profile = profiler_->Record(op->request.name, op->request.element_count,
-                                static_cast<int>(DTypeSize(op->request.dtype)), MonotonicUs());
+                                static_cast<int>(DTypeSize(op->request.dtype)), MonotonicUs(),
+                                SampleCpu());
   }
   if (profile.has_value()) {
     proto::ControlMessage report;
@@ -177,7 +179,8 @@ void Engine::Complete(const std::shared_ptr<Operation>& op) {
   const absl::Status status = op->status();
   if (profiler_ != nullptr && status.ok()) {
     absl::MutexLock lock(&profile_mu_);
-    if (!profiler_->done()) profiler_->RecordDone(static_cast<int64_t>(op->round), done_us);
+    const int64_t round = static_cast<int64_t>(op->round);
+    if (profiler_->Wants(round)) profiler_->RecordDone(round, done_us, SampleCpu());
   }
   // The tensor is idle before the caller sees the operation done: a save_state right after the
   // wait must not find it in flight.

@@ -45,8 +45,8 @@ class Engine final : public WorkerEngine, private ControlEvents {
   absl::Status Run();
 
   const EngineInfo& info() const override { return info_; }
-  absl::Status Declare(const std::string& name, int64_t element_count,
-                       proto::DType dtype) override;
+  absl::Status Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+                       absl::Span<const int64_t> shape = {}) override;
   absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) override;
   absl::StatusOr<bool> Poll(int64_t handle) override { return handles_.Poll(handle); }
   absl::Status Wait(int64_t handle, int64_t timeout_ms) override {

@@ -218,6 +218,46 @@ TEST_F(DeclarationsTest, BadDeclarationsAreRefusedAtOnceToTheSenderAlone) {
   EXPECT_EQ(declarations_->NextDeadline(), std::nullopt) << "nothing refused waits";
 }
 
+TEST_F(DeclarationsTest, AShapeAgreedByEveryWorkerCutsPartitionsIntoWholeRows) {
+  proto::ClusterConfig config;
+  config.set_partition_bytes(4000);  // 1000 fp32 per partition
+  Start(2, 2, config);
+  auto declare = [&](int worker, const std::string& name, std::vector<int64_t> shape) {
+    proto::DeclareTensor d = Tensor(name, 3 * 7 * 11 * 13, proto::DTYPE_FLOAT32);
+    d.mutable_shape()->Add(shape.begin(), shape.end());
+    Outbox out;
+    declarations_->Handle(*nodes_->At(proto::ROLE_WORKER, worker), d, 0, &out);
+    return out;
+  };
+  // A [3 * 7, 11 * 13] layer... as [21, 11, 13]: rows of 143 elements, 6 per partition.
+  declare(0, "conv", {21, 11, 13});
+  proto::DeclareReply conv = ReplyTo(declare(1, "conv", {21, 11, 13}), 0);
+  ASSERT_TRUE(conv.ok()) << conv.error();
+  EXPECT_EQ(conv.row_elements(), 143);
+  EXPECT_EQ(conv.partition_elements(), 6 * 143);
+  EXPECT_EQ(conv.partition_server_size(), 4);  // 21 rows: 6 + 6 + 6 + 3
+  // Workers that disagree on the shape (or give none) get a flat tensor, cut as usual.
+  declare(0, "mixed", {21, 143});
+  proto::DeclareReply mixed = ReplyTo(declare(1, "mixed", {3, 1001}), 1);
+  ASSERT_TRUE(mixed.ok());
+  EXPECT_EQ(mixed.row_elements(), 0);
+  EXPECT_EQ(mixed.partition_elements(), 1000);
+  declare(0, "flat", {});
+  EXPECT_EQ(ReplyTo(declare(1, "flat", {}), 0).row_elements(), 0);
+  // A row longer than a partition: flat too. One dimension: no rows.
+  declare(0, "wide", {1, 3003});
+  EXPECT_EQ(ReplyTo(declare(1, "wide", {1, 3003}), 0).row_elements(), 0);
+  declare(0, "bias", {3003});
+  EXPECT_EQ(ReplyTo(declare(1, "bias", {3003}), 0).row_elements(), 0);
+  // A shape that does not hold the elements is refused to its sender.
+  const proto::DeclareReply bad = ReplyTo(declare(0, "bad", {3, 7}), 0);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(),
+            "tensor 'bad' declared by worker 0 with shape [3, 7], which does not hold 3003 "
+            "elements");
+  EXPECT_FALSE(ReplyTo(declare(0, "bad2", std::vector<int64_t>(33, 1)), 0).ok());
+}
+
 TEST_F(DeclarationsTest, ATensorOfTooManyPartitionsFailsForEveryWorkerAndTakesNoId) {
   Start(2, 1);
   Declare(0, "huge", int64_t{1} << 60, proto::DTYPE_FLOAT32);

@@ -69,6 +69,15 @@ BYTECOMP_API int64_t bytecomp_partition_bytes(void);
  * with a different size or dtype is an immediate error. Re-declaring identically is a no-op. */
 BYTECOMP_API int bytecomp_declare(const char* name, int64_t element_count, int dtype);
 
+/* The same with the tensor's shape (`ndim` dimensions in `dims`, multiplying to element_count;
+ * e.g. a conv weight's [out, in, kh, kw]). Codecs that work on a matrix (powersgd) then read
+ * the tensor as the layer's rows, dims[0] rows of dims[1] * ... elements (as PyTorch's PowerSGD
+ * hook does), instead of a near-square matrix; every worker must give the same shape, else it
+ * counts as flat. Declare before the tensor's first push_pull (which declares without a
+ * shape). ndim 0 (dims may be NULL) is bytecomp_declare. */
+BYTECOMP_API int bytecomp_declare_shape(const char* name, int64_t element_count, int dtype,
+                                        int ndim, const int64_t* dims);
+
 /* Starts an asynchronous in-place push-pull: `data` (element_count elements of dtype) is
  * summed over all workers and the result written back into `data`. The memory must stay
  * valid and untouched until the handle completes. Higher priority partitions leave first.

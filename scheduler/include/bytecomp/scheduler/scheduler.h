@@ -29,8 +29,9 @@
 //   server): kept, printed as one table once every worker reported, used by --strategy=auto.
 //   On SIGHUP (strategy file reloaded), or once every worker sent its ProfileReport under
 //   --strategy=auto: StrategyPrepare{version} to every worker; once all answered
-//   StrategyPrepareReply, StrategyCommit to every server, then every worker. From a server,
-//   LinkProbeReport or StrategyPrepareReply gets Error.
+//   StrategyPrepareReply, StrategyCommit to every server, then every worker (--strategy=auto
+//   writes that strategy to --plan_out and logs why each tensor got its option). From a
+//   server, LinkProbeReport or StrategyPrepareReply gets Error.
 // - [Registration, LocalRelay] Workers name their machine in Register (machine, default
 //   hostname; optional local rank and local size). Topology carries local_rank/local_size/
 //   local_root and the pushers. With config.hierarchical, a machine's local root sends
@@ -85,6 +86,10 @@ struct SchedulerOptions {
   bool auto_strategy = false;
   std::string plan_cluster_path;
   std::string plan_costs_path;
+  // PlannerOptions file (codecs, max_loss, ...); empty: the defaults.
+  std::string plan_options_path;
+  // Where the planned strategy is written (StrategyControl); empty: DefaultPlanOut().
+  std::string plan_out_path;
   int profile_rounds = 5;
   // Where the planned cluster's worker and server links come from (auto_planner.h).
   PlanLinks plan_links = PlanLinks::kMeasured;

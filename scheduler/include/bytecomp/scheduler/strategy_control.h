@@ -5,6 +5,11 @@
 // server and then every worker gets StrategyCommit{strategy, first_round}. A file that does
 // not load or validate is logged and the strategy in force stays.
 //
+// --strategy=auto writes the strategy it switches to, as committed, to a file (AutoPlanInputs
+// .plan_out) with the plan's summary and per-tensor table as comments, and logs the path, the
+// summary and the table; `--strategy=FILE` runs that plan again. Beside it, what was planned
+// with (FILE.profile.pbtxt, FILE.cluster.pbtxt, FILE.options.pbtxt), for bytecomp-plan.
+//
 // Also the workers' LinkProbeReports (sent once at start): kept, printed as one table once
 // every worker reported, and used by --strategy=auto's plan. Prepare replies and link probe
 // reports from a server are answered with an Error.
@@ -26,17 +31,25 @@
 
 namespace bytecomp {
 
-// What --strategy=auto plans with.
+// What --strategy=auto plans with, and where the plan goes.
 struct AutoPlanInputs {
   proto::ClusterDescription cluster;
   proto::CostTable costs;
+  proto::PlannerOptions options;
   PlanLinks links = PlanLinks::kMeasured;
+  // The strategy file the plan is written to (empty: not written).
+  std::string plan_out;
 };
 
-// Reads the --plan_cluster and --plan_costs files; the error names what is missing or wrong.
+// Reads the --plan_cluster and --plan_costs files and, when given, the --plan_options file;
+// the error names what is missing or wrong.
 absl::StatusOr<AutoPlanInputs> LoadAutoPlanInputs(const std::string& cluster_path,
                                                   const std::string& costs_path,
+                                                  const std::string& options_path,
                                                   PlanLinks links);
+
+// The default --plan_out: $TMPDIR (else /tmp)/bytecomp-auto-strategy-<pid>.pbtxt.
+std::string DefaultPlanOut();
 
 class StrategyControl {
  public:
@@ -62,6 +75,8 @@ class StrategyControl {
  private:
   void Prepare(const proto::ControlMessage& prepare, Outbox* out);
   void Plan(Outbox* out);
+  // Writes the committed plan to auto_plan_->plan_out and logs where.
+  void WritePlan(const proto::Strategy& committed);
 
   const proto::ClusterConfig& config_;
   const NodeTable& nodes_;
@@ -69,6 +84,9 @@ class StrategyControl {
   std::optional<AutoPlanInputs> auto_plan_;
   std::map<int, proto::ModelProfile> profiles_;  // by worker rank
   bool planned_ = false;
+  // The plan being switched to (for WritePlan).
+  uint64_t plan_version_ = 0;
+  std::optional<AutoPlan> plan_;
   LinkBook links_;
 };
 

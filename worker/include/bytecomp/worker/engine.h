@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "data.pb.h"
 
 namespace bytecomp::worker {
@@ -65,8 +66,9 @@ class WorkerEngine {
   virtual ~WorkerEngine() = default;
 
   virtual const EngineInfo& info() const = 0;
+  // `shape`: optional (empty: flat); its dimensions multiply to element_count.
   virtual absl::Status Declare(const std::string& name, int64_t element_count,
-                               proto::DType dtype) = 0;
+                               proto::DType dtype, absl::Span<const int64_t> shape = {}) = 0;
   // Starts the push_pull; returns its handle.
   virtual absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) = 0;
   // true when done; an error if the operation failed (or the handle is unknown).

@@ -50,7 +50,9 @@ enum StageKind : uint8_t {
 };
 const char* StageKindName(int kind);
 
-inline constexpr int kMaxStages = 12;
+// The most stages an option has: a two-round codec, hierarchical, on a GPU, on a shared host,
+// colocated servers (pushes and pulls on both directions of the NIC).
+inline constexpr int kMaxStages = 24;
 
 // What an option costs: the stages of each of its (identical) partitions, and the total work
 // it puts on each resource (used for lower bounds).
@@ -66,12 +68,30 @@ struct OptionCost {
   double chain_us = 0;
 };
 
+// The codec's LossClass: the table's, else from its name and memory: none lossless; fp16 and
+// bf16 rounding; randomk, and any other codec without an error-feedback memory, high;
+// the rest compensated.
+proto::LossClass LossOf(const proto::CodecCost& codec);
+const char* LossName(proto::LossClass loss);  // "compensated"
+
+// Whether the planner may give `tensor` this codec: named by options.codecs (when not empty)
+// and no lossier than options.max_loss (defaults applied). The one place that decides which
+// codecs a tensor may use, so that per-tensor rules join here.
+bool CodecAllowed(const proto::CodecCost& codec, const proto::TensorProfile& tensor,
+                  const proto::PlannerOptions& options);
+
+// The codec's compressed size for an input of `bytes`: its measured sizes where the table has
+// them, else ratio * bytes + overhead_bytes; never more than `bytes`.
+double CompressedBytes(const proto::CodecCost& codec, double bytes);
+
 // The tensor's pruned option list. Pruning rules (each returns fewer, never invalid, leaves):
 //  - tensors under min_compress_bytes, or with no usable codec, have only "uncompressed";
 //  - a codec is usable only if the cost table gives it CPU costs (the server decodes and
-//    re-encodes on its CPU) and it is allowed by options.codecs;
+//    re-encodes on its CPU) and CodecAllowed;
 //  - GPU encode/decode needs GPUs in the cluster and GPU costs for the codec, CPU needs a pool;
-//  - two-way needs a re-encodable codec; decode placement exists only for two-way;
+//  - two-way needs a re-encodable codec; decode placement exists only for two-way; a
+//    two-round codec (powersgd) pulls compressed factors by itself and decodes where it
+//    encoded;
 //  - hierarchical needs several GPUs per machine; with options.hierarchical_only every option
 //    is hierarchical (when a machine has several workers, GPUs or not);
 //  - partition counts are deduplicated, at most one per element, 1 for tiny tensors.

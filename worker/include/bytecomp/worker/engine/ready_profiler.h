@@ -20,12 +20,18 @@ class ReadyProfiler {
 
   // A push_pull of `name` was called at time_us. Returns the profile once, when the first tensor
   // starts round rounds + 1 (every tensor has had its rounds 1..N by then).
+  // `cpu`: the CPU counters at the call (SampleCpu), for the profile's CPU fields.
   std::optional<proto::ModelProfile> Record(const std::string& name, int64_t elements,
-                                            int element_bytes, int64_t time_us);
+                                            int element_bytes, int64_t time_us,
+                                            const CpuSample& cpu = {});
 
   // A push_pull of `round` (its tensor's call count, from 0) completed at time_us: the last
   // completion of a round ends it, for the profile's forward_us (forward_timer.h).
-  void RecordDone(int64_t round, int64_t time_us) { forward_.Done(round, time_us); }
+  void RecordDone(int64_t round, int64_t time_us, const CpuSample& cpu = {}) {
+    forward_.Done(round, time_us, cpu);
+  }
+  // Whether a completion of `round` still matters (the engine samples the CPU only then).
+  bool Wants(int64_t round) const { return !done_ && round <= rounds_; }
 
   bool done() const { return done_; }
 
