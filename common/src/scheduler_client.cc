@@ -42,6 +42,9 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
     if (local_size_.has_value()) reg->set_declared_local_size(*local_size_);
   }
   if (absl::Status s = Send(msg); !s.ok()) return s;
+  // A few clock probes right away (the replies with the shortest round trip win); more go
+  // with the heartbeats.
+  for (int i = 0; i < 4; ++i) SendClockProbe();
 
   const int64_t deadline = MonotonicMs() + config_.connect_timeout_ms();
   while (true) {
@@ -92,6 +95,13 @@ void SchedulerClient::HeartbeatIfDue() {
   proto::ControlMessage msg;
   msg.mutable_heartbeat()->set_sequence(++heartbeat_sequence_);
   if (absl::Status s = Send(msg); !s.ok()) BC_LOG_WARNING("heartbeat not sent: ", s.ToString());
+  SendClockProbe();
+}
+
+void SchedulerClient::SendClockProbe() {
+  proto::ControlMessage probe;
+  probe.mutable_clock_probe()->set_node_sent_us(ClockOffset::NowUs());
+  (void)Send(probe);  // a lost probe only leaves the estimate as it was
 }
 
 absl::StatusOr<std::optional<proto::ControlMessage>> SchedulerClient::Receive(int timeout_ms) {
@@ -102,6 +112,11 @@ absl::StatusOr<std::optional<proto::ControlMessage>> SchedulerClient::Receive(in
   proto::ControlMessage msg;
   if (absl::Status s = ParseFrame(frames->back(), &msg); !s.ok()) {
     BC_LOG_WARNING("ignoring control frame from scheduler: ", s.ToString());
+    return std::optional<proto::ControlMessage>();
+  }
+  if (msg.has_clock_reply()) {
+    clock_.AddSample(msg.clock_reply().node_sent_us(), msg.clock_reply().scheduler_us(),
+                     ClockOffset::NowUs());
     return std::optional<proto::ControlMessage>();
   }
   return std::optional<proto::ControlMessage>(std::move(msg));

@@ -93,6 +93,7 @@ void StrategyControl::Plan(Outbox* out) {
     return;
   }
   BC_LOG_INFO("--strategy=auto: ", plan->summary);
+  predicted_us_ = plan->predicted_us;
   absl::StatusOr<proto::ControlMessage> prepare = keeper_.BeginUpdate(plan->strategy);
   if (!prepare.ok()) {
     BC_LOG_ERROR("--strategy=auto: ", prepare.status().message());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bytecomp/common/clock_offset.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "zmq.hpp"
@@ -26,21 +27,28 @@ class SchedulerClient {
                     std::optional<int> local_size);
 
   absl::Status Send(const proto::ControlMessage& message);
-  // Sends a heartbeat when heartbeat_interval_ms passed since the last message sent.
+  // Sends a heartbeat (and a clock probe) when heartbeat_interval_ms passed since the last
+  // message sent.
   void HeartbeatIfDue();
-  // Receives one control message, waiting at most timeout_ms; nullopt on timeout.
+  // Receives one control message, waiting at most timeout_ms; nullopt on timeout. Clock
+  // replies are taken here (clock()) and read as nothing received.
   absl::StatusOr<std::optional<proto::ControlMessage>> Receive(int timeout_ms);
 
   zmq::socket_t& socket() { return socket_; }
   const proto::ClusterConfig& config() const { return config_; }
+  // This node's clock against the scheduler's, from the clock probes (timelines use it).
+  const ClockOffset& clock() const { return clock_; }
 
  private:
+  void SendClockProbe();
+
   proto::ClusterConfig config_;
   zmq::socket_t socket_;
   std::string machine_;
   std::optional<int> local_rank_, local_size_;
   int64_t last_sent_ms_ = 0;
   uint64_t heartbeat_sequence_ = 0;
+  ClockOffset clock_;
 };
 
 }  // namespace bytecomp

@@ -47,6 +47,8 @@ class StrategyControl {
   // The strategy in force and the file it came from (Registration sends it in the topology).
   const StrategyKeeper& keeper() const { return keeper_; }
   const LinkBook& links() const { return links_; }
+  // --strategy=auto: the plan's predicted iteration, once planned.
+  std::optional<double> predicted_us() const { return predicted_us_; }
 
   // SIGHUP: re-read the strategy file and prepare every worker for it.
   void Reload(Outbox* out);
@@ -69,6 +71,7 @@ class StrategyControl {
   std::optional<AutoPlanInputs> auto_plan_;
   std::map<int, proto::ModelProfile> profiles_;  // by worker rank
   bool planned_ = false;
+  std::optional<double> predicted_us_;
   LinkBook links_;
 };
 
