@@ -34,6 +34,7 @@ class DataLoop {
     WakeQueue<ControlCommand>* to_control = nullptr;  // the link probe report
     OperationTracker* tracker = nullptr;
     TrafficCounters* traffic = nullptr;
+    telemetry::Timeline* timeline = nullptr;  // null: no timeline
   };
   explicit DataLoop(Wiring wiring) : w_(wiring) {}
   // Until StopData: connects, probes the links, then moves partitions.
@@ -58,6 +59,7 @@ class DataLoop {
     bool aborted = false;  // an abort was pushed: the op holds its error, no result will come
     int server = 0;
     int64_t bytes = 0;  // push bytes not yet acknowledged by the server
+    int64_t sent_us = 0;  // with a timeline: when the push went out
   };
 
   void Connect();
@@ -69,6 +71,9 @@ class DataLoop {
   void SendAbort(const Operation& op, int64_t partition, uint32_t stage, const std::string& why);
   proto::DataHeader HeaderFor(const Operation& op, int64_t partition, uint32_t stage) const;
   void HandleReply(int server, std::vector<zmq::message_t>& frames);
+  // With a timeline: an event of `op`'s partition.
+  void Trace(const Operation& op, int64_t partition, uint64_t round, telemetry::Stage stage,
+             int64_t start_us, int64_t duration_us, int64_t bytes);
   // Fails everything queued and in flight and closes the sockets; later work fails at once.
   void FailAll(const absl::Status& reason);
 

@@ -42,7 +42,27 @@ void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
   }
 }
 
+namespace {
+
+// With a timeline: a span of `op`'s partition from `start_us` until now.
+void TraceSpan(const StageContext& ctx, const Operation& op, int64_t partition,
+               telemetry::Stage stage, int64_t start_us, int64_t bytes) {
+  telemetry::TimelineEvent e;
+  e.start_us = start_us;
+  e.duration_us = telemetry::Timeline::NowUs() - start_us;
+  e.round = op.round;
+  e.bytes = bytes;
+  e.tensor_id = op.layout.tensor_id;
+  e.partition = static_cast<uint32_t>(partition);
+  e.codec = op.plan.compressed() ? ctx.timeline->CodecId(op.plan.push.name()) : 0;
+  e.stage = stage;
+  ctx.timeline->Record(e);
+}
+
+}  // namespace
+
 void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partition) {
+  const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
   PartitionCodec& pc = op->codecs->partitions[partition];
   const PartitionRange range = op->layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
@@ -81,10 +101,14 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
   }
   if (!status.ok()) push->payload.clear();
   ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()),
-                          static_cast<int64_t>(n * DTypeSize(dtype)));
+                          static_cast<int64_t>(n * DTypeSize(dtype)), op->plan.push.name());
   if (!status.ok()) {
     PushEncodeFailure(push, status);
     return;
+  }
+  if (ctx_.timeline != nullptr) {
+    TraceSpan(ctx_, *op, partition, telemetry::Stage::kEncode, start_us,
+              static_cast<int64_t>(push->payload.size()));
   }
   ctx_.to_data_thread->Push(push);
 }
@@ -111,7 +135,12 @@ void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partitio
       EncodeSecondRound(op, partition, std::move(p));
       return;
     }
+    const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
     absl::Status written = WriteResult(*op, partition, stage, p, server);
+    if (ctx_.timeline != nullptr) {
+      TraceSpan(ctx_, *op, partition, telemetry::Stage::kDecode, start_us,
+                static_cast<int64_t>(p.size()));
+    }
     if (written.ok()) {
       ctx_.tracker->ResultIn(op, partition);
     } else {
@@ -125,7 +154,8 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
   PartitionCodec& pc = op->codecs->partitions[partition];
   const size_t n = static_cast<size_t>(op->layout.range(partition).count);
   ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()),
-                          static_cast<int64_t>(n * DTypeSize(op->request.dtype)));
+                          static_cast<int64_t>(n * DTypeSize(op->request.dtype)),
+                          op->plan.push.name());
   const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
   compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
@@ -139,7 +169,7 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
   }
   if (status.ok()) {
     push->payload.resize(*bytes);
-    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0);
+    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0, op->plan.push.name());
   } else {
     push->abort_error = absl::StrCat("PowerSGD stage 2 of '", op->request.name, "' partition ",
                                      partition, ": ", status.message());
@@ -162,7 +192,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
           "server ", server, " answered the pull of '", request.name, "' partition ", partition,
           " with ", payload.size(), " bytes, expected ", expected));
     }
-    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected));
+    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected), "");
     if (request.average) {
       std::vector<float> sum(n);
       ToFloat32(request.dtype, payload.data(), sum.data(), n);
@@ -172,7 +202,8 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     }
     return absl::OkStatus();
   }
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem));
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem),
+                          stage == 2 ? absl::string_view(op.plan.push.name()) : PullCodecName(op.plan));
   PartitionCodec& pc = op.codecs->partitions[partition];
   // An fp32 sum that is not averaged is decoded straight into the caller's tensor (a pass over
   // the partition fewer); others go through the partition's scratch and StoreSum.

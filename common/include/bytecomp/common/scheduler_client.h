@@ -2,6 +2,7 @@
 // Owned by exactly one thread (the node's control thread), like its ZeroMQ socket.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -37,7 +38,9 @@ class SchedulerClient {
   zmq::socket_t& socket() { return socket_; }
   const proto::ClusterConfig& config() const { return config_; }
   // This node's clock against the scheduler's, from the clock probes (timelines use it).
-  const ClockOffset& clock() const { return clock_; }
+  const ClockOffset& clock() const { return *clock_; }
+  // The same, shared with whoever outlives this client (a timeline keeps following it).
+  std::shared_ptr<const ClockOffset> shared_clock() const { return clock_; }
 
  private:
   void SendClockProbe();
@@ -48,7 +51,11 @@ class SchedulerClient {
   std::optional<int> local_rank_, local_size_;
   int64_t last_sent_ms_ = 0;
   uint64_t heartbeat_sequence_ = 0;
-  ClockOffset clock_;
+  std::shared_ptr<ClockOffset> clock_ = std::make_shared<ClockOffset>();
+  static constexpr int kQuickClockProbes = 16;
+  static constexpr int64_t kClockProbeGapMs = 20;
+  int clock_probes_ = 0;
+  int64_t last_probe_ms_ = 0;
 };
 
 }  // namespace bytecomp

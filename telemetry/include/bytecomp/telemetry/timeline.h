@@ -6,10 +6,11 @@
 // events (single producer), and a writer thread drains every ring every 50 ms into the file.
 // A full ring drops the event and counts it (the file's "dropped_events").
 //
-// Clock: events are stamped with the node's wall clock (CLOCK_REALTIME, microseconds) and
-// written on the scheduler's clock: node time + the offset the node estimated from its clock
-// probes when it registered (common/clock_offset.h). The files of every node of a job can be
-// merged into one (`bytecomp-timeline merge`).
+// Clock: events are stamped and written with the node's wall clock (CLOCK_REALTIME,
+// microseconds). The offset to the scheduler's clock, estimated from the node's clock probes
+// (common/clock_offset.h), is written as a "clock_offset" metadata event whenever the estimate
+// improves and in the file's otherData at the end; `bytecomp-timeline merge` adds the last one
+// to every event of the file, so that every node's events are on the scheduler's clock.
 #pragma once
 
 #include <atomic>
@@ -71,6 +72,8 @@ class Timeline {
 
   // Node clock -> reference (scheduler) clock, added to every event written from now on.
   void SetClockOffsetUs(int64_t offset_us) { offset_us_.store(offset_us); }
+  // The same, from an estimate that improves as the node's clock probes come back.
+  void FollowClock(std::shared_ptr<const ClockOffset> clock) ABSL_LOCKS_EXCLUDED(mu_);
   // A small id for a codec name, stable for the file's life; "" is 0. Lock-free for names
   // seen before (a short scan), a lock the first time.
   uint16_t CodecId(absl::string_view codec) ABSL_LOCKS_EXCLUDED(mu_);
@@ -109,6 +112,8 @@ class Timeline {
   absl::Mutex mu_;
   std::FILE* file_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Ring>> rings_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const ClockOffset> clock_ ABSL_GUARDED_BY(mu_);
+  int64_t written_offset_us_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint32_t, std::string> tensor_names_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar wake_;
