@@ -1,0 +1,377 @@
+"""Seeing a live job (issue 16): Prometheus scrapes every daemon and worker of a running job and
+its values equal the job's own counters; the scheduler's status page in a real headless browser;
+the HTTP endpoints' answers to bad input, and a hostile HTTP client that cannot stall the data
+path; the runtime timeline of workers and servers on one clock, merged with the planner's
+prediction.
+
+Each test runs one small job (W=2, S=2, exact_sum_worker) whose workers hold after their last
+round (--hold-file) so that the live job can be looked at, and are bounded in time."""
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import cluster
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOLS = os.path.join(REPO, "tools")
+ARTIFACTS = os.path.join(os.path.dirname(cluster.BIN_DIR), "test-artifacts")
+OBSERVED_ENV = {"BYTECOMP_SERVER_HTTP": "0", "BYTECOMP_METRICS_ADDRESS": "0"}
+
+
+def http_get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def url_in(node, pattern):
+    """The first http://host:port in the node's log after `pattern`."""
+    def find():
+        m = re.search(pattern + r".*?(http://[\d.]+:\d+)", node.output())
+        return m.group(1) if m else None
+    assert cluster.wait_for(lambda: find() is not None, 20), node.output()
+    return find()
+
+
+class HeldJob:
+    """A job whose workers wait after their last round until release()."""
+
+    def __init__(self, rounds=4, max_bytes=3000000, extra_env=None, scheduler_args=()):
+        self.dir = tempfile.mkdtemp(prefix="bytecomp-observe-")
+        self.hold = os.path.join(self.dir, "go")
+        cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--max-bytes",
+               str(max_bytes), "--hold-file", self.hold]
+        env = dict(OBSERVED_ENV)
+        env.update(extra_env or {})
+        self.cluster = cluster.Cluster(workers=2, servers=2, worker_cmd=cmd, extra_env=env,
+                                       scheduler_args=["--http_address=0"] + list(scheduler_args))
+
+    def __enter__(self):
+        self.cluster.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        self.cluster.__exit__(*exc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def wait_rounds_done(self, timeout=120):
+        ok = cluster.wait_for(lambda: all("PULLED BYTES" in w.output() for w in self.cluster.workers)
+                              or any(w.returncode is not None for w in self.cluster.workers), timeout)
+        assert ok and all(w.returncode is None for w in self.cluster.workers), self.cluster.dump()
+        for w in self.cluster.workers:
+            assert "ALL SUMS EXACT" not in w.output()  # printed only after the hold
+        return {key: [int(re.search(key + r": (\d+)", w.output()).group(1))
+                      for w in self.cluster.workers]
+                for key in ("PUSHED BYTES", "PULLED BYTES")}
+
+    def release(self):
+        open(self.hold, "w").close()
+
+    def finish(self):
+        self.release()
+        codes = self.cluster.wait_workers(timeout=60)
+        assert codes == [0, 0], self.cluster.dump()
+        for w in self.cluster.workers:
+            assert "ALL SUMS EXACT" in w.output(), self.cluster.dump()
+
+    def scheduler_url(self):
+        return url_in(self.cluster.scheduler, "status page and metrics on ")
+
+    def metrics_urls(self):
+        c = self.cluster
+        return {"scheduler": [self.scheduler_url()],
+                "servers": [url_in(s, "metrics on ") for s in c.servers],
+                "workers": [url_in(w, "metrics on ") for w in c.workers]}
+
+
+def prometheus_query(base, query):
+    q = urllib.parse.urlencode({"query": query})
+    status, body = http_get(f"{base}/api/v1/query?{q}")
+    data = json.loads(body)
+    assert data["status"] == "success", body
+    return data["data"]["result"]
+
+
+def scalar(base, query):
+    result = prometheus_query(base, query)
+    return float(result[0]["value"][1]) if result else None
+
+
+@pytest.mark.skipif(not shutil.which("prometheus") or not shutil.which("promtool"),
+                    reason="Debian's prometheus package is not installed (deploy/setup.sh)")
+def test_prometheus_scrapes_a_live_job_and_its_values_match_the_job():
+    with HeldJob() as job:
+        counters = job.wait_rounds_done()
+        urls = job.metrics_urls()
+        # Every endpoint is on loopback and passes promtool's lint.
+        for role, hosts in urls.items():
+            for url in hosts:
+                assert url.startswith("http://127.0.0.1:"), url
+                status, text = http_get(url + "/metrics")
+                assert status == 200
+                lint = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
+                                      capture_output=True, timeout=30)
+                assert lint.returncode == 0, f"{role} {url}: {lint.stdout}{lint.stderr}\n{text}"
+        # The real Prometheus server, on loopback, scraping every second.
+        work = os.path.join(job.dir, "prometheus")
+        os.makedirs(work)
+        port = cluster.free_port()
+        with open(os.path.join(work, "prometheus.yml"), "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n")
+            for role, hosts in urls.items():
+                targets = ", ".join(f"'{u[len('http://'):]}'" for u in hosts)
+                f.write(f"  - job_name: {role}\n    static_configs:\n      - targets: [{targets}]\n")
+        prom = subprocess.Popen(
+            ["prometheus", f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={work}/data",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            stdout=open(os.path.join(work, "log"), "w"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            pushed = sum(counters["PUSHED BYTES"])
+            pulled = sum(counters["PULLED BYTES"])
+            want = {
+                'sum(up)': 5,
+                'sum(bytecomp_wire_bytes_total{job="workers",direction="out"})': pushed,
+                'sum(bytecomp_wire_bytes_total{job="workers",direction="in"})': pulled,
+                'sum(bytecomp_engine_pushed_bytes{job="workers"})': pushed,
+                # What the servers received is what the workers pushed, and what they answered
+                # is what the workers pulled.
+                'sum(bytecomp_wire_bytes_total{job="servers",direction="in"})': pushed,
+                'sum(bytecomp_wire_bytes_total{job="servers",direction="out"})': pulled,
+                # 4 rounds of 40 tensors per worker; every key round summed once.
+                'sum(bytecomp_rounds_total{job="workers"})': 2 * 4 * 40,
+                'sum(bytecomp_round_duration_seconds_count{job="workers"})': 2 * 4 * 40,
+                'count(bytecomp_heartbeat_age_seconds{job="scheduler"})': 4,
+                'max(bytecomp_strategy_version{job="scheduler"})': 1,
+            }
+            got = {}
+
+            def matches():
+                for query, value in want.items():
+                    try:
+                        got[query] = scalar(base, query)
+                    except (urllib.error.URLError, ConnectionError, socket.timeout):
+                        got[query] = "not up"
+                return all(got[q] == v for q, v in want.items())
+            ok = cluster.wait_for(matches, 45, interval=1.0)
+            assert ok, (f"Prometheus saw {got}\nexpected {want}\n"
+                        + open(os.path.join(work, "log")).read()[-3000:])
+            # The key rounds the servers summed: every partition of every tensor, 4 times.
+            server_rounds = scalar(base, 'sum(bytecomp_rounds_total{job="servers"})')
+            assert server_rounds is not None and server_rounds >= 4 * 40, server_rounds
+            assert scalar(base, 'sum(bytecomp_compression_ratio{job="workers",direction="out",codec="none"})') == 1.0
+        finally:
+            prom.terminate()
+            try:
+                prom.wait(10)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+        job.finish()
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium is not installed (deploy/setup.sh)")
+def test_status_page_in_a_headless_browser():
+    strategy = tempfile.NamedTemporaryFile("w", suffix=".pbtxt", delete=False)
+    # fp16 both ways keeps exact_sum_worker's small integers exact; tensors under 64 KiB stay raw.
+    strategy.write('tensors { name_pattern: "fp32.*" push_codec { name: "fp16" } '
+                   'pull_codec { name: "fp16" } }\n')
+    strategy.close()
+    with HeldJob(rounds=6, scheduler_args=[f"--strategy={strategy.name}"]) as job:
+        job.wait_rounds_done()
+        url = job.scheduler_url() + "/"
+        time.sleep(1.0)  # the last stats reports and a fresh snapshot
+        browser = [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                   "--disable-dev-shm-usage", "--no-first-run", "--hide-scrollbars",
+                   f"--user-data-dir={job.dir}/chromium"]
+        dom = subprocess.run(browser + ["--dump-dom", url], capture_output=True, text=True,
+                             timeout=90)
+        assert dom.returncode == 0, dom.stderr[-3000:]
+        html = dom.stdout
+        # The nodes and their health.
+        for node in ("worker 0", "worker 1", "server 0", "server 1"):
+            assert f"<td>{node}</td>" in html, html
+        assert html.count('class="badge ok"') == 4, html
+        # The strategy per tensor: a large fp32 tensor two-way fp16 on the CPU pool, the fp16
+        # tensors and the small ones uncompressed.
+        rows = re.findall(r"<tr><td>(fp(?:32|16)\.[^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>", html)
+        assert len(rows) == 40, html
+        codecs = {name: (codec, way) for name, codec, way in rows}
+        assert codecs["fp32.19.5242880"] == ("fp16", "two-way (fp16)"), codecs
+        assert codecs["fp16.19.10485760"] == ("none", "-"), codecs
+        assert codecs["fp32.0.1"] == ("none", "-"), codecs
+        # Bytes and ratio: the fp16-compressed tensor moved half its bytes.
+        assert re.search(r"<td>fp32\.19\.5242880</td>.*?<td class=\"n\">2\.00x</td>", html), html
+        # The round-time chart, with a point per reported round.
+        assert '<svg id="round-chart"' in html
+        assert html.count("<circle") >= 4, html
+        assert "v1 (" in html
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        shot = os.path.join(ARTIFACTS, "status-page.png")
+        if os.path.exists(shot):
+            os.remove(shot)
+        res = subprocess.run(browser + [f"--screenshot={shot}", "--window-size=1280,1700", url],
+                             capture_output=True, text=True, timeout=90)
+        assert res.returncode == 0 and os.path.getsize(shot) > 20000, res.stderr[-3000:]
+        job.finish()
+    os.unlink(strategy.name)
+
+
+def raw_request(port, data, timeout=5):
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        return s.recv(200).decode(errors="replace")
+
+
+def test_http_endpoints_refuse_bad_input_and_a_hostile_client_cannot_stall_the_job():
+    with HeldJob(rounds=30, max_bytes=2000000) as job:
+        urls = job.metrics_urls()
+        targets = [urls["scheduler"][0], urls["servers"][0], urls["workers"][0]]
+        ports = [int(u.rsplit(":", 1)[1]) for u in targets]
+        # While the job runs: never-ending headers and idle connections on every endpoint.
+        stop = threading.Event()
+        opened = []
+
+        def hostile(port):
+            conns = []
+            for _ in range(40):
+                try:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                    s.sendall(b"GET /metrics HTTP/1.1\r\nX-Endless: ")
+                    conns.append(s)
+                except OSError:
+                    pass
+            opened.append(len(conns))
+            while not stop.is_set():
+                for s in conns:
+                    try:
+                        s.sendall(b"a" * 512)
+                    except OSError:
+                        pass
+                stop.wait(0.05)
+            for s in conns:
+                s.close()
+        threads = [threading.Thread(target=hostile, args=(p,)) for p in ports]
+        start = time.monotonic()
+        for t in threads:
+            t.start()
+        try:
+            counters = job.wait_rounds_done(timeout=120)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        took = time.monotonic() - start
+        assert sum(opened) >= 3 * 10, opened
+        assert took < 100, took
+        assert all(v > 0 for v in counters["PUSHED BYTES"])
+        # Once the hostile client is gone, every endpoint answers again, and bad requests get
+        # their codes: unknown path 404, another method 405, a malformed request 400.
+        for url, port in zip(targets, ports):
+            assert cluster.wait_for(lambda: http_get(url + "/metrics")[0] == 200, 15)
+            with pytest.raises(urllib.error.HTTPError) as e:
+                http_get(url + "/no/such/page")
+            assert e.value.code == 404
+            req = urllib.request.Request(url + "/metrics", data=b"x=1", method="POST")
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=5)
+            assert e.value.code == 405
+            assert raw_request(port, b"NONSENSE\r\n\r\n").startswith("HTTP/1.") and \
+                " 400 " in raw_request(port, b"NONSENSE\r\n\r\n")
+            assert " 400 " in raw_request(port, b"GET /metrics HTTP/1.1\r\nBroken header\r\n\r\n")
+        job.finish()
+
+
+def test_timeline_of_workers_and_servers_on_one_clock_merged_with_the_prediction():
+    tl = tempfile.mkdtemp(prefix="bytecomp-timeline-")
+    try:
+        with HeldJob(rounds=4, extra_env={"BYTECOMP_TIMELINE": tl}) as job:
+            job.wait_rounds_done()
+            job.finish()
+            for n in [job.cluster.scheduler] + job.cluster.servers:
+                assert job.cluster.wait_node(n, 15) == 0, job.cluster.dump()
+        files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tl, "*.json")))
+        assert files == ["server-0.json", "server-1.json", "worker-0.json", "worker-1.json"], files
+        plan = os.path.join(tl, "plan.json")
+        res = subprocess.run([os.path.join(cluster.BIN_DIR, "bytecomp-plan"),
+                              f"--profile={REPO}/scheduler/planner/profiles/lstm.pbtxt",
+                              f"--cluster={REPO}/scheduler/planner/clusters/4x1gpu-1g.pbtxt",
+                              f"--costs={REPO}/scheduler/planner/costs/nominal.pbtxt",
+                              f"--out={tl}/plan.pbtxt", f"--trace={plan}", "--table=false"],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        merged = os.path.join(tl, "merged.json")
+        res = subprocess.run(["/usr/bin/python3", os.path.join(TOOLS, "bytecomp-timeline"), "merge",
+                              tl, "--plan", plan, "-o", merged], capture_output=True, text=True,
+                             timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert "prediction at round 3" in res.stdout, res.stdout
+        trace = json.load(open(merged))
+        events = trace["traceEvents"]
+        names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+        assert sorted(names.values()) == ["prediction (planner)", "server 0", "server 1",
+                                          "worker 0", "worker 1"], names
+        pid_of = {v: k for k, v in names.items()}
+        by = {}
+        for e in events:
+            if "ts" in e:
+                by.setdefault((names[e["pid"]], e["name"]), []).append(e)
+        for w in ("worker 0", "worker 1"):
+            for stage in ("ready", "queued", "push sent", "push..pull", "pull received", "decode",
+                          "done"):
+                assert by.get((w, stage)), (w, stage)
+            # 40 tensors x 4 rounds, each with its bytes and codec.
+            assert len(by[(w, "done")]) == 160
+            assert all(e["args"]["codec"] == "none" and e["args"]["bytes"] > 0
+                       for e in by[(w, "push sent")])
+        assert by.get(("server 0", "summed on server")) and by.get(("server 1", "summed on server"))
+        assert by.get(("prediction (planner)", "backward")) or len(
+            [e for e in events if e["pid"] == pid_of["prediction (planner)"]]) > 10
+        # One clock: a key's round is summed on its server after the last worker pushed it and
+        # before that worker received the pull (tolerance: the offsets' error on a loaded host).
+        tolerance_us = 20000
+        sent = {}
+        for w in ("worker 0", "worker 1"):
+            for e in by[(w, "push sent")]:
+                a = e["args"]
+                sent.setdefault((a["tensor_id"], a["partition"], a["round"]), []).append(e["ts"])
+        received = {}
+        for w in ("worker 0", "worker 1"):
+            for e in by[(w, "pull received")]:
+                a = e["args"]
+                key = (a["tensor_id"], a["partition"], a["round"])
+                received[key] = min(received.get(key, e["ts"]), e["ts"])
+        checked = 0
+        for s in ("server 0", "server 1"):
+            begins = [e for e in by[(s, "summed on server")] if e["ph"] == "b"]
+            ends = {e["id"]: e["ts"] for e in by[(s, "summed on server")] if e["ph"] == "e"}
+            for b in begins:
+                a = b["args"]
+                key = (a["tensor_id"], a["partition"], a["round"])
+                if key not in sent or key not in received:
+                    continue
+                assert b["ts"] >= min(sent[key]) - tolerance_us, (key, b, sent[key])
+                assert ends[b["id"]] >= max(sent[key]) - tolerance_us, (key, b, sent[key])
+                assert ends[b["id"]] <= received[key] + tolerance_us, (key, b, received[key])
+                checked += 1
+        assert checked >= 100, checked
+    finally:
+        shutil.rmtree(tl, ignore_errors=True)
