@@ -171,7 +171,7 @@ def test_prometheus_scrapes_a_live_job_and_its_values_match_the_job():
             # The key rounds the servers summed: every partition of every tensor, 4 times.
             server_rounds = scalar(base, 'sum(bytecomp_rounds_total{job="servers"})')
             assert server_rounds is not None and server_rounds >= 4 * 40, server_rounds
-            assert scalar(base, 'sum(bytecomp_compression_ratio{job="workers",direction="out",codec="none"})') == 1.0
+            assert scalar(base, 'max(bytecomp_compression_ratio{job="workers",direction="out",codec="none"})') == 1.0
         finally:
             prom.terminate()
             try:
@@ -209,17 +209,22 @@ def test_status_page_in_a_headless_browser():
         # The nodes and their health.
         for node in ("worker 0", "worker 1", "server 0", "server 1"):
             assert f"<td>{node}</td>" in html, html
-        assert html.count('class="badge ok"') == 4, html
+        # Healthy: heard from within the heartbeat timeout (2 s here; "late" after half of it).
+        assert html.count('class="badge ok"') + html.count('class="badge late"') == 4, html
+        assert 'class="badge silent"' not in html
         # The strategy per tensor: a large fp32 tensor two-way fp16 on the CPU pool, the fp16
         # tensors and the small ones uncompressed.
         rows = re.findall(r"<tr><td>(fp(?:32|16)\.[^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>", html)
         assert len(rows) == 40, html
         codecs = {name: (codec, way) for name, codec, way in rows}
-        assert codecs["fp32.19.5242880"] == ("fp16", "two-way (fp16)"), codecs
-        assert codecs["fp16.19.10485760"] == ("none", "-"), codecs
+        assert codecs["fp32.19.750000"] == ("fp16", "two-way (fp16)"), codecs
+        assert codecs["fp16.19.1500000"] == ("none", "-"), codecs
         assert codecs["fp32.0.1"] == ("none", "-"), codecs
         # Bytes and ratio: the fp16-compressed tensor moved half its bytes.
-        assert re.search(r"<td>fp32\.19\.5242880</td>.*?<td class=\"n\">2\.00x</td>", html), html
+        # Every round of both workers reported (the last ones within a heartbeat interval).
+        assert re.search(r"<td>fp32\.19\.750000</td><td>fp16</td><td>two-way \(fp16\)</td><td>"
+                         r"default[^<]*</td><td class=\"n\">12</td><td class=\"n\">34\.3 MiB</td>"
+                         r"<td class=\"n\">17\.2 MiB</td><td class=\"n\">2\.00x</td>", html), html
         # The round-time chart, with a point per reported round.
         assert '<svg id="round-chart"' in html
         assert html.count("<circle") >= 4, html

@@ -84,6 +84,9 @@ class Engine final : public WorkerEngine, private ControlEvents {
   void OnBarrierRelease(const proto::BarrierRelease& release) override
       ABSL_LOCKS_EXCLUDED(barrier_mu_);
   void OnJobFailed(const absl::Status& reason) override { FailEngine(reason); }
+  std::optional<proto::ControlMessage> DueReport() override {
+    return observer_.DueReport(telemetry::Timeline::NowUs(), Stats());
+  }
 
   // --- failure
   // Marks the engine failed (the first reason wins) and fails every operation.

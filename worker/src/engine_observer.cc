@@ -124,12 +124,22 @@ std::optional<proto::ControlMessage> EngineObserver::Completed(const Operation& 
   r.first_ready_us = r.first_ready_us == 0 ? op.ready_us : std::min(r.first_ready_us, op.ready_us);
   r.last_done_us = std::max(r.last_done_us, done_us);
   while (rounds_.size() > kKeptRounds + 1) rounds_.erase(rounds_.begin());
+  news_ = true;
   if (done_us - last_report_us_ < report_every_us_) return std::nullopt;
-  last_report_us_ = done_us;
-  return Report(totals);
+  return Report(totals, done_us);
 }
 
-proto::ControlMessage EngineObserver::Report(const EngineStats& totals) {
+std::optional<proto::ControlMessage> EngineObserver::DueReport(int64_t now_us,
+                                                               const EngineStats& totals) {
+  if (report_every_us_ <= 0) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  if (!news_ || now_us - last_report_us_ < report_every_us_) return std::nullopt;
+  return Report(totals, now_us);
+}
+
+proto::ControlMessage EngineObserver::Report(const EngineStats& totals, int64_t now_us) {
+  last_report_us_ = now_us;
+  news_ = false;
   proto::ControlMessage message;
   proto::StatsReport* report = message.mutable_stats_report();
   report->set_pushed_bytes(totals.pushed_bytes);

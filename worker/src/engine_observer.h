@@ -45,6 +45,11 @@ class EngineObserver {
                                                  const EngineStats& totals)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A report of what completed since the last one, when one is due (the control thread asks
+  // every poll, so that the last rounds are reported too); nullopt otherwise.
+  std::optional<proto::ControlMessage> DueReport(int64_t now_us, const EngineStats& totals)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // The metrics server's URL; empty when none.
   std::string metrics_url() const { return http_ != nullptr ? http_->url() : ""; }
 
@@ -56,7 +61,8 @@ class EngineObserver {
     int64_t first_ready_us = 0;
     int64_t last_done_us = 0;
   };
-  proto::ControlMessage Report(const EngineStats& totals) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  proto::ControlMessage Report(const EngineStats& totals, int64_t now_us)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t report_every_us_;
   std::unique_ptr<telemetry::Timeline> timeline_;
@@ -67,6 +73,7 @@ class EngineObserver {
   std::map<uint32_t, TensorTotals> tensors_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, RoundTimes> rounds_ ABSL_GUARDED_BY(mu_);  // the last kKeptRounds
   int64_t last_report_us_ ABSL_GUARDED_BY(mu_) = 0;
+  bool news_ ABSL_GUARDED_BY(mu_) = false;  // completed operations not yet reported
 };
 
 }  // namespace bytecomp::worker

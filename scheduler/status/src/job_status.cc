@@ -14,7 +14,7 @@ std::string PlacementName(proto::Placement p) {
     case proto::PLACEMENT_CPU_POOL: return "cpu pool";
     case proto::PLACEMENT_INLINE: return "inline";
     case proto::PLACEMENT_GPU: return "gpu";
-    default: return "default";
+    default: return "default (pool; GPU for device tensors)";
   }
 }
 

@@ -77,7 +77,7 @@ std::string RoundChartSvg(const StatusSnapshot& s, int width, int height) {
   const int left = 56, right = 16, top = 16, bottom = 36;
   const int w = width - left - right, h = height - top - bottom;
   std::string svg = absl::StrFormat(
-      "<svg id=\"round-chart\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
+      "<svg id=\"round-chart\" class=\"chart\" width=\"%d\" "
       "height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"round time over recent "
       "rounds\">",
       width, height, width, height);
@@ -194,7 +194,7 @@ std::string StatusPageHtml(const StatusSnapshot& s) {
   html += "</table>";
 
   html += "<h2>Tensors</h2><table id=\"tensors\"><tr><th>tensor</th><th>codec</th><th>way</th>"
-          "<th>compressed on</th><th>rounds</th><th>raw</th><th>pushed</th><th>ratio</th>"
+          "<th>compressed on</th><th>rounds (all workers)</th><th>raw</th><th>pushed</th><th>ratio</th>"
           "<th>last round</th></tr>";
   for (const TensorRow& t : s.tensors) {
     absl::StrAppend(
