@@ -8,8 +8,8 @@ back). Results also go to a JSON file (--out).
   python3 bench/data_plane/run_data_plane_bench.py --timeline-overhead [--quick]
 
 --timeline-overhead: the cost of the runtime timeline (BYTECOMP_TIMELINE) instead: each
-configuration runs with the timeline off and on, alternating (--pairs times), and the median
-round times are compared; every node writes its timeline to a temporary directory.
+configuration runs with the timeline off and on (--pairs times, which goes first alternating),
+and the medians of the runs' median round times are compared; every node writes its timeline to a temporary directory.
 """
 import shutil
 import statistics
@@ -60,18 +60,23 @@ def timeline_overhead(args):
         if args.quick:
             rounds = max(3, rounds // 4)
         off, on, events, dropped = [], [], 0, 0
-        for _ in range(args.pairs):
-            off.append(run_bench(workers, servers, model, rounds)["median_round_ms"])
-            tl = tempfile.mkdtemp(prefix="bytecomp-timeline-bench-")
-            try:
-                on.append(run_bench(workers, servers, model, rounds,
-                                    extra_env={"BYTECOMP_TIMELINE": tl})["median_round_ms"])
-                for name in os.listdir(tl):
-                    trace = json.load(open(os.path.join(tl, name)))
-                    events += len(trace["traceEvents"])
-                    dropped += trace["otherData"]["dropped_events"]
-            finally:
-                shutil.rmtree(tl, ignore_errors=True)
+        for pair in range(args.pairs):
+            # Alternating which goes first, so that a warm-up or a drift in the machine's load
+            # does not favour one side.
+            for timeline_on in ((False, True) if pair % 2 == 0 else (True, False)):
+                if not timeline_on:
+                    off.append(run_bench(workers, servers, model, rounds)["median_round_ms"])
+                    continue
+                tl = tempfile.mkdtemp(prefix="bytecomp-timeline-bench-")
+                try:
+                    on.append(run_bench(workers, servers, model, rounds,
+                                        extra_env={"BYTECOMP_TIMELINE": tl})["median_round_ms"])
+                    for name in os.listdir(tl):
+                        trace = json.load(open(os.path.join(tl, name)))
+                        events += len(trace["traceEvents"])
+                        dropped += trace["otherData"]["dropped_events"]
+                finally:
+                    shutil.rmtree(tl, ignore_errors=True)
         row = {"W": workers, "S": servers, "model": model, "rounds": rounds,
                "off_ms": off, "on_ms": on, "off_median_ms": statistics.median(off),
                "on_median_ms": statistics.median(on), "events": events, "dropped": dropped}

@@ -132,20 +132,6 @@ void DataLoop::SendReady() {
   w_.traffic->inflight_bytes.store(inflight, std::memory_order_relaxed);
 }
 
-void DataLoop::Trace(const Operation& op, int64_t partition, uint64_t round, telemetry::Stage stage,
-                     int64_t start_us, int64_t duration_us, int64_t bytes) {
-  telemetry::TimelineEvent e;
-  e.start_us = start_us;
-  e.duration_us = duration_us;
-  e.round = round;
-  e.bytes = bytes;
-  e.tensor_id = op.layout.tensor_id;
-  e.partition = static_cast<uint32_t>(partition);
-  e.codec = op.plan.compressed() ? w_.timeline->CodecId(op.plan.push.name()) : 0;
-  e.stage = stage;
-  w_.timeline->Record(e);
-}
-
 proto::DataHeader DataLoop::HeaderFor(const Operation& op, int64_t partition, uint32_t stage) const {
   const PartitionRange range = op.layout.range(partition);
   proto::DataHeader header;
@@ -207,7 +193,7 @@ void DataLoop::Send(const PartitionTask& task) {
   int64_t sent_us = 0;
   if (w_.timeline != nullptr) {
     sent_us = telemetry::Timeline::NowUs();
-    Trace(op, task.partition, op.round, telemetry::Stage::kPushSent, sent_us, -1, bytes);
+    TraceStage(*w_.timeline, op, task.partition, telemetry::Stage::kPushSent, sent_us, -1, bytes);
   }
   op.pushed_bytes.fetch_add(bytes, std::memory_order_relaxed);
   inflight_[request] = InFlight{task.op, task.partition, stage, aborted, server, bytes, sent_us};
@@ -266,9 +252,10 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
     if (w_.timeline != nullptr) {
       const int64_t now = telemetry::Timeline::NowUs();
       const int64_t bytes = static_cast<int64_t>(payload.size());
-      Trace(*done.op, done.partition, done.op->round, telemetry::Stage::kRoundTrip, done.sent_us,
-            now - done.sent_us, bytes);
-      Trace(*done.op, done.partition, done.op->round, telemetry::Stage::kPullReceived, now, -1, bytes);
+      TraceStage(*w_.timeline, *done.op, done.partition, telemetry::Stage::kRoundTrip,
+                 done.sent_us, now - done.sent_us, bytes);
+      TraceStage(*w_.timeline, *done.op, done.partition, telemetry::Stage::kPullReceived, now, -1,
+                 bytes);
     }
     done.op->stages->Pulled(done.op, done.partition, done.stage, std::move(payload), server);
     return;

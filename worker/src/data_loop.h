@@ -71,9 +71,6 @@ class DataLoop {
   void SendAbort(const Operation& op, int64_t partition, uint32_t stage, const std::string& why);
   proto::DataHeader HeaderFor(const Operation& op, int64_t partition, uint32_t stage) const;
   void HandleReply(int server, std::vector<zmq::message_t>& frames);
-  // With a timeline: an event of `op`'s partition.
-  void Trace(const Operation& op, int64_t partition, uint64_t round, telemetry::Stage stage,
-             int64_t start_us, int64_t duration_us, int64_t bytes);
   // Fails everything queued and in flight and closes the sockets; later work fails at once.
   void FailAll(const absl::Status& reason);
 

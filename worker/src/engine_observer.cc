@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/logging.h"
+#include "stage_pipeline.h"
 
 namespace bytecomp::worker {
 namespace {
@@ -75,21 +76,11 @@ void EngineObserver::WatchEngine(std::function<EngineStats()> stats,
 void EngineObserver::Started(const Operation& op) {
   if (timeline_ == nullptr) return;
   const int64_t now = telemetry::Timeline::NowUs();
-  const uint16_t codec = op.plan.compressed() ? timeline_->CodecId(op.plan.push.name()) : 0;
   for (int64_t p = 0; p < op.layout.num_partitions(); ++p) {
     const int64_t bytes = op.layout.range(p).count * static_cast<int64_t>(DTypeSize(op.request.dtype));
-    telemetry::TimelineEvent e;
-    e.tensor_id = op.layout.tensor_id;
-    e.partition = static_cast<uint32_t>(p);
-    e.round = op.round;
-    e.codec = codec;
-    e.bytes = bytes;
-    e.start_us = op.ready_us;
-    e.stage = telemetry::Stage::kReady;
-    timeline_->Record(e);
-    e.stage = telemetry::Stage::kQueued;
-    e.duration_us = std::max<int64_t>(0, now - op.ready_us);
-    timeline_->Record(e);
+    TraceStage(*timeline_, op, p, telemetry::Stage::kReady, op.ready_us, -1, bytes);
+    TraceStage(*timeline_, op, p, telemetry::Stage::kQueued, op.ready_us,
+               std::max<int64_t>(0, now - op.ready_us), bytes);
   }
 }
 
@@ -97,14 +88,7 @@ std::optional<proto::ControlMessage> EngineObserver::Completed(const Operation& 
                                                                const EngineStats& totals) {
   const double seconds = (done_us - op.ready_us) / 1e6;
   if (timeline_ != nullptr) {
-    telemetry::TimelineEvent e;
-    e.tensor_id = op.layout.tensor_id;
-    e.round = op.round;
-    e.start_us = done_us;
-    e.stage = telemetry::Stage::kDone;
-    e.bytes = op.pushed_bytes.load();
-    e.codec = op.plan.compressed() ? timeline_->CodecId(op.plan.push.name()) : 0;
-    timeline_->Record(e);
+    TraceStage(*timeline_, op, 0, telemetry::Stage::kDone, done_us, -1, op.pushed_bytes.load());
   }
   if (metrics_ != nullptr) metrics_->CountRound(seconds);
   if (report_every_us_ <= 0) return std::nullopt;

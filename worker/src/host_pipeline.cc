@@ -42,25 +42,6 @@ void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
   }
 }
 
-namespace {
-
-// With a timeline: a span of `op`'s partition from `start_us` until now.
-void TraceSpan(const StageContext& ctx, const Operation& op, int64_t partition,
-               telemetry::Stage stage, int64_t start_us, int64_t bytes) {
-  telemetry::TimelineEvent e;
-  e.start_us = start_us;
-  e.duration_us = telemetry::Timeline::NowUs() - start_us;
-  e.round = op.round;
-  e.bytes = bytes;
-  e.tensor_id = op.layout.tensor_id;
-  e.partition = static_cast<uint32_t>(partition);
-  e.codec = op.plan.compressed() ? ctx.timeline->CodecId(op.plan.push.name()) : 0;
-  e.stage = stage;
-  ctx.timeline->Record(e);
-}
-
-}  // namespace
-
 void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partition) {
   const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
   PartitionCodec& pc = op->codecs->partitions[partition];
@@ -107,8 +88,8 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
     return;
   }
   if (ctx_.timeline != nullptr) {
-    TraceSpan(ctx_, *op, partition, telemetry::Stage::kEncode, start_us,
-              static_cast<int64_t>(push->payload.size()));
+    TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kEncode, start_us,
+               telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(push->payload.size()));
   }
   ctx_.to_data_thread->Push(push);
 }
@@ -138,8 +119,8 @@ void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partitio
     const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
     absl::Status written = WriteResult(*op, partition, stage, p, server);
     if (ctx_.timeline != nullptr) {
-      TraceSpan(ctx_, *op, partition, telemetry::Stage::kDecode, start_us,
-                static_cast<int64_t>(p.size()));
+      TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kDecode, start_us,
+                 telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(p.size()));
     }
     if (written.ok()) {
       ctx_.tracker->ResultIn(op, partition);

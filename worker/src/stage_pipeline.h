@@ -70,6 +70,11 @@ struct StageContext {
                  absl::AnyInvocable<void()> work) const;
 };
 
+// Records a stage of `op`'s partition in `timeline` (duration < 0: an instant), with the
+// partition's round, the operation's push codec and `bytes`.
+void TraceStage(telemetry::Timeline& timeline, const Operation& op, int64_t partition,
+                telemetry::Stage stage, int64_t start_us, int64_t duration_us, int64_t bytes);
+
 class StagePipeline {
  public:
   virtual ~StagePipeline() = default;
