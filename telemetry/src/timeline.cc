@@ -188,25 +188,13 @@ void Timeline::Append(std::string& out, const TimelineEvent& e, int tid) {
   const int64_t ts = e.start_us;
   const char* name = StageName(e.stage);
   const bool async = e.stage == Stage::kRoundTrip || e.stage == Stage::kSummed;
-  auto args = [&](std::string& o) {
-    absl::StrAppend(&o, ",\"args\":{\"tensor\":");
-    auto named = tensor_names_.find(e.tensor_id);
-    if (named != tensor_names_.end()) {
-      AppendJsonString(o, named->second);
-    } else {
-      absl::StrAppend(&o, "\"tensor ", e.tensor_id, "\"");
-    }
-    absl::StrAppend(&o, ",\"tensor_id\":", e.tensor_id, ",\"partition\":", e.partition,
-                    ",\"round\":", e.round, ",\"bytes\":", e.bytes, ",\"codec\":\"",
-                    e.codec == 0 ? "none" : codecs_[e.codec], "\"}");
-  };
   out += ",\n";
   if (async) {
     // Overlapping spans (several partitions in flight) as async events: one row each in viewers.
     const std::string id = absl::StrCat("\"", e.tensor_id, ".", e.partition, ".", e.round, "\"");
     absl::StrAppend(&out, "{\"name\":\"", name, "\",\"cat\":\"", name, "\",\"ph\":\"b\",\"id\":",
                     id, ",\"pid\":0,\"tid\":", tid, ",\"ts\":", ts);
-    args(out);
+    AppendArgs(out, e);
     absl::StrAppend(&out, "},\n{\"name\":\"", name, "\",\"cat\":\"", name,
                     "\",\"ph\":\"e\",\"id\":", id, ",\"pid\":0,\"tid\":", tid,
                     ",\"ts\":", ts + std::max<int64_t>(e.duration_us, 0), "}");
@@ -219,8 +207,21 @@ void Timeline::Append(std::string& out, const TimelineEvent& e, int tid) {
   } else {
     absl::StrAppend(&out, ",\"ph\":\"i\",\"s\":\"t\"");
   }
-  args(out);
+  AppendArgs(out, e);
   out += "}";
+}
+
+void Timeline::AppendArgs(std::string& out, const TimelineEvent& e) {
+  absl::StrAppend(&out, ",\"args\":{\"tensor\":");
+  auto named = tensor_names_.find(e.tensor_id);
+  if (named != tensor_names_.end()) {
+    AppendJsonString(out, named->second);
+  } else {
+    absl::StrAppend(&out, "\"tensor ", e.tensor_id, "\"");
+  }
+  absl::StrAppend(&out, ",\"tensor_id\":", e.tensor_id, ",\"partition\":", e.partition,
+                  ",\"round\":", e.round, ",\"bytes\":", e.bytes, ",\"codec\":\"",
+                  e.codec == 0 ? "none" : codecs_[e.codec], "\"}");
 }
 
 void Timeline::Flush() {

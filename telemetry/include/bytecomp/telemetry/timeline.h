@@ -98,6 +98,7 @@ class Timeline {
   void WriterLoop();
   void Append(std::string& out, const TimelineEvent& event, int tid)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendArgs(std::string& out, const TimelineEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const std::string process_name_;
