@@ -32,35 +32,11 @@ struct ServerTelemetry {
 ServerTelemetry StartTelemetry(const ServerOptions& options, const proto::ClusterConfig& config,
                                int rank, std::shared_ptr<const ClockOffset> clock) {
   ServerTelemetry t;
-  const std::string path = telemetry::TimelinePath(config.timeline_dir(), "server", rank);
-  if (!path.empty()) {
-    absl::StatusOr<std::unique_ptr<telemetry::Timeline>> opened =
-        telemetry::Timeline::Open(path, absl::StrCat("server ", rank));
-    if (opened.ok()) {
-      t.timeline = *std::move(opened);
-      t.timeline->FollowClock(clock);
-      BC_LOG_INFO("writing the timeline to ", path);
-    } else {
-      BC_LOG_WARNING(opened.status().message(), "; no timeline");
-    }
-  }
+  t.timeline = telemetry::OpenNodeTimeline(config.timeline_dir(), "server", rank, std::move(clock));
   if (!options.http_address.empty()) {
     t.metrics = std::make_unique<telemetry::NodeMetrics>("server", rank);
-    telemetry::NodeMetrics* metrics = t.metrics.get();
-    std::map<std::string, telemetry::HttpServer::Page> pages;
-    pages["/metrics"] = [metrics] {
-      return telemetry::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
-                                     metrics->Render()};
-    };
-    absl::StatusOr<std::unique_ptr<telemetry::HttpServer>> http =
-        telemetry::HttpServer::Start(telemetry::HttpOptions{options.http_address}, std::move(pages));
-    if (http.ok()) {
-      t.http = *std::move(http);
-      BC_LOG_INFO("metrics on ", t.http->url(), "/metrics");
-    } else {
-      BC_LOG_WARNING(http.status().message(), "; no metrics");
-      t.metrics.reset();
-    }
+    t.http = telemetry::ServeMetrics(options.http_address, t.metrics.get());
+    if (t.http == nullptr) t.metrics.reset();
   }
   return t;
 }

@@ -102,6 +102,21 @@ int HttpServer::Handle(mg_connection* conn, void* self_ptr) {
   return response.status;
 }
 
+std::unique_ptr<HttpServer> ServeMetrics(const std::string& address, NodeMetrics* metrics) {
+  std::map<std::string, HttpServer::Page> pages;
+  pages["/metrics"] = [metrics] {
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics->Render()};
+  };
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      HttpServer::Start(HttpOptions{address}, std::move(pages));
+  if (!http.ok()) {
+    BC_LOG_WARNING(http.status().message(), "; no metrics");
+    return nullptr;
+  }
+  BC_LOG_INFO("metrics on ", (*http)->url(), "/metrics");
+  return *std::move(http);
+}
+
 std::string HttpAddress(const std::string& flag, const char* env_name) {
   std::string address = flag;
   if (address.empty()) {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/logging.h"
 
 namespace bytecomp::telemetry {
 
@@ -252,6 +253,20 @@ void Timeline::Flush() {
     std::fwrite(out.data(), 1, out.size(), file_);
     std::fflush(file_);
   }
+}
+
+std::unique_ptr<Timeline> OpenNodeTimeline(const std::string& config_dir, absl::string_view role,
+                                           int rank, std::shared_ptr<const ClockOffset> clock) {
+  const std::string path = TimelinePath(config_dir, role, rank);
+  if (path.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<Timeline>> opened = Timeline::Open(path, absl::StrCat(role, " ", rank));
+  if (!opened.ok()) {
+    BC_LOG_WARNING(opened.status().message(), "; no timeline");
+    return nullptr;
+  }
+  (*opened)->FollowClock(std::move(clock));
+  BC_LOG_INFO("writing the timeline to ", path);
+  return *std::move(opened);
 }
 
 std::string TimelinePath(const std::string& config_dir, absl::string_view role, int rank) {

@@ -19,35 +19,12 @@ constexpr int kReportedTensors = 256;
 EngineObserver::EngineObserver(const proto::ClusterConfig& config, int rank,
                                std::shared_ptr<const ClockOffset> clock)
     : report_every_us_(int64_t{config.stats_report_ms()} * 1000) {
-  const std::string path = telemetry::TimelinePath(config.timeline_dir(), "worker", rank);
-  if (!path.empty()) {
-    absl::StatusOr<std::unique_ptr<telemetry::Timeline>> opened =
-        telemetry::Timeline::Open(path, absl::StrCat("worker ", rank));
-    if (opened.ok()) {
-      timeline_ = *std::move(opened);
-      timeline_->FollowClock(std::move(clock));
-      BC_LOG_INFO("writing the timeline to ", path);
-    } else {
-      BC_LOG_WARNING(opened.status().message(), "; no timeline");
-    }
-  }
+  timeline_ = telemetry::OpenNodeTimeline(config.timeline_dir(), "worker", rank, std::move(clock));
   const std::string address = telemetry::HttpAddress("", "BYTECOMP_METRICS_ADDRESS");
   if (!address.empty()) {
     metrics_ = std::make_unique<telemetry::NodeMetrics>("worker", rank);
-    telemetry::NodeMetrics* metrics = metrics_.get();
-    std::map<std::string, telemetry::HttpServer::Page> pages;
-    pages["/metrics"] = [metrics] {
-      return telemetry::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
-                                     metrics->Render()};
-    };
-    absl::StatusOr<std::unique_ptr<telemetry::HttpServer>> http =
-        telemetry::HttpServer::Start(telemetry::HttpOptions{address}, std::move(pages));
-    if (http.ok()) {
-      http_ = *std::move(http);
-      BC_LOG_INFO("metrics on ", http_->url(), "/metrics");
-    } else {
-      BC_LOG_WARNING(http.status().message(), "; no metrics");
-    }
+    http_ = telemetry::ServeMetrics(address, metrics_.get());
+    if (http_ == nullptr) metrics_.reset();
   }
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bytecomp/telemetry/metrics.h"
 
 struct mg_context;
 struct mg_connection;
@@ -59,6 +60,10 @@ class HttpServer {
   int port_ = 0;
   std::string url_;
 };
+
+// Serves `metrics` at `address`/metrics (NodeMetrics::Render); null, logged, when the address
+// cannot be served. Logs the URL ("metrics on http://127.0.0.1:PORT/metrics").
+std::unique_ptr<HttpServer> ServeMetrics(const std::string& address, NodeMetrics* metrics);
 
 // Where a node serves HTTP: `flag` if set, else the environment variable `env_name`; empty:
 // not at all. A bare port ("9100") binds loopback.

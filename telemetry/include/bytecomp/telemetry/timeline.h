@@ -121,6 +121,11 @@ class Timeline {
   std::thread writer_;
 };
 
+// A node's timeline at TimelinePath(config_dir, role, rank), following `clock`; null when none
+// is asked for or the file cannot be written (logged either way: where it goes, or why not).
+std::unique_ptr<Timeline> OpenNodeTimeline(const std::string& config_dir, absl::string_view role,
+                                           int rank, std::shared_ptr<const ClockOffset> clock);
+
 // Where a node writes its timeline: $BYTECOMP_TIMELINE, else `config_dir` (the config's
 // timeline_dir); empty: none. The file is DIR/<role>-<rank>.json.
 std::string TimelinePath(const std::string& config_dir, absl::string_view role, int rank);
