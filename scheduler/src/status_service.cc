@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<StatusService>> StatusService::Start(
     return telemetry::HttpResponse{200, "text/html; charset=utf-8", status::StatusPageHtml(*s)};
   };
   std::map<std::string, telemetry::HttpServer::Page> pages;
-  pages["/metrics"] = [self] { return telemetry::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", self->metrics_.Render()}; };
+  pages["/metrics"] = telemetry::MetricsPage(&self->metrics_);
   pages["/"] = page;
   pages["/status"] = page;
   pages["/status.json"] = [self] {

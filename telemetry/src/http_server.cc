@@ -45,10 +45,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
   const std::string threads = absl::StrCat(options.threads);
   const std::string timeout = absl::StrCat(options.request_timeout_ms);
   const std::string max_request = absl::StrCat(options.max_request_bytes);
+  const std::string queue = absl::StrCat(options.queued_connections);
+  const std::string backlog = absl::StrCat(options.listen_backlog);
   const char* config[] = {"listening_ports", options.address.c_str(),
                           "num_threads", threads.c_str(),
                           "request_timeout_ms", timeout.c_str(),
                           "max_request_size", max_request.c_str(),
+                          "connection_queue", queue.c_str(),
+                          "listen_backlog", backlog.c_str(),
                           "enable_keep_alive", "no",
                           "linger_timeout_ms", "0",
                           nullptr};
@@ -102,11 +106,15 @@ int HttpServer::Handle(mg_connection* conn, void* self_ptr) {
   return response.status;
 }
 
-std::unique_ptr<HttpServer> ServeMetrics(const std::string& address, NodeMetrics* metrics) {
-  std::map<std::string, HttpServer::Page> pages;
-  pages["/metrics"] = [metrics] {
+HttpServer::Page MetricsPage(NodeMetrics* metrics) {
+  return [metrics] {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics->Render()};
   };
+}
+
+std::unique_ptr<HttpServer> ServeMetrics(const std::string& address, NodeMetrics* metrics) {
+  std::map<std::string, HttpServer::Page> pages;
+  pages["/metrics"] = MetricsPage(metrics);
   absl::StatusOr<std::unique_ptr<HttpServer>> http =
       HttpServer::Start(HttpOptions{address}, std::move(pages));
   if (!http.ok()) {

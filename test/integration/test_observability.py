@@ -5,12 +5,18 @@ path; the runtime timeline of workers and servers on one clock, merged with the 
 prediction.
 
 Each test runs one small job (W=2, S=2, exact_sum_worker) whose workers hold after their last
-round (--hold-file) so that the live job can be looked at, and are bounded in time."""
+round (--hold-file) so that the live job can be looked at. Everything is bounded in time: each
+test has TEST_LIMIT_S (an alarm fails it, and the daemons of its job are stopped on the way out),
+Prometheus runs under timeout(1) and chromium in a session of its own that is killed whole, so
+nothing outlives a failed or killed test (ctest's limit, in CMakeLists.txt, is above
+4 x TEST_LIMIT_S)."""
+import contextlib
 import glob
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -27,6 +33,73 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOOLS = os.path.join(REPO, "tools")
 ARTIFACTS = os.path.join(os.path.dirname(cluster.BIN_DIR), "test-artifacts")
 OBSERVED_ENV = {"BYTECOMP_SERVER_HTTP": "0", "BYTECOMP_METRICS_ADDRESS": "0"}
+TEST_LIMIT_S = int(os.environ.get("BYTECOMP_OBSERVE_TEST_LIMIT_S", "140"))
+
+
+@pytest.fixture(autouse=True)
+def time_limit():
+    """Fails a test that runs past TEST_LIMIT_S: the alarm raises in the test, whose `with`
+    blocks then stop its job, Prometheus and the browser."""
+    def expired(signum, frame):
+        raise TimeoutError(f"the test ran past its {TEST_LIMIT_S} s limit")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(TEST_LIMIT_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def kill_session(proc, grace=5.0):
+    """Stops a process started with start_new_session and whatever it started: SIGTERM to its
+    session's group, SIGKILL to what is left after `grace` seconds."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@contextlib.contextmanager
+def prometheus_server(work, port, limit_s):
+    """Debian's Prometheus on loopback, configured by WORK/prometheus.yml, for at most limit_s
+    (timeout(1) ends it even if this test process is killed); stopped when the block ends."""
+    proc = subprocess.Popen(
+        ["timeout", "--kill-after=5", str(limit_s), "prometheus",
+         f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={work}/data",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=open(os.path.join(work, "log"), "w"), stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        kill_session(proc)
+
+
+def run_browser(args, timeout=90):
+    """Runs chromium with `args` in a session of its own; its helper processes (zygote,
+    renderer) are killed with it when it ends or runs past `timeout`. Returns (rc, stdout,
+    stderr); rc None on timeout. (cluster.run_command merges stderr into the DOM on stdout.)"""
+    proc = subprocess.Popen([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                             "--disable-dev-shm-usage", "--no-first-run", "--hide-scrollbars"]
+                            + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        return None, "", f"chromium ran past {timeout} s"
+    finally:
+        kill_session(proc, grace=2.0)
 
 
 def http_get(url, timeout=5):
@@ -132,13 +205,8 @@ def test_prometheus_scrapes_a_live_job_and_its_values_match_the_job():
             for role, hosts in urls.items():
                 targets = ", ".join(f"'{u[len('http://'):]}'" for u in hosts)
                 f.write(f"  - job_name: {role}\n    static_configs:\n      - targets: [{targets}]\n")
-        prom = subprocess.Popen(
-            ["prometheus", f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={work}/data",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=open(os.path.join(work, "log"), "w"), stderr=subprocess.STDOUT,
-            start_new_session=True)
         base = f"http://127.0.0.1:{port}"
-        try:
+        with prometheus_server(work, port, limit_s=TEST_LIMIT_S):
             pushed = sum(counters["PUSHED BYTES"])
             pulled = sum(counters["PULLED BYTES"])
             want = {
@@ -172,12 +240,6 @@ def test_prometheus_scrapes_a_live_job_and_its_values_match_the_job():
             server_rounds = scalar(base, 'sum(bytecomp_rounds_total{job="servers"})')
             assert server_rounds is not None and server_rounds >= 4 * 40, server_rounds
             assert scalar(base, 'max(bytecomp_compression_ratio{job="workers",direction="out",codec="none"})') == 1.0
-        finally:
-            prom.terminate()
-            try:
-                prom.wait(10)
-            except subprocess.TimeoutExpired:
-                prom.kill()
         job.finish()
 
 
@@ -195,49 +257,48 @@ def test_status_page_in_a_headless_browser():
     strategy.write('tensors { name_pattern: "fp32.*" push_codec { name: "fp16" } '
                    'pull_codec { name: "fp16" } }\n')
     strategy.close()
-    with HeldJob(rounds=6, scheduler_args=[f"--strategy={strategy.name}"]) as job:
-        job.wait_rounds_done()
-        url = job.scheduler_url() + "/"
-        time.sleep(1.0)  # the last stats reports and a fresh snapshot
-        browser = [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-                   "--disable-dev-shm-usage", "--no-first-run", "--hide-scrollbars",
-                   f"--user-data-dir={job.dir}/chromium"]
-        dom = subprocess.run(browser + ["--dump-dom", url], capture_output=True, text=True,
-                             timeout=90)
-        assert dom.returncode == 0, dom.stderr[-3000:]
-        html = dom.stdout
-        # The nodes and their health.
-        for node in ("worker 0", "worker 1", "server 0", "server 1"):
-            assert f"<td>{node}</td>" in html, html
-        # Healthy: heard from within the heartbeat timeout (2 s here; "late" after half of it).
-        assert html.count('class="badge ok"') + html.count('class="badge late"') == 4, html
-        assert 'class="badge silent"' not in html
-        # The strategy per tensor: a large fp32 tensor two-way fp16 on the CPU pool, the fp16
-        # tensors and the small ones uncompressed.
-        rows = re.findall(r"<tr><td>(fp(?:32|16)\.[^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>", html)
-        assert len(rows) == 40, html
-        codecs = {name: (codec, way) for name, codec, way in rows}
-        assert codecs["fp32.19.750000"] == ("fp16", "two-way (fp16)"), codecs
-        assert codecs["fp16.19.1500000"] == ("none", "-"), codecs
-        assert codecs["fp32.0.1"] == ("none", "-"), codecs
-        # Bytes and ratio: the fp16-compressed tensor moved half its bytes.
-        # Every round of both workers reported (the last ones within a heartbeat interval).
-        assert re.search(r"<td>fp32\.19\.750000</td><td>fp16</td><td>two-way \(fp16\)</td><td>"
-                         r"default[^<]*</td><td class=\"n\">12</td><td class=\"n\">34\.3 MiB</td>"
-                         r"<td class=\"n\">17\.2 MiB</td><td class=\"n\">2\.00x</td>", html), html
-        # The round-time chart, with a point per reported round.
-        assert '<svg id="round-chart"' in html
-        assert html.count("<circle") >= 4, html
-        assert "v1 (" in html
-        os.makedirs(ARTIFACTS, exist_ok=True)
-        shot = os.path.join(ARTIFACTS, "status-page.png")
-        if os.path.exists(shot):
-            os.remove(shot)
-        res = subprocess.run(browser + [f"--screenshot={shot}", "--window-size=1280,1700", url],
-                             capture_output=True, text=True, timeout=90)
-        assert res.returncode == 0 and os.path.getsize(shot) > 20000, res.stderr[-3000:]
-        job.finish()
-    os.unlink(strategy.name)
+    try:
+        with HeldJob(rounds=6, scheduler_args=[f"--strategy={strategy.name}"]) as job:
+            job.wait_rounds_done()
+            url = job.scheduler_url() + "/"
+            time.sleep(1.0)  # the last stats reports and a fresh snapshot
+            profile = f"--user-data-dir={job.dir}/chromium"
+            rc, html, err = run_browser([profile, "--dump-dom", url])
+            assert rc == 0, err[-3000:]
+            # The nodes and their health.
+            for node in ("worker 0", "worker 1", "server 0", "server 1"):
+                assert f"<td>{node}</td>" in html, html
+            # Healthy: heard from within the heartbeat timeout (2 s here; "late" after half of it).
+            assert html.count('class="badge ok"') + html.count('class="badge late"') == 4, html
+            assert 'class="badge silent"' not in html
+            # The strategy per tensor: a large fp32 tensor two-way fp16 on the CPU pool, the fp16
+            # tensors and the small ones uncompressed.
+            rows = re.findall(r"<tr><td>(fp(?:32|16)\.[^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>",
+                              html)
+            assert len(rows) == 40, html
+            codecs = {name: (codec, way) for name, codec, way in rows}
+            assert codecs["fp32.19.750000"] == ("fp16", "two-way (fp16)"), codecs
+            assert codecs["fp16.19.1500000"] == ("none", "-"), codecs
+            assert codecs["fp32.0.1"] == ("none", "-"), codecs
+            # Bytes and ratio: the fp16-compressed tensor moved half its bytes.
+            # Every round of both workers reported (the last ones within a heartbeat interval).
+            assert re.search(r"<td>fp32\.19\.750000</td><td>fp16</td><td>two-way \(fp16\)</td><td>"
+                             r"default[^<]*</td><td class=\"n\">12</td><td class=\"n\">34\.3 MiB</td>"
+                             r"<td class=\"n\">17\.2 MiB</td><td class=\"n\">2\.00x</td>", html), html
+            # The round-time chart, with a point per reported round.
+            assert '<svg id="round-chart"' in html
+            assert html.count("<circle") >= 4, html
+            assert "v1 (" in html
+            os.makedirs(ARTIFACTS, exist_ok=True)
+            shot = os.path.join(ARTIFACTS, "status-page.png")
+            if os.path.exists(shot):
+                os.remove(shot)
+            rc, _, err = run_browser([profile, f"--screenshot={shot}", "--window-size=1280,1700",
+                                      url])
+            assert rc == 0 and os.path.exists(shot) and os.path.getsize(shot) > 20000, err[-3000:]
+            job.finish()
+    finally:
+        os.unlink(strategy.name)
 
 
 def raw_request(port, data, timeout=5):

@@ -4,12 +4,15 @@
 #include "bytecomp/telemetry/http_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -119,6 +122,60 @@ TEST(HttpServerTest, ANeverEndingHeaderIsCutOffAndOthersAreStillServed) {
   stop = true;
   for (auto& t : hostile) t.join();
   EXPECT_GT(cut_off.load(), 0);  // max_request_bytes (8 KiB) or the timeout ended them
+}
+
+// This process's resident memory in KiB (/proc/self/status VmRSS).
+long ResidentKib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+TEST(HttpServerTest, HundredsOfHostileClientsCostBoundedMemoryAndLeaveNoTrace) {
+  HttpOptions options;
+  options.request_timeout_ms = 500;
+  auto server = Start(options);
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  ASSERT_EQ(Exchange(port, "GET /metrics HTTP/1.1\r\n\r\n").substr(0, 12), "HTTP/1.1 200");
+  const long before = ResidentKib();
+  ASSERT_GT(before, 0);
+  // 300 clients, far more than the threads, the queue and the backlog: every other one sends a
+  // 32 KiB header (4x max_request_bytes), the rest a header start and then nothing. Unbounded
+  // buffering would hold ~5 MiB of their bytes.
+  std::vector<int> fds;
+  const std::string huge = "GET /metrics HTTP/1.1\r\nX-Huge: " + std::string(32 << 10, 'a');
+  const std::string idle = "GET /metrics HTTP/1.1\r\nX-Idle: a";
+  for (int c = 0; c < 300; ++c) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void)!connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (size_t c = 0; c < fds.size(); ++c) {
+    const std::string& data = c % 2 == 0 ? huge : idle;
+    (void)!send(fds[c], data.data(), data.size(), MSG_NOSIGNAL);
+  }
+  long peak = before;
+  for (int i = 0; i < 20; ++i) {  // 2 s: the server works through what it accepted
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    peak = std::max(peak, ResidentKib());
+  }
+  EXPECT_LT(peak - before, 2048) << "resident memory grew from " << before << " KiB to " << peak;
+  for (int fd : fds) close(fd);
+  // Once they are gone, a well-behaved client is answered at once.
+  const auto start = std::chrono::steady_clock::now();
+  const std::string ok = Exchange(port, "GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 3.0);
 }
 
 TEST(HttpServerTest, AnAddressInUseIsAnErrorNamingIt) {

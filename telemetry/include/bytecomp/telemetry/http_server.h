@@ -4,9 +4,13 @@
 //
 // Limits: `threads` request threads, each request must arrive whole within
 // `request_timeout_ms` and fit in `max_request_bytes` (a never-ending header is cut off);
-// no keep-alive. Answers: the registered paths to GET and HEAD; 405 to any other method;
-// 404 to any other path; malformed requests get 400 from civetweb. Binds loopback unless the
-// address says otherwise.
+// no keep-alive. Memory is bounded whatever clients do: a request buffer of max_request_bytes
+// per thread, at most `queued_connections` accepted connections waiting for a thread (then
+// civetweb stops accepting), at most `listen_backlog` more in the kernel, beyond which the
+// kernel refuses them. Many idle clients delay the pages (each holds a thread for the request
+// timeout), never the node. Answers: the registered paths to GET and HEAD; 405 to any other
+// method; 404 to any other path; malformed requests get 400 from civetweb. Binds loopback unless
+// the address says otherwise.
 #pragma once
 
 #include <functional>
@@ -34,6 +38,8 @@ struct HttpOptions {
   int threads = 2;
   int request_timeout_ms = 2000;
   int max_request_bytes = 8192;
+  int queued_connections = 16;
+  int listen_backlog = 32;
 };
 
 class HttpServer {
@@ -60,6 +66,9 @@ class HttpServer {
   int port_ = 0;
   std::string url_;
 };
+
+// The Prometheus text exposition of `metrics` (NodeMetrics::Render), for a "/metrics" page.
+HttpServer::Page MetricsPage(NodeMetrics* metrics);
 
 // Serves `metrics` at `address`/metrics (NodeMetrics::Render); null, logged, when the address
 // cannot be served. Logs the URL ("metrics on http://127.0.0.1:PORT/metrics").
