@@ -53,7 +53,9 @@ def time_limit():
 
 def kill_session(proc, grace=5.0):
     """Stops a process started with start_new_session and whatever it started: SIGTERM to its
-    session's group, SIGKILL to what is left after `grace` seconds."""
+    session's group, SIGKILL to what is left after `grace` seconds, even when the process itself
+    has ended (chromium's helpers can outlive it; cluster's _stop spares a group whose leader
+    has exited)."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
