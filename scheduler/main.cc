@@ -13,6 +13,7 @@
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
 #include "bytecomp/scheduler/scheduler.h"
+#include "bytecomp/telemetry/http_server.h"
 
 // 0 (or empty) means "the BYTECOMP_* environment variable, else --config's value, else the
 // default" (common/config.h: LoadClusterConfig).
@@ -65,6 +66,12 @@ ABSL_FLAG(int, link_probe_count, -1,
           "(-1: from --config, default 3)");
 ABSL_FLAG(int64_t, link_probe_bytes, 0,
           "Bytes of one link probe transfer (0: from --config, default 1 MiB)");
+ABSL_FLAG(std::string, http_address, "",
+          "host:port (or a port, on loopback) of the status page (/) and Prometheus metrics "
+          "(/metrics); empty: $BYTECOMP_SCHEDULER_HTTP, else none. Read-only");
+ABSL_FLAG(std::string, timeline_dir, "",
+          "Every node writes its runtime timeline (Chrome trace) to DIR/<role>-<rank>.json "
+          "(ClusterConfig.timeline_dir; BYTECOMP_TIMELINE on a node overrides)");
 
 namespace {
 
@@ -126,6 +133,7 @@ int main(int argc, char** argv) {
   }
   if (int v = absl::GetFlag(FLAGS_link_probe_count); v >= 0) config.set_link_probe_count(v);
   if (int64_t v = absl::GetFlag(FLAGS_link_probe_bytes); v != 0) config.set_link_probe_bytes(v);
+  if (const std::string v = absl::GetFlag(FLAGS_timeline_dir); !v.empty()) config.set_timeline_dir(v);
 
   if (int port = absl::GetFlag(FLAGS_port); port > 0) {
     // The topology tells nodes the effective config, so it names the port really bound.
@@ -151,6 +159,8 @@ int main(int argc, char** argv) {
   }
   options.plan_links = *plan_links;
   options.port = absl::GetFlag(FLAGS_port) > 0 ? absl::GetFlag(FLAGS_port) : -1;
+  options.http_address =
+      bytecomp::telemetry::HttpAddress(absl::GetFlag(FLAGS_http_address), "BYTECOMP_SCHEDULER_HTTP");
   absl::StatusOr<std::unique_ptr<bytecomp::Scheduler>> scheduler =
       bytecomp::Scheduler::Create(std::move(options));
   if (!scheduler.ok()) {

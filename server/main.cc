@@ -6,6 +6,7 @@
 #include "bytecomp/common.h"
 #include "bytecomp/common/command_line.h"
 #include "bytecomp/server/server.h"
+#include "bytecomp/telemetry/http_server.h"
 
 ABSL_FLAG(std::string, config, "", "ClusterConfig text file (proto/cluster_config.proto)");
 ABSL_FLAG(std::string, scheduler, "",
@@ -14,6 +15,9 @@ ABSL_FLAG(int, rank, -1, "requested server rank (-1: the scheduler picks)");
 ABSL_FLAG(std::string, bind_host, "0.0.0.0", "address to bind the data socket on");
 ABSL_FLAG(int, port, 0, "data port (0: ephemeral)");
 ABSL_FLAG(std::string, advertise_host, "", "host other nodes use to reach this server");
+ABSL_FLAG(std::string, http_address, "",
+          "host:port (or a port, on loopback) of the Prometheus metrics (/metrics); empty: "
+          "$BYTECOMP_SERVER_HTTP, else none. Read-only");
 
 namespace {
 bytecomp::server::AggregationServer* g_server = nullptr;
@@ -50,6 +54,8 @@ int main(int argc, char** argv) {
   options.requested_rank = absl::GetFlag(FLAGS_rank);
   options.bind_host = absl::GetFlag(FLAGS_bind_host);
   options.port = absl::GetFlag(FLAGS_port);
+  options.http_address =
+      bytecomp::telemetry::HttpAddress(absl::GetFlag(FLAGS_http_address), "BYTECOMP_SERVER_HTTP");
   bytecomp::server::AggregationServer server(options);
   g_server = &server;
   std::signal(SIGINT, OnSignal);

@@ -42,6 +42,7 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
     if (local_size_.has_value()) reg->set_declared_local_size(*local_size_);
   }
   if (absl::Status s = Send(msg); !s.ok()) return s;
+  SendClockProbe();
 
   const int64_t deadline = MonotonicMs() + config_.connect_timeout_ms();
   while (true) {
@@ -56,7 +57,7 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
     // rendezvous.
     HeartbeatIfDue();
     absl::StatusOr<std::optional<proto::ControlMessage>> reply =
-        Receive(static_cast<int>(std::min<int64_t>(left, 200)));
+        Receive(static_cast<int>(std::min<int64_t>(left, kClockProbeGapMs)));
     if (!reply.ok()) return reply.status();
     if (!reply->has_value()) continue;
     const proto::ControlMessage& m = **reply;
@@ -88,10 +89,24 @@ absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {
 }
 
 void SchedulerClient::HeartbeatIfDue() {
-  if (MonotonicMs() - last_sent_ms_ < config_.heartbeat_interval_ms()) return;
+  // Clock probes: the first ones kClockProbeGapMs apart (one at a time, so that none waits
+  // behind another), then one per heartbeat interval.
+  const int64_t now = MonotonicMs();
+  const int64_t probe_gap =
+      clock_probes_ < kQuickClockProbes ? kClockProbeGapMs : config_.heartbeat_interval_ms();
+  if (now - last_probe_ms_ >= probe_gap) SendClockProbe();
+  if (now - last_sent_ms_ < config_.heartbeat_interval_ms()) return;
   proto::ControlMessage msg;
   msg.mutable_heartbeat()->set_sequence(++heartbeat_sequence_);
   if (absl::Status s = Send(msg); !s.ok()) BC_LOG_WARNING("heartbeat not sent: ", s.ToString());
+}
+
+void SchedulerClient::SendClockProbe() {
+  ++clock_probes_;
+  last_probe_ms_ = MonotonicMs();
+  proto::ControlMessage probe;
+  probe.mutable_clock_probe()->set_node_sent_us(ClockOffset::NowUs());
+  (void)Send(probe);  // a lost probe only leaves the estimate as it was
 }
 
 absl::StatusOr<std::optional<proto::ControlMessage>> SchedulerClient::Receive(int timeout_ms) {
@@ -102,6 +117,11 @@ absl::StatusOr<std::optional<proto::ControlMessage>> SchedulerClient::Receive(in
   proto::ControlMessage msg;
   if (absl::Status s = ParseFrame(frames->back(), &msg); !s.ok()) {
     BC_LOG_WARNING("ignoring control frame from scheduler: ", s.ToString());
+    return std::optional<proto::ControlMessage>();
+  }
+  if (msg.has_clock_reply()) {
+    clock_->AddSample(msg.clock_reply().node_sent_us(), msg.clock_reply().scheduler_us(),
+                     ClockOffset::NowUs());
     return std::optional<proto::ControlMessage>();
   }
   return std::optional<proto::ControlMessage>(std::move(msg));

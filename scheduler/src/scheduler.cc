@@ -10,6 +10,7 @@
 #include "bytecomp/common/net.h"
 #include "bytecomp/common/transport.h"
 #include "log_format.h"
+#include "status_service.h"
 
 namespace bytecomp {
 namespace {
@@ -77,10 +78,24 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
         absl::StrCat("scheduler: ", bound.status().message(),
                      " (is another scheduler running on that port?)"));
   }
-  return std::unique_ptr<Scheduler>(
+  const int64_t start_ms = MonotonicMs();
+  std::unique_ptr<StatusService> status;
+  if (!options.http_address.empty()) {
+    // Workers send a StatsReport every heartbeat for the page.
+    options.config.set_stats_report_ms(options.config.heartbeat_interval_ms());
+    absl::StatusOr<std::unique_ptr<StatusService>> started =
+        StatusService::Start(options.http_address, options.config, start_ms);
+    if (!started.ok()) return started.status();
+    status = *std::move(started);
+  }
+  std::unique_ptr<Scheduler> scheduler(
       new Scheduler(std::move(options), std::move(context), std::move(socket), *bound,
-                    std::move(strategy), std::move(auto_plan), MonotonicMs()));
+                    std::move(strategy), std::move(auto_plan), start_ms));
+  scheduler->status_ = std::move(status);
+  return scheduler;
 }
+
+std::string Scheduler::status_url() const { return status_ != nullptr ? status_->url() : ""; }
 
 Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> context,
                      std::unique_ptr<zmq::socket_t> socket, int port, StrategyKeeper strategy,
@@ -99,6 +114,7 @@ Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> c
       liveness_(config_, nodes_, start_ms) {}
 
 Scheduler::~Scheduler() {
+  status_.reset();  // the HTTP threads first
   if (socket_) {
     socket_->set(zmq::sockopt::linger, options_.shutdown_linger_ms);
     socket_->close();
@@ -185,6 +201,13 @@ absl::Status Scheduler::Run() {
       liveness_.OnTime(checked_at, &out);
       if (!out.job_end().has_value()) declarations_.OnTime(checked_at, &out);
       Deliver(out);
+      if (status_ != nullptr) {
+        status_->MaybePublish(checked_at, nodes_, strategy_.keeper().current(),
+                              options_.auto_strategy ? "auto"
+                              : options_.strategy_path.empty() ? "none"
+                                                               : options_.strategy_path,
+                              strategy_.predicted_us(), bad_messages_);
+      }
     }
   }
   return *final_status_;
@@ -212,6 +235,7 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
                               : absl::StrCat("unregistered peer ", PrintableIdentity(identity));
   // Any message counts as a sign of life, even a malformed one.
   if (node != nullptr) liveness_.Seen(*node, now_ms);
+  if (node != nullptr && status_ != nullptr) status_->Seen(*node, now_ms);
 
   if (frames.size() != 2) {
     out->Refuse(identity,
@@ -266,7 +290,13 @@ void Scheduler::Dispatch(const RegisteredNode& node, const proto::ControlMessage
     case proto::ControlMessage::kLinkProbeReport:
       return strategy_.HandleLinkProbeReport(node, message.link_probe_report(), out);
     case proto::ControlMessage::kWorkerDone:
+      if (status_ != nullptr) status_->WorkerDone(node);
       return liveness_.HandleWorkerDone(node, out);
+    case proto::ControlMessage::kClockProbe:
+      return AnswerClockProbe(node, message.clock_probe(), out);
+    case proto::ControlMessage::kStatsReport:
+      if (status_ != nullptr) status_->HandleStats(node, message.stats_report());
+      return;
     case proto::ControlMessage::kShutdown:
       return liveness_.HandleShutdown(node, message.shutdown(), out);
     case proto::ControlMessage::BODY_NOT_SET:
@@ -302,6 +332,7 @@ void Scheduler::Send(const std::string& identity, const proto::ControlMessage& m
 
 void Scheduler::LogBadMessage(const std::string& what) {
   ++bad_messages_;
+  if (status_ != nullptr) status_->CountRefused();
   // A peer stuck in a loop must not flood the log: the first ones, then every 1000th.
   if (bad_messages_ <= 20 || bad_messages_ % 1000 == 0) {
     BC_LOG_WARNING(what, " (bad message ", bad_messages_, " so far)");

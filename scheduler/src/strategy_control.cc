@@ -121,6 +121,7 @@ void StrategyControl::Plan(Outbox* out) {
   BC_LOG_INFO("--strategy=auto: the plan per tensor (saving: how much longer the predicted "
               "iteration is when the tensor alone goes uncompressed):\n",
               plan->table);
+  predicted_us_ = plan->predicted_us;
   absl::StatusOr<proto::ControlMessage> prepare = keeper_.BeginUpdate(plan->strategy);
   if (!prepare.ok()) {
     BC_LOG_ERROR("--strategy=auto: ", prepare.status().message());

@@ -82,7 +82,9 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
                                       " of key ", KeyName(h.key()))));
     return;
   }
+  const int64_t payload_bytes = static_cast<int64_t>(payload.size());
   if (key.pushes == 0) {
+    if (timeline_ != nullptr || metrics_ != nullptr) key.first_push_us = telemetry::Timeline::NowUs();
     key.round_version = h.strategy_version();
     key.round_codec = IsRaw(h.codec()) ? "" : h.codec();
     key.round_stage = h.stage();
@@ -112,6 +114,10 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
       if (key.encoded.size() != static_cast<size_t>(num_workers_)) key.encoded.resize(num_workers_);
       key.encoded[h.sender()] = std::move(payload);
     }
+  }
+  if (metrics_ != nullptr && h.error().empty()) {
+    metrics_->CountBytes(telemetry::Direction::kIn, key.round_codec, payload_bytes,
+                         h.element_count() * static_cast<int64_t>(DTypeSize(h.dtype())));
   }
   key.pushed[h.sender()] = true;
   ++key.pushes;
@@ -257,6 +263,22 @@ void KeyStore::CompleteRound(KeyState& key, const proto::DataHeader& h,
   key.pushes = 0;
   std::fill(key.pushed.begin(), key.pushed.end(), false);
   ++rounds_completed_;
+  if (timeline_ != nullptr || metrics_ != nullptr) {
+    const int64_t now = telemetry::Timeline::NowUs();
+    if (metrics_ != nullptr) metrics_->CountRound((now - key.first_push_us) / 1e6);
+    if (timeline_ != nullptr) {
+      telemetry::TimelineEvent e;
+      e.start_us = key.first_push_us;
+      e.duration_us = now - key.first_push_us;
+      e.round = h.iteration();
+      e.bytes = static_cast<int64_t>(key.ready.size());
+      e.tensor_id = static_cast<uint32_t>(h.key() >> 32);
+      e.partition = static_cast<uint32_t>(h.key() & 0xffffffffu);
+      e.codec = timeline_->CodecId(key.round_codec);
+      e.stage = telemetry::Stage::kSummed;
+      timeline_->Record(e);
+    }
+  }
   for (HeldPull& pull : key.held) {
     out->push_back(PullReply(key, std::move(pull.identity), pull.header));
   }
@@ -286,6 +308,11 @@ OutgoingReply KeyStore::PullReply(const KeyState& key, zmq::message_t identity,
   reply.header.set_payload_bytes(static_cast<int64_t>(reply.payload.size()));
   reply.header.set_codec(key.ready_codec);
   reply.has_payload = true;
+  if (metrics_ != nullptr) {
+    metrics_->CountBytes(telemetry::Direction::kOut, key.ready_codec,
+                         static_cast<int64_t>(reply.payload.size()),
+                         request.element_count() * static_cast<int64_t>(DTypeSize(request.dtype())));
+  }
   return reply;
 }
 

@@ -23,6 +23,14 @@ void RequestDispatcher::HandleRequest(std::vector<zmq::message_t> frames, int64_
   Dispatch(std::move(frames), /*may_park=*/true, now_ms, now_ms, out);
 }
 
+void RequestDispatcher::Observe(telemetry::NodeMetrics* metrics) {
+  metrics_ = metrics;
+  if (metrics_ != nullptr) {
+    parked_gauge_ = &metrics_->Gauge("bytecomp_queue_depth", "Requests waiting in a queue",
+                                     {{"queue", "parked before declaration"}});
+  }
+}
+
 void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_park,
                                  int64_t arrived_ms, int64_t now_ms, DispatchOutbox* out) {
   proto::DataHeader header;
@@ -31,14 +39,14 @@ void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_pa
                   absl::StrCat("malformed request: ", frames.size() - 1,
                                " frames after the identity (expected a header and an optional "
                                "payload)"),
-                  out);
+                  out, "malformed");
   }
   if (!header.ParseFromArray(frames[1].data(), static_cast<int>(frames[1].size()))) {
     header.Clear();  // echo nothing of a header that did not parse
     return Reject(frames[0], header,
                   absl::StrCat("malformed request: the header frame (", frames[1].size(),
                                " bytes) is not a DataHeader"),
-                  out);
+                  out, "malformed");
   }
   const bool has_payload = frames.size() == 3;
   const size_t payload_size = has_payload ? frames[2].size() : 0;
@@ -47,6 +55,7 @@ void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_pa
   }
   if (may_park && validator_.AwaitsDeclaration(header) && parked_.size() < kMaxParkedRequests) {
     parked_.push_back(Parked{arrived_ms, std::move(frames)});
+    if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_.size()));
     return;
   }
   absl::Status valid = validator_.Validate(header, has_payload, payload_size);
@@ -60,7 +69,7 @@ void RequestDispatcher::AnswerProbe(zmq::message_t& identity, const proto::DataH
                                     size_t payload_size, bool has_payload, int64_t now_ms,
                                     DispatchOutbox* out) {
   absl::Status valid = validator_.ValidateProbe(request, has_payload, payload_size);
-  if (!valid.ok()) return Reject(identity, request, std::string(valid.message()), out);
+  if (!valid.ok()) return Reject(identity, request, std::string(valid.message()), out, "bad probe");
   absl::StatusOr<proto::ProbeTurn> turn = bandwidth_turn_.OnProbe(
       absl::string_view(static_cast<const char*>(identity.data()), identity.size()), request,
       now_ms);
@@ -80,8 +89,9 @@ void RequestDispatcher::AnswerProbe(zmq::message_t& identity, const proto::DataH
 }
 
 void RequestDispatcher::Reject(zmq::message_t& identity, const proto::DataHeader& request,
-                               const std::string& why, DispatchOutbox* out) {
+                               const std::string& why, DispatchOutbox* out, const char* reason) {
   ++rejected_;
+  if (metrics_ != nullptr) metrics_->CountRefused(reason);
   if (rejected_ <= 20 || rejected_ % 1000 == 0) BC_LOG_WARNING("rejected request: ", why);
   proto::DataHeader reply;
   reply.set_op(proto::OP_ERROR);
@@ -140,6 +150,7 @@ void RequestDispatcher::ExpireParked(int64_t now_ms, DispatchOutbox* out) {
     parked_.pop_front();
     Dispatch(std::move(p.frames), /*may_park=*/false, p.since_ms, now_ms, out);
   }
+  if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_.size()));
 }
 
 void RequestDispatcher::ToEveryShard(const std::vector<zmq::message_t>& message,

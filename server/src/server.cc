@@ -9,6 +9,7 @@
 #include "bytecomp/common.h"
 #include "bytecomp/server/key_shard.h"
 #include "bytecomp/server/request_dispatcher.h"
+#include "bytecomp/telemetry.h"
 #include "control.pb.h"
 #include "server_threads.h"
 
@@ -18,6 +19,26 @@ namespace {
 void SendCommand(zmq::socket_t& to_io, ShardMessageKind kind, const std::string& body = "") {
   std::vector<zmq::message_t> message = ShardCommand(kind, body);
   SendOrLog(to_io, message);
+}
+
+// What a server shows of itself when asked: its timeline and its metrics (and their HTTP
+// server). Declared before the threads that use them, so that it outlives them.
+struct ServerTelemetry {
+  std::unique_ptr<telemetry::Timeline> timeline;
+  std::unique_ptr<telemetry::NodeMetrics> metrics;
+  std::unique_ptr<telemetry::HttpServer> http;  // last: stopped before the metrics go
+};
+
+ServerTelemetry StartTelemetry(const ServerOptions& options, const proto::ClusterConfig& config,
+                               int rank, std::shared_ptr<const ClockOffset> clock) {
+  ServerTelemetry t;
+  t.timeline = telemetry::OpenNodeTimeline(config.timeline_dir(), "server", rank, std::move(clock));
+  if (!options.http_address.empty()) {
+    t.metrics = std::make_unique<telemetry::NodeMetrics>("server", rank);
+    t.http = telemetry::ServeMetrics(options.http_address, t.metrics.get());
+    if (t.http == nullptr) t.metrics.reset();
+  }
+  return t;
 }
 
 }  // namespace
@@ -53,18 +74,20 @@ absl::Status AggregationServer::Run() {
   BC_LOG_INFO("serving data on ", data_address, " for ", topology->num_workers(), " workers with ",
               num_shards, " key shard threads");
 
+  ServerTelemetry telemetry = StartTelemetry(options_, effective, rank, scheduler.shared_clock());
   zmq::socket_t to_io(ctx, zmq::socket_type::pair);
   to_io.bind(kControlEndpoint);
   const std::vector<int> pushers(topology->pushers().begin(), topology->pushers().end());
-  IoLoop io(ctx, router,
-            RequestDispatcher(rank, topology->num_workers(), topology->num_servers(), num_shards,
-                              pushers),
-            num_shards);
+  RequestDispatcher dispatcher(rank, topology->num_workers(), topology->num_servers(), num_shards,
+                               pushers);
+  dispatcher.Observe(telemetry.metrics.get());
+  IoLoop io(ctx, router, std::move(dispatcher), num_shards);
   std::vector<std::unique_ptr<KeyShard>> shards;
   std::vector<std::thread> shard_threads;
   for (size_t i = 0; i < num_shards; ++i) {
     shards.push_back(std::make_unique<KeyShard>(static_cast<int>(i), rank, topology->num_workers(),
                                                 topology->num_servers(), pushers));
+    shards.back()->Observe(telemetry.timeline.get(), telemetry.metrics.get());
     shard_threads.emplace_back(RunKeyShard, std::ref(ctx), i, std::ref(*shards.back()));
   }
   std::thread io_thread([&io] { io.Run(); });

@@ -18,7 +18,10 @@
 //                         and waits for it where a device accepts it; then the rounds)
 //                         [--save-after-wait 1] (bytecomp_save_state of each tensor right
 //                         after its wait returns: it must not find the tensor in flight)
-// At the end it prints "PUSHED BYTES: N" (what this worker pushed to servers).
+//                         [--hold-file PATH] (after the last round, before shutting down, wait
+//                         until PATH exists, at most 60 s: a test looks at the live job)
+// At the end it prints "PUSHED BYTES: N" (what this worker pushed to servers) and
+// "PULLED BYTES: N".
 // Exit code 0: all sums exact. 1: a wrong sum (printed). 2: an operation failed (the error text
 // and the milliseconds it took are printed as "OPERATION FAILED after T ms: ...").
 #include <chrono>
@@ -235,6 +238,19 @@ int main(int argc, char** argv) {
   bytecomp_stats_t stats{};
   bytecomp_get_stats(&stats);
   std::printf("\nPUSHED BYTES: %lld\n", static_cast<long long>(stats.pushed_bytes));
+  std::printf("PULLED BYTES: %lld\n", static_cast<long long>(stats.pulled_bytes));
+  std::fflush(stdout);
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--hold-file") != 0) continue;
+    const std::string hold = argv[i + 1];
+    for (int waited_ms = 0; waited_ms < 60000; waited_ms += 50) {
+      if (FILE* f = std::fopen(hold.c_str(), "r")) {
+        std::fclose(f);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   std::printf("ALL SUMS EXACT: %d rounds x %zu tensors, W=%d\n", rounds, tensors.size(), workers);
   return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
 }

@@ -35,7 +35,10 @@ void ControlLoop::Run() {
       if (!msg.ok() || !msg->has_value()) break;
       Handle(**msg);
     }
-    if (!done_sent_) client_->HeartbeatIfDue();
+    if (!done_sent_) {
+      if (std::optional<proto::ControlMessage> report = engine_.DueReport()) (void)client_->Send(*report);
+      client_->HeartbeatIfDue();
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <variant>
 
 #include "absl/status/status.h"
@@ -31,6 +32,8 @@ class ControlEvents {
   virtual void OnBarrierRelease(const proto::BarrierRelease& release) = 0;
   // A node failed, the scheduler ended the job, or the scheduler cannot be reached.
   virtual void OnJobFailed(const absl::Status& reason) = 0;
+  // Asked every poll: a stats report that is due and has news (engine_observer.h).
+  virtual std::optional<proto::ControlMessage> DueReport() { return std::nullopt; }
 };
 
 class ControlLoop {

@@ -123,6 +123,13 @@ void DataLoop::SendReady() {
       Send(task);
     }
   }
+  int64_t queued = 0, inflight = 0;
+  for (size_t s = 0; s < queues_.size(); ++s) {
+    queued += static_cast<int64_t>(queues_[s].size());
+    inflight += inflight_bytes_[s];
+  }
+  w_.traffic->queued_partitions.store(queued, std::memory_order_relaxed);
+  w_.traffic->inflight_bytes.store(inflight, std::memory_order_relaxed);
 }
 
 proto::DataHeader DataLoop::HeaderFor(const Operation& op, int64_t partition, uint32_t stage) const {
@@ -161,7 +168,7 @@ void DataLoop::Send(const PartitionTask& task) {
     char* payload = op.host_data() + range.offset * elem;
     push.emplace_back(payload, static_cast<size_t>(bytes), &ReleasePayload,
                       new PayloadRelease{w_.tracker, task.op, task.partition});
-    w_.traffic->CountPush(bytes, bytes);
+    w_.traffic->CountPush(bytes, bytes, "");
   } else if (aborted) {
     header.set_error(task.encoded->abort_error);
     push.push_back(ProtoFrame(header));
@@ -183,7 +190,13 @@ void DataLoop::Send(const PartitionTask& task) {
 
   auto& conns = sockets_[server];
   zmq::socket_t& socket = conns[(task.partition + op.layout.tensor_id) % conns.size()];
-  inflight_[request] = InFlight{task.op, task.partition, stage, aborted, server, bytes};
+  int64_t sent_us = 0;
+  if (w_.timeline != nullptr) {
+    sent_us = telemetry::Timeline::NowUs();
+    TraceStage(*w_.timeline, op, task.partition, telemetry::Stage::kPushSent, sent_us, -1, bytes);
+  }
+  op.pushed_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  inflight_[request] = InFlight{task.op, task.partition, stage, aborted, server, bytes, sent_us};
   inflight_bytes_[server] += bytes;
   absl::Status s = SendFrames(socket, push);
   if (s.ok()) s = SendFrames(socket, pull);
@@ -236,6 +249,14 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
     }
     zmq::message_t payload;
     if (frames.size() == 2) payload = std::move(frames[1]);
+    if (w_.timeline != nullptr) {
+      const int64_t now = telemetry::Timeline::NowUs();
+      const int64_t bytes = static_cast<int64_t>(payload.size());
+      TraceStage(*w_.timeline, *done.op, done.partition, telemetry::Stage::kRoundTrip,
+                 done.sent_us, now - done.sent_us, bytes);
+      TraceStage(*w_.timeline, *done.op, done.partition, telemetry::Stage::kPullReceived, now, -1,
+                 bytes);
+    }
     done.op->stages->Pulled(done.op, done.partition, done.stage, std::move(payload), server);
     return;
   }

@@ -34,6 +34,7 @@ class DataLoop {
     WakeQueue<ControlCommand>* to_control = nullptr;  // the link probe report
     OperationTracker* tracker = nullptr;
     TrafficCounters* traffic = nullptr;
+    telemetry::Timeline* timeline = nullptr;  // null: no timeline
   };
   explicit DataLoop(Wiring wiring) : w_(wiring) {}
   // Until StopData: connects, probes the links, then moves partitions.
@@ -58,6 +59,7 @@ class DataLoop {
     bool aborted = false;  // an abort was pushed: the op holds its error, no result will come
     int server = 0;
     int64_t bytes = 0;  // push bytes not yet acknowledged by the server
+    int64_t sent_us = 0;  // with a timeline: when the push went out
   };
 
   void Connect();

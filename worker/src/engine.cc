@@ -34,6 +34,7 @@ Engine::Engine(JoinedJob job)
       context_(std::move(job.context)),
       client_(std::move(job.client)),
       reducers_(std::move(job.reducers)),
+      observer_(config_, info_.rank, client_->shared_clock()),
       tensors_(info_.num_servers, strategies_,
                [this](proto::ControlMessage declaration) {
                  control_queue_.Push(SendControl{std::move(declaration)});
@@ -44,9 +45,12 @@ Engine::Engine(JoinedJob job)
                     : nullptr),
       pool_(CodecPool(job.compress_threads)),
       stage_context_{info_.rank, info_.size, &strategies_, &learning_rate_, pool_.get(),
-                     &data_queue_, &tracker_, &traffic_},
+                     &data_queue_, &tracker_, &traffic_, observer_.timeline()},
       host_stages_(stage_context_),
       device_stages_(stage_context_, host_stages_) {
+  traffic_.metrics = observer_.metrics();
+  observer_.WatchEngine([this] { return Stats(); }, &traffic_.queued_partitions,
+                        &traffic_.inflight_bytes);
   if (reducers_.host != nullptr) {
     hierarchy_ = std::make_unique<Hierarchy>(
         reducers_, device_stages_,
@@ -71,6 +75,7 @@ absl::Status Engine::Run() {
   wiring.to_control = &control_queue_;
   wiring.tracker = &tracker_;
   wiring.traffic = &traffic_;
+  wiring.timeline = observer_.timeline();
   data_thread_ = std::thread([wiring] { DataLoop(wiring).Run(); });
   control_thread_ = std::thread([this, client = std::move(client_)]() mutable {
     ControlLoop(std::move(client), control_queue_, *this).Run();
@@ -109,6 +114,7 @@ absl::StatusOr<int64_t> Engine::PushPull(const PushPullRequest& request) {
 
 absl::StatusOr<std::shared_ptr<Operation>> Engine::NewOperation(const PushPullRequest& request) {
   auto op = std::make_shared<Operation>(request);
+  op->ready_us = telemetry::Timeline::NowUs();
   if (!request.on_device) {
     op->stages = &host_stages_;
     return op;
@@ -170,6 +176,7 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
 void Engine::StartStages(const TensorTable::Started& started) {
   for (const std::shared_ptr<Operation>& op : started) {
     tracker_.Expect(*op);
+    observer_.Started(*op);
     op->stages->Start(op);
   }
 }
@@ -177,6 +184,12 @@ void Engine::StartStages(const TensorTable::Started& started) {
 void Engine::Complete(const std::shared_ptr<Operation>& op) {
   const int64_t done_us = MonotonicUs();  // before the caller can see it done
   const absl::Status status = op->status();
+  if (status.ok()) {
+    if (std::optional<proto::ControlMessage> report =
+            observer_.Completed(*op, telemetry::Timeline::NowUs(), Stats())) {
+      control_queue_.Push(SendControl{*std::move(report)});
+    }
+  }
   if (profiler_ != nullptr && status.ok()) {
     absl::MutexLock lock(&profile_mu_);
     const int64_t round = static_cast<int64_t>(op->round);
@@ -217,6 +230,9 @@ absl::Status Engine::LoadTensorState(const std::string& name, absl::string_view 
 // --- The scheduler's messages.
 
 void Engine::OnDeclareReply(const proto::DeclareReply& reply) {
+  if (observer_.timeline() != nullptr && reply.ok()) {
+    observer_.timeline()->NameTensor(reply.tensor_id(), reply.name());
+  }
   TensorTable::Started started;
   tensors_.OnDeclareReply(reply, &started);
   StartStages(started);

@@ -29,6 +29,7 @@
 #include "bytecomp/worker/wake_queue.h"
 #include "control_loop.h"
 #include "data_commands.h"
+#include "engine_observer.h"
 #include "device_pipeline.h"
 #include "hierarchy.h"
 #include "host_pipeline.h"
@@ -83,6 +84,9 @@ class Engine final : public WorkerEngine, private ControlEvents {
   void OnBarrierRelease(const proto::BarrierRelease& release) override
       ABSL_LOCKS_EXCLUDED(barrier_mu_);
   void OnJobFailed(const absl::Status& reason) override { FailEngine(reason); }
+  std::optional<proto::ControlMessage> DueReport() override {
+    return observer_.DueReport(telemetry::Timeline::NowUs(), Stats());
+  }
 
   // --- failure
   // Marks the engine failed (the first reason wins) and fails every operation.
@@ -95,6 +99,8 @@ class Engine final : public WorkerEngine, private ControlEvents {
   std::unique_ptr<zmq::context_t> context_;
   std::unique_ptr<SchedulerClient> client_;  // the control thread's, once it runs
   MachineReducers reducers_;
+  // Timeline, metrics, stats reports (off unless asked); outlives every thread that uses it.
+  EngineObserver observer_;
 
   mutable absl::Mutex failure_mu_;
   absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);

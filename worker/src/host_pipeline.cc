@@ -44,6 +44,7 @@ void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
 }
 
 void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partition) {
+  const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
   PartitionCodec& pc = op->codecs->partitions[partition];
   const PartitionRange range = op->layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
@@ -82,10 +83,14 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
   }
   if (!status.ok()) push->payload.clear();
   ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()),
-                          static_cast<int64_t>(n * DTypeSize(dtype)));
+                          static_cast<int64_t>(n * DTypeSize(dtype)), op->plan.push.name());
   if (!status.ok()) {
     PushEncodeFailure(push, status);
     return;
+  }
+  if (ctx_.timeline != nullptr) {
+    TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kEncode, start_us,
+               telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(push->payload.size()));
   }
   ctx_.to_data_thread->Push(push);
 }
@@ -112,7 +117,12 @@ void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partitio
       EncodeSecondRound(op, partition, std::move(p));
       return;
     }
+    const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
     absl::Status written = WriteResult(*op, partition, stage, p, server);
+    if (ctx_.timeline != nullptr) {
+      TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kDecode, start_us,
+                 telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(p.size()));
+    }
     if (written.ok()) {
       ctx_.tracker->ResultIn(op, partition);
     } else {
@@ -126,7 +136,8 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
   PartitionCodec& pc = op->codecs->partitions[partition];
   const size_t n = static_cast<size_t>(op->layout.range(partition).count);
   ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()),
-                          static_cast<int64_t>(n * DTypeSize(op->request.dtype)));
+                          static_cast<int64_t>(n * DTypeSize(op->request.dtype)),
+                          op->plan.push.name());
   const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
   compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
@@ -140,7 +151,7 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
   }
   if (status.ok()) {
     push->payload.resize(*bytes);
-    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0);
+    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0, op->plan.push.name());
   } else {
     push->abort_error = absl::StrCat("PowerSGD stage 2 of '", op->request.name, "' partition ",
                                      partition, ": ", status.message());
@@ -163,7 +174,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
           "server ", server, " answered the pull of '", request.name, "' partition ", partition,
           " with ", payload.size(), " bytes, expected ", expected));
     }
-    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected));
+    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected), "");
     if (request.average && request.dtype == proto::DTYPE_FLOAT32) {
       // One pass: read the sum, write the mean (DDP's allreduce + divide takes two).
       std::vector<float> misaligned;  // used only when ZeroMQ's buffer is not float-aligned
@@ -180,7 +191,8 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     }
     return absl::OkStatus();
   }
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem));
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem),
+                          stage == 2 ? absl::string_view(op.plan.push.name()) : PullCodecName(op.plan));
   PartitionCodec& pc = op.codecs->partitions[partition];
   // An fp32 sum is decoded straight into the caller's tensor (a pass over the partition and the
   // scratch's cache lines fewer) and averaged there; other dtypes go through the partition's

@@ -1,6 +1,7 @@
 // The door of common/: what every process shares.
 #pragma once
 
+#include "bytecomp/common/clock_offset.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/half.h"

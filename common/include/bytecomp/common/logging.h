@@ -1,7 +1,10 @@
-// Minimal leveled logging to stderr with the process's role and rank in every line.
+// Minimal leveled logging to stderr with the process's role and rank in every line:
+//   I 2026-11-23T16:38:42.147Z [server 1] serving data on tcp://10.0.0.2:41234 ...
+// (level, ISO 8601 UTC time with milliseconds, identity, message).
 // Abseil 2022-06 (Debian 12) has no absl/log, so this is ours.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -17,6 +20,8 @@ void SetLogIdentity(absl::string_view identity);
 LogLevel CurrentLogLevel();
 void SetLogLevel(LogLevel level);
 void LogLine(LogLevel level, absl::string_view message);
+// The timestamp format of log lines: "2026-11-23T16:38:42.147Z".
+std::string Iso8601Utc(std::chrono::system_clock::time_point when);
 
 template <typename... Args>
 void LogAt(LogLevel level, const Args&... args) {

@@ -2,10 +2,12 @@
 // Owned by exactly one thread (the node's control thread), like its ZeroMQ socket.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bytecomp/common/clock_offset.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "zmq.hpp"
@@ -26,21 +28,34 @@ class SchedulerClient {
                     std::optional<int> local_size);
 
   absl::Status Send(const proto::ControlMessage& message);
-  // Sends a heartbeat when heartbeat_interval_ms passed since the last message sent.
+  // Sends a heartbeat (and a clock probe) when heartbeat_interval_ms passed since the last
+  // message sent.
   void HeartbeatIfDue();
-  // Receives one control message, waiting at most timeout_ms; nullopt on timeout.
+  // Receives one control message, waiting at most timeout_ms; nullopt on timeout. Clock
+  // replies are taken here (clock()) and read as nothing received.
   absl::StatusOr<std::optional<proto::ControlMessage>> Receive(int timeout_ms);
 
   zmq::socket_t& socket() { return socket_; }
   const proto::ClusterConfig& config() const { return config_; }
+  // This node's clock against the scheduler's, from the clock probes (timelines use it).
+  const ClockOffset& clock() const { return *clock_; }
+  // The same, shared with whoever outlives this client (a timeline keeps following it).
+  std::shared_ptr<const ClockOffset> shared_clock() const { return clock_; }
 
  private:
+  void SendClockProbe();
+
   proto::ClusterConfig config_;
   zmq::socket_t socket_;
   std::string machine_;
   std::optional<int> local_rank_, local_size_;
   int64_t last_sent_ms_ = 0;
   uint64_t heartbeat_sequence_ = 0;
+  std::shared_ptr<ClockOffset> clock_ = std::make_shared<ClockOffset>();
+  static constexpr int kQuickClockProbes = 16;
+  static constexpr int64_t kClockProbeGapMs = 20;
+  int clock_probes_ = 0;
+  int64_t last_probe_ms_ = 0;
 };
 
 }  // namespace bytecomp

@@ -70,6 +70,8 @@
 
 namespace bytecomp {
 
+class StatusService;  // src/status_service.h
+
 struct SchedulerOptions {
   // The effective configuration (defaults applied); Create validates it.
   proto::ClusterConfig config;
@@ -93,6 +95,9 @@ struct SchedulerOptions {
   int profile_rounds = 5;
   // Where the planned cluster's worker and server links come from (auto_planner.h).
   PlanLinks plan_links = PlanLinks::kMeasured;
+  // host:port of the status page and /metrics (empty: none). Binds loopback unless it names
+  // another address.
+  std::string http_address;
 };
 
 class Scheduler {
@@ -122,6 +127,8 @@ class Scheduler {
   void StopForSignal(int signal_number);
   // Async-signal-safe (SIGHUP): ask Run to reload the strategy file. The job goes on.
   void RequestReload();
+  // The status page's URL ("http://127.0.0.1:PORT"); empty without options.http_address.
+  std::string status_url() const;
   // The signal passed to StopForSignal, or 0.
   int stop_signal() const { return stop_signal_.load(); }
 
@@ -168,6 +175,7 @@ class Scheduler {
 
   int64_t bad_messages_ = 0;  // malformed, unexpected or unregistered messages, refusals
   std::optional<absl::Status> final_status_;
+  std::unique_ptr<StatusService> status_;  // with options.http_address
 };
 
 }  // namespace bytecomp

@@ -60,6 +60,8 @@ class StrategyControl {
   // The strategy in force and the file it came from (Registration sends it in the topology).
   const StrategyKeeper& keeper() const { return keeper_; }
   const LinkBook& links() const { return links_; }
+  // --strategy=auto: the plan's predicted iteration, once planned.
+  std::optional<double> predicted_us() const { return predicted_us_; }
 
   // SIGHUP: re-read the strategy file and prepare every worker for it.
   void Reload(Outbox* out);
@@ -87,6 +89,7 @@ class StrategyControl {
   // The plan being switched to (for WritePlan).
   uint64_t plan_version_ = 0;
   std::optional<AutoPlan> plan_;
+  std::optional<double> predicted_us_;
   LinkBook links_;
 };
 

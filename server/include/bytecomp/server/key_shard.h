@@ -58,6 +58,10 @@ class KeyShard {
   std::string Summary() const;
 
   const KeyStore& store() const { return store_; }
+  // Before the shard's thread starts: KeyStore::Observe.
+  void Observe(telemetry::Timeline* timeline, telemetry::NodeMetrics* metrics) {
+    store_.Observe(timeline, metrics);
+  }
 
  private:
   int index_;

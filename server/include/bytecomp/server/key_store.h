@@ -23,6 +23,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "bytecomp/compress.h"
 #include "bytecomp/server/catalog.h"
+#include "bytecomp/telemetry/metrics.h"
+#include "bytecomp/telemetry/timeline.h"
 #include "data.pb.h"
 #include "zmq.hpp"
 
@@ -47,6 +49,13 @@ class KeyStore {
               std::vector<OutgoingReply>* out);
   // Answers every held pull with an error (a node failed, or shutdown).
   void FailHeldPulls(const std::string& reason, std::vector<OutgoingReply>* out);
+
+  // Counts bytes in and out and round times into `metrics`, and writes each round's summing
+  // to `timeline` (either may be null).
+  void Observe(telemetry::Timeline* timeline, telemetry::NodeMetrics* metrics) {
+    timeline_ = timeline;
+    metrics_ = metrics;
+  }
 
   size_t num_keys() const { return keys_.size(); }
   uint64_t rounds_completed() const { return rounds_completed_; }
@@ -92,6 +101,7 @@ class KeyStore {
     std::string ready_codec;        // codec of the ready payload ("" raw or fp32 sum)
     zmq::message_t ready;           // the sum, shared by every pull reply
     std::vector<HeldPull> held;
+    int64_t first_push_us = 0;      // wall clock; with metrics or a timeline
   };
 
   void Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
@@ -117,6 +127,8 @@ class KeyStore {
   const Catalog& catalog_;
   uint64_t rounds_completed_ = 0;
   absl::flat_hash_map<uint64_t, KeyState> keys_;
+  telemetry::Timeline* timeline_ = nullptr;
+  telemetry::NodeMetrics* metrics_ = nullptr;
 };
 
 }  // namespace bytecomp::server

@@ -11,6 +11,8 @@
 //     kStop are forwarded to every shard.
 #pragma once
 
+#include "bytecomp/telemetry/metrics.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -51,6 +53,9 @@ class RequestDispatcher {
   // Validates, and so routes or refuses, requests parked longer than kUndeclaredGraceMs.
   void ExpireParked(int64_t now_ms, DispatchOutbox* out);
 
+  // Counts refusals by reason, and the parked requests, into `metrics` (null: none).
+  void Observe(telemetry::NodeMetrics* metrics);
+
   size_t parked() const { return parked_.size(); }
   uint64_t requests() const { return requests_; }
   uint64_t rejected() const { return rejected_; }
@@ -67,8 +72,9 @@ class RequestDispatcher {
                 int64_t now_ms, DispatchOutbox* out);
   void AnswerProbe(zmq::message_t& identity, const proto::DataHeader& request,
                    size_t payload_size, bool has_payload, int64_t now_ms, DispatchOutbox* out);
+  // `reason`: the metrics' label, a fixed word for the kind of refusal.
   void Reject(zmq::message_t& identity, const proto::DataHeader& request, const std::string& why,
-              DispatchOutbox* out);
+              DispatchOutbox* out, const char* reason = "invalid request");
   void ToEveryShard(const std::vector<zmq::message_t>& message, DispatchOutbox* out) const;
 
   int my_rank_;
@@ -78,6 +84,8 @@ class RequestDispatcher {
   std::deque<Parked> parked_;
   uint64_t requests_ = 0;
   uint64_t rejected_ = 0;
+  telemetry::NodeMetrics* metrics_ = nullptr;
+  prometheus::Gauge* parked_gauge_ = nullptr;
 };
 
 }  // namespace bytecomp::server

@@ -26,6 +26,8 @@ struct ServerOptions {
   int requested_rank = -1;
   std::string bind_host = "0.0.0.0";
   int port = 0;  // 0: ephemeral
+  // host:port of /metrics (empty: none); read-only, on threads of its own.
+  std::string http_address;
 };
 
 class AggregationServer {
