@@ -11,9 +11,11 @@
 
 namespace bytecomp {
 
-SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig config)
-    : config_(std::move(config)), socket_(context, zmq::socket_type::dealer) {
+SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig config,
+                                 const SocketSecurity& security)
+    : config_(std::move(config)), security_(security), socket_(context, zmq::socket_type::dealer) {
   ConfigureSocket(socket_);
+  security_.SecureConnecting(socket_);
   // A fixed identity: after a TCP reconnect the scheduler still knows who this is.
   std::random_device random;
   socket_.set(zmq::sockopt::routing_id,
@@ -23,6 +25,11 @@ SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig c
 absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int requested_rank,
                                                          const std::string& data_address) {
   const std::string endpoint = absl::StrCat("tcp://", config_.scheduler_address());
+  if (absl::StatusOr<HostPort> hp = ParseHostPort(config_.scheduler_address()); hp.ok()) {
+    if (absl::Status s = security_.CheckPlainHost(hp->host, "the scheduler address"); !s.ok()) {
+      return s;
+    }
+  }
   try {
     socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -50,7 +57,11 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
       return absl::DeadlineExceededError(absl::StrCat(
           "no topology from the scheduler at ", config_.scheduler_address(), " within ",
           config_.connect_timeout_ms() / 1000.0,
-          " s (is bytecomp-scheduler running there, and have all nodes started?)"));
+          " s (is bytecomp-scheduler running there, and have all nodes started?",
+          security_.keyed() ? " Does it use this node's cluster key? A scheduler with another "
+                              "key, or none, never answers)"
+                            : " If the job has a cluster key, this node needs it too: "
+                              "BYTECOMP_KEY_FILE or key_file)"));
     }
     // Keep heartbeating while waiting: the scheduler must not declare us dead during a slow
     // rendezvous.
