@@ -30,6 +30,8 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
       return s;
     }
   }
+  // Registration only: a scheduler with another cluster key, or none, is reported at once.
+  const std::unique_ptr<HandshakeWatch> handshakes = security_.WatchHandshakes(socket_);
   try {
     socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -63,6 +65,10 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
                             : " If the job has a cluster key, this node needs it too: "
                               "BYTECOMP_KEY_FILE or key_file)"));
     }
+    if (std::optional<std::string> failure = handshakes->Failure()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot register with the scheduler at ", config_.scheduler_address(), ": ", *failure));
+    }
     // Keep heartbeating while waiting: the scheduler must not declare us dead during a slow
     // rendezvous.
     HeartbeatIfDue();
@@ -95,7 +101,9 @@ absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {
   std::vector<zmq::message_t> frames;
   frames.push_back(ProtoFrame(message));
   last_sent_ms_ = MonotonicMs();
-  return SendFrames(socket_, frames);
+  // Never blocks: a DEALER whose only connection failed its handshake (a key mismatch) has no
+  // pipe left, and a blocking send would wait forever.
+  return SendFrames(socket_, frames, /*dont_wait=*/true);
 }
 
 void SchedulerClient::HeartbeatIfDue() {

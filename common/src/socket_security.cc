@@ -75,6 +75,44 @@ bool IsLoopbackHost(const std::string& host) {
 }
 
 // ---------------------------------------------------------------------------------------
+
+HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, bool keyed)
+    : socket_(socket), keyed_(keyed), events_(context, zmq::socket_type::pair) {
+  const std::string endpoint =
+      absl::StrCat("inproc://bytecomp-client-handshakes-", reinterpret_cast<uintptr_t>(this));
+  events_.set(zmq::sockopt::linger, 0);
+  started_ = zmq_socket_monitor(socket.handle(), endpoint.c_str(),
+                                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0;
+  if (started_) events_.connect(endpoint);
+}
+
+HandshakeWatch::~HandshakeWatch() {
+  if (started_) zmq_socket_monitor(socket_.handle(), nullptr, 0);
+}
+
+std::optional<std::string> HandshakeWatch::Failure() {
+  if (!started_) return std::nullopt;
+  absl::StatusOr<std::vector<zmq::message_t>> frames =
+      RecvFrames(events_, std::chrono::milliseconds(0));
+  if (!frames.ok() || frames->size() != 2 || (*frames)[0].size() != 6) return std::nullopt;
+  uint16_t event;
+  uint32_t value;
+  std::memcpy(&event, (*frames)[0].data(), sizeof(event));
+  std::memcpy(&value, static_cast<const char*>((*frames)[0].data()) + 2, sizeof(value));
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+    return "it refused this node's cluster key (the job has another key file)";
+  }
+  if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+    return keyed_ ? "it does not speak CURVE: it runs without a cluster key, and this node has one"
+                  : "it speaks CURVE: the job has a cluster key and this node has none (give it "
+                    "the job's key file: BYTECOMP_KEY_FILE or key_file)";
+  }
+  return absl::StrCat("the handshake failed (ZMTP error 0x", absl::Hex(value),
+                      keyed_ ? "; another cluster key?)" : ")");
+}
+
+// ---------------------------------------------------------------------------------------
 // The gate: the ZAP handler and the watch on failed handshakes, on one thread.
 
 class SocketSecurity::Gate {
@@ -255,6 +293,10 @@ absl::Status SocketSecurity::SecureListening(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::curve_secretkey, key_->secret_key);
   socket.set(zmq::sockopt::zap_domain, kZapDomain);
   return gate_->Watch(socket);
+}
+
+std::unique_ptr<HandshakeWatch> SocketSecurity::WatchHandshakes(zmq::socket_t& socket) const {
+  return std::make_unique<HandshakeWatch>(context_, socket, keyed());
 }
 
 int64_t SocketSecurity::refused() const {

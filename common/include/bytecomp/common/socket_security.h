@@ -39,6 +39,26 @@ namespace bytecomp {
 // True for 127.0.0.0/8, ::1, "localhost", and a name all of whose addresses are loopback.
 bool IsLoopbackHost(const std::string& host);
 
+// A connecting socket's failed handshakes, for a clear error where a key does not match: libzmq
+// gives up such a connection without a word to the socket's owner. Made by
+// SocketSecurity::WatchHandshakes before connect(); owned by the socket's thread; destroy it
+// before the socket.
+class HandshakeWatch {
+ public:
+  HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, bool keyed);
+  ~HandshakeWatch();
+  HandshakeWatch(const HandshakeWatch&) = delete;
+  HandshakeWatch& operator=(const HandshakeWatch&) = delete;
+  // Why a handshake failed so far ("the peer speaks CURVE: ..."), or nullopt. Does not wait.
+  std::optional<std::string> Failure();
+
+ private:
+  zmq::socket_t& socket_;
+  const bool keyed_;
+  zmq::socket_t events_;
+  bool started_ = false;
+};
+
 class SocketSecurity {
  public:
   // From config.key_file (read and checked: ReadClusterKeyFile) and config.allow_insecure.
@@ -61,6 +81,9 @@ class SocketSecurity {
   // Before bind(): a CURVE server with the job's secret key; the first call starts the ZAP
   // handler. Its failed handshakes are watched. Nothing without a key.
   absl::Status SecureListening(zmq::socket_t& socket);
+  // Before connect(): watches the socket's handshakes (with or without a key), so that a peer
+  // with another key, or none, is reported instead of waited for.
+  std::unique_ptr<HandshakeWatch> WatchHandshakes(zmq::socket_t& socket) const;
 
   // The interface to listen on. `requested` empty: every interface (0.0.0.0) with a key or
   // allow_insecure, 127.0.0.1 without. Without either, a host that is not loopback is refused
