@@ -36,18 +36,33 @@ bool IsLoopbackAddress(const sockaddr* address) {
   return false;
 }
 
-// A failed handshake that ZAP never saw, in words: "a peer that ...".
-std::string HandshakeFailure(uint16_t event, uint32_t value) {
-  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
-      return "does not speak CURVE (no cluster key)";
-    }
-    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
-      return "speaks CURVE without this job's key (another job's key?)";
-    }
-    return absl::StrCat("broke the ZMTP handshake (error 0x", absl::Hex(value), ")");
+// One event of a socket monitor (zmq_socket_monitor, version 1): event and value in a frame
+// of 6 bytes, then the endpoint. nullopt when none is waiting.
+struct MonitorEvent {
+  uint16_t event = 0;
+  uint32_t value = 0;
+  std::string endpoint;
+};
+std::optional<MonitorEvent> ReadMonitorEvent(zmq::socket_t& monitor) {
+  absl::StatusOr<std::vector<zmq::message_t>> frames =
+      RecvFrames(monitor, std::chrono::milliseconds(0));
+  if (!frames.ok() || frames->size() != 2 || (*frames)[0].size() != 6) return std::nullopt;
+  MonitorEvent e;
+  std::memcpy(&e.event, (*frames)[0].data(), sizeof(e.event));
+  std::memcpy(&e.value, static_cast<const char*>((*frames)[0].data()) + 2, sizeof(e.value));
+  e.endpoint = FrameToString((*frames)[1]);
+  return e;
+}
+
+// A handshake that broke the protocol (ZAP never saw it), in words: "a peer that ...".
+std::string HandshakeFailure(uint32_t value) {
+  if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+    return "does not speak CURVE (no cluster key)";
   }
-  return absl::StrCat("left during the handshake (", std::strerror(static_cast<int>(value)), ")");
+  if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+    return "speaks CURVE without this job's key (another job's key?)";
+  }
+  return absl::StrCat("broke the ZMTP handshake (error 0x", absl::Hex(value), ")");
 }
 
 }  // namespace
@@ -93,22 +108,17 @@ HandshakeWatch::~HandshakeWatch() {
 
 std::optional<std::string> HandshakeWatch::Failure() {
   if (!started_) return std::nullopt;
-  absl::StatusOr<std::vector<zmq::message_t>> frames =
-      RecvFrames(events_, std::chrono::milliseconds(0));
-  if (!frames.ok() || frames->size() != 2 || (*frames)[0].size() != 6) return std::nullopt;
-  uint16_t event;
-  uint32_t value;
-  std::memcpy(&event, (*frames)[0].data(), sizeof(event));
-  std::memcpy(&value, static_cast<const char*>((*frames)[0].data()) + 2, sizeof(value));
-  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+  const std::optional<MonitorEvent> e = ReadMonitorEvent(events_);
+  if (!e.has_value()) return std::nullopt;
+  if (e->event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
     return "it refused this node's cluster key (the job has another key file)";
   }
-  if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+  if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
     return keyed_ ? "it does not speak CURVE: it runs without a cluster key, and this node has one"
                   : "it speaks CURVE: the job has a cluster key and this node has none (give it "
                     "the job's key file: BYTECOMP_KEY_FILE or key_file)";
   }
-  return absl::StrCat("the handshake failed (ZMTP error 0x", absl::Hex(value),
+  return absl::StrCat("the handshake failed (ZMTP error 0x", absl::Hex(e->value),
                       keyed_ ? "; another cluster key?)" : ")");
 }
 
@@ -145,9 +155,10 @@ class SocketSecurity::Gate {
     const std::string endpoint =
         absl::StrCat("inproc://bytecomp-handshakes-", reinterpret_cast<uintptr_t>(this), "-",
                      watched_.fetch_add(1));
+    // Only protocol failures: a peer that connects and leaves (a TCP health check) is no
+    // refusal, and ZAP's refusals are counted where they are decided.
     if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
       return absl::InternalError(
           absl::StrCat("cannot watch a socket's handshakes: ", zmq_strerror(zmq_errno())));
     }
@@ -177,7 +188,11 @@ class SocketSecurity::Gate {
         zmq::poll(items.data(), items.size(), std::chrono::milliseconds(kGatePollMs));
       } catch (const zmq::error_t& e) {
         if (e.num() == EINTR) continue;
-        BC_LOG_ERROR("cluster key: ZAP handler stops: ", e.what());
+        // Fail closed: the handler stays bound and answers nobody, so no handshake completes
+        // (an unbound handler would let libzmq admit every CURVE client).
+        BC_LOG_ERROR("cluster key: the ZAP handler stopped answering (", e.what(),
+                     "): no peer is admitted from now on");
+        while (!stop_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(kGatePollMs));
         break;
       }
       if (items[0].revents & ZMQ_POLLIN) Answer();
@@ -205,16 +220,11 @@ class SocketSecurity::Gate {
   }
 
   void Observe(zmq::socket_t& monitor) {
-    absl::StatusOr<std::vector<zmq::message_t>> frames = RecvFrames(monitor, std::chrono::milliseconds(0));
-    if (!frames.ok() || frames->size() != 2 || (*frames)[0].size() != 6) return;
-    uint16_t event;
-    uint32_t value;
-    std::memcpy(&event, (*frames)[0].data(), sizeof(event));
-    std::memcpy(&value, static_cast<const char*>((*frames)[0].data()) + 2, sizeof(value));
+    const std::optional<MonitorEvent> e = ReadMonitorEvent(monitor);
+    if (!e.has_value()) return;
     // libzmq names the listening endpoint here, not the peer's address: such refusals are
     // logged once per endpoint and kind.
-    Refused(absl::StrCat("a peer on ", FrameToString((*frames)[1]), " that ",
-                         HandshakeFailure(event, value)),
+    Refused(absl::StrCat("a peer on ", e->endpoint, " that ", HandshakeFailure(e->value)),
             "no handshake");
   }
 
