@@ -5,11 +5,13 @@
 #include <netinet/in.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/transport.h"
@@ -87,6 +89,17 @@ bool IsLoopbackHost(const std::string& host) {
   }
   freeaddrinfo(found);
   return all_loopback;
+}
+
+absl::StatusOr<int> ZmqIoThreads(int default_threads) {
+  const char* v = std::getenv("BYTECOMP_IO_THREADS");
+  if (v == nullptr || *v == '\0') return default_threads;
+  int threads = 0;
+  if (!absl::SimpleAtoi(v, &threads) || threads < 1 || threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BYTECOMP_IO_THREADS='", v, "' is not a thread count in [1, 64]"));
+  }
+  return threads;
 }
 
 // ---------------------------------------------------------------------------------------

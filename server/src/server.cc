@@ -24,7 +24,10 @@ void SendCommand(zmq::socket_t& to_io, ShardMessageKind kind, const std::string&
 
 absl::Status AggregationServer::Run() {
   const proto::ClusterConfig& config = options_.config;
-  zmq::context_t ctx(2);  // two I/O threads: several TCP streams per server
+  // Two I/O threads by default: several TCP streams per server (more for CURVE on a fast link).
+  absl::StatusOr<int> io_threads = ZmqIoThreads(2);
+  if (!io_threads.ok()) return io_threads.status();
+  zmq::context_t ctx(*io_threads);
   // Declared after the context and before the sockets: its ZAP handler outlives the ROUTER.
   absl::StatusOr<std::unique_ptr<SocketSecurity>> security = SocketSecurity::FromConfig(ctx, config);
   if (!security.ok()) return security.status();

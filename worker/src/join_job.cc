@@ -53,8 +53,11 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
   absl::StatusOr<MachineSlot> slot = MachineSlotFromEnv();
   if (!slot.ok()) return slot.status();
 
+  absl::StatusOr<int> io_threads = ZmqIoThreads(2);
+  if (!io_threads.ok()) return io_threads.status();
+
   JoinedJob job;
-  job.context = std::make_unique<zmq::context_t>(2);
+  job.context = std::make_unique<zmq::context_t>(*io_threads);
   absl::StatusOr<std::unique_ptr<SocketSecurity>> security =
       SocketSecurity::FromConfig(*job.context, *config);
   if (!security.ok()) return security.status();

@@ -39,6 +39,12 @@ namespace bytecomp {
 // True for 127.0.0.0/8, ::1, "localhost", and a name all of whose addresses are loopback.
 bool IsLoopbackHost(const std::string& host);
 
+// ZeroMQ I/O threads for a server's or worker's context: BYTECOMP_IO_THREADS (1..64), else
+// `default_threads`. With a cluster key every byte is encrypted and decrypted on these threads
+// (one CURVE stream runs on one of them), so a fast link wants several, with at least as many
+// connections per server.
+absl::StatusOr<int> ZmqIoThreads(int default_threads);
+
 // A connecting socket's failed handshakes, for a clear error where a key does not match: libzmq
 // gives up such a connection without a word to the socket's owner. Made by
 // SocketSecurity::WatchHandshakes before connect(); owned by the socket's thread; destroy it
