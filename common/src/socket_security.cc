@@ -175,8 +175,13 @@ class SocketSecurity::Gate {
       return absl::InternalError(
           absl::StrCat("cannot watch a socket's handshakes: ", zmq_strerror(zmq_errno())));
     }
+    // Connected here, before the socket binds, so that no event is lost (a monitor drops what
+    // it cannot hand over); the gate's thread takes the socket over.
+    zmq::socket_t events(context_, zmq::socket_type::pair);
+    events.set(zmq::sockopt::linger, 0);
+    events.connect(endpoint);
     absl::MutexLock lock(&mu_);
-    new_monitors_.push_back(endpoint);
+    new_monitors_.push_back(std::move(events));
     return absl::OkStatus();
   }
 
@@ -188,11 +193,7 @@ class SocketSecurity::Gate {
     while (!stop_.load()) {
       {
         absl::MutexLock lock(&mu_);
-        for (const std::string& endpoint : new_monitors_) {
-          monitors.emplace_back(context_, zmq::socket_type::pair);
-          monitors.back().set(zmq::sockopt::linger, 0);
-          monitors.back().connect(endpoint);
-        }
+        for (zmq::socket_t& m : new_monitors_) monitors.push_back(std::move(m));
         new_monitors_.clear();
       }
       std::vector<zmq::pollitem_t> items{{zap_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -256,7 +257,7 @@ class SocketSecurity::Gate {
   std::atomic<int64_t> refused_{0};
   std::atomic<int> watched_{0};
   absl::Mutex mu_;
-  std::vector<std::string> new_monitors_ ABSL_GUARDED_BY(mu_);
+  std::vector<zmq::socket_t> new_monitors_ ABSL_GUARDED_BY(mu_);  // connected, not yet polled
   std::thread thread_;
 };
 
