@@ -111,7 +111,8 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, b
   events_.set(zmq::sockopt::linger, 0);
   started_ = zmq_socket_monitor(socket.handle(), endpoint.c_str(),
                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0;
+                                    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0;
   if (started_) events_.connect(endpoint);
 }
 
@@ -121,7 +122,22 @@ HandshakeWatch::~HandshakeWatch() {
 
 std::optional<std::string> HandshakeWatch::Failure() {
   if (!started_) return std::nullopt;
-  const std::optional<MonitorEvent> e = ReadMonitorEvent(events_);
+  std::optional<MonitorEvent> e;
+  while ((e = ReadMonitorEvent(events_)).has_value()) {
+    if (e->event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) break;
+    // The peer closed the connection during the handshake. A listener that finds the other
+    // mechanism (CURVE against none) or cannot open a CURVE hello closes at once, often before
+    // its own greeting names its mechanism (libzmq 4.3 queues it and drops it on the error),
+    // so this side sees no more than that. Once could be a peer that went away; twice in a
+    // row (libzmq reconnects within 100 ms) is the key.
+    if (++cut_handshakes_ >= kCutHandshakesForMismatch) {
+      return keyed_ ? "it closed the connection during the handshake, twice: it runs without a "
+                      "cluster key or with another one (or is no ByteComp scheduler)"
+                    : "it closed the connection during the handshake, twice: the job likely has "
+                      "a cluster key and this node has none (give it the job's key file: "
+                      "BYTECOMP_KEY_FILE or key_file)";
+    }
+  }
   if (!e.has_value()) return std::nullopt;
   if (e->event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
     return "it refused this node's cluster key (the job has another key file)";

@@ -3,13 +3,16 @@
 //
 // Usage: intruder_client --mode=plain|own-key|other-job --scheduler=tcp://H:P
 //                        --server=tcp://H:P [--job_public_key=Z85] [--wait_ms=1500]
+//                        [--repeat=1]
 //   plain      a ZeroMQ DEALER without CURVE
 //   own-key    CURVE with a keypair of its own, trusting the job's public key (which is no
 //              secret): it knows whom to talk to but lacks the secret key
 //   other-job  CURVE with another job's key (a node given the wrong key file)
 // To the scheduler: Register as worker 1, then as server 0, then Shutdown. To the server: a
 // PUSH into tensor 0's round 0 (it would spoil the sum), a PULL of it, an aborting push naming
-// worker 1, and a link probe. Each is answered, if at all, within --wait_ms.
+// worker 1, and a link probe. Each is answered, if at all, within --wait_ms. --repeat runs the
+// whole series that many times (each attempt a fresh connection): which side of a plain
+// connection notices the missing CURVE first is a race, and only the listener's notice is logged.
 // Prints "INTRUDER <mode> <target> <what>: no reply" or ": GOT A REPLY (...)" per attempt and
 // exits 0 when nothing came back, 1 when anything did, 2 for bad usage.
 #include <cstdio>
@@ -27,6 +30,7 @@ ABSL_FLAG(std::string, scheduler, "", "the scheduler's endpoint, tcp://host:port
 ABSL_FLAG(std::string, server, "", "a server's data endpoint, tcp://host:port");
 ABSL_FLAG(std::string, job_public_key, "", "own-key: the job's public key (Z85)");
 ABSL_FLAG(int, wait_ms, 1500, "how long each attempt waits for a reply");
+ABSL_FLAG(int, repeat, 1, "how many times the whole series of attempts runs");
 
 namespace {
 
@@ -135,11 +139,13 @@ int main(int argc, char** argv) {
 
   zmq::context_t ctx(1);
   int replies = 0;
-  if (const std::string s = absl::GetFlag(FLAGS_scheduler); !s.empty()) {
-    for (const Attempt& a : to_scheduler) replies += TryAttempt(ctx, s, "scheduler", a, own, server_key);
-  }
-  if (const std::string s = absl::GetFlag(FLAGS_server); !s.empty()) {
-    for (const Attempt& a : to_server) replies += TryAttempt(ctx, s, "server", a, own, server_key);
+  for (int i = 0; i < absl::GetFlag(FLAGS_repeat); ++i) {
+    if (const std::string s = absl::GetFlag(FLAGS_scheduler); !s.empty()) {
+      for (const Attempt& a : to_scheduler) replies += TryAttempt(ctx, s, "scheduler", a, own, server_key);
+    }
+    if (const std::string s = absl::GetFlag(FLAGS_server); !s.empty()) {
+      for (const Attempt& a : to_server) replies += TryAttempt(ctx, s, "server", a, own, server_key);
+    }
   }
   std::printf("INTRUDER %s: %d replies\n", mode.c_str(), replies);
   return replies == 0 ? 0 : 1;

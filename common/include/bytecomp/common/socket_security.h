@@ -61,8 +61,10 @@ class HandshakeWatch {
  private:
   zmq::socket_t& socket_;
   const bool keyed_;
+  static constexpr int kCutHandshakesForMismatch = 2;
   zmq::socket_t events_;
   bool started_ = false;
+  int cut_handshakes_ = 0;  // handshakes the peer closed without a word
 };
 
 class SocketSecurity {
