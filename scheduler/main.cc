@@ -21,7 +21,15 @@ ABSL_FLAG(std::string, config, "", "Cluster config file (.pbtxt, proto/cluster_c
 ABSL_FLAG(std::string, scheduler_address, "",
           "host:port the nodes connect to (default 127.0.0.1:9000)");
 ABSL_FLAG(int, port, 0, "Port to bind (default: the port of scheduler_address)");
-ABSL_FLAG(std::string, bind_host, "0.0.0.0", "Interface to bind");
+ABSL_FLAG(std::string, bind_host, "",
+          "Interface to bind (default: every interface with a cluster key or --allow_insecure, "
+          "else 127.0.0.1)");
+ABSL_FLAG(std::string, key_file, "",
+          "Cluster key file (bytecomp-keygen): CURVE on every socket, only key holders admitted "
+          "(overrides the config's key_file and BYTECOMP_KEY_FILE)");
+ABSL_FLAG(bool, allow_insecure, false,
+          "Without a cluster key, listen on addresses other than loopback anyway (unencrypted, "
+          "unauthenticated; logged as a warning)");
 ABSL_FLAG(int, num_workers, 0, "Number of workers (training processes; default 1)");
 ABSL_FLAG(int, num_servers, 0, "Number of aggregation servers (default 1)");
 ABSL_FLAG(int64_t, partition_bytes, 0, "Partition size in bytes (default 4 MiB)");
@@ -131,6 +139,8 @@ int main(int argc, char** argv) {
   if (const std::string v = absl::GetFlag(FLAGS_advertise_host); !v.empty()) {
     config.set_advertise_host(v);
   }
+  if (const std::string v = absl::GetFlag(FLAGS_key_file); !v.empty()) config.set_key_file(v);
+  if (absl::GetFlag(FLAGS_allow_insecure)) config.set_allow_insecure(true);
   if (int v = absl::GetFlag(FLAGS_link_probe_count); v >= 0) config.set_link_probe_count(v);
   if (int64_t v = absl::GetFlag(FLAGS_link_probe_bytes); v != 0) config.set_link_probe_bytes(v);
   if (const std::string v = absl::GetFlag(FLAGS_timeline_dir); !v.empty()) config.set_timeline_dir(v);

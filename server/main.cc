@@ -12,7 +12,15 @@ ABSL_FLAG(std::string, config, "", "ClusterConfig text file (proto/cluster_confi
 ABSL_FLAG(std::string, scheduler, "",
           "scheduler host:port (overrides the file and BYTECOMP_SCHEDULER)");
 ABSL_FLAG(int, rank, -1, "requested server rank (-1: the scheduler picks)");
-ABSL_FLAG(std::string, bind_host, "0.0.0.0", "address to bind the data socket on");
+ABSL_FLAG(std::string, bind_host, "",
+          "address to bind the data socket on (default: every interface with a cluster key or "
+          "--allow_insecure, else 127.0.0.1)");
+ABSL_FLAG(std::string, key_file, "",
+          "cluster key file (bytecomp-keygen): CURVE on every socket, only key holders admitted "
+          "(overrides the config's key_file and BYTECOMP_KEY_FILE)");
+ABSL_FLAG(bool, allow_insecure, false,
+          "without a cluster key, listen and connect on addresses other than loopback anyway "
+          "(unencrypted, unauthenticated; logged as a warning)");
 ABSL_FLAG(int, port, 0, "data port (0: ephemeral)");
 ABSL_FLAG(std::string, advertise_host, "", "host other nodes use to reach this server");
 ABSL_FLAG(std::string, http_address, "",
@@ -45,6 +53,8 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_advertise_host).empty()) {
     config->set_advertise_host(absl::GetFlag(FLAGS_advertise_host));
   }
+  if (!absl::GetFlag(FLAGS_key_file).empty()) config->set_key_file(absl::GetFlag(FLAGS_key_file));
+  if (absl::GetFlag(FLAGS_allow_insecure)) config->set_allow_insecure(true);
   if (absl::Status s = bytecomp::ValidateClusterConfig(*config); !s.ok()) {
     BC_LOG_ERROR(s.message());
     return 2;

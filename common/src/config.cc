@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bytecomp/common/cluster_key.h"
 #include "bytecomp/common/link_probe.h"
 #include "bytecomp/common/net.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -153,6 +154,7 @@ absl::StatusOr<proto::ClusterConfig> LoadClusterConfig(const std::string& path) 
     if (absl::Status s = ParseTextProtoFile(path, &config); !s.ok()) return s;
   }
   if (absl::Status s = ApplyClusterEnv(&config); !s.ok()) return s;
+  if (absl::Status s = ApplyClusterKeyEnv(&config); !s.ok()) return s;
   return WithClusterDefaults(std::move(config));
 }
 

@@ -11,9 +11,11 @@
 
 namespace bytecomp {
 
-SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig config)
-    : config_(std::move(config)), socket_(context, zmq::socket_type::dealer) {
+SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig config,
+                                 const SocketSecurity& security)
+    : config_(std::move(config)), security_(security), socket_(context, zmq::socket_type::dealer) {
   ConfigureSocket(socket_);
+  security_.SecureConnecting(socket_);
   // A fixed identity: after a TCP reconnect the scheduler still knows who this is.
   std::random_device random;
   socket_.set(zmq::sockopt::routing_id,
@@ -23,6 +25,13 @@ SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig c
 absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int requested_rank,
                                                          const std::string& data_address) {
   const std::string endpoint = absl::StrCat("tcp://", config_.scheduler_address());
+  if (absl::StatusOr<HostPort> hp = ParseHostPort(config_.scheduler_address()); hp.ok()) {
+    if (absl::Status s = security_.CheckPlainHost(hp->host, "the scheduler address"); !s.ok()) {
+      return s;
+    }
+  }
+  // Registration only: a scheduler with another cluster key, or none, is reported at once.
+  const std::unique_ptr<HandshakeWatch> handshakes = security_.WatchHandshakes(socket_);
   try {
     socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -51,7 +60,15 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
       return absl::DeadlineExceededError(absl::StrCat(
           "no topology from the scheduler at ", config_.scheduler_address(), " within ",
           config_.connect_timeout_ms() / 1000.0,
-          " s (is bytecomp-scheduler running there, and have all nodes started?)"));
+          " s (is bytecomp-scheduler running there, and have all nodes started?",
+          security_.keyed() ? " Does it use this node's cluster key? A scheduler with another "
+                              "key, or none, never answers)"
+                            : " If the job has a cluster key, this node needs it too: "
+                              "BYTECOMP_KEY_FILE or key_file)"));
+    }
+    if (std::optional<std::string> failure = handshakes->Failure()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot register with the scheduler at ", config_.scheduler_address(), ": ", *failure));
     }
     // Keep heartbeating while waiting: the scheduler must not declare us dead during a slow
     // rendezvous.
@@ -85,7 +102,9 @@ absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {
   std::vector<zmq::message_t> frames;
   frames.push_back(ProtoFrame(message));
   last_sent_ms_ = MonotonicMs();
-  return SendFrames(socket_, frames);
+  // Never blocks: a DEALER whose only connection failed its handshake (a key mismatch) has no
+  // pipe left, and a blocking send would wait forever.
+  return SendFrames(socket_, frames, /*dont_wait=*/true);
 }
 
 void SchedulerClient::HeartbeatIfDue() {

@@ -67,11 +67,18 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
     port = hp->port;
   }
   auto context = std::make_unique<zmq::context_t>(1);
+  absl::StatusOr<std::unique_ptr<SocketSecurity>> security =
+      SocketSecurity::FromConfig(*context, options.config);
+  if (!security.ok()) return security.status();
+  absl::StatusOr<std::string> host = (*security)->ListenHost(options.bind_host, "scheduler");
+  if (!host.ok()) return host.status();
+  options.bind_host = *host;
   auto socket = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::router);
   ConfigureSocket(*socket);
   // A node that sets its own routing id keeps it across a TCP reconnect; handover lets the
   // new connection take that id over instead of being refused as a duplicate.
   socket->set(zmq::sockopt::router_handover, 1);
+  if (absl::Status s = (*security)->SecureListening(*socket); !s.ok()) return s;
   absl::StatusOr<int> bound = BindTcp(*socket, options.bind_host, port);
   if (!bound.ok()) {
     return absl::UnavailableError(
@@ -89,8 +96,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
     status = *std::move(started);
   }
   std::unique_ptr<Scheduler> scheduler(
-      new Scheduler(std::move(options), std::move(context), std::move(socket), *bound,
-                    std::move(strategy), std::move(auto_plan), start_ms));
+      new Scheduler(std::move(options), std::move(context), *std::move(security),
+                    std::move(socket), *bound, std::move(strategy), std::move(auto_plan), start_ms));
   scheduler->status_ = std::move(status);
   return scheduler;
 }
@@ -98,11 +105,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
 std::string Scheduler::status_url() const { return status_ != nullptr ? status_->url() : ""; }
 
 Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> context,
+                     std::unique_ptr<SocketSecurity> security,
                      std::unique_ptr<zmq::socket_t> socket, int port, StrategyKeeper strategy,
                      std::optional<AutoPlanInputs> auto_plan, int64_t start_ms)
     : options_(std::move(options)),
       config_(options_.config),
       context_(std::move(context)),
+      security_(std::move(security)),
       socket_(std::move(socket)),
       port_(port),
       nodes_(config_.num_workers(), config_.num_servers()),
@@ -119,6 +128,8 @@ Scheduler::~Scheduler() {
     socket_->set(zmq::sockopt::linger, options_.shutdown_linger_ms);
     socket_->close();
   }
+  // The ZAP handler outlives the socket it guards, and goes before the context it lives in.
+  security_.reset();
   // Destroying the context waits (at most the linger) for queued messages to leave.
   context_.reset();
 }
@@ -138,7 +149,7 @@ absl::Status Scheduler::Run() {
   BC_LOG_INFO("listening on ", options_.bind_host, ":", port_, " for ", config_.num_workers(),
               " workers and ", config_.num_servers(), " servers (registration timeout ",
               Seconds(config_.connect_timeout_ms()), ", heartbeat timeout ",
-              Seconds(config_.heartbeat_timeout_ms()), ")");
+              Seconds(config_.heartbeat_timeout_ms()), "); ", security_->Describe());
   while (!final_status_.has_value()) {
     if (stop_requested_.load()) {
       const int signal_number = stop_signal_.load();

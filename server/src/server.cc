@@ -45,12 +45,15 @@ ServerTelemetry StartTelemetry(const ServerOptions& options, const proto::Cluste
 
 absl::Status AggregationServer::Run() {
   const proto::ClusterConfig& config = options_.config;
-  zmq::context_t ctx(2);  // two I/O threads: several TCP streams per server
-  zmq::socket_t router(ctx, zmq::socket_type::router);
-  ConfigureSocket(router);
-  router.set(zmq::sockopt::router_mandatory, 0);
-  absl::StatusOr<int> port = BindTcp(router, options_.bind_host, options_.port);
-  if (!port.ok()) return port.status();
+  // Two I/O threads by default: several TCP streams per server (more for CURVE on a fast link).
+  absl::StatusOr<int> io_threads = ZmqIoThreads(2);
+  if (!io_threads.ok()) return io_threads.status();
+  zmq::context_t ctx(*io_threads);
+  // Declared after the context and before the sockets: its ZAP handler outlives the ROUTER.
+  absl::StatusOr<std::unique_ptr<SocketSecurity>> security = SocketSecurity::FromConfig(ctx, config);
+  if (!security.ok()) return security.status();
+  absl::StatusOr<std::string> bind_host = (*security)->ListenHost(options_.bind_host, "server");
+  if (!bind_host.ok()) return bind_host.status();
 
   std::string host = config.advertise_host();
   if (host.empty()) {
@@ -60,9 +63,20 @@ absl::Status AggregationServer::Run() {
     if (!local.ok()) return local.status();
     host = *local;
   }
+  if (absl::Status s = (*security)->CheckPlainHost(host, "server: the data address it advertises");
+      !s.ok()) {
+    return s;
+  }
+
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  ConfigureSocket(router);
+  router.set(zmq::sockopt::router_mandatory, 0);
+  if (absl::Status s = (*security)->SecureListening(router); !s.ok()) return s;
+  absl::StatusOr<int> port = BindTcp(router, *bind_host, options_.port);
+  if (!port.ok()) return port.status();
   const std::string data_address = TcpEndpoint(host, *port);
 
-  SchedulerClient scheduler(ctx, config);
+  SchedulerClient scheduler(ctx, config, **security);
   absl::StatusOr<proto::Topology> topology =
       scheduler.Register(proto::ROLE_SERVER, options_.requested_rank, data_address);
   if (!topology.ok()) return topology.status();
@@ -72,7 +86,7 @@ absl::Status AggregationServer::Run() {
   // The config field keeps its old name (server_engine_threads) so that config files stay valid.
   const size_t num_shards = static_cast<size_t>(std::max(1, effective.server_engine_threads()));
   BC_LOG_INFO("serving data on ", data_address, " for ", topology->num_workers(), " workers with ",
-              num_shards, " key shard threads");
+              num_shards, " key shard threads; ", (*security)->Describe());
 
   ServerTelemetry telemetry = StartTelemetry(options_, effective, rank, scheduler.shared_clock());
   zmq::socket_t to_io(ctx, zmq::socket_type::pair);

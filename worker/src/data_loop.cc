@@ -38,6 +38,7 @@ void DataLoop::Connect() {
     for (int c = 0; c < conns; ++c) {
       sockets_[s].emplace_back(*w_.context, zmq::socket_type::dealer);
       ConfigureSocket(sockets_[s].back());
+      w_.security->SecureConnecting(sockets_[s].back());
       sockets_[s].back().connect(address);
     }
   }

@@ -29,6 +29,7 @@ class DataLoop {
     const proto::ClusterConfig* config = nullptr;  // connections, budget, link probes
     const proto::Topology* topology = nullptr;     // the servers' data addresses
     zmq::context_t* context = nullptr;
+    const SocketSecurity* security = nullptr;  // the cluster key (or none) for the DEALERs
     int rank = 0;
     WakeQueue<DataCommand>* commands = nullptr;
     WakeQueue<ControlCommand>* to_control = nullptr;  // the link probe report

@@ -32,6 +32,7 @@ Engine::Engine(JoinedJob job)
       topology_(std::move(job.topology)),
       info_(job.info),
       context_(std::move(job.context)),
+      security_(std::move(job.security)),
       client_(std::move(job.client)),
       reducers_(std::move(job.reducers)),
       observer_(config_, info_.rank, client_->shared_clock()),
@@ -70,6 +71,7 @@ absl::Status Engine::Run() {
   wiring.config = &config_;
   wiring.topology = &topology_;
   wiring.context = context_.get();
+  wiring.security = security_.get();
   wiring.rank = info_.rank;
   wiring.commands = &data_queue_;
   wiring.to_control = &control_queue_;
@@ -330,8 +332,9 @@ absl::Status Engine::Shutdown() {
   // Operations whose payload ZeroMQ held are released with the sockets; wake their waiters.
   for (const std::shared_ptr<Operation>& op : pending) op->MarkDone();
   reducers_.Stop();
-  client_.reset();   // set when the control thread never started
-  context_.reset();  // after every socket
+  client_.reset();    // set when the control thread never started
+  security_.reset();  // after the local root's listening socket, before the context
+  context_.reset();   // after every socket
   return absl::OkStatus();
 }
 

@@ -32,6 +32,16 @@ absl::StatusOr<int> CompressThreads() {
   return threads;
 }
 
+// After registration: tells the others at once (a Shutdown naming `reason`) rather than let
+// them wait for this worker's heartbeats to stop, and returns `reason`.
+absl::Status LeaveJob(JoinedJob& job, absl::Status reason) {
+  proto::ControlMessage bye;
+  bye.mutable_shutdown()->set_reason(std::string(reason.message()));
+  (void)job.client->Send(bye);
+  job.client->socket().set(zmq::sockopt::linger, 1000);  // let the Shutdown leave
+  return reason;
+}
+
 }  // namespace
 
 absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
@@ -43,9 +53,16 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
   absl::StatusOr<MachineSlot> slot = MachineSlotFromEnv();
   if (!slot.ok()) return slot.status();
 
+  absl::StatusOr<int> io_threads = ZmqIoThreads(2);
+  if (!io_threads.ok()) return io_threads.status();
+
   JoinedJob job;
-  job.context = std::make_unique<zmq::context_t>(2);
-  job.client = std::make_unique<SchedulerClient>(*job.context, *config);
+  job.context = std::make_unique<zmq::context_t>(*io_threads);
+  absl::StatusOr<std::unique_ptr<SocketSecurity>> security =
+      SocketSecurity::FromConfig(*job.context, *config);
+  if (!security.ok()) return security.status();
+  job.security = *std::move(security);
+  job.client = std::make_unique<SchedulerClient>(*job.context, *config, *job.security);
   job.client->SetPlacement(slot->machine, slot->local_rank, slot->local_size);
   absl::StatusOr<proto::Topology> topology =
       job.client->Register(proto::ROLE_WORKER, *requested_rank, "");
@@ -54,6 +71,9 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
   // The scheduler's configuration is the job's; only the scheduler address stays ours.
   job.config = WithClusterDefaults(job.topology.config());
   job.config.set_scheduler_address(config->scheduler_address());
+  // The key file is this process's own (the scheduler's path means nothing here).
+  job.config.set_key_file(config->key_file());
+  job.config.set_allow_insecure(config->allow_insecure());
   EngineInfo& info = job.info;
   info.rank = job.topology.your_rank();
   info.size = job.topology.num_workers();
@@ -66,19 +86,24 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
                                             " servers, expected ", info.num_servers));
   }
   SetLogIdentity(absl::StrCat("worker ", info.rank));
+  for (const proto::ServerInfo& server : job.topology.servers()) {
+    absl::StatusOr<HostPort> hp = ParseHostPort(server.data_address());
+    if (!hp.ok()) continue;  // the data loop reports it
+    if (absl::Status s = job.security->CheckPlainHost(
+            hp->host, absl::StrCat("server ", server.rank(), "'s data address"));
+        !s.ok()) {
+      return LeaveJob(job, absl::Status(s.code(), absl::StrCat("worker ", info.rank, ": ", s.message())));
+    }
+  }
 
   absl::StatusOr<MachineReducers> reducers =
-      ConnectMachineReducers(*job.context, *job.client, job.topology);
+      ConnectMachineReducers(*job.context, *job.security, *job.client, job.topology);
   if (!reducers.ok()) {
-    // Tell the others at once rather than let them wait for this worker's heartbeats to stop.
-    const std::string reason =
-        absl::StrCat("worker ", info.rank, " (local rank ", info.local_rank, " of ",
-                     info.local_size, "): hierarchical set-up failed: ", reducers.status().message());
-    proto::ControlMessage bye;
-    bye.mutable_shutdown()->set_reason(reason);
-    (void)job.client->Send(bye);
-    job.client->socket().set(zmq::sockopt::linger, 1000);  // let the Shutdown leave
-    return absl::Status(reducers.status().code(), reason);
+    return LeaveJob(job, absl::Status(reducers.status().code(),
+                                      absl::StrCat("worker ", info.rank, " (local rank ",
+                                                   info.local_rank, " of ", info.local_size,
+                                                   "): hierarchical set-up failed: ",
+                                                   reducers.status().message())));
   }
   job.reducers = *std::move(reducers);
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "bytecomp/common/clock_offset.h"
+#include "bytecomp/common/cluster_key.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/half.h"
@@ -10,5 +11,7 @@
 #include "bytecomp/common/net.h"
 #include "bytecomp/common/partition.h"
 #include "bytecomp/common/scheduler_client.h"
+#include "bytecomp/common/socket_security.h"
 #include "bytecomp/common/stats.h"
 #include "bytecomp/common/transport.h"
+#include "bytecomp/common/zap.h"

@@ -9,6 +9,10 @@
  *   BYTECOMP_SCHEDULER=host:port   scheduler address (required unless in the file)
  *   BYTECOMP_RANK=N                requested worker rank (optional; the scheduler assigns)
  *   BYTECOMP_CONNECT_TIMEOUT_MS    how long init waits for the scheduler
+ *   BYTECOMP_KEY_FILE=path         the job's cluster key (bytecomp-keygen): CURVE on every
+ *                                  socket; without one, only a scheduler on loopback
+ *   BYTECOMP_ALLOW_INSECURE=1      without a key, connect off loopback anyway (a warning)
+ *   BYTECOMP_IO_THREADS=N          ZeroMQ I/O threads (default 2; CURVE runs on them)
  * Everything else (W, S, partition size, connections per server, timeouts) comes from the
  * scheduler's topology, so every worker follows one configuration.
  */

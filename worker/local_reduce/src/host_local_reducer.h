@@ -22,14 +22,12 @@ namespace bytecomp::worker {
 class LoopbackReducer final : public HostLocalReducer {
  public:
   // The root (local rank 0 of local_size): binds 127.0.0.1 on an ephemeral port.
-  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Listen(zmq::context_t& context,
-                                                                  int local_size);
+  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Listen(
+      zmq::context_t& context, int local_size, SocketSecurity* security = nullptr);
   // A non-root local rank: connects to the root's endpoint and waits for its WELCOME.
-  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Join(zmq::context_t& context,
-                                                                const std::string& endpoint,
-                                                                int local_rank, int local_size,
-                                                                int64_t timeout_ms,
-                                                                const Tick& tick);
+  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Join(
+      zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
+      int64_t timeout_ms, const Tick& tick, const SocketSecurity* security = nullptr);
   ~LoopbackReducer() override;
 
   // The root's endpoint (tcp://127.0.0.1:port), to relay to the other local ranks.

@@ -35,6 +35,7 @@ absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
 }
 
 absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t& context,
+                                                                 SocketSecurity& security,
                                                                  SchedulerClient& client,
                                                                  const proto::Topology& topology) {
   const int local_rank = topology.local_rank();
@@ -44,7 +45,7 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t&
   const int64_t deadline = MonotonicMs() + timeout_ms;
   auto tick = [&client]() { return ServeScheduler(client, 0, nullptr); };
   if (local_rank == 0) {
-    absl::StatusOr<std::unique_ptr<LoopbackReducer>> root = LoopbackReducer::Listen(context, local_size);
+    absl::StatusOr<std::unique_ptr<LoopbackReducer>> root = LoopbackReducer::Listen(context, local_size, &security);
     if (!root.ok()) return root.status();
     proto::ControlMessage announce;
     announce.mutable_local_communicator()->set_kind("host");
@@ -70,17 +71,20 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t&
         "' local communicator; this worker reduces host memory ('host')"));
   }
   absl::StatusOr<std::unique_ptr<LoopbackReducer>> member = LoopbackReducer::Join(
-      context, comm->id(), local_rank, local_size, std::max<int64_t>(1, deadline - MonotonicMs()), tick);
+      context, comm->id(), local_rank, local_size, std::max<int64_t>(1, deadline - MonotonicMs()), tick,
+      &security);
   if (!member.ok()) return member.status();
   (*member)->Start();
   return std::unique_ptr<LocalReducer>(std::move(*member));
 }
 
 absl::StatusOr<MachineReducers> ConnectMachineReducers(zmq::context_t& context,
+                                                      SocketSecurity& security,
                                                       SchedulerClient& client,
                                                       const proto::Topology& topology) {
   MachineReducers out;
-  absl::StatusOr<std::unique_ptr<LocalReducer>> host = ConnectHostReducer(context, client, topology);
+  absl::StatusOr<std::unique_ptr<LocalReducer>> host =
+      ConnectHostReducer(context, security, client, topology);
   if (!host.ok()) return host.status();
   out.host = *std::move(host);
   if (out.host == nullptr) return out;

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "bytecomp/common/clock_offset.h"
+#include "bytecomp/common/socket_security.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "zmq.hpp"
@@ -16,10 +17,13 @@ namespace bytecomp {
 
 class SchedulerClient {
  public:
-  SchedulerClient(zmq::context_t& context, proto::ClusterConfig config);
+  // `security` (the cluster key, or none) secures the connection; it must outlive this.
+  SchedulerClient(zmq::context_t& context, proto::ClusterConfig config,
+                  const SocketSecurity& security);
 
   // Connects, registers and waits for the topology, at most connect_timeout_ms. The error
-  // names the scheduler address, or carries the scheduler's error reply.
+  // names the scheduler address, or carries the scheduler's error reply. Without a cluster key
+  // a scheduler that is not on loopback is refused (unless allow_insecure).
   absl::StatusOr<proto::Topology> Register(proto::Role role, int requested_rank,
                                            const std::string& data_address);
   // Workers, before Register: the machine (empty: the hostname) and the local rank and size a
@@ -46,6 +50,7 @@ class SchedulerClient {
   void SendClockProbe();
 
   proto::ClusterConfig config_;
+  const SocketSecurity& security_;
   zmq::socket_t socket_;
   std::string machine_;
   std::optional<int> local_rank_, local_size_;

@@ -55,6 +55,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bytecomp/common/socket_security.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/barriers.h"
 #include "bytecomp/scheduler/declarations.h"
@@ -76,7 +77,9 @@ struct SchedulerOptions {
   // The effective configuration (defaults applied); Create validates it.
   proto::ClusterConfig config;
   // Interface to bind; the port comes from `port`, or from config.scheduler_address if < 0.
-  std::string bind_host = "0.0.0.0";
+  // Empty: every interface with a cluster key (config.key_file) or allow_insecure, else
+  // loopback; without either a host that is not loopback is refused (socket_security.h).
+  std::string bind_host;
   // -1: the port of config.scheduler_address; 0: an ephemeral port (tests); else this port.
   int port = -1;
   // On exit, how long queued messages (Shutdown, NodeFailed) may take to reach the nodes.
@@ -134,8 +137,9 @@ class Scheduler {
 
  private:
   Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> context,
-            std::unique_ptr<zmq::socket_t> socket, int port, StrategyKeeper strategy,
-            std::optional<AutoPlanInputs> auto_plan, int64_t start_ms);
+            std::unique_ptr<SocketSecurity> security, std::unique_ptr<zmq::socket_t> socket,
+            int port, StrategyKeeper strategy, std::optional<AutoPlanInputs> auto_plan,
+            int64_t start_ms);
 
   // One message from the ROUTER, [identity, ControlMessage]: parsed, then Register to
   // Registration, anything else from a registered node to Dispatch.
@@ -153,6 +157,8 @@ class Scheduler {
   SchedulerOptions options_;
   const proto::ClusterConfig& config_;
   std::unique_ptr<zmq::context_t> context_;
+  // The cluster key's CURVE and ZAP handler: after the context, before the socket it guards.
+  std::unique_ptr<SocketSecurity> security_;
   std::unique_ptr<zmq::socket_t> socket_;
   int port_;
 
