@@ -54,6 +54,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bytecomp/common/refusal_log.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/barriers.h"
 #include "bytecomp/scheduler/declarations.h"
@@ -136,7 +137,6 @@ class Scheduler {
   // Sends what the protocols appended, logs the refusals, and records the end of the job.
   void Deliver(const Outbox& out);
   void Send(const std::string& identity, const proto::ControlMessage& message);
-  void LogBadMessage(const std::string& what);
 
   SchedulerOptions options_;
   const proto::ClusterConfig& config_;
@@ -161,7 +161,9 @@ class Scheduler {
   LocalRelay local_relay_;
   Liveness liveness_;
 
-  int64_t bad_messages_ = 0;  // malformed, unexpected or unregistered messages, refusals
+  // Malformed, unexpected, unauthenticated or out-of-bounds messages: counted, logged with a
+  // per-peer rate limit, summed up when Run returns.
+  RefusalLog refusals_;
   std::optional<absl::Status> final_status_;
 };
 
