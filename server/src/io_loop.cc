@@ -49,7 +49,7 @@ void IoLoop::Run() {
     dispatcher_.ExpireParked(MonotonicMs(), &out);
     Send(out);
   }
-  BC_LOG_INFO("served ", dispatcher_.requests(), " requests; rejected ", dispatcher_.rejected());
+  BC_LOG_INFO(dispatcher_.Summary());
 }
 
 void IoLoop::Send(DispatchOutbox& out) {

@@ -55,9 +55,10 @@ void KeyStore::Handle(zmq::message_t identity, const proto::DataHeader& header,
 void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
                     zmq::message_t payload, std::vector<OutgoingReply>* out) {
   if (h.round() != key.accumulating_round) {
+    // Which round the key is at is the other workers' business: not said.
     out->push_back(Error(std::move(identity), h,
                          absl::StrCat("push for round ", h.round(), " of key ", KeyName(h.key()),
-                                      ", which is accumulating round ", key.accumulating_round)));
+                                      " refused: it is not the round the key accumulates")));
     return;
   }
   if (key.pushed[h.sender()]) {
@@ -242,13 +243,22 @@ void KeyStore::Pull(KeyState& key, zmq::message_t identity, const proto::DataHea
   if (key.has_ready && h.round() == key.ready_round) {
     out->push_back(PullReply(key, std::move(identity), h));
   } else if (h.round() == key.accumulating_round) {
+    // At most one held pull per worker and key: a worker pulls each round once, and a peer
+    // must not pile up pulls that each will hold a reply.
+    for (const HeldPull& held : key.held) {
+      if (held.header.sender() == h.sender()) {
+        out->push_back(Error(std::move(identity), h,
+                             absl::StrCat("pull for round ", h.round(), " of key ", KeyName(h.key()),
+                                          " refused: worker ", h.sender(),
+                                          " already has a pull of it waiting")));
+        return;
+      }
+    }
     key.held.push_back(HeldPull{std::move(identity), h});
   } else {
     out->push_back(Error(std::move(identity), h,
                          absl::StrCat("pull for round ", h.round(), " of key ", KeyName(h.key()),
-                                      ": the key holds round ",
-                                      key.has_ready ? absl::StrCat(key.ready_round) : "none",
-                                      " and accumulates round ", key.accumulating_round)));
+                                      " refused: the key has no such round ready or under way")));
   }
 }
 

@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "bytecomp/server/catalog.h"
 #include "bytecomp/server/key_store.h"
+#include "bytecomp/server/server_job.h"
 #include "zmq.hpp"
 
 namespace bytecomp::server {
@@ -44,8 +45,7 @@ size_t ShardOf(uint64_t key, size_t num_shards);
 
 class KeyShard {
  public:
-  // `pushers` as KeyStore takes them.
-  KeyShard(int index, int my_rank, int num_workers, int num_servers, std::vector<int> pushers);
+  KeyShard(int index, const ServerJob& job);
   KeyShard(const KeyShard&) = delete;
   KeyShard& operator=(const KeyShard&) = delete;
 

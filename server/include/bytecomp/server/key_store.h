@@ -8,7 +8,9 @@
 // machine's local root in a hierarchical job), the sum becomes the key's
 // ready round (re-encoded with the pull codec for two-way compression) and the next round
 // starts. A worker pushes round r+1 only after it pulled round r, so two buffers per key
-// (accumulating, ready) suffice; a pull for the accumulating round is held until it completes.
+// (accumulating, ready) suffice; a pull for the accumulating round is held until it completes,
+// at most one per worker and key. An error reply names the request's round, never the key's
+// (which round the key is at is the other workers' business).
 // A push carrying an error (an abort: the worker could not encode) completes the round with
 // that error for every worker, so no one waits for a push that will never come.
 #pragma once
