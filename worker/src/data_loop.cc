@@ -38,6 +38,7 @@ void DataLoop::Connect() {
     for (int c = 0; c < conns; ++c) {
       sockets_[s].emplace_back(*w_.context, zmq::socket_type::dealer);
       ConfigureSocket(sockets_[s].back());
+      LimitSocket(sockets_[s].back(), DataSocketLimits(config));
       sockets_[s].back().connect(address);
     }
   }
@@ -137,6 +138,7 @@ proto::DataHeader DataLoop::HeaderFor(const Operation& op, int64_t partition, ui
   header.set_dtype(op.request.dtype);
   header.set_element_count(range.count);
   header.set_sender(w_.rank);
+  SetHeaderToken(w_.token, &header);
   if (op.plan.compressed()) header.set_codec(op.plan.push.name());
   return header;
 }

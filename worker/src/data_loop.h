@@ -30,6 +30,7 @@ class DataLoop {
     const proto::Topology* topology = nullptr;     // the servers' data addresses
     zmq::context_t* context = nullptr;
     int rank = 0;
+    NodeToken token;  // carried by every push and pull: the server checks it
     WakeQueue<DataCommand>* commands = nullptr;
     WakeQueue<ControlCommand>* to_control = nullptr;  // the link probe report
     OperationTracker* tracker = nullptr;
