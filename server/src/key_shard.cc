@@ -98,8 +98,9 @@ std::string KeyShard::Summary() const {
     if (by_worker[r] > 0) pushes.push_back(absl::StrCat(r, "=", by_worker[r]));
   }
   return absl::StrCat("key shard ", index_, " stops after ", store_.rounds_completed(),
-                      " rounds on ", store_.num_keys(),
-                      " keys; pushes by worker: ", pushes.empty() ? "none" : absl::StrJoin(pushes, " "));
+                      " rounds on ", store_.num_keys(), " keys, refused ", store_.refused(),
+                      " requests; pushes by worker: ",
+                      pushes.empty() ? "none" : absl::StrJoin(pushes, " "));
 }
 
 }  // namespace bytecomp::server

@@ -56,15 +56,15 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
                     zmq::message_t payload, std::vector<OutgoingReply>* out) {
   if (h.round() != key.accumulating_round) {
     // Which round the key is at is the other workers' business: not said.
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("push for round ", h.round(), " of key ", KeyName(h.key()),
-                                      " refused: it is not the round the key accumulates")));
+                                      " refused: it is not the round the key accumulates"), out);
     return;
   }
   if (key.pushed[h.sender()]) {
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("worker ", h.sender(), " already pushed round ", h.round(),
-                                      " of key ", KeyName(h.key()))));
+                                      " of key ", KeyName(h.key())), out);
     return;
   }
   if (key.pushes == 0) {
@@ -76,13 +76,13 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
   } else if (h.strategy_version() != key.round_version || key.round_codec != (IsRaw(h.codec()) ? "" : h.codec()) ||
              h.stage() != key.round_stage || h.iteration() != key.round_iteration) {
     // No round mixes codecs or strategy versions.
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("push for round ", h.round(), " of key ", KeyName(h.key()),
                                       " with strategy version ", h.strategy_version(), " codec '",
                                       h.codec(), "' stage ", h.stage(), " iteration ", h.iteration(),
                                       "; the round has version ", key.round_version, " codec '",
                                       key.round_codec, "' stage ", key.round_stage, " iteration ",
-                                      key.round_iteration)));
+                                      key.round_iteration), out);
     return;
   }
   if (!h.error().empty()) {
@@ -247,18 +247,18 @@ void KeyStore::Pull(KeyState& key, zmq::message_t identity, const proto::DataHea
     // must not pile up pulls that each will hold a reply.
     for (const HeldPull& held : key.held) {
       if (held.header.sender() == h.sender()) {
-        out->push_back(Error(std::move(identity), h,
+        Refuse(std::move(identity), h,
                              absl::StrCat("pull for round ", h.round(), " of key ", KeyName(h.key()),
                                           " refused: worker ", h.sender(),
-                                          " already has a pull of it waiting")));
+                                          " already has a pull of it waiting"), out);
         return;
       }
     }
     key.held.push_back(HeldPull{std::move(identity), h});
   } else {
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("pull for round ", h.round(), " of key ", KeyName(h.key()),
-                                      " refused: the key has no such round ready or under way")));
+                                      " refused: the key has no such round ready or under way"), out);
   }
 }
 
@@ -288,6 +288,12 @@ OutgoingReply KeyStore::Reply(zmq::message_t identity, const proto::DataHeader& 
   reply.header.set_stage(request.stage());
   reply.header.set_iteration(request.iteration());
   return reply;
+}
+
+void KeyStore::Refuse(zmq::message_t identity, const proto::DataHeader& request,
+                      std::string message, std::vector<OutgoingReply>* out) {
+  ++refused_;
+  out->push_back(Error(std::move(identity), request, std::move(message)));
 }
 
 OutgoingReply KeyStore::Error(zmq::message_t identity, const proto::DataHeader& request,

@@ -59,11 +59,6 @@ def zmtp_big_frame(port, frame_bytes=1 << 30):
         s.close()
 
 
-def wait_round(c, round_text, timeout=60):
-    assert cluster.wait_for(lambda: all(round_text in w.output() for w in c.workers), timeout), \
-        c.dump()
-
-
 def test_floods_big_frames_impostors_and_huge_declarations_change_nothing():
     # Both workers first declare 40 tensors of 2^40 elements and one with an 8 MiB name (the
     # job's limits refuse them), then sum 40 tensors for 100 rounds; rank 1 is slowed (at least
@@ -72,7 +67,7 @@ def test_floods_big_frames_impostors_and_huge_declarations_change_nothing():
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", "100", "--max-bytes", "2000000",
            "--hostile-declarations", "1", "--slow-rank", "1", "--slow-ms", "30"]
     with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd) as c:
-        wait_round(c, "round 10/")
+        c.wait_workers_print("round 10/")
         server, scheduler = c.servers[0].proc.pid, c.scheduler.proc.pid
         # The job's own working set, sampled while it sums.
         base_server = max(rss_mb(server) for _ in range(5) if time.sleep(0.1) is None)

@@ -10,16 +10,11 @@ import cluster
 HEARTBEAT_TIMEOUT_MS = 2000
 
 
-def wait_until_summing(c):
-    assert cluster.wait_for(lambda: all("round 10/" in w.output() for w in c.workers), 60), \
-        c.dump()
-
-
 def test_killed_scheduler_stops_every_node_naming_it():
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", "100000", "--max-bytes", "200000"]
     with cluster.Cluster(workers=2, servers=2, worker_cmd=cmd,
                          heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS) as c:
-        wait_until_summing(c)
+        c.wait_workers_print("round 10/")
         killed_at = time.monotonic()
         c.scheduler.proc.send_signal(signal.SIGKILL)
         limit = HEARTBEAT_TIMEOUT_MS / 1000 + 2
@@ -37,7 +32,7 @@ def test_frozen_server_declared_failed_exits_when_it_runs_again():
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", "100000", "--max-bytes", "200000"]
     with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd,
                          heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS) as c:
-        wait_until_summing(c)
+        c.wait_workers_print("round 10/")
         server = c.servers[0]
         server.proc.send_signal(signal.SIGSTOP)
         try:

@@ -86,7 +86,8 @@ TEST(KeyShardTest, RequestsGoToTheKeyStore) {
   EXPECT_EQ(last[1].header.op(), proto::OP_PULL_REPLY);
   EXPECT_EQ(FloatsOf(last[1]), (std::vector<float>{2, 3, 4, 5}));
   EXPECT_EQ(s.shard.Summary(),
-            "key shard 3 stops after 1 rounds on 1 keys; pushes by worker: 0=1 1=1");
+            "key shard 3 stops after 1 rounds on 1 keys, refused 0 requests; pushes by worker: 0=1 "
+            "1=1");
 }
 
 // A peer picks its own routing identity; one that reads like a command is still a request.

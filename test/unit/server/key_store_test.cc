@@ -118,6 +118,7 @@ TEST(KeyStoreTest, OnePullPerWorkerAndKeyWaits) {
             (std::vector{proto::OP_PUSH_ACK, proto::OP_PULL_REPLY, proto::OP_PULL_REPLY}));
   // Once answered, the next round's pull may wait again.
   EXPECT_TRUE(s.Pull(1, 1).empty());
+  EXPECT_EQ(s.store.refused(), 3u);
 }
 
 TEST(KeyStoreTest, HeldPullsAreAnsweredWhenTheRoundCompletes) {

@@ -53,8 +53,9 @@ class KeyShard {
   // kStop (the thread then ends). A message that is none of the above is dropped, logged.
   bool Handle(std::vector<zmq::message_t> message, std::vector<OutgoingReply>* out);
 
-  // "key shard I stops after R rounds on K keys; pushes by worker: 0=N 1=M" (the per-worker
-  // push counts show who pushed: one local root per machine when hierarchical).
+  // "key shard I stops after R rounds on K keys, refused F requests; pushes by worker: 0=N 1=M"
+  // (the per-worker push counts show who pushed: one local root per machine when
+  // hierarchical).
   std::string Summary() const;
 
   const KeyStore& store() const { return store_; }

@@ -50,6 +50,8 @@ class KeyStore {
 
   size_t num_keys() const { return keys_.size(); }
   uint64_t rounds_completed() const { return rounds_completed_; }
+  // Requests refused here (wrong round, a second push or held pull, mixed versions).
+  uint64_t refused() const { return refused_; }
   // Pushes accepted, by worker rank (index).
   const std::vector<int64_t>& pushes_by_worker() const { return pushes_by_worker_; }
 
@@ -107,6 +109,9 @@ class KeyStore {
                       proto::DataOp op);
   OutgoingReply Error(zmq::message_t identity, const proto::DataHeader& request,
                       std::string message);
+  // An error reply to a request refused here, counted.
+  void Refuse(zmq::message_t identity, const proto::DataHeader& request, std::string message,
+              std::vector<OutgoingReply>* out);
   compress::CodecContext ContextOf(const proto::DataHeader& h, uint32_t node) const;
 
   int my_rank_;
@@ -115,6 +120,7 @@ class KeyStore {
   std::vector<int64_t> pushes_by_worker_;
   const Catalog& catalog_;
   uint64_t rounds_completed_ = 0;
+  uint64_t refused_ = 0;
   absl::flat_hash_map<uint64_t, KeyState> keys_;
 };
 
