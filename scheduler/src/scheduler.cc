@@ -238,7 +238,12 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
     }
     return;
   }
-  if (node == nullptr && message.has_error()) {
+  // The routing id only routes: a message is the node's when it carries the node's token.
+  const std::optional<NodeToken> token = TokenFromBytes(message.token());
+  const bool authentic = node != nullptr && token.has_value() && SameToken(*token, node->token);
+  // Any message of the node's counts as a sign of life.
+  if (authentic) liveness_.Seen(*node, now_ms);
+  if (message.has_error() && (authentic || node == nullptr)) {
     // Never answer an error with an error: two confused peers would ping-pong forever.
     out->RefuseSilently(identity, absl::StrCat(who, " reports an error: ",
                                                Printable(message.error().message(), 512)));
@@ -251,22 +256,12 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
                 absl::StrCat(who, " sent ", BodyName(message), " before registering"));
     return;
   }
-  // The routing id only routes: a message is the node's when it carries the node's token.
-  const std::optional<NodeToken> token = TokenFromBytes(message.token());
-  if (!token.has_value() || !SameToken(*token, node->token)) {
+  if (!authentic) {
     out->Refuse(identity,
                 absl::StrCat(BodyName(message), " refused: it does not carry the token that ",
                              who, " registered with"),
                 absl::StrCat(BodyName(message), " on the connection of ", who,
                              " without its token (", message.token().size(), " bytes)"));
-    return;
-  }
-  // Any message of the node's counts as a sign of life.
-  liveness_.Seen(*node, now_ms);
-  if (message.has_error()) {
-    // Never answer an error with an error: two confused peers would ping-pong forever.
-    out->RefuseSilently(identity, absl::StrCat(who, " reports an error: ",
-                                               Printable(message.error().message(), 512)));
     return;
   }
   Dispatch(*node, message, now_ms, out);

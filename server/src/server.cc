@@ -1,6 +1,8 @@
 #include "bytecomp/server/server.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -33,13 +35,24 @@ absl::Status RebindWithLimits(zmq::socket_t& router, const SocketLimits& bound_w
   const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
   try {
     router.unbind(endpoint);
-    LimitSocket(router, job);
-    router.bind(endpoint);
   } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(absl::StrCat("cannot bind ", endpoint,
-                                               " again with the job's message limit: ", e.what()));
+    return absl::UnavailableError(absl::StrCat("cannot unbind ", endpoint, ": ", e.what()));
   }
-  return absl::OkStatus();
+  LimitSocket(router, job);
+  // ZeroMQ closes the old listener on its I/O thread: the port is free a moment later.
+  const int64_t deadline = MonotonicMs() + 2000;
+  while (true) {
+    try {
+      router.bind(endpoint);
+      return absl::OkStatus();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EADDRINUSE || MonotonicMs() > deadline) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot bind ", endpoint, " again with the job's message limit: ", e.what()));
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace
@@ -74,6 +87,11 @@ absl::Status AggregationServer::Run() {
   const int rank = job->my_rank;
   SetLogIdentity(absl::StrCat("server ", rank));
   if (absl::Status s = RebindWithLimits(router, bound_with, DataSocketLimits(job->config)); !s.ok()) {
+    // Tell the others at once rather than let them wait for this server's heartbeats to stop.
+    proto::ControlMessage bye;
+    bye.mutable_shutdown()->set_reason(absl::StrCat("server ", rank, ": ", s.message()));
+    (void)scheduler.Send(bye);
+    scheduler.socket().set(zmq::sockopt::linger, 1000);  // let the Shutdown leave
     return s;
   }
   // The config field keeps its old name (server_engine_threads) so that config files stay valid.

@@ -146,3 +146,16 @@ def test_a_local_size_beyond_the_job_is_refused_and_the_job_goes_on():
         for w in c.workers:
             assert "ALL SUMS EXACT: 3 rounds x 40 tensors, W=2" in w.output(), c.dump()
         assert max(len(line) for line in c.scheduler.output().splitlines()) < 4096
+
+
+def test_servers_take_the_jobs_message_limit_when_it_is_larger_than_their_own():
+    # The scheduler's 32 MiB partitions make 20 MB pushes, above the limit of a server started
+    # with the default 4 MiB (16.5 MiB): the server binds its port again with the job's limit.
+    part = 32 << 20
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "2", "--max-bytes", "21000000",
+           "--partition-bytes", str(part)]
+    with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd, partition_bytes=part) as c:
+        codes = c.wait_workers(timeout=120)
+        assert codes == [0, 0], c.dump()
+        for w in c.workers:
+            assert "ALL SUMS EXACT: 2 rounds x 40 tensors, W=2" in w.output(), c.dump()
