@@ -19,6 +19,7 @@
 //                         and waits for it where a device accepts it; then the rounds)
 //                         [--save-after-wait 1] (bytecomp_save_state of each tensor right
 //                         after its wait returns: it must not find the tensor in flight)
+//                         [--tiny-tensors N] (N fp32 tensors of one element instead)
 //                         [--hostile-declarations 1] (first declares 40 tensors "huge.<i>" of
 //                         2^40 fp32 elements and one with an 8 MiB name, which the job's
 //                         limits must refuse without growing the scheduler or the servers;
@@ -175,6 +176,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   std::vector<TestTensor> tensors = MakeTensors(partition_bytes, max_bytes);
+  if (const int64_t tiny = Arg(argc, argv, "--tiny-tensors", 0); tiny > 0) {
+    tensors.clear();
+    for (int64_t i = 0; i < tiny; ++i) {
+      tensors.push_back({"tiny." + std::to_string(i), 1, BYTECOMP_FLOAT32, std::vector<uint8_t>(4)});
+    }
+  }
   std::mt19937 rng(rank * 7919 + 1);
   std::vector<bytecomp_handle_t> handles(tensors.size());
   std::vector<int64_t> versions;

@@ -159,3 +159,18 @@ def test_servers_take_the_jobs_message_limit_when_it_is_larger_than_their_own():
         assert codes == [0, 0], c.dump()
         for w in c.workers:
             assert "ALL SUMS EXACT: 2 rounds x 40 tensors, W=2" in w.output(), c.dump()
+
+
+def test_many_small_tensors_stay_within_the_socket_queues():
+    # 20000 one-element tensors on one connection per server: more requests than a data socket
+    # queues (16384 messages). The server takes the burst of declarations before the requests
+    # that wait for them (else more than kMaxParkedRequests wait and the rest are refused as
+    # unknown keys); the worker keeps at most 4096 pushes and 4096 pulls per server
+    # unanswered, so the server never has more replies for it than its queue holds.
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "2", "--tiny-tensors", "20000"]
+    with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd,
+                         scheduler_args=["--connections_per_server=1"]) as c:
+        codes = c.wait_workers(timeout=180)
+        assert codes == [0, 0], c.dump()
+        for w in c.workers:
+            assert "ALL SUMS EXACT: 2 rounds x 20000 tensors, W=2" in w.output(), c.dump()
