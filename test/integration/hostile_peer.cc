@@ -2,13 +2,14 @@
 // the job (no token) and tries what the attacks did.
 //
 //   hostile_peer pull-flood tcp://SERVER SECONDS
-//       pulls (and aborting pushes) as worker 1, for rounds 0.. of the first keys, as fast as
-//       it can, and never reads a reply
+//       pulls, pushes of a value and aborting pushes as worker 1, for rounds 0.. of the first
+//       keys, as fast as it can, and never reads a reply
 //   hostile_peer control-flood tcp://SCHEDULER SECONDS
 //       one-byte messages to the scheduler, as fast as it can, never reading a reply
 //   hostile_peer control-impostor tcp://SCHEDULER
-//       tries to register (without a token, then as a taken rank), to shut the job down, to
-//       declare and to join a barrier without registering; each must be refused
+//       tries to register (without a token, then as a taken worker rank and as a server), to
+//       shut the job down, to declare and to join a barrier without registering, then to take
+//       worker rank 1 by registering every millisecond for 2 s; each must be refused
 //
 // Prints what it sent; exit 0 when every answer it waited for was a refusal, 1 otherwise.
 #include <chrono>
@@ -39,10 +40,13 @@ zmq::socket_t NeverReading(zmq::context_t& ctx, const std::string& address) {
   return sock;
 }
 
-bool Send(zmq::socket_t& sock, const std::string& frame) {
+bool Send(zmq::socket_t& sock, const std::string& frame, const std::string* payload = nullptr) {
   zmq::message_t m(frame.data(), frame.size());
   try {
-    return sock.send(m, zmq::send_flags::dontwait).has_value();
+    if (payload == nullptr) return sock.send(m, zmq::send_flags::dontwait).has_value();
+    if (!sock.send(m, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) return false;
+    zmq::message_t p(payload->data(), payload->size());
+    return sock.send(p, zmq::send_flags::dontwait).has_value();
   } catch (const zmq::error_t&) {
     return false;
   }
@@ -57,6 +61,7 @@ int PullFlood(const std::string& address, double seconds) {
   h.set_dtype(bytecomp::proto::DTYPE_FLOAT32);
   h.set_element_count(1);
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  const std::string one_float(4, '\0');
   uint64_t sent = 0, round = 0;
   while (Clock::now() < end) {
     for (uint32_t tensor = 0; tensor < 8; ++tensor) {
@@ -64,7 +69,13 @@ int PullFlood(const std::string& address, double seconds) {
       h.set_round(round);
       h.set_op(bytecomp::proto::OP_PULL);
       h.clear_error();
+      h.set_payload_bytes(0);
       if (Send(sock, h.SerializeAsString())) ++sent;
+      // A value pushed as worker 1 into the round (tensor 0 is one fp32 element).
+      h.set_op(bytecomp::proto::OP_PUSH);
+      h.set_payload_bytes(4);
+      if (Send(sock, h.SerializeAsString(), &one_float)) ++sent;
+      h.set_payload_bytes(0);
       // An abort that would blame worker 1 for the round.
       h.set_op(bytecomp::proto::OP_PUSH);
       h.set_error("aborted by an outsider");
@@ -131,6 +142,11 @@ int ControlImpostor(const std::string& address) {
   expect_error("register without a token", reg, "carries no token");
   reg.mutable_register_()->set_token(bytecomp::TokenBytes(bytecomp::NewNodeToken()));
   expect_error("register as a taken rank", reg, "registration rejected");
+  bytecomp::proto::ControlMessage server = reg;
+  server.mutable_register_()->set_role(bytecomp::proto::ROLE_SERVER);
+  server.mutable_register_()->set_requested_rank(0);
+  server.mutable_register_()->set_data_address("tcp://127.0.0.1:1");
+  expect_error("register as a server", server, "registration rejected");
   bytecomp::proto::ControlMessage shutdown;
   shutdown.mutable_shutdown()->set_reason("an impostor stops the job");
   shutdown.set_token(bytecomp::TokenBytes(bytecomp::NewNodeToken()));
@@ -143,8 +159,33 @@ int ControlImpostor(const std::string& address) {
   barrier.mutable_barrier_request()->set_group("workers");
   barrier.mutable_barrier_request()->set_sequence(1);
   expect_error("barrier", barrier, "has not registered");
-  std::printf("%d of 5 impostor messages accepted\n", accepted);
-  return accepted == 0 ? 0 : 1;
+  std::printf("%d of 6 impostor messages accepted\n", accepted);
+  // The rank thief: a Register as worker 1 every millisecond, each answer read.
+  int tries = 0, refused = 0;
+  const auto end = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < end) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(bytecomp::ProtoFrame(reg));
+    if (bytecomp::SendFrames(sock, frames).ok()) ++tries;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (;;) {
+      absl::StatusOr<std::vector<zmq::message_t>> got =
+          bytecomp::RecvFrames(sock, std::chrono::milliseconds(0));
+      if (!got.ok() || got->empty()) break;
+      bytecomp::proto::ControlMessage reply;
+      if (!bytecomp::ParseFrame(got->back(), &reply).ok() || reply.has_heartbeat()) continue;
+      if (reply.has_error() &&
+          reply.error().message().find("registration rejected") != std::string::npos) {
+        ++refused;
+      } else {
+        ++accepted;
+        std::printf("ACCEPTED rank theft: %s\n", reply.ShortDebugString().c_str());
+      }
+    }
+  }
+  std::printf("rank theft: %d registrations as worker 1 in 2 s, %d refused\n", tries, refused);
+  std::printf("%d impostor messages accepted in all\n", accepted);
+  return accepted == 0 && refused > 0 ? 0 : 1;
 }
 
 }  // namespace
