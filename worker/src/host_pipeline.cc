@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common.h"
+#include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/two_round.h"
 #include "partition_codec.h"
 
@@ -163,7 +164,14 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
           " with ", payload.size(), " bytes, expected ", expected));
     }
     ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected));
-    if (request.average) {
+    if (request.average && request.dtype == proto::DTYPE_FLOAT32) {
+      // One pass: read the sum, write the mean (DDP's allreduce + divide takes two).
+      std::vector<float> misaligned;  // used only when ZeroMQ's buffer is not float-aligned
+      StoreSum(op, partition,
+               compress::AlignedAs<float>(
+                   absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
+                   misaligned));
+    } else if (request.average) {
       std::vector<float> sum(n);
       ToFloat32(request.dtype, payload.data(), sum.data(), n);
       StoreSum(op, partition, sum.data());
@@ -174,9 +182,10 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
   }
   ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem));
   PartitionCodec& pc = op.codecs->partitions[partition];
-  // An fp32 sum that is not averaged is decoded straight into the caller's tensor (a pass over
-  // the partition fewer); others go through the partition's scratch and StoreSum.
-  const bool direct = request.dtype == proto::DTYPE_FLOAT32 && !request.average;
+  // An fp32 sum is decoded straight into the caller's tensor (a pass over the partition and the
+  // scratch's cache lines fewer) and averaged there; other dtypes go through the partition's
+  // scratch and StoreSum.
+  const bool direct = request.dtype == proto::DTYPE_FLOAT32;
   absl::Span<float> out;
   if (direct) {
     out = absl::MakeSpan(reinterpret_cast<float*>(op.host_data()) + range.offset, n);
@@ -192,6 +201,11 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     status = pc.pull->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
         ctx_.ContextFor(op, partition, static_cast<uint32_t>(server)), out);
+  } else if (pc.push != nullptr && pc.push->properties().sum_in_push_format) {
+    // One-way, and the sum comes back in the push codec's format (blocksparse: block-sparse).
+    status = pc.push->Decode(
+        absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
+        ctx_.ContextFor(op, partition, static_cast<uint32_t>(server)), out);
   } else if (payload.size() != n * sizeof(float)) {
     status = absl::DataLossError(absl::StrCat("server ", server, " returned ", payload.size(),
                                               " bytes for the fp32 sum of ", n, " elements"));
@@ -202,7 +216,12 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     return absl::Status(status.code(), absl::StrCat("decoding '", request.name, "' partition ",
                                                     partition, ": ", status.message()));
   }
-  if (!direct) StoreSum(op, partition, pc.output.data());
+  if (!direct) {
+    StoreSum(op, partition, pc.output.data());
+  } else if (request.average) {
+    const float w = static_cast<float>(ctx_.num_workers);
+    for (float& x : out) x /= w;
+  }
   return absl::OkStatus();
 }
 

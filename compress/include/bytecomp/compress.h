@@ -15,14 +15,17 @@
 //   auto agg = CreateAggregator("topk", {{"ratio", "0.01"}});
 //   agg->Reset(n);  for each push: agg->Add(payload, ctx_of_that_push);  sum = *agg->Finish();
 //   Two-way: encode `sum` with the pull codec and the server's own memory (EncodeWithMemory);
-//   one-way: return the fp32 sum (or fp16 via CreateCodec("fp16")).
+//   one-way: return the fp32 sum (or fp16 via CreateCodec("fp16")); a codec with
+//   properties().sum_in_push_format (blocksparse) returns agg->EncodedSum() instead, which
+//   the workers decode with their push codec.
 //
 // Worker, pull: codec->Decode(payload, ctx, output) or DecodeAdd(payload, ctx, accumulator).
 //
 // Every error is an absl::Status that names what is wrong: an unknown codec or memory name
 // lists the valid ones; a bad parameter lists the valid parameters with types and defaults;
 // NaN/Inf input names the first bad element; a malformed payload is InvalidArgument.
-// Wire formats are documented where each codec is defined (compress/src/*_codecs.cc).
+// Wire formats: compress/include/bytecomp/compress/format/*.h for the codecs that also have
+// CUDA kernels (shared with compress/cuda), the top of each codec's source for the others.
 #pragma once
 
 #include "bytecomp/compress/aggregator.h"
