@@ -80,6 +80,12 @@ ABSL_FLAG(std::string, http_address, "",
 ABSL_FLAG(std::string, timeline_dir, "",
           "Every node writes its runtime timeline (Chrome trace) to DIR/<role>-<rank>.json "
           "(ClusterConfig.timeline_dir; BYTECOMP_TIMELINE on a node overrides)");
+ABSL_FLAG(int, push_pull_timeout_ms, 0,
+          "How long a worker's wait without a time limit of its own waits (0: from --config, "
+          "default 30 min)");
+ABSL_FLAG(int, scheduler_timeout_ms, 0,
+          "Silence of the scheduler after which nodes fail and stop (0: from --config, default "
+          "the heartbeat timeout)");
 
 namespace {
 
@@ -105,45 +111,66 @@ int main(int argc, char** argv) {
       "variable, else of the --config file, else the default (README.md: Settings).");
   bytecomp::SetLogIdentity("scheduler");
 
+  bytecomp::ConfigOrigins origins;
   absl::StatusOr<bytecomp::proto::ClusterConfig> loaded =
-      bytecomp::LoadClusterConfig(absl::GetFlag(FLAGS_config));
+      bytecomp::LoadClusterConfig(absl::GetFlag(FLAGS_config), &origins);
   if (!loaded.ok()) {
     BC_LOG_ERROR(loaded.status().message());
     return 2;
   }
   bytecomp::proto::ClusterConfig config = *loaded;
-  if (const std::string v = absl::GetFlag(FLAGS_scheduler_address); !v.empty()) {
-    config.set_scheduler_address(v);
-  }
-  if (int v = absl::GetFlag(FLAGS_num_workers); v != 0) config.set_num_workers(v);
-  if (int v = absl::GetFlag(FLAGS_num_servers); v != 0) config.set_num_servers(v);
-  if (int64_t v = absl::GetFlag(FLAGS_partition_bytes); v != 0) config.set_partition_bytes(v);
-  if (int v = absl::GetFlag(FLAGS_connections_per_server); v != 0) {
-    config.set_connections_per_server(v);
-  }
-  if (int v = absl::GetFlag(FLAGS_server_engine_threads); v != 0) {
-    config.set_server_engine_threads(v);
-  }
-  if (int v = absl::GetFlag(FLAGS_heartbeat_interval_ms); v != 0) {
-    config.set_heartbeat_interval_ms(v);
-  }
-  if (int v = absl::GetFlag(FLAGS_heartbeat_timeout_ms); v != 0) {
-    config.set_heartbeat_timeout_ms(v);
-  }
-  if (int v = absl::GetFlag(FLAGS_connect_timeout_ms); v != 0) config.set_connect_timeout_ms(v);
+  // A flag that is set overrides the file and the environment; an error names the flag.
+  auto from_flag = [&](const char* field, bool set, auto apply) {
+    if (!set) return;
+    apply();
+    origins.Set(field, absl::StrCat("--", field));
+  };
+  const std::string address = absl::GetFlag(FLAGS_scheduler_address);
+  from_flag("scheduler_address", !address.empty(), [&] { config.set_scheduler_address(address); });
+  const int workers = absl::GetFlag(FLAGS_num_workers);
+  from_flag("num_workers", workers != 0, [&] { config.set_num_workers(workers); });
+  const int servers = absl::GetFlag(FLAGS_num_servers);
+  from_flag("num_servers", servers != 0, [&] { config.set_num_servers(servers); });
+  const int64_t partition = absl::GetFlag(FLAGS_partition_bytes);
+  from_flag("partition_bytes", partition != 0, [&] { config.set_partition_bytes(partition); });
+  const int connections = absl::GetFlag(FLAGS_connections_per_server);
+  from_flag("connections_per_server", connections != 0,
+            [&] { config.set_connections_per_server(connections); });
+  const int shard_threads = absl::GetFlag(FLAGS_server_engine_threads);
+  from_flag("server_engine_threads", shard_threads != 0,
+            [&] { config.set_server_engine_threads(shard_threads); });
+  const int interval = absl::GetFlag(FLAGS_heartbeat_interval_ms);
+  from_flag("heartbeat_interval_ms", interval != 0, [&] { config.set_heartbeat_interval_ms(interval); });
+  const int timeout = absl::GetFlag(FLAGS_heartbeat_timeout_ms);
+  from_flag("heartbeat_timeout_ms", timeout != 0, [&] { config.set_heartbeat_timeout_ms(timeout); });
+  const int connect = absl::GetFlag(FLAGS_connect_timeout_ms);
+  from_flag("connect_timeout_ms", connect != 0, [&] { config.set_connect_timeout_ms(connect); });
   if (absl::GetFlag(FLAGS_hierarchical)) config.set_hierarchical(true);
-  if (int v = absl::GetFlag(FLAGS_declare_timeout_ms); v != 0) config.set_declare_timeout_ms(v);
-  if (int64_t v = absl::GetFlag(FLAGS_max_inflight_bytes_per_server); v >= 0) {
-    config.set_max_inflight_bytes_per_server(v);
-  }
-  if (const std::string v = absl::GetFlag(FLAGS_advertise_host); !v.empty()) {
-    config.set_advertise_host(v);
-  }
-  if (const std::string v = absl::GetFlag(FLAGS_key_file); !v.empty()) config.set_key_file(v);
+  const int declare = absl::GetFlag(FLAGS_declare_timeout_ms);
+  from_flag("declare_timeout_ms", declare != 0, [&] { config.set_declare_timeout_ms(declare); });
+  const int64_t inflight = absl::GetFlag(FLAGS_max_inflight_bytes_per_server);
+  from_flag("max_inflight_bytes_per_server", inflight >= 0,
+            [&] { config.set_max_inflight_bytes_per_server(inflight); });
+  const std::string advertise = absl::GetFlag(FLAGS_advertise_host);
+  from_flag("advertise_host", !advertise.empty(), [&] { config.set_advertise_host(advertise); });
+  const int probes = absl::GetFlag(FLAGS_link_probe_count);
+  from_flag("link_probe_count", probes >= 0, [&] { config.set_link_probe_count(probes); });
+  const int64_t probe_bytes = absl::GetFlag(FLAGS_link_probe_bytes);
+  from_flag("link_probe_bytes", probe_bytes != 0, [&] { config.set_link_probe_bytes(probe_bytes); });
+  const int wait_timeout = absl::GetFlag(FLAGS_push_pull_timeout_ms);
+  from_flag("push_pull_timeout_ms", wait_timeout != 0,
+            [&] { config.set_push_pull_timeout_ms(wait_timeout); });
+  const int silence = absl::GetFlag(FLAGS_scheduler_timeout_ms);
+  from_flag("scheduler_timeout_ms", silence != 0, [&] { config.set_scheduler_timeout_ms(silence); });
+  const std::string key_file = absl::GetFlag(FLAGS_key_file);
+  from_flag("key_file", !key_file.empty(), [&] { config.set_key_file(key_file); });
   if (absl::GetFlag(FLAGS_allow_insecure)) config.set_allow_insecure(true);
-  if (int v = absl::GetFlag(FLAGS_link_probe_count); v >= 0) config.set_link_probe_count(v);
-  if (int64_t v = absl::GetFlag(FLAGS_link_probe_bytes); v != 0) config.set_link_probe_bytes(v);
-  if (const std::string v = absl::GetFlag(FLAGS_timeline_dir); !v.empty()) config.set_timeline_dir(v);
+  const std::string timeline_dir = absl::GetFlag(FLAGS_timeline_dir);
+  from_flag("timeline_dir", !timeline_dir.empty(), [&] { config.set_timeline_dir(timeline_dir); });
+  if (absl::Status s = bytecomp::ValidateClusterConfig(config, &origins); !s.ok()) {
+    BC_LOG_ERROR(s.message());
+    return 2;
+  }
 
   if (int port = absl::GetFlag(FLAGS_port); port > 0) {
     // The topology tells nodes the effective config, so it names the port really bound.

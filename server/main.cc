@@ -41,21 +41,26 @@ int main(int argc, char** argv) {
       "ByteComp aggregation server: sums the workers' pushes per key and round and answers "
       "their pulls (README.md: Settings).");
   bytecomp::SetLogIdentity("server");
+  bytecomp::ConfigOrigins origins;
   absl::StatusOr<bytecomp::proto::ClusterConfig> config =
-      bytecomp::LoadClusterConfig(absl::GetFlag(FLAGS_config));
+      bytecomp::LoadClusterConfig(absl::GetFlag(FLAGS_config), &origins);
   if (!config.ok()) {
     BC_LOG_ERROR(config.status().message());
     return 2;
   }
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {
     config->set_scheduler_address(absl::GetFlag(FLAGS_scheduler));
+    origins.Set("scheduler_address", "--scheduler");
   }
   if (!absl::GetFlag(FLAGS_advertise_host).empty()) {
     config->set_advertise_host(absl::GetFlag(FLAGS_advertise_host));
   }
-  if (!absl::GetFlag(FLAGS_key_file).empty()) config->set_key_file(absl::GetFlag(FLAGS_key_file));
+  if (!absl::GetFlag(FLAGS_key_file).empty()) {
+    config->set_key_file(absl::GetFlag(FLAGS_key_file));
+    origins.Set("key_file", "--key_file");
+  }
   if (absl::GetFlag(FLAGS_allow_insecure)) config->set_allow_insecure(true);
-  if (absl::Status s = bytecomp::ValidateClusterConfig(*config); !s.ok()) {
+  if (absl::Status s = bytecomp::ValidateClusterConfig(*config, &origins); !s.ok()) {
     BC_LOG_ERROR(s.message());
     return 2;
   }

@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
     sockets.emplace_back(ctx, zmq::socket_type::dealer);
     bytecomp::ConfigureSocket(sockets.back());
     (*security)->SecureConnecting(sockets.back());
+    bytecomp::SocketLimits limits;  // replies of at most --bytes (<= kMaxProbeBytes)
+    limits.max_message_bytes = bytecomp::kMaxProbeBytes + bytecomp::kDataFrameSlack;
+    bytecomp::LimitSocket(sockets.back(), limits);
     try {
       sockets.back().connect(address);
     } catch (const zmq::error_t& e) {

@@ -9,6 +9,7 @@
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/partition.h"
+#include "bytecomp/common/refusal_log.h"
 #include "log_format.h"
 
 namespace bytecomp {
@@ -79,31 +80,44 @@ int64_t RowElements(const std::map<int, proto::DeclareTensor>& by_worker,
 }  // namespace
 
 Declarations::Declarations(const proto::ClusterConfig& config, const NodeTable& nodes)
-    : config_(config), nodes_(nodes), assigner_(config.num_servers(), config.partition_bytes()) {}
+    : config_(config),
+      nodes_(nodes),
+      assigner_(config.num_servers(), config.partition_bytes()),
+      budget_(config) {}
 
 void Declarations::Handle(const RegisteredNode& node, const proto::DeclareTensor& declare,
                           int64_t now_ms, Outbox* out) {
   auto reply_error = [&](const std::string& error) {
-    proto::DeclareReply reply;
-    reply.set_name(declare.name());
-    reply.set_ok(false);
-    reply.set_error(error);
-    BC_LOG_WARNING("declaration from ", NodeTable::Name(node), " rejected: ", error);
-    out->Send(node.identity, ReplyMessage(reply));
+    proto::ControlMessage reply;
+    reply.mutable_declare_reply()->set_name(declare.name());
+    reply.mutable_declare_reply()->set_ok(false);
+    reply.mutable_declare_reply()->set_error(error);
+    out->Refuse(node.identity, std::move(reply),
+                absl::StrCat("declaration from ", NodeTable::Name(node), " rejected: ", error));
   };
+  const std::string name = Printable(declare.name(), 64);  // for errors and logs
   if (node.role != proto::ROLE_WORKER) {
     return reply_error(absl::StrCat("only workers declare tensors; ", NodeTable::Name(node),
-                                    " declared '", declare.name(), "'"));
+                                    " declared '", name, "'"));
   }
-  if (declare.name().empty()) return reply_error("tensor name must not be empty");
+  if (absl::Status s = budget_.CheckName(declare.name()); !s.ok()) {
+    return reply_error(std::string(s.message()));
+  }
   if (!IsValidDType(declare.dtype())) {
-    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared with unknown dtype ",
+    return reply_error(absl::StrCat("tensor '", name, "' declared with unknown dtype ",
                                     declare.dtype(), " by worker ", node.rank));
   }
   if (declare.element_count() < 1) {
-    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared with ",
+    return reply_error(absl::StrCat("tensor '", name, "' declared with ",
                                     declare.element_count(), " elements by worker ", node.rank,
                                     "; a tensor needs at least 1 element"));
+  }
+  // Every name is kept until the job ends: their number is bounded like the tensors'.
+  if (!declarations_.contains(declare.name()) &&
+      static_cast<int64_t>(declarations_.size()) >= budget_.max_tensors()) {
+    return reply_error(absl::StrCat("tensor '", name, "': the job has declared ",
+                                    declarations_.size(),
+                                    " tensor names, its limit (ClusterConfig.max_tensors)"));
   }
   Declaration& decl = declarations_[declare.name()];
   if (decl.by_worker.empty()) {
@@ -162,6 +176,15 @@ void Declarations::Complete(const std::string& name, Declaration& decl, Outbox* 
   if (!counts_agree || !dtypes_agree) {
     reply.set_ok(false);
     reply.set_error(DescribeMismatch(name, decl.by_worker, counts_agree, dtypes_agree));
+  } else if (absl::Status fits = budget_.CheckTensor(
+                 name, first.element_count(), static_cast<DType>(first.dtype()),
+                 NumPartitions(first.element_count(),
+                               PartitionAssigner::PartitionElements(
+                                   config_.partition_bytes(), static_cast<DType>(first.dtype()))));
+             !fits.ok()) {
+    // Before anything is allocated for its partitions.
+    reply.set_ok(false);
+    reply.set_error(std::string(fits.message()));
   } else {
     const int64_t row_elements = RowElements(
         decl.by_worker,
@@ -173,6 +196,8 @@ void Declarations::Complete(const std::string& name, Declaration& decl, Outbox* 
       reply.set_error(absl::StrCat("tensor '", name, "': ", assignment.status().message()));
     } else {
       reply.set_ok(true);
+      budget_.Take(first.element_count(), static_cast<DType>(first.dtype()),
+                   assignment->partition_server.size());
       reply.set_tensor_id(next_tensor_id_++);
       reply.set_element_count(first.element_count());
       reply.set_dtype(first.dtype());
@@ -188,7 +213,7 @@ void Declarations::Complete(const std::string& name, Declaration& decl, Outbox* 
 }
 
 void Declarations::Decide(Declaration& decl, proto::DeclareReply reply, Outbox* out) {
-  if (!reply.ok()) BC_LOG_WARNING("declaration failed: ", reply.error());
+  if (!reply.ok()) BC_LOG_WARNING("declaration failed: ", Printable(reply.error(), 1024));
   decl.reply = std::move(reply);
   const proto::ControlMessage message = ReplyMessage(*decl.reply);
   // Servers first: they validate every data message against the declaration, and a worker

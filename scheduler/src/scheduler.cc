@@ -8,6 +8,7 @@
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
+#include "bytecomp/common/socket_limits.h"
 #include "bytecomp/common/transport.h"
 #include "log_format.h"
 #include "status_service.h"
@@ -75,10 +76,12 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   options.bind_host = *host;
   auto socket = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::router);
   ConfigureSocket(*socket);
-  // A node that sets its own routing id keeps it across a TCP reconnect; handover lets the
-  // new connection take that id over instead of being refused as a duplicate.
-  socket->set(zmq::sockopt::router_handover, 1);
   if (absl::Status s = (*security)->SecureListening(*socket); !s.ok()) return s;
+  LimitSocket(*socket, SchedulerSocketLimits(options.config));
+  // No ZMQ_ROUTER_HANDOVER: with it, a peer that connects with a node's routing id would take
+  // that node's connection over, and with it every message the scheduler sends the node. A
+  // routing id held by a live connection stays its own; a node that reconnects gets its id
+  // back once its old connection is gone. Messages count as a node's only with its token.
   absl::StatusOr<int> bound = BindTcp(*socket, options.bind_host, port);
   if (!bound.ok()) {
     return absl::UnavailableError(
@@ -206,6 +209,12 @@ absl::Status Scheduler::Run() {
         Deliver(out);
       }
     }
+    if (!final_status_.has_value()) {
+      // Nodes hear from the scheduler every interval, also while a peer floods it.
+      Outbox out;
+      liveness_.SendHeartbeats(MonotonicMs(), &out);
+      Deliver(out);
+    }
     if (drained && !final_status_.has_value()) {
       const int64_t checked_at = MonotonicMs();
       Outbox out;
@@ -217,17 +226,18 @@ absl::Status Scheduler::Run() {
                               options_.auto_strategy ? "auto"
                               : options_.strategy_path.empty() ? "none"
                                                                : options_.strategy_path,
-                              strategy_.predicted_us(), bad_messages_);
+                              strategy_.predicted_us(), refusals_.refused());
       }
     }
   }
+  if (refusals_.refused() > 0) BC_LOG_INFO("bad messages: ", refusals_.Summary());
   return *final_status_;
 }
 
 int64_t Scheduler::NextDeadlineMs(int64_t now_ms) const {
   int64_t next = now_ms + kMaxPollMs;
   for (const std::optional<int64_t>& due :
-       {liveness_.NextDeadline(), declarations_.NextDeadline()}) {
+       {liveness_.NextDeadline(), liveness_.NextHeartbeat(), declarations_.NextDeadline()}) {
     if (due.has_value()) next = std::min(next, *due);
   }
   return next;
@@ -244,9 +254,6 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
   const std::string who = node != nullptr
                               ? NodeTable::Name(*node)
                               : absl::StrCat("unregistered peer ", PrintableIdentity(identity));
-  // Any message counts as a sign of life, even a malformed one.
-  if (node != nullptr) liveness_.Seen(*node, now_ms);
-  if (node != nullptr && status_ != nullptr) status_->Seen(*node, now_ms);
 
   if (frames.size() != 2) {
     out->Refuse(identity,
@@ -268,9 +275,16 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
     }
     return;
   }
-  if (message.has_error()) {
+  // The routing id only routes: a message is the node's when it carries the node's token.
+  const std::optional<NodeToken> token = TokenFromBytes(message.token());
+  const bool authentic = node != nullptr && token.has_value() && SameToken(*token, node->token);
+  // Any message of the node's counts as a sign of life.
+  if (authentic) liveness_.Seen(*node, now_ms);
+  if (authentic && status_ != nullptr) status_->Seen(*node, now_ms);
+  if (message.has_error() && (authentic || node == nullptr)) {
     // Never answer an error with an error: two confused peers would ping-pong forever.
-    BC_LOG_WARNING(who, " reports an error: ", message.error().message());
+    out->RefuseSilently(identity, absl::StrCat(who, " reports an error: ",
+                                               Printable(message.error().message(), 512)));
     return;
   }
   if (node == nullptr) {
@@ -278,6 +292,14 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
                 absl::StrCat("received ", BodyName(message),
                              " from a node that has not registered; send Register first"),
                 absl::StrCat(who, " sent ", BodyName(message), " before registering"));
+    return;
+  }
+  if (!authentic) {
+    out->Refuse(identity,
+                absl::StrCat(BodyName(message), " refused: it does not carry the token that ",
+                             who, " registered with"),
+                absl::StrCat(BodyName(message), " on the connection of ", who,
+                             " without its token (", message.token().size(), " bytes)"));
     return;
   }
   Dispatch(*node, message, now_ms, out);
@@ -326,7 +348,11 @@ void Scheduler::Dispatch(const RegisteredNode& node, const proto::ControlMessage
 
 void Scheduler::Deliver(const Outbox& out) {
   for (const OutgoingControl& m : out.messages()) Send(m.to, m.message);
-  for (const std::string& line : out.refusals()) LogBadMessage(line);
+  const int64_t now = MonotonicMs();
+  for (const Refusal& r : out.refusals()) {
+    refusals_.RefuseAndLog(r.from, r.log_line, now);
+    if (status_ != nullptr) status_->CountRefused();
+  }
   if (out.job_end().has_value() && !final_status_.has_value()) final_status_ = *out.job_end();
 }
 
@@ -338,15 +364,6 @@ void Scheduler::Send(const std::string& identity, const proto::ControlMessage& m
   if (absl::Status s = SendFrames(*socket_, frames, /*dont_wait=*/true); !s.ok()) {
     BC_LOG_WARNING("could not send ", BodyName(message), " to ", PrintableIdentity(identity),
                    ": ", s.message());
-  }
-}
-
-void Scheduler::LogBadMessage(const std::string& what) {
-  ++bad_messages_;
-  if (status_ != nullptr) status_->CountRefused();
-  // A peer stuck in a loop must not flood the log: the first ones, then every 1000th.
-  if (bad_messages_ <= 20 || bad_messages_ % 1000 == 0) {
-    BC_LOG_WARNING(what, " (bad message ", bad_messages_, " so far)");
   }
 }
 

@@ -75,7 +75,9 @@ void StrategyControl::Reload(Outbox* out) {
 void StrategyControl::HandlePrepareReply(const RegisteredNode& node,
                                          const proto::StrategyPrepareReply& reply, Outbox* out) {
   if (node.role != proto::ROLE_WORKER) {
-    out->SendError(node.identity, absl::StrCat("StrategyPrepareReply from ", NodeTable::Name(node)));
+    const std::string why = absl::StrCat("StrategyPrepareReply from ", NodeTable::Name(node),
+                                         ", which is not a worker");
+    out->Refuse(node.identity, why, why);
     return;
   }
   std::optional<proto::ControlMessage> commit =
@@ -194,7 +196,8 @@ void StrategyControl::HandleLinkProbeReport(const RegisteredNode& node,
                                             const proto::LinkProbeReport& report, Outbox* out) {
   const std::string name = NodeTable::Name(node);
   if (node.role != proto::ROLE_WORKER) {
-    out->SendError(node.identity, absl::StrCat("LinkProbeReport from ", name));
+    const std::string why = absl::StrCat("LinkProbeReport from ", name, ", which is not a worker");
+    out->Refuse(node.identity, why, why);
     return;
   }
   if (report.links_size() != config_.num_servers()) {

@@ -71,15 +71,16 @@ void KeyStore::Handle(zmq::message_t identity, const proto::DataHeader& header,
 void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
                     zmq::message_t payload, std::vector<OutgoingReply>* out) {
   if (h.round() != key.accumulating_round) {
-    out->push_back(Error(std::move(identity), h,
+    // Which round the key is at is the other workers' business: not said.
+    Refuse(std::move(identity), h,
                          absl::StrCat("push for round ", h.round(), " of key ", KeyName(h.key()),
-                                      ", which is accumulating round ", key.accumulating_round)));
+                                      " refused: it is not the round the key accumulates"), out);
     return;
   }
   if (key.pushed[h.sender()]) {
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("worker ", h.sender(), " already pushed round ", h.round(),
-                                      " of key ", KeyName(h.key()))));
+                                      " of key ", KeyName(h.key())), out);
     return;
   }
   const int64_t payload_bytes = static_cast<int64_t>(payload.size());
@@ -93,13 +94,13 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
   } else if (h.strategy_version() != key.round_version || key.round_codec != (IsRaw(h.codec()) ? "" : h.codec()) ||
              h.stage() != key.round_stage || h.iteration() != key.round_iteration) {
     // No round mixes codecs or strategy versions.
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("push for round ", h.round(), " of key ", KeyName(h.key()),
                                       " with strategy version ", h.strategy_version(), " codec '",
                                       h.codec(), "' stage ", h.stage(), " iteration ", h.iteration(),
                                       "; the round has version ", key.round_version, " codec '",
                                       key.round_codec, "' stage ", key.round_stage, " iteration ",
-                                      key.round_iteration)));
+                                      key.round_iteration), out);
     return;
   }
   if (!h.error().empty()) {
@@ -290,13 +291,22 @@ void KeyStore::Pull(KeyState& key, zmq::message_t identity, const proto::DataHea
   if (key.has_ready && h.round() == key.ready_round) {
     out->push_back(PullReply(key, std::move(identity), h));
   } else if (h.round() == key.accumulating_round) {
+    // At most one held pull per worker and key: a worker pulls each round once, and a peer
+    // must not pile up pulls that each will hold a reply.
+    for (const HeldPull& held : key.held) {
+      if (held.header.sender() == h.sender()) {
+        Refuse(std::move(identity), h,
+                             absl::StrCat("pull for round ", h.round(), " of key ", KeyName(h.key()),
+                                          " refused: worker ", h.sender(),
+                                          " already has a pull of it waiting"), out);
+        return;
+      }
+    }
     key.held.push_back(HeldPull{std::move(identity), h});
   } else {
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("pull for round ", h.round(), " of key ", KeyName(h.key()),
-                                      ": the key holds round ",
-                                      key.has_ready ? absl::StrCat(key.ready_round) : "none",
-                                      " and accumulates round ", key.accumulating_round)));
+                                      " refused: the key has no such round ready or under way"), out);
   }
 }
 
@@ -331,6 +341,12 @@ OutgoingReply KeyStore::Reply(zmq::message_t identity, const proto::DataHeader& 
   reply.header.set_stage(request.stage());
   reply.header.set_iteration(request.iteration());
   return reply;
+}
+
+void KeyStore::Refuse(zmq::message_t identity, const proto::DataHeader& request,
+                      std::string message, std::vector<OutgoingReply>* out) {
+  ++refused_;
+  out->push_back(Error(std::move(identity), request, std::move(message)));
 }
 
 OutgoingReply KeyStore::Error(zmq::message_t identity, const proto::DataHeader& request,

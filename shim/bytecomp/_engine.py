@@ -175,6 +175,7 @@ def _declare_prototypes(lib):
         "bytecomp_release": (c_int, [handle_t]),
         "bytecomp_handle_error": (c_int, [handle_t, ctypes.c_char_p, ctypes.c_size_t]),
         "bytecomp_barrier": (c_int, [c_int64]),
+        "bytecomp_wait_timeout_ms": (c_int64, []),
         "bytecomp_last_error": (c_char_p, []),
         "bytecomp_set_learning_rate": (c_int, [ctypes.c_double]),
         "bytecomp_get_stats": (c_int, [ctypes.POINTER(Stats)]),
@@ -303,6 +304,10 @@ class Engine:
 
     def release(self, handle):
         return self._lib.bytecomp_release(handle)
+
+    def wait_timeout_ms(self):
+        """How long a wait without a limit of its own waits (push_pull_timeout_ms)."""
+        return self._lib.bytecomp_wait_timeout_ms()
 
     def barrier(self, timeout_ms=-1):
         self._check(self._lib.bytecomp_barrier(int(timeout_ms)), "barrier")

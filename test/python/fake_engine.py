@@ -107,6 +107,9 @@ class FakeEngine:
     def barrier(self, timeout_ms=-1):
         pass
 
+    def wait_timeout_ms(self):
+        return 1800000  # the default push_pull_timeout_ms
+
     def save_state(self, name):
         return b""  # no codecs, so no error-feedback state
 

@@ -133,6 +133,11 @@ int64_t bytecomp_partition_bytes(void) {
   return e == nullptr ? NotInitialized() : e->info().partition_bytes;
 }
 
+int64_t bytecomp_wait_timeout_ms(void) {
+  std::shared_ptr<WorkerEngine> e = Engine();
+  return e == nullptr ? NotInitialized() : e->info().wait_timeout_ms;
+}
+
 int bytecomp_declare(const char* name, int64_t element_count, int dtype) {
   return Guarded([&] {
     std::shared_ptr<WorkerEngine> e = Engine();

@@ -1,6 +1,7 @@
 // The control thread: owns the scheduler connection (SchedulerClient). It sends what the other
 // threads queue (declarations, barrier requests, profile and link reports, the goodbye),
-// heartbeats, and hands what the scheduler sends to the engine through ControlEvents.
+// heartbeats, and hands what the scheduler sends to the engine through ControlEvents; a
+// scheduler silent for SchedulerTimeoutMs fails the engine, naming it.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,7 @@ class ControlLoop {
   WakeQueue<ControlCommand>& commands_;
   ControlEvents& engine_;
   bool done_sent_ = false;  // WorkerDone went out: a Shutdown after it is the normal end
+  bool scheduler_silent_ = false;  // reported once
 };
 
 }  // namespace bytecomp::worker

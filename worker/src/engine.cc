@@ -73,6 +73,7 @@ absl::Status Engine::Run() {
   wiring.context = context_.get();
   wiring.security = security_.get();
   wiring.rank = info_.rank;
+  wiring.token = client_->token();
   wiring.commands = &data_queue_;
   wiring.to_control = &control_queue_;
   wiring.tracker = &tracker_;
@@ -207,6 +208,24 @@ void Engine::Complete(const std::shared_ptr<Operation>& op) {
 
 // --- Handles, statistics, checkpoints.
 
+namespace {
+
+// A wait without a limit of its own waits the job's default, and says which one ran out.
+absl::Status WithDefaultBound(absl::Status status, bool defaulted) {
+  if (!defaulted || !absl::IsDeadlineExceeded(status)) return status;
+  return absl::DeadlineExceededError(absl::StrCat(
+      status.message(), " (the bound of a wait without one: ClusterConfig.push_pull_timeout_ms, "
+                        "or BYTECOMP_PUSH_PULL_TIMEOUT_MS on this worker)"));
+}
+
+}  // namespace
+
+absl::Status Engine::Wait(int64_t handle, int64_t timeout_ms) {
+  const bool defaulted = timeout_ms < 0;
+  return WithDefaultBound(handles_.Wait(handle, defaulted ? info_.wait_timeout_ms : timeout_ms),
+                          defaulted);
+}
+
 EngineStats Engine::Stats() const {
   EngineStats s;
   s.pushed_bytes = traffic_.pushed_bytes.load();
@@ -251,6 +270,8 @@ void Engine::OnStrategyCommit(const proto::Strategy& strategy) {
 
 absl::Status Engine::Barrier(int64_t timeout_ms) {
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
+  const bool defaulted = timeout_ms < 0;
+  if (defaulted) timeout_ms = info_.wait_timeout_ms;
   uint64_t sequence;
   {
     absl::MutexLock lock(&barrier_mu_);
@@ -262,16 +283,13 @@ absl::Status Engine::Barrier(int64_t timeout_ms) {
   control_queue_.Push(SendControl{std::move(msg)});
   {
     absl::MutexLock lock(&barrier_mu_);
-    const int64_t deadline = MonotonicMs() + std::max<int64_t>(timeout_ms, 0);
+    const int64_t deadline = MonotonicMs() + timeout_ms;
     while (barrier_released_ < sequence && !failed_.load()) {
-      if (timeout_ms < 0) {
-        barrier_cv_.Wait(&barrier_mu_);
-        continue;
-      }
       const int64_t left = deadline - MonotonicMs();
       if (left <= 0) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "barrier ", sequence, " not released after ", timeout_ms, " ms"));
+        return WithDefaultBound(absl::DeadlineExceededError(absl::StrCat(
+                                    "barrier ", sequence, " not released after ", timeout_ms, " ms")),
+                                defaulted);
       }
       barrier_cv_.WaitWithTimeout(&barrier_mu_, absl::Milliseconds(left));
     }

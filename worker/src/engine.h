@@ -50,9 +50,7 @@ class Engine final : public WorkerEngine, private ControlEvents {
                        absl::Span<const int64_t> shape = {}) override;
   absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) override;
   absl::StatusOr<bool> Poll(int64_t handle) override { return handles_.Poll(handle); }
-  absl::Status Wait(int64_t handle, int64_t timeout_ms) override {
-    return handles_.Wait(handle, timeout_ms);
-  }
+  absl::Status Wait(int64_t handle, int64_t timeout_ms) override;
   absl::Status Release(int64_t handle) override { return handles_.Release(handle); }
   absl::Status Barrier(int64_t timeout_ms) override ABSL_LOCKS_EXCLUDED(barrier_mu_);
   void SetLearningRate(double learning_rate) override { learning_rate_.store(learning_rate); }

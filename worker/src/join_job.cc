@@ -15,7 +15,8 @@ absl::StatusOr<int> RequestedRank() {
   int rank = -1;
   if (const char* r = std::getenv("BYTECOMP_RANK"); r != nullptr && *r != '\0') {
     if (!absl::SimpleAtoi(r, &rank)) {
-      return absl::InvalidArgumentError(absl::StrCat("BYTECOMP_RANK='", r, "' is not an integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("BYTECOMP_RANK='", r, "' is not a rank (an integer in [-1, 2147483647])"));
     }
   }
   return rank;
@@ -45,9 +46,10 @@ absl::Status LeaveJob(JoinedJob& job, absl::Status reason) {
 }  // namespace
 
 absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
-  absl::StatusOr<proto::ClusterConfig> config = LoadClusterConfig(config_path);
+  ConfigOrigins origins;
+  absl::StatusOr<proto::ClusterConfig> config = LoadClusterConfig(config_path, &origins);
   if (!config.ok()) return config.status();
-  if (absl::Status s = ValidateClusterConfig(*config); !s.ok()) return s;
+  if (absl::Status s = ValidateClusterConfig(*config, &origins); !s.ok()) return s;
   absl::StatusOr<int> requested_rank = RequestedRank();
   if (!requested_rank.ok()) return requested_rank.status();
   absl::StatusOr<MachineSlot> slot = MachineSlotFromEnv();
@@ -74,6 +76,10 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
   // The key file is this process's own (the scheduler's path means nothing here).
   job.config.set_key_file(config->key_file());
   job.config.set_allow_insecure(config->allow_insecure());
+  // A worker may bound its waits its own way (its config file or BYTECOMP_PUSH_PULL_TIMEOUT_MS).
+  if (origins.Has("push_pull_timeout_ms")) {
+    job.config.set_push_pull_timeout_ms(config->push_pull_timeout_ms());
+  }
   EngineInfo& info = job.info;
   info.rank = job.topology.your_rank();
   info.size = job.topology.num_workers();
@@ -81,6 +87,7 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
   info.local_size = std::max(1, job.topology.local_size());
   info.num_servers = job.topology.num_servers();
   info.partition_bytes = job.config.partition_bytes();
+  info.wait_timeout_ms = job.config.push_pull_timeout_ms();
   if (job.topology.servers_size() != info.num_servers) {
     return absl::InternalError(absl::StrCat("topology lists ", job.topology.servers_size(),
                                             " servers, expected ", info.num_servers));

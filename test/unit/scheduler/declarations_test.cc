@@ -258,7 +258,7 @@ TEST_F(DeclarationsTest, AShapeAgreedByEveryWorkerCutsPartitionsIntoWholeRows) {
   EXPECT_FALSE(ReplyTo(declare(0, "bad2", std::vector<int64_t>(33, 1)), 0).ok());
 }
 
-TEST_F(DeclarationsTest, ATensorOfTooManyPartitionsFailsForEveryWorkerAndTakesNoId) {
+TEST_F(DeclarationsTest, ATensorBeyondTheJobsBytesFailsForEveryWorkerAndTakesNoId) {
   Start(2, 1);
   Declare(0, "huge", int64_t{1} << 60, proto::DTYPE_FLOAT32);
   Outbox out = Declare(1, "huge", int64_t{1} << 60, proto::DTYPE_FLOAT32);
@@ -266,7 +266,7 @@ TEST_F(DeclarationsTest, ATensorOfTooManyPartitionsFailsForEveryWorkerAndTakesNo
   const proto::DeclareReply r = ReplyTo(out, 0);
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(Contains(r.error(), "tensor 'huge': ")) << r.error();
-  EXPECT_TRUE(Contains(r.error(), "partitions")) << r.error();
+  EXPECT_TRUE(Contains(r.error(), "ClusterConfig.max_declared_bytes")) << r.error();
   Declare(0, "small", 1, proto::DTYPE_FLOAT32);
   EXPECT_EQ(ReplyTo(Declare(1, "small", 1, proto::DTYPE_FLOAT32), 1).tensor_id(), 0u);
 }
@@ -305,6 +305,46 @@ TEST_F(DeclarationsTest, ADeclarationNotCompleteInTimeFailsNamingTheMissingWorke
   Outbox later;
   declarations_->OnTime(5000, &later);
   EXPECT_TRUE(later.messages().empty());
+}
+
+// The job's limits: a name too long is refused alone and kept nowhere; tensors beyond the
+// declared bytes or the tensor count fail for every worker, before their partitions are placed.
+TEST_F(DeclarationsTest, DeclarationsBeyondTheJobsLimitsAreRefused) {
+  proto::ClusterConfig config;
+  config.set_max_tensor_name_bytes(16);
+  config.set_max_tensors(3);
+  config.set_max_declared_bytes(int64_t{1} << 30);
+  Start(2, 1, config);
+  Outbox out = Declare(0, std::string(8 << 20, 'n'), 4, proto::DTYPE_FLOAT32);
+  const proto::DeclareReply long_name = ReplyTo(out, 0);
+  EXPECT_FALSE(long_name.ok());
+  EXPECT_TRUE(Contains(long_name.error(), "is longer than the job's limit of 16 bytes "
+                                          "(ClusterConfig.max_tensor_name_bytes)"))
+      << long_name.error().substr(0, 300);
+  EXPECT_LT(long_name.error().size(), 400u) << "the name is cut short in the error";
+  ASSERT_EQ(out.refusals().size(), 1u);
+  EXPECT_LT(out.refusals()[0].log_line.size(), 600u);
+
+  // 2^40 elements: more than the job's bytes; fails for both workers.
+  Declare(0, "huge", int64_t{1} << 40, proto::DTYPE_FLOAT32);
+  out = Declare(1, "huge", int64_t{1} << 40, proto::DTYPE_FLOAT32);
+  for (int w : {0, 1}) {
+    const proto::DeclareReply r = ReplyTo(out, w);
+    EXPECT_FALSE(r.ok());
+    EXPECT_TRUE(Contains(r.error(), "would bring the job's declared bytes beyond its limit of "
+                                    "1073741824 (ClusterConfig.max_declared_bytes; 0 declared so far)"))
+        << r.error();
+    EXPECT_EQ(r.partition_server_size(), 0);
+  }
+  // Names count against max_tensors, decided or not: "huge" and "a"; "b" fills the count.
+  Declare(0, "a", 10, proto::DTYPE_FLOAT32);
+  EXPECT_TRUE(ReplyTo(Declare(1, "a", 10, proto::DTYPE_FLOAT32), 0).ok());
+  Declare(0, "b", 10, proto::DTYPE_FLOAT32);
+  EXPECT_TRUE(ReplyTo(Declare(1, "b", 10, proto::DTYPE_FLOAT32), 0).ok());
+  const proto::DeclareReply c = ReplyTo(Declare(0, "c", 10, proto::DTYPE_FLOAT32), 0);
+  EXPECT_FALSE(c.ok());
+  EXPECT_EQ(c.error(), "tensor 'c': the job has declared 3 tensor names, its limit "
+                       "(ClusterConfig.max_tensors)");
 }
 
 }  // namespace

@@ -120,11 +120,11 @@ TEST_F(StrategyControlTest, ServersMayNotAnswerPreparesOrReportLinks) {
   Outbox out;
   control_->HandlePrepareReply(Server(1), PrepareReply(2, 0), &out);
   EXPECT_EQ(testing::Only(out, ServerId(1), ControlMessage::kError).error().message(),
-            "StrategyPrepareReply from server 1");
+            "StrategyPrepareReply from server 1, which is not a worker");
   Outbox probe;
   control_->HandleLinkProbeReport(Server(0), proto::LinkProbeReport(), &probe);
   EXPECT_EQ(testing::Only(probe, ServerId(0), ControlMessage::kError).error().message(),
-            "LinkProbeReport from server 0");
+            "LinkProbeReport from server 0, which is not a worker");
   EXPECT_EQ(control_->links().size(), 0);
 }
 

@@ -13,6 +13,7 @@
  *                                  socket; without one, only a scheduler on loopback
  *   BYTECOMP_ALLOW_INSECURE=1      without a key, connect off loopback anyway (a warning)
  *   BYTECOMP_IO_THREADS=N          ZeroMQ I/O threads (default 2; CURVE runs on them)
+ *   BYTECOMP_PUSH_PULL_TIMEOUT_MS  how long a wait without a limit of its own waits
  * Everything else (W, S, partition size, connections per server, timeouts) comes from the
  * scheduler's topology, so every worker follows one configuration.
  */
@@ -114,10 +115,15 @@ BYTECOMP_API int bytecomp_push_pull_device(const char* name, void* data, int64_t
 
 /* 1 when done (successfully), 0 while pending, a negative code if it failed. */
 BYTECOMP_API int bytecomp_poll(bytecomp_handle_t handle);
-/* Waits up to timeout_ms (< 0: forever). BYTECOMP_OK, BYTECOMP_ERR_TIMEOUT or the failure
- * (its text: bytecomp_last_error). A wait that sees the operation complete, successfully or
- * not, releases the handle; bytecomp_release releases one without waiting. */
+/* Waits up to timeout_ms (< 0: bytecomp_wait_timeout_ms(), the job's push_pull_timeout_ms,
+ * 30 min unless the cluster config or this worker's BYTECOMP_PUSH_PULL_TIMEOUT_MS sets it).
+ * BYTECOMP_OK, BYTECOMP_ERR_TIMEOUT or the failure (its text: bytecomp_last_error). A wait that
+ * sees the operation complete, successfully or not, releases the handle; bytecomp_release
+ * releases one without waiting. Nothing waits forever: a failed node or a silent scheduler
+ * fails every wait within the heartbeat timeout, naming it. */
 BYTECOMP_API int bytecomp_wait(bytecomp_handle_t handle, int64_t timeout_ms);
+/* How long a wait or barrier with timeout_ms < 0 waits, in ms. */
+BYTECOMP_API int64_t bytecomp_wait_timeout_ms(void);
 BYTECOMP_API int bytecomp_release(bytecomp_handle_t handle);
 /* Copies the handle's error text (empty if none) into buf (NUL-terminated, truncated). */
 BYTECOMP_API int bytecomp_handle_error(bytecomp_handle_t handle, char* buf, size_t buf_len);
@@ -152,7 +158,8 @@ BYTECOMP_API int bytecomp_save_state(const char* name, void* buf, size_t buf_len
                                      size_t* state_len);
 BYTECOMP_API int bytecomp_load_state(const char* name, const void* buf, size_t len);
 
-/* Blocks until every worker reached the barrier (or a node failed / timeout). */
+/* Blocks until every worker reached the barrier (or a node failed / timeout; timeout_ms < 0:
+ * bytecomp_wait_timeout_ms()). */
 BYTECOMP_API int bytecomp_barrier(int64_t timeout_ms);
 
 /* The text of the last failure on this thread ("" if none). Valid until the next call. */

@@ -41,12 +41,14 @@ absl::StatusOr<std::vector<zmq::message_t>> RecvWithTicks(zmq::socket_t& socket,
 
 }  // namespace
 
-LoopbackReducer::LoopbackReducer(zmq::context_t& context, int local_rank, int local_size)
+LoopbackReducer::LoopbackReducer(zmq::context_t& context, int local_rank, int local_size,
+                                 const SocketLimits& limits)
     : local_rank_(local_rank),
       local_size_(local_size),
       socket_(context, local_rank == 0 ? zmq::socket_type::router : zmq::socket_type::dealer),
       peer_identity_(local_size) {
   ConfigureSocket(socket_);
+  LimitSocket(socket_, limits);
   // The root's last broadcast of a job is often still queued when its training process shuts
   // down right after: closing must deliver it (bounded), not drop it, or a local rank waits
   // for a result that never comes.
@@ -73,10 +75,9 @@ void LoopbackReducer::Stop() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(zmq::context_t& context,
-                                                                           int local_size,
-                                                                           SocketSecurity* security) {
-  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, 0, local_size));
+absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(
+    zmq::context_t& context, int local_size, const SocketLimits& limits, SocketSecurity* security) {
+  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, 0, local_size, limits));
   // A send to a local rank that is gone fails instead of vanishing.
   r->socket_.set(zmq::sockopt::router_mandatory, 1);
   if (security != nullptr) {
@@ -92,12 +93,13 @@ absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(zmq::co
 
 absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Join(
     zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
-    int64_t timeout_ms, const Tick& tick, const SocketSecurity* security) {
+    int64_t timeout_ms, const Tick& tick, const SocketLimits& limits,
+    const SocketSecurity* security) {
   if (local_rank < 1 || local_rank >= local_size) {
     return absl::InvalidArgumentError(absl::StrCat("local reducer: local rank ", local_rank,
                                                    " cannot join as a non-root of ", local_size));
   }
-  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, local_rank, local_size));
+  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, local_rank, local_size, limits));
   r->socket_.set(zmq::sockopt::routing_id, PeerIdentity(local_rank));
   if (security != nullptr) security->SecureConnecting(r->socket_);
   try {

@@ -3,6 +3,7 @@
 #include "machine_setup.h"
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/transport.h"
 #include "host_local_reducer.h"
@@ -12,11 +13,13 @@ namespace bytecomp::worker {
 absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
                             std::optional<proto::LocalCommunicator>* comm) {
   client.HeartbeatIfDue();
+  if (absl::Status heard = client.CheckSchedulerHeard(); !heard.ok()) return heard;
   for (int timeout = wait_ms;; timeout = 0) {
     absl::StatusOr<std::optional<proto::ControlMessage>> got = client.Receive(timeout);
     if (!got.ok()) return got.status();
     if (!got->has_value()) return absl::OkStatus();
     const proto::ControlMessage& m = **got;
+    if (m.has_heartbeat()) continue;  // the scheduler's: it is alive
     if (m.has_local_communicator() && comm != nullptr) {
       *comm = m.local_communicator();
     } else if (m.has_shutdown()) {
@@ -45,7 +48,9 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t&
   const int64_t deadline = MonotonicMs() + timeout_ms;
   auto tick = [&client]() { return ServeScheduler(client, 0, nullptr); };
   if (local_rank == 0) {
-    absl::StatusOr<std::unique_ptr<LoopbackReducer>> root = LoopbackReducer::Listen(context, local_size, &security);
+    absl::StatusOr<std::unique_ptr<LoopbackReducer>> root = LoopbackReducer::Listen(
+        context, local_size, LocalReduceSocketLimits(WithClusterDefaults(topology.config())),
+        &security);
     if (!root.ok()) return root.status();
     proto::ControlMessage announce;
     announce.mutable_local_communicator()->set_kind("host");
@@ -72,7 +77,7 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t&
   }
   absl::StatusOr<std::unique_ptr<LoopbackReducer>> member = LoopbackReducer::Join(
       context, comm->id(), local_rank, local_size, std::max<int64_t>(1, deadline - MonotonicMs()), tick,
-      &security);
+      LocalReduceSocketLimits(WithClusterDefaults(topology.config())), &security);
   if (!member.ok()) return member.status();
   (*member)->Start();
   return std::unique_ptr<LocalReducer>(std::move(*member));

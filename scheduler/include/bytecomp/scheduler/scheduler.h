@@ -9,16 +9,20 @@
 //
 // Protocol, as a node sees it (each part is one socket-free class, named in brackets):
 // - [Registration] Send Register{role, requested_rank (-1: any), data_address (servers),
-//   hostname, pid}. No acknowledgement: the answer is Topology once all W workers and S
-//   servers registered, or Error (rank taken or out of range, same connection registering
-//   twice, job full). Set a unique routing id on the DEALER (zmq::sockopt::routing_id) so
-//   that a TCP reconnect keeps the node's identity.
+//   hostname, pid, token (16 random bytes)}. No acknowledgement: the answer is Topology once
+//   all W workers and S servers registered (servers' lists every worker's token), or Error
+//   (no token, rank taken or out of range, same connection registering twice, job full). Set
+//   a unique routing id on the DEALER (zmq::sockopt::routing_id) so that a TCP reconnect
+//   keeps the node's identity. Every later message must carry the token (ControlMessage.
+//   token); one without it is refused with Error and does not count as a sign of life.
 // - [Liveness] Send Heartbeat every heartbeat_interval_ms from registration on (any message
 //   counts). Monitoring starts when the Topology is sent; a node silent for
 //   heartbeat_timeout_ms is failed: every other node gets NodeFailed{node, "missed
-//   heartbeats for 5.0 s", data_address}, then Shutdown{reason}, and the scheduler exits
-//   non-zero. Registration must complete within connect_timeout_ms, else every registered
-//   node gets Shutdown naming the missing ranks.
+//   heartbeats for 5.0 s", data_address}, then Shutdown{reason}, the failed node a Shutdown
+//   saying so, and the scheduler exits non-zero. Registration must complete within
+//   connect_timeout_ms, else every registered node gets Shutdown naming the missing ranks.
+//   The scheduler sends every registered node a Heartbeat each heartbeat_interval_ms: a node
+//   that hears nothing for scheduler_timeout_ms must stop, naming the scheduler.
 // - [Barriers] BarrierRequest{group "workers"|"servers"|"all", sequence} -> BarrierRelease{
 //   group, sequence} to every member once all members asked for that sequence.
 // - [Declarations] Workers: DeclareTensor{name, element_count, dtype} -> DeclareReply to
@@ -38,12 +42,13 @@
 //   LocalCommunicator{kind, id}, at most one of each kind ("host", and "nccl" when its local
 //   ranks have GPUs); the scheduler checks each and relays it to the machine's other local
 //   ranks (local_groups.h).
-// - [Liveness] Workers: WorkerDone when finished. Once all did, servers get Shutdown and the
-//   scheduler exits 0. Any node may send Shutdown{reason}: everyone else gets Shutdown, exit
-//   non-zero.
-// - A node must stop when it receives Shutdown. Malformed frames, messages before Register
-//   and messages the scheduler does not take get an Error reply; an Error is logged, never
-//   answered.
+// - [Liveness] Workers: WorkerDone when finished. Once all did, servers get Shutdown{
+//   job_done} and the scheduler exits 0. Any node may send Shutdown{reason} (with its token):
+//   everyone else gets Shutdown, exit non-zero.
+// - A node must stop when it receives Shutdown (non-zero unless job_done). Malformed frames,
+//   messages before Register, messages without the node's token, messages beyond the job's
+//   limits and messages the scheduler does not take get an Error reply; an Error is logged,
+//   never answered. Every refusal is counted and logged with a per-peer rate limit.
 #pragma once
 
 #include <atomic>
@@ -56,6 +61,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bytecomp/common/socket_security.h"
+#include "bytecomp/common/refusal_log.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/barriers.h"
 #include "bytecomp/scheduler/declarations.h"
@@ -152,7 +158,6 @@ class Scheduler {
   // Sends what the protocols appended, logs the refusals, and records the end of the job.
   void Deliver(const Outbox& out);
   void Send(const std::string& identity, const proto::ControlMessage& message);
-  void LogBadMessage(const std::string& what);
 
   SchedulerOptions options_;
   const proto::ClusterConfig& config_;
@@ -179,7 +184,9 @@ class Scheduler {
   LocalRelay local_relay_;
   Liveness liveness_;
 
-  int64_t bad_messages_ = 0;  // malformed, unexpected or unregistered messages, refusals
+  // Malformed, unexpected, unauthenticated or out-of-bounds messages: counted, logged with a
+  // per-peer rate limit, summed up when Run returns.
+  RefusalLog refusals_;
   std::optional<absl::Status> final_status_;
   std::unique_ptr<StatusService> status_;  // with options.http_address
 };

@@ -8,7 +8,9 @@
 // machine's local root in a hierarchical job), the sum becomes the key's
 // ready round (re-encoded with the pull codec for two-way compression) and the next round
 // starts. A worker pushes round r+1 only after it pulled round r, so two buffers per key
-// (accumulating, ready) suffice; a pull for the accumulating round is held until it completes.
+// (accumulating, ready) suffice; a pull for the accumulating round is held until it completes,
+// at most one per worker and key. An error reply names the request's round, never the key's
+// (which round the key is at is the other workers' business).
 // A push carrying an error (an abort: the worker could not encode) completes the round with
 // that error for every worker, so no one waits for a push that will never come.
 // blocksparse sums block-sparse (its aggregator), and its pulls get the block-sparse sum in its
@@ -59,6 +61,8 @@ class KeyStore {
 
   size_t num_keys() const { return keys_.size(); }
   uint64_t rounds_completed() const { return rounds_completed_; }
+  // Requests refused here (wrong round, a second push or held pull, mixed versions).
+  uint64_t refused() const { return refused_; }
   // Pushes accepted, by worker rank (index).
   const std::vector<int64_t>& pushes_by_worker() const { return pushes_by_worker_; }
 
@@ -118,6 +122,9 @@ class KeyStore {
                       proto::DataOp op);
   OutgoingReply Error(zmq::message_t identity, const proto::DataHeader& request,
                       std::string message);
+  // An error reply to a request refused here, counted.
+  void Refuse(zmq::message_t identity, const proto::DataHeader& request, std::string message,
+              std::vector<OutgoingReply>* out);
   compress::CodecContext ContextOf(const proto::DataHeader& h, uint32_t node) const;
 
   int my_rank_;
@@ -126,6 +133,7 @@ class KeyStore {
   std::vector<int64_t> pushes_by_worker_;
   const Catalog& catalog_;
   uint64_t rounds_completed_ = 0;
+  uint64_t refused_ = 0;
   absl::flat_hash_map<uint64_t, KeyState> keys_;
   telemetry::Timeline* timeline_ = nullptr;
   telemetry::NodeMetrics* metrics_ = nullptr;
