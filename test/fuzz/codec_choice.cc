@@ -5,6 +5,8 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/logging.h"
+#include "google/protobuf/stubs/logging.h"
 
 namespace bytecomp::fuzz {
 namespace {
@@ -109,6 +111,12 @@ void RequireOkOrInvalidArgument(const absl::Status& status, const char* what) {
   std::fprintf(stderr, "%s: expected OK or InvalidArgument, got %s\n", what,
                status.ToString().c_str());
   std::abort();
+}
+
+void SilenceLogs() {
+  SetLogLevel(static_cast<LogLevel>(static_cast<int>(LogLevel::kError) + 1));
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int,
+                                     const std::string&) {});
 }
 
 }  // namespace bytecomp::fuzz

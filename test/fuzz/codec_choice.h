@@ -45,4 +45,8 @@ void WriteContext(FuzzInputWriter& out, const compress::CodecContext& ctx);
 // must refuse bad bytes with InvalidArgument, anything else is a bug.
 void RequireOkOrInvalidArgument(const absl::Status& status, const char* what);
 
+// Drops every log line, errors included: a target's refusals of bad input are expected, and
+// printing them would slow the fuzzer down many times.
+void SilenceLogs();
+
 }  // namespace bytecomp::fuzz

@@ -14,35 +14,12 @@
 #include "bytecomp/compress/codec_util.h"
 #include "codec_choice.h"
 #include "fuzz_input.h"
-#include "seed_writers.h"
+#include "seed_support.h"
+#include "server_fuzz_job.h"
 
 namespace bytecomp::fuzz {
 
-std::vector<float> SeedValues(size_t n, uint64_t salt) {
-  compress::Rng rng(salt * 7919 + n);
-  std::vector<float> v(n);
-  for (float& x : v) {
-    // Roughly normal, some exact zeros, a few large: what gradients look like.
-    const double u = rng.UniformDouble() + rng.UniformDouble() + rng.UniformDouble() - 1.5;
-    x = rng.Below(10) == 0 ? 0.0f : static_cast<float>(u * (rng.Below(50) == 0 ? 100.0 : 1.0));
-  }
-  return v;
-}
-
-std::vector<uint8_t> EncodeSeed(compress::Codec& codec, const std::vector<float>& values,
-                                const compress::CodecContext& ctx) {
-  std::vector<uint8_t> out(codec.MaxEncodedBytes(values.size()));
-  absl::StatusOr<size_t> bytes = codec.Encode(values, ctx, absl::MakeSpan(out));
-  if (!bytes.ok()) {
-    std::fprintf(stderr, "seed: codec '%s' could not encode %zu values: %s\n",
-                 std::string(codec.name()).c_str(), values.size(),
-                 bytes.status().ToString().c_str());
-    std::exit(1);
-  }
-  out.resize(*bytes);
-  return out;
-}
-
+// Parameters at their defaults, and (codecs with parameters) each at its first other value.
 std::vector<std::vector<uint8_t>> ParamChoices(const std::string& codec) {
   std::vector<std::vector<uint8_t>> choices = {{}};
   const compress::CodecSpec* spec = compress::CodecRegistry::Global().Find(codec);
@@ -50,26 +27,6 @@ std::vector<std::vector<uint8_t>> ParamChoices(const std::string& codec) {
     choices.push_back(std::vector<uint8_t>(spec->params.size(), 1));
   }
   return choices;
-}
-
-ChosenCodec Chosen(const std::string& codec, const std::vector<uint8_t>& choices) {
-  FuzzInputWriter w;
-  WriteCodecChoice(w, codec, choices);
-  FuzzInput in(w.bytes().data(), w.bytes().size());
-  return ReadCodecChoice(in);
-}
-
-void SeedWriter::Write(const std::string& target, const std::string& name,
-                       const std::vector<uint8_t>& bytes) {
-  const std::filesystem::path dir = root_ / target;
-  std::filesystem::create_directories(dir);
-  std::ofstream out(dir / ("seed-" + name), std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!out) {
-    std::fprintf(stderr, "cannot write %s\n", (dir / name).c_str());
-    std::exit(1);
-  }
-  ++written_;
 }
 
 void WriteCodecSeeds(SeedWriter& seeds) {
@@ -128,6 +85,57 @@ void WriteAggregatorSeeds(SeedWriter& seeds) {
   }
 }
 
+// A two-worker job: the standard tensors declared, one strategy (every codec in turn, and raw),
+// each worker pushing and pulling two keys for two rounds.
+void WriteServerSeeds(SeedWriter& seeds) {
+  std::vector<std::string> codecs = compress::CodecRegistry::Global().Names();
+  codecs.push_back("");  // raw: no strategy
+  for (size_t i = 0; i < codecs.size(); ++i) {
+    const std::string& name = codecs[i];
+    FuzzInputWriter w;
+    w.U8(1 | 8);  // 2 workers, 1 server, 2 shards
+    for (size_t t = 0; t < kTensors.size(); ++t) {
+      w.U8(static_cast<uint8_t>(ServerEvent::kDeclare)).U8(static_cast<uint8_t>(t));
+    }
+    const bool two_round = name == "powersgd";
+    if (!name.empty()) {
+      w.U8(static_cast<uint8_t>(ServerEvent::kStrategy)).Bool(true);
+      WriteCodecChoice(w, name);
+      w.Bool(i % 2 == 1);  // two-way for every other codec, pulled as fp16
+      WriteCodecChoice(w, "fp16");
+      w.U8(0);
+    }
+    for (uint8_t round = 0; round < 2; ++round) {
+      for (uint8_t worker = 0; worker < 2; ++worker) {
+        for (uint8_t tensor = 0; tensor < 2; ++tensor) {
+          RequestChoice push;
+          push.op = proto::OP_PUSH;
+          push.tensor = tensor;
+          push.round = round;
+          push.sender = worker;
+          push.version = name.empty() ? 0 : 1;
+          push.stage = two_round ? round + 1 : 0;
+          push.request_id = static_cast<uint8_t>(10 * round + worker);
+          w.U8(static_cast<uint8_t>(ServerEvent::kRequest));
+          WriteRequestChoice(w, push);
+        }
+      }
+      for (uint8_t worker = 0; worker < 2; ++worker) {
+        RequestChoice pull;
+        pull.op = proto::OP_PULL;
+        pull.round = round;
+        pull.sender = worker;
+        pull.version = name.empty() ? 0 : 1;
+        pull.stage = two_round ? round + 1 : 0;
+        pull.payload_mode = 0;
+        w.U8(static_cast<uint8_t>(ServerEvent::kRequest));
+        WriteRequestChoice(w, pull);
+      }
+    }
+    seeds.Write("server_request", name.empty() ? "raw" : name, w.bytes());
+  }
+}
+
 }  // namespace bytecomp::fuzz
 
 int main(int argc, char** argv) {
@@ -138,6 +146,7 @@ int main(int argc, char** argv) {
   bytecomp::fuzz::SeedWriter seeds(argv[1]);
   bytecomp::fuzz::WriteCodecSeeds(seeds);
   bytecomp::fuzz::WriteAggregatorSeeds(seeds);
+  bytecomp::fuzz::WriteServerSeeds(seeds);
   std::printf("wrote %d seeds under %s\n", seeds.written(), argv[1]);
   return 0;
 }

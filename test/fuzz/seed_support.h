@@ -1,4 +1,4 @@
-// The seed generator's parts (make_fuzz_seeds.cc and one seeds_<area>.cc per area of targets).
+// What the seed generator (make_fuzz_seeds.cc) and the targets that build valid inputs share.
 #pragma once
 
 #include <filesystem>
