@@ -2,15 +2,25 @@
 // payloads encoded by every registered codec, well-formed requests and control messages, the
 // repository's config files. Deterministic: the same build writes the same files.
 //
-//   make_fuzz_seeds <corpus dir>      (test/fuzz/README.md: when to run it)
+//   make_fuzz_seeds <corpus dir> <dictionary dir>    (test/fuzz/README.md: when to run it)
+//
+// It also writes the dictionaries (<target>.dict): field names and tags from the schemas,
+// codec, memory and parameter names from the registries.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bytecomp/planner/inputs.h"
+#include "cluster_config.pb.h"
+#include "google/protobuf/descriptor.h"
+#include "planner.pb.h"
 #include "bytecomp/compress/codec_util.h"
 #include "codec_choice.h"
 #include "fuzz_input.h"
@@ -287,11 +297,205 @@ void WriteSchedulerSeeds(SeedWriter& seeds) {
   }
 }
 
+// A strategy per codec with every parameter at its default, per memory, and one with several
+// entries, globs, two-way compression and placements.
+void WriteStrategySeeds(SeedWriter& seeds) {
+  auto text = [](const std::string& s) {
+    return std::vector<uint8_t>(s.begin(), s.end());
+  };
+  for (const std::string& name : compress::CodecRegistry::Global().Names()) {
+    std::string params;
+    for (const compress::CodecParamSpec& p : compress::CodecRegistry::Global().Find(name)->params) {
+      absl::StrAppend(&params, " params { key: \"", p.name, "\" value: \"", p.default_value,
+                      "\" }");
+    }
+    seeds.Write("strategy_text", name,
+                text(absl::StrCat("version: 1\nseed: 42\ntensors {\n  name_pattern: \"*\"\n",
+                                  "  push_codec { name: \"", name, "\"", params, " }\n",
+                                  "  force: true\n}\n")));
+  }
+  for (const std::string& memory : compress::MemoryRegistry::Global().Names()) {
+    std::string params;
+    for (const compress::CodecParamSpec& p : compress::MemoryRegistry::Global().Find(memory)->params) {
+      absl::StrAppend(&params, " memory_params { key: \"", p.name, "\" value: \"",
+                      p.default_value, "\" }");
+    }
+    seeds.Write("strategy_text", "memory-" + memory,
+                text(absl::StrCat("tensors { name_pattern: \"layer*\" push_codec { name: \"topk\" ",
+                                  "memory: \"", memory, "\"", params, " } }\n")));
+  }
+  seeds.Write("strategy_text", "several-entries", text(R"(version: 3
+first_round: 100
+min_compress_bytes: 1024
+seed: 7
+tensors {
+  name_pattern: "embedding?.weight"
+  push_codec { name: "randomk" params { key: "ratio" value: "0.01" } }
+  pull_codec { name: "fp16" }
+  compress_on: PLACEMENT_CPU_POOL
+  decompress_on: PLACEMENT_INLINE
+  partition_bytes: 1048576
+  priority_offset: -2
+}
+tensors {
+  name_pattern: "*bias"
+  push_codec { name: "none" }
+}
+tensors {
+  name_pattern: "*"
+  push_codec { name: "dgc" params { key: "ratio" value: "0.001" } memory: "dgc_momentum" }
+  pull_codec { name: "signsgd" }
+  compress_on: PLACEMENT_GPU
+  hierarchical: true
+  force: true
+}
+)"));
+}
+
+std::vector<uint8_t> FileSeed(uint8_t schema, const std::string& relative) {
+  std::ifstream in(std::string(BYTECOMP_SOURCE_DIR) + "/" + relative, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "seed: cannot read %s\n", relative.c_str());
+    std::exit(1);
+  }
+  std::vector<uint8_t> bytes = {schema};
+  bytes.insert(bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return bytes;
+}
+
+// The repository's own config files, each behind its schema byte (config_text_fuzzer.cc).
+void WriteConfigSeeds(SeedWriter& seeds) {
+  seeds.Write("config_text", "cluster", FileSeed(0, "deploy/examples/cluster.pbtxt"));
+  for (const char* c : {"4x1gpu-1g", "4x8gpu-25g", "8x1gpu-10g"}) {
+    seeds.Write("config_text", absl::StrCat("description-", c),
+                FileSeed(1, absl::StrCat("scheduler/planner/clusters/", c, ".pbtxt")));
+  }
+  seeds.Write("config_text", "costs-nominal", FileSeed(2, "scheduler/planner/costs/nominal.pbtxt"));
+  seeds.Write("config_text", "profile-resnet50", FileSeed(3, "scheduler/planner/profiles/resnet50.pbtxt"));
+  const std::string options = "\x04codecs: \"topk\"\ncodecs: \"fp16\"\nmin_compress_bytes: 4096\n"
+                              "partition_bytes: 1048576\ndisable_gpu: true\n"
+                              "max_joint_offload_choices: 8\nmin_relative_gain: 0.01\n";
+  seeds.Write("config_text", "options", std::vector<uint8_t>(options.begin(), options.end()));
+}
+
+// --- Dictionaries: words the targets' inputs are made of, from the schemas and registries,
+// so that a new field or codec is in them after the next run of this generator.
+
+void AddFieldNames(const google::protobuf::Descriptor* d, std::set<std::string>& words,
+                   std::set<const google::protobuf::Descriptor*>& seen) {
+  if (!seen.insert(d).second) return;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    words.insert(f->name() + ":");
+    if (f->enum_type() != nullptr) {
+      for (int v = 0; v < f->enum_type()->value_count(); ++v) words.insert(f->enum_type()->value(v)->name());
+    }
+    if (f->message_type() != nullptr) AddFieldNames(f->message_type(), words, seen);
+  }
+}
+
+std::set<std::string> FieldNames(std::initializer_list<const google::protobuf::Descriptor*> roots) {
+  std::set<std::string> words;
+  std::set<const google::protobuf::Descriptor*> seen;
+  for (const google::protobuf::Descriptor* d : roots) AddFieldNames(d, words, seen);
+  return words;
+}
+
+// Codec and memory names and their parameter names, quoted as in a strategy file or not.
+std::set<std::string> CodecWords(bool quoted) {
+  std::set<std::string> words;
+  auto add = [&](const std::string& w) { words.insert(quoted ? "\"" + w + "\"" : w); };
+  for (const std::string& name : compress::CodecRegistry::Global().Names()) {
+    add(name);
+    for (const compress::CodecParamSpec& p : compress::CodecRegistry::Global().Find(name)->params) {
+      add(p.name);
+      for (const std::string& c : p.choices) add(c);
+    }
+  }
+  for (const std::string& name : compress::MemoryRegistry::Global().Names()) {
+    add(name);
+    for (const compress::CodecParamSpec& p : compress::MemoryRegistry::Global().Find(name)->params) add(p.name);
+  }
+  return words;
+}
+
+// The tag bytes of every field of the messages, as binary protobuf starts a field.
+std::set<std::string> FieldTags(std::initializer_list<const google::protobuf::Descriptor*> roots) {
+  std::set<std::string> words;
+  std::set<const google::protobuf::Descriptor*> seen;
+  std::vector<const google::protobuf::Descriptor*> todo(roots);
+  while (!todo.empty()) {
+    const google::protobuf::Descriptor* d = todo.back();
+    todo.pop_back();
+    if (!seen.insert(d).second) continue;
+    for (int i = 0; i < d->field_count(); ++i) {
+      const google::protobuf::FieldDescriptor* f = d->field(i);
+      using FD = google::protobuf::FieldDescriptor;
+      const bool length_delimited = f->type() == FD::TYPE_STRING || f->type() == FD::TYPE_BYTES ||
+                                    f->type() == FD::TYPE_MESSAGE || f->is_packed();
+      const bool fixed64 = f->type() == FD::TYPE_DOUBLE;
+      const uint32_t tag = (static_cast<uint32_t>(f->number()) << 3) |
+                           (length_delimited ? 2 : fixed64 ? 1 : 0);
+      std::string bytes;
+      for (uint32_t v = tag; ; v >>= 7) {
+        bytes.push_back(static_cast<char>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
+        if (v < 0x80) break;
+      }
+      words.insert(bytes);
+      if (f->message_type() != nullptr) todo.push_back(f->message_type());
+    }
+  }
+  return words;
+}
+
+void WriteDict(const std::filesystem::path& path, const std::set<std::string>& words) {
+  std::ofstream out(path);
+  out << "# Written by make_fuzz_seeds (test/fuzz/README.md); do not edit.\n";
+  int i = 0;
+  for (const std::string& w : words) {
+    std::string escaped;
+    for (unsigned char c : w) {
+      if (c == '"' || c == '\\') {
+        escaped += '\\';
+        escaped += static_cast<char>(c);
+      } else if (c >= 0x20 && c < 0x7f) {
+        escaped += static_cast<char>(c);
+      } else {
+        absl::StrAppend(&escaped, "\\x", absl::Hex(c, absl::kZeroPad2));
+      }
+    }
+    out << "w" << i++ << "=\"" << escaped << "\"\n";
+  }
+}
+
+void WriteDictionaries(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  std::set<std::string> strategy = FieldNames({proto::Strategy::descriptor()});
+  for (const std::string& w : CodecWords(true)) strategy.insert(w);
+  WriteDict(dir / "strategy_text.dict", strategy);
+  WriteDict(dir / "config_text.dict",
+            FieldNames({proto::ClusterConfig::descriptor(), proto::ClusterDescription::descriptor(),
+                        proto::CostTable::descriptor(), proto::ModelProfile::descriptor(),
+                        proto::PlannerOptions::descriptor()}));
+  WriteDict(dir / "codec.dict", CodecWords(false));
+  WriteDict(dir / "aggregator.dict", CodecWords(false));
+  std::set<std::string> control = FieldTags({proto::ControlMessage::descriptor()});
+  for (const char* w : {"workers", "servers", "all", "host", "nccl", "tcp://127.0.0.1:7000"}) {
+    control.insert(w);
+  }
+  WriteDict(dir / "scheduler_control.dict", control);
+  std::set<std::string> server = FieldTags({proto::DataHeader::descriptor(),
+                                            proto::DeclareReply::descriptor(),
+                                            proto::Strategy::descriptor()});
+  for (const std::string& w : CodecWords(false)) server.insert(w);
+  WriteDict(dir / "server_request.dict", server);
+}
+
 }  // namespace bytecomp::fuzz
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: make_fuzz_seeds <corpus dir>\n");
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: make_fuzz_seeds <corpus dir> <dictionary dir>\n");
     return 2;
   }
   bytecomp::fuzz::SeedWriter seeds(argv[1]);
@@ -299,6 +503,9 @@ int main(int argc, char** argv) {
   bytecomp::fuzz::WriteAggregatorSeeds(seeds);
   bytecomp::fuzz::WriteServerSeeds(seeds);
   bytecomp::fuzz::WriteSchedulerSeeds(seeds);
+  bytecomp::fuzz::WriteStrategySeeds(seeds);
+  bytecomp::fuzz::WriteConfigSeeds(seeds);
+  bytecomp::fuzz::WriteDictionaries(argv[2]);
   std::printf("wrote %d seeds under %s\n", seeds.written(), argv[1]);
   return 0;
 }
