@@ -5,11 +5,12 @@
 # target kernels; tbf is). Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN).
 #
 #   netns_cluster.sh up   --workers W --servers S --rate 1gbit [--burst BYTES] [--latency 20ms]
+#                         [--colocate]
 #   netns_cluster.sh exec NAME -- cmd args...      NAME: sched | s<i> | w<i> (or the full name)
 #   netns_cluster.sh addr NAME                     prints the node's IP address
 #   netns_cluster.sh list                          the namespaces of this cluster, with addresses
 #   netns_cluster.sh run  --workers W --servers S --rate R [--burst B] [--latency L]
-#                         [bytecomp-run options] -- cmd args...
+#                         [--colocate] [bytecomp-run options] -- cmd args...
 #                         up, then deploy/bytecomp-run with every process in its namespace,
 #                         then down (always, also after a failure or Ctrl-C)
 #   netns_cluster.sh down                          removes everything 'up' made
@@ -19,6 +20,12 @@
 # Addresses are in 10.213.0.0/16 and exist only inside these namespaces: the scheduler is
 # 10.213.0.1, server i is 10.213.1.(i+1), worker i is 10.213.2.(i+1). Nothing is added to the
 # root namespace: each veth pair is created inside the bridge namespace and one end moved.
+#
+# --colocate: the BytePS layout, a server beside each worker (S <= W): server i runs in worker
+# i's namespace ("machine"), shares its link and is reached at its address; s<i> is then a
+# second name for w<i>'s namespace (a bind mount of it, as 'ip netns' names are), so that
+# 'exec s<i>' and the launcher's --netns find it. Traffic between a worker and its own server
+# stays inside the namespace, as on a real machine.
 #
 # Shaping: a node's upload is a tbf on its own eth0 (egress); its download is a tbf on the
 # bridge-side end of its veth (that end's egress), so each link is limited both ways.
@@ -39,13 +46,17 @@ usage() {
 }
 
 state_file() { echo "$STATE_DIR/${prefix}cluster"; }
+# Holds "colocate" when servers share the workers' namespaces.
+layout_file() { echo "$STATE_DIR/${prefix}layout"; }
+colocated() { [[ -f $(layout_file) ]] && grep -qx colocate "$(layout_file)"; }
 
 # Node short name -> IP address (the fixed plan above).
 node_addr() {
   local name=$1
   case "$name" in
     sched) echo 10.213.0.1 ;;
-    s[0-9]*) echo "10.213.1.$(( ${name#s} + 1 ))" ;;
+    s[0-9]*) if colocated; then echo "10.213.2.$(( ${name#s} + 1 ))";
+             else echo "10.213.1.$(( ${name#s} + 1 ))"; fi ;;
     w[0-9]*) echo "10.213.2.$(( ${name#w} + 1 ))" ;;
     *) die "unknown node '$name' (expected sched, s<i> or w<i>)" ;;
   esac
@@ -87,7 +98,7 @@ cmd_down() {
     fi
     ip netns del "$ns" 2>/dev/null || true
   done < <(tac "$file")
-  rm -f "$file"
+  rm -f "$file" "$(layout_file)"
   echo "netns_cluster.sh: removed cluster '$prefix'"
 }
 
@@ -113,8 +124,17 @@ add_node() {
   shape "$bridge_ns" "$name"    # download
 }
 
+# A second name for node $2's namespace: s<i> beside w<i> (--colocate).
+add_alias() {
+  local alias=${prefix}$1 target=${prefix}$2
+  touch "/run/netns/$alias" || die "cannot create /run/netns/$alias"
+  echo "$alias" >> "$(state_file)"
+  mount --bind "/run/netns/$target" "/run/netns/$alias" \
+    || die "cannot bind-mount namespace $target as $alias"
+}
+
 cmd_up() {
-  local workers="" servers="" burst_arg="" i
+  local workers="" servers="" burst_arg="" colocate=0 i
   rate=""; latency=20ms
   while (($#)); do
     case $1 in
@@ -124,6 +144,7 @@ cmd_up() {
       --burst) burst_arg=$2; shift 2 ;;
       --latency) latency=$2; shift 2 ;;
       --prefix) prefix=$2; shift 2 ;;
+      --colocate) colocate=1; shift ;;
       *) die "up: unknown argument '$1'" ;;
     esac
   done
@@ -131,6 +152,8 @@ cmd_up() {
     || die "up: --workers must be 1..254"
   [[ $servers =~ ^[0-9]+$ && $servers -le 254 ]] || die "up: --servers must be 0..254"
   [[ -n $rate ]] || die "up: --rate is required (e.g. --rate 1gbit)"
+  ((colocate == 0 || servers <= workers)) \
+    || die "up: --colocate puts server i beside worker i: --servers must be <= --workers"
   local bytes_per_s
   bytes_per_s=$(rate_bytes_per_s "$rate")
   # Default bucket: 1 ms of traffic, at least 10 full-size frames (tbf needs burst >= MTU, and a
@@ -146,6 +169,7 @@ cmd_up() {
   [[ ! -e $(state_file) ]] \
     || die "a cluster with prefix '$prefix' is up already ($(state_file)); run 'down' first"
   : > "$(state_file)"
+  if ((colocate)); then echo colocate > "$(layout_file)"; else rm -f "$(layout_file)"; fi
   # Any failure from here on removes what was made so far.
   trap 'status=$?; if ((status)); then echo "netns_cluster.sh: up failed; removing what it made" >&2; cmd_down >&2; fi' EXIT
   bridge_ns=${prefix}br
@@ -155,10 +179,18 @@ cmd_up() {
   ip -n "$bridge_ns" link add br0 type bridge
   ip -n "$bridge_ns" link set br0 up
   add_node sched
-  for ((i = 0; i < servers; i++)); do add_node "s$i"; done
+  if ((colocate == 0)); then
+    for ((i = 0; i < servers; i++)); do add_node "s$i"; done
+  fi
   for ((i = 0; i < workers; i++)); do add_node "w$i"; done
+  if ((colocate)); then
+    mkdir -p /run/netns
+    for ((i = 0; i < servers; i++)); do add_alias "s$i" "w$i"; done
+  fi
   trap - EXIT
-  echo "netns_cluster.sh: cluster '$prefix' up: scheduler, $servers servers, $workers workers;" \
+  local layout="$servers servers"
+  ((colocate == 0)) || layout="$servers servers beside workers 0..$((servers - 1))"
+  echo "netns_cluster.sh: cluster '$prefix' up: scheduler, $layout, $workers workers;" \
        "links $rate both ways (tbf burst $burst bytes, latency $latency)"
 }
 
@@ -207,7 +239,9 @@ cmd_list() {
   [[ -f $(state_file) ]] || die "no cluster with prefix '$prefix'"
   local ns
   while read -r ns; do
-    if [[ $ns == "${prefix}br" ]]; then echo "$ns bridge"; else
+    if [[ $ns == "${prefix}br" ]]; then echo "$ns bridge"; elif colocated &&
+       [[ ${ns#"$prefix"} == s[0-9]* ]]; then
+      echo "$ns $(node_addr "${ns#"$prefix"}") (beside ${prefix}w${ns#"${prefix}s"})"; else
       echo "$ns $(node_addr "${ns#"$prefix"}")"; fi
   done < "$(state_file)"
 }
@@ -219,6 +253,7 @@ cmd_run() {
       --workers) workers=$2; up_args+=("$1" "$2"); shift 2 ;;
       --servers) servers=$2; up_args+=("$1" "$2"); shift 2 ;;
       --rate|--burst|--latency) up_args+=("$1" "$2"); shift 2 ;;
+      --colocate) up_args+=("$1"); shift ;;
       --prefix) prefix=$2; shift 2 ;;
       --) break ;;
       *) run_args+=("$1"); shift ;;

@@ -14,6 +14,12 @@ packages=(
   iproute2 procps psmisc
   python3-torch python3-sklearn python3-numpy python3-pytest python3-venv python3-pip
   python3-yaml
+  # Packaging test (test/package): dpkg-shlibdeps for the .deb's dependencies, debootstrap for
+  # the fresh Debian root it installs into, systemd-analyze to verify the installed units.
+  dpkg-dev debootstrap systemd
+  # An optimised BLAS for Debian's torch (it calls libblas.so.3, which is otherwise the
+  # reference implementation, about 20x slower); the OpenMP build follows torch's threads.
+  libopenblas0-openmp
 )
 
 missing=()
@@ -49,5 +55,29 @@ else
     echo "[setup] WARNING: mxnet could not be installed or imported (see above); the MXNet" \
          "shim tests will be left out" >&2
     rm -rf "$venv"
+  fi
+fi
+
+# torch 2.x from PyPI for the shim's tests under a current torch (opt-in: BYTECOMP_TORCH2=1, as
+# deploy/test_torch2.sh sets). PyPI's Linux wheel is a CUDA build: torch==2.15.0 with its
+# dependencies is 29 wheels, 2.97 GB (torch 539 MB, cudnn 519 MB, cublas 405 MB, triton 286 MB,
+# ...), which import torch needs even on a CPU (measured: 162 s to download here).
+torch2_version=${BYTECOMP_TORCH2_VERSION:-2.15.0}
+venv="$root/.venv-torch2"
+if [ "${BYTECOMP_TORCH2:-0}" = 1 ]; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    echo "[setup] torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)') present in $venv"
+  else
+    echo "[setup] creating $venv with torch==$torch2_version (about 3 GB from PyPI)"
+    rm -rf "$venv"
+    # Debian's numpy, sklearn and pytest are seen; the venv's torch shadows Debian's.
+    if /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+       "$venv/bin/pip" install -q --disable-pip-version-check "torch==$torch2_version" &&
+       "$venv/bin/python" -c "import torch" ; then
+      echo "[setup] torch $torch2_version installed in $venv"
+    else
+      echo "[setup] WARNING: torch $torch2_version could not be installed (see above)" >&2
+      rm -rf "$venv"
+    fi
   fi
 fi

@@ -127,9 +127,12 @@ def train(args, bc, log=print):
         raise SystemExit(f"--batch-size {args.batch_size} x {size} workers exceeds the "
                          f"{len(x_train)} training samples")
     if rank == 0:
+        # check_cpu_math warns when torch runs on the reference BLAS (compute-bound steps).
+        blas = bc.check_cpu_math()
         log(f"digits MLP: W={size} servers={bc.num_servers()} codec={args.codec} "
             f"batch={args.batch_size}/worker ({global_batch} global) steps/epoch="
-            f"{steps_per_epoch} params={grad_bytes // 4}")
+            f"{steps_per_epoch} params={grad_bytes // 4} BLAS={blas} "
+            f"threads={torch.get_num_threads()}")
     epochs = []
     counters = bc.stats()  # the engine's byte counters (broadcasts included so far)
     sent_before = counters["pushed_bytes"] + counters["pulled_bytes"]

@@ -4,7 +4,12 @@
 // compressed/original size, and the ratio to memcpy bandwidth measured in the same run.
 //
 //   bytecomp-codec-bench [--codecs=topk,fp16] [--sizes=1048576,67108864] [--reps=7]
+//                        [--params=ratio=0.01[,key=value...]]
+//   bytecomp-codec-bench --codec=topk --params=ratio=0.01
 //   bytecomp-codec-bench --list     every codec and memory with its parameters
+//
+// --params go to every codec benchmarked (a codec that has no such parameter fails with the
+// registry's error naming it); without them each codec runs with its defaults (--list).
 //
 // Targets (issue 3): linear-time codecs encode at >= 25% of memcpy; topk, dgc, threshold at
 // >= 5%. The last column says whether the run met its target.
@@ -93,6 +98,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> codecs = CodecRegistry::Global().Names();
   std::vector<size_t> sizes = {size_t{1} << 20, size_t{64} << 20};
   int reps = 7;
+  bytecomp::compress::CodecParams params;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--list") {
@@ -108,8 +114,17 @@ int main(int argc, char** argv) {
                     bytecomp::compress::DescribeParams(spec->params).c_str());
       }
       return 0;
-    } else if (arg.rfind("--codecs=", 0) == 0) {
-      codecs = absl::StrSplit(arg.substr(9), ',', absl::SkipEmpty());
+    } else if (arg.rfind("--codecs=", 0) == 0 || arg.rfind("--codec=", 0) == 0) {
+      codecs = absl::StrSplit(arg.substr(arg.find('=') + 1), ',', absl::SkipEmpty());
+    } else if (arg.rfind("--params=", 0) == 0) {
+      for (absl::string_view kv : absl::StrSplit(arg.substr(9), ',', absl::SkipEmpty())) {
+        const std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+        if (p.first.empty() || kv.find('=') == absl::string_view::npos) {
+          std::fprintf(stderr, "bad --params entry '%s' (want key=value)\n", std::string(kv).c_str());
+          return 2;
+        }
+        params[p.first] = p.second;
+      }
     } else if (arg.rfind("--sizes=", 0) == 0) {
       sizes.clear();
       for (absl::string_view s : absl::StrSplit(arg.substr(8), ',', absl::SkipEmpty())) {
@@ -122,7 +137,9 @@ int main(int argc, char** argv) {
       }
     } else if (arg.rfind("--reps=", 0) == 0 && absl::SimpleAtoi(arg.substr(7), &reps) && reps > 0) {
     } else {
-      std::fprintf(stderr, "usage: %s [--codecs=a,b] [--sizes=n1,n2] [--reps=N] | --list\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--codecs=a,b] [--params=k=v,...] [--sizes=n1,n2] [--reps=N] | --list\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -132,12 +149,15 @@ int main(int argc, char** argv) {
     const std::vector<float> input = MakeInput(n);
     const int r = n >= (size_t{16} << 20) ? std::max(3, reps / 2) : reps;
     const double memcpy_gbs = MemcpyBandwidth(input, r * 2);
-    std::printf("\n%zu floats (%.0f MiB), one thread, CPU time, median of %d; memcpy %.2f GB/s\n", n,
-                4.0 * n / (1 << 20), r, memcpy_gbs);
+    std::string described;
+    for (const auto& [key, value] : params) described += " " + key + "=" + value;
+    std::printf("\n%zu floats (%.0f MiB), one thread, CPU time, median of %d; memcpy %.2f GB/s; "
+                "params:%s\n", n, 4.0 * n / (1 << 20), r, memcpy_gbs,
+                described.empty() ? " the codecs' defaults" : described.c_str());
     std::printf("%-10s %9s %8s %9s %8s %10s %7s %s\n", "codec", "enc GB/s", "enc/mcp", "dec GB/s",
                 "dec/mcp", "size ratio", "target", "met");
     for (const auto& name : codecs) {
-      auto codec_or = bytecomp::compress::CreateCodec(name);
+      auto codec_or = bytecomp::compress::CreateCodec(name, params);
       if (!codec_or.ok()) {
         std::printf("%-10s %s\n", name.c_str(), std::string(codec_or.status().message()).c_str());
         ++failures;

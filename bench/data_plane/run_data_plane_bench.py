@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "test", "integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "test", "harness"))
 import cluster  # noqa: E402
 
 CONFIGS = [  # (W, S, model, rounds)

@@ -240,6 +240,19 @@ def synchronize(handle, timeout_ms=-1):
     return handle.result
 
 
+def synchronize_all(handles):
+    """Waits for every handle, also after one failed (so that no memory stays in flight), and
+    raises the first failure."""
+    first_error = None
+    for h in handles:
+        try:
+            synchronize(h)
+        except BytecompError as e:
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error
+
+
 def _fail(handle, error):
     eng = _engine.get_engine()
     with _registry_lock:

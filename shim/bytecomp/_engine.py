@@ -8,7 +8,8 @@ The library is found, in this order, at:
   1. $BYTECOMP_LIBRARY (a path to libbytecomp_worker.so),
   2. $BYTECOMP_BUILD_DIR/lib/libbytecomp_worker.so,
   3. <repository>/build/lib/libbytecomp_worker.so when the package runs from a checkout,
-  4. libbytecomp_worker.so next to this file (a wheel that ships the library).
+  4. libbytecomp_worker.so next to this file (a wheel that ships the library),
+  5. where `cmake --install` or the Debian package put it (_installed.py, written at install).
 """
 
 import ctypes
@@ -118,6 +119,11 @@ def candidate_library_paths():
     repo_root = os.path.dirname(os.path.dirname(package_dir))
     paths.append(os.path.join(repo_root, "build", "lib", LIBRARY_NAME))
     paths.append(os.path.join(package_dir, LIBRARY_NAME))
+    try:
+        from bytecomp._installed import LIBRARY_PATH as installed
+        paths.append(installed)
+    except ImportError:  # running from a checkout or a wheel
+        pass
     return paths
 
 

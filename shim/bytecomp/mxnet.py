@@ -92,17 +92,6 @@ def synchronize(handle, timeout_ms=-1):
     return _core.synchronize(handle, timeout_ms)
 
 
-def _synchronize_all(handles):
-    first_error = None
-    for h in handles:
-        try:
-            synchronize(h)
-        except BytecompError as e:
-            first_error = first_error or e
-    if first_error is not None:
-        raise first_error
-
-
 def _broadcast_async(arr, name, is_root):
     """Root contributes its value, the others zeros; the sum is the root's value everywhere."""
     if not is_root:
@@ -127,7 +116,7 @@ def broadcast_parameters(params, root_rank=0, name_prefix="bcast/"):
             arrays = [value]
         handles.append(_broadcast_async(arrays[0], name_prefix + name, is_root))
         copies.append(arrays)
-    _synchronize_all(handles)
+    _core.synchronize_all(handles)
     for arrays in copies:
         for other in arrays[1:]:
             arrays[0].copyto(other)
@@ -160,7 +149,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                     "contexts; use one device per process")
             handles.append(push_pull_async_inplace(grads[0], self._bytecomp_prefix + param.name,
                                                    average=False, priority=-i))
-        _synchronize_all(handles)
+        _core.synchronize_all(handles)
 
 
 class KVStore(mx.kvstore.KVStoreBase):

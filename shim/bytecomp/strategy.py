@@ -35,11 +35,12 @@ def _codec_block(field, name, params, memory):
 
 
 def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_bytes=None,
-                  force=False, seed=0, name_pattern="grad/*"):
+                  force=False, seed=0, name_pattern="grad/*", pull_memory=""):
     """A Strategy applying `codec` to every tensor matching name_pattern (by default every
     gradient of DistributedOptimizer; broadcasts and metrics stay exact). params/memory default
     to the preset for the name; two_way re-encodes pulls with the same codec on the servers;
-    force compresses tensors under min_compress_bytes (64 KiB) too."""
+    force compresses tensors under min_compress_bytes (64 KiB) too; pull_memory is the servers'
+    error-feedback memory for the re-encode (two_way)."""
     preset_params, preset_memory = PRESETS.get(codec, ({}, ""))
     params = preset_params if params is None else params
     memory = preset_memory if memory is None else memory
@@ -52,7 +53,7 @@ def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_b
     if codec and codec != "none":
         lines += _codec_block("push_codec", codec, params, memory)
         if two_way:
-            lines += _codec_block("pull_codec", codec, params, "")
+            lines += _codec_block("pull_codec", codec, params, pull_memory)
     if force:
         lines.append("  force: true")
     lines.append("}")

@@ -23,12 +23,14 @@ Limitations, stated plainly:
 """
 
 import json
+import os
+import warnings
 from contextlib import contextmanager
 
 import torch
 
-from . import _core, _engine
-from ._core import (Handle, barrier, init, is_initialized, local_rank, local_size,  # noqa: F401
+from . import _core, _cpu, _engine
+from ._core import (Handle, barrier, is_initialized, local_rank, local_size,  # noqa: F401
                     num_servers, rank, set_learning_rate, shutdown, size, stats)
 from ._engine import BytecompError  # noqa: F401
 
@@ -37,7 +39,8 @@ __all__ = [
     "num_servers", "barrier", "declare", "push_pull", "push_pull_async", "push_pull_inplace",
     "push_pull_async_inplace", "poll", "synchronize", "DistributedOptimizer",
     "broadcast_parameters", "broadcast_optimizer_state", "BytecompError", "Handle",
-    "set_learning_rate", "stats",
+    "set_learning_rate", "stats", "DDPHookState", "ddp_comm_hook", "init_process_group",
+    "check_cpu_math", "configure_cpu_threads",
 ]
 
 _DTYPE_CODES = {
@@ -45,6 +48,45 @@ _DTYPE_CODES = {
     torch.float16: _engine.FLOAT16,
     torch.bfloat16: _engine.BFLOAT16,
 }
+
+
+def init(config_path=None):
+    """Starts the worker engine (bytecomp._core.init) and then, unless OMP_NUM_THREADS is set,
+    gives torch this worker's share of the machine's cores (configure_cpu_threads)."""
+    _core.init(config_path)
+    configure_cpu_threads()
+
+
+def configure_cpu_threads(local_workers=None):
+    """Sets torch's intra-op threads to cores / workers on this machine (local_size() after
+    init(), else BYTECOMP_LOCAL_SIZE, else 1), so that W workers on one machine do not each
+    start a thread per core. An explicit OMP_NUM_THREADS wins (torch already follows it).
+    Returns the thread count torch uses."""
+    if not os.environ.get("OMP_NUM_THREADS"):
+        if local_workers is None:
+            local_workers = (local_size() if is_initialized()
+                             else int(os.environ.get("BYTECOMP_LOCAL_SIZE", "1")))
+        torch.set_num_threads(_cpu.threads_per_worker(local_workers))
+    return torch.get_num_threads()
+
+
+def check_cpu_math(warn=True):
+    """Which BLAS torch runs on: "mkl" or "openblas" (from torch's build) or what is mapped
+    into the process (Debian's torch loads libblas.so.3 through update-alternatives). Warns
+    when it is the reference BLAS, on which matrix products are an order of magnitude slower:
+    install OpenBLAS (apt-get install libopenblas0-openmp; deploy/setup.sh does)."""
+    config = torch.__config__.show()
+    if "BLAS_INFO=mkl" in config:
+        return _cpu.MKL
+    kind, path = _cpu.loaded_blas()
+    if kind is None and "BLAS_INFO=open" in config:
+        kind = _cpu.OPENBLAS
+    if kind == _cpu.REFERENCE and warn:
+        warnings.warn(f"torch runs on the reference BLAS ({path}): matrix products are about "
+                      "10-20x slower than with OpenBLAS, so training is compute-bound. Install "
+                      "it: apt-get install libopenblas0-openmp (deploy/setup.sh does)",
+                      RuntimeWarning, stacklevel=2)
+    return kind or _cpu.UNKNOWN
 
 
 def _check_device(tensor, what):
@@ -366,20 +408,7 @@ def broadcast_parameters(params, root_rank=0, name_prefix="bcast/"):
         if tensor is None:
             continue
         handles.append(_broadcast_async(tensor, name_prefix + name, root_rank, is_root))
-    _synchronize_all(handles)
-
-
-def _synchronize_all(handles):
-    """Waits for every handle (also after a failure, so no memory stays in flight) and
-    raises the first failure."""
-    first_error = None
-    for h in handles:
-        try:
-            synchronize(h)
-        except BytecompError as e:
-            first_error = first_error or e
-    if first_error is not None:
-        raise first_error
+    _core.synchronize_all(handles)
 
 
 def _json_value(v):
@@ -458,4 +487,7 @@ def broadcast_optimizer_state(optimizer, root_rank=0, name_prefix="bcast_opt/"):
                 state[key] = torch.zeros(shape, dtype=dtype, device=p.device)
             handles.append(_broadcast_async(state[key], f"{name_prefix}{index}/{key}",
                                             root_rank, is_root))
-    _synchronize_all(handles)
+    _core.synchronize_all(handles)
+
+
+from ._torch_ddp import DDPHookState, ddp_comm_hook, init_process_group  # noqa: E402,F401

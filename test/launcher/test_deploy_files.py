@@ -6,8 +6,9 @@
                                  not installed on this machine); deploy/examples/cluster.pbtxt
                                  parses against proto/cluster_config.proto (protoc)
   test_deploy_files.py k8s       deploy/k8s manifests parse as YAML (python3-yaml) and fit
-                                 together (selectors, ports, names, flags); exits 77 (skipped)
-                                 when python3-yaml is missing
+                                 together (selectors, ports, names, flags), and deploy/Dockerfile
+                                 is the image they run (checked statically: no container engine
+                                 runs here); exits 77 (skipped) when python3-yaml is missing
 """
 import os
 import re
@@ -21,6 +22,8 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SYSTEMD = os.path.join(REPO, "deploy", "systemd")
 K8S = os.path.join(REPO, "deploy", "k8s")
+DOCKERFILE = os.path.join(REPO, "deploy", "Dockerfile")
+INSTALL_RULES = os.path.join(REPO, "cmake", "Install.cmake")
 EXAMPLE_CONFIG = os.path.join(REPO, "deploy", "examples", "cluster.pbtxt")
 SKIP = 77
 
@@ -64,7 +67,7 @@ class SystemdUnitsTest(unittest.TestCase):
         self.assertEqual(self.value(unit, "Service", "EnvironmentFile"),
                          "/etc/bytecomp/scheduler.env")
         exec_start = self.value(unit, "Service", "ExecStart").split()
-        self.assertEqual(exec_start[0], "/usr/local/bin/bytecomp-scheduler")
+        self.assertEqual(exec_start[0], "/usr/bin/bytecomp-scheduler")
         self.assertEqual(exec_start[1:7], ["--port", "${BYTECOMP_SCHEDULER_PORT}",
                                            "--num_workers", "${BYTECOMP_NUM_WORKERS}",
                                            "--num_servers", "${BYTECOMP_NUM_SERVERS}"])
@@ -75,7 +78,7 @@ class SystemdUnitsTest(unittest.TestCase):
         env_files = [v for k, v in unit["Service"] if k == "EnvironmentFile"]
         self.assertEqual(env_files, ["/etc/bytecomp/server.env", "-/etc/bytecomp/server-%i.env"])
         exec_start = self.value(unit, "Service", "ExecStart").split()
-        self.assertEqual(exec_start[:5], ["/usr/local/bin/bytecomp-server", "--scheduler",
+        self.assertEqual(exec_start[:5], ["/usr/bin/bytecomp-server", "--scheduler",
                                           "${BYTECOMP_SCHEDULER}", "--rank", "%i"])
 
     def test_env_examples_define_what_the_units_use(self):
@@ -101,8 +104,40 @@ class SystemdUnitsTest(unittest.TestCase):
                  os.path.join(tmp, "bytecomp-server@0.service")],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
         complaints = [line for line in proc.stdout.splitlines() if line.strip() and not re.search(
-            r"Command /usr/local/bin/bytecomp-(scheduler|server) is not executable", line)]
+            r"Command /usr/bin/bytecomp-(scheduler|server) is not executable", line)]
         self.assertEqual(complaints, [], proc.stdout)
+
+    def test_units_run_installed_programs_and_point_at_installed_documentation(self):
+        # The paths are the Debian package's (cmake/Install.cmake rewrites /usr for another
+        # prefix); the documentation is a file of the repository that the install rules put in
+        # /usr/share/doc/bytecomp.
+        with open(INSTALL_RULES) as f:
+            rules = f.read()
+        for name in ("bytecomp-scheduler.service", "bytecomp-server@.service"):
+            unit = self.unit(name)
+            program = self.value(unit, "Service", "ExecStart").split()[0]
+            self.assertIn(os.path.basename(program), installed_programs())
+            self.assertEqual(os.path.dirname(program), "/usr/bin")
+            doc = self.value(unit, "Unit", "Documentation")
+            self.assertTrue(doc.startswith("file:/usr/share/doc/bytecomp/"), doc)
+            source = os.path.basename(doc)
+            self.assertTrue(os.path.isfile(os.path.join(REPO, source)), source)
+            self.assertIn("install(FILES %s DESTINATION ${BYTECOMP_INSTALL_DOCDIR})" % source,
+                          rules)
+
+
+def installed_programs():
+    """The programs cmake/Install.cmake puts in bin/ (the targets' names and bytecomp-run)."""
+    with open(INSTALL_RULES) as f:
+        rules = f.read()
+    programs = re.search(r"foreach\(program ([^)]*)\)", rules).group(1).split()
+    return set(programs) | {"bytecomp-run"}
+
+
+def package_version():
+    """The version CPack gives the package (cmake/Package.cmake reads shim/pyproject.toml)."""
+    with open(os.path.join(REPO, "shim", "pyproject.toml")) as f:
+        return re.search(r'^version *= *"([^"]+)"', f.read(), re.M).group(1)
 
 
 def protoc_check_cluster_config(test, text):
@@ -128,20 +163,29 @@ class ExampleConfigTest(unittest.TestCase):
             protoc_check_cluster_config(self, "partition_byte: 4\n")
 
 
-class KubernetesManifestsTest(unittest.TestCase):
+def load_manifests():
+    """{(kind, name): document} of every deploy/k8s/*.yaml."""
+    import yaml
+    docs = {}
+    for name in sorted(os.listdir(K8S)):
+        if name.endswith(".yaml"):
+            with open(os.path.join(K8S, name)) as f:
+                for doc in yaml.safe_load_all(f):
+                    docs[(doc["kind"], doc["metadata"]["name"])] = doc
+    return docs
+
+
+class ManifestsFixture(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        import yaml
-        cls.docs = {}
-        for name in sorted(os.listdir(K8S)):
-            if name.endswith(".yaml"):
-                with open(os.path.join(K8S, name)) as f:
-                    for doc in yaml.safe_load_all(f):
-                        cls.docs[(doc["kind"], doc["metadata"]["name"])] = doc
+        cls.docs = load_manifests()
 
     def get(self, kind, name):
         self.assertIn((kind, name), self.docs)
         return self.docs[(kind, name)]
+
+
+class KubernetesManifestsTest(ManifestsFixture):
 
     def test_every_document_is_a_known_kind(self):
         expected = {("ConfigMap", "bytecomp-config"), ("Service", "bytecomp-scheduler"),
@@ -194,13 +238,98 @@ class KubernetesManifestsTest(unittest.TestCase):
             with open(fake, "w") as f:
                 f.write('#!/bin/sh\nprintf "%s\\n" "$@"\n')
             os.chmod(fake, 0o755)
-            env = dict(os.environ, PATH=tmp + os.pathsep + os.environ["PATH"],
-                       HOSTNAME="bytecomp-server-12")
-            proc = subprocess.run(["/bin/sh", "-c"] + container["args"], env=env,
+            env = dict(os.environ, HOSTNAME="bytecomp-server-12")
+            (line,) = container["args"]
+            self.assertIn("exec /usr/bin/bytecomp-server ", line)
+            line = line.replace("/usr/bin/bytecomp-server", fake)
+            proc = subprocess.run(["/bin/sh", "-c", line], env=env,
                                   stdout=subprocess.PIPE, text=True, timeout=10)
         self.assertEqual(proc.stdout.split("\n")[:-1],
                          ["--scheduler", "bytecomp-scheduler:9000", "--rank", "12",
                           "--config", "/etc/bytecomp/cluster.pbtxt"])
+
+
+def dockerfile_instructions(path):
+    """[(INSTRUCTION, arguments)] of a Dockerfile: comments dropped, continuations joined."""
+    instructions, pending = [], ""
+    with open(path) as f:
+        for raw in f:
+            line = raw.rstrip("\n")
+            if not pending and (not line.strip() or line.lstrip().startswith("#")):
+                continue
+            if line.endswith("\\"):
+                pending += line[:-1] + " "
+                continue
+            line = pending + line
+            pending = ""
+            word, _, rest = line.strip().partition(" ")
+            instructions.append((word.upper(), " ".join(rest.split())))
+    if pending:
+        raise ValueError("%s: the last line continues into nothing" % path)
+    return instructions
+
+
+class ContainerImageTest(ManifestsFixture):
+    """deploy/Dockerfile is the image the manifests run. No container engine runs on the
+    machines this is tested on, so the image is never built here: these are static checks of
+    the recipe against the manifests and the package CPack makes."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.instructions = dockerfile_instructions(DOCKERFILE)
+        cls.version = package_version()
+
+    def workloads(self):
+        return [self.get("Deployment", "bytecomp-scheduler"),
+                self.get("StatefulSet", "bytecomp-server")]
+
+    def all_of(self, instruction):
+        return [args for word, args in self.instructions if word == instruction]
+
+    def test_debian_12_slim(self):
+        self.assertEqual(self.instructions[0][0], "FROM")
+        self.assertEqual(self.all_of("FROM"), ["debian:12-slim"])
+
+    def test_installs_the_package_cpack_makes(self):
+        deb = "bytecomp_%s_amd64.deb" % self.version
+        self.assertIn("BYTECOMP_DEB=" + deb, self.all_of("ARG"))
+        (copy,) = self.all_of("COPY")
+        source, destination = copy.split()
+        self.assertEqual(source, "${BYTECOMP_DEB}")
+        installs = [r for r in self.all_of("RUN") if "apt-get install" in r]
+        self.assertEqual(len(installs), 1)
+        self.assertRegex(installs[0], r"apt-get install -y --no-install-recommends %s( |$)"
+                         % re.escape(destination))
+
+    def test_runs_as_the_manifests_non_root_user(self):
+        users = self.all_of("USER")
+        self.assertTrue(users, "no USER: the image would run as root")
+        uid, _, gid = users[-1].partition(":")
+        self.assertTrue(uid.isdigit() and int(uid) != 0, "USER %s: numeric, not 0" % users[-1])
+        # The user exists in the image, created before USER switches to it.
+        user_index = self.instructions.index(("USER", users[-1]))
+        created = [r for w, r in self.instructions[:user_index]
+                   if w == "RUN" and "useradd" in r and "--uid %s " % uid in r]
+        self.assertTrue(created, "no useradd --uid %s before USER" % uid)
+        for workload in self.workloads():
+            context = workload["spec"]["template"]["spec"]["securityContext"]
+            self.assertIs(context["runAsNonRoot"], True)
+            self.assertEqual(str(context["runAsUser"]), uid)
+            if gid:
+                self.assertEqual(str(context["runAsGroup"]), gid)
+
+    def test_manifests_run_this_image_and_its_installed_programs(self):
+        tags = set(re.findall(r"docker build .*-t (\S+)", open(DOCKERFILE).read()))
+        self.assertEqual(tags, {"bytecomp:" + self.version}, "the build command's tag")
+        for workload in self.workloads():
+            (container,) = workload["spec"]["template"]["spec"]["containers"]
+            self.assertEqual(container["image"], "bytecomp:" + self.version)
+            command = " ".join(container["command"] + container.get("args", []))
+            programs = re.findall(r"/usr/bin/(bytecomp-[a-z-]+)", command)
+            self.assertTrue(programs, command)
+            for program in programs:
+                self.assertIn(program, installed_programs())
 
 
 if __name__ == "__main__":
@@ -211,7 +340,8 @@ if __name__ == "__main__":
         except ImportError:
             print("SKIP: python3-yaml is not installed; the manifests were not parsed")
             sys.exit(SKIP)
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(KubernetesManifestsTest)
+        suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromTestCase(case)
+                                   for case in (KubernetesManifestsTest, ContainerImageTest))
     elif which == "files":
         suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromTestCase(case)
                                    for case in (SystemdUnitsTest, ExampleConfigTest))

@@ -416,8 +416,33 @@ class LauncherTest(unittest.TestCase):
              WORKER], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             timeout=RUN_TIMEOUT)
         self.assertEqual(proc.returncode, 2)
-        self.assertIn("cannot find bytecomp-scheduler: looked in %s/repo/build/bin and in PATH "
-                      "(/nonexistent-bc-dir)" % self.piddir, proc.stderr.decode())
+        self.assertIn("cannot find bytecomp-scheduler: looked in %s/repo/deploy, "
+                      "%s/repo/build/bin and in PATH (/nonexistent-bc-dir)"
+                      % (self.piddir, self.piddir), proc.stderr.decode())
+
+    def test_installed_launcher_finds_the_daemons_beside_it(self):
+        # The layout of `cmake --install` and the Debian package: P/bin holds bytecomp-run and
+        # the daemons; no --bin-dir and no build tree. PATH keeps only python3's directory (the
+        # stand-ins' interpreter).
+        self.env["PATH"] = os.path.dirname(sys.executable)
+        bindir = os.path.join(self.piddir, "prefix", "bin")
+        os.makedirs(bindir)
+        shutil.copy(LAUNCHER, bindir)
+        for daemon in ("bytecomp-scheduler", "bytecomp-server"):
+            os.symlink(os.path.join(STANDINS, daemon), os.path.join(bindir, daemon))
+        command = [sys.executable, os.path.join(bindir, "bytecomp-run"), "-np", "2", "--",
+                   sys.executable, WORKER]
+        dry = subprocess.run(command[:2] + ["--dry-run"] + command[2:], env=self.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             timeout=RUN_TIMEOUT)
+        self.assertEqual(dry.returncode, 0, dry.stderr.decode())
+        self.assertIn(" %s/bytecomp-scheduler --port " % bindir, dry.stdout.decode())
+        self.assertIn(" %s/bytecomp-server --scheduler " % bindir, dry.stdout.decode())
+        proc = subprocess.run(command, env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=RUN_TIMEOUT)
+        self.assertEqual(proc.returncode, 0, proc.stderr.decode())
+        self.assertEqual(sorted(self.started_pids()), sorted(self.all_names(2, 1)))
+        self.assert_all_gone()
 
     def test_missing_worker_command_is_a_clear_error(self):
         proc = subprocess.run(

@@ -13,8 +13,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
 
-from cluster import (REPO, LocalCluster, engine_available, free_port, run_command,  # noqa: E402
+from cluster import (REPO, engine_available, free_port, run_command,  # noqa: E402
                      run_python)
+from cluster import python_cluster as _python_cluster  # noqa: E402
 from equivalence_common import max_relative_difference, train_reference  # noqa: E402
 
 available, why = engine_available()
@@ -22,21 +23,26 @@ if not available and os.environ.get("BYTECOMP_REQUIRE_ENGINE") == "1":
     raise RuntimeError(f"ctest runs these tests with the engine built, but: {why}")
 needs_cluster = pytest.mark.skipif(not available, reason=why)
 
+
+def python_cluster(*args, **kwargs):
+    """The harness's cluster for Python workers that import this folder's helpers."""
+    return _python_cluster(*args, python_path=[HERE], **kwargs)
+
+
 WORKERS = os.path.join(HERE, "workers")
 
 
 def _check_all_ok(results, cluster):
-    bad = [r for r in results if r.returncode != 0]
-    assert not bad, f"workers failed: {bad}\n" + cluster.report()
+    cluster.check_workers_ok()
 
 
 @needs_cluster
 def test_equivalence_w4_averaging_summation_and_local_accumulation(tmp_path):
-    with LocalCluster(tmp_path, workers=4, servers=2) as cluster:
+    with python_cluster(tmp_path, workers=4, servers=2) as cluster:
         results = cluster.run_workers([os.path.join(WORKERS, "torch_equivalence.py"),
                                        str(tmp_path)], timeout_s=90)
         _check_all_ok(results, cluster)
-        assert cluster.wait_scheduler() == 0, cluster.report()
+        assert cluster.wait_scheduler() == 0, cluster.dump()
     torch.set_num_threads(1)
     for mode, average in (("average", True), ("sum", False), ("accumulate", True)):
         want = train_reference(4, average=average)
@@ -45,6 +51,35 @@ def test_equivalence_w4_averaging_summation_and_local_accumulation(tmp_path):
             assert got["size"] == 4
             diff = max_relative_difference(got[mode], want)
             assert diff < 1e-5, f"rank {rank} {mode}: relative difference {diff}"
+
+
+@needs_cluster
+def test_ddp_comm_hook_equals_ddp_over_gloo_w4_digits(tmp_path):
+    """DistributedDataParallel with bytecomp.torch.ddp_comm_hook (per parameter and per bucket,
+    several buckets that DDP rebuilds after the first step) ends 20 steps on digits with the
+    parameters DDP over gloo reaches."""
+    with python_cluster(tmp_path, workers=4, servers=2) as cluster:
+        results = cluster.run_workers([os.path.join(WORKERS, "torch_ddp.py"), str(tmp_path)],
+                                      timeout_s=150)
+        _check_all_ok(results, cluster)
+    torch.set_num_threads(1)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
+    gloo = ranks[0]["gloo"]
+    assert gloo["buckets"] == 0 and gloo["pushed_bytes"] == 0
+    # The reference trained: 20 steps moved it well away from rank 0's initial model.
+    assert max_relative_difference(gloo["params"], ranks[0]["init"]) > 0.01
+    for rank, got in enumerate(ranks):
+        assert got["size"] == 4
+        for per in ("parameter", "bucket"):
+            run = got[per]
+            assert run["buckets"] >= 2, f"{per}: DDP used {run['buckets']} bucket(s)"
+            # Every step pushed every gradient (4 bytes per parameter) through ByteComp.
+            n_params = sum(t.numel() for t in gloo["params"].values())
+            assert run["pushed_bytes"] >= 20 * 4 * n_params, (per, run["pushed_bytes"])
+            diff = max_relative_difference(run["params"], gloo["params"])
+            assert diff < 1e-5, f"rank {rank} per {per}: relative difference {diff} to gloo"
+            diff_ranks = max_relative_difference(run["params"], ranks[0][per]["params"])
+            assert diff_ranks == 0.0, f"rank {rank} per {per} differs from rank 0"
 
 
 # The table's rows. The issue's compressed rows (topk 1% + residual, onebit + residual, qsgd,
@@ -70,7 +105,7 @@ def _train_digits(tmp_path, codec):
     if codec != "none":
         path = write_strategy(str(tmp_path / f"{codec}.pbtxt"), codec, force=True)
         scheduler_flags = [f"{train_digits.SCHEDULER_STRATEGY_FLAG}={path}"]
-    with LocalCluster(tmp_path / codec, workers=4, servers=1,
+    with python_cluster(tmp_path / codec, workers=4, servers=1,
                       extra_scheduler_flags=scheduler_flags) as cluster:
         start = time.monotonic()
         results = cluster.run_workers(
@@ -82,7 +117,7 @@ def _train_digits(tmp_path, codec):
         wall = time.monotonic() - start
     ranks = [json.loads((outdir / f"rank{r}.json").read_text()) for r in range(4)]
     assert len({r["param_checksum"] for r in ranks}) == 1, "workers ended with different models"
-    return ranks[0], wall, results[0].output
+    return ranks[0], wall, results[0].output()
 
 
 @needs_cluster
@@ -118,7 +153,7 @@ def _records(tmp_path, n):
 
 @needs_cluster
 def test_size_differing_between_workers_fails_every_worker_clearly(tmp_path):
-    with LocalCluster(tmp_path, workers=3, servers=1) as cluster:
+    with python_cluster(tmp_path, workers=3, servers=1) as cluster:
         results = cluster.run_workers([os.path.join(WORKERS, "torch_errors.py"),
                                        "size_mismatch", str(tmp_path)], timeout_s=60)
         _check_all_ok(results, cluster)
@@ -133,7 +168,7 @@ def test_size_differing_between_workers_fails_every_worker_clearly(tmp_path):
 
 @needs_cluster
 def test_same_name_declared_with_another_size_is_an_error(tmp_path):
-    with LocalCluster(tmp_path, workers=1, servers=1) as cluster:
+    with python_cluster(tmp_path, workers=1, servers=1) as cluster:
         results = cluster.run_workers([os.path.join(WORKERS, "torch_errors.py"),
                                        "double_declare", str(tmp_path)], timeout_s=60)
         _check_all_ok(results, cluster)
@@ -151,12 +186,12 @@ def test_shutdown_with_operations_in_flight_never_hangs(tmp_path):
     # The engine lets operations in flight finish for the time a failed peer takes to be
     # detected (heartbeat timeout + 5 s), then fails them.
     heartbeat_timeout_ms = 2000
-    with LocalCluster(tmp_path, workers=2, servers=1,
+    with python_cluster(tmp_path, workers=2, servers=1,
                       heartbeat_timeout_ms=heartbeat_timeout_ms) as cluster:
         results = cluster.run_workers([os.path.join(WORKERS, "torch_errors.py"),
                                        "shutdown_inflight", str(tmp_path)], timeout_s=60)
         _check_all_ok(results, cluster)
-        assert cluster.wait_scheduler() == 0, cluster.report()
+        assert cluster.wait_scheduler() == 0, cluster.dump()
     records = {r["rank"]: r for r in _records(tmp_path, 2)}
     assert records[0]["shutdown_seconds"] < heartbeat_timeout_ms / 1000 + 5 + 3
     assert len(records[0]["handles"]) == 4
@@ -224,7 +259,7 @@ def test_checkpoint_restores_error_feedback(tmp_path):
     script = os.path.join(WORKERS, "torch_checkpoint.py")
     for mode in ("train", "resume", "no_ef"):
         (tmp_path / mode).mkdir()
-        with LocalCluster(tmp_path / mode, workers=2, servers=1,
+        with python_cluster(tmp_path / mode, workers=2, servers=1,
                           extra_scheduler_flags=[f"--strategy={strategy}"]) as cluster:
             results = cluster.run_workers([script, mode, str(tmp_path)], timeout_s=60)
             _check_all_ok(results, cluster)
@@ -234,3 +269,41 @@ def test_checkpoint_restores_error_feedback(tmp_path):
         no_ef = torch.load(tmp_path / f"rank{rank}.no_ef.pt")
         assert all(torch.equal(a, b) for a, b in zip(trained, resumed)), f"rank {rank}"
         assert not all(torch.equal(a, b) for a, b in zip(trained, no_ef)), f"rank {rank}"
+
+
+def _train_ddp(tmp_path, codec):
+    """examples/train_ddp.py (DDP + ddp_comm_hook) on a W=4 cluster with the codec's preset
+    for every gradient; returns rank 0's figures."""
+    from bytecomp.strategy import write_strategy
+    outdir = tmp_path / f"ddp-{codec}"
+    outdir.mkdir()
+    flags = []
+    if codec != "none":
+        path = write_strategy(str(tmp_path / f"ddp-{codec}.pbtxt"), codec, force=True)
+        flags = [f"--strategy={path}"]
+    with python_cluster(outdir, workers=4, servers=2, extra_scheduler_flags=flags) as cluster:
+        results = cluster.run_workers(
+            [os.path.join(REPO, "examples", "train_ddp.py"), "--comm", "bytecomp", "--hidden",
+             "128", "--batch-size", "16", "--lr", str(LR), "--epochs", str(EPOCHS),
+             "--seed", str(SEED), "--json-out", str(outdir)], timeout_s=240)
+        _check_all_ok(results, cluster)
+    ranks = [json.loads((outdir / f"rank{r}.json").read_text()) for r in range(4)]
+    assert len({r["param_checksum"] for r in ranks}) == 1, "workers ended with different models"
+    return ranks[0]
+
+
+@needs_cluster
+def test_ddp_comm_hook_converges_with_compression_digits_w4(tmp_path):
+    """DDP through the hook reaches the uncompressed accuracy, and with top-k 1% (error
+    feedback) stays within MAX_DROP_POINTS of it while pushing a small fraction of the bytes."""
+    none, topk = _train_ddp(tmp_path, "none"), _train_ddp(tmp_path, "topk")
+    print(f"\nDDP + ddp_comm_hook, digits MLP 64-128-128-10, W=4, {EPOCHS} epochs: "
+          f"none {none['final_accuracy']:.4f} ({none['engine_bytes_per_step']:.0f} B/step), "
+          f"topk {topk['final_accuracy']:.4f} ({topk['engine_bytes_per_step']:.0f} B/step)")
+    assert none["final_accuracy"] >= NONE_MIN_ACCURACY
+    assert topk["final_accuracy"] >= none["final_accuracy"] - MAX_DROP_POINTS / 100
+    # Uncompressed: every parameter pushed and pulled once per step (fp32).
+    assert none["engine_bytes_per_step"] >= 2 * 4 * none["params"]
+    # topk 1% pushes (index, value) pairs for 1% of each gradient; pulls stay dense (one-way).
+    assert topk["engine_bytes_per_step"] < 0.6 * none["engine_bytes_per_step"]
+    assert topk["param_checksum"] != none["param_checksum"]  # compression changed the training

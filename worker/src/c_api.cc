@@ -4,18 +4,21 @@
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "bytecomp/worker/engine.h"
 
 namespace {
 
 using bytecomp::worker::WorkerEngine;
 
-std::mutex g_mu;  // guards g_engine's lifetime (init/shutdown), not the data path
-std::shared_ptr<WorkerEngine> g_engine;
+// Guards g_engine's lifetime (init, shutdown), not the data path: a call holds its own
+// reference to the engine.
+ABSL_CONST_INIT absl::Mutex g_mu(absl::kConstInit);
+std::shared_ptr<WorkerEngine> g_engine ABSL_GUARDED_BY(g_mu);
 thread_local std::string t_last_error;
 
 int CodeOf(const absl::Status& s) {
@@ -42,7 +45,7 @@ int Fail(const absl::Status& s) {
 int Report(const absl::Status& s) { return s.ok() ? BYTECOMP_OK : Fail(s); }
 
 std::shared_ptr<WorkerEngine> Engine() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  absl::MutexLock lock(&g_mu);
   return g_engine;
 }
 
@@ -88,7 +91,7 @@ extern "C" {
 
 int bytecomp_init(const char* config_path) {
   return Guarded([&] {
-    std::lock_guard<std::mutex> lock(g_mu);
+    absl::MutexLock lock(&g_mu);
     if (g_engine != nullptr) return BYTECOMP_OK;
     absl::StatusOr<std::unique_ptr<WorkerEngine>> engine =
         WorkerEngine::Start(config_path == nullptr ? "" : config_path);
@@ -102,7 +105,7 @@ int bytecomp_shutdown(void) {
   return Guarded([&] {
     std::shared_ptr<WorkerEngine> engine;
     {
-      std::lock_guard<std::mutex> lock(g_mu);
+      absl::MutexLock lock(&g_mu);
       engine.swap(g_engine);
     }
     if (engine == nullptr) return BYTECOMP_OK;

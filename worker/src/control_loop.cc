@@ -1,6 +1,7 @@
-// The control thread: declarations, barriers, heartbeats and failures via the scheduler.
+#include "control_loop.h"
+
 #include "absl/strings/str_cat.h"
-#include "engine_impl.h"
+#include "bytecomp/common/logging.h"
 
 namespace bytecomp::worker {
 
@@ -8,21 +9,21 @@ void ControlLoop::Run() {
   bool stop = false;
   while (!stop) {
     zmq::pollitem_t items[] = {{client_->socket().handle(), 0, ZMQ_POLLIN, 0},
-                               {nullptr, engine_.control_queue_.fd(), ZMQ_POLLIN, 0}};
+                               {nullptr, commands_.fd(), ZMQ_POLLIN, 0}};
     try {
       zmq::poll(items, 2, std::chrono::milliseconds(client_->config().heartbeat_interval_ms()));
     } catch (const zmq::error_t& e) {
-      engine_.FailEngine(absl::UnavailableError(absl::StrCat("control poll: ", e.what())));
+      engine_.OnJobFailed(absl::UnavailableError(absl::StrCat("control poll: ", e.what())));
       return;
     }
     if (items[1].revents & ZMQ_POLLIN) {
-      for (ControlCommand& cmd : engine_.control_queue_.TakeAll()) {
+      for (ControlCommand& cmd : commands_.TakeAll()) {
         if (std::holds_alternative<StopControl>(cmd)) {
           stop = true;
         } else if (auto* send = std::get_if<SendControl>(&cmd)) {
           if (send->message.has_worker_done()) done_sent_ = true;
           if (absl::Status s = client_->Send(send->message); !s.ok()) {
-            engine_.FailEngine(absl::UnavailableError(
+            engine_.OnJobFailed(absl::UnavailableError(
                 absl::StrCat("cannot reach the scheduler at ", client_->config().scheduler_address(),
                              ": ", s.message())));
           }
@@ -56,10 +57,10 @@ void ControlLoop::Handle(const proto::ControlMessage& m) {
     const bool server = f.node().role() == proto::ROLE_SERVER;
     std::string who = absl::StrCat(server ? "server " : "worker ", f.node().rank());
     if (!f.data_address().empty()) absl::StrAppend(&who, " (", f.data_address(), ")");
-    engine_.FailEngine(absl::UnavailableError(absl::StrCat(who, " failed: ", f.reason())));
+    engine_.OnJobFailed(absl::UnavailableError(absl::StrCat(who, " failed: ", f.reason())));
   } else if (m.has_shutdown()) {
     if (!done_sent_) {
-      engine_.FailEngine(absl::UnavailableError(
+      engine_.OnJobFailed(absl::UnavailableError(
           absl::StrCat("the scheduler shut the job down: ", m.shutdown().reason())));
     }
   } else if (m.has_error()) {

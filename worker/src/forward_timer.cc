@@ -1,4 +1,4 @@
-#include "forward_timer.h"
+#include "bytecomp/worker/engine/forward_timer.h"
 
 #include <algorithm>
 #include <vector>

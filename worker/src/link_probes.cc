@@ -4,24 +4,24 @@
 // server (rank mod S), so that with several servers they wait for different servers' bandwidth
 // turns (common/link_probe.h).
 #include "absl/strings/str_cat.h"
-#include "engine_impl.h"
+#include "data_loop.h"
 
 namespace bytecomp::worker {
 
 void DataLoop::ProbeLinks() {
-  const LinkProbeOptions options = LinkProbeOptionsFrom(engine_.config_);
+  const LinkProbeOptions options = LinkProbeOptionsFrom(*w_.config);
   if (options.transfers <= 0) return;
   std::vector<ZmqProbeExchange> exchanges;
   exchanges.reserve(sockets_.size());
   for (auto& conns : sockets_) {
-    exchanges.emplace_back(conns.front(), engine_.info.rank, &next_request_);
+    exchanges.emplace_back(conns.front(), w_.rank, &next_request_);
   }
   std::vector<ProbeExchange*> servers;
   for (auto& e : exchanges) servers.push_back(&e);
   proto::ControlMessage message;
   proto::LinkProbeReport* report = message.mutable_link_probe_report();
   const int64_t deadline_us = MonotonicUs() + options.timeout_ms * 1000;
-  *report = bytecomp::ProbeLinks(servers, options, &MonotonicUs, engine_.info.rank);
+  *report = bytecomp::ProbeLinks(servers, options, &MonotonicUs, w_.rank);
   // Our pushes would cross the links of workers still measuring: wait for them (they are
   // needed for the first round anyway), within the same time limit.
   if (absl::Status s = AwaitOtherProbers(servers, deadline_us, &MonotonicUs); !s.ok()) {
@@ -34,7 +34,7 @@ void DataLoop::ProbeLinks() {
     BC_LOG_DEBUG("link to server ", link.server(), ": latency ", link.latency_us(), " us, up ",
                  link.up_gbps(), " Gbit/s, down ", link.down_gbps(), " Gbit/s");
   }
-  engine_.control_queue_.Push(SendControl{std::move(message)});
+  w_.to_control->Push(SendControl{std::move(message)});
 }
 
 }  // namespace bytecomp::worker

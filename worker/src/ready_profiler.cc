@@ -1,4 +1,4 @@
-#include "ready_profiler.h"
+#include "bytecomp/worker/engine/ready_profiler.h"
 
 #include <algorithm>
 

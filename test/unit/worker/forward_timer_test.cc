@@ -1,10 +1,9 @@
 // The measured forward time (ModelProfile.forward_us) on a fake clock: from the last completion
 // of round r-1 to the first push_pull of round r, median over the profiled rounds 1..N.
-#include "forward_timer.h"
-
 #include <gtest/gtest.h>
 
-#include "ready_profiler.h"
+#include "bytecomp/worker/engine/forward_timer.h"
+#include "bytecomp/worker/engine/ready_profiler.h"
 
 namespace bytecomp::worker {
 namespace {

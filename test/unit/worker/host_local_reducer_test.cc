@@ -1,6 +1,4 @@
 // The host local reducer with real sockets on loopback, its ranks on threads of one process.
-#include "host_local_reducer.h"
-
 #include <gtest/gtest.h>
 
 #include <future>
@@ -10,6 +8,7 @@
 
 #include "bytecomp/common/half.h"
 #include "bytecomp/common/transport.h"
+#include "bytecomp/worker/local_reducer.h"
 
 namespace bytecomp::worker {
 namespace {

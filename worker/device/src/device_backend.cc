@@ -1,17 +1,27 @@
 #include "bytecomp/worker/device_backend.h"
 
 #include <cstdlib>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "bytecomp/common.h"
 #include "bytecomp/worker/emulated_device.h"
 
-#if BYTECOMP_HAVE_CUDA
+#if BYTECOMP_DEVICE_CUDA
 #include "cuda_device.h"
 #endif
 
 namespace bytecomp::worker {
+namespace {
+
+ABSL_CONST_INIT absl::Mutex process_backend_mu(absl::kConstInit);
+// Never destroyed: callbacks may still be queued while the process exits.
+DeviceBackend* process_backend ABSL_GUARDED_BY(process_backend_mu) = nullptr;
+
+}  // namespace
+
+bool CudaBackendBuilt() { return BYTECOMP_DEVICE_CUDA != 0; }
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(absl::string_view choice) {
   if (choice == "emulated") {
@@ -23,7 +33,7 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(absl::string_vi
     return absl::InvalidArgumentError(absl::StrCat(
         "BYTECOMP_DEVICE_BACKEND='", choice, "' is not a device backend (auto, cuda, emulated)"));
   }
-#if BYTECOMP_HAVE_CUDA
+#if BYTECOMP_DEVICE_CUDA
   return MakeCudaDeviceBackend();
 #else
   return absl::InvalidArgumentError(
@@ -33,17 +43,14 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(absl::string_vi
 }
 
 absl::StatusOr<DeviceBackend*> ProcessDeviceBackend() {
-  static std::mutex mu;
-  // Never destroyed: callbacks may still be queued while the process exits.
-  static DeviceBackend* backend = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (backend != nullptr) return backend;
+  absl::MutexLock lock(&process_backend_mu);
+  if (process_backend != nullptr) return process_backend;
   const char* choice = std::getenv("BYTECOMP_DEVICE_BACKEND");
   absl::StatusOr<std::unique_ptr<DeviceBackend>> made =
       MakeDeviceBackend(choice == nullptr ? "" : choice);
   if (!made.ok()) return made.status();
-  backend = made->release();
-  return backend;
+  process_backend = made->release();
+  return process_backend;
 }
 
 }  // namespace bytecomp::worker

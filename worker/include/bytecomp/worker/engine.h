@@ -1,11 +1,16 @@
-// The worker engine: one per training process. The C API (c_api.h) is a thin layer over it.
+// The worker engine: one per training process. The C API (c_api.h) is a thin layer over it;
+// C++ programs may use it directly (link bytecomp_worker_static).
 //
 // Threads (each ZeroMQ socket owned by one):
-//   callers (training threads): declare, push_pull, wait; they only touch mutex-protected
-//     tables and queue work for the other two threads (eventfd wake-ups, no polling).
-//   control: the scheduler connection: declarations, barriers, heartbeats, failures.
+//   callers (training threads): declare, push_pull, wait. They queue a push_pull on its tensor
+//     and, when the tensor is idle, start its stages (an INLINE encode runs on the caller);
+//     everything else is queued to the threads below (eventfd wake-ups, no polling).
+//   control: the scheduler connection: declarations, barriers, heartbeats, strategy switches,
+//     failures.
 //   data I/O: C DEALER connections to each server; sends partitions in priority order within
-//     an in-flight budget per server, receives acks and pull replies, writes results.
+//     an in-flight budget per server, receives acks and pull replies.
+//   codec pool (BYTECOMP_COMPRESS_THREADS): encodes, decodes and copies into the tensors.
+// The life of a gradient through these threads: worker/README.md.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +24,7 @@
 
 namespace bytecomp::worker {
 
+// One push_pull as the caller asked for it; the engine's operation keeps it as it came.
 struct PushPullRequest {
   std::string name;
   void* data = nullptr;
@@ -51,39 +57,37 @@ struct EngineStats {
   int64_t operations = 0;
 };
 
-class EngineImpl;
-
 class WorkerEngine {
  public:
   // Registers with the scheduler, receives the topology and connects to every server.
   static absl::StatusOr<std::unique_ptr<WorkerEngine>> Start(const std::string& config_path);
-  ~WorkerEngine();
+  // Shuts down if Shutdown was not called.
+  virtual ~WorkerEngine() = default;
 
-  const EngineInfo& info() const;
-  absl::Status Declare(const std::string& name, int64_t element_count, proto::DType dtype);
-  absl::StatusOr<int64_t> PushPull(const PushPullRequest& request);
+  virtual const EngineInfo& info() const = 0;
+  virtual absl::Status Declare(const std::string& name, int64_t element_count,
+                               proto::DType dtype) = 0;
+  // Starts the push_pull; returns its handle.
+  virtual absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) = 0;
   // true when done; an error if the operation failed (or the handle is unknown).
-  absl::StatusOr<bool> Poll(int64_t handle);
+  virtual absl::StatusOr<bool> Poll(int64_t handle) = 0;
   // OK, DeadlineExceeded on timeout (the operation goes on), or the operation's error.
   // A completed handle is released.
-  absl::Status Wait(int64_t handle, int64_t timeout_ms);
-  absl::Status Release(int64_t handle);
-  absl::Status Barrier(int64_t timeout_ms);
+  virtual absl::Status Wait(int64_t handle, int64_t timeout_ms) = 0;
+  virtual absl::Status Release(int64_t handle) = 0;
+  virtual absl::Status Barrier(int64_t timeout_ms) = 0;
   // The optimiser's current learning rate, for codecs that need it (efsignsgd).
-  void SetLearningRate(double learning_rate);
-  EngineStats Stats() const;
+  virtual void SetLearningRate(double learning_rate) = 0;
+  virtual EngineStats Stats() const = 0;
   // The round and strategy version of the tensor's latest started operation.
-  absl::Status TensorStrategy(const std::string& name, int64_t* round, int64_t* version);
+  virtual absl::Status TensorStrategy(const std::string& name, int64_t* round,
+                                      int64_t* version) = 0;
   // The tensor's error-feedback state (every partition's memory), for checkpoints; the tensor
   // must have no push_pull in flight.
-  absl::StatusOr<std::string> SaveTensorState(const std::string& name);
-  absl::Status LoadTensorState(const std::string& name, absl::string_view state);
+  virtual absl::StatusOr<std::string> SaveTensorState(const std::string& name) = 0;
+  virtual absl::Status LoadTensorState(const std::string& name, absl::string_view state) = 0;
   // Completes or fails everything in flight, tells the scheduler, stops the threads.
-  absl::Status Shutdown();
-
- private:
-  explicit WorkerEngine(std::unique_ptr<EngineImpl> impl);
-  std::unique_ptr<EngineImpl> impl_;
+  virtual absl::Status Shutdown() = 0;
 };
 
 }  // namespace bytecomp::worker

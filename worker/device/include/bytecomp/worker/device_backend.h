@@ -72,6 +72,9 @@ class DeviceBackend {
 // a build without CUDA, no usable device (cudaGetDeviceCount's error), or an unknown name.
 absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(absl::string_view choice);
 
+// Whether this library has the CUDA backend (built with CUDA).
+bool CudaBackendBuilt();
+
 // The process's backend, made on the first successful call (from BYTECOMP_DEVICE_BACKEND) and
 // kept for the life of the process; failures are not remembered, so a later call retries.
 absl::StatusOr<DeviceBackend*> ProcessDeviceBackend();

@@ -11,7 +11,8 @@
 //
 // The engine's hierarchical mode (worker/src/hierarchy.cc) uses the root variant: the whole
 // machine's sum is at local rank 0, which alone compresses, pushes and pulls; see
-// nccl_local_reducer.h for the engine-facing LocalReducer built on this class.
+// worker/local_reduce (NcclLocalReducerAdapter) for the engine-facing LocalReducer built on
+// this class.
 // Built only with CUDA (target bytecomp_nccl); without a GPU here it is compile-checked, and
 // its host-side logic (id parsing, shard arithmetic) is unit-tested.
 #pragma once

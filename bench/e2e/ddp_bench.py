@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""End-to-end training on an emulated cluster: ByteComp (through the DDP comm hook) against
+PyTorch DDP over gloo, on models whose gradients dominate the step.
+
+W machines (network namespaces, deploy/netns_cluster.sh --colocate) joined by tbf links of
+--rate each way, one ByteComp server beside each worker (the BytePS layout; DDP's rings run on
+the same links). Each system trains examples/train_ddp.py for --epochs on digits; the table
+gives samples/s (median over epochs after the first, mean of the repetitions), the ratio to
+DDP over gloo and to the best DDP variant measured in the same run, the bytes each machine's
+NIC moved per step (sent + received), ByteComp's engine bytes per step, the final test
+accuracy, and rank 0's CPU seconds per step (its process: training and communication
+threads; on a loaded host a steadier figure than wall time). Repetitions run in alternating order (the second reversed), so drift on a shared
+machine falls on every system alike. Needs root for the namespaces; without them it runs on
+loopback (no slow links: compression can show little) and says so.
+
+    sudo python3 bench/e2e/ddp_bench.py                       # full: 2 models x 7 systems x 2
+    sudo python3 bench/e2e/ddp_bench.py --models mlp --systems bc-none,ddp-gloo --reps 1
+    --out FILE.json writes every run's figures.
+
+Systems: ddp-gloo (no hook), ddp-fp16 (fp16_compress_hook), ddp-powersgd (PowerSGD hook, rank
+2, one bucket), bc-none, bc-fp16 (both ways), bc-topk (top-k 1% both ways, residual on the
+workers and the servers; any bc-<preset> of bytecomp.strategy likewise), bc-auto
+(--strategy=auto: the scheduler profiles, plans with the measured links and the VM's measured
+codec costs, switches every node).
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "shim"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bytecomp.strategy import PRESETS, strategy_text  # noqa: E402
+from netns_probe import NetnsProbe  # noqa: E402
+
+SYSTEMS = ("ddp-gloo", "ddp-fp16", "ddp-powersgd", "bc-none", "bc-fp16", "bc-topk", "bc-auto")
+# Not in the default set: "local", the same processes training without communication.
+# Beside these, bc-<codec> runs any preset of bytecomp.strategy both ways.
+DDP_SYSTEMS = ("ddp-gloo", "ddp-fp16", "ddp-powersgd")
+COSTS = os.path.join(REPO, "scheduler", "planner", "costs", "measured-devvm.pbtxt")
+RESULT = re.compile(r"RESULT (\{.*\})")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--models", default="mlp,cnn")
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--rate", default="1gbit", help="each link, each way (tc tbf)")
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--bin-dir", default=os.path.join(REPO, "build", "bin"))
+    p.add_argument("--loopback", action="store_true", help="no namespaces even as root")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    p.add_argument("--out", default=None, help="JSON file for every run's figures")
+    p.add_argument("--profile", action="store_true",
+                   help="also read, while each run goes, every process's CPU seconds, the tbf "
+                        "queues' drops and the TCP retransmissions (netns_probe.py); per step")
+    args = p.parse_args(argv)
+    args.systems = [s for s in args.systems.split(",") if s]
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = [s for s in args.systems
+               if s not in SYSTEMS + ("local",) and s[len("bc-"):] not in PRESETS]
+    if unknown:
+        p.error(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
+    return args
+
+
+def namespaces_usable():
+    """(True, "") when this process may make network namespaces, else (False, why)."""
+    if os.geteuid() != 0:
+        return False, "not root"
+    probe = f"bcprobe-{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return False, made.stderr.strip() or "ip netns add failed"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return True, ""
+
+
+def rate_gbps(rate):
+    m = re.fullmatch(r"(\d+)([kmg]?)bit", rate)
+    if m is None:
+        raise SystemExit(f"--rate {rate}: use e.g. 100mbit, 1gbit")
+    return int(m.group(1)) * {"": 1e-9, "k": 1e-6, "m": 1e-3, "g": 1.0}[m.group(2)]
+
+
+def scheduler_args(system, args, work):
+    """The scheduler's flags for a system: its strategy (none for DDP and bc-none)."""
+    flags = ["--heartbeat_timeout_ms=30000"]  # a loaded shared host stalls processes
+    codec = system[len("bc-"):]
+    if codec in PRESETS and codec != "none":
+        # The preset (topk: 1%, residual) both ways, the servers' re-encode with the same
+        # error-feedback memory as the workers'.
+        params, memory = PRESETS[codec]
+        path = os.path.join(work, f"{system}.pbtxt")
+        with open(path, "w") as f:
+            f.write(strategy_text(codec, params=params, memory=memory, two_way=True,
+                                  pull_memory=memory))
+        flags.append(f"--strategy={path}")
+    elif system == "bc-auto":
+        cluster = os.path.join(work, "plan-cluster.pbtxt")
+        with open(cluster, "w") as f:
+            f.write(f"# {args.workers} emulated machines, a server beside each, "
+                    f"{args.rate} links; every process shares this host's cores\n"
+                    f"machines: {args.workers}\ngpus_per_machine: 0\nservers: {args.workers}\n"
+                    f"worker_link {{ bandwidth_gbps: {rate_gbps(args.rate)} latency_us: 50 }}\n"
+                    f"server_link {{ bandwidth_gbps: {rate_gbps(args.rate)} latency_us: 50 }}\n"
+                    f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
+        flags += ["--strategy=auto", f"--plan_cluster={cluster}", f"--plan_costs={COSTS}"]
+    return flags
+
+
+def run_one(system, model, args, work, use_netns):
+    """Trains one system once; returns rank 0's RESULT figures plus wall seconds."""
+    comm = (system[len("ddp-"):] if system in DDP_SYSTEMS else
+            "local" if system == "local" else "bytecomp")
+    train = [sys.executable, os.path.join(REPO, "examples", "train_ddp.py"), "--comm", comm,
+             "--model", model, "--epochs", str(args.epochs), "--batch-size",
+             str(args.batch_size), "--lr", str(args.lr)]
+    launch = ["--bin-dir", args.bin_dir, "--timeout", str(args.timeout),
+              "--scheduler-args=" + " ".join(scheduler_args(system, args, work))]
+    w = args.workers
+    if use_netns:
+        cmd = (["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
+                str(w), "--servers", str(w), "--colocate", "--rate", args.rate, "--prefix",
+                "bce-"] + launch + ["--"] + train)
+    else:
+        cmd = ([sys.executable, os.path.join(REPO, "deploy", "bytecomp-run"), "-np", str(w),
+                "--servers", str(w)] + launch + ["--"] + train)
+    env = dict(os.environ)
+    # Every emulated machine shares this host's cores: give each worker its share.
+    env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // w))
+    env.setdefault("BYTECOMP_LIBRARY", os.path.join(os.path.dirname(args.bin_dir), "lib",
+                                                    "libbytecomp_worker.so"))
+    start = time.monotonic()
+    probe = NetnsProbe("bce-", w) if (args.profile and use_netns) else None
+    if probe:
+        probe.__enter__()
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                             timeout=args.timeout + 120)
+    finally:
+        if probe:
+            probe.__exit__(None, None, None)
+    wall = time.monotonic() - start
+    log = os.path.join(work, f"{model}-{system}-{int(start)}.log")
+    with open(log, "w") as f:
+        f.write(res.stdout + res.stderr)
+    found = RESULT.search(res.stdout)
+    if res.returncode != 0 or found is None:
+        tail = (res.stdout + res.stderr)[-3000:]
+        raise SystemExit(f"{system} on {model} failed (rc {res.returncode}, log {log}):\n{tail}")
+    result = json.loads(found.group(1))
+    result.update(system=system, wall_s=wall, log=log)
+    if probe:
+        result["probe"] = probe.summary(args.epochs * result["steps_per_epoch"])
+    plan = re.search(r"--strategy=auto: (planned [^\n]*)", res.stdout)
+    if plan:
+        result["plan"] = plan.group(1)
+    return result
+
+
+def mb(value):
+    return "-" if value is None else f"{value / 1e6:.2f}"
+
+
+def summarize(runs, systems, models):
+    """One row per (model, system): means over repetitions, ratios to DDP of the same run."""
+    rows = []
+    for model in models:
+        by_system = {s: [r for r in runs if r["model"] == model and r["system"] == s]
+                     for s in systems}
+        speed = {s: statistics.mean(r["samples_per_s"] for r in rs)
+                 for s, rs in by_system.items() if rs}
+        ddp = [s for s in DDP_SYSTEMS if s in speed]
+        best_ddp = max(ddp, key=lambda s: speed[s]) if ddp else None
+        for s in systems:
+            rs = by_system[s]
+            if not rs:
+                continue
+            nic = [r["nic_bytes_per_step"] for r in rs if r["nic_bytes_per_step"] is not None]
+            rows.append(dict(
+                model=model, system=s, samples_per_s=speed[s],
+                per_rep=[r["samples_per_s"] for r in rs],
+                vs_ddp_gloo=speed[s] / speed["ddp-gloo"] if "ddp-gloo" in speed else None,
+                vs_best_ddp=speed[s] / speed[best_ddp] if best_ddp else None,
+                best_ddp=best_ddp,
+                nic_bytes_per_step=statistics.mean(nic) if nic else None,
+                engine_bytes_per_step=statistics.mean(r["engine_bytes_per_step"] for r in rs),
+                accuracy=statistics.mean(r["final_accuracy"] for r in rs),
+                worker_cpu_s_per_step=statistics.mean(r["worker_cpu_s_per_step"] for r in rs),
+                plan=next((r["plan"] for r in rs if r.get("plan")), None),
+                probe=[r["probe"] for r in rs if r.get("probe")]))
+    return rows
+
+
+def print_table(rows, header):
+    print(f"\n{header}")
+    print(f"{'model':<5} {'system':<13} {'samples/s':>9} {'reps':>13} {'vs gloo':>8} "
+          f"{'vs best DDP':>11} {'NIC MB/step':>11} {'engine MB/step':>14} {'accuracy':>8} "
+          f"{'CPU s/step':>10}")
+    for r in rows:
+        ratio = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
+        reps = "/".join(f"{v:.0f}" for v in r["per_rep"])
+        print(f"{r['model']:<5} {r['system']:<13} {r['samples_per_s']:>9.0f} {reps:>13} "
+              f"{ratio(r['vs_ddp_gloo']):>8} {ratio(r['vs_best_ddp']):>11} "
+              f"{mb(r['nic_bytes_per_step']):>11} {mb(r['engine_bytes_per_step']):>14} "
+              f"{r['accuracy']:>8.4f} {r['worker_cpu_s_per_step']:>10.3f}")
+    for r in rows:
+        if r["plan"]:
+            print(f"{r['model']} {r['system']}: {r['plan']}")
+    if any(r["probe"] for r in rows):
+        print("\nper training step, all machines together (whole run, start-up included; "
+              "mean of repetitions):")
+        print(f"{'model':<5} {'system':<13} {'CPU s worker':>12} {'CPU s server':>12} "
+              f"{'tbf drops':>9} {'tbf overlimits':>14} {'TCP retrans':>11} {'TCP segs':>9}")
+        for r in rows:
+            if not r["probe"]:
+                continue
+            mean = lambda f: statistics.mean(f(p) or 0 for p in r["probe"])  # noqa: E731
+            print(f"{r['model']:<5} {r['system']:<13} "
+                  f"{mean(lambda p: p['cpu_s_per_step'].get('worker')):>12.3f} "
+                  f"{mean(lambda p: p['cpu_s_per_step'].get('server')):>12.3f} "
+                  f"{mean(lambda p: p['tbf_drops_per_step']):>9.1f} "
+                  f"{mean(lambda p: p['tbf_overlimits_per_step']):>14.1f} "
+                  f"{mean(lambda p: p['tcp_retrans_per_step']):>11.1f} "
+                  f"{mean(lambda p: p['tcp_out_segs_per_step']):>9.0f}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    use_netns, why = (False, "--loopback") if args.loopback else namespaces_usable()
+    if use_netns:
+        where = (f"{args.workers} emulated machines (network namespaces), {args.rate} tbf links "
+                 "each way, a ByteComp server beside each worker")
+    else:
+        where = (f"LOOPBACK ({why}: no network namespaces): {args.workers} workers and servers "
+                 "on this host without link limits, so communication is cheap and compression "
+                 "shows little")
+    print(f"ddp_bench: {where}; {args.epochs} epochs, batch {args.batch_size}/worker, "
+          f"{args.reps} repetition(s) in alternating order", flush=True)
+    work = tempfile.mkdtemp(prefix="bytecomp-ddp-bench-")
+    runs = []
+    for rep in range(args.reps):
+        for model in args.models:
+            order = args.systems if rep % 2 == 0 else list(reversed(args.systems))
+            for system in order:
+                result = run_one(system, model, args, work, use_netns)
+                result.update(model=model, rep=rep)
+                runs.append(result)
+                print(f"  rep {rep + 1} {model:<4} {system:<13} "
+                      f"{result['samples_per_s']:7.0f} samples/s  acc "
+                      f"{result['final_accuracy']:.4f}  NIC {mb(result['nic_bytes_per_step'])} "
+                      f"MB/step  ({result['wall_s']:.0f} s)", flush=True)
+    rows = summarize(runs, args.systems, args.models)
+    print_table(rows, f"digits, W={args.workers}, {where}")
+    print(f"logs in {work}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"args": vars(args), "namespaces": use_netns, "runs": runs, "rows": rows},
+                      f, indent=1)
+        print(f"written {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""The one local ByteComp cluster for every Python test (test/integration, test/python).
+
+A Cluster starts bytecomp-scheduler and S bytecomp-server on loopback, then W worker
+processes (a command of the test's choosing: a C++ test worker or a Python training script).
+Every process runs in its own session (process group), writes its output to a file in the
+cluster's work directory, and is stopped when the `with` block ends, whether the test passed or
+failed, and at interpreter exit (atexit) if a test forgot. Waits are bounded; failures quote
+the tail of every process's output (dump()).
+
+Binaries: $BYTECOMP_SCHEDULER_BINARY / $BYTECOMP_SERVER_BINARY for the two daemons, else
+$BYTECOMP_BIN_DIR, else $BYTECOMP_BUILD_DIR/bin, else <repo>/build/bin. The engine library (for
+Python workers) from $BYTECOMP_LIBRARY, else the lookup of bytecomp._engine.
+"""
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SHIM = os.path.join(REPO, "shim")
+# Workers run under the test's own interpreter (Debian's python3, or a virtual environment's
+# with another torch or mxnet).
+PYTHON = sys.executable
+
+
+def bin_dir():
+    if os.environ.get("BYTECOMP_BIN_DIR"):
+        return os.environ["BYTECOMP_BIN_DIR"]
+    build = os.environ.get("BYTECOMP_BUILD_DIR", os.path.join(REPO, "build"))
+    return os.path.join(build, "bin")
+
+
+BIN_DIR = bin_dir()
+
+
+def binary(name, must_exist=True):
+    """The path of a built program; the daemons may be overridden one by one
+    (bytecomp-scheduler: $BYTECOMP_SCHEDULER_BINARY)."""
+    override = None
+    if name in ("bytecomp-scheduler", "bytecomp-server"):
+        override = os.environ.get("BYTECOMP_" + name.split("-")[1].upper() + "_BINARY")
+    path = override or os.path.join(bin_dir(), name)
+    if must_exist and not os.path.exists(path):
+        raise FileNotFoundError(f"{name} not found at {path} (build first)")
+    return path
+
+
+def engine_available():
+    """(True, "") when the engine library and both daemons exist, else (False, why)."""
+    if SHIM not in sys.path:
+        sys.path.insert(0, SHIM)
+    from bytecomp import _engine
+    try:
+        _engine.find_library()
+    except OSError as e:
+        return False, str(e)
+    for name in ("bytecomp-scheduler", "bytecomp-server"):
+        if not os.path.isfile(binary(name, must_exist=False)):
+            return False, f"{binary(name, must_exist=False)} not built"
+    return True, ""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout, interval=0.05):
+    """Polls predicate() until it is true (returns True) or timeout seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def tail(text, n=4000):
+    return text[-n:]
+
+
+_live = []  # every Popen started here and not yet stopped
+
+
+def _stop(proc, grace=3.0):
+    """SIGTERM to the process's group, SIGKILL after `grace` seconds."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    if proc in _live:
+        _live.remove(proc)
+
+
+@atexit.register
+def _stop_all_live():
+    for proc in list(_live):
+        _stop(proc, grace=0.5)
+
+
+class Node:
+    """One process of the cluster: role ("scheduler", "server", "worker"), rank, Popen."""
+
+    def __init__(self, role, rank, proc, log_path):
+        self.role, self.rank, self.proc, self.log_path = role, rank, proc, log_path
+
+    @property
+    def name(self):
+        return self.role if self.rank is None else f"{self.role} {self.rank}"
+
+    @property
+    def returncode(self):
+        return self.proc.poll()
+
+    def output(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return "(no output)"
+
+    def __repr__(self):
+        return f"<{self.name} rc={self.proc.poll()}>"
+
+
+class Cluster:
+    """with Cluster(workers=4, servers=2, worker_cmd=[...]) as c: c.wait_workers(60)
+
+    worker_cmd: started W times by start() (None: start the workers later, with
+    start_workers() or run_workers()). worker_env: a list of per-rank environments (e.g.
+    BYTECOMP_MACHINE for hierarchical jobs). fixed_ranks: workers get BYTECOMP_RANK=i (the
+    C++ test workers rely on it); otherwise the scheduler assigns ranks in arrival order.
+    python_workers: the workers find the shim and `python_path` (PYTHONPATH) and use one
+    thread each (W workers share this machine's cores)."""
+
+    def __init__(self, workers, servers=1, worker_cmd=None, workdir=None,
+                 heartbeat_timeout_ms=None, partition_bytes=None, extra_env=None,
+                 scheduler_args=(), worker_env=None, fixed_ranks=True, python_workers=False,
+                 python_path=(), stop_grace_s=3.0):
+        self.num_workers, self.num_servers = workers, servers
+        self.worker_cmd = worker_cmd
+        # Python workers (torch on shared cores) get more slack before a silence counts.
+        if heartbeat_timeout_ms is None:
+            heartbeat_timeout_ms = 5000 if python_workers else 2000
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.partition_bytes = partition_bytes
+        self.extra_env = dict(extra_env or {})
+        self.scheduler_args = list(scheduler_args)
+        self.worker_env = worker_env or [{} for _ in range(workers)]
+        self.fixed_ranks = fixed_ranks
+        self.python_workers = python_workers
+        self.python_path = list(python_path)
+        self.stop_grace_s = stop_grace_s
+        if workdir is None:
+            workdir = tempfile.mkdtemp(prefix="bytecomp-cluster-")
+        self.dir = str(workdir)
+        os.makedirs(self.dir, exist_ok=True)
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.server_ports = [free_port() for _ in range(servers)]
+        self.scheduler = None
+        self.servers = []
+        self.workers = []
+
+    # -- starting ----------------------------------------------------------------------------
+    def _spawn(self, role, rank, cmd, env=None):
+        name = role if rank is None else f"{role}{rank}"
+        log_path = os.path.join(self.dir, f"{name}.log")
+        full_env = dict(os.environ)
+        full_env.update(self.extra_env)
+        full_env.update(env or {})
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        _live.append(proc)
+        return Node(role, rank, proc, log_path)
+
+    def start(self):
+        sched = [binary("bytecomp-scheduler"), f"--port={self.port}", "--bind_host=127.0.0.1",
+                 f"--num_workers={self.num_workers}", f"--num_servers={self.num_servers}",
+                 f"--heartbeat_timeout_ms={self.heartbeat_timeout_ms}",
+                 "--heartbeat_interval_ms=200"]
+        if self.python_workers:
+            sched.append("--connect_timeout_ms=30000")  # importing torch takes a while
+        if self.partition_bytes:
+            sched.append(f"--partition_bytes={self.partition_bytes}")
+        self.scheduler = self._spawn("scheduler", None, sched + self.scheduler_args)
+        for i in range(self.num_servers):
+            self.servers.append(self._spawn("server", i, [
+                binary("bytecomp-server"), f"--scheduler={self.address}", f"--rank={i}",
+                "--bind_host=127.0.0.1", "--advertise_host=127.0.0.1",
+                f"--port={self.server_ports[i]}"]))
+        if self.worker_cmd is not None:
+            self.start_workers(self.worker_cmd)
+        return self
+
+    def worker_environment(self, rank, extra=None):
+        env = {"BYTECOMP_SCHEDULER": self.address, "BYTECOMP_CONNECT_TIMEOUT_MS": "30000"}
+        if self.fixed_ranks:
+            env["BYTECOMP_RANK"] = str(rank)
+        if self.python_workers:
+            paths = [SHIM] + self.python_path + [os.environ.get("PYTHONPATH", "")]
+            env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+            env["OMP_NUM_THREADS"] = "1"  # W workers share this machine's cores
+        env.update(self.worker_env[rank] if rank < len(self.worker_env) else {})
+        env.update(extra or {})
+        return env
+
+    def start_workers(self, cmd, env=None, per_worker_env=None):
+        for i in range(self.num_workers):
+            extra = dict(env or {})
+            extra.update((per_worker_env or {}).get(i, {}))
+            self.workers.append(self._spawn("worker", i, list(cmd),
+                                            self.worker_environment(i, extra)))
+        return self.workers
+
+    def run_workers(self, argv, timeout_s=90, python=PYTHON, env=None,
+                    per_worker_env=None):
+        """Starts W copies of `python argv...` and waits for all of them (at most timeout_s;
+        then AssertionError with every process's output). Returns the worker Nodes."""
+        workers = self.start_workers([python] + list(argv), env, per_worker_env)
+        codes = self.wait_workers(timeout_s)
+        if None in codes:
+            raise AssertionError(f"workers did not finish within {timeout_s} s\n" + self.dump())
+        return workers
+
+    # -- waiting -----------------------------------------------------------------------------
+    def wait_workers(self, timeout):
+        """Waits for every worker; returns their exit codes (None for one still running)."""
+        deadline = time.monotonic() + timeout
+        for w in self.workers:
+            try:
+                w.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        return [w.proc.poll() for w in self.workers]
+
+    def wait_node(self, node, timeout):
+        """The node's exit status, or None if it still runs after timeout seconds."""
+        try:
+            return node.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def wait_scheduler(self, timeout=15):
+        return self.wait_node(self.scheduler, timeout)
+
+    # -- reporting and stopping --------------------------------------------------------------
+    def nodes(self):
+        return [n for n in [self.scheduler] + self.servers + self.workers if n is not None]
+
+    def dump(self):
+        """Every process's exit status and the tail of its output, for assertion messages."""
+        return "\n".join(f"===== {n.name} (rc={n.proc.poll()}) {n.log_path}\n{tail(n.output())}"
+                         for n in self.nodes())
+
+    def check_workers_ok(self):
+        bad = [w for w in self.workers if w.proc.poll() != 0]
+        assert not bad, f"workers failed: {bad}\n" + self.dump()
+
+    def stop(self):
+        for n in reversed(self.nodes()):
+            _stop(n.proc, self.stop_grace_s)
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def python_cluster(workdir, workers, servers=1, extra_scheduler_flags=(), **kwargs):
+    """A Cluster for Python training workers (the shims' tests): ranks in arrival order."""
+    return Cluster(workers, servers, workdir=workdir, scheduler_args=extra_scheduler_flags,
+                   python_workers=True, fixed_ranks=False, **kwargs)
+
+
+def run_command(argv, env, timeout_s):
+    """Runs argv in its own session; at timeout the whole process group is killed and rc is
+    None. Returns (rc, output, seconds)."""
+    start = time.monotonic()
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    _live.append(p)
+    try:
+        out, _ = p.communicate(timeout=timeout_s)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        rc = None
+    finally:
+        if p in _live:
+            _live.remove(p)
+    return rc, out.decode("utf-8", "replace"), time.monotonic() - start
+
+
+def run_python(code, env, timeout_s, python=PYTHON):
+    """Runs `python -c code` like run_command."""
+    return run_command([python, "-c", code], env, timeout_s)

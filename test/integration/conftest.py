@@ -1,0 +1,6 @@
+"""Puts test/harness (the one local-cluster harness, cluster.py) on sys.path."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "harness"))

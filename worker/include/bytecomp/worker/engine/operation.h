@@ -1,0 +1,95 @@
+// A push_pull in flight: the caller's request, what the engine decided when the operation
+// started, the events it still waits for, and its outcome.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "bytecomp/common/partition.h"
+#include "bytecomp/compress/strategy.h"
+#include "bytecomp/cpu_offload.h"
+#include "bytecomp/worker/device_backend.h"
+#include "bytecomp/worker/engine.h"
+#include "bytecomp/worker/engine/operation_tracker.h"
+
+namespace bytecomp::worker {
+
+class StagePipeline;  // worker/src/stage_pipeline.h: the host or the device stages
+struct TensorCodecs;  // worker/src/partition_codec.h: the tensor's codec objects
+
+// Where a device tensor's stages run, decided when its operation starts.
+struct DeviceWork {
+  DeviceBackend* backend = nullptr;
+  cpu_offload::PinnedMemoryPool* pinned = nullptr;  // the engine's pinned host memory
+  int device = 0;
+  DeviceStream stream = nullptr;
+  bool encode_on_device = false;  // else: copy to pinned host memory, encode on the pool
+  bool decode_on_device = false;  // else: decode on the pool, copy to the device
+  // Pinned host copy of the tensor, for the stages that run on the host (the push of an
+  // uncompressed or pool-encoded tensor, the results decoded on the pool).
+  cpu_offload::PinnedBuffer host;
+};
+
+class Operation {
+ public:
+  explicit Operation(PushPullRequest r) : request(std::move(r)) {}
+  Operation(const Operation&) = delete;
+  Operation& operator=(const Operation&) = delete;
+
+  // What the caller asked for, as the C API filled it in.
+  const PushPullRequest request;
+  // 0: an internal operation (the local root's network part of a hierarchical push_pull).
+  int64_t handle = 0;
+  StagePipeline* stages = nullptr;     // the host or the device stages
+  std::unique_ptr<DeviceWork> device;  // null: a host tensor
+
+  // Set by the tensor table when the operation starts, before any other thread sees it, and
+  // read-only from then on.
+  TensorLayout layout;
+  uint64_t round = 0;       // training round: the tensor's push_pull count
+  uint64_t wire_round = 0;  // the key's first exchange of this round on the server
+  compress::TensorPlan plan;
+  bool two_round = false;   // PowerSGD: two exchanges per round
+  // The tensor's codec objects, used by this operation's stage tasks while it runs (a tensor's
+  // operations run one at a time; within one, each partition has its own).
+  std::shared_ptr<TensorCodecs> codecs;
+
+  // What it still waits for, per partition (operation_tracker.h).
+  OperationEvents events;
+
+  // Where the host stages read the gradient and write the result: the caller's memory, or
+  // for a device tensor its pinned host copy.
+  char* host_data() const {
+    return static_cast<char*>(device != nullptr ? static_cast<void*>(device->host.data())
+                                                : request.data);
+  }
+
+  // The first error wins.
+  void RecordError(const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
+  // The first error so far (final once done).
+  absl::Status status() const ABSL_LOCKS_EXCLUDED(mu_);
+  // nullopt while pending; then the final status.
+  std::optional<absl::Status> outcome() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits for the outcome at most timeout_ms (< 0: no limit); nullopt if still pending.
+  std::optional<absl::Status> WaitOutcome(int64_t timeout_ms) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs once, with the final status, when the operation is done (the hierarchical layer
+  // chains the local root's network operation to the broadcast). It must only queue work.
+  void SetOnDone(absl::AnyInvocable<void(absl::Status)> then) ABSL_LOCKS_EXCLUDED(mu_);
+  // The status is final: wakes every waiter, then runs the on-done work.
+  void MarkDone() ABSL_LOCKS_EXCLUDED(mu_);
+  // Fails an operation that never started.
+  void FailBeforeStart(const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  absl::AnyInvocable<void(absl::Status)> on_done_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace bytecomp::worker

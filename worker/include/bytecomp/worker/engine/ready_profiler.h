@@ -1,0 +1,47 @@
+// Times when each gradient becomes ready (its push_pull call) during rounds 1..N, and turns
+// them into the ModelProfile the planner takes: tensors in ready order with the median gap
+// between consecutive ones. Round 0 is left out: it declares tensors and warms caches.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bytecomp/worker/engine/forward_timer.h"
+#include "planner.pb.h"
+
+namespace bytecomp::worker {
+
+class ReadyProfiler {
+ public:
+  explicit ReadyProfiler(int rounds) : rounds_(rounds), forward_(rounds) {}
+
+  // A push_pull of `name` was called at time_us. Returns the profile once, when the first tensor
+  // starts round rounds + 1 (every tensor has had its rounds 1..N by then).
+  std::optional<proto::ModelProfile> Record(const std::string& name, int64_t elements,
+                                            int element_bytes, int64_t time_us);
+
+  // A push_pull of `round` (its tensor's call count, from 0) completed at time_us: the last
+  // completion of a round ends it, for the profile's forward_us (forward_timer.h).
+  void RecordDone(int64_t round, int64_t time_us) { forward_.Done(round, time_us); }
+
+  bool done() const { return done_; }
+
+ private:
+  struct Tensor {
+    int64_t elements = 0;
+    int element_bytes = 4;
+    int64_t calls = 0;
+    std::vector<int64_t> ready_us;  // by round - 1
+  };
+  proto::ModelProfile Build() const;
+
+  int rounds_;
+  ForwardTimer forward_;
+  bool done_ = false;
+  std::map<std::string, Tensor> tensors_;
+};
+
+}  // namespace bytecomp::worker

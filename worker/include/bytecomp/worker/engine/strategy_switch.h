@@ -1,0 +1,53 @@
+// The strategy versions this worker knows, and the switch between them. The scheduler
+// announces a new version in two steps:
+//   prepare: each worker reports the highest round it has started and holds every round beyond
+//            that + 1, so the scheduler can pick a first round R that no worker has started;
+//   commit:  the version (from round R on) is added and the held rounds may start.
+// So no round ever mixes two versions. The tensor table asks Admit before it starts a round
+// and keeps the tensors that are held until the commit.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "bytecomp/compress/strategy.h"
+#include "strategy.pb.h"
+
+namespace bytecomp::worker {
+
+class StrategySwitch {
+ public:
+  // The initial strategy (from the topology), or one committed later.
+  absl::Status Add(const proto::Strategy& strategy) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A tensor's `round` wants to start: nullopt while a switch holds it (round beyond the
+  // prepared one + 1); else the round counts as started and its plan for the tensor (the
+  // version in force at `round`; an uncompressed plan of version 0 when none is).
+  std::optional<compress::TensorPlan> Admit(uint64_t round, absl::string_view tensor,
+                                            int64_t tensor_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // StrategyPrepare: holds every round beyond the highest started + 1; returns that highest.
+  uint64_t Prepare(uint64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+  // StrategyCommit: adds the version (a refused one is logged: the old version goes on) and
+  // ends the hold. The caller then restarts the tensors that were held.
+  void Commit(const proto::Strategy& strategy) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The seed of `version` (codecs that draw shared random numbers); 0 if unknown.
+  uint64_t SeedOf(uint64_t version) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The version in force at `round`; 0 if none.
+  uint64_t VersionAt(uint64_t round) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  compress::StrategyHistory history_ ABSL_GUARDED_BY(mu_);
+  // Set between prepare and commit: no round beyond it starts.
+  std::optional<uint64_t> hold_after_round_ ABSL_GUARDED_BY(mu_);
+  uint64_t highest_started_round_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace bytecomp::worker

@@ -1,0 +1,53 @@
+// The control thread: owns the scheduler connection (SchedulerClient). It sends what the other
+// threads queue (declarations, barrier requests, profile and link reports, the goodbye),
+// heartbeats, and hands what the scheduler sends to the engine through ControlEvents.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <variant>
+
+#include "absl/status/status.h"
+#include "bytecomp/common/scheduler_client.h"
+#include "bytecomp/worker/wake_queue.h"
+#include "control.pb.h"
+
+namespace bytecomp::worker {
+
+struct SendControl {
+  proto::ControlMessage message;
+};
+struct StopControl {};
+using ControlCommand = std::variant<SendControl, StopControl>;
+
+// What the scheduler tells the engine; called on the control thread.
+class ControlEvents {
+ public:
+  virtual ~ControlEvents() = default;
+  virtual void OnDeclareReply(const proto::DeclareReply& reply) = 0;
+  // StrategyPrepare: returns the highest round started (strategy_switch.h).
+  virtual uint64_t OnStrategyPrepare(uint64_t version) = 0;
+  virtual void OnStrategyCommit(const proto::Strategy& strategy) = 0;
+  virtual void OnBarrierRelease(const proto::BarrierRelease& release) = 0;
+  // A node failed, the scheduler ended the job, or the scheduler cannot be reached.
+  virtual void OnJobFailed(const absl::Status& reason) = 0;
+};
+
+class ControlLoop {
+ public:
+  ControlLoop(std::unique_ptr<SchedulerClient> client, WakeQueue<ControlCommand>& commands,
+              ControlEvents& engine)
+      : client_(std::move(client)), commands_(commands), engine_(engine) {}
+  // Until StopControl.
+  void Run();
+
+ private:
+  void Handle(const proto::ControlMessage& message);
+
+  std::unique_ptr<SchedulerClient> client_;
+  WakeQueue<ControlCommand>& commands_;
+  ControlEvents& engine_;
+  bool done_sent_ = false;  // WorkerDone went out: a Shutdown after it is the normal end
+};
+
+}  // namespace bytecomp::worker

@@ -1,0 +1,54 @@
+// What the other threads hand to the data I/O thread (data_loop.h), through its WakeQueue.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "bytecomp/cpu_offload.h"
+#include "bytecomp/worker/engine/operation.h"
+
+namespace bytecomp::worker {
+
+// An uncompressed operation: every partition is pushed straight from host_data() (zero-copy).
+struct StartOperation {
+  std::shared_ptr<Operation> op;
+};
+
+// One encoded partition ready to push, or an abort (the worker could not encode it; the round
+// must still complete on the server for the other workers).
+struct EncodedPush {
+  std::shared_ptr<Operation> op;
+  int64_t partition = 0;
+  uint32_t stage = 0;  // two-round codecs: 1 or 2
+  std::vector<uint8_t> payload;
+  // Encoded on the device: the payload copied to pinned host memory instead.
+  cpu_offload::PinnedBuffer pinned;
+  size_t pinned_bytes = 0;
+  std::string abort_error;  // non-empty: push this error instead of a payload
+
+  static std::shared_ptr<EncodedPush> For(std::shared_ptr<Operation> op, int64_t partition,
+                                          uint32_t stage = 0) {
+    auto push = std::make_shared<EncodedPush>();
+    push->op = std::move(op);
+    push->partition = partition;
+    push->stage = stage;
+    return push;
+  }
+  const uint8_t* data() const { return pinned ? pinned.data() : payload.data(); }
+  size_t size() const { return pinned ? pinned_bytes : payload.size(); }
+};
+
+// The engine failed: fail everything in flight and close the sockets.
+struct FailEverything {
+  absl::Status reason;
+};
+struct StopData {};
+
+using DataCommand =
+    std::variant<StartOperation, std::shared_ptr<EncodedPush>, FailEverything, StopData>;
+
+}  // namespace bytecomp::worker

@@ -1,0 +1,86 @@
+// The data I/O thread: owns the DEALER sockets to the servers (C connections each). It takes
+// partitions from the other threads (data_commands.h), sends each as a push and, right behind
+// it on the same connection, its pull, in priority order within an in-flight budget per server;
+// it hands pull replies to the operation's stages and reports the events it owns to the
+// operation tracker.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "bytecomp/common.h"
+#include "bytecomp/worker/engine/operation_tracker.h"
+#include "bytecomp/worker/wake_queue.h"
+#include "control.pb.h"
+#include "control_loop.h"
+#include "data_commands.h"
+#include "stage_pipeline.h"
+
+namespace bytecomp::worker {
+
+class DataLoop {
+ public:
+  // What the loop uses, all owned by the engine and outliving the loop.
+  struct Wiring {
+    const proto::ClusterConfig* config = nullptr;  // connections, budget, link probes
+    const proto::Topology* topology = nullptr;     // the servers' data addresses
+    zmq::context_t* context = nullptr;
+    int rank = 0;
+    WakeQueue<DataCommand>* commands = nullptr;
+    WakeQueue<ControlCommand>* to_control = nullptr;  // the link probe report
+    OperationTracker* tracker = nullptr;
+    TrafficCounters* traffic = nullptr;
+  };
+  explicit DataLoop(Wiring wiring) : w_(wiring) {}
+  // Until StopData: connects, probes the links, then moves partitions.
+  void Run();
+
+ private:
+  struct PartitionTask {
+    std::shared_ptr<Operation> op;
+    std::shared_ptr<EncodedPush> encoded;  // null: uncompressed, zero-copy from host_data()
+    int64_t partition = 0;
+    int priority = 0;
+    uint64_t sequence = 0;
+    bool operator<(const PartitionTask& other) const {
+      if (priority != other.priority) return priority < other.priority;  // max-heap on priority
+      return sequence > other.sequence;                                   // then FIFO
+    }
+  };
+  struct InFlight {
+    std::shared_ptr<Operation> op;
+    int64_t partition = 0;
+    uint32_t stage = 0;
+    bool aborted = false;  // an abort was pushed: the op holds its error, no result will come
+    int server = 0;
+    int64_t bytes = 0;  // push bytes not yet acknowledged by the server
+  };
+
+  void Connect();
+  // Before the first push: measures each server's link and reports it (link_probes.cc).
+  void ProbeLinks();
+  void Take(DataCommand& command, bool* stop);
+  void SendReady();
+  void Send(const PartitionTask& task);
+  void SendAbort(const Operation& op, int64_t partition, uint32_t stage, const std::string& why);
+  proto::DataHeader HeaderFor(const Operation& op, int64_t partition, uint32_t stage) const;
+  void HandleReply(int server, std::vector<zmq::message_t>& frames);
+  // Fails everything queued and in flight and closes the sockets; later work fails at once.
+  void FailAll(const absl::Status& reason);
+
+  const Wiring w_;
+  std::vector<std::vector<zmq::socket_t>> sockets_;  // [server][connection]
+  std::vector<int64_t> inflight_bytes_;
+  int64_t budget_bytes_ = 0;
+  std::vector<std::priority_queue<PartitionTask>> queues_;  // per server
+  absl::flat_hash_map<uint64_t, InFlight> inflight_;        // by request id
+  uint64_t next_request_ = 1;
+  uint64_t sequence_ = 0;
+  absl::Status closed_;  // why the sockets are closed (OK: open)
+};
+
+}  // namespace bytecomp::worker

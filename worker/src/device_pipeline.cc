@@ -1,0 +1,317 @@
+#include "device_pipeline.h"
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common.h"
+#include "bytecomp/compress/gpu_codecs.h"
+#include "partition_codec.h"
+
+namespace bytecomp::worker {
+namespace {
+
+// Why a stage cannot run on the device ("" when it can).
+std::string EncodeOnDeviceBlocker(const Operation& op) {
+  const compress::TensorPlan& plan = op.plan;
+  if (op.two_round) return absl::StrCat(plan.push.name(), " has no device kernels");
+  if (!compress::HasGpuCodec(plan.push.name())) {
+    return absl::StrCat("codec ", plan.push.name(), " has no device kernels");
+  }
+  if (!compress::GpuMemorySupported(plan.push.name(), plan.push.memory())) {
+    return absl::StrCat("memory ", plan.push.memory(), " cannot be fused with ",
+                        plan.push.name(), " on the device");
+  }
+  if (op.request.dtype != proto::DTYPE_FLOAT32) {
+    return absl::StrCat(DTypeName(op.request.dtype), " tensors are converted to fp32 on the host");
+  }
+  return "";
+}
+
+std::string DecodeOnDeviceBlocker(const Operation& op) {
+  const compress::TensorPlan& plan = op.plan;
+  if (!plan.two_way()) return "one-way: the server returns the fp32 sum";
+  if (op.two_round) return absl::StrCat(plan.push.name(), " has no device kernels");
+  if (!compress::HasGpuCodec(plan.pull.name())) {
+    return absl::StrCat("codec ", plan.pull.name(), " has no device kernels");
+  }
+  if (op.request.average) return "averaging (BYTECOMP_FLAG_AVERAGE) is done on the host";
+  if (op.request.dtype != proto::DTYPE_FLOAT32) {
+    return absl::StrCat(DTypeName(op.request.dtype), " tensors are converted from fp32 on the host");
+  }
+  return "";
+}
+
+bool WantsDevice(proto::Placement placement) {
+  // PLACEMENT_DEFAULT is the GPU for GPU tensors (strategy.proto).
+  return placement == proto::PLACEMENT_DEFAULT || placement == proto::PLACEMENT_GPU;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceWork>> DevicePipeline::WorkFor(const PushPullRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (backend_ == nullptr) {
+    absl::StatusOr<DeviceBackend*> backend = ProcessDeviceBackend();
+    if (!backend.ok()) {
+      return absl::Status(backend.status().code(),
+                          absl::StrCat("tensor '", request.name, "' on device ", request.device,
+                                       ": ", backend.status().message()));
+    }
+    cpu_offload::PinnedPoolOptions options;
+    options.prefer_cuda_host = (*backend)->name() == "cuda";  // the emulation never calls CUDA
+    pinned_ = std::make_unique<cpu_offload::PinnedMemoryPool>(options);
+    backend_ = *backend;
+  }
+  if (request.device < 0 || request.device >= backend_->device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", request.name, "': device ", request.device, " does not exist (the ",
+        backend_->name(), " backend has ", backend_->device_count(), " devices)"));
+  }
+  auto work = std::make_unique<DeviceWork>();
+  work->backend = backend_;
+  work->pinned = pinned_.get();
+  work->device = request.device;
+  work->stream = request.stream;
+  return work;
+}
+
+absl::Status DevicePipeline::AfterDevice(const DeviceWork& d, absl::AnyInvocable<void()> work) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++callbacks_;
+  }
+  auto finished = [this] {
+    absl::MutexLock lock(&mu_);
+    if (--callbacks_ == 0) callbacks_drained_.SignalAll();
+  };
+  absl::Status status = d.backend->WhenReached(
+      d.device, d.stream, [work = std::move(work), finished]() mutable {
+        work();
+        finished();
+      });
+  if (!status.ok()) finished();
+  return status;
+}
+
+void DevicePipeline::WaitForCallbacks(int64_t deadline_ms) {
+  absl::MutexLock lock(&mu_);
+  for (int64_t left = deadline_ms - MonotonicMs(); callbacks_ > 0 && left > 0;
+       left = deadline_ms - MonotonicMs()) {
+    callbacks_drained_.WaitWithTimeout(&mu_, absl::Milliseconds(left));
+  }
+  if (callbacks_ > 0) {
+    BC_LOG_ERROR(callbacks_, " device stream callbacks still pending at shutdown: a device "
+                 "stream did not reach the engine's copies");
+  }
+}
+
+void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
+  DeviceWork& d = *op->device;
+  const bool compressed = op->plan.compressed();
+  if (compressed) {
+    const std::string encode_blocker = EncodeOnDeviceBlocker(*op);
+    const std::string decode_blocker = DecodeOnDeviceBlocker(*op);
+    d.encode_on_device = WantsDevice(op->plan.compress_on) && encode_blocker.empty();
+    d.decode_on_device = WantsDevice(op->plan.decompress_on) && decode_blocker.empty();
+    const bool encode_refused = op->plan.compress_on == proto::PLACEMENT_GPU && !d.encode_on_device;
+    const bool decode_refused = op->plan.decompress_on == proto::PLACEMENT_GPU &&
+                                !d.decode_on_device && op->plan.two_way();
+    if ((encode_refused || decode_refused) && !op->codecs->placement_logged.exchange(true)) {
+      BC_LOG_WARNING("tensor '", op->request.name, "': the strategy places its ",
+                     encode_refused ? "encode" : "decode", " on the GPU, but ",
+                     encode_refused ? encode_blocker : decode_blocker,
+                     ", so it runs on the CPU pool (through pinned host memory)");
+    }
+  }
+  const size_t bytes =
+      static_cast<size_t>(op->request.element_count) * DTypeSize(op->request.dtype);
+  if (!compressed || !d.encode_on_device || !d.decode_on_device) {
+    absl::StatusOr<cpu_offload::PinnedBuffer> host = d.pinned->Acquire(bytes);
+    if (!host.ok()) {
+      Abort(op, absl::Status(host.status().code(),
+                             absl::StrCat("pinned host copy of '", op->request.name,
+                                          "': ", host.status().message())));
+      return;
+    }
+    d.host = *std::move(host);
+  }
+  if (compressed && d.encode_on_device) {
+    // Each encode is queued on the stream behind the gradient.
+    for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
+      ctx_.RunOnPool(op, p, [this, op, p] { EncodeOnDevice(op, p); });
+    }
+    return;
+  }
+  absl::Status status =
+      d.backend->CopyToHost(d.device, d.stream, d.host.data(), op->request.data, bytes);
+  if (status.ok()) {
+    // The host copy is ready on the backend's callback thread: the host stages start from there.
+    status = AfterDevice(d, [this, op, compressed] {
+      if (!compressed) {
+        ctx_.to_data_thread->Push(StartOperation{op});
+        return;
+      }
+      for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
+        ctx_.RunOnPool(op, p, [this, op, p] { host_.Encode(op, p); });
+      }
+    });
+  }
+  if (!status.ok()) {
+    Abort(op, absl::Status(status.code(), absl::StrCat("copying '", op->request.name,
+                                                       "' from device ", d.device, ": ",
+                                                       status.message())));
+  }
+}
+
+void DevicePipeline::Abort(const std::shared_ptr<Operation>& op, const absl::Status& status) {
+  const int64_t parts = op->layout.num_partitions();
+  for (int64_t p = 0; p < parts; ++p) {
+    // An uncompressed partition's zero-copy payload will never go out.
+    if (!op->plan.compressed()) ctx_.tracker->PayloadReleased(op, p);
+    host_.PushEncodeFailure(EncodedPush::For(op, p), status);
+  }
+}
+
+void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_t partition) {
+  DeviceWork& d = *op->device;
+  PartitionCodec& pc = op->codecs->partitions[partition];
+  const PartitionRange range = op->layout.range(partition);
+  const size_t n = static_cast<size_t>(range.count);
+  std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition);
+  absl::Status status = EnsureCodecs(*op, partition);
+  absl::StatusOr<size_t> bytes = size_t{0};
+  if (status.ok()) {
+    const size_t capacity = pc.device_push->MaxEncodedBytes(n);
+    if (pc.device_encoded == nullptr || pc.device_encoded_bytes < capacity) {
+      absl::StatusOr<DeviceAllocation> buffer = d.backend->Allocate(d.device, capacity);
+      if (buffer.ok()) {
+        pc.device_encoded = *std::move(buffer);
+        pc.device_encoded_bytes = capacity;
+      }
+      status = buffer.status();
+    }
+    if (status.ok()) {
+      const float* input = reinterpret_cast<const float*>(
+          static_cast<const char*>(op->request.data) + range.offset * sizeof(float));
+      bytes = pc.device_push->Encode(input, n, ctx_.ContextFor(*op, partition, ctx_.rank),
+                                     pc.device_encoded.get(), capacity, d.stream);
+      status = bytes.status();
+    }
+  }
+  if (status.ok()) {
+    absl::StatusOr<cpu_offload::PinnedBuffer> pinned = d.pinned->Acquire(std::max<size_t>(*bytes, 1));
+    status = pinned.status();
+    if (status.ok()) {
+      push->pinned = *std::move(pinned);
+      push->pinned_bytes = *bytes;
+      status = d.backend->CopyToHost(d.device, d.stream, push->pinned.data(),
+                                     pc.device_encoded.get(), *bytes);
+    }
+  }
+  if (status.ok()) {
+    status = AfterDevice(d, [this, push] { ctx_.to_data_thread->Push(push); });
+  }
+  ctx_.traffic->CountPush(status.ok() ? static_cast<int64_t>(*bytes) : 0,
+                          static_cast<int64_t>(n * sizeof(float)));
+  if (!status.ok()) {
+    // A copy that was queued may still be writing the pinned buffer: keep it with the push.
+    host_.PushEncodeFailure(push, absl::Status(status.code(), absl::StrCat("on device ", d.device,
+                                                                           ": ", status.message())));
+  }
+}
+
+void DevicePipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partition,
+                            uint32_t stage, zmq::message_t payload, int server) {
+  if (op->device->decode_on_device && stage == 0) {
+    ctx_.RunOnPool(op, partition, [this, op, partition, server, p = std::move(payload)]() mutable {
+      DecodeOnDevice(op, partition, std::move(p), server);
+    });
+    return;
+  }
+  ctx_.RunOnPool(op, partition, [this, op, partition, stage, server,
+                                 p = std::move(payload)]() mutable {
+    if (stage == 1) {
+      host_.EncodeSecondRound(op, partition, std::move(p));
+      return;
+    }
+    absl::Status written = host_.WriteResult(*op, partition, stage, p, server);
+    if (!written.ok()) {
+      ctx_.tracker->ResultFailed(op, partition, written);
+      return;
+    }
+    CopyResultToDevice(op, partition);
+  });
+}
+
+void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_t partition,
+                                    zmq::message_t payload, int server) {
+  DeviceWork& d = *op->device;
+  PartitionCodec& pc = op->codecs->partitions[partition];
+  const PartitionRange range = op->layout.range(partition);
+  const size_t n = static_cast<size_t>(range.count);
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * sizeof(float)));
+  absl::Status status = EnsureCodecs(*op, partition);
+  cpu_offload::PinnedBuffer staged;
+  if (status.ok()) {
+    absl::StatusOr<cpu_offload::PinnedBuffer> pinned =
+        d.pinned->Acquire(std::max<size_t>(payload.size(), 1));
+    status = pinned.status();
+    if (status.ok()) {
+      staged = *std::move(pinned);
+      std::memcpy(staged.data(), payload.data(), payload.size());
+    }
+  }
+  if (status.ok() && (pc.device_pulled == nullptr || pc.device_pulled_bytes < payload.size())) {
+    absl::StatusOr<DeviceAllocation> buffer = d.backend->Allocate(d.device, payload.size());
+    if (buffer.ok()) {
+      pc.device_pulled = *std::move(buffer);
+      pc.device_pulled_bytes = payload.size();
+    }
+    status = buffer.status();
+  }
+  if (status.ok()) {
+    status = d.backend->CopyToDevice(d.device, d.stream, pc.device_pulled.get(), staged.data(),
+                                     payload.size());
+  }
+  if (status.ok()) {
+    float* output = reinterpret_cast<float*>(static_cast<char*>(op->request.data) +
+                                             range.offset * sizeof(float));
+    status = pc.device_pull->Decode(pc.device_pulled.get(), payload.size(),
+                                    ctx_.ContextFor(*op, partition, static_cast<uint32_t>(server)),
+                                    output, n, d.stream);
+  }
+  if (status.ok()) {
+    status = AfterDevice(d, [this, op, partition, staged = std::move(staged)]() mutable {
+      staged.Reset();
+      ctx_.tracker->ResultIn(op, partition);
+    });
+    if (status.ok()) return;
+  }
+  ctx_.tracker->ResultFailed(
+      op, partition,
+      absl::Status(status.code(), absl::StrCat("decoding '", op->request.name, "' partition ",
+                                               partition, " on device ", d.device, ": ",
+                                               status.message())));
+}
+
+void DevicePipeline::CopyResultToDevice(const std::shared_ptr<Operation>& op, int64_t partition) {
+  DeviceWork& d = *op->device;
+  const PartitionRange range = op->layout.range(partition);
+  const size_t elem = DTypeSize(op->request.dtype);
+  const size_t offset = static_cast<size_t>(range.offset) * elem;
+  absl::Status status = d.backend->CopyToDevice(
+      d.device, d.stream, static_cast<char*>(op->request.data) + offset, d.host.data() + offset,
+      static_cast<size_t>(range.count) * elem);
+  if (status.ok()) {
+    status = AfterDevice(d, [this, op, partition] { ctx_.tracker->ResultIn(op, partition); });
+    if (status.ok()) return;
+  }
+  ctx_.tracker->ResultFailed(
+      op, partition,
+      absl::Status(status.code(), absl::StrCat("copying '", op->request.name, "' partition ",
+                                               partition, " to device ", d.device, ": ",
+                                               status.message())));
+}
+
+}  // namespace bytecomp::worker

@@ -1,0 +1,134 @@
+// The worker engine behind bytecomp/worker/engine.h: it owns the parts and moves a push_pull
+// between them, each part with one job:
+//   TensorTable       declarations, layouts, rounds, the per-tensor queue of operations
+//   HandleTable       handles -> operations, poll and wait
+//   OperationTracker  each operation's named events per partition, until its last
+//   StrategySwitch    strategy versions and the switch between them (prepare / commit)
+//   HostPipeline, DevicePipeline  the stages before the push and after the pull
+//   DataLoop, ControlLoop         the two threads that own sockets (wired by constructor)
+//   Hierarchy         the machine's local reduce and broadcast (hierarchical mode)
+// engine.cc reads in the order a gradient travels: PushPull, the tensor table, the stages,
+// completion; then the scheduler's messages, failure and shutdown.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "bytecomp/cpu_offload.h"
+#include "bytecomp/worker/engine.h"
+#include "bytecomp/worker/engine/handle_table.h"
+#include "bytecomp/worker/engine/operation.h"
+#include "bytecomp/worker/engine/operation_tracker.h"
+#include "bytecomp/worker/engine/ready_profiler.h"
+#include "bytecomp/worker/engine/strategy_switch.h"
+#include "bytecomp/worker/engine/tensor_table.h"
+#include "bytecomp/worker/wake_queue.h"
+#include "control_loop.h"
+#include "data_commands.h"
+#include "device_pipeline.h"
+#include "hierarchy.h"
+#include "host_pipeline.h"
+#include "join_job.h"
+#include "stage_pipeline.h"
+
+namespace bytecomp::worker {
+
+class Engine final : public WorkerEngine, private ControlEvents {
+ public:
+  explicit Engine(JoinedJob job);
+  ~Engine() override;
+  // Takes the job's initial strategy and starts the data and control threads.
+  absl::Status Run();
+
+  const EngineInfo& info() const override { return info_; }
+  absl::Status Declare(const std::string& name, int64_t element_count,
+                       proto::DType dtype) override;
+  absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) override;
+  absl::StatusOr<bool> Poll(int64_t handle) override { return handles_.Poll(handle); }
+  absl::Status Wait(int64_t handle, int64_t timeout_ms) override {
+    return handles_.Wait(handle, timeout_ms);
+  }
+  absl::Status Release(int64_t handle) override { return handles_.Release(handle); }
+  absl::Status Barrier(int64_t timeout_ms) override ABSL_LOCKS_EXCLUDED(barrier_mu_);
+  void SetLearningRate(double learning_rate) override { learning_rate_.store(learning_rate); }
+  EngineStats Stats() const override;
+  absl::Status TensorStrategy(const std::string& name, int64_t* round, int64_t* version) override;
+  absl::StatusOr<std::string> SaveTensorState(const std::string& name) override;
+  absl::Status LoadTensorState(const std::string& name, absl::string_view state) override;
+  absl::Status Shutdown() override;
+
+ private:
+  // --- a push_pull's way, in order
+  // The operation for a request, with its stages (host or device).
+  absl::StatusOr<std::shared_ptr<Operation>> NewOperation(const PushPullRequest& request);
+  // Hierarchical mode: the machine's collectives around the local root's network operation.
+  absl::StatusOr<int64_t> PushPullInMachine(const std::shared_ptr<Operation>& op);
+  absl::Status PushPullMachineSum(const std::shared_ptr<Operation>& outer,
+                                  absl::AnyInvocable<void(absl::Status)> done);
+  // The operation passed the tensor table's checks: it gets its handle and its ready time.
+  void Accept(const std::shared_ptr<Operation>& op) ABSL_LOCKS_EXCLUDED(profile_mu_);
+  // Operations the tensor table started: their events are expected, their stages start.
+  void StartStages(const TensorTable::Started& started);
+  // The tracker saw the operation's last event.
+  void Complete(const std::shared_ptr<Operation>& op) ABSL_LOCKS_EXCLUDED(profile_mu_);
+
+  // --- the scheduler's messages (ControlEvents, on the control thread)
+  void OnDeclareReply(const proto::DeclareReply& reply) override;
+  uint64_t OnStrategyPrepare(uint64_t version) override;
+  void OnStrategyCommit(const proto::Strategy& strategy) override;
+  void OnBarrierRelease(const proto::BarrierRelease& release) override
+      ABSL_LOCKS_EXCLUDED(barrier_mu_);
+  void OnJobFailed(const absl::Status& reason) override { FailEngine(reason); }
+
+  // --- failure
+  // Marks the engine failed (the first reason wins) and fails every operation.
+  void FailEngine(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(failure_mu_, barrier_mu_);
+  absl::Status EngineStatus() const ABSL_LOCKS_EXCLUDED(failure_mu_);
+
+  const proto::ClusterConfig config_;
+  const proto::Topology topology_;
+  const EngineInfo info_;
+  std::unique_ptr<zmq::context_t> context_;
+  std::unique_ptr<SchedulerClient> client_;  // the control thread's, once it runs
+  MachineReducers reducers_;
+
+  mutable absl::Mutex failure_mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);
+  std::atomic<bool> failed_{false};  // failure_ is set: the fast check
+
+  WakeQueue<DataCommand> data_queue_;
+  WakeQueue<ControlCommand> control_queue_;
+  StrategySwitch strategies_;
+  TensorTable tensors_;
+  HandleTable handles_;
+  OperationTracker tracker_;
+  TrafficCounters traffic_;
+  std::atomic<int64_t> operations_{0};
+  std::atomic<double> learning_rate_{0.0};
+
+  // Set when the scheduler asked for a profile (profile_rounds); its contents are guarded.
+  absl::Mutex profile_mu_;
+  const std::unique_ptr<ReadyProfiler> profiler_ ABSL_PT_GUARDED_BY(profile_mu_);
+
+  std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
+  const StageContext stage_context_;  // what the stages use of the above
+  HostPipeline host_stages_;
+  DevicePipeline device_stages_;
+  std::unique_ptr<Hierarchy> hierarchy_;  // hierarchical mode with other local ranks; else null
+
+  absl::Mutex barrier_mu_;
+  absl::CondVar barrier_cv_;  // a release arrived, or the engine failed
+  uint64_t barrier_sequence_ ABSL_GUARDED_BY(barrier_mu_) = 0;
+  uint64_t barrier_released_ ABSL_GUARDED_BY(barrier_mu_) = 0;
+
+  std::thread data_thread_;
+  std::thread control_thread_;
+  std::atomic<bool> shut_down_{false};      // Shutdown ran (it runs once)
+  std::atomic<bool> shutting_down_{false};  // failures from now on are the shutdown's
+};
+
+}  // namespace bytecomp::worker

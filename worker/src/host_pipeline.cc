@@ -1,0 +1,229 @@
+#include "host_pipeline.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common.h"
+#include "bytecomp/compress/two_round.h"
+#include "partition_codec.h"
+
+namespace bytecomp::worker {
+namespace {
+
+// A payload of fp32 values (PowerSGD's factors).
+absl::Span<const float> Floats(const zmq::message_t& m) {
+  return absl::MakeConstSpan(static_cast<const float*>(m.data()), m.size() / sizeof(float));
+}
+
+}  // namespace
+
+void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
+  if (!op->plan.compressed()) {
+    ctx_.to_data_thread->Push(StartOperation{op});
+    return;
+  }
+  if ((op->plan.compress_on == proto::PLACEMENT_GPU ||
+       op->plan.decompress_on == proto::PLACEMENT_GPU) &&
+      !op->codecs->placement_logged.exchange(true)) {
+    BC_LOG_WARNING("tensor '", op->request.name, "': the strategy places its compression on the "
+                   "GPU, but it was given in host memory (bytecomp_push_pull), so it is encoded "
+                   "and decoded on the CPU pool; bytecomp_push_pull_device takes device tensors");
+  }
+  // INLINE: on the thread that started the operation (the training thread when the tensor was
+  // idle). PLACEMENT_GPU with a host tensor runs on the pool, as CPU_POOL does.
+  const bool inline_encode = op->plan.compress_on == proto::PLACEMENT_INLINE;
+  for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
+    if (inline_encode) {
+      Encode(op, p);
+    } else {
+      ctx_.RunOnPool(op, p, [this, op, p] { Encode(op, p); });
+    }
+  }
+}
+
+void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partition) {
+  PartitionCodec& pc = op->codecs->partitions[partition];
+  const PartitionRange range = op->layout.range(partition);
+  const size_t n = static_cast<size_t>(range.count);
+  const proto::DType dtype = op->request.dtype;
+  std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition);
+  absl::Status status = EnsureCodecs(*op, partition);
+  if (status.ok()) {
+    const char* src = op->host_data() + range.offset * DTypeSize(dtype);
+    absl::Span<const float> input;
+    if (dtype == proto::DTYPE_FLOAT32) {
+      input = absl::MakeConstSpan(reinterpret_cast<const float*>(src), n);
+    } else {
+      pc.input.resize(n);
+      ToFloat32(dtype, src, pc.input.data(), n);
+      input = pc.input;
+    }
+    const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
+    absl::StatusOr<size_t> bytes;
+    if (compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push)) {
+      push->stage = 1;
+      pc.compensated.resize(n);
+      if (pc.memory != nullptr) {
+        status = pc.memory->Compensate(input, ctx, absl::MakeSpan(pc.compensated));
+      } else {
+        std::memcpy(pc.compensated.data(), input.data(), n * sizeof(float));
+      }
+      push->payload.resize(4 + 4 * two->FirstRoundFloats(n));
+      if (status.ok()) bytes = two->EncodeFirst(pc.compensated, ctx, absl::MakeSpan(push->payload));
+    } else {
+      push->payload.resize(pc.push->MaxEncodedBytes(n));
+      bytes = compress::EncodeWithMemory(*pc.push, pc.memory.get(), input, ctx,
+                                         absl::MakeSpan(push->payload), pc.compensated, pc.decoded);
+    }
+    if (status.ok() && !bytes.ok()) status = bytes.status();
+    if (status.ok()) push->payload.resize(*bytes);
+  }
+  if (!status.ok()) push->payload.clear();
+  ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()),
+                          static_cast<int64_t>(n * DTypeSize(dtype)));
+  if (!status.ok()) {
+    PushEncodeFailure(push, status);
+    return;
+  }
+  ctx_.to_data_thread->Push(push);
+}
+
+void HostPipeline::PushEncodeFailure(const std::shared_ptr<EncodedPush>& push,
+                                     const absl::Status& status) {
+  const Operation& op = *push->op;
+  push->abort_error = absl::StrCat(
+      "encoding '", op.request.name, "' partition ", push->partition,
+      op.plan.compressed() ? absl::StrCat(" with ", op.plan.push.name()) : "", ": ",
+      status.message());
+  // (A pinned payload stays: a device copy may still be writing it. The data loop ignores it.)
+  push->payload.clear();
+  push->op->RecordError(absl::InvalidArgumentError(push->abort_error));
+  ctx_.to_data_thread->Push(push);
+}
+
+void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partition,
+                          uint32_t stage, zmq::message_t payload, int server) {
+  // On the pool, so that the data thread goes on receiving.
+  ctx_.RunOnPool(op, partition, [this, op, partition, stage, server,
+                                 p = std::move(payload)]() mutable {
+    if (stage == 1) {
+      EncodeSecondRound(op, partition, std::move(p));
+      return;
+    }
+    absl::Status written = WriteResult(*op, partition, stage, p, server);
+    if (written.ok()) {
+      ctx_.tracker->ResultIn(op, partition);
+    } else {
+      ctx_.tracker->ResultFailed(op, partition, written);
+    }
+  });
+}
+
+void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64_t partition,
+                                     zmq::message_t payload) {
+  PartitionCodec& pc = op->codecs->partitions[partition];
+  const size_t n = static_cast<size_t>(op->layout.range(partition).count);
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()),
+                          static_cast<int64_t>(n * DTypeSize(op->request.dtype)));
+  const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
+  compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
+  std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
+  push->payload.resize(4 + 4 * two->SecondRoundFloats(n));
+  absl::StatusOr<size_t> bytes = two->EncodeSecond(Floats(payload), ctx, absl::MakeSpan(push->payload));
+  absl::Status status = bytes.status();
+  if (status.ok() && pc.memory != nullptr) {
+    pc.decoded.resize(n);
+    status = two->LocalApproximation(absl::MakeSpan(pc.decoded));
+    if (status.ok()) status = pc.memory->Update(pc.compensated, pc.decoded, ctx);
+  }
+  if (status.ok()) {
+    push->payload.resize(*bytes);
+    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0);
+  } else {
+    push->abort_error = absl::StrCat("PowerSGD stage 2 of '", op->request.name, "' partition ",
+                                     partition, ": ", status.message());
+    push->payload.clear();
+    op->RecordError(absl::InvalidArgumentError(push->abort_error));
+  }
+  ctx_.to_data_thread->Push(push);  // the partition's result comes with stage 2's reply
+}
+
+absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, uint32_t stage,
+                                       const zmq::message_t& payload, int server) {
+  const PushPullRequest& request = op.request;
+  const PartitionRange range = op.layout.range(partition);
+  const size_t n = static_cast<size_t>(range.count);
+  const size_t elem = DTypeSize(request.dtype);
+  if (!op.plan.compressed()) {  // the raw sum, in the tensor's dtype
+    const size_t expected = n * elem;
+    if (payload.size() != expected) {
+      return absl::DataLossError(absl::StrCat(
+          "server ", server, " answered the pull of '", request.name, "' partition ", partition,
+          " with ", payload.size(), " bytes, expected ", expected));
+    }
+    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected));
+    if (request.average) {
+      std::vector<float> sum(n);
+      ToFloat32(request.dtype, payload.data(), sum.data(), n);
+      StoreSum(op, partition, sum.data());
+    } else {
+      std::memcpy(op.host_data() + range.offset * elem, payload.data(), payload.size());
+    }
+    return absl::OkStatus();
+  }
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem));
+  PartitionCodec& pc = op.codecs->partitions[partition];
+  // An fp32 sum that is not averaged is decoded straight into the caller's tensor (a pass over
+  // the partition fewer); others go through the partition's scratch and StoreSum.
+  const bool direct = request.dtype == proto::DTYPE_FLOAT32 && !request.average;
+  absl::Span<float> out;
+  if (direct) {
+    out = absl::MakeSpan(reinterpret_cast<float*>(op.host_data()) + range.offset, n);
+  } else {
+    pc.output.resize(n);
+    out = absl::MakeSpan(pc.output);
+  }
+  absl::Status status;
+  if (stage == 2) {
+    status = compress::AsTwoRound(*pc.push)->DecodeSecond(
+        Floats(payload), ctx_.ContextFor(op, partition, ctx_.rank), out);
+  } else if (op.plan.two_way()) {
+    status = pc.pull->Decode(
+        absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
+        ctx_.ContextFor(op, partition, static_cast<uint32_t>(server)), out);
+  } else if (payload.size() != n * sizeof(float)) {
+    status = absl::DataLossError(absl::StrCat("server ", server, " returned ", payload.size(),
+                                              " bytes for the fp32 sum of ", n, " elements"));
+  } else {
+    std::memcpy(out.data(), payload.data(), n * sizeof(float));
+  }
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("decoding '", request.name, "' partition ",
+                                                    partition, ": ", status.message()));
+  }
+  if (!direct) StoreSum(op, partition, pc.output.data());
+  return absl::OkStatus();
+}
+
+void HostPipeline::StoreSum(const Operation& op, int64_t partition, const float* sum) const {
+  const PartitionRange range = op.layout.range(partition);
+  const size_t n = static_cast<size_t>(range.count);
+  const proto::DType dtype = op.request.dtype;
+  char* dst = op.host_data() + range.offset * DTypeSize(dtype);
+  if (!op.request.average) {
+    FromFloat32(dtype, sum, dst, n);
+    return;
+  }
+  const float w = static_cast<float>(ctx_.num_workers);
+  if (dtype == proto::DTYPE_FLOAT32) {
+    float* d = reinterpret_cast<float*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = sum[i] / w;
+    return;
+  }
+  std::vector<float> scaled(sum, sum + n);
+  for (float& x : scaled) x /= w;
+  FromFloat32(dtype, scaled.data(), dst, n);
+}
+
+}  // namespace bytecomp::worker

@@ -1,0 +1,302 @@
+#include "bytecomp/worker/engine/tensor_table.h"
+
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common.h"
+#include "bytecomp/worker/engine/operation.h"
+#include "bytecomp/worker/engine/tensor_checkpoint.h"
+#include "partition_codec.h"
+
+namespace bytecomp::worker {
+
+enum class TensorState { kDeclaring, kReady, kFailed };
+
+// Every field is the table's (guarded by its mutex), but `codecs`, which the running operation
+// uses (partition_codec.h).
+struct TensorTable::Tensor {
+  std::string name;
+  int64_t element_count = 0;
+  proto::DType dtype = proto::DTYPE_FLOAT32;
+  TensorState state = TensorState::kDeclaring;
+  absl::Status error;
+  TensorLayout layout;
+  uint64_t next_round = 0;       // training rounds started
+  uint64_t next_wire_round = 0;  // exchanges with the servers started (2 per PowerSGD round)
+  uint64_t local_round = 0;      // hierarchical: push_pull calls, which tag the local collectives
+  // Hierarchical push_pulls started while the declaration was pending (failed with it if it fails).
+  std::vector<std::weak_ptr<Operation>> local_ops;
+  uint64_t last_version = 0;       // strategy version of the latest started operation
+  uint64_t two_round_version = 0;  // the version `two_round` was found for
+  bool two_round = false;          // the push codec needs two exchanges (PowerSGD)
+  std::shared_ptr<TensorCodecs> codecs = std::make_shared<TensorCodecs>();
+  std::string checkpoint;  // loaded before the declaration completed
+  bool busy = false;       // an operation is in flight
+  std::deque<std::shared_ptr<Operation>> waiting;
+};
+
+TensorTable::~TensorTable() = default;
+
+std::shared_ptr<TensorTable::Tensor> TensorTable::FindOrDeclareLocked(const std::string& name,
+                                                                      int64_t count,
+                                                                      proto::DType dtype,
+                                                                      absl::Status* error) {
+  if (name.empty()) {
+    *error = absl::InvalidArgumentError("tensor name must not be empty");
+    return nullptr;
+  }
+  if (count < 1) {
+    *error = absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': element count ", count, " must be >= 1"));
+    return nullptr;
+  }
+  if (DTypeSize(dtype) == 0) {
+    *error = absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': invalid dtype ",
+                                                     static_cast<int>(dtype),
+                                                     " (valid: 0 fp32, 1 fp16, 2 bf16)"));
+    return nullptr;
+  }
+  auto it = tensors_.find(name);
+  if (it != tensors_.end()) {
+    const Tensor& t = *it->second;
+    if (t.element_count != count || t.dtype != dtype) {
+      *error = absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' was declared with ", t.element_count, " elements of ",
+          DTypeName(t.dtype), ", now used with ", count, " elements of ", DTypeName(dtype)));
+      return nullptr;
+    }
+    return it->second;
+  }
+  auto tensor = std::make_shared<Tensor>();
+  tensor->name = name;
+  tensor->element_count = count;
+  tensor->dtype = dtype;
+  tensors_[name] = tensor;
+  proto::ControlMessage msg;
+  proto::DeclareTensor* d = msg.mutable_declare_tensor();
+  d->set_name(name);
+  d->set_element_count(count);
+  d->set_dtype(dtype);
+  send_(std::move(msg));
+  return tensor;
+}
+
+absl::Status TensorTable::Declare(const std::string& name, int64_t element_count,
+                                  proto::DType dtype) {
+  absl::MutexLock lock(&mu_);
+  absl::Status error;
+  if (FindOrDeclareLocked(name, element_count, dtype, &error) == nullptr) return error;
+  return absl::OkStatus();
+}
+
+std::shared_ptr<TensorTable::Tensor> TensorTable::AdmitLocked(
+    const std::shared_ptr<Operation>& op, absl::FunctionRef<void()> accepted, absl::Status* error) {
+  std::shared_ptr<Tensor> tensor =
+      FindOrDeclareLocked(op->request.name, op->request.element_count, op->request.dtype, error);
+  if (tensor == nullptr) return nullptr;
+  accepted();
+  if (tensor->state == TensorState::kFailed) {
+    op->FailBeforeStart(tensor->error);
+    return nullptr;
+  }
+  return tensor;
+}
+
+absl::Status TensorTable::Queue(const std::shared_ptr<Operation>& op,
+                                absl::FunctionRef<void()> accepted, Started* started) {
+  absl::MutexLock lock(&mu_);
+  absl::Status error;
+  std::shared_ptr<Tensor> tensor = AdmitLocked(op, accepted, &error);
+  if (tensor == nullptr) return error;
+  tensor->waiting.push_back(op);
+  if (tensor->state == TensorState::kReady && !tensor->busy) StartNextLocked(tensor, started);
+  return absl::OkStatus();
+}
+
+absl::Status TensorTable::BeginMachineRound(const std::shared_ptr<Operation>& op,
+                                            absl::FunctionRef<void()> accepted, std::string* tag) {
+  absl::MutexLock lock(&mu_);
+  absl::Status error;
+  tag->clear();
+  std::shared_ptr<Tensor> tensor = AdmitLocked(op, accepted, &error);
+  if (tensor == nullptr) return error;
+  *tag = absl::StrCat(op->request.name, "@", tensor->local_round++);
+  if (tensor->state == TensorState::kDeclaring) tensor->local_ops.push_back(op);
+  return absl::OkStatus();
+}
+
+// The travel plan of the tensor's next operation: its round, the strategy's plan for it (after
+// the switch has admitted the round), where its rounds are on the wire, and the events it will
+// wait for.
+void TensorTable::StartNextLocked(const std::shared_ptr<Tensor>& tensor_ptr, Started* started) {
+  Tensor& tensor = *tensor_ptr;
+  if (tensor.waiting.empty()) return;
+  const int64_t bytes = tensor.element_count * static_cast<int64_t>(DTypeSize(tensor.dtype));
+  std::optional<compress::TensorPlan> plan =
+      strategies_.Admit(tensor.next_round, tensor.name, bytes);
+  if (!plan.has_value()) {
+    held_.push_back(tensor_ptr);  // a strategy switch is being agreed: wait for the commit
+    return;
+  }
+  std::shared_ptr<Operation> op = tensor.waiting.front();
+  tensor.waiting.pop_front();
+  tensor.busy = true;
+  op->layout = tensor.layout;
+  op->round = tensor.next_round++;
+  op->plan = *std::move(plan);
+  op->wire_round = tensor.next_wire_round;
+  op->codecs = tensor.codecs;
+  tensor.last_version = op->plan.version;
+  if (op->plan.compressed()) {
+    tensor.codecs->Resize(static_cast<size_t>(op->layout.num_partitions()));
+    if (tensor.two_round_version != op->plan.version) {  // once per strategy version
+      absl::StatusOr<std::unique_ptr<compress::Codec>> probe =
+          compress::CreateCodec(op->plan.push.name(), compress::ParamsOf(op->plan.push));
+      tensor.two_round = probe.ok() && (*probe)->properties().two_round;
+      tensor.two_round_version = op->plan.version;
+    }
+    op->two_round = tensor.two_round;
+  }
+  tensor.next_wire_round += op->two_round ? 2 : 1;
+  started->push_back(std::move(op));
+}
+
+void TensorTable::OnDeclareReply(const proto::DeclareReply& reply, Started* started) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(reply.name());
+  if (it == tensors_.end()) return;
+  Tensor& tensor = *it->second;
+  if (tensor.state != TensorState::kDeclaring) return;
+  absl::Status error;
+  if (!reply.ok()) {
+    error = absl::FailedPreconditionError(reply.error());
+  } else {
+    absl::StatusOr<TensorLayout> layout = LayoutFromDeclareReply(reply, num_servers_);
+    if (!layout.ok()) {
+      error = layout.status();
+    } else if (layout->element_count != tensor.element_count || layout->dtype != tensor.dtype) {
+      error = absl::InternalError(absl::StrCat("scheduler declared '", reply.name(), "' with ",
+                                               layout->element_count, " elements"));
+    } else {
+      tensor.layout = *layout;
+      tensor.state = TensorState::kReady;
+      tensor.local_ops.clear();
+      if (!tensor.checkpoint.empty()) {
+        if (absl::Status s = ApplyStateLocked(tensor, tensor.checkpoint); !s.ok()) {
+          BC_LOG_ERROR(s.message());
+        }
+        tensor.checkpoint.clear();
+      }
+      StartNextLocked(it->second, started);
+      return;
+    }
+  }
+  tensor.state = TensorState::kFailed;
+  tensor.error = error;
+  for (auto& op : tensor.waiting) op->FailBeforeStart(error);
+  tensor.waiting.clear();
+  // Hierarchical push_pulls of this tensor wait on the local root, which may never reduce a
+  // tensor that was not declared everywhere: they fail with the declaration's error.
+  for (auto& weak : tensor.local_ops) {
+    if (std::shared_ptr<Operation> op = weak.lock()) op->FailBeforeStart(error);
+  }
+  tensor.local_ops.clear();
+}
+
+void TensorTable::Finished(const Operation& op, const absl::Status& status, Started* started) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(op.request.name);
+  if (it == tensors_.end() || !it->second->busy || it->second->state != TensorState::kReady) return;
+  Tensor& tensor = *it->second;
+  tensor.busy = false;
+  if (status.ok()) {
+    StartNextLocked(it->second, started);
+    return;
+  }
+  tensor.state = TensorState::kFailed;
+  tensor.error = absl::Status(status.code(), absl::StrCat("tensor '", tensor.name,
+                                                          "' failed in round ", op.round, ": ",
+                                                          status.message()));
+  for (auto& waiting : tensor.waiting) waiting->FailBeforeStart(tensor.error);
+  tensor.waiting.clear();
+}
+
+void TensorTable::ReleaseHeld(Started* started) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Tensor>> held;
+  held.swap(held_);
+  for (auto& t : held) {
+    if (t->state == TensorState::kReady && !t->busy) StartNextLocked(t, started);
+  }
+}
+
+std::vector<std::shared_ptr<Operation>> TensorTable::FailAll(const absl::Status& reason) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Operation>> waiting;
+  for (auto& [name, tensor] : tensors_) {
+    for (auto& op : tensor->waiting) waiting.push_back(op);
+    tensor->waiting.clear();
+    if (tensor->state != TensorState::kFailed) {
+      tensor->state = TensorState::kFailed;
+      tensor->error = reason;
+    }
+  }
+  return waiting;
+}
+
+absl::Status TensorTable::TensorStrategy(const std::string& name, bool machine_rounds,
+                                         int64_t* round, int64_t* version) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "'"));
+  if (machine_rounds) {
+    *round = static_cast<int64_t>(it->second->local_round) - 1;
+    *version = *round < 0 ? 0 : static_cast<int64_t>(strategies_.VersionAt(static_cast<uint64_t>(*round)));
+    return absl::OkStatus();
+  }
+  *round = static_cast<int64_t>(it->second->next_round) - 1;
+  *version = static_cast<int64_t>(it->second->last_version);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> TensorTable::SaveState(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "'"));
+  const Tensor& t = *it->second;
+  if (t.busy || !t.waiting.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor '", name, "' has a push_pull in flight; save its state between steps"));
+  }
+  absl::StatusOr<std::vector<std::string>> states =
+      SaveCodecStates(name, *t.codecs, static_cast<size_t>(t.layout.num_partitions()));
+  if (!states.ok()) return states.status();
+  return EncodeTensorState(*states);
+}
+
+absl::Status TensorTable::LoadState(const std::string& name, absl::string_view state) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "': declare it first"));
+  }
+  Tensor& t = *it->second;
+  if (t.busy || !t.waiting.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor '", name, "' has a push_pull in flight; load its state between steps"));
+  }
+  if (t.state == TensorState::kDeclaring) {
+    t.checkpoint = std::string(state);  // applied once the partitioning is known
+    return absl::OkStatus();
+  }
+  return ApplyStateLocked(t, state);
+}
+
+absl::Status TensorTable::ApplyStateLocked(Tensor& t, absl::string_view state) {
+  absl::StatusOr<std::vector<std::string>> states =
+      DecodeTensorState(t.name, state, static_cast<size_t>(t.layout.num_partitions()));
+  if (!states.ok()) return states.status();
+  return LoadCodecStates(*t.codecs, *std::move(states));
+}
+
+}  // namespace bytecomp::worker
