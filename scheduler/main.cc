@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
       "Rendezvous, topology, barriers, heartbeats and tensor declarations of a ByteComp job.");
   absl::ParseCommandLine(argc, argv);
   bytecomp::SetLogIdentity("scheduler");
+  bytecomp::RouteProtobufLogs();
 
   absl::StatusOr<bytecomp::proto::ClusterConfig> loaded =
       bytecomp::LoadClusterConfig(absl::GetFlag(FLAGS_config));

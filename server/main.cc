@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ByteComp aggregation server: sums workers' pushes per key and round");
   absl::ParseCommandLine(argc, argv);
   bytecomp::SetLogIdentity("server");
+  bytecomp::RouteProtobufLogs();
   absl::StatusOr<bytecomp::proto::ClusterConfig> config =
       bytecomp::LoadClusterConfig(absl::GetFlag(FLAGS_config));
   if (!config.ok()) {

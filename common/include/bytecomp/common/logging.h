@@ -2,6 +2,7 @@
 // Abseil 2022-06 (Debian 12) has no absl/log, so this is ours.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -17,6 +18,14 @@ void SetLogIdentity(absl::string_view identity);
 LogLevel CurrentLogLevel();
 void SetLogLevel(LogLevel level);
 void LogLine(LogLevel level, absl::string_view message);
+
+// Sends libprotobuf's own log lines through LogLine as warnings: the first 20, then every
+// 1000th. A peer's message with a string field that is not UTF-8 makes libprotobuf log one
+// line per message, so without this a peer could flood a daemon's log. For the daemons'
+// main(); a library inside someone else's process leaves protobuf's logging to its host.
+void RouteProtobufLogs();
+// Lines libprotobuf logged since RouteProtobufLogs (printed or not).
+int64_t ProtobufLogLines();
 
 template <typename... Args>
 void LogAt(LogLevel level, const Args&... args) {
