@@ -3,10 +3,7 @@
 // Wire formats (little-endian, no header: the element count n travels in the data-plane
 // header and the payload size must match it exactly):
 //   none  n fp32 values: 4n bytes.
-//   fp16  n IEEE binary16 values, round to nearest even, saturated to +-65504 (a finite input
-//         never becomes Inf): 2n bytes.
-//   bf16  n bfloat16 values (the top 16 bits of the fp32, round to nearest even), saturated to
-//         +-3.3895e38: 2n bytes.
+//   fp16, bf16: format/half_format.h (shared with the CUDA codecs): 2n bytes.
 // All three are summable_encoded: the server adds payloads element-wise in fp32 without a
 // separate decode step. Decode rejects a payload of the wrong size or holding NaN/Inf.
 #include <immintrin.h>
@@ -18,18 +15,32 @@
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/half.h"
 #include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/format/half_format.h"
 #include "bytecomp/compress/registry.h"
+#include "codec_checks.h"
 
 namespace bytecomp::compress {
 namespace {
 
-constexpr float kHalfMax = 65504.0f;
+using half::kHalfMax;
 
 bool HaveF16C() { return CpuSimdLevel() >= SimdLevel::kAvx2; }
 
 // ---- fp16 kernels: F16C where the CPU has it, the shared scalar math otherwise. ----
 
-// Converts with saturation; returns the largest |x| bit pattern seen (the finite check).
+// Converts to fp16 (kBFloat: bf16) with saturation; returns the largest |x| bit pattern seen
+// (the finite check).
+template <bool kBFloat>
+uint32_t FloatToHalfScalar(const float* src, uint16_t* dst, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    m = std::max(m, FloatBits(src[i]) & 0x7fffffffu);
+    dst[i] = kBFloat ? half::SaturatingBFloat16Bits(src[i]) : half::SaturatingHalfBits(src[i]);
+  }
+  return m;
+}
+
+// The same with F16C, 8 at a time.
 __attribute__((target("avx2,f16c"))) uint32_t FloatToHalfF16C(const float* src, uint16_t* dst,
                                                               size_t n) {
   const __m256 hi = _mm256_set1_ps(kHalfMax), lo = _mm256_set1_ps(-kHalfMax);
@@ -46,20 +57,7 @@ __attribute__((target("avx2,f16c"))) uint32_t FloatToHalfF16C(const float* src, 
   alignas(32) uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), maxbits);
   uint32_t m = *std::max_element(lanes, lanes + 8);
-  for (; i < n; ++i) {
-    m = std::max(m, FloatBits(src[i]) & 0x7fffffffu);
-    dst[i] = FloatToHalfBits(std::clamp(src[i], -kHalfMax, kHalfMax));
-  }
-  return m;
-}
-
-uint32_t FloatToHalfScalar(const float* src, uint16_t* dst, size_t n) {
-  uint32_t m = 0;
-  for (size_t i = 0; i < n; ++i) {
-    m = std::max(m, FloatBits(src[i]) & 0x7fffffffu);
-    dst[i] = FloatToHalfBits(std::clamp(src[i], -kHalfMax, kHalfMax));
-  }
-  return m;
+  return std::max(m, FloatToHalfScalar<false>(src + i, dst + i, n - i));
 }
 
 // Largest (h & 0x7fff): >= 0x7c00 means a NaN or Inf half.
@@ -112,21 +110,7 @@ void HalfToFloat(const uint16_t* src, float* dst, size_t n) {
 
 // ---- bf16 kernels: integer bit operations, which vectorise everywhere. ----
 
-uint32_t FloatToBF16Scalar(const float* src, uint16_t* dst, size_t n) {
-  uint32_t m = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t x;
-    std::memcpy(&x, src + i, 4);
-    const uint32_t a = x & 0x7fffffffu;
-    m = std::max(m, a);
-    // Round to nearest even on the magnitude, then saturate below Inf (0x7f80).
-    const uint32_t r = std::min<uint32_t>((a + 0x7fffu + ((a >> 16) & 1u)) >> 16, 0x7f7fu);
-    dst[i] = static_cast<uint16_t>(r | ((x >> 16) & 0x8000u));
-  }
-  return m;
-}
-
-// The same arithmetic, 8 elements; maxbits collects |x| bit patterns.
+// SaturatingBFloat16Bits' arithmetic, 8 elements; maxbits collects |x| bit patterns.
 __attribute__((target("avx2"), always_inline)) inline __m256i ConvertBF16x8(__m256i x,
                                                                            __m256i& maxbits) {
   const __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
@@ -153,16 +137,16 @@ __attribute__((target("avx2"))) uint32_t FloatToBF16Avx2(const float* src, uint1
   alignas(32) uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), maxbits);
   const uint32_t m = *std::max_element(lanes, lanes + 8);
-  return std::max(m, FloatToBF16Scalar(src + i, dst + i, n - i));
+  return std::max(m, FloatToHalfScalar<true>(src + i, dst + i, n - i));
 }
 
 uint32_t FloatToBF16(const float* src, uint16_t* dst, size_t n) {
-  return HaveF16C() ? FloatToBF16Avx2(src, dst, n) : FloatToBF16Scalar(src, dst, n);
+  return HaveF16C() ? FloatToBF16Avx2(src, dst, n) : FloatToHalfScalar<true>(src, dst, n);
 }
 
 template <bool kAdd>
-__attribute__((target_clones("avx2", "default"))) void BF16ToFloat(const uint16_t* src,
-                                                                    float* dst, size_t n) {
+__attribute__((always_inline)) inline void BF16ToFloatBody(const uint16_t* src, float* dst,
+                                                           size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
     float v;
@@ -175,21 +159,53 @@ __attribute__((target_clones("avx2", "default"))) void BF16ToFloat(const uint16_
   }
 }
 
-absl::Status CheckOutSize(absl::string_view codec, size_t have, size_t need) {
-  if (have >= need) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("codec '", codec, "': output buffer has ", have,
-                                                 " bytes, encoding needs ", need));
+// Two functions rather than one template: clang does not multiversion templates.
+__attribute__((target_clones("avx2", "default"))) void BF16WidenTo(const uint16_t* src,
+                                                                    float* dst, size_t n) {
+  BF16ToFloatBody<false>(src, dst, n);
+}
+__attribute__((target_clones("avx2", "default"))) void BF16WidenAdd(const uint16_t* src,
+                                                                     float* dst, size_t n) {
+  BF16ToFloatBody<true>(src, dst, n);
+}
+
+template <bool kAdd>
+void BF16ToFloat(const uint16_t* src, float* dst, size_t n) {
+  if constexpr (kAdd) {
+    BF16WidenAdd(src, dst, n);
+  } else {
+    BF16WidenTo(src, dst, n);
+  }
 }
 
 absl::Status CheckPayloadSize(absl::string_view codec, size_t have, size_t n, size_t per) {
-  if (have == n * per) return absl::OkStatus();
-  return MalformedError(codec, absl::StrCat(have, " bytes for ", n, " elements (expected ",
-                                            n * per, ")"));
+  return codec_checks::PayloadSizeIs(codec, have, n * per, n);
 }
+
+// The summable codecs whose summed values are the n decoded elements (none, fp16, bf16): the
+// server's sum is a DecodeAdd, expanding it a copy.
+class DenseSummableCodec : public Codec {
+ public:
+  absl::Status AddEncodedValues(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
+                                size_t n, absl::Span<float> sum) override {
+    if (sum.size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("codec '", name(), "': sum length != n"));
+    }
+    return DecodeAdd(encoded, ctx, sum);
+  }
+  absl::Status ExpandSum(absl::Span<const float> sum, const CodecContext&,
+                         absl::Span<float> output) override {
+    if (sum.size() != output.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("codec '", name(), "': sum length"));
+    }
+    if (!sum.empty()) std::memcpy(output.data(), sum.data(), 4 * sum.size());
+    return absl::OkStatus();
+  }
+};
 
 // ---- none ----
 
-class NoneCodec final : public Codec {
+class NoneCodec final : public DenseSummableCodec {
  public:
   absl::string_view name() const override { return "none"; }
   CodecProperties properties() const override {
@@ -202,7 +218,7 @@ class NoneCodec final : public Codec {
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
                                 absl::Span<uint8_t> out) override {
-    if (auto s = CheckOutSize(name(), out.size(), 4 * input.size()); !s.ok()) return s;
+    if (auto s = codec_checks::OutputFits(name(), out.size(), 4 * input.size()); !s.ok()) return s;
     if (auto s = CheckFinite(input, "codec 'none' input"); !s.ok()) return s;
     if (!input.empty()) std::memcpy(out.data(), input.data(), 4 * input.size());
     return 4 * input.size();
@@ -222,23 +238,12 @@ class NoneCodec final : public Codec {
     return absl::OkStatus();
   }
 
-  absl::Status AddEncodedValues(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
-                                size_t n, absl::Span<float> sum) override {
-    if (sum.size() != n) return absl::InvalidArgumentError("codec 'none': sum length != n");
-    return DecodeAdd(encoded, ctx, sum);
-  }
-  absl::Status ExpandSum(absl::Span<const float> sum, const CodecContext&,
-                         absl::Span<float> output) override {
-    if (sum.size() != output.size()) return absl::InvalidArgumentError("codec 'none': sum length");
-    if (!sum.empty()) std::memcpy(output.data(), sum.data(), 4 * sum.size());
-    return absl::OkStatus();
-  }
 
  private:
   absl::Status Validate(absl::Span<const uint8_t> encoded, size_t n) {
     if (auto s = CheckPayloadSize(name(), encoded.size(), n, 4); !s.ok()) return s;
     if (!IsFiniteBits(MaxAbsBits(AlignedAs<float>(encoded, scratch_), n))) {
-      return MalformedError(name(), "payload holds NaN or Inf");
+      return FormatErrorStatus(name(), MakeFormatError(FormatErrorCode::kPayloadNotFinite));
     }
     return absl::OkStatus();
   }
@@ -248,7 +253,7 @@ class NoneCodec final : public Codec {
 
 // ---- fp16 and bf16: one class, two element formats ----
 
-class HalfCodec final : public Codec {
+class HalfCodec final : public DenseSummableCodec {
  public:
   explicit HalfCodec(bool bfloat) : bfloat_(bfloat) {}
 
@@ -263,7 +268,9 @@ class HalfCodec final : public Codec {
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
-    if (auto s = CheckOutSize(name(), out.size(), 2 * n); !s.ok()) return s;
+    if (auto s = codec_checks::OutputFits(name(), out.size(), half::PayloadBytes(n)); !s.ok()) {
+      return s;
+    }
     const bool aligned = reinterpret_cast<uintptr_t>(out.data()) % 2 == 0;
     if (!aligned) out_scratch_.resize(n);
     uint16_t* dst = aligned ? reinterpret_cast<uint16_t*>(out.data()) : out_scratch_.data();
@@ -273,7 +280,7 @@ class HalfCodec final : public Codec {
     } else if (HaveF16C()) {
       m = FloatToHalfF16C(input.data(), dst, n);
     } else {
-      m = FloatToHalfScalar(input.data(), dst, n);
+      m = FloatToHalfScalar<false>(input.data(), dst, n);
     }
     if (!IsFiniteBits(m)) return NonFiniteError(input, absl::StrCat("codec '", name(), "' input"));
     if (!aligned && n > 0) std::memcpy(out.data(), dst, 2 * n);
@@ -304,28 +311,14 @@ class HalfCodec final : public Codec {
     return absl::OkStatus();
   }
 
-  // Summable: the fp32 sum of n widened values; expanding is a copy.
-  absl::Status AddEncodedValues(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
-                                size_t n, absl::Span<float> sum) override {
-    if (sum.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("codec '", name(), "': sum length != n"));
-    }
-    return DecodeAdd(encoded, ctx, sum);
-  }
-  absl::Status ExpandSum(absl::Span<const float> sum, const CodecContext&,
-                         absl::Span<float> output) override {
-    if (sum.size() != output.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("codec '", name(), "': sum length"));
-    }
-    if (!sum.empty()) std::memcpy(output.data(), sum.data(), 4 * sum.size());
-    return absl::OkStatus();
-  }
 
  private:
   absl::Status Validate(absl::Span<const uint8_t> encoded, size_t n) {
     if (auto s = CheckPayloadSize(name(), encoded.size(), n, 2); !s.ok()) return s;
     const uint16_t m = MaxAbsHalfBits(AlignedAs<uint16_t>(encoded, scratch_), n);
-    if (m >= (bfloat_ ? 0x7f80u : 0x7c00u)) return MalformedError(name(), "payload holds NaN or Inf");
+    if (!half::IsFiniteHalfBits(m, bfloat_)) {
+      return FormatErrorStatus(name(), MakeFormatError(FormatErrorCode::kPayloadNotFinite));
+    }
     return absl::OkStatus();
   }
 

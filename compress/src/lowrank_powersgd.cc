@@ -19,10 +19,7 @@
 // column that became zero, is standard normal from CounterRandom(seed, key, round, node 0),
 // the same on every worker. Payload sizes: 4 + 4 * rows * rank_eff and 4 + 4 * cols *
 // rank_eff bytes; for n = 2^20, rank 1: 4 KiB each against 4 MiB of fp32.
-// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
-// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
-// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
-#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -37,7 +34,8 @@
 #include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
 #include "bytecomp/compress/two_round.h"
-#include "quant_util.h"
+#include "codec_checks.h"
+#include "param_specs.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -132,8 +130,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     const size_t bytes = MaxEncodedBytes(n);
-    if (auto s = codec_checks::OutputFits(kName, out.size(), bytes); !s.ok()) return s;
-    if (n > 0xffffffffull) return codec_checks::InputSizeSupported(kName, n);
+    if (auto s = codec_checks::CheckEncodeCall(kName, n, out.size(), bytes); !s.ok()) return s;
     std::vector<uint8_t> first(FirstRoundBytes(n));
     auto first_bytes = EncodeFirst(input, ctx, absl::MakeSpan(first));
     if (!first_bytes.ok()) return first_bytes.status();
@@ -196,8 +193,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
                                      absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     const size_t bytes = FirstRoundBytes(n);
-    if (auto s = codec_checks::OutputFits(kName, out.size(), bytes); !s.ok()) return s;
-    if (auto s = codec_checks::InputSizeSupported(kName, n); !s.ok()) return s;
+    if (auto s = codec_checks::CheckEncodeCall(kName, n, out.size(), bytes); !s.ok()) return s;
     if (auto s = CheckFinite(input, "codec 'powersgd' input"); !s.ok()) return s;
     // Another length means another partition layout (a new strategy): the state restarts.
     if (n_ != n) {
@@ -528,7 +524,7 @@ void RegisterLowRankCodecs(CodecRegistry& registry) {
   CodecSpec spec;
   spec.name = std::string(kName);
   spec.summary = "low-rank P and Q, two aggregation rounds, warm-started Q (two_round.h)";
-  spec.params = {codec_checks::IntParam("rank", 1, "rank of the approximation, in [1, 64]", 1, 64)};
+  spec.params = {param_specs::IntParam("rank", 1, "rank of the approximation, in [1, 64]", 1, 64)};
   spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
     ParamReader r(params);
     const int64_t rank = r.Int("rank");

@@ -1,70 +1,22 @@
 // Memories (memory.h): registry, EncodeWithMemory, and the basic ones: none, residual,
 // dgc_momentum.
+#include "exact_float_math.h"  // first: see there
 #include "bytecomp/compress/memory.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "bytecomp/compress/memory_math.h"
 #include "bytecomp/compress/params.h"
 
 namespace bytecomp::compress {
 
 const MemoryRegistry& MemoryRegistry::Global() {
-  static const MemoryRegistry* const registry = [] {
-    auto* r = new MemoryRegistry;
-    RegisterBasicMemories(*r);
-    RegisterSignMemories(*r);
-    RegisterLowRankMemories(*r);
-    return r;
-  }();
+  static const MemoryRegistry* const registry = BuildRegistry<MemoryRegistry>(
+      {RegisterBasicMemories, RegisterSignMemories, RegisterLowRankMemories});
   return *registry;
-}
-
-absl::Status MemoryRegistry::Register(MemorySpec spec) {
-  if (spec.name.empty() || !spec.factory) {
-    return absl::InvalidArgumentError("a memory spec needs a name and a factory");
-  }
-  if (Find(spec.name) != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("memory '", spec.name, "' is already registered"));
-  }
-  for (const auto& p : spec.params) {
-    auto checked = ValidateParams(absl::StrCat("memory '", spec.name, "' default"), spec.params,
-                                  {{p.name, p.default_value}});
-    if (!checked.ok()) return checked.status();
-  }
-  specs_.push_back(std::move(spec));
-  return absl::OkStatus();
-}
-
-const MemorySpec* MemoryRegistry::Find(absl::string_view name) const {
-  for (const auto& s : specs_) {
-    if (s.name == name) return &s;
-  }
-  return nullptr;
-}
-
-std::vector<std::string> MemoryRegistry::Names() const {
-  std::vector<std::string> names;
-  for (const auto& s : specs_) names.push_back(s.name);
-  return names;
-}
-
-absl::StatusOr<std::unique_ptr<Memory>> MemoryRegistry::Create(absl::string_view name,
-                                                               const CodecParams& params) const {
-  const MemorySpec* spec = Find(name);
-  if (spec == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown memory '", name, "'; valid memories: ",
-                                                   absl::StrJoin(Names(), ", ")));
-  }
-  auto filled = ValidateParams(absl::StrCat("memory '", name, "'"), spec->params, params);
-  if (!filled.ok()) return filled.status();
-  return spec->factory(*filled);
 }
 
 absl::StatusOr<std::unique_ptr<Memory>> CreateMemory(absl::string_view name,
@@ -97,11 +49,30 @@ absl::Status SizeMismatch(absl::string_view memory, size_t have, size_t got) {
                                                  " (one memory instance per partition)"));
 }
 
-// out = a * x + b * y; out may alias x or y (element-wise).
-__attribute__((target_clones("avx2", "default"))) void WeightedSum(float a, const float* x, float b,
-                                                                    const float* y, float* out,
-                                                                    size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = a * x[i] + b * y[i];
+// The loops over memory_math.h's per-element updates (the CUDA kernels fuse the same ones).
+// Element-wise, so an output may alias an input.
+__attribute__((target_clones("avx2", "default"))) void ResidualCompensateAll(
+    const float* input, const float* residual, float beta, float gamma, float* compensated,
+    size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    compensated[i] = ResidualCompensate(input[i], residual[i], beta, gamma);
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void ResidualUpdateAll(
+    const float* compensated, const float* decoded, float* residual, size_t n) {
+  for (size_t i = 0; i < n; ++i) residual[i] = ResidualUpdate(compensated[i], decoded[i]);
+}
+
+// next_u = m * u + x; compensated = v + next_u.
+__attribute__((target_clones("avx2", "default"))) void DgcMomentumAll(
+    const float* input, const float* u, const float* v, float momentum, float* next_u,
+    float* compensated, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float un = DgcMomentumU(input[i], u[i], momentum);
+    next_u[i] = un;
+    compensated[i] = DgcMomentumV(v[i], un);
+  }
 }
 
 // v = compensated and u kept where nothing was sent (decoded == 0); both zero where sent.
@@ -146,7 +117,7 @@ class ResidualMemory final : public Memory {
     if (compensated.size() != n) return SizeMismatch(name(), n, compensated.size());
     if (residual_.empty()) residual_.assign(n, 0.0f);
     if (residual_.size() != n) return SizeMismatch(name(), residual_.size(), n);
-    WeightedSum(beta_, residual_.data(), gamma_, input.data(), compensated.data(), n);
+    ResidualCompensateAll(input.data(), residual_.data(), beta_, gamma_, compensated.data(), n);
     return absl::OkStatus();
   }
 
@@ -155,7 +126,7 @@ class ResidualMemory final : public Memory {
     const size_t n = compensated.size();
     if (residual_.size() != n) return SizeMismatch(name(), residual_.size(), n);
     if (decoded.size() != n) return SizeMismatch(name(), n, decoded.size());
-    WeightedSum(1.0f, compensated.data(), -1.0f, decoded.data(), residual_.data(), n);
+    ResidualUpdateAll(compensated.data(), decoded.data(), residual_.data(), n);
     return absl::OkStatus();
   }
 
@@ -187,9 +158,8 @@ class DgcMomentumMemory final : public Memory {
     }
     if (u_.size() != n) return SizeMismatch(name(), u_.size(), n);
     next_u_.resize(n);
-    // next_u = m * u + x; compensated = v + next_u.
-    WeightedSum(momentum_, u_.data(), 1.0f, input.data(), next_u_.data(), n);
-    WeightedSum(1.0f, v_.data(), 1.0f, next_u_.data(), compensated.data(), n);
+    DgcMomentumAll(input.data(), u_.data(), v_.data(), momentum_, next_u_.data(),
+                   compensated.data(), n);
     pending_ = true;
     return absl::OkStatus();
   }
@@ -220,16 +190,6 @@ class DgcMomentumMemory final : public Memory {
 };
 
 }  // namespace
-
-void MustRegisterMemory(MemoryRegistry& registry, MemorySpec spec) {
-  const std::string name = spec.name;
-  const absl::Status status = registry.Register(std::move(spec));
-  if (!status.ok()) {
-    std::fprintf(stderr, "registering memory '%s' failed: %s\n", name.c_str(),
-                 status.ToString().c_str());
-    std::abort();
-  }
-}
 
 void RegisterBasicMemories(MemoryRegistry& registry) {
   MustRegisterMemory(registry, {.name = "none",

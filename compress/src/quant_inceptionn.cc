@@ -8,10 +8,7 @@
 // the int16 values of the tag-2 elements and the f32 values of the tag-3 elements, each in
 // element order. Size: 4 + ceil(n/4) + c1 + 2 c2 + 4 c3 (c_t: elements with tag t); at most
 // 4 + ceil(n/4) + 4n.
-// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
-// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
-// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
-#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include "exact_float_math.h"  // first: see there
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -20,8 +17,9 @@
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
 #include "bytecomp/compress/params.h"
-#include "quant_register.h"
-#include "quant_util.h"
+#include "quant_codecs.h"
+#include "codec_checks.h"
+#include "param_specs.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -43,10 +41,7 @@ class InceptionnCodec final : public Codec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     // The caller provides MaxEncodedBytes(n) (codec.h), whatever this input needs.
-    if (auto s = codec_checks::OutputFits(name(), out.size(), MaxEncodedBytes(n)); !s.ok()) {
-      return s;
-    }
-    if (auto s = codec_checks::InputSizeSupported(name(), n); !s.ok()) return s;
+    if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
     if (auto s = CheckFinite(input, codec_checks::InputWhat(name())); !s.ok()) return s;
     tags_.resize(n);
     ComputeTags(input.data(), n, error_bound_, tags_.data());
@@ -83,9 +78,9 @@ class InceptionnCodec final : public Codec {
         !s.ok()) {
       return s;
     }
-    if (GetU32(encoded.data()) != n) {
-      return MalformedError(name(), absl::StrCat("payload for ", GetU32(encoded.data()),
-                                                 " elements decoded into ", n));
+    if (auto s = FormatErrorStatus(name(), CheckElementCount(GetU32(encoded.data()), n));
+        !s.ok()) {
+      return s;
     }
     const uint8_t* tags = encoded.data() + 4;
     if (n % 4 != 0 && (tags[TagBytes(n) - 1] >> (2 * (n % 4))) != 0) {
@@ -141,7 +136,7 @@ void RegisterInceptionnCodec(CodecRegistry& registry) {
   CodecSpec spec;
   spec.name = "inceptionn";
   spec.summary = "each value as 0, int8, int16 or fp32 within an absolute error bound";
-  spec.params = {codec_checks::DoubleParam(
+  spec.params = {param_specs::DoubleParam(
       "error_bound", "0.0009765625", "largest absolute error (2^-10 by default), > 0", 0.0, true)};
   spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
     ParamReader r(params);

@@ -1,7 +1,4 @@
-// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
-// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
-// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
-#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include "exact_float_math.h"  // first: see there
 #include "quant_kernels.h"
 
 #include "bytecomp/compress/codec_util.h"
@@ -41,6 +38,17 @@ __attribute__((target_clones("avx2", "default"))) SquaresAndMax SumOfSquaresAndM
                      ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail;
   r.max_abs_bits = m;
   return r;
+}
+
+__attribute__((target_clones("avx2", "default"))) uint32_t MaxCodeLevel(const uint16_t* codes,
+                                                                        size_t n,
+                                                                        uint32_t level_mask) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t level = codes[i] & level_mask;
+    m = level > m ? level : m;
+  }
+  return m;
 }
 
 }  // namespace bytecomp::compress

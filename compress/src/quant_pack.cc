@@ -1,7 +1,4 @@
-// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
-// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
-// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
-#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include "exact_float_math.h"  // first: see there
 #include "quant_pack.h"
 
 #include <cstring>
@@ -110,7 +107,7 @@ void PackCodes(const uint16_t* codes, size_t n, uint32_t bits, uint8_t* out) {
 }
 
 bool UnpackCodes(const uint8_t* in, size_t n, uint32_t bits, uint16_t* codes) {
-  const size_t bytes = PackedCodeBytes(n, bits);
+  const size_t bytes = PackedBytes(n, static_cast<int>(bits));
   if (bits == 8) {
     WidenBytes(in, n, codes);
     return true;

@@ -1,19 +1,19 @@
 // Fixed-width code packing for the quantisation codecs (private to compress/src).
-// Layout: LSB-first bit stream, code i occupies bits [i*bits, (i+1)*bits), the padding bits of
-// the last byte are 0 (the same layout as BitWriter in codec_util.h, which the generic path
-// uses). Groups of 8 codes fill exactly `bits` bytes, which the fast paths exploit.
+// Layout: format/bit_stream.h's LSB-first bit stream, code i in bits [i*bits, (i+1)*bits), the
+// padding bits of the last byte 0 (BitWriter and BitReader are the generic path). Groups of 8
+// codes fill exactly `bits` bytes, which the fast paths exploit.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace bytecomp::compress {
+#include "bytecomp/compress/format/bit_stream.h"
 
-inline size_t PackedCodeBytes(size_t n, uint32_t bits) { return (n * bits + 7) / 8; }
+namespace bytecomp::compress {
 
 // bits in [1, 16]; codes[i] < 2^bits.
 void PackCodes(const uint16_t* codes, size_t n, uint32_t bits, uint8_t* out);
-// Reads PackedCodeBytes(n, bits) bytes; returns false if the padding bits are not zero.
+// Reads PackedBytes(n, bits) bytes; returns false if the padding bits are not zero.
 bool UnpackCodes(const uint8_t* in, size_t n, uint32_t bits, uint16_t* codes);
 
 }  // namespace bytecomp::compress

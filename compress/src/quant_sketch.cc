@@ -8,10 +8,7 @@
 // Boundaries: the j/q quantiles (j = 1..q-1) of a deterministic sample of min(n, 8192)
 // elements at evenly spaced indices, so encoding costs O(n log q) and a sort of the sample.
 // Decoding preserves each bucket's sum (hence the tensor's sum) and the order of elements.
-// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
-// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
-// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
-#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -22,8 +19,9 @@
 #include "bytecomp/compress/elementwise.h"
 #include "bytecomp/compress/params.h"
 #include "quant_pack.h"
-#include "quant_register.h"
-#include "quant_util.h"
+#include "quant_codecs.h"
+#include "codec_checks.h"
+#include "param_specs.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -37,15 +35,14 @@ class SketchCodec final : public Codec {
   absl::string_view name() const override { return "sketch"; }
   CodecProperties properties() const override { return {}; }
   size_t MaxEncodedBytes(size_t n) const override {
-    return 4 + 4 * size_t{quantiles_} + PackedCodeBytes(n, id_bits_);
+    return 4 + 4 * size_t{quantiles_} + PackedBytes(n, static_cast<int>(id_bits_));
   }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     const size_t bytes = MaxEncodedBytes(n);
-    if (auto s = codec_checks::OutputFits(name(), out.size(), bytes); !s.ok()) return s;
-    if (auto s = codec_checks::InputSizeSupported(name(), n); !s.ok()) return s;
+    if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
     if (auto s = CheckFinite(input, codec_checks::InputWhat(name())); !s.ok()) return s;
     // Boundaries from a sorted sample.
     const size_t m = std::min(n, kMaxSample);
@@ -90,20 +87,12 @@ class SketchCodec final : public Codec {
   absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
                       absl::Span<float> output) override {
     const size_t n = output.size();
-    if (auto s = codec_checks::PayloadSizeIs(name(), encoded.size(), MaxEncodedBytes(n), n);
-        !s.ok()) {
-      return s;
-    }
-    if (GetU32(encoded.data()) != n) {
-      return MalformedError(name(), absl::StrCat("payload for ", GetU32(encoded.data()),
-                                                 " elements decoded into ", n));
-    }
+    if (auto s = codec_checks::CheckSizeAndCount(*this, encoded, n); !s.ok()) return s;
     means_.resize(quantiles_);
     for (size_t b = 0; b < quantiles_; ++b) {
       means_[b] = GetF32(encoded.data() + 4 + 4 * b);
-      if (auto s = codec_checks::HeaderFloatOk(name(), means_[b], absl::StrCat("mean ", b), false);
-          !s.ok()) {
-        return s;
+      if (!IsFiniteFloat(means_[b])) {
+        return MalformedError(name(), absl::StrCat("mean ", b, " is not finite"));
       }
     }
     ids_.resize(n);
@@ -138,7 +127,7 @@ void RegisterSketchCodec(CodecRegistry& registry) {
   CodecSpec spec;
   spec.name = "sketch";
   spec.summary = "quantile bucket id per element and the bucket means";
-  spec.params = {codec_checks::IntParam("quantiles", 64, "number of buckets, in [2, 65536]", 2,
+  spec.params = {param_specs::IntParam("quantiles", 64, "number of buckets, in [2, 65536]", 2,
                                         65536)};
   spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
     ParamReader r(params);

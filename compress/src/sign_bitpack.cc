@@ -1,7 +1,4 @@
-// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
-// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
-// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
-#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include "exact_float_math.h"  // first: see there
 #include "sign_bitpack.h"
 
 #include <immintrin.h>
@@ -161,11 +158,6 @@ void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear,
   const size_t done =
       HaveAvx2() ? UnpackAvx2<true>(bits, n, value_if_clear, value_if_set, acc) : 0;
   AddScalar(bits, done, n, value_if_clear, value_if_set, acc);
-}
-
-bool SignPaddingIsZero(const uint8_t* bits, size_t n) {
-  if (n % 8 == 0) return true;
-  return (bits[n / 8] >> (n % 8)) == 0;
 }
 
 }  // namespace bytecomp::compress

@@ -1,16 +1,18 @@
-// Bit-packed signs and the reductions the sign codecs need, with AVX2 paths chosen at run
-// time (intrinsics: the compiler does not turn compare-and-pack loops into movemask).
-// Bit convention (elementwise.h): bit 1 = x < 0; element i is bit i % 8 of byte i / 8.
+// Bit-packed signs (format/sign_format.h) and the reductions the sign codecs need, with AVX2
+// paths chosen at run time (intrinsics: the compiler does not turn compare-and-pack loops into
+// movemask). Bit convention (elementwise.h): bit 1 = x < 0; element i is bit i % 8 of byte i / 8.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "bytecomp/compress/format/sign_format.h"
+
 namespace bytecomp::compress {
 
-inline size_t SignBytes(size_t n) { return (n + 7) / 8; }
+using sign::SignSums;
 
-// Writes SignBytes(n) bytes; the unused high bits of the last byte are 0. Returns whether
+// Writes sign::SignBytes(n) bytes; the unused high bits of the last byte are 0. Returns whether
 // every element was finite (the caller's finite check, in the same pass).
 bool PackSignBits(const float* x, size_t n, uint8_t* out);
 
@@ -21,16 +23,6 @@ void UnpackSignBits(const uint8_t* bits, size_t n, float value_if_clear, float v
 void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear,
                          float value_if_set, float* acc);
 
-// Whether the padding bits after element n in the last byte are all 0 (a malformed payload
-// otherwise).
-bool SignPaddingIsZero(const uint8_t* bits, size_t n);
-
-// Sums of the non-negative and of the negative elements (in double) and the negative count.
-struct SignSums {
-  double non_negative = 0.0;  // sum of x >= 0
-  double negative = 0.0;      // sum of x < 0 (<= 0)
-  size_t negative_count = 0;
-};
 // PackSignBits plus the sums, in one pass over x (the sign bits do not depend on the sums, so
 // efsignsgd and onebit read their input once). A NaN or Inf element makes a sum non-finite,
 // which is the caller's finite check.

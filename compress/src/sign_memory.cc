@@ -1,16 +1,14 @@
 // The efsignsgd memory (EF-SignSGD error feedback), registered in the memory registry.
-// elementwise.h needs fp-contract off for identical rounding in every variant; -O2 keeps
-// GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec loops; and
-// no-trapping-math (results unchanged) lets it if-convert selects around divisions.
-#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/memory.h"
+#include "bytecomp/compress/memory_math.h"
 #include "bytecomp/compress/params.h"
-#include "quant_util.h"
+#include "param_specs.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -46,7 +44,7 @@ class EfSignSgdMemory final : public Memory {
       }
       return absl::OkStatus();
     }
-    AddScaled(compensated.data(), input.data(), residual_.data(), 1.0f / lr_, n);
+    CompensateAll(compensated.data(), input.data(), residual_.data(), 1.0f / lr_, n);
     return absl::OkStatus();
   }
 
@@ -59,7 +57,7 @@ class EfSignSgdMemory final : public Memory {
                                                      n));
     }
     residual_.resize(n);
-    ScaledDifference(residual_.data(), compensated.data(), decoded.data(), lr_, n);
+    ResidualAll(residual_.data(), compensated.data(), decoded.data(), lr_, n);
     return absl::OkStatus();
   }
 
@@ -67,16 +65,19 @@ class EfSignSgdMemory final : public Memory {
   std::vector<std::vector<float>*> StateVectors() override { return {&residual_}; }
 
  private:
-  // out = a + scale * b (out may alias a).
-  __attribute__((target_clones("avx2", "default"))) static void AddScaled(
-      float* out, const float* a, const float* __restrict b, float scale, size_t n) {
-    for (size_t i = 0; i < n; ++i) out[i] = a[i] + scale * b[i];
+  // The loops over memory_math.h's EfSignCompensate and EfSignResidual (compensated may
+  // alias the input).
+  __attribute__((target_clones("avx2", "default"))) static void CompensateAll(
+      float* compensated, const float* input, const float* __restrict residual,
+      float inverse_lr, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      compensated[i] = EfSignCompensate(input[i], residual[i], inverse_lr);
+    }
   }
-  // out = scale * (a - b).
-  __attribute__((target_clones("avx2", "default"))) static void ScaledDifference(
-      float* __restrict out, const float* __restrict a, const float* __restrict b, float scale,
-      size_t n) {
-    for (size_t i = 0; i < n; ++i) out[i] = scale * (a[i] - b[i]);
+  __attribute__((target_clones("avx2", "default"))) static void ResidualAll(
+      float* __restrict residual, const float* __restrict compensated,
+      const float* __restrict decoded, float lr, size_t n) {
+    for (size_t i = 0; i < n; ++i) residual[i] = EfSignResidual(compensated[i], decoded[i], lr);
   }
 
   float default_lr_;
@@ -90,7 +91,7 @@ void RegisterSignMemories(MemoryRegistry& registry) {
   MemorySpec spec;
   spec.name = "efsignsgd";
   spec.summary = "EF-SignSGD error feedback: residual kept in learning-rate units";
-  spec.params.push_back(codec_checks::DoubleParam(
+  spec.params.push_back(param_specs::DoubleParam(
       "lr", "0.1", "learning rate, > 0 (CodecContext::learning_rate overrides it when set)", 0.0,
       /*min_exclusive=*/true));
   spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Memory>> {

@@ -22,7 +22,8 @@
 // Every error is an absl::Status that names what is wrong: an unknown codec or memory name
 // lists the valid ones; a bad parameter lists the valid parameters with types and defaults;
 // NaN/Inf input names the first bad element; a malformed payload is InvalidArgument.
-// Wire formats are documented where each codec is defined (compress/src/*_codecs.cc).
+// Wire formats: compress/include/bytecomp/compress/format/*.h for the codecs that also have
+// CUDA kernels (shared with compress/cuda), the top of each codec's source for the others.
 #pragma once
 
 #include "bytecomp/compress/aggregator.h"

@@ -1,6 +1,7 @@
 #include "bytecomp/compress/codec_util.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -83,6 +84,24 @@ TEST(RngTest, BelowAndUniformStayInRange) {
     sum += u;
   }
   EXPECT_NEAR(sum / 100000, 0.5, 0.01);
+}
+
+// An unaligned view is copied into the scratch; an empty one (a "none" payload for n = 0) must
+// not hand memcpy the empty scratch's null pointer (UBSan, in BYTECOMP_SANITIZE builds).
+TEST(AlignedAsTest, CopiesUnalignedViewsAndAcceptsEmptyOnes) {
+  alignas(4) uint8_t bytes[13] = {};
+  const float value = 1.5f;
+  std::memcpy(bytes + 1, &value, 4);
+  std::vector<float> scratch;
+  const float* unaligned = AlignedAs<float>(absl::MakeConstSpan(bytes + 1, 12), scratch);
+  ASSERT_EQ(scratch.size(), 3u);
+  EXPECT_EQ(unaligned, scratch.data());
+  EXPECT_EQ(unaligned[0], 1.5f);
+  std::vector<float> empty_scratch;
+  AlignedAs<float>(absl::MakeConstSpan(bytes + 1, 0), empty_scratch);
+  EXPECT_TRUE(empty_scratch.empty());
+  EXPECT_EQ(AlignedAs<float>(absl::MakeConstSpan(bytes, 4), scratch),
+            reinterpret_cast<const float*>(bytes));
 }
 
 }  // namespace

@@ -3,8 +3,7 @@
 // the vectorised AVX2 loops and the scalar math agree bit for bit, and a GPU kernel that
 // follows the recipe produces the same bytes.
 // The reference below must not fuse a*b+c either (it would, with -march=native): see
-// elementwise.h.
-#pragma GCC optimize("fp-contract=off")
+// elementwise.h; CMakeLists.txt builds this file with -ffp-contract=off.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>

@@ -6,10 +6,10 @@
 // - Every operation here is a single correctly rounded IEEE operation (+, -, *, /, compare),
 //   but some expressions have the shape a*b+c, which compilers fuse into one FMA (one
 //   rounding) when allowed. So: CUDA kernels that use this header are built with
-//   --fmad=false, and CPU files with fp-contract off (the codec sources start with
-//   `#pragma GCC optimize("fp-contract=off", ...)` before their includes, because the
-//   target_clones AVX2/FMA variants would otherwise fuse where the default variant does not).
-//   They use no-trapping-math too: it changes no result and lets GCC vectorise the selects.
+//   --fmad=false, and CPU files with fp-contract off (the codec sources include
+//   compress/src/exact_float_math.h before anything else, because the target_clones
+//   AVX2/FMA variants would otherwise fuse where the default variant does not). With GCC they
+//   use no-trapping-math too: it changes no result and lets GCC vectorise the selects.
 // - Reductions (norms, maxima, means) are the caller's business: the CPU codecs accumulate
 //   sums of squares and magnitudes in double over 8 interleaved partial sums and round once
 //   to float, so another summation order changes the float only in rare rounding ties; a
@@ -20,8 +20,9 @@
 // - Random numbers come from CounterRandom: a stateless hash of (stream, element index), so
 //   element i's random number does not depend on how the work is split into threads.
 //
-// What the CPU codecs compute, per codec, so that a kernel can produce the same payload
-// (wire layouts are documented in compress/src/sign_codecs.cc and quant_codecs.cc):
+// What the CPU codecs compute, per codec, so that a kernel can produce the same payload (the
+// wire layouts, and the scalars as functions both sides call, are in format/<codec>_format.h
+// for the codecs with kernels, at the top of compress/src/quant_<codec>.cc for the others):
 //   random stream   r = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node); element i
 //                   uses UniformFloat(r, i) or RandomBits(r, i), i the index in the partition.
 //   signsgd/signum  SignBit(x) (signum: of m = (1-beta)*g + beta*m_prev, m = g the first time).
@@ -42,19 +43,12 @@
 #include <cstdint>
 
 #include "bytecomp/common/half.h"
+#include "bytecomp/compress/format/rng.h"  // Mix64: SplitMix64's output function
 
 namespace bytecomp::compress {
 
 // ---------------------------------------------------------------------------------------------
 // Counter-based random numbers.
-
-// SplitMix64's output function: a bijective 64-bit mixer (Steele, Lea, Flood 2014).
-BYTECOMP_HD uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // A bijective 32-bit mixer ("lowbias32", C. Wellons): 32-bit multiplies only, so the CPU loop
 // vectorises with AVX2 and the GPU runs it at full rate.
@@ -82,10 +76,10 @@ struct CounterRandom {
 // node = 0 for randomness that every worker must share (randomk indices, PowerSGD's first Q).
 BYTECOMP_HD CounterRandom MakeCounterRandom(uint64_t seed, uint64_t key, uint64_t round,
                                             uint64_t node) {
-  uint64_t h = SplitMix64(seed);
-  h = SplitMix64(h ^ key);
-  h = SplitMix64(h ^ round);
-  h = SplitMix64(h ^ (node * 0xd6e8feb86659fd93ull));
+  uint64_t h = Mix64(seed);
+  h = Mix64(h ^ key);
+  h = Mix64(h ^ round);
+  h = Mix64(h ^ (node * 0xd6e8feb86659fd93ull));
   CounterRandom r;
   r.k0 = static_cast<uint32_t>(h);
   r.k1 = static_cast<uint32_t>(h >> 32);

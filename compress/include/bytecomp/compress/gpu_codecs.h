@@ -14,7 +14,11 @@ std::vector<std::string> GpuCodecNames();
 bool HasGpuCodec(absl::string_view codec);
 
 // The memories that can be fused with each codec: "none" (or "") always; "residual" with
-// every codec but signum and dgc; "efsignsgd" with efsignsgd; "dgc_momentum" with dgc.
+// every codec but signum and dgc; "efsignsgd" with efsignsgd; "dgc_momentum" with dgc. False
+// for a codec without GPU kernels.
 bool GpuMemorySupported(absl::string_view codec, absl::string_view memory);
+
+// "residual: fp16, bf16, ...; efsignsgd: efsignsgd; dgc_momentum: dgc", for error messages.
+std::string GpuMemoriesText();
 
 }  // namespace bytecomp::compress

@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "bytecomp/compress/codec.h"
+#include "bytecomp/compress/spec_registry.h"
 
 namespace bytecomp::compress {
 
@@ -62,22 +63,14 @@ struct MemorySpec {
   std::function<absl::StatusOr<std::unique_ptr<Memory>>(const CodecParams&)> factory;
 };
 
-class MemoryRegistry {
+class MemoryRegistry : public SpecRegistry<MemorySpec> {
  public:
+  MemoryRegistry() : SpecRegistry("memory", "memories") {}
+
   // The registry with every built-in memory.
   static const MemoryRegistry& Global();
 
-  absl::Status Register(MemorySpec spec);
-  const MemorySpec* Find(absl::string_view name) const;  // nullptr if unknown
-  std::vector<std::string> Names() const;
-
-  // Same validation as CodecRegistry::Create: an unknown name lists every valid name, a bad
-  // parameter lists the valid parameters with types and defaults.
-  absl::StatusOr<std::unique_ptr<Memory>> Create(absl::string_view name,
-                                                 const CodecParams& params) const;
-
- private:
-  std::vector<MemorySpec> specs_;
+  // (SpecRegistry: Register, Find, Names, Create: the same validation as CodecRegistry's.)
 };
 
 // Shorthand for MemoryRegistry::Global().Create(name, params). Names:
@@ -102,8 +95,10 @@ absl::StatusOr<size_t> EncodeWithMemory(Codec& codec, Memory* memory,
                                         absl::Span<uint8_t> out, std::vector<float>& compensated,
                                         std::vector<float>& decoded);
 
-// Register, aborting with the error on failure (a programming error).
-void MustRegisterMemory(MemoryRegistry& registry, MemorySpec spec);
+// registry.MustRegister(spec): register, aborting on a duplicate name or a bad default.
+inline void MustRegisterMemory(MemoryRegistry& registry, MemorySpec spec) {
+  registry.MustRegister(std::move(spec));
+}
 
 // Registration hooks, called by MemoryRegistry::Global().
 void RegisterBasicMemories(MemoryRegistry& registry);    // none, residual, dgc_momentum

@@ -7,36 +7,29 @@
 
 #include "absl/status/statusor.h"
 #include "bytecomp/compress/codec.h"
+#include "bytecomp/compress/spec_registry.h"
 
 namespace bytecomp::compress {
 
-class CodecRegistry {
+class CodecRegistry : public SpecRegistry<CodecSpec> {
  public:
+  CodecRegistry() : SpecRegistry("codec", "codecs") {}
+
   // The registry with every built-in codec.
   static const CodecRegistry& Global();
 
-  absl::Status Register(CodecSpec spec);
-  // nullptr if unknown.
-  const CodecSpec* Find(absl::string_view name) const;
-  std::vector<std::string> Names() const;
-
-  // Validates params against the spec (unknown parameter, wrong type, out of range: an error
-  // listing the valid parameters with their types and defaults), fills defaults, builds.
-  // An unknown codec name is an error listing every valid name.
-  absl::StatusOr<std::unique_ptr<Codec>> Create(absl::string_view name,
-                                                const CodecParams& params) const;
-
- private:
-  std::vector<CodecSpec> specs_;
+  // (SpecRegistry: Register, Find, Names, and Create(name, params), which validates params
+  // against the spec, fills defaults and builds; an unknown name lists every valid one.)
 };
 
 // Shorthand for CodecRegistry::Global().Create(name, params).
 absl::StatusOr<std::unique_ptr<Codec>> CreateCodec(absl::string_view name,
                                                    const CodecParams& params = {});
 
-// Register, aborting with the error on failure (a duplicate name or a default that fails its
-// own validation is a programming error, found by the first test that runs).
-void MustRegister(CodecRegistry& registry, CodecSpec spec);
+// registry.MustRegister(spec): register, aborting on a duplicate name or a bad default.
+inline void MustRegister(CodecRegistry& registry, CodecSpec spec) {
+  registry.MustRegister(std::move(spec));
+}
 
 // The spec of a codec without parameters, built as `new CodecT()`.
 template <typename CodecT>
@@ -50,8 +43,7 @@ CodecSpec ParameterlessSpec(std::string name, std::string summary) {
   return spec;
 }
 
-// Registration hooks, one per family, called by CodecRegistry::Global() (explicit calls, not
-// static initialisers, which a static library would drop).
+// Registration hooks, one per family, called by CodecRegistry::Global() (BuildRegistry).
 void RegisterBasicCodecs(CodecRegistry& registry);         // none, fp16, bf16
 void RegisterSparsificationCodecs(CodecRegistry& registry); // topk, randomk, threshold, dgc, adaq
 void RegisterQuantizationCodecs(CodecRegistry& registry);  // qsgd, terngrad, natural, u8bit,

@@ -1,7 +1,8 @@
-// GPU codecs: CUDA kernels that produce the same wire format as the CPU codecs (compress/src,
-// see each codec's format comment), so a GPU-compressed push is decoded by a CPU server and
-// the reverse. The per-element math is elementwise.h and cuda_feedback.h, shared with the CPU
-// code and tested there; no GPU runs in CI, so these kernels are compile-checked only.
+// GPU codecs: CUDA kernels that produce the same wire format as the CPU codecs, so a
+// GPU-compressed push is decoded by a CPU server and the reverse. The formats are
+// compress/include/bytecomp/compress/format/*.h, the per-element math elementwise.h and
+// memory_math.h: __host__ __device__ functions that the CPU codecs call too and that the tests
+// run on the host; no GPU runs in CI, so the kernels themselves are compile-checked only.
 //
 //   auto codec = CudaCodec::Create("topk", {{"ratio", "0.01"}}, "residual", {});
 //   size_t bytes = *(*codec)->Encode(d_gradient, n, ctx, d_payload, capacity, stream);
@@ -32,13 +33,16 @@ namespace bytecomp::compress::cuda {
 // qsgd, terngrad, natural, dgc.
 std::vector<std::string> CudaCodecNames();
 
-// The memories that can be fused with each codec: "none" always; "residual" with every codec
-// but signum and dgc; "efsignsgd" with efsignsgd; "dgc_momentum" with dgc.
+// The memories that can be fused with each codec (gpu_codecs.h GpuMemorySupported): "none"
+// always; "residual" with every codec but signum and dgc; "efsignsgd" with efsignsgd;
+// "dgc_momentum" with dgc.
 bool CudaMemorySupported(absl::string_view codec, absl::string_view memory);
 
 class CudaCodec {
  public:
-  // Parameters as the CPU codecs and memories take them (same names, defaults and ranges).
+  // Parameters as the CPU codecs and memories take them (their specs: same names, defaults
+  // and ranges). An unknown codec is NotFound; a bad parameter or a memory that cannot be
+  // fused, InvalidArgument.
   static absl::StatusOr<std::unique_ptr<CudaCodec>> Create(absl::string_view codec,
                                                            const CodecParams& params,
                                                            absl::string_view memory = "none",

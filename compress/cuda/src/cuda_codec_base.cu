@@ -1,0 +1,192 @@
+// CudaCodecBase (cuda_codec_base.h): the shared encode steps and the readbacks.
+#include "cuda_codec_base.h"
+
+#include <cub/block/block_reduce.cuh>
+
+#include <climits>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/compress/elementwise.h"
+
+namespace bytecomp::compress::cuda {
+namespace {
+
+template <bool kSigns, bool kSquares>
+__global__ void ReduceStatsKernel(const float* __restrict__ x, size_t n, DeviceStats* stats) {
+  using BlockReduceU = cub::BlockReduce<unsigned int, kThreads>;
+  using BlockReduceD = cub::BlockReduce<double, kThreads>;
+  using BlockReduceL = cub::BlockReduce<unsigned long long, kThreads>;
+  __shared__ union {
+    typename BlockReduceU::TempStorage u;
+    typename BlockReduceD::TempStorage d;
+    typename BlockReduceL::TempStorage l;
+  } temp;
+  unsigned int max_bits = 0;
+  double pos = 0.0, neg = 0.0, squares = 0.0;
+  unsigned long long neg_count = 0;
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    const float v = x[i];
+    const unsigned int a = FloatBits(v) & 0x7fffffffu;
+    max_bits = a > max_bits ? a : max_bits;
+    if constexpr (kSigns) {
+      if (v < 0.0f) {
+        neg += static_cast<double>(v);
+        ++neg_count;
+      } else {
+        pos += static_cast<double>(v);
+      }
+    }
+    if constexpr (kSquares) {
+      const double d = static_cast<double>(v);
+      squares += d * d;
+    }
+  }
+  const unsigned int block_max = BlockReduceU(temp.u).Reduce(max_bits, MaxOp());
+  if (threadIdx.x == 0) atomicMax(&stats->max_abs_bits, block_max);
+  if constexpr (kSigns) {
+    __syncthreads();
+    const double p = BlockReduceD(temp.d).Sum(pos);
+    __syncthreads();
+    const double q = BlockReduceD(temp.d).Sum(neg);
+    __syncthreads();
+    const unsigned long long c = BlockReduceL(temp.l).Sum(neg_count);
+    if (threadIdx.x == 0) {
+      atomicAdd(&stats->non_negative_sum, p);
+      atomicAdd(&stats->negative_sum, q);
+      atomicAdd(&stats->count, c);
+    }
+  }
+  if constexpr (kSquares) {
+    __syncthreads();
+    const double s = BlockReduceD(temp.d).Sum(squares);
+    if (threadIdx.x == 0) atomicAdd(&stats->sum_of_squares, s);
+  }
+}
+
+__global__ void FirstNonFiniteKernel(const float* __restrict__ x, size_t n, DeviceStats* stats) {
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    if (!IsFiniteFloat(x[i])) atomicMin(&stats->first_bad, static_cast<unsigned int>(i));
+  }
+}
+
+}  // namespace
+
+CudaCodecBase::~CudaCodecBase() { cudaFree(stats_); }
+
+absl::Status CudaCodecBase::Init() {
+  BC_CUDA_TRY(cudaMalloc(&stats_, sizeof(DeviceStats)));
+  return host_stats_.Reserve(sizeof(DeviceStats)).status();
+}
+
+absl::StatusOr<const float*> CudaCodecBase::Compensate(const float* g, size_t n,
+                                                       const CodecContext& ctx, bool first,
+                                                       cudaStream_t stream, Feedback* fb) {
+  return memory_.Compensate(g, n, ctx, first, stream, fb);
+}
+
+absl::StatusOr<size_t> CudaCodecBase::Encode(const float* input, size_t n,
+                                             const CodecContext& ctx, uint8_t* out,
+                                             size_t capacity, cudaStream_t stream) {
+  const size_t need = MaxEncodedBytes(n);
+  if (capacity < need) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda codec '", name_, "': output buffer has ",
+                                                   capacity, " bytes, encoding needs ", need));
+  }
+  if (n > static_cast<size_t>(INT_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda codec '", name_, "': ", n,
+                                                   " elements exceed the 2^31-1 supported"));
+  }
+  // A new length restarts the state (momentum, residual), as the CPU's stateful codecs do.
+  const bool first = rounds_ == 0 || state_n_ != n;
+  Feedback fb;
+  const float* x = input;
+  BC_ASSIGN(x, Compensate(input, n, ctx, first, stream, &fb));
+  state_n_ = n;
+  ++rounds_;
+
+  BC_CUDA_TRY(cudaMemsetAsync(stats_, 0, sizeof(DeviceStats), stream));
+  switch (reduction()) {
+    case Reduction::kSigns:
+      ReduceStatsKernel<true, false><<<Blocks(n), kThreads, 0, stream>>>(x, n, stats_);
+      break;
+    case Reduction::kSquares:
+      ReduceStatsKernel<false, true><<<Blocks(n), kThreads, 0, stream>>>(x, n, stats_);
+      break;
+    case Reduction::kMaxAbs:
+      ReduceStatsKernel<false, false><<<Blocks(n), kThreads, 0, stream>>>(x, n, stats_);
+      break;
+  }
+  DeviceStats st;
+  BC_ASSIGN(st, ReadStats(stream));
+  if (st.max_abs_bits >= 0x7f800000u) return NonFiniteError(x, n, stream);
+  return EncodeChecked(x, n, ctx, st, fb, out, stream);
+}
+
+absl::StatusOr<size_t> CudaCodecBase::Launched(size_t bytes) {
+  BC_CUDA_TRY(cudaGetLastError());
+  return bytes;
+}
+
+absl::Status CudaCodecBase::ResetStats(cudaStream_t stream) {
+  BC_CUDA_TRY(cudaMemsetAsync(stats_, 0, sizeof(DeviceStats), stream));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceStats> CudaCodecBase::ReadStats(cudaStream_t stream) {
+  BC_CUDA_TRY(cudaGetLastError());
+  BC_CUDA_TRY(cudaMemcpyAsync(host_stats_.as<void>(), stats_, sizeof(DeviceStats),
+                              cudaMemcpyDeviceToHost, stream));
+  BC_CUDA_TRY(cudaStreamSynchronize(stream));
+  DeviceStats st;
+  std::memcpy(&st, host_stats_.as<void>(), sizeof(st));
+  return st;
+}
+
+absl::Status CudaCodecBase::CheckDecode(cudaStream_t stream) {
+  DeviceStats st;
+  BC_ASSIGN(st, ReadStats(stream));
+  return st.error_code == 0 ? absl::OkStatus() : Malformed(st.error);
+}
+
+absl::StatusOr<const uint8_t*> CudaCodecBase::ReadHeader(const uint8_t* encoded, size_t bytes,
+                                                         size_t header_bytes,
+                                                         cudaStream_t stream) {
+  void* host = nullptr;
+  BC_ASSIGN(host, host_stats_.Reserve(std::max(header_bytes, sizeof(DeviceStats))));
+  const size_t copy = std::min(bytes, header_bytes);
+  if (copy > 0) {
+    BC_CUDA_TRY(cudaMemcpyAsync(host, encoded, copy, cudaMemcpyDeviceToHost, stream));
+  }
+  BC_CUDA_TRY(cudaStreamSynchronize(stream));
+  return static_cast<const uint8_t*>(host);
+}
+
+absl::StatusOr<const uint8_t*> CudaCodecBase::ReadCountedHeader(const uint8_t* encoded,
+                                                                size_t bytes,
+                                                                size_t header_bytes, size_t n,
+                                                                cudaStream_t stream) {
+  const uint8_t* header = nullptr;
+  BC_ASSIGN(header, ReadHeader(encoded, bytes, header_bytes, stream));
+  if (auto s = Malformed(CheckSizeAndCount(header, bytes, MaxEncodedBytes(n), n)); !s.ok()) {
+    return s;
+  }
+  return header;
+}
+
+cudaError_t CudaCodecBase::WriteHeader(uint8_t* out, size_t bytes, cudaStream_t stream) {
+  return cudaMemcpyAsync(out, header_scratch_, bytes, cudaMemcpyHostToDevice, stream);
+}
+
+absl::Status CudaCodecBase::NonFiniteError(const float* x, size_t n, cudaStream_t stream) {
+  const unsigned int none = UINT_MAX;
+  BC_CUDA_TRY(cudaMemcpyAsync(&stats_->first_bad, &none, sizeof(none), cudaMemcpyHostToDevice,
+                              stream));
+  FirstNonFiniteKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, stats_);
+  DeviceStats st;
+  BC_ASSIGN(st, ReadStats(stream));
+  return absl::InvalidArgumentError(absl::StrCat("codec '", name_, "' input element ",
+                                                 st.first_bad, " of ", n, " is NaN or Inf"));
+}
+
+}  // namespace bytecomp::compress::cuda

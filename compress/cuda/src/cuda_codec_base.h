@@ -1,0 +1,106 @@
+// The base of every CUDA codec (private to compress/cuda). Encode runs the steps they share:
+//   the call checks -> [the fused memory's compensation into its device state] -> one
+//   reduction pass (max |x| bits for the finite check, and the sums the codec asks for) ->
+//   one readback -> EncodeChecked: the scalars, computed on the host with the format headers'
+//   expressions, and the element kernels, which also write the memory's update.
+// Reductions in double are summed in another order than on the CPU; the rounded float (a norm,
+// a mean) is the same unless the double sums straddle a float rounding boundary, which is rare
+// but possible. Decode is each codec's; the helpers below read a payload's header to the host
+// and turn the kernels' recorded FormatError into a status.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bytecomp/compress/cuda_codecs.h"
+#include "bytecomp/compress/format/format_error.h"
+#include "cuda_support.h"
+#include "fused_memory.h"
+
+namespace bytecomp::compress::cuda {
+
+// What the reduction pass sums besides the largest |x| bit pattern.
+enum class Reduction {
+  kMaxAbs,   // nothing more
+  kSigns,    // the sums of the non-negative and negative elements, the negative count
+  kSquares,  // the sum of squares
+};
+
+class CudaCodecBase : public CudaCodec {
+ public:
+  CudaCodecBase(std::string name, FusedMemorySettings memory)
+      : name_(std::move(name)), memory_(memory) {}
+  ~CudaCodecBase() override;
+
+  // Allocates the device statistics; called by the factory before the codec is handed out.
+  absl::Status Init();
+
+  absl::string_view name() const override { return name_; }
+  void ResetState() override { rounds_ = 0; }
+
+  absl::StatusOr<size_t> Encode(const float* input, size_t n, const CodecContext& ctx,
+                                uint8_t* out, size_t capacity, cudaStream_t stream) final;
+
+ protected:
+  virtual Reduction reduction() const { return Reduction::kMaxAbs; }
+
+  // The input to encode, from the gradient g: the fused memory's compensation by default
+  // (signum blends its momentum instead). first: a first round or a new length.
+  virtual absl::StatusOr<const float*> Compensate(const float* g, size_t n,
+                                                  const CodecContext& ctx, bool first,
+                                                  cudaStream_t stream, Feedback* fb);
+
+  // Encodes x (finite, n <= INT_MAX) into out, whose capacity was checked; stats holds the
+  // reduction pass. Returns the payload size (Launched).
+  virtual absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext& ctx,
+                                               const DeviceStats& stats, const Feedback& fb,
+                                               uint8_t* out, cudaStream_t stream) = 0;
+
+  // ---- helpers
+
+  // The payload size, after checking that the launches were accepted.
+  absl::StatusOr<size_t> Launched(size_t bytes);
+  // Zeroes the device statistics (before the kernels that record into them).
+  absl::Status ResetStats(cudaStream_t stream);
+  // Waits for the stream and reads the statistics back.
+  absl::StatusOr<DeviceStats> ReadStats(cudaStream_t stream);
+  // Waits for the stream; the error a decode kernel recorded, as a status.
+  absl::Status CheckDecode(cudaStream_t stream);
+  // "codec 'x': malformed payload: ..." (OK for no error).
+  absl::Status Malformed(const FormatError& e) const { return FormatErrorStatus(name_, e); }
+  // Copies the first min(bytes, header_bytes) bytes of a device payload to the host and waits;
+  // the pointer is valid until the next call. Format checks read only what the size allows.
+  absl::StatusOr<const uint8_t*> ReadHeader(const uint8_t* encoded, size_t bytes,
+                                            size_t header_bytes, cudaStream_t stream);
+  // For the payloads that lead with u32 n: ReadHeader, then the size (MaxEncodedBytes(n)) and
+  // the count checked against the decode length n.
+  absl::StatusOr<const uint8_t*> ReadCountedHeader(const uint8_t* encoded, size_t bytes,
+                                                   size_t header_bytes, size_t n,
+                                                   cudaStream_t stream);
+  // Copies `bytes` (<= 16) header bytes that the caller wrote into header_scratch() to out. The
+  // source is pageable, so cudaMemcpyAsync has staged it before returning and the scratch may
+  // be reused at once.
+  uint8_t* header_scratch() { return header_scratch_; }
+  cudaError_t WriteHeader(uint8_t* out, size_t bytes, cudaStream_t stream);
+
+  DeviceStats* stats() const { return stats_; }
+  const FusedMemory& memory() const { return memory_; }
+
+ private:
+  absl::Status NonFiniteError(const float* x, size_t n, cudaStream_t stream);
+
+  std::string name_;
+  FusedMemory memory_;
+  DeviceStats* stats_ = nullptr;
+  HostBuffer host_stats_;  // readbacks: the statistics, payload headers
+  uint8_t header_scratch_[16] = {};
+  size_t state_n_ = 0;
+  uint64_t rounds_ = 0;
+};
+
+}  // namespace bytecomp::compress::cuda

@@ -1,0 +1,117 @@
+// What every CUDA codec source uses (private to compress/cuda): error handling, launch shapes,
+// growable buffers, and the statistics that kernels reduce into and the host reads back.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "bytecomp/compress/format/format_error.h"
+
+namespace bytecomp::compress::cuda {
+
+constexpr int kThreads = 256;
+
+inline absl::Status CudaStatus(const char* what, cudaError_t rc) {
+  return absl::InternalError(absl::StrCat("CUDA: ", what, ": ", cudaGetErrorString(rc)));
+}
+
+#define BC_CUDA_TRY(expr)                                      \
+  do {                                                         \
+    const cudaError_t bc_rc = (expr);                          \
+    if (bc_rc != cudaSuccess) return CudaStatus(#expr, bc_rc); \
+  } while (0)
+
+#define BC_ASSIGN(lhs, expr)              \
+  do {                                    \
+    auto bc_r = (expr);                   \
+    if (!bc_r.ok()) return bc_r.status(); \
+    lhs = *bc_r;                          \
+  } while (0)
+
+// Blocks for `work` threads, within the grid limit (the kernels stride over the rest).
+inline unsigned Blocks(size_t work, int threads = kThreads) {
+  const size_t b = (work + threads - 1) / threads;
+  return static_cast<unsigned>(std::clamp<size_t>(b, 1, 65535));
+}
+
+// A grid-stride loop: for (size_t i = GridStart(); i < n; i += GridStride()).
+__device__ inline size_t GridStart() {
+  return blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+}
+__device__ inline size_t GridStride() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
+
+// A growable CUDA allocation; Alloc/Free are cudaMalloc/cudaFree (device) or
+// cudaMallocHost/cudaFreeHost (pinned host memory, for readbacks and index uploads).
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
+class CudaBuffer {
+ public:
+  CudaBuffer() = default;
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+  ~CudaBuffer() { Free(data_); }
+
+  absl::StatusOr<void*> Reserve(size_t bytes) {
+    if (bytes > capacity_) {
+      Free(data_);
+      data_ = nullptr;
+      capacity_ = 0;
+      BC_CUDA_TRY(Alloc(&data_, bytes));
+      capacity_ = bytes;
+    }
+    return data_;
+  }
+  // count elements of U (at least one, so that a pointer exists for empty inputs).
+  template <typename U>
+  absl::StatusOr<U*> Reserve(size_t count) {
+    void* p = nullptr;
+    BC_ASSIGN(p, Reserve(std::max<size_t>(count, 1) * sizeof(U)));
+    return static_cast<U*>(p);
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+inline cudaError_t DeviceAlloc(void** p, size_t n) { return cudaMalloc(p, n); }
+inline cudaError_t HostAlloc(void** p, size_t n) { return cudaMallocHost(p, n); }
+using DeviceBuffer = CudaBuffer<DeviceAlloc, cudaFree>;
+using HostBuffer = CudaBuffer<HostAlloc, cudaFreeHost>;
+
+// What the kernels reduce into (zeroed before each use) and the host reads back at once.
+struct DeviceStats {
+  unsigned int max_abs_bits;        // the finite check; the sparse writer: the largest delta
+  unsigned int first_bad;           // the first NaN/Inf index (UINT_MAX: none), on demand
+  unsigned long long count;         // negative elements; dgc: |x| >= threshold; varint bytes
+  double non_negative_sum;
+  double negative_sum;
+  double sum_of_squares;
+  unsigned int error_code;          // the first FormatErrorCode a kernel recorded, 0: none
+  FormatError error;                // ... and its numbers
+};
+
+// Records e unless an error was recorded already (the first one is reported).
+__device__ inline void RecordError(DeviceStats* stats, const FormatError& e) {
+  if (e.ok()) return;
+  if (atomicCAS(&stats->error_code, 0u, static_cast<unsigned int>(e.code)) == 0u) {
+    stats->error = e;
+  }
+}
+
+struct MaxOp {
+  __device__ unsigned int operator()(unsigned int a, unsigned int b) const {
+    return a > b ? a : b;
+  }
+};
+
+}  // namespace bytecomp::compress::cuda

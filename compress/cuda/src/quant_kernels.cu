@@ -1,0 +1,243 @@
+// The quantisation codecs on the GPU (qsgd, terngrad, natural): format/qsgd_format.h,
+// terngrad_format.h and natural_format.h's payloads, scalars and per-thread work (a group of 8
+// qsgd codes, a byte of 4 ternary codes, one natural code a thread).
+#include <cub/block/block_reduce.cuh>
+
+#include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/format/natural_format.h"
+#include "bytecomp/compress/format/qsgd_format.h"
+#include "bytecomp/compress/format/terngrad_format.h"
+#include "bytecomp/compress/params.h"
+#include "cuda_codec_base.h"
+#include "cuda_registry.h"
+
+namespace bytecomp::compress::cuda {
+namespace {
+
+CounterRandom StreamOf(const CodecContext& ctx) {
+  return MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
+}
+
+// ---- qsgd: per-bucket norms (one block a bucket), then 8 codes (code_bits bytes) a thread.
+
+__global__ void QsgdNormKernel(const float* __restrict__ x, size_t n, size_t bucket,
+                               float* __restrict__ norms_out, uint8_t* __restrict__ norms_wire) {
+  using BlockReduceD = cub::BlockReduce<double, kThreads>;
+  __shared__ typename BlockReduceD::TempStorage temp;
+  const size_t buckets = qsgd::Buckets(n, bucket);
+  for (size_t b = blockIdx.x; b < buckets; b += gridDim.x) {
+    const size_t begin = b * bucket;
+    const size_t end = begin + bucket < n ? begin + bucket : n;
+    double squares = 0.0;
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const double d = static_cast<double>(x[i]);
+      squares += d * d;
+    }
+    const double total = BlockReduceD(temp).Sum(squares);
+    if (threadIdx.x == 0) {
+      const float norm = qsgd::NormFromSumOfSquares(total);
+      norms_out[b] = norm;
+      PutF32(norms_wire + 4 * b, norm);
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void QsgdCodeKernel(const float* __restrict__ x, size_t n, size_t bucket,
+                               const float* __restrict__ norms, uint32_t quantum_num,
+                               uint32_t level_bits, CounterRandom random,
+                               uint8_t* __restrict__ packed, Feedback fb) {
+  const size_t groups = (n + 7) / 8;
+  for (size_t g = GridStart(); g < groups; g += GridStride()) {
+    qsgd::EncodeGroup(x, n, g, bucket, norms, quantum_num, level_bits, random, packed,
+                      [&](size_t i, float c, float decoded) { fb.Update(i, c, decoded); });
+  }
+}
+
+__global__ void QsgdDecodeKernel(const uint8_t* __restrict__ payload, size_t n, size_t bucket,
+                                 uint32_t quantum_num, uint32_t level_bits,
+                                 float* __restrict__ out, DeviceStats* stats) {
+  const size_t groups = (n + 7) / 8;
+  for (size_t g = GridStart(); g < groups; g += GridStride()) {
+    RecordError(stats, qsgd::DecodeGroup(payload, n, g, bucket, quantum_num, level_bits, out));
+  }
+}
+
+class QsgdCudaCodec final : public CudaCodecBase {
+ public:
+  QsgdCudaCodec(FusedMemorySettings memory, uint32_t quantum_num, size_t bucket)
+      : CudaCodecBase("qsgd", memory),
+        quantum_num_(quantum_num),
+        bucket_(bucket),
+        level_bits_(BitsFor(quantum_num)) {}
+
+  size_t MaxEncodedBytes(size_t n) const override {
+    return qsgd::PayloadBytes(n, bucket_, level_bits_);
+  }
+
+  absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext&, float* output,
+                      size_t n, cudaStream_t stream) override {
+    if (auto header = ReadCountedHeader(encoded, bytes, 4, n, stream); !header.ok()) {
+      return header.status();
+    }
+    if (auto s = ResetStats(stream); !s.ok()) return s;
+    QsgdDecodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
+        encoded + 4, n, bucket_, quantum_num_, level_bits_, output, stats());
+    return CheckDecode(stream);
+  }
+
+ protected:
+  absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext& ctx,
+                                       const DeviceStats&, const Feedback& fb, uint8_t* out,
+                                       cudaStream_t stream) override {
+    const size_t buckets = qsgd::Buckets(n, bucket_);
+    float* norms = nullptr;
+    BC_ASSIGN(norms, norms_.Reserve<float>(buckets));
+    PutU32(header_scratch(), static_cast<uint32_t>(n));
+    BC_CUDA_TRY(WriteHeader(out, 4, stream));
+    QsgdNormKernel<<<Blocks(buckets * kThreads), kThreads, 0, stream>>>(x, n, bucket_, norms,
+                                                                        out + 4);
+    QsgdCodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
+        x, n, bucket_, norms, quantum_num_, level_bits_, StreamOf(ctx), out + 4 + 4 * buckets,
+        fb);
+    return Launched(MaxEncodedBytes(n));
+  }
+
+ private:
+  uint32_t quantum_num_;
+  size_t bucket_;
+  uint32_t level_bits_;
+  DeviceBuffer norms_;
+};
+
+// ---- terngrad: 4 codes a byte, one byte a thread.
+
+__global__ void TernEncodeKernel(const float* __restrict__ x, size_t n, float clip, float scale,
+                                 CounterRandom random, uint8_t* __restrict__ codes, Feedback fb) {
+  const size_t bytes = terngrad::CodeBytes(n);
+  for (size_t g = GridStart(); g < bytes; g += GridStride()) {
+    codes[g] = terngrad::EncodeByte(
+        x, n, g, clip, scale, random,
+        [&](size_t i, float c, float decoded) { fb.Update(i, c, decoded); });
+  }
+}
+
+__global__ void TernDecodeKernel(const uint8_t* __restrict__ codes, size_t n, float scale,
+                                 float* __restrict__ out, DeviceStats* stats) {
+  const size_t bytes = terngrad::CodeBytes(n);
+  for (size_t g = GridStart(); g < bytes; g += GridStride()) {
+    RecordError(stats, terngrad::DecodeByte(codes[g], n, g, scale, out));
+  }
+}
+
+class TernGradCudaCodec final : public CudaCodecBase {
+ public:
+  explicit TernGradCudaCodec(FusedMemorySettings memory) : CudaCodecBase("terngrad", memory) {}
+
+  size_t MaxEncodedBytes(size_t n) const override { return terngrad::PayloadBytes(n); }
+
+  absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext&, float* output,
+                      size_t n, cudaStream_t stream) override {
+    const uint8_t* header = nullptr;
+    BC_ASSIGN(header, ReadCountedHeader(encoded, bytes, 8, n, stream));
+    const float scale = GetF32(header + 4);
+    if (auto s = Malformed(CheckHeaderValue(scale, kScaleValue, true)); !s.ok()) return s;
+    if (auto s = ResetStats(stream); !s.ok()) return s;
+    TernDecodeKernel<<<Blocks(terngrad::CodeBytes(n)), kThreads, 0, stream>>>(
+        encoded + 8, n, scale, output, stats());
+    return CheckDecode(stream);
+  }
+
+ protected:
+  Reduction reduction() const override { return Reduction::kSquares; }
+
+  absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext& ctx,
+                                       const DeviceStats& st, const Feedback& fb, uint8_t* out,
+                                       cudaStream_t stream) override {
+    const terngrad::ClipScale cs = terngrad::ClipAndScale(st.sum_of_squares, n, st.max_abs_bits);
+    PutU32(header_scratch(), static_cast<uint32_t>(n));
+    PutF32(header_scratch() + 4, cs.scale);
+    BC_CUDA_TRY(WriteHeader(out, 8, stream));
+    TernEncodeKernel<<<Blocks(terngrad::CodeBytes(n)), kThreads, 0, stream>>>(
+        x, n, cs.clip, cs.scale, StreamOf(ctx), out + 8, fb);
+    return Launched(terngrad::PayloadBytes(n));
+  }
+};
+
+// ---- natural: one byte an element.
+
+__global__ void NaturalEncodeKernel(const float* __restrict__ x, size_t n, uint32_t exponent_low,
+                                    CounterRandom random, uint8_t* __restrict__ out, Feedback fb) {
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    const float v = x[i];
+    const uint8_t code = NaturalCode(v, exponent_low, RandomBits(random, static_cast<uint32_t>(i)));
+    out[i] = code;
+    fb.Update(i, v, NaturalValue(code, exponent_low));
+  }
+}
+
+__global__ void NaturalDecodeKernel(const uint8_t* __restrict__ codes, size_t n,
+                                    uint32_t exponent_low, float* __restrict__ out,
+                                    DeviceStats* stats) {
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    const uint8_t code = codes[i];
+    const FormatError e = natural::CheckCode(code, exponent_low);
+    RecordError(stats, e);
+    out[i] = e.ok() ? NaturalValue(code, exponent_low) : 0.0f;
+  }
+}
+
+class NaturalCudaCodec final : public CudaCodecBase {
+ public:
+  explicit NaturalCudaCodec(FusedMemorySettings memory) : CudaCodecBase("natural", memory) {}
+
+  size_t MaxEncodedBytes(size_t n) const override { return natural::PayloadBytes(n); }
+
+  absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext&, float* output,
+                      size_t n, cudaStream_t stream) override {
+    const uint8_t* header = nullptr;
+    BC_ASSIGN(header, ReadHeader(encoded, bytes, 1, stream));
+    FormatError e = CheckPayloadSize(bytes, MaxEncodedBytes(n), n);
+    const uint32_t exponent_low = e.ok() ? header[0] : 0;
+    if (e.ok()) e = natural::CheckExponentLow(exponent_low);
+    if (auto s = Malformed(e); !s.ok()) return s;
+    if (auto s = ResetStats(stream); !s.ok()) return s;
+    NaturalDecodeKernel<<<Blocks(n), kThreads, 0, stream>>>(encoded + 1, n, exponent_low, output,
+                                                            stats());
+    return CheckDecode(stream);
+  }
+
+ protected:
+  absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext& ctx,
+                                       const DeviceStats& st, const Feedback& fb, uint8_t* out,
+                                       cudaStream_t stream) override {
+    const uint32_t exponent_low = NaturalExponentLow(st.max_abs_bits >> 23);
+    header_scratch()[0] = static_cast<uint8_t>(exponent_low);
+    BC_CUDA_TRY(WriteHeader(out, 1, stream));
+    NaturalEncodeKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, exponent_low, StreamOf(ctx),
+                                                            out + 1, fb);
+    return Launched(natural::PayloadBytes(n));
+  }
+};
+
+}  // namespace
+
+void RegisterQuantCudaCodecs(CudaCodecRegistry& registry) {
+  registry.MustRegisterLikeCpu(
+      "qsgd", [](const CodecParams& params, const FusedMemorySettings& m)
+                  -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
+        ParamReader r(params);
+        const auto quantum_num = static_cast<uint32_t>(r.Int("quantum_num"));
+        const auto bucket = static_cast<size_t>(r.Int("bucket_size"));
+        if (!r.ok()) return r.status();
+        return MakeCudaCodec<QsgdCudaCodec>(m, quantum_num, bucket);
+      });
+  registry.MustRegisterLikeCpu("terngrad", [](const CodecParams&, const FusedMemorySettings& m) {
+    return MakeCudaCodec<TernGradCudaCodec>(m);
+  });
+  registry.MustRegisterLikeCpu("natural", [](const CodecParams&, const FusedMemorySettings& m) {
+    return MakeCudaCodec<NaturalCudaCodec>(m);
+  });
+}
+
+}  // namespace bytecomp::compress::cuda

@@ -1,0 +1,64 @@
+#include "index_section.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/format/format_error.h"
+
+namespace bytecomp::compress::sparse {
+
+// Largest delta and total varint bytes of the deltas after the first; vectorises (no carried
+// state but the reductions: delta j reads indices j and j - 1).
+__attribute__((target_clones("avx2", "default"))) static void DeltaStats(const uint32_t* indices,
+                                                                          size_t k,
+                                                                          uint32_t* max_delta,
+                                                                          uint64_t* varint_bytes) {
+  uint32_t m = 0;
+  uint64_t bytes = 0;
+  for (size_t j = 1; j < k; ++j) {
+    const uint32_t d = IndexDelta(indices, j);
+    m = std::max(m, d);
+    bytes += VarintLength(d);
+  }
+  *max_delta = m;
+  *varint_bytes = bytes;
+}
+
+IndexPlan PlanIndices(const uint32_t* indices, size_t k) {
+  if (k == 0) return IndexPlan();
+  uint32_t max_delta = 0;
+  uint64_t varint_bytes = 0;
+  DeltaStats(indices, k, &max_delta, &varint_bytes);
+  max_delta = std::max(max_delta, IndexDelta(indices, 0));
+  varint_bytes += VarintLength(IndexDelta(indices, 0));
+  return ChooseIndexPlan(k, max_delta, static_cast<size_t>(varint_bytes));
+}
+
+size_t WriteIndices(const uint32_t* indices, size_t k, const IndexPlan& plan, uint8_t* out) {
+  switch (plan.encoding) {
+    case kRaw:
+      if (k > 0) std::memcpy(out, indices, 4 * k);
+      return 4 * k;
+    case kBitPack: {
+      BitWriter w(out);
+      for (size_t j = 0; j < k; ++j) w.Put(IndexDelta(indices, j), plan.width);
+      return static_cast<size_t>(w.Finish() - out);
+    }
+    case kVarint: {
+      uint8_t* p = out;
+      for (size_t j = 0; j < k; ++j) p = WriteVarint(p, IndexDelta(indices, j));
+      return static_cast<size_t>(p - out);
+    }
+  }
+  return 0;
+}
+
+absl::Status ReadIndices(absl::string_view codec, const uint8_t* data, size_t bytes, size_t k,
+                         size_t n, uint8_t encoding, uint8_t width, std::vector<uint32_t>& indices) {
+  indices.resize(k);
+  return FormatErrorStatus(codec,
+                           ReadIndexSection(data, bytes, k, n, encoding, width, indices.data()));
+}
+
+}  // namespace bytecomp::compress::sparse

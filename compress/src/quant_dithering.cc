@@ -1,0 +1,202 @@
+// dithering (BytePS): stochastic rounding of |x| / norm to k levels, linear or natural spacing.
+// Payload (little-endian): u32 n, f32 norm (max |x| or L2 norm), then n codes of
+// b = BitsFor(k) + 1 bits, the level below a sign bit, an LSB-first bit stream with padding bits
+// 0; level j stands for j/k (linear) or 2^(j-k) (natural; 0 for j = 0) of the norm; the level
+// of |x| * (1/norm) is drawn (elementwise.h DitherCode). Size: 8 + ceil(n*b/8). Decode rejects
+// a wrong size or count, a non-finite or negative norm, a level above k and padding bits.
+#include "exact_float_math.h"  // first: see there
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/format/qsgd_format.h"  // NormFromSumOfSquares
+#include "bytecomp/compress/params.h"
+#include "bytecomp/compress/registry.h"
+#include "codec_checks.h"
+#include "param_specs.h"
+#include "quant_codecs.h"
+#include "quant_kernels.h"
+#include "quant_pack.h"
+
+namespace bytecomp::compress {
+namespace {
+
+template <bool kNatural>
+__attribute__((always_inline)) inline void DitherEncodeBody(const float* __restrict x, size_t n,
+                                                            float inverse_norm, uint32_t s,
+                                                            uint32_t level_bits,
+                                                            CounterRandom random,
+                                                            uint32_t first_index,
+                                                            uint16_t* __restrict codes) {
+  const uint32_t count = static_cast<uint32_t>(n);  // 32-bit counters: see qsgd
+  for (uint32_t i = 0; i < count; ++i) {
+    codes[i] = static_cast<uint16_t>(DitherCode(x[i], inverse_norm, s, level_bits, kNatural,
+                                                UniformFloat(random, first_index + i)));
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void DitherEncodeLinear(
+    const float* __restrict x, size_t n, float inverse_norm, uint32_t s, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+  DitherEncodeBody<false>(x, n, inverse_norm, s, level_bits, random, first_index, codes);
+}
+
+__attribute__((target_clones("avx2", "default"))) void DitherEncodeNatural(
+    const float* __restrict x, size_t n, float inverse_norm, uint32_t s, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+  DitherEncodeBody<true>(x, n, inverse_norm, s, level_bits, random, first_index, codes);
+}
+
+// Decoded value of a code: sign * (level value * norm), level value j/k or 2^(j-k).
+__attribute__((target_clones("avx2", "default"))) void DitherDecodeLinear(
+    const uint16_t* __restrict codes, size_t n, uint32_t s, uint32_t level_bits, float norm,
+    float* __restrict out) {
+  const uint32_t mask = (1u << level_bits) - 1u;
+  for (size_t i = 0; i < n; ++i) {
+    const float magnitude = DitherLinearValue(codes[i] & mask, s) * norm;
+    out[i] = (codes[i] >> level_bits) ? -magnitude : magnitude;
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void DitherDecodeNatural(
+    const uint16_t* __restrict codes, size_t n, uint32_t s, uint32_t level_bits, float norm,
+    float* __restrict out) {
+  const uint32_t mask = (1u << level_bits) - 1u;
+  for (size_t i = 0; i < n; ++i) {
+    const float magnitude = DitherNaturalValue(codes[i] & mask, s) * norm;
+    out[i] = (codes[i] >> level_bits) ? -magnitude : magnitude;
+  }
+}
+
+class DitheringCodec final : public Codec {
+ public:
+  DitheringCodec(uint32_t levels, bool natural, bool l2)
+      : levels_(levels), natural_(natural), l2_(l2), level_bits_(BitsFor(levels)) {}
+  absl::string_view name() const override { return "dithering"; }
+  CodecProperties properties() const override {
+    CodecProperties p;
+    p.unbiased = true;
+    return p;
+  }
+  size_t MaxEncodedBytes(size_t n) const override {
+    return 8 + PackedBytes(n, static_cast<int>(level_bits_ + 1));
+  }
+
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    const size_t bytes = MaxEncodedBytes(n);
+    if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
+    float norm = 0.0f;
+    if (l2_) {
+      const double sum_of_squares = SumOfSquares(input.data(), n);  // NaN/Inf iff x has one
+      if (!std::isfinite(sum_of_squares)) {
+        return NonFiniteError(input, codec_checks::InputWhat(name()));
+      }
+      norm = qsgd::NormFromSumOfSquares(sum_of_squares);
+    } else {
+      const uint32_t max_bits = MaxAbsBits(input.data(), n);
+      if (!IsFiniteBits(max_bits)) return NonFiniteError(input, codec_checks::InputWhat(name()));
+      norm = BitsToFloat(max_bits);
+    }
+    PutU32(out.data(), static_cast<uint32_t>(n));
+    PutF32(out.data() + 4, norm);
+    const float inverse_norm = 1.0f / norm;
+    const CounterRandom random = StreamOf(ctx);
+    // Blocks of codes that stay in L1 between computing and packing them; a multiple of 8
+    // elements, so every block but the last starts on a byte.
+    constexpr size_t kBlock = 2048;
+    codes_.resize(std::min(n, kBlock));
+    for (size_t begin = 0; begin < n; begin += kBlock) {
+      const size_t len = std::min(kBlock, n - begin);
+      const uint32_t first = static_cast<uint32_t>(begin);
+      PrefetchAhead(input.data(), n, begin + kBlock, kBlock);
+      if (natural_) {
+        DitherEncodeNatural(input.data() + begin, len, inverse_norm, levels_, level_bits_,
+                            random, first, codes_.data());
+      } else {
+        DitherEncodeLinear(input.data() + begin, len, inverse_norm, levels_, level_bits_,
+                           random, first, codes_.data());
+      }
+      PackCodes(codes_.data(), len, level_bits_ + 1,
+                out.data() + 8 + begin * (level_bits_ + 1) / 8);
+    }
+    return bytes;
+  }
+
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
+                      absl::Span<float> output) override {
+    const size_t n = output.size();
+    auto header_norm = codec_checks::ReadHeaderValueAfterCount(*this, encoded, n, kNormValue);
+    if (!header_norm.ok()) return header_norm.status();
+    const float norm = *header_norm;
+    // In L1-sized blocks (a multiple of 8 codes: each block starts on a byte): unpack, check
+    // the levels, then sign * (level value * norm) by arithmetic, which vectorises.
+    constexpr size_t kBlock = 2048;
+    const uint32_t bits = level_bits_ + 1;
+    const uint32_t level_mask = (1u << level_bits_) - 1u;
+    codes_.resize(std::min(n, kBlock));
+    for (size_t begin = 0; begin < n; begin += kBlock) {
+      const size_t len = std::min(kBlock, n - begin);
+      if (!UnpackCodes(encoded.data() + 8 + begin * bits / 8, len, bits, codes_.data())) {
+        return FormatErrorStatus(name(), MakeFormatError(FormatErrorCode::kCodePaddingNotZero));
+      }
+      const uint32_t max_level = MaxCodeLevel(codes_.data(), len, level_mask);
+      if (max_level > levels_) {
+        return MalformedError(name(), absl::StrCat("level ", max_level, " exceeds k ", levels_));
+      }
+      if (natural_) {
+        DitherDecodeNatural(codes_.data(), len, levels_, level_bits_, norm, output.data() + begin);
+      } else {
+        DitherDecodeLinear(codes_.data(), len, levels_, level_bits_, norm, output.data() + begin);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  uint32_t levels_;
+  bool natural_;
+  bool l2_;
+  uint32_t level_bits_;
+  std::vector<uint16_t> codes_;
+};
+
+}  // namespace
+
+void RegisterDitheringCodec(CodecRegistry& registry) {
+  CodecSpec spec;
+  spec.name = "dithering";
+  spec.summary = "stochastic rounding of |x| / norm to k levels (BytePS dithering)";
+  spec.params = {
+      param_specs::IntParam("k", 15,
+                            "number of non-zero levels, in [1, 32767]; natural: [1, 127]", 1,
+                            32767),
+      param_specs::ChoiceParam("partition", "linear",
+                               "level spacing: linear (j/k) or natural (2^(j-k))",
+                               {"linear", "natural"}),
+      param_specs::ChoiceParam("normalize", "max", "norm: max (max |x|) or l2", {"max", "l2"})};
+  spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
+    ParamReader r(params);
+    const int64_t k = r.Int("k");
+    const std::string partition = r.String("partition");
+    const std::string normalize = r.String("normalize");
+    if (!r.ok()) return r.status();
+    const bool natural = partition == "natural";
+    if (natural && k > 127) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "codec 'dithering': k = ", k,
+          " is out of range for partition=natural (levels 2^(j-k) need k in [1, 127])"));
+    }
+    return std::unique_ptr<Codec>(
+        new DitheringCodec(static_cast<uint32_t>(k), natural, normalize == "l2"));
+  };
+  MustRegister(registry, std::move(spec));
+}
+
+}  // namespace bytecomp::compress

@@ -1,0 +1,179 @@
+// u8bit: Dettmers' 8-bit dynamic tree code of x / max |x| (elementwise.h).
+// Payload (little-endian): f32 max |x|, then n bytes of codes; decoded: max * table value.
+// Size: 4 + n. Decode rejects a wrong size, a non-finite or negative max and the byte 0x80 (a
+// negative zero, never written).
+#include "exact_float_math.h"  // first: see there
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/params.h"
+#include "bytecomp/compress/registry.h"
+#include "codec_checks.h"
+#include "param_specs.h"
+#include "quant_codecs.h"
+#include "quant_kernels.h"
+
+namespace bytecomp::compress {
+namespace {
+
+// U8bitNearestMagnitudeCode (elementwise.h) is defined as the number of midpoints at or below
+// v. Here it is counted with one table over blocks of 2^16 float bit patterns in [0, 1]
+// (relative width 2^-7, narrower than any gap between midpoints, so a block holds at most one
+// midpoint; the unit test checks the codec against the definition). Entry: the count at the
+// block's first value (bits 0-7) and the low 16 bits of the block's midpoint, if one lies
+// strictly inside it, else 0x10000 (bits 8-24). Positive floats order like their bits, so
+// v passes that midpoint iff its low 16 bits are at least the stored ones: one table read
+// (one AVX2 gather) per element.
+// The table starts at v = 2^-22: every smaller v lies below the first midpoint (5e-7), so
+// clamping v's bits up to 2^-22 changes no code and keeps the table at 11 KiB, in L1 beside
+// the streaming input.
+struct U8bitTables {
+  static constexpr uint32_t kFloorBits = 105u << 23;  // 2^-22
+  static constexpr uint32_t kFirstBlock = kFloorBits >> 16;
+  static constexpr uint32_t kBlocks = (0x3f800000u >> 16) + 1 - kFirstBlock;  // up to v = 1.0
+  static constexpr uint32_t kNoMidpoint = 0x10000u;
+  int32_t block_entry[kBlocks];
+
+  U8bitTables() {
+    float midpoint[127];
+    for (uint32_t c = 0; c < 127; ++c) midpoint[c] = U8bitMidpoint(c);
+    if (FloatBits(midpoint[0]) <= kFloorBits) std::abort();  // the floor above would be wrong
+    uint32_t count = 0;
+    for (uint32_t block = 0; block < kBlocks; ++block) {
+      const uint32_t first_bits = (block + kFirstBlock) << 16;
+      while (count < 127 && FloatBits(midpoint[count]) <= first_bits) ++count;
+      uint32_t inside = kNoMidpoint;
+      if (count < 127 && (FloatBits(midpoint[count]) >> 16) == block + kFirstBlock) {
+        inside = FloatBits(midpoint[count]) & 0xffffu;  // > 0: the one at the start is counted
+      }
+      block_entry[block] = static_cast<int32_t>(count | (inside << 8));
+    }
+  }
+};
+
+const U8bitTables& GetU8bitTables() {
+  static const U8bitTables* const tables = new U8bitTables();
+  return *tables;
+}
+
+uint8_t U8bitCodeByTables(float x, float inverse_max, const U8bitTables& tables) {
+  constexpr uint32_t kLastBlock = U8bitTables::kBlocks - 1;
+  const float v = AbsFloat(x) * inverse_max;  // NaN or inf * 0 for max_abs == 0: code 0
+  uint32_t bits = FloatBits(v);
+  bits = bits > U8bitTables::kFloorBits ? bits : U8bitTables::kFloorBits;
+  uint32_t block = (bits >> 16) - U8bitTables::kFirstBlock;
+  block = block < kLastBlock ? block : kLastBlock;
+  const uint32_t entry = static_cast<uint32_t>(tables.block_entry[block]);
+  uint32_t c = (entry & 0xffu) + static_cast<uint32_t>((bits & 0xffffu) >= (entry >> 8));
+  c |= 127u * static_cast<uint32_t>(v >= 1.0f);
+  c *= static_cast<uint32_t>(v > 0.0f);
+  const uint32_t negative = static_cast<uint32_t>(x < 0.0f) * static_cast<uint32_t>(c != 0u);
+  return static_cast<uint8_t>((negative << 7) | c);
+}
+
+// The same per element, 8 at a time with an AVX2 gather for the table read.
+__attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
+                                                      float inverse_max,
+                                                      const U8bitTables& tables, uint8_t* out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 inv = _mm256_set1_ps(inverse_max);
+  const __m256i last_block = _mm256_set1_epi32(static_cast<int>(U8bitTables::kBlocks - 1));
+  const __m256i floor_bits = _mm256_set1_epi32(static_cast<int>(U8bitTables::kFloorBits));
+  const __m256i first_block = _mm256_set1_epi32(static_cast<int>(U8bitTables::kFirstBlock));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256i c127 = _mm256_set1_epi32(127);
+  const __m256i low8 = _mm256_set1_epi32(0xff);
+  const __m256i low16 = _mm256_set1_epi32(0xffff);
+  const __m256i c1 = _mm256_set1_epi32(1);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_prefetch(reinterpret_cast<const char*>(x + i) + 1024, _MM_HINT_T0);
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    const __m256 v = _mm256_mul_ps(_mm256_and_ps(xv, abs_mask), inv);
+    // NaN bits (> 0x7f800000) stay above the floor and clamp to the last block; code 0 below.
+    const __m256i bits = _mm256_max_epu32(_mm256_castps_si256(v), floor_bits);
+    const __m256i block = _mm256_min_epu32(
+        _mm256_sub_epi32(_mm256_srli_epi32(bits, 16), first_block), last_block);
+    const __m256i entry = _mm256_i32gather_epi32(tables.block_entry, block, 4);
+    // (bits & 0xffff) >= (entry >> 8), both < 2^17: a signed compare is exact.
+    const __m256i passed = _mm256_cmpgt_epi32(_mm256_srli_epi32(entry, 8),
+                                              _mm256_and_si256(bits, low16));  // not passed
+    __m256i c = _mm256_add_epi32(_mm256_and_si256(entry, low8), _mm256_andnot_si256(passed, c1));
+    c = _mm256_or_si256(c, _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, one, _CMP_GE_OQ)), c127));
+    c = _mm256_and_si256(c, _mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_GT_OQ)));
+    const __m256i negative = _mm256_andnot_si256(
+        _mm256_cmpeq_epi32(c, _mm256_setzero_si256()),
+        _mm256_castps_si256(_mm256_cmp_ps(xv, zero, _CMP_LT_OQ)));
+    c = _mm256_or_si256(c, _mm256_and_si256(negative, _mm256_set1_epi32(0x80)));
+    // 8 x int32 (each < 256) -> 8 bytes.
+    const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(words, words));
+  }
+  return i;
+}
+
+void U8bitEncode(const float* x, size_t n, float max_abs, const U8bitTables& tables,
+                 uint8_t* out) {
+  const bool have_avx2 = CpuSimdLevel() >= SimdLevel::kAvx2;  // honours BYTECOMP_SIMD
+  const float inverse_max = 1.0f / max_abs;
+  const size_t done = have_avx2 ? U8bitEncodeAvx2(x, n, inverse_max, tables, out) : 0;
+  for (size_t i = done; i < n; ++i) out[i] = U8bitCodeByTables(x[i], inverse_max, tables);
+}
+
+class U8bitCodec final : public Codec {
+ public:
+  absl::string_view name() const override { return "u8bit"; }
+  CodecProperties properties() const override { return {}; }
+  size_t MaxEncodedBytes(size_t n) const override { return 4 + n; }
+
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    uint32_t max_bits = 0;
+    if (auto s = codec_checks::CheckEncodeCallAndFinite(*this, input, out.size(), &max_bits);
+        !s.ok()) {
+      return s;
+    }
+    const float max_abs = BitsToFloat(max_bits);
+    PutF32(out.data(), max_abs);
+    U8bitEncode(input.data(), n, max_abs, GetU8bitTables(), out.data() + 4);
+    return 4 + n;
+  }
+
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
+                      absl::Span<float> output) override {
+    const size_t n = output.size();
+    FormatError e = CheckPayloadSize(encoded.size(), MaxEncodedBytes(n), n);
+    const float max_abs = e.ok() ? GetF32(encoded.data()) : 0.0f;
+    if (e.ok()) e = CheckHeaderValue(max_abs, kMaxAbsValue, true);
+    if (!e.ok()) return FormatErrorStatus(name(), e);
+    const uint8_t* codes = encoded.data() + 4;
+    for (size_t i = 0; i < n; ++i) {
+      if (codes[i] == 0x80u) {
+        return MalformedError(name(), absl::StrCat("byte 0x80 (negative zero) at element ", i));
+      }
+    }
+    float table[256];
+    for (uint32_t c = 0; c < 256; ++c) table[c] = U8bitValue(static_cast<uint8_t>(c), max_abs);
+    for (size_t i = 0; i < n; ++i) output[i] = table[codes[i]];
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+void RegisterU8bitCodec(CodecRegistry& registry) {
+  MustRegister(registry, ParameterlessSpec<U8bitCodec>(
+      "u8bit", "8-bit dynamic tree quantisation (Dettmers) of x / max |x|"));
+}
+
+}  // namespace bytecomp::compress

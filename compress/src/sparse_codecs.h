@@ -1,0 +1,101 @@
+// What the sparsification codecs share on the CPU (private to compress/src): the base of
+// topk, threshold and dgc (the sparse message of format/sparse_format.h), the compaction
+// kernels that gather the kept elements, and the registration hooks of the codec sources.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "bytecomp/compress/codec.h"
+#include "bytecomp/compress/params.h"
+#include "bytecomp/compress/registry.h"
+#include "param_specs.h"
+
+namespace bytecomp::compress {
+
+inline uint32_t AbsBits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b & 0x7fffffffu;
+}
+
+// ---- the sparse message (sparse_message.cc)
+
+// Writes the header and the index section behind the k values already at out + 16; returns
+// the message size.
+size_t FinishSparseMessage(uint8_t* out, size_t n, size_t k, const uint32_t* indices);
+
+// Base of topk, threshold and dgc: decode and the sparse add.
+class SparseCodec : public Codec {
+ public:
+  CodecProperties properties() const override;
+  absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
+                      absl::Span<float> output) override;
+  // The sparse add: validated fully before the first write.
+  absl::Status DecodeAdd(absl::Span<const uint8_t> encoded, const CodecContext& ctx,
+                         absl::Span<float> accumulator) override;
+
+ protected:
+  // k that the message must carry for n elements, or -1 when any k <= n is valid.
+  virtual int64_t RequiredK(size_t n) const { return -1; }
+
+  // Checks the header, sizes, values and indices; leaves the indices in indices_.
+  absl::Status Parse(absl::Span<const uint8_t> encoded, size_t n);
+
+  std::vector<uint32_t> indices_;  // decode scratch, and encode's selected indices
+};
+
+// ---- compaction (sparse_compact.cc)
+
+// Room past the count that the vector kernels may write (16 lanes of AVX-512).
+constexpr size_t kCompactSlack = 16;
+
+// For every i with lo <= bits(x[i]) <= hi, appends x[i] to values and i (+ base: x[0..n) are
+// elements base..base+n of the tensor) to indices; either output may be null. kAbs compares
+// |x|'s bit pattern (sign cleared); otherwise the raw bit pattern (positive values in
+// [0, 0x7f800000), negative ones from 0x80000000 up, ordered by magnitude). With AVX-512 it
+// stores 16 lanes at a time, so both outputs need room for the count plus kCompactSlack
+// elements. Returns the count.
+template <bool kAbs = true>
+size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
+                    uint32_t* indices, uint32_t base = 0);
+
+// Every |x| >= lo into the message's value area (out + 16) and indices. The value area of a
+// 16 + 8n byte buffer holds 2n values, enough for the vector kernel's slack from n >= 16.
+size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices);
+
+// ---- registration (sparse_codecs.cc calls these in its order)
+
+// The spec of a codec whose one parameter is the ratio (param_specs::RatioParam).
+template <typename Make>
+CodecSpec RatioSpec(const char* name, const char* summary, Make make) {
+  return {.name = name,
+          .summary = summary,
+          .params = {param_specs::RatioParam()},
+          .factory = [make](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
+            ParamReader r(params);
+            const double ratio = r.Double("ratio");
+            if (!r.ok()) return r.status();
+            return make(ratio);
+          }};
+}
+
+// ... built as CodecT(ratio).
+template <typename CodecT>
+CodecSpec RatioSpecOf(const char* name, const char* summary) {
+  return RatioSpec(name, summary,
+                   [](double r) -> std::unique_ptr<Codec> { return std::make_unique<CodecT>(r); });
+}
+
+void RegisterTopkCodec(CodecRegistry& registry);       // sparse_topk.cc
+void RegisterThresholdCodec(CodecRegistry& registry);  // sparse_topk.cc
+void RegisterRandomkCodec(CodecRegistry& registry);    // sparse_randomk.cc
+void RegisterDgcCodec(CodecRegistry& registry);        // sparse_dgc.cc
+void RegisterAdaqCodec(CodecRegistry& registry);       // sparse_adaq.cc
+
+}  // namespace bytecomp::compress

@@ -1,0 +1,134 @@
+// The compaction kernels of the sparse codecs (sparse_codecs.h CompactRange): scalar, AVX2
+// (a permutation table) and AVX-512 (the compress instruction), chosen by CpuSimdLevel.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/format/sparse_format.h"
+#include "sparse_codecs.h"
+
+namespace bytecomp::compress {
+namespace {
+
+// kAbs: compare |x|'s bit pattern (sign cleared); otherwise the raw bit pattern (positive
+// values in [0, 0x7f800000), negative ones from 0x80000000 up, ordered by magnitude).
+// values may be null (indices only).
+template <bool kAbs>
+size_t CompactRangeScalar(const float* x, size_t begin, size_t end, uint32_t lo, uint32_t hi,
+                          uint8_t* values, uint32_t* indices, uint32_t base = 0) {
+  size_t j = 0;
+  for (size_t i = begin; i < end; ++i) {
+    uint32_t a;
+    std::memcpy(&a, x + i, 4);
+    if constexpr (kAbs) a &= 0x7fffffffu;
+    if (values != nullptr) std::memcpy(values + 4 * j, x + i, 4);
+    if (indices != nullptr) indices[j] = base + static_cast<uint32_t>(i);
+    j += (a >= lo && a <= hi) ? 1 : 0;
+  }
+  return j;
+}
+
+template <bool kAbs>
+__attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, size_t n,
+                                                             uint32_t lo, uint32_t hi,
+                                                             uint8_t* values, uint32_t* indices,
+                                                             uint32_t base) {
+  const __m512i abs_mask = _mm512_set1_epi32(kAbs ? 0x7fffffff : -1);
+  const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
+  const __m512i vhi = _mm512_set1_epi32(static_cast<int>(hi));
+  __m512i iota = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
+                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  size_t j = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(a, vlo) & _mm512_cmple_epu32_mask(a, vhi);
+    if (values != nullptr) _mm512_storeu_ps(values + 4 * j, _mm512_maskz_compress_ps(keep, v));
+    if (indices != nullptr) _mm512_storeu_si512(indices + j, _mm512_maskz_compress_epi32(keep, iota));
+    iota = _mm512_add_epi32(iota, sixteen);
+    j += static_cast<size_t>(__builtin_popcount(keep));
+  }
+  return j + CompactRangeScalar<kAbs>(x, i, n, lo, hi, values != nullptr ? values + 4 * j : nullptr,
+                                      indices != nullptr ? indices + j : nullptr, base);
+}
+
+// AVX2 has no compress instruction: a table gives, for each 8-lane mask, the kept lanes
+// positions packed to the front, and a lane permute applies it.
+struct CompressTable {
+  alignas(32) uint32_t perm[256][8];
+};
+
+const CompressTable& CompressLanes() {
+  static const CompressTable table = [] {
+    CompressTable t{};
+    for (int m = 0; m < 256; ++m) {
+      int c = 0;
+      for (int b = 0; b < 8; ++b) {
+        if ((m >> b) & 1) t.perm[m][c++] = static_cast<uint32_t>(b);
+      }
+    }
+    return t;
+  }();
+  return table;
+}
+
+template <bool kAbs>
+__attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n, uint32_t lo,
+                                                        uint32_t hi, uint8_t* values,
+                                                        uint32_t* indices, uint32_t base) {
+  const CompressTable& table = CompressLanes();
+  const __m256i abs_mask = _mm256_set1_epi32(kAbs ? 0x7fffffff : -1);
+  // lo <= a <= hi (unsigned) is (a - lo) <= (hi - lo) unsigned, a signed compare after
+  // flipping the top bit of both sides.
+  const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i vlo = _mm256_set1_epi32(static_cast<int>(lo));
+  const __m256i span = _mm256_set1_epi32(static_cast<int>((hi - lo) ^ 0x80000000u));
+  __m256i iota = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(base)),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i eight = _mm256_set1_epi32(8);
+  size_t j = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), abs_mask);
+    const __m256i outside = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_sub_epi32(a, vlo), bias), span);
+    const int keep = ~_mm256_movemask_ps(_mm256_castsi256_ps(outside)) & 0xff;
+    const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.perm[keep]));
+    if (values != nullptr) _mm256_storeu_ps(reinterpret_cast<float*>(values + 4 * j), _mm256_permutevar8x32_ps(v, perm));
+    if (indices != nullptr) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + j), _mm256_permutevar8x32_epi32(iota, perm));
+    }
+    iota = _mm256_add_epi32(iota, eight);
+    j += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(keep)));
+  }
+  return j + CompactRangeScalar<kAbs>(x, i, n, lo, hi, values != nullptr ? values + 4 * j : nullptr,
+                                      indices != nullptr ? indices + j : nullptr, base);
+}
+
+}  // namespace
+
+template <bool kAbs>
+size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
+                    uint32_t* indices, uint32_t base) {
+  if (lo > hi) return 0;
+  switch (CpuSimdLevel()) {
+    case SimdLevel::kAvx512: return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
+    case SimdLevel::kAvx2: return CompactRangeAvx2<kAbs>(x, n, lo, hi, values, indices, base);
+    case SimdLevel::kScalar: break;
+  }
+  return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base);
+}
+
+template size_t CompactRange<true>(const float*, size_t, uint32_t, uint32_t, uint8_t*, uint32_t*,
+                                   uint32_t);
+template size_t CompactRange<false>(const float*, size_t, uint32_t, uint32_t, uint8_t*,
+                                    uint32_t*, uint32_t);
+
+size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices) {
+  uint8_t* values = out + sparse::kHeaderBytes;
+  if (n < kCompactSlack) return CompactRangeScalar<true>(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices);
+  return CompactRange(x, n, lo, kNonFiniteAbsBits - 1, values, indices);
+}
+
+}  // namespace bytecomp::compress

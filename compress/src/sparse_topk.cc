@@ -1,0 +1,196 @@
+// topk (the k largest magnitudes, format/topk_select.h) and threshold (every magnitude above a
+// fixed threshold): the sparse message of format/sparse_format.h.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/format/sparse_format.h"
+#include "bytecomp/compress/format/topk_select.h"
+#include "codec_checks.h"
+#include "sparse_codecs.h"
+
+namespace bytecomp::compress {
+namespace {
+
+// The k largest magnitudes in linear time: a histogram of the top 11 bits of |x| finds the
+// bin that holds the k-th largest; nth_element over that bin alone finds the exact threshold;
+// one compaction pass keeps every element above it and the first ties at it.
+class TopkCodec final : public SparseCodec {
+ public:
+  explicit TopkCodec(double ratio) : ratio_(ratio) {}
+  absl::string_view name() const override { return "topk"; }
+  size_t MaxEncodedBytes(size_t n) const override {
+    return sparse::MaxMessageBytes(sparse::KeptCount(ratio_, n));
+  }
+
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
+    const size_t k = sparse::KeptCount(ratio_, n);
+    const float* x = input.data();
+
+    constexpr int kBins = 2048, kShift = 20;
+    uint32_t hist[4][kBins] = {};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {  // four histograms: repeated bins do not serialise
+      ++hist[0][AbsBits(x[i]) >> kShift];
+      ++hist[1][AbsBits(x[i + 1]) >> kShift];
+      ++hist[2][AbsBits(x[i + 2]) >> kShift];
+      ++hist[3][AbsBits(x[i + 3]) >> kShift];
+    }
+    for (; i < n; ++i) ++hist[0][AbsBits(x[i]) >> kShift];
+    // NaN and Inf land in the bins from kNonFiniteAbsBits up: the finite check for free.
+    for (uint32_t b = kNonFiniteAbsBits >> kShift; b < kBins; ++b) {
+      if (hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b] != 0) {
+        return NonFiniteError(input, "codec 'topk' input");
+      }
+    }
+
+    uint32_t threshold = 0;
+    size_t ties = 0;
+    bool all_ties = false;
+    if (k > 0) {
+      auto bin_count_of = [&hist](uint32_t b) -> uint64_t {
+        return hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b];
+      };
+      uint64_t above = 0;
+      const uint32_t bin = topk::SelectBin(kBins - 1, k, bin_count_of, &above);
+      const size_t bin_count = bin_count_of(bin);
+      candidates_.resize(bin_count + kCompactSlack);
+      const uint32_t bin_lo = static_cast<uint32_t>(bin) << kShift;
+      const size_t c = CompactRange(x, n, bin_lo, bin_lo + ((1u << kShift) - 1),
+                                    reinterpret_cast<uint8_t*>(candidates_.data()), nullptr);
+      candidates_.resize(c);
+      for (auto& a : candidates_) a &= 0x7fffffffu;  // stored as the values' bits
+      const size_t need = k - above;  // 1 <= need <= c
+      threshold = topk::NthLargest(candidates_, need);
+      size_t greater = 0, equal = 0;
+      for (uint32_t a : candidates_) {
+        greater += a > threshold ? 1 : 0;
+        equal += a == threshold ? 1 : 0;
+      }
+      ties = need - greater;
+      all_ties = ties == equal;
+    }
+
+    uint8_t* values = out.data() + sparse::kHeaderBytes;
+    size_t j = 0;
+    if (all_ties && k >= kCompactSlack) {
+      // Every element at the threshold is kept: exactly k elements have |x| >= threshold, and
+      // the value area (room for 2k values before the index section) takes the slack.
+      indices_.resize(k + kCompactSlack);
+      j = CompactRange(x, n, threshold, kNonFiniteAbsBits - 1, values, indices_.data());
+    } else if (k >= kCompactSlack) {
+      // Some elements equal to the threshold are dropped: keep the first `ties` of them. The
+      // elements above it are compacted in one pass; the ties are found block by block until
+      // enough are seen; a backward merge puts both in index order in place.
+      indices_.resize(k + kCompactSlack);
+      const size_t greater = CompactRange(x, n, threshold + 1, kNonFiniteAbsBits - 1, values,
+                                          indices_.data());
+      constexpr size_t kBlock = 4096;
+      ties_.resize(ties + kBlock + kCompactSlack);
+      tie_values_.resize(kBlock + kCompactSlack);
+      size_t t = 0;
+      for (size_t start = 0; start < n && t < ties; start += kBlock) {
+        t += CompactRange(x + start, std::min(kBlock, n - start), threshold, threshold,
+                          reinterpret_cast<uint8_t*>(tie_values_.data()), ties_.data() + t,
+                          static_cast<uint32_t>(start));
+      }
+      if (greater + ties != k || t < ties) {
+        return absl::InternalError(absl::StrCat("topk: ", greater, " above the threshold, ", t,
+                                                " ties seen, ", ties, " needed, k = ", k));
+      }
+      int64_t g = static_cast<int64_t>(greater) - 1, tt = static_cast<int64_t>(ties) - 1;
+      for (int64_t w = static_cast<int64_t>(k) - 1; tt >= 0; --w) {
+        if (g >= 0 && indices_[g] > ties_[tt]) {
+          indices_[w] = indices_[g];
+          std::memcpy(values + 4 * w, values + 4 * g, 4);
+          --g;
+        } else {
+          indices_[w] = ties_[tt];
+          std::memcpy(values + 4 * w, x + ties_[tt], 4);
+          --tt;
+        }
+      }
+      j = k;
+    } else {
+      // k below the vector kernel's slack: one scalar pass keeping the first ties.
+      indices_.resize(k + 1);
+      uint32_t* idx = indices_.data();
+      for (size_t e = 0; e < n && k > 0; ++e) {
+        const uint32_t a = AbsBits(x[e]);
+        const bool tie = a == threshold && ties > 0;
+        const bool keep = a > threshold || tie;
+        std::memcpy(values + 4 * j, x + e, 4);
+        idx[j] = static_cast<uint32_t>(e);
+        j += keep ? 1 : 0;
+        ties -= tie ? 1 : 0;
+      }
+    }
+    if (j != k) return absl::InternalError(absl::StrCat("topk selected ", j, " of ", k));
+    const uint32_t* idx = indices_.data();
+    return FinishSparseMessage(out.data(), n, k, idx);
+  }
+
+ protected:
+  int64_t RequiredK(size_t n) const override {
+    return static_cast<int64_t>(sparse::KeptCount(ratio_, n));
+  }
+
+ private:
+  double ratio_;
+  std::vector<uint32_t> candidates_, ties_;
+  std::vector<float> tie_values_;
+};
+
+class ThresholdCodec final : public SparseCodec {
+ public:
+  explicit ThresholdCodec(double threshold) : threshold_bits_(AbsBits(static_cast<float>(threshold))) {}
+  absl::string_view name() const override { return "threshold"; }
+  size_t MaxEncodedBytes(size_t n) const override { return sparse::MaxMessageBytes(n); }
+
+  absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
+                                absl::Span<uint8_t> out) override {
+    const size_t n = input.size();
+    if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
+    if (auto s = CheckFinite(input, "codec 'threshold' input"); !s.ok()) return s;
+    // |x| > threshold, compared as bit patterns (monotonic for non-negative floats).
+    if (threshold_bits_ >= kNonFiniteAbsBits - 1) return FinishSparseMessage(out.data(), n, 0, nullptr);
+    indices_.resize(n + kCompactSlack);
+    const size_t k = Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data());
+    return FinishSparseMessage(out.data(), n, k, indices_.data());
+  }
+
+ private:
+  uint32_t threshold_bits_;
+};
+
+}  // namespace
+
+void RegisterTopkCodec(CodecRegistry& registry) {
+  MustRegister(registry,
+               RatioSpecOf<TopkCodec>(
+                   "topk", "values and indices of the k = ceil(ratio * n) largest magnitudes"));
+}
+
+void RegisterThresholdCodec(CodecRegistry& registry) {
+  MustRegister(
+      registry,
+      {.name = "threshold",
+       .summary = "values and indices of every element with magnitude above the threshold",
+       .params = {{.name = "threshold", .type = CodecParamSpec::Type::kDouble,
+                   .default_value = "0.01", .help = "magnitudes strictly above it are sent",
+                   .min_value = 0}},
+       .factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
+         ParamReader r(params);
+         const double threshold = r.Double("threshold");
+         if (!r.ok()) return r.status();
+         return std::make_unique<ThresholdCodec>(threshold);
+       }});
+}
+
+}  // namespace bytecomp::compress

@@ -1,0 +1,38 @@
+// Which codecs and memories have GPU kernels (gpu_codecs.h): what the worker places on a
+// device, with or without CUDA in the build.
+#include "bytecomp/compress/gpu_codecs.h"
+
+#include "absl/strings/match.h"
+#include "bytecomp/compress/registry.h"
+#include "gtest/gtest.h"
+
+namespace bytecomp::compress {
+namespace {
+
+TEST(GpuCodecsTest, EveryGpuCodecIsACpuCodec) {
+  const std::vector<std::string> names = GpuCodecNames();
+  EXPECT_EQ(names.size(), 12u);
+  for (const std::string& name : names) {
+    EXPECT_TRUE(HasGpuCodec(name));
+    EXPECT_NE(CodecRegistry::Global().Find(name), nullptr) << name;
+  }
+  EXPECT_FALSE(HasGpuCodec("powersgd"));
+  EXPECT_FALSE(HasGpuCodec("none"));
+}
+
+TEST(GpuCodecsTest, FusableMemories) {
+  for (const std::string& name : GpuCodecNames()) {
+    EXPECT_TRUE(GpuMemorySupported(name, "none")) << name;
+    EXPECT_TRUE(GpuMemorySupported(name, "")) << name;
+    EXPECT_EQ(GpuMemorySupported(name, "residual"), name != "signum" && name != "dgc") << name;
+    EXPECT_EQ(GpuMemorySupported(name, "efsignsgd"), name == "efsignsgd") << name;
+    EXPECT_EQ(GpuMemorySupported(name, "dgc_momentum"), name == "dgc") << name;
+    EXPECT_FALSE(GpuMemorySupported(name, "powersgd")) << name;
+  }
+  EXPECT_FALSE(GpuMemorySupported("powersgd", "none"));
+  EXPECT_TRUE(absl::StrContains(GpuMemoriesText(), "efsignsgd: efsignsgd; dgc_momentum: dgc"))
+      << GpuMemoriesText();
+}
+
+}  // namespace
+}  // namespace bytecomp::compress

@@ -1,0 +1,194 @@
+// The CUDA codecs. The registry's checks run everywhere (no device needed: a bad name,
+// parameter or memory is refused before any allocation). The kernels run only where a CUDA
+// device exists (none in CI here: those tests skip themselves): they must produce the CPU
+// codecs' bytes, with and without a fused memory, decode what the CPU encodes, and refuse
+// malformed payloads.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "bytecomp/compress.h"
+#include "bytecomp/compress/cuda_codecs.h"
+#include "bytecomp/compress/gpu_codecs.h"
+#include "gtest/gtest.h"
+
+namespace bytecomp {
+namespace {
+
+using compress::cuda::CudaCodec;
+
+bool HaveDevice() {
+  int devices = 0;
+  const bool ok = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+  if (!ok) cudaGetLastError();
+  return ok;
+}
+
+std::vector<float> Gradient(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+template <typename T>
+struct DeviceArray {
+  T* data = nullptr;
+  explicit DeviceArray(size_t n) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+    data = static_cast<T*>(p);
+  }
+  ~DeviceArray() { cudaFree(data); }
+};
+
+TEST(CudaCodecRegistry, RefusesWhatTheCpuRegistryRefuses) {
+  auto unknown = CudaCodec::Create("powersgd", {});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
+  EXPECT_TRUE(absl::StrContains(unknown.status().message(), "topk")) << unknown.status();
+  // The CPU codecs' parameter ranges: ratio in (0, 1], signum's momentum below 1.
+  auto ratio = CudaCodec::Create("topk", {{"ratio", "1.5"}});
+  EXPECT_EQ(ratio.status().code(), absl::StatusCode::kInvalidArgument) << ratio.status();
+  EXPECT_TRUE(absl::StrContains(ratio.status().message(), "ratio")) << ratio.status();
+  auto momentum = CudaCodec::Create("signum", {{"momentum", "1"}});
+  EXPECT_EQ(momentum.status().code(), absl::StatusCode::kInvalidArgument);
+  auto parameter = CudaCodec::Create("qsgd", {{"levels", "4"}});
+  EXPECT_TRUE(absl::StrContains(parameter.status().message(), "quantum_num"))
+      << parameter.status();
+  auto memory = CudaCodec::Create("dgc", {}, "residual");
+  EXPECT_EQ(memory.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(memory.status().message(), "dgc_momentum: dgc"))
+      << memory.status();
+  auto lr = CudaCodec::Create("efsignsgd", {}, "efsignsgd", {{"lr", "0"}});
+  EXPECT_EQ(lr.status().code(), absl::StatusCode::kInvalidArgument) << lr.status();
+}
+
+TEST(CudaCodecsOnGpu, SameBytesAsTheCpuCodecsAndRoundTrip) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const size_t n = 100003;
+  compress::CodecContext ctx;
+  ctx.seed = 5;
+  ctx.key = 9;
+  ctx.round = 2;
+  const std::vector<float> x = Gradient(n, 1);
+  DeviceArray<float> d_x(n), d_out(n);
+  ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
+  for (const std::string& name : compress::cuda::CudaCodecNames()) {
+    auto gpu = CudaCodec::Create(name, {});
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    auto cpu = compress::CreateCodec(name);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    const size_t capacity = (*gpu)->MaxEncodedBytes(n);
+    ASSERT_EQ(capacity, (*cpu)->MaxEncodedBytes(n)) << name;
+    DeviceArray<uint8_t> d_payload(capacity);
+    auto bytes = (*gpu)->Encode(d_x.data, n, ctx, d_payload.data, capacity, nullptr);
+    ASSERT_TRUE(bytes.ok()) << name << ": " << bytes.status();
+    std::vector<uint8_t> payload(*bytes);
+    ASSERT_EQ(cudaMemcpy(payload.data(), d_payload.data, *bytes, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    std::vector<uint8_t> expected(capacity);
+    auto m = (*cpu)->Encode(x, ctx, absl::MakeSpan(expected));
+    ASSERT_TRUE(m.ok());
+    expected.resize(*m);
+    EXPECT_EQ(payload, expected) << name;
+    const absl::Status decoded =
+        (*gpu)->Decode(d_payload.data, *bytes, ctx, d_out.data, n, nullptr);
+    EXPECT_TRUE(decoded.ok()) << name << ": " << decoded;
+    std::vector<float> gpu_values(n), cpu_values(n);
+    ASSERT_EQ(cudaMemcpy(gpu_values.data(), d_out.data, 4 * n, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_TRUE((*cpu)->Decode(payload, ctx, absl::MakeSpan(cpu_values)).ok());
+    EXPECT_EQ(std::memcmp(gpu_values.data(), cpu_values.data(), 4 * n), 0) << name;
+    // A payload one byte short is refused, as on the CPU.
+    EXPECT_EQ((*gpu)->Decode(d_payload.data, *bytes - 1, ctx, d_out.data, n, nullptr).code(),
+              absl::StatusCode::kInvalidArgument)
+        << name;
+  }
+}
+
+// Every codec with every memory it fuses, over rounds: the bytes of EncodeWithMemory.
+TEST(CudaCodecsOnGpu, FusedMemoriesMatchEncodeWithMemory) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const size_t n = 20011;
+  DeviceArray<float> d_x(n);
+  for (const std::string& name : compress::cuda::CudaCodecNames()) {
+    for (const char* memory_name : {"residual", "efsignsgd", "dgc_momentum"}) {
+      if (!compress::GpuMemorySupported(name, memory_name)) continue;
+      auto gpu = CudaCodec::Create(name, {}, memory_name);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      auto cpu = compress::CreateCodec(name);
+      auto memory = compress::CreateMemory(memory_name);
+      ASSERT_TRUE(cpu.ok() && memory.ok());
+      DeviceArray<uint8_t> d_payload((*gpu)->MaxEncodedBytes(n));
+      std::vector<float> compensated, decoded;
+      for (uint64_t round = 0; round < 3; ++round) {
+        compress::CodecContext ctx;
+        ctx.key = 4;
+        ctx.round = round;
+        const std::vector<float> x = Gradient(n, 10 + static_cast<uint32_t>(round));
+        ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
+        auto bytes = (*gpu)->Encode(d_x.data, n, ctx, d_payload.data, (*gpu)->MaxEncodedBytes(n),
+                                    nullptr);
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        std::vector<uint8_t> payload(*bytes);
+        ASSERT_EQ(cudaMemcpy(payload.data(), d_payload.data, *bytes, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        std::vector<uint8_t> expected((*cpu)->MaxEncodedBytes(n));
+        auto m = compress::EncodeWithMemory(**cpu, memory->get(), x, ctx,
+                                            absl::MakeSpan(expected), compensated, decoded);
+        ASSERT_TRUE(m.ok()) << m.status();
+        expected.resize(*m);
+        EXPECT_EQ(payload, expected) << name << " with " << memory_name << ", round " << round;
+      }
+    }
+  }
+}
+
+TEST(CudaCodecsOnGpu, NonFiniteInputNamesTheIndex) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  std::vector<float> x = Gradient(1000, 2);
+  x[321] = std::numeric_limits<float>::quiet_NaN();
+  DeviceArray<float> d_x(x.size());
+  ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  auto gpu = CudaCodec::Create("onebit", {});
+  ASSERT_TRUE(gpu.ok());
+  DeviceArray<uint8_t> out((*gpu)->MaxEncodedBytes(x.size()));
+  auto r = (*gpu)->Encode(d_x.data, x.size(), {}, out.data, (*gpu)->MaxEncodedBytes(x.size()),
+                          nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("element 321"), absl::string_view::npos) << r.status();
+}
+
+// A sparse message whose index section is bad is refused, and nothing is written through the
+// bad indices.
+TEST(CudaCodecsOnGpu, BadIndicesAreRefused) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const size_t n = 1000;
+  auto cpu = compress::CreateCodec("topk", {{"ratio", "0.01"}});
+  auto gpu = CudaCodec::Create("topk", {{"ratio", "0.01"}});
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  const std::vector<float> x = Gradient(n, 3);
+  std::vector<uint8_t> payload((*cpu)->MaxEncodedBytes(n));
+  auto m = (*cpu)->Encode(x, {}, absl::MakeSpan(payload));
+  ASSERT_TRUE(m.ok());
+  payload.resize(*m);
+  payload[1] = 0;  // claims a raw section of another size
+  DeviceArray<uint8_t> d_payload(payload.size());
+  DeviceArray<float> d_out(n);
+  ASSERT_EQ(cudaMemcpy(d_payload.data, payload.data(), payload.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  const absl::Status s =
+      (*gpu)->Decode(d_payload.data, payload.size(), {}, d_out.data, n, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  std::vector<float> dummy(n);
+  EXPECT_EQ((*cpu)->Decode(payload, {}, absl::MakeSpan(dummy)).message(), s.message());
+}
+
+}  // namespace
+}  // namespace bytecomp

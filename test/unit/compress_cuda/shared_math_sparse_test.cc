@@ -1,0 +1,435 @@
+// The CUDA sparse codecs' arithmetic without a GPU: topk's radix select, dgc's sample and
+// threshold search, randomk's host-drawn indices, and the sparse message's writers and reader,
+// run on the host with the format headers' functions in the order
+// compress/cuda/src/sparse_*.cu calls them, against the CPU codecs: the same bytes, the same
+// decoded values, the same errors for malformed messages.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bytecomp/compress.h"
+#include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/format/dgc_threshold.h"
+#include "bytecomp/compress/format/randomk_format.h"
+#include "bytecomp/compress/format/sparse_format.h"
+#include "bytecomp/compress/format/topk_select.h"
+#include "bytecomp/compress/memory_math.h"
+#include "gtest/gtest.h"
+#include "shared_math_util.h"
+
+namespace bytecomp::compress {
+namespace {
+
+using namespace shared_math;
+
+// sparse_message.cu's writer: values and indices of the flagged elements in index order, the
+// deltas' statistics, the plan, the section by the per-thread writers, the header.
+std::vector<uint8_t> HostSparseMessage(const std::vector<float>& x, const std::vector<bool>& keep) {
+  std::vector<uint32_t> idx;
+  std::vector<uint8_t> values;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!keep[i]) continue;
+    idx.push_back(static_cast<uint32_t>(i));
+    AppendF32(values, x[i]);
+  }
+  const size_t k = idx.size();
+  uint32_t max_delta = 0;
+  size_t varint_bytes = 0;
+  for (size_t j = 0; j < k; ++j) {
+    max_delta = std::max(max_delta, sparse::IndexDelta(idx.data(), j));
+    varint_bytes += sparse::VarintLength(sparse::IndexDelta(idx.data(), j));
+  }
+  const sparse::IndexPlan plan = sparse::ChooseIndexPlan(k, max_delta, varint_bytes);
+  std::vector<uint8_t> section;
+  if (plan.encoding == sparse::kRaw) {
+    for (uint32_t i : idx) AppendU32(section, i);
+  } else if (plan.encoding == sparse::kBitPack) {
+    std::vector<uint32_t> words((plan.bytes + 3) / 4 + 1, 0u);
+    for (size_t j = 0; j < k && plan.width > 0; ++j) {
+      size_t word;
+      uint32_t low, high;
+      sparse::BitPackDeltaWords(j, plan.width, sparse::IndexDelta(idx.data(), j), &word, &low,
+                                &high);
+      words[word] |= low;
+      if (high != 0) words[word + 1] |= high;
+    }
+    section.resize(plan.bytes);
+    std::memcpy(section.data(), words.data(), plan.bytes);
+  } else {
+    section.resize(varint_bytes);
+    uint8_t* p = section.data();
+    for (size_t j = 0; j < k; ++j) p = sparse::WriteVarint(p, sparse::IndexDelta(idx.data(), j));
+    EXPECT_EQ(p, section.data() + section.size());
+  }
+  std::vector<uint8_t> out(sparse::kHeaderBytes);
+  sparse::WriteHeader(out.data(), static_cast<uint32_t>(x.size()), static_cast<uint32_t>(k),
+                      plan);
+  out.insert(out.end(), values.begin(), values.end());
+  out.insert(out.end(), section.begin(), section.end());
+  return out;
+}
+
+// sparse_message.cu's reader: the header checked on the host, the section read by one thread,
+// the values scattered (not when the indices were bad).
+absl::StatusOr<std::vector<float>> HostSparseDecode(absl::string_view codec,
+                                                    const std::vector<uint8_t>& m, size_t n,
+                                                    int64_t required_k) {
+  FormatError e = sparse::CheckHeader(m.data(), m.size(), n, required_k);
+  if (!e.ok()) return FormatErrorStatus(codec, e);
+  const sparse::Header h = sparse::ReadHeader(m.data());
+  std::vector<uint32_t> idx(h.k);
+  const uint8_t* values = m.data() + sparse::kHeaderBytes;
+  e = sparse::ReadIndexSection(values + 4 * h.k, h.index_bytes, h.k, n, h.encoding, h.width,
+                               idx.data());
+  if (!e.ok()) return FormatErrorStatus(codec, e);
+  std::vector<float> out(n, 0.0f);
+  for (size_t j = 0; j < h.k; ++j) {
+    const float v = GetF32(values + 4 * j);
+    if (!IsFiniteFloat(v)) {
+      return FormatErrorStatus(codec, MakeFormatError(FormatErrorCode::kValuesNotFinite));
+    }
+    out[idx[j]] = v;
+  }
+  return out;
+}
+
+// topk on the host: the four radix passes over the host's histograms, then the flags.
+std::vector<bool> HostTopkFlags(const std::vector<float>& x, size_t k) {
+  uint32_t prefix = 0, need = static_cast<uint32_t>(k);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    uint32_t hist[256] = {};
+    for (float v : x) {
+      const uint32_t a = FloatBits(v) & 0x7fffffffu;
+      if (topk::RadixMatches(a, prefix, shift)) ++hist[(a >> shift) & 255u];
+    }
+    topk::RadixSelectDigit(hist, shift, &prefix, &need);
+  }
+  std::vector<bool> keep(x.size());
+  uint32_t tie_rank = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t a = FloatBits(x[i]) & 0x7fffffffu;
+    keep[i] = a > prefix || (a == prefix && tie_rank < need);
+    tie_rank += a == prefix ? 1 : 0;
+  }
+  return keep;
+}
+
+// dgc on the host: the sample the host draws, the threshold search, the flags.
+std::vector<bool> HostDgcFlags(const std::vector<float>& x, double ratio,
+                               const CodecContext& ctx) {
+  const size_t n = x.size();
+  std::vector<uint32_t> positions(dgc::SampleSize(n));
+  dgc::ForEachSamplePosition(n, NodeSeed(ctx, dgc::kDgcSalt),
+                             [&](size_t j, size_t i) { positions[j] = static_cast<uint32_t>(i); });
+  std::vector<uint32_t> sample;
+  for (uint32_t p : positions) sample.push_back(FloatBits(x[p]) & 0x7fffffffu);
+  float threshold = dgc::SampleThreshold(sample, ratio);
+  auto count_at_least = [&](float t) {
+    size_t c = 0;
+    for (float v : x) c += (FloatBits(v) & 0x7fffffffu) >= dgc::ThresholdBits(t) ? 1 : 0;
+    return c;
+  };
+  const double target = dgc::Target(ratio, n);
+  size_t count = count_at_least(threshold);
+  for (int step = 0; step < dgc::kMaxSteps && dgc::AdjustThreshold(count, target, &threshold);
+       ++step) {
+    count = count_at_least(threshold);
+  }
+  std::vector<bool> keep(n);
+  for (size_t i = 0; i < n; ++i) {
+    keep[i] = (FloatBits(x[i]) & 0x7fffffffu) >= dgc::ThresholdBits(threshold);
+  }
+  return keep;
+}
+
+class SharedMathSparse : public ::testing::TestWithParam<size_t> {};
+
+// The radix select against the definition: the k largest |x| bit patterns, ties at the
+// threshold taken in index order.
+TEST_P(SharedMathSparse, TopkRadixSelectKeepsTheKLargest) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 7, /*with_ties=*/true);
+  for (double ratio : {0.001, 0.01, 0.3, 1.0}) {
+    const size_t k = sparse::KeptCount(ratio, n);
+    const std::vector<bool> keep = HostTopkFlags(x, k);
+    std::vector<uint32_t> kept;
+    for (size_t i = 0; i < n; ++i) {
+      if (keep[i]) kept.push_back(static_cast<uint32_t>(i));
+    }
+    std::vector<uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      return (FloatBits(x[a]) & 0x7fffffffu) > (FloatBits(x[b]) & 0x7fffffffu);
+    });
+    order.resize(k);
+    std::sort(order.begin(), order.end());
+    EXPECT_EQ(kept, order) << "ratio " << ratio;
+  }
+}
+
+TEST_P(SharedMathSparse, TopkMessageAsTheCpuCodec) {
+  const size_t n = GetParam();
+  for (bool ties : {false, true}) {
+    const std::vector<float> x = RandomGradient(n, 21, ties);
+    for (const char* ratio : {"0.001", "0.01", "0.3", "1"}) {
+      auto codec = Make("topk", {{"ratio", ratio}});
+      const size_t k = sparse::KeptCount(std::stod(ratio), n);
+      const std::vector<uint8_t> cpu = CpuEncode(*codec, x, Context());
+      ASSERT_EQ(HostSparseMessage(x, HostTopkFlags(x, k)), cpu)
+          << "ratio " << ratio << (ties ? " with ties" : "");
+      auto decoded = HostSparseDecode("topk", cpu, n, static_cast<int64_t>(k));
+      ASSERT_TRUE(decoded.ok()) << decoded.status();
+      ExpectSameBits(*decoded, CpuDecode(*codec, cpu, n, Context()));
+    }
+  }
+}
+
+TEST_P(SharedMathSparse, DgcMessageAsTheCpuCodec) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 22);
+  for (const char* ratio : {"0.01", "0.3"}) {
+    auto codec = Make("dgc", {{"ratio", ratio}});
+    const std::vector<uint8_t> cpu = CpuEncode(*codec, x, Context());
+    EXPECT_EQ(HostSparseMessage(x, HostDgcFlags(x, std::stod(ratio), Context())), cpu)
+        << "ratio " << ratio;
+    auto decoded = HostSparseDecode("dgc", cpu, n, -1);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    ExpectSameBits(*decoded, CpuDecode(*codec, cpu, n, Context()));
+  }
+}
+
+// dgc with its fused dgc_momentum memory over rounds (memory_math.h, and the compaction that
+// zeroes u and v where sent), and topk with residual (sent coordinates keep no error).
+TEST_P(SharedMathSparse, FusedMemoriesMatchEncodeWithMemory) {
+  const size_t n = GetParam();
+  for (const char* name : {"dgc", "topk"}) {
+    const bool dgc_codec = std::string(name) == "dgc";
+    auto codec = Make(name, {{"ratio", "0.05"}});
+    auto memory = CreateMemory(dgc_codec ? "dgc_momentum" : "residual");
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    std::vector<float> u(n, 0.0f), v(n, 0.0f), compensated(n), cpu_compensated, cpu_decoded;
+    for (uint32_t round = 0; round < 4; ++round) {
+      const std::vector<float> g = RandomGradient(n, 200 + round);
+      const CodecContext ctx = Context(round);
+      for (size_t i = 0; i < n; ++i) {
+        if (dgc_codec) {
+          u[i] = DgcMomentumU(g[i], u[i], 0.9f);
+          v[i] = DgcMomentumV(v[i], u[i]);
+          compensated[i] = v[i];
+        } else {
+          compensated[i] = v[i] = ResidualCompensate(g[i], v[i], 1.0f, 1.0f);
+        }
+      }
+      const std::vector<bool> keep =
+          dgc_codec ? HostDgcFlags(compensated, 0.05, ctx)
+                    : HostTopkFlags(compensated, sparse::KeptCount(0.05, n));
+      const std::vector<uint8_t> host = HostSparseMessage(compensated, keep);
+      for (size_t i = 0; i < n; ++i) {
+        if (!keep[i]) continue;
+        v[i] = dgc_codec ? 0.0f : ResidualUpdate(compensated[i], compensated[i]);
+        if (dgc_codec) u[i] = 0.0f;
+      }
+      std::vector<uint8_t> cpu(codec->MaxEncodedBytes(n));
+      auto bytes = EncodeWithMemory(*codec, memory->get(), g, ctx, absl::MakeSpan(cpu),
+                                    cpu_compensated, cpu_decoded);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      cpu.resize(*bytes);
+      ASSERT_EQ(host, cpu) << name << ", round " << round;
+    }
+  }
+}
+
+// randomk's indices drawn as the GPU codec draws them (on the host), the gather with and
+// without the stratum scale, and the scatter of a decode.
+TEST_P(SharedMathSparse, RandomkAsTheCpuCodec) {
+  const size_t n = GetParam();
+  const std::vector<float> x = RandomGradient(n, 23);
+  for (const char* ratio : {"0.01", "0.3", "1"}) {
+    for (const char* scale : {"false", "true"}) {
+      auto codec = Make("randomk", {{"ratio", ratio}, {"scale", scale}});
+      const size_t k = sparse::KeptCount(std::stod(ratio), n);
+      std::vector<uint8_t> host(randomk::PayloadBytes(k));
+      randomk::WriteHeader(host.data(), static_cast<uint32_t>(n), static_cast<uint32_t>(k));
+      std::vector<uint32_t> idx(k);
+      size_t covered = 0;
+      randomk::ForEachRandomIndex(n, k, SharedSeed(Context(), randomk::kRandomkSalt),
+                                  [&](size_t j, size_t i, size_t, uint32_t size) {
+                                    idx[j] = static_cast<uint32_t>(i);
+                                    const float s = static_cast<float>(size);
+                                    PutF32(host.data() + 8 + 4 * j,
+                                           std::string(scale) == "true" ? x[i] * s : x[i]);
+                                    covered += size;
+                                  });
+      EXPECT_EQ(covered, n);
+      const std::vector<uint8_t> cpu = CpuEncode(*codec, x, Context());
+      ASSERT_EQ(host, cpu) << "ratio " << ratio << " scale " << scale;
+      ASSERT_TRUE(randomk::CheckHeader(cpu.data(), cpu.size(), n, k).ok());
+      std::vector<float> decoded(n, 0.0f);
+      for (size_t j = 0; j < k; ++j) decoded[idx[j]] = GetF32(cpu.data() + 8 + 4 * j);
+      ExpectSameBits(decoded, CpuDecode(*codec, cpu, n, Context()));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, SharedMathSparse, ::testing::Values(37, 1000, 4096, 100003));
+
+// A malformed message: the GPU decoder's checks report what the CPU decoder reports.
+TEST(SharedMathSparseDecode, MalformedMessagesAreReportedAsTheCpuCodecsReportThem) {
+  const size_t n = 5000;
+  const std::vector<float> x = RandomGradient(n, 24);
+  auto topk = Make("topk", {{"ratio", "0.01"}});  // k = 50: a bit-packed or varint section
+  auto dense = Make("topk", {{"ratio", "0.9"}});  // deltas of 0: a bit-packed section
+  const std::vector<uint8_t> packed = CpuEncode(*topk, x, Context());
+  const int64_t k = static_cast<int64_t>(sparse::KeptCount(0.01, n));
+  struct Case {
+    const char* what;
+    std::function<void(std::vector<uint8_t>&)> apply;
+  };
+  const float nan = std::nanf("");
+  const std::vector<Case> cases = {
+      {"shorter than the header", [](auto& m) { m.resize(9); }},
+      {"version 2", [](auto& m) { m[0] = 2; }},
+      {"another n", [](auto& m) { PutU32(m.data() + 4, 4999); }},
+      {"another k", [](auto& m) { PutU32(m.data() + 8, 51); }},
+      {"a byte too many", [](auto& m) { m.push_back(0); }},
+      {"a NaN value", [nan](auto& m) { PutF32(m.data() + 16 + 4 * 7, nan); }},
+      {"encoding 3", [](auto& m) { m[1] = 3; }},
+      {"width 33", [](auto& m) { m[1] = sparse::kBitPack, m[2] = 33; }},
+      {"a raw section of the wrong size", [](auto& m) { m[1] = sparse::kRaw; }},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> m = packed;
+    c.apply(m);
+    const std::string cpu = CpuDecodeStatus(*topk, m, n, Context());
+    EXPECT_NE(cpu, "OK") << c.what;
+    EXPECT_EQ(HostSparseDecode("topk", m, n, k).status().ToString(), cpu) << c.what;
+  }
+  // Index sections: raw indices out of order or out of range, varints that end early or leave
+  // bytes, bit-packed deltas that run past n.
+  const std::vector<uint32_t> raw_bad[] = {{3, 2}, {0, 5000}};
+  for (const auto& indices : raw_bad) {
+    std::vector<uint8_t> section;
+    for (uint32_t i : indices) AppendU32(section, i);
+    std::vector<uint32_t> out(indices.size());
+    EXPECT_EQ(sparse::ReadIndexSection(section.data(), section.size(), indices.size(), n,
+                                       sparse::kRaw, 0, out.data())
+                  .code,
+              FormatErrorCode::kIndicesNotIncreasing);
+  }
+  const uint8_t varints[] = {0x85, 0x01, 0x02};  // 133, 2
+  uint32_t out[2];
+  EXPECT_EQ(sparse::ReadIndexSection(varints, 2, 2, n, sparse::kVarint, 0, out).code,
+            FormatErrorCode::kVarintEndsEarly);
+  EXPECT_TRUE(sparse::ReadIndexSection(varints, 3, 2, n, sparse::kVarint, 0, out).ok());
+  EXPECT_EQ(out[0], 133u);
+  EXPECT_EQ(out[1], 136u);
+  EXPECT_EQ(sparse::ReadIndexSection(varints, 3, 1, n, sparse::kVarint, 0, out).code,
+            FormatErrorCode::kVarintTrailingBytes);
+  EXPECT_EQ(sparse::ReadIndexSection(varints, 3, 2, 135, sparse::kVarint, 0, out).code,
+            FormatErrorCode::kIndexOutOfRange);
+  const uint8_t too_long[] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x01};
+  EXPECT_EQ(sparse::ReadIndexSection(too_long, 6, 1, n, sparse::kVarint, 0, out).code,
+            FormatErrorCode::kVarintTooLong);
+  // A dense message's bit-packed section read back by ReadIndexSection equals the CPU's decode.
+  const std::vector<uint8_t> bitpacked = CpuEncode(*dense, x, Context());
+  EXPECT_EQ(bitpacked[1], sparse::kBitPack);
+  auto decoded = HostSparseDecode("topk", bitpacked, n, -1);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ExpectSameBits(*decoded, CpuDecode(*dense, bitpacked, n, Context()));
+}
+
+// The randomk header checks against the CPU decoder's.
+TEST(SharedMathSparseDecode, RandomkHeaderChecks) {
+  const size_t n = 3000;
+  auto codec = Make("randomk", {{"ratio", "0.1"}});
+  const std::vector<uint8_t> payload = CpuEncode(*codec, RandomGradient(n, 25), Context());
+  const size_t k = sparse::KeptCount(0.1, n);
+  for (auto apply : std::vector<std::function<void(std::vector<uint8_t>&)>>{
+           [](auto& m) { m.resize(5); }, [](auto& m) { PutU32(m.data(), 2999); },
+           [](auto& m) { PutU32(m.data() + 4, 7); }, [](auto& m) { m.pop_back(); }}) {
+    std::vector<uint8_t> m = payload;
+    apply(m);
+    const std::string cpu = CpuDecodeStatus(*codec, m, n, Context());
+    EXPECT_NE(cpu, "OK");
+    EXPECT_EQ(FormatErrorStatus("randomk", randomk::CheckHeader(m.data(), m.size(), n, k))
+                  .ToString(),
+              cpu);
+  }
+}
+
+// The index plan and varint writer against the format's definitions.
+TEST(SharedMathSparseFormat, PlanAndVarintsFollowTheFormat) {
+  std::mt19937 rng(9);
+  for (size_t k : {1u, 5u, 100u, 3000u}) {
+    for (uint32_t spread : {1u, 3u, 200u, 100000u}) {
+      std::vector<uint32_t> idx(k);
+      uint32_t next = 0;
+      for (size_t j = 0; j < k; ++j) {
+        idx[j] = next + rng() % spread;
+        next = idx[j] + 1;
+      }
+      uint32_t max_delta = 0;
+      size_t varint_bytes = 0;
+      std::vector<uint8_t> varints(5 * k);
+      uint8_t* p = varints.data();
+      for (size_t j = 0; j < k; ++j) {
+        const uint32_t d = sparse::IndexDelta(idx.data(), j);
+        max_delta = std::max(max_delta, d);
+        varint_bytes += sparse::VarintLength(d);
+        uint8_t* end = sparse::WriteVarint(p, d);
+        ASSERT_EQ(end - p, static_cast<ptrdiff_t>(sparse::VarintLength(d)));
+        EXPECT_EQ(end[-1] & 0x80u, 0u);  // the last byte ends the varint
+        p = end;
+      }
+      std::vector<uint32_t> back(k);
+      ASSERT_TRUE(sparse::ReadIndexSection(varints.data(), varint_bytes, k, next, sparse::kVarint,
+                                           0, back.data())
+                      .ok());
+      EXPECT_EQ(back, idx);
+      const sparse::IndexPlan plan = sparse::ChooseIndexPlan(k, max_delta, varint_bytes);
+      const size_t packed = PackedBytes(k, BitWidth(max_delta));
+      EXPECT_EQ(plan.bytes, std::min({4 * k, packed, varint_bytes}));
+      if (plan.encoding == sparse::kBitPack) {
+        EXPECT_LT(packed, 4 * k);
+      } else if (plan.encoding == sparse::kVarint) {
+        EXPECT_LT(varint_bytes, std::min(4 * k, packed));
+      }
+    }
+  }
+}
+
+TEST(SharedMathSparseFormat, SelectBinAndDgcSteps) {
+  const uint32_t counts[5] = {7, 0, 3, 2, 4};  // bins 0..4
+  uint64_t above = 0;
+  auto count = [&counts](uint32_t b) -> uint64_t { return counts[b]; };
+  EXPECT_EQ(topk::SelectBin(4, 4, count, &above), 4u);
+  EXPECT_EQ(above, 0u);
+  EXPECT_EQ(topk::SelectBin(4, 5, count, &above), 3u);
+  EXPECT_EQ(above, 4u);
+  EXPECT_EQ(topk::SelectBin(4, 10, count, &above), 0u);  // bins 4..1 hold 9
+  EXPECT_EQ(above, 9u);
+  float t = 1.0f;
+  EXPECT_TRUE(dgc::AdjustThreshold(140, 100.0, &t));
+  EXPECT_EQ(t, 1.3f);
+  t = 1.0f;
+  EXPECT_TRUE(dgc::AdjustThreshold(60, 100.0, &t));
+  EXPECT_EQ(t, 0.7f);
+  EXPECT_FALSE(dgc::AdjustThreshold(100, 100.0, &t));
+  t = dgc::kMinThreshold;
+  EXPECT_TRUE(dgc::AdjustThreshold(0, 100.0, &t));
+  EXPECT_EQ(t, dgc::kMinThreshold);  // never below the smallest positive float
+  EXPECT_EQ(dgc::SampleSize(500), 500u);
+  EXPECT_EQ(dgc::SampleSize(50000), 1000u);
+  EXPECT_EQ(dgc::SampleSize(1000000), 10000u);
+  std::vector<uint32_t> zeros(10, 0u);
+  EXPECT_EQ(dgc::SampleThreshold(zeros, 0.5), dgc::kMinThreshold);
+}
+
+}  // namespace
+}  // namespace bytecomp::compress
