@@ -49,8 +49,8 @@ stage_fuzz() {
 # What the TSan stage runs: the unit tests with threads of their own, and the integration
 # tests whose processes are ours (daemons and C++ workers).
 tsan_targets=(bytecomp-scheduler bytecomp-server exact_sum_worker codec_cluster_worker
-              bad_input_client server_test scheduler_test worker_test local_reduce_test
-              bytecomp_tsan_absl_sync)
+              bad_input_client bytecomp-bench server_test scheduler_test worker_test
+              local_reduce_test bytecomp_tsan_absl_sync)
 tsan_tests='^(unit\.(server|scheduler|worker|worker\.local_reduce)|integration\.(exact_sums|bad_input|codecs|strategy_switch|hierarchical|faults))$'
 
 stage_tsan() {
