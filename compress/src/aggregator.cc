@@ -17,6 +17,11 @@ absl::Status CheckSameRound(const CodecContext& first, const CodecContext& ctx) 
       " added to an aggregation of key ", first.key, " round ", first.round, " seed ", first.seed));
 }
 
+absl::StatusOr<absl::Span<const uint8_t>> Aggregator::EncodedSum() {
+  return absl::UnimplementedError(
+      absl::StrCat("aggregator '", name(), "' has no encoded sum; Finish gives the fp32 sum"));
+}
+
 namespace {
 
 // State shared by the generic aggregators: the round's length, the first payload's context,

@@ -212,6 +212,7 @@ class NoneCodec final : public DenseSummableCodec {
     CodecProperties p;
     p.summable_encoded = true;
     p.unbiased = true;
+    p.lossless = true;
     return p;
   }
   size_t MaxEncodedBytes(size_t n) const override { return 4 * n; }

@@ -77,6 +77,22 @@ std::string FormatErrorText(const FormatError& e) {
     case C::kVarintTooLong: return "varint index longer than 5 bytes";
     case C::kVarintTrailingBytes:
       return absl::StrCat(e.a, " bytes left after ", e.b, " varint indices");
+    case C::kBlockSize: return absl::StrCat("block size ", e.a, ", expected ", e.b);
+    case C::kBlocksCarried:
+      return absl::StrCat(e.a, " blocks carried, the tensor has ", e.b);
+    case C::kBlockPositions:
+      return absl::StrCat("positions ", e.a, " (0 index list or 1 bitmap expected)");
+    case C::kBlockPositionsNotSmaller:
+      return absl::StrCat("positions as ", e.a == 0 ? "an index list" : "a bitmap", " for ", e.b,
+                          " of ", e.c, " blocks, where the ",
+                          e.a == 0 ? "bitmap is smaller" : "index list is no larger");
+    case C::kBlockSparseSize:
+      return absl::StrCat(e.a, " bytes for ", e.b, " blocks (expected ", e.c, ", or ", e.d,
+                          " with the short last block)");
+    case C::kBitmapPadding:
+      return absl::StrCat("bitmap bits from block ", e.a, " on are not zero");
+    case C::kBitmapCount:
+      return absl::StrCat("bitmap marks ", e.a, " blocks, the header says ", e.b);
   }
   return absl::StrCat("format error ", static_cast<uint32_t>(e.code));
 }

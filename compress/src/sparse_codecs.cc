@@ -13,6 +13,7 @@ void RegisterSparsificationCodecs(CodecRegistry& registry) {
   RegisterThresholdCodec(registry);
   RegisterDgcCodec(registry);
   RegisterAdaqCodec(registry);
+  RegisterBlocksparseCodec(registry);
 }
 
 }  // namespace bytecomp::compress

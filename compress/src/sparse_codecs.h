@@ -97,5 +97,6 @@ void RegisterThresholdCodec(CodecRegistry& registry);  // sparse_topk.cc
 void RegisterRandomkCodec(CodecRegistry& registry);    // sparse_randomk.cc
 void RegisterDgcCodec(CodecRegistry& registry);        // sparse_dgc.cc
 void RegisterAdaqCodec(CodecRegistry& registry);       // sparse_adaq.cc
+void RegisterBlocksparseCodec(CodecRegistry& registry);  // sparse_blocksparse.cc
 
 }  // namespace bytecomp::compress

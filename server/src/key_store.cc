@@ -18,6 +18,22 @@ std::string KeyName(uint64_t key) { return absl::StrCat(KeyTensor(key), ":", Key
 
 bool IsRaw(const std::string& codec) { return codec.empty() || codec == "none"; }
 
+// Whether pulls get the push codec's own encoding of the sum, which its aggregator builds
+// without a dense buffer (CodecProperties::sum_in_push_format, blocksparse): one-way always;
+// two-way when the pull codec is the same lossless codec without a memory, whose re-encode of
+// the sum would write exactly those bytes.
+absl::StatusOr<bool> EncodedSumAnswers(const compress::TensorPlan& plan) {
+  absl::StatusOr<std::unique_ptr<compress::Codec>> push =
+      compress::CreateCodec(plan.push.name(), compress::ParamsOf(plan.push));
+  if (!push.ok()) return push.status();
+  const compress::CodecProperties p = (*push)->properties();
+  if (!p.sum_in_push_format) return false;
+  if (!plan.two_way()) return true;
+  return p.lossless && plan.pull.name() == plan.push.name() &&
+         compress::ParamsOf(plan.pull) == compress::ParamsOf(plan.push) &&
+         IsRaw(plan.pull.memory());
+}
+
 }  // namespace
 
 KeyStore::KeyStore(int my_rank, int num_workers, const Catalog& catalog, std::vector<int> pushers)
@@ -149,6 +165,9 @@ absl::Status KeyStore::PrepareCodec(KeyState& key, const proto::DataHeader& h) {
       state->plan.push.name(), compress::ParamsOf(state->plan.push));
   if (!aggregator.ok()) return aggregator.status();
   state->aggregator = *std::move(aggregator);
+  absl::StatusOr<bool> encoded_sum_answers = EncodedSumAnswers(state->plan);
+  if (!encoded_sum_answers.ok()) return encoded_sum_answers.status();
+  state->encoded_sum_answers = h.stage() == 0 && *encoded_sum_answers;
   // The two-way codec and the server's error-feedback memory persist over the rounds of one
   // version, as the workers' do.
   if (c != nullptr && c->version == state->version && c->elements == n) {
@@ -173,10 +192,17 @@ absl::Status KeyStore::FinishEncoded(KeyState& key, const proto::DataHeader& h) 
     if (!added.ok()) return absl::Status(added.code(), absl::StrCat("worker ", r, "'s push: ", added.message()));
   }
   for (zmq::message_t& m : key.encoded) m.rebuild(0);
+  key.ready_codec.clear();
+  if (c.encoded_sum_answers) {  // block-sparse in, block-sparse out: no dense sum on the way
+    absl::StatusOr<absl::Span<const uint8_t>> encoded = c.aggregator->EncodedSum();
+    if (!encoded.ok()) return encoded.status();
+    key.ready.rebuild(encoded->data(), encoded->size());
+    key.ready_codec = c.plan.push.name();
+    return absl::OkStatus();
+  }
   absl::StatusOr<absl::Span<const float>> sum = c.aggregator->Finish();
   if (!sum.ok()) return sum.status();
-  key.ready_codec.clear();
-  // Two-round stages and one-way compression return the fp32 sum.
+  // Two-round stages and one-way compression return the fp32 sum (but see above).
   if (h.stage() != 0 || !c.plan.two_way()) {
     key.ready.rebuild(sum->data(), sum->size() * sizeof(float));
     return absl::OkStatus();

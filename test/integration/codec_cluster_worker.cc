@@ -53,7 +53,7 @@ namespace bc = bytecomp::compress;
 
 namespace {
 
-float Input(int rank, int round, int tensor, size_t i) {
+uint64_t Hash(int rank, int round, int tensor, size_t i) {
   uint64_t x = (static_cast<uint64_t>(rank) << 48) ^ (static_cast<uint64_t>(round) << 32) ^
                (static_cast<uint64_t>(tensor) << 24) ^ i;
   x ^= x >> 33;
@@ -61,8 +61,27 @@ float Input(int rank, int round, int tensor, size_t i) {
   x ^= x >> 33;
   x *= 0xc4ceb9fe1a85ec53ULL;
   x ^= x >> 33;
+  return x;
+}
+
+float Input(int rank, int round, int tensor, size_t i) {
+  const uint64_t x = Hash(rank, round, tensor, i);
   const float u = static_cast<float>(x >> 40) / static_cast<float>(1 << 24);  // [0, 1)
   return (u - 0.5f) * (1.0f + static_cast<float>(i % 7));
+}
+
+// blocksparse's inputs are block-sparse: each 256-element block of a worker's round is zero
+// (block 2 of every 5 on every worker, and a quarter of the others), small (|x| < 0.2, under
+// the threshold of the error-feedback entry, so it waits in the residual), or as for the other
+// codecs. The factor of element i.
+float BlockSparseScale(int rank, int round, int tensor, size_t i) {
+  const size_t block = i / 256;
+  if (block % 5 == 2) return 0.0f;
+  switch (Hash(rank, round, tensor, (size_t{1} << 23) + block) % 4) {
+    case 0: return 0.0f;
+    case 1: return 0.05f;
+    default: return 1.0f;
+  }
 }
 
 template <typename T>
@@ -112,14 +131,20 @@ struct Reference {
     }
   }
 
+  // The server's aggregation in rank order; for a codec whose sum keeps its format
+  // (blocksparse) also that encoding, which one-way pulls carry.
   std::vector<float> Sum(const std::vector<std::vector<uint8_t>>& payloads, bc::CodecContext ctx,
-                         size_t n) {
+                         size_t n, std::vector<uint8_t>* encoded_sum = nullptr) {
     std::unique_ptr<bc::Aggregator> agg =
         Must(bc::CreateAggregator(plan.push.name(), bc::ParamsOf(plan.push)), "aggregator");
     agg->Reset(n);
     for (size_t r = 0; r < payloads.size(); ++r) {
       ctx.node = nodes[r];
       Must(agg->Add(payloads[r], ctx), "aggregate");
+    }
+    if (encoded_sum != nullptr) {
+      absl::Span<const uint8_t> bytes = Must(agg->EncodedSum(), "encoded sum");
+      encoded_sum->assign(bytes.begin(), bytes.end());
     }
     absl::Span<const float> sum = Must(agg->Finish(), "finish");
     return std::vector<float>(sum.begin(), sum.end());
@@ -173,6 +198,14 @@ struct Reference {
       payloads[r].resize(Must(bc::EncodeWithMemory(*codecs[r], memories[r].get(), inputs[r], c,
                                                    absl::MakeSpan(payloads[r]), compensated[r], decoded[r]),
                               "encode"));
+    }
+    if (!plan.two_way() && codecs[0]->properties().sum_in_push_format) {
+      // One-way, the pull carries the aggregator's encoded sum, which the worker decodes.
+      std::vector<uint8_t> encoded_sum;
+      Sum(payloads, ctx, n, &encoded_sum);
+      std::vector<float> out(n);
+      Must(codecs[0]->Decode(encoded_sum, ctx, absl::MakeSpan(out)), "decode the encoded sum");
+      return out;
     }
     std::vector<float> sum = Sum(payloads, ctx, n);
     if (!plan.two_way()) return sum;
@@ -292,7 +325,11 @@ int main(int argc, char** argv) {
   };
   // Uncompressed tensors get integers, whose sums are exact in any order.
   const auto input = [&](int r, int round, int t, size_t i) {
-    const float x = Input(r, round, t, i);
+    float x = Input(r, round, t, i);
+    if (plans[t].push.name() == "blocksparse") {
+      const float scale = BlockSparseScale(r, round, t, i);
+      x = scale == 0.0f ? 0.0f : x * scale;
+    }
     return as_dtype(t, plans[t].compressed() ? x : std::round(x * 64.0f) + 0.0f);  // no -0
   };
   // The tensors' memory: n elements of their dtype (fp16 uses the first half).

@@ -5,7 +5,8 @@ import os
 
 import cluster
 
-# (codec, params, memory): every registered codec, with GRACE/BytePS defaults unless noted.
+# (codec, params, memory): every registered codec, with GRACE/BytePS defaults unless noted;
+# "codec+label" names a second entry of one codec.
 # "none" is the uncompressed path, which sums in arrival order (in place, no copy) and so is
 # exact only for exactly representable sums: test_exact_sums covers it.
 CODECS = [
@@ -16,6 +17,10 @@ CODECS = [
     ("signum", {}, ""), ("onebit", {}, "residual"), ("natural", {}, ""), ("u8bit", {}, ""),
     ("dithering", {}, ""), ("powersgd", {"rank": "2"}, "powersgd"), ("adaq", {}, ""),
     ("sketch", {}, ""), ("inceptionn", {}, ""),
+    # Block-sparse inputs (codec_cluster_worker.cc); "+ef": a threshold with error feedback,
+    # whose two-way pull the servers re-encode with their own residual (threshold 0 two-way is
+    # answered with the aggregator's block-sparse sum, as one-way is).
+    ("blocksparse", {}, ""), ("blocksparse+ef", {"threshold": "0.5"}, "residual"),
 ]
 
 
@@ -35,9 +40,10 @@ def strategy_text():
         for two_way in (False, True):
             lines.append("tensors {")
             lines.append(f'  name_pattern: "{name}.{"twoway" if two_way else "oneway"}"')
-            lines += codec_block("push_codec", name, params, memory)
-            if two_way and name != "none":
-                lines += codec_block("pull_codec", name, params, memory)
+            codec = name.split("+")[0]
+            lines += codec_block("push_codec", codec, params, memory)
+            if two_way and codec != "none":
+                lines += codec_block("pull_codec", codec, params, memory)
             lines.append("  force: true")
             lines.append("}")
     return "\n".join(lines) + "\n"

@@ -16,12 +16,13 @@ from test_codecs import codec_block
 ELEMENTS, PARTITION_BYTES, ROUNDS = 4099, 8192, 3
 PARTS = -(-ELEMENTS // (PARTITION_BYTES // 4))
 
-# (codec, params, memory); all but powersgd have device kernels.
+# (codec, params, memory); all but powersgd and blocksparse have device kernels.
 CODECS = [
     ("topk", {"ratio": "0.01"}, "residual"), ("randomk", {"ratio": "0.1"}, "residual"),
     ("qsgd", {}, ""), ("efsignsgd", {}, "efsignsgd"), ("dgc", {"ratio": "0.01"}, "dgc_momentum"),
-    ("fp16", {}, ""), ("powersgd", {"rank": "2"}, "powersgd"),
+    ("fp16", {}, ""), ("powersgd", {"rank": "2"}, "powersgd"), ("blocksparse", {}, ""),
 ]
+NO_DEVICE_KERNELS = ("powersgd", "blocksparse")
 GPU, CPU, DEFAULT = "PLACEMENT_GPU", "PLACEMENT_CPU_POOL", "PLACEMENT_DEFAULT"
 
 
@@ -76,11 +77,11 @@ def stages(placement):
 
 def expected_device_calls():
     """Device codec calls: device tensors whose stage the strategy puts on the GPU (or leaves
-    at the default), except powersgd, which has no device kernels."""
+    at the default), except those of codecs without device kernels."""
     encodes = decodes = 0
     for name, codec, placement, two_way in tensors():
         if (codec is None or ".dev" not in name or name.endswith(".f16")
-                or codec[0] == "powersgd"):
+                or codec[0] in NO_DEVICE_KERNELS):
             continue
         encode_on, decode_on = stages(placement)
         if encode_on != CPU:
@@ -97,7 +98,7 @@ def expected_state_saves():
     for name, codec, placement, _ in tensors():
         if codec is None or ".dev" not in name:
             continue
-        on_device = stages(placement)[0] != CPU and codec[0] != "powersgd"
+        on_device = stages(placement)[0] != CPU and codec[0] not in NO_DEVICE_KERNELS
         if on_device and codec[2] and not name.endswith(".f16"):
             refused += 1
         else:
@@ -128,6 +129,8 @@ def test_device_tensors_on_the_emulated_device_match_the_reference(tmp_path):
                              "the GPU, but it was given in host memory") == 1, out
             assert out.count("'powersgd.oneway.gpu.dev': the strategy places its encode on the "
                              "GPU, but powersgd has no device kernels") == 1, out
+            assert out.count("'blocksparse.twoway.gpu.dev': the strategy places its encode on "
+                             "the GPU, but codec blocksparse has no device kernels") == 1, out
             assert out.count("'topk.twoway.gpu.dev.f16': the strategy places its encode on the "
                              "GPU, but fp16 tensors are converted to fp32 on the host") == 1, out
 

@@ -192,6 +192,11 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     status = pc.pull->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
         ctx_.ContextFor(op, partition, static_cast<uint32_t>(server)), out);
+  } else if (pc.push != nullptr && pc.push->properties().sum_in_push_format) {
+    // One-way, and the sum comes back in the push codec's format (blocksparse: block-sparse).
+    status = pc.push->Decode(
+        absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
+        ctx_.ContextFor(op, partition, static_cast<uint32_t>(server)), out);
   } else if (payload.size() != n * sizeof(float)) {
     status = absl::DataLossError(absl::StrCat("server ", server, " returned ", payload.size(),
                                               " bytes for the fp32 sum of ", n, " elements"));

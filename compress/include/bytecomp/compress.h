@@ -15,7 +15,9 @@
 //   auto agg = CreateAggregator("topk", {{"ratio", "0.01"}});
 //   agg->Reset(n);  for each push: agg->Add(payload, ctx_of_that_push);  sum = *agg->Finish();
 //   Two-way: encode `sum` with the pull codec and the server's own memory (EncodeWithMemory);
-//   one-way: return the fp32 sum (or fp16 via CreateCodec("fp16")).
+//   one-way: return the fp32 sum (or fp16 via CreateCodec("fp16")); a codec with
+//   properties().sum_in_push_format (blocksparse) returns agg->EncodedSum() instead, which
+//   the workers decode with their push codec.
 //
 // Worker, pull: codec->Decode(payload, ctx, output) or DecodeAdd(payload, ctx, accumulator).
 //

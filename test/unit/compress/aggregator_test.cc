@@ -50,6 +50,7 @@ TEST(AggregatorTest, FactoryPicksTheCheapestCorrectKind) {
   EXPECT_EQ(kind("threshold"), "sparse_add");
   EXPECT_EQ(kind("dgc"), "sparse_add");
   EXPECT_EQ(kind("adaq"), "sparse_add");
+  EXPECT_EQ(kind("blocksparse"), "block_sparse");
   EXPECT_FALSE(CreateAggregator("nope").ok());
 }
 

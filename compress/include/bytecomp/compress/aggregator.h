@@ -5,7 +5,8 @@
 //   sparse_add     sparse codecs (topk, threshold, dgc, adaq): each payload scatter-added.
 //   decode_add     everything else: decode each payload and add, in fp32.
 //   (a codec's own) CodecSpec::aggregator_factory: majority vote (signsgd, signum), two
-//                  rounds (powersgd).
+//                  rounds (powersgd), block_sparse (blocksparse: work and memory follow the
+//                  non-zero blocks; the sum is also available encoded, EncodedSum).
 //
 //   auto agg = CreateAggregator("topk", params);   // once per (codec, partition)
 //   agg->Reset(n);                                 // each round
@@ -47,6 +48,12 @@ class Aggregator {
 
   // Payloads added since Reset.
   virtual size_t count() const = 0;
+
+  // For codecs with properties().sum_in_push_format: the sum of the payloads added since Reset
+  // in the codec's own format, lossless (what Encode of Finish()'s sum at threshold 0 would
+  // write), built without a dense buffer; valid until the next Reset or Add. Others:
+  // Unimplemented.
+  virtual absl::StatusOr<absl::Span<const uint8_t>> EncodedSum();
 };
 
 // Takes ownership of codec (an instance made for this partition) and returns the cheapest

@@ -34,6 +34,13 @@ struct CodecProperties {
   bool sparse = false;
   // Keeps state across rounds inside the instance (momentum, warm start).
   bool stateful = false;
+  // decode(encode(x)) == x, up to the sign of a zero (blocksparse at threshold 0, none).
+  bool lossless = false;
+  // The server's sum goes back to the workers in this codec's own format, one-way too, built by
+  // the codec's aggregator without a dense buffer (Aggregator::EncodedSum); a worker decodes a
+  // one-way pull reply with its push codec instead of reading an fp32 sum (blocksparse: the
+  // block-sparse sum, so nothing dense crosses the wire unless the sum is dense).
+  bool sum_in_push_format = false;
 };
 
 // What the codec may need to know about the call. Identical on every worker for a given

@@ -11,6 +11,8 @@
 // (accumulating, ready) suffice; a pull for the accumulating round is held until it completes.
 // A push carrying an error (an abort: the worker could not encode) completes the round with
 // that error for every worker, so no one waits for a push that will never come.
+// blocksparse sums block-sparse (its aggregator), and its pulls get the block-sparse sum in its
+// own format, one-way too (CodecProperties::sum_in_push_format): nothing dense on the way.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +65,7 @@ class KeyStore {
     size_t elements = 0;
     std::unique_ptr<compress::Aggregator> aggregator;
     compress::TensorPlan plan;
+    bool encoded_sum_answers = false;                // pulls get aggregator->EncodedSum()
     std::unique_ptr<compress::Codec> pull_codec;     // two-way
     std::unique_ptr<compress::Memory> pull_memory;   // the server's error feedback
     std::vector<float> compensated, decoded;         // scratch for EncodeWithMemory

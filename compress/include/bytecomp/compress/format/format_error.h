@@ -54,6 +54,14 @@ enum class FormatErrorCode : uint32_t {
   kVarintEndsEarly,         // varint index section ends early
   kVarintTooLong,           // varint index longer than 5 bytes
   kVarintTrailingBytes,     // a bytes left after b varint indices
+  // Block-sparse messages (blocksparse_format.h).
+  kBlockSize,               // block size a, expected b
+  kBlocksCarried,           // a blocks carried, the tensor has b
+  kBlockPositions,          // positions a (0 index list or 1 bitmap)
+  kBlockPositionsNotSmaller,// positions a for b of c blocks: the other section is smaller
+  kBlockSparseSize,         // a bytes for b blocks (expected c, or d with the short last block)
+  kBitmapPadding,           // bitmap bits from block a on are not zero
+  kBitmapCount,             // bitmap marks a blocks, the header says b
 };
 
 // The header values that kHeaderValueNotFinite / kHeaderValueNegative name (their a).
