@@ -9,8 +9,10 @@
 //
 // Checks the aggregator's contract (aggregator.h): Add returns OK or InvalidArgument; a
 // refused payload changes neither the sum nor the count; a payload of another round is
-// refused; Finish after an Add sees it; and the sum of the generic aggregators equals the
-// payloads decoded one by one and added up.
+// refused; Finish after an Add sees it; the sum of the generic aggregators and of block_sparse
+// equals the payloads decoded one by one and added up; and a codec whose sum travels in its
+// push format (sum_in_push_format: blocksparse) gives an EncodedSum that its Decode reads back
+// as exactly Finish()'s sum, the others Unimplemented.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -43,12 +45,38 @@ bool Same(const std::vector<float>& a, const std::vector<float>& b) {
   return true;
 }
 
+// EncodedSum (aggregator.h): for sum_in_push_format codecs the lossless sum in the push format,
+// which the codec decodes to exactly Finish()'s sum; Unimplemented for the others.
+void CheckEncodedSum(const ChosenCodec& chosen, compress::Aggregator& aggregator,
+                     const compress::CodecContext& ctx, size_t n) {
+  absl::StatusOr<absl::Span<const uint8_t>> encoded = aggregator.EncodedSum();
+  std::unique_ptr<compress::Codec> codec = MakeCodec(chosen);
+  if (!codec->properties().sum_in_push_format) {
+    if (encoded.ok() || !absl::IsUnimplemented(encoded.status())) {
+      Fail(chosen, "EncodedSum of a codec without sum_in_push_format is not Unimplemented");
+    }
+    return;
+  }
+  if (!encoded.ok()) Fail(chosen, "EncodedSum failed after Reset");
+  // A copy: the span is valid only until the next Add, and Finish must not change it either.
+  const std::vector<uint8_t> bytes(encoded->begin(), encoded->end());
+  std::vector<float> decoded(n);
+  if (!codec->Decode(bytes, ctx, absl::MakeSpan(decoded)).ok()) {
+    Fail(chosen, "Decode refuses the aggregator's EncodedSum");
+  }
+  if (!Same(decoded, Snapshot(aggregator))) {
+    Fail(chosen, "EncodedSum decodes to another sum than Finish gives");
+  }
+}
+
 void RunRound(const ChosenCodec& chosen, compress::Aggregator& aggregator, FuzzInput& in,
               const compress::CodecContext& base, size_t n, int workers) {
   aggregator.Reset(n);
-  // The generic aggregators' sum is the payloads' decodings added up (in fp32, in order).
+  // The generic aggregators' sum, and block_sparse's, is the payloads' decodings added up (in
+  // fp32, in order).
   const absl::string_view kind = aggregator.name();
-  const bool generic = kind == "decode_add" || kind == "sparse_add" || kind == "summed_values";
+  const bool generic = kind == "decode_add" || kind == "sparse_add" ||
+                       kind == "summed_values" || kind == "block_sparse";
   std::vector<double> reference(n, 0.0), magnitude(n, 0.0);
   size_t accepted = 0;
   for (int w = 0; w < workers; ++w) {
@@ -85,6 +113,7 @@ void RunRound(const ChosenCodec& chosen, compress::Aggregator& aggregator, FuzzI
       }
     }
   }
+  CheckEncodedSum(chosen, aggregator, base, n);
   absl::StatusOr<absl::Span<const float>> sum = aggregator.Finish();
   if (!sum.ok()) Fail(chosen, "Finish failed after Reset");
   if (!generic) return;

@@ -60,38 +60,48 @@ void WriteCodecSeeds(SeedWriter& seeds) {
   }
 }
 
+// Default parameters over 1, 100 and 500 elements; and (codecs with parameters) each at its
+// first other value over 500 elements: for blocksparse one-element blocks at a tiny threshold,
+// so that the workers carry different blocks and the server's union of them interleaves.
 void WriteAggregatorSeeds(SeedWriter& seeds) {
   for (const std::string& name : compress::CodecRegistry::Global().Names()) {
-    for (size_t n : {size_t{1}, size_t{100}, size_t{500}}) {
-      const int workers = n == 1 ? 1 : (n == 100 ? 3 : 2);
-      const int rounds = n == 100 ? 2 : 1;
-      const compress::CodecContext base{.key = 5, .round = 1, .node = 0, .seed = 9};
-      FuzzInputWriter w;
-      WriteCodecChoice(w, name);
-      WriteContext(w, base);
-      w.U16(static_cast<uint16_t>(n)).U8(static_cast<uint8_t>(workers - 1));
-      w.U8(static_cast<uint8_t>(rounds - 1));
-      const ChosenCodec chosen = Chosen(name, {});
-      for (int r = 0; r < rounds; ++r) {
-        for (int k = 0; k < workers; ++k) {
-          compress::CodecContext ctx = base;
-          ctx.round += static_cast<uint64_t>(r);
-          ctx.node = static_cast<uint32_t>(k);
-          std::unique_ptr<compress::Codec> codec = MakeCodec(chosen);
-          const std::vector<float> values = SeedValues(n, 10 * r + k);
-          std::vector<uint8_t> payload;
-          if (compress::TwoRoundCodec* two = compress::AsTwoRound(*codec)) {
-            payload.resize(two->FirstRoundBytes(n));
-            absl::StatusOr<size_t> bytes = two->EncodeFirst(values, ctx, absl::MakeSpan(payload));
-            if (!bytes.ok()) std::exit(1);
-            payload.resize(*bytes);
-          } else {
-            payload = EncodeSeed(*codec, values, ctx);
+    const std::vector<std::vector<uint8_t>> choices = ParamChoices(name);
+    for (size_t c = 0; c < choices.size(); ++c) {
+      for (size_t n : {size_t{1}, size_t{100}, size_t{500}}) {
+        if (c > 0 && n != 500) continue;
+        const int workers = n == 1 ? 1 : (n == 100 ? 3 : 2);
+        const int rounds = n == 100 ? 2 : 1;
+        const compress::CodecContext base{.key = 5, .round = 1, .node = 0, .seed = 9};
+        FuzzInputWriter w;
+        WriteCodecChoice(w, name, choices[c]);
+        WriteContext(w, base);
+        w.U16(static_cast<uint16_t>(n)).U8(static_cast<uint8_t>(workers - 1));
+        w.U8(static_cast<uint8_t>(rounds - 1));
+        const ChosenCodec chosen = Chosen(name, choices[c]);
+        for (int r = 0; r < rounds; ++r) {
+          for (int k = 0; k < workers; ++k) {
+            compress::CodecContext ctx = base;
+            ctx.round += static_cast<uint64_t>(r);
+            ctx.node = static_cast<uint32_t>(k);
+            std::unique_ptr<compress::Codec> codec = MakeCodec(chosen);
+            const std::vector<float> values = SeedValues(n, 10 * r + k);
+            std::vector<uint8_t> payload;
+            if (compress::TwoRoundCodec* two = compress::AsTwoRound(*codec)) {
+              payload.resize(two->FirstRoundBytes(n));
+              absl::StatusOr<size_t> bytes =
+                  two->EncodeFirst(values, ctx, absl::MakeSpan(payload));
+              if (!bytes.ok()) std::exit(1);
+              payload.resize(*bytes);
+            } else {
+              payload = EncodeSeed(*codec, values, ctx);
+            }
+            w.U8(0).Bytes(payload);
           }
-          w.U8(0).Bytes(payload);
         }
+        seeds.Write("aggregator", c == 0 ? absl::StrCat(name, "-n", n)
+                                         : absl::StrCat(name, "-p", c, "-n", n),
+                    w.bytes());
       }
-      seeds.Write("aggregator", absl::StrCat(name, "-n", n), w.bytes());
     }
   }
 }
