@@ -25,6 +25,9 @@ quietly() {
 packages=(
   build-essential cmake ninja-build pkg-config
   clang
+  # The sanitized and fuzz stages (deploy/check_sanitizers.sh): clang's sanitizer runtimes and
+  # libFuzzer, and llvm-symbolizer for readable reports.
+  libclang-rt-14-dev llvm-14
   libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler
   libabsl-dev

@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
       "ByteComp job.\nA flag left at 0 or empty takes the value of the BYTECOMP_* environment "
       "variable, else of the --config file, else the default (README.md: Settings).");
   bytecomp::SetLogIdentity("scheduler");
+  bytecomp::RouteProtobufLogs();
 
   bytecomp::ConfigOrigins origins;
   absl::StatusOr<bytecomp::proto::ClusterConfig> loaded =

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
       "ByteComp aggregation server: sums the workers' pushes per key and round and answers "
       "their pulls (README.md: Settings).");
   bytecomp::SetLogIdentity("server");
+  bytecomp::RouteProtobufLogs();
   bytecomp::ConfigOrigins origins;
   absl::StatusOr<bytecomp::proto::ClusterConfig> config =
       bytecomp::LoadClusterConfig(absl::GetFlag(FLAGS_config), &origins);

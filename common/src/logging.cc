@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "google/protobuf/stubs/logging.h"
 
 namespace bytecomp {
 namespace {
@@ -85,5 +86,27 @@ void LogLine(LogLevel level, absl::string_view message) {
   std::fprintf(stderr, "%s %s [%s] %.*s\n", LevelName(level), t.c_str(), identity.c_str(),
                static_cast<int>(message.size()), message.data());
 }
+
+namespace {
+
+std::atomic<int64_t>& ProtobufLines() {
+  static std::atomic<int64_t> lines{0};
+  return lines;
+}
+
+}  // namespace
+
+void RouteProtobufLogs() {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char* file, int line,
+                                     const std::string& message) {
+    const int64_t n = ProtobufLines().fetch_add(1) + 1;
+    if (n <= 20 || n % 1000 == 0) {
+      LogAt(LogLevel::kWarning, "libprotobuf (", file, ":", line, "): ", message, " (line ", n,
+            " from libprotobuf; the first 20 and every 1000th are printed)");
+    }
+  });
+}
+
+int64_t ProtobufLogLines() { return ProtobufLines().load(); }
 
 }  // namespace bytecomp

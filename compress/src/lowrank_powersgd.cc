@@ -413,7 +413,7 @@ class TwoRoundSumAggregator final : public Aggregator {
 
   void Reset(size_t n) override {
     n_ = n;
-    sum_.clear();
+    sum_.assign(n, 0.0f);  // zeros until a payload is added, as every aggregator's Finish
     count_ = 0;
     stage_ = 0;
     started_ = true;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -22,6 +23,14 @@ void SetLogLevel(LogLevel level);
 void LogLine(LogLevel level, absl::string_view message);
 // The timestamp format of log lines: "2026-11-23T16:38:42.147Z".
 std::string Iso8601Utc(std::chrono::system_clock::time_point when);
+
+// Sends libprotobuf's own log lines through LogLine as warnings: the first 20, then every
+// 1000th. A peer's message with a string field that is not UTF-8 makes libprotobuf log one
+// line per message, so without this a peer could flood a daemon's log. For the daemons'
+// main(); a library inside someone else's process leaves protobuf's logging to its host.
+void RouteProtobufLogs();
+// Lines libprotobuf logged since RouteProtobufLogs (printed or not).
+int64_t ProtobufLogLines();
 
 template <typename... Args>
 void LogAt(LogLevel level, const Args&... args) {
