@@ -268,7 +268,7 @@ class SocketSecurity::Gate {
   zmq::context_t& context_;
   const std::string job_public_key_;  // 32 bytes, binary
   zmq::socket_t zap_;                 // the thread's once it runs
-  RefusalLog log_;                    // the thread's; read after it ended
+  ConnectionRefusalLog log_;                    // the thread's; read after it ended
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
   std::atomic<int> watched_{0};

@@ -41,7 +41,7 @@ ZapDecision DecideZapRequest(const std::vector<std::string>& request,
   return d;
 }
 
-std::optional<std::string> RefusalLog::Refused(const std::string& peer, absl::string_view why,
+std::optional<std::string> ConnectionRefusalLog::Refused(const std::string& peer, absl::string_view why,
                                                int64_t now_ms) {
   ++total_;
   if (!peers_.contains(peer)) {
@@ -69,7 +69,7 @@ std::optional<std::string> RefusalLog::Refused(const std::string& peer, absl::st
   return absl::StrCat("refused ", peer, ": ", why, " (logged once per peer; summary at exit)");
 }
 
-std::string RefusalLog::Summary() const {
+std::string ConnectionRefusalLog::Summary() const {
   if (total_ == 0) return "";
   std::string s = absl::StrCat("refused ", total_, " connection", total_ == 1 ? "" : "s", " from ",
                                peers_.size(), " peer", peers_.size() == 1 ? "" : "s",

@@ -62,7 +62,7 @@ TEST(ZapDecisionTest, AdmitsOnlyTheJobsPublicKeyOverCurve) {
 }
 
 TEST(RefusalLogTest, EachPeerOnceAtABoundedRateAndCounted) {
-  RefusalLog log(/*lines_per_minute=*/2, /*max_peers=*/5);
+  ConnectionRefusalLog log(/*lines_per_minute=*/2, /*max_peers=*/5);
   EXPECT_EQ(log.Summary(), "");
   std::optional<std::string> first = log.Refused("10.0.0.1", "a CURVE key that is not ours", 0);
   ASSERT_TRUE(first.has_value());

@@ -2,8 +2,8 @@
 // (RFC 27, https://rfc.zeromq.org/spec/27/) asks, for each peer that completed a CURVE
 // handshake, whether to let it in; we admit exactly the peers presenting the job's public key,
 // which the CURVE handshake has proved they hold the secret key of. Refused peers are logged
-// once each, at a bounded rate, and counted (RefusalLog). SocketSecurity (socket_security.h)
-// runs these on a thread of its own.
+// once each, at a bounded rate, and counted (ConnectionRefusalLog). SocketSecurity
+// (socket_security.h) runs these on a thread of its own.
 #pragma once
 
 #include <cstdint>
@@ -28,13 +28,14 @@ struct ZapDecision {
 ZapDecision DecideZapRequest(const std::vector<std::string>& request,
                              absl::string_view job_public_key);
 
-// Refused connections: the first refusal of each peer is logged, at most `lines_per_minute`
-// such lines a minute; everything is counted for the summary at exit. Memory is bounded: at
+// Refused connections (handshakes without the key): unlike RefusalLog (refusal_log.h), which
+// rate-limits the lines of each peer's refused messages, a peer's connection refusals are
+// alike, so each peer is logged once, at most `lines_per_minute` such lines a minute; everything is counted for the summary at exit. Memory is bounded: at
 // most `max_peers` peers are remembered, later ones only counted. Not thread-safe (the gate's
 // thread owns it).
-class RefusalLog {
+class ConnectionRefusalLog {
  public:
-  explicit RefusalLog(int lines_per_minute = 10, size_t max_peers = 4096)
+  explicit ConnectionRefusalLog(int lines_per_minute = 10, size_t max_peers = 4096)
       : lines_per_minute_(lines_per_minute), max_peers_(max_peers) {}
 
   // A refusal of `peer` (an address, or a description where the address is unknown) for
