@@ -132,10 +132,10 @@ void Declarations::Handle(const RegisteredNode& node, const proto::DeclareTensor
   if (!declare.shape().empty() &&
       !ShapeHolds(absl::MakeConstSpan(declare.shape().data(), declare.shape_size()),
                   declare.element_count())) {
-      return reply_error(
-          absl::StrCat("tensor '", declare.name(), "' declared by worker ", node.rank,
-                       " with shape [", absl::StrJoin(declare.shape(), ", "),
-                       "], which does not hold ", declare.element_count(), " elements"));
+    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared by worker ", node.rank,
+                                    " with shape [", absl::StrJoin(declare.shape(), ", "),
+                                    "], which does not hold ", declare.element_count(),
+                                    " elements"));
   }
   auto mine = decl.by_worker.find(node.rank);
   if (mine != decl.by_worker.end()) {
