@@ -178,7 +178,7 @@ absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Listen(zmq::
                                                                            int local_size,
                                                                            SocketSecurity* security) {
   absl::StatusOr<std::unique_ptr<LoopbackReducer>> root =
-      LoopbackReducer::Listen(context, local_size, security);
+      LoopbackReducer::Listen(context, local_size, SocketLimits{}, security);
   if (!root.ok()) return root.status();
   return std::unique_ptr<HostLocalReducer>(*std::move(root));
 }
@@ -187,7 +187,8 @@ absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Join(
     zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
     int64_t timeout_ms, const Tick& tick, const SocketSecurity* security) {
   absl::StatusOr<std::unique_ptr<LoopbackReducer>> member =
-      LoopbackReducer::Join(context, endpoint, local_rank, local_size, timeout_ms, tick, security);
+      LoopbackReducer::Join(context, endpoint, local_rank, local_size, timeout_ms, tick,
+                            SocketLimits{}, security);
   if (!member.ok()) return member.status();
   return std::unique_ptr<HostLocalReducer>(*std::move(member));
 }
