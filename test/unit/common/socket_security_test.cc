@@ -157,6 +157,25 @@ class CurveSocketsTest : public ::testing::Test {
     return dealer;
   }
 
+ public:
+  // A DEALER secured as `security` says (keyed or not), not yet connected.
+  static zmq::socket_t SecuredDealer(zmq::context_t& context, const SocketSecurity& security) {
+    zmq::socket_t dealer(context, zmq::socket_type::dealer);
+    ConfigureSocket(dealer);
+    security.SecureConnecting(dealer);
+    return dealer;
+  }
+
+  // `router` (made in its own context) bound on loopback without a key: an impostor.
+  static std::string BindPlain(zmq::socket_t& router) {
+    ConfigureSocket(router);
+    absl::StatusOr<int> port = BindTcp(router, "127.0.0.1", 0);
+    EXPECT_TRUE(port.ok());
+    return TcpEndpoint("127.0.0.1", port.value_or(0));
+  }
+
+ protected:
+
   static void Send(zmq::socket_t& socket, const std::string& text) {
     std::vector<zmq::message_t> frames;
     frames.emplace_back(text.data(), text.size());
@@ -188,9 +207,9 @@ class CurveSocketsTest : public ::testing::Test {
 
 TEST_F(CurveSocketsTest, KeyHoldersTalkBothWays) {
   SocketSecurity client_security(client_context_, key_, false);
-  zmq::socket_t dealer(client_context_, zmq::socket_type::dealer);
-  ConfigureSocket(dealer);
-  client_security.SecureConnecting(dealer);
+  zmq::socket_t dealer = SecuredDealer(client_context_, client_security);
+  // The client's watch on its handshakes stays quiet with the right key.
+  const std::unique_ptr<HandshakeWatch> watch = client_security.WatchHandshakes(dealer);
   dealer.connect(endpoint_);
   Send(dealer, "hello");
   absl::StatusOr<std::vector<zmq::message_t>> got =
@@ -208,6 +227,7 @@ TEST_F(CurveSocketsTest, KeyHoldersTalkBothWays) {
   ASSERT_EQ(back->size(), 1u);
   EXPECT_EQ(FrameToString((*back)[0]), "welcome");
   EXPECT_EQ(security_->refused(), 0);
+  EXPECT_EQ(watch->Failure(), std::nullopt);
 }
 
 TEST_F(CurveSocketsTest, PlainClientGetsNothingThrough) {
@@ -250,14 +270,10 @@ TEST_F(CurveSocketsTest, AKeyedClientDoesNotTalkToAnUnkeyedServer) {
   // The client's side: a server without the key (an impostor) never gets the client's messages.
   zmq::context_t impostor_context(1);
   zmq::socket_t impostor(impostor_context, zmq::socket_type::router);
-  ConfigureSocket(impostor);
-  absl::StatusOr<int> port = BindTcp(impostor, "127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
+  const std::string impostor_endpoint = BindPlain(impostor);
   SocketSecurity client_security(client_context_, key_, false);
-  zmq::socket_t dealer(client_context_, zmq::socket_type::dealer);
-  ConfigureSocket(dealer);
-  client_security.SecureConnecting(dealer);
-  dealer.connect(TcpEndpoint("127.0.0.1", *port));
+  zmq::socket_t dealer = SecuredDealer(client_context_, client_security);
+  dealer.connect(impostor_endpoint);
   Send(dealer, "my gradients");
   absl::StatusOr<std::vector<zmq::message_t>> got =
       RecvFrames(impostor, std::chrono::milliseconds(1000));
@@ -269,9 +285,7 @@ TEST_F(CurveSocketsTest, AKeyedClientDoesNotTalkToAnUnkeyedServer) {
 // ways the listener ends the handshake (a named mechanism or a closed connection).
 std::optional<std::string> WatchedFailure(zmq::context_t& context, const SocketSecurity& security,
                                           const std::string& endpoint) {
-  zmq::socket_t dealer(context, zmq::socket_type::dealer);
-  ConfigureSocket(dealer);
-  security.SecureConnecting(dealer);
+  zmq::socket_t dealer = CurveSocketsTest::SecuredDealer(context, security);
   const std::unique_ptr<HandshakeWatch> watch = security.WatchHandshakes(dealer);
   dealer.connect(endpoint);
   const int64_t deadline = MonotonicMs() + 10000;
@@ -300,29 +314,11 @@ TEST_F(CurveSocketsTest, TheClientsWatchNamesAMismatchedKey) {
 TEST_F(CurveSocketsTest, TheClientsWatchNamesAnUnkeyedServer) {
   zmq::context_t plain_context(1);
   zmq::socket_t plain(plain_context, zmq::socket_type::router);
-  ConfigureSocket(plain);
-  absl::StatusOr<int> port = BindTcp(plain, "127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
+  const std::string plain_endpoint = BindPlain(plain);
   SocketSecurity keyed(client_context_, key_, false);
-  std::optional<std::string> failure =
-      WatchedFailure(client_context_, keyed, TcpEndpoint("127.0.0.1", *port));
+  std::optional<std::string> failure = WatchedFailure(client_context_, keyed, plain_endpoint);
   ASSERT_TRUE(failure.has_value());
   EXPECT_NE(failure->find("without a cluster key"), std::string::npos) << *failure;
-}
-
-TEST_F(CurveSocketsTest, TheClientsWatchIsQuietWithTheRightKey) {
-  SocketSecurity same(client_context_, key_, false);
-  zmq::socket_t dealer(client_context_, zmq::socket_type::dealer);
-  ConfigureSocket(dealer);
-  same.SecureConnecting(dealer);
-  const std::unique_ptr<HandshakeWatch> watch = same.WatchHandshakes(dealer);
-  dealer.connect(endpoint_);
-  Send(dealer, "hello");
-  absl::StatusOr<std::vector<zmq::message_t>> got =
-      RecvFrames(*router_, std::chrono::milliseconds(10000));
-  ASSERT_TRUE(got.ok());
-  ASSERT_EQ(got->size(), 2u);
-  EXPECT_EQ(watch->Failure(), std::nullopt);
 }
 
 }  // namespace
