@@ -117,9 +117,11 @@ absl::Status AggregationServer::Run() {
       SendCommand(to_io, ShardMessageKind::kStrategy,
                   m.strategy_commit().strategy().SerializeAsString());
     } else if (m.has_node_failed()) {
+      // Named as the workers name it ("worker 2 failed: ..."), whichever news reaches them first.
+      const proto::NodeId& node = m.node_failed().node();
       const std::string reason =
-          absl::StrCat(proto::Role_Name(m.node_failed().node().role()), " ",
-                       m.node_failed().node().rank(), " failed: ", m.node_failed().reason());
+          absl::StrCat(node.role() == proto::ROLE_SERVER ? "server " : "worker ", node.rank(),
+                       " failed: ", m.node_failed().reason());
       BC_LOG_ERROR(reason);
       SendCommand(to_io, ShardMessageKind::kFail, reason);
     } else if (m.has_shutdown()) {
