@@ -184,10 +184,11 @@ absl::Status AggregationServer::Run() {
       SendCommand(to_io, ShardMessageKind::kStrategy,
                   m.strategy_commit().strategy().SerializeAsString());
     } else if (m.has_node_failed()) {
+      // Named as the workers name it ("worker 2 failed: ..."), whichever news reaches them first.
+      const proto::NodeId& node = m.node_failed().node();
       const std::string reason =
-          absl::StrCat(proto::Role_Name(m.node_failed().node().role()), " ",
-                       m.node_failed().node().rank(), " failed: ",
-                       Printable(m.node_failed().reason(), 512));
+          absl::StrCat(node.role() == proto::ROLE_SERVER ? "server " : "worker ", node.rank(),
+                       " failed: ", Printable(m.node_failed().reason(), 512));
       BC_LOG_ERROR(reason);
       SendCommand(to_io, ShardMessageKind::kFail, reason);
     } else if (m.has_shutdown()) {

@@ -191,9 +191,13 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     }
     return absl::OkStatus();
   }
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem),
-                          stage == 2 ? absl::string_view(op.plan.push.name()) : PullCodecName(op.plan));
   PartitionCodec& pc = op.codecs->partitions[partition];
+  // The second round's reply and a one-way sum in the push codec's format carry the push codec.
+  const bool in_push_format = stage == 2 || (!op.plan.two_way() && pc.push != nullptr &&
+                                             pc.push->properties().sum_in_push_format);
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem),
+                          in_push_format ? absl::string_view(op.plan.push.name())
+                                         : PullCodecName(op.plan));
   // An fp32 sum is decoded straight into the caller's tensor (a pass over the partition and the
   // scratch's cache lines fewer) and averaged there; other dtypes go through the partition's
   // scratch and StoreSum.
@@ -213,7 +217,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     status = pc.pull->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
         ctx_.ContextFor(op, partition, static_cast<uint32_t>(server)), out);
-  } else if (pc.push != nullptr && pc.push->properties().sum_in_push_format) {
+  } else if (in_push_format) {
     // One-way, and the sum comes back in the push codec's format (blocksparse: block-sparse).
     status = pc.push->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
