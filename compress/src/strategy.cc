@@ -191,8 +191,26 @@ absl::Status ValidateStrategy(const proto::Strategy& strategy) {
   return Validate(strategy, "strategy", nullptr);
 }
 
+namespace {
+
+// Gives `config` the tensor's row length as "cols" when its codec works on a matrix (it
+// declares a "cols" parameter) and the strategy does not set it.
+void SetRowLength(int64_t row_elements, proto::CodecConfig* config) {
+  if (row_elements <= 0 || config->params().count("cols") > 0) return;
+  const CodecSpec* spec = CodecRegistry::Global().Find(config->name());
+  if (spec == nullptr) return;
+  for (const CodecParamSpec& param : spec->params) {
+    if (param.name == "cols") {
+      (*config->mutable_params())["cols"] = absl::StrCat(row_elements);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 TensorPlan PlanFor(const proto::Strategy& strategy, absl::string_view tensor_name,
-                   int64_t tensor_bytes) {
+                   int64_t tensor_bytes, int64_t row_elements) {
   TensorPlan plan;
   plan.version = strategy.version();
   const proto::TensorStrategy* t = EntryFor(strategy, tensor_name);
@@ -202,6 +220,15 @@ TensorPlan PlanFor(const proto::Strategy& strategy, absl::string_view tensor_nam
   if (tensor_bytes < min_bytes && !t->force()) return plan;
   plan.push = t->push_codec();
   plan.pull = t->pull_codec();
+  // Two-way with the same codec: the server's re-encode gets the push's error feedback
+  // unless the entry names its own memory ("none": none), whatever tool wrote the file.
+  if (plan.two_way() && plan.pull.name() == plan.push.name() && plan.pull.memory().empty() &&
+      !plan.push.memory().empty()) {
+    plan.pull.set_memory(plan.push.memory());
+    *plan.pull.mutable_memory_params() = plan.push.memory_params();
+  }
+  SetRowLength(row_elements, &plan.push);
+  if (plan.two_way()) SetRowLength(row_elements, &plan.pull);
   plan.compress_on = t->compress_on();
   plan.decompress_on = t->decompress_on();
   if (t->has_adaptive_ratio()) {

@@ -43,7 +43,8 @@ def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_b
     gradient of DistributedOptimizer; broadcasts and metrics stay exact). params/memory default
     to the preset for the name; two_way re-encodes pulls with the same codec on the servers;
     force compresses tensors under min_compress_bytes (64 KiB) too; pull_memory is the servers'
-    error-feedback memory for the re-encode (two_way); adaptive_ratio, a dict of
+    error-feedback memory for the re-encode (two_way): "" gives them the push codec's memory
+    (the nodes resolve it: compress/strategy.h, PlanFor), "none" none; adaptive_ratio, a dict of
     proto/strategy.proto AdaptiveRatio fields (min_ratio, max_ratio, window_rounds, ...), lets
     the scheduler change the codec's ratio within bounds during training."""
     preset_params, preset_memory = PRESETS.get(codec, ({}, ""))

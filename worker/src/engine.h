@@ -30,6 +30,7 @@
 #include "bytecomp/worker/wake_queue.h"
 #include "control_loop.h"
 #include "data_commands.h"
+#include "engine_observer.h"
 #include "device_pipeline.h"
 #include "hierarchy.h"
 #include "host_pipeline.h"
@@ -46,13 +47,11 @@ class Engine final : public WorkerEngine, private ControlEvents {
   absl::Status Run();
 
   const EngineInfo& info() const override { return info_; }
-  absl::Status Declare(const std::string& name, int64_t element_count,
-                       proto::DType dtype) override;
+  absl::Status Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+                       absl::Span<const int64_t> shape = {}) override;
   absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) override;
   absl::StatusOr<bool> Poll(int64_t handle) override { return handles_.Poll(handle); }
-  absl::Status Wait(int64_t handle, int64_t timeout_ms) override {
-    return handles_.Wait(handle, timeout_ms);
-  }
+  absl::Status Wait(int64_t handle, int64_t timeout_ms) override;
   absl::Status Release(int64_t handle) override { return handles_.Release(handle); }
   absl::Status Barrier(int64_t timeout_ms) override ABSL_LOCKS_EXCLUDED(barrier_mu_);
   void SetLearningRate(double learning_rate) override { learning_rate_.store(learning_rate); }
@@ -87,6 +86,9 @@ class Engine final : public WorkerEngine, private ControlEvents {
   void OnBarrierRelease(const proto::BarrierRelease& release) override
       ABSL_LOCKS_EXCLUDED(barrier_mu_);
   void OnJobFailed(const absl::Status& reason) override { FailEngine(reason); }
+  std::optional<proto::ControlMessage> DueReport() override {
+    return observer_.DueReport(telemetry::Timeline::NowUs(), Stats());
+  }
 
   // --- failure
   // Marks the engine failed (the first reason wins) and fails every operation.
@@ -97,8 +99,11 @@ class Engine final : public WorkerEngine, private ControlEvents {
   const proto::Topology topology_;
   const EngineInfo info_;
   std::unique_ptr<zmq::context_t> context_;
+  std::unique_ptr<SocketSecurity> security_;  // after the context, before every socket
   std::unique_ptr<SchedulerClient> client_;  // the control thread's, once it runs
   MachineReducers reducers_;
+  // Timeline, metrics, stats reports (off unless asked); outlives every thread that uses it.
+  EngineObserver observer_;
 
   mutable absl::Mutex failure_mu_;
   absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);

@@ -45,6 +45,7 @@ void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
 }
 
 void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partition) {
+  const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
   PartitionCodec& pc = op->codecs->partitions[partition];
   const PartitionRange range = op->layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
@@ -84,10 +85,14 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
   }
   if (!status.ok()) push->payload.clear();
   ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()),
-                          static_cast<int64_t>(n * DTypeSize(dtype)));
+                          static_cast<int64_t>(n * DTypeSize(dtype)), op->plan.push.name());
   if (!status.ok()) {
     PushEncodeFailure(push, status);
     return;
+  }
+  if (ctx_.timeline != nullptr) {
+    TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kEncode, start_us,
+               telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(push->payload.size()));
   }
   ctx_.to_data_thread->Push(push);
 }
@@ -122,7 +127,12 @@ void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partitio
       EncodeSecondRound(op, partition, std::move(p));
       return;
     }
+    const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
     absl::Status written = WriteResult(*op, partition, stage, p, server);
+    if (ctx_.timeline != nullptr) {
+      TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kDecode, start_us,
+                 telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(p.size()));
+    }
     if (written.ok()) {
       ctx_.tracker->ResultIn(op, partition);
     } else {
@@ -136,7 +146,7 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
   PartitionCodec& pc = op->codecs->partitions[partition];
   const size_t n = static_cast<size_t>(op->layout.range(partition).count);
   // The uncompressed size this round stands for is counted once, with the result (stage 2).
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), 0);
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), 0, op->plan.push.name());
   const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
   compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
@@ -151,10 +161,10 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
   if (status.ok()) MeasureKeptEnergy(*op, pc, n);
   if (status.ok()) {
     push->payload.resize(*bytes);
-    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0);
+    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0, op->plan.push.name());
   } else {
-    push->abort_error = absl::StrCat(op->plan.push.name(), " stage 2 of '", op->request.name, "' partition ",
-                                     partition, ": ", status.message());
+    push->abort_error = absl::StrCat(op->plan.push.name(), " stage 2 of '", op->request.name,
+                                     "' partition ", partition, ": ", status.message());
     push->payload.clear();
     op->RecordError(absl::InvalidArgumentError(push->abort_error));
   }
@@ -174,7 +184,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
           "server ", server, " answered the pull of '", request.name, "' partition ", partition,
           " with ", payload.size(), " bytes, expected ", expected));
     }
-    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected));
+    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected), "");
     if (request.average && request.dtype == proto::DTYPE_FLOAT32) {
       // One pass: read the sum, write the mean (DDP's allreduce + divide takes two).
       std::vector<float> misaligned;  // used only when ZeroMQ's buffer is not float-aligned
@@ -191,8 +201,13 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     }
     return absl::OkStatus();
   }
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem));
   PartitionCodec& pc = op.codecs->partitions[partition];
+  // The second round's reply and a one-way sum in the push codec's format carry the push codec.
+  const bool in_push_format = stage == 2 || (!op.plan.two_way() && pc.push != nullptr &&
+                                             pc.push->properties().sum_in_push_format);
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem),
+                          in_push_format ? absl::string_view(op.plan.push.name())
+                                         : PullCodecName(op.plan));
   // An fp32 sum is decoded straight into the caller's tensor (a pass over the partition and the
   // scratch's cache lines fewer) and averaged there; other dtypes go through the partition's
   // scratch and StoreSum.
@@ -212,7 +227,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     status = pc.pull->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
         ctx_.ContextFor(op, partition, static_cast<uint32_t>(server)), out);
-  } else if (pc.push != nullptr && pc.push->properties().sum_in_push_format) {
+  } else if (in_push_format) {
     // One-way, and the sum comes back in the push codec's format (blocksparse: block-sparse).
     status = pc.push->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),

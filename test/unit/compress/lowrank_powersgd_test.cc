@@ -224,6 +224,51 @@ TEST(PowerSgdTest, RankOneSumIsReconstructedExactly) {
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR(workers[0].output[i], total[i], 1e-5 * scale) << i;
 }
 
+// A layer's gradient as the framework shapes it: rows x cols, row-major. Two workers' rank-2
+// gradients with the same left factors sum to a rank-2 layer matrix, which rank-2 PowerSGD on
+// the layer's rows recovers exactly (the reference: the local sum); the near-square reading of
+// the same 1440 elements (38 x 38) is not a rank-2 matrix.
+TEST(PowerSgdTest, LayerShapeRecoversALowRankLayerThatTheNearSquareReadingDoesNot) {
+  const size_t W = 2, rows = 48, cols = 30, n = rows * cols;
+  const auto u1 = RandomNormal(rows, 11), u2 = RandomNormal(rows, 12);
+  std::vector<std::vector<float>> inputs(W, std::vector<float>(n));
+  std::vector<double> total(n, 0.0);
+  for (size_t w = 0; w < W; ++w) {
+    const auto v1 = RandomNormal(cols, 20 + w), v2 = RandomNormal(cols, 30 + w);
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t j = 0; j < cols; ++j) {
+        inputs[w][i * cols + j] = u1[i] * v1[j] + u2[i] * v2[j];
+        total[i * cols + j] += inputs[w][i * cols + j];
+      }
+    }
+  }
+  double scale = 0;
+  for (double t : total) scale = std::max(scale, std::fabs(t));
+  auto max_error = [&](const CodecParams& params) {
+    auto workers = MakeWorkers(W, params);
+    auto server = ServerAggregator(params);
+    RunRound(workers, *server, inputs, 0, /*use_memory=*/false);
+    EXPECT_EQ(workers[0].output, workers[1].output) << "the workers disagree";
+    double error = 0;
+    for (size_t i = 0; i < n; ++i) {
+      error = std::max(error, std::fabs(workers[0].output[i] - total[i]));
+    }
+    return error / scale;
+  };
+  const CodecParams layer = {{"rank", "2"}, {"cols", "30"}};
+  // P is 48 x 2 and Q 30 x 2: the layer's rows, as PyTorch's PowerSGD hook reads it.
+  auto codec = MustCreate("powersgd", layer);
+  EXPECT_EQ(AsTwoRound(*codec)->FirstRoundFloats(n), rows * 2);
+  EXPECT_EQ(AsTwoRound(*codec)->SecondRoundFloats(n), cols * 2);
+  EXPECT_LT(max_error(layer), 1e-5);
+  EXPECT_GT(max_error({{"rank", "2"}}), 0.05);
+  // A partition of whole rows (the scheduler cuts shaped tensors so): 10 rows of the layer.
+  EXPECT_EQ(AsTwoRound(*codec)->FirstRoundFloats(10 * cols), 10u * 2);
+  // A row longer than the partition: the near-square matrix.
+  EXPECT_EQ(AsTwoRound(*codec)->SecondRoundFloats(20), AsTwoRound(*MustCreate(
+      "powersgd", {{"rank", "2"}}))->SecondRoundFloats(20));
+}
+
 TEST(PowerSgdTest, WarmStartConvergesToTheBestRankOneApproximation) {
   // M = 3 e0 f0^T + 1 e1 f1^T (orthonormal e, f): the best rank-1 error is 1 (Frobenius).
   const size_t rows = 16, cols = 16, n = rows * cols;

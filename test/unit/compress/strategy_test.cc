@@ -110,6 +110,42 @@ TEST(StrategyPlanTest, FirstMatchWinsAndSmallTensorsStayRaw) {
   EXPECT_FALSE(GlobMatch("layer*.w?ight", "layer12.weights"));
 }
 
+TEST(StrategyTest, TwoWayPullsGetThePushMemoryUnlessTheyNameTheirOwn) {
+  auto s = ParseStrategy(
+      "tensors { name_pattern: \"a\" push_codec { name: \"topk\" memory: \"residual\" }\n"
+      "          pull_codec { name: \"topk\" } }\n"
+      "tensors { name_pattern: \"b\" push_codec { name: \"topk\" memory: \"residual\" }\n"
+      "          pull_codec { name: \"topk\" memory: \"none\" } }\n"
+      "tensors { name_pattern: \"c\" push_codec { name: \"topk\" memory: \"residual\" }\n"
+      "          pull_codec { name: \"fp16\" } }\n"
+      "tensors { name_pattern: \"d\" push_codec { name: \"topk\" memory: \"residual\" } }\n",
+      "s");
+  ASSERT_TRUE(s.ok()) << s.status();
+  // The default: the server's re-encode has error feedback, as the workers' encode does.
+  EXPECT_EQ(PlanFor(*s, "a", 1 << 20).pull.memory(), "residual");
+  EXPECT_EQ(PlanFor(*s, "a", 1 << 20).push.memory(), "residual");
+  EXPECT_EQ(PlanFor(*s, "b", 1 << 20).pull.memory(), "none");  // overridden
+  EXPECT_EQ(PlanFor(*s, "c", 1 << 20).pull.memory(), "");      // another codec: as written
+  EXPECT_FALSE(PlanFor(*s, "d", 1 << 20).two_way());
+  EXPECT_EQ(PlanFor(*s, "d", 1 << 20).pull.memory(), "");      // one-way: no pull codec
+}
+
+TEST(StrategyTest, MatrixCodecsGetTheLayersRowLength) {
+  auto s = ParseStrategy(
+      "tensors { name_pattern: \"conv*\" push_codec { name: \"powersgd\" memory: "
+      "\"powersgd\" } }\n"
+      "tensors { name_pattern: \"fixed\" push_codec { name: \"powersgd\" params { key: "
+      "\"cols\" value: \"7\" } } }\n"
+      "tensors { name_pattern: \"*\" push_codec { name: \"topk\" } }\n",
+      "s");
+  ASSERT_TRUE(s.ok()) << s.status();
+  // A shaped tensor (row_elements from its declaration): powersgd reads its rows.
+  EXPECT_EQ(PlanFor(*s, "conv1", 1 << 20, 576).push.params().at("cols"), "576");
+  EXPECT_FALSE(PlanFor(*s, "conv1", 1 << 20).push.params().count("cols") > 0);  // flat
+  EXPECT_EQ(PlanFor(*s, "fixed", 1 << 20, 576).push.params().at("cols"), "7");  // as written
+  EXPECT_FALSE(PlanFor(*s, "w", 1 << 20, 576).push.params().count("cols") > 0);  // topk: none
+}
+
 TEST(StrategyHistoryTest, RoundsMapToTheirVersion) {
   StrategyHistory h;
   proto::Strategy v1, v2, v0;

@@ -67,17 +67,32 @@ TEST(CalibrateTest, MeasuresTemplateCodecsAndKeepsTheirSettings) {
   EXPECT_TRUE(ParseCostTable(text, "calibrated.pbtxt", &parsed).ok());
 }
 
-TEST(CalibrateTest, TwoRoundCodecsHaveNoAggregationPointsAndMemoriesAreUsed) {
+TEST(CalibrateTest, TwoRoundCodecsAreTimedPerStepAndMemoriesAreUsed) {
   proto::CostTable tmpl;
   tmpl.add_codecs()->set_name("powersgd");
+  tmpl.mutable_codecs(0)->set_memory("powersgd");
   auto* topk = tmpl.add_codecs();
   topk->set_name("topk");
   topk->set_memory("residual");
   auto table = CalibrateCpuCosts(tmpl, Quick());
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_EQ(table->codecs_size(), 2);
-  EXPECT_EQ(table->codecs(0).costs(0).aggregate_size(), 0);
+  const proto::CodecCost& powersgd = table->codecs(0);
+  EXPECT_TRUE(powersgd.two_round());
+  EXPECT_FALSE(powersgd.reencodable());
+  EXPECT_EQ(powersgd.loss(), proto::LOSS_COMPENSATED);
+  EXPECT_EQ(powersgd.costs(0).aggregate_size(), 0);
+  EXPECT_EQ(powersgd.costs(0).between_rounds_size(), 3);
+  EXPECT_GT(powersgd.costs(0).between_rounds(2).us(), 0);
+  // Rank 1 (its default) on 64 KiB = 16384 floats, a 128 x 128 matrix: P and Q of 128
+  // floats each, each payload after a u32 stage word. Not linear in the input: the sizes
+  // are kept point by point.
+  ASSERT_EQ(powersgd.sizes_size(), 3);
+  EXPECT_EQ(powersgd.sizes(2).bytes(), 64 << 10);
+  EXPECT_EQ(powersgd.sizes(2).encoded_bytes(), 2 * (4 + 4 * 128));
   EXPECT_EQ(table->codecs(1).costs(0).aggregate_size(), 3);
+  EXPECT_FALSE(table->codecs(1).two_round());
+  EXPECT_EQ(table->codecs(1).sizes_size(), 3);
   // An unknown memory is an error naming the codec.
   tmpl.mutable_codecs(1)->set_memory("nosuchmemory");
   auto bad = CalibrateCpuCosts(tmpl, Quick());

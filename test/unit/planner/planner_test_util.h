@@ -1,7 +1,8 @@
-// Pieces the planner's tests share.
+// Small builders the planner's tests share.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "planner.pb.h"
 
@@ -12,6 +13,24 @@ inline proto::CostPoint Point(int64_t bytes, double us) {
   p.set_bytes(bytes);
   p.set_us(us);
   return p;
+}
+
+// `machines` CPU machines and `servers` servers, every machine's and server's link at `gbps`.
+inline proto::ClusterDescription Cluster(int machines, int servers, double gbps) {
+  proto::ClusterDescription c;
+  c.set_machines(machines);
+  c.set_servers(servers);
+  c.mutable_worker_link()->set_bandwidth_gbps(gbps);
+  c.mutable_server_link()->set_bandwidth_gbps(gbps);
+  return c;
+}
+
+// A gradient tensor "w" of `elements` fp32.
+inline proto::TensorProfile Tensor(int64_t elements) {
+  proto::TensorProfile t;
+  t.set_name("w");
+  t.set_elements(elements);
+  return t;
 }
 
 }  // namespace bytecomp::planner::testing

@@ -46,6 +46,40 @@ TEST(ForwardTimerTest, OverlappingRoundsCountZeroAndMissingEndsAreSkipped) {
   EXPECT_DOUBLE_EQ(ForwardTimer(3).MedianUs(), 0);
 }
 
+TEST(ForwardTimerTest, CpuUseOfEachRoundFromItsFirstCallToItsLastCompletion) {
+  ForwardTimer t(2);
+  auto cpu = [](double process_us, uint64_t busy, uint64_t total) {
+    return CpuSample{process_us, busy, total};
+  };
+  EXPECT_DOUBLE_EQ(t.RoundCpuMedianUs(), 0);  // nothing sampled
+  t.Started(1, 1000, cpu(5000, 100, 1000));
+  t.Done(1, 1500, cpu(5300, 150, 1100));
+  t.Done(1, 2000, cpu(5900, 190, 1200));  // the round's last completion
+  t.Started(2, 3000, cpu(7000, 300, 1400));
+  t.Done(2, 4000, cpu(8100, 340, 1600));
+  // Process CPU: 900 and 1100 us (the upper median); host: 90 of 200 ticks and 40 of 200.
+  EXPECT_DOUBLE_EQ(t.RoundCpuMedianUs(), 1100);
+  EXPECT_DOUBLE_EQ(t.HostBusyMedian(), 0.45);
+  // Unsampled rounds (no counters) are left out.
+  ForwardTimer bare(1);
+  bare.Started(1, 0);
+  bare.Done(1, 10);
+  EXPECT_DOUBLE_EQ(bare.RoundCpuMedianUs(), 0);
+  EXPECT_DOUBLE_EQ(bare.HostBusyMedian(), 0);
+}
+
+TEST(ForwardTimerTest, SamplesThisProcessAndTheHost) {
+  const CpuSample before = SampleCpu();
+  volatile double sink = 0;
+  for (int i = 0; i < 20'000'000; ++i) sink = sink + i * 1e-9;  // some CPU time
+  const CpuSample after = SampleCpu();
+  EXPECT_GT(after.process_us, before.process_us);
+  EXPECT_GT(after.host_total_ticks, 0u);
+  EXPECT_GE(after.host_total_ticks, before.host_total_ticks);
+  EXPECT_LE(after.host_busy_ticks, after.host_total_ticks);
+  EXPECT_GE(CpuCores(), 1);
+}
+
 TEST(ReadyProfilerTest, ProfileCarriesTheMedianForwardTime) {
   ReadyProfiler p(3);
   const int forward[] = {0, 5000, 7000, 6000, 1};  // before rounds 1..3 (and 4, not profiled)

@@ -40,9 +40,13 @@ struct TensorPlan {
 };
 
 // The first entry whose name_pattern matches (glob: * and ?); tensors under
-// min_compress_bytes stay raw unless the entry sets force.
+// min_compress_bytes stay raw unless the entry sets force. Two-way with the push codec as
+// pull codec and no pull memory: the pull gets the push's memory (and its params), so the
+// server's re-encode has the same error feedback; memory "none" in the pull codec opts out.
+// `row_elements` (TensorLayout.row_elements, 0: a flat tensor): codecs that work on a matrix
+// (a "cols" parameter: powersgd) get the layer's row length unless the entry sets "cols".
 TensorPlan PlanFor(const proto::Strategy& strategy, absl::string_view tensor_name,
-                   int64_t tensor_bytes);
+                   int64_t tensor_bytes, int64_t row_elements = 0);
 using ::bytecomp::EntryFor;  // common/glob.h
 using ::bytecomp::GlobMatch;
 // An adaptive ratio with the defaults strategy.proto documents in place of its zeros.

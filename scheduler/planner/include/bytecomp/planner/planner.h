@@ -55,8 +55,15 @@ struct PlanResult {
   double planning_ms = 0;
 };
 
-// The ByteComp decision algorithm.
+// The ByteComp decision algorithm, then PreferLessLoss (unless options.skip_less_loss).
 PlanResult PlanByteComp(const PreparedProblem& problem);
+
+// Gives compressed tensors less lossy options (LossOf: uncompressed first, then another codec
+// of a lower class in the same placement) while the iteration stays within
+// min_relative_gain of `choice`'s: the lossiest tensors first, and among them the smallest. A
+// codec's gain must pay for its loss; a plan within the tolerance of the fastest is as good a
+// prediction (the model's own error is larger).
+std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int> choice);
 // Exhaustive search (branch and bound over backprop order); exact under the model. Returns
 // an error when the number of combinations exceeds `max_combinations`.
 absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem,

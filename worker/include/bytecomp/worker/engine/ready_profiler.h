@@ -29,13 +29,18 @@ class ReadyProfiler {
   // 256-element blocks holding a non-zero (BlockDensity), or -1 when not measured. Returns the
   // profile once, when the first tensor starts round rounds + 1 (every tensor has had its
   // rounds 1..N by then). A tensor's measured density goes into the profile.
+  // `cpu`: the CPU counters at the call (SampleCpu), for the profile's CPU fields.
   std::optional<proto::ModelProfile> Record(const std::string& name, int64_t elements,
                                             int element_bytes, int64_t time_us,
-                                            double block_density = -1);
+                                            double block_density = -1, const CpuSample& cpu = {});
 
   // A push_pull of `round` (its tensor's call count, from 0) completed at time_us: the last
   // completion of a round ends it, for the profile's forward_us (forward_timer.h).
-  void RecordDone(int64_t round, int64_t time_us) { forward_.Done(round, time_us); }
+  void RecordDone(int64_t round, int64_t time_us, const CpuSample& cpu = {}) {
+    forward_.Done(round, time_us, cpu);
+  }
+  // Whether a completion of `round` still matters (the engine samples the CPU only then).
+  bool Wants(int64_t round) const { return !done_ && round <= rounds_; }
 
   bool done() const { return done_; }
 
