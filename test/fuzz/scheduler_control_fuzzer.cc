@@ -163,7 +163,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
                                           "max_ratio: 0.5 window_rounds: 2 } }\n";
   absl::StatusOr<AutoPlanInputs> plan = LoadAutoPlanInputs(
       BYTECOMP_SOURCE_DIR "/scheduler/planner/clusters/4x1gpu-1g.pbtxt",
-      BYTECOMP_SOURCE_DIR "/scheduler/planner/costs/nominal.pbtxt", PlanLinks::kMeasured);
+      BYTECOMP_SOURCE_DIR "/scheduler/planner/costs/nominal.pbtxt", /*options_path=*/"",
+      PlanLinks::kMeasured);
   if (!plan.ok()) {
     std::fprintf(stderr, "scheduler_control_fuzzer: %s\n", plan.status().ToString().c_str());
     std::abort();

@@ -21,10 +21,13 @@
 #include <string>
 #include <vector>
 
+#include "bytecomp/common/config.h"
+#include "bytecomp/common/node_token.h"
 #include "bytecomp/common/partition.h"
 #include "bytecomp/common/transport.h"
 #include "bytecomp/server/key_shard.h"
 #include "bytecomp/server/request_dispatcher.h"
+#include "bytecomp/server/server_job.h"
 #include "codec_choice.h"
 #include "fuzz_input.h"
 #include "server_fuzz_job.h"
@@ -84,6 +87,9 @@ void Request(Job& job, std::vector<zmq::message_t> frames) {
   Deliver(job, out);
 }
 
+// Worker w's token in the fuzzed job (fixed, so that inputs replay the same).
+NodeToken FuzzWorkerToken(int w) { return NodeToken{static_cast<uint64_t>(w) + 1, 0x5eed}; }
+
 // A request as a worker (or a hostile peer) would send it, field by field.
 std::vector<zmq::message_t> BuiltRequest(const Job& job, const RequestChoice& c) {
   proto::DataHeader h;
@@ -107,6 +113,9 @@ std::vector<zmq::message_t> BuiltRequest(const Job& job, const RequestChoice& c)
   h.set_round(c.round % 4);
   h.set_iteration(c.iteration_is_round ? h.round() : c.iteration);
   h.set_sender(static_cast<int8_t>(c.sender));
+  // The sender's token, as a worker sends it; every 16th request id goes without (a peer that
+  // is not the worker), so both the refusal and everything behind the check are reached.
+  if (c.request_id % 16 != 15) SetHeaderToken(FuzzWorkerToken(h.sender()), &h);
   const uint64_t version = c.version % (job.codecs.size() + 2);
   h.set_strategy_version(version);
   const ChosenCodec* codec =
@@ -159,11 +168,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if ((shape >> 4) & 1) {
     for (int w = 0; w < job.workers; w += 2) job.pushers.push_back(w);  // local roots
   }
-  job.dispatcher = std::make_unique<server::RequestDispatcher>(0, job.workers, job.servers,
-                                                               num_shards, job.pushers);
+  server::ServerJob server_job;
+  server_job.my_rank = 0;
+  server_job.num_workers = job.workers;
+  server_job.num_servers = job.servers;
+  server_job.pushers = job.pushers;
+  for (int w = 0; w < job.workers; ++w) server_job.worker_tokens.push_back(FuzzWorkerToken(w));
+  server_job.config = WithClusterDefaults({});
+  job.dispatcher = std::make_unique<server::RequestDispatcher>(server_job, num_shards);
   for (size_t s = 0; s < num_shards; ++s) {
-    job.shards.push_back(std::make_unique<server::KeyShard>(static_cast<int>(s), 0, job.workers,
-                                                            job.servers, job.pushers));
+    job.shards.push_back(std::make_unique<server::KeyShard>(static_cast<int>(s), server_job));
   }
   for (int events = 0; !in.empty() && !job.stopped && events < 256; ++events) {
     switch (static_cast<ServerEvent>(in.U8() % static_cast<uint8_t>(ServerEvent::kCount))) {
