@@ -210,7 +210,9 @@ void StrategyControl::HandleLinkProbeReport(const RegisteredNode& node,
 void StrategyControl::HandleRatioReport(const RegisteredNode& node,
                                         const proto::RatioReport& report, Outbox* out) {
   if (node.role != proto::ROLE_WORKER) {
-    out->SendError(node.identity, absl::StrCat("RatioReport from ", NodeTable::Name(node)));
+    const std::string why = absl::StrCat("RatioReport from ", NodeTable::Name(node),
+                                         ", which is not a worker");
+    out->Refuse(node.identity, why, why);
     return;
   }
   if (keeper_.update_pending()) return;  // one change at a time

@@ -224,9 +224,6 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   auto device_cost = [&](Where where) {
     return CostFor(*codec, where == Where::kGpu ? proto::DEVICE_GPU : proto::DEVICE_CPU);
   };
-  // A two-round codec's compressed size is its two payloads together, about half each.
-  const double compressed =
-      codec ? CompressedBytes(*codec, part_bytes) / (two_round ? 2 : 1) : part_bytes;
   // Flat: every worker of the machine pushes its own copy through the machine's NIC and all
   // W workers' pushes land on the S servers. Hierarchical: one push per machine.
   const double senders = option.hierarchical ? cluster.machines() : cluster.workers();

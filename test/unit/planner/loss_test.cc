@@ -75,14 +75,14 @@ TEST(LossTest, MaxLossAndTheTensorsAllowanceBothApply) {
   // Excluded from the whole table only when no tensor may use it.
   PlannerInputs in;
   in.cluster = testing::Cluster(2, 1, 1);
-  *in.profile.add_tensors() = testing::Tensor(1 << 20);
-  in.profile.mutable_tensors(0)->set_name("embedding");
+  *in.profile.add_tensors() = testing::Tensor(1 << 20, "embedding");
   *in.costs.add_codecs() = topk;
   *in.costs.add_codecs() = randomk;
   in.options = options;
   auto prepared = Prepare(in);
   ASSERT_TRUE(prepared.ok()) << prepared.status();
-  EXPECT_EQ(ExcludedCodecs(*prepared), "topk (lossier than options.allowed accepts for every tensor)");
+  EXPECT_EQ(ExcludedCodecs(*prepared),
+            "topk (lossier than options.allowed accepts for every tensor)");
   *in.profile.add_tensors() = testing::Tensor(1 << 20);  // "w": no allowance
   prepared = Prepare(in);
   ASSERT_TRUE(prepared.ok()) << prepared.status();

@@ -25,10 +25,10 @@ inline proto::ClusterDescription Cluster(int machines, int servers, double gbps)
   return c;
 }
 
-// A gradient tensor "w" of `elements` fp32.
-inline proto::TensorProfile Tensor(int64_t elements) {
+// A gradient tensor `name` of `elements` fp32.
+inline proto::TensorProfile Tensor(int64_t elements, const std::string& name = "w") {
   proto::TensorProfile t;
-  t.set_name("w");
+  t.set_name(name);
   t.set_elements(elements);
   return t;
 }

@@ -17,6 +17,7 @@ namespace bytecomp::planner {
 namespace {
 
 using testing::Point;
+using testing::Tensor;
 
 // CPU costs linear in size: encode 1000 us per MiB, decode 100.
 proto::CodecCost Sparse(const std::string& name, double kept, proto::Exchange exchange) {
@@ -54,13 +55,6 @@ proto::ClusterDescription Cluster(int workers, double gbps, double latency_us) {
   c.mutable_server_link()->set_bandwidth_gbps(gbps);
   c.mutable_server_link()->set_latency_us(latency_us);
   return WithDefaults(c);
-}
-
-proto::TensorProfile Tensor(int64_t elements, const std::string& name = "w") {
-  proto::TensorProfile t;
-  t.set_name(name);
-  t.set_elements(elements);
-  return t;
 }
 
 TEST(ExchangeSizesTest, UnionSummedIndicesAndBlockSparse) {

@@ -173,7 +173,7 @@ TEST_F(AdaptiveRatioSwitchTest, AChangeIsPreparedAndCommittedToEveryNode) {
   EXPECT_EQ(testing::Only(refused, testing::ServerId(0), proto::ControlMessage::kError)
                 .error()
                 .message(),
-            "RatioReport from server 0");
+            "RatioReport from server 0, which is not a worker");
 }
 
 }  // namespace
