@@ -89,8 +89,8 @@ printf '[fuzz] %-18s %10s %8s %8s %8s  %s\n' target runs exec/s cov ft result
 for t in "${targets[@]}"; do
   log_file=$work/$t.log
   status=$(cat "$work/$t.status" 2>/dev/null || echo 1)
-  done_line=$(grep -a -E '^#[0-9]+ +DONE' "$log_file" | tail -1 || true)
-  [[ -z $done_line ]] && done_line=$(grep -a -E '^#[0-9]+ ' "$log_file" | tail -1 || true)
+  done_line=$(grep -a -E '^#[0-9]+[[:space:]]+DONE' "$log_file" | tail -1 || true)
+  [[ -z $done_line ]] && done_line=$(grep -a -E '^#[0-9]+[[:space:]]' "$log_file" | tail -1 || true)
   runs=$(sed -n 's/^#\([0-9]*\).*/\1/p' <<<"$done_line")
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$done_line")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$done_line")
@@ -107,7 +107,7 @@ if ((failed)); then
   for t in "${targets[@]}"; do
     [[ $(cat "$work/$t.status" 2>/dev/null || echo 1) == 0 ]] && continue
     echo "===== $t: the end of its log ($work/$t.log)"
-    grep -a -v -E '^#[0-9]+ |NEW_FUNC' "$work/$t.log" | tail -60
+    grep -a -v -E '^#[0-9]+[[:space:]]|NEW_FUNC' "$work/$t.log" | tail -60
     for a in "$work"/artifacts/"$t"-*; do
       [[ -e $a ]] || continue
       echo "----- input: $a"

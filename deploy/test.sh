@@ -2,9 +2,10 @@
 # README command (b): installs what is needed, builds, runs every test (ctest: C++ unit tests,
 # multi-process integration tests and the Python shim tests), then checks the lock rules of
 # every C++ file with clang -Wthread-safety -Werror (deploy/check_clang.py, in build-clang/),
-# then the sanitized and fuzz stages (deploy/check_sanitizers.sh: the suite under ASan and
-# UBSan, every fuzz target for a minute, the integration tests under TSan; in build-asan/ and
-# build-tsan/). BYTECOMP_SKIP_SANITIZERS=1 leaves those stages out (a quicker local run).
+# then the sanitized and fuzz stages (deploy/check_sanitizers.sh, in build-asan/: every fuzz
+# target over its corpus and the daemons' hostile-input test under ASan and UBSan, then every
+# fuzz target for a minute; README.md gives their time). BYTECOMP_SKIP_SANITIZERS=1 leaves those
+# stages out (a quicker local run); SANITIZER_STAGES and SANITIZER_SCOPE=full run more of them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/deploy/setup.sh"

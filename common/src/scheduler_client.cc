@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -140,9 +142,30 @@ absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {
     frames.push_back(ProtoFrame(signed_message));
   }
   last_sent_ms_ = MonotonicMs();
-  // Never blocks: a DEALER whose only connection failed its handshake (a key mismatch) has no
-  // pipe left, and a blocking send would wait forever.
-  return SendFrames(socket_, frames, /*dont_wait=*/true);
+  // Never blocks without a bound: a DEALER whose only connection failed its handshake (a key
+  // mismatch) has no pipe left, and a blocking send would wait forever. Register goes at once
+  // (its caller watches the handshake); a later message whose queue is full (a burst of
+  // declarations beyond the socket's bounded queue) waits for room while the scheduler reads,
+  // at most the scheduler timeout.
+  absl::Status sent = SendFrames(socket_, frames, /*dont_wait=*/true);
+  if (message.has_register_() || !absl::IsResourceExhausted(sent)) return sent;
+  const int64_t deadline = MonotonicMs() + SchedulerTimeoutMs(config_);
+  while (absl::IsResourceExhausted(sent)) {
+    const int64_t left = deadline - MonotonicMs();
+    if (left <= 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "the scheduler at ", config_.scheduler_address(), " took no message for ",
+          SchedulerTimeoutMs(config_), " ms (its queue toward it is full)"));
+    }
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLOUT, 0};
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(std::min<int64_t>(left, 100)));
+    } catch (const zmq::error_t& e) {
+      return absl::UnavailableError(absl::StrCat("zmq poll: ", e.what()));
+    }
+    sent = SendFrames(socket_, frames, /*dont_wait=*/true);
+  }
+  return sent;
 }
 
 void SchedulerClient::HeartbeatIfDue() {
