@@ -26,6 +26,7 @@ lead runs it full on a quiet machine.
 """
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -197,8 +198,11 @@ def main(argv=None):
                     f"--costs={paths['costs.pbtxt']}", f"--options={paths['options.pbtxt']}",
                     f"--out={planned}"]
         plan_out = run(plan_cmd, 300)
-        # The table's rows: #, tensor, size (number and unit), options, undominated, chosen.
-        chosen = [(parts[1], " ".join(parts[6:])) for parts in map(str.split, plan_out.splitlines())
+        # The table's rows (explain.h, PlanTable): #, tensor, size (number and unit), the
+        # chosen option ("topk(CPU,union:CPU)", then "hier" and "pN" when so), its settings, ...
+        chosen = [(parts[1], " ".join(parts[4:5] + list(itertools.takewhile(
+                      lambda word: re.fullmatch(r"hier|p\d+", word), parts[5:]))))
+                  for parts in map(str.split, plan_out.splitlines())
                   if len(parts) > 6 and parts[0].isdigit()]
         predicted = {}
         for system, path in strategies.items():
