@@ -97,7 +97,7 @@ def test_floods_big_frames_impostors_and_huge_declarations_change_nothing():
             # want of the worker's token, no error naming the key's round.
             bad = subprocess.run([cluster.binary("bad_input_client"),
                                   f"tcp://127.0.0.1:{c.server_ports[0]}", "0", "1"],
-                                 capture_output=True, text=True, timeout=120)
+                                 capture_output=True, text=True, timeout=200)  # 16 x 8 s its own
             assert bad.returncode == 0, bad.stdout + bad.stderr + c.dump()
             assert "16 of 16 bad requests answered with the expected error" in bad.stdout
             peak_server, peak_scheduler = base_server, base_scheduler
