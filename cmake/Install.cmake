@@ -1,7 +1,8 @@
 # Install rules: `cmake --install build --prefix P` lays ByteComp out as an operator expects it,
 # and CPack (cmake/Package.cmake) packages exactly this tree with P = /usr.
 #
-#   P/bin                       daemons, bytecomp-run, bytecomp-plan, benchmarks' binaries
+#   P/bin                       daemons, bytecomp-run, bytecomp-plan, bytecomp-timeline,
+#                               bytecomp-plot, benchmarks' binaries
 #   P/lib                       libbytecomp_worker.so (the engine the Python shim loads)
 #   P/include/bytecomp          c_api.h, the engine's C API
 #   P/lib/python3/dist-packages the Python shim (bytecomp.torch, bytecomp.mxnet); on Debian this
@@ -35,6 +36,8 @@ foreach(program bytecomp-scheduler bytecomp-server bytecomp-plan bytecomp-keygen
   endif()
 endforeach()
 install(PROGRAMS deploy/bytecomp-run DESTINATION ${CMAKE_INSTALL_BINDIR})
+# Observability tools (Python, Debian's python3; bytecomp-plot needs python3-matplotlib).
+install(PROGRAMS tools/bytecomp-timeline tools/bytecomp-plot DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Files whose text depends on the prefix chosen at install time (`cmake --install --prefix`,
 # CPack's /usr) are written at install time into the build tree, then installed from there with

@@ -39,7 +39,7 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # unit's ExecReload its /bin/kill.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3 (>= 3.8), procps")
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch, python3-matplotlib, prometheus")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     "${CMAKE_CURRENT_LIST_DIR}/debian/postinst;${CMAKE_CURRENT_LIST_DIR}/debian/prerm;${CMAKE_CURRENT_LIST_DIR}/debian/postrm")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)

@@ -1,11 +1,33 @@
 #!/usr/bin/env bash
 # Installs every system package the build, the tests and the main job need (Debian 12, root).
 # Idempotent: a package already present is not fetched again.
+# Quiet: one line per step; apt's and pip's output goes to $BYTECOMP_SETUP_LOG (default
+# /tmp/bytecomp-setup.log) and is printed only when a step fails. BYTECOMP_VERBOSE_SETUP=1
+# shows it as it comes.
 set -euo pipefail
+
+setup_log=${BYTECOMP_SETUP_LOG:-/tmp/bytecomp-setup.log}
+: >"$setup_log"
+# Runs a command with its output in the log (or on the terminal when verbose); on failure the
+# log's tail is printed, so the cause is on screen without the noise of a good run.
+quietly() {
+  if [ "${BYTECOMP_VERBOSE_SETUP:-0}" = 1 ]; then
+    "$@"
+    return
+  fi
+  if ! "$@" >>"$setup_log" 2>&1; then
+    echo "[setup] failed: $* (last lines of $setup_log below)" >&2
+    tail -n 30 "$setup_log" >&2
+    return 1
+  fi
+}
 
 packages=(
   build-essential cmake ninja-build pkg-config
   clang
+  # The sanitized and fuzz stages (deploy/check_sanitizers.sh): clang's sanitizer runtimes and
+  # libFuzzer, and llvm-symbolizer for readable reports.
+  libclang-rt-14-dev llvm-14
   libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler
   libabsl-dev
@@ -14,6 +36,10 @@ packages=(
   iproute2 procps psmisc
   python3-torch python3-sklearn python3-numpy python3-pytest python3-venv python3-pip
   python3-yaml
+  # Observability: prometheus-cpp for the daemons' /metrics, and for its tests the real
+  # Prometheus server and promtool, headless Chromium for the status page; matplotlib for
+  # tools/bytecomp-plot.
+  prometheus-cpp-dev prometheus chromium python3-matplotlib
   # Packaging test (test/package): dpkg-shlibdeps for the .deb's dependencies, debootstrap for
   # the fresh Debian root it installs into, systemd-analyze to verify the installed units.
   dpkg-dev debootstrap systemd
@@ -28,10 +54,11 @@ for p in "${packages[@]}"; do
 done
 
 if ((${#missing[@]})); then
-  echo "[setup] installing: ${missing[*]}"
+  echo "[setup] installing ${#missing[@]} packages: ${missing[*]} (log: $setup_log)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  quietly apt-get update -qq
+  quietly apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "[setup] packages installed"
 else
   echo "[setup] all system packages present"
 fi
@@ -47,12 +74,12 @@ elif [ "${BYTECOMP_SKIP_MXNET:-0}" = 1 ]; then
   echo "[setup] BYTECOMP_SKIP_MXNET=1: MXNet tests will be left out"
 else
   echo "[setup] creating $venv with mxnet==1.9.1"
-  if /usr/bin/python3 -m venv --system-site-packages "$venv" &&
-     "$venv/bin/pip" install -q --disable-pip-version-check mxnet==1.9.1 "numpy<1.24" &&
-     "$venv/bin/python" -c "import mxnet" ; then
+  if quietly /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+     quietly "$venv/bin/pip" install -q --disable-pip-version-check mxnet==1.9.1 "numpy<1.24" &&
+     quietly "$venv/bin/python" -c "import mxnet" ; then
     echo "[setup] mxnet installed"
   else
-    echo "[setup] WARNING: mxnet could not be installed or imported (see above); the MXNet" \
+    echo "[setup] WARNING: mxnet could not be installed or imported ($setup_log); the MXNet" \
          "shim tests will be left out" >&2
     rm -rf "$venv"
   fi
@@ -71,12 +98,12 @@ if [ "${BYTECOMP_TORCH2:-0}" = 1 ]; then
     echo "[setup] creating $venv with torch==$torch2_version (about 3 GB from PyPI)"
     rm -rf "$venv"
     # Debian's numpy, sklearn and pytest are seen; the venv's torch shadows Debian's.
-    if /usr/bin/python3 -m venv --system-site-packages "$venv" &&
-       "$venv/bin/pip" install -q --disable-pip-version-check "torch==$torch2_version" &&
-       "$venv/bin/python" -c "import torch" ; then
+    if quietly /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+       quietly "$venv/bin/pip" install -q --disable-pip-version-check "torch==$torch2_version" &&
+       quietly "$venv/bin/python" -c "import torch" ; then
       echo "[setup] torch $torch2_version installed in $venv"
     else
-      echo "[setup] WARNING: torch $torch2_version could not be installed (see above)" >&2
+      echo "[setup] WARNING: torch $torch2_version could not be installed ($setup_log)" >&2
       rm -rf "$venv"
     fi
   fi

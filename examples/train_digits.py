@@ -55,7 +55,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--codec", default="none",
                    help="compression for every gradient: none, fp16, topk, onebit, qsgd, "
-                        "efsignsgd, dgc, powersgd, randomk (presets in bytecomp.strategy)")
+                        "efsignsgd, dgc, powersgd, randomk, artopk (presets in bytecomp.strategy)")
     p.add_argument("--two-way", action="store_true",
                    help="servers re-encode the sum for pulls with the same codec")
     p.add_argument("--epochs", type=int, default=20)

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -35,6 +36,9 @@ ABSL_FLAG(bool, barrier, true,
           "(tensor bytecomp-bench.barrier), so a round is timed from when the slowest worker "
           "is ready to push: the planner models workers that start together, and a worker "
           "still filling its tensors would otherwise count in the others' rounds");
+ABSL_FLAG(std::string, key_file, "",
+          "the job's cluster key file (sets BYTECOMP_KEY_FILE for the engine; default: the "
+          "environment's)");
 ABSL_FLAG(int, forward_ms, 0,
           "sleep this long before each round's first push_pull, standing in for the forward "
           "pass (not counted in the round times)");
@@ -113,6 +117,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<Tensor>& tensors = *loaded;
+  if (const std::string key = absl::GetFlag(FLAGS_key_file); !key.empty()) {
+    setenv("BYTECOMP_KEY_FILE", key.c_str(), 1);  // the engine reads the key from there
+  }
   if (bytecomp_init(nullptr) != BYTECOMP_OK) {
     std::fprintf(stderr, "bytecomp-bench: init failed: %s\n", bytecomp_last_error());
     return 2;

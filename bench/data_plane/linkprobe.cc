@@ -21,10 +21,14 @@ ABSL_FLAG(int64_t, bytes, 1 << 20, "bytes of one transfer (1 KiB .. 64 MiB)");
 ABSL_FLAG(int, latency_probes, 16, "small probes per server (the median round trip is reported)");
 ABSL_FLAG(int, timeout_ms, 10000, "time for every server together");
 ABSL_FLAG(bool, json, false, "print one JSON line per server instead of a table");
+ABSL_FLAG(std::string, key_file, "",
+          "the job's cluster key file (default: $BYTECOMP_KEY_FILE); a keyed job's servers "
+          "answer only key holders");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "bytecomp-linkprobe --servers=tcp://HOST:PORT[,...] [--count=3 --bytes=1048576 --json]\n"
+      "                   [--key_file=cluster.key]\n"
       "Latency and bandwidth up/down to each server of a running ByteComp job.");
   absl::ParseCommandLine(argc, argv);
   const std::vector<std::string> addresses = absl::GetFlag(FLAGS_servers);
@@ -43,6 +47,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   zmq::context_t ctx(1);
+  bytecomp::proto::ClusterConfig key_config;
+  if (absl::Status s = bytecomp::ApplyClusterKeyEnv(&key_config); !s.ok()) {
+    std::fprintf(stderr, "bytecomp-linkprobe: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (!absl::GetFlag(FLAGS_key_file).empty()) key_config.set_key_file(absl::GetFlag(FLAGS_key_file));
+  absl::StatusOr<std::unique_ptr<bytecomp::SocketSecurity>> security =
+      bytecomp::SocketSecurity::FromConfig(ctx, key_config);
+  if (!security.ok()) {
+    std::fprintf(stderr, "bytecomp-linkprobe: %s\n", std::string(security.status().message()).c_str());
+    return 2;
+  }
   std::vector<zmq::socket_t> sockets;
   uint64_t next_request = 1;
   std::vector<bytecomp::ZmqProbeExchange> exchanges;
@@ -50,6 +66,10 @@ int main(int argc, char** argv) {
   for (const std::string& address : addresses) {
     sockets.emplace_back(ctx, zmq::socket_type::dealer);
     bytecomp::ConfigureSocket(sockets.back());
+    (*security)->SecureConnecting(sockets.back());
+    bytecomp::SocketLimits limits;  // replies of at most --bytes (<= kMaxProbeBytes)
+    limits.max_message_bytes = bytecomp::kMaxProbeBytes + bytecomp::kDataFrameSlack;
+    bytecomp::LimitSocket(sockets.back(), limits);
     try {
       sockets.back().connect(address);
     } catch (const zmq::error_t& e) {

@@ -100,13 +100,12 @@ def scheduler_args(system, args, work):
     flags = ["--heartbeat_timeout_ms=30000"]  # a loaded shared host stalls processes
     codec = system[len("bc-"):]
     if codec in PRESETS and codec != "none":
-        # The preset (topk: 1%, residual) both ways, the servers' re-encode with the same
-        # error-feedback memory as the workers'.
+        # The preset (topk: 1%, residual) both ways; the servers' re-encode gets the same
+        # error-feedback memory as the workers' by default.
         params, memory = PRESETS[codec]
         path = os.path.join(work, f"{system}.pbtxt")
         with open(path, "w") as f:
-            f.write(strategy_text(codec, params=params, memory=memory, two_way=True,
-                                  pull_memory=memory))
+            f.write(strategy_text(codec, params=params, memory=memory, two_way=True))
         flags.append(f"--strategy={path}")
     elif system == "bc-auto":
         cluster = os.path.join(work, "plan-cluster.pbtxt")
@@ -116,6 +115,7 @@ def scheduler_args(system, args, work):
                     f"machines: {args.workers}\ngpus_per_machine: 0\nservers: {args.workers}\n"
                     f"worker_link {{ bandwidth_gbps: {rate_gbps(args.rate)} latency_us: 50 }}\n"
                     f"server_link {{ bandwidth_gbps: {rate_gbps(args.rate)} latency_us: 50 }}\n"
+                    f"colocated_servers: true\n"
                     f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
         flags += ["--strategy=auto", f"--plan_cluster={cluster}", f"--plan_costs={COSTS}"]
     return flags

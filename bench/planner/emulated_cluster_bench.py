@@ -9,8 +9,19 @@ host first (bytecomp-plan --calibrate), and so is the CPU that moving messages c
 emulated links (scheduler/planner/tools/calibrate_transport.py, with jobs unlike the measured
 ones: 500 small tensors, one 64 MiB tensor); the cluster description says that every process
 shares this host's cores (host_cores). Needs root. Prints a table; writes JSON with --out.
+--colocate runs BytePS's layout instead: a server beside each worker (4 servers, in the
+workers' namespaces: netns_cluster.sh --colocate), planned with colocated_servers.
 
-  python3 bench/planner/emulated_cluster_bench.py [--rounds 5] [--out emulated.json]
+Every job runs with a fresh cluster key (bytecomp-run's default), as the calibration's do.
+
+The price of the cluster key (issue 13): at each rate, resnet50 uncompressed with the key
+(CURVE on every socket) right after the same job without one (bytecomp-run --no-key), as a
+ratio of median round times; with --key-connections C also both with C connections per server
+and C ZeroMQ I/O threads per process (one CURVE stream runs on one I/O thread). --key-only runs
+just these rows (no calibration, no planning).
+
+  python3 bench/planner/emulated_cluster_bench.py [--rounds 5] [--colocate] [--out emulated.json]
+      [--key-only] [--key-connections 4] [--rates 1gbit,10gbit]
 """
 import argparse
 import json
@@ -24,6 +35,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(REPO, "build", "bin")
 PLANNER = os.path.join(REPO, "scheduler", "planner")
 WORKERS, SERVERS = 4, 1
+COLOCATE = False  # --colocate: SERVERS = WORKERS, each beside its worker
 
 
 def run(cmd, timeout):
@@ -40,10 +52,12 @@ def profile_without_gaps(path):
 
 
 def cluster_description(path, gbps, latency_us):
+    layout = "beside the workers" if COLOCATE else "in its own namespace"
     open(path, "w").write(
-        f"# emulated: {WORKERS} worker namespaces, {SERVERS} server, tbf at {gbps} Gbit/s, CPU only,\n"
-        f"# every process on this host's {os.cpu_count()} cores\n"
+        f"# emulated: {WORKERS} worker namespaces, {SERVERS} servers {layout}, tbf at {gbps} "
+        f"Gbit/s, CPU only,\n# every process on this host's {os.cpu_count()} cores\n"
         f"machines: {WORKERS}\ngpus_per_machine: 0\nservers: {SERVERS}\n"
+        f"colocated_servers: {'true' if COLOCATE else 'false'}\n"
         f"worker_link {{ bandwidth_gbps: {gbps} latency_us: {latency_us} }}\n"
         f"server_link {{ bandwidth_gbps: {gbps} latency_us: {latency_us} }}\ncpu_pool_threads: 2\n"
         f"host_cores: {os.cpu_count()}\n")
@@ -59,15 +73,20 @@ def plan(profile, cluster, costs, out):
     return {"none": float(m.group(1)), "everything": float(m.group(2)), "planned": float(m.group(3))}
 
 
-def measure(rate, scheduler_args, rounds, warmup=1):
-    """Runs bytecomp-bench on the emulated cluster; returns its JSON result and the output."""
+def measure(rate, scheduler_args, rounds, warmup=1, keyed=True, io_threads=None):
+    """Runs bytecomp-bench on the emulated cluster; returns its JSON result and the output.
+    keyed: bytecomp-run's fresh cluster key (else --no-key); io_threads: BYTECOMP_IO_THREADS."""
     cmd = ["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
-           str(WORKERS), "--servers", str(SERVERS), "--rate", rate, "--prefix", "bcb-",
-           "--bin-dir", BIN, "--timeout", "600",
+           str(WORKERS), "--servers", str(SERVERS)] + (["--colocate"] if COLOCATE else []) + [
+           "--rate", rate, "--prefix", "bcb-", "--bin-dir", BIN, "--timeout", "600"] + (
+           [] if keyed else ["--no-key"]) + [
            "--scheduler-args=--heartbeat_timeout_ms=30000 " + scheduler_args,
            "--", os.path.join(BIN, "bytecomp-bench"), "--preset=resnet50",
            f"--rounds={rounds}", f"--warmup={warmup}", "--check=false"]
-    res = run(cmd, 900)
+    env = dict(os.environ)
+    if io_threads:
+        env["BYTECOMP_IO_THREADS"] = str(io_threads)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     for line in res.stdout.splitlines():
         if "{" in line and '"bench":"bytecomp-bench"' in line:
             return json.loads(line[line.index("{"):]), res.stdout + res.stderr
@@ -103,15 +122,62 @@ def measure_auto(rate, cluster, costs, rounds, links_from):
             float(fitted.group(1)) if fitted else 1.0, m.group(1))
 
 
+def key_rows(rates, rounds, extra_connections):
+    """Keyed against unkeyed, uncompressed, at each rate (and with more connections)."""
+    rows = []
+    for rate in rates:
+        for connections in [None] + ([extra_connections] if extra_connections else []):
+            args = f"--connections_per_server={connections}" if connections else ""
+            ms = {}
+            for keyed in (False, True):
+                print(f"{rate} key {'on' if keyed else 'off'}"
+                      f"{'' if connections is None else f', {connections} connections'} ...",
+                      flush=True)
+                ms[keyed] = measure(rate, args, rounds, keyed=keyed,
+                                    io_threads=connections)[0]["median_round_ms"]
+            rows.append({"rate": rate, "connections": connections or 2, "plain_ms": ms[False],
+                         "keyed_ms": ms[True], "ratio": ms[True] / ms[False]})
+    return rows
+
+
+def print_key_rows(rows, rounds):
+    print(f"\nthe price of the cluster key: resnet50 uncompressed, W={WORKERS} S={SERVERS}, "
+          f"median of {rounds} rounds, keyed right after unkeyed")
+    print(f"{'link':<7} {'conns':>5} {'no key ms':>10} {'key ms':>10} {'key/no key':>10}")
+    for r in rows:
+        print(f"{r['rate']:<7} {r['connections']:>5} {r['plain_ms']:>10.1f} {r['keyed_ms']:>10.1f} "
+              f"{r['ratio']:>10.2f}")
+    load = os.getloadavg()
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="emulated-cluster-bench.json")
+    parser.add_argument("--key-only", action="store_true",
+                        help="only the rows of the cluster key's price")
+    parser.add_argument("--key-connections", type=int, default=0, metavar="C",
+                        help="key rows also with C connections per server and C I/O threads")
+    parser.add_argument("--rates", default="1gbit,10gbit",
+                        help="tbf rates, comma-separated (the plan rows and the key rows)")
     parser.add_argument("--links", choices=("measured", "nominal"), default="measured",
                         help="plan with the links the workers' probes measured (the scheduler's "
                         "default), or with the tbf rates and 50 us (--plan_links=file)")
+    parser.add_argument("--colocate", action="store_true",
+                        help="a server beside each worker (BytePS's layout), planned as such")
     args = parser.parse_args()
+    global SERVERS, COLOCATE
+    if args.colocate:
+        SERVERS, COLOCATE = WORKERS, True
+    if args.key_only:
+        rows = key_rows(args.rates.split(","), args.rounds, args.key_connections)
+        print_key_rows(rows, args.rounds)
+        json.dump({"key_rows": rows, "load_average": os.getloadavg()}, open(args.out, "w"),
+                  indent=1)
+        print(f"written {args.out}")
+        return 0
     work = tempfile.mkdtemp(prefix="bytecomp-emulated-")
     costs = os.path.join(work, "costs.pbtxt")
     res = run([os.path.join(BIN, "bytecomp-plan"), "--calibrate", f"--costs={costs}",
@@ -130,7 +196,8 @@ def main():
     open(everything, "w").write('tensors { name_pattern: "*" push_codec { name: "fp16" } '
                                 'pull_codec { name: "fp16" } force: true }\n')
     rows = []
-    for rate, gbps in (("1gbit", 1), ("10gbit", 10)):
+    for rate in args.rates.split(","):
+        gbps = float(re.match(r"([\d.]+)gbit$", rate).group(1))
         cluster = os.path.join(work, f"cluster-{rate}.pbtxt")
         cluster_description(cluster, gbps, 50)
         # Auto first: the scheduler plans with the links its workers measured (or the file's,
@@ -167,8 +234,8 @@ def main():
                          "predicted_unfitted_ms": unfitted_plan[name], "measured_ms": measured,
                          "error": (predicted[name] - measured) / measured})
         rows.append(auto_row)
-    print(f"\nresnet50, W={WORKERS} S={SERVERS}, emulated links (netns + tbf), median of "
-          f"{args.rounds} rounds")
+    print(f"\nresnet50, W={WORKERS} S={SERVERS}{' (colocated)' if COLOCATE else ''}, emulated "
+          f"links (netns + tbf), median of {args.rounds} rounds")
     print("predicted: with the links fitted to the profiled rounds (none ran in them); "
           "unfitted: with the probes' links")
     print(f"{'link':<7} {'strategy':<11} {'predicted ms':>12} {'measured ms':>12} {'error':>7} "
@@ -180,7 +247,10 @@ def main():
             unfitted = f"{r['predicted_unfitted_ms']:>12.1f} {100 * error:>+6.1f}%"
         print(f"{r['rate']:<7} {r['strategy']:<11} {r['predicted_ms']:>12.1f} "
               f"{r['measured_ms']:>12.1f} {100 * r['error']:>+6.1f}% {unfitted}")
-    json.dump(rows, open(args.out, "w"), indent=1)
+    keyed = key_rows(args.rates.split(","), args.rounds, args.key_connections)
+    print_key_rows(keyed, args.rounds)
+    json.dump({"rows": rows, "key_rows": keyed, "load_average": os.getloadavg()},
+              open(args.out, "w"), indent=1)
     print(f"written {args.out}")
 
 

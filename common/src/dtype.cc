@@ -1,5 +1,7 @@
 #include "bytecomp/common/dtype.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -65,7 +67,28 @@ __attribute__((target_clones("avx2", "default"))) static void AddBFloat16(
   for (size_t i = 0; i < n; ++i) dst[i] += BFloat16BitsToFloat(src[i]);
 }
 
+// A payload straight from the network may sit at any address (ZeroMQ keeps a message of up to
+// 33 bytes inside the message object, at no particular alignment), and reading it as float or
+// uint16_t there is undefined behaviour (UBSan: a raw fp32 push of one element, in
+// integration.bad_input). Such a source goes through an aligned copy, a chunk at a time; true
+// when it did.
+template <typename Convert>
+bool ThroughAlignedCopy(DType dtype, const void* src, float* dst, size_t n, Convert convert) {
+  const size_t width = DTypeSize(dtype);
+  if (width == 0 || reinterpret_cast<uintptr_t>(src) % width == 0) return false;
+  alignas(16) unsigned char chunk[1024];
+  const size_t per_chunk = sizeof(chunk) / width;
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  for (size_t i = 0; i < n; i += per_chunk) {
+    const size_t m = std::min(per_chunk, n - i);
+    std::memcpy(chunk, bytes + i * width, m * width);
+    convert(dtype, chunk, dst + i, m);
+  }
+  return true;
+}
+
 void ToFloat32(DType dtype, const void* src, float* dst, size_t n) {
+  if (ThroughAlignedCopy(dtype, src, dst, n, ToFloat32)) return;
   switch (dtype) {
     case proto::DTYPE_FLOAT32: std::memcpy(dst, src, n * 4); return;
     case proto::DTYPE_FLOAT16: HalfToFloat(static_cast<const uint16_t*>(src), dst, n); return;
@@ -92,6 +115,7 @@ void FromFloat32(DType dtype, const float* src, void* dst, size_t n) {
 }
 
 void AddToFloat32(DType dtype, const void* src, float* dst, size_t n) {
+  if (ThroughAlignedCopy(dtype, src, dst, n, AddToFloat32)) return;
   switch (dtype) {
     case proto::DTYPE_FLOAT32: AddFloat32(dst, static_cast<const float*>(src), n); return;
     case proto::DTYPE_FLOAT16: AddHalf(static_cast<const uint16_t*>(src), dst, n); return;

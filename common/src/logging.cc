@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "google/protobuf/stubs/logging.h"
 
 namespace bytecomp {
 namespace {
@@ -59,9 +62,20 @@ LogLevel CurrentLogLevel() { return static_cast<LogLevel>(Level().load(std::memo
 
 void SetLogLevel(LogLevel level) { Level().store(static_cast<int>(level)); }
 
-void LogLine(LogLevel level, absl::string_view message) {
+// "2026-11-23T16:38:42.147Z": ISO 8601, UTC, milliseconds.
+std::string Iso8601Utc(std::chrono::system_clock::time_point when) {
   using namespace std::chrono;
-  const double t = duration<double>(system_clock::now().time_since_epoch()).count();
+  const int64_t ms = duration_cast<milliseconds>(when.time_since_epoch()).count();
+  const time_t seconds = static_cast<time_t>(ms / 1000);
+  std::tm utc;
+  gmtime_r(&seconds, &utc);
+  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
+                         utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
+                         static_cast<int>(ms % 1000));
+}
+
+void LogLine(LogLevel level, absl::string_view message) {
+  const std::string t = Iso8601Utc(std::chrono::system_clock::now());
   std::string identity;
   {
     LogIdentity& id = Identity();
@@ -69,8 +83,30 @@ void LogLine(LogLevel level, absl::string_view message) {
     identity = id.name;
   }
   // One fprintf per line keeps lines from different threads whole.
-  std::fprintf(stderr, "%s %.3f [%s] %.*s\n", LevelName(level), t, identity.c_str(),
+  std::fprintf(stderr, "%s %s [%s] %.*s\n", LevelName(level), t.c_str(), identity.c_str(),
                static_cast<int>(message.size()), message.data());
 }
+
+namespace {
+
+std::atomic<int64_t>& ProtobufLines() {
+  static std::atomic<int64_t> lines{0};
+  return lines;
+}
+
+}  // namespace
+
+void RouteProtobufLogs() {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char* file, int line,
+                                     const std::string& message) {
+    const int64_t n = ProtobufLines().fetch_add(1) + 1;
+    if (n <= 20 || n % 1000 == 0) {
+      LogAt(LogLevel::kWarning, "libprotobuf (", file, ":", line, "): ", message, " (line ", n,
+            " from libprotobuf; the first 20 and every 1000th are printed)");
+    }
+  });
+}
+
+int64_t ProtobufLogLines() { return ProtobufLines().load(); }
 
 }  // namespace bytecomp

@@ -35,6 +35,17 @@ std::string TcpEndpoint(absl::string_view host, int port) {
   return absl::StrCat("tcp://", host, ":", port);
 }
 
+absl::Status ResolveHost(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0) {
+    return absl::UnavailableError(gai_strerror(rc));
+  }
+  freeaddrinfo(res);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> LocalAddressToward(const std::string& remote_host) {
   addrinfo hints{};
   hints.ai_family = AF_INET;

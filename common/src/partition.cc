@@ -38,6 +38,15 @@ absl::StatusOr<TensorLayout> LayoutFromDeclareReply(const proto::DeclareReply& r
   }
   layout.partition_server.assign(reply.partition_server().begin(),
                                  reply.partition_server().end());
+  layout.row_elements = reply.row_elements();
+  if (layout.row_elements < 0 ||
+      (layout.row_elements > 0 && (layout.element_count % layout.row_elements != 0 ||
+                                   layout.partition_elements % layout.row_elements != 0))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("declaration of '", reply.name(), "' has rows of ", layout.row_elements,
+                     " elements, which do not divide its ", layout.element_count,
+                     " elements in partitions of ", layout.partition_elements));
+  }
   return layout;
 }
 

@@ -2,19 +2,31 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
+#include "bytecomp/common/socket_limits.h"
 #include "bytecomp/common/transport.h"
 
 namespace bytecomp {
 
-SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig config)
-    : config_(std::move(config)), socket_(context, zmq::socket_type::dealer) {
+SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig config,
+                                 const SocketSecurity& security)
+    : config_(std::move(config)),
+      security_(security),
+      token_(NewNodeToken()),
+      socket_(context, zmq::socket_type::dealer) {
   ConfigureSocket(socket_);
-  // A fixed identity: after a TCP reconnect the scheduler still knows who this is.
+  LimitSocket(socket_, NodeControlSocketLimits());
+  security_.SecureConnecting(socket_);
+  // A fixed identity: after a TCP reconnect the scheduler still knows who this is. (The
+  // scheduler takes a message as this node's only with its token; the id only routes.)
   std::random_device random;
   socket_.set(zmq::sockopt::routing_id,
               absl::StrCat(Hostname(), "-", getpid(), "-", random()));
@@ -22,7 +34,25 @@ SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig c
 
 absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int requested_rank,
                                                          const std::string& data_address) {
+  // A name that does not resolve is said at once: ZeroMQ would retry it until the connect
+  // timeout, which then reads as "the scheduler is not running".
+  absl::StatusOr<HostPort> where = ParseHostPort(config_.scheduler_address());
+  if (!where.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("scheduler address: ", where.status().message()));
+  }
+  if (absl::Status s = ResolveHost(where->host); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scheduler host '", where->host, "' (scheduler_address ", config_.scheduler_address(),
+        ", BYTECOMP_SCHEDULER or --scheduler) does not resolve: ", s.message()));
+  }
   const std::string endpoint = absl::StrCat("tcp://", config_.scheduler_address());
+  if (absl::StatusOr<HostPort> hp = ParseHostPort(config_.scheduler_address()); hp.ok()) {
+    if (absl::Status s = security_.CheckPlainHost(hp->host, "the scheduler address"); !s.ok()) {
+      return s;
+    }
+  }
+  // Registration only: a scheduler with another cluster key, or none, is reported at once.
+  const std::unique_ptr<HandshakeWatch> handshakes = security_.WatchHandshakes(socket_);
   try {
     socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -36,12 +66,14 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
   reg->set_data_address(data_address);
   reg->set_hostname(Hostname());
   reg->set_pid(getpid());
+  reg->set_token(TokenBytes(token_));
   if (role == proto::ROLE_WORKER) {
     reg->set_machine(machine_.empty() ? Hostname() : machine_);
     if (local_rank_.has_value()) reg->set_requested_local_rank(*local_rank_);
     if (local_size_.has_value()) reg->set_declared_local_size(*local_size_);
   }
   if (absl::Status s = Send(msg); !s.ok()) return s;
+  SendClockProbe();
 
   const int64_t deadline = MonotonicMs() + config_.connect_timeout_ms();
   while (true) {
@@ -50,17 +82,37 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
       return absl::DeadlineExceededError(absl::StrCat(
           "no topology from the scheduler at ", config_.scheduler_address(), " within ",
           config_.connect_timeout_ms() / 1000.0,
-          " s (is bytecomp-scheduler running there, and have all nodes started?)"));
+          " s (is bytecomp-scheduler running there, and have all nodes started?",
+          security_.keyed() ? " Does it use this node's cluster key? A scheduler with another "
+                              "key, or none, never answers)"
+                            : " If the job has a cluster key, this node needs it too: "
+                              "BYTECOMP_KEY_FILE or key_file)"));
+    }
+    if (std::optional<std::string> failure = handshakes->Failure()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot register with the scheduler at ", config_.scheduler_address(), ": ", *failure));
+    }
+    // Registered nodes hear the scheduler's heartbeats while the others join: a scheduler that
+    // fell silent after that is said as such.
+    if (last_heard_ms_ > 0) {
+      if (absl::Status s = CheckSchedulerHeard(); !s.ok()) return s;
     }
     // Keep heartbeating while waiting: the scheduler must not declare us dead during a slow
     // rendezvous.
     HeartbeatIfDue();
     absl::StatusOr<std::optional<proto::ControlMessage>> reply =
-        Receive(static_cast<int>(std::min<int64_t>(left, 200)));
+        Receive(static_cast<int>(std::min<int64_t>(left, kClockProbeGapMs)));
     if (!reply.ok()) return reply.status();
     if (!reply->has_value()) continue;
     const proto::ControlMessage& m = **reply;
-    if (m.has_topology()) return m.topology();
+    if (m.has_topology()) {
+      // Every node follows the job's timing: heartbeats, and when the scheduler counts as silent.
+      const proto::ClusterConfig& job = m.topology().config();
+      if (job.heartbeat_interval_ms() > 0) config_.set_heartbeat_interval_ms(job.heartbeat_interval_ms());
+      if (job.heartbeat_timeout_ms() > 0) config_.set_heartbeat_timeout_ms(job.heartbeat_timeout_ms());
+      config_.set_scheduler_timeout_ms(job.scheduler_timeout_ms());
+      return m.topology();
+    }
     if (m.has_error()) {
       return absl::FailedPreconditionError(
           absl::StrCat("scheduler at ", config_.scheduler_address(),
@@ -82,16 +134,59 @@ void SchedulerClient::SetPlacement(std::string machine, std::optional<int> local
 
 absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {
   std::vector<zmq::message_t> frames;
-  frames.push_back(ProtoFrame(message));
+  if (message.has_register_()) {
+    frames.push_back(ProtoFrame(message));
+  } else {
+    proto::ControlMessage signed_message = message;
+    signed_message.set_token(TokenBytes(token_));
+    frames.push_back(ProtoFrame(signed_message));
+  }
   last_sent_ms_ = MonotonicMs();
-  return SendFrames(socket_, frames);
+  // Never blocks without a bound: a DEALER whose only connection failed its handshake (a key
+  // mismatch) has no pipe left, and a blocking send would wait forever. Register goes at once
+  // (its caller watches the handshake); a later message whose queue is full (a burst of
+  // declarations beyond the socket's bounded queue) waits for room while the scheduler reads,
+  // at most the scheduler timeout.
+  absl::Status sent = SendFrames(socket_, frames, /*dont_wait=*/true);
+  if (message.has_register_() || !absl::IsResourceExhausted(sent)) return sent;
+  const int64_t deadline = MonotonicMs() + SchedulerTimeoutMs(config_);
+  while (absl::IsResourceExhausted(sent)) {
+    const int64_t left = deadline - MonotonicMs();
+    if (left <= 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "the scheduler at ", config_.scheduler_address(), " took no message for ",
+          SchedulerTimeoutMs(config_), " ms (its queue toward it is full)"));
+    }
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLOUT, 0};
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(std::min<int64_t>(left, 100)));
+    } catch (const zmq::error_t& e) {
+      return absl::UnavailableError(absl::StrCat("zmq poll: ", e.what()));
+    }
+    sent = SendFrames(socket_, frames, /*dont_wait=*/true);
+  }
+  return sent;
 }
 
 void SchedulerClient::HeartbeatIfDue() {
-  if (MonotonicMs() - last_sent_ms_ < config_.heartbeat_interval_ms()) return;
+  // Clock probes: the first ones kClockProbeGapMs apart (one at a time, so that none waits
+  // behind another), then one per heartbeat interval.
+  const int64_t now = MonotonicMs();
+  const int64_t probe_gap =
+      clock_probes_ < kQuickClockProbes ? kClockProbeGapMs : config_.heartbeat_interval_ms();
+  if (now - last_probe_ms_ >= probe_gap) SendClockProbe();
+  if (now - last_sent_ms_ < config_.heartbeat_interval_ms()) return;
   proto::ControlMessage msg;
   msg.mutable_heartbeat()->set_sequence(++heartbeat_sequence_);
   if (absl::Status s = Send(msg); !s.ok()) BC_LOG_WARNING("heartbeat not sent: ", s.ToString());
+}
+
+void SchedulerClient::SendClockProbe() {
+  ++clock_probes_;
+  last_probe_ms_ = MonotonicMs();
+  proto::ControlMessage probe;
+  probe.mutable_clock_probe()->set_node_sent_us(ClockOffset::NowUs());
+  (void)Send(probe);  // a lost probe only leaves the estimate as it was
 }
 
 absl::StatusOr<std::optional<proto::ControlMessage>> SchedulerClient::Receive(int timeout_ms) {
@@ -104,7 +199,23 @@ absl::StatusOr<std::optional<proto::ControlMessage>> SchedulerClient::Receive(in
     BC_LOG_WARNING("ignoring control frame from scheduler: ", s.ToString());
     return std::optional<proto::ControlMessage>();
   }
+  last_heard_ms_ = MonotonicMs();
+  if (msg.has_clock_reply()) {
+    clock_->AddSample(msg.clock_reply().node_sent_us(), msg.clock_reply().scheduler_us(),
+                     ClockOffset::NowUs());
+    return std::optional<proto::ControlMessage>();
+  }
   return std::optional<proto::ControlMessage>(std::move(msg));
+}
+
+absl::Status SchedulerClient::CheckSchedulerHeard() const {
+  const int64_t silent = MonotonicMs() - last_heard_ms_;
+  const int64_t limit = SchedulerTimeoutMs(config_);
+  if (last_heard_ms_ == 0 || silent < limit) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat(
+      "the scheduler at %s has been silent for %.1f s (scheduler_timeout_ms %d): it died, hangs "
+      "or cannot be reached",
+      config_.scheduler_address(), silent / 1000.0, limit));
 }
 
 }  // namespace bytecomp

@@ -58,8 +58,11 @@ absl::StatusOr<std::vector<zmq::message_t>> RecvFrames(
 
 void ConfigureSocket(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::linger, 0);
-  socket.set(zmq::sockopt::sndhwm, 0);
-  socket.set(zmq::sockopt::rcvhwm, 0);
+  // Bounded queues (ZeroMQ's default, 1000 messages each way) until LimitSocket
+  // (socket_limits.h) sets the socket's own: an unbounded queue lets a peer that never reads
+  // grow the process without end.
+  socket.set(zmq::sockopt::sndhwm, 1000);
+  socket.set(zmq::sockopt::rcvhwm, 1000);
   socket.set(zmq::sockopt::tcp_keepalive, 1);
   socket.set(zmq::sockopt::sndbuf, 4 << 20);
   socket.set(zmq::sockopt::rcvbuf, 4 << 20);

@@ -93,6 +93,11 @@ std::string FormatErrorText(const FormatError& e) {
       return absl::StrCat("bitmap bits from block ", e.a, " on are not zero");
     case C::kBitmapCount:
       return absl::StrCat("bitmap marks ", e.a, " blocks, the header says ", e.b);
+    case C::kWrongStage: return absl::StrCat("stage ", e.a, " payload, expected stage ", e.b);
+    case C::kCandidateFields:
+      return absl::StrCat("candidate flag ", e.a, ", index encoding ", e.b, ", width ", e.c,
+                          ", index_bytes ", e.d, " (the flag is 0 or 1; without a candidate "
+                          "the index fields are 0)");
   }
   return absl::StrCat("format error ", static_cast<uint32_t>(e.code));
 }

@@ -1,9 +1,12 @@
 // PowerSGD (Vogels et al. 2019) as a two-round codec (two_round.h), its aggregator
 // ("two_round_sum") and its memory ("powersgd", residual error feedback).
 //
-// Matrix shape: the codec sees a flat partition of n elements. It reads them row-major into a
-// rows x cols matrix M with cols = ceil(sqrt(n)) and rows = ceil(n / cols), zero-padded at the
-// end (rows * cols - n < cols padding zeros), so that P and Q are both about sqrt(n) long.
+// Matrix shape: the codec sees a partition of n elements and reads them row-major into a
+// rows x cols matrix M. With the "cols" parameter (the layer's row length, which the nodes set
+// from the tensor's declared shape: compress/strategy.h PlanFor; a partition is then whole rows
+// of the layer) cols is that, as PyTorch's PowerSGD hook views a layer (shape[0], -1); without
+// it (0, or more than n) cols = ceil(sqrt(n)), so that P and Q are both about sqrt(n) long.
+// rows = ceil(n / cols), zero-padded at the end (rows * cols - n < cols padding zeros).
 // rank_eff = min(rank, rows, cols).
 //
 // Round (per worker w, with the same ctx in all calls):
@@ -53,12 +56,16 @@ struct MatrixShape {
   size_t rank = 0;
 };
 
-MatrixShape ShapeFor(size_t n, size_t rank) {
+// `cols`: the matrix's row length, 0 for the near-square matrix.
+MatrixShape ShapeFor(size_t n, size_t rank, size_t cols) {
   MatrixShape s;
   if (n == 0) return s;
-  size_t c = static_cast<size_t>(std::sqrt(static_cast<double>(n)));
-  while (c * c < n) ++c;
-  while (c > 1 && (c - 1) * (c - 1) >= n) --c;
+  size_t c = cols;
+  if (c == 0 || c > n) {
+    c = static_cast<size_t>(std::sqrt(static_cast<double>(n)));
+    while (c * c < n) ++c;
+    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
+  }
   s.cols = c;
   s.rows = (n + c - 1) / c;
   s.rank = std::min({rank, s.rows, s.cols});
@@ -106,7 +113,7 @@ absl::Status CheckFiniteVector(absl::Span<const float> v, absl::string_view what
 
 class PowerSgdCodec final : public Codec, public TwoRoundCodec {
  public:
-  explicit PowerSgdCodec(size_t rank) : rank_(rank) {}
+  PowerSgdCodec(size_t rank, size_t cols) : rank_(rank), cols_(cols) {}
 
   absl::string_view name() const override { return kName; }
   CodecProperties properties() const override {
@@ -117,7 +124,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
   }
   // The single payload (the largest of the three formats).
   size_t MaxEncodedBytes(size_t n) const override {
-    const MatrixShape s = ShapeFor(n, rank_);
+    const MatrixShape s = ShapeFor(n, rank_, cols_);
     return 8 + 4 * (s.rows + s.cols) * s.rank;
   }
 
@@ -153,7 +160,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
   absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
                       absl::Span<float> output) override {
     const size_t n = output.size();
-    const MatrixShape sh = ShapeFor(n, rank_);
+    const MatrixShape sh = ShapeFor(n, rank_, cols_);
     const size_t expected = MaxEncodedBytes(n);
     if (encoded.size() != expected) {
       return MalformedError(kName, absl::StrCat(encoded.size(), " bytes for ", n,
@@ -181,11 +188,11 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
   }
 
   size_t FirstRoundFloats(size_t n) const override {
-    const MatrixShape s = ShapeFor(n, rank_);
+    const MatrixShape s = ShapeFor(n, rank_, cols_);
     return s.rows * s.rank;
   }
   size_t SecondRoundFloats(size_t n) const override {
-    const MatrixShape s = ShapeFor(n, rank_);
+    const MatrixShape s = ShapeFor(n, rank_, cols_);
     return s.cols * s.rank;
   }
 
@@ -202,7 +209,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     }
     if (n_ == 0) {
       n_ = n;
-      shape_ = ShapeFor(n, rank_);
+      shape_ = ShapeFor(n, rank_, cols_);
       q_warm_.assign(shape_.cols * shape_.rank, 0.0f);
     }
     const MatrixShape& sh = shape_;
@@ -382,6 +389,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
   }
 
   size_t rank_;
+  size_t cols_;  // the matrix's row length; 0: near-square
   size_t n_ = 0;
   MatrixShape shape_;
   std::vector<float> m_;        // this round's input, rows x cols, zero-padded
@@ -405,7 +413,7 @@ class TwoRoundSumAggregator final : public Aggregator {
 
   void Reset(size_t n) override {
     n_ = n;
-    sum_.clear();
+    sum_.assign(n, 0.0f);  // zeros until a payload is added, as every aggregator's Finish
     count_ = 0;
     stage_ = 0;
     started_ = true;
@@ -524,12 +532,20 @@ void RegisterLowRankCodecs(CodecRegistry& registry) {
   CodecSpec spec;
   spec.name = std::string(kName);
   spec.summary = "low-rank P and Q, two aggregation rounds, warm-started Q (two_round.h)";
-  spec.params = {param_specs::IntParam("rank", 1, "rank of the approximation, in [1, 64]", 1, 64)};
+  spec.params = {
+      param_specs::IntParam("rank", 1, "rank of the approximation, in [1, 64]", 1, 64),
+      param_specs::IntParam("cols", 0,
+                            "row length of the matrix a partition is read into; the nodes set "
+                            "it to the layer's (shape[1] * shape[2] * ...) when the tensor was "
+                            "declared with its shape; 0: a near-square matrix",
+                            0, int64_t{1} << 40)};
   spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
     ParamReader r(params);
     const int64_t rank = r.Int("rank");
+    const int64_t cols = r.Int("cols");
     if (!r.ok()) return r.status();
-    return std::unique_ptr<Codec>(new PowerSgdCodec(static_cast<size_t>(rank)));
+    return std::unique_ptr<Codec>(
+        new PowerSgdCodec(static_cast<size_t>(rank), static_cast<size_t>(cols)));
   };
   spec.aggregator_factory =
       [](std::unique_ptr<Codec> codec) -> absl::StatusOr<std::unique_ptr<Aggregator>> {

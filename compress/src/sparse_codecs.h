@@ -98,5 +98,6 @@ void RegisterRandomkCodec(CodecRegistry& registry);    // sparse_randomk.cc
 void RegisterDgcCodec(CodecRegistry& registry);        // sparse_dgc.cc
 void RegisterAdaqCodec(CodecRegistry& registry);       // sparse_adaq.cc
 void RegisterBlocksparseCodec(CodecRegistry& registry);  // sparse_blocksparse.cc
+void RegisterArtopkCodec(CodecRegistry& registry);     // sparse_artopk.cc
 
 }  // namespace bytecomp::compress

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/compress/memory.h"
+#include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
 #include "google/protobuf/text_format.h"
 
@@ -56,6 +57,36 @@ absl::Status CheckCodec(const proto::CodecConfig& c, const std::string& field) {
   return absl::OkStatus();
 }
 
+// The adaptive ratio's bounds and thresholds, against the push codec's ratio.
+absl::Status CheckAdaptiveRatio(const proto::TensorStrategy& t) {
+  const proto::AdaptiveRatio a = AdaptiveRatioWithDefaults(t.adaptive_ratio());
+  absl::StatusOr<double> ratio = PushRatio(t);
+  if (!ratio.ok()) return ratio.status();
+  if (!(a.min_ratio() > 0 && a.min_ratio() <= a.max_ratio() && a.max_ratio() <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("needs 0 < min_ratio <= max_ratio <= 1, got ",
+                                                   a.min_ratio(), " and ", a.max_ratio()));
+  }
+  if (*ratio < a.min_ratio() || *ratio > a.max_ratio()) {
+    return absl::InvalidArgumentError(absl::StrCat("the push codec's ratio ", *ratio,
+                                                   " is outside [", a.min_ratio(), ", ",
+                                                   a.max_ratio(), "]"));
+  }
+  if (!(a.raise_below_kept() >= 0 && a.raise_below_kept() <= a.lower_above_kept() &&
+        a.lower_above_kept() <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("needs 0 <= raise_below_kept <= lower_above_kept <= 1, got ",
+                     a.raise_below_kept(), " and ", a.lower_above_kept()));
+  }
+  if (!(a.min_comm_share() >= 0 && a.min_comm_share() <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_comm_share must be in [0, 1], got ", a.min_comm_share()));
+  }
+  if (!(a.step() > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("step must be > 1, got ", a.step()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const proto::Strategy& s, absl::string_view source,
                       const TextFormat::ParseInfoTree* tree) {
   if (s.min_compress_bytes() < 0) {
@@ -88,11 +119,43 @@ absl::Status Validate(const proto::Strategy& s, absl::string_view source,
                                                      entry, ".pull_codec: two-way compression "
                                                      "needs a push_codec"));
     }
+    if (t.has_adaptive_ratio()) {
+      if (absl::Status st = CheckAdaptiveRatio(t); !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, i, "push_codec", "name"),
+                                                       entry, ".adaptive_ratio: ", st.message()));
+      }
+    }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+proto::AdaptiveRatio AdaptiveRatioWithDefaults(const proto::AdaptiveRatio& given) {
+  proto::AdaptiveRatio a = given;
+  if (a.window_rounds() == 0) a.set_window_rounds(20);
+  if (a.raise_below_kept() == 0) a.set_raise_below_kept(0.05);
+  if (a.lower_above_kept() == 0) a.set_lower_above_kept(0.5);
+  if (a.min_comm_share() == 0) a.set_min_comm_share(0.1);
+  if (a.step() == 0) a.set_step(2);
+  return a;
+}
+
+absl::StatusOr<double> PushRatio(const proto::TensorStrategy& entry) {
+  const std::string& name = entry.push_codec().name();
+  const CodecSpec* spec = CodecRegistry::Global().Find(name);
+  if (spec == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown codec '", name, "'"));
+  absl::StatusOr<CodecParams> params =
+      ValidateParams(absl::StrCat("codec '", name, "'"), spec->params, ParamsOf(entry.push_codec()));
+  if (!params.ok()) return params.status();
+  auto it = params->find("ratio");
+  double ratio = 0;
+  if (it == params->end() || !ParseDoubleParam(it->second, &ratio)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the push codec '", name, "' has no ratio parameter to adapt"));
+  }
+  return ratio;
+}
 
 CodecParams ParamsOf(const proto::CodecConfig& config) {
   return CodecParams(config.params().begin(), config.params().end());
@@ -128,41 +191,48 @@ absl::Status ValidateStrategy(const proto::Strategy& strategy) {
   return Validate(strategy, "strategy", nullptr);
 }
 
-bool GlobMatch(absl::string_view pattern, absl::string_view name) {
-  // Iterative matcher with backtracking to the last '*'.
-  size_t p = 0, n = 0, star = absl::string_view::npos, mark = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p;
-      ++n;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = n;
-    } else if (star != absl::string_view::npos) {
-      p = star + 1;
-      n = ++mark;
-    } else {
-      return false;
+namespace {
+
+// Gives `config` the tensor's row length as "cols" when its codec works on a matrix (it
+// declares a "cols" parameter) and the strategy does not set it.
+void SetRowLength(int64_t row_elements, proto::CodecConfig* config) {
+  if (row_elements <= 0 || config->params().count("cols") > 0) return;
+  const CodecSpec* spec = CodecRegistry::Global().Find(config->name());
+  if (spec == nullptr) return;
+  for (const CodecParamSpec& param : spec->params) {
+    if (param.name == "cols") {
+      (*config->mutable_params())["cols"] = absl::StrCat(row_elements);
+      return;
     }
   }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
 }
 
+}  // namespace
+
 TensorPlan PlanFor(const proto::Strategy& strategy, absl::string_view tensor_name,
-                   int64_t tensor_bytes) {
+                   int64_t tensor_bytes, int64_t row_elements) {
   TensorPlan plan;
   plan.version = strategy.version();
-  for (const proto::TensorStrategy& t : strategy.tensors()) {
-    if (!GlobMatch(t.name_pattern(), tensor_name)) continue;
-    const int64_t min_bytes =
-        strategy.min_compress_bytes() > 0 ? strategy.min_compress_bytes() : kDefaultMinCompressBytes;
-    if (tensor_bytes < min_bytes && !t.force()) return plan;
-    plan.push = t.push_codec();
-    plan.pull = t.pull_codec();
-    plan.compress_on = t.compress_on();
-    plan.decompress_on = t.decompress_on();
-    return plan;
+  const proto::TensorStrategy* t = EntryFor(strategy, tensor_name);
+  if (t == nullptr) return plan;
+  const int64_t min_bytes =
+      strategy.min_compress_bytes() > 0 ? strategy.min_compress_bytes() : kDefaultMinCompressBytes;
+  if (tensor_bytes < min_bytes && !t->force()) return plan;
+  plan.push = t->push_codec();
+  plan.pull = t->pull_codec();
+  // Two-way with the same codec: the server's re-encode gets the push's error feedback
+  // unless the entry names its own memory ("none": none), whatever tool wrote the file.
+  if (plan.two_way() && plan.pull.name() == plan.push.name() && plan.pull.memory().empty() &&
+      !plan.push.memory().empty()) {
+    plan.pull.set_memory(plan.push.memory());
+    *plan.pull.mutable_memory_params() = plan.push.memory_params();
+  }
+  SetRowLength(row_elements, &plan.push);
+  if (plan.two_way()) SetRowLength(row_elements, &plan.pull);
+  plan.compress_on = t->compress_on();
+  plan.decompress_on = t->decompress_on();
+  if (t->has_adaptive_ratio()) {
+    plan.ratio_window_rounds = AdaptiveRatioWithDefaults(t->adaptive_ratio()).window_rounds();
   }
   return plan;
 }

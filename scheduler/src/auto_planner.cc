@@ -1,14 +1,23 @@
 #include "bytecomp/scheduler/auto_planner.h"
 
+#include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "bytecomp/common/stats.h"
+#include "bytecomp/planner/explain.h"
 #include "bytecomp/planner/planner.h"
 #include "bytecomp/planner/timeline.h"
 
 namespace bytecomp {
+
+double TwoSignificantDigits(double x) {
+  if (!(x > 0) || !std::isfinite(x)) return x;
+  const double scale = std::pow(10.0, std::floor(std::log10(x)) - 1);
+  return std::round(x / scale) * scale;
+}
 
 absl::StatusOr<PlanLinks> ParsePlanLinks(absl::string_view text) {
   if (text == "measured") return PlanLinks::kMeasured;
@@ -31,8 +40,8 @@ std::string ChooseLinks(PlanLinks mode, const std::optional<MeasuredLinks>& meas
     return absl::StrCat("links from --plan_cluster, no link probe measured them: ", file);
   }
   proto::LinkSpec link;
-  link.set_bandwidth_gbps(std::min(measured->up_gbps, measured->down_gbps));
-  link.set_latency_us(measured->latency_us / 4);
+  link.set_bandwidth_gbps(TwoSignificantDigits(std::min(measured->up_gbps, measured->down_gbps)));
+  link.set_latency_us(TwoSignificantDigits(measured->latency_us / 4));
   *cluster->mutable_worker_link() = link;
   *cluster->mutable_server_link() = link;
   return absl::StrFormat(
@@ -91,18 +100,62 @@ absl::StatusOr<double> FitLinks(planner::PlannerInputs* inputs, double measured_
     if (!at_mid.ok()) return at_mid.status();
     (*at_mid > measured_us ? lo : hi) = mid;
   }
+  hi = TwoSignificantDigits(hi);
   ScaleLinks(&inputs->cluster, hi);
   return hi;
+}
+
+// What the CPUs did during the profiled rounds (ModelProfile's CPU fields, merged).
+struct RoundCpu {
+  bool reported = false;
+  bool bound = false;
+  std::string words;  // "host CPUs 93% busy; a worker process used 1.9 of 2 cores"
+};
+RoundCpu CpuOfRounds(const proto::ModelProfile& profile) {
+  constexpr double kBusy = 0.85;
+  RoundCpu cpu;
+  std::vector<std::string> seen;
+  if (profile.host_cpu_busy() > 0) {
+    cpu.reported = true;
+    cpu.bound = profile.host_cpu_busy() >= kBusy;
+    seen.push_back(absl::StrFormat("host CPUs %.0f%% busy", 100 * profile.host_cpu_busy()));
+  }
+  if (profile.measured_round_cpu_us() > 0 && profile.measured_round_us() > 0 &&
+      profile.cpu_cores() > 0) {
+    cpu.reported = true;
+    const double cores = profile.measured_round_cpu_us() / profile.measured_round_us();
+    cpu.bound = cpu.bound || cores >= kBusy * profile.cpu_cores();
+    seen.push_back(absl::StrFormat("a worker process used %.2g of its %d cores", cores,
+                                   profile.cpu_cores()));
+  }
+  cpu.words = absl::StrJoin(seen, "; ");
+  return cpu;
 }
 
 // The link fit for PlanFromProfiles: scales inputs->cluster's links when the job's profiled
 // rounds allow (AutoPlanJob, FitLinks); returns the log's words for what it did.
 absl::StatusOr<std::string> ApplyLinkFit(planner::PlannerInputs* inputs, const AutoPlanJob& job,
-                                         double* scale) {
+                                         double* scale, bool* cpu_bound) {
   *scale = 1;
   const double measured_us = inputs->profile.measured_round_us();
-  if (!job.profiled_uncompressed) return "links not fitted: the profiled rounds ran compressed";
+  const RoundCpu cpu = CpuOfRounds(inputs->profile);
+  *cpu_bound = cpu.bound;
+  const std::string bound =
+      !cpu.reported ? "the workers did not report their CPU use"
+      : cpu.bound   ? absl::StrCat("CPU-bound rounds (", cpu.words, ")")
+                    : absl::StrCat("network-bound rounds (", cpu.words, ")");
+  if (!job.profiled_uncompressed) {
+    return absl::StrCat("links not fitted: the profiled rounds ran compressed; ", bound);
+  }
   if (measured_us <= 0) return "links not fitted: the profiled rounds were not timed";
+  if (cpu.bound) {
+    absl::StatusOr<double> model_us = UncompressedRoundUs(*inputs, 1.0);
+    if (!model_us.ok()) return model_us.status();
+    return absl::StrFormat(
+        "the profiled (uncompressed) rounds took %.3f ms, the model %.3f ms with the links "
+        "given; %s: links not fitted (a slow CPU is not a slow network)",
+        measured_us / 1000.0, *model_us / 1000.0, bound);
+  }
   double predicted_us = 0;
   absl::StatusOr<double> fitted = FitLinks(inputs, measured_us, &predicted_us);
   if (!fitted.ok()) return fitted.status();
@@ -121,70 +174,85 @@ absl::StatusOr<std::string> ApplyLinkFit(planner::PlannerInputs* inputs, const A
   } else {
     fit += "links kept";
   }
-  return fit;
+  return absl::StrCat(fit, "; ", bound);
 }
 
 }  // namespace
 
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
                                           proto::ClusterDescription cluster,
-                                          const proto::CostTable& costs, const AutoPlanJob& job) {
+                                          const proto::CostTable& costs, const AutoPlanJob& job,
+                                          const proto::PlannerOptions& options) {
   if (profiles.empty() || profiles[0].tensors_size() == 0) {
     return absl::FailedPreconditionError("no profile with tensors was reported");
   }
-  std::map<std::string, std::pair<double, int>> gaps;  // name -> (sum, count)
+  std::map<std::string, std::vector<double>> gaps;  // name -> every worker's gap
   for (const proto::ModelProfile& p : profiles) {
-    for (const proto::TensorProfile& t : p.tensors()) {
-      auto& g = gaps[t.name()];
-      g.first += t.ready_gap_us();
-      ++g.second;
-    }
+    for (const proto::TensorProfile& t : p.tensors()) gaps[t.name()].push_back(t.ready_gap_us());
   }
   planner::PlannerInputs inputs;
   inputs.profile = profiles[0];
   for (proto::TensorProfile& t : *inputs.profile.mutable_tensors()) {
-    const auto& g = gaps[t.name()];
-    t.set_ready_gap_us(g.first / g.second);
+    t.set_ready_gap_us(TwoSignificantDigits(Median(gaps[t.name()])));
   }
-  std::vector<double> forward, round;
-  for (const proto::ModelProfile& p : profiles) {
-    forward.push_back(p.forward_us());
-    if (p.measured_round_us() > 0) round.push_back(p.measured_round_us());
-  }
-  inputs.profile.set_forward_us(Median(forward));
-  inputs.profile.set_measured_round_us(round.empty() ? 0 : Median(round));
-  inputs.profile.set_source(absl::StrCat(profiles[0].source(), "; gaps averaged over ",
-                                         profiles.size(), " workers, forward_us their median"));
+  // Medians over the workers that measured the value, to two significant digits.
+  auto median = [&](auto field) {
+    std::vector<double> values;
+    for (const proto::ModelProfile& p : profiles) {
+      if (field(p) > 0) values.push_back(field(p));
+    }
+    return values.empty() ? 0.0 : TwoSignificantDigits(Median(values));
+  };
+  inputs.profile.set_forward_us(median([](const auto& p) { return p.forward_us(); }));
+  inputs.profile.set_measured_round_us(
+      median([](const auto& p) { return p.measured_round_us(); }));
+  inputs.profile.set_measured_round_cpu_us(
+      median([](const auto& p) { return p.measured_round_cpu_us(); }));
+  inputs.profile.set_host_cpu_busy(median([](const auto& p) { return p.host_cpu_busy(); }));
+  inputs.profile.set_cpu_cores(static_cast<int>(
+      median([](const auto& p) { return static_cast<double>(p.cpu_cores()); })));
+  inputs.profile.set_source(absl::StrCat(profiles[0].source(), "; the medians over ",
+                                         profiles.size(), " workers, to two significant digits"));
   cluster.set_workers(job.workers);
   cluster.set_servers(job.servers);
   std::string scheme = "flat";
   if (job.hierarchical_machines > 0) {
     cluster.set_machines(job.hierarchical_machines);
-    inputs.options.set_hierarchical_only(true);
     scheme = absl::StrCat("hierarchical, ", job.hierarchical_machines, " machines");
   }
+  if (cluster.colocated_servers()) absl::StrAppend(&scheme, ", servers beside the workers");
   inputs.cluster = std::move(cluster);
   inputs.costs = costs;
-  double link_scale = 1;
-  absl::StatusOr<std::string> fit = ApplyLinkFit(&inputs, job, &link_scale);
+  inputs.options = options;
+  if (job.hierarchical_machines > 0) inputs.options.set_hierarchical_only(true);
+  AutoPlan out;
+  absl::StatusOr<std::string> fit = ApplyLinkFit(&inputs, job, &out.link_scale, &out.cpu_bound);
   if (!fit.ok()) return fit.status();
   absl::StatusOr<planner::PreparedProblem> prepared = planner::Prepare(inputs);
   if (!prepared.ok()) return prepared.status();
   const planner::PlanResult plan = planner::PlanByteComp(*prepared);
-  AutoPlan out;
   out.strategy = planner::ToStrategy(*prepared, plan.choice);
+  out.profile = inputs.profile;
+  out.cluster = inputs.cluster;
+  out.options = inputs.options;
   out.predicted_us = plan.predicted_us;
-  out.link_scale = link_scale;
+  out.table = planner::PlanTable(*prepared, plan.choice,
+                                 planner::ExplainPlan(*prepared, plan.choice), /*large_only=*/true);
   int compressed = 0;
   for (size_t i = 0; i < plan.choice.size(); ++i) {
-    if (plan.choice[i] != prepared->none_option_index(static_cast<int>(i))) ++compressed;
+    if (prepared->sim.tensors[i].options[plan.choice[i]].option.codec >= 0) ++compressed;
   }
+  const std::string excluded = planner::ExcludedCodecs(*prepared);
   out.summary = absl::StrCat(
-      "planned ", plan.choice.size(), " tensors (", scheme, ") in ", plan.planning_ms,
-      " ms: ", compressed, " compressed; predicted iteration ", plan.predicted_us / 1000.0,
-      " ms against ", plan.no_compression_us / 1000.0, " ms uncompressed and ",
-      plan.compress_everything_us / 1000.0, " ms compressing everything (measured forward ",
-      inputs.profile.forward_us() / 1000.0, " ms); ", *fit);
+      "planned ", plan.choice.size(), " tensors (", scheme, ") in ",
+      absl::StrFormat("%.1f", plan.planning_ms), " ms: ", compressed,
+      " compressed; predicted iteration ", absl::StrFormat("%.3f", plan.predicted_us / 1000.0),
+      " ms against ", absl::StrFormat("%.3f", plan.no_compression_us / 1000.0),
+      " ms uncompressed and ", absl::StrFormat("%.3f", plan.compress_everything_us / 1000.0),
+      " ms compressing everything (measured forward ",
+      absl::StrFormat("%.3f", inputs.profile.forward_us() / 1000.0), " ms); ", *fit,
+      excluded.empty() ? "" : absl::StrCat("; not considered: ", excluded,
+                                           " (PlannerOptions.max_loss, --plan_options)"));
   return out;
 }
 

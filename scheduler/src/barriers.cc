@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/common/refusal_log.h"
 
 namespace bytecomp {
 namespace {
@@ -35,14 +36,15 @@ void Barriers::Handle(const RegisteredNode& node, const proto::BarrierRequest& r
                       Outbox* out) {
   const std::string& group_name = request.group();
   if (GroupSize(group_name) < 0) {
-    out->SendError(node.identity, absl::StrCat("unknown barrier group '", group_name,
-                                               "'; valid: workers, servers, all"));
+    const std::string why = absl::StrCat("unknown barrier group '", Printable(group_name, 64),
+                                         "'; valid: workers, servers, all");
+    out->Refuse(node.identity, why, absl::StrCat(NodeTable::Name(node), ": ", why));
     return;
   }
   if (!InGroup(node, group_name)) {
-    out->SendError(node.identity, absl::StrCat(NodeTable::Name(node),
-                                               " is not a member of barrier group '",
-                                               group_name, "'"));
+    const std::string why = absl::StrCat(NodeTable::Name(node),
+                                         " is not a member of barrier group '", group_name, "'");
+    out->Refuse(node.identity, why, why);
     return;
   }
   Group& group = groups_[group_name];

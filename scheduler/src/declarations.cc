@@ -8,15 +8,20 @@
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/common/partition.h"
+#include "bytecomp/common/refusal_log.h"
 #include "log_format.h"
 
 namespace bytecomp {
 namespace {
 
+constexpr int kMaxShapeDimensions = 32;
+
 std::string DescribeDeclaration(const proto::DeclareTensor& d) {
   return absl::StrCat(d.element_count(), " elements of ",
-                      IsValidDType(d.dtype()) ? std::string(DTypeName(static_cast<DType>(d.dtype())))
-                                              : absl::StrCat("dtype ", d.dtype()));
+                      IsValidDType(d.dtype())
+                          ? std::string(DTypeName(static_cast<DType>(d.dtype())))
+                          : absl::StrCat("dtype ", d.dtype()));
 }
 
 proto::ControlMessage ReplyMessage(const proto::DeclareReply& reply) {
@@ -55,50 +60,93 @@ std::string DescribeMismatch(const std::string& name,
   return absl::StrCat("tensor '", name, "' declared with ", absl::StrJoin(parts, " and "));
 }
 
+// The row length of the tensor's matrix view (DeclareReply.row_elements): when every worker
+// declared the same shape of two or more dimensions and a row fits in a partition; else 0
+// (workers that give no shape, or shapes that differ, make it a flat tensor).
+int64_t RowElements(const std::map<int, proto::DeclareTensor>& by_worker,
+                    int64_t partition_elements) {
+  const proto::DeclareTensor& first = by_worker.begin()->second;
+  if (first.shape_size() < 2) return 0;
+  for (const auto& [rank, d] : by_worker) {
+    if (!std::equal(d.shape().begin(), d.shape().end(), first.shape().begin(),
+                    first.shape().end())) {
+      return 0;
+    }
+  }
+  const int64_t row = first.element_count() / first.shape(0);
+  return row <= partition_elements ? row : 0;
+}
+
 }  // namespace
 
 Declarations::Declarations(const proto::ClusterConfig& config, const NodeTable& nodes)
     : config_(config),
       nodes_(nodes),
-      assigner_(config.num_servers(), config.partition_bytes()) {}
+      assigner_(config.num_servers(), config.partition_bytes()),
+      budget_(config) {}
 
 void Declarations::Handle(const RegisteredNode& node, const proto::DeclareTensor& declare,
                           int64_t now_ms, Outbox* out) {
   auto reply_error = [&](const std::string& error) {
-    proto::DeclareReply reply;
-    reply.set_name(declare.name());
-    reply.set_ok(false);
-    reply.set_error(error);
-    BC_LOG_WARNING("declaration from ", NodeTable::Name(node), " rejected: ", error);
-    out->Send(node.identity, ReplyMessage(reply));
+    proto::ControlMessage reply;
+    reply.mutable_declare_reply()->set_name(declare.name());
+    reply.mutable_declare_reply()->set_ok(false);
+    reply.mutable_declare_reply()->set_error(error);
+    out->Refuse(node.identity, std::move(reply),
+                absl::StrCat("declaration from ", NodeTable::Name(node), " rejected: ", error));
   };
+  const std::string name = Printable(declare.name(), 64);  // for errors and logs
   if (node.role != proto::ROLE_WORKER) {
     return reply_error(absl::StrCat("only workers declare tensors; ", NodeTable::Name(node),
-                                    " declared '", declare.name(), "'"));
+                                    " declared '", name, "'"));
   }
-  if (declare.name().empty()) return reply_error("tensor name must not be empty");
+  if (absl::Status s = budget_.CheckName(declare.name()); !s.ok()) {
+    return reply_error(std::string(s.message()));
+  }
   if (!IsValidDType(declare.dtype())) {
-    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared with unknown dtype ",
+    return reply_error(absl::StrCat("tensor '", name, "' declared with unknown dtype ",
                                     declare.dtype(), " by worker ", node.rank));
   }
   if (declare.element_count() < 1) {
-    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared with ",
+    return reply_error(absl::StrCat("tensor '", name, "' declared with ",
                                     declare.element_count(), " elements by worker ", node.rank,
                                     "; a tensor needs at least 1 element"));
+  }
+  // Every name is kept until the job ends: their number is bounded like the tensors'.
+  if (!declarations_.contains(declare.name()) &&
+      static_cast<int64_t>(declarations_.size()) >= budget_.max_tensors()) {
+    return reply_error(absl::StrCat("tensor '", name, "': the job has declared ",
+                                    declarations_.size(),
+                                    " tensor names, its limit (ClusterConfig.max_tensors)"));
   }
   Declaration& decl = declarations_[declare.name()];
   if (decl.by_worker.empty()) {
     decl.first_ms = now_ms;
     undecided_.insert(declare.name());
   }
+  if (declare.shape_size() > kMaxShapeDimensions) {
+    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared by worker ", node.rank,
+                                    " with ", declare.shape_size(), " dimensions; at most ",
+                                    kMaxShapeDimensions));
+  }
+  if (!declare.shape().empty() &&
+      !ShapeHolds(absl::MakeConstSpan(declare.shape().data(), declare.shape_size()),
+                  declare.element_count())) {
+    return reply_error(absl::StrCat("tensor '", declare.name(), "' declared by worker ", node.rank,
+                                    " with shape [", absl::StrJoin(declare.shape(), ", "),
+                                    "], which does not hold ", declare.element_count(),
+                                    " elements"));
+  }
   auto mine = decl.by_worker.find(node.rank);
   if (mine != decl.by_worker.end()) {
     const bool same = mine->second.element_count() == declare.element_count() &&
-                      mine->second.dtype() == declare.dtype();
+                      mine->second.dtype() == declare.dtype() &&
+                      std::equal(mine->second.shape().begin(), mine->second.shape().end(),
+                                 declare.shape().begin(), declare.shape().end());
     if (!same) {
       return reply_error(absl::StrCat("tensor '", declare.name(), "' re-declared by worker ",
-                                      node.rank, " with ", DescribeDeclaration(declare),
-                                      " after ", DescribeDeclaration(mine->second)));
+                                      node.rank, " with ", DescribeDeclaration(declare), " after ",
+                                      DescribeDeclaration(mine->second)));
     }
     // Identical re-declaration: answer again once decided, else keep waiting.
     if (decl.reply.has_value()) out->Send(node.identity, ReplyMessage(*decl.reply));
@@ -122,28 +170,42 @@ void Declarations::Complete(const std::string& name, Declaration& decl, Outbox* 
   const bool counts_agree = std::all_of(
       decl.by_worker.begin(), decl.by_worker.end(),
       [&](const auto& kv) { return kv.second.element_count() == first.element_count(); });
-  const bool dtypes_agree = std::all_of(
-      decl.by_worker.begin(), decl.by_worker.end(),
-      [&](const auto& kv) { return kv.second.dtype() == first.dtype(); });
+  const bool dtypes_agree =
+      std::all_of(decl.by_worker.begin(), decl.by_worker.end(),
+                  [&](const auto& kv) { return kv.second.dtype() == first.dtype(); });
   if (!counts_agree || !dtypes_agree) {
     reply.set_ok(false);
     reply.set_error(DescribeMismatch(name, decl.by_worker, counts_agree, dtypes_agree));
+  } else if (absl::Status fits = budget_.CheckTensor(
+                 name, first.element_count(), static_cast<DType>(first.dtype()),
+                 NumPartitions(first.element_count(),
+                               PartitionAssigner::PartitionElements(
+                                   config_.partition_bytes(), static_cast<DType>(first.dtype()))));
+             !fits.ok()) {
+    // Before anything is allocated for its partitions.
+    reply.set_ok(false);
+    reply.set_error(std::string(fits.message()));
   } else {
+    const int64_t row_elements = RowElements(
+        decl.by_worker,
+        assigner_.PartitionElements(config_.partition_bytes(), static_cast<DType>(first.dtype())));
     absl::StatusOr<PartitionAssignment> assignment =
-        assigner_.Assign(first.element_count(), static_cast<DType>(first.dtype()));
+        assigner_.Assign(first.element_count(), static_cast<DType>(first.dtype()), row_elements);
     if (!assignment.ok()) {
       reply.set_ok(false);
       reply.set_error(absl::StrCat("tensor '", name, "': ", assignment.status().message()));
     } else {
       reply.set_ok(true);
+      budget_.Take(first.element_count(), static_cast<DType>(first.dtype()),
+                   assignment->partition_server.size());
       reply.set_tensor_id(next_tensor_id_++);
       reply.set_element_count(first.element_count());
       reply.set_dtype(first.dtype());
       reply.set_partition_elements(assignment->partition_elements);
+      reply.set_row_elements(row_elements);
       for (int32_t server : assignment->partition_server) reply.add_partition_server(server);
-      BC_LOG_DEBUG("tensor '", name, "' id ", reply.tensor_id(), ": ",
-                   DescribeDeclaration(first), " in ", reply.partition_server_size(),
-                   " partitions");
+      BC_LOG_DEBUG("tensor '", name, "' id ", reply.tensor_id(), ": ", DescribeDeclaration(first),
+                   " in ", reply.partition_server_size(), " partitions");
     }
   }
   undecided_.erase(name);
@@ -151,7 +213,7 @@ void Declarations::Complete(const std::string& name, Declaration& decl, Outbox* 
 }
 
 void Declarations::Decide(Declaration& decl, proto::DeclareReply reply, Outbox* out) {
-  if (!reply.ok()) BC_LOG_WARNING("declaration failed: ", reply.error());
+  if (!reply.ok()) BC_LOG_WARNING("declaration failed: ", Printable(reply.error(), 1024));
   decl.reply = std::move(reply);
   const proto::ControlMessage message = ReplyMessage(*decl.reply);
   // Servers first: they validate every data message against the declaration, and a worker

@@ -34,8 +34,9 @@ int64_t Liveness::LastSeen(const RegisteredNode& node) const {
 
 void Liveness::HandleWorkerDone(const RegisteredNode& node, Outbox* out) {
   if (node.role != proto::ROLE_WORKER) {
-    out->SendError(node.identity, absl::StrCat("WorkerDone from ", NodeTable::Name(node),
-                                               ", which is not a worker"));
+    const std::string why =
+        absl::StrCat("WorkerDone from ", NodeTable::Name(node), ", which is not a worker");
+    out->Refuse(node.identity, why, why);
     return;
   }
   if (!done_workers_.insert(node.rank).second) return;  // a repeat counts once
@@ -91,6 +92,21 @@ void Liveness::OnTime(int64_t now_ms, Outbox* out) {
   if (monitoring_) FailSilentNodes(now_ms, out);
 }
 
+std::optional<int64_t> Liveness::NextHeartbeat() const {
+  if (nodes_.size() == 0) return std::nullopt;
+  return next_heartbeat_ms_;
+}
+
+void Liveness::SendHeartbeats(int64_t now_ms, Outbox* out) {
+  if (now_ms < next_heartbeat_ms_ || nodes_.size() == 0) return;
+  next_heartbeat_ms_ = now_ms + config_.heartbeat_interval_ms();
+  proto::ControlMessage heartbeat;
+  heartbeat.mutable_heartbeat()->set_sequence(++heartbeat_sequence_);
+  for (const RegisteredNode* node : nodes_.Registered()) {
+    if (Watched(*node)) out->Send(node->identity, heartbeat);
+  }
+}
+
 void Liveness::FailSilentNodes(int64_t now_ms, Outbox* out) {
   std::vector<const RegisteredNode*> failed;
   std::vector<std::string> alive;  // identities
@@ -115,6 +131,11 @@ void Liveness::FailSilentNodes(int64_t now_ms, Outbox* out) {
     nf->set_reason(missed);
     nf->set_data_address(f->data_address);
     for (const std::string& id : alive) out->Send(id, message);
+    // It may only be frozen: when it runs again, this tells it to exit.
+    proto::ControlMessage bye;
+    bye.mutable_shutdown()->set_reason(
+        absl::StrCat("the scheduler declared ", NodeTable::Name(*f), " failed: ", missed));
+    out->Send(f->identity, std::move(bye));
   }
   const std::string reason = absl::StrCat(absl::StrJoin(names, ", "), " failed (", missed,
                                           "); a synchronous job cannot continue");

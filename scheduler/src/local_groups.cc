@@ -118,18 +118,20 @@ absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<MachineSlot>&
       if (*w->requested_local_rank < size) slots[*w->requested_local_rank] = w->rank;
     }
     if (declared.has_value() && *declared != size) {
-      // Which local ranks are missing is known when every worker there named its local rank.
-      std::vector<bool> taken(*declared, false);
-      bool all_named = true;
+      // Which local ranks are missing is known when every worker there named its local rank;
+      // they are listed only for a declared size within the job's, which nothing else bounds
+      // here (Registration refuses larger ones before they get this far).
+      bool all_named = *declared <= count;
+      std::vector<bool> taken(all_named ? *declared : 0, false);
       for (const MachineSlot* w : group) {
-        if (w->requested_local_rank.has_value()) {
+        if (w->requested_local_rank.has_value() && all_named) {
           taken[*w->requested_local_rank] = true;
         } else {
           all_named = false;
         }
       }
       std::vector<int> missing;
-      for (int lr = 0; lr < *declared; ++lr) {
+      for (int lr = 0; all_named && lr < *declared; ++lr) {
         if (!taken[lr]) missing.push_back(lr);
       }
       std::vector<std::string> present;

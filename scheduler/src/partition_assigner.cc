@@ -21,7 +21,8 @@ int64_t PartitionAssigner::PartitionCount(int64_t element_count, int64_t partiti
 }
 
 absl::StatusOr<PartitionAssignment> PartitionAssigner::Assign(int64_t element_count,
-                                                              DType dtype) {
+                                                              DType dtype,
+                                                              int64_t row_elements) {
   if (!IsValidDType(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
   }
@@ -32,6 +33,14 @@ absl::StatusOr<PartitionAssignment> PartitionAssigner::Assign(int64_t element_co
   const int64_t dtype_size = static_cast<int64_t>(DTypeSize(dtype));
   PartitionAssignment out;
   out.partition_elements = PartitionElements(partition_bytes_, dtype);
+  if (row_elements > 0) {
+    if (element_count % row_elements != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rows of ", row_elements, " elements do not divide ", element_count, " elements"));
+    }
+    out.partition_elements =
+        std::max(row_elements, out.partition_elements / row_elements * row_elements);
+  }
   const int64_t count = PartitionCount(element_count, out.partition_elements);
   if (count > kMaxPartitionsPerTensor) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -8,9 +8,16 @@
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
+#include "bytecomp/common/refusal_log.h"
 #include "log_format.h"
 
 namespace bytecomp {
+namespace {
+
+// A Register's hostname and data address are logged and relayed: bounded.
+constexpr size_t kMaxRegisterText = 256;
+
+}  // namespace
 
 Registration::Registration(const proto::ClusterConfig& config, NodeTable* nodes,
                            const StrategyKeeper& strategy, int64_t start_ms)
@@ -19,9 +26,10 @@ Registration::Registration(const proto::ClusterConfig& config, NodeTable* nodes,
 bool Registration::Handle(const std::string& identity, const proto::Register& reg,
                           int64_t now_ms, Outbox* out) {
   auto reject = [&](const std::string& why) {
-    BC_LOG_WARNING("rejected registration of ", RoleName(reg.role()), " (pid ", reg.pid(),
-                   " on ", reg.hostname().empty() ? "?" : reg.hostname(), "): ", why);
-    out->SendError(identity, absl::StrCat("registration rejected: ", why));
+    out->Refuse(identity, absl::StrCat("registration rejected: ", why),
+                absl::StrCat("rejected registration of ", RoleName(reg.role()), " (pid ", reg.pid(),
+                             " on ", reg.hostname().empty() ? "?" : Printable(reg.hostname(), 64),
+                             "): ", why));
     return false;
   };
   if (const RegisteredNode* known = nodes_.Find(identity); known != nullptr) {
@@ -29,6 +37,14 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   }
   if (reg.role() != proto::ROLE_WORKER && reg.role() != proto::ROLE_SERVER) {
     return reject(absl::StrCat("role must be worker or server, got ", RoleName(reg.role())));
+  }
+  const std::optional<NodeToken> token = TokenFromBytes(reg.token());
+  if (!token.has_value()) {
+    return reject(absl::StrCat("the Register carries no token (16 random bytes, not all zero; got ",
+                               reg.token().size(), " bytes)"));
+  }
+  if (reg.hostname().size() > kMaxRegisterText || reg.data_address().size() > kMaxRegisterText) {
+    return reject(absl::StrCat("hostname or data_address longer than ", kMaxRegisterText, " bytes"));
   }
   if (nodes_.all_registered()) {
     return reject(absl::StrCat("the job is full: all ", config_.num_workers(), " workers and ",
@@ -38,8 +54,22 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   MachineSlot slot;
   slot.machine = reg.machine().empty() ? reg.hostname() : reg.machine();
   // Local ranks matter (and are checked) only when machines reduce locally; otherwise they
-  // are informational and the scheduler numbers each machine's workers in rank order.
+  // are informational and the scheduler numbers each machine's workers in rank order. They are
+  // checked against the job's size before anything is sized by them.
   if (config_.hierarchical()) {
+    const int workers = config_.num_workers();
+    if (reg.has_declared_local_size() &&
+        (reg.declared_local_size() < 1 || reg.declared_local_size() > workers)) {
+      return reject(absl::StrCat("declared local size ", reg.declared_local_size(),
+                                 " (BYTECOMP_LOCAL_SIZE) is outside [1, ", workers,
+                                 "]: the job has ", workers, " workers"));
+    }
+    if (reg.has_requested_local_rank() &&
+        (reg.requested_local_rank() < 0 || reg.requested_local_rank() >= workers)) {
+      return reject(absl::StrCat("requested local rank ", reg.requested_local_rank(),
+                                 " (BYTECOMP_LOCAL_RANK) is outside [0, ", workers,
+                                 "): the job has ", workers, " workers"));
+    }
     if (reg.has_requested_local_rank()) slot.requested_local_rank = reg.requested_local_rank();
     if (reg.has_declared_local_size()) slot.declared_local_size = reg.declared_local_size();
   }
@@ -81,6 +111,7 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   node.data_address = reg.data_address();
   node.hostname = reg.hostname();
   node.pid = reg.pid();
+  node.token = *token;
   const std::string registered = absl::StrCat(
       NodeTable::Name(node), " (pid ", node.pid, " on ",
       node.hostname.empty() ? "?" : node.hostname,
@@ -135,10 +166,19 @@ bool Registration::SendTopology(int64_t now_ms, Outbox* out) {
   } else {
     for (int r = 0; r < config_.num_workers(); ++r) topology->add_pushers(r);
   }
+  // Servers check every push and pull against the token of the worker rank it names; no
+  // worker learns another's.
+  std::vector<std::string> worker_tokens;
+  for (int r = 0; r < nodes_.num_workers(); ++r) {
+    worker_tokens.push_back(TokenBytes(nodes_.At(proto::ROLE_WORKER, r)->token));
+  }
   for (const RegisteredNode* n : nodes_.Registered()) {
     proto::ControlMessage message = base;
     proto::Topology* mine = message.mutable_topology();
     mine->set_your_rank(n->rank);
+    if (n->role == proto::ROLE_SERVER) {
+      for (const std::string& t : worker_tokens) mine->add_worker_tokens(t);
+    }
     if (n->role == proto::ROLE_WORKER) {
       mine->set_local_rank(local.local_rank[n->rank]);
       mine->set_local_size(local.local_size[n->rank]);

@@ -8,8 +8,10 @@
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
+#include "bytecomp/common/socket_limits.h"
 #include "bytecomp/common/transport.h"
 #include "log_format.h"
+#include "status_service.h"
 
 namespace bytecomp {
 namespace {
@@ -50,10 +52,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   }
   std::optional<AutoPlanInputs> auto_plan;
   if (options.auto_strategy) {
-    absl::StatusOr<AutoPlanInputs> loaded = LoadAutoPlanInputs(
-        options.plan_cluster_path, options.plan_costs_path, options.plan_links);
+    absl::StatusOr<AutoPlanInputs> loaded =
+        LoadAutoPlanInputs(options.plan_cluster_path, options.plan_costs_path,
+                           options.plan_options_path, options.plan_links);
     if (!loaded.ok()) return loaded.status();
     auto_plan = *std::move(loaded);
+    auto_plan->plan_out =
+        options.plan_out_path.empty() ? DefaultPlanOut() : options.plan_out_path;
     options.config.set_profile_rounds(std::max(1, options.profile_rounds));
   }
   int port = options.port;
@@ -63,28 +68,53 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
     port = hp->port;
   }
   auto context = std::make_unique<zmq::context_t>(1);
+  absl::StatusOr<std::unique_ptr<SocketSecurity>> security =
+      SocketSecurity::FromConfig(*context, options.config);
+  if (!security.ok()) return security.status();
+  absl::StatusOr<std::string> host = (*security)->ListenHost(options.bind_host, "scheduler");
+  if (!host.ok()) return host.status();
+  options.bind_host = *host;
   auto socket = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::router);
   ConfigureSocket(*socket);
-  // A node that sets its own routing id keeps it across a TCP reconnect; handover lets the
-  // new connection take that id over instead of being refused as a duplicate.
-  socket->set(zmq::sockopt::router_handover, 1);
+  if (absl::Status s = (*security)->SecureListening(*socket); !s.ok()) return s;
+  LimitSocket(*socket, SchedulerSocketLimits(options.config));
+  // No ZMQ_ROUTER_HANDOVER: with it, a peer that connects with a node's routing id would take
+  // that node's connection over, and with it every message the scheduler sends the node. A
+  // routing id held by a live connection stays its own; a node that reconnects gets its id
+  // back once its old connection is gone. Messages count as a node's only with its token.
   absl::StatusOr<int> bound = BindTcp(*socket, options.bind_host, port);
   if (!bound.ok()) {
     return absl::UnavailableError(
         absl::StrCat("scheduler: ", bound.status().message(),
                      " (is another scheduler running on that port?)"));
   }
-  return std::unique_ptr<Scheduler>(
-      new Scheduler(std::move(options), std::move(context), std::move(socket), *bound,
-                    std::move(strategy), std::move(auto_plan), MonotonicMs()));
+  const int64_t start_ms = MonotonicMs();
+  std::unique_ptr<StatusService> status;
+  if (!options.http_address.empty()) {
+    // Workers send a StatsReport every heartbeat for the page.
+    options.config.set_stats_report_ms(options.config.heartbeat_interval_ms());
+    absl::StatusOr<std::unique_ptr<StatusService>> started =
+        StatusService::Start(options.http_address, options.config, start_ms);
+    if (!started.ok()) return started.status();
+    status = *std::move(started);
+  }
+  std::unique_ptr<Scheduler> scheduler(
+      new Scheduler(std::move(options), std::move(context), *std::move(security),
+                    std::move(socket), *bound, std::move(strategy), std::move(auto_plan), start_ms));
+  scheduler->status_ = std::move(status);
+  return scheduler;
 }
 
+std::string Scheduler::status_url() const { return status_ != nullptr ? status_->url() : ""; }
+
 Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> context,
+                     std::unique_ptr<SocketSecurity> security,
                      std::unique_ptr<zmq::socket_t> socket, int port, StrategyKeeper strategy,
                      std::optional<AutoPlanInputs> auto_plan, int64_t start_ms)
     : options_(std::move(options)),
       config_(options_.config),
       context_(std::move(context)),
+      security_(std::move(security)),
       socket_(std::move(socket)),
       port_(port),
       nodes_(config_.num_workers(), config_.num_servers()),
@@ -96,10 +126,13 @@ Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> c
       liveness_(config_, nodes_, start_ms) {}
 
 Scheduler::~Scheduler() {
+  status_.reset();  // the HTTP threads first
   if (socket_) {
     socket_->set(zmq::sockopt::linger, options_.shutdown_linger_ms);
     socket_->close();
   }
+  // The ZAP handler outlives the socket it guards, and goes before the context it lives in.
+  security_.reset();
   // Destroying the context waits (at most the linger) for queued messages to leave.
   context_.reset();
 }
@@ -119,7 +152,7 @@ absl::Status Scheduler::Run() {
   BC_LOG_INFO("listening on ", options_.bind_host, ":", port_, " for ", config_.num_workers(),
               " workers and ", config_.num_servers(), " servers (registration timeout ",
               Seconds(config_.connect_timeout_ms()), ", heartbeat timeout ",
-              Seconds(config_.heartbeat_timeout_ms()), ")");
+              Seconds(config_.heartbeat_timeout_ms()), "); ", security_->Describe());
   while (!final_status_.has_value()) {
     if (stop_requested_.load()) {
       const int signal_number = stop_signal_.load();
@@ -176,21 +209,35 @@ absl::Status Scheduler::Run() {
         Deliver(out);
       }
     }
+    if (!final_status_.has_value()) {
+      // Nodes hear from the scheduler every interval, also while a peer floods it.
+      Outbox out;
+      liveness_.SendHeartbeats(MonotonicMs(), &out);
+      Deliver(out);
+    }
     if (drained && !final_status_.has_value()) {
       const int64_t checked_at = MonotonicMs();
       Outbox out;
       liveness_.OnTime(checked_at, &out);
       if (!out.job_end().has_value()) declarations_.OnTime(checked_at, &out);
       Deliver(out);
+      if (status_ != nullptr) {
+        status_->MaybePublish(checked_at, nodes_, strategy_.keeper().current(),
+                              options_.auto_strategy ? "auto"
+                              : options_.strategy_path.empty() ? "none"
+                                                               : options_.strategy_path,
+                              strategy_.predicted_us(), refusals_.refused());
+      }
     }
   }
+  if (refusals_.refused() > 0) BC_LOG_INFO("bad messages: ", refusals_.Summary());
   return *final_status_;
 }
 
 int64_t Scheduler::NextDeadlineMs(int64_t now_ms) const {
   int64_t next = now_ms + kMaxPollMs;
   for (const std::optional<int64_t>& due :
-       {liveness_.NextDeadline(), declarations_.NextDeadline()}) {
+       {liveness_.NextDeadline(), liveness_.NextHeartbeat(), declarations_.NextDeadline()}) {
     if (due.has_value()) next = std::min(next, *due);
   }
   return next;
@@ -207,8 +254,6 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
   const std::string who = node != nullptr
                               ? NodeTable::Name(*node)
                               : absl::StrCat("unregistered peer ", PrintableIdentity(identity));
-  // Any message counts as a sign of life, even a malformed one.
-  if (node != nullptr) liveness_.Seen(*node, now_ms);
 
   if (frames.size() != 2) {
     out->Refuse(identity,
@@ -230,9 +275,16 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
     }
     return;
   }
-  if (message.has_error()) {
+  // The routing id only routes: a message is the node's when it carries the node's token.
+  const std::optional<NodeToken> token = TokenFromBytes(message.token());
+  const bool authentic = node != nullptr && token.has_value() && SameToken(*token, node->token);
+  // Any message of the node's counts as a sign of life.
+  if (authentic) liveness_.Seen(*node, now_ms);
+  if (authentic && status_ != nullptr) status_->Seen(*node, now_ms);
+  if (message.has_error() && (authentic || node == nullptr)) {
     // Never answer an error with an error: two confused peers would ping-pong forever.
-    BC_LOG_WARNING(who, " reports an error: ", message.error().message());
+    out->RefuseSilently(identity, absl::StrCat(who, " reports an error: ",
+                                               Printable(message.error().message(), 512)));
     return;
   }
   if (node == nullptr) {
@@ -240,6 +292,14 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
                 absl::StrCat("received ", BodyName(message),
                              " from a node that has not registered; send Register first"),
                 absl::StrCat(who, " sent ", BodyName(message), " before registering"));
+    return;
+  }
+  if (!authentic) {
+    out->Refuse(identity,
+                absl::StrCat(BodyName(message), " refused: it does not carry the token that ",
+                             who, " registered with"),
+                absl::StrCat(BodyName(message), " on the connection of ", who,
+                             " without its token (", message.token().size(), " bytes)"));
     return;
   }
   Dispatch(*node, message, now_ms, out);
@@ -262,8 +322,16 @@ void Scheduler::Dispatch(const RegisteredNode& node, const proto::ControlMessage
       return strategy_.HandleProfileReport(node, message.profile_report(), out);
     case proto::ControlMessage::kLinkProbeReport:
       return strategy_.HandleLinkProbeReport(node, message.link_probe_report(), out);
+    case proto::ControlMessage::kRatioReport:
+      return strategy_.HandleRatioReport(node, message.ratio_report(), out);
     case proto::ControlMessage::kWorkerDone:
+      if (status_ != nullptr) status_->WorkerDone(node);
       return liveness_.HandleWorkerDone(node, out);
+    case proto::ControlMessage::kClockProbe:
+      return AnswerClockProbe(node, message.clock_probe(), out);
+    case proto::ControlMessage::kStatsReport:
+      if (status_ != nullptr) status_->HandleStats(node, message.stats_report());
+      return;
     case proto::ControlMessage::kShutdown:
       return liveness_.HandleShutdown(node, message.shutdown(), out);
     case proto::ControlMessage::BODY_NOT_SET:
@@ -282,7 +350,11 @@ void Scheduler::Dispatch(const RegisteredNode& node, const proto::ControlMessage
 
 void Scheduler::Deliver(const Outbox& out) {
   for (const OutgoingControl& m : out.messages()) Send(m.to, m.message);
-  for (const std::string& line : out.refusals()) LogBadMessage(line);
+  const int64_t now = MonotonicMs();
+  for (const Refusal& r : out.refusals()) {
+    refusals_.RefuseAndLog(r.from, r.log_line, now);
+    if (status_ != nullptr) status_->CountRefused();
+  }
   if (out.job_end().has_value() && !final_status_.has_value()) final_status_ = *out.job_end();
 }
 
@@ -294,14 +366,6 @@ void Scheduler::Send(const std::string& identity, const proto::ControlMessage& m
   if (absl::Status s = SendFrames(*socket_, frames, /*dont_wait=*/true); !s.ok()) {
     BC_LOG_WARNING("could not send ", BodyName(message), " to ", PrintableIdentity(identity),
                    ": ", s.message());
-  }
-}
-
-void Scheduler::LogBadMessage(const std::string& what) {
-  ++bad_messages_;
-  // A peer stuck in a loop must not flood the log: the first ones, then every 1000th.
-  if (bad_messages_ <= 20 || bad_messages_ % 1000 == 0) {
-    BC_LOG_WARNING(what, " (bad message ", bad_messages_, " so far)");
   }
 }
 

@@ -1,16 +1,26 @@
 #include "bytecomp/scheduler/strategy_control.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/planner/explain.h"
 #include "bytecomp/planner/inputs.h"
+#include "google/protobuf/text_format.h"
 
 namespace bytecomp {
 
 absl::StatusOr<AutoPlanInputs> LoadAutoPlanInputs(const std::string& cluster_path,
                                                   const std::string& costs_path,
+                                                  const std::string& options_path,
                                                   PlanLinks links) {
   if (cluster_path.empty() || costs_path.empty()) {
     return absl::InvalidArgumentError(
@@ -24,8 +34,19 @@ absl::StatusOr<AutoPlanInputs> LoadAutoPlanInputs(const std::string& cluster_pat
   if (!costs.ok()) return costs.status();
   inputs.cluster = *std::move(cluster);
   inputs.costs = *std::move(costs);
+  if (!options_path.empty()) {
+    absl::StatusOr<proto::PlannerOptions> options = planner::LoadPlannerOptions(options_path);
+    if (!options.ok()) return options.status();
+    inputs.options = *std::move(options);
+  }
   inputs.links = links;
   return inputs;
+}
+
+std::string DefaultPlanOut() {
+  const char* tmp = std::getenv("TMPDIR");
+  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/bytecomp-auto-strategy-",
+                      getpid(), ".pbtxt");
 }
 
 StrategyControl::StrategyControl(const proto::ClusterConfig& config, const NodeTable& nodes,
@@ -54,12 +75,17 @@ void StrategyControl::Reload(Outbox* out) {
 void StrategyControl::HandlePrepareReply(const RegisteredNode& node,
                                          const proto::StrategyPrepareReply& reply, Outbox* out) {
   if (node.role != proto::ROLE_WORKER) {
-    out->SendError(node.identity, absl::StrCat("StrategyPrepareReply from ", NodeTable::Name(node)));
+    const std::string why = absl::StrCat("StrategyPrepareReply from ", NodeTable::Name(node),
+                                         ", which is not a worker");
+    out->Refuse(node.identity, why, why);
     return;
   }
   std::optional<proto::ControlMessage> commit =
       keeper_.OnPrepareReply(node.rank, reply, config_.num_workers());
   if (!commit.has_value()) return;
+  if (plan_version_ != 0 && commit->strategy_commit().strategy().version() == plan_version_) {
+    WritePlan(commit->strategy_commit().strategy());
+  }
   // Servers first: they validate pushes against the version a worker names.
   for (const std::string& id : nodes_.ServerIdentities()) out->Send(id, *commit);
   for (const std::string& id : nodes_.WorkerIdentities()) out->Send(id, *commit);
@@ -86,26 +112,92 @@ void StrategyControl::Plan(Outbox* out) {
     job.hierarchical_machines = static_cast<int>(nodes_.local()->machines.size());
   }
   job.profiled_uncompressed = IsUncompressed(keeper_.current());
-  absl::StatusOr<AutoPlan> plan = PlanFromProfiles(profiles, cluster, auto_plan_->costs, job);
+  absl::StatusOr<AutoPlan> plan =
+      PlanFromProfiles(profiles, cluster, auto_plan_->costs, job, auto_plan_->options);
   if (!plan.ok()) {
     BC_LOG_ERROR("--strategy=auto: planning failed, training goes on uncompressed: ",
                  plan.status().message());
     return;
   }
   BC_LOG_INFO("--strategy=auto: ", plan->summary);
+  BC_LOG_INFO("--strategy=auto: the plan per tensor (saving: how much longer the predicted "
+              "iteration is when the tensor alone goes uncompressed):\n",
+              plan->table);
+  predicted_us_ = plan->predicted_us;
   absl::StatusOr<proto::ControlMessage> prepare = keeper_.BeginUpdate(plan->strategy);
   if (!prepare.ok()) {
     BC_LOG_ERROR("--strategy=auto: ", prepare.status().message());
     return;
   }
+  plan_version_ = prepare->strategy_prepare().version();
+  plan_ = *std::move(plan);
   Prepare(*prepare, out);
+}
+
+namespace {
+
+// Writes `text` to `path` through a file beside it, renamed, so that a reader never sees half
+// a file.
+absl::Status WriteWhole(const std::string& path, const std::string& text) {
+  const std::string partial = absl::StrCat(path, ".partial");
+  {
+    std::ofstream file(partial, std::ios::trunc);
+    file << text;
+    if (!file.good()) return absl::UnavailableError(absl::StrCat("cannot write ", partial));
+  }
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ", partial, " to ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+std::string TextOf(const google::protobuf::Message& message, absl::string_view comment) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(message, &text);
+  return absl::StrCat("# ", comment, "\n", text);
+}
+
+}  // namespace
+
+void StrategyControl::WritePlan(const proto::Strategy& committed) {
+  const std::string& path = auto_plan_->plan_out;
+  if (path.empty() || !plan_.has_value()) return;
+  const std::string inputs = absl::StrCat(path, ".{profile,cluster,options}.pbtxt");
+  const std::string header = absl::StrCat(
+      "Written by bytecomp-scheduler --strategy=auto: the strategy every node runs, version ",
+      committed.version(), " from round ", committed.first_round(), " on (",
+      config_.num_workers(), " workers, ", config_.num_servers(),
+      " servers). Run this plan again with --strategy=", path,
+      " (version and first_round are set anew when it is loaded).\n", plan_->summary,
+      "\nPlanned with ", inputs, " and the --plan_costs table (bytecomp-plan --profile, "
+      "--cluster, --options and --costs give this plan again).\n"
+      "saving: how much longer the predicted iteration is when the tensor alone goes "
+      "uncompressed, the others as planned.");
+  absl::Status written =
+      WriteWhole(path, planner::StrategyFileText(committed, header, plan_->table));
+  const std::string what = "--strategy=auto's planning inputs";
+  for (const auto& [suffix, message] :
+       {std::pair<const char*, const google::protobuf::Message*>{".profile.pbtxt", &plan_->profile},
+        {".cluster.pbtxt", &plan_->cluster},
+        {".options.pbtxt", &plan_->options}}) {
+    if (written.ok()) written = WriteWhole(absl::StrCat(path, suffix), TextOf(*message, what));
+  }
+  if (!written.ok()) {
+    BC_LOG_ERROR("--strategy=auto: the plan was not written (--plan_out): ", written.message());
+    return;
+  }
+  BC_LOG_INFO("--strategy=auto: the plan (strategy version ", committed.version(),
+              ", from round ", committed.first_round(), ") is in ", path,
+              "; --strategy=", path, " runs it again; planned with ", inputs);
 }
 
 void StrategyControl::HandleLinkProbeReport(const RegisteredNode& node,
                                             const proto::LinkProbeReport& report, Outbox* out) {
   const std::string name = NodeTable::Name(node);
   if (node.role != proto::ROLE_WORKER) {
-    out->SendError(node.identity, absl::StrCat("LinkProbeReport from ", name));
+    const std::string why = absl::StrCat("LinkProbeReport from ", name, ", which is not a worker");
+    out->Refuse(node.identity, why, why);
     return;
   }
   if (report.links_size() != config_.num_servers()) {
@@ -113,6 +205,36 @@ void StrategyControl::HandleLinkProbeReport(const RegisteredNode& node,
                    " servers, the job has ", config_.num_servers());
   }
   if (links_.Add(node.rank, report, config_.num_workers())) BC_LOG_INFO(links_.Table());
+}
+
+void StrategyControl::HandleRatioReport(const RegisteredNode& node,
+                                        const proto::RatioReport& report, Outbox* out) {
+  if (node.role != proto::ROLE_WORKER) {
+    const std::string why = absl::StrCat("RatioReport from ", NodeTable::Name(node),
+                                         ", which is not a worker");
+    out->Refuse(node.identity, why, why);
+    return;
+  }
+  if (keeper_.update_pending()) return;  // one change at a time
+  // The windows come from every worker, or from each machine's local root (hierarchical).
+  const int pushers = config_.hierarchical() && nodes_.local() != nullptr
+                          ? static_cast<int>(nodes_.local()->machines.size())
+                          : config_.num_workers();
+  std::string dropped;
+  std::optional<AdaptiveRatioControl::Change> change =
+      adaptive_.Add(node.rank, report, keeper_.current(), pushers, &dropped);
+  // Reports of the version before a switch arrive after it: expected, not worth a line.
+  if (!dropped.empty() && report.strategy_version() >= keeper_.current().version()) {
+    BC_LOG_WARNING(dropped);
+  }
+  if (!change.has_value()) return;
+  absl::StatusOr<proto::ControlMessage> prepare = keeper_.BeginUpdate(change->strategy);
+  if (!prepare.ok()) {
+    BC_LOG_ERROR(change->log, "; not applied: ", prepare.status().message());
+    return;
+  }
+  BC_LOG_INFO(change->log, "; preparing version ", prepare->strategy_prepare().version());
+  Prepare(*prepare, out);
 }
 
 }  // namespace bytecomp

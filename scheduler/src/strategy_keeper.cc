@@ -4,9 +4,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/common/socket_limits.h"
 #include "bytecomp/compress/strategy.h"
 
 namespace bytecomp {
+namespace {
+
+// A strategy travels in one control message (Topology, StrategyCommit), which nodes take up to
+// kMaxSchedulerMessageBytes.
+absl::Status CheckStrategySize(const proto::Strategy& strategy, absl::string_view what) {
+  const size_t bytes = strategy.ByteSizeLong();
+  if (bytes <= static_cast<size_t>(kMaxStrategyBytes)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " is ", bytes, " bytes serialized; at most ",
+                                                 kMaxStrategyBytes, " travel to the nodes"));
+}
+
+}  // namespace
 
 absl::Status StrategyKeeper::LoadInitial(const std::string& path) {
   path_ = path;
@@ -14,6 +27,7 @@ absl::Status StrategyKeeper::LoadInitial(const std::string& path) {
   if (!path.empty()) {
     absl::StatusOr<proto::Strategy> loaded = compress::LoadStrategyFile(path);
     if (!loaded.ok()) return loaded.status();
+    if (absl::Status s = CheckStrategySize(*loaded, path); !s.ok()) return s;
     current_ = *loaded;
   } else {
     current_.set_min_compress_bytes(compress::kDefaultMinCompressBytes);
@@ -38,6 +52,7 @@ absl::StatusOr<proto::ControlMessage> StrategyKeeper::BeginUpdate(proto::Strateg
                                                " is still being switched to; try again"));
   }
   if (absl::Status s = compress::ValidateStrategy(strategy); !s.ok()) return s;
+  if (absl::Status s = CheckStrategySize(strategy, "the new strategy"); !s.ok()) return s;
   strategy.set_version(current_.version() + 1);
   pending_ = std::move(strategy);
   highest_round_by_worker_.clear();

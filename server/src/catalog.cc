@@ -1,13 +1,25 @@
 #include "bytecomp/server/catalog.h"
 
+#include "absl/strings/str_cat.h"
 #include "bytecomp/common/dtype.h"
 
 namespace bytecomp::server {
 
 absl::Status Catalog::AddTensor(const proto::DeclareReply& declared) {
+  if (tensors_.contains(declared.tensor_id())) {
+    return absl::AlreadyExistsError(absl::StrCat("tensor id ", declared.tensor_id(),
+                                                 " is declared already"));
+  }
+  if (absl::Status s = budget_.CheckTensor(declared.name(), declared.element_count(),
+                                           static_cast<DType>(declared.dtype()),
+                                           declared.partition_server_size());
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<TensorLayout> layout = LayoutFromDeclareReply(declared, num_servers_);
   if (!layout.ok()) return layout.status();
-  tensors_[layout->tensor_id] = DeclaredTensor{declared.name(), *layout};
+  budget_.Take(layout->element_count, layout->dtype, layout->num_partitions());
+  tensors_[layout->tensor_id] = DeclaredTensor{declared.name(), *std::move(layout)};
   return absl::OkStatus();
 }
 
@@ -24,9 +36,10 @@ const DeclaredTensor* Catalog::Tensor(uint32_t tensor_id) const {
 compress::TensorPlan Catalog::Plan(const DeclaredTensor& tensor, uint64_t version) const {
   const proto::Strategy* strategy = history_.Version(version);
   if (strategy == nullptr) return compress::TensorPlan{};
-  return compress::PlanFor(*strategy, tensor.name,
-                           tensor.layout.element_count *
-                               static_cast<int64_t>(DTypeSize(tensor.layout.dtype)));
+  return compress::PlanFor(
+      *strategy, tensor.name,
+      tensor.layout.element_count * static_cast<int64_t>(DTypeSize(tensor.layout.dtype)),
+      tensor.layout.row_elements);
 }
 
 }  // namespace bytecomp::server

@@ -37,19 +37,23 @@ void IoLoop::Run() {
   while (running) {
     // Parked requests expire within kUndeclaredGraceMs: look at them often while there are any.
     zmq::poll(items, 3, std::chrono::milliseconds(dispatcher_.parked() == 0 ? 1000 : 50));
-    if (items[1].revents & ZMQ_POLLIN) ForwardReplies();
-    if (items[0].revents & ZMQ_POLLIN) DrainRequests();
-    if (items[2].revents & ZMQ_POLLIN) {
+    // Commands first, as many as came (up to 256), and sent on before any request: a burst of
+    // declarations must not trail a burst of requests by one command per turn (the requests
+    // parked for them would overflow kMaxParkedRequests), and a shard hears of a key before
+    // any request for it.
+    for (int i = 0; running && i < 256 && (items[2].revents & ZMQ_POLLIN); ++i) {
       absl::StatusOr<std::vector<zmq::message_t>> message =
           RecvFrames(control_, std::chrono::milliseconds(0));
-      if (message.ok() && !message->empty()) {
-        running = dispatcher_.HandleCommand(*std::move(message), MonotonicMs(), &out);
-      }
+      if (!message.ok() || message->empty()) break;
+      running = dispatcher_.HandleCommand(*std::move(message), MonotonicMs(), &out);
     }
+    Send(out);
+    if (items[1].revents & ZMQ_POLLIN) ForwardReplies();
+    if (running && (items[0].revents & ZMQ_POLLIN)) DrainRequests();
     dispatcher_.ExpireParked(MonotonicMs(), &out);
     Send(out);
   }
-  BC_LOG_INFO("served ", dispatcher_.requests(), " requests; rejected ", dispatcher_.rejected());
+  BC_LOG_INFO(dispatcher_.Summary());
 }
 
 void IoLoop::Send(DispatchOutbox& out) {

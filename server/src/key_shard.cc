@@ -45,11 +45,10 @@ bool ParseShardMessageKind(const std::vector<zmq::message_t>& message, ShardMess
 
 size_t ShardOf(uint64_t key, size_t num_shards) { return (key ^ (key >> 32)) % num_shards; }
 
-KeyShard::KeyShard(int index, int my_rank, int num_workers, int num_servers,
-                   std::vector<int> pushers)
+KeyShard::KeyShard(int index, const ServerJob& job)
     : index_(index),
-      catalog_(num_servers),
-      store_(my_rank, num_workers, catalog_, std::move(pushers)) {}
+      catalog_(job.num_servers, job.config),
+      store_(job.my_rank, job.num_workers, catalog_, job.pushers) {}
 
 bool KeyShard::Handle(std::vector<zmq::message_t> message, std::vector<OutgoingReply>* out) {
   ShardMessageKind kind;
@@ -99,8 +98,9 @@ std::string KeyShard::Summary() const {
     if (by_worker[r] > 0) pushes.push_back(absl::StrCat(r, "=", by_worker[r]));
   }
   return absl::StrCat("key shard ", index_, " stops after ", store_.rounds_completed(),
-                      " rounds on ", store_.num_keys(),
-                      " keys; pushes by worker: ", pushes.empty() ? "none" : absl::StrJoin(pushes, " "));
+                      " rounds on ", store_.num_keys(), " keys, refused ", store_.refused(),
+                      " requests; pushes by worker: ",
+                      pushes.empty() ? "none" : absl::StrJoin(pushes, " "));
 }
 
 }  // namespace bytecomp::server

@@ -71,18 +71,21 @@ void KeyStore::Handle(zmq::message_t identity, const proto::DataHeader& header,
 void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
                     zmq::message_t payload, std::vector<OutgoingReply>* out) {
   if (h.round() != key.accumulating_round) {
-    out->push_back(Error(std::move(identity), h,
+    // Which round the key is at is the other workers' business: not said.
+    Refuse(std::move(identity), h,
                          absl::StrCat("push for round ", h.round(), " of key ", KeyName(h.key()),
-                                      ", which is accumulating round ", key.accumulating_round)));
+                                      " refused: it is not the round the key accumulates"), out);
     return;
   }
   if (key.pushed[h.sender()]) {
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("worker ", h.sender(), " already pushed round ", h.round(),
-                                      " of key ", KeyName(h.key()))));
+                                      " of key ", KeyName(h.key())), out);
     return;
   }
+  const int64_t payload_bytes = static_cast<int64_t>(payload.size());
   if (key.pushes == 0) {
+    if (timeline_ != nullptr || metrics_ != nullptr) key.first_push_us = telemetry::Timeline::NowUs();
     key.round_version = h.strategy_version();
     key.round_codec = IsRaw(h.codec()) ? "" : h.codec();
     key.round_stage = h.stage();
@@ -91,13 +94,13 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
   } else if (h.strategy_version() != key.round_version || key.round_codec != (IsRaw(h.codec()) ? "" : h.codec()) ||
              h.stage() != key.round_stage || h.iteration() != key.round_iteration) {
     // No round mixes codecs or strategy versions.
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("push for round ", h.round(), " of key ", KeyName(h.key()),
                                       " with strategy version ", h.strategy_version(), " codec '",
                                       h.codec(), "' stage ", h.stage(), " iteration ", h.iteration(),
                                       "; the round has version ", key.round_version, " codec '",
                                       key.round_codec, "' stage ", key.round_stage, " iteration ",
-                                      key.round_iteration)));
+                                      key.round_iteration), out);
     return;
   }
   if (!h.error().empty()) {
@@ -112,6 +115,10 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
       if (key.encoded.size() != static_cast<size_t>(num_workers_)) key.encoded.resize(num_workers_);
       key.encoded[h.sender()] = std::move(payload);
     }
+  }
+  if (metrics_ != nullptr && h.error().empty()) {
+    metrics_->CountBytes(telemetry::Direction::kIn, key.round_codec, payload_bytes,
+                         h.element_count() * static_cast<int64_t>(DTypeSize(h.dtype())));
   }
   key.pushed[h.sender()] = true;
   ++key.pushes;
@@ -257,6 +264,22 @@ void KeyStore::CompleteRound(KeyState& key, const proto::DataHeader& h,
   key.pushes = 0;
   std::fill(key.pushed.begin(), key.pushed.end(), false);
   ++rounds_completed_;
+  if (timeline_ != nullptr || metrics_ != nullptr) {
+    const int64_t now = telemetry::Timeline::NowUs();
+    if (metrics_ != nullptr) metrics_->CountRound((now - key.first_push_us) / 1e6);
+    if (timeline_ != nullptr) {
+      telemetry::TimelineEvent e;
+      e.start_us = key.first_push_us;
+      e.duration_us = now - key.first_push_us;
+      e.round = h.iteration();
+      e.bytes = static_cast<int64_t>(key.ready.size());
+      e.tensor_id = static_cast<uint32_t>(h.key() >> 32);
+      e.partition = static_cast<uint32_t>(h.key() & 0xffffffffu);
+      e.codec = timeline_->CodecId(key.round_codec);
+      e.stage = telemetry::Stage::kSummed;
+      timeline_->Record(e);
+    }
+  }
   for (HeldPull& pull : key.held) {
     out->push_back(PullReply(key, std::move(pull.identity), pull.header));
   }
@@ -268,13 +291,22 @@ void KeyStore::Pull(KeyState& key, zmq::message_t identity, const proto::DataHea
   if (key.has_ready && h.round() == key.ready_round) {
     out->push_back(PullReply(key, std::move(identity), h));
   } else if (h.round() == key.accumulating_round) {
+    // At most one held pull per worker and key: a worker pulls each round once, and a peer
+    // must not pile up pulls that each will hold a reply.
+    for (const HeldPull& held : key.held) {
+      if (held.header.sender() == h.sender()) {
+        Refuse(std::move(identity), h,
+                             absl::StrCat("pull for round ", h.round(), " of key ", KeyName(h.key()),
+                                          " refused: worker ", h.sender(),
+                                          " already has a pull of it waiting"), out);
+        return;
+      }
+    }
     key.held.push_back(HeldPull{std::move(identity), h});
   } else {
-    out->push_back(Error(std::move(identity), h,
+    Refuse(std::move(identity), h,
                          absl::StrCat("pull for round ", h.round(), " of key ", KeyName(h.key()),
-                                      ": the key holds round ",
-                                      key.has_ready ? absl::StrCat(key.ready_round) : "none",
-                                      " and accumulates round ", key.accumulating_round)));
+                                      " refused: the key has no such round ready or under way"), out);
   }
 }
 
@@ -286,6 +318,11 @@ OutgoingReply KeyStore::PullReply(const KeyState& key, zmq::message_t identity,
   reply.header.set_payload_bytes(static_cast<int64_t>(reply.payload.size()));
   reply.header.set_codec(key.ready_codec);
   reply.has_payload = true;
+  if (metrics_ != nullptr) {
+    metrics_->CountBytes(telemetry::Direction::kOut, key.ready_codec,
+                         static_cast<int64_t>(reply.payload.size()),
+                         request.element_count() * static_cast<int64_t>(DTypeSize(request.dtype())));
+  }
   return reply;
 }
 
@@ -304,6 +341,12 @@ OutgoingReply KeyStore::Reply(zmq::message_t identity, const proto::DataHeader& 
   reply.header.set_stage(request.stage());
   reply.header.set_iteration(request.iteration());
   return reply;
+}
+
+void KeyStore::Refuse(zmq::message_t identity, const proto::DataHeader& request,
+                      std::string message, std::vector<OutgoingReply>* out) {
+  ++refused_;
+  out->push_back(Error(std::move(identity), request, std::move(message)));
 }
 
 OutgoingReply KeyStore::Error(zmq::message_t identity, const proto::DataHeader& request,

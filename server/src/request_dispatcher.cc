@@ -9,11 +9,10 @@
 
 namespace bytecomp::server {
 
-RequestDispatcher::RequestDispatcher(int my_rank, int num_workers, int num_servers,
-                                     size_t num_shards, std::vector<int> pushers)
-    : my_rank_(my_rank),
+RequestDispatcher::RequestDispatcher(const ServerJob& job, size_t num_shards)
+    : my_rank_(job.my_rank),
       num_shards_(num_shards),
-      validator_(my_rank, num_workers, num_servers, std::move(pushers)),
+      validator_(job),
       bandwidth_turn_(kProbeTurnQuietMs) {}
 
 void RequestDispatcher::HandleRequest(std::vector<zmq::message_t> frames, int64_t now_ms,
@@ -21,6 +20,14 @@ void RequestDispatcher::HandleRequest(std::vector<zmq::message_t> frames, int64_
   if (frames.empty()) return;
   ++requests_;
   Dispatch(std::move(frames), /*may_park=*/true, now_ms, now_ms, out);
+}
+
+void RequestDispatcher::Observe(telemetry::NodeMetrics* metrics) {
+  metrics_ = metrics;
+  if (metrics_ != nullptr) {
+    parked_gauge_ = &metrics_->Gauge("bytecomp_queue_depth", "Requests waiting in a queue",
+                                     {{"queue", "parked before declaration"}});
+  }
 }
 
 void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_park,
@@ -31,26 +38,34 @@ void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_pa
                   absl::StrCat("malformed request: ", frames.size() - 1,
                                " frames after the identity (expected a header and an optional "
                                "payload)"),
-                  out);
+                  now_ms, out, "malformed");
   }
   if (!header.ParseFromArray(frames[1].data(), static_cast<int>(frames[1].size()))) {
     header.Clear();  // echo nothing of a header that did not parse
     return Reject(frames[0], header,
                   absl::StrCat("malformed request: the header frame (", frames[1].size(),
                                " bytes) is not a DataHeader"),
-                  out);
+                  now_ms, out, "malformed");
   }
   const bool has_payload = frames.size() == 3;
   const size_t payload_size = has_payload ? frames[2].size() : 0;
   if (header.op() == proto::OP_PROBE) {
     return AnswerProbe(frames[0], header, payload_size, has_payload, now_ms, out);
   }
+  // Who it is comes first: a request without its worker's token is refused before it can
+  // wait for a declaration (or learn anything about the keys).
+  if (absl::Status sender = validator_.CheckSender(header); !sender.ok()) {
+    if (absl::IsPermissionDenied(sender)) ++rejected_without_token_;
+    return Reject(frames[0], header, std::string(sender.message()), now_ms, out,
+                  "without the worker's token");
+  }
   if (may_park && validator_.AwaitsDeclaration(header) && parked_.size() < kMaxParkedRequests) {
     parked_.push_back(Parked{arrived_ms, std::move(frames)});
+    if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_.size()));
     return;
   }
   absl::Status valid = validator_.Validate(header, has_payload, payload_size);
-  if (!valid.ok()) return Reject(frames[0], header, std::string(valid.message()), out);
+  if (!valid.ok()) return Reject(frames[0], header, std::string(valid.message()), now_ms, out);
   out->to_shards.emplace_back(ShardOf(header.key(), num_shards_), ShardRequest(std::move(frames)));
 }
 
@@ -60,11 +75,15 @@ void RequestDispatcher::AnswerProbe(zmq::message_t& identity, const proto::DataH
                                     size_t payload_size, bool has_payload, int64_t now_ms,
                                     DispatchOutbox* out) {
   absl::Status valid = validator_.ValidateProbe(request, has_payload, payload_size);
-  if (!valid.ok()) return Reject(identity, request, std::string(valid.message()), out);
+  if (!valid.ok()) {
+    return Reject(identity, request, std::string(valid.message()), now_ms, out, "bad probe");
+  }
   absl::StatusOr<proto::ProbeTurn> turn = bandwidth_turn_.OnProbe(
       absl::string_view(static_cast<const char*>(identity.data()), identity.size()), request,
       now_ms);
-  if (!turn.ok()) return Reject(identity, request, std::string(turn.status().message()), out);
+  if (!turn.ok()) {
+    return Reject(identity, request, std::string(turn.status().message()), now_ms, out);
+  }
   proto::DataHeader reply;
   reply.set_op(proto::OP_PROBE_REPLY);
   reply.set_probe_turn(*turn);
@@ -80,9 +99,14 @@ void RequestDispatcher::AnswerProbe(zmq::message_t& identity, const proto::DataH
 }
 
 void RequestDispatcher::Reject(zmq::message_t& identity, const proto::DataHeader& request,
-                               const std::string& why, DispatchOutbox* out) {
+                               const std::string& why, int64_t now_ms, DispatchOutbox* out,
+                               const char* reason) {
   ++rejected_;
-  if (rejected_ <= 20 || rejected_ % 1000 == 0) BC_LOG_WARNING("rejected request: ", why);
+  if (metrics_ != nullptr) metrics_->CountRefused(reason);
+  const absl::string_view peer(static_cast<const char*>(identity.data()), identity.size());
+  refusals_.RefuseAndLog(peer, absl::StrCat("rejected request from connection ",
+                                            Printable(peer, 32), ": ", why),
+                         now_ms);
   proto::DataHeader reply;
   reply.set_op(proto::OP_ERROR);
   reply.set_key(request.key());
@@ -140,6 +164,14 @@ void RequestDispatcher::ExpireParked(int64_t now_ms, DispatchOutbox* out) {
     parked_.pop_front();
     Dispatch(std::move(p.frames), /*may_park=*/false, p.since_ms, now_ms, out);
   }
+  if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_.size()));
+}
+
+std::string RequestDispatcher::Summary() const {
+  std::string out = absl::StrCat("served ", requests_, " requests; rejected ", rejected_, " (",
+                                 rejected_without_token_, " without the sender's token)");
+  if (refusals_.refused() > 0) absl::StrAppend(&out, "; ", refusals_.Summary());
+  return out;
 }
 
 void RequestDispatcher::ToEveryShard(const std::vector<zmq::message_t>& message,

@@ -41,10 +41,7 @@ size_t RequestValidator::MaxPayloadBytes(uint32_t tensor_id, uint64_t version,
   return bound;
 }
 
-absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_payload,
-                                        size_t payload_size) {
-  const std::string where = absl::StrCat("key ", KeyTensor(h.key()), ":", KeyPartition(h.key()),
-                                         " round ", h.round());
+absl::Status RequestValidator::CheckSender(const proto::DataHeader& h) const {
   if (h.op() != proto::OP_PUSH && h.op() != proto::OP_PULL) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unsupported op ", proto::DataOp_Name(h.op()), " (expected OP_PUSH or OP_PULL)"));
@@ -54,6 +51,20 @@ absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_pay
                                                    " is not a worker rank (0..", num_workers_ - 1,
                                                    ")"));
   }
+  const size_t rank = static_cast<size_t>(h.sender());
+  if (rank >= worker_tokens_.size() || !SameToken(HeaderToken(h), worker_tokens_[rank])) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the request names worker ", h.sender(), " but does not carry its token: a connection "
+        "pushes and pulls only as the rank the scheduler gave its node"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_payload,
+                                        size_t payload_size) {
+  const std::string where = absl::StrCat("key ", KeyTensor(h.key()), ":", KeyPartition(h.key()),
+                                         " round ", h.round());
+  if (absl::Status s = CheckSender(h); !s.ok()) return s;
   if (h.op() == proto::OP_PUSH && !pushers_.empty() &&
       std::find(pushers_.begin(), pushers_.end(), h.sender()) == pushers_.end()) {
     return absl::InvalidArgumentError(absl::StrCat(

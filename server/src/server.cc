@@ -1,6 +1,8 @@
 #include "bytecomp/server/server.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -9,6 +11,8 @@
 #include "bytecomp/common.h"
 #include "bytecomp/server/key_shard.h"
 #include "bytecomp/server/request_dispatcher.h"
+#include "bytecomp/server/server_job.h"
+#include "bytecomp/telemetry.h"
 #include "control.pb.h"
 #include "server_threads.h"
 
@@ -20,16 +24,71 @@ void SendCommand(zmq::socket_t& to_io, ShardMessageKind kind, const std::string&
   SendOrLog(to_io, message);
 }
 
+// What a server shows of itself when asked: its timeline and its metrics (and their HTTP
+// server). Declared before the threads that use them, so that it outlives them.
+struct ServerTelemetry {
+  std::unique_ptr<telemetry::Timeline> timeline;
+  std::unique_ptr<telemetry::NodeMetrics> metrics;
+  std::unique_ptr<telemetry::HttpServer> http;  // last: stopped before the metrics go
+};
+
+ServerTelemetry StartTelemetry(const ServerOptions& options, const proto::ClusterConfig& config,
+                               int rank, std::shared_ptr<const ClockOffset> clock) {
+  ServerTelemetry t;
+  t.timeline = telemetry::OpenNodeTimeline(config.timeline_dir(), "server", rank, std::move(clock));
+  if (!options.http_address.empty()) {
+    t.metrics = std::make_unique<telemetry::NodeMetrics>("server", rank);
+    t.http = telemetry::ServeMetrics(options.http_address, t.metrics.get());
+    if (t.http == nullptr) t.metrics.reset();
+  }
+  return t;
+}
+
+// The data socket's limits follow the job's configuration, which the server learns only with
+// the topology, after it bound (its address goes into its Register); it bound with its own
+// configuration's. Options apply to connections accepted later, so when the job's messages may
+// be larger, the same port is bound again with the job's limits, at once: workers connect
+// once they have the topology, and ZeroMQ retries a refused connect. (A smaller job limit
+// keeps the larger bound one.)
+absl::Status RebindWithLimits(zmq::socket_t& router, const SocketLimits& bound_with,
+                              const SocketLimits& job) {
+  if (job.max_message_bytes <= bound_with.max_message_bytes) return absl::OkStatus();
+  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  try {
+    router.unbind(endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("cannot unbind ", endpoint, ": ", e.what()));
+  }
+  LimitSocket(router, job);
+  // ZeroMQ closes the old listener on its I/O thread: the port is free a moment later.
+  const int64_t deadline = MonotonicMs() + 2000;
+  while (true) {
+    try {
+      router.bind(endpoint);
+      return absl::OkStatus();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EADDRINUSE || MonotonicMs() > deadline) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot bind ", endpoint, " again with the job's message limit: ", e.what()));
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 }  // namespace
 
 absl::Status AggregationServer::Run() {
   const proto::ClusterConfig& config = options_.config;
-  zmq::context_t ctx(2);  // two I/O threads: several TCP streams per server
-  zmq::socket_t router(ctx, zmq::socket_type::router);
-  ConfigureSocket(router);
-  router.set(zmq::sockopt::router_mandatory, 0);
-  absl::StatusOr<int> port = BindTcp(router, options_.bind_host, options_.port);
-  if (!port.ok()) return port.status();
+  // Two I/O threads by default: several TCP streams per server (more for CURVE on a fast link).
+  absl::StatusOr<int> io_threads = ZmqIoThreads(2);
+  if (!io_threads.ok()) return io_threads.status();
+  zmq::context_t ctx(*io_threads);
+  // Declared after the context and before the sockets: its ZAP handler outlives the ROUTER.
+  absl::StatusOr<std::unique_ptr<SocketSecurity>> security = SocketSecurity::FromConfig(ctx, config);
+  if (!security.ok()) return security.status();
+  absl::StatusOr<std::string> bind_host = (*security)->ListenHost(options_.bind_host, "server");
+  if (!bind_host.ok()) return bind_host.status();
 
   std::string host = config.advertise_host();
   if (host.empty()) {
@@ -39,32 +98,54 @@ absl::Status AggregationServer::Run() {
     if (!local.ok()) return local.status();
     host = *local;
   }
+  if (absl::Status s = (*security)->CheckPlainHost(host, "server: the data address it advertises");
+      !s.ok()) {
+    return s;
+  }
+
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  ConfigureSocket(router);
+  const SocketLimits bound_with = DataSocketLimits(config);
+  LimitSocket(router, bound_with);
+  router.set(zmq::sockopt::router_mandatory, 0);
+  if (absl::Status s = (*security)->SecureListening(router); !s.ok()) return s;
+  absl::StatusOr<int> port = BindTcp(router, *bind_host, options_.port);
+  if (!port.ok()) return port.status();
   const std::string data_address = TcpEndpoint(host, *port);
 
-  SchedulerClient scheduler(ctx, config);
+  SchedulerClient scheduler(ctx, config, **security);
   absl::StatusOr<proto::Topology> topology =
       scheduler.Register(proto::ROLE_SERVER, options_.requested_rank, data_address);
   if (!topology.ok()) return topology.status();
-  const int rank = topology->your_rank();
+  absl::StatusOr<ServerJob> job = ServerJob::FromTopology(*topology);
+  if (!job.ok()) return job.status();
+  const int rank = job->my_rank;
   SetLogIdentity(absl::StrCat("server ", rank));
-  const proto::ClusterConfig& effective = topology->config();
+  if (absl::Status s = RebindWithLimits(router, bound_with, DataSocketLimits(job->config)); !s.ok()) {
+    // Tell the others at once rather than let them wait for this server's heartbeats to stop.
+    proto::ControlMessage bye;
+    bye.mutable_shutdown()->set_reason(absl::StrCat("server ", rank, ": ", s.message()));
+    (void)scheduler.Send(bye);
+    scheduler.socket().set(zmq::sockopt::linger, 1000);  // let the Shutdown leave
+    return s;
+  }
   // The config field keeps its old name (server_engine_threads) so that config files stay valid.
-  const size_t num_shards = static_cast<size_t>(std::max(1, effective.server_engine_threads()));
-  BC_LOG_INFO("serving data on ", data_address, " for ", topology->num_workers(), " workers with ",
-              num_shards, " key shard threads");
+  const size_t num_shards = static_cast<size_t>(std::max(1, job->config.server_engine_threads()));
+  BC_LOG_INFO("serving data on ", data_address, " for ", job->num_workers, " workers with ",
+              num_shards, " key shard threads; ", (*security)->Describe());
 
+  ServerTelemetry telemetry =
+      StartTelemetry(options_, job->config, rank, scheduler.shared_clock());
   zmq::socket_t to_io(ctx, zmq::socket_type::pair);
   to_io.bind(kControlEndpoint);
-  const std::vector<int> pushers(topology->pushers().begin(), topology->pushers().end());
-  IoLoop io(ctx, router,
-            RequestDispatcher(rank, topology->num_workers(), topology->num_servers(), num_shards,
-                              pushers),
-            num_shards);
+  RequestDispatcher dispatcher(*job, num_shards);
+  dispatcher.Observe(telemetry.metrics.get());
+  IoLoop io(ctx, router, std::move(dispatcher), num_shards);
   std::vector<std::unique_ptr<KeyShard>> shards;
   std::vector<std::thread> shard_threads;
   for (size_t i = 0; i < num_shards; ++i) {
-    shards.push_back(std::make_unique<KeyShard>(static_cast<int>(i), rank, topology->num_workers(),
-                                                topology->num_servers(), pushers));
+    shards.push_back(std::make_unique<KeyShard>(static_cast<int>(i), *job));
+    shards.back()->Observe(telemetry.timeline.get(), telemetry.metrics.get());
     shard_threads.emplace_back(RunKeyShard, std::ref(ctx), i, std::ref(*shards.back()));
   }
   std::thread io_thread([&io] { io.Run(); });
@@ -86,7 +167,16 @@ absl::Status AggregationServer::Run() {
       result = msg.status();
       break;
     }
-    if (!msg->has_value()) continue;
+    if (!msg->has_value()) {
+      // A scheduler that fell silent (killed, frozen, cut off; or this server was frozen and
+      // the job went on without it) ends this server too, naming it.
+      if (absl::Status heard = scheduler.CheckSchedulerHeard(); !heard.ok()) {
+        SendCommand(to_io, ShardMessageKind::kFail, std::string(heard.message()));
+        result = heard;
+        break;
+      }
+      continue;
+    }
     const proto::ControlMessage& m = **msg;
     if (m.has_declare_reply() && m.declare_reply().ok()) {
       SendCommand(to_io, ShardMessageKind::kDeclare, m.declare_reply().SerializeAsString());
@@ -94,13 +184,20 @@ absl::Status AggregationServer::Run() {
       SendCommand(to_io, ShardMessageKind::kStrategy,
                   m.strategy_commit().strategy().SerializeAsString());
     } else if (m.has_node_failed()) {
+      // Named as the workers name it ("worker 2 failed: ..."), whichever news reaches them first.
+      const proto::NodeId& node = m.node_failed().node();
       const std::string reason =
-          absl::StrCat(proto::Role_Name(m.node_failed().node().role()), " ",
-                       m.node_failed().node().rank(), " failed: ", m.node_failed().reason());
+          absl::StrCat(node.role() == proto::ROLE_SERVER ? "server " : "worker ", node.rank(),
+                       " failed: ", Printable(m.node_failed().reason(), 512));
       BC_LOG_ERROR(reason);
       SendCommand(to_io, ShardMessageKind::kFail, reason);
     } else if (m.has_shutdown()) {
-      BC_LOG_INFO("shutdown: ", m.shutdown().reason());
+      const std::string reason = Printable(m.shutdown().reason(), 1024);
+      BC_LOG_INFO("shutdown: ", reason);
+      // Only the end of a finished job is a clean exit.
+      if (!m.shutdown().job_done()) {
+        result = absl::AbortedError(absl::StrCat("the job stopped: ", reason));
+      }
       break;
     }
   }

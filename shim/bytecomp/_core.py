@@ -168,13 +168,19 @@ def stats():
     return _engine.get_engine().stats()
 
 
+def tensor_strategy(name):
+    """(round, version) of the tensor's latest started round: its push_pull count - 1 and the
+    strategy version that round ran with (strategy switches, the adaptive ratio)."""
+    return _engine.get_engine().tensor_strategy(name)
+
+
 def barrier(timeout_ms=-1):
     """Blocks until every worker reached the barrier."""
     _engine.get_engine().barrier(timeout_ms)
 
 
-def declare(name, element_count, dtype_code):
-    _engine.get_engine().declare(name, element_count, dtype_code)
+def declare(name, element_count, dtype_code, shape=None):
+    _engine.get_engine().declare(name, element_count, dtype_code, shape)
 
 
 def start_push_pull(name, data_ptr, element_count, dtype_code, priority, average, keepalive,
@@ -213,22 +219,24 @@ def poll(handle):
 
 
 def synchronize(handle, timeout_ms=-1):
-    """Waits for the operation (timeout_ms < 0: without limit) and returns handle.result.
-    A BytecompTimeoutError leaves the operation running; call synchronize again."""
+    """Waits for the operation (timeout_ms < 0: the job's push_pull_timeout_ms, 30 min unless
+    set) and returns handle.result. A BytecompTimeoutError leaves the operation running; call
+    synchronize again."""
     if handle.state == Handle.FAILED:
         raise handle.error
     if handle.state == Handle.PENDING:
         eng = _engine.get_engine()
-        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+        if timeout_ms < 0:
+            timeout_ms = eng.wait_timeout_ms()
+        deadline = time.monotonic() + timeout_ms / 1000
         while True:
             # Wait in slices: the wait blocks in C, where Python cannot deliver Ctrl-C.
-            slice_ms = _WAIT_SLICE_MS if deadline is None else max(
-                0, min(_WAIT_SLICE_MS, int((deadline - time.monotonic()) * 1000)))
+            slice_ms = max(0, min(_WAIT_SLICE_MS, int((deadline - time.monotonic()) * 1000)))
             try:
                 eng.wait(handle.engine_handle, slice_ms)
                 break
             except _engine.BytecompTimeoutError:
-                if deadline is not None and time.monotonic() >= deadline:
+                if time.monotonic() >= deadline:
                     raise
             except BytecompError as e:
                 _fail(handle, e)

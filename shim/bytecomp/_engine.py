@@ -163,6 +163,8 @@ def _declare_prototypes(lib):
         "bytecomp_local_size": (c_int, []),
         "bytecomp_num_servers": (c_int, []),
         "bytecomp_declare": (c_int, [c_char_p, c_int64, c_int]),
+        "bytecomp_declare_shape": (c_int, [c_char_p, c_int64, c_int, c_int,
+                                           ctypes.POINTER(c_int64)]),
         "bytecomp_push_pull": (c_int, [c_char_p, ctypes.c_void_p, c_int64, c_int, c_int,
                                        ctypes.c_uint32, ctypes.POINTER(handle_t)]),
         "bytecomp_push_pull_device": (c_int, [c_char_p, ctypes.c_void_p, c_int64, c_int, c_int,
@@ -173,12 +175,15 @@ def _declare_prototypes(lib):
         "bytecomp_release": (c_int, [handle_t]),
         "bytecomp_handle_error": (c_int, [handle_t, ctypes.c_char_p, ctypes.c_size_t]),
         "bytecomp_barrier": (c_int, [c_int64]),
+        "bytecomp_wait_timeout_ms": (c_int64, []),
         "bytecomp_last_error": (c_char_p, []),
         "bytecomp_set_learning_rate": (c_int, [ctypes.c_double]),
         "bytecomp_get_stats": (c_int, [ctypes.POINTER(Stats)]),
         "bytecomp_save_state": (c_int, [c_char_p, ctypes.c_void_p, ctypes.c_size_t,
                                         ctypes.POINTER(ctypes.c_size_t)]),
         "bytecomp_load_state": (c_int, [c_char_p, ctypes.c_void_p, ctypes.c_size_t]),
+        "bytecomp_tensor_strategy": (c_int, [c_char_p, ctypes.POINTER(c_int64),
+                                             ctypes.POINTER(c_int64)]),
     }
     for name, (restype, argtypes) in prototypes.items():
         fn = getattr(lib, name)  # AttributeError names the missing symbol
@@ -245,8 +250,16 @@ class Engine:
         return self._check(self._lib.bytecomp_num_servers(), "bytecomp_num_servers")
 
     # -- tensors -------------------------------------------------------------------------
-    def declare(self, name, element_count, dtype):
-        self._check(self._lib.bytecomp_declare(name.encode(), int(element_count), int(dtype)),
+    def declare(self, name, element_count, dtype, shape=None):
+        """shape: the tensor's dimensions (optional); matrix codecs (powersgd) then read it as
+        shape[0] rows of the other dimensions' product instead of a near-square matrix."""
+        if not shape:
+            self._check(self._lib.bytecomp_declare(name.encode(), int(element_count),
+                                                   int(dtype)), f"declare '{name}'")
+            return
+        dims = (ctypes.c_int64 * len(shape))(*[int(d) for d in shape])
+        self._check(self._lib.bytecomp_declare_shape(name.encode(), int(element_count),
+                                                     int(dtype), len(shape), dims),
                     f"declare '{name}'")
 
     def push_pull(self, name, data_ptr, element_count, dtype, priority=0, average=False):
@@ -294,6 +307,10 @@ class Engine:
     def release(self, handle):
         return self._lib.bytecomp_release(handle)
 
+    def wait_timeout_ms(self):
+        """How long a wait without a limit of its own waits (push_pull_timeout_ms)."""
+        return self._lib.bytecomp_wait_timeout_ms()
+
     def barrier(self, timeout_ms=-1):
         self._check(self._lib.bytecomp_barrier(int(timeout_ms)), "barrier")
 
@@ -315,6 +332,15 @@ class Engine:
         buf = ctypes.create_string_buffer(bytes(state), max(1, len(state)))
         self._check(self._lib.bytecomp_load_state(name.encode(), buf, len(state)),
                     f"load_state '{name}'")
+
+    def tensor_strategy(self, name):
+        """(round, version): the tensor's latest started round and the strategy version it ran
+        with."""
+        round_, version = ctypes.c_int64(0), ctypes.c_int64(0)
+        self._check(self._lib.bytecomp_tensor_strategy(name.encode(), ctypes.byref(round_),
+                                                       ctypes.byref(version)),
+                    f"tensor_strategy '{name}'")
+        return round_.value, version.value
 
     def stats(self):
         stats = Stats()

@@ -17,6 +17,8 @@ PRESETS = {
     "dgc": ({"ratio": "0.01"}, "dgc_momentum"),
     "powersgd": ({"rank": "2"}, "powersgd"),
     "randomk": ({"ratio": "0.1"}, "residual"),
+    # AR-Topk: one worker's top-k indices, every worker's values there, summed (two rounds).
+    "artopk": ({"ratio": "0.01"}, "residual"),
 }
 
 
@@ -35,12 +37,16 @@ def _codec_block(field, name, params, memory):
 
 
 def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_bytes=None,
-                  force=False, seed=0, name_pattern="grad/*", pull_memory=""):
+                  force=False, seed=0, name_pattern="grad/*", pull_memory="",
+                  adaptive_ratio=None):
     """A Strategy applying `codec` to every tensor matching name_pattern (by default every
     gradient of DistributedOptimizer; broadcasts and metrics stay exact). params/memory default
     to the preset for the name; two_way re-encodes pulls with the same codec on the servers;
     force compresses tensors under min_compress_bytes (64 KiB) too; pull_memory is the servers'
-    error-feedback memory for the re-encode (two_way)."""
+    error-feedback memory for the re-encode (two_way): "" gives them the push codec's memory
+    (the nodes resolve it: compress/strategy.h, PlanFor), "none" none; adaptive_ratio, a dict of
+    proto/strategy.proto AdaptiveRatio fields (min_ratio, max_ratio, window_rounds, ...), lets
+    the scheduler change the codec's ratio within bounds during training."""
     preset_params, preset_memory = PRESETS.get(codec, ({}, ""))
     params = preset_params if params is None else params
     memory = preset_memory if memory is None else memory
@@ -56,6 +62,11 @@ def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_b
             lines += _codec_block("pull_codec", codec, params, pull_memory)
     if force:
         lines.append("  force: true")
+    if adaptive_ratio:
+        lines.append("  adaptive_ratio {")
+        for key in sorted(adaptive_ratio):
+            lines.append(f"    {key}: {adaptive_ratio[key]}")
+        lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

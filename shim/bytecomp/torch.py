@@ -31,7 +31,8 @@ import torch
 
 from . import _core, _cpu, _engine
 from ._core import (Handle, barrier, is_initialized, local_rank, local_size,  # noqa: F401
-                    num_servers, rank, set_learning_rate, shutdown, size, stats)
+                    num_servers, rank, set_learning_rate, shutdown, size, stats,
+                    tensor_strategy)
 from ._engine import BytecompError  # noqa: F401
 
 __all__ = [
@@ -39,8 +40,8 @@ __all__ = [
     "num_servers", "barrier", "declare", "push_pull", "push_pull_async", "push_pull_inplace",
     "push_pull_async_inplace", "poll", "synchronize", "DistributedOptimizer",
     "broadcast_parameters", "broadcast_optimizer_state", "BytecompError", "Handle",
-    "set_learning_rate", "stats", "DDPHookState", "ddp_comm_hook", "init_process_group",
-    "check_cpu_math", "configure_cpu_threads",
+    "set_learning_rate", "stats", "tensor_strategy", "DDPHookState", "ddp_comm_hook",
+    "init_process_group", "check_cpu_math", "configure_cpu_threads",
 ]
 
 _DTYPE_CODES = {
@@ -116,9 +117,12 @@ def _dtype_code(tensor, what):
 
 
 def declare(name, tensor):
-    """Declares a tensor by name (same name, size and dtype on every worker). Optional: the
-    first push_pull declares it; declaring up front fixes the key order on every worker."""
-    _core.declare(name, tensor.numel(), _dtype_code(tensor, f"declare '{name}'"))
+    """Declares a tensor by name (same name, size and dtype on every worker) with its shape.
+    Optional: the first push_pull declares it, without a shape; declaring up front fixes the
+    key order on every worker and lets powersgd read a layer as its rows (shape[0] of them)
+    as PyTorch's PowerSGD hook does, instead of a near-square matrix."""
+    _core.declare(name, tensor.numel(), _dtype_code(tensor, f"declare '{name}'"),
+                  list(tensor.shape))
 
 
 def push_pull_async_inplace(tensor, name, average=True, priority=0):
@@ -212,10 +216,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._priorities[p] = -index
             self._requires_update.append(p)
         # Declare in named_parameters order so that every worker gets the same keys, and a
-        # size that differs between workers is reported before the first step.
+        # size that differs between workers is reported before the first step; with each
+        # layer's shape (powersgd reads a layer as its rows).
         for p in sorted(self._requires_update, key=lambda q: -self._priorities[q]):
-            _core.declare(self._names[p], p.numel(), _dtype_code(p, f"parameter "
-                                                                 f"'{self._names[p]}'"))
+            declare(self._names[p], p)
         self._handles = {}      # param -> Handle started in this step
         self._passes = {p: 0 for p in self._requires_update}
         self._needs_sync = False

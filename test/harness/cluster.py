@@ -261,6 +261,13 @@ class Cluster:
     def wait_scheduler(self, timeout=15):
         return self.wait_node(self.scheduler, timeout)
 
+    def wait_workers_print(self, text, timeout=60):
+        """Waits until every worker's output holds `text` (e.g. "round 10/"); AssertionError
+        with every process's output after timeout seconds."""
+        if not wait_for(lambda: all(text in w.output() for w in self.workers), timeout):
+            raise AssertionError(f"not every worker printed {text!r} within {timeout} s\n" +
+                                 self.dump())
+
     # -- reporting and stopping --------------------------------------------------------------
     def nodes(self):
         return [n for n in [self.scheduler] + self.servers + self.workers if n is not None]

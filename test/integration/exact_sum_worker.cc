@@ -12,13 +12,22 @@
 //                         [--die-rank R --die-round K] (rank R exits at once, code 3, in round K)
 //                         [--lonely-rank R] (only rank R push_pulls, one tensor "lonely", and
 //                         exits 4 printing "LONELY FAILED after T ms: <error>" if it fails;
-//                         the others shut down at once)
+//                         the others shut down at once) [--lonely-wait-ms MS] (its wait's
+//                         timeout, default 60000; -1: the job's bound)
 //                         [--device-first 1] (first a device tensor "on_device" of 16 fp32 on
 //                         device 0: prints "DEVICE REFUSED rc=N: <error>", or "DEVICE PRESENT"
 //                         and waits for it where a device accepts it; then the rounds)
 //                         [--save-after-wait 1] (bytecomp_save_state of each tensor right
 //                         after its wait returns: it must not find the tensor in flight)
-// At the end it prints "PUSHED BYTES: N" (what this worker pushed to servers).
+//                         [--hold-file PATH] (after the last round, before shutting down, wait
+//                         until PATH exists, at most 60 s: a test looks at the live job)
+//                         [--tiny-tensors N] (N fp32 tensors of one element instead)
+//                         [--hostile-declarations 1] (first declares 40 tensors "huge.<i>" of
+//                         2^40 fp32 elements and one with an 8 MiB name, which the job's
+//                         limits must refuse without growing the scheduler or the servers;
+//                         prints "HOSTILE DECLARATIONS SENT", then the rounds)
+// At the end it prints "PUSHED BYTES: N" (what this worker pushed to servers) and
+// "PULLED BYTES: N".
 // Exit code 0: all sums exact. 1: a wrong sum (printed). 2: an operation failed (the error text
 // and the milliseconds it took are printed as "OPERATION FAILED after T ms: ...").
 #include <chrono>
@@ -140,7 +149,7 @@ int main(int argc, char** argv) {
     bytecomp_handle_t h = 0;
     const int64_t t0 = elapsed_ms();
     if (bytecomp_push_pull("lonely", v.data(), 100, BYTECOMP_FLOAT32, 0, 0, &h) != BYTECOMP_OK ||
-        bytecomp_wait(h, 60000) != BYTECOMP_OK) {
+        bytecomp_wait(h, Arg(argc, argv, "--lonely-wait-ms", 60000)) != BYTECOMP_OK) {
       std::printf("LONELY FAILED after %lld ms: %s\n", static_cast<long long>(elapsed_ms() - t0),
                   bytecomp_last_error());
       std::fflush(stdout);
@@ -161,7 +170,21 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
+  if (Arg(argc, argv, "--hostile-declarations", 0) != 0) {
+    for (int i = 0; i < 40; ++i) {
+      bytecomp_declare(("huge." + std::to_string(i)).c_str(), int64_t{1} << 40, BYTECOMP_FLOAT32);
+    }
+    bytecomp_declare(std::string(8 << 20, 'n').c_str(), 4, BYTECOMP_FLOAT32);
+    std::printf("HOSTILE DECLARATIONS SENT\n");
+    std::fflush(stdout);
+  }
   std::vector<TestTensor> tensors = MakeTensors(partition_bytes, max_bytes);
+  if (const int64_t tiny = Arg(argc, argv, "--tiny-tensors", 0); tiny > 0) {
+    tensors.clear();
+    for (int64_t i = 0; i < tiny; ++i) {
+      tensors.push_back({"tiny." + std::to_string(i), 1, BYTECOMP_FLOAT32, std::vector<uint8_t>(4)});
+    }
+  }
   std::mt19937 rng(rank * 7919 + 1);
   std::vector<bytecomp_handle_t> handles(tensors.size());
   std::vector<int64_t> versions;
@@ -235,6 +258,19 @@ int main(int argc, char** argv) {
   bytecomp_stats_t stats{};
   bytecomp_get_stats(&stats);
   std::printf("\nPUSHED BYTES: %lld\n", static_cast<long long>(stats.pushed_bytes));
+  std::printf("PULLED BYTES: %lld\n", static_cast<long long>(stats.pulled_bytes));
+  std::fflush(stdout);
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--hold-file") != 0) continue;
+    const std::string hold = argv[i + 1];
+    for (int waited_ms = 0; waited_ms < 60000; waited_ms += 50) {
+      if (FILE* f = std::fopen(hold.c_str(), "r")) {
+        std::fclose(f);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   std::printf("ALL SUMS EXACT: %d rounds x %zu tensors, W=%d\n", rounds, tensors.size(), workers);
   return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
 }

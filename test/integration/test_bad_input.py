@@ -1,6 +1,8 @@
-"""A client sending malformed frames, unknown keys, wrong sizes, a wrong dtype, a round far
-in the future and bad link probes to a live server gets error replies, while well-behaved
+"""A client sending malformed frames, bad link probes, and pushes and pulls as the job's workers
+without their tokens (unknown keys, wrong sizes, a wrong dtype, a round far in the future, an
+abort, a guessed token) to a live server gets error replies, each counted, while well-behaved
 workers beside it still get exact sums and the server keeps running."""
+import re
 import subprocess
 
 import cluster
@@ -17,7 +19,7 @@ def test_bad_requests_get_errors_and_disturb_nothing():
                 [cluster.binary("bad_input_client"), f"tcp://127.0.0.1:{c.server_ports[0]}", "0", "1"],
                 capture_output=True, text=True, timeout=120)
             assert bad.returncode == 0, bad.stdout + bad.stderr + c.dump()
-            assert "13 of 13 bad requests answered with the expected error" in bad.stdout
+            assert "16 of 16 bad requests answered with the expected error" in bad.stdout
             assert c.servers[0].proc.poll() is None, c.dump()
         assert all(w.proc.poll() is None for w in c.workers), "workers finished before the bad client: " + c.dump()
         codes = c.wait_workers(timeout=240)
@@ -25,4 +27,8 @@ def test_bad_requests_get_errors_and_disturb_nothing():
         for w in c.workers:
             assert "ALL SUMS EXACT: 200 rounds x 40 tensors, W=2" in w.output(), c.dump()
         assert c.wait_node(c.servers[0], 15) == 0, c.dump()
-        assert "rejected request" in c.servers[0].output()
+        out = c.servers[0].output()
+        assert "rejected request" in out
+        # Counted: 10 requests per run named a worker without its token.
+        without = re.search(r"rejected (\d+) \((\d+) without the sender's token\)", out)
+        assert without and int(without.group(2)) >= 20, out[-3000:]

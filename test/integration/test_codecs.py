@@ -21,6 +21,9 @@ CODECS = [
     # whose two-way pull the servers re-encode with their own residual (threshold 0 two-way is
     # answered with the aggregator's block-sparse sum, as one-way is).
     ("blocksparse", {}, ""), ("blocksparse+ef", {"threshold": "0.5"}, "residual"),
+    # artopk's two choosers: round robin (the default) and the largest smoothed norm.
+    ("artopk", {"ratio": "0.01"}, "residual"),
+    ("artopk+largest_norm", {"ratio": "0.01", "chooser": "largest_norm"}, "residual"),
 ]
 
 

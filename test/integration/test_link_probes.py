@@ -59,7 +59,9 @@ def test_probes_reach_the_scheduler_and_auto_planning_uses_them():
                      r"pairs; medians: round trip ([\d.]+) us, up ([\d.]+) Gbit/s, down "
                      r"([\d.]+) Gbit/s\): worker_link and server_link ([\d.]+) Gbit/s", log)
     assert used, log
-    assert float(used.group(4)) == min(float(used.group(2)), float(used.group(3))), log
+    # The slower direction, to two significant digits (auto_planner.h: TwoSignificantDigits).
+    slower = min(float(used.group(2)), float(used.group(3)))
+    assert abs(float(used.group(4)) - slower) <= 0.05 * slower, log
     assert re.search(r"--strategy=auto: planned 162 tensors \(flat\) in [\d.]+ ms", log), log
     forward = re.search(r"\(measured forward ([\d.]+) ms\)", log)
     # The bench sleeps 40 ms between a round's last wait and the next round's first push_pull

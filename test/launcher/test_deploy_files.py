@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Checks of the documentation-grade deployment files.
 
-  test_deploy_files.py files     deploy/systemd units: syntax, flags, `systemd-analyze verify`
+  test_deploy_files.py files     deploy/systemd units: syntax, flags, the cluster key as a
+                                 credential, `systemd-analyze verify`
                                  where it exists (its only allowed complaint: the binaries are
                                  not installed on this machine); deploy/examples/cluster.pbtxt
                                  parses against proto/cluster_config.proto (protoc)
   test_deploy_files.py k8s       deploy/k8s manifests parse as YAML (python3-yaml) and fit
-                                 together (selectors, ports, names, flags), and deploy/Dockerfile
+                                 together (selectors, ports, names, flags, the cluster key's
+                                 Secret), and deploy/Dockerfile
                                  is the image they run (checked statically: no container engine
                                  runs here); exits 77 (skipped) when python3-yaml is missing
 """
@@ -25,7 +27,17 @@ K8S = os.path.join(REPO, "deploy", "k8s")
 DOCKERFILE = os.path.join(REPO, "deploy", "Dockerfile")
 INSTALL_RULES = os.path.join(REPO, "cmake", "Install.cmake")
 EXAMPLE_CONFIG = os.path.join(REPO, "deploy", "examples", "cluster.pbtxt")
+DAEMON_MAINS = {"bytecomp-scheduler": os.path.join(REPO, "scheduler", "main.cc"),
+                "bytecomp-server": os.path.join(REPO, "server", "main.cc")}
+KEY_SECRET = "bytecomp-cluster-key"
+KEY_MOUNT = "/etc/bytecomp-key"
 SKIP = 77
+
+
+def daemon_has_flag(program, flag):
+    """Whether the daemon's main.cc defines --flag (an Abseil flag)."""
+    with open(DAEMON_MAINS[program]) as f:
+        return re.search(r"ABSL_FLAG\([^,]+, %s," % re.escape(flag), f.read()) is not None
 
 
 def parse_unit(path):
@@ -80,6 +92,20 @@ class SystemdUnitsTest(unittest.TestCase):
         exec_start = self.value(unit, "Service", "ExecStart").split()
         self.assertEqual(exec_start[:5], ["/usr/bin/bytecomp-server", "--scheduler",
                                           "${BYTECOMP_SCHEDULER}", "--rank", "%i"])
+
+    def test_units_load_the_cluster_key_as_a_credential(self):
+        # The root-only key file reaches the dynamic user as a private copy (%d: the
+        # credentials directory), and the daemon is told where it is.
+        for name in ("bytecomp-scheduler.service", "bytecomp-server@.service"):
+            unit = self.unit(name)
+            self.assertEqual(self.value(unit, "Service", "LoadCredential"),
+                             "cluster.key:/etc/bytecomp/cluster.key", name)
+            exec_start = self.value(unit, "Service", "ExecStart").split()
+            program = os.path.basename(exec_start[0])
+            index = exec_start.index("--key_file")
+            self.assertEqual(exec_start[index + 1], "%d/cluster.key", name)
+            self.assertTrue(daemon_has_flag(program, "key_file"), program)
+        self.assertFalse(daemon_has_flag("bytecomp-server", "no_such_flag"))  # the check can fail
 
     def test_env_examples_define_what_the_units_use(self):
         for unit_name, env_name in (("bytecomp-scheduler.service", "scheduler.env.example"),
@@ -202,7 +228,28 @@ class KubernetesManifestsTest(ManifestsFixture):
         self.assertTrue(service["spec"]["selector"].items() <= labels.items(),
                         "the Service must select the pods")
         for volume in workload["spec"]["template"]["spec"]["volumes"]:
-            self.get("ConfigMap", volume["configMap"]["name"])
+            if "secret" in volume:  # made by the operator (kubectl create secret), not shipped
+                self.assertEqual(volume["secret"]["secretName"], KEY_SECRET)
+            else:
+                self.get("ConfigMap", volume["configMap"]["name"])
+
+    def test_daemons_mount_the_cluster_key_secret(self):
+        for workload in (self.get("Deployment", "bytecomp-scheduler"),
+                         self.get("StatefulSet", "bytecomp-server")):
+            spec = workload["spec"]["template"]["spec"]
+            (volume,) = [v for v in spec["volumes"] if "secret" in v]
+            self.assertEqual(volume["secret"]["secretName"], KEY_SECRET)
+            # Owner-only in the Secret; fsGroup makes it 0440 for the pods' user, which the
+            # daemons accept with a warning (others may never read it).
+            self.assertEqual(volume["secret"]["defaultMode"], 0o400)
+            self.assertEqual(spec["securityContext"]["fsGroup"],
+                             spec["securityContext"]["runAsGroup"])
+            (container,) = spec["containers"]
+            (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+            self.assertEqual(mount["mountPath"], KEY_MOUNT)
+            self.assertTrue(mount["readOnly"])
+            words = " ".join(container.get("command", []) + container.get("args", [])).split()
+            self.assertEqual(words[words.index("--key_file") + 1], KEY_MOUNT + "/cluster.key")
 
     def test_scheduler(self):
         service = self.get("Service", "bytecomp-scheduler")
@@ -246,7 +293,8 @@ class KubernetesManifestsTest(ManifestsFixture):
                                   stdout=subprocess.PIPE, text=True, timeout=10)
         self.assertEqual(proc.stdout.split("\n")[:-1],
                          ["--scheduler", "bytecomp-scheduler:9000", "--rank", "12",
-                          "--config", "/etc/bytecomp/cluster.pbtxt"])
+                          "--config", "/etc/bytecomp/cluster.pbtxt",
+                          "--key_file", KEY_MOUNT + "/cluster.key"])
 
 
 def dockerfile_instructions(path):

@@ -44,7 +44,7 @@ class LauncherTest(unittest.TestCase):
         # The caller's own BYTECOMP_* settings must not leak into the expectations.
         for var in [v for v in self.env if v.startswith("BYTECOMP_")]:
             del self.env[var]
-        for var in ("BC_STANDIN_SCHEDULER", "BC_STANDIN_SERVER"):
+        for var in ("BC_STANDIN_SCHEDULER", "BC_STANDIN_SERVER", "BC_STANDIN_KEYGEN"):
             self.env.pop(var, None)
         self.launcher_proc = None
 
@@ -156,22 +156,86 @@ class LauncherTest(unittest.TestCase):
         (sched,) = self.json_lines(out, "scheduler")
         argv = sched["argv"]
         port = int(argv[argv.index("--port") + 1])
+        key = argv[argv.index("--key_file") + 1]  # the job's fresh cluster key
         self.assertEqual(argv, ["--port", str(port), "--num_workers", "4", "--num_servers", "2",
-                                "--config", os.path.abspath(config)])
+                                "--config", os.path.abspath(config), "--key_file", key])
         address = "127.0.0.1:%d" % port
         for rank in range(2):
             (server,) = self.json_lines(out, "server %d" % rank)
             self.assertEqual(server["argv"], ["--scheduler", address, "--rank", str(rank),
                                               "--config", os.path.abspath(config),
-                                              "--engine_threads", "3"])
+                                              "--key_file", key, "--engine_threads", "3"])
         for rank in range(4):
             (worker,) = self.json_lines(out, "worker %d" % rank)
             self.assertEqual(worker["env"], {
                 "BYTECOMP_SCHEDULER": address, "BYTECOMP_RANK": str(rank),
                 "BYTECOMP_NUM_WORKERS": "4", "BYTECOMP_NUM_SERVERS": "2",
                 "BYTECOMP_LOCAL_RANK": str(rank), "BYTECOMP_LOCAL_SIZE": "4",
-                "BYTECOMP_MACHINE": socket.gethostname(), "BYTECOMP_ROLE": "worker"})
+                "BYTECOMP_MACHINE": socket.gethostname(), "BYTECOMP_ROLE": "worker",
+                "BYTECOMP_KEY_FILE": key})
+            self.assertEqual(worker["key_mode"], "0o600")
+        self.assertFalse(os.path.exists(os.path.dirname(key)), "the job's key outlived it")
         self.assert_all_gone()
+
+    # --- the cluster key -----------------------------------------------------------------
+    def test_every_job_gets_a_fresh_key_that_goes_with_it(self):
+        keys = []
+        for _ in range(2):
+            rc, out, err = self.run_launcher(["-np", "2", "--bin-dir", STANDINS], [])
+            self.assertEqual(rc, 0, err)
+            workers = [self.json_lines(out, "worker %d" % r)[0] for r in range(2)]
+            key = workers[0]["env"]["BYTECOMP_KEY_FILE"]
+            self.assertEqual(workers[1]["env"]["BYTECOMP_KEY_FILE"], key)
+            self.assertEqual(workers[0]["key_mode"], "0o600")
+            self.assertFalse(os.path.exists(os.path.dirname(key)))
+            keys.append(key)
+        self.assertNotEqual(keys[0], keys[1])
+
+    def test_key_is_removed_after_an_interrupted_job(self):
+        proc = self.start_launcher(["-np", "2", "--bin-dir", STANDINS], ["--sleep", "60"])
+        self.wait_for_pids(self.all_names(2, 1))
+        with open(os.path.join(self.piddir, "scheduler.pid")) as f:
+            scheduler_pid = int(f.read())
+        with open("/proc/%d/cmdline" % scheduler_pid, "rb") as f:
+            argv = f.read().decode().split("\0")
+        key = argv[argv.index("--key_file") + 1]
+        self.assertTrue(os.path.isfile(key))
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=RUN_TIMEOUT)
+        self.assertEqual(proc.returncode, 128 + signal.SIGTERM)
+        self.assertFalse(os.path.exists(os.path.dirname(key)))
+        self.assert_all_gone()
+
+    def test_given_key_or_none(self):
+        key = os.path.join(self.piddir, "given.key")
+        with open(key, "w") as f:
+            f.write("stand-in\n")
+        os.chmod(key, 0o600)
+        rc, out, err = self.run_launcher(["-np", "1", "--bin-dir", STANDINS, "--key-file", key], [])
+        self.assertEqual(rc, 0, err)
+        (sched,) = self.json_lines(out, "scheduler")
+        self.assertEqual(sched["argv"][-2:], ["--key_file", key])
+        self.assertEqual(self.json_lines(out, "worker 0")[0]["env"]["BYTECOMP_KEY_FILE"], key)
+        self.assertTrue(os.path.isfile(key), "a given key is the user's: it stays")
+
+        rc, out, err = self.run_launcher(["-np", "1", "--bin-dir", STANDINS, "--no-key"], [])
+        self.assertEqual(rc, 0, err)
+        (sched,) = self.json_lines(out, "scheduler")
+        self.assertNotIn("--key_file", sched["argv"])
+        self.assertNotIn("BYTECOMP_KEY_FILE", self.json_lines(out, "worker 0")[0]["env"])
+
+        rc, out, err = self.run_launcher(["-np", "1", "--bin-dir", STANDINS, "--key-file",
+                                          "/nonexistent.key"], [])
+        self.assertEqual(rc, 2)
+        self.assertIn("--key-file /nonexistent.key: no such file", err)
+
+    def test_keygen_failure_starts_nothing(self):
+        self.env["BC_STANDIN_KEYGEN"] = "fail"
+        rc, out, err = self.run_launcher(["-np", "2", "--bin-dir", STANDINS], [])
+        self.assertEqual(rc, 2)
+        self.assertIn("cannot make the job's cluster key", err)
+        self.assertIn("stand-in told to fail", err)
+        self.assertEqual(self.started_pids(), {})
 
     def test_explicit_port_is_used(self):
         import socket
@@ -428,7 +492,7 @@ class LauncherTest(unittest.TestCase):
         bindir = os.path.join(self.piddir, "prefix", "bin")
         os.makedirs(bindir)
         shutil.copy(LAUNCHER, bindir)
-        for daemon in ("bytecomp-scheduler", "bytecomp-server"):
+        for daemon in ("bytecomp-scheduler", "bytecomp-server", "bytecomp-keygen"):
             os.symlink(os.path.join(STANDINS, daemon), os.path.join(bindir, daemon))
         command = [sys.executable, os.path.join(bindir, "bytecomp-run"), "-np", "2", "--",
                    sys.executable, WORKER]
@@ -494,12 +558,25 @@ class LauncherTest(unittest.TestCase):
         self.assertRegex(lines[0], r"^\[scheduler\] .* \S*ip netns exec bc-sched \S*"
                                    r"bytecomp-scheduler --port 9123 ")
         self.assertRegex(lines[1], r"ip netns exec bc-s0 \S*bytecomp-server --scheduler "
-                                   r"10\.213\.0\.1:9123 --rank 0$")
+                                   r"10\.213\.0\.1:9123 --rank 0 --key_file .*cluster\.key'?$")
         self.assertIn("BYTECOMP_LOCAL_RANK=0 BYTECOMP_LOCAL_SIZE=1", lines[3])
         # Namespaces share the hostname: each is named as its own machine.
         self.assertIn("BYTECOMP_MACHINE=bc-w1", lines[3])
         self.assertIn("BYTECOMP_SCHEDULER=10.213.0.1:9123", lines[3])
+        self.assertIn("BYTECOMP_KEY_FILE=", lines[3])
+        self.assertIn("--key_file ", lines[0])
         self.assertTrue(lines[3].endswith("ip netns exec bc-w1 python3 train.py"), lines[3])
+        # Without a key the namespaces' addresses are not loopback: allow_insecure.
+        proc = subprocess.run(
+            [sys.executable, LAUNCHER, "-np", "1", "--servers", "1", "--port", "9123",
+             "--bin-dir", STANDINS, "--netns", "bc-", "--scheduler-host", "10.213.0.1",
+             "--no-key", "--dry-run", "--", "python3", "train.py"],
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=RUN_TIMEOUT)
+        lines = proc.stdout.decode().splitlines()
+        self.assertIn(" --allow_insecure", lines[0])
+        self.assertIn(" --allow_insecure", lines[1])
+        self.assertIn("BYTECOMP_ALLOW_INSECURE=1", lines[2])
+        self.assertNotIn("KEY_FILE", proc.stdout.decode())
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ fi
 
 phase "checking the installed files"
 for program in bytecomp-scheduler bytecomp-server bytecomp-plan bytecomp-bench \
-               bytecomp-linkprobe bytecomp-codec-bench; do
+               bytecomp-linkprobe bytecomp-codec-bench bytecomp-keygen; do
   path=$(command -v "$program")
   if ldd "$path" | grep "not found"; then
     echo "[inside] $path: a library is missing (the package's Depends are incomplete)"; exit 1

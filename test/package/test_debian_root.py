@@ -50,7 +50,8 @@ CACHE = os.environ.get("BYTECOMP_TEST_CACHE", "/var/cache/bytecomp-test")
 # What the package must hold (paths under /usr), besides the programs checked inside the root.
 EXPECTED_FILES = [
     "bin/bytecomp-scheduler", "bin/bytecomp-server", "bin/bytecomp-run", "bin/bytecomp-plan",
-    "bin/bytecomp-bench", "lib/libbytecomp_worker.so", "include/bytecomp/c_api.h",
+    "bin/bytecomp-bench", "bin/bytecomp-keygen", "lib/libbytecomp_worker.so",
+    "include/bytecomp/c_api.h",
     "lib/python3/dist-packages/bytecomp/torch.py",
     "lib/python3/dist-packages/bytecomp/_installed.py",
     "lib/systemd/system/bytecomp-scheduler.service",

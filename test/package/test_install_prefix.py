@@ -17,6 +17,7 @@ BUILD_DIR = None
 EXPECTED = [
     "bin/bytecomp-scheduler", "bin/bytecomp-server", "bin/bytecomp-run", "bin/bytecomp-plan",
     "bin/bytecomp-bench", "bin/bytecomp-linkprobe", "bin/bytecomp-codec-bench",
+    "bin/bytecomp-keygen",
     "lib/libbytecomp_worker.so", "include/bytecomp/c_api.h",
     "lib/python3/dist-packages/bytecomp/__init__.py",
     "lib/python3/dist-packages/bytecomp/torch.py",

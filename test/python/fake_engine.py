@@ -107,6 +107,9 @@ class FakeEngine:
     def barrier(self, timeout_ms=-1):
         pass
 
+    def wait_timeout_ms(self):
+        return 1800000  # the default push_pull_timeout_ms
+
     def save_state(self, name):
         return b""  # no codecs, so no error-feedback state
 
@@ -127,7 +130,7 @@ class FakeEngine:
     def last_error(self):
         return ""
 
-    def declare(self, name, element_count, dtype):
+    def declare(self, name, element_count, dtype, shape=None):
         self._require_init(f"declare '{name}'")
         mine = self._local.declared.get(name)
         if mine is not None and mine != (element_count, dtype):

@@ -83,10 +83,12 @@ def test_ddp_comm_hook_equals_ddp_over_gloo_w4_digits(tmp_path):
 
 
 # The table's rows. The issue's compressed rows (topk 1% + residual, onebit + residual, qsgd,
-# efsignsgd, dgc, powersgd rank 2, randomk 10% + residual) run once the engine applies
+# efsignsgd, dgc, powersgd rank 2, randomk 10% + residual, artopk 1% + residual) run once the
+# engine applies
 # strategies: train_digits.SUPPORTED_CODECS lists what it applies today, and
 # train_digits.SCHEDULER_STRATEGY_FLAG names the scheduler's strategy-file flag.
-CONVERGENCE_ROWS = ["none", "topk", "onebit", "qsgd", "efsignsgd", "dgc", "powersgd", "randomk"]
+CONVERGENCE_ROWS = ["none", "topk", "onebit", "qsgd", "efsignsgd", "dgc", "powersgd", "randomk",
+                    "artopk"]
 # Plain SGD: error-feedback codecs (topk, onebit, randomk, efsignsgd, dgc with its own momentum
 # correction) diverge at this learning rate under heavy optimizer momentum (measured: momentum
 # 0.9, lr 0.1 drops onebit to 0.30, randomk and dgc to chance), as DGC prescribes dropping the
@@ -145,6 +147,41 @@ def test_convergence_table_digits_w4(tmp_path):
     for codec, row in rows.items():
         if row is not None:
             assert row[0]["final_accuracy"] >= base - MAX_DROP_POINTS / 100, codec
+
+
+@needs_cluster
+def test_adaptive_ratio_changes_on_every_node_at_the_same_round(tmp_path):
+    """artopk with an adaptive ratio: thresholds that raise the ratio after every window (kept
+    energy below 1 is always "too little"), windows of 5 rounds. The ratio changes at least
+    once, the scheduler logs each change with its reason, and every worker runs each strategy
+    version from the same round on."""
+    from bytecomp.strategy import write_strategy
+    steps = 40
+    strategy = write_strategy(
+        str(tmp_path / "adaptive.pbtxt"), "artopk", force=True,
+        adaptive_ratio={"min_ratio": 0.01, "max_ratio": 0.08, "window_rounds": 5,
+                        "raise_below_kept": 1.0, "lower_above_kept": 1.0})
+    with python_cluster(tmp_path, workers=4, servers=2,
+                        extra_scheduler_flags=[f"--strategy={strategy}"]) as cluster:
+        results = cluster.run_workers(
+            [os.path.join(WORKERS, "torch_adaptive_ratio.py"), str(tmp_path), str(steps)],
+            timeout_s=180)
+        _check_all_ok(results, cluster)
+        log = cluster.scheduler.output()
+    changes = [line for line in log.splitlines() if "adaptive ratio: entry 'grad/*'" in line]
+    print("\n" + "\n".join(changes))
+    assert changes, log
+    assert "ratio 0.01 -> 0.02" in changes[0] and "kept energy" in changes[0], changes[0]
+    records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
+    sequences = [[version for _, version in r["rounds"]] for r in records]
+    assert all(s == sequences[0] for s in sequences), sequences
+    versions = sequences[0]
+    assert versions[0] == 1 and versions[-1] >= 2 and versions == sorted(versions), versions
+    # Every change is a version every worker started at the same round.
+    switches = {v: versions.index(v) for v in set(versions)}
+    for r in records:
+        assert [round_ for round_, _ in r["rounds"]] == list(range(steps)), r["rounds"]
+    print(f"versions by first round: {switches}; accuracy {records[0]['accuracy']:.3f}")
 
 
 def _records(tmp_path, n):

@@ -5,6 +5,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -132,12 +133,34 @@ int64_t bytecomp_partition_bytes(void) {
   return e == nullptr ? NotInitialized() : e->info().partition_bytes;
 }
 
+int64_t bytecomp_wait_timeout_ms(void) {
+  std::shared_ptr<WorkerEngine> e = Engine();
+  return e == nullptr ? NotInitialized() : e->info().wait_timeout_ms;
+}
+
 int bytecomp_declare(const char* name, int64_t element_count, int dtype) {
   return Guarded([&] {
     std::shared_ptr<WorkerEngine> e = Engine();
     if (e == nullptr) return NotInitialized();
     if (name == nullptr) return Fail(absl::InvalidArgumentError("tensor name is NULL"));
     return Report(e->Declare(name, element_count, static_cast<bytecomp::proto::DType>(dtype)));
+  });
+}
+
+int bytecomp_declare_shape(const char* name, int64_t element_count, int dtype, int ndim,
+                           const int64_t* dims) {
+  return Guarded([&] {
+    std::shared_ptr<WorkerEngine> e = Engine();
+    if (e == nullptr) return NotInitialized();
+    if (name == nullptr) return Fail(absl::InvalidArgumentError("tensor name is NULL"));
+    if (ndim < 0 || ndim > 32 || (ndim > 0 && dims == nullptr)) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "': ", ndim, " dimensions", dims == nullptr ? " and dims NULL" : "",
+          "; a shape has 0 to 32")));
+    }
+    std::vector<int64_t> shape(dims, dims + ndim);
+    return Report(e->Declare(name, element_count, static_cast<bytecomp::proto::DType>(dtype),
+                             shape));
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/common/refusal_log.h"
 
 namespace bytecomp::worker {
 
@@ -35,7 +36,15 @@ void ControlLoop::Run() {
       if (!msg.ok() || !msg->has_value()) break;
       Handle(**msg);
     }
-    if (!done_sent_) client_->HeartbeatIfDue();
+    if (!done_sent_) {
+      if (std::optional<proto::ControlMessage> report = engine_.DueReport()) (void)client_->Send(*report);
+      client_->HeartbeatIfDue();
+      // A scheduler that fell silent (killed, frozen, cut off) fails every wait, naming it.
+      if (absl::Status heard = client_->CheckSchedulerHeard(); !heard.ok() && !scheduler_silent_) {
+        scheduler_silent_ = true;
+        engine_.OnJobFailed(heard);
+      }
+    }
   }
 }
 
@@ -64,7 +73,7 @@ void ControlLoop::Handle(const proto::ControlMessage& m) {
           absl::StrCat("the scheduler shut the job down: ", m.shutdown().reason())));
     }
   } else if (m.has_error()) {
-    BC_LOG_ERROR("scheduler: ", m.error().message());
+    BC_LOG_ERROR("scheduler: ", Printable(m.error().message(), 1024));
   }
 }
 

@@ -1,10 +1,12 @@
 // The control thread: owns the scheduler connection (SchedulerClient). It sends what the other
 // threads queue (declarations, barrier requests, profile and link reports, the goodbye),
-// heartbeats, and hands what the scheduler sends to the engine through ControlEvents.
+// heartbeats, and hands what the scheduler sends to the engine through ControlEvents; a
+// scheduler silent for SchedulerTimeoutMs fails the engine, naming it.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <variant>
 
 #include "absl/status/status.h"
@@ -31,6 +33,8 @@ class ControlEvents {
   virtual void OnBarrierRelease(const proto::BarrierRelease& release) = 0;
   // A node failed, the scheduler ended the job, or the scheduler cannot be reached.
   virtual void OnJobFailed(const absl::Status& reason) = 0;
+  // Asked every poll: a stats report that is due and has news (engine_observer.h).
+  virtual std::optional<proto::ControlMessage> DueReport() { return std::nullopt; }
 };
 
 class ControlLoop {
@@ -48,6 +52,7 @@ class ControlLoop {
   WakeQueue<ControlCommand>& commands_;
   ControlEvents& engine_;
   bool done_sent_ = false;  // WorkerDone went out: a Shutdown after it is the normal end
+  bool scheduler_silent_ = false;  // reported once
 };
 
 }  // namespace bytecomp::worker

@@ -30,6 +30,9 @@ void DataLoop::Connect() {
   sockets_.resize(servers);
   queues_.resize(servers);
   inflight_bytes_.assign(servers, 0);
+  inflight_pushes_.assign(servers, 0);
+  inflight_pulls_.assign(servers, 0);
+  deferred_pulls_.assign(servers, {});
   budget_bytes_ = config.max_inflight_bytes_per_server() > 0
                       ? config.max_inflight_bytes_per_server()
                       : config.partition_bytes();
@@ -38,6 +41,8 @@ void DataLoop::Connect() {
     for (int c = 0; c < conns; ++c) {
       sockets_[s].emplace_back(*w_.context, zmq::socket_type::dealer);
       ConfigureSocket(sockets_[s].back());
+      w_.security->SecureConnecting(sockets_[s].back());
+      LimitSocket(sockets_[s].back(), DataSocketLimits(config));
       sockets_[s].back().connect(address);
     }
   }
@@ -116,13 +121,20 @@ void DataLoop::Take(DataCommand& command, bool* stop) {
 
 void DataLoop::SendReady() {
   for (size_t s = 0; s < queues_.size(); ++s) {
-    while (!queues_[s].empty() &&
+    while (!queues_[s].empty() && inflight_pushes_[s] < kMaxInflightPushesPerServer &&
            (inflight_bytes_[s] == 0 || inflight_bytes_[s] < budget_bytes_)) {
       PartitionTask task = queues_[s].top();
       queues_[s].pop();
       Send(task);
     }
   }
+  int64_t queued = 0, inflight = 0;
+  for (size_t s = 0; s < queues_.size(); ++s) {
+    queued += static_cast<int64_t>(queues_[s].size());
+    inflight += inflight_bytes_[s];
+  }
+  w_.traffic->queued_partitions.store(queued, std::memory_order_relaxed);
+  w_.traffic->inflight_bytes.store(inflight, std::memory_order_relaxed);
 }
 
 proto::DataHeader DataLoop::HeaderFor(const Operation& op, int64_t partition, uint32_t stage) const {
@@ -137,6 +149,7 @@ proto::DataHeader DataLoop::HeaderFor(const Operation& op, int64_t partition, ui
   header.set_dtype(op.request.dtype);
   header.set_element_count(range.count);
   header.set_sender(w_.rank);
+  SetHeaderToken(w_.token, &header);
   if (op.plan.compressed()) header.set_codec(op.plan.push.name());
   return header;
 }
@@ -161,7 +174,7 @@ void DataLoop::Send(const PartitionTask& task) {
     char* payload = op.host_data() + range.offset * elem;
     push.emplace_back(payload, static_cast<size_t>(bytes), &ReleasePayload,
                       new PayloadRelease{w_.tracker, task.op, task.partition});
-    w_.traffic->CountPush(bytes, bytes);
+    w_.traffic->CountPush(bytes, bytes, "");
   } else if (aborted) {
     header.set_error(task.encoded->abort_error);
     push.push_back(ProtoFrame(header));
@@ -173,28 +186,81 @@ void DataLoop::Send(const PartitionTask& task) {
     push.emplace_back(const_cast<uint8_t*>(payload.data()), payload.size(), &ReleaseEncoded,
                       new std::shared_ptr<EncodedPush>(task.encoded));
   }
-  // The pull goes right behind the push on the same connection: the server sees them in order
-  // and holds the pull until the round is complete, so a round costs one round trip.
+  // The pull goes right behind the push on the same connection (unless too many pulls are in
+  // flight: SendOrDeferPull): the server sees them in order and holds the pull until the round
+  // is complete, so a round costs one round trip.
   header.set_op(proto::OP_PULL);
   header.set_payload_bytes(0);
   header.clear_error();
-  std::vector<zmq::message_t> pull;
-  pull.push_back(ProtoFrame(header));
+  zmq::message_t pull = ProtoFrame(header);
 
   auto& conns = sockets_[server];
   zmq::socket_t& socket = conns[(task.partition + op.layout.tensor_id) % conns.size()];
-  inflight_[request] = InFlight{task.op, task.partition, stage, aborted, server, bytes};
+  int64_t sent_us = 0;
+  if (w_.timeline != nullptr) {
+    sent_us = telemetry::Timeline::NowUs();
+    TraceStage(*w_.timeline, op, task.partition, telemetry::Stage::kPushSent, sent_us, -1, bytes);
+  }
+  op.pushed_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  InFlight& in = inflight_[request];
+  in.op = task.op;
+  in.partition = task.partition;
+  in.stage = stage;
+  in.aborted = aborted;
+  in.server = server;
+  in.bytes = bytes;
+  in.unacked = true;
+  in.socket = &socket;
+  in.pull = std::move(pull);
+  in.sent_us = sent_us;
   inflight_bytes_[server] += bytes;
-  absl::Status s = SendFrames(socket, push);
-  if (s.ok()) s = SendFrames(socket, pull);
-  if (!s.ok()) {
-    inflight_bytes_[server] -= bytes;
+  ++inflight_pushes_[server];
+  if (absl::Status s = SendFrames(socket, push); !s.ok()) {
+    Finished(in);
     inflight_.erase(request);
     // The pull reply will not come. (A zero-copy payload is released with its message.)
     w_.tracker->ResultFailed(task.op, task.partition, absl::UnavailableError(absl::StrCat(
                                                           "sending to server ", server, ": ",
                                                           s.message())));
+    return;
   }
+  SendOrDeferPull(request, in);
+}
+
+void DataLoop::SendOrDeferPull(uint64_t request, InFlight& in) {
+  if (inflight_pulls_[in.server] >= kMaxInflightPullsPerServer) {
+    deferred_pulls_[in.server].push_back(request);
+    return;
+  }
+  std::vector<zmq::message_t> frames;
+  frames.push_back(std::move(in.pull));
+  in.pull_sent = true;
+  ++inflight_pulls_[in.server];
+  if (absl::Status s = SendFrames(*in.socket, frames); !s.ok()) {
+    const InFlight failed = std::move(in);
+    inflight_.erase(request);
+    Finished(failed);
+    w_.tracker->ResultFailed(failed.op, failed.partition,
+                             absl::UnavailableError(absl::StrCat(
+                                 "sending to server ", failed.server, ": ", s.message())));
+  }
+}
+
+void DataLoop::SendDeferredPulls(int server) {
+  std::deque<uint64_t>& deferred = deferred_pulls_[server];
+  while (!deferred.empty() && inflight_pulls_[server] < kMaxInflightPullsPerServer) {
+    const uint64_t request = deferred.front();
+    deferred.pop_front();
+    auto it = inflight_.find(request);
+    if (it == inflight_.end() || it->second.pull_sent) continue;  // answered or failed meanwhile
+    SendOrDeferPull(request, it->second);
+  }
+}
+
+void DataLoop::Finished(const InFlight& in) {
+  inflight_bytes_[in.server] -= in.bytes;
+  if (in.unacked) --inflight_pushes_[in.server];
+  if (in.pull_sent) --inflight_pulls_[in.server];
 }
 
 void DataLoop::SendAbort(const Operation& op, int64_t partition, uint32_t stage,
@@ -226,9 +292,15 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
   // that filled their budgets with different keys wait on each other forever.)
   inflight_bytes_[in.server] -= in.bytes;
   in.bytes = 0;
+  if (in.unacked) {
+    --inflight_pushes_[in.server];
+    in.unacked = false;
+  }
   if (header.op() == proto::OP_PUSH_ACK) return;
   const InFlight done = std::move(in);
   inflight_.erase(it);
+  Finished(done);
+  SendDeferredPulls(done.server);
   if (header.op() == proto::OP_PULL_REPLY) {
     if (done.aborted) {  // the error is recorded: the round cannot have a result
       w_.tracker->ResultIn(done.op, done.partition);
@@ -236,6 +308,14 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
     }
     zmq::message_t payload;
     if (frames.size() == 2) payload = std::move(frames[1]);
+    if (w_.timeline != nullptr) {
+      const int64_t now = telemetry::Timeline::NowUs();
+      const int64_t bytes = static_cast<int64_t>(payload.size());
+      TraceStage(*w_.timeline, *done.op, done.partition, telemetry::Stage::kRoundTrip,
+                 done.sent_us, now - done.sent_us, bytes);
+      TraceStage(*w_.timeline, *done.op, done.partition, telemetry::Stage::kPullReceived, now, -1,
+                 bytes);
+    }
     done.op->stages->Pulled(done.op, done.partition, done.stage, std::move(payload), server);
     return;
   }
@@ -252,6 +332,7 @@ void DataLoop::FailAll(const absl::Status& reason) {
   sockets_.clear();
   for (auto& [request, in] : inflight_) w_.tracker->ResultFailed(in.op, in.partition, closed_);
   inflight_.clear();
+  for (std::deque<uint64_t>& deferred : deferred_pulls_) deferred.clear();
   for (auto& q : queues_) {
     for (; !q.empty(); q.pop()) {
       const PartitionTask& t = q.top();

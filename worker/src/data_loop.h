@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <queue>
 #include <vector>
@@ -29,11 +30,14 @@ class DataLoop {
     const proto::ClusterConfig* config = nullptr;  // connections, budget, link probes
     const proto::Topology* topology = nullptr;     // the servers' data addresses
     zmq::context_t* context = nullptr;
+    const SocketSecurity* security = nullptr;  // the cluster key (or none) for the DEALERs
     int rank = 0;
+    NodeToken token;  // carried by every push and pull: the server checks it
     WakeQueue<DataCommand>* commands = nullptr;
     WakeQueue<ControlCommand>* to_control = nullptr;  // the link probe report
     OperationTracker* tracker = nullptr;
     TrafficCounters* traffic = nullptr;
+    telemetry::Timeline* timeline = nullptr;  // null: no timeline
   };
   explicit DataLoop(Wiring wiring) : w_(wiring) {}
   // Until StopData: connects, probes the links, then moves partitions.
@@ -58,6 +62,11 @@ class DataLoop {
     bool aborted = false;  // an abort was pushed: the op holds its error, no result will come
     int server = 0;
     int64_t bytes = 0;  // push bytes not yet acknowledged by the server
+    int64_t sent_us = 0;  // with a timeline: when the push went out
+    bool unacked = false;  // counted in inflight_pushes_
+    zmq::socket_t* socket = nullptr;  // the connection of the push and its pull
+    bool pull_sent = false;           // counted in inflight_pulls_
+    zmq::message_t pull;              // the pull, until sent (deferred_pulls_)
   };
 
   void Connect();
@@ -67,6 +76,12 @@ class DataLoop {
   void SendReady();
   void Send(const PartitionTask& task);
   void SendAbort(const Operation& op, int64_t partition, uint32_t stage, const std::string& why);
+  // Sends the request's pull now if the server's pulls in flight allow, else defers it.
+  void SendOrDeferPull(uint64_t request, InFlight& in);
+  // Sends deferred pulls of `server` while its pulls in flight allow.
+  void SendDeferredPulls(int server);
+  // The request is answered (or failed): its counts are freed.
+  void Finished(const InFlight& in);
   proto::DataHeader HeaderFor(const Operation& op, int64_t partition, uint32_t stage) const;
   void HandleReply(int server, std::vector<zmq::message_t>& frames);
   // Fails everything queued and in flight and closes the sockets; later work fails at once.
@@ -76,6 +91,23 @@ class DataLoop {
   std::vector<std::vector<zmq::socket_t>> sockets_;  // [server][connection]
   std::vector<int64_t> inflight_bytes_;
   int64_t budget_bytes_ = 0;
+  // Pushes sent and not yet acknowledged, per server, at most kMaxInflightPushesPerServer: with
+  // their pulls, fewer messages than a socket queues (kDataQueueMessages), so a send never
+  // blocks the thread that must read the replies, and the server never has to drop one.
+  std::vector<int> inflight_pushes_;
+  static constexpr int kMaxInflightPushesPerServer = 4096;
+  // Pulls sent and not yet answered, per server, at most kMaxInflightPullsPerServer; the others
+  // wait here, in order, until answers come (every key's round completes once all workers
+  // pushed, and pushes never wait for pulls, so they all do). With the pushes' acks, a worker
+  // never has more replies due on a connection than the server's queue holds for it: the
+  // server need not drop one however slowly this thread reads. (The price: a worker that waits
+  // for one result before pushing what the others wait for, with this many pulls pending on
+  // one server, waits behind its own pulls.)
+  std::vector<int> inflight_pulls_;
+  std::vector<std::deque<uint64_t>> deferred_pulls_;  // request ids
+  static constexpr int kMaxInflightPullsPerServer = 4096;
+  static_assert(kMaxInflightPushesPerServer + kMaxInflightPullsPerServer <= kDataQueueMessages / 2,
+                "the replies due to a worker must fit in the server's queue for it");
   std::vector<std::priority_queue<PartitionTask>> queues_;  // per server
   absl::flat_hash_map<uint64_t, InFlight> inflight_;        // by request id
   uint64_t next_request_ = 1;

@@ -213,7 +213,7 @@ void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_
     status = AfterDevice(d, [this, push] { ctx_.to_data_thread->Push(push); });
   }
   ctx_.traffic->CountPush(status.ok() ? static_cast<int64_t>(*bytes) : 0,
-                          static_cast<int64_t>(n * sizeof(float)));
+                          static_cast<int64_t>(n * sizeof(float)), op->plan.push.name());
   if (!status.ok()) {
     // A copy that was queued may still be writing the pinned buffer: keep it with the push.
     host_.PushEncodeFailure(push, absl::Status(status.code(), absl::StrCat("on device ", d.device,
@@ -250,7 +250,8 @@ void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_
   PartitionCodec& pc = op->codecs->partitions[partition];
   const PartitionRange range = op->layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * sizeof(float)));
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * sizeof(float)),
+                          PullCodecName(op->plan));
   absl::Status status = EnsureCodecs(*op, partition);
   cpu_offload::PinnedBuffer staged;
   if (status.ok()) {

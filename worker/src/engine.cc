@@ -32,8 +32,10 @@ Engine::Engine(JoinedJob job)
       topology_(std::move(job.topology)),
       info_(job.info),
       context_(std::move(job.context)),
+      security_(std::move(job.security)),
       client_(std::move(job.client)),
       reducers_(std::move(job.reducers)),
+      observer_(config_, info_.rank, client_->shared_clock()),
       tensors_(info_.num_servers, strategies_,
                [this](proto::ControlMessage declaration) {
                  control_queue_.Push(SendControl{std::move(declaration)});
@@ -44,9 +46,12 @@ Engine::Engine(JoinedJob job)
                     : nullptr),
       pool_(CodecPool(job.compress_threads)),
       stage_context_{info_.rank, info_.size, &strategies_, &learning_rate_, pool_.get(),
-                     &data_queue_, &tracker_, &traffic_},
+                     &data_queue_, &tracker_, &traffic_, observer_.timeline()},
       host_stages_(stage_context_),
       device_stages_(stage_context_, host_stages_) {
+  traffic_.metrics = observer_.metrics();
+  observer_.WatchEngine([this] { return Stats(); }, &traffic_.queued_partitions,
+                        &traffic_.inflight_bytes);
   if (reducers_.host != nullptr) {
     hierarchy_ = std::make_unique<Hierarchy>(
         reducers_, device_stages_,
@@ -66,11 +71,14 @@ absl::Status Engine::Run() {
   wiring.config = &config_;
   wiring.topology = &topology_;
   wiring.context = context_.get();
+  wiring.security = security_.get();
   wiring.rank = info_.rank;
+  wiring.token = client_->token();
   wiring.commands = &data_queue_;
   wiring.to_control = &control_queue_;
   wiring.tracker = &tracker_;
   wiring.traffic = &traffic_;
+  wiring.timeline = observer_.timeline();
   data_thread_ = std::thread([wiring] { DataLoop(wiring).Run(); });
   control_thread_ = std::thread([this, client = std::move(client_)]() mutable {
     ControlLoop(std::move(client), control_queue_, *this).Run();
@@ -78,9 +86,10 @@ absl::Status Engine::Run() {
   return absl::OkStatus();
 }
 
-absl::Status Engine::Declare(const std::string& name, int64_t element_count, proto::DType dtype) {
+absl::Status Engine::Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+                             absl::Span<const int64_t> shape) {
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
-  return tensors_.Declare(name, element_count, dtype);
+  return tensors_.Declare(name, element_count, dtype, shape);
 }
 
 // --- A push_pull's way: request -> operation -> the tensor's queue -> its stages (the pipeline
@@ -108,6 +117,7 @@ absl::StatusOr<int64_t> Engine::PushPull(const PushPullRequest& request) {
 
 absl::StatusOr<std::shared_ptr<Operation>> Engine::NewOperation(const PushPullRequest& request) {
   auto op = std::make_shared<Operation>(request);
+  op->ready_us = telemetry::Timeline::NowUs();
   if (!request.on_device) {
     op->stages = &host_stages_;
     return op;
@@ -151,12 +161,25 @@ absl::Status Engine::PushPullMachineSum(const std::shared_ptr<Operation>& outer,
 void Engine::Accept(const std::shared_ptr<Operation>& op) {
   handles_.Register(op);
   if (profiler_ == nullptr) return;
+  const int64_t now_us = MonotonicUs();
+  const PushPullRequest& r = op->request;
+  bool measure_density = false;
+  {
+    absl::MutexLock lock(&profile_mu_);
+    if (profiler_->done()) return;
+    measure_density = profiler_->WantsBlockDensity(r.name);
+  }
+  // A host fp32 gradient's block density, for the planner's blocksparse: one pass, once.
+  const double density =
+      measure_density && !r.on_device && r.dtype == proto::DTYPE_FLOAT32
+          ? BlockDensity(static_cast<const float*>(r.data), static_cast<size_t>(r.element_count))
+          : -1;
   std::optional<proto::ModelProfile> profile;
   {
     absl::MutexLock lock(&profile_mu_);
     if (profiler_->done()) return;
-    profile = profiler_->Record(op->request.name, op->request.element_count,
-                                static_cast<int>(DTypeSize(op->request.dtype)), MonotonicUs());
+    profile = profiler_->Record(r.name, r.element_count, static_cast<int>(DTypeSize(r.dtype)),
+                                now_us, density, SampleCpu());
   }
   if (profile.has_value()) {
     proto::ControlMessage report;
@@ -167,7 +190,11 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
 
 void Engine::StartStages(const TensorTable::Started& started) {
   for (const std::shared_ptr<Operation>& op : started) {
+    if (op->plan.ratio_window_rounds > 0) {
+      ratio_windows_.Started(op->request.name, op->round, MonotonicUs());
+    }
     tracker_.Expect(*op);
+    observer_.Started(*op);
     op->stages->Start(op);
   }
 }
@@ -175,10 +202,18 @@ void Engine::StartStages(const TensorTable::Started& started) {
 void Engine::Complete(const std::shared_ptr<Operation>& op) {
   const int64_t done_us = MonotonicUs();  // before the caller can see it done
   const absl::Status status = op->status();
+  if (status.ok()) {
+    if (std::optional<proto::ControlMessage> report =
+            observer_.Completed(*op, telemetry::Timeline::NowUs(), Stats())) {
+      control_queue_.Push(SendControl{*std::move(report)});
+    }
+  }
   if (profiler_ != nullptr && status.ok()) {
     absl::MutexLock lock(&profile_mu_);
-    if (!profiler_->done()) profiler_->RecordDone(static_cast<int64_t>(op->round), done_us);
+    const int64_t round = static_cast<int64_t>(op->round);
+    if (profiler_->Wants(round)) profiler_->RecordDone(round, done_us, SampleCpu());
   }
+  if (op->plan.ratio_window_rounds > 0 && status.ok()) RecordRatioRound(*op, done_us);
   // The tensor is idle before the caller sees the operation done: a save_state right after the
   // wait must not find it in flight.
   TensorTable::Started started;
@@ -187,7 +222,44 @@ void Engine::Complete(const std::shared_ptr<Operation>& op) {
   StartStages(started);
 }
 
+void Engine::RecordRatioRound(const Operation& op, int64_t done_us) {
+  // The kept energy over the partitions (host_pipeline.cc measured each; -1 if one was not).
+  double sent = 0, total = 0;
+  bool measured = op.codecs != nullptr;
+  for (int64_t p = 0; measured && p < op.layout.num_partitions(); ++p) {
+    const PartitionCodec& pc = op.codecs->partitions[p];
+    measured = pc.sent_energy >= 0;
+    sent += pc.sent_energy;
+    total += pc.compensated_energy;
+  }
+  const double kept = !measured ? -1 : total > 0 ? sent / total : 1;
+  std::optional<proto::RatioReport> report = ratio_windows_.Finished(
+      op.request.name, op.round, op.plan.version, op.plan.ratio_window_rounds, kept, done_us);
+  if (!report.has_value()) return;
+  proto::ControlMessage message;
+  *message.mutable_ratio_report() = *std::move(report);
+  control_queue_.Push(SendControl{std::move(message)});
+}
+
 // --- Handles, statistics, checkpoints.
+
+namespace {
+
+// A wait without a limit of its own waits the job's default, and says which one ran out.
+absl::Status WithDefaultBound(absl::Status status, bool defaulted) {
+  if (!defaulted || !absl::IsDeadlineExceeded(status)) return status;
+  return absl::DeadlineExceededError(absl::StrCat(
+      status.message(), " (the bound of a wait without one: ClusterConfig.push_pull_timeout_ms, "
+                        "or BYTECOMP_PUSH_PULL_TIMEOUT_MS on this worker)"));
+}
+
+}  // namespace
+
+absl::Status Engine::Wait(int64_t handle, int64_t timeout_ms) {
+  const bool defaulted = timeout_ms < 0;
+  return WithDefaultBound(handles_.Wait(handle, defaulted ? info_.wait_timeout_ms : timeout_ms),
+                          defaulted);
+}
 
 EngineStats Engine::Stats() const {
   EngineStats s;
@@ -214,6 +286,9 @@ absl::Status Engine::LoadTensorState(const std::string& name, absl::string_view 
 // --- The scheduler's messages.
 
 void Engine::OnDeclareReply(const proto::DeclareReply& reply) {
+  if (observer_.timeline() != nullptr && reply.ok()) {
+    observer_.timeline()->NameTensor(reply.tensor_id(), reply.name());
+  }
   TensorTable::Started started;
   tensors_.OnDeclareReply(reply, &started);
   StartStages(started);
@@ -230,6 +305,8 @@ void Engine::OnStrategyCommit(const proto::Strategy& strategy) {
 
 absl::Status Engine::Barrier(int64_t timeout_ms) {
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
+  const bool defaulted = timeout_ms < 0;
+  if (defaulted) timeout_ms = info_.wait_timeout_ms;
   uint64_t sequence;
   {
     absl::MutexLock lock(&barrier_mu_);
@@ -241,16 +318,13 @@ absl::Status Engine::Barrier(int64_t timeout_ms) {
   control_queue_.Push(SendControl{std::move(msg)});
   {
     absl::MutexLock lock(&barrier_mu_);
-    const int64_t deadline = MonotonicMs() + std::max<int64_t>(timeout_ms, 0);
+    const int64_t deadline = MonotonicMs() + timeout_ms;
     while (barrier_released_ < sequence && !failed_.load()) {
-      if (timeout_ms < 0) {
-        barrier_cv_.Wait(&barrier_mu_);
-        continue;
-      }
       const int64_t left = deadline - MonotonicMs();
       if (left <= 0) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "barrier ", sequence, " not released after ", timeout_ms, " ms"));
+        return WithDefaultBound(absl::DeadlineExceededError(absl::StrCat(
+                                    "barrier ", sequence, " not released after ", timeout_ms, " ms")),
+                                defaulted);
       }
       barrier_cv_.WaitWithTimeout(&barrier_mu_, absl::Milliseconds(left));
     }
@@ -311,8 +385,9 @@ absl::Status Engine::Shutdown() {
   // Operations whose payload ZeroMQ held are released with the sockets; wake their waiters.
   for (const std::shared_ptr<Operation>& op : pending) op->MarkDone();
   reducers_.Stop();
-  client_.reset();   // set when the control thread never started
-  context_.reset();  // after every socket
+  client_.reset();    // set when the control thread never started
+  security_.reset();  // after the local root's listening socket, before the context
+  context_.reset();   // after every socket
   return absl::OkStatus();
 }
 

@@ -23,12 +23,14 @@
 #include "bytecomp/worker/engine/handle_table.h"
 #include "bytecomp/worker/engine/operation.h"
 #include "bytecomp/worker/engine/operation_tracker.h"
+#include "bytecomp/worker/engine/ratio_windows.h"
 #include "bytecomp/worker/engine/ready_profiler.h"
 #include "bytecomp/worker/engine/strategy_switch.h"
 #include "bytecomp/worker/engine/tensor_table.h"
 #include "bytecomp/worker/wake_queue.h"
 #include "control_loop.h"
 #include "data_commands.h"
+#include "engine_observer.h"
 #include "device_pipeline.h"
 #include "hierarchy.h"
 #include "host_pipeline.h"
@@ -45,13 +47,11 @@ class Engine final : public WorkerEngine, private ControlEvents {
   absl::Status Run();
 
   const EngineInfo& info() const override { return info_; }
-  absl::Status Declare(const std::string& name, int64_t element_count,
-                       proto::DType dtype) override;
+  absl::Status Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+                       absl::Span<const int64_t> shape = {}) override;
   absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) override;
   absl::StatusOr<bool> Poll(int64_t handle) override { return handles_.Poll(handle); }
-  absl::Status Wait(int64_t handle, int64_t timeout_ms) override {
-    return handles_.Wait(handle, timeout_ms);
-  }
+  absl::Status Wait(int64_t handle, int64_t timeout_ms) override;
   absl::Status Release(int64_t handle) override { return handles_.Release(handle); }
   absl::Status Barrier(int64_t timeout_ms) override ABSL_LOCKS_EXCLUDED(barrier_mu_);
   void SetLearningRate(double learning_rate) override { learning_rate_.store(learning_rate); }
@@ -75,6 +75,9 @@ class Engine final : public WorkerEngine, private ControlEvents {
   void StartStages(const TensorTable::Started& started);
   // The tracker saw the operation's last event.
   void Complete(const std::shared_ptr<Operation>& op) ABSL_LOCKS_EXCLUDED(profile_mu_);
+  // An adaptive-ratio tensor's round ended: its window's measurements, and the report to the
+  // scheduler when the window is complete (ratio_windows.h).
+  void RecordRatioRound(const Operation& op, int64_t done_us);
 
   // --- the scheduler's messages (ControlEvents, on the control thread)
   void OnDeclareReply(const proto::DeclareReply& reply) override;
@@ -83,6 +86,9 @@ class Engine final : public WorkerEngine, private ControlEvents {
   void OnBarrierRelease(const proto::BarrierRelease& release) override
       ABSL_LOCKS_EXCLUDED(barrier_mu_);
   void OnJobFailed(const absl::Status& reason) override { FailEngine(reason); }
+  std::optional<proto::ControlMessage> DueReport() override {
+    return observer_.DueReport(telemetry::Timeline::NowUs(), Stats());
+  }
 
   // --- failure
   // Marks the engine failed (the first reason wins) and fails every operation.
@@ -93,8 +99,11 @@ class Engine final : public WorkerEngine, private ControlEvents {
   const proto::Topology topology_;
   const EngineInfo info_;
   std::unique_ptr<zmq::context_t> context_;
+  std::unique_ptr<SocketSecurity> security_;  // after the context, before every socket
   std::unique_ptr<SchedulerClient> client_;  // the control thread's, once it runs
   MachineReducers reducers_;
+  // Timeline, metrics, stats reports (off unless asked); outlives every thread that uses it.
+  EngineObserver observer_;
 
   mutable absl::Mutex failure_mu_;
   absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);
@@ -113,6 +122,8 @@ class Engine final : public WorkerEngine, private ControlEvents {
   // Set when the scheduler asked for a profile (profile_rounds); its contents are guarded.
   absl::Mutex profile_mu_;
   const std::unique_ptr<ReadyProfiler> profiler_ ABSL_PT_GUARDED_BY(profile_mu_);
+
+  RatioWindows ratio_windows_;  // the adaptive ratio's measurements
 
   std::unique_ptr<cpu_offload::PriorityThreadPool> pool_;
   const StageContext stage_context_;  // what the stages use of the above

@@ -1,22 +1,53 @@
 #include "bytecomp/worker/engine/forward_timer.h"
 
+#include <sched.h>
+#include <time.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "bytecomp/common/stats.h"
 
 namespace bytecomp::worker {
 
-void ForwardTimer::Started(int64_t round, int64_t time_us) {
-  if (round < 1 || round > rounds_) return;
-  auto [it, inserted] = first_start_.emplace(round, time_us);
-  if (!inserted) it->second = std::min(it->second, time_us);
+CpuSample SampleCpu() {
+  CpuSample s;
+  timespec ts{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0) {
+    s.process_us = static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+  }
+  // First line: "cpu  user nice system idle iowait irq softirq steal ..." in clock ticks.
+  if (FILE* f = std::fopen("/proc/stat", "r")) {
+    unsigned long long v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                    &v[3], &v[4], &v[5], &v[6], &v[7]) >= 4) {
+      for (unsigned long long x : v) s.host_total_ticks += x;
+      s.host_busy_ticks = s.host_total_ticks - v[3] - v[4];
+    }
+    std::fclose(f);
+  }
+  return s;
 }
 
-void ForwardTimer::Done(int64_t round, int64_t time_us) {
+int CpuCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
+void ForwardTimer::Started(int64_t round, int64_t time_us, const CpuSample& cpu) {
+  if (round < 1 || round > rounds_) return;
+  auto [it, inserted] = first_start_.emplace(round, Mark{time_us, cpu});
+  if (!inserted && time_us < it->second.time_us) it->second = Mark{time_us, cpu};
+}
+
+void ForwardTimer::Done(int64_t round, int64_t time_us, const CpuSample& cpu) {
   if (round < 0 || round > rounds_) return;
-  auto [it, inserted] = last_done_.emplace(round, time_us);
-  if (!inserted) it->second = std::max(it->second, time_us);
+  auto [it, inserted] = last_done_.emplace(round, Mark{time_us, cpu});
+  if (!inserted && time_us > it->second.time_us) it->second = Mark{time_us, cpu};
 }
 
 double ForwardTimer::MedianUs() const {
@@ -24,20 +55,50 @@ double ForwardTimer::MedianUs() const {
   for (const auto& [round, start] : first_start_) {
     auto end = last_done_.find(round - 1);
     if (end == last_done_.end()) continue;
-    gaps.push_back(static_cast<double>(std::max<int64_t>(0, start - end->second)));
+    gaps.push_back(static_cast<double>(std::max<int64_t>(0, start.time_us - end->second.time_us)));
   }
   return Median(std::move(gaps));
 }
 
-double ForwardTimer::RoundMedianUs() const {
-  std::vector<double> spans;
-  for (const auto& [round, start] : first_start_) {
-    auto end = last_done_.find(round);
-    if (end != last_done_.end()) {
-      spans.push_back(static_cast<double>(std::max<int64_t>(0, end->second - start)));
-    }
+namespace {
+
+// Median over the rounds with both ends of `value(start, end)`, where it is defined (>= 0).
+double RoundMedian(const std::map<int64_t, ForwardTimer::Mark>& first,
+                   const std::map<int64_t, ForwardTimer::Mark>& last,
+                   const std::function<double(const ForwardTimer::Mark&,
+                                              const ForwardTimer::Mark&)>& value) {
+  std::vector<double> values;
+  for (const auto& [round, start] : first) {
+    auto end = last.find(round);
+    if (end == last.end()) continue;
+    const double v = value(start, end->second);
+    if (v >= 0) values.push_back(v);
   }
-  return Median(std::move(spans));
+  return Median(std::move(values));
+}
+
+}  // namespace
+
+double ForwardTimer::RoundMedianUs() const {
+  return RoundMedian(first_start_, last_done_, [](const Mark& a, const Mark& b) {
+    return static_cast<double>(std::max<int64_t>(0, b.time_us - a.time_us));
+  });
+}
+
+double ForwardTimer::RoundCpuMedianUs() const {
+  return RoundMedian(first_start_, last_done_, [](const Mark& a, const Mark& b) {
+    return a.cpu.process_us > 0 ? b.cpu.process_us - a.cpu.process_us : -1;
+  });
+}
+
+double ForwardTimer::HostBusyMedian() const {
+  return RoundMedian(first_start_, last_done_, [](const Mark& a, const Mark& b) {
+    const double total = static_cast<double>(b.cpu.host_total_ticks - a.cpu.host_total_ticks);
+    if (a.cpu.host_total_ticks == 0 || b.cpu.host_total_ticks <= a.cpu.host_total_ticks) {
+      return -1.0;
+    }
+    return static_cast<double>(b.cpu.host_busy_ticks - a.cpu.host_busy_ticks) / total;
+  });
 }
 
 }  // namespace bytecomp::worker

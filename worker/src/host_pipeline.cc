@@ -7,12 +7,13 @@
 #include "bytecomp/common.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/two_round.h"
+#include "bytecomp/worker/engine/ratio_windows.h"
 #include "partition_codec.h"
 
 namespace bytecomp::worker {
 namespace {
 
-// A payload of fp32 values (PowerSGD's factors).
+// A payload of fp32 values (PowerSGD's factors; artopk's 4-byte words).
 absl::Span<const float> Floats(const zmq::message_t& m) {
   return absl::MakeConstSpan(static_cast<const float*>(m.data()), m.size() / sizeof(float));
 }
@@ -44,6 +45,7 @@ void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
 }
 
 void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partition) {
+  const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
   PartitionCodec& pc = op->codecs->partitions[partition];
   const PartitionRange range = op->layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
@@ -79,15 +81,28 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
     }
     if (status.ok() && !bytes.ok()) status = bytes.status();
     if (status.ok()) push->payload.resize(*bytes);
+    if (status.ok() && !compress::AsTwoRound(*pc.push)) MeasureKeptEnergy(*op, pc, n);
   }
   if (!status.ok()) push->payload.clear();
   ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()),
-                          static_cast<int64_t>(n * DTypeSize(dtype)));
+                          static_cast<int64_t>(n * DTypeSize(dtype)), op->plan.push.name());
   if (!status.ok()) {
     PushEncodeFailure(push, status);
     return;
   }
+  if (ctx_.timeline != nullptr) {
+    TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kEncode, start_us,
+               telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(push->payload.size()));
+  }
   ctx_.to_data_thread->Push(push);
+}
+
+void HostPipeline::MeasureKeptEnergy(const Operation& op, PartitionCodec& pc, size_t n) {
+  if (op.plan.ratio_window_rounds == 0) return;
+  // What the memory was updated with: the compensated gradient and what was sent of it.
+  const bool measured = pc.memory != nullptr && pc.compensated.size() == n && pc.decoded.size() == n;
+  pc.sent_energy = measured ? SquaredNorm(pc.decoded) : -1;
+  pc.compensated_energy = measured ? SquaredNorm(pc.compensated) : 0;
 }
 
 void HostPipeline::PushEncodeFailure(const std::shared_ptr<EncodedPush>& push,
@@ -112,7 +127,12 @@ void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partitio
       EncodeSecondRound(op, partition, std::move(p));
       return;
     }
+    const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
     absl::Status written = WriteResult(*op, partition, stage, p, server);
+    if (ctx_.timeline != nullptr) {
+      TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kDecode, start_us,
+                 telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(p.size()));
+    }
     if (written.ok()) {
       ctx_.tracker->ResultIn(op, partition);
     } else {
@@ -125,8 +145,8 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
                                      zmq::message_t payload) {
   PartitionCodec& pc = op->codecs->partitions[partition];
   const size_t n = static_cast<size_t>(op->layout.range(partition).count);
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()),
-                          static_cast<int64_t>(n * DTypeSize(op->request.dtype)));
+  // The uncompressed size this round stands for is counted once, with the result (stage 2).
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), 0, op->plan.push.name());
   const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
   compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
@@ -138,12 +158,13 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
     status = two->LocalApproximation(absl::MakeSpan(pc.decoded));
     if (status.ok()) status = pc.memory->Update(pc.compensated, pc.decoded, ctx);
   }
+  if (status.ok()) MeasureKeptEnergy(*op, pc, n);
   if (status.ok()) {
     push->payload.resize(*bytes);
-    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0);
+    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0, op->plan.push.name());
   } else {
-    push->abort_error = absl::StrCat("PowerSGD stage 2 of '", op->request.name, "' partition ",
-                                     partition, ": ", status.message());
+    push->abort_error = absl::StrCat(op->plan.push.name(), " stage 2 of '", op->request.name,
+                                     "' partition ", partition, ": ", status.message());
     push->payload.clear();
     op->RecordError(absl::InvalidArgumentError(push->abort_error));
   }
@@ -163,7 +184,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
           "server ", server, " answered the pull of '", request.name, "' partition ", partition,
           " with ", payload.size(), " bytes, expected ", expected));
     }
-    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected));
+    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected), "");
     if (request.average && request.dtype == proto::DTYPE_FLOAT32) {
       // One pass: read the sum, write the mean (DDP's allreduce + divide takes two).
       std::vector<float> misaligned;  // used only when ZeroMQ's buffer is not float-aligned
@@ -180,8 +201,13 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     }
     return absl::OkStatus();
   }
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem));
   PartitionCodec& pc = op.codecs->partitions[partition];
+  // The second round's reply and a one-way sum in the push codec's format carry the push codec.
+  const bool in_push_format = stage == 2 || (!op.plan.two_way() && pc.push != nullptr &&
+                                             pc.push->properties().sum_in_push_format);
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem),
+                          in_push_format ? absl::string_view(op.plan.push.name())
+                                         : PullCodecName(op.plan));
   // An fp32 sum is decoded straight into the caller's tensor (a pass over the partition and the
   // scratch's cache lines fewer) and averaged there; other dtypes go through the partition's
   // scratch and StoreSum.
@@ -201,7 +227,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     status = pc.pull->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
         ctx_.ContextFor(op, partition, static_cast<uint32_t>(server)), out);
-  } else if (pc.push != nullptr && pc.push->properties().sum_in_push_format) {
+  } else if (in_push_format) {
     // One-way, and the sum comes back in the push codec's format (blocksparse: block-sparse).
     status = pc.push->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),

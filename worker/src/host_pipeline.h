@@ -4,8 +4,8 @@
 //                          when the strategy says INLINE) -> an EncodedPush to the data thread
 //   Pulled (from the data thread) -> codec pool -> WriteResult into the caller's memory
 //          (decoded, or the raw sum copied; averaged if asked) -> the partition's result is in
-// PowerSGD's two rounds: stage 1's reply goes to EncodeSecondRound, which pushes stage 2; the
-// result comes with stage 2's reply.
+// Two-round codecs (PowerSGD, artopk): stage 1's reply goes to EncodeSecondRound, which pushes
+// stage 2; the result comes with stage 2's reply.
 //
 // The device pipeline runs the same host stages for the parts of a device tensor that run on
 // the host: they read and write op->host_data(), the pinned host copy for a device tensor.
@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "data_commands.h"
+#include "partition_codec.h"
 #include "stage_pipeline.h"
 
 namespace bytecomp::worker {
@@ -31,8 +32,9 @@ class HostPipeline : public StagePipeline {
   // The host stages (each on one partition, one task at a time):
   // Encodes the partition with its error-feedback memory and queues the push (or its abort).
   void Encode(const std::shared_ptr<Operation>& op, int64_t partition);
-  // PowerSGD, the reply to stage 1 (the sum of the workers' P): computes Q, updates the
-  // memory and queues stage 2's push (or its abort).
+  // Two-round codecs (two_round.h: PowerSGD, artopk), the reply to stage 1 (PowerSGD: the sum
+  // of the workers' P; artopk: the chosen indices): encodes stage 2, updates the memory and
+  // queues stage 2's push (or its abort).
   void EncodeSecondRound(const std::shared_ptr<Operation>& op, int64_t partition,
                          zmq::message_t payload);
   // Writes the pulled partition into host_data(): decoded (an fp32 sum that is not averaged
@@ -45,6 +47,9 @@ class HostPipeline : public StagePipeline {
   void PushEncodeFailure(const std::shared_ptr<EncodedPush>& push, const absl::Status& status);
 
  private:
+  // Adaptive ratio (ratio_windows.h): the energy of what the memory was updated with, the
+  // compensated gradient and what was sent of it, into pc (-1: not measured).
+  void MeasureKeptEnergy(const Operation& op, PartitionCodec& pc, size_t n);
   // fp32 `sum` of the partition -> the tensor's dtype in host_data(), averaged when asked.
   void StoreSum(const Operation& op, int64_t partition, const float* sum) const;
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "bytecomp/common/scheduler_client.h"
+#include "bytecomp/common/socket_security.h"
 #include "bytecomp/worker/engine.h"
 #include "bytecomp/worker/local_reducer.h"
 #include "control.pb.h"
@@ -23,6 +24,9 @@ struct JoinedJob {
   int compress_threads = 2;  // the codec pool (BYTECOMP_COMPRESS_THREADS)
   // Declared before the sockets that use it, so that it is destroyed after them.
   std::unique_ptr<zmq::context_t> context;
+  // The cluster key for every socket of the context (or none); after the context, before the
+  // sockets: the local root's ZAP handler outlives its listening socket.
+  std::unique_ptr<SocketSecurity> security;
   std::unique_ptr<SchedulerClient> client;
   MachineReducers reducers;
 };

@@ -13,7 +13,11 @@ absl::Status EnvInt(const char* name, std::optional<int>* out) {
   if (v == nullptr || *v == '\0') return absl::OkStatus();
   int parsed = 0;
   if (!absl::SimpleAtoi(v, &parsed)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not an integer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "='", v, "' is not an integer in [0, 2147483647]"));
+  }
+  if (parsed < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is negative"));
   }
   *out = parsed;
   return absl::OkStatus();

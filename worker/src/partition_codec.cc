@@ -1,8 +1,24 @@
 #include "partition_codec.h"
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 
 namespace bytecomp::worker {
+
+namespace {
+
+// The push codec's name, its memory and memory parameters, and the partition's length.
+std::string MemoryIdentity(const proto::CodecConfig& push, size_t elements) {
+  if (push.memory().empty()) return "";
+  std::map<std::string, std::string> params(push.memory_params().begin(),
+                                            push.memory_params().end());
+  std::string id = absl::StrCat(push.name(), "|", push.memory(), "|", elements);
+  for (const auto& [key, value] : params) absl::StrAppend(&id, "|", key, "=", value);
+  return id;
+}
+
+}  // namespace
 
 absl::Status EnsureCodecs(const Operation& op, int64_t partition) {
   PartitionCodec& pc = op.codecs->partitions[partition];
@@ -10,16 +26,24 @@ absl::Status EnsureCodecs(const Operation& op, int64_t partition) {
   const compress::TensorPlan& plan = op.plan;
   const bool encode_on_device = op.device != nullptr && op.device->encode_on_device;
   const bool decode_on_device = op.device != nullptr && op.device->decode_on_device;
+  const std::string memory_identity =
+      MemoryIdentity(plan.push, static_cast<size_t>(op.layout.range(partition).count));
   if (pc.version != plan.version) {
+    // New codec objects for the new version. The error-feedback memory stays when only the
+    // push codec's parameters changed (the adaptive ratio): what was not sent is not lost.
+    std::unique_ptr<compress::Memory> memory;
+    if (pc.memory != nullptr && pc.memory_identity == memory_identity) memory = std::move(pc.memory);
     pc = PartitionCodec{};
     pc.version = plan.version;
+    pc.memory = std::move(memory);
   }
   if (!encode_on_device && pc.push == nullptr) {
     absl::StatusOr<std::unique_ptr<compress::Codec>> push =
         compress::CreateCodec(plan.push.name(), compress::ParamsOf(plan.push));
     if (!push.ok()) return push.status();
     pc.push = *std::move(push);
-    if (!plan.push.memory().empty()) {
+    pc.memory_identity = memory_identity;
+    if (!plan.push.memory().empty() && pc.memory == nullptr) {
       absl::StatusOr<std::unique_ptr<compress::Memory>> memory =
           compress::CreateMemory(plan.push.memory(), compress::MemoryParamsOf(plan.push));
       if (!memory.ok()) return memory.status();

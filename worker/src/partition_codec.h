@@ -26,6 +26,12 @@ struct PartitionCodec {
   std::unique_ptr<compress::Memory> memory;
   std::unique_ptr<compress::Codec> pull;  // two-way only
   std::vector<float> input, compensated, decoded, output;  // scratch, reused across rounds
+  // Adaptive ratio: this round's sum(decoded^2) (what was sent) and sum(compensated^2);
+  // sent_energy -1 when not measured (a device encode, no memory).
+  double sent_energy = -1, compensated_energy = 0;
+  // What the push memory was made for (its codec, memory, memory params, element count): a
+  // new version with the same keeps the memory (EnsureCodecs).
+  std::string memory_identity;
   // Device tensors whose stages run on the device (made on first use for `version`).
   std::unique_ptr<DeviceCodec> device_push, device_pull;
   bool device_memory = false;  // device_push has an error-feedback memory fused

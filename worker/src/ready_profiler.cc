@@ -7,16 +7,36 @@
 
 namespace bytecomp::worker {
 
+double BlockDensity(const float* x, size_t n) {
+  if (n == 0) return 0;
+  constexpr size_t kBlock = 256;
+  size_t nonzero = 0;
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t end = std::min(n, begin + kBlock);
+    bool any = false;
+    for (size_t i = begin; i < end; ++i) any |= x[i] != 0.0f;
+    nonzero += any ? 1 : 0;
+  }
+  return static_cast<double>(nonzero) / static_cast<double>((n + kBlock - 1) / kBlock);
+}
+
+bool ReadyProfiler::WantsBlockDensity(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return !done_ && rounds_ > 0 && it != tensors_.end() && it->second.calls == 1;
+}
+
 std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name,
                                                          int64_t elements, int element_bytes,
-                                                         int64_t time_us) {
+                                                         int64_t time_us, double block_density,
+                                                         const CpuSample& cpu) {
   if (done_ || rounds_ <= 0) return std::nullopt;
   Tensor& t = tensors_[name];
   t.elements = elements;
   t.element_bytes = element_bytes;
   const int64_t round = t.calls++;
-  forward_.Started(round, time_us);
+  forward_.Started(round, time_us, cpu);
   if (round >= 1 && round <= rounds_) t.ready_us.push_back(time_us);
+  if (block_density >= 0) t.block_density = block_density;
   if (round <= rounds_) return std::nullopt;
   done_ = true;
   return Build();
@@ -45,9 +65,14 @@ proto::ModelProfile ReadyProfiler::Build() const {
       "measured by the worker engine: push_pull call times of rounds 1..", rounds_,
       ", median offsets from each round's first gradient; forward_us: median time from a "
       "round's last completion to the next round's first push_pull; measured_round_us: median "
-      "time from a round's first push_pull to its last completion"));
+      "time from a round's first push_pull to its last completion; measured_round_cpu_us and "
+      "host_cpu_busy: medians of this process's CPU time and the host's busy CPU share in "
+      "those rounds"));
   profile.set_forward_us(forward_.MedianUs());
   profile.set_measured_round_us(forward_.RoundMedianUs());
+  profile.set_measured_round_cpu_us(forward_.RoundCpuMedianUs());
+  profile.set_host_cpu_busy(std::clamp(forward_.HostBusyMedian(), 0.0, 1.0));
+  profile.set_cpu_cores(CpuCores());
   double previous = 0;
   for (const auto& [offset, name] : order) {
     const Tensor& t = tensors_.at(name);
@@ -56,6 +81,7 @@ proto::ModelProfile ReadyProfiler::Build() const {
     tp->set_elements(t.elements);
     tp->set_element_bytes(t.element_bytes);
     tp->set_ready_gap_us(std::max(0.0, offset - previous));
+    if (t.block_density >= 0) tp->set_block_density(t.block_density);
     previous = offset;
   }
   return profile;

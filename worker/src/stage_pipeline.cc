@@ -30,4 +30,18 @@ void StageContext::RunOnPool(const std::shared_ptr<Operation>& op, int64_t parti
   if (!submitted.ok()) tracker->ResultFailed(op, partition, submitted);
 }
 
+void TraceStage(telemetry::Timeline& timeline, const Operation& op, int64_t partition,
+                telemetry::Stage stage, int64_t start_us, int64_t duration_us, int64_t bytes) {
+  telemetry::TimelineEvent e;
+  e.start_us = start_us;
+  e.duration_us = duration_us;
+  e.round = op.round;
+  e.bytes = bytes;
+  e.tensor_id = op.layout.tensor_id;
+  e.partition = static_cast<uint32_t>(partition);
+  e.codec = op.plan.compressed() ? timeline.CodecId(op.plan.push.name()) : 0;
+  e.stage = stage;
+  timeline.Record(e);
+}
+
 }  // namespace bytecomp::worker

@@ -13,6 +13,7 @@
 #include "absl/functional/any_invocable.h"
 #include "bytecomp/compress/codec.h"
 #include "bytecomp/cpu_offload.h"
+#include "bytecomp/telemetry.h"
 #include "bytecomp/worker/engine.h"
 #include "bytecomp/worker/engine/operation.h"
 #include "bytecomp/worker/engine/operation_tracker.h"
@@ -23,19 +24,30 @@
 
 namespace bytecomp::worker {
 
-// Bytes moved by this worker (EngineStats): the stages and the data loop count them.
+// Bytes moved by this worker (EngineStats): the stages and the data loop count them, by codec
+// for the metrics when they are on ("" uncompressed). The data loop also publishes its queue
+// and bytes in flight here.
 struct TrafficCounters {
   std::atomic<int64_t> pushed_bytes{0}, pushed_raw_bytes{0}, pulled_bytes{0},
       pulled_raw_bytes{0};
-  void CountPush(int64_t payload_bytes, int64_t raw_bytes) {
+  std::atomic<int64_t> queued_partitions{0}, inflight_bytes{0};
+  telemetry::NodeMetrics* metrics = nullptr;  // set before the engine's threads start
+  void CountPush(int64_t payload_bytes, int64_t raw_bytes, absl::string_view codec) {
     pushed_bytes += payload_bytes;
     pushed_raw_bytes += raw_bytes;
+    if (metrics != nullptr) metrics->CountBytes(telemetry::Direction::kOut, codec, payload_bytes, raw_bytes);
   }
-  void CountPull(int64_t payload_bytes, int64_t raw_bytes) {
+  void CountPull(int64_t payload_bytes, int64_t raw_bytes, absl::string_view codec) {
     pulled_bytes += payload_bytes;
     pulled_raw_bytes += raw_bytes;
+    if (metrics != nullptr) metrics->CountBytes(telemetry::Direction::kIn, codec, payload_bytes, raw_bytes);
   }
 };
+
+// The codec a pull reply of `plan` carries: the pull codec two-way, else raw values.
+inline absl::string_view PullCodecName(const compress::TensorPlan& plan) {
+  return plan.two_way() ? absl::string_view(plan.pull.name()) : absl::string_view();
+}
 
 // What the stages use of the engine, given once at construction.
 struct StageContext {
@@ -47,6 +59,7 @@ struct StageContext {
   WakeQueue<DataCommand>* to_data_thread = nullptr;     // pushes leave through the data loop
   OperationTracker* tracker = nullptr;                   // reports each partition's result
   TrafficCounters* traffic = nullptr;
+  telemetry::Timeline* timeline = nullptr;  // null: no timeline
 
   // The codec context of `partition` of `op`; `node` is this worker (encode) or the server
   // whose encoding is decoded (two-way pulls).
@@ -56,6 +69,11 @@ struct StageContext {
   void RunOnPool(const std::shared_ptr<Operation>& op, int64_t partition,
                  absl::AnyInvocable<void()> work) const;
 };
+
+// Records a stage of `op`'s partition in `timeline` (duration < 0: an instant), with the
+// partition's round, the operation's push codec and `bytes`.
+void TraceStage(telemetry::Timeline& timeline, const Operation& op, int64_t partition,
+                telemetry::Stage stage, int64_t start_us, int64_t duration_us, int64_t bytes);
 
 class StagePipeline {
  public:

@@ -12,13 +12,14 @@ absl::Status StrategySwitch::Add(const proto::Strategy& strategy) {
 }
 
 std::optional<compress::TensorPlan> StrategySwitch::Admit(uint64_t round, absl::string_view tensor,
-                                                          int64_t tensor_bytes) {
+                                                          int64_t tensor_bytes,
+                                                          int64_t row_elements) {
   absl::MutexLock lock(&mu_);
   if (hold_after_round_.has_value() && round > *hold_after_round_) return std::nullopt;
   highest_started_round_ = std::max(highest_started_round_, round);
   const proto::Strategy* strategy = history_.ForRound(round);
   if (strategy == nullptr) return compress::TensorPlan{};
-  return compress::PlanFor(*strategy, tensor, tensor_bytes);
+  return compress::PlanFor(*strategy, tensor, tensor_bytes, row_elements);
 }
 
 uint64_t StrategySwitch::Prepare(uint64_t version) {

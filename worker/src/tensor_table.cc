@@ -3,6 +3,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bytecomp/common.h"
 #include "bytecomp/worker/engine/operation.h"
 #include "bytecomp/worker/engine/tensor_checkpoint.h"
@@ -37,10 +38,9 @@ struct TensorTable::Tensor {
 
 TensorTable::~TensorTable() = default;
 
-std::shared_ptr<TensorTable::Tensor> TensorTable::FindOrDeclareLocked(const std::string& name,
-                                                                      int64_t count,
-                                                                      proto::DType dtype,
-                                                                      absl::Status* error) {
+std::shared_ptr<TensorTable::Tensor> TensorTable::FindOrDeclareLocked(
+    const std::string& name, int64_t count, proto::DType dtype, absl::Status* error,
+    absl::Span<const int64_t> shape) {
   if (name.empty()) {
     *error = absl::InvalidArgumentError("tensor name must not be empty");
     return nullptr;
@@ -77,15 +77,21 @@ std::shared_ptr<TensorTable::Tensor> TensorTable::FindOrDeclareLocked(const std:
   d->set_name(name);
   d->set_element_count(count);
   d->set_dtype(dtype);
+  d->mutable_shape()->Add(shape.begin(), shape.end());
   send_(std::move(msg));
   return tensor;
 }
 
 absl::Status TensorTable::Declare(const std::string& name, int64_t element_count,
-                                  proto::DType dtype) {
+                                  proto::DType dtype, absl::Span<const int64_t> shape) {
+  if (!shape.empty() && !ShapeHolds(shape, element_count)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': shape [",
+                                                   absl::StrJoin(shape, ", "), "] does not hold ",
+                                                   element_count, " elements"));
+  }
   absl::MutexLock lock(&mu_);
   absl::Status error;
-  if (FindOrDeclareLocked(name, element_count, dtype, &error) == nullptr) return error;
+  if (FindOrDeclareLocked(name, element_count, dtype, &error, shape) == nullptr) return error;
   return absl::OkStatus();
 }
 
@@ -133,7 +139,7 @@ void TensorTable::StartNextLocked(const std::shared_ptr<Tensor>& tensor_ptr, Sta
   if (tensor.waiting.empty()) return;
   const int64_t bytes = tensor.element_count * static_cast<int64_t>(DTypeSize(tensor.dtype));
   std::optional<compress::TensorPlan> plan =
-      strategies_.Admit(tensor.next_round, tensor.name, bytes);
+      strategies_.Admit(tensor.next_round, tensor.name, bytes, tensor.layout.row_elements);
   if (!plan.has_value()) {
     held_.push_back(tensor_ptr);  // a strategy switch is being agreed: wait for the commit
     return;

@@ -8,13 +8,17 @@
 #include <string>
 #include <unistd.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/stats.h"
 #include "bytecomp/compress/aggregator.h"
 #include "bytecomp/compress/memory.h"
+#include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
+#include "bytecomp/compress/two_round.h"
+#include "bytecomp/planner/decision_tree.h"
 
 namespace bytecomp::planner {
 namespace {
@@ -95,6 +99,147 @@ std::optional<AggregateCost> TimeAggregate(const proto::CodecCost& entry,
   return cost;
 }
 
+// How the codec crosses the network, for the cost model (proto Exchange): artopk's two
+// exchanges and blocksparse's block-sparse pull by name; the kept fraction of the ratio codecs;
+// sparse pushes can be returned as the servers' union.
+absl::Status SetExchange(const std::string& name, const compress::CodecParams& given,
+                         const compress::CodecProperties& properties, proto::CodecCost* out) {
+  const compress::CodecSpec* spec = compress::CodecRegistry::Global().Find(name);
+  absl::StatusOr<compress::CodecParams> params =
+      compress::ValidateParams(absl::StrCat("codec '", name, "'"), spec->params, given);
+  if (!params.ok()) return params.status();
+  double kept = 0;
+  if (auto it = params->find("ratio"); it != params->end() && (properties.sparse || name == "artopk")) {
+    if (!absl::SimpleAtod(it->second, &kept)) kept = 0;
+  }
+  out->set_kept_fraction(kept);
+  out->set_union_pull(properties.sparse && kept > 0);
+  out->set_exchange(name == "artopk"        ? proto::EXCHANGE_SUMMED_INDICES
+                    : name == "blocksparse" ? proto::EXCHANGE_BLOCK_SPARSE
+                                            : proto::EXCHANGE_PUSH_PULL);
+  return absl::OkStatus();
+}
+
+// A two-round codec as the engine runs it per partition (two_round.h): compensate and the first
+// payload (before the first push), the second payload with the codec's own approximation and
+// the memory's update (between the round trips), the decoded sum (after the second pull).
+// Each worker's own payload stands in for the servers' sum of it. Medians in us; the sizes are
+// the two payloads together.
+struct TwoRoundCost {
+  double encode_us = 0;
+  double between_us = 0;
+  double decode_us = 0;
+  size_t encoded_bytes = 0;
+};
+absl::StatusOr<TwoRoundCost> TimeTwoRound(const proto::CodecCost& entry,
+                                          const compress::CodecParams& params,
+                                          const std::vector<float>& input, size_t n,
+                                          size_t slots, std::vector<float>& output,
+                                          double seconds) {
+  const auto& registry = compress::CodecRegistry::Global();
+  struct Slot {
+    std::unique_ptr<compress::Codec> codec;
+    std::unique_ptr<compress::Memory> memory;
+    std::vector<float> compensated, approximation;
+    std::vector<uint8_t> first, second;
+  };
+  std::vector<Slot> all(slots);
+  compress::CodecContext ctx;
+  ctx.key = 1;
+  for (Slot& slot : all) {
+    auto codec = registry.Create(entry.name(), params);
+    if (!codec.ok()) return codec.status();
+    slot.codec = *std::move(codec);
+    if (!entry.memory().empty() && entry.memory() != "none") {
+      auto memory = compress::CreateMemory(entry.memory());
+      if (!memory.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("calibrating '", entry.name(),
+                                                       "': memory: ", memory.status().message()));
+      }
+      slot.memory = *std::move(memory);
+    }
+    compress::TwoRoundCodec* two = compress::AsTwoRound(*slot.codec);
+    slot.compensated.resize(n);
+    slot.approximation.resize(n);
+    slot.first.resize(two->FirstRoundBytes(n));
+    slot.second.resize(two->SecondRoundBytes(n));
+  }
+  auto floats = [](const std::vector<uint8_t>& payload) {  // past the u32 stage word
+    return absl::MakeConstSpan(reinterpret_cast<const float*>(payload.data() + 4),
+                               (payload.size() - 4) / sizeof(float));
+  };
+  // Each step in turn over every slot, so that the next step finds its slot's state.
+  enum Step { kFirst, kBetween, kDecode };
+  auto run = [&](Step step, size_t index) -> absl::Status {
+    Slot& slot = all[index];
+    compress::TwoRoundCodec* two = compress::AsTwoRound(*slot.codec);
+    const auto in = absl::MakeConstSpan(&input[index * n], n);
+    if (step == kFirst) {
+      if (slot.memory != nullptr) {
+        if (auto s = slot.memory->Compensate(in, ctx, absl::MakeSpan(slot.compensated)); !s.ok()) {
+          return s;
+        }
+      } else {
+        std::copy(in.begin(), in.end(), slot.compensated.begin());
+      }
+      return two->EncodeFirst(slot.compensated, ctx, absl::MakeSpan(slot.first)).status();
+    }
+    if (step == kBetween) {
+      auto bytes = two->EncodeSecond(floats(slot.first), ctx, absl::MakeSpan(slot.second));
+      if (!bytes.ok()) return bytes.status();
+      if (slot.memory == nullptr) return absl::OkStatus();
+      if (auto s = two->LocalApproximation(absl::MakeSpan(slot.approximation)); !s.ok()) return s;
+      return slot.memory->Update(slot.compensated, slot.approximation, ctx);
+    }
+    return two->DecodeSecond(floats(slot.second), ctx, absl::MakeSpan(&output[index * n], n));
+  };
+  TwoRoundCost cost;
+  double* times[] = {&cost.encode_us, &cost.between_us, &cost.decode_us};
+  // A round per pass over the slots; the first, untimed, allocates the codecs' state.
+  for (size_t i = 0; i < slots; ++i) {
+    for (Step step : {kFirst, kBetween, kDecode}) {
+      if (absl::Status s = run(step, i); !s.ok()) return s;
+    }
+  }
+  std::vector<double> samples[3];
+  const auto start = Clock::now();
+  while (samples[0].size() < 3 ||
+         std::chrono::duration<double>(Clock::now() - start).count() < 3 * seconds) {
+    ++ctx.round;
+    for (Step step : {kFirst, kBetween, kDecode}) {
+      const auto t0 = Clock::now();
+      for (size_t i = 0; i < slots; ++i) {
+        if (absl::Status s = run(step, i); !s.ok()) return s;
+      }
+      samples[step].push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / slots);
+    }
+    if (samples[0].size() >= 10000) break;
+  }
+  for (int step = 0; step < 3; ++step) *times[step] = bytecomp::Median(samples[step]);
+  cost.encoded_bytes = all[0].first.size() + all[0].second.size();
+  return cost;
+}
+
+// The measured sizes, and ratio and overhead fitted on the two largest.
+void SetSizeModel(const std::vector<int64_t>& sizes, const std::vector<double>& encoded_bytes,
+                  proto::CodecCost* out) {
+  const size_t k = sizes.size();
+  const double in_lo = static_cast<double>(sizes[k - 2]);
+  const double in_hi = static_cast<double>(sizes[k - 1]);
+  double ratio = (encoded_bytes[k - 1] - encoded_bytes[k - 2]) / (in_hi - in_lo);
+  ratio = std::clamp(ratio, 1e-6, 2.0);
+  out->set_ratio(ratio);
+  out->set_overhead_bytes(
+      std::max<int64_t>(0, static_cast<int64_t>(encoded_bytes[k - 2] - ratio * in_lo)));
+  out->clear_sizes();
+  for (size_t i = 0; i < k; ++i) {
+    proto::SizePoint* point = out->add_sizes();
+    point->set_bytes(sizes[i]);
+    point->set_encoded_bytes(static_cast<int64_t>(encoded_bytes[i]));
+  }
+}
+
 std::string HostName() {
   char name[256] = {0};
   if (gethostname(name, sizeof name - 1) != 0) return "this host";
@@ -119,8 +264,9 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
   table.set_source(absl::StrCat(
       "measured by bytecomp-plan --calibrate on ", HostName(),
       ", one CPU thread, Gaussian inputs; encode with the codec's memory, decode into the "
-      "caller's tensor, server aggregation per push; GPU costs (where present) copied unmeasured from "
-      "the template"));
+      "caller's tensor, server aggregation per push; two-round codecs per step as the engine runs "
+      "them; compressed sizes the mean over the payloads; GPU costs (where present) copied "
+      "unmeasured from the template"));
   // Inputs and outputs span the working set, so that successive calls, each on its own slot
   // (its own partition: input, memory, payload, output), find their data out of cache as the
   // engine does, which touches each partition once per round.
@@ -161,9 +307,40 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
     const compress::CodecProperties properties = (*codec)->properties();
     out.set_summable(properties.summable_encoded);
     out.set_reencodable(!properties.two_round && !properties.majority_vote);
+    if (absl::Status s = SetExchange(entry.name(), params, properties, &out); !s.ok()) return s;
+    // artopk's two stages are its exchange's (EXCHANGE_SUMMED_INDICES), not a powersgd-style
+    // second round trip of the sum.
+    const bool two_round_sum =
+        properties.two_round && out.exchange() == proto::EXCHANGE_PUSH_PULL;
+    out.set_two_round(two_round_sum);
+    out.set_loss(LossOf(out));
     proto::DeviceCost* cpu = out.add_costs();
     cpu->set_device(proto::DEVICE_CPU);
     std::vector<double> encoded_bytes;
+    if (two_round_sum) {
+      out.set_reencodable(false);
+      for (int64_t bytes : options.sizes) {
+        const size_t n = static_cast<size_t>(bytes / 4);
+        const size_t slots = std::clamp<size_t>(input.size() / n, 1, 1024);
+        absl::StatusOr<TwoRoundCost> measured =
+            TimeTwoRound(entry, params, input, n, slots, output, options.seconds_per_point);
+        if (!measured.ok()) {
+          return absl::InternalError(absl::StrCat("calibrating '", entry.name(), "' at ", bytes,
+                                                  " bytes: ", measured.status().message()));
+        }
+        for (auto [curve, us] : {std::pair{cpu->mutable_encode(), measured->encode_us},
+                                 std::pair{cpu->mutable_between_rounds(), measured->between_us},
+                                 std::pair{cpu->mutable_decode(), measured->decode_us}}) {
+          proto::CostPoint* point = curve->Add();
+          point->set_bytes(bytes);
+          point->set_us(us);
+        }
+        encoded_bytes.push_back(static_cast<double>(measured->encoded_bytes));
+      }
+      SetSizeModel(options.sizes, encoded_bytes, &out);
+      *table.add_codecs() = std::move(out);
+      continue;
+    }
     bool aggregate_ok = !properties.two_round;
     for (int64_t bytes : options.sizes) {
       const size_t n = static_cast<size_t>(bytes / 4);
@@ -239,7 +416,10 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
       auto* d = cpu->add_decode();
       d->set_bytes(bytes);
       d->set_us(*decode_us);
-      encoded_bytes.push_back(static_cast<double>(written[0]));
+      // Data-dependent sizes (packed indices): the mean over the slots' payloads.
+      double total_written = 0;
+      for (size_t i = 0; i < encoded_slots; ++i) total_written += static_cast<double>(written[i]);
+      encoded_bytes.push_back(total_written / static_cast<double>(encoded_slots));
       if (aggregate_ok) {
         std::optional<AggregateCost> agg =
             TimeAggregate(entry, params, payloads, n, ctx, options.seconds_per_point);
@@ -259,15 +439,7 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
       cpu->clear_aggregate();
       cpu->clear_aggregate_base();
     }
-    // Compressed size = ratio * bytes + overhead, from the two largest sizes.
-    const size_t k = options.sizes.size();
-    const double in_lo = static_cast<double>(options.sizes[k - 2]);
-    const double in_hi = static_cast<double>(options.sizes[k - 1]);
-    double ratio = (encoded_bytes[k - 1] - encoded_bytes[k - 2]) / (in_hi - in_lo);
-    ratio = std::clamp(ratio, 1e-6, 2.0);
-    out.set_ratio(ratio);
-    out.set_overhead_bytes(
-        std::max<int64_t>(0, static_cast<int64_t>(encoded_bytes[k - 2] - ratio * in_lo)));
+    SetSizeModel(options.sizes, encoded_bytes, &out);
     for (const auto& cost : entry.costs()) {
       if (cost.device() == proto::DEVICE_GPU) *out.add_costs() = cost;
     }

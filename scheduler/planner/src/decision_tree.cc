@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/planner/allowed_codecs.h"
+#include "bytecomp/planner/exchange_sizes.h"
 #include "bytecomp/planner/inputs.h"
 
 namespace bytecomp::planner {
@@ -16,16 +18,93 @@ const proto::DeviceCost* CostFor(const proto::CodecCost& codec, proto::Device de
   return nullptr;
 }
 
-bool CodecAllowed(const proto::CodecCost& codec, const proto::PlannerOptions& options) {
-  if (options.codecs().empty()) return true;
-  return std::find(options.codecs().begin(), options.codecs().end(), codec.name()) !=
-         options.codecs().end();
-}
-
 // Bytes per microsecond of a link given in Gbit/s.
 double BytesPerUs(const proto::LinkSpec& link) { return link.bandwidth_gbps() * 1e3 / 8.0; }
 
 }  // namespace
+
+proto::LossClass LossOf(const proto::CodecCost& codec) {
+  if (codec.loss() != proto::LOSS_UNSPECIFIED) return codec.loss();
+  const std::string& name = codec.name();
+  if (name.empty() || name == "none" || IsLossless(codec)) return proto::LOSS_NONE;
+  if (name == "fp16" || name == "bf16") return proto::LOSS_ROUNDING;
+  // Random selection loses accuracy even with error feedback (randomk 1%: 1.4 points).
+  if (name == "randomk") return proto::LOSS_HIGH;
+  const bool memory = !codec.memory().empty() && codec.memory() != "none";
+  return memory ? proto::LOSS_COMPENSATED : proto::LOSS_HIGH;
+}
+
+const char* LossName(proto::LossClass loss) {
+  switch (loss) {
+    case proto::LOSS_NONE: return "lossless";
+    case proto::LOSS_ROUNDING: return "rounding";
+    case proto::LOSS_COMPENSATED: return "compensated";
+    case proto::LOSS_HIGH: return "high";
+    default: return "unspecified";
+  }
+}
+
+bool CodecAllowed(const proto::CodecCost& codec, const proto::TensorProfile& tensor,
+                  const proto::PlannerOptions& options) {
+  const proto::LossClass max_loss =
+      options.max_loss() == proto::LOSS_UNSPECIFIED ? proto::LOSS_COMPENSATED : options.max_loss();
+  if (LossOf(codec) > max_loss) return false;
+  if (!options.codecs().empty() &&
+      std::find(options.codecs().begin(), options.codecs().end(), codec.name()) ==
+          options.codecs().end()) {
+    return false;
+  }
+  // What the user accepts for this tensor, on top of max_loss: both must allow the codec.
+  const proto::TensorAllowance* allowance = AllowanceFor(options, tensor.name());
+  return allowance == nullptr || CodecAllowedBy(codec, *allowance);
+}
+
+namespace {
+
+// artopk's stages (EXCHANGE_SUMMED_INDICES, exchange_sizes.h): the chooser's encode (the round
+// waits for it: its top-k selection, with the memory), the index section's exchange, the
+// values gathered at those indices, their exchange, and the k sums scattered into the tensor.
+// The servers' work is summing: the section passes through, the values add at the summing
+// speed. `add`, `push`, `pull` (the NIC stages), `pcie` and `transport_cpu` are CostOf's.
+template <typename Pcie, typename Push, typename Pull, typename TransportCpu, typename Add>
+void AddSummedIndicesStages(const proto::CodecCost& codec, double part_bytes, double senders,
+                            const proto::ClusterDescription& cluster,
+                            const proto::CostTable& costs, bool has_gpu, Pcie pcie,
+                            Push push, Pull pull, TransportCpu transport_cpu, Add add) {
+  const proto::DeviceCost* cpu = CostFor(codec, proto::DEVICE_CPU);
+  const SummedIndicesBytes b = SummedIndicesSizes(codec, part_bytes, senders);
+  const double sum_bytes_per_us = cluster.server_sum_gbytes_per_s() * 1e3;
+  const double copy_bytes_per_us =
+      costs.copy_gbytes_per_s() > 0 ? costs.copy_gbytes_per_s() * 1e3 : sum_bytes_per_us;
+  if (has_gpu) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
+  add(kCpuPool, kEncode, InterpolateCost(cpu->encode(), part_bytes));
+  transport_cpu(b.push1);
+  push(b.push1);
+  add(kServer, kServerWork, senders * b.push1 / sum_bytes_per_us);
+  pull(b.pull1);
+  transport_cpu(b.pull1);
+  add(kCpuPool, kEncode, 2 * b.push2 / copy_bytes_per_us);
+  transport_cpu(b.push2);
+  push(b.push2);
+  add(kServer, kServerWork, senders * b.push2 / sum_bytes_per_us);
+  pull(b.pull2);
+  transport_cpu(b.pull2);
+  add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
+  if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
+}
+
+}  // namespace
+
+double CompressedBytes(const proto::CodecCost& codec, double bytes) {
+  const double out =
+      codec.sizes().empty()
+          ? codec.ratio() * bytes + static_cast<double>(codec.overhead_bytes())
+          : InterpolatePoints(
+                codec.sizes(), bytes,
+                [](const proto::SizePoint& p) { return static_cast<double>(p.encoded_bytes()); },
+                /*scale_below_first=*/true);
+  return std::clamp(out, 0.0, bytes);
+}
 
 const char* ResourceName(int resource) {
   static const char* kNames[] = {"compute", "cpu pool", "pcie d2h", "pcie h2d",
@@ -81,29 +160,45 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
     }
   }
   if (!may_compress) return out;
+  const proto::TensorAllowance* allowance = AllowanceFor(options, tensor.name());
   for (int c = 0; c < costs.codecs_size(); ++c) {
     const auto& codec = costs.codecs(c);
-    if (!CodecAllowed(codec, options)) continue;
+    if (!CodecAllowed(codec, tensor, options)) continue;
     const bool cpu_costs = CostFor(codec, proto::DEVICE_CPU) != nullptr;
     const bool gpu_costs = CostFor(codec, proto::DEVICE_GPU) != nullptr;
     if (!cpu_costs) continue;  // the server runs decode / re-encode on its CPU
     std::vector<Where> encode_places;
     if (has_gpu && gpu_costs) encode_places.push_back(Where::kGpu);
     if (has_cpu_pool || !has_gpu) encode_places.push_back(Where::kCpu);
-    std::vector<std::pair<bool, Where>> pulls = {{false, Where::kNone}};
-    if (codec.reencodable() && !options.disable_two_way()) {
+    struct Pull {
+      bool two_way = false;
+      Where decode = Where::kNone;
+      bool union_pull = false;
+    };
+    std::vector<Pull> pulls = {{}};
+    // artopk's pull is a summed k-vector and blocksparse's a block-sparse sum: nothing to
+    // re-encode.
+    const bool one_push = codec.exchange() == proto::EXCHANGE_PUSH_PULL;
+    if (one_push && codec.reencodable() && !codec.two_round() && !options.disable_two_way() &&
+        TwoWayAllowed(allowance)) {
       if (has_gpu && gpu_costs) pulls.push_back({true, Where::kGpu});
       if (has_cpu_pool || !has_gpu) pulls.push_back({true, Where::kCpu});
     }
+    // The union is threshold 0's message, decoded on the CPU.
+    if (one_push && codec.union_pull() && codec.kept_fraction() > 0 &&
+        !options.disable_two_way() && (has_cpu_pool || !has_gpu)) {
+      pulls.push_back({true, Where::kCpu, true});
+    }
     for (Where encode : encode_places) {
-      for (auto [two_way, decode] : pulls) {
+      for (const Pull& pull : pulls) {
         for (bool hier : hier_choices) {
           for (int32_t count : counts) {
             TensorOption o;
             o.codec = static_cast<int16_t>(c);
             o.encode_on = encode;
-            o.two_way = two_way;
-            o.decode_on = decode;
+            o.two_way = pull.two_way;
+            o.decode_on = pull.decode;
+            o.union_pull = pull.union_pull;
             o.hierarchical = hier;
             o.partitions = count;
             out.push_back(o);
@@ -125,21 +220,32 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   const int gpus = std::max(1, cluster.gpus_per_machine());
   const int workers_per_machine = std::max(1, cluster.workers() / cluster.machines());
   const proto::CodecCost* codec = option.codec >= 0 ? &costs.codecs(option.codec) : nullptr;
+  const bool two_round = codec != nullptr && codec->two_round();
   auto device_cost = [&](Where where) {
     return CostFor(*codec, where == Where::kGpu ? proto::DEVICE_GPU : proto::DEVICE_CPU);
   };
-  const double compressed =
-      codec ? std::min(part_bytes, codec->ratio() * part_bytes + codec->overhead_bytes())
-            : part_bytes;
   // Flat: every worker of the machine pushes its own copy through the machine's NIC and all
   // W workers' pushes land on the S servers. Hierarchical: one push per machine.
   const double senders = option.hierarchical ? cluster.machines() : cluster.workers();
+  const proto::Exchange exchange = codec ? codec->exchange() : proto::EXCHANGE_PUSH_PULL;
+  // blocksparse: the non-zero blocks of one worker's gradient up, of the sum back.
+  const double density = tensor.has_block_density() ? tensor.block_density() : 1.0;
+  // A two-round codec's compressed size is its two payloads together, about half each.
+  double compressed =
+      codec ? CompressedBytes(*codec, part_bytes) / (two_round ? 2 : 1) : part_bytes;
+  if (exchange == proto::EXCHANGE_BLOCK_SPARSE) compressed = BlockSparseBytes(density, part_bytes);
   const double nic_share = option.hierarchical ? 1 : workers_per_machine;
-  const double alpha = cluster.worker_link().latency_us() + cluster.server_link().latency_us();
+  const bool colocated = cluster.colocated_servers();
+  const double alpha = cluster.worker_link().latency_us() +
+                       (colocated ? cluster.worker_link() : cluster.server_link()).latency_us();
   const double us_per_byte =
       std::max(nic_share / BytesPerUs(cluster.worker_link()),
                senders / (cluster.servers() * BytesPerUs(cluster.server_link())));
-  auto transfer = [&](double b) { return alpha + b * us_per_byte; };
+  // Colocated servers: per partition, each machine's NIC carries its own pushes (or pulls)
+  // to the other machines' servers and, the other way, its servers' share of the others':
+  // nic_share x (machines - 1) / machines of the bytes in each direction.
+  const double colocated_us_per_byte = nic_share * (cluster.machines() - 1) /
+                                       cluster.machines() / BytesPerUs(cluster.worker_link());
   auto pcie = [&](double b) {
     return cluster.pcie_link().latency_us() + b / BytesPerUs(cluster.pcie_link());
   };
@@ -171,6 +277,10 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     if (r == kServer && host_cores > 0) {
       r = kCpuPool;
       us *= server_scale;
+    } else if (r == kServer && colocated) {
+      // The machine's servers do 1/machines of every key's server work, on its cores.
+      r = kCpuPool;
+      us /= cluster.machines();
     }
     cost.stages[cost.num_stages++] = Stage{r, kind, static_cast<float>(us)};
     cost.work_us[r] += static_cast<double>(static_cast<float>(us)) * option.partitions;
@@ -183,8 +293,67 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
       add(kCpuPool, kTransport, InterpolateCost(costs.transfer_cpu(), static_cast<int64_t>(b)));
     }
   };
+  // The server: the first fp32 push becomes the sum, the others are added. Compressed: the
+  // codec's aggregator adds every push (measured, or modelled as decode and add), and
+  // two-way re-encodes the sum with the server's memory. A two-round codec's stages are f32
+  // vectors that the server adds.
+  auto server_work = [&](double pushed) {
+    const double sum_speed = cluster.server_sum_gbytes_per_s() * 1e3;
+    if (codec == nullptr) return senders * part_bytes / sum_speed;
+    if (two_round) return senders * pushed / sum_speed;
+    const auto* cpu = device_cost(Where::kCpu);
+    if (exchange == proto::EXCHANGE_BLOCK_SPARSE) {
+      // The servers' work follows the non-zero blocks (calibrated on dense inputs: scaled).
+      return cpu->aggregate().empty()
+                 ? senders * density * InterpolateCost(cpu->decode(), part_bytes)
+                 : InterpolateCost(cpu->aggregate_base(), part_bytes) +
+                       senders * density * InterpolateCost(cpu->aggregate(), part_bytes);
+    }
+    if (!cpu->aggregate().empty()) {
+      double us = InterpolateCost(cpu->aggregate_base(), part_bytes) +
+                  senders * InterpolateCost(cpu->aggregate(), part_bytes);
+      if (option.two_way) us += InterpolateCost(cpu->encode(), part_bytes);
+      return us;
+    }
+    const double decode = InterpolateCost(cpu->decode(), part_bytes);
+    double us = senders * part_bytes / sum_speed;
+    if (codec->summable()) return us + (option.two_way ? 0 : decode);
+    us += senders * decode;
+    if (option.two_way) us += InterpolateCost(cpu->encode(), part_bytes);
+    return us;
+  };
+  // A push to the servers, their work, and the pull back: one round trip.
+  auto push_stages = [&](double pushed) {
+    if (colocated) {
+      add(kNicUp, kPush, alpha + pushed * colocated_us_per_byte);
+      add(kNicDown, kPush, pushed * colocated_us_per_byte);
+    } else {
+      add(kNicUp, kPush, alpha + pushed * us_per_byte);
+    }
+  };
+  auto pull_stages = [&](double pulled) {
+    if (colocated) {
+      add(kNicUp, kPull, pulled * colocated_us_per_byte);
+      add(kNicDown, kPull, alpha + pulled * colocated_us_per_byte);
+    } else {
+      add(kNicDown, kPull, alpha + pulled * us_per_byte);
+    }
+  };
+  auto round_trip = [&](double pushed, double pulled) {
+    transport_cpu(pushed);
+    push_stages(pushed);
+    add(kServer, kServerWork, server_work(pushed));
+    pull_stages(pulled);
+    transport_cpu(pulled);
+  };
 
   if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes, true));
+  if (exchange == proto::EXCHANGE_SUMMED_INDICES) {
+    AddSummedIndicesStages(*codec, part_bytes, senders, cluster, costs, has_gpu, pcie,
+                           push_stages, pull_stages, transport_cpu, add);
+    if (option.hierarchical) add(kIntraMachine, kBroadcast, intra(part_bytes, false));
+    return cost;
+  }
   double pushed = part_bytes;
   if (codec == nullptr) {
     if (has_gpu) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
@@ -198,40 +367,38 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
         InterpolateCost(device_cost(Where::kCpu)->encode(), part_bytes));
     pushed = compressed;
   }
-  transport_cpu(pushed);
-  add(kNicUp, kPush, transfer(pushed));
-
-  // Server: the first fp32 push becomes the sum, the others are added. Compressed: the
-  // codec's aggregator adds every push (measured, or modelled as decode and add), and
-  // two-way re-encodes the sum with the server's memory.
-  const double sum_us = senders * part_bytes / (cluster.server_sum_gbytes_per_s() * 1e3);
-  double server_us = sum_us;
-  if (codec != nullptr) {
-    const auto* cpu = device_cost(Where::kCpu);
-    if (!cpu->aggregate().empty()) {
-      server_us = InterpolateCost(cpu->aggregate_base(), part_bytes) +
-                  senders * InterpolateCost(cpu->aggregate(), part_bytes);
-      if (option.two_way) server_us += InterpolateCost(cpu->encode(), part_bytes);
+  if (two_round) {
+    // P's sum comes back; the worker computes Q between the rounds where it encoded.
+    round_trip(compressed, compressed);
+    const double between = InterpolateCost(device_cost(option.encode_on)->between_rounds(),
+                                           part_bytes);
+    add(option.encode_on == Where::kGpu ? kCompute : kCpuPool, kEncode, between);
+    round_trip(compressed, compressed);
+    if (option.encode_on == Where::kGpu) {
+      add(kCompute, kDecode, InterpolateCost(device_cost(Where::kGpu)->decode(), part_bytes));
     } else {
-      const double decode = InterpolateCost(cpu->decode(), part_bytes);
-      if (codec->summable()) {
-        server_us += option.two_way ? 0 : decode;
-      } else {
-        server_us += senders * decode;
-        if (option.two_way) server_us += InterpolateCost(cpu->encode(), part_bytes);
-      }
+      add(kCpuPool, kDecode, InterpolateCost(device_cost(Where::kCpu)->decode(), part_bytes));
+      if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
     }
+    if (option.hierarchical) add(kIntraMachine, kBroadcast, intra(part_bytes, false));
+    return cost;
   }
-  add(kServer, kServerWork, server_us);
 
   const bool pulled_compressed = codec != nullptr && option.two_way;
-  const double pulled = pulled_compressed ? compressed : part_bytes;
-  add(kNicDown, kPull, transfer(pulled));
-  transport_cpu(pulled);
+  double pulled = pulled_compressed ? compressed : part_bytes;
+  if (option.union_pull) pulled = UnionPullBytes(codec->kept_fraction(), senders, part_bytes);
+  if (exchange == proto::EXCHANGE_BLOCK_SPARSE) {
+    pulled = BlockSparseBytes(UnionFraction(density, senders), part_bytes);
+  }
+  round_trip(pushed, pulled);
   if (pulled_compressed && option.decode_on == Where::kGpu) {
     add(kPcieH2D, kCopyH2D, pcie(compressed));
     add(kCompute, kDecode, InterpolateCost(device_cost(Where::kGpu)->decode(), part_bytes));
   } else if (pulled_compressed) {
+    add(kCpuPool, kDecode, InterpolateCost(device_cost(Where::kCpu)->decode(), part_bytes));
+    if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
+  } else if (exchange == proto::EXCHANGE_BLOCK_SPARSE) {
+    // The block-sparse sum, scattered into the tensor (zeros between its blocks).
     add(kCpuPool, kDecode, InterpolateCost(device_cost(Where::kCpu)->decode(), part_bytes));
     if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
   } else {
@@ -254,10 +421,12 @@ std::string DescribeOption(const TensorOption& option, const proto::CostTable& c
   if (option.codec < 0) {
     out = "none";
   } else {
-    out = absl::StrCat(costs.codecs(option.codec).name(), "(", where(option.encode_on),
-                       option.two_way ? absl::StrCat(",2-way:", where(option.decode_on))
-                                      : std::string(",1-way"),
-                       ")");
+    const proto::CodecCost& codec = costs.codecs(option.codec);
+    const std::string pull = codec.two_round()  ? std::string(",2-round")
+                             : option.union_pull ? absl::StrCat(",union:", where(option.decode_on))
+                             : option.two_way    ? absl::StrCat(",2-way:", where(option.decode_on))
+                                                 : std::string(",1-way");
+    out = absl::StrCat(codec.name(), "(", where(option.encode_on), pull, ")");
   }
   if (option.hierarchical) absl::StrAppend(&out, " hier");
   if (option.partitions > 1) absl::StrAppend(&out, " p", option.partitions);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/config.h"
+#include "bytecomp/common/partition.h"
 #include "google/protobuf/text_format.h"
 
 namespace bytecomp::planner {
@@ -155,6 +156,20 @@ absl::Status ValidateProfile(const proto::ModelProfile& m, const TextFormat::Par
       p.Add(sub, t, "ready_gap_us", -1, line, here + ".ready_gap_us",
             absl::StrCat("must be >= 0, got ", t.ready_gap_us()));
     }
+    if (t.has_block_density() && !(t.block_density() >= 0 && t.block_density() <= 1)) {
+      p.Add(sub, t, "block_density", -1, line, here + ".block_density",
+            absl::StrCat("must be in [0, 1], got ", t.block_density()));
+    }
+    if (t.shape_size() > 0 &&
+        !ShapeHolds(absl::MakeConstSpan(t.shape().data(), t.shape_size()), t.elements())) {
+      p.Add(sub, t, "shape", 0, line, here + ".shape",
+            absl::StrCat("dimensions must be > 0 and multiply to elements (", t.elements(), ")"));
+    }
+  }
+  if (m.measured_round_cpu_us() < 0 || m.cpu_cores() < 0 || m.host_cpu_busy() < 0 ||
+      m.host_cpu_busy() > 1) {
+    p.Add(tree, m, "host_cpu_busy", -1, Loc{}, "measured_round_cpu_us, cpu_cores, host_cpu_busy",
+          "must be >= 0 (host_cpu_busy a fraction, <= 1)");
   }
   return p.ToStatus();
 }
@@ -197,6 +212,11 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c,
     p.Add(tree, c, "partition_bytes", -1, Loc{}, "partition_bytes", "must be >= 0");
   }
   if (c.host_cores() < 0) p.Add(tree, c, "host_cores", -1, Loc{}, "host_cores", "must be >= 0");
+  if (c.colocated_servers() && c.machines() >= 1 && c.servers() % c.machines() != 0) {
+    p.Add(tree, c, "colocated_servers", -1, Loc{}, "colocated_servers",
+          absl::StrCat("needs servers spread evenly over the machines: ", c.servers(),
+                       " servers on ", c.machines(), " machines"));
+  }
   return p.ToStatus();
 }
 
@@ -225,6 +245,21 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
     if (codec.overhead_bytes() < 0) {
       p.Add(sub, codec, "overhead_bytes", -1, line, here + ".overhead_bytes", "must be >= 0");
     }
+    if (!(codec.kept_fraction() >= 0 && codec.kept_fraction() <= 1)) {
+      p.Add(sub, codec, "kept_fraction", -1, line, here + ".kept_fraction",
+            absl::StrCat("must be in [0, 1], got ", codec.kept_fraction()));
+    }
+    if (codec.exchange() == proto::EXCHANGE_SUMMED_INDICES &&
+        (codec.kept_fraction() <= 0 || codec.kept_fraction() > codec.ratio())) {
+      p.Add(sub, codec, "kept_fraction", -1, line, here + ".kept_fraction",
+            absl::StrCat("EXCHANGE_SUMMED_INDICES needs kept_fraction in (0, ratio = ",
+                         codec.ratio(), "] (ratio - kept_fraction: the index section), got ",
+                         codec.kept_fraction()));
+    }
+    if (codec.union_pull() && codec.kept_fraction() <= 0) {
+      p.Add(sub, codec, "union_pull", -1, line, here + ".union_pull",
+            "union_pull needs kept_fraction > 0 (the union is sized from it)");
+    }
     bool seen[3] = {false, false, false};
     for (int d = 0; d < codec.costs_size(); ++d) {
       const auto& cost = codec.costs(d);
@@ -241,6 +276,14 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
       seen[cost.device()] = true;
       CheckCurve(cost.encode(), dsub, cost, "encode", dline, dhere + ".encode", p);
       CheckCurve(cost.decode(), dsub, cost, "decode", dline, dhere + ".decode", p);
+      if (!cost.between_rounds().empty()) {
+        if (!codec.two_round()) {
+          p.Add(dsub, cost, "between_rounds", -1, dline, dhere + ".between_rounds",
+                "only for two-round codecs (two_round: true)");
+        }
+        CheckCurve(cost.between_rounds(), dsub, cost, "between_rounds", dline,
+                   dhere + ".between_rounds", p);
+      }
       if (cost.aggregate().empty() != cost.aggregate_base().empty()) {
         p.Add(dsub, cost, "aggregate", -1, dline, dhere + ".aggregate",
               "aggregate and aggregate_base go together (both measured, or neither)");
@@ -254,6 +297,18 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
         CheckCurve(cost.aggregate_base(), dsub, cost, "aggregate_base", dline,
                    dhere + ".aggregate_base", p);
       }
+    }
+    for (int k = 0; k < codec.sizes_size(); ++k) {
+      const proto::SizePoint& point = codec.sizes(k);
+      if (point.bytes() <= 0 || point.encoded_bytes() < 0 ||
+          (k > 0 && point.bytes() <= codec.sizes(k - 1).bytes())) {
+        p.Add(sub, codec, "sizes", k, line, absl::StrCat(here, ".sizes[", k, "]"),
+              "bytes must be > 0 and increasing, encoded_bytes >= 0");
+      }
+    }
+    if (codec.two_round() && codec.reencodable()) {
+      p.Add(sub, codec, "reencodable", -1, line, here + ".reencodable",
+            "a two-round codec pulls its summed factors and is never re-encoded");
     }
     for (int j = 0; j < i; ++j) {
       if (t.codecs(j).name() == codec.name() &&
@@ -286,6 +341,13 @@ absl::Status ValidateOptions(const proto::PlannerOptions& o,
   if (o.max_joint_offload_choices() < 0) {
     p.Add(tree, o, "max_joint_offload_choices", -1, Loc{}, "max_joint_offload_choices",
           "must be >= 0");
+  }
+  for (int i = 0; i < o.allowed_size(); ++i) {
+    if (o.allowed(i).name_pattern().empty()) {
+      p.Add(Nested(tree, o, "allowed", i), o.allowed(i), "name_pattern", -1,
+            LineOf(tree, o, "allowed", i, Loc{}), absl::StrCat("allowed[", i, "].name_pattern"),
+            "must not be empty");
+    }
   }
   return p.ToStatus();
 }
@@ -358,6 +420,7 @@ proto::PlannerOptions WithDefaults(proto::PlannerOptions o) {
   if (o.min_compress_bytes() == 0) o.set_min_compress_bytes(65536);
   if (o.max_joint_offload_choices() == 0) o.set_max_joint_offload_choices(64);
   if (o.min_relative_gain() == 0) o.set_min_relative_gain(1e-3);
+  if (o.max_loss() == proto::LOSS_UNSPECIFIED) o.set_max_loss(proto::LOSS_COMPENSATED);
   if (o.pairwise_max_tensors() == 0) o.set_pairwise_max_tensors(8);
   if (o.uniform_starts() == 0) o.set_uniform_starts(3);
   return o;
@@ -365,16 +428,8 @@ proto::PlannerOptions WithDefaults(proto::PlannerOptions o) {
 
 double InterpolateCost(const google::protobuf::RepeatedPtrField<proto::CostPoint>& points,
                        double bytes) {
-  if (points.empty()) return 0;
-  if (points.size() == 1) return points[0].us() * bytes / static_cast<double>(points[0].bytes());
-  int hi = 1;
-  while (hi + 1 < points.size() && points[hi].bytes() < bytes) ++hi;
-  const auto& a = points[hi - 1];
-  const auto& b = points[hi];
-  double slope = (b.us() - a.us()) / static_cast<double>(b.bytes() - a.bytes());
-  // Below the first point, keep the first point's time (fixed costs such as a kernel launch).
-  if (bytes < a.bytes() && hi == 1) return std::max(0.0, a.us());
-  return std::max(0.0, a.us() + slope * (bytes - a.bytes()));
+  return InterpolatePoints(points, bytes, [](const proto::CostPoint& p) { return p.us(); },
+                           /*scale_below_first=*/false);
 }
 
 }  // namespace bytecomp::planner

@@ -314,8 +314,15 @@ std::vector<std::vector<int>> BestUniformChoices(const PreparedProblem& problem,
     }
   }
   const double none_time = sim.Simulate(problem.none_index);
-  std::vector<std::pair<double, std::vector<int>>> scored;
-  for (const TensorOption& kind : kinds) {
+  struct Scored {
+    double time;
+    int loss;  // LossClass of the kind's codec
+    int kind;  // order of first appearance (the cost table's order)
+    std::vector<int> choice;
+  };
+  std::vector<Scored> scored;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const TensorOption& kind = kinds[k];
     std::vector<int> choice = problem.none_index;
     for (size_t i = 0; i < tensors.size(); ++i) {
       TensorOption wanted = kind;
@@ -324,13 +331,28 @@ std::vector<std::vector<int>> BestUniformChoices(const PreparedProblem& problem,
       if (index >= 0) choice[i] = index;
     }
     double t = sim.Simulate(choice);
-    if (t < none_time) scored.push_back({t, std::move(choice)});
+    if (t < none_time) {
+      scored.push_back(
+          {t, LossOf(problem.inputs.costs.codecs(kind.codec)), static_cast<int>(k), choice});
+    }
   }
-  std::sort(scored.begin(), scored.end());
+  // Fastest first; kinds within min_relative_gain of the fastest count as equal and go less
+  // lossy first, then in the table's order, so that noise in measured inputs below the
+  // tolerance does not decide between codecs.
+  std::sort(scored.begin(), scored.end(),
+            [](const Scored& a, const Scored& b) { return a.time < b.time; });
+  if (!scored.empty()) {
+    const double tied = scored[0].time / (1 - problem.inputs.options.min_relative_gain());
+    auto end = std::find_if(scored.begin(), scored.end(),
+                            [&](const Scored& s) { return s.time > tied; });
+    std::sort(scored.begin(), end, [](const Scored& a, const Scored& b) {
+      return std::tie(a.loss, a.kind) < std::tie(b.loss, b.kind);
+    });
+  }
   std::vector<std::vector<int>> best;
-  for (auto& [t, choice] : scored) {
+  for (Scored& s : scored) {
     if (static_cast<int>(best.size()) == count) break;
-    best.push_back(std::move(choice));
+    best.push_back(std::move(s.choice));
   }
   return best;
 }
@@ -347,16 +369,23 @@ bool Dominates(const OptionCost& a, const OptionCost& b) {
   return true;
 }
 
-// Drops options another option dominates; the first option (uncompressed, default
-// partitioning) always stays first.
-void DropDominated(std::vector<OptionCost>& options) {
+// Drops options another option dominates and that is no lossier (a faster codec does not
+// replace a less lossy one); the first option (uncompressed, default partitioning) always
+// stays first.
+void DropDominated(std::vector<OptionCost>& options, const proto::CostTable& costs) {
+  auto loss = [&](const OptionCost& o) {
+    return o.option.codec < 0 ? proto::LOSS_NONE : LossOf(costs.codecs(o.option.codec));
+  };
   std::vector<OptionCost> kept;
   for (size_t b = 0; b < options.size(); ++b) {
     bool dominated = false;
     for (size_t a = 0; a < options.size() && !dominated; ++a) {
-      if (a == b || !Dominates(options[a], options[b])) continue;
-      // Equal options: keep the first of them.
-      dominated = !Dominates(options[b], options[a]) || a < b;
+      if (a == b || loss(options[a]) > loss(options[b]) || !Dominates(options[a], options[b])) {
+        continue;
+      }
+      // Equal options: keep the less lossy, else the first of them.
+      dominated = !Dominates(options[b], options[a]) || loss(options[a]) < loss(options[b]) ||
+                  a < b;
     }
     if (!dominated || b == 0) kept.push_back(options[b]);
   }
@@ -376,6 +405,11 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
   p.inputs.options = WithDefaults(raw.options);
   const auto& in = p.inputs;
   if (in.profile.tensors().empty()) return absl::InvalidArgumentError("profile has no tensors");
+  if (in.cluster.colocated_servers() && in.cluster.servers() % in.cluster.machines() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "colocated_servers needs the servers spread evenly over the machines: ",
+        in.cluster.servers(), " servers on ", in.cluster.machines(), " machines"));
+  }
   for (const auto& name : in.options.codecs()) {
     bool found = false;
     for (const auto& c : in.costs.codecs()) found = found || c.name() == name;
@@ -405,7 +439,7 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
       st.options.push_back(cost);
     }
     st.tree_options = static_cast<int>(st.options.size());
-    if (!in.options.keep_dominated()) DropDominated(st.options);
+    if (!in.options.keep_dominated()) DropDominated(st.options, in.costs);
     p.none_index.push_back(0);  // EnumerateOptions lists flat, default-partitioned none first
     p.sim.tensors.push_back(std::move(st));
   }
@@ -514,11 +548,16 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
       if (small || other.time() < search.time()) refine(other);
       simulations_elsewhere += other.sim().simulations();
       events_elsewhere += other.sim().events_processed();
-      if (other.time() < search.time()) search.SetChoice(other.choice());
+      // Another start must win by the tolerance too (ties keep the main search's result).
+      if (other.time() < search.target()) search.SetChoice(other.choice());
     }
   }
   result.choice = search.choice();
   result.predicted_us = search.time();
+  if (!problem.inputs.options.skip_less_loss()) {
+    result.choice = PreferLessLoss(problem, result.choice);
+    result.predicted_us = search.sim().Simulate(result.choice);
+  }
   result.simulations = search.sim().simulations() + simulations_elsewhere;
   result.events = search.sim().events_processed() + events_elsewhere;
   result.planning_ms =
@@ -526,114 +565,6 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   result.compress_everything_choice = CompressEverythingChoice(problem);
   result.compress_everything_us = search.sim().Simulate(result.compress_everything_choice);
   return result;
-}
-
-absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem,
-                                          double max_combinations) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto& tensors = problem.sim.tensors;
-  const int n = static_cast<int>(tensors.size());
-  double combinations = 1;
-  for (const auto& t : tensors) combinations *= static_cast<double>(t.options.size());
-  if (combinations > max_combinations) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "exhaustive search over ", combinations, " combinations exceeds the limit of ",
-        max_combinations));
-  }
-  TimelineSimulator sim(&problem.sim);
-  PlanResult result;
-  result.no_compression_us = sim.Rebase(problem.none_index, 0);
-  // Per resource: compute segments, and the least work each suffix of tensors can need.
-  Work compute{};
-  for (const auto& t : tensors) compute[kCompute] += static_cast<float>(t.ready_gap_us);
-  std::vector<Work> min_suffix(n + 1, Work{});
-  for (int i = n - 1; i >= 0; --i) {
-    for (int r = 0; r < kNumResources; ++r) {
-      double least = tensors[i].options[0].work_us[r];
-      for (const auto& o : tensors[i].options) least = std::min(least, o.work_us[r]);
-      min_suffix[i][r] = min_suffix[i + 1][r] + least;
-    }
-  }
-  // Tail bounds: tensor k is ready no earlier than the gaps after the current snapshot, and
-  // then needs at least its cheapest option's chain.
-  std::vector<double> gaps(n, 0), tail_max(n + 1, -1e300);
-  for (int i = 1; i < n; ++i) gaps[i] = gaps[i - 1] + static_cast<float>(tensors[i].ready_gap_us);
-  for (int k = n - 1; k >= 0; --k) {
-    double least = tensors[k].options[0].chain_us;
-    for (const auto& o : tensors[k].options) least = std::min(least, o.chain_us);
-    tail_max[k] = std::max(tail_max[k + 1], gaps[k] + least);
-  }
-  std::vector<int> choice(n, 0);
-  std::vector<Work> prefix(n + 1, compute);
-  double best = result.no_compression_us * (1 + 1e-12);
-  std::vector<int> best_choice = problem.none_index;
-  // Depth-first in backprop order: the simulation of tensors < depth is shared.
-  auto dfs = [&](auto&& self, int depth) -> void {
-    for (size_t o = 0; o < tensors[depth].options.size(); ++o) {
-      choice[depth] = static_cast<int>(o);
-      double t = sim.ExtendStack(choice, depth);
-      if (depth == n - 1) {
-        if (t < best) {
-          best = t;
-          best_choice = choice;
-        }
-        continue;
-      }
-      Work bound_work;
-      for (int r = 0; r < kNumResources; ++r) {
-        prefix[depth + 1][r] = prefix[depth][r] + tensors[depth].options[o].work_us[r];
-        bound_work[r] = prefix[depth + 1][r] + min_suffix[depth + 1][r];
-      }
-      if (sim.StackLowerBound(depth + 1, bound_work, tail_max[depth + 1] - gaps[depth + 1]) >=
-          best) {
-        continue;
-      }
-      self(self, depth + 1);
-    }
-  };
-  dfs(dfs, 0);
-  result.choice = best_choice;
-  result.predicted_us = sim.Simulate(best_choice);
-  result.simulations = sim.simulations();
-  result.events = sim.events_processed();
-  result.planning_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  result.compress_everything_choice = CompressEverythingChoice(problem);
-  result.compress_everything_us = sim.Simulate(result.compress_everything_choice);
-  return result;
-}
-
-std::vector<int> CompressEverythingChoice(const PreparedProblem& problem,
-                                          const std::string& codec_name) {
-  const auto& in = problem.inputs;
-  int codec = -1;
-  for (int c = 0; c < in.costs.codecs_size(); ++c) {
-    if (codec_name.empty() ? codec < 0 : in.costs.codecs(c).name() == codec_name) codec = c;
-  }
-  const bool gpu = HasGpu(in);
-  std::vector<int> choice = problem.none_index;
-  if (codec < 0) return choice;
-  for (size_t i = 0; i < problem.sim.tensors.size(); ++i) {
-    const SimTensor& t = problem.sim.tensors[i];
-    const TensorOption none = t.options[problem.none_index[i]].option;
-    // Preferred: on the GPU if any, two-way if the codec allows; else what exists.
-    int best = -1, best_score = -1;
-    for (size_t o = 0; o < t.options.size(); ++o) {
-      const TensorOption& opt = t.options[o].option;
-      if (opt.codec != codec || opt.hierarchical != none.hierarchical ||
-          opt.partitions != none.partitions) {
-        continue;
-      }
-      int score = ((opt.encode_on == Where::kGpu) == gpu ? 4 : 0) + (opt.two_way ? 2 : 0) +
-                  (opt.decode_on == opt.encode_on ? 1 : 0);
-      if (score > best_score) {
-        best_score = score;
-        best = static_cast<int>(o);
-      }
-    }
-    if (best >= 0) choice[i] = best;
-  }
-  return choice;
 }
 
 proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int>& choice) {
@@ -659,7 +590,15 @@ proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int
       config.mutable_params()->insert(codec.params().begin(), codec.params().end());
       config.set_memory(codec.memory());
       *ts->mutable_push_codec() = config;
-      if (o.two_way) *ts->mutable_pull_codec() = config;
+      if (o.union_pull) {
+        // The servers' sparse union: every non-zero of the sum (decision_tree.h).
+        proto::CodecConfig union_pull;
+        union_pull.set_name("threshold");
+        union_pull.mutable_params()->insert({std::string("threshold"), std::string("0")});
+        *ts->mutable_pull_codec() = std::move(union_pull);
+      } else if (o.two_way) {
+        *ts->mutable_pull_codec() = config;
+      }
       ts->set_compress_on(placement(o.encode_on));
       ts->set_decompress_on(placement(o.decode_on));
     }

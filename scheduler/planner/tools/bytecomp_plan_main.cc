@@ -6,8 +6,11 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bytecomp/common/command_line.h"
+#include "bytecomp/common/config.h"
+#include "bytecomp/planner/explain.h"
 #include "bytecomp/planner/planner.h"
 #ifdef BYTECOMP_PLAN_CALIBRATE
 #include "bytecomp/planner/calibrate.h"
@@ -17,13 +20,17 @@
 ABSL_FLAG(std::string, profile, "", "Model profile (.pbtxt, bytecomp.proto.ModelProfile)");
 ABSL_FLAG(std::string, cluster, "", "Cluster description (.pbtxt, ClusterDescription)");
 ABSL_FLAG(std::string, costs, "", "Codec cost table (.pbtxt, CostTable)");
-ABSL_FLAG(std::string, options, "", "Planner options (.pbtxt, PlannerOptions); optional");
+ABSL_FLAG(std::string, options, "",
+          "Planner options (.pbtxt, PlannerOptions: codecs, max_loss, partition sizes...); "
+          "optional");
 ABSL_FLAG(std::string, out, "strategy.pbtxt", "Where to write the Strategy");
 ABSL_FLAG(std::string, trace, "", "Where to write the Chrome trace JSON of the plan; optional");
 ABSL_FLAG(std::string, all_codec, "",
           "Codec of the compress-everything reference (default: the table's first)");
 ABSL_FLAG(bool, exhaustive, false, "Exhaustive search instead of the algorithm (small models)");
-ABSL_FLAG(bool, table, true, "Print the per-tensor table");
+ABSL_FLAG(bool, table, true,
+          "Print the per-tensor table (chosen option, loss class, predicted saving, why); the "
+          "strategy file has it as comments either way");
 ABSL_FLAG(bool, calibrate, false,
           "Measure codec encode/decode costs on this host's CPU and write the cost table to "
           "--costs, then exit");
@@ -31,18 +38,15 @@ ABSL_FLAG(std::string, calibrate_template, "",
           "Cost table whose codecs (names, params, memories, GPU costs) --calibrate measures; "
           "default: every registered codec with default parameters");
 ABSL_FLAG(double, calibrate_seconds, 0.02, "Time spent per measured point of --calibrate");
+ABSL_FLAG(std::string, evaluate, "",
+          "A Strategy file (.pbtxt) to simulate beside the plan: its predicted iteration is "
+          "printed as 'evaluated <file>: <ms> ms'");
 
 namespace {
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "bytecomp-plan: %s\n", message.c_str());
   return 1;
-}
-
-std::string HumanBytes(double bytes) {
-  if (bytes >= 1 << 20) return absl::StrFormat("%.1f MiB", bytes / (1 << 20));
-  if (bytes >= 1 << 10) return absl::StrFormat("%.1f KiB", bytes / (1 << 10));
-  return absl::StrFormat("%.0f B", bytes);
 }
 
 int Calibrate() {
@@ -93,7 +97,12 @@ int Calibrate() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  bytecomp::ParseCommandLine(
+      argc, argv,
+      "bytecomp-plan --profile=P.pbtxt --cluster=C.pbtxt --costs=T.pbtxt [--out=strategy.pbtxt]\n"
+      "       bytecomp-plan --calibrate --costs=OUT.pbtxt [--calibrate_template=T.pbtxt]\n"
+      "The ByteComp planner: per tensor whether, how and where to compress "
+      "(scheduler/planner/README.md).");
   using namespace bytecomp::planner;
   if (absl::GetFlag(FLAGS_calibrate)) return Calibrate();
   if (absl::GetFlag(FLAGS_profile).empty() || absl::GetFlag(FLAGS_cluster).empty() ||
@@ -140,6 +149,22 @@ int main(int argc, char** argv) {
     result.compress_everything_us = reference_sim.Simulate(result.compress_everything_choice);
   }
 
+  if (const std::string path = absl::GetFlag(FLAGS_evaluate); !path.empty()) {
+    // Every option, so that the strategy's are there even where a search would drop them.
+    PlannerInputs all_options = inputs;
+    all_options.options.set_keep_dominated(true);
+    auto everything = Prepare(all_options);
+    if (!everything.ok()) return Fail(std::string(everything.status().message()));
+    bytecomp::proto::Strategy strategy;
+    if (absl::Status s = bytecomp::ParseTextProtoFile(path, &strategy); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    auto choice = ChoiceOf(*everything, strategy);
+    if (!choice.ok()) return Fail(absl::StrCat(path, ": ", choice.status().message()));
+    std::printf("evaluated %s: %.3f ms\n", path.c_str(),
+                TimelineSimulator(&everything->sim).Simulate(*choice) / 1e3);
+  }
+
   const auto& c = problem.inputs.cluster;
   double total_bytes = 0;
   for (const auto& t : problem.sim.tensors) total_bytes += t.bytes;
@@ -164,27 +189,23 @@ int main(int argc, char** argv) {
               absl::GetFlag(FLAGS_exhaustive) ? "exhaustive" : "bytecomp", result.planning_ms,
               static_cast<long long>(result.simulations), static_cast<long long>(result.events),
               result.dropped_before_bubble);
-  if (absl::GetFlag(FLAGS_table)) {
-    std::printf("%-4s %-48s %12s %7s %7s  %s\n", "#", "tensor", "size", "options",
-                "undom.", "chosen");
-    for (size_t i = 0; i < problem.sim.tensors.size(); ++i) {
-      const SimTensor& t = problem.sim.tensors[i];
-      std::printf("%-4zu %-48s %12s %7d %7zu  %s\n", i, t.name.c_str(),
-                  HumanBytes(static_cast<double>(t.bytes)).c_str(), t.tree_options,
-                  t.options.size(),
-                  DescribeOption(t.options[result.choice[i]].option, problem.inputs.costs).c_str());
-    }
+  if (const std::string excluded = ExcludedCodecs(problem); !excluded.empty()) {
+    std::printf("not considered: %s\n", excluded.c_str());
   }
-
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(ToStrategy(problem, result.choice), &text);
+  const std::vector<TensorExplanation> why = ExplainPlan(problem, result.choice);
+  const std::string table = PlanTable(problem, result.choice, why, /*large_only=*/false,
+                                      /*option_counts=*/true);
+  if (absl::GetFlag(FLAGS_table)) std::printf("%s", table.c_str());
   const std::string out = absl::GetFlag(FLAGS_out);
   {
     std::ofstream file(out);
     if (!file) return Fail("cannot write " + out);
-    file << "# Written by bytecomp-plan for " << problem.inputs.profile.model() << "; predicted "
-         << result.predicted_us / 1e3 << " ms per iteration.\n"
-         << text;
+    std::string header = absl::StrFormat(
+        "Written by bytecomp-plan for %s: predicted %.3f ms per iteration (uncompressed %.3f "
+        "ms). The saving of a tensor is how much longer the predicted iteration is when it "
+        "alone goes uncompressed.",
+        problem.inputs.profile.model(), result.predicted_us / 1e3, result.no_compression_us / 1e3);
+    file << StrategyFileText(ToStrategy(problem, result.choice), header, table);
   }
   std::printf("strategy: %s\n", out.c_str());
   if (const std::string trace_path = absl::GetFlag(FLAGS_trace); !trace_path.empty()) {

@@ -36,7 +36,9 @@ else:
     on_sigterm_report("worker %d" % rank)
 # Written once the handlers are in place: tests wait for it before sending signals.
 write_pid("worker%d" % rank)
-say("worker", env={k: v for k, v in os.environ.items() if k.startswith("BYTECOMP_")})
+key_file = os.environ.get("BYTECOMP_KEY_FILE")
+say("worker", env={k: v for k, v in os.environ.items() if k.startswith("BYTECOMP_")},
+    key_mode=oct(os.stat(key_file).st_mode & 0o7777) if key_file else None)
 if args.grandchild:
     child = subprocess.Popen(["sleep", "60"])
     piddir = os.environ.get("BC_STANDIN_PIDDIR")

@@ -6,6 +6,7 @@ Behaviour is chosen through environment variables (the launcher passes its envir
   BC_STANDIN_PIDDIR        every stand-in writes <role><rank>.pid there (tests check they are gone)
   BC_STANDIN_SCHEDULER     "" | "linger" | "ignore-term" | "exit:CODE:DELAY"
   BC_STANDIN_SERVER        "" | "linger[:RANK]" | "ignore-term[:RANK]" | "exit:RANK:CODE:DELAY"
+  BC_STANDIN_KEYGEN        "" | "fail" (bytecomp-keygen exits 1)
 """
 import json
 import os

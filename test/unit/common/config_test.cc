@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+
 #include "bytecomp/common.h"
 
 namespace bytecomp {
@@ -47,6 +50,94 @@ TEST(ConfigTest, MissingFileIsNamed) {
   absl::StatusOr<proto::ClusterConfig> c = LoadClusterConfig("/nonexistent/x.pbtxt");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("/nonexistent/x.pbtxt"), std::string::npos);
+}
+
+// 2 x 2147483647 must not wrap around to a negative number that any timeout exceeds.
+TEST(ConfigTest, TimeoutRelationsAreCheckedWithoutOverflow) {
+  proto::ClusterConfig c = WithClusterDefaults({});
+  c.set_heartbeat_interval_ms(2147483647);
+  c.set_heartbeat_timeout_ms(1000);
+  absl::Status s = ValidateClusterConfig(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("heartbeat_timeout_ms must be >= 2 x heartbeat_interval_ms "
+                             "(4294967294), got 1000"),
+            std::string::npos)
+      << s;
+  c = WithClusterDefaults({});
+  c.set_max_tensors(1 << 24);
+  c.set_max_tensor_name_bytes(65536);
+  s = ValidateClusterConfig(c);
+  EXPECT_NE(s.message().find("max_tensors x (max_tensor_name_bytes + 64) must be at most 1 GiB"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(SchedulerTimeoutMs(WithClusterDefaults({})), 5000) << "the heartbeat timeout";
+}
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& text) {
+    const std::string path = ::testing::TempDir() + "/cluster_config_test.pbtxt";
+    std::ofstream(path) << text;
+    return path;
+  }
+  void TearDown() override {
+    for (const char* v : {"BYTECOMP_NUM_WORKERS", "BYTECOMP_CONNECTIONS_PER_SERVER",
+                          "BYTECOMP_PARTITION_BYTES"}) {
+      unsetenv(v);
+    }
+  }
+  // The error of loading and validating `path` with the environment as set.
+  std::string Error(const std::string& path) {
+    ConfigOrigins origins;
+    absl::StatusOr<proto::ClusterConfig> c = LoadClusterConfig(path, &origins);
+    if (!c.ok()) return std::string(c.status().message());
+    absl::Status s = ValidateClusterConfig(*c, &origins);
+    return s.ok() ? "ok" : std::string(s.message());
+  }
+};
+
+// A value out of range after parsing names the file, the line and the field.
+TEST_F(ConfigFileTest, RangeErrorsNameFileLineAndField) {
+  const std::string path = Write("num_workers: 2\n\n  partition_bytes: -4096\n");
+  EXPECT_EQ(Error(path), "invalid cluster config: " + path +
+                             ":3:3: partition_bytes must be in [64, 1073741824], got -4096");
+}
+
+// The environment: a value that does not fit its field, or is out of range, names the variable.
+TEST_F(ConfigFileTest, EnvironmentValuesOutOfRangeNameTheVariable) {
+  setenv("BYTECOMP_NUM_WORKERS", "4294967298", 1);
+  EXPECT_EQ(Error(""),
+            "environment variable BYTECOMP_NUM_WORKERS='4294967298' is out of range for "
+            "num_workers (0 .. 2147483647)");
+  unsetenv("BYTECOMP_NUM_WORKERS");
+  setenv("BYTECOMP_CONNECTIONS_PER_SERVER", "100", 1);
+  EXPECT_EQ(Error(Write("connections_per_server: 4\n")),
+            "invalid cluster config: BYTECOMP_CONNECTIONS_PER_SERVER='100': connections_per_server "
+            "must be in [1, 64], got 100");
+  setenv("BYTECOMP_PARTITION_BYTES", "lots", 1);
+  EXPECT_EQ(Error(""),
+            "environment variable BYTECOMP_PARTITION_BYTES='lots' is not an integer "
+            "(partition_bytes)");
+}
+
+// A scheduler host that does not resolve is said at once, not after the connect timeout.
+TEST(SchedulerClientTest, AnUnresolvableSchedulerHostIsReportedAtOnce) {
+  proto::ClusterConfig config = WithClusterDefaults({});
+  config.set_scheduler_address("no-such-host.invalid:9000");
+  config.set_connect_timeout_ms(30000);
+  zmq::context_t ctx(1);
+  // Without a key a host off loopback is refused before it is resolved: allow_insecure.
+  SocketSecurity security(ctx, std::nullopt, /*allow_insecure=*/true);
+  SchedulerClient client(ctx, config, security);
+  const int64_t start = MonotonicMs();
+  absl::StatusOr<proto::Topology> t = client.Register(proto::ROLE_WORKER, -1, "");
+  ASSERT_FALSE(t.ok());
+  EXPECT_LT(MonotonicMs() - start, 10000);
+  EXPECT_NE(t.status().message().find("scheduler host 'no-such-host.invalid' (scheduler_address "
+                                      "no-such-host.invalid:9000, BYTECOMP_SCHEDULER or "
+                                      "--scheduler) does not resolve"),
+            std::string::npos)
+      << t.status();
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Reusable pieces for codec and memory tests: input generators, encode/decode helpers, the
-// 3-sigma unbiasedness check and the error-feedback invariant check.
+// 3-sigma unbiasedness check, the error-feedback invariant check and two-round workers.
 #pragma once
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "bytecomp/compress.h"
+#include "bytecomp/compress/two_round.h"
 #include "gtest/gtest.h"
 
 namespace bytecomp::compress::testing {
@@ -191,6 +192,65 @@ inline void ExpectErrorFeedbackInvariant(Codec& codec, Memory& memory,
     }
     old_residual = residual;
   }
+}
+
+// One simulated worker of a two-round codec (two_round.h) with its error-feedback memory, and
+// the vectors of its round: the compensated input, its local approximation, the result.
+struct TwoRoundWorker {
+  std::unique_ptr<Codec> codec;
+  TwoRoundCodec* two_round = nullptr;
+  std::unique_ptr<Memory> memory;
+  std::vector<float> compensated, local, output;
+};
+
+inline std::vector<TwoRoundWorker> MakeTwoRoundWorkers(size_t count, const std::string& codec,
+                                                       const CodecParams& params,
+                                                       const std::string& memory) {
+  std::vector<TwoRoundWorker> workers(count);
+  for (TwoRoundWorker& w : workers) {
+    w.codec = MustCreate(codec, params);
+    w.two_round = AsTwoRound(*w.codec);
+    EXPECT_NE(w.two_round, nullptr);
+    auto made = CreateMemory(memory);
+    EXPECT_TRUE(made.ok()) << made.status();
+    w.memory = std::move(*made);
+  }
+  return workers;
+}
+
+// The second round of a two-round codec through `server` (its aggregator), after the servers
+// returned `first_sum`: every worker's payload 2 (and, if `update_memory`, its memory update),
+// the servers' sum, which it returns, and every worker's DecodeSecond into `output`, filled
+// with -1 first so that an element the codec leaves unwritten shows.
+inline std::vector<float> RunSecondRound(std::vector<TwoRoundWorker>& workers,
+                                         Aggregator& server, absl::Span<const float> first_sum,
+                                         size_t n, uint64_t round, bool update_memory = true) {
+  server.Reset(n);
+  for (size_t w = 0; w < workers.size(); ++w) {
+    TwoRoundWorker& wk = workers[w];
+    const CodecContext ctx = TestContext(round, static_cast<uint32_t>(w));
+    std::vector<uint8_t> payload(wk.two_round->SecondRoundBytes(n));
+    auto bytes = wk.two_round->EncodeSecond(first_sum, ctx, absl::MakeSpan(payload));
+    EXPECT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(*bytes, payload.size());
+    wk.local.assign(n, 0.0f);
+    EXPECT_TRUE(wk.two_round->LocalApproximation(absl::MakeSpan(wk.local)).ok());
+    if (update_memory) {
+      EXPECT_TRUE(wk.memory->Update(wk.compensated, wk.local, ctx).ok());
+    }
+    EXPECT_TRUE(server.Add(payload, ctx).ok());
+  }
+  auto second = server.Finish();
+  EXPECT_TRUE(second.ok()) << second.status();
+  std::vector<float> sum(second->begin(), second->end());
+  for (size_t w = 0; w < workers.size(); ++w) {
+    TwoRoundWorker& wk = workers[w];
+    wk.output.assign(n, -1.0f);
+    const absl::Status s = wk.two_round->DecodeSecond(
+        sum, TestContext(round, static_cast<uint32_t>(w)), absl::MakeSpan(wk.output));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  return sum;
 }
 
 }  // namespace bytecomp::compress::testing

@@ -16,14 +16,7 @@ using testing::MustCreate;
 using testing::RandomNormal;
 using testing::TestContext;
 
-struct Worker {
-  std::unique_ptr<Codec> codec;
-  TwoRoundCodec* two_round = nullptr;
-  std::unique_ptr<Memory> memory;
-  std::vector<float> compensated;
-  std::vector<float> local;
-  std::vector<float> output;
-};
+using Worker = testing::TwoRoundWorker;
 
 std::unique_ptr<Aggregator> ServerAggregator(const CodecParams& params) {
   const CodecSpec* spec = CodecRegistry::Global().Find("powersgd");
@@ -57,46 +50,12 @@ std::vector<float> RunRound(std::vector<Worker>& workers, Aggregator& server,
   auto sum_p_span = server.Finish();
   EXPECT_TRUE(sum_p_span.ok());
   const std::vector<float> sum_p(sum_p_span->begin(), sum_p_span->end());
-  server.Reset(n);
-  for (size_t w = 0; w < workers.size(); ++w) {
-    Worker& wk = workers[w];
-    const CodecContext ctx = TestContext(round, static_cast<uint32_t>(w));
-    std::vector<uint8_t> payload(wk.two_round->SecondRoundBytes(n));
-    auto bytes = wk.two_round->EncodeSecond(sum_p, ctx, absl::MakeSpan(payload));
-    EXPECT_TRUE(bytes.ok()) << bytes.status();
-    EXPECT_EQ(*bytes, payload.size());
-    wk.local.assign(n, 0.0f);
-    EXPECT_TRUE(wk.two_round->LocalApproximation(absl::MakeSpan(wk.local)).ok());
-    if (use_memory) {
-      EXPECT_TRUE(wk.memory->Update(wk.compensated, wk.local, ctx).ok());
-    }
-    EXPECT_TRUE(server.Add(payload, ctx).ok());
-  }
-  auto sum_q_span = server.Finish();
-  EXPECT_TRUE(sum_q_span.ok());
-  const std::vector<float> sum_q(sum_q_span->begin(), sum_q_span->end());
-  for (size_t w = 0; w < workers.size(); ++w) {
-    Worker& wk = workers[w];
-    wk.output.assign(n, 0.0f);
-    EXPECT_TRUE(wk.two_round
-                    ->DecodeSecond(sum_q, TestContext(round, static_cast<uint32_t>(w)),
-                                   absl::MakeSpan(wk.output))
-                    .ok());
-  }
+  testing::RunSecondRound(workers, server, sum_p, n, round, use_memory);
   return sum_p;
 }
 
 std::vector<Worker> MakeWorkers(size_t count, const CodecParams& params) {
-  std::vector<Worker> workers(count);
-  for (auto& w : workers) {
-    w.codec = MustCreate("powersgd", params);
-    w.two_round = AsTwoRound(*w.codec);
-    EXPECT_NE(w.two_round, nullptr);
-    auto memory = CreateMemory("powersgd");
-    EXPECT_TRUE(memory.ok()) << memory.status();
-    w.memory = std::move(*memory);
-  }
-  return workers;
+  return testing::MakeTwoRoundWorkers(count, "powersgd", params, "powersgd");
 }
 
 TEST(PowerSgdTest, ShapeAndPayloadSizes) {
@@ -263,6 +222,51 @@ TEST(PowerSgdTest, RankOneSumIsReconstructedExactly) {
   double scale = 0;
   for (double t : total) scale = std::max(scale, std::fabs(t));
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR(workers[0].output[i], total[i], 1e-5 * scale) << i;
+}
+
+// A layer's gradient as the framework shapes it: rows x cols, row-major. Two workers' rank-2
+// gradients with the same left factors sum to a rank-2 layer matrix, which rank-2 PowerSGD on
+// the layer's rows recovers exactly (the reference: the local sum); the near-square reading of
+// the same 1440 elements (38 x 38) is not a rank-2 matrix.
+TEST(PowerSgdTest, LayerShapeRecoversALowRankLayerThatTheNearSquareReadingDoesNot) {
+  const size_t W = 2, rows = 48, cols = 30, n = rows * cols;
+  const auto u1 = RandomNormal(rows, 11), u2 = RandomNormal(rows, 12);
+  std::vector<std::vector<float>> inputs(W, std::vector<float>(n));
+  std::vector<double> total(n, 0.0);
+  for (size_t w = 0; w < W; ++w) {
+    const auto v1 = RandomNormal(cols, 20 + w), v2 = RandomNormal(cols, 30 + w);
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t j = 0; j < cols; ++j) {
+        inputs[w][i * cols + j] = u1[i] * v1[j] + u2[i] * v2[j];
+        total[i * cols + j] += inputs[w][i * cols + j];
+      }
+    }
+  }
+  double scale = 0;
+  for (double t : total) scale = std::max(scale, std::fabs(t));
+  auto max_error = [&](const CodecParams& params) {
+    auto workers = MakeWorkers(W, params);
+    auto server = ServerAggregator(params);
+    RunRound(workers, *server, inputs, 0, /*use_memory=*/false);
+    EXPECT_EQ(workers[0].output, workers[1].output) << "the workers disagree";
+    double error = 0;
+    for (size_t i = 0; i < n; ++i) {
+      error = std::max(error, std::fabs(workers[0].output[i] - total[i]));
+    }
+    return error / scale;
+  };
+  const CodecParams layer = {{"rank", "2"}, {"cols", "30"}};
+  // P is 48 x 2 and Q 30 x 2: the layer's rows, as PyTorch's PowerSGD hook reads it.
+  auto codec = MustCreate("powersgd", layer);
+  EXPECT_EQ(AsTwoRound(*codec)->FirstRoundFloats(n), rows * 2);
+  EXPECT_EQ(AsTwoRound(*codec)->SecondRoundFloats(n), cols * 2);
+  EXPECT_LT(max_error(layer), 1e-5);
+  EXPECT_GT(max_error({{"rank", "2"}}), 0.05);
+  // A partition of whole rows (the scheduler cuts shaped tensors so): 10 rows of the layer.
+  EXPECT_EQ(AsTwoRound(*codec)->FirstRoundFloats(10 * cols), 10u * 2);
+  // A row longer than the partition: the near-square matrix.
+  EXPECT_EQ(AsTwoRound(*codec)->SecondRoundFloats(20), AsTwoRound(*MustCreate(
+      "powersgd", {{"rank", "2"}}))->SecondRoundFloats(20));
 }
 
 TEST(PowerSgdTest, WarmStartConvergesToTheBestRankOneApproximation) {

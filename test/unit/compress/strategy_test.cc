@@ -60,6 +60,41 @@ TEST(StrategyFileTest, TwoWayNeedsAPushCodecAndMemoryNeedsACodec) {
   EXPECT_FALSE(ParseStrategy("tensors { name_pattern: \"x\" push_codec { name: \"topk\" memory: \"resid\" } }", "c").ok());
 }
 
+TEST(StrategyFileTest, AdaptiveRatioIsCheckedAgainstTheCodecsRatio) {
+  auto parse = [](const std::string& codec, const std::string& adaptive) {
+    return ParseStrategy("tensors {\n  name_pattern: \"x\"\n  push_codec { " + codec +
+                             " }\n  adaptive_ratio { " + adaptive + " }\n}\n",
+                         "a.pbtxt");
+  };
+  const std::string artopk = "name: \"artopk\" params { key: \"ratio\" value: \"0.01\" }";
+  auto good = parse(artopk, "min_ratio: 0.001 max_ratio: 0.1 window_rounds: 7");
+  ASSERT_TRUE(good.ok()) << good.status();
+  const TensorPlan plan = PlanFor(*good, "x", 1 << 20);
+  EXPECT_EQ(plan.ratio_window_rounds, 7u);
+  EXPECT_EQ(PlanFor(*parse(artopk, "min_ratio: 0.001 max_ratio: 0.1"), "x", 1 << 20)
+                .ratio_window_rounds,
+            20u);  // the default window
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"min_ratio: 0.02 max_ratio: 0.1", "the push codec's ratio 0.01 is outside [0.02, 0.1]"},
+      {"min_ratio: 0.001 max_ratio: 2", "0 < min_ratio <= max_ratio <= 1"},
+      {"min_ratio: 0.001 max_ratio: 0.1 step: 0.5", "step must be > 1"},
+      {"min_ratio: 0.001 max_ratio: 0.1 raise_below_kept: 0.9", "raise_below_kept <= lower_above_kept"},
+  };
+  for (const auto& [adaptive, text] : bad) {
+    auto s = parse(artopk, adaptive);
+    ASSERT_FALSE(s.ok()) << adaptive;
+    EXPECT_NE(s.status().message().find("a.pbtxt:3:"), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("tensors[0].adaptive_ratio: "), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find(text), std::string::npos) << s.status();
+  }
+  auto no_ratio = parse("name: \"fp16\"", "min_ratio: 0.1 max_ratio: 0.5");
+  ASSERT_FALSE(no_ratio.ok());
+  EXPECT_NE(no_ratio.status().message().find("has no ratio parameter to adapt"), std::string::npos)
+      << no_ratio.status();
+  // topk's default ratio (0.3) counts when the entry leaves it out.
+  EXPECT_TRUE(parse("name: \"topk\"", "min_ratio: 0.1 max_ratio: 0.5").ok());
+}
+
 TEST(StrategyPlanTest, FirstMatchWinsAndSmallTensorsStayRaw) {
   absl::StatusOr<proto::Strategy> s = ParseStrategy(
       "tensors { name_pattern: \"bias?\" }\n"
@@ -73,6 +108,42 @@ TEST(StrategyPlanTest, FirstMatchWinsAndSmallTensorsStayRaw) {
   EXPECT_FALSE(PlanFor(*s, "tiny", 100).compressed());     // "*" matched first, not forced
   EXPECT_TRUE(GlobMatch("layer*.w?ight", "layer12.weight"));
   EXPECT_FALSE(GlobMatch("layer*.w?ight", "layer12.weights"));
+}
+
+TEST(StrategyTest, TwoWayPullsGetThePushMemoryUnlessTheyNameTheirOwn) {
+  auto s = ParseStrategy(
+      "tensors { name_pattern: \"a\" push_codec { name: \"topk\" memory: \"residual\" }\n"
+      "          pull_codec { name: \"topk\" } }\n"
+      "tensors { name_pattern: \"b\" push_codec { name: \"topk\" memory: \"residual\" }\n"
+      "          pull_codec { name: \"topk\" memory: \"none\" } }\n"
+      "tensors { name_pattern: \"c\" push_codec { name: \"topk\" memory: \"residual\" }\n"
+      "          pull_codec { name: \"fp16\" } }\n"
+      "tensors { name_pattern: \"d\" push_codec { name: \"topk\" memory: \"residual\" } }\n",
+      "s");
+  ASSERT_TRUE(s.ok()) << s.status();
+  // The default: the server's re-encode has error feedback, as the workers' encode does.
+  EXPECT_EQ(PlanFor(*s, "a", 1 << 20).pull.memory(), "residual");
+  EXPECT_EQ(PlanFor(*s, "a", 1 << 20).push.memory(), "residual");
+  EXPECT_EQ(PlanFor(*s, "b", 1 << 20).pull.memory(), "none");  // overridden
+  EXPECT_EQ(PlanFor(*s, "c", 1 << 20).pull.memory(), "");      // another codec: as written
+  EXPECT_FALSE(PlanFor(*s, "d", 1 << 20).two_way());
+  EXPECT_EQ(PlanFor(*s, "d", 1 << 20).pull.memory(), "");      // one-way: no pull codec
+}
+
+TEST(StrategyTest, MatrixCodecsGetTheLayersRowLength) {
+  auto s = ParseStrategy(
+      "tensors { name_pattern: \"conv*\" push_codec { name: \"powersgd\" memory: "
+      "\"powersgd\" } }\n"
+      "tensors { name_pattern: \"fixed\" push_codec { name: \"powersgd\" params { key: "
+      "\"cols\" value: \"7\" } } }\n"
+      "tensors { name_pattern: \"*\" push_codec { name: \"topk\" } }\n",
+      "s");
+  ASSERT_TRUE(s.ok()) << s.status();
+  // A shaped tensor (row_elements from its declaration): powersgd reads its rows.
+  EXPECT_EQ(PlanFor(*s, "conv1", 1 << 20, 576).push.params().at("cols"), "576");
+  EXPECT_FALSE(PlanFor(*s, "conv1", 1 << 20).push.params().count("cols") > 0);  // flat
+  EXPECT_EQ(PlanFor(*s, "fixed", 1 << 20, 576).push.params().at("cols"), "7");  // as written
+  EXPECT_FALSE(PlanFor(*s, "w", 1 << 20, 576).push.params().count("cols") > 0);  // topk: none
 }
 
 TEST(StrategyHistoryTest, RoundsMapToTheirVersion) {

@@ -67,23 +67,71 @@ TEST(CalibrateTest, MeasuresTemplateCodecsAndKeepsTheirSettings) {
   EXPECT_TRUE(ParseCostTable(text, "calibrated.pbtxt", &parsed).ok());
 }
 
-TEST(CalibrateTest, TwoRoundCodecsHaveNoAggregationPointsAndMemoriesAreUsed) {
+TEST(CalibrateTest, TwoRoundCodecsAreTimedPerStepAndMemoriesAreUsed) {
   proto::CostTable tmpl;
   tmpl.add_codecs()->set_name("powersgd");
+  tmpl.mutable_codecs(0)->set_memory("powersgd");
   auto* topk = tmpl.add_codecs();
   topk->set_name("topk");
   topk->set_memory("residual");
   auto table = CalibrateCpuCosts(tmpl, Quick());
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_EQ(table->codecs_size(), 2);
-  EXPECT_EQ(table->codecs(0).costs(0).aggregate_size(), 0);
+  const proto::CodecCost& powersgd = table->codecs(0);
+  EXPECT_TRUE(powersgd.two_round());
+  EXPECT_FALSE(powersgd.reencodable());
+  EXPECT_EQ(powersgd.loss(), proto::LOSS_COMPENSATED);
+  EXPECT_EQ(powersgd.costs(0).aggregate_size(), 0);
+  EXPECT_EQ(powersgd.costs(0).between_rounds_size(), 3);
+  EXPECT_GT(powersgd.costs(0).between_rounds(2).us(), 0);
+  // Rank 1 (its default) on 64 KiB = 16384 floats, a 128 x 128 matrix: P and Q of 128
+  // floats each, each payload after a u32 stage word. Not linear in the input: the sizes
+  // are kept point by point.
+  ASSERT_EQ(powersgd.sizes_size(), 3);
+  EXPECT_EQ(powersgd.sizes(2).bytes(), 64 << 10);
+  EXPECT_EQ(powersgd.sizes(2).encoded_bytes(), 2 * (4 + 4 * 128));
   EXPECT_EQ(table->codecs(1).costs(0).aggregate_size(), 3);
+  EXPECT_FALSE(table->codecs(1).two_round());
+  EXPECT_EQ(table->codecs(1).sizes_size(), 3);
   // An unknown memory is an error naming the codec.
   tmpl.mutable_codecs(1)->set_memory("nosuchmemory");
   auto bad = CalibrateCpuCosts(tmpl, Quick());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("topk"), std::string::npos) << bad.status();
   EXPECT_NE(bad.status().message().find("nosuchmemory"), std::string::npos) << bad.status();
+}
+
+TEST(CalibrateTest, SparseCodecsGetTheirExchangeKeptFractionAndUnionPull) {
+  proto::CostTable tmpl;
+  for (const char* name : {"topk", "artopk"}) {
+    auto* c = tmpl.add_codecs();
+    c->set_name(name);
+    (*c->mutable_params())["ratio"] = "0.01";
+    c->set_memory("residual");
+  }
+  tmpl.add_codecs()->set_name("fp16");
+  auto table = CalibrateCpuCosts(tmpl, Quick());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const auto& topk = table->codecs(0);
+  EXPECT_EQ(topk.exchange(), proto::EXCHANGE_PUSH_PULL);
+  EXPECT_DOUBLE_EQ(topk.kept_fraction(), 0.01);
+  EXPECT_TRUE(topk.union_pull());
+  const auto& artopk = table->codecs(1);
+  EXPECT_EQ(artopk.exchange(), proto::EXCHANGE_SUMMED_INDICES);
+  EXPECT_DOUBLE_EQ(artopk.kept_fraction(), 0.01);
+  EXPECT_FALSE(artopk.union_pull());
+  EXPECT_FALSE(artopk.reencodable());
+  // Its single payload is topk's message: values and an index section beyond the values.
+  EXPECT_GT(artopk.ratio(), artopk.kept_fraction());
+  EXPECT_LT(artopk.ratio(), 0.03);
+  EXPECT_EQ(artopk.costs(0).aggregate_size(), 0);
+  EXPECT_EQ(table->codecs(2).kept_fraction(), 0);
+  EXPECT_FALSE(table->codecs(2).union_pull());
+  // The table loads: artopk's kept fraction is within its ratio.
+  std::string text;
+  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(*table, &text));
+  proto::CostTable parsed;
+  EXPECT_TRUE(ParseCostTable(text, "calibrated.pbtxt", &parsed).ok());
 }
 
 TEST(CalibrateTest, GpuCostsAreMeasuredWhereADeviceExistsAndUntouchedElsewhere) {

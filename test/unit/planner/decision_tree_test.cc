@@ -5,16 +5,13 @@
 
 #include "bytecomp/planner/inputs.h"
 #include "gtest/gtest.h"
+#include "planner_test_util.h"
 
 namespace bytecomp::planner {
 namespace {
 
-proto::CostPoint Point(int64_t bytes, double us) {
-  proto::CostPoint p;
-  p.set_bytes(bytes);
-  p.set_us(us);
-  return p;
-}
+using testing::Point;
+using testing::Tensor;
 
 // Costs linear in size: `us_per_mb` per MiB for encode and decode.
 proto::CodecCost Codec(const std::string& name, double ratio, bool reencodable, bool cpu,
@@ -23,6 +20,8 @@ proto::CodecCost Codec(const std::string& name, double ratio, bool reencodable, 
   c.set_name(name);
   c.set_ratio(ratio);
   c.set_reencodable(reencodable);
+  // With error feedback: within the default max_loss (LOSS_COMPENSATED).
+  if (name != "fp16") c.set_memory("residual");
   auto add = [&](proto::Device device, double us_per_mb) {
     auto* d = c.add_costs();
     d->set_device(device);
@@ -45,13 +44,6 @@ proto::ClusterDescription Cluster(int gpus) {
   c.mutable_server_link()->set_latency_us(10);
   c.mutable_intra_machine_link()->set_bandwidth_gbps(800);
   return WithDefaults(c);
-}
-
-proto::TensorProfile Tensor(int64_t elements) {
-  proto::TensorProfile t;
-  t.set_name("w");
-  t.set_elements(elements);
-  return t;
 }
 
 proto::CostTable TwoCodecs() {

@@ -56,6 +56,7 @@ PlannerInputs RandomInputs(std::mt19937& rng) {
   light->set_reencodable(true);
   auto* heavy = in.costs.add_codecs();  // top-k-like
   heavy->set_name("topk");
+  heavy->set_memory("residual");
   heavy->set_ratio(LogUniform(rng, 0.005, 0.1));
   heavy->set_overhead_bytes(8);
   heavy->set_reencodable(rng() % 10 < 7);
@@ -247,6 +248,7 @@ PlannerInputs SlowGpuCodec(int tensors, double gap_us, double gpu_us_per_mb) {
   in.cluster.set_cpu_pool_threads(8);
   auto* codec = in.costs.add_codecs();
   codec->set_name("topk");
+  codec->set_memory("residual");
   codec->set_ratio(0.02);
   codec->set_reencodable(true);
   for (auto [device, us_per_mb] :

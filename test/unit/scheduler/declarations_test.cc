@@ -218,7 +218,47 @@ TEST_F(DeclarationsTest, BadDeclarationsAreRefusedAtOnceToTheSenderAlone) {
   EXPECT_EQ(declarations_->NextDeadline(), std::nullopt) << "nothing refused waits";
 }
 
-TEST_F(DeclarationsTest, ATensorOfTooManyPartitionsFailsForEveryWorkerAndTakesNoId) {
+TEST_F(DeclarationsTest, AShapeAgreedByEveryWorkerCutsPartitionsIntoWholeRows) {
+  proto::ClusterConfig config;
+  config.set_partition_bytes(4000);  // 1000 fp32 per partition
+  Start(2, 2, config);
+  auto declare = [&](int worker, const std::string& name, std::vector<int64_t> shape) {
+    proto::DeclareTensor d = Tensor(name, 3 * 7 * 11 * 13, proto::DTYPE_FLOAT32);
+    d.mutable_shape()->Add(shape.begin(), shape.end());
+    Outbox out;
+    declarations_->Handle(*nodes_->At(proto::ROLE_WORKER, worker), d, 0, &out);
+    return out;
+  };
+  // A [3 * 7, 11 * 13] layer... as [21, 11, 13]: rows of 143 elements, 6 per partition.
+  declare(0, "conv", {21, 11, 13});
+  proto::DeclareReply conv = ReplyTo(declare(1, "conv", {21, 11, 13}), 0);
+  ASSERT_TRUE(conv.ok()) << conv.error();
+  EXPECT_EQ(conv.row_elements(), 143);
+  EXPECT_EQ(conv.partition_elements(), 6 * 143);
+  EXPECT_EQ(conv.partition_server_size(), 4);  // 21 rows: 6 + 6 + 6 + 3
+  // Workers that disagree on the shape (or give none) get a flat tensor, cut as usual.
+  declare(0, "mixed", {21, 143});
+  proto::DeclareReply mixed = ReplyTo(declare(1, "mixed", {3, 1001}), 1);
+  ASSERT_TRUE(mixed.ok());
+  EXPECT_EQ(mixed.row_elements(), 0);
+  EXPECT_EQ(mixed.partition_elements(), 1000);
+  declare(0, "flat", {});
+  EXPECT_EQ(ReplyTo(declare(1, "flat", {}), 0).row_elements(), 0);
+  // A row longer than a partition: flat too. One dimension: no rows.
+  declare(0, "wide", {1, 3003});
+  EXPECT_EQ(ReplyTo(declare(1, "wide", {1, 3003}), 0).row_elements(), 0);
+  declare(0, "bias", {3003});
+  EXPECT_EQ(ReplyTo(declare(1, "bias", {3003}), 0).row_elements(), 0);
+  // A shape that does not hold the elements is refused to its sender.
+  const proto::DeclareReply bad = ReplyTo(declare(0, "bad", {3, 7}), 0);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(),
+            "tensor 'bad' declared by worker 0 with shape [3, 7], which does not hold 3003 "
+            "elements");
+  EXPECT_FALSE(ReplyTo(declare(0, "bad2", std::vector<int64_t>(33, 1)), 0).ok());
+}
+
+TEST_F(DeclarationsTest, ATensorBeyondTheJobsBytesFailsForEveryWorkerAndTakesNoId) {
   Start(2, 1);
   Declare(0, "huge", int64_t{1} << 60, proto::DTYPE_FLOAT32);
   Outbox out = Declare(1, "huge", int64_t{1} << 60, proto::DTYPE_FLOAT32);
@@ -226,7 +266,7 @@ TEST_F(DeclarationsTest, ATensorOfTooManyPartitionsFailsForEveryWorkerAndTakesNo
   const proto::DeclareReply r = ReplyTo(out, 0);
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(Contains(r.error(), "tensor 'huge': ")) << r.error();
-  EXPECT_TRUE(Contains(r.error(), "partitions")) << r.error();
+  EXPECT_TRUE(Contains(r.error(), "ClusterConfig.max_declared_bytes")) << r.error();
   Declare(0, "small", 1, proto::DTYPE_FLOAT32);
   EXPECT_EQ(ReplyTo(Declare(1, "small", 1, proto::DTYPE_FLOAT32), 1).tensor_id(), 0u);
 }
@@ -265,6 +305,46 @@ TEST_F(DeclarationsTest, ADeclarationNotCompleteInTimeFailsNamingTheMissingWorke
   Outbox later;
   declarations_->OnTime(5000, &later);
   EXPECT_TRUE(later.messages().empty());
+}
+
+// The job's limits: a name too long is refused alone and kept nowhere; tensors beyond the
+// declared bytes or the tensor count fail for every worker, before their partitions are placed.
+TEST_F(DeclarationsTest, DeclarationsBeyondTheJobsLimitsAreRefused) {
+  proto::ClusterConfig config;
+  config.set_max_tensor_name_bytes(16);
+  config.set_max_tensors(3);
+  config.set_max_declared_bytes(int64_t{1} << 30);
+  Start(2, 1, config);
+  Outbox out = Declare(0, std::string(8 << 20, 'n'), 4, proto::DTYPE_FLOAT32);
+  const proto::DeclareReply long_name = ReplyTo(out, 0);
+  EXPECT_FALSE(long_name.ok());
+  EXPECT_TRUE(Contains(long_name.error(), "is longer than the job's limit of 16 bytes "
+                                          "(ClusterConfig.max_tensor_name_bytes)"))
+      << long_name.error().substr(0, 300);
+  EXPECT_LT(long_name.error().size(), 400u) << "the name is cut short in the error";
+  ASSERT_EQ(out.refusals().size(), 1u);
+  EXPECT_LT(out.refusals()[0].log_line.size(), 600u);
+
+  // 2^40 elements: more than the job's bytes; fails for both workers.
+  Declare(0, "huge", int64_t{1} << 40, proto::DTYPE_FLOAT32);
+  out = Declare(1, "huge", int64_t{1} << 40, proto::DTYPE_FLOAT32);
+  for (int w : {0, 1}) {
+    const proto::DeclareReply r = ReplyTo(out, w);
+    EXPECT_FALSE(r.ok());
+    EXPECT_TRUE(Contains(r.error(), "would bring the job's declared bytes beyond its limit of "
+                                    "1073741824 (ClusterConfig.max_declared_bytes; 0 declared so far)"))
+        << r.error();
+    EXPECT_EQ(r.partition_server_size(), 0);
+  }
+  // Names count against max_tensors, decided or not: "huge" and "a"; "b" fills the count.
+  Declare(0, "a", 10, proto::DTYPE_FLOAT32);
+  EXPECT_TRUE(ReplyTo(Declare(1, "a", 10, proto::DTYPE_FLOAT32), 0).ok());
+  Declare(0, "b", 10, proto::DTYPE_FLOAT32);
+  EXPECT_TRUE(ReplyTo(Declare(1, "b", 10, proto::DTYPE_FLOAT32), 0).ok());
+  const proto::DeclareReply c = ReplyTo(Declare(0, "c", 10, proto::DTYPE_FLOAT32), 0);
+  EXPECT_FALSE(c.ok());
+  EXPECT_EQ(c.error(), "tensor 'c': the job has declared 3 tensor names, its limit "
+                       "(ClusterConfig.max_tensors)");
 }
 
 }  // namespace

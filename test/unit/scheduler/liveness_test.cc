@@ -96,7 +96,36 @@ TEST_F(LivenessTest, ASilentNodeIsReportedToTheOthersAndTheJobEnds) {
     ASSERT_TRUE(got[1].has_shutdown());
     EXPECT_EQ(got[1].shutdown().reason(), reason);
   }
-  EXPECT_TRUE(testing::To(out, WorkerId(1)).empty()) << "the failed node is told nothing";
+  // The failed node itself is told to exit (it may only be frozen, and run again).
+  const std::vector<ControlMessage> bye = testing::To(out, WorkerId(1));
+  ASSERT_EQ(bye.size(), 1u);
+  EXPECT_EQ(bye[0].shutdown().reason(),
+            "the scheduler declared worker 1 failed: missed heartbeats for 0.2 s");
+  EXPECT_FALSE(bye[0].shutdown().job_done());
+}
+
+// The other way: every registered node hears from the scheduler each interval, before the
+// topology too, so that a node sees a silent scheduler.
+TEST_F(LivenessTest, EveryRegisteredNodeGetsAHeartbeatEachInterval) {
+  Outbox none;
+  liveness_.SendHeartbeats(kStart, &none);
+  EXPECT_TRUE(none.messages().empty());
+  EXPECT_EQ(liveness_.NextHeartbeat(), std::nullopt);
+  testing::AddWorker(nodes_, 0);
+  testing::AddServer(nodes_, 1);
+  Outbox first;
+  liveness_.SendHeartbeats(kStart + 10, &first);
+  EXPECT_EQ(Recipients(first), (std::vector<std::string>{WorkerId(0), ServerId(1)}));
+  EXPECT_TRUE(first.messages()[0].message.has_heartbeat());
+  EXPECT_EQ(liveness_.NextHeartbeat(), kStart + 10 + config_.heartbeat_interval_ms());
+  Outbox early;
+  liveness_.SendHeartbeats(kStart + 10 + config_.heartbeat_interval_ms() - 1, &early);
+  EXPECT_TRUE(early.messages().empty());
+  Outbox next;
+  liveness_.SendHeartbeats(kStart + 10 + config_.heartbeat_interval_ms(), &next);
+  EXPECT_EQ(next.messages().size(), 2u);
+  EXPECT_GT(next.messages()[0].message.heartbeat().sequence(),
+            first.messages()[0].message.heartbeat().sequence());
 }
 
 TEST_F(LivenessTest, FailedServersAreNamedWithTheirDataAddressesFirstToEveryOther) {
@@ -114,7 +143,7 @@ TEST_F(LivenessTest, FailedServersAreNamedWithTheirDataAddressesFirstToEveryOthe
   EXPECT_EQ(got[2].shutdown().reason(),
             "server 0, server 1 failed (missed heartbeats for 0.2 s); a synchronous job cannot "
             "continue");
-  EXPECT_EQ(Recipients(out).size(), 6u);
+  EXPECT_EQ(Recipients(out).size(), 8u);  // 3 to each worker, 1 to each failed server
 }
 
 TEST_F(LivenessTest, EveryWorkerDoneShutsTheServersDownAndEndsOk) {
@@ -137,6 +166,7 @@ TEST_F(LivenessTest, EveryWorkerDoneShutsTheServersDownAndEndsOk) {
   EXPECT_EQ(Recipients(out), (std::vector<std::string>{ServerId(0), ServerId(1)}));
   for (const OutgoingControl& m : out.messages()) {
     EXPECT_EQ(m.message.shutdown().reason(), "every worker is done");
+    EXPECT_TRUE(m.message.shutdown().job_done());
   }
 }
 

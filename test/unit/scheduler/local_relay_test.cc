@@ -71,7 +71,7 @@ TEST_F(LocalRelayTest, RelaysEachKindOnceToTheOtherLocalRanksOfTheRootsMachine) 
   EXPECT_EQ(Refusal(out, WorkerId(0)),
             "LocalCommunicator refused: machine 'hostA' already has a different host local "
             "communicator");
-  EXPECT_EQ(out.refusals()[0],
+  EXPECT_EQ(out.refusals()[0].log_line,
             "LocalCommunicator from worker 0 refused: machine 'hostA' already has a different "
             "host local communicator");
   out = SendFromWorker(0, Comm("nccl", std::string(128, '\x2b')));

@@ -32,6 +32,22 @@ TEST(PartitionAssignerTest, PartitionCountAtBoundaries) {
   EXPECT_EQ(PartitionAssigner::PartitionCount(0, kPart), 0);
 }
 
+TEST(PartitionAssignerTest, ShapedTensorsArePartitionedIntoWholeRows) {
+  PartitionAssigner assigner(2, 4000);  // 1000 fp32
+  auto rows = assigner.Assign(3003, DTYPE_FLOAT32, 143);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->partition_elements, 858);  // 6 rows
+  EXPECT_EQ(rows->partition_server.size(), 4u);
+  // A row as long as a partition or longer: one row each.
+  auto long_rows = assigner.Assign(3000, DTYPE_FLOAT32, 1500);
+  ASSERT_TRUE(long_rows.ok());
+  EXPECT_EQ(long_rows->partition_elements, 1500);
+  // Rows that do not divide the tensor are refused.
+  auto bad = assigner.Assign(3003, DTYPE_FLOAT32, 1000);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "rows of 1000 elements do not divide 3003 elements");
+}
+
 TEST(PartitionAssignerTest, AssignGivesOnePartitionPerChunkAtBoundaries) {
   // 64 bytes = 16 fp32 elements per partition, one server: all partitions on server 0.
   constexpr int64_t kPart = 16;

@@ -27,6 +27,7 @@ proto::Register Reg(proto::Role role, int rank, const std::string& hostname = "h
   r.set_pid(4242);
   r.set_data_address(!data_address.empty() || role != ROLE_SERVER ? data_address
                                                                      : "tcp://127.0.0.1:7000");
+  r.set_token(TokenBytes(NewNodeToken()));
   return r;
 }
 
@@ -198,6 +199,62 @@ TEST_F(RegistrationTest, FlatJobIgnoresLocalRanksAndNumbersEachMachineInRankOrde
   ASSERT_TRUE(Register("w0", OnMachine(0, "m", 0, 5), &out));
   EXPECT_EQ(testing::Only(out, "w0", ControlMessage::kTopology).topology().local_rank(), 0);
   EXPECT_EQ(testing::Only(out, "w1", ControlMessage::kTopology).topology().local_rank(), 1);
+}
+
+TEST_F(RegistrationTest, RefusesRegistrationsWithoutATokenOrWithOversizedFields) {
+  Start(1, 1);
+  proto::Register none = Reg(ROLE_WORKER, 0);
+  none.clear_token();
+  EXPECT_TRUE(Contains(Refusal("a", none),
+                       "the Register carries no token (16 random bytes, not all zero; got 0 bytes)"));
+  proto::Register zero = Reg(ROLE_WORKER, 0);
+  zero.set_token(std::string(16, '\0'));
+  EXPECT_TRUE(Contains(Refusal("a", zero), "carries no token"));
+  proto::Register long_host = Reg(ROLE_WORKER, 0, std::string(100000, 'h'));
+  EXPECT_TRUE(Contains(Refusal("a", long_host), "hostname or data_address longer than 256 bytes"));
+  EXPECT_EQ(nodes_->size(), 0);
+  // The refusal's log line is cut short, whatever the peer sent.
+  Outbox out;
+  Register("a", long_host, &out);
+  ASSERT_EQ(out.refusals().size(), 1u);
+  EXPECT_LT(out.refusals()[0].log_line.size(), 400u);
+}
+
+// Local sizes and ranks are checked against the job before anything is sized by them: a
+// worker claiming a machine of 2^31 - 1 workers is refused, and the scheduler stays up.
+TEST_F(RegistrationTest, LocalSizesAndRanksBeyondTheJobAreRefused) {
+  proto::ClusterConfig config;
+  config.set_hierarchical(true);
+  Start(2, 1, config);
+  EXPECT_EQ(Refusal("w", OnMachine(0, "m", 0, 2147483647)),
+            "registration rejected: declared local size 2147483647 (BYTECOMP_LOCAL_SIZE) is "
+            "outside [1, 2]: the job has 2 workers");
+  EXPECT_TRUE(Contains(Refusal("w", OnMachine(0, "m", 5000000, 2)),
+                       "requested local rank 5000000 (BYTECOMP_LOCAL_RANK) is outside [0, 2)"));
+  EXPECT_TRUE(Contains(Refusal("w", OnMachine(0, "m", 0, 0)), "declared local size 0"));
+  EXPECT_EQ(nodes_->size(), 0);
+  Outbox out;
+  ASSERT_FALSE(Register("w0", OnMachine(0, "m", 0, 2), &out));
+  EXPECT_EQ(nodes_->size(), 1);
+}
+
+// Servers learn every worker's token with the topology, to check pushes and pulls; workers
+// learn none.
+TEST_F(RegistrationTest, ServersGetTheWorkersTokensWorkersNone) {
+  Start(2, 1);
+  Outbox out;
+  const proto::Register w0 = Reg(ROLE_WORKER, 0), w1 = Reg(ROLE_WORKER, 1);
+  Register("w0", w0, &out);
+  Register("w1", w1, &out);
+  ASSERT_TRUE(Register("s0", Reg(ROLE_SERVER, 0), &out));
+  const proto::Topology st = testing::Only(out, "s0", ControlMessage::kTopology).topology();
+  ASSERT_EQ(st.worker_tokens_size(), 2);
+  EXPECT_EQ(st.worker_tokens(0), w0.token());
+  EXPECT_EQ(st.worker_tokens(1), w1.token());
+  for (const std::string id : {"w0", "w1"}) {
+    EXPECT_EQ(testing::Only(out, id, ControlMessage::kTopology).topology().worker_tokens_size(), 0);
+  }
+  EXPECT_TRUE(SameToken(nodes_->At(ROLE_WORKER, 1)->token, *TokenFromBytes(w1.token())));
 }
 
 }  // namespace

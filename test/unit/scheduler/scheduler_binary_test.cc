@@ -2,6 +2,7 @@
 // and reaped by ChildProcess's destructor, and dies with the test through PR_SET_PDEATHSIG.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +125,34 @@ TEST(SchedulerBinaryTest, BadConfigExitsWithStatusTwo) {
   EXPECT_EQ(missing.WaitExit(3000), 2);
   ChildProcess bad(Args(port, {"--num_workers=-3"}));
   EXPECT_EQ(bad.WaitExit(3000), 2);
+}
+
+// What `command` prints on stdout and stderr.
+std::string Output(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "";
+  std::string out;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  pclose(pipe);
+  return out;
+}
+
+// Abseil's --help lists only flags from a file named after the program unless told otherwise
+// (common/command_line.h); the daemons' flags live in main.cc.
+TEST(SchedulerBinaryTest, HelpListsTheDaemonsFlags) {
+  const std::string scheduler = Output(absl::StrCat(BYTECOMP_SCHEDULER_BINARY, " --help"));
+  EXPECT_EQ(scheduler.find("No flags matched"), std::string::npos) << scheduler;
+  for (const char* flag : {"--num_workers", "--strategy", "--plan_cluster", "--plan_costs",
+                           "--plan_out", "--plan_options", "--plan_links", "--hierarchical"}) {
+    EXPECT_NE(scheduler.find(flag), std::string::npos) << flag << " missing:\n" << scheduler;
+  }
+  EXPECT_EQ(scheduler.find("--flagfile"), std::string::npos) << "Abseil's own flags: --helpfull";
+  const std::string server = Output(absl::StrCat(BYTECOMP_SERVER_BINARY, " --help"));
+  EXPECT_EQ(server.find("No flags matched"), std::string::npos) << server;
+  for (const char* flag : {"--config", "--scheduler", "--rank", "--bind_host", "--port"}) {
+    EXPECT_NE(server.find(flag), std::string::npos) << flag << " missing:\n" << server;
+  }
 }
 
 }  // namespace

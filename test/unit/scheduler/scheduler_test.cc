@@ -284,7 +284,9 @@ TEST_F(SchedulerTest, MalformedFramesGetErrorRepliesAndServingContinues) {
   s->Register(ROLE_SERVER, -1);
   a->Expect(ControlMessage::kTopology);
   s->Expect(ControlMessage::kTopology);
-  a->SendRaw({""});
+  a->SendRaw({""});  // no body, and no token
+  EXPECT_TRUE(Contains(a->ExpectError(), "does not carry the token that worker 0 registered with"));
+  a->Send(ControlMessage());
   EXPECT_TRUE(Contains(a->ExpectError(), "empty ControlMessage"));
   ControlMessage topology;
   topology.mutable_topology()->set_your_rank(3);
@@ -309,13 +311,66 @@ TEST_F(SchedulerTest, NodeWithItsOwnRoutingIdSurvivesAReconnect) {
   server->Register(ROLE_SERVER, -1);
   worker->Expect(ControlMessage::kTopology);
   server->Expect(ControlMessage::kTopology);
-  // The same node on a new connection (a TCP reconnect) is still worker 0.
+  // The same node (its routing id and token) on a new connection, a TCP reconnect, is still
+  // worker 0 once the old connection is gone (until then the id is the old one's).
+  const NodeToken token = worker->token();
   worker.reset();
-  auto again = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-1234");
-  again->Barrier("no-such-group", 0);
-  EXPECT_TRUE(Contains(again->ExpectError(), "unknown barrier group")) << "not seen as registered";
+  auto again = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-1234", token);
+  std::string reply;
+  for (int attempt = 0; attempt < 20 && reply.empty(); ++attempt) {
+    again->Barrier("no-such-group", 0);
+    if (std::optional<ControlMessage> m = again->Recv(200)) reply = m->error().message();
+  }
+  EXPECT_TRUE(Contains(reply, "unknown barrier group")) << "not seen as registered: " << reply;
   again->Barrier("workers", 1);
   EXPECT_EQ(again->Expect(ControlMessage::kBarrierRelease).barrier_release().sequence(), 1u);
+}
+
+// A connection acts as a node only with the node's token: a message on a registered
+// connection without it, or another connection that takes the node's routing id, gets nowhere
+// (no handover: the id stays with the live connection), and the node's messages still count.
+TEST_F(SchedulerTest, ConnectionsWithoutTheNodesTokenCannotActAsIt) {
+  Start(2, 1);
+  auto worker = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-77");
+  auto other = Node();
+  auto server = Node();
+  worker->Register(ROLE_WORKER, 0);
+  other->Register(ROLE_WORKER, 1);
+  server->Register(ROLE_SERVER, 0);
+  for (TestNode* n : {worker.get(), other.get(), server.get()}) n->Expect(ControlMessage::kTopology);
+  ControlMessage shutdown;
+  shutdown.mutable_shutdown()->set_reason("taken over");
+  worker->Send(shutdown, /*with_token=*/false);
+  EXPECT_EQ(worker->ExpectError(),
+            "shutdown refused: it does not carry the token that worker 0 registered with");
+  ControlMessage foreign = shutdown;  // worker 1's token on worker 0's connection
+  foreign.set_token(TokenBytes(other->token()));
+  worker->Send(foreign, /*with_token=*/false);
+  EXPECT_TRUE(Contains(worker->ExpectError(), "does not carry the token"));
+  // An impostor with worker 0's routing id: its connection is not taken, its messages vanish.
+  auto impostor = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-77");
+  impostor->Send(shutdown);
+  impostor->ExpectNothing(300);
+  EXPECT_TRUE(Running());
+  worker->Barrier("no-such-group", 0);
+  EXPECT_TRUE(Contains(worker->ExpectError(), "unknown barrier group"));
+  // The job is whole: a barrier of every node completes.
+  for (TestNode* n : {worker.get(), other.get(), server.get()}) n->Barrier("all", 1);
+  for (TestNode* n : {worker.get(), other.get(), server.get()}) {
+    n->Expect(ControlMessage::kBarrierRelease);
+  }
+}
+
+// Every registered node hears the scheduler each heartbeat interval.
+TEST_F(SchedulerTest, NodesGetTheSchedulersHeartbeats) {
+  proto::ClusterConfig config;
+  config.set_heartbeat_interval_ms(50);
+  config.set_heartbeat_timeout_ms(5000);
+  Start(1, 1, config);
+  auto w = Node();
+  w->Register(ROLE_WORKER, 0);  // registered, the job not yet complete
+  w->ExpectNothing(400);
+  EXPECT_GE(w->heartbeats(), 3);
 }
 
 TEST_F(SchedulerTest, RegistrationTimeoutNamesMissingRanksAndTellsRegisteredNodes) {
@@ -396,6 +451,7 @@ TEST_F(SchedulerTest, HierarchicalJobWithAShortMachineStopsAtTheTopology) {
     r->set_machine(machine);
     r->set_requested_local_rank(local_rank);
     r->set_declared_local_size(local_size);
+    r->set_token(TokenBytes(node.token()));
     node.Send(m);
   };
   auto server = Node(), w0 = Node(), w1 = Node(), w2 = Node();

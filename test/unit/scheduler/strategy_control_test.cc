@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "bytecomp/compress/strategy.h"
 #include "protocol_test_util.h"
 
 namespace bytecomp {
@@ -117,11 +120,11 @@ TEST_F(StrategyControlTest, ServersMayNotAnswerPreparesOrReportLinks) {
   Outbox out;
   control_->HandlePrepareReply(Server(1), PrepareReply(2, 0), &out);
   EXPECT_EQ(testing::Only(out, ServerId(1), ControlMessage::kError).error().message(),
-            "StrategyPrepareReply from server 1");
+            "StrategyPrepareReply from server 1, which is not a worker");
   Outbox probe;
   control_->HandleLinkProbeReport(Server(0), proto::LinkProbeReport(), &probe);
   EXPECT_EQ(testing::Only(probe, ServerId(0), ControlMessage::kError).error().message(),
-            "LinkProbeReport from server 0");
+            "LinkProbeReport from server 0, which is not a worker");
   EXPECT_EQ(control_->links().size(), 0);
 }
 
@@ -181,6 +184,64 @@ TEST_F(StrategyControlTest, AutoPlansOnceEveryWorkerReportedItsProfileAndPrepare
   EXPECT_TRUE(later.messages().empty());
 }
 
+// A 100 MB tensor on 1 Gbit/s links with topk: the plan compresses it.
+AutoPlanInputs SlowLinksWithTopk(const std::string& plan_out) {
+  AutoPlanInputs inputs;
+  inputs.cluster.set_machines(3);
+  inputs.cluster.mutable_worker_link()->set_bandwidth_gbps(1);
+  inputs.cluster.mutable_server_link()->set_bandwidth_gbps(1);
+  proto::CodecCost* topk = inputs.costs.add_codecs();
+  topk->set_name("topk");
+  (*topk->mutable_params())["ratio"] = "0.01";
+  topk->set_memory("residual");
+  topk->set_ratio(0.0132);
+  topk->set_reencodable(true);
+  proto::DeviceCost* cpu = topk->add_costs();
+  cpu->set_device(proto::DEVICE_CPU);
+  for (auto* curve : {cpu->add_encode(), cpu->add_decode()}) {
+    curve->set_bytes(1 << 20);
+    curve->set_us(100);
+  }
+  inputs.links = PlanLinks::kFile;
+  inputs.plan_out = plan_out;
+  return inputs;
+}
+
+TEST_F(StrategyControlTest, AutoWritesTheCommittedStrategyWithItsReasonsAsComments) {
+  const std::string plan_out = ::testing::TempDir() + "/auto_plan_test.pbtxt";
+  std::remove(plan_out.c_str());
+  Start("", SlowLinksWithTopk(plan_out));
+  proto::ProfileReport report = Profile();
+  report.mutable_profile()->mutable_tensors(0)->set_elements(25'000'000);
+  Outbox out;
+  for (int w = 0; w < 3; ++w) control_->HandleProfileReport(Worker(w), report, &out);
+  ASSERT_EQ(out.messages().size(), 3u);
+  // Written when every node gets it: not at the prepare, which may still fail.
+  EXPECT_FALSE(std::ifstream(plan_out).good());
+  Outbox commits;
+  for (int w = 0; w < 3; ++w) control_->HandlePrepareReply(Worker(w), PrepareReply(2, 4), &commits);
+  ASSERT_EQ(commits.messages().size(), 5u);
+  const proto::Strategy& sent = commits.messages()[0].message.strategy_commit().strategy();
+  ASSERT_EQ(sent.tensors_size(), 1);
+  EXPECT_EQ(sent.tensors(0).push_codec().name(), "topk");
+  // The file is the strategy every node runs, as they got it.
+  std::ifstream file(plan_out);
+  ASSERT_TRUE(file.good()) << plan_out;
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  absl::StatusOr<proto::Strategy> parsed = compress::ParseStrategy(text, plan_out);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->SerializeAsString(), sent.SerializeAsString()) << text;
+  EXPECT_EQ(parsed->version(), 2u);
+  EXPECT_EQ(parsed->first_round(), 6u);
+  // With what was chosen and why, as comments.
+  EXPECT_TRUE(Contains(text, "# Written by bytecomp-scheduler --strategy=auto")) << text;
+  EXPECT_TRUE(Contains(text, "version 2 from round 6 on (3 workers, 2 servers)")) << text;
+  EXPECT_TRUE(Contains(text, "--strategy=" + plan_out)) << text;
+  EXPECT_TRUE(Contains(text, "# 0    w ")) << text;
+  EXPECT_TRUE(Contains(text, "ratio=0.01 memory=residual compensated")) << text;
+  EXPECT_FALSE(Contains(text, "not considered")) << "no codec was left out here:\n" << text;
+}
+
 TEST_F(StrategyControlTest, WithoutAutoProfilesAreIgnored) {
   Start("");
   Outbox out;
@@ -190,10 +251,11 @@ TEST_F(StrategyControlTest, WithoutAutoProfilesAreIgnored) {
 }
 
 TEST(AutoPlanInputsTest, NeedsBothFiles) {
-  absl::StatusOr<AutoPlanInputs> inputs = LoadAutoPlanInputs("", "costs.pbtxt", PlanLinks::kFile);
+  absl::StatusOr<AutoPlanInputs> inputs =
+      LoadAutoPlanInputs("", "costs.pbtxt", "", PlanLinks::kFile);
   ASSERT_FALSE(inputs.ok());
   EXPECT_TRUE(Contains(std::string(inputs.status().message()), "--plan_cluster"));
-  inputs = LoadAutoPlanInputs("/nonexistent/cluster.pbtxt", "/nonexistent/costs.pbtxt",
+  inputs = LoadAutoPlanInputs("/nonexistent/cluster.pbtxt", "/nonexistent/costs.pbtxt", "",
                               PlanLinks::kFile);
   ASSERT_FALSE(inputs.ok());
   EXPECT_TRUE(Contains(std::string(inputs.status().message()), "/nonexistent/cluster.pbtxt"))

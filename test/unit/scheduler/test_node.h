@@ -1,9 +1,12 @@
 // A test peer that plays a worker or a server against the scheduler: one DEALER socket,
-// one ControlMessage per frame, as the real nodes do.
+// one ControlMessage per frame, as the real nodes do. It registers with its token and sends it
+// with every later message (unless told not to); the scheduler's heartbeats are counted and
+// skipped by Recv.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/node_token.h"
 #include "bytecomp/common/transport.h"
 #include "control.pb.h"
 #include "zmq.hpp"
@@ -19,16 +23,19 @@ namespace bytecomp::testing {
 
 class TestNode {
  public:
-  TestNode(zmq::context_t& context, int port, const std::string& routing_id = "")
-      : socket_(context, zmq::socket_type::dealer) {
+  TestNode(zmq::context_t& context, int port, const std::string& routing_id = "",
+           NodeToken token = NewNodeToken())
+      : token_(token), socket_(context, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
     if (!routing_id.empty()) socket_.set(zmq::sockopt::routing_id, routing_id);
     socket_.connect(absl::StrCat("tcp://127.0.0.1:", port));
   }
 
-  void Send(const proto::ControlMessage& message) {
+  void Send(const proto::ControlMessage& message, bool with_token = true) {
+    proto::ControlMessage sent = message;
+    if (with_token && !sent.has_register_()) sent.set_token(TokenBytes(token_));
     std::vector<zmq::message_t> frames;
-    frames.push_back(ProtoFrame(message));
+    frames.push_back(ProtoFrame(sent));
     ASSERT_TRUE(SendFrames(socket_, frames).ok());
   }
   void SendRaw(const std::vector<std::string>& parts) {
@@ -48,6 +55,7 @@ class TestNode {
     r->set_data_address(!data_address.empty() || role != proto::ROLE_SERVER
                             ? data_address
                             : std::string("tcp://127.0.0.1:7000"));
+    r->set_token(TokenBytes(token_));
     Send(m);
   }
   void Heartbeat() {
@@ -78,17 +86,27 @@ class TestNode {
     EXPECT_EQ(Expect(proto::ControlMessage::kError).body_case(), proto::ControlMessage::kError);
   }
 
-  // The next message, or nullopt after `timeout_ms`.
+  // The next message but the scheduler's heartbeats, or nullopt after `timeout_ms`.
   std::optional<proto::ControlMessage> Recv(int timeout_ms = 2000) {
-    absl::StatusOr<std::vector<zmq::message_t>> frames =
-        RecvFrames(socket_, std::chrono::milliseconds(timeout_ms));
-    EXPECT_TRUE(frames.ok());
-    if (!frames.ok() || frames->empty()) return std::nullopt;
-    EXPECT_EQ(frames->size(), 1u) << "the scheduler sends one frame per message";
-    proto::ControlMessage m;
-    EXPECT_TRUE(ParseFrame(frames->front(), &m).ok());
-    return m;
+    const int64_t deadline = MonotonicMs() + timeout_ms;
+    while (true) {
+      absl::StatusOr<std::vector<zmq::message_t>> frames = RecvFrames(
+          socket_, std::chrono::milliseconds(std::max<int64_t>(0, deadline - MonotonicMs())));
+      EXPECT_TRUE(frames.ok());
+      if (!frames.ok() || frames->empty()) return std::nullopt;
+      EXPECT_EQ(frames->size(), 1u) << "the scheduler sends one frame per message";
+      proto::ControlMessage m;
+      EXPECT_TRUE(ParseFrame(frames->front(), &m).ok());
+      if (m.has_heartbeat()) {
+        ++heartbeats_;
+        continue;
+      }
+      return m;
+    }
   }
+  // The scheduler's heartbeats Recv skipped so far.
+  int heartbeats() const { return heartbeats_; }
+  const NodeToken& token() const { return token_; }
   // The next message, which must have the given body.
   proto::ControlMessage Expect(proto::ControlMessage::BodyCase body, int timeout_ms = 2000) {
     std::optional<proto::ControlMessage> m = Recv(timeout_ms);
@@ -106,8 +124,10 @@ class TestNode {
   }
 
  private:
+  NodeToken token_;
   zmq::socket_t socket_;
   uint64_t heartbeat_sequence_ = 0;
+  int heartbeats_ = 0;
 };
 
 }  // namespace bytecomp::testing

@@ -73,9 +73,10 @@ TEST(KeyStoreTest, RoundsAreKeptApart) {
   EXPECT_TRUE(s.Pull(0, 1).empty());
   std::vector<OutgoingReply> too_far = s.Pull(1, 2);
   ASSERT_EQ(Ops(too_far), std::vector{proto::OP_ERROR});
+  // The error names the round asked for, never which round the key is at.
   EXPECT_EQ(too_far[0].header.error(),
-            "server 0: pull for round 2 of key 1:0: the key holds round 0 and accumulates "
-            "round 1");
+            "server 0: pull for round 2 of key 1:0 refused: the key has no such round ready or "
+            "under way");
 
   std::vector<OutgoingReply> completes = s.Push(1, 1, {1000, 2000, 3000, 4000});
   ASSERT_EQ(Ops(completes), (std::vector{proto::OP_PUSH_ACK, proto::OP_PULL_REPLY}));
@@ -87,15 +88,37 @@ TEST(KeyStoreTest, RoundsAreKeptApart) {
 
   // Round 0 is gone now; a push must be for the accumulating round, once per worker.
   EXPECT_EQ(s.Pull(1, 0)[0].header.error(),
-            "server 0: pull for round 0 of key 1:0: the key holds round 1 and accumulates "
-            "round 2");
+            "server 0: pull for round 0 of key 1:0 refused: the key has no such round ready or "
+            "under way");
   EXPECT_EQ(s.Push(0, 3, {1, 1, 1, 1})[0].header.error(),
-            "server 0: push for round 3 of key 1:0, which is accumulating round 2");
+            "server 0: push for round 3 of key 1:0 refused: it is not the round the key "
+            "accumulates");
   EXPECT_EQ(Ops(s.Push(0, 2, {1, 1, 1, 1})), std::vector{proto::OP_PUSH_ACK});
   EXPECT_EQ(s.Push(0, 2, {1, 1, 1, 1})[0].header.error(),
             "server 0: worker 0 already pushed round 2 of key 1:0");
   EXPECT_EQ(s.store.rounds_completed(), 2u);
   EXPECT_EQ(s.store.pushes_by_worker(), (std::vector<int64_t>{3, 2}));
+}
+
+// A worker has at most one pull of a key waiting: more would each hold a reply (and, once
+// answered, the round's buffer) for a peer that may never read them.
+TEST(KeyStoreTest, OnePullPerWorkerAndKeyWaits) {
+  Store s(/*workers=*/2);
+  EXPECT_TRUE(s.Pull(1, 0).empty());
+  for (int i = 0; i < 3; ++i) {
+    std::vector<OutgoingReply> again = s.Pull(1, 0);
+    ASSERT_EQ(Ops(again), std::vector{proto::OP_ERROR});
+    EXPECT_EQ(again[0].header.error(),
+              "server 0: pull for round 0 of key 1:0 refused: worker 1 already has a pull of it "
+              "waiting");
+  }
+  EXPECT_TRUE(s.Pull(0, 0).empty());  // another worker's is its own
+  s.Push(0, 0, {1, 1, 1, 1});
+  EXPECT_EQ(Ops(s.Push(1, 0, {1, 1, 1, 1})),
+            (std::vector{proto::OP_PUSH_ACK, proto::OP_PULL_REPLY, proto::OP_PULL_REPLY}));
+  // Once answered, the next round's pull may wait again.
+  EXPECT_TRUE(s.Pull(1, 1).empty());
+  EXPECT_EQ(s.store.refused(), 3u);
 }
 
 TEST(KeyStoreTest, HeldPullsAreAnsweredWhenTheRoundCompletes) {

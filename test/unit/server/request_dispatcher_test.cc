@@ -18,7 +18,7 @@ constexpr int kN = 4;
 constexpr size_t kShards = 3;
 
 RequestDispatcher Dispatcher() {
-  return RequestDispatcher(/*my_rank=*/0, /*num_workers=*/2, /*num_servers=*/1, kShards, {});
+  return RequestDispatcher(server_test::Job(/*workers=*/2), kShards);
 }
 
 std::vector<zmq::message_t> Frames(const proto::DataHeader& h, int payload_floats = -1) {
@@ -196,6 +196,56 @@ TEST(RequestDispatcherTest, ParkingIsBounded) {
   EXPECT_EQ(d.parked(), kMaxParkedRequests);
   ASSERT_EQ(out.to_router.size(), 1u);  // the one beyond the bound is refused at once
   EXPECT_EQ(HeaderOf(out.to_router[0]).op(), proto::OP_ERROR);
+}
+
+// A request without its worker's token never waits for a declaration, never reaches a shard,
+// and is counted; the refusal says nothing about the key.
+TEST(RequestDispatcherTest, RequestsWithoutTheTokenAreRefusedAtOnce) {
+  RequestDispatcher d = Dispatcher();
+  DispatchOutbox out;
+  proto::DataHeader h = server_test::Request(proto::OP_PULL, 1, 1000000, kN);
+  h.clear_token_high();
+  h.clear_token_low();
+  d.HandleRequest(Frames(h), 1, &out);  // undeclared key: would park with a token
+  EXPECT_EQ(d.parked(), 0u);
+  ASSERT_TRUE(d.HandleCommand(Declaration(), 2, &out));
+  out = {};
+  d.HandleRequest(Frames(h), 3, &out);
+  proto::DataHeader push = server_test::Request(proto::OP_PUSH, 0, 0, kN);
+  push.set_payload_bytes(4 * kN);
+  SetHeaderToken(server_test::TokenOf(1), &push);
+  d.HandleRequest(Frames(push, kN), 4, &out);
+  EXPECT_TRUE(out.to_shards.empty());
+  ASSERT_EQ(out.to_router.size(), 2u);
+  EXPECT_EQ(HeaderOf(out.to_router[0]).error(),
+            "server 0: the request names worker 1 but does not carry its token: a connection "
+            "pushes and pulls only as the rank the scheduler gave its node");
+  EXPECT_EQ(d.rejected_without_token(), 3u);
+  EXPECT_EQ(d.rejected(), 3u);
+  EXPECT_EQ(d.Summary().substr(0, 60),
+            "served 3 requests; rejected 3 (3 without the sender's token)");
+}
+
+// The job's declaration limits hold on the server too: a declaration beyond them is refused
+// before its layout is built, and reaches no shard.
+TEST(RequestDispatcherTest, DeclarationsBeyondTheLimitsAreRefused) {
+  ServerJob job = server_test::Job(2);
+  job.config.set_max_declared_bytes(1 << 20);
+  job.config.set_max_tensors(2);
+  RequestDispatcher d(job, kShards);
+  DispatchOutbox out;
+  proto::DeclareReply huge = server_test::DeclareTensor(int64_t{1} << 40);
+  huge.set_partition_elements(int64_t{1} << 20);  // 2^20 partitions, none listed yet
+  EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kDeclare, huge.SerializeAsString()),
+                              0, &out));
+  EXPECT_TRUE(out.to_shards.empty());
+  for (uint32_t id = 1; id <= 3; ++id) {
+    out = {};
+    proto::DeclareReply small = server_test::DeclareTensor(kN, proto::DTYPE_FLOAT32, id);
+    EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kDeclare, small.SerializeAsString()),
+                                0, &out));
+    EXPECT_EQ(out.to_shards.size(), id <= 2 ? kShards : 0u) << "tensor " << id;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "bytecomp/common/link_probe.h"
+#include "server_test_util.h"
 
 namespace bytecomp::server {
 namespace {
@@ -25,7 +26,7 @@ std::string Why(const RequestValidator& v, const proto::DataHeader& h, bool has_
 }
 
 TEST(RequestValidatorTest, ProbesWithinBoundsAreAccepted) {
-  RequestValidator v(/*my_rank=*/0, /*num_workers=*/2, /*num_servers=*/1);
+  RequestValidator v(server_test::Job(/*workers=*/2));
   EXPECT_EQ(Why(v, Probe(16, 16), true, 16), "ok");
   EXPECT_EQ(Why(v, Probe(0, 1 << 20), false, 0), "ok");
   EXPECT_EQ(Why(v, Probe(kMaxProbeBytes, 0), true, kMaxProbeBytes), "ok");
@@ -36,7 +37,7 @@ TEST(RequestValidatorTest, ProbesWithinBoundsAreAccepted) {
 }
 
 TEST(RequestValidatorTest, BadProbesAreRefusedWithTheField) {
-  RequestValidator v(0, 2, 1);
+  RequestValidator v(server_test::Job(2));
   EXPECT_EQ(Why(v, Probe(0, kMaxProbeBytes + 1), false, 0),
             "link probe: probe_reply_bytes 67108865 is outside [0, 67108864]");
   EXPECT_EQ(Why(v, Probe(0, -1), false, 0),
@@ -86,7 +87,7 @@ proto::DataHeader TurnProbe(int turn, int64_t turn_ms, int64_t payload = 0, int6
 }
 
 TEST(RequestValidatorTest, ProbeTurnFieldsAreChecked) {
-  RequestValidator v(0, 2, 1);
+  RequestValidator v(server_test::Job(2));
   EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_BEGIN, 2500), false, 0), "ok");
   EXPECT_EQ(Why(v, TurnProbe(proto::PROBE_TURN_BEGIN, kMaxProbeTurnMs), false, 0), "ok");
   // END may also ride on a transfer.
@@ -128,11 +129,60 @@ TEST(RequestValidatorTest, ProbeTurnFieldsAreChecked) {
 }
 
 TEST(RequestValidatorTest, DataValidationRefusesProbeReplies) {
-  RequestValidator v(0, 2, 1);
+  RequestValidator v(server_test::Job(2));
   proto::DataHeader h = Probe(0, 0);
   h.set_op(proto::OP_PROBE_REPLY);
   absl::Status s = v.Validate(h, false, 0);
   EXPECT_EQ(s.message(), "unsupported op OP_PROBE_REPLY (expected OP_PUSH or OP_PULL)");
+}
+
+// A push or pull is taken as worker r's only with worker r's token: none, another worker's, or
+// a guessed one are refused before anything about the key is looked at.
+TEST(RequestValidatorTest, RequestsWithoutTheSendersTokenAreRefused) {
+  RequestValidator v(server_test::Job(2));
+  ASSERT_TRUE(v.catalog().AddTensor(server_test::DeclareTensor(4)).ok());
+  proto::DataHeader push = server_test::Request(proto::OP_PUSH, 1, 0, 4);
+  push.set_payload_bytes(16);
+  EXPECT_TRUE(v.CheckSender(push).ok());
+  EXPECT_TRUE(v.Validate(push, true, 16).ok());
+
+  proto::DataHeader none = push;
+  none.clear_token_high();
+  none.clear_token_low();
+  proto::DataHeader other = push;  // worker 0's token, naming worker 1
+  SetHeaderToken(server_test::TokenOf(0), &other);
+  proto::DataHeader close = push;  // one bit off
+  close.set_token_low(push.token_low() ^ 1);
+  proto::DataHeader abort = push;  // an abort as worker 1, without its token
+  abort.set_error("aborted by an outsider");
+  abort.clear_token_high();
+  proto::DataHeader pull = server_test::Request(proto::OP_PULL, 1, 0, 4);
+  SetHeaderToken(server_test::TokenOf(0), &pull);
+  for (const proto::DataHeader& h : {none, other, close, abort, pull}) {
+    absl::Status s = v.CheckSender(h);
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+    EXPECT_EQ(s.message(),
+              "the request names worker 1 but does not carry its token: a connection pushes and "
+              "pulls only as the rank the scheduler gave its node");
+    EXPECT_TRUE(absl::IsPermissionDenied(v.Validate(h, h.op() == proto::OP_PUSH && h.error().empty(), 16)));
+  }
+  // The token of a rank outside the job does not help either.
+  proto::DataHeader foreign = push;
+  foreign.set_sender(2);
+  EXPECT_EQ(v.CheckSender(foreign).message(), "sender 2 is not a worker rank (0..1)");
+}
+
+TEST(NodeTokenTest, TokensCompareByValueAndEmptyMatchesNothing) {
+  const NodeToken a = NewNodeToken(), b = NewNodeToken();
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(SameToken(a, a));
+  EXPECT_FALSE(SameToken(a, b));
+  EXPECT_FALSE(SameToken(NodeToken{}, NodeToken{}));
+  std::optional<NodeToken> back = TokenFromBytes(TokenBytes(a));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(SameToken(*back, a));
+  EXPECT_FALSE(TokenFromBytes(std::string(16, '\0')).has_value());
+  EXPECT_FALSE(TokenFromBytes("short").has_value());
 }
 
 }  // namespace

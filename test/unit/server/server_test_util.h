@@ -8,6 +8,7 @@
 
 #include "bytecomp/common.h"
 #include "bytecomp/compress.h"
+#include "bytecomp/server/server_job.h"
 #include "control.pb.h"
 #include "data.pb.h"
 #include "gtest/gtest.h"
@@ -49,6 +50,24 @@ inline proto::Strategy StrategyWith(uint64_t version, const std::string& push,
 
 inline uint64_t RequestId(int sender, uint64_t round) { return 1000 * sender + round; }
 
+// Worker r's token in these tests (never empty).
+inline NodeToken TokenOf(int rank) {
+  return NodeToken{0x5eed000000000000ull + static_cast<uint64_t>(rank), 0x70c3e17ull + rank};
+}
+
+// Server 0 of a job of `workers` workers (tokens TokenOf) and `servers` servers, the default
+// limits, `pushers` (empty: every worker).
+inline ServerJob Job(int workers, int servers = 1, std::vector<int> pushers = {}) {
+  ServerJob job;
+  job.my_rank = 0;
+  job.num_workers = workers;
+  job.num_servers = servers;
+  job.pushers = std::move(pushers);
+  for (int r = 0; r < workers; ++r) job.worker_tokens.push_back(TokenOf(r));
+  job.config = WithClusterDefaults({});
+  return job;
+}
+
 // A raw PUSH or PULL of partition 0 of tensor 1 (or as set after), iteration = round.
 inline proto::DataHeader Request(proto::DataOp op, int sender, uint64_t round, int64_t n,
                                  proto::DType dtype = proto::DTYPE_FLOAT32) {
@@ -61,6 +80,7 @@ inline proto::DataHeader Request(proto::DataOp op, int sender, uint64_t round, i
   h.set_element_count(n);
   h.set_sender(sender);
   h.set_request_id(RequestId(sender, round));
+  SetHeaderToken(TokenOf(sender), &h);
   return h;
 }
 

@@ -1,6 +1,9 @@
 // The measured forward time (ModelProfile.forward_us) on a fake clock: from the last completion
-// of round r-1 to the first push_pull of round r, median over the profiled rounds 1..N.
+// of round r-1 to the first push_pull of round r, median over the profiled rounds 1..N; and
+// the gradients' block density in the profile.
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "bytecomp/worker/engine/forward_timer.h"
 #include "bytecomp/worker/engine/ready_profiler.h"
@@ -43,6 +46,40 @@ TEST(ForwardTimerTest, OverlappingRoundsCountZeroAndMissingEndsAreSkipped) {
   EXPECT_DOUBLE_EQ(ForwardTimer(3).MedianUs(), 0);
 }
 
+TEST(ForwardTimerTest, CpuUseOfEachRoundFromItsFirstCallToItsLastCompletion) {
+  ForwardTimer t(2);
+  auto cpu = [](double process_us, uint64_t busy, uint64_t total) {
+    return CpuSample{process_us, busy, total};
+  };
+  EXPECT_DOUBLE_EQ(t.RoundCpuMedianUs(), 0);  // nothing sampled
+  t.Started(1, 1000, cpu(5000, 100, 1000));
+  t.Done(1, 1500, cpu(5300, 150, 1100));
+  t.Done(1, 2000, cpu(5900, 190, 1200));  // the round's last completion
+  t.Started(2, 3000, cpu(7000, 300, 1400));
+  t.Done(2, 4000, cpu(8100, 340, 1600));
+  // Process CPU: 900 and 1100 us (the upper median); host: 90 of 200 ticks and 40 of 200.
+  EXPECT_DOUBLE_EQ(t.RoundCpuMedianUs(), 1100);
+  EXPECT_DOUBLE_EQ(t.HostBusyMedian(), 0.45);
+  // Unsampled rounds (no counters) are left out.
+  ForwardTimer bare(1);
+  bare.Started(1, 0);
+  bare.Done(1, 10);
+  EXPECT_DOUBLE_EQ(bare.RoundCpuMedianUs(), 0);
+  EXPECT_DOUBLE_EQ(bare.HostBusyMedian(), 0);
+}
+
+TEST(ForwardTimerTest, SamplesThisProcessAndTheHost) {
+  const CpuSample before = SampleCpu();
+  volatile double sink = 0;
+  for (int i = 0; i < 20'000'000; ++i) sink = sink + i * 1e-9;  // some CPU time
+  const CpuSample after = SampleCpu();
+  EXPECT_GT(after.process_us, before.process_us);
+  EXPECT_GT(after.host_total_ticks, 0u);
+  EXPECT_GE(after.host_total_ticks, before.host_total_ticks);
+  EXPECT_LE(after.host_busy_ticks, after.host_total_ticks);
+  EXPECT_GE(CpuCores(), 1);
+}
+
 TEST(ReadyProfilerTest, ProfileCarriesTheMedianForwardTime) {
   ReadyProfiler p(3);
   const int forward[] = {0, 5000, 7000, 6000, 1};  // before rounds 1..3 (and 4, not profiled)
@@ -66,6 +103,27 @@ TEST(ReadyProfilerTest, ProfileCarriesTheMedianForwardTime) {
   EXPECT_DOUBLE_EQ(profile->tensors(1).ready_gap_us(), 300);
   EXPECT_NE(profile->source().find("forward_us: median time from a round's last completion"),
             std::string::npos);
+}
+
+TEST(ReadyProfilerTest, BlockDensityIsMeasuredOnceInTheFirstProfiledRound) {
+  std::vector<float> x(1000, 0.0f);  // 4 blocks of 256 (the last holds 232)
+  EXPECT_DOUBLE_EQ(BlockDensity(x.data(), x.size()), 0);
+  x[300] = -1e-30f;
+  x[999] = 2;
+  EXPECT_DOUBLE_EQ(BlockDensity(x.data(), x.size()), 0.5);
+  EXPECT_DOUBLE_EQ(BlockDensity(x.data(), 0), 0);
+  ReadyProfiler p(2);
+  std::optional<proto::ModelProfile> profile;
+  for (int round = 0; round <= 3 && !profile.has_value(); ++round) {
+    EXPECT_EQ(p.WantsBlockDensity("emb"), round == 1) << round;
+    profile = p.Record("emb", 1000, 4, 1000 * round, round == 1 ? 0.25 : -1);
+    if (!profile.has_value()) profile = p.Record("fc", 10, 4, 1000 * round + 10);
+  }
+  ASSERT_TRUE(profile.has_value());
+  ASSERT_EQ(profile->tensors_size(), 2);
+  EXPECT_TRUE(profile->tensors(0).has_block_density());
+  EXPECT_DOUBLE_EQ(profile->tensors(0).block_density(), 0.25);
+  EXPECT_FALSE(profile->tensors(1).has_block_density());
 }
 
 }  // namespace

@@ -9,6 +9,11 @@
  *   BYTECOMP_SCHEDULER=host:port   scheduler address (required unless in the file)
  *   BYTECOMP_RANK=N                requested worker rank (optional; the scheduler assigns)
  *   BYTECOMP_CONNECT_TIMEOUT_MS    how long init waits for the scheduler
+ *   BYTECOMP_KEY_FILE=path         the job's cluster key (bytecomp-keygen): CURVE on every
+ *                                  socket; without one, only a scheduler on loopback
+ *   BYTECOMP_ALLOW_INSECURE=1      without a key, connect off loopback anyway (a warning)
+ *   BYTECOMP_IO_THREADS=N          ZeroMQ I/O threads (default 2; CURVE runs on them)
+ *   BYTECOMP_PUSH_PULL_TIMEOUT_MS  how long a wait without a limit of its own waits
  * Everything else (W, S, partition size, connections per server, timeouts) comes from the
  * scheduler's topology, so every worker follows one configuration.
  */
@@ -69,6 +74,15 @@ BYTECOMP_API int64_t bytecomp_partition_bytes(void);
  * with a different size or dtype is an immediate error. Re-declaring identically is a no-op. */
 BYTECOMP_API int bytecomp_declare(const char* name, int64_t element_count, int dtype);
 
+/* The same with the tensor's shape (`ndim` dimensions in `dims`, multiplying to element_count;
+ * e.g. a conv weight's [out, in, kh, kw]). Codecs that work on a matrix (powersgd) then read
+ * the tensor as the layer's rows, dims[0] rows of dims[1] * ... elements (as PyTorch's PowerSGD
+ * hook does), instead of a near-square matrix; every worker must give the same shape, else it
+ * counts as flat. Declare before the tensor's first push_pull (which declares without a
+ * shape). ndim 0 (dims may be NULL) is bytecomp_declare. */
+BYTECOMP_API int bytecomp_declare_shape(const char* name, int64_t element_count, int dtype,
+                                        int ndim, const int64_t* dims);
+
 /* Starts an asynchronous in-place push-pull: `data` (element_count elements of dtype) is
  * summed over all workers and the result written back into `data`. The memory must stay
  * valid and untouched until the handle completes. Higher priority partitions leave first.
@@ -101,10 +115,15 @@ BYTECOMP_API int bytecomp_push_pull_device(const char* name, void* data, int64_t
 
 /* 1 when done (successfully), 0 while pending, a negative code if it failed. */
 BYTECOMP_API int bytecomp_poll(bytecomp_handle_t handle);
-/* Waits up to timeout_ms (< 0: forever). BYTECOMP_OK, BYTECOMP_ERR_TIMEOUT or the failure
- * (its text: bytecomp_last_error). A wait that sees the operation complete, successfully or
- * not, releases the handle; bytecomp_release releases one without waiting. */
+/* Waits up to timeout_ms (< 0: bytecomp_wait_timeout_ms(), the job's push_pull_timeout_ms,
+ * 30 min unless the cluster config or this worker's BYTECOMP_PUSH_PULL_TIMEOUT_MS sets it).
+ * BYTECOMP_OK, BYTECOMP_ERR_TIMEOUT or the failure (its text: bytecomp_last_error). A wait that
+ * sees the operation complete, successfully or not, releases the handle; bytecomp_release
+ * releases one without waiting. Nothing waits forever: a failed node or a silent scheduler
+ * fails every wait within the heartbeat timeout, naming it. */
 BYTECOMP_API int bytecomp_wait(bytecomp_handle_t handle, int64_t timeout_ms);
+/* How long a wait or barrier with timeout_ms < 0 waits, in ms. */
+BYTECOMP_API int64_t bytecomp_wait_timeout_ms(void);
 BYTECOMP_API int bytecomp_release(bytecomp_handle_t handle);
 /* Copies the handle's error text (empty if none) into buf (NUL-terminated, truncated). */
 BYTECOMP_API int bytecomp_handle_error(bytecomp_handle_t handle, char* buf, size_t buf_len);
@@ -139,7 +158,8 @@ BYTECOMP_API int bytecomp_save_state(const char* name, void* buf, size_t buf_len
                                      size_t* state_len);
 BYTECOMP_API int bytecomp_load_state(const char* name, const void* buf, size_t len);
 
-/* Blocks until every worker reached the barrier (or a node failed / timeout). */
+/* Blocks until every worker reached the barrier (or a node failed / timeout; timeout_ms < 0:
+ * bytecomp_wait_timeout_ms()). */
 BYTECOMP_API int bytecomp_barrier(int64_t timeout_ms);
 
 /* The text of the last failure on this thread ("" if none). Valid until the next call. */

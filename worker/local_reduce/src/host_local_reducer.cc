@@ -41,12 +41,14 @@ absl::StatusOr<std::vector<zmq::message_t>> RecvWithTicks(zmq::socket_t& socket,
 
 }  // namespace
 
-LoopbackReducer::LoopbackReducer(zmq::context_t& context, int local_rank, int local_size)
+LoopbackReducer::LoopbackReducer(zmq::context_t& context, int local_rank, int local_size,
+                                 const SocketLimits& limits)
     : local_rank_(local_rank),
       local_size_(local_size),
       socket_(context, local_rank == 0 ? zmq::socket_type::router : zmq::socket_type::dealer),
       peer_identity_(local_size) {
   ConfigureSocket(socket_);
+  LimitSocket(socket_, limits);
   // The root's last broadcast of a job is often still queued when its training process shuts
   // down right after: closing must deliver it (bounded), not drop it, or a local rank waits
   // for a result that never comes.
@@ -73,11 +75,14 @@ void LoopbackReducer::Stop() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(zmq::context_t& context,
-                                                                           int local_size) {
-  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, 0, local_size));
+absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(
+    zmq::context_t& context, int local_size, const SocketLimits& limits, SocketSecurity* security) {
+  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, 0, local_size, limits));
   // A send to a local rank that is gone fails instead of vanishing.
   r->socket_.set(zmq::sockopt::router_mandatory, 1);
+  if (security != nullptr) {
+    if (absl::Status s = security->SecureListening(r->socket_); !s.ok()) return s;
+  }
   absl::StatusOr<int> port = BindTcp(r->socket_, "127.0.0.1", 0);
   if (!port.ok()) {
     return absl::UnavailableError(absl::StrCat("local reducer: ", port.status().message()));
@@ -88,13 +93,15 @@ absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(zmq::co
 
 absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Join(
     zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
-    int64_t timeout_ms, const Tick& tick) {
+    int64_t timeout_ms, const Tick& tick, const SocketLimits& limits,
+    const SocketSecurity* security) {
   if (local_rank < 1 || local_rank >= local_size) {
     return absl::InvalidArgumentError(absl::StrCat("local reducer: local rank ", local_rank,
                                                    " cannot join as a non-root of ", local_size));
   }
-  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, local_rank, local_size));
+  std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, local_rank, local_size, limits));
   r->socket_.set(zmq::sockopt::routing_id, PeerIdentity(local_rank));
+  if (security != nullptr) security->SecureConnecting(r->socket_);
   try {
     r->socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -168,17 +175,20 @@ absl::Status LoopbackReducer::AcceptAll(int64_t timeout_ms, const Tick& tick) {
 }
 
 absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Listen(zmq::context_t& context,
-                                                                           int local_size) {
-  absl::StatusOr<std::unique_ptr<LoopbackReducer>> root = LoopbackReducer::Listen(context, local_size);
+                                                                           int local_size,
+                                                                           SocketSecurity* security) {
+  absl::StatusOr<std::unique_ptr<LoopbackReducer>> root =
+      LoopbackReducer::Listen(context, local_size, SocketLimits{}, security);
   if (!root.ok()) return root.status();
   return std::unique_ptr<HostLocalReducer>(*std::move(root));
 }
 
 absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Join(
     zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
-    int64_t timeout_ms, const Tick& tick) {
+    int64_t timeout_ms, const Tick& tick, const SocketSecurity* security) {
   absl::StatusOr<std::unique_ptr<LoopbackReducer>> member =
-      LoopbackReducer::Join(context, endpoint, local_rank, local_size, timeout_ms, tick);
+      LoopbackReducer::Join(context, endpoint, local_rank, local_size, timeout_ms, tick,
+                            SocketLimits{}, security);
   if (!member.ok()) return member.status();
   return std::unique_ptr<HostLocalReducer>(*std::move(member));
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bytecomp/common/socket_limits.h"
 #include "bytecomp/worker/local_reducer.h"
 #include "bytecomp/worker/wake_queue.h"
 #include "zmq.hpp"
@@ -21,15 +22,17 @@ namespace bytecomp::worker {
 
 class LoopbackReducer final : public HostLocalReducer {
  public:
-  // The root (local rank 0 of local_size): binds 127.0.0.1 on an ephemeral port.
-  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Listen(zmq::context_t& context,
-                                                                  int local_size);
+  // The root (local rank 0 of local_size): binds 127.0.0.1 on an ephemeral port. `limits`:
+  // the socket's (LocalReduceSocketLimits of the job; the default bounds only the queues);
+  // `security`: the job's cluster key (CURVE), if any.
+  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Listen(
+      zmq::context_t& context, int local_size, const SocketLimits& limits = {},
+      SocketSecurity* security = nullptr);
   // A non-root local rank: connects to the root's endpoint and waits for its WELCOME.
-  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Join(zmq::context_t& context,
-                                                                const std::string& endpoint,
-                                                                int local_rank, int local_size,
-                                                                int64_t timeout_ms,
-                                                                const Tick& tick);
+  static absl::StatusOr<std::unique_ptr<LoopbackReducer>> Join(
+      zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
+      int64_t timeout_ms, const Tick& tick, const SocketLimits& limits = {},
+      const SocketSecurity* security = nullptr);
   ~LoopbackReducer() override;
 
   // The root's endpoint (tcp://127.0.0.1:port), to relay to the other local ranks.
@@ -69,7 +72,8 @@ class LoopbackReducer final : public HostLocalReducer {
     std::map<int, std::vector<zmq::message_t>> contributions;  // by local rank: header, payload
   };
 
-  LoopbackReducer(zmq::context_t& context, int local_rank, int local_size);
+  LoopbackReducer(zmq::context_t& context, int local_rank, int local_size,
+                  const SocketLimits& limits);
   void Run();
   void Handle(Call call);
   void HandleMessage(std::vector<zmq::message_t>& frames);

@@ -3,6 +3,7 @@
 #include "machine_setup.h"
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/transport.h"
 #include "host_local_reducer.h"
@@ -12,11 +13,13 @@ namespace bytecomp::worker {
 absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
                             std::optional<proto::LocalCommunicator>* comm) {
   client.HeartbeatIfDue();
+  if (absl::Status heard = client.CheckSchedulerHeard(); !heard.ok()) return heard;
   for (int timeout = wait_ms;; timeout = 0) {
     absl::StatusOr<std::optional<proto::ControlMessage>> got = client.Receive(timeout);
     if (!got.ok()) return got.status();
     if (!got->has_value()) return absl::OkStatus();
     const proto::ControlMessage& m = **got;
+    if (m.has_heartbeat()) continue;  // the scheduler's: it is alive
     if (m.has_local_communicator() && comm != nullptr) {
       *comm = m.local_communicator();
     } else if (m.has_shutdown()) {
@@ -35,6 +38,7 @@ absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
 }
 
 absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t& context,
+                                                                 SocketSecurity& security,
                                                                  SchedulerClient& client,
                                                                  const proto::Topology& topology) {
   const int local_rank = topology.local_rank();
@@ -44,7 +48,9 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t&
   const int64_t deadline = MonotonicMs() + timeout_ms;
   auto tick = [&client]() { return ServeScheduler(client, 0, nullptr); };
   if (local_rank == 0) {
-    absl::StatusOr<std::unique_ptr<LoopbackReducer>> root = LoopbackReducer::Listen(context, local_size);
+    absl::StatusOr<std::unique_ptr<LoopbackReducer>> root = LoopbackReducer::Listen(
+        context, local_size, LocalReduceSocketLimits(WithClusterDefaults(topology.config())),
+        &security);
     if (!root.ok()) return root.status();
     proto::ControlMessage announce;
     announce.mutable_local_communicator()->set_kind("host");
@@ -70,17 +76,20 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t&
         "' local communicator; this worker reduces host memory ('host')"));
   }
   absl::StatusOr<std::unique_ptr<LoopbackReducer>> member = LoopbackReducer::Join(
-      context, comm->id(), local_rank, local_size, std::max<int64_t>(1, deadline - MonotonicMs()), tick);
+      context, comm->id(), local_rank, local_size, std::max<int64_t>(1, deadline - MonotonicMs()), tick,
+      LocalReduceSocketLimits(WithClusterDefaults(topology.config())), &security);
   if (!member.ok()) return member.status();
   (*member)->Start();
   return std::unique_ptr<LocalReducer>(std::move(*member));
 }
 
 absl::StatusOr<MachineReducers> ConnectMachineReducers(zmq::context_t& context,
+                                                      SocketSecurity& security,
                                                       SchedulerClient& client,
                                                       const proto::Topology& topology) {
   MachineReducers out;
-  absl::StatusOr<std::unique_ptr<LocalReducer>> host = ConnectHostReducer(context, client, topology);
+  absl::StatusOr<std::unique_ptr<LocalReducer>> host =
+      ConnectHostReducer(context, security, client, topology);
   if (!host.ok()) return host.status();
   out.host = *std::move(host);
   if (out.host == nullptr) return out;

@@ -23,6 +23,7 @@ absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
 // The host reducer: the local root listens and sends its endpoint to the scheduler, the other
 // local ranks wait for it and join (host_setup.cc).
 absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t& context,
+                                                                 SocketSecurity& security,
                                                                  SchedulerClient& client,
                                                                  const proto::Topology& topology);
 

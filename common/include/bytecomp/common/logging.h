@@ -1,7 +1,11 @@
-// Minimal leveled logging to stderr with the process's role and rank in every line.
+// Minimal leveled logging to stderr with the process's role and rank in every line:
+//   I 2026-11-23T16:38:42.147Z [server 1] serving data on tcp://10.0.0.2:41234 ...
+// (level, ISO 8601 UTC time with milliseconds, identity, message).
 // Abseil 2022-06 (Debian 12) has no absl/log, so this is ours.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -17,6 +21,16 @@ void SetLogIdentity(absl::string_view identity);
 LogLevel CurrentLogLevel();
 void SetLogLevel(LogLevel level);
 void LogLine(LogLevel level, absl::string_view message);
+// The timestamp format of log lines: "2026-11-23T16:38:42.147Z".
+std::string Iso8601Utc(std::chrono::system_clock::time_point when);
+
+// Sends libprotobuf's own log lines through LogLine as warnings: the first 20, then every
+// 1000th. A peer's message with a string field that is not UTF-8 makes libprotobuf log one
+// line per message, so without this a peer could flood a daemon's log. For the daemons'
+// main(); a library inside someone else's process leaves protobuf's logging to its host.
+void RouteProtobufLogs();
+// Lines libprotobuf logged since RouteProtobufLogs (printed or not).
+int64_t ProtobufLogLines();
 
 template <typename... Args>
 void LogAt(LogLevel level, const Args&... args) {

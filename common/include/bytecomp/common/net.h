@@ -4,6 +4,7 @@
 #include <string>
 #include "absl/strings/string_view.h"
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace bytecomp {
@@ -16,6 +17,8 @@ struct HostPort {
 // "host:port" or "tcp://host:port"; port in [1, 65535].
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
 std::string TcpEndpoint(absl::string_view host, int port);
+// OK when `host` (a name or an address) resolves; else Unavailable with the resolver's reason.
+absl::Status ResolveHost(const std::string& host);
 // The local IPv4 address the kernel would use to reach `remote_host` (no packet is sent),
 // so nodes advertise an address their peers can reach without naming an interface.
 absl::StatusOr<std::string> LocalAddressToward(const std::string& remote_host);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "control.pb.h"
 #include "data.pb.h"
 
@@ -30,6 +31,8 @@ struct TensorLayout {
   proto::DType dtype = proto::DTYPE_FLOAT32;
   int64_t partition_elements = 1;
   std::vector<int32_t> partition_server;  // server rank of each partition
+  // Elements per row of the tensor's matrix view (DeclareReply.row_elements); 0: flat.
+  int64_t row_elements = 0;
 
   int64_t num_partitions() const { return static_cast<int64_t>(partition_server.size()); }
   PartitionRange range(int64_t partition) const {
@@ -38,6 +41,16 @@ struct TensorLayout {
     return {offset, end - offset};
   }
 };
+
+// Whether `shape`'s dimensions are all >= 1 and multiply to `elements` (without overflow).
+inline bool ShapeHolds(absl::Span<const int64_t> shape, int64_t elements) {
+  int64_t product = 1;
+  for (int64_t d : shape) {
+    if (d < 1 || d > elements / product) return false;
+    product *= d;
+  }
+  return product == elements;
+}
 
 inline int64_t NumPartitions(int64_t element_count, int64_t partition_elements) {
   return (element_count + partition_elements - 1) / partition_elements;

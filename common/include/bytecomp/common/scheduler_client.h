@@ -1,11 +1,18 @@
-// A node's control connection to the scheduler: register, receive the topology, heartbeats.
+// A node's control connection to the scheduler: register, receive the topology, heartbeats
+// both ways. It draws the node's token (node_token.h), registers with it and puts it in every
+// later message; it keeps the time it last heard from the scheduler, so that its owner sees a
+// silent scheduler (SchedulerTimeoutMs) instead of waiting for it forever.
 // Owned by exactly one thread (the node's control thread), like its ZeroMQ socket.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bytecomp/common/clock_offset.h"
+#include "bytecomp/common/socket_security.h"
+#include "bytecomp/common/node_token.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "zmq.hpp"
@@ -14,10 +21,14 @@ namespace bytecomp {
 
 class SchedulerClient {
  public:
-  SchedulerClient(zmq::context_t& context, proto::ClusterConfig config);
+  // `security` (the cluster key, or none) secures the connection; it must outlive this.
+  SchedulerClient(zmq::context_t& context, proto::ClusterConfig config,
+                  const SocketSecurity& security);
 
   // Connects, registers and waits for the topology, at most connect_timeout_ms. The error
-  // names the scheduler address, or carries the scheduler's error reply.
+  // names the scheduler address (a host that does not resolve is said at once), or carries the
+  // scheduler's error reply. Without a cluster key a scheduler that is not on loopback is
+  // refused (unless allow_insecure).
   absl::StatusOr<proto::Topology> Register(proto::Role role, int requested_rank,
                                            const std::string& data_address);
   // Workers, before Register: the machine (empty: the hostname) and the local rank and size a
@@ -25,22 +36,46 @@ class SchedulerClient {
   void SetPlacement(std::string machine, std::optional<int> local_rank,
                     std::optional<int> local_size);
 
+  // Sends `message` with this node's token.
   absl::Status Send(const proto::ControlMessage& message);
-  // Sends a heartbeat when heartbeat_interval_ms passed since the last message sent.
+  // Sends a heartbeat (and a clock probe) when heartbeat_interval_ms passed since the last
+  // message sent.
   void HeartbeatIfDue();
-  // Receives one control message, waiting at most timeout_ms; nullopt on timeout.
+  // Receives one control message, waiting at most timeout_ms; nullopt on timeout. Clock
+  // replies are taken here (clock()) and read as nothing received.
   absl::StatusOr<std::optional<proto::ControlMessage>> Receive(int timeout_ms);
+  // OK while the scheduler was heard from (any message, its heartbeats included) within
+  // SchedulerTimeoutMs of now, counted from the topology; else Unavailable naming the
+  // scheduler and how long it has been silent.
+  absl::Status CheckSchedulerHeard() const;
+
+  // This node's token: every message it sends carries it, and a worker's pushes and pulls too.
+  const NodeToken& token() const { return token_; }
 
   zmq::socket_t& socket() { return socket_; }
   const proto::ClusterConfig& config() const { return config_; }
+  // This node's clock against the scheduler's, from the clock probes (timelines use it).
+  const ClockOffset& clock() const { return *clock_; }
+  // The same, shared with whoever outlives this client (a timeline keeps following it).
+  std::shared_ptr<const ClockOffset> shared_clock() const { return clock_; }
 
  private:
+  void SendClockProbe();
+
   proto::ClusterConfig config_;
+  const SocketSecurity& security_;
+  const NodeToken token_;
   zmq::socket_t socket_;
   std::string machine_;
   std::optional<int> local_rank_, local_size_;
   int64_t last_sent_ms_ = 0;
+  int64_t last_heard_ms_ = 0;  // 0: nothing yet
   uint64_t heartbeat_sequence_ = 0;
+  std::shared_ptr<ClockOffset> clock_ = std::make_shared<ClockOffset>();
+  static constexpr int kQuickClockProbes = 16;
+  static constexpr int64_t kClockProbeGapMs = 20;
+  int clock_probes_ = 0;
+  int64_t last_probe_ms_ = 0;
 };
 
 }  // namespace bytecomp

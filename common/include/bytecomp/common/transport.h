@@ -27,8 +27,8 @@ absl::Status SendFrames(zmq::socket_t& socket, std::vector<zmq::message_t>& fram
 absl::StatusOr<std::vector<zmq::message_t>> RecvFrames(
     zmq::socket_t& socket, std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
-// Socket options used everywhere: no linger on close, unbounded high-water marks (flow control
-// is the worker engine's job), and TCP keepalive.
+// Socket options used everywhere: no linger on close, ZeroMQ's default queue bounds (a socket
+// that faces a peer then gets its own limits, socket_limits.h), and TCP keepalive.
 void ConfigureSocket(zmq::socket_t& socket);
 // Binds to tcp://host:port (port 0: ephemeral) and returns the bound endpoint's port.
 absl::StatusOr<int> BindTcp(zmq::socket_t& socket, const std::string& host, int port);

@@ -46,7 +46,7 @@ CodecSpec ParameterlessSpec(std::string name, std::string summary) {
 // Registration hooks, one per family, called by CodecRegistry::Global() (BuildRegistry).
 void RegisterBasicCodecs(CodecRegistry& registry);         // none, fp16, bf16
 void RegisterSparsificationCodecs(CodecRegistry& registry); // topk, randomk, threshold, dgc, adaq,
-                                                            // blocksparse
+                                                            // blocksparse, artopk
 void RegisterQuantizationCodecs(CodecRegistry& registry);  // qsgd, terngrad, natural, u8bit,
                                                             // dithering, sketch, inceptionn
 void RegisterSignCodecs(CodecRegistry& registry);          // signsgd, efsignsgd, signum, onebit

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "bytecomp/common/glob.h"
 #include "bytecomp/compress/codec.h"
 #include "strategy.pb.h"
 
@@ -31,15 +32,28 @@ struct TensorPlan {
   proto::CodecConfig pull;  // empty name: one-way (the fp32 sum comes back)
   proto::Placement compress_on = proto::PLACEMENT_DEFAULT;
   proto::Placement decompress_on = proto::PLACEMENT_DEFAULT;
+  // The entry adapts its ratio (TensorStrategy.adaptive_ratio): the rounds of a measurement
+  // window the worker reports; 0: not adaptive.
+  uint32_t ratio_window_rounds = 0;
   bool compressed() const { return !push.name().empty() && push.name() != "none"; }
   bool two_way() const { return compressed() && !pull.name().empty() && pull.name() != "none"; }
 };
 
 // The first entry whose name_pattern matches (glob: * and ?); tensors under
-// min_compress_bytes stay raw unless the entry sets force.
+// min_compress_bytes stay raw unless the entry sets force. Two-way with the push codec as
+// pull codec and no pull memory: the pull gets the push's memory (and its params), so the
+// server's re-encode has the same error feedback; memory "none" in the pull codec opts out.
+// `row_elements` (TensorLayout.row_elements, 0: a flat tensor): codecs that work on a matrix
+// (a "cols" parameter: powersgd) get the layer's row length unless the entry sets "cols".
 TensorPlan PlanFor(const proto::Strategy& strategy, absl::string_view tensor_name,
-                   int64_t tensor_bytes);
-bool GlobMatch(absl::string_view pattern, absl::string_view name);
+                   int64_t tensor_bytes, int64_t row_elements = 0);
+using ::bytecomp::EntryFor;  // common/glob.h
+using ::bytecomp::GlobMatch;
+// An adaptive ratio with the defaults strategy.proto documents in place of its zeros.
+proto::AdaptiveRatio AdaptiveRatioWithDefaults(const proto::AdaptiveRatio& given);
+// The push codec's "ratio" (its default when the entry leaves it out); an error when the
+// codec has none.
+absl::StatusOr<double> PushRatio(const proto::TensorStrategy& entry);
 // Codec params of a CodecConfig as the registry takes them.
 CodecParams ParamsOf(const proto::CodecConfig& config);
 CodecParams MemoryParamsOf(const proto::CodecConfig& config);

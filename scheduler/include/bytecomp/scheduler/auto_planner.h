@@ -16,10 +16,27 @@ namespace bytecomp {
 
 struct AutoPlan {
   proto::Strategy strategy;
-  std::string summary;  // predicted iteration times and what was compressed, for the log
+  // Predicted iteration times, what was compressed, which codecs were not considered, the
+  // link fit and what the profiled rounds were bound by: for the log and the plan file.
+  std::string summary;
+  // Per tensor of at least min_compress_bytes: the option chosen, its loss class, its
+  // predicted saving, and why (planner/explain.h); the smaller ones counted.
+  std::string table;
+  // What was planned with (the merged, rounded profile; the cluster with the job's counts and
+  // the fitted links; the options): bytecomp-plan with these and the cost table gives the
+  // same plan.
+  proto::ModelProfile profile;
+  proto::ClusterDescription cluster;
+  proto::PlannerOptions options;
   double predicted_us = 0;  // the plan's predicted iteration
   double link_scale = 1;    // the link fit's fraction of the given bandwidth (1: none)
+  bool cpu_bound = false;   // the profiled rounds were CPU-bound (then the links are not fitted)
 };
+
+// Measured values to two significant digits (0.44, 9.4, 1200). Profiles and link probes vary
+// from run to run by more than the planner's tolerance; the same job on the same links then
+// gives the same plan unless a value moves across a rounding boundary.
+double TwoSignificantDigits(double x);
 
 // Where --strategy=auto takes the cluster's worker_link and server_link from
 // (--plan_links): kMeasured, the workers' link probes when at least one (worker, server) pair
@@ -32,7 +49,7 @@ absl::StatusOr<PlanLinks> ParsePlanLinks(absl::string_view text);
 // were used. From probes: each link's bandwidth is the slower of the median up and down
 // bandwidths; each link's latency is a quarter of the median small-probe round trip (the
 // planner adds worker_link and server_link latencies for one transfer, which takes half a
-// round trip).
+// round trip); both to two significant digits.
 std::string ChooseLinks(PlanLinks mode, const std::optional<MeasuredLinks>& measured,
                         proto::ClusterDescription* cluster);
 
@@ -51,20 +68,27 @@ struct AutoPlanJob {
   bool profiled_uncompressed = false;
 };
 
-// Merges the workers' profiles (worker 0's ready order, every tensor's gap averaged over the
-// workers, forward_us and measured_round_us the medians over workers), sets the cluster's
-// worker and server counts (and, hierarchical, machines) to the job's, and plans.
+// Merges the workers' profiles (worker 0's ready order; every tensor's gap, forward_us,
+// measured_round_us and the CPU use the medians over the workers, to two significant
+// digits), sets the cluster's worker and server counts (and, hierarchical, machines) to the
+// job's, and plans with `options` (PlannerOptions: codecs, max_loss, ...).
 //
-// Link fit: when the profiled rounds ran uncompressed (job.profiled_uncompressed) and took
-// longer than the model predicts for them, the links' bandwidth is scaled down (bisection,
-// to a tenth at most) until the model's uncompressed round matches the measured one, and the plan uses the
-// scaled links. Not when the model's round is mostly backward compute: the communication it
-// exposes beyond the compute must be at least a quarter of the measured excess over the
-// compute. Links carry less than a probe's lone transfer when every worker
-// sends at once (W-way incast, both directions full, a shared host's CPU). The summary says
-// what was fitted.
+// What bound the profiled rounds: CPU-bound when the host's CPUs were at least 85% busy
+// during them (ModelProfile.host_cpu_busy) or the worker processes used at least 85% of the
+// cores they may run on (measured_round_cpu_us over the round, cpu_cores); else
+// network-bound. The summary says which, or that the workers did not report it.
+//
+// Link fit: when the profiled rounds ran uncompressed (job.profiled_uncompressed), were not
+// CPU-bound, and took longer than the model predicts for them, the links' bandwidth is
+// scaled down (bisection, to a tenth at most; the scale to two significant digits) until the
+// model's uncompressed round matches the measured one, and the plan uses the scaled links.
+// Not when the model's round is mostly backward compute: the communication it exposes beyond
+// the compute must be at least a quarter of the measured excess over the compute. Links carry
+// less than a probe's lone transfer when every worker sends at once (W-way incast, both
+// directions full); a slow CPU is not a slow link. The summary says what was fitted.
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
                                           proto::ClusterDescription cluster,
-                                          const proto::CostTable& costs, const AutoPlanJob& job);
+                                          const proto::CostTable& costs, const AutoPlanJob& job,
+                                          const proto::PlannerOptions& options = {});
 
 }  // namespace bytecomp

@@ -7,6 +7,10 @@
 // declaration takes no tensor id. A worker that declares a decided tensor again (or late)
 // gets the decided reply, alone; a bad declaration (not a worker, empty name, unknown dtype,
 // no elements, a change of a worker's own declaration) gets an error reply, alone.
+// Bounds (common/declaration_limits.h): a name longer than max_tensor_name_bytes, or a new
+// name beyond max_tensors names, is refused alone and kept nowhere; a tensor that would take
+// the job beyond max_tensors, max_declared_bytes or kMaxJobPartitions fails for every worker,
+// before its partitions are placed.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +19,7 @@
 #include <set>
 #include <string>
 
+#include "bytecomp/common/declaration_limits.h"
 #include "bytecomp/scheduler/node_table.h"
 #include "bytecomp/scheduler/outbox.h"
 #include "bytecomp/scheduler/partition_assigner.h"
@@ -49,6 +54,7 @@ class Declarations {
   const proto::ClusterConfig& config_;
   const NodeTable& nodes_;
   PartitionAssigner assigner_;
+  DeclarationBudget budget_;  // the tensors decided ok
   std::map<std::string, Declaration> declarations_;  // by tensor name
   std::set<std::string> undecided_;                  // names still waiting for workers
   uint32_t next_tensor_id_ = 0;

@@ -3,10 +3,14 @@
 //
 // - Registration must complete within connect_timeout_ms of the start, else every node gets
 //   Shutdown naming the missing ranks (DeadlineExceeded).
-// - From the topology on, every node must be heard from (any message counts) within
-//   heartbeat_timeout_ms, else every other node gets NodeFailed{node, "missed heartbeats for
-//   5.0 s", data_address} for each silent one, then Shutdown (Unavailable). A worker that sent
-//   WorkerDone is no longer watched.
+// - From the topology on, every node must be heard from (any message with its token counts)
+//   within heartbeat_timeout_ms, else every other node gets NodeFailed{node, "missed heartbeats
+//   for 5.0 s", data_address} for each silent one, then Shutdown (Unavailable); the silent
+//   node itself gets a Shutdown saying it was declared failed, so that one that was only
+//   frozen (SIGSTOP) exits when it runs again. A worker that sent WorkerDone is no longer
+//   watched.
+// - The other way: every registered node gets a Heartbeat each heartbeat_interval_ms, so
+//   that nodes see a silent scheduler (ClusterConfig.scheduler_timeout_ms).
 // - WorkerDone from every worker: the servers get Shutdown{"every worker is done"} (OK; the
 //   workers are leaving already).
 // - Shutdown{reason} from a node: every other node gets Shutdown (Aborted).
@@ -45,6 +49,11 @@ class Liveness {
 
   // Ends the job when registration is late or a node went silent.
   void OnTime(int64_t now_ms, Outbox* out);
+  // A Heartbeat to every registered node when heartbeat_interval_ms passed since the last.
+  // Unlike OnTime it runs on every turn of the loop, also while messages keep arriving.
+  void SendHeartbeats(int64_t now_ms, Outbox* out);
+  // When SendHeartbeats has the next ones to send; nullopt before any node registered.
+  std::optional<int64_t> NextHeartbeat() const;
   // When OnTime has something to check next; nullopt when nothing is watched.
   std::optional<int64_t> NextDeadline() const;
 
@@ -60,6 +69,8 @@ class Liveness {
   const NodeTable& nodes_;
   int64_t start_ms_;
   bool monitoring_ = false;
+  int64_t next_heartbeat_ms_ = 0;
+  uint64_t heartbeat_sequence_ = 0;
   absl::flat_hash_map<std::string, int64_t> last_seen_ms_;  // by identity
   std::set<int> done_workers_;                              // ranks that sent WorkerDone
 };

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "bytecomp/common/node_token.h"
 #include "bytecomp/scheduler/local_groups.h"
 #include "control.pb.h"
 
@@ -27,6 +28,8 @@ struct RegisteredNode {
   std::string hostname;
   int pid = 0;
   MachineSlot slot;  // workers: machine and local rank/size asked for
+  // The token the node registered with: every later message from it must carry it.
+  NodeToken token;
 };
 
 class NodeTable {

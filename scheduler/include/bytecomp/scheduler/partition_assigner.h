@@ -34,8 +34,11 @@ class PartitionAssigner {
   static int64_t PartitionCount(int64_t element_count, int64_t partition_elements);
 
   // Validates the declaration (element_count >= 1, a known dtype, not too many partitions),
-  // then assigns every partition. On error nothing is assigned.
-  absl::StatusOr<PartitionAssignment> Assign(int64_t element_count, DType dtype);
+  // then assigns every partition. With `row_elements` > 0 (it divides element_count), a
+  // partition is a whole number of rows: partition_elements rounded down to a multiple of it,
+  // one row at least. On error nothing is assigned.
+  absl::StatusOr<PartitionAssignment> Assign(int64_t element_count, DType dtype,
+                                             int64_t row_elements = 0);
 
   // Bytes assigned to each server so far, indexed by server rank.
   const std::vector<int64_t>& bytes_per_server() const { return bytes_per_server_; }

@@ -9,16 +9,20 @@
 //
 // Protocol, as a node sees it (each part is one socket-free class, named in brackets):
 // - [Registration] Send Register{role, requested_rank (-1: any), data_address (servers),
-//   hostname, pid}. No acknowledgement: the answer is Topology once all W workers and S
-//   servers registered, or Error (rank taken or out of range, same connection registering
-//   twice, job full). Set a unique routing id on the DEALER (zmq::sockopt::routing_id) so
-//   that a TCP reconnect keeps the node's identity.
+//   hostname, pid, token (16 random bytes)}. No acknowledgement: the answer is Topology once
+//   all W workers and S servers registered (servers' lists every worker's token), or Error
+//   (no token, rank taken or out of range, same connection registering twice, job full). Set
+//   a unique routing id on the DEALER (zmq::sockopt::routing_id) so that a TCP reconnect
+//   keeps the node's identity. Every later message must carry the token (ControlMessage.
+//   token); one without it is refused with Error and does not count as a sign of life.
 // - [Liveness] Send Heartbeat every heartbeat_interval_ms from registration on (any message
 //   counts). Monitoring starts when the Topology is sent; a node silent for
 //   heartbeat_timeout_ms is failed: every other node gets NodeFailed{node, "missed
-//   heartbeats for 5.0 s", data_address}, then Shutdown{reason}, and the scheduler exits
-//   non-zero. Registration must complete within connect_timeout_ms, else every registered
-//   node gets Shutdown naming the missing ranks.
+//   heartbeats for 5.0 s", data_address}, then Shutdown{reason}, the failed node a Shutdown
+//   saying so, and the scheduler exits non-zero. Registration must complete within
+//   connect_timeout_ms, else every registered node gets Shutdown naming the missing ranks.
+//   The scheduler sends every registered node a Heartbeat each heartbeat_interval_ms: a node
+//   that hears nothing for scheduler_timeout_ms must stop, naming the scheduler.
 // - [Barriers] BarrierRequest{group "workers"|"servers"|"all", sequence} -> BarrierRelease{
 //   group, sequence} to every member once all members asked for that sequence.
 // - [Declarations] Workers: DeclareTensor{name, element_count, dtype} -> DeclareReply to
@@ -29,20 +33,24 @@
 //   server): kept, printed as one table once every worker reported, used by --strategy=auto.
 //   On SIGHUP (strategy file reloaded), or once every worker sent its ProfileReport under
 //   --strategy=auto: StrategyPrepare{version} to every worker; once all answered
-//   StrategyPrepareReply, StrategyCommit to every server, then every worker. From a server,
-//   LinkProbeReport or StrategyPrepareReply gets Error.
+//   StrategyPrepareReply, StrategyCommit to every server, then every worker (--strategy=auto
+//   writes that strategy to --plan_out and logs why each tensor got its option). From a
+//   server, LinkProbeReport, StrategyPrepareReply or RatioReport gets Error. Workers send a
+//   RatioReport per complete window of a tensor whose entry adapts its ratio; a change of the
+//   ratio is prepared and committed the same way (adaptive_ratio.h).
 // - [Registration, LocalRelay] Workers name their machine in Register (machine, default
 //   hostname; optional local rank and local size). Topology carries local_rank/local_size/
 //   local_root and the pushers. With config.hierarchical, a machine's local root sends
 //   LocalCommunicator{kind, id}, at most one of each kind ("host", and "nccl" when its local
 //   ranks have GPUs); the scheduler checks each and relays it to the machine's other local
 //   ranks (local_groups.h).
-// - [Liveness] Workers: WorkerDone when finished. Once all did, servers get Shutdown and the
-//   scheduler exits 0. Any node may send Shutdown{reason}: everyone else gets Shutdown, exit
-//   non-zero.
-// - A node must stop when it receives Shutdown. Malformed frames, messages before Register
-//   and messages the scheduler does not take get an Error reply; an Error is logged, never
-//   answered.
+// - [Liveness] Workers: WorkerDone when finished. Once all did, servers get Shutdown{
+//   job_done} and the scheduler exits 0. Any node may send Shutdown{reason} (with its token):
+//   everyone else gets Shutdown, exit non-zero.
+// - A node must stop when it receives Shutdown (non-zero unless job_done). Malformed frames,
+//   messages before Register, messages without the node's token, messages beyond the job's
+//   limits and messages the scheduler does not take get an Error reply; an Error is logged,
+//   never answered. Every refusal is counted and logged with a per-peer rate limit.
 #pragma once
 
 #include <atomic>
@@ -54,6 +62,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bytecomp/common/socket_security.h"
+#include "bytecomp/common/refusal_log.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/barriers.h"
 #include "bytecomp/scheduler/declarations.h"
@@ -69,11 +79,15 @@
 
 namespace bytecomp {
 
+class StatusService;  // src/status_service.h
+
 struct SchedulerOptions {
   // The effective configuration (defaults applied); Create validates it.
   proto::ClusterConfig config;
   // Interface to bind; the port comes from `port`, or from config.scheduler_address if < 0.
-  std::string bind_host = "0.0.0.0";
+  // Empty: every interface with a cluster key (config.key_file) or allow_insecure, else
+  // loopback; without either a host that is not loopback is refused (socket_security.h).
+  std::string bind_host;
   // -1: the port of config.scheduler_address; 0: an ephemeral port (tests); else this port.
   int port = -1;
   // On exit, how long queued messages (Shutdown, NodeFailed) may take to reach the nodes.
@@ -85,9 +99,17 @@ struct SchedulerOptions {
   bool auto_strategy = false;
   std::string plan_cluster_path;
   std::string plan_costs_path;
+  // PlannerOptions file (codecs, max_loss, the codecs accepted per tensor: allowed, ...);
+  // empty: the defaults.
+  std::string plan_options_path;
+  // Where the planned strategy is written (StrategyControl); empty: DefaultPlanOut().
+  std::string plan_out_path;
   int profile_rounds = 5;
   // Where the planned cluster's worker and server links come from (auto_planner.h).
   PlanLinks plan_links = PlanLinks::kMeasured;
+  // host:port of the status page and /metrics (empty: none). Binds loopback unless it names
+  // another address.
+  std::string http_address;
 };
 
 class Scheduler {
@@ -117,13 +139,16 @@ class Scheduler {
   void StopForSignal(int signal_number);
   // Async-signal-safe (SIGHUP): ask Run to reload the strategy file. The job goes on.
   void RequestReload();
+  // The status page's URL ("http://127.0.0.1:PORT"); empty without options.http_address.
+  std::string status_url() const;
   // The signal passed to StopForSignal, or 0.
   int stop_signal() const { return stop_signal_.load(); }
 
  private:
   Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> context,
-            std::unique_ptr<zmq::socket_t> socket, int port, StrategyKeeper strategy,
-            std::optional<AutoPlanInputs> auto_plan, int64_t start_ms);
+            std::unique_ptr<SocketSecurity> security, std::unique_ptr<zmq::socket_t> socket,
+            int port, StrategyKeeper strategy, std::optional<AutoPlanInputs> auto_plan,
+            int64_t start_ms);
 
   // One message from the ROUTER, [identity, ControlMessage]: parsed, then Register to
   // Registration, anything else from a registered node to Dispatch.
@@ -136,11 +161,12 @@ class Scheduler {
   // Sends what the protocols appended, logs the refusals, and records the end of the job.
   void Deliver(const Outbox& out);
   void Send(const std::string& identity, const proto::ControlMessage& message);
-  void LogBadMessage(const std::string& what);
 
   SchedulerOptions options_;
   const proto::ClusterConfig& config_;
   std::unique_ptr<zmq::context_t> context_;
+  // The cluster key's CURVE and ZAP handler: after the context, before the socket it guards.
+  std::unique_ptr<SocketSecurity> security_;
   std::unique_ptr<zmq::socket_t> socket_;
   int port_;
 
@@ -161,8 +187,11 @@ class Scheduler {
   LocalRelay local_relay_;
   Liveness liveness_;
 
-  int64_t bad_messages_ = 0;  // malformed, unexpected or unregistered messages, refusals
+  // Malformed, unexpected, unauthenticated or out-of-bounds messages: counted, logged with a
+  // per-peer rate limit, summed up when Run returns.
+  RefusalLog refusals_;
   std::optional<absl::Status> final_status_;
+  std::unique_ptr<StatusService> status_;  // with options.http_address
 };
 
 }  // namespace bytecomp

@@ -5,6 +5,15 @@
 // server and then every worker gets StrategyCommit{strategy, first_round}. A file that does
 // not load or validate is logged and the strategy in force stays.
 //
+// Also the adaptive ratio: the workers' RatioReports go to AdaptiveRatioControl
+// (adaptive_ratio.h), whose changes are prepared and committed as any other update, one at a
+// time, each logged with its reason.
+//
+// --strategy=auto writes the strategy it switches to, as committed, to a file (AutoPlanInputs
+// .plan_out) with the plan's summary and per-tensor table as comments, and logs the path, the
+// summary and the table; `--strategy=FILE` runs that plan again. Beside it, what was planned
+// with (FILE.profile.pbtxt, FILE.cluster.pbtxt, FILE.options.pbtxt), for bytecomp-plan.
+//
 // Also the workers' LinkProbeReports (sent once at start): kept, printed as one table once
 // every worker reported, and used by --strategy=auto's plan. Prepare replies and link probe
 // reports from a server are answered with an Error.
@@ -15,6 +24,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bytecomp/scheduler/adaptive_ratio.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/link_book.h"
 #include "bytecomp/scheduler/node_table.h"
@@ -26,17 +36,25 @@
 
 namespace bytecomp {
 
-// What --strategy=auto plans with.
+// What --strategy=auto plans with, and where the plan goes.
 struct AutoPlanInputs {
   proto::ClusterDescription cluster;
   proto::CostTable costs;
+  proto::PlannerOptions options;
   PlanLinks links = PlanLinks::kMeasured;
+  // The strategy file the plan is written to (empty: not written).
+  std::string plan_out;
 };
 
-// Reads the --plan_cluster and --plan_costs files; the error names what is missing or wrong.
+// Reads the --plan_cluster and --plan_costs files and, when given, the --plan_options file;
+// the error names what is missing or wrong.
 absl::StatusOr<AutoPlanInputs> LoadAutoPlanInputs(const std::string& cluster_path,
                                                   const std::string& costs_path,
+                                                  const std::string& options_path,
                                                   PlanLinks links);
+
+// The default --plan_out: $TMPDIR (else /tmp)/bytecomp-auto-strategy-<pid>.pbtxt.
+std::string DefaultPlanOut();
 
 class StrategyControl {
  public:
@@ -47,6 +65,8 @@ class StrategyControl {
   // The strategy in force and the file it came from (Registration sends it in the topology).
   const StrategyKeeper& keeper() const { return keeper_; }
   const LinkBook& links() const { return links_; }
+  // --strategy=auto: the plan's predicted iteration, once planned.
+  std::optional<double> predicted_us() const { return predicted_us_; }
 
   // SIGHUP: re-read the strategy file and prepare every worker for it.
   void Reload(Outbox* out);
@@ -58,10 +78,16 @@ class StrategyControl {
                            Outbox* out);
   void HandleLinkProbeReport(const RegisteredNode& node, const proto::LinkProbeReport& report,
                              Outbox* out);
+  // A worker's measurements of a window of an adaptive-ratio tensor; the policy may change the
+  // entry's ratio (adaptive_ratio.h).
+  void HandleRatioReport(const RegisteredNode& node, const proto::RatioReport& report,
+                         Outbox* out);
 
  private:
   void Prepare(const proto::ControlMessage& prepare, Outbox* out);
   void Plan(Outbox* out);
+  // Writes the committed plan to auto_plan_->plan_out and logs where.
+  void WritePlan(const proto::Strategy& committed);
 
   const proto::ClusterConfig& config_;
   const NodeTable& nodes_;
@@ -69,7 +95,12 @@ class StrategyControl {
   std::optional<AutoPlanInputs> auto_plan_;
   std::map<int, proto::ModelProfile> profiles_;  // by worker rank
   bool planned_ = false;
+  // The plan being switched to (for WritePlan).
+  uint64_t plan_version_ = 0;
+  std::optional<AutoPlan> plan_;
+  std::optional<double> predicted_us_;
   LinkBook links_;
+  AdaptiveRatioControl adaptive_;
 };
 
 }  // namespace bytecomp

@@ -1,6 +1,7 @@
 // What the scheduler told a server: the declared tensors and the strategy versions. The I/O
 // thread validates requests against its copy; each key shard keeps its own copy, updated in
-// order with the requests it is handed, so no lock is shared.
+// order with the requests it is handed, so no lock is shared. A declaration beyond the job's
+// limits (declaration_limits.h) is refused before anything is allocated for it.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "bytecomp/common/config.h"
+#include "bytecomp/common/declaration_limits.h"
 #include "bytecomp/common/partition.h"
 #include "bytecomp/compress/strategy.h"
 #include "control.pb.h"
@@ -22,7 +25,9 @@ struct DeclaredTensor {
 
 class Catalog {
  public:
-  explicit Catalog(int num_servers) : num_servers_(num_servers) {}
+  // `config`: the job's (its declaration limits; defaults applied).
+  explicit Catalog(int num_servers, const proto::ClusterConfig& config = WithClusterDefaults({}))
+      : num_servers_(num_servers), budget_(config) {}
 
   absl::Status AddTensor(const proto::DeclareReply& declared);
   absl::Status AddStrategy(const proto::Strategy& strategy);
@@ -35,6 +40,7 @@ class Catalog {
 
  private:
   int num_servers_;
+  DeclarationBudget budget_;
   absl::flat_hash_map<uint32_t, DeclaredTensor> tensors_;
   compress::StrategyHistory history_;
 };

@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "bytecomp/server/catalog.h"
 #include "bytecomp/server/key_store.h"
+#include "bytecomp/server/server_job.h"
 #include "zmq.hpp"
 
 namespace bytecomp::server {
@@ -44,8 +45,7 @@ size_t ShardOf(uint64_t key, size_t num_shards);
 
 class KeyShard {
  public:
-  // `pushers` as KeyStore takes them.
-  KeyShard(int index, int my_rank, int num_workers, int num_servers, std::vector<int> pushers);
+  KeyShard(int index, const ServerJob& job);
   KeyShard(const KeyShard&) = delete;
   KeyShard& operator=(const KeyShard&) = delete;
 
@@ -53,11 +53,16 @@ class KeyShard {
   // kStop (the thread then ends). A message that is none of the above is dropped, logged.
   bool Handle(std::vector<zmq::message_t> message, std::vector<OutgoingReply>* out);
 
-  // "key shard I stops after R rounds on K keys; pushes by worker: 0=N 1=M" (the per-worker
-  // push counts show who pushed: one local root per machine when hierarchical).
+  // "key shard I stops after R rounds on K keys, refused F requests; pushes by worker: 0=N 1=M"
+  // (the per-worker push counts show who pushed: one local root per machine when
+  // hierarchical).
   std::string Summary() const;
 
   const KeyStore& store() const { return store_; }
+  // Before the shard's thread starts: KeyStore::Observe.
+  void Observe(telemetry::Timeline* timeline, telemetry::NodeMetrics* metrics) {
+    store_.Observe(timeline, metrics);
+  }
 
  private:
   int index_;

@@ -8,7 +8,9 @@
 // machine's local root in a hierarchical job), the sum becomes the key's
 // ready round (re-encoded with the pull codec for two-way compression) and the next round
 // starts. A worker pushes round r+1 only after it pulled round r, so two buffers per key
-// (accumulating, ready) suffice; a pull for the accumulating round is held until it completes.
+// (accumulating, ready) suffice; a pull for the accumulating round is held until it completes,
+// at most one per worker and key. An error reply names the request's round, never the key's
+// (which round the key is at is the other workers' business).
 // A push carrying an error (an abort: the worker could not encode) completes the round with
 // that error for every worker, so no one waits for a push that will never come.
 // blocksparse sums block-sparse (its aggregator), and its pulls get the block-sparse sum in its
@@ -23,6 +25,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "bytecomp/compress.h"
 #include "bytecomp/server/catalog.h"
+#include "bytecomp/telemetry/metrics.h"
+#include "bytecomp/telemetry/timeline.h"
 #include "data.pb.h"
 #include "zmq.hpp"
 
@@ -48,8 +52,17 @@ class KeyStore {
   // Answers every held pull with an error (a node failed, or shutdown).
   void FailHeldPulls(const std::string& reason, std::vector<OutgoingReply>* out);
 
+  // Counts bytes in and out and round times into `metrics`, and writes each round's summing
+  // to `timeline` (either may be null).
+  void Observe(telemetry::Timeline* timeline, telemetry::NodeMetrics* metrics) {
+    timeline_ = timeline;
+    metrics_ = metrics;
+  }
+
   size_t num_keys() const { return keys_.size(); }
   uint64_t rounds_completed() const { return rounds_completed_; }
+  // Requests refused here (wrong round, a second push or held pull, mixed versions).
+  uint64_t refused() const { return refused_; }
   // Pushes accepted, by worker rank (index).
   const std::vector<int64_t>& pushes_by_worker() const { return pushes_by_worker_; }
 
@@ -92,6 +105,7 @@ class KeyStore {
     std::string ready_codec;        // codec of the ready payload ("" raw or fp32 sum)
     zmq::message_t ready;           // the sum, shared by every pull reply
     std::vector<HeldPull> held;
+    int64_t first_push_us = 0;      // wall clock; with metrics or a timeline
   };
 
   void Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
@@ -108,6 +122,9 @@ class KeyStore {
                       proto::DataOp op);
   OutgoingReply Error(zmq::message_t identity, const proto::DataHeader& request,
                       std::string message);
+  // An error reply to a request refused here, counted.
+  void Refuse(zmq::message_t identity, const proto::DataHeader& request, std::string message,
+              std::vector<OutgoingReply>* out);
   compress::CodecContext ContextOf(const proto::DataHeader& h, uint32_t node) const;
 
   int my_rank_;
@@ -116,7 +133,10 @@ class KeyStore {
   std::vector<int64_t> pushes_by_worker_;
   const Catalog& catalog_;
   uint64_t rounds_completed_ = 0;
+  uint64_t refused_ = 0;
   absl::flat_hash_map<uint64_t, KeyState> keys_;
+  telemetry::Timeline* timeline_ = nullptr;
+  telemetry::NodeMetrics* metrics_ = nullptr;
 };
 
 }  // namespace bytecomp::server

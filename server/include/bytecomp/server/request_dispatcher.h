@@ -11,6 +11,8 @@
 //     kStop are forwarded to every shard.
 #pragma once
 
+#include "bytecomp/telemetry/metrics.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -18,8 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include "bytecomp/common/refusal_log.h"
 #include "bytecomp/server/bandwidth_turn.h"
 #include "bytecomp/server/request_validator.h"
+#include "bytecomp/server/server_job.h"
 #include "data.pb.h"
 #include "zmq.hpp"
 
@@ -40,9 +44,8 @@ struct DispatchOutbox {
 
 class RequestDispatcher {
  public:
-  // `pushers`: as RequestValidator takes them; num_shards > 0.
-  RequestDispatcher(int my_rank, int num_workers, int num_servers, size_t num_shards,
-                    std::vector<int> pushers);
+  // num_shards > 0.
+  RequestDispatcher(const ServerJob& job, size_t num_shards);
 
   // A message from the ROUTER socket at now_ms.
   void HandleRequest(std::vector<zmq::message_t> frames, int64_t now_ms, DispatchOutbox* out);
@@ -51,9 +54,17 @@ class RequestDispatcher {
   // Validates, and so routes or refuses, requests parked longer than kUndeclaredGraceMs.
   void ExpireParked(int64_t now_ms, DispatchOutbox* out);
 
+  // Counts refusals by reason, and the parked requests, into `metrics` (null: none).
+  void Observe(telemetry::NodeMetrics* metrics);
+
   size_t parked() const { return parked_.size(); }
   uint64_t requests() const { return requests_; }
   uint64_t rejected() const { return rejected_; }
+  // Requests refused because they did not carry the token of the worker they named.
+  uint64_t rejected_without_token() const { return rejected_without_token_; }
+  // "served N requests; rejected M (K without the sender's token); refused ... from P peers
+  // (L log lines held back)", for the log at exit.
+  std::string Summary() const;
 
  private:
   struct Parked {
@@ -67,8 +78,9 @@ class RequestDispatcher {
                 int64_t now_ms, DispatchOutbox* out);
   void AnswerProbe(zmq::message_t& identity, const proto::DataHeader& request,
                    size_t payload_size, bool has_payload, int64_t now_ms, DispatchOutbox* out);
+  // `reason`: the metrics' label, a fixed word for the kind of refusal.
   void Reject(zmq::message_t& identity, const proto::DataHeader& request, const std::string& why,
-              DispatchOutbox* out);
+              int64_t now_ms, DispatchOutbox* out, const char* reason = "invalid request");
   void ToEveryShard(const std::vector<zmq::message_t>& message, DispatchOutbox* out) const;
 
   int my_rank_;
@@ -76,8 +88,12 @@ class RequestDispatcher {
   RequestValidator validator_;
   BandwidthTurn bandwidth_turn_;
   std::deque<Parked> parked_;
+  RefusalLog refusals_;
   uint64_t requests_ = 0;
   uint64_t rejected_ = 0;
+  telemetry::NodeMetrics* metrics_ = nullptr;
+  prometheus::Gauge* parked_gauge_ = nullptr;
+  uint64_t rejected_without_token_ = 0;
 };
 
 }  // namespace bytecomp::server

@@ -9,26 +9,32 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "bytecomp/common/node_token.h"
 #include "bytecomp/server/catalog.h"
+#include "bytecomp/server/server_job.h"
 #include "data.pb.h"
 
 namespace bytecomp::server {
 
 class RequestValidator {
  public:
-  // `pushers`: the worker ranks allowed to push (Topology.pushers; empty: every worker).
-  RequestValidator(int my_rank, int num_workers, int num_servers, std::vector<int> pushers = {})
-      : my_rank_(my_rank), num_workers_(num_workers), pushers_(std::move(pushers)),
-        catalog_(num_servers) {}
+  explicit RequestValidator(const ServerJob& job)
+      : my_rank_(job.my_rank), num_workers_(job.num_workers), pushers_(job.pushers),
+        worker_tokens_(job.worker_tokens), catalog_(job.num_servers, job.config) {}
 
   Catalog& catalog() { return catalog_; }
+
+  // Who sent a PUSH or PULL, checked before anything else about it (before it may wait for a
+  // declaration): the op, a worker rank in `sender`, and that worker's token (compared in
+  // constant time). PermissionDenied for a missing or wrong token: a connection pushes and
+  // pulls only as the rank the scheduler gave its node.
+  absl::Status CheckSender(const proto::DataHeader& header) const;
 
   // The request names a tensor or strategy version this server has not heard of yet (the
   // worker may learn of it a moment earlier): the caller parks it for a while.
   bool AwaitsDeclaration(const proto::DataHeader& header) const;
 
-  // OK if the request may be handed to the key's shard: op is PUSH or PULL, the sender is a
-  // worker rank, the key is declared and owned by this server, element count and dtype match
+  // OK if the request may be handed to the key's shard: CheckSender, the key is declared and owned by this server, element count and dtype match
   // the declaration, the codec is the one the tensor's strategy version names, and the payload
   // has exactly the raw size (uncompressed) or at most the codec's bound (compressed); a PULL
   // or an abort (a PUSH carrying an error) has no payload. The error says which field is wrong.
@@ -50,6 +56,7 @@ class RequestValidator {
   int my_rank_;
   int num_workers_;
   std::vector<int> pushers_;
+  std::vector<NodeToken> worker_tokens_;  // by worker rank
   Catalog catalog_;
   absl::flat_hash_map<std::pair<uint64_t, int64_t>, size_t> max_bytes_;  // (version, n)
 };

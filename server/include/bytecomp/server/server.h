@@ -24,8 +24,12 @@ namespace bytecomp::server {
 struct ServerOptions {
   proto::ClusterConfig config;
   int requested_rank = -1;
-  std::string bind_host = "0.0.0.0";
+  // Empty: every interface with a cluster key (config.key_file) or allow_insecure, else
+  // loopback; without either a host that is not loopback is refused (socket_security.h).
+  std::string bind_host;
   int port = 0;  // 0: ephemeral
+  // host:port of /metrics (empty: none); read-only, on threads of its own.
+  std::string http_address;
 };
 
 class AggregationServer {

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "data.pb.h"
 
 namespace bytecomp::worker {
@@ -46,6 +47,9 @@ struct EngineInfo {
   int local_size = 1;
   int num_servers = 0;
   int64_t partition_bytes = 0;
+  // How long a wait without a time limit of its own (timeout_ms < 0) waits:
+  // ClusterConfig.push_pull_timeout_ms, or this worker's BYTECOMP_PUSH_PULL_TIMEOUT_MS.
+  int64_t wait_timeout_ms = 0;
 };
 
 // Bytes moved by this worker, compressed (on the wire) and uncompressed (what they stand for).
@@ -65,16 +69,18 @@ class WorkerEngine {
   virtual ~WorkerEngine() = default;
 
   virtual const EngineInfo& info() const = 0;
+  // `shape`: optional (empty: flat); its dimensions multiply to element_count.
   virtual absl::Status Declare(const std::string& name, int64_t element_count,
-                               proto::DType dtype) = 0;
+                               proto::DType dtype, absl::Span<const int64_t> shape = {}) = 0;
   // Starts the push_pull; returns its handle.
   virtual absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) = 0;
   // true when done; an error if the operation failed (or the handle is unknown).
   virtual absl::StatusOr<bool> Poll(int64_t handle) = 0;
   // OK, DeadlineExceeded on timeout (the operation goes on), or the operation's error.
-  // A completed handle is released.
+  // A completed handle is released. timeout_ms < 0: info().wait_timeout_ms.
   virtual absl::Status Wait(int64_t handle, int64_t timeout_ms) = 0;
   virtual absl::Status Release(int64_t handle) = 0;
+  // timeout_ms < 0: info().wait_timeout_ms.
   virtual absl::Status Barrier(int64_t timeout_ms) = 0;
   // The optimiser's current learning rate, for codecs that need it (efsignsgd).
   virtual void SetLearningRate(double learning_rate) = 0;

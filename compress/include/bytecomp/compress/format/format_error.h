@@ -62,6 +62,9 @@ enum class FormatErrorCode : uint32_t {
   kBlockSparseSize,         // a bytes for b blocks (expected c, or d with the short last block)
   kBitmapPadding,           // bitmap bits from block a on are not zero
   kBitmapCount,             // bitmap marks a blocks, the header says b
+  // Two-round stages (artopk_format.h).
+  kWrongStage,              // stage a payload, expected stage b
+  kCandidateFields,         // candidate flag a, index encoding b, width c, index_bytes d: not a candidate's nor an empty push's
 };
 
 // The header values that kHeaderValueNotFinite / kHeaderValueNegative name (their a).

@@ -26,11 +26,20 @@ struct CalibrationOptions {
 // Measures encode (with the entry's memory, as the engine runs it) and decode (into the
 // caller's tensor) time against size on one CPU thread, the server's aggregation per push and
 // per round (not for two-round codecs), the host's fp32 summing and copy speeds, and the
-// compressed size
-// (ratio and overhead fitted on the two largest sizes), for every codec of `template_table`
-// (name, params and memory kept; its GPU costs copied unmeasured) or, when it has no
-// codecs, for every codec of the registry except "none" with default parameters.
-// summable and reencodable come from the codec's properties (not two-round, not a vote).
+// compressed size at every size (`sizes`, the mean over the slots' payloads: packed indices
+// depend on the data; ratio and overhead fitted on the two largest), for every codec of
+// `template_table` (name, params and memory kept; its GPU costs copied unmeasured) or, when
+// it has no codecs, for every codec of the registry except "none" with default parameters.
+// Two-round codecs that exchange twice through the servers' sum (powersgd) are timed as the
+// engine runs them: encode = compensate and the first payload, between_rounds = the second
+// payload, the codec's own approximation and the memory's update, decode = the decoded sum;
+// their sizes are both payloads together. artopk (EXCHANGE_SUMMED_INDICES, not two_round in
+// the cost table: its exchange models both stages) is timed through its single payload,
+// topk's message, its encode the chooser's work (top-k selection with the memory).
+// summable, reencodable and two_round come from the codec's properties (reencodable: not
+// two-round, not a vote); loss is the template's, else LossOf's; kept_fraction from the ratio
+// of sparse codecs and artopk, union_pull for sparse ones with a ratio, exchange by name
+// (artopk: EXCHANGE_SUMMED_INDICES, blocksparse: EXCHANGE_BLOCK_SPARSE).
 // Template codecs the registry does not know are left out and named in the table's source;
 // invalid parameters are an error.
 absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& template_table,

@@ -31,6 +31,7 @@ struct TensorOption {
   int16_t codec = -1;               // index into the cost table; -1: uncompressed
   Where encode_on = Where::kNone;   // where the worker encodes pushes
   bool two_way = false;             // server re-encodes the sum for pulls
+  bool union_pull = false;          // two-way as the servers' sparse union (gather style)
   Where decode_on = Where::kNone;   // where the worker decodes pulls (two-way only)
   bool hierarchical = false;        // NCCL reduce inside the machine first
   int32_t partitions = 1;           // parts of equal size, each its own key
@@ -50,7 +51,9 @@ enum StageKind : uint8_t {
 };
 const char* StageKindName(int kind);
 
-inline constexpr int kMaxStages = 12;
+// The most stages an option has: a two-round codec or artopk's two exchanges, hierarchical,
+// on a GPU, on a shared host, colocated servers (pushes and pulls on both directions of the NIC).
+inline constexpr int kMaxStages = 24;
 
 // What an option costs: the stages of each of its (identical) partitions, and the total work
 // it puts on each resource (used for lower bounds).
@@ -66,12 +69,37 @@ struct OptionCost {
   double chain_us = 0;
 };
 
+// The codec's LossClass: the table's, else from its name and memory: none lossless; fp16 and
+// bf16 rounding; blocksparse and threshold with threshold 0 (they drop only zeros:
+// allowed_codecs.h, IsLossless) lossless; randomk, and any other codec without an
+// error-feedback memory, high; the rest compensated.
+proto::LossClass LossOf(const proto::CodecCost& codec);
+const char* LossName(proto::LossClass loss);  // "compensated"
+
+// Whether the planner may give `tensor` this codec: named by options.codecs (when not empty),
+// no lossier than options.max_loss (defaults applied) and, when an entry of options.allowed
+// matches the tensor, no lossier than a codec it lists (allowed_codecs.h: CodecAllowedBy).
+// The one place that decides which codecs a tensor may use.
+bool CodecAllowed(const proto::CodecCost& codec, const proto::TensorProfile& tensor,
+                  const proto::PlannerOptions& options);
+
+// The codec's compressed size for an input of `bytes`: its measured sizes where the table has
+// them, else ratio * bytes + overhead_bytes; never more than `bytes`.
+double CompressedBytes(const proto::CodecCost& codec, double bytes);
+
 // The tensor's pruned option list. Pruning rules (each returns fewer, never invalid, leaves):
 //  - tensors under min_compress_bytes, or with no usable codec, have only "uncompressed";
 //  - a codec is usable only if the cost table gives it CPU costs (the server decodes and
-//    re-encodes on its CPU) and it is allowed by options.codecs;
+//    re-encodes on its CPU) and CodecAllowed;
 //  - GPU encode/decode needs GPUs in the cluster and GPU costs for the codec, CPU needs a pool;
-//  - two-way needs a re-encodable codec; decode placement exists only for two-way;
+//  - two-way needs a re-encodable codec; decode placement exists only for two-way; a
+//    two-round codec (powersgd) pulls compressed factors by itself and decodes where it
+//    encoded;
+//  - codecs whose pushes are sparse (union_pull) also get the servers' sparse union for pulls
+//    (decoded on the CPU); artopk (two exchanges) and blocksparse (the pull is block-sparse
+//    already) get one-way options only;
+//  - two-way re-encoding only where the tensor's allowance (PlannerOptions.allowed) says so
+//    (allowed_codecs.h: TwoWayAllowed);
 //  - hierarchical needs several GPUs per machine; with options.hierarchical_only every option
 //    is hierarchical (when a machine has several workers, GPUs or not);
 //  - partition counts are deduplicated, at most one per element, 1 for tiny tensors.
@@ -85,7 +113,7 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
                   const proto::ClusterDescription& cluster, const proto::CostTable& costs);
 
 int64_t TensorBytes(const proto::TensorProfile& tensor);
-// "none", "topk(GPU,2-way:GPU)", "fp16(CPU,1-way,hier,p4)".
+// "none", "topk(GPU,2-way:GPU)", "fp16(CPU,1-way,hier,p4)", "topk(CPU,union:CPU)".
 std::string DescribeOption(const TensorOption& option, const proto::CostTable& costs);
 
 }  // namespace bytecomp::planner

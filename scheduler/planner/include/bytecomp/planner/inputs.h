@@ -2,6 +2,7 @@
 // Loading is strict: syntax errors and invalid values name file:line:field.
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "absl/status/status.h"
@@ -36,5 +37,25 @@ proto::PlannerOptions WithDefaults(proto::PlannerOptions options);
 // segment extended; a single point scales linearly from the origin.
 double InterpolateCost(const google::protobuf::RepeatedPtrField<proto::CostPoint>& points,
                        double bytes);
+
+// The same over any points with bytes() and `value(point)`; below the first point, its value
+// kept (`scale_below_first` false) or scaled down in proportion to bytes (true). 0 without
+// points.
+template <typename Points, typename Value>
+double InterpolatePoints(const Points& points, double bytes, Value value,
+                         bool scale_below_first) {
+  if (points.empty()) return 0;
+  const auto at = [&](int i) { return static_cast<double>(value(points[i])); };
+  if (points.size() == 1) return at(0) * bytes / static_cast<double>(points[0].bytes());
+  int hi = 1;
+  while (hi + 1 < points.size() && points[hi].bytes() < bytes) ++hi;
+  const double a_bytes = static_cast<double>(points[hi - 1].bytes());
+  if (bytes < a_bytes && hi == 1) {
+    return std::max(0.0, scale_below_first ? at(0) * bytes / a_bytes : at(0));
+  }
+  const double slope =
+      (at(hi) - at(hi - 1)) / (static_cast<double>(points[hi].bytes()) - a_bytes);
+  return std::max(0.0, at(hi - 1) + slope * (bytes - a_bytes));
+}
 
 }  // namespace bytecomp::planner

@@ -55,8 +55,15 @@ struct PlanResult {
   double planning_ms = 0;
 };
 
-// The ByteComp decision algorithm.
+// The ByteComp decision algorithm, then PreferLessLoss (unless options.skip_less_loss).
 PlanResult PlanByteComp(const PreparedProblem& problem);
+
+// Gives compressed tensors less lossy options (LossOf: uncompressed first, then another codec
+// of a lower class in the same placement) while the iteration stays within
+// min_relative_gain of `choice`'s: the lossiest tensors first, and among them the smallest. A
+// codec's gain must pay for its loss; a plan within the tolerance of the fastest is as good a
+// prediction (the model's own error is larger).
+std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int> choice);
 // Exhaustive search (branch and bound over backprop order); exact under the model. Returns
 // an error when the number of combinations exceeds `max_combinations`.
 absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem,
@@ -70,5 +77,13 @@ std::vector<int> CompressEverythingChoice(const PreparedProblem& problem,
 
 // The Strategy for a choice: one entry per tensor, by exact name.
 proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int>& choice);
+
+// The reverse: the option a Strategy gives each tensor (its first matching entry's codec by
+// name and parameters, placements, one-way, two-way or the servers' union, hierarchical,
+// partition size), so that it can be simulated. An error names a tensor whose codec is not in
+// the cost table or whose option the tree does not offer (Prepare with keep_dominated, so
+// that no option was dropped).
+absl::StatusOr<std::vector<int>> ChoiceOf(const PreparedProblem& problem,
+                                          const proto::Strategy& strategy);
 
 }  // namespace bytecomp::planner

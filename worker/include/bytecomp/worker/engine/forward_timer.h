@@ -5,6 +5,10 @@
 // r's backward pass (its first push_pull call), median over rounds 1..N. It holds whatever the
 // training loop does in between: the optimizer step, the forward pass, the backward pass up to
 // the first gradient. A round that starts before the previous one ended counts as 0.
+//
+// It also keeps what the CPUs did during each round (its first push_pull call to its last
+// completion), so that the scheduler's link fit can tell rounds slowed by the CPU from rounds
+// slowed by the network (ModelProfile.measured_round_cpu_us, host_cpu_busy, cpu_cores).
 #pragma once
 
 #include <cstdint>
@@ -12,24 +16,44 @@
 
 namespace bytecomp::worker {
 
+// The CPU counters at one moment (Linux; zeros elsewhere).
+struct CpuSample {
+  double process_us = 0;          // this process's CPU time, every thread
+  uint64_t host_busy_ticks = 0;   // /proc/stat: every CPU's time not idle (nor waiting on I/O)
+  uint64_t host_total_ticks = 0;  // /proc/stat: every CPU's time
+};
+CpuSample SampleCpu();
+// The CPUs this process may run on (its affinity mask); 0 when unknown.
+int CpuCores();
+
 class ForwardTimer {
  public:
   explicit ForwardTimer(int rounds) : rounds_(rounds) {}
 
   // A push_pull of `round` (the tensor's call count, from 0) was called at time_us.
-  void Started(int64_t round, int64_t time_us);
+  void Started(int64_t round, int64_t time_us, const CpuSample& cpu = {});
   // A push_pull of `round` completed at time_us.
-  void Done(int64_t round, int64_t time_us);
+  void Done(int64_t round, int64_t time_us, const CpuSample& cpu = {});
   // Median over rounds 1..N with both ends known; 0 when there is none.
   double MedianUs() const;
   // Median over rounds 1..N of the round itself: its first push_pull call to its last
   // completion (ModelProfile.measured_round_us); 0 when no round has both.
   double RoundMedianUs() const;
+  // Medians over the same rounds of the process's CPU time in them, and of the fraction of
+  // the host's CPU time that was busy; 0 when not sampled.
+  double RoundCpuMedianUs() const;
+  double HostBusyMedian() const;
+
+  // One end of a round: when, and the CPU counters then.
+  struct Mark {
+    int64_t time_us;
+    CpuSample cpu;
+  };
 
  private:
   int rounds_;
-  std::map<int64_t, int64_t> first_start_;  // round -> earliest push_pull call
-  std::map<int64_t, int64_t> last_done_;    // round -> latest completion
+  std::map<int64_t, Mark> first_start_;  // round -> earliest push_pull call
+  std::map<int64_t, Mark> last_done_;    // round -> latest completion
 };
 
 }  // namespace bytecomp::worker

@@ -2,6 +2,7 @@
 // started, the events it still waits for, and its outcome.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -61,6 +62,11 @@ class Operation {
 
   // What it still waits for, per partition (operation_tracker.h).
   OperationEvents events;
+
+  // When the caller asked (wall clock, us: the timeline's and the status report's clock), and
+  // the bytes its pushes put on the wire (the data loop adds them).
+  int64_t ready_us = 0;
+  std::atomic<int64_t> pushed_bytes{0};
 
   // Where the host stages read the gradient and write the result: the caller's memory, or
   // for a device tensor its pinned host copy.

@@ -3,6 +3,7 @@
 // between consecutive ones. Round 0 is left out: it declares tensors and warms caches.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -14,18 +15,32 @@
 
 namespace bytecomp::worker {
 
+// The fraction of x's 256-element blocks holding a non-zero (the planner's block_density).
+double BlockDensity(const float* x, size_t n);
+
 class ReadyProfiler {
  public:
   explicit ReadyProfiler(int rounds) : rounds_(rounds), forward_(rounds) {}
 
-  // A push_pull of `name` was called at time_us. Returns the profile once, when the first tensor
-  // starts round rounds + 1 (every tensor has had its rounds 1..N by then).
+  // Whether the next push_pull of `name` is the one to measure the block density of (round 1,
+  // the first profiled: one pass over the gradient, once).
+  bool WantsBlockDensity(const std::string& name) const;
+  // A push_pull of `name` was called at time_us; block_density: the fraction of its
+  // 256-element blocks holding a non-zero (BlockDensity), or -1 when not measured. Returns the
+  // profile once, when the first tensor starts round rounds + 1 (every tensor has had its
+  // rounds 1..N by then). A tensor's measured density goes into the profile.
+  // `cpu`: the CPU counters at the call (SampleCpu), for the profile's CPU fields.
   std::optional<proto::ModelProfile> Record(const std::string& name, int64_t elements,
-                                            int element_bytes, int64_t time_us);
+                                            int element_bytes, int64_t time_us,
+                                            double block_density = -1, const CpuSample& cpu = {});
 
   // A push_pull of `round` (its tensor's call count, from 0) completed at time_us: the last
   // completion of a round ends it, for the profile's forward_us (forward_timer.h).
-  void RecordDone(int64_t round, int64_t time_us) { forward_.Done(round, time_us); }
+  void RecordDone(int64_t round, int64_t time_us, const CpuSample& cpu = {}) {
+    forward_.Done(round, time_us, cpu);
+  }
+  // Whether a completion of `round` still matters (the engine samples the CPU only then).
+  bool Wants(int64_t round) const { return !done_ && round <= rounds_; }
 
   bool done() const { return done_; }
 
@@ -35,6 +50,7 @@ class ReadyProfiler {
     int element_bytes = 4;
     int64_t calls = 0;
     std::vector<int64_t> ready_us;  // by round - 1
+    double block_density = -1;  // measured in round 1; -1: not measured
   };
   proto::ModelProfile Build() const;
 

@@ -28,8 +28,10 @@ class StrategySwitch {
   // A tensor's `round` wants to start: nullopt while a switch holds it (round beyond the
   // prepared one + 1); else the round counts as started and its plan for the tensor (the
   // version in force at `round`; an uncompressed plan of version 0 when none is).
+  // `row_elements`: the tensor's row length when declared with a shape (compress::PlanFor).
   std::optional<compress::TensorPlan> Admit(uint64_t round, absl::string_view tensor,
-                                            int64_t tensor_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+                                            int64_t tensor_bytes, int64_t row_elements = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // StrategyPrepare: holds every round beyond the highest started + 1; returns that highest.
   uint64_t Prepare(uint64_t version) ABSL_LOCKS_EXCLUDED(mu_);

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "bytecomp/worker/engine/strategy_switch.h"
 #include "control.pb.h"
 #include "data.pb.h"
@@ -41,10 +42,12 @@ class TensorTable {
       : num_servers_(num_servers), strategies_(strategies), send_(std::move(send)) {}
   ~TensorTable();
 
-  // Declares `name` (sending the declaration when it is new), or checks a use of it against
-  // its declaration: a different size or dtype is InvalidArgument naming both.
-  absl::Status Declare(const std::string& name, int64_t element_count, proto::DType dtype)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Declares `name` (sending the declaration when it is new, with `shape` when given), or
+  // checks a use of it against its declaration: a different size or dtype is InvalidArgument
+  // naming both. A shape whose dimensions do not multiply to element_count is
+  // InvalidArgument; a repeated declaration's shape is not checked (the first one's went).
+  absl::Status Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+                       absl::Span<const int64_t> shape = {}) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Queues `op` on its tensor (declaring it if new). `accepted` runs once the op passed the
   // declaration check, under the table's lock, before the op can start (the engine gives it
@@ -95,7 +98,8 @@ class TensorTable {
   struct Tensor;  // tensor_table.cc
 
   std::shared_ptr<Tensor> FindOrDeclareLocked(const std::string& name, int64_t count,
-                                              proto::DType dtype, absl::Status* error)
+                                              proto::DType dtype, absl::Status* error,
+                                              absl::Span<const int64_t> shape = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // op's tensor, declared if new, once op passed its checks and `accepted` ran. Null with
   // *error set when it did not pass; null with *error OK when the tensor has failed (so has op).

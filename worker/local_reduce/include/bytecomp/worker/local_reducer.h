@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bytecomp/common/scheduler_client.h"
+#include "bytecomp/common/socket_security.h"
 #include "control.pb.h"
 #include "data.pb.h"
 #include "zmq.hpp"
@@ -73,15 +74,15 @@ class HostLocalReducer : public LocalReducer {
  public:
   using Tick = std::function<absl::Status()>;
 
-  // The root (local rank 0 of local_size): binds 127.0.0.1 on an ephemeral port.
-  static absl::StatusOr<std::unique_ptr<HostLocalReducer>> Listen(zmq::context_t& context,
-                                                                  int local_size);
+  // The root (local rank 0 of local_size): binds 127.0.0.1 on an ephemeral port. With a keyed
+  // `security` (the cluster key of `context`; it must outlive the reducer) the socket speaks
+  // CURVE and admits only key holders; null or unkeyed: plain TCP.
+  static absl::StatusOr<std::unique_ptr<HostLocalReducer>> Listen(
+      zmq::context_t& context, int local_size, SocketSecurity* security = nullptr);
   // A non-root local rank: connects to the root's endpoint and waits for its WELCOME.
-  static absl::StatusOr<std::unique_ptr<HostLocalReducer>> Join(zmq::context_t& context,
-                                                                const std::string& endpoint,
-                                                                int local_rank, int local_size,
-                                                                int64_t timeout_ms,
-                                                                const Tick& tick);
+  static absl::StatusOr<std::unique_ptr<HostLocalReducer>> Join(
+      zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
+      int64_t timeout_ms, const Tick& tick, const SocketSecurity* security = nullptr);
 
   // The root's endpoint (tcp://127.0.0.1:port), to relay to the other local ranks.
   virtual const std::string& endpoint() const = 0;
@@ -118,7 +119,9 @@ struct MachineReducers {
 // it (the protocol: local_reduce/README.md). Every wait is bounded by connect_timeout_ms and
 // keeps heartbeating; a Shutdown, NodeFailed or Error from the scheduler meanwhile ends it with
 // that reason. Runs on the thread that registered, before the engine's threads start.
+// `security`: the cluster key of `context` (or none), for the host reducer's sockets.
 absl::StatusOr<MachineReducers> ConnectMachineReducers(zmq::context_t& context,
+                                                      SocketSecurity& security,
                                                       SchedulerClient& client,
                                                       const proto::Topology& topology);
 

@@ -1,0 +1,54 @@
+#include "bytecomp/common/socket_limits.h"
+
+#include <algorithm>
+
+namespace bytecomp {
+
+int64_t MaxDataPayloadBytes(int64_t partition_bytes) {
+  const int64_t elements = std::max<int64_t>(1, partition_bytes / 2);
+  return 8 * elements + (int64_t{512} << 10);
+}
+
+SocketLimits SchedulerSocketLimits(const proto::ClusterConfig& config) {
+  SocketLimits limits;
+  limits.max_message_bytes =
+      (int64_t{1} << 20) +
+      int64_t{config.max_tensors()} * (int64_t{config.max_tensor_name_bytes()} + 64);
+  limits.send_queue = kControlQueueMessages;
+  limits.receive_queue = kControlQueueMessages;
+  return limits;
+}
+
+SocketLimits NodeControlSocketLimits() {
+  SocketLimits limits;
+  limits.max_message_bytes = kMaxSchedulerMessageBytes;
+  limits.send_queue = kControlQueueMessages;
+  limits.receive_queue = kControlQueueMessages;
+  return limits;
+}
+
+SocketLimits DataSocketLimits(const proto::ClusterConfig& config) {
+  SocketLimits limits;
+  limits.max_message_bytes =
+      std::max(MaxDataPayloadBytes(config.partition_bytes()), config.link_probe_bytes()) +
+      kDataFrameSlack;
+  limits.send_queue = kDataQueueMessages;
+  limits.receive_queue = kDataQueueMessages;
+  return limits;
+}
+
+SocketLimits LocalReduceSocketLimits(const proto::ClusterConfig& config) {
+  SocketLimits limits;
+  limits.max_message_bytes = config.max_declared_bytes() + kDataFrameSlack;
+  limits.send_queue = config.max_tensors() + 1024;
+  limits.receive_queue = limits.send_queue;
+  return limits;
+}
+
+void LimitSocket(zmq::socket_t& socket, const SocketLimits& limits) {
+  socket.set(zmq::sockopt::maxmsgsize, limits.max_message_bytes);
+  socket.set(zmq::sockopt::sndhwm, limits.send_queue);
+  socket.set(zmq::sockopt::rcvhwm, limits.receive_queue);
+}
+
+}  // namespace bytecomp

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The sanitized and fuzz stages of the test command (deploy/test.sh runs this after the plain
+# suite). Each builds with clang (CUDA off, -O1, line tables only: deploy/configure_sanitized.sh)
+# into its own directory. SANITIZER_STAGES picks the stages, SANITIZER_SCOPE how much each
+# covers; README.md ("Sanitizers and fuzzing") gives what each takes on a 2-core machine.
+#   asan  build-asan: ASan + UBSan (a UBSan finding is fatal) with libFuzzer's coverage
+#         instrumentation, LeakSanitizer on for the C++ processes.
+#           ci:   builds the fuzz targets, the daemons, bad_input_client and exact_sum_worker
+#                 (the worker of integration.bad_input); runs every fuzz target once over its
+#                 corpus (seeds and past findings) and the hostile-client integration test
+#                 (integration.bad_input: real daemons and workers under ASan).
+#           full: builds everything; the whole ctest suite but the packaging tests (the Python
+#                 tests with the ASan runtime preloaded and leak checks off: python_asan.sh).
+#   fuzz  deploy/fuzz.sh on build-asan: every target of test/fuzz for FUZZ_SECONDS (60) on its
+#         corpus, FUZZ_JOBS (2) at a time; a hard bound of targets x seconds / jobs.
+#   tsan  build-tsan: ThreadSanitizer, with Abseil's locks made visible to it
+#         (test/sanitizers/tsan_absl_sync.cc, preloaded). Any TSan report fails the stage,
+#         whether or not the test noticed it.
+#           ci:   the daemons, exact_sum_worker, the server and scheduler unit tests and
+#                 integration.exact_sums (engine, server and scheduler threads in processes).
+#           full: also the engine's unit tests, the C++ integration workers and the integration
+#                 tests of the engine, server and scheduler (exact sums, bad input, codecs,
+#                 strategy switch, hierarchical, faults).
+# Defaults: SANITIZER_STAGES="asan fuzz", SANITIZER_SCOPE=ci (what deploy/test.sh runs, bounded
+# for CI); tsan when asked (SANITIZER_STAGES="asan fuzz tsan"): its cold build does not fit
+# CI's budget beside the other two. JOBS (build) and TEST_JOBS (ctest) default to 2. Prints
+# each step's wall and CPU time and the total.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+stages=${SANITIZER_STAGES:-asan fuzz}
+scope=${SANITIZER_SCOPE:-ci}
+jobs=${JOBS:-2} test_jobs=${TEST_JOBS:-2}
+asan_build=${ASAN_BUILD_DIR:-$root/build-asan}
+tsan_build=${TSAN_BUILD_DIR:-$root/build-tsan}
+supp=$root/test/sanitizers
+log() { echo "[sanitizers] $*"; }
+TIMEFORMAT="[sanitizers] %R s wall, %U s user + %S s system CPU"
+
+fuzz_targets=(codec_fuzzer aggregator_fuzzer server_request_fuzzer scheduler_control_fuzzer
+              strategy_text_fuzzer config_text_fuzzer)
+if [[ $scope == full ]]; then
+  asan_targets=(all)
+  # Not the packaging tests: they install the build into fresh roots, where an ASan build's
+  # binaries lack their runtime; what they check (layout, units) is not memory safety.
+  asan_tests=(-E '^package\.')
+else
+  asan_targets=("${fuzz_targets[@]}" bytecomp-scheduler bytecomp-server bad_input_client
+                exact_sum_worker)
+  asan_tests=(-R '^(fuzz\..*|integration\.bad_input)$')
+fi
+
+stage_asan() {
+  log "asan ($scope): configure and build ${asan_targets[*]} in $asan_build"
+  time {
+    bash "$root/deploy/configure_sanitized.sh" asan "$asan_build" &&
+      cmake --build "$asan_build" -j "$jobs" --target "${asan_targets[@]}"
+  } || return 1
+  log "asan ($scope): ctest ${asan_tests[*]} under ASan + UBSan"
+  time (
+    export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    export LSAN_OPTIONS=suppressions=$supp/lsan.supp
+    cd "$asan_build" && ctest --output-on-failure --timeout 900 -j "$test_jobs" "${asan_tests[@]}"
+  )
+}
+
+stage_fuzz() {
+  log "fuzz: every target ${FUZZ_SECONDS:-60} s"
+  TIMEFORMAT="[sanitizers] fuzz: %R s wall, %U s user + %S s system CPU (build included)"
+  time bash "$root/deploy/fuzz.sh" --build-dir "$asan_build" --seconds "${FUZZ_SECONDS:-60}" \
+    --jobs "${FUZZ_JOBS:-2}"
+}
+
+# What the TSan stage runs: the unit tests with threads of their own, and the integration
+# tests whose processes are ours (daemons and C++ workers).
+if [[ $scope == full ]]; then
+  tsan_targets=(bytecomp-scheduler bytecomp-server exact_sum_worker codec_cluster_worker
+                bad_input_client bytecomp-bench server_test scheduler_test worker_test
+                local_reduce_test bytecomp_tsan_absl_sync)
+  tsan_tests='^(unit\.(server|scheduler|worker|worker\.local_reduce)|integration\.(exact_sums|bad_input|codecs|strategy_switch|hierarchical|faults))$'
+else
+  tsan_targets=(bytecomp-scheduler bytecomp-server exact_sum_worker server_test scheduler_test
+                bytecomp_tsan_absl_sync)
+  tsan_tests='^(unit\.(server|scheduler)|integration\.exact_sums)$'
+fi
+
+stage_tsan() {
+  log "tsan ($scope): configure and build ${tsan_targets[*]} in $tsan_build"
+  time {
+    bash "$root/deploy/configure_sanitized.sh" tsan "$tsan_build" &&
+      cmake --build "$tsan_build" -j "$jobs" --target "${tsan_targets[@]}"
+  } || return 1
+  local reports=$tsan_build/tsan-reports
+  rm -rf "$reports" && mkdir -p "$reports"
+  log "tsan ($scope): tests matching $tsan_tests"
+  local status=0
+  time (
+    export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$reports/tsan suppressions=$supp/tsan.supp"
+    export LD_PRELOAD=$tsan_build/lib/libbytecomp_tsan_absl_sync.so
+    cd "$tsan_build" && ctest --output-on-failure --timeout 900 -j "$test_jobs" -R "$tsan_tests"
+  ) || status=$?
+  if compgen -G "$reports/tsan.*" >/dev/null; then
+    log "tsan: FAILED: ThreadSanitizer reports (kept in $reports):"
+    for f in "$reports"/tsan.*; do
+      echo "===== $f"
+      head -80 "$f"
+    done
+    status=1
+  fi
+  return "$status"
+}
+
+# (A function run as an if's condition runs without errexit: each stage checks its steps.)
+case "$scope" in
+  ci|full) ;;
+  *) echo "check_sanitizers.sh: SANITIZER_SCOPE is ci or full, not '$scope'" >&2; exit 2 ;;
+esac
+failed=()
+for stage in $stages; do
+  TIMEFORMAT="[sanitizers] %R s wall, %U s user + %S s system CPU"
+  if ! "stage_$stage"; then failed+=("$stage"); fi
+done
+log "stages $stages ($scope): ${SECONDS} s wall in all"
+if ((${#failed[@]})); then
+  log "FAILED stages: ${failed[*]}"
+  exit 1
+fi
+log "all stages passed: $stages"

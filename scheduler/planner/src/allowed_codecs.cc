@@ -1,0 +1,71 @@
+#include "bytecomp/planner/allowed_codecs.h"
+
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "bytecomp/common/glob.h"
+
+namespace bytecomp::planner {
+namespace {
+
+bool IsTopk(absl::string_view name) { return name == "topk" || name == "artopk"; }
+
+// The parameter's value as a number; false when absent or not a number.
+bool NumberParam(const google::protobuf::Map<std::string, std::string>& params,
+                 const std::string& name, double* value) {
+  auto it = params.find(name);
+  return it != params.end() && absl::SimpleAtod(it->second, value);
+}
+
+bool NoLossierThan(const proto::CodecCost& codec, const proto::CodecConfig& listed) {
+  const bool same = codec.name() == listed.name();
+  if (!same && !(IsTopk(codec.name()) && IsTopk(listed.name()))) return false;
+  for (const auto& [name, value] : listed.params()) {
+    if (name == "ratio") {
+      double want = 0, have = 0;
+      if (!NumberParam(listed.params(), name, &want) || !NumberParam(codec.params(), name, &have) ||
+          have < want) {
+        return false;
+      }
+      continue;
+    }
+    if (!same) continue;  // the other top-k codec's parameters are its own
+    auto it = codec.params().find(name);
+    if (it == codec.params().end() || it->second != value) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const proto::TensorAllowance* AllowanceFor(const proto::PlannerOptions& options,
+                                           absl::string_view tensor) {
+  for (const proto::TensorAllowance& a : options.allowed()) {
+    if (GlobMatch(a.name_pattern(), tensor)) return &a;
+  }
+  return nullptr;
+}
+
+bool IsLossless(const proto::CodecCost& codec) {
+  // blocksparse drops blocks, threshold elements, at or below the threshold: 0 drops zeros.
+  // blocksparse's default is 0, threshold's is not.
+  if (codec.name() != "blocksparse" && codec.name() != "threshold") return false;
+  double threshold = 0;
+  auto it = codec.params().find("threshold");
+  if (it == codec.params().end()) return codec.name() == "blocksparse";
+  return absl::SimpleAtod(it->second, &threshold) && threshold == 0;
+}
+
+bool CodecAllowedBy(const proto::CodecCost& codec, const proto::TensorAllowance& allowance) {
+  if (IsLossless(codec)) return true;
+  for (const proto::CodecConfig& listed : allowance.codecs()) {
+    if (NoLossierThan(codec, listed)) return true;
+  }
+  return false;
+}
+
+bool TwoWayAllowed(const proto::TensorAllowance* allowance) {
+  return allowance == nullptr || allowance->allow_two_way();
+}
+
+}  // namespace bytecomp::planner
