@@ -43,7 +43,10 @@ class Aggregator {
   virtual absl::Status Add(absl::Span<const uint8_t> encoded, const CodecContext& ctx) = 0;
 
   // The fp32 sum of the decoded payloads added since Reset (zeros if none), valid until the
-  // next Reset. FailedPrecondition before Reset.
+  // next Reset. FailedPrecondition before Reset. InvalidArgument, naming why, when payloads
+  // that each passed Add disagree as a whole (only aggregators whose payloads refer to each
+  // other: artopk's name the round's chooser, which must have pushed); the server then fails
+  // the round for every worker with that message.
   virtual absl::StatusOr<absl::Span<const float>> Finish() = 0;
 
   // Payloads added since Reset.
