@@ -54,7 +54,7 @@ def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan
         assert written and written.group(1) == switch.group(1), log
         assert written.group(2) == plan_out, log
         table = log[log.index("the plan per tensor"):]
-        compressed_rows = re.findall(r"^\d+\s+(\S+)\s.*\s(?:compensated|rounding)\s+[\d.]+\s+"
+        compressed_rows = re.findall(r"^\d+\s+(\S+)\s.*\s(?:lossless|compensated|rounding|high)\s+[\d.]+\s+"
                                      r"compressed$", table, re.M)
         assert len(compressed_rows) == int(planned.group(1)), table
     with open(plan_out) as f:

@@ -304,8 +304,13 @@ TEST_F(CurveSocketsTest, TheClientsWatchNamesAMismatchedKey) {
   ASSERT_TRUE(failure.has_value());
   EXPECT_NE(failure->find("another"), std::string::npos) << *failure;
 
+  // A plain client that notices the mismatch first gives up without a word (libzmq 4.3.4 does
+  // not retry after that error): a fresh client then sees the listener end the handshake.
   SocketSecurity unkeyed(client_context_, std::nullopt, false);
-  failure = WatchedFailure(client_context_, unkeyed, endpoint_);
+  failure = std::nullopt;
+  for (int attempt = 0; attempt < 3 && !failure.has_value(); ++attempt) {
+    failure = WatchedFailure(client_context_, unkeyed, endpoint_);
+  }
   ASSERT_TRUE(failure.has_value());
   EXPECT_NE(failure->find("has a cluster key and this node has none"), std::string::npos)
       << *failure;
