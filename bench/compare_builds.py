@@ -17,8 +17,8 @@ import statistics
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "harness"))
-import cluster  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "data_plane"))
+import run_data_plane_bench as data_plane_bench  # noqa: E402
 
 DATA_CONFIGS = [  # (W, S, model, rounds)
     (2, 1, "flat:100MB", 10),
@@ -41,23 +41,13 @@ def codec_bench(bin_dir, codecs, size):
 
 
 def data_plane(bin_dir, workers, servers, model, rounds):
+    """Median round time over the reference round 2 x W x bytes / R (run_data_plane_bench's
+    jobs and reference, on `bin_dir`'s binaries)."""
     os.environ["BYTECOMP_BIN_DIR"] = bin_dir
-    ref = subprocess.run([cluster.binary("bytecomp-zmq-reference"), "--repeats", "3"],
-                         capture_output=True, text=True, timeout=300, check=True).stdout
-    gbps = json.loads(ref.strip().splitlines()[-1])["median_gbytes_per_s"]
-    cmd = [cluster.binary("bytecomp-bench"), f"--preset={model}", f"--rounds={rounds}",
-           "--warmup=2", "--check=true"]
-    with cluster.Cluster(workers=workers, servers=servers, worker_cmd=cmd,
-                         heartbeat_timeout_ms=10000) as c:
-        codes = c.wait_workers(timeout=900)
-        if codes != [0] * workers:
-            raise RuntimeError(f"bench failed: {codes}\n{c.dump()}")
-        for line in reversed(c.workers[0].output().splitlines()):
-            if line.startswith("{"):
-                row = json.loads(line)
-                ref_ms = 2 * workers * row["bytes_per_round"] / (gbps * 1e9) * 1e3
-                return row["median_round_ms"] / ref_ms
-    raise RuntimeError("no JSON line from worker 0")
+    gbps = data_plane_bench.reference(quick=True)["median_gbytes_per_s"]
+    row = data_plane_bench.run_bench(workers, servers, model, rounds)
+    ref_ms = 2 * workers * row["bytes_per_round"] / (gbps * 1e9) * 1e3
+    return row["median_round_ms"] / ref_ms
 
 
 def main():
