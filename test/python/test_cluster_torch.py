@@ -244,14 +244,18 @@ def test_worker_without_reachable_scheduler_fails_within_timeout_naming_address(
     env = dict(os.environ)
     env.update(BYTECOMP_SCHEDULER=address, BYTECOMP_CONNECT_TIMEOUT_MS="1500",
                PYTHONPATH=os.path.join(REPO, "shim"))
-    code = ("import bytecomp, bytecomp.torch as bc\n"
+    # init alone is timed, in the child: importing torch on a loaded machine takes seconds.
+    code = ("import time, bytecomp, bytecomp.torch as bc\n"
+            "start = time.monotonic()\n"
             "try:\n    bc.init()\nexcept bytecomp.BytecompError as e:\n"
-            "    print('ERROR', type(e).__name__, e)\nelse:\n    print('NO ERROR')\n")
-    rc, out, seconds = run_python(code, env, timeout_s=30)
+            "    print('ERROR', type(e).__name__, e)\nelse:\n    print('NO ERROR')\n"
+            "print('INIT_SECONDS', time.monotonic() - start)\n")
+    rc, out, _ = run_python(code, env, timeout_s=60)
     assert rc == 0, out
     assert "ERROR" in out and "NO ERROR" not in out, out
     assert address in out, out
-    assert seconds < 1.5 + 8, f"init took {seconds:.1f} s with a 1.5 s connect timeout"
+    seconds = float(out.split("INIT_SECONDS")[1].split()[0])
+    assert seconds < 1.5 + 5, f"init took {seconds:.1f} s with a 1.5 s connect timeout"
 
 
 LAUNCHER = os.environ.get("BYTECOMP_RUN") or os.path.join(REPO, "deploy", "bytecomp-run")
