@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,11 +24,10 @@ SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig c
   ConfigureSocket(socket_);
   LimitSocket(socket_, NodeControlSocketLimits());
   security_.SecureConnecting(socket_);
-  // A fixed identity: after a TCP reconnect the scheduler still knows who this is. (The
-  // scheduler takes a message as this node's only with its token; the id only routes.)
-  std::random_device random;
-  socket_.set(zmq::sockopt::routing_id,
-              absl::StrCat(Hostname(), "-", getpid(), "-", random()));
+  // No routing id of our own: ZeroMQ gives each connection a fresh one, and the scheduler
+  // knows this node by its token on whichever connection it comes (after a TCP reconnect,
+  // the next message moves the node there). A fixed id would collide with the old
+  // connection's until the scheduler drops it, and meanwhile ZeroMQ drops our messages.
 }
 
 absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int requested_rank,
@@ -72,6 +70,7 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
     if (local_rank_.has_value()) reg->set_requested_local_rank(*local_rank_);
     if (local_size_.has_value()) reg->set_declared_local_size(*local_size_);
   }
+  registration_ = *reg;
   if (absl::Status s = Send(msg); !s.ok()) return s;
   SendClockProbe();
 
@@ -111,6 +110,14 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
       if (job.heartbeat_interval_ms() > 0) config_.set_heartbeat_interval_ms(job.heartbeat_interval_ms());
       if (job.heartbeat_timeout_ms() > 0) config_.set_heartbeat_timeout_ms(job.heartbeat_timeout_ms());
       config_.set_scheduler_timeout_ms(job.scheduler_timeout_ms());
+      // What a rejoin (the scheduler restarted) says: this node's rank, machine slot and token.
+      registration_.set_requested_rank(m.topology().your_rank());
+      if (role == proto::ROLE_WORKER) {
+        registration_.set_requested_local_rank(m.topology().local_rank());
+        registration_.set_declared_local_size(m.topology().local_size());
+      }
+      record_.Registered(m.topology());
+      registered_ = true;
       return m.topology();
     }
     if (m.has_error()) {
@@ -141,6 +148,7 @@ absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {
     signed_message.set_token(TokenBytes(token_));
     frames.push_back(ProtoFrame(signed_message));
   }
+  if (!message.has_register_()) record_.Sent(message);
   last_sent_ms_ = MonotonicMs();
   // Never blocks without a bound: a DEALER whose only connection failed its handshake (a key
   // mismatch) has no pipe left, and a blocking send would wait forever. Register goes at once
@@ -205,7 +213,51 @@ absl::StatusOr<std::optional<proto::ControlMessage>> SchedulerClient::Receive(in
                      ClockOffset::NowUs());
     return std::optional<proto::ControlMessage>();
   }
+  if (registered_) {
+    if (msg.has_error() && msg.error().not_registered()) {
+      // The scheduler does not know this node: it restarted. Rejoin (at most once per
+      // heartbeat interval: every message sent meanwhile gets the same answer).
+      if (absl::Status s = Rejoin(); !s.ok()) return s;
+      return std::optional<proto::ControlMessage>();
+    }
+    if (msg.has_error() && msg.error().registration_refused() && rejoining_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the scheduler at ", config_.scheduler_address(),
+                       " restarted and refused this node's rejoin: ", msg.error().message()));
+    }
+    if (msg.has_rejoined()) {
+      rejoining_ = false;
+      const std::vector<proto::ControlMessage> again = record_.Unanswered();
+      BC_LOG_INFO("the restarted scheduler at ", config_.scheduler_address(),
+                  " took the job up (strategy version ", msg.rejoined().strategy_version(),
+                  "); sending again ", again.size(), " unanswered messages");
+      for (const proto::ControlMessage& m : again) {
+        if (absl::Status s = Send(m); !s.ok()) return s;
+      }
+      return std::optional<proto::ControlMessage>();
+    }
+    record_.Received(msg);
+  }
   return std::optional<proto::ControlMessage>(std::move(msg));
+}
+
+absl::Status SchedulerClient::Rejoin() {
+  const int64_t now = MonotonicMs();
+  if (rejoining_ && now - last_rejoin_ms_ < config_.heartbeat_interval_ms()) {
+    return absl::OkStatus();
+  }
+  if (!rejoining_) {
+    BC_LOG_WARNING("the scheduler at ", config_.scheduler_address(),
+                   " does not know this node: it restarted; rejoining the job as ",
+                   registration_.role() == proto::ROLE_SERVER ? "server " : "worker ",
+                   registration_.requested_rank());
+  }
+  rejoining_ = true;
+  last_rejoin_ms_ = now;
+  proto::ControlMessage msg;
+  *msg.mutable_register_() = registration_;
+  *msg.mutable_register_()->mutable_rejoin() = record_.Report();
+  return Send(msg);
 }
 
 absl::Status SchedulerClient::CheckSchedulerHeard() const {

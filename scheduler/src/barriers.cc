@@ -1,5 +1,6 @@
 #include "bytecomp/scheduler/barriers.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -48,12 +49,19 @@ void Barriers::Handle(const RegisteredNode& node, const proto::BarrierRequest& r
     return;
   }
   Group& group = groups_[group_name];
-  if (group.released.count(request.sequence()) > 0) {
+  if (group.released.count(request.sequence()) > 0 ||
+      (request.sequence() > 0 && request.sequence() <= group.released_through)) {
     out->Send(node.identity, Release(group_name, request.sequence()));
     return;
   }
-  group.waiting[request.sequence()].insert(node.identity);
+  group.waiting[request.sequence()].insert(node.role_rank());
   TryRelease(group_name, group, request.sequence(), out);
+}
+
+void Barriers::RestoreReleased(const std::string& group, uint64_t sequence) {
+  if (GroupSize(group) < 0) return;
+  uint64_t& through = groups_[group].released_through;
+  through = std::max(through, sequence);
 }
 
 void Barriers::ReleaseWaiting(Outbox* out) {
@@ -71,7 +79,8 @@ void Barriers::TryRelease(const std::string& group_name, Group& group, uint64_t 
   if (it == group.waiting.end()) return;
   if (static_cast<int>(it->second.size()) < GroupSize(group_name)) return;
   const proto::ControlMessage release = Release(group_name, sequence);
-  for (const std::string& id : it->second) out->Send(id, release);
+  // Each to the connection its node is on now (it may have reconnected while waiting).
+  for (const auto& [role, rank] : it->second) out->Send(nodes_.At(role, rank)->identity, release);
   BC_LOG_DEBUG("barrier '", group_name, "' ", sequence, " released");
   group.waiting.erase(it);
   group.released.insert(sequence);

@@ -85,6 +85,54 @@ Declarations::Declarations(const proto::ClusterConfig& config, const NodeTable& 
       assigner_(config.num_servers(), config.partition_bytes()),
       budget_(config) {}
 
+absl::Status Declarations::Restore(const std::vector<proto::DeclareReply>& decided) {
+  PartitionAssigner assigner(config_.num_servers(), config_.partition_bytes());
+  DeclarationBudget budget(config_);
+  std::map<std::string, Declaration> restored;
+  uint32_t next_id = 0;
+  for (const proto::DeclareReply& reply : decided) {
+    const std::string name = Printable(reply.name(), 64);
+    if (!reply.ok() || reply.name().empty() || restored.contains(reply.name())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': not a decided declaration, or reported twice"));
+    }
+    if (reply.tensor_id() < next_id) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': id ", reply.tensor_id(),
+                                                     " is out of order"));
+    }
+    if (!IsValidDType(reply.dtype())) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': unknown dtype ",
+                                                     reply.dtype()));
+    }
+    const DType dtype = static_cast<DType>(reply.dtype());
+    const int64_t partitions = NumPartitions(
+        reply.element_count(), PartitionAssigner::PartitionElements(config_.partition_bytes(), dtype));
+    if (absl::Status fits = budget.CheckTensor(reply.name(), reply.element_count(), dtype, partitions);
+        !fits.ok()) {
+      return fits;
+    }
+    absl::StatusOr<PartitionAssignment> again =
+        assigner.Assign(reply.element_count(), dtype, reply.row_elements());
+    if (!again.ok()) return again.status();
+    if (again->partition_elements != reply.partition_elements() ||
+        !std::equal(again->partition_server.begin(), again->partition_server.end(),
+                    reply.partition_server().begin(), reply.partition_server().end())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor '", name, "' (id ", reply.tensor_id(), ") was placed on other servers than this "
+          "scheduler places it: is its config (num_servers, partition_bytes) the job's?"));
+    }
+    budget.Take(reply.element_count(), dtype, again->partition_server.size());
+    restored[reply.name()].reply = reply;
+    next_id = reply.tensor_id() + 1;
+  }
+  assigner_ = std::move(assigner);
+  budget_ = std::move(budget);
+  declarations_ = std::move(restored);
+  undecided_.clear();
+  next_tensor_id_ = next_id;
+  return absl::OkStatus();
+}
+
 void Declarations::Handle(const RegisteredNode& node, const proto::DeclareTensor& declare,
                           int64_t now_ms, Outbox* out) {
   auto reply_error = [&](const std::string& error) {

@@ -14,12 +14,12 @@ Liveness::Liveness(const proto::ClusterConfig& config, const NodeTable& nodes, i
     : config_(config), nodes_(nodes), start_ms_(start_ms) {}
 
 void Liveness::Seen(const RegisteredNode& node, int64_t now_ms) {
-  last_seen_ms_[node.identity] = now_ms;
+  last_seen_ms_[node.role_rank()] = now_ms;
 }
 
 void Liveness::StartMonitoring(int64_t now_ms) {
   monitoring_ = true;
-  for (const RegisteredNode* node : nodes_.Registered()) last_seen_ms_[node->identity] = now_ms;
+  for (const RegisteredNode* node : nodes_.Registered()) last_seen_ms_[node->role_rank()] = now_ms;
 }
 
 bool Liveness::Watched(const RegisteredNode& node) const {
@@ -27,7 +27,7 @@ bool Liveness::Watched(const RegisteredNode& node) const {
 }
 
 int64_t Liveness::LastSeen(const RegisteredNode& node) const {
-  auto it = last_seen_ms_.find(node.identity);
+  auto it = last_seen_ms_.find(node.role_rank());
   // Every node registered before the monitoring started (the job was full), which set them all.
   return it == last_seen_ms_.end() ? start_ms_ : it->second;
 }

@@ -32,6 +32,13 @@ const RegisteredNode* NodeTable::Find(const std::string& identity) const {
   return it == by_identity_.end() ? nullptr : At(it->second.first, it->second.second);
 }
 
+const RegisteredNode* NodeTable::FindByToken(const NodeToken& token) const {
+  for (const RegisteredNode* node : Registered()) {
+    if (SameToken(node->token, token)) return node;
+  }
+  return nullptr;
+}
+
 const RegisteredNode* NodeTable::At(proto::Role role, int rank) const {
   const std::vector<RegisteredNode>* by_rank = ByRole(role);
   if (by_rank == nullptr || rank < 0 || rank >= static_cast<int>(by_rank->size())) return nullptr;
@@ -119,6 +126,22 @@ absl::Status NodeTable::Add(RegisteredNode node) {
   }
   by_identity_[node.identity] = {node.role, node.rank};
   by_rank[node.rank] = std::move(node);
+  return absl::OkStatus();
+}
+
+absl::Status NodeTable::MoveConnection(proto::Role role, int rank, const std::string& identity) {
+  const RegisteredNode* found = At(role, rank);
+  if (found == nullptr) {
+    return absl::NotFoundError(absl::StrCat(RoleName(role), " ", rank, " is not registered"));
+  }
+  if (identity.empty() || by_identity_.contains(identity)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        Name(*found), ": the new connection's identity is empty or another node's"));
+  }
+  RegisteredNode& node = ByRole(role)[rank];
+  by_identity_.erase(node.identity);
+  node.identity = identity;
+  by_identity_[identity] = {role, rank};
   return absl::OkStatus();
 }
 

@@ -23,17 +23,58 @@ Registration::Registration(const proto::ClusterConfig& config, NodeTable* nodes,
                            const StrategyKeeper& strategy, int64_t start_ms)
     : config_(config), nodes_(*nodes), strategy_(strategy), start_ms_(start_ms) {}
 
+const RegisteredNode& Registration::MoveConnection(const std::string& identity,
+                                                  const RegisteredNode& node) {
+  const proto::Role role = node.role;
+  const int rank = node.rank;
+  if (absl::Status s = nodes_.MoveConnection(role, rank, identity); !s.ok()) {
+    // The caller looked the node up by token and found `identity` unknown: cannot happen.
+    BC_LOG_WARNING("could not move ", NodeTable::Name(node), " to a new connection: ", s.message());
+    return node;
+  }
+  const RegisteredNode& moved = *nodes_.At(role, rank);
+  BC_LOG_INFO(NodeTable::Name(moved), " (pid ", moved.pid, " on ", Printable(moved.hostname, 64),
+              ") is on a new connection; messages for it go there from now on");
+  return moved;
+}
+
 bool Registration::Handle(const std::string& identity, const proto::Register& reg,
                           int64_t now_ms, Outbox* out) {
   auto reject = [&](const std::string& why) {
-    out->Refuse(identity, absl::StrCat("registration rejected: ", why),
+    proto::ControlMessage reply;
+    reply.mutable_error()->set_message(absl::StrCat("registration rejected: ", why));
+    reply.mutable_error()->set_registration_refused(true);
+    out->Refuse(identity, std::move(reply),
                 absl::StrCat("rejected registration of ", RoleName(reg.role()), " (pid ", reg.pid(),
                              " on ", reg.hostname().empty() ? "?" : Printable(reg.hostname(), 64),
                              "): ", why));
     return false;
   };
+  if (reg.has_rejoin()) {
+    // A rejoin sent again (the node heard another not_registered before its first was
+    // handled): the node is in already, perhaps on a new connection.
+    const std::optional<NodeToken> again = TokenFromBytes(reg.token());
+    if (const RegisteredNode* known = again ? nodes_.FindByToken(*again) : nullptr;
+        known != nullptr && known->role == reg.role() && known->rank == reg.requested_rank()) {
+      if (known->identity != identity) MoveConnection(identity, *known);
+      return false;
+    }
+  }
   if (const RegisteredNode* known = nodes_.Find(identity); known != nullptr) {
     return reject(absl::StrCat("this connection already registered as ", NodeTable::Name(*known)));
+  }
+  if (reg.has_rejoin() && takeover_ == false) {
+    return reject(
+        "this scheduler started a new job (nodes registered afresh): a node of another job "
+        "cannot rejoin it");
+  }
+  if (!reg.has_rejoin() && takeover_ == true) {
+    return reject(
+        "this scheduler is taking a running job over (its nodes are rejoining): a new node "
+        "cannot register");
+  }
+  if (reg.has_rejoin() && reg.requested_rank() < 0) {
+    return reject("a rejoining node must name its rank");
   }
   if (reg.role() != proto::ROLE_WORKER && reg.role() != proto::ROLE_SERVER) {
     return reject(absl::StrCat("role must be worker or server, got ", RoleName(reg.role())));
@@ -116,13 +157,22 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
       NodeTable::Name(node), " (pid ", node.pid, " on ",
       node.hostname.empty() ? "?" : node.hostname,
       node.data_address.empty() ? "" : absl::StrCat(", data ", node.data_address), ")");
+  const RoleRank role_rank = node.role_rank();
   if (absl::Status s = nodes_.Add(std::move(node)); !s.ok()) return reject(std::string(s.message()));
-  BC_LOG_INFO("registered ", registered, "; ", nodes_.size(), " of ",
-              config_.num_workers() + config_.num_servers(), " nodes");
-  return nodes_.all_registered() && SendTopology(now_ms, out);
+  takeover_ = reg.has_rejoin();
+  if (reg.has_rejoin()) rejoins_[role_rank] = reg.rejoin();
+  BC_LOG_INFO(reg.has_rejoin() ? "rejoined " : "registered ", registered, "; ", nodes_.size(),
+              " of ", config_.num_workers() + config_.num_servers(), " nodes");
+  if (!nodes_.all_registered() || !GroupWorkers(out)) return false;
+  if (*takeover_) {
+    BC_LOG_INFO("all ", config_.num_workers(), " workers and ", config_.num_servers(),
+                " servers of the running job rejoined after ", Seconds(now_ms - start_ms_));
+    return true;  // the scheduler takes the job up (takeover.h); no topology: they have it
+  }
+  return SendTopology(now_ms, out);
 }
 
-bool Registration::SendTopology(int64_t now_ms, Outbox* out) {
+bool Registration::GroupWorkers(Outbox* out) {
   absl::StatusOr<LocalAssignment> grouped = AssignLocalRanks(nodes_.WorkerSlots());
   if (!grouped.ok()) {
     const std::string reason = absl::StrCat("cannot group the workers by machine: ",
@@ -132,6 +182,10 @@ bool Registration::SendTopology(int64_t now_ms, Outbox* out) {
     return false;
   }
   nodes_.SetLocal(*std::move(grouped));
+  return true;
+}
+
+bool Registration::SendTopology(int64_t now_ms, Outbox* out) {
   const LocalAssignment& local = *nodes_.local();
 
   std::string table = absl::StrFormat("\n  %-7s %4s  %-24s %7s  %s", "role", "rank", "host",

@@ -10,6 +10,7 @@
 #include "bytecomp/common/net.h"
 #include "bytecomp/common/socket_limits.h"
 #include "bytecomp/common/transport.h"
+#include "bytecomp/scheduler/takeover.h"
 #include "log_format.h"
 #include "status_service.h"
 
@@ -80,8 +81,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   LimitSocket(*socket, SchedulerSocketLimits(options.config));
   // No ZMQ_ROUTER_HANDOVER: with it, a peer that connects with a node's routing id would take
   // that node's connection over, and with it every message the scheduler sends the node. A
-  // routing id held by a live connection stays its own; a node that reconnects gets its id
-  // back once its old connection is gone. Messages count as a node's only with its token.
+  // routing id held by a live connection stays its own. A node is its token: a message with
+  // it on a new connection moves the node there (HandleFrames).
   absl::StatusOr<int> bound = BindTcp(*socket, options.bind_host, port);
   if (!bound.ok()) {
     return absl::UnavailableError(
@@ -251,9 +252,9 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
   if (frames.empty()) return;
   const std::string identity = FrameToString(frames[0]);
   const RegisteredNode* node = nodes_.Find(identity);
-  const std::string who = node != nullptr
-                              ? NodeTable::Name(*node)
-                              : absl::StrCat("unregistered peer ", PrintableIdentity(identity));
+  std::string who = node != nullptr
+                        ? NodeTable::Name(*node)
+                        : absl::StrCat("unregistered peer ", PrintableIdentity(identity));
 
   if (frames.size() != 2) {
     out->Refuse(identity,
@@ -270,6 +271,10 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
   }
   if (message.has_register_()) {
     if (registration_.Handle(identity, message.register_(), now_ms, out)) {
+      if (registration_.takeover() == true &&
+          !TakeOver(registration_.rejoins(), nodes_, declarations_, strategy_, barriers_, out)) {
+        return;  // the job ended
+      }
       liveness_.StartMonitoring(now_ms);
       barriers_.ReleaseWaiting(out);
     }
@@ -277,6 +282,13 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
   }
   // The routing id only routes: a message is the node's when it carries the node's token.
   const std::optional<NodeToken> token = TokenFromBytes(message.token());
+  if (node == nullptr && token.has_value()) {
+    // A registered node on a new connection (it reconnected): it is reached there from now on.
+    if (const RegisteredNode* holder = nodes_.FindByToken(*token); holder != nullptr) {
+      node = &registration_.MoveConnection(identity, *holder);
+      who = NodeTable::Name(*node);
+    }
+  }
   const bool authentic = node != nullptr && token.has_value() && SameToken(*token, node->token);
   // Any message of the node's counts as a sign of life.
   if (authentic) liveness_.Seen(*node, now_ms);
@@ -288,9 +300,13 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
     return;
   }
   if (node == nullptr) {
-    out->Refuse(identity,
-                absl::StrCat("received ", BodyName(message),
-                             " from a node that has not registered; send Register first"),
+    // A node of a running job that this scheduler (restarted) does not know reads the flag as
+    // "rejoin" (takeover.h).
+    proto::ControlMessage reply;
+    reply.mutable_error()->set_message(absl::StrCat(
+        "received ", BodyName(message), " from a node that has not registered; send Register first"));
+    reply.mutable_error()->set_not_registered(true);
+    out->Refuse(identity, std::move(reply),
                 absl::StrCat(who, " sent ", BodyName(message), " before registering"));
     return;
   }

@@ -60,6 +60,11 @@ void StrategyControl::Prepare(const proto::ControlMessage& prepare, Outbox* out)
   for (const std::string& id : nodes_.WorkerIdentities()) out->Send(id, prepare);
 }
 
+void StrategyControl::Restore(const proto::Strategy& in_force) {
+  keeper_.Adopt(in_force);
+  if (auto_plan_.has_value() && in_force.version() > 1) planned_ = true;
+}
+
 void StrategyControl::Reload(Outbox* out) {
   absl::StatusOr<proto::ControlMessage> prepare = keeper_.BeginReload();
   if (!prepare.ok()) {

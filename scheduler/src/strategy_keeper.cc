@@ -80,4 +80,10 @@ std::optional<proto::ControlMessage> StrategyKeeper::OnPrepareReply(
   return commit;
 }
 
+void StrategyKeeper::Adopt(const proto::Strategy& strategy) {
+  current_ = strategy;
+  pending_.reset();
+  highest_round_by_worker_.clear();
+}
+
 }  // namespace bytecomp

@@ -175,12 +175,13 @@ class Cluster:
         self.address = f"127.0.0.1:{self.port}"
         self.server_ports = [free_port() for _ in range(servers)]
         self.scheduler = None
+        self.old_schedulers = []
         self.servers = []
         self.workers = []
 
     # -- starting ----------------------------------------------------------------------------
-    def _spawn(self, role, rank, cmd, env=None):
-        name = role if rank is None else f"{role}{rank}"
+    def _spawn(self, role, rank, cmd, env=None, name=None):
+        name = name or (role if rank is None else f"{role}{rank}")
         log_path = os.path.join(self.dir, f"{name}.log")
         full_env = dict(os.environ)
         full_env.update(self.extra_env)
@@ -200,7 +201,8 @@ class Cluster:
             sched.append("--connect_timeout_ms=30000")  # importing torch takes a while
         if self.partition_bytes:
             sched.append(f"--partition_bytes={self.partition_bytes}")
-        self.scheduler = self._spawn("scheduler", None, sched + self.scheduler_args)
+        self._scheduler_cmd = sched + self.scheduler_args
+        self.scheduler = self._spawn("scheduler", None, self._scheduler_cmd)
         for i in range(self.num_servers):
             self.servers.append(self._spawn("server", i, [
                 binary("bytecomp-server"), f"--scheduler={self.address}", f"--rank={i}",
@@ -209,6 +211,16 @@ class Cluster:
         if self.worker_cmd is not None:
             self.start_workers(self.worker_cmd)
         return self
+
+    def restart_scheduler(self, extra_args=()):
+        """Starts the scheduler again with the same flags (and `extra_args`, which override
+        them) on the same port (after it died):
+        the job's nodes rejoin it. The new process becomes self.scheduler (log
+        scheduler-<n>.log); the old ones stay in self.old_schedulers."""
+        self.old_schedulers.append(self.scheduler)
+        self.scheduler = self._spawn("scheduler", None, self._scheduler_cmd + list(extra_args),
+                                     name=f"scheduler-{len(self.old_schedulers) + 1}")
+        return self.scheduler
 
     def worker_environment(self, rank, extra=None):
         env = {"BYTECOMP_SCHEDULER": self.address, "BYTECOMP_CONNECT_TIMEOUT_MS": "30000"}
@@ -270,7 +282,8 @@ class Cluster:
 
     # -- reporting and stopping --------------------------------------------------------------
     def nodes(self):
-        return [n for n in [self.scheduler] + self.servers + self.workers if n is not None]
+        return [n for n in self.old_schedulers + [self.scheduler] + self.servers + self.workers
+                if n is not None]
 
     def dump(self):
         """Every process's exit status and the tail of its output, for assertion messages."""

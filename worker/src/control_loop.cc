@@ -33,7 +33,11 @@ void ControlLoop::Run() {
     }
     while (items[0].revents & ZMQ_POLLIN) {
       absl::StatusOr<std::optional<proto::ControlMessage>> msg = client_->Receive(0);
-      if (!msg.ok() || !msg->has_value()) break;
+      if (!msg.ok()) {
+        engine_.OnJobFailed(msg.status());  // e.g. a restarted scheduler refused the rejoin
+        break;
+      }
+      if (!msg->has_value()) break;  // none, or one the client took (clock, rejoin): poll again
       Handle(**msg);
     }
     if (!done_sent_) {

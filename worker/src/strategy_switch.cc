@@ -31,6 +31,17 @@ uint64_t StrategySwitch::Prepare(uint64_t version) {
 
 void StrategySwitch::Commit(const proto::Strategy& strategy) {
   absl::MutexLock lock(&mu_);
+  if (const proto::Strategy* known = history_.Version(strategy.version());
+      known != nullptr && known->first_round() == strategy.first_round()) {
+    // A restarted scheduler commits the version in force again (takeover.h): a switch its
+    // predecessor prepared and never committed ends here, with nothing new.
+    if (hold_after_round_.has_value()) {
+      BC_LOG_INFO("the strategy switch in progress ended without a change: version ",
+                  strategy.version(), " stays in force");
+    }
+    hold_after_round_.reset();
+    return;
+  }
   if (absl::Status s = history_.Add(strategy); !s.ok()) {
     BC_LOG_ERROR("strategy update refused: ", s.message());
   }

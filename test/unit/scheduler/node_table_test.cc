@@ -70,5 +70,36 @@ TEST(NodeTableTest, RefusesWritesThatWouldBreakIt) {
   EXPECT_EQ(table.At(proto::ROLE_SERVER, 0), nullptr);
 }
 
+// A node is found by its token, and moving it to a new connection keeps everything else.
+TEST(NodeTableTest, FindsNodesByTokenAndMovesThemToANewConnection) {
+  NodeTable table(2, 1);
+  RegisteredNode w0 = Node("a", proto::ROLE_WORKER, 0);
+  w0.token = NewNodeToken();
+  w0.hostname = "hostA";
+  RegisteredNode s0 = Node("b", proto::ROLE_SERVER, 0);
+  s0.token = NewNodeToken();
+  ASSERT_TRUE(table.Add(w0).ok());
+  ASSERT_TRUE(table.Add(s0).ok());
+  ASSERT_NE(table.FindByToken(w0.token), nullptr);
+  EXPECT_EQ(NodeTable::Name(*table.FindByToken(w0.token)), "worker 0");
+  EXPECT_EQ(NodeTable::Name(*table.FindByToken(s0.token)), "server 0");
+  EXPECT_EQ(table.FindByToken(NewNodeToken()), nullptr);
+
+  ASSERT_TRUE(table.MoveConnection(proto::ROLE_WORKER, 0, "a2").ok());
+  EXPECT_EQ(table.Find("a"), nullptr);
+  ASSERT_NE(table.Find("a2"), nullptr);
+  EXPECT_EQ(table.Find("a2")->hostname, "hostA");
+  EXPECT_EQ(table.At(proto::ROLE_WORKER, 0)->identity, "a2");
+  EXPECT_EQ(table.size(), 2);
+  // Not to another node's connection, not to none, not for a free rank.
+  EXPECT_EQ(table.MoveConnection(proto::ROLE_WORKER, 0, "b").message(),
+            "worker 0: the new connection's identity is empty or another node's");
+  EXPECT_FALSE(table.MoveConnection(proto::ROLE_WORKER, 0, "").ok());
+  EXPECT_EQ(table.MoveConnection(proto::ROLE_WORKER, 1, "c").message(),
+            "worker 1 is not registered");
+  EXPECT_EQ(table.At(proto::ROLE_WORKER, 0)->identity, "a2");
+  EXPECT_EQ(table.Find("b")->role, proto::ROLE_SERVER);
+}
+
 }  // namespace
 }  // namespace bytecomp

@@ -303,28 +303,36 @@ TEST_F(SchedulerTest, MalformedFramesGetErrorRepliesAndServingContinues) {
   EXPECT_TRUE(Running());
 }
 
-TEST_F(SchedulerTest, NodeWithItsOwnRoutingIdSurvivesAReconnect) {
+// A node is its token, not its connection: the same node (its token) on a new connection, as
+// after a TCP reconnect, is still worker 0 at once, whether or not ZeroMQ dropped the old
+// connection yet, and what the scheduler sends the node goes to the new one. A barrier it
+// waited in on the old connection is released to the new one.
+TEST_F(SchedulerTest, ANodeOnANewConnectionIsKnownByItsToken) {
   Start(1, 1);
-  auto worker = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-1234");
+  auto worker = Node();
   auto server = Node();
   worker->Register(ROLE_WORKER, -1);
   server->Register(ROLE_SERVER, -1);
   worker->Expect(ControlMessage::kTopology);
   server->Expect(ControlMessage::kTopology);
-  // The same node (its routing id and token) on a new connection, a TCP reconnect, is still
-  // worker 0 once the old connection is gone (until then the id is the old one's).
+  worker->Barrier("all", 1);
+  worker->Sync();  // the barrier request is in before the new connection speaks
   const NodeToken token = worker->token();
-  worker.reset();
-  auto again = std::make_unique<TestNode>(context_, scheduler_->port(), "worker-host-1234", token);
-  std::string reply;
-  // ZeroMQ notices the old connection's end on its own time: up to 10 s on a loaded host.
-  for (int attempt = 0; attempt < 50 && reply.empty(); ++attempt) {
-    again->Barrier("no-such-group", 0);
-    if (std::optional<ControlMessage> m = again->Recv(200)) reply = m->error().message();
-  }
-  EXPECT_TRUE(Contains(reply, "unknown barrier group")) << "not seen as registered: " << reply;
-  again->Barrier("workers", 1);
+  // The old connection stays open: the new one takes over all the same.
+  auto again = std::make_unique<TestNode>(context_, scheduler_->port(), "", token);
+  again->Barrier("no-such-group", 0);
+  EXPECT_TRUE(Contains(again->ExpectError(), "unknown barrier group"));
+  server->Barrier("all", 1);
   EXPECT_EQ(again->Expect(ControlMessage::kBarrierRelease).barrier_release().sequence(), 1u);
+  worker->ExpectNothing(100);
+  worker.reset();
+  again->Barrier("workers", 2);
+  EXPECT_EQ(again->Expect(ControlMessage::kBarrierRelease).barrier_release().sequence(), 2u);
+  // A fresh connection without the token is no one.
+  auto stranger = Node();
+  stranger->Barrier("workers", 3);
+  EXPECT_TRUE(Contains(stranger->ExpectError(), "has not registered"));
+  EXPECT_TRUE(Running());
 }
 
 // A connection acts as a node only with the node's token: a message on a registered
@@ -495,6 +503,122 @@ TEST_F(SchedulerTest, AReloadIsPreparedAndCommittedThroughTheLoop) {
     EXPECT_EQ(s.first_round(), 5u);
   }
   EXPECT_TRUE(Running());
+}
+
+// The node (by its token) rejoins a restarted scheduler with what it knows (Register.rejoin).
+void Rejoin(TestNode& node, proto::Role role, int rank, const proto::Rejoin& report) {
+  ControlMessage m;
+  proto::Register* r = m.mutable_register_();
+  r->set_role(role);
+  r->set_requested_rank(rank);
+  r->set_hostname("hostA");
+  r->set_pid(4242);
+  if (role == ROLE_SERVER) r->set_data_address(absl::StrCat("tcp://127.0.0.1:", 7000 + rank));
+  r->set_token(TokenBytes(node.token()));
+  *r->mutable_rejoin() = report;
+  node.Send(m);
+}
+
+// A scheduler that restarts takes the running job up from what its nodes report
+// (takeover.h): declarations, the strategy in force, released barriers; the nodes then send
+// again what the old one left unanswered, and the job goes on.
+TEST_F(SchedulerTest, ARestartedSchedulerTakesTheJobUpFromItsRejoiningNodes) {
+  proto::ClusterConfig config;
+  config.set_partition_bytes(64);  // 16 fp32 elements per partition
+  Start(2, 2, config);
+  std::vector<NodeToken> tokens;
+  std::vector<proto::DeclareReply> declared;
+  {
+    auto nodes = RegisterAll([this] { return Node(); }, 2, 2);
+    nodes[0]->Declare("a", 40, proto::DTYPE_FLOAT32);
+    nodes[1]->Declare("a", 40, proto::DTYPE_FLOAT32);
+    for (auto& n : nodes) declared.push_back(n->Expect(ControlMessage::kDeclareReply).declare_reply());
+    for (auto& n : nodes) n->Barrier("all", 1);
+    for (auto& n : nodes) n->Expect(ControlMessage::kBarrierRelease);
+    for (auto& n : nodes) tokens.push_back(n->token());
+  }
+  // The scheduler goes; another starts (the nodes come back on new connections).
+  scheduler_->Stop();
+  result_.wait();
+  scheduler_.reset();
+  Start(2, 2, config);
+  std::vector<std::unique_ptr<TestNode>> nodes;
+  for (const NodeToken& t : tokens) {
+    nodes.push_back(std::make_unique<TestNode>(context_, scheduler_->port(), "", t));
+  }
+  nodes[0]->Heartbeat();
+  const proto::Error unknown = nodes[0]->Expect(ControlMessage::kError).error();
+  EXPECT_TRUE(unknown.not_registered()) << unknown.message();
+
+  proto::Rejoin base;
+  base.mutable_strategy()->set_version(1);
+  proto::Rejoin w0 = base, w1 = base, s0 = base, s1 = base;
+  for (proto::Rejoin* r : {&w0, &w1, &s0}) *r->add_declarations() = declared[0];
+  for (proto::Rejoin* r : {&w0, &s0, &s1}) {
+    r->add_released()->set_group("all");
+    r->mutable_released(0)->set_sequence(1);
+  }
+  w0.set_prepared_version(2);  // a switch the old scheduler never committed
+  Rejoin(*nodes[0], ROLE_WORKER, 0, w0);
+  Rejoin(*nodes[1], ROLE_WORKER, 1, w1);
+  Rejoin(*nodes[2], ROLE_SERVER, 0, s0);
+  nodes[2]->Sync();
+  // Meanwhile a node of no job cannot register.
+  auto fresh = Node();
+  fresh->Register(ROLE_SERVER, 1);
+  const proto::Error refused = fresh->Expect(ControlMessage::kError).error();
+  EXPECT_TRUE(refused.registration_refused());
+  EXPECT_TRUE(Contains(refused.message(), "taking a running job over")) << refused.message();
+  Rejoin(*nodes[3], ROLE_SERVER, 1, s1);
+
+  // Server 1 lacked tensor 'a'; worker 0 held a prepare: it gets the version in force.
+  const proto::DeclareReply again = nodes[3]->Expect(ControlMessage::kDeclareReply).declare_reply();
+  EXPECT_EQ(again.name(), "a");
+  EXPECT_EQ(again.tensor_id(), declared[0].tensor_id());
+  EXPECT_EQ(nodes[0]->Expect(ControlMessage::kStrategyCommit).strategy_commit().strategy().version(),
+            1u);
+  for (auto& n : nodes) {
+    EXPECT_EQ(n->Expect(ControlMessage::kRejoined).rejoined().strategy_version(), 1u);
+  }
+  // What worker 1 sends again is answered as before: its declaration of 'a' with the same
+  // reply, its barrier 1 released at once.
+  nodes[1]->Declare("a", 40, proto::DTYPE_FLOAT32);
+  const proto::DeclareReply a = nodes[1]->Expect(ControlMessage::kDeclareReply).declare_reply();
+  EXPECT_TRUE(a.ok());
+  EXPECT_EQ(a.partition_server_size(), declared[0].partition_server_size());
+  nodes[1]->Barrier("all", 1);
+  EXPECT_EQ(nodes[1]->Expect(ControlMessage::kBarrierRelease).barrier_release().sequence(), 1u);
+  // A new tensor takes the next id.
+  nodes[0]->Declare("b", 16, proto::DTYPE_FLOAT32);
+  nodes[1]->Declare("b", 16, proto::DTYPE_FLOAT32);
+  for (auto& n : nodes) {
+    const proto::DeclareReply b = n->Expect(ControlMessage::kDeclareReply).declare_reply();
+    EXPECT_TRUE(b.ok()) << b.error();
+    EXPECT_EQ(b.tensor_id(), declared[0].tensor_id() + 1);
+  }
+  EXPECT_TRUE(Running());
+}
+
+// Nodes that disagree on a tensor cannot be taken up: the job ends, every node told why.
+TEST_F(SchedulerTest, ATakeoverOfNodesThatDisagreeEndsTheJob) {
+  Start(1, 1);
+  auto worker = Node(), server = Node();
+  proto::Rejoin w, s;
+  proto::DeclareReply* a = w.add_declarations();
+  a->set_name("a");
+  a->set_ok(true);
+  a->set_element_count(4);
+  a->set_dtype(proto::DTYPE_FLOAT32);
+  a->set_partition_elements(4);
+  a->add_partition_server(0);
+  *s.add_declarations() = *a;
+  s.mutable_declarations(0)->set_tensor_id(3);
+  Rejoin(*worker, ROLE_WORKER, 0, w);
+  Rejoin(*server, ROLE_SERVER, 0, s);
+  const std::string reason = worker->Expect(ControlMessage::kShutdown).shutdown().reason();
+  EXPECT_TRUE(Contains(reason, "cannot take the job up: the nodes disagree on tensor 'a'"))
+      << reason;
+  EXPECT_EQ(Result().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(SchedulerCreateTest, RejectsInvalidConfigAndBusyPort) {

@@ -2,6 +2,13 @@
 // both ways. It draws the node's token (node_token.h), registers with it and puts it in every
 // later message; it keeps the time it last heard from the scheduler, so that its owner sees a
 // silent scheduler (SchedulerTimeoutMs) instead of waiting for it forever.
+//
+// A scheduler that restarts takes the running job up (scheduler/.../takeover.h): its answer
+// to this node's next message says it does not know the node (Error.not_registered), and
+// Receive rejoins (Register.rejoin: rank, token and what RejoinRecord kept of the job), then,
+// once the scheduler says Rejoined, sends again what the old one left unanswered. The owner
+// sees neither; a refused rejoin is an error from Receive. A restart is taken up when it
+// comes within SchedulerTimeoutMs of the last word from the old scheduler.
 // Owned by exactly one thread (the node's control thread), like its ZeroMQ socket.
 #pragma once
 
@@ -13,6 +20,7 @@
 #include "bytecomp/common/clock_offset.h"
 #include "bytecomp/common/socket_security.h"
 #include "bytecomp/common/node_token.h"
+#include "bytecomp/common/rejoin_record.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "zmq.hpp"
@@ -61,6 +69,8 @@ class SchedulerClient {
 
  private:
   void SendClockProbe();
+  // Sends Register{rejoin} (again once per heartbeat interval while not answered).
+  absl::Status Rejoin();
 
   proto::ClusterConfig config_;
   const SocketSecurity& security_;
@@ -76,6 +86,12 @@ class SchedulerClient {
   static constexpr int64_t kClockProbeGapMs = 20;
   int clock_probes_ = 0;
   int64_t last_probe_ms_ = 0;
+  // For a rejoin: the Register sent, with the rank and local slot the topology gave.
+  proto::Register registration_;
+  bool registered_ = false;  // the topology came
+  RejoinRecord record_;
+  bool rejoining_ = false;  // a rejoin went out, Rejoined has not come
+  int64_t last_rejoin_ms_ = 0;
 };
 
 }  // namespace bytecomp

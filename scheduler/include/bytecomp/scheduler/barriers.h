@@ -25,11 +25,16 @@ class Barriers {
   void Handle(const RegisteredNode& node, const proto::BarrierRequest& request, Outbox* out);
   // The topology went out: releases what was asked for before it, where complete.
   void ReleaseWaiting(Outbox* out);
+  // A restarted scheduler taking the job up (takeover.h): `group`'s sequences up to
+  // `sequence` were released (to some node at least) by the scheduler before; a node that asks
+  // for one again gets it released at once.
+  void RestoreReleased(const std::string& group, uint64_t sequence);
 
  private:
   struct Group {
-    std::map<uint64_t, std::set<std::string>> waiting;  // sequence -> identities
+    std::map<uint64_t, std::set<RoleRank>> waiting;  // sequence -> the nodes asking
     std::set<uint64_t> released;
+    uint64_t released_through = 0;  // and every sequence up to this one (a takeover)
   };
 
   // The number of members, or -1 for an unknown group.

@@ -18,7 +18,9 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "bytecomp/common/declaration_limits.h"
 #include "bytecomp/scheduler/node_table.h"
 #include "bytecomp/scheduler/outbox.h"
@@ -34,6 +36,13 @@ class Declarations {
 
   void Handle(const RegisteredNode& node, const proto::DeclareTensor& declare, int64_t now_ms,
               Outbox* out);
+  // A restarted scheduler taking the job up (takeover.h): the declarations decided ok before,
+  // by tensor id, as the nodes reported them. Each is placed again in id order, which gives
+  // the same partitions when the job's config is the same (the assignment is deterministic);
+  // a different result, or a reply that does not validate, is an error and nothing is kept.
+  // Later declarations get ids after the highest; a worker that declares a restored tensor
+  // (again) gets its reply.
+  absl::Status Restore(const std::vector<proto::DeclareReply>& decided);
   // Fails the declarations whose workers did not all declare in time.
   void OnTime(int64_t now_ms, Outbox* out);
   // When OnTime has something to do next; nullopt when no declaration is waiting.

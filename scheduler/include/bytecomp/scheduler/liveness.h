@@ -71,8 +71,8 @@ class Liveness {
   bool monitoring_ = false;
   int64_t next_heartbeat_ms_ = 0;
   uint64_t heartbeat_sequence_ = 0;
-  absl::flat_hash_map<std::string, int64_t> last_seen_ms_;  // by identity
-  std::set<int> done_workers_;                              // ranks that sent WorkerDone
+  absl::flat_hash_map<RoleRank, int64_t> last_seen_ms_;
+  std::set<int> done_workers_;  // ranks that sent WorkerDone
 };
 
 }  // namespace bytecomp

@@ -1,5 +1,6 @@
-// The nodes of the job, as they registered: by routing identity and by role and rank, and,
-// once every node is in, the workers' grouping by machine. The scheduler owns the one table;
+// The nodes of the job, as they registered: by routing identity, by token and by role and
+// rank, and, once every node is in, the workers' grouping by machine. A node's identity is
+// that of the connection it was last heard on with its token (MoveConnection). The scheduler owns the one table;
 // Registration is its only writer (it alone gets the table by pointer); every other
 // protocol reads it through a const reference.
 #pragma once
@@ -20,6 +21,9 @@ namespace bytecomp {
 // "worker", "server", "scheduler", or "role N".
 std::string RoleName(proto::Role role);
 
+// A node as (role, rank): what stays when its connection (identity) changes.
+using RoleRank = std::pair<proto::Role, int>;
+
 struct RegisteredNode {
   std::string identity;  // ZeroMQ routing id of the node's DEALER
   proto::Role role = proto::ROLE_UNKNOWN;
@@ -30,6 +34,8 @@ struct RegisteredNode {
   MachineSlot slot;  // workers: machine and local rank/size asked for
   // The token the node registered with: every later message from it must carry it.
   NodeToken token;
+
+  RoleRank role_rank() const { return {role, rank}; }
 };
 
 class NodeTable {
@@ -45,6 +51,8 @@ class NodeTable {
 
   // nullptr when no node registered with that identity.
   const RegisteredNode* Find(const std::string& identity) const;
+  // The node that registered with `token`; nullptr when none did.
+  const RegisteredNode* FindByToken(const NodeToken& token) const;
   // The node holding (role, rank); nullptr when the rank is free or out of range.
   const RegisteredNode* At(proto::Role role, int rank) const;
   // Every registered node: workers by rank, then servers by rank.
@@ -68,6 +76,10 @@ class NodeTable {
   // server whose rank is free and in range and whose identity is new and not empty.
   absl::Status Add(RegisteredNode node);
   void SetLocal(LocalAssignment local) { local_ = std::move(local); }
+  // The registered node (role, rank) is now reached on the connection `identity` (a TCP
+  // reconnect gives a DEALER a new routing id): fails, changing nothing, when that rank is
+  // free or `identity` is empty or another node's.
+  absl::Status MoveConnection(proto::Role role, int rank, const std::string& identity);
 
  private:
   std::vector<RegisteredNode>& ByRole(proto::Role role);
@@ -76,7 +88,7 @@ class NodeTable {
   // By rank; a free rank has an empty identity. Sized once, so pointers stay valid.
   std::vector<RegisteredNode> workers_;
   std::vector<RegisteredNode> servers_;
-  absl::flat_hash_map<std::string, std::pair<proto::Role, int>> by_identity_;
+  absl::flat_hash_map<std::string, RoleRank> by_identity_;
   std::optional<LocalAssignment> local_;
 };
 

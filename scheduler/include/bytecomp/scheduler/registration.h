@@ -6,9 +6,17 @@
 // twice, a role other than worker or server, a full job, a server data address that is not
 // tcp://host:port, a rank taken or out of range, or a machine slot that does not fit the
 // workers already on that machine (local_groups.h). A refused node may try again.
+//
+// A scheduler that restarted takes a running job up instead when its first registration is a
+// rejoin (Register.rejoin): then only rejoins are taken, each for the rank and with the token
+// the node had, and once all are in no topology goes out (the nodes have it); the scheduler
+// restores the job from what they reported (rejoins(), takeover.h). A scheduler whose first
+// registration was fresh refuses rejoins.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "bytecomp/scheduler/node_table.h"
@@ -28,19 +36,36 @@ class Registration {
                const StrategyKeeper& strategy, int64_t start_ms);
 
   // A Register from `identity`, registered or not. True when this registration completed
-  // the job and the topology went to every node; the scheduler then starts what waited for
-  // it (barriers asked for early, heartbeat monitoring). When the workers cannot be grouped
+  // the job and the topology went to every node (or, taking a job over, every node rejoined);
+  // the scheduler then starts what waited for it (barriers asked for early, heartbeat
+  // monitoring, the takeover). When the workers cannot be grouped
   // by machine, the job ends instead (FailedPrecondition) and this returns false.
   bool Handle(const std::string& identity, const proto::Register& reg, int64_t now_ms,
               Outbox* out);
+  // A message carrying the token of the registered `node` arrived on the connection
+  // `identity`, which is no node's: the node reconnected (a TCP reconnect gives its DEALER a
+  // new routing id, and ZeroMQ may drop the old connection much later, if ever). The node is
+  // reached on `identity` from now on. The token alone decides: a connection that merely
+  // reuses a node's routing id acts as no one. Returns the node as it now is.
+  const RegisteredNode& MoveConnection(const std::string& identity, const RegisteredNode& node);
+
+  // Whether this scheduler takes a running job over (its first registration was a rejoin);
+  // nullopt before any registration.
+  std::optional<bool> takeover() const { return takeover_; }
+  // What each rejoined node reported, by (role, rank).
+  const std::map<RoleRank, proto::Rejoin>& rejoins() const { return rejoins_; }
 
  private:
+  // Every node is in: the workers' local ranks (or the job ends, and false).
+  bool GroupWorkers(Outbox* out);
   bool SendTopology(int64_t now_ms, Outbox* out);
 
   const proto::ClusterConfig& config_;
   NodeTable& nodes_;
   const StrategyKeeper& strategy_;
   int64_t start_ms_;
+  std::optional<bool> takeover_;
+  std::map<RoleRank, proto::Rejoin> rejoins_;
 };
 
 }  // namespace bytecomp

@@ -11,10 +11,12 @@
 // - [Registration] Send Register{role, requested_rank (-1: any), data_address (servers),
 //   hostname, pid, token (16 random bytes)}. No acknowledgement: the answer is Topology once
 //   all W workers and S servers registered (servers' lists every worker's token), or Error
-//   (no token, rank taken or out of range, same connection registering twice, job full). Set
-//   a unique routing id on the DEALER (zmq::sockopt::routing_id) so that a TCP reconnect
-//   keeps the node's identity. Every later message must carry the token (ControlMessage.
-//   token); one without it is refused with Error and does not count as a sign of life.
+//   (no token, rank taken or out of range, same connection registering twice, job full). Every
+//   later message must carry the token (ControlMessage.token); one without it is refused
+//   with Error and does not count as a sign of life. The token, not the connection, is the
+//   node: a message with it on a connection that is no node's (a TCP reconnect) moves the
+//   node to that connection. Leave the DEALER's routing id to ZeroMQ (a fixed one collides
+//   with the old connection's until the scheduler drops it).
 // - [Liveness] Send Heartbeat every heartbeat_interval_ms from registration on (any message
 //   counts). Monitoring starts when the Topology is sent; a node silent for
 //   heartbeat_timeout_ms is failed: every other node gets NodeFailed{node, "missed

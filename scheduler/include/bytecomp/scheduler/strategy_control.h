@@ -68,6 +68,10 @@ class StrategyControl {
   // --strategy=auto: the plan's predicted iteration, once planned.
   std::optional<double> predicted_us() const { return predicted_us_; }
 
+  // A restarted scheduler taking the job up (takeover.h): `in_force` is the strategy the nodes
+  // run. Under --strategy=auto a strategy beyond the first (version 1) means the plan was
+  // switched to already: it is not planned again.
+  void Restore(const proto::Strategy& in_force);
   // SIGHUP: re-read the strategy file and prepare every worker for it.
   void Reload(Outbox* out);
   void HandlePrepareReply(const RegisteredNode& node, const proto::StrategyPrepareReply& reply,

@@ -28,6 +28,9 @@ class StrategyKeeper {
   absl::StatusOr<proto::ControlMessage> BeginUpdate(proto::Strategy strategy);
   // A worker's StrategyPrepareReply. Once all `num_workers` answered, returns the
   // StrategyCommit (servers first, then workers) and makes the new strategy current.
+  // A restarted scheduler taking the job up (takeover.h): `strategy` is in force (the latest
+  // the nodes had committed); no update is pending, and the next one gets the next version.
+  void Adopt(const proto::Strategy& strategy);
   std::optional<proto::ControlMessage> OnPrepareReply(int worker_rank,
                                                       const proto::StrategyPrepareReply& reply,
                                                       int num_workers);

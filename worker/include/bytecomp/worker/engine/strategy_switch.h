@@ -36,7 +36,8 @@ class StrategySwitch {
   // StrategyPrepare: holds every round beyond the highest started + 1; returns that highest.
   uint64_t Prepare(uint64_t version) ABSL_LOCKS_EXCLUDED(mu_);
   // StrategyCommit: adds the version (a refused one is logged: the old version goes on) and
-  // ends the hold. The caller then restarts the tensors that were held.
+  // ends the hold; a version it has already (a restarted scheduler's commit of the version in
+  // force) only ends the hold. The caller then restarts the tensors that were held.
   void Commit(const proto::Strategy& strategy) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The seed of `version` (codecs that draw shared random numbers); 0 if unknown.
