@@ -1,5 +1,7 @@
 #include "bytecomp/server/request_dispatcher.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/link_probe.h"
 #include "bytecomp/common/logging.h"
@@ -59,9 +61,11 @@ void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_pa
     return Reject(frames[0], header, std::string(sender.message()), now_ms, out,
                   "without the worker's token");
   }
-  if (may_park && validator_.AwaitsDeclaration(header) && parked_.size() < kMaxParkedRequests) {
-    parked_.push_back(Parked{arrived_ms, std::move(frames)});
-    if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_.size()));
+  size_t bytes = 0;
+  for (const zmq::message_t& f : frames) bytes += f.size();
+  if (may_park && validator_.AwaitsDeclaration(header) && parked_count_ < kMaxParkedRequests &&
+      parked_bytes_ + bytes <= kMaxParkedBytes) {
+    Park(KeyTensor(header.key()), arrived_ms, bytes, std::move(frames));
     return;
   }
   absl::Status valid = validator_.Validate(header, has_payload, payload_size);
@@ -147,24 +151,70 @@ bool RequestDispatcher::HandleCommand(std::vector<zmq::message_t> message, int64
   // Every shard hears of it before any request that needed it.
   ToEveryShard(message, out);
   if (kind == ShardMessageKind::kStop) return false;
-  if (kind == ShardMessageKind::kDeclare || kind == ShardMessageKind::kStrategy) {
-    // Requests that arrived early go through now, in arrival order.
-    std::deque<Parked> waiting;
-    waiting.swap(parked_);
-    for (Parked& p : waiting) {
-      Dispatch(std::move(p.frames), /*may_park=*/true, p.since_ms, now_ms, out);
-    }
+  // Requests that arrived early go through now, in arrival order: a declaration's own, or,
+  // with a strategy version, every one.
+  if (kind == ShardMessageKind::kDeclare) {
+    proto::DeclareReply declared;
+    if (declared.ParseFromString(body)) ReleaseParked(declared.tensor_id(), now_ms, out);
+  } else if (kind == ShardMessageKind::kStrategy) {
+    ReleaseParked(std::nullopt, now_ms, out);
   }
   return true;
 }
 
+void RequestDispatcher::Park(uint32_t tensor, int64_t arrived_ms, size_t bytes,
+                             std::vector<zmq::message_t> frames) {
+  const uint64_t sequence = ++park_sequence_;
+  parked_[tensor].push_back(Parked{arrived_ms, sequence, bytes, std::move(frames)});
+  parked_order_.emplace_back(sequence, tensor);
+  ++parked_count_;
+  parked_bytes_ += bytes;
+  if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_count_));
+}
+
+void RequestDispatcher::ReleaseParked(std::optional<uint32_t> tensor, int64_t now_ms,
+                                      DispatchOutbox* out) {
+  std::vector<Parked> waiting;
+  if (tensor.has_value()) {
+    auto it = parked_.find(*tensor);
+    if (it == parked_.end()) return;
+    for (Parked& p : it->second) waiting.push_back(std::move(p));
+    parked_.erase(it);
+  } else {
+    for (auto& [t, queue] : parked_) {
+      for (Parked& p : queue) waiting.push_back(std::move(p));
+    }
+    parked_.clear();
+    parked_order_.clear();
+    std::sort(waiting.begin(), waiting.end(),
+              [](const Parked& a, const Parked& b) { return a.sequence < b.sequence; });
+  }
+  parked_count_ -= waiting.size();
+  for (const Parked& p : waiting) parked_bytes_ -= p.bytes;
+  for (Parked& p : waiting) {
+    Dispatch(std::move(p.frames), /*may_park=*/true, p.since_ms, now_ms, out);
+  }
+  if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_count_));
+}
+
 void RequestDispatcher::ExpireParked(int64_t now_ms, DispatchOutbox* out) {
-  while (!parked_.empty() && now_ms - parked_.front().since_ms > kUndeclaredGraceMs) {
-    Parked p = std::move(parked_.front());
-    parked_.pop_front();
+  while (!parked_order_.empty()) {
+    const auto [sequence, tensor] = parked_order_.front();
+    auto it = parked_.find(tensor);
+    if (it == parked_.end() || it->second.front().sequence != sequence) {
+      parked_order_.pop_front();  // released since (or parked again, further back)
+      continue;
+    }
+    if (now_ms - it->second.front().since_ms <= kUndeclaredGraceMs) break;
+    Parked p = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) parked_.erase(it);
+    parked_order_.pop_front();
+    --parked_count_;
+    parked_bytes_ -= p.bytes;
     Dispatch(std::move(p.frames), /*may_park=*/false, p.since_ms, now_ms, out);
   }
-  if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_.size()));
+  if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_count_));
 }
 
 std::string RequestDispatcher::Summary() const {

@@ -38,6 +38,10 @@ std::vector<zmq::message_t> APush(int sender = 0) {
   return Frames(h, kN);
 }
 
+std::vector<zmq::message_t> APull(int sender = 0) {
+  return Frames(server_test::Request(proto::OP_PULL, sender, 0, kN));
+}
+
 std::vector<zmq::message_t> Declaration() {
   return ShardCommand(ShardMessageKind::kDeclare, server_test::DeclareTensor(kN).SerializeAsString());
 }
@@ -101,7 +105,7 @@ TEST(RequestDispatcherTest, AParkedRequestIsRefusedAfterTheGrace) {
   RequestDispatcher d = Dispatcher();
   DispatchOutbox out;
   d.HandleRequest(APush(), 1000, &out);
-  // Another tensor's declaration releases it, and it waits again, from its first arrival.
+  // Another tensor's declaration leaves it waiting, from its first arrival.
   proto::DeclareReply other = server_test::DeclareTensor(kN, proto::DTYPE_FLOAT32, 2);
   ASSERT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kDeclare, other.SerializeAsString()),
                               2000, &out));
@@ -189,12 +193,55 @@ TEST(RequestDispatcherTest, CommandsReachEveryShard) {
   EXPECT_TRUE(out.to_shards.empty());
 }
 
-TEST(RequestDispatcherTest, ParkingIsBounded) {
+TEST(RequestDispatcherTest, ParkingIsBoundedInRequestsAndBytes) {
   RequestDispatcher d = Dispatcher();
   DispatchOutbox out;
-  for (size_t i = 0; i < kMaxParkedRequests + 1; ++i) d.HandleRequest(APush(), 1, &out);
+  for (size_t i = 0; i < kMaxParkedRequests + 1; ++i) d.HandleRequest(APull(), 1, &out);
   EXPECT_EQ(d.parked(), kMaxParkedRequests);
   ASSERT_EQ(out.to_router.size(), 1u);  // the one beyond the bound is refused at once
+  EXPECT_EQ(HeaderOf(out.to_router[0]).op(), proto::OP_ERROR);
+
+  // Pushes of 64 MiB (kN elements is not what they declare; they are refused once let through,
+  // but while their tensor is unknown they would wait): 8 fill the bytes, the 9th is refused.
+  RequestDispatcher big = Dispatcher();
+  out = {};
+  const size_t each = size_t{64} << 20;
+  for (size_t i = 0; i < kMaxParkedBytes / each + 1; ++i) {
+    proto::DataHeader h = server_test::Request(proto::OP_PUSH, 0, 0, kN);
+    h.set_payload_bytes(each);
+    std::vector<zmq::message_t> frames;
+    frames.push_back(server_test::Identity(0));
+    frames.push_back(ProtoFrame(h));
+    frames.emplace_back(each);
+    big.HandleRequest(std::move(frames), 1, &out);
+  }
+  EXPECT_EQ(big.parked(), kMaxParkedBytes / each - 1);  // headers and identities take room too
+  EXPECT_EQ(out.to_router.size(), 2u);
+}
+
+// A declaration releases its own tensor's parked requests, not the others'.
+TEST(RequestDispatcherTest, ADeclarationReleasesOnlyItsTensorsRequests) {
+  RequestDispatcher d = Dispatcher();
+  DispatchOutbox out;
+  proto::DataHeader other = server_test::Request(proto::OP_PUSH, 0, 0, kN);
+  other.set_key(MakeKey(2, 0));
+  other.set_payload_bytes(4 * kN);
+  d.HandleRequest(APush(), 10, &out);
+  d.HandleRequest(Frames(other, kN), 20, &out);
+  d.HandleRequest(APush(1), 30, &out);
+  EXPECT_EQ(d.parked(), 3u);
+  ASSERT_TRUE(d.HandleCommand(Declaration(), 40, &out));  // tensor 1
+  EXPECT_EQ(d.parked(), 1u);
+  ASSERT_EQ(out.to_shards.size(), kShards + 2);
+  EXPECT_EQ(FrameToString(out.to_shards[kShards].second[1]), "worker-0");
+  EXPECT_EQ(FrameToString(out.to_shards[kShards + 1].second[1]), "worker-1");
+  // The other one still expires after the grace, counted from its arrival.
+  out = {};
+  d.ExpireParked(20 + kUndeclaredGraceMs, &out);
+  EXPECT_EQ(d.parked(), 1u);
+  d.ExpireParked(20 + kUndeclaredGraceMs + 1, &out);
+  EXPECT_EQ(d.parked(), 0u);
+  ASSERT_EQ(out.to_router.size(), 1u);
   EXPECT_EQ(HeaderOf(out.to_router[0]).op(), proto::OP_ERROR);
 }
 

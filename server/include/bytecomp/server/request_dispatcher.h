@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "bytecomp/common/refusal_log.h"
 #include "bytecomp/server/bandwidth_turn.h"
 #include "bytecomp/server/request_validator.h"
@@ -31,8 +33,12 @@ namespace bytecomp::server {
 
 // How long a request for a key not yet declared waits for the scheduler's declaration.
 inline constexpr int64_t kUndeclaredGraceMs = 3000;
-// At most this many requests wait parked; beyond it a request is validated (and refused) at once.
-inline constexpr size_t kMaxParkedRequests = 4096;
+// At most this many requests, of at most this many bytes in all, wait parked; beyond either a
+// request is validated (and refused) at once. Many: a burst of small tensors' declarations may
+// trail their requests by thousands (the scheduler's replies reach servers and workers on
+// separate connections); the bytes bound what that may hold.
+inline constexpr size_t kMaxParkedRequests = 65536;
+inline constexpr size_t kMaxParkedBytes = size_t{512} << 20;
 
 // What to send, in order per destination.
 struct DispatchOutbox {
@@ -57,7 +63,7 @@ class RequestDispatcher {
   // Counts refusals by reason, and the parked requests, into `metrics` (null: none).
   void Observe(telemetry::NodeMetrics* metrics);
 
-  size_t parked() const { return parked_.size(); }
+  size_t parked() const { return parked_count_; }
   uint64_t requests() const { return requests_; }
   uint64_t rejected() const { return rejected_; }
   // Requests refused because they did not carry the token of the worker they named.
@@ -69,6 +75,8 @@ class RequestDispatcher {
  private:
   struct Parked {
     int64_t since_ms;
+    uint64_t sequence;  // its place in parked_order_
+    size_t bytes;
     std::vector<zmq::message_t> frames;
   };
 
@@ -82,12 +90,24 @@ class RequestDispatcher {
   void Reject(zmq::message_t& identity, const proto::DataHeader& request, const std::string& why,
               int64_t now_ms, DispatchOutbox* out, const char* reason = "invalid request");
   void ToEveryShard(const std::vector<zmq::message_t>& message, DispatchOutbox* out) const;
+  void Park(uint32_t tensor, int64_t arrived_ms, size_t bytes, std::vector<zmq::message_t> frames);
+  // Dispatches again, in arrival order, the requests parked for `tensor` (nullopt: all).
+  void ReleaseParked(std::optional<uint32_t> tensor, int64_t now_ms, DispatchOutbox* out);
 
   int my_rank_;
   size_t num_shards_;
   RequestValidator validator_;
   BandwidthTurn bandwidth_turn_;
-  std::deque<Parked> parked_;
+  // Requests that arrived before their tensor's declaration (or their strategy version), per
+  // tensor id in arrival order: a declaration releases its tensor's alone, so a burst of
+  // declarations behind a burst of requests costs each declaration only its own requests.
+  // parked_order_ holds (sequence, tensor) of each parked request in arrival order, for
+  // expiry; entries of requests released since are skipped there.
+  absl::flat_hash_map<uint32_t, std::deque<Parked>> parked_;
+  std::deque<std::pair<uint64_t, uint32_t>> parked_order_;
+  size_t parked_count_ = 0;
+  size_t parked_bytes_ = 0;  // of the parked requests' frames
+  uint64_t park_sequence_ = 0;
   RefusalLog refusals_;
   uint64_t requests_ = 0;
   uint64_t rejected_ = 0;
