@@ -1,7 +1,10 @@
 #include "bytecomp/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <deque>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +13,6 @@
 #include "bytecomp/common/net.h"
 #include "bytecomp/common/socket_limits.h"
 #include "bytecomp/common/transport.h"
-#include "bytecomp/scheduler/takeover.h"
 #include "log_format.h"
 #include "status_service.h"
 
@@ -20,6 +22,8 @@ namespace {
 // Upper bound on one poll, so that Stop() from another thread is seen promptly. Signals
 // interrupt the poll at once.
 constexpr int64_t kMaxPollMs = 100;
+// The poll while messages wait in a node's backlog.
+constexpr int64_t kBacklogPollMs = 2;
 
 std::string SignalName(int signal_number) {
   switch (signal_number) {
@@ -28,18 +32,6 @@ std::string SignalName(int signal_number) {
     case SIGHUP: return "SIGHUP";
     default: return absl::StrCat("signal ", signal_number);
   }
-}
-
-std::string BodyName(const proto::ControlMessage& m) {
-  const auto* field = m.GetDescriptor()->FindFieldByNumber(m.body_case());
-  return field == nullptr ? "empty message" : field->name();
-}
-
-// A routing id may hold any bytes; print it as hex for logs.
-std::string PrintableIdentity(const std::string& id) {
-  std::string out;
-  for (unsigned char c : id) absl::StrAppend(&out, absl::Hex(c, absl::kZeroPad2));
-  return out;
 }
 
 }  // namespace
@@ -79,6 +71,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   ConfigureSocket(*socket);
   if (absl::Status s = (*security)->SecureListening(*socket); !s.ok()) return s;
   LimitSocket(*socket, SchedulerSocketLimits(options.config));
+  // A send to a node whose queue is full fails (EAGAIN) instead of vanishing: the message
+  // waits in the node's backlog (Send). A send to a peer that has gone fails too (dropped).
+  socket->set(zmq::sockopt::router_mandatory, 1);
   // No ZMQ_ROUTER_HANDOVER: with it, a peer that connects with a node's routing id would take
   // that node's connection over, and with it every message the scheduler sends the node. A
   // routing id held by a live connection stays its own. A node is its token: a message with
@@ -103,6 +98,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
       new Scheduler(std::move(options), std::move(context), *std::move(security),
                     std::move(socket), *bound, std::move(strategy), std::move(auto_plan), start_ms));
   scheduler->status_ = std::move(status);
+  scheduler->router_.set_observer(scheduler->status_.get());
   return scheduler;
 }
 
@@ -118,13 +114,7 @@ Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<zmq::context_t> c
       security_(std::move(security)),
       socket_(std::move(socket)),
       port_(port),
-      nodes_(config_.num_workers(), config_.num_servers()),
-      strategy_(config_, nodes_, std::move(strategy), std::move(auto_plan)),
-      registration_(config_, &nodes_, strategy_.keeper(), start_ms),
-      barriers_(nodes_),
-      declarations_(config_, nodes_),
-      local_relay_(config_, nodes_),
-      liveness_(config_, nodes_, start_ms) {}
+      router_(config_, std::move(strategy), std::move(auto_plan), start_ms) {}
 
 Scheduler::~Scheduler() {
   status_.reset();  // the HTTP threads first
@@ -158,7 +148,7 @@ absl::Status Scheduler::Run() {
     if (stop_requested_.load()) {
       const int signal_number = stop_signal_.load();
       Outbox out;
-      liveness_.Stop(signal_number != 0
+      router_.Stop(signal_number != 0
                          ? absl::StrCat("scheduler received ", SignalName(signal_number))
                          : std::string("scheduler was stopped"),
                      &out);
@@ -167,11 +157,16 @@ absl::Status Scheduler::Run() {
     }
     if (reload_requested_.exchange(false)) {
       Outbox out;
-      strategy_.Reload(&out);
+      router_.Reload(&out);
       Deliver(out);
     }
+    FlushBacklog();
     const int64_t now = MonotonicMs();
-    const int64_t wait_ms = std::clamp<int64_t>(NextDeadlineMs(now) - now, 0, kMaxPollMs);
+    // While a node's messages wait for room, look again soon (a ROUTER is always writable to
+    // zmq_poll, so room is not something to poll for).
+    const int64_t max_wait = backlog_.empty() ? kMaxPollMs : kBacklogPollMs;
+    const int64_t wait_ms =
+        std::clamp<int64_t>(router_.NextDeadlineMs(now + max_wait) - now, 0, max_wait);
     zmq::pollitem_t item{socket_->handle(), 0, ZMQ_POLLIN, 0};
     try {
       zmq::poll(&item, 1, std::chrono::milliseconds(wait_ms));
@@ -213,35 +208,31 @@ absl::Status Scheduler::Run() {
     if (!final_status_.has_value()) {
       // Nodes hear from the scheduler every interval, also while a peer floods it.
       Outbox out;
-      liveness_.SendHeartbeats(MonotonicMs(), &out);
+      router_.SendHeartbeats(MonotonicMs(), &out);
       Deliver(out);
     }
     if (drained && !final_status_.has_value()) {
       const int64_t checked_at = MonotonicMs();
       Outbox out;
-      liveness_.OnTime(checked_at, &out);
-      if (!out.job_end().has_value()) declarations_.OnTime(checked_at, &out);
+      router_.OnTime(checked_at, &out);
       Deliver(out);
       if (status_ != nullptr) {
-        status_->MaybePublish(checked_at, nodes_, strategy_.keeper().current(),
+        status_->MaybePublish(checked_at, router_.nodes(), router_.strategy().keeper().current(),
                               options_.auto_strategy ? "auto"
                               : options_.strategy_path.empty() ? "none"
                                                                : options_.strategy_path,
-                              strategy_.predicted_us(), refusals_.refused());
+                              router_.strategy().predicted_us(), refusals_.refused());
       }
     }
   }
+  // The last messages (Shutdown) get the linger time to find room.
+  for (const int64_t until = MonotonicMs() + options_.shutdown_linger_ms;
+       !backlog_.empty() && MonotonicMs() < until;) {
+    FlushBacklog();
+    if (!backlog_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(kBacklogPollMs));
+  }
   if (refusals_.refused() > 0) BC_LOG_INFO("bad messages: ", refusals_.Summary());
   return *final_status_;
-}
-
-int64_t Scheduler::NextDeadlineMs(int64_t now_ms) const {
-  int64_t next = now_ms + kMaxPollMs;
-  for (const std::optional<int64_t>& due :
-       {liveness_.NextDeadline(), liveness_.NextHeartbeat(), declarations_.NextDeadline()}) {
-    if (due.has_value()) next = std::min(next, *due);
-  }
-  return next;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -251,114 +242,21 @@ void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms
                              Outbox* out) {
   if (frames.empty()) return;
   const std::string identity = FrameToString(frames[0]);
-  const RegisteredNode* node = nodes_.Find(identity);
-  std::string who = node != nullptr
-                        ? NodeTable::Name(*node)
-                        : absl::StrCat("unregistered peer ", PrintableIdentity(identity));
-
   if (frames.size() != 2) {
     out->Refuse(identity,
                 absl::StrCat("expected one frame holding a ControlMessage, got ",
                              frames.size() - 1, " frames"),
-                absl::StrCat("malformed message from ", who, ": ", frames.size() - 1,
-                             " frames, expected 1 (a ControlMessage)"));
+                absl::StrCat("malformed message from ", router_.Who(identity), ": ",
+                             frames.size() - 1, " frames, expected 1 (a ControlMessage)"));
     return;
   }
   proto::ControlMessage message;
   if (absl::Status s = ParseFrame(frames[1], &message); !s.ok()) {
-    out->Refuse(identity, std::string(s.message()), absl::StrCat("from ", who, ": ", s.message()));
+    out->Refuse(identity, std::string(s.message()),
+                absl::StrCat("from ", router_.Who(identity), ": ", s.message()));
     return;
   }
-  if (message.has_register_()) {
-    if (registration_.Handle(identity, message.register_(), now_ms, out)) {
-      if (registration_.takeover() == true &&
-          !TakeOver(registration_.rejoins(), nodes_, declarations_, strategy_, barriers_, out)) {
-        return;  // the job ended
-      }
-      liveness_.StartMonitoring(now_ms);
-      barriers_.ReleaseWaiting(out);
-    }
-    return;
-  }
-  // The routing id only routes: a message is the node's when it carries the node's token.
-  const std::optional<NodeToken> token = TokenFromBytes(message.token());
-  if (node == nullptr && token.has_value()) {
-    // A registered node on a new connection (it reconnected): it is reached there from now on.
-    if (const RegisteredNode* holder = nodes_.FindByToken(*token); holder != nullptr) {
-      node = &registration_.MoveConnection(identity, *holder);
-      who = NodeTable::Name(*node);
-    }
-  }
-  const bool authentic = node != nullptr && token.has_value() && SameToken(*token, node->token);
-  // Any message of the node's counts as a sign of life.
-  if (authentic) liveness_.Seen(*node, now_ms);
-  if (authentic && status_ != nullptr) status_->Seen(*node, now_ms);
-  if (message.has_error() && (authentic || node == nullptr)) {
-    // Never answer an error with an error: two confused peers would ping-pong forever.
-    out->RefuseSilently(identity, absl::StrCat(who, " reports an error: ",
-                                               Printable(message.error().message(), 512)));
-    return;
-  }
-  if (node == nullptr) {
-    // A node of a running job that this scheduler (restarted) does not know reads the flag as
-    // "rejoin" (takeover.h).
-    proto::ControlMessage reply;
-    reply.mutable_error()->set_message(absl::StrCat(
-        "received ", BodyName(message), " from a node that has not registered; send Register first"));
-    reply.mutable_error()->set_not_registered(true);
-    out->Refuse(identity, std::move(reply),
-                absl::StrCat(who, " sent ", BodyName(message), " before registering"));
-    return;
-  }
-  if (!authentic) {
-    out->Refuse(identity,
-                absl::StrCat(BodyName(message), " refused: it does not carry the token that ",
-                             who, " registered with"),
-                absl::StrCat(BodyName(message), " on the connection of ", who,
-                             " without its token (", message.token().size(), " bytes)"));
-    return;
-  }
-  Dispatch(*node, message, now_ms, out);
-}
-
-void Scheduler::Dispatch(const RegisteredNode& node, const proto::ControlMessage& message,
-                         int64_t now_ms, Outbox* out) {
-  switch (message.body_case()) {
-    case proto::ControlMessage::kHeartbeat:
-      return;  // liveness_.Seen has counted it
-    case proto::ControlMessage::kBarrierRequest:
-      return barriers_.Handle(node, message.barrier_request(), out);
-    case proto::ControlMessage::kDeclareTensor:
-      return declarations_.Handle(node, message.declare_tensor(), now_ms, out);
-    case proto::ControlMessage::kLocalCommunicator:
-      return local_relay_.Handle(node, message.local_communicator(), out);
-    case proto::ControlMessage::kStrategyPrepareReply:
-      return strategy_.HandlePrepareReply(node, message.strategy_prepare_reply(), out);
-    case proto::ControlMessage::kProfileReport:
-      return strategy_.HandleProfileReport(node, message.profile_report(), out);
-    case proto::ControlMessage::kLinkProbeReport:
-      return strategy_.HandleLinkProbeReport(node, message.link_probe_report(), out);
-    case proto::ControlMessage::kRatioReport:
-      return strategy_.HandleRatioReport(node, message.ratio_report(), out);
-    case proto::ControlMessage::kWorkerDone:
-      if (status_ != nullptr) status_->WorkerDone(node);
-      return liveness_.HandleWorkerDone(node, out);
-    case proto::ControlMessage::kClockProbe:
-      return AnswerClockProbe(node, message.clock_probe(), out);
-    case proto::ControlMessage::kStatsReport:
-      if (status_ != nullptr) status_->HandleStats(node, message.stats_report());
-      return;
-    case proto::ControlMessage::kShutdown:
-      return liveness_.HandleShutdown(node, message.shutdown(), out);
-    case proto::ControlMessage::BODY_NOT_SET:
-      return out->Refuse(node.identity, "empty ControlMessage: no message body is set",
-                         absl::StrCat("empty ControlMessage from ", NodeTable::Name(node)));
-    default:
-      return out->Refuse(
-          node.identity,
-          absl::StrCat("the scheduler does not accept ", BodyName(message), " messages from nodes"),
-          absl::StrCat("unexpected ", BodyName(message), " from ", NodeTable::Name(node)));
-  }
+  router_.Handle(identity, message, now_ms, out);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -374,14 +272,58 @@ void Scheduler::Deliver(const Outbox& out) {
   if (out.job_end().has_value() && !final_status_.has_value()) final_status_ = *out.job_end();
 }
 
-void Scheduler::Send(const std::string& identity, const proto::ControlMessage& message) {
+absl::Status Scheduler::TrySend(const std::string& identity, const proto::ControlMessage& message) {
   std::vector<zmq::message_t> frames;
   frames.emplace_back(identity.data(), identity.size());
   frames.push_back(ProtoFrame(message));
-  // ROUTER drops messages to peers that have gone; that is what we want for a dead node.
-  if (absl::Status s = SendFrames(*socket_, frames, /*dont_wait=*/true); !s.ok()) {
-    BC_LOG_WARNING("could not send ", BodyName(message), " to ", PrintableIdentity(identity),
-                   ": ", s.message());
+  return SendFrames(*socket_, frames, /*dont_wait=*/true);
+}
+
+void Scheduler::Send(const std::string& identity, const proto::ControlMessage& message) {
+  if (auto waiting = backlog_.find(identity); waiting != backlog_.end()) {
+    return Hold(waiting->second, identity, message);  // behind what waits already
+  }
+  const absl::Status sent = TrySend(identity, message);
+  if (sent.ok()) return;
+  if (absl::IsResourceExhausted(sent)) {
+    // The node's queue is full (it reads slower than, say, a burst of declaration replies
+    // comes): it waits here. A peer that is no node gets no such room: what it does not
+    // read is dropped, so that nobody grows the scheduler by sending and never reading.
+    if (router_.nodes().Find(identity) != nullptr) Hold(backlog_[identity], identity, message);
+    return;
+  }
+  // The peer has gone (a dead node, a connection that closed): nothing to send it.
+  BC_LOG_DEBUG("could not send ", BodyName(message), " to ", PrintableIdentity(identity), ": ",
+               sent.message());
+}
+
+void Scheduler::Hold(Backlog& backlog, const std::string& identity,
+                     const proto::ControlMessage& message) {
+  const size_t limit = 4 * static_cast<size_t>(config_.max_tensors()) + 10000;
+  if (backlog.messages.size() >= limit) {
+    if (!backlog.overflowed) {
+      BC_LOG_WARNING(router_.Who(identity), " has not read ", limit,
+                     " messages of the scheduler's: dropping what comes beyond them");
+    }
+    backlog.overflowed = true;
+    return;
+  }
+  backlog.messages.push_back(message);
+}
+
+void Scheduler::FlushBacklog() {
+  for (auto it = backlog_.begin(); it != backlog_.end();) {
+    std::deque<proto::ControlMessage>& waiting = it->second.messages;
+    while (!waiting.empty()) {
+      const absl::Status sent = TrySend(it->first, waiting.front());
+      if (absl::IsResourceExhausted(sent)) break;
+      if (!sent.ok()) {  // gone
+        waiting.clear();
+        break;
+      }
+      waiting.pop_front();
+    }
+    it = waiting.empty() ? backlog_.erase(it) : std::next(it);
   }
 }
 

@@ -52,7 +52,7 @@ void StatusService::Seen(const RegisteredNode& node, int64_t now_ms) {
   job_.Seen(NodeTable::Name(node), now_ms);
 }
 
-void StatusService::HandleStats(const RegisteredNode& node, const proto::StatsReport& report) {
+void StatusService::Stats(const RegisteredNode& node, const proto::StatsReport& report) {
   if (node.role == proto::ROLE_WORKER) job_.Stats(node.rank, report);
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bytecomp/scheduler/control_router.h"
 #include "bytecomp/scheduler/node_table.h"
 #include "bytecomp/scheduler/outbox.h"
 #include "bytecomp/scheduler/status/job_status.h"
@@ -21,16 +22,16 @@ namespace bytecomp {
 // ClockProbe -> ClockReply with this host's wall clock.
 void AnswerClockProbe(const RegisteredNode& node, const proto::ClockProbe& probe, Outbox* out);
 
-class StatusService {
+class StatusService : public ControlObserver {
  public:
   // Serves /metrics, / (the page), /status and /status.json on `address` (host:port).
   static absl::StatusOr<std::unique_ptr<StatusService>> Start(const std::string& address,
                                                               const proto::ClusterConfig& config,
                                                               int64_t start_ms);
 
-  void Seen(const RegisteredNode& node, int64_t now_ms);
-  void HandleStats(const RegisteredNode& node, const proto::StatsReport& report);
-  void WorkerDone(const RegisteredNode& node);
+  void Seen(const RegisteredNode& node, int64_t now_ms) override;
+  void Stats(const RegisteredNode& node, const proto::StatsReport& report) override;
+  void WorkerDone(const RegisteredNode& node) override;
   void CountRefused() { metrics_.CountRefused("bad control message"); }
   // Publishes a snapshot when the last one is half a second old.
   void MaybePublish(int64_t now_ms, const NodeTable& nodes, const proto::Strategy& strategy,

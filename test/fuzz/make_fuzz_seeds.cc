@@ -322,6 +322,32 @@ void WriteSchedulerSeeds(SeedWriter& seeds) {
     s.From(0, Ratio("grad.a", 3, 3, 0.9)).From(2, Ratio("grad.a", 3, 3, 0.9));
     seeds.Write("scheduler_control", "adaptive-ratio", s.bytes());
   }
+  {  // a restarted scheduler: every node rejoins with what it knows, the job goes on
+    SchedulerScript s(2, 1, false, false, 0);
+    proto::DeclareReply a;
+    a.set_name("grad.a");
+    a.set_ok(true);
+    a.set_element_count(1000);
+    a.set_dtype(0);
+    a.set_partition_elements(1 << 20);  // the default 4 MiB partitions of fp32
+    a.add_partition_server(0);
+    auto rejoin = [&](proto::Role role, int rank, bool declared, uint64_t prepared) {
+      proto::ControlMessage m = RegisterMessage(role, rank, false);
+      proto::Rejoin* r = m.mutable_register_()->mutable_rejoin();
+      if (declared) *r->add_declarations() = a;
+      r->mutable_strategy()->set_version(1);
+      r->set_prepared_version(prepared);
+      r->add_released()->set_group("all");
+      r->mutable_released(0)->set_sequence(1);
+      return m;
+    };
+    s.From(2, rejoin(proto::ROLE_SERVER, 0, true, 0));
+    s.From(0, rejoin(proto::ROLE_WORKER, 0, true, 2));
+    s.From(1, rejoin(proto::ROLE_WORKER, 1, false, 0));
+    s.From(1, Declare("grad.a", 1000, 0)).From(1, Barrier("all", 1));
+    s.FromWorkers(Declare("grad.b", 4096, 1)).FromWorkers(WorkerDone());
+    seeds.Write("scheduler_control", "restart-takeover", s.bytes());
+  }
   {  // a worker goes silent; the last worker never registers
     SchedulerScript s(3, 1, false, false, 2);
     s.From(0, Heartbeat()).Wait(1000).Wait(3000);

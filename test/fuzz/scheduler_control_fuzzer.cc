@@ -1,7 +1,6 @@
-// Fuzz target: every control message a bytecomp-scheduler receives, through its socket-free
-// protocol classes (Registration, Barriers, Declarations, LocalRelay, StrategyControl,
-// Liveness) sharing one NodeTable, routed as Scheduler::HandleFrames and Scheduler::Dispatch
-// route them (scheduler.cc; the loop here mirrors them, the protocols are the real ones).
+// Fuzz target: every control message a bytecomp-scheduler receives, through the scheduler's
+// own socket-free ControlRouter (control_router.h: the token checks, registration, a restarted
+// scheduler's takeover, every protocol), as Scheduler::HandleFrames hands it each message.
 //
 // Input (fuzz_input.h): u8 job shape: bits 0-1 workers - 1, bit 2 servers - 1, bit 3
 // hierarchical, bit 4 --strategy=auto (planned from the repository's example cluster and
@@ -15,18 +14,13 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/config.h"
-#include "bytecomp/scheduler/barriers.h"
-#include "bytecomp/scheduler/declarations.h"
-#include "bytecomp/scheduler/liveness.h"
-#include "bytecomp/scheduler/local_relay.h"
-#include "bytecomp/scheduler/node_table.h"
+#include "bytecomp/scheduler/control_router.h"
 #include "bytecomp/scheduler/outbox.h"
-#include "bytecomp/scheduler/registration.h"
-#include "bytecomp/scheduler/strategy_control.h"
 #include "codec_choice.h"
 #include "fuzz_input.h"
 #include "scheduler_fuzz_job.h"
@@ -42,36 +36,26 @@ class Job {
  public:
   Job(const proto::ClusterConfig& config, StrategyKeeper keeper,
       std::optional<AutoPlanInputs> auto_plan)
-      : config_(config),
-        nodes_(config_.num_workers(), config_.num_servers()),
-        strategy_(config_, nodes_, std::move(keeper), std::move(auto_plan)),
-        registration_(config_, &nodes_, strategy_.keeper(), now_),
-        barriers_(nodes_),
-        declarations_(config_, nodes_),
-        local_relay_(config_, nodes_),
-        liveness_(config_, nodes_, now_) {}
+      : config_(config), router_(config_, std::move(keeper), std::move(auto_plan), now_) {
+    for (int w = 0; w < config_.num_workers(); ++w) {
+      nodes_.push_back({NodeIdentity(proto::ROLE_WORKER, w), NodeTokenBytes(proto::ROLE_WORKER, w)});
+    }
+    for (int s = 0; s < config_.num_servers(); ++s) {
+      nodes_.push_back({NodeIdentity(proto::ROLE_SERVER, s), NodeTokenBytes(proto::ROLE_SERVER, s)});
+    }
+  }
 
   bool ended() const { return ended_; }
 
   // Scheduler::HandleFrames for one frame from `identity`.
   void Receive(const std::string& identity, absl::Span<const uint8_t> frame) {
     Outbox out;
-    const RegisteredNode* node = nodes_.Find(identity);
-    if (node != nullptr) liveness_.Seen(*node, now_);
     proto::ControlMessage message;
     if (!message.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
       out.Refuse(identity, "malformed", "malformed");
-    } else if (message.has_register_()) {
-      if (registration_.Handle(identity, message.register_(), now_, &out)) {
-        liveness_.StartMonitoring(now_);
-        barriers_.ReleaseWaiting(&out);
-      }
-    } else if (message.has_error()) {
-      // never answered
-    } else if (node == nullptr) {
-      out.Refuse(identity, "register first", "unregistered");
     } else {
-      Dispatch(*node, message, &out);
+      StampToken(identity, &message);
+      router_.Handle(identity, message, now_, &out);
     }
     Deliver(out, identity);
   }
@@ -79,58 +63,43 @@ class Job {
   void AdvanceTime(int64_t ms) {
     now_ += ms;
     Outbox out;
-    liveness_.OnTime(now_, &out);
-    if (!out.job_end().has_value()) declarations_.OnTime(now_, &out);
+    router_.SendHeartbeats(now_, &out);
+    router_.OnTime(now_, &out);
     Deliver(out, "");
   }
 
   void Reload() {
     Outbox out;
-    strategy_.Reload(&out);
+    router_.Reload(&out);
     Deliver(out, "");
   }
 
   void Stop() {
     Outbox out;
-    liveness_.Stop("scheduler received SIGTERM", &out);
+    router_.Stop("scheduler received SIGTERM", &out);
     Deliver(out, "");
   }
 
  private:
-  // Scheduler::Dispatch.
-  void Dispatch(const RegisteredNode& node, const proto::ControlMessage& m, Outbox* out) {
-    switch (m.body_case()) {
-      case proto::ControlMessage::kHeartbeat: return;
-      case proto::ControlMessage::kBarrierRequest:
-        return barriers_.Handle(node, m.barrier_request(), out);
-      case proto::ControlMessage::kDeclareTensor:
-        return declarations_.Handle(node, m.declare_tensor(), now_, out);
-      case proto::ControlMessage::kLocalCommunicator:
-        return local_relay_.Handle(node, m.local_communicator(), out);
-      case proto::ControlMessage::kStrategyPrepareReply:
-        return strategy_.HandlePrepareReply(node, m.strategy_prepare_reply(), out);
-      case proto::ControlMessage::kProfileReport:
-        return strategy_.HandleProfileReport(node, m.profile_report(), out);
-      case proto::ControlMessage::kLinkProbeReport:
-        return strategy_.HandleLinkProbeReport(node, m.link_probe_report(), out);
-      case proto::ControlMessage::kRatioReport:
-        return strategy_.HandleRatioReport(node, m.ratio_report(), out);
-      case proto::ControlMessage::kWorkerDone: return liveness_.HandleWorkerDone(node, out);
-      case proto::ControlMessage::kShutdown:
-        return liveness_.HandleShutdown(node, m.shutdown(), out);
-      default: return out->Refuse(node.identity, "not accepted", "unexpected");
+  // No token: the sender's own, when the sender is a node of the job. One byte: the token of
+  // node (byte % nodes), sent on whatever connection this is. Else as the input has it.
+  void StampToken(const std::string& identity, proto::ControlMessage* m) const {
+    if (m->has_register_()) return;
+    if (m->token().size() == 1) {
+      m->set_token(nodes_[static_cast<uint8_t>(m->token()[0]) % nodes_.size()].second);
+      return;
+    }
+    if (!m->token().empty()) return;
+    for (const auto& [id, token] : nodes_) {
+      if (id == identity) m->set_token(token);
     }
   }
 
   void Deliver(const Outbox& out, const std::string& sender) {
     for (const OutgoingControl& m : out.messages()) {
-      if (m.to != sender && nodes_.Find(m.to) == nullptr) {
+      if (m.to != sender && router_.nodes().Find(m.to) == nullptr) {
         std::fprintf(stderr, "a %s went to '%s', which is no node of the job\n",
-                     m.message.GetDescriptor()->FindFieldByNumber(m.message.body_case()) == nullptr
-                         ? "message"
-                         : m.message.GetDescriptor()->FindFieldByNumber(m.message.body_case())
-                               ->name().c_str(),
-                     m.to.c_str());
+                     BodyName(m.message).c_str(), m.to.c_str());
         std::abort();
       }
       (void)m.message.SerializeAsString();
@@ -141,13 +110,8 @@ class Job {
   proto::ClusterConfig config_;
   int64_t now_ = 1000;
   bool ended_ = false;
-  NodeTable nodes_;
-  StrategyControl strategy_;
-  Registration registration_;
-  Barriers barriers_;
-  Declarations declarations_;
-  LocalRelay local_relay_;
-  Liveness liveness_;
+  std::vector<std::pair<std::string, std::string>> nodes_;  // identity, token; workers first
+  ControlRouter router_;
 };
 
 }  // namespace

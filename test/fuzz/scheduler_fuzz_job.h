@@ -23,8 +23,12 @@ enum class SchedulerEvent : uint8_t {
 // The routing id of worker or server `rank` ("w0", "s1"), as registered before the events
 // (job shape bits 5-6: none, all, all but the last worker).
 std::string NodeIdentity(proto::Role role, int rank);
-// The Register a node of the job sends (servers on tcp://127.0.0.1:7000 + rank; workers on
-// machine "m<rank / 2>" when `hierarchical`).
+// The token of worker or server `rank` (16 bytes fixed by role and rank). A message the
+// fuzzer lets a node send carries its node's token when the input's message has none, and the
+// token of node (byte % nodes) when it has one byte: any connection may act as any node.
+std::string NodeTokenBytes(proto::Role role, int rank);
+// The Register a node of the job sends, with its token (servers on tcp://127.0.0.1:7000 +
+// rank; workers on machine "m<rank / 2>" when `hierarchical`).
 proto::ControlMessage RegisterMessage(proto::Role role, int rank, bool hierarchical);
 
 }  // namespace bytecomp::fuzz

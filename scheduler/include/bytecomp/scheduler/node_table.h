@@ -1,8 +1,8 @@
 // The nodes of the job, as they registered: by routing identity, by token and by role and
 // rank, and, once every node is in, the workers' grouping by machine. A node's identity is
-// that of the connection it was last heard on with its token (MoveConnection). The scheduler owns the one table;
-// Registration is its only writer (it alone gets the table by pointer); every other
-// protocol reads it through a const reference.
+// that of the connection it was last heard on with its token (MoveConnection). The
+// ControlRouter owns the one table; Registration is its only writer (it alone gets the table
+// by pointer); every other protocol reads it through a const reference.
 #pragma once
 
 #include <optional>

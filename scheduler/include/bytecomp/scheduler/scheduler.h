@@ -57,6 +57,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,14 +69,8 @@
 #include "bytecomp/common/socket_security.h"
 #include "bytecomp/common/refusal_log.h"
 #include "bytecomp/scheduler/auto_planner.h"
-#include "bytecomp/scheduler/barriers.h"
-#include "bytecomp/scheduler/declarations.h"
-#include "bytecomp/scheduler/liveness.h"
-#include "bytecomp/scheduler/local_relay.h"
-#include "bytecomp/scheduler/node_table.h"
+#include "bytecomp/scheduler/control_router.h"
 #include "bytecomp/scheduler/outbox.h"
-#include "bytecomp/scheduler/registration.h"
-#include "bytecomp/scheduler/strategy_control.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "zmq.hpp"
@@ -152,17 +148,21 @@ class Scheduler {
             int port, StrategyKeeper strategy, std::optional<AutoPlanInputs> auto_plan,
             int64_t start_ms);
 
-  // One message from the ROUTER, [identity, ControlMessage]: parsed, then Register to
-  // Registration, anything else from a registered node to Dispatch.
+  // One message from the ROUTER, [identity, ControlMessage]: parsed, then to the router.
   void HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms, Outbox* out);
-  // Hands a registered node's message to the protocol that takes its body.
-  void Dispatch(const RegisteredNode& node, const proto::ControlMessage& message,
-                int64_t now_ms, Outbox* out);
-  // The earliest deadline of any protocol (at most a poll interval away).
-  int64_t NextDeadlineMs(int64_t now_ms) const;
   // Sends what the protocols appended, logs the refusals, and records the end of the job.
   void Deliver(const Outbox& out);
+  // Sends now, or, when the node's queue is full, keeps it in the node's backlog (in order).
   void Send(const std::string& identity, const proto::ControlMessage& message);
+  absl::Status TrySend(const std::string& identity, const proto::ControlMessage& message);
+  // Messages a registered node had no room for, sent in order as room frees (FlushBacklog,
+  // every turn of the loop). Bounded: 4 x max_tensors + 10000 messages, then dropped, logged.
+  struct Backlog {
+    std::deque<proto::ControlMessage> messages;
+    bool overflowed = false;
+  };
+  void Hold(Backlog& backlog, const std::string& identity, const proto::ControlMessage& message);
+  void FlushBacklog();
 
   SchedulerOptions options_;
   const proto::ClusterConfig& config_;
@@ -179,20 +179,14 @@ class Scheduler {
   std::atomic<bool> reload_requested_{false};
   bool ran_ = false;
 
-  // The protocols, and the node table they share. Declared in construction order: each is
-  // built from the ones above it. Registration alone writes the node table.
-  NodeTable nodes_;
-  StrategyControl strategy_;
-  Registration registration_;
-  Barriers barriers_;
-  Declarations declarations_;
-  LocalRelay local_relay_;
-  Liveness liveness_;
+  // The protocols, socket-free; this thread feeds them and sends what they answer.
+  ControlRouter router_;
 
   // Malformed, unexpected, unauthenticated or out-of-bounds messages: counted, logged with a
   // per-peer rate limit, summed up when Run returns.
   RefusalLog refusals_;
   std::optional<absl::Status> final_status_;
+  std::map<std::string, Backlog> backlog_;  // by routing id
   std::unique_ptr<StatusService> status_;  // with options.http_address
 };
 
