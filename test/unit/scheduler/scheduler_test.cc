@@ -505,6 +505,27 @@ TEST_F(SchedulerTest, AReloadIsPreparedAndCommittedThroughTheLoop) {
   EXPECT_TRUE(Running());
 }
 
+// A node that reads slower than the scheduler answers loses nothing: what its queue has no
+// room for waits in the scheduler, in order (ZMQ_ROUTER_MANDATORY and a backlog).
+TEST_F(SchedulerTest, ANodeThatReadsSlowlyGetsEveryReplyInOrder) {
+  Start(1, 1);
+  auto nodes = RegisterAll([this] { return Node(); }, 1, 1);
+  // Beyond the queues and the TCP buffers: 40000 replies of about 230 bytes (9 MB).
+  constexpr int kTensors = 40000;
+  const std::string pad(200, 'p');
+  for (int t = 0; t < kTensors; ++t) {
+    nodes[0]->Declare(absl::StrCat("t", t, pad), 1, proto::DTYPE_FLOAT32);
+  }
+  for (auto& n : nodes) {
+    for (int t = 0; t < kTensors; ++t) {
+      const proto::DeclareReply r = n->Expect(ControlMessage::kDeclareReply, 10000).declare_reply();
+      ASSERT_EQ(r.name(), absl::StrCat("t", t, pad));
+      ASSERT_EQ(r.tensor_id(), static_cast<uint32_t>(t));
+    }
+  }
+  EXPECT_TRUE(Running());
+}
+
 // The node (by its token) rejoins a restarted scheduler with what it knows (Register.rejoin).
 void Rejoin(TestNode& node, proto::Role role, int rank, const proto::Rejoin& report) {
   ControlMessage m;
