@@ -370,7 +370,7 @@ void LoopbackReducer::HandleMessage(std::vector<zmq::message_t>& frames) {
   call.done(absl::OkStatus());
 }
 
-void LoopbackReducer::TryFinishReduce(const std::string& tag) {
+void LoopbackReducer::TryFinishReduce(std::string tag) {
   auto it = collecting_.find(tag);
   if (it == collecting_.end()) return;
   Collect& c = it->second;
