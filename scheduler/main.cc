@@ -86,6 +86,9 @@ ABSL_FLAG(int, push_pull_timeout_ms, 0,
 ABSL_FLAG(int, scheduler_timeout_ms, 0,
           "Silence of the scheduler after which nodes fail and stop (0: from --config, default "
           "the heartbeat timeout)");
+ABSL_FLAG(int, server_replacement_timeout_ms, 0,
+          "How long the job waits for a replacement of a lost server (server failover; 0: from "
+          "--config, default 60 s; -1: a lost server ends the job)");
 
 namespace {
 
@@ -163,6 +166,9 @@ int main(int argc, char** argv) {
             [&] { config.set_push_pull_timeout_ms(wait_timeout); });
   const int silence = absl::GetFlag(FLAGS_scheduler_timeout_ms);
   from_flag("scheduler_timeout_ms", silence != 0, [&] { config.set_scheduler_timeout_ms(silence); });
+  const int replacement = absl::GetFlag(FLAGS_server_replacement_timeout_ms);
+  from_flag("server_replacement_timeout_ms", replacement != 0,
+            [&] { config.set_server_replacement_timeout_ms(replacement); });
   const std::string key_file = absl::GetFlag(FLAGS_key_file);
   from_flag("key_file", !key_file.empty(), [&] { config.set_key_file(key_file); });
   if (absl::GetFlag(FLAGS_allow_insecure)) config.set_allow_insecure(true);

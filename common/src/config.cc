@@ -155,6 +155,10 @@ int64_t SchedulerTimeoutMs(const proto::ClusterConfig& config) {
                                            : config.heartbeat_timeout_ms();
 }
 
+bool ServerFailoverOn(const proto::ClusterConfig& config) {
+  return config.server_replacement_timeout_ms() > 0;
+}
+
 void ConfigOrigins::Set(absl::string_view field, std::string origin) {
   by_field_[field] = std::move(origin);
 }
@@ -183,6 +187,7 @@ proto::ClusterConfig WithClusterDefaults(proto::ClusterConfig c) {
   if (c.max_tensor_name_bytes() == 0) c.set_max_tensor_name_bytes(1024);
   if (c.max_declared_bytes() == 0) c.set_max_declared_bytes(int64_t{1} << 40);
   if (c.push_pull_timeout_ms() == 0) c.set_push_pull_timeout_ms(1800000);
+  if (c.server_replacement_timeout_ms() == 0) c.set_server_replacement_timeout_ms(60000);
   return c;
 }
 
@@ -213,6 +218,10 @@ absl::Status ValidateClusterConfig(const proto::ClusterConfig& c, const ConfigOr
   p.InRange("connect_timeout_ms", c.connect_timeout_ms(), 1, kInt32Max);
   p.InRange("declare_timeout_ms", c.declare_timeout_ms(), 1, kInt32Max);
   p.InRange("push_pull_timeout_ms", c.push_pull_timeout_ms(), 1, kInt32Max);
+  if (c.server_replacement_timeout_ms() != -1) {
+    p.InRange("server_replacement_timeout_ms", c.server_replacement_timeout_ms(), 1, kInt32Max,
+              " (-1: a lost server ends the job)");
+  }
   if (c.max_inflight_bytes_per_server() < 0) {
     p.Add("max_inflight_bytes_per_server",
           absl::StrCat("must be >= 0, got ", c.max_inflight_bytes_per_server()));

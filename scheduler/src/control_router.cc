@@ -30,7 +30,8 @@ ControlRouter::ControlRouter(const proto::ClusterConfig& config, StrategyKeeper 
       barriers_(nodes_),
       declarations_(config, nodes_),
       local_relay_(config, nodes_),
-      liveness_(config, nodes_, start_ms) {}
+      liveness_(config, nodes_, start_ms),
+      failover_(config, nodes_, &registration_, declarations_, &liveness_) {}
 
 std::string ControlRouter::Who(const std::string& identity) const {
   const RegisteredNode* node = nodes_.Find(identity);
@@ -40,13 +41,15 @@ std::string ControlRouter::Who(const std::string& identity) const {
 
 void ControlRouter::OnTime(int64_t now_ms, Outbox* out) {
   liveness_.OnTime(now_ms, out);
+  if (!out->job_end().has_value()) failover_.OnTime(now_ms, out);
   if (!out->job_end().has_value()) declarations_.OnTime(now_ms, out);
 }
 
 int64_t ControlRouter::NextDeadlineMs(int64_t latest) const {
   int64_t next = latest;
   for (const std::optional<int64_t>& due :
-       {liveness_.NextDeadline(), liveness_.NextHeartbeat(), declarations_.NextDeadline()}) {
+       {liveness_.NextDeadline(), liveness_.NextHeartbeat(), declarations_.NextDeadline(),
+        failover_.NextDeadline()}) {
     if (due.has_value()) next = std::min(next, *due);
   }
   return next;
@@ -57,6 +60,9 @@ void ControlRouter::Handle(const std::string& identity, const proto::ControlMess
   const RegisteredNode* node = nodes_.Find(identity);
   std::string who = Who(identity);
   if (message.has_register_()) {
+    if (failover_.Takes(message.register_())) {
+      return failover_.HandleRegister(identity, message.register_(), now_ms, out);
+    }
     if (registration_.Handle(identity, message.register_(), now_ms, out)) {
       if (registration_.takeover() == true &&
           !TakeOver(registration_.rejoins(), nodes_, declarations_, strategy_, barriers_, out)) {
@@ -86,6 +92,7 @@ void ControlRouter::Handle(const std::string& identity, const proto::ControlMess
                                                Printable(message.error().message(), 512)));
     return;
   }
+  if (node == nullptr && failover_.Waits(identity)) return;  // a replacement, not yet in
   if (node == nullptr) {
     // A node of a running job that this scheduler (restarted) does not know reads the flag as
     // "rejoin" (takeover.h).

@@ -85,6 +85,17 @@ Declarations::Declarations(const proto::ClusterConfig& config, const NodeTable& 
       assigner_(config.num_servers(), config.partition_bytes()),
       budget_(config) {}
 
+std::vector<proto::DeclareReply> Declarations::Decided() const {
+  std::vector<proto::DeclareReply> out;
+  for (const auto& [name, decl] : declarations_) {
+    if (decl.reply.has_value() && decl.reply->ok()) out.push_back(*decl.reply);
+  }
+  std::sort(out.begin(), out.end(), [](const proto::DeclareReply& a, const proto::DeclareReply& b) {
+    return a.tensor_id() < b.tensor_id();
+  });
+  return out;
+}
+
 absl::Status Declarations::Restore(const std::vector<proto::DeclareReply>& decided) {
   PartitionAssigner assigner(config_.num_servers(), config_.partition_bytes());
   DeclarationBudget budget(config_);

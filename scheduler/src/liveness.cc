@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
 #include "log_format.h"
 
@@ -23,7 +24,8 @@ void Liveness::StartMonitoring(int64_t now_ms) {
 }
 
 bool Liveness::Watched(const RegisteredNode& node) const {
-  return node.role != proto::ROLE_WORKER || done_workers_.count(node.rank) == 0;
+  if (node.role == proto::ROLE_SERVER) return !lost_servers_.contains(node.rank);
+  return done_workers_.count(node.rank) == 0;
 }
 
 int64_t Liveness::LastSeen(const RegisteredNode& node) const {
@@ -77,6 +79,9 @@ std::optional<int64_t> Liveness::NextDeadline() const {
       if (Watched(*node)) consider(LastSeen(*node) + config_.heartbeat_timeout_ms());
     }
   }
+  for (const auto& [rank, since] : lost_servers_) {
+    consider(since + config_.server_replacement_timeout_ms());
+  }
   return next;
 }
 
@@ -89,7 +94,51 @@ void Liveness::OnTime(int64_t now_ms, Outbox* out) {
     out->EndJob(absl::DeadlineExceededError(reason), reason, nodes_.AllIdentities());
     return;
   }
+  for (const auto& [rank, since] : lost_servers_) {
+    if (now_ms - since < config_.server_replacement_timeout_ms()) continue;
+    const std::string reason = absl::StrCat(
+        "server ", rank, " was lost and no replacement registered for its rank within ",
+        Seconds(config_.server_replacement_timeout_ms()),
+        " (server_replacement_timeout_ms); a synchronous job cannot continue without its keys");
+    BC_LOG_ERROR("shutting the job down: ", reason);
+    std::vector<std::string> alive;
+    for (const RegisteredNode* node : nodes_.Registered()) {
+      if (Watched(*node)) alive.push_back(node->identity);
+    }
+    out->EndJob(absl::UnavailableError(reason), reason, alive);
+    return;
+  }
   if (monitoring_) FailSilentNodes(now_ms, out);
+}
+
+void Liveness::DeclareLost(int server_rank, const std::string& reason, int64_t now_ms,
+                           Outbox* out) {
+  const RegisteredNode* lost = nodes_.At(proto::ROLE_SERVER, server_rank);
+  if (lost == nullptr || Lost(server_rank)) return;
+  lost_servers_[server_rank] = now_ms;
+  BC_LOG_ERROR(NodeTable::Name(*lost), " (pid ", lost->pid, " on ", lost->hostname, ") lost: ",
+               reason, "; the job waits up to ", Seconds(config_.server_replacement_timeout_ms()),
+               " for a server to register for rank ", server_rank, " and take its keys over");
+  proto::ControlMessage message;
+  proto::NodeFailed* nf = message.mutable_node_failed();
+  nf->mutable_node()->set_role(proto::ROLE_SERVER);
+  nf->mutable_node()->set_rank(server_rank);
+  nf->set_reason(reason);
+  nf->set_data_address(lost->data_address);
+  nf->set_replacement_wait_ms(config_.server_replacement_timeout_ms());
+  for (const RegisteredNode* node : nodes_.Registered()) {
+    if (Watched(*node)) out->Send(node->identity, message);
+  }
+  // It may only be frozen: when it runs again, this tells it to exit.
+  proto::ControlMessage bye;
+  bye.mutable_shutdown()->set_reason(absl::StrCat("the scheduler declared ",
+                                                  NodeTable::Name(*lost), " lost: ", reason));
+  out->Send(lost->identity, std::move(bye));
+}
+
+void Liveness::Replaced(int server_rank, int64_t now_ms) {
+  lost_servers_.erase(server_rank);
+  last_seen_ms_[{proto::ROLE_SERVER, server_rank}] = now_ms;
 }
 
 std::optional<int64_t> Liveness::NextHeartbeat() const {
@@ -110,16 +159,22 @@ void Liveness::SendHeartbeats(int64_t now_ms, Outbox* out) {
 void Liveness::FailSilentNodes(int64_t now_ms, Outbox* out) {
   std::vector<const RegisteredNode*> failed;
   std::vector<std::string> alive;  // identities
+  const std::string missed =
+      absl::StrCat("missed heartbeats for ", Seconds(config_.heartbeat_timeout_ms()));
   for (const RegisteredNode* node : nodes_.Registered()) {
-    if (Watched(*node) && now_ms - LastSeen(*node) >= config_.heartbeat_timeout_ms()) {
-      failed.push_back(node);
-    } else {
+    if (!Watched(*node)) {  // a worker that is done hears how the job ends; a lost server not
+      if (node->role == proto::ROLE_WORKER) alive.push_back(node->identity);
+      continue;
+    }
+    if (now_ms - LastSeen(*node) < config_.heartbeat_timeout_ms()) {
       alive.push_back(node->identity);
+    } else if (node->role == proto::ROLE_SERVER && ServerFailoverOn(config_)) {
+      DeclareLost(node->rank, missed, now_ms, out);  // the job goes on and waits for another
+    } else {
+      failed.push_back(node);
     }
   }
   if (failed.empty()) return;
-  const std::string missed =
-      absl::StrCat("missed heartbeats for ", Seconds(config_.heartbeat_timeout_ms()));
   std::vector<std::string> names;
   for (const RegisteredNode* f : failed) {
     names.push_back(NodeTable::Name(*f));

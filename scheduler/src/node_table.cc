@@ -145,4 +145,20 @@ absl::Status NodeTable::MoveConnection(proto::Role role, int rank, const std::st
   return absl::OkStatus();
 }
 
+absl::Status NodeTable::Replace(RegisteredNode node) {
+  const RegisteredNode* old = At(node.role, node.rank);
+  if (old == nullptr) {
+    return absl::NotFoundError(absl::StrCat(Name(node), " is not registered: nothing to replace"));
+  }
+  if (node.identity.empty() || by_identity_.contains(node.identity)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(Name(node), ": its identity is empty or registered already"));
+  }
+  RegisteredNode& slot = ByRole(node.role)[node.rank];
+  by_identity_.erase(slot.identity);
+  by_identity_[node.identity] = {node.role, node.rank};
+  slot = std::move(node);
+  return absl::OkStatus();
+}
+
 }  // namespace bytecomp

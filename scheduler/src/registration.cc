@@ -172,6 +172,74 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   return SendTopology(now_ms, out);
 }
 
+absl::Status Registration::CheckReplacement(const std::string& identity,
+                                            const proto::Register& reg) const {
+  if (reg.role() != proto::ROLE_SERVER || reg.has_rejoin()) {
+    return absl::InvalidArgumentError("only a server registering afresh can replace a lost one");
+  }
+  if (nodes_.Find(identity) != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat("this connection is registered as ",
+                                                 NodeTable::Name(*nodes_.Find(identity))));
+  }
+  if (reg.requested_rank() >= nodes_.num_servers()) {
+    return absl::OutOfRangeError(absl::StrCat("requested server rank ", reg.requested_rank(),
+                                              " is out of range: the job has ",
+                                              nodes_.num_servers(), " servers"));
+  }
+  const std::optional<NodeToken> token = TokenFromBytes(reg.token());
+  if (!token.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the Register carries no token (16 random bytes, not all zero; got ", reg.token().size(),
+        " bytes)"));
+  }
+  if (nodes_.FindByToken(*token) != nullptr) {
+    return absl::AlreadyExistsError("the Register's token is a registered node's");
+  }
+  if (reg.hostname().size() > kMaxRegisterText || reg.data_address().size() > kMaxRegisterText) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hostname or data_address longer than ", kMaxRegisterText, " bytes"));
+  }
+  if (!ParseHostPort(reg.data_address()).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server data_address '", Printable(reg.data_address(), 64),
+                     "' is not tcp://host:port"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Registration::ReplaceServer(const std::string& identity, const proto::Register& reg,
+                                         int rank, uint64_t epoch, Outbox* out) {
+  if (absl::Status s = CheckReplacement(identity, reg); !s.ok()) return s;
+  RegisteredNode node;
+  node.identity = identity;
+  node.role = proto::ROLE_SERVER;
+  node.rank = rank;
+  node.data_address = reg.data_address();
+  node.hostname = reg.hostname();
+  node.pid = reg.pid();
+  node.token = *TokenFromBytes(reg.token());
+  if (absl::Status s = nodes_.Replace(std::move(node)); !s.ok()) return s;
+  const RegisteredNode& replacement = *nodes_.At(proto::ROLE_SERVER, rank);
+  BC_LOG_INFO("server ", rank, " replaced by pid ", replacement.pid, " on ",
+              replacement.hostname.empty() ? "?" : Printable(replacement.hostname, 64), ", data ",
+              replacement.data_address);
+  proto::ControlMessage topology = TopologyFor(replacement);
+  topology.mutable_topology()->set_replaces_lost_server(true);
+  topology.mutable_topology()->set_server_epoch(epoch);
+  // Rounds before the current strategy's first round may still be under way with the one
+  // before it: the topology brings that one, a commit the current (server_failover.h).
+  if (strategy_.previous().has_value()) {
+    *topology.mutable_topology()->mutable_strategy() = *strategy_.previous();
+  }
+  out->Send(identity, std::move(topology));
+  if (strategy_.previous().has_value()) {
+    proto::ControlMessage commit;
+    *commit.mutable_strategy_commit()->mutable_strategy() = strategy_.current();
+    out->Send(identity, std::move(commit));
+  }
+  return absl::OkStatus();
+}
+
 bool Registration::GroupWorkers(Outbox* out) {
   absl::StatusOr<LocalAssignment> grouped = AssignLocalRanks(nodes_.WorkerSlots());
   if (!grouped.ok()) {
@@ -183,6 +251,39 @@ bool Registration::GroupWorkers(Outbox* out) {
   }
   nodes_.SetLocal(*std::move(grouped));
   return true;
+}
+
+proto::ControlMessage Registration::TopologyFor(const RegisteredNode& n) const {
+  const LocalAssignment& local = *nodes_.local();
+  proto::ControlMessage message;
+  proto::Topology* topology = message.mutable_topology();
+  topology->set_num_workers(config_.num_workers());
+  topology->set_num_servers(config_.num_servers());
+  for (int s = 0; s < nodes_.num_servers(); ++s) {
+    proto::ServerInfo* info = topology->add_servers();
+    info->set_rank(s);
+    info->set_data_address(nodes_.At(proto::ROLE_SERVER, s)->data_address);
+  }
+  *topology->mutable_config() = config_;
+  *topology->mutable_strategy() = strategy_.current();
+  if (config_.hierarchical()) {
+    for (int root : local.roots) topology->add_pushers(root);
+  } else {
+    for (int r = 0; r < config_.num_workers(); ++r) topology->add_pushers(r);
+  }
+  topology->set_your_rank(n.rank);
+  if (n.role == proto::ROLE_SERVER) {
+    // Servers check every push and pull against the token of the worker rank it names; no
+    // worker learns another's.
+    for (int r = 0; r < nodes_.num_workers(); ++r) {
+      topology->add_worker_tokens(TokenBytes(nodes_.At(proto::ROLE_WORKER, r)->token));
+    }
+  } else {
+    topology->set_local_rank(local.local_rank[n.rank]);
+    topology->set_local_size(local.local_size[n.rank]);
+    topology->set_local_root(local.local_root[n.rank]);
+  }
+  return message;
 }
 
 bool Registration::SendTopology(int64_t now_ms, Outbox* out) {
@@ -201,45 +302,12 @@ bool Registration::SendTopology(int64_t now_ms, Outbox* out) {
   }
   BC_LOG_INFO("all ", config_.num_workers(), " workers and ", config_.num_servers(),
               " servers registered after ", Seconds(now_ms - start_ms_), ":", table);
-
-  proto::ControlMessage base;
-  proto::Topology* topology = base.mutable_topology();
-  topology->set_num_workers(config_.num_workers());
-  topology->set_num_servers(config_.num_servers());
-  for (int s = 0; s < nodes_.num_servers(); ++s) {
-    proto::ServerInfo* info = topology->add_servers();
-    info->set_rank(s);
-    info->set_data_address(nodes_.At(proto::ROLE_SERVER, s)->data_address);
-  }
-  *topology->mutable_config() = config_;
-  *topology->mutable_strategy() = strategy_.current();
   if (config_.hierarchical()) {
-    for (int root : local.roots) topology->add_pushers(root);
     BC_LOG_INFO("hierarchical: ", local.machines.size(), " machines; local roots (the workers "
                 "that push) ", absl::StrJoin(local.roots, ", "));
-  } else {
-    for (int r = 0; r < config_.num_workers(); ++r) topology->add_pushers(r);
   }
-  // Servers check every push and pull against the token of the worker rank it names; no
-  // worker learns another's.
-  std::vector<std::string> worker_tokens;
-  for (int r = 0; r < nodes_.num_workers(); ++r) {
-    worker_tokens.push_back(TokenBytes(nodes_.At(proto::ROLE_WORKER, r)->token));
-  }
-  for (const RegisteredNode* n : nodes_.Registered()) {
-    proto::ControlMessage message = base;
-    proto::Topology* mine = message.mutable_topology();
-    mine->set_your_rank(n->rank);
-    if (n->role == proto::ROLE_SERVER) {
-      for (const std::string& t : worker_tokens) mine->add_worker_tokens(t);
-    }
-    if (n->role == proto::ROLE_WORKER) {
-      mine->set_local_rank(local.local_rank[n->rank]);
-      mine->set_local_size(local.local_size[n->rank]);
-      mine->set_local_root(local.local_root[n->rank]);
-    }
-    out->Send(n->identity, std::move(message));
-  }
+
+  for (const RegisteredNode* n : nodes_.Registered()) out->Send(n->identity, TopologyFor(*n));
   return true;
 }
 

@@ -71,6 +71,7 @@ std::optional<proto::ControlMessage> StrategyKeeper::OnPrepareReply(
   // Every worker holds rounds beyond (its highest + 1) until the commit: highest + 2 is a
   // round nobody has started, and the earliest safe one.
   pending_->set_first_round(highest + 2);
+  previous_ = std::move(current_);
   current_ = *std::move(pending_);
   pending_.reset();
   proto::ControlMessage commit;

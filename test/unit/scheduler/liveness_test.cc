@@ -129,6 +129,7 @@ TEST_F(LivenessTest, EveryRegisteredNodeGetsAHeartbeatEachInterval) {
 }
 
 TEST_F(LivenessTest, FailedServersAreNamedWithTheirDataAddressesFirstToEveryOther) {
+  config_.set_server_replacement_timeout_ms(-1);  // no failover: a lost server ends the job
   Complete(kStart);
   liveness_.Seen(Worker(0), kStart + 100);
   liveness_.Seen(Worker(1), kStart + 100);
@@ -144,6 +145,57 @@ TEST_F(LivenessTest, FailedServersAreNamedWithTheirDataAddressesFirstToEveryOthe
             "server 0, server 1 failed (missed heartbeats for 0.2 s); a synchronous job cannot "
             "continue");
   EXPECT_EQ(Recipients(out).size(), 8u);  // 3 to each worker, 1 to each failed server
+}
+
+TEST_F(LivenessTest, WithFailoverASilentServerIsLostAndTheJobWaitsForItsReplacement) {
+  config_.set_server_replacement_timeout_ms(1000);
+  Complete(kStart);
+  liveness_.Seen(Worker(0), kStart + 100);
+  liveness_.Seen(Worker(1), kStart + 100);
+  liveness_.Seen(Server(0), kStart + 100);
+  const Outbox out = At(kStart + 200);  // server 1 silent
+  EXPECT_FALSE(out.job_end().has_value());
+  EXPECT_TRUE(liveness_.Lost(1));
+  EXPECT_FALSE(liveness_.Lost(0));
+  const std::vector<ControlMessage> got = testing::To(out, WorkerId(1));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].node_failed().node().rank(), 1);
+  EXPECT_EQ(got[0].node_failed().replacement_wait_ms(), 1000);
+  ASSERT_EQ(testing::To(out, ServerId(1)).size(), 1u);  // told it is lost, if it only froze
+  EXPECT_TRUE(testing::To(out, ServerId(1))[0].has_shutdown());
+  // A lost server is not watched, and gets no heartbeats: its silence fails nothing more.
+  liveness_.Seen(Worker(0), kStart + 250);
+  liveness_.Seen(Worker(1), kStart + 250);
+  liveness_.Seen(Server(0), kStart + 250);
+  EXPECT_FALSE(At(kStart + 300).job_end().has_value());
+  Outbox beats;
+  liveness_.SendHeartbeats(kStart + 300, &beats);
+  EXPECT_EQ(beats.messages().size(), 3u);
+  // Replaced: watched again from then on.
+  liveness_.Replaced(1, kStart + 300);
+  EXPECT_FALSE(liveness_.Lost(1));
+  EXPECT_EQ(liveness_.LastSeen(Server(1)), kStart + 300);
+}
+
+TEST_F(LivenessTest, WithFailoverALostServerNotReplacedInTimeEndsTheJob) {
+  config_.set_server_replacement_timeout_ms(1000);
+  Complete(kStart);
+  for (int t = kStart + 100; t <= kStart + 1200; t += 100) {
+    liveness_.Seen(Worker(0), t);
+    liveness_.Seen(Worker(1), t);
+    liveness_.Seen(Server(1), t);
+    if (t == kStart + 200) {
+      EXPECT_FALSE(At(t).job_end().has_value());
+      EXPECT_TRUE(liveness_.Lost(0));
+      EXPECT_EQ(liveness_.NextDeadline(), t + 200);  // the others' heartbeats come first
+    }
+  }
+  const Outbox out = At(kStart + 1200);
+  ASSERT_TRUE(out.job_end().has_value());
+  EXPECT_EQ(out.job_end()->code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(out.job_end()->message(),
+            "server 0 was lost and no replacement registered for its rank within 1.0 s "
+            "(server_replacement_timeout_ms); a synchronous job cannot continue without its keys");
 }
 
 TEST_F(LivenessTest, EveryWorkerDoneShutsTheServersDownAndEndsOk) {

@@ -40,6 +40,9 @@ class ConfigOrigins {
 // it: scheduler_timeout_ms, or heartbeat_timeout_ms when unset (0). The one setting a later
 // failover (a restarted scheduler taking the job up) extends.
 int64_t SchedulerTimeoutMs(const proto::ClusterConfig& config);
+// Whether a lost server may be replaced (server_replacement_timeout_ms > 0; its default,
+// 60 s, applied by WithClusterDefaults): workers then keep what a replacement needs.
+bool ServerFailoverOn(const proto::ClusterConfig& config);
 
 // Fills every unset (zero) field of the cluster config with its documented default.
 proto::ClusterConfig WithClusterDefaults(proto::ClusterConfig config);

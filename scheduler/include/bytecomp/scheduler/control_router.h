@@ -18,6 +18,7 @@
 #include "bytecomp/scheduler/node_table.h"
 #include "bytecomp/scheduler/outbox.h"
 #include "bytecomp/scheduler/registration.h"
+#include "bytecomp/scheduler/server_failover.h"
 #include "bytecomp/scheduler/strategy_control.h"
 #include "bytecomp/scheduler/strategy_keeper.h"
 #include "cluster_config.pb.h"
@@ -85,6 +86,7 @@ class ControlRouter {
   Declarations declarations_;
   LocalRelay local_relay_;
   Liveness liveness_;
+  ServerFailover failover_;
 };
 
 }  // namespace bytecomp

@@ -43,6 +43,9 @@ class Declarations {
   // Later declarations get ids after the highest; a worker that declares a restored tensor
   // (again) gets its reply.
   absl::Status Restore(const std::vector<proto::DeclareReply>& decided);
+  // The declarations decided ok, in tensor id order: what a replacement server must know
+  // before the workers push to it (server_failover.h).
+  std::vector<proto::DeclareReply> Decided() const;
   // Fails the declarations whose workers did not all declare in time.
   void OnTime(int64_t now_ms, Outbox* out);
   // When OnTime has something to do next; nullopt when no declaration is waiting.

@@ -11,6 +11,10 @@
 //   watched.
 // - The other way: every registered node gets a Heartbeat each heartbeat_interval_ms, so
 //   that nodes see a silent scheduler (ClusterConfig.scheduler_timeout_ms).
+// - Server failover (ServerFailoverOn): a silent server is lost instead, and the job goes on.
+//   Every other node gets NodeFailed{server, reason, replacement_wait_ms}, the lost server a
+//   Shutdown, and the job waits server_replacement_timeout_ms for a replacement
+//   (server_failover.h, which calls Replaced); without one by then it ends (Unavailable).
 // - WorkerDone from every worker: the servers get Shutdown{"every worker is done"} (OK; the
 //   workers are leaving already).
 // - Shutdown{reason} from a node: every other node gets Shutdown (Aborted).
@@ -59,10 +63,18 @@ class Liveness {
 
   int workers_done() const { return static_cast<int>(done_workers_.size()); }
 
- private:
-  // Not a worker that said WorkerDone.
-  bool Watched(const RegisteredNode& node) const;
+  // Server failover. A lost server is not watched; it waits for Replaced.
+  bool Lost(int server_rank) const { return lost_servers_.contains(server_rank); }
+  // Declares the registered server `server_rank` lost for `reason` (failover must be on).
+  void DeclareLost(int server_rank, const std::string& reason, int64_t now_ms, Outbox* out);
+  // A replacement holds the lost server's rank: it is watched from now on.
+  void Replaced(int server_rank, int64_t now_ms);
+  // When the node was last heard from.
   int64_t LastSeen(const RegisteredNode& node) const;
+
+ private:
+  // Not a worker that said WorkerDone, nor a lost server.
+  bool Watched(const RegisteredNode& node) const;
   void FailSilentNodes(int64_t now_ms, Outbox* out);
 
   const proto::ClusterConfig& config_;
@@ -73,6 +85,7 @@ class Liveness {
   uint64_t heartbeat_sequence_ = 0;
   absl::flat_hash_map<RoleRank, int64_t> last_seen_ms_;
   std::set<int> done_workers_;  // ranks that sent WorkerDone
+  absl::flat_hash_map<int, int64_t> lost_servers_;  // rank -> when it was declared lost
 };
 
 }  // namespace bytecomp

@@ -80,6 +80,9 @@ class NodeTable {
   // reconnect gives a DEALER a new routing id): fails, changing nothing, when that rank is
   // free or `identity` is empty or another node's.
   absl::Status MoveConnection(proto::Role role, int rank, const std::string& identity);
+  // Server failover: `node` (a server) takes the place of the registered node of its rank,
+  // which was lost; the old node's connection and token count for nobody from now on.
+  absl::Status Replace(RegisteredNode node);
 
  private:
   std::vector<RegisteredNode>& ByRole(proto::Role role);

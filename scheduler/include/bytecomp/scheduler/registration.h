@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "bytecomp/scheduler/node_table.h"
 #include "bytecomp/scheduler/outbox.h"
 #include "bytecomp/scheduler/strategy_keeper.h"
@@ -49,6 +50,17 @@ class Registration {
   // reuses a node's routing id acts as no one. Returns the node as it now is.
   const RegisteredNode& MoveConnection(const std::string& identity, const RegisteredNode& node);
 
+  // Server failover (server_failover.h): whether `reg`, from `identity`, could replace a lost
+  // server (a fresh server Register with a token, a tcp data address, a rank in range or
+  // none); the error says why not.
+  absl::Status CheckReplacement(const std::string& identity, const proto::Register& reg) const;
+  // `reg` takes server rank `rank` over (Liveness lost it): the node table holds it from now
+  // on, and it gets its Topology (replaces_lost_server) with the strategy before the current
+  // one, if any, then a StrategyCommit of the current one.
+  // Its requests carry `epoch` (Topology.server_epoch).
+  absl::Status ReplaceServer(const std::string& identity, const proto::Register& reg, int rank,
+                             uint64_t epoch, Outbox* out);
+
   // Whether this scheduler takes a running job over (its first registration was a rejoin);
   // nullopt before any registration.
   std::optional<bool> takeover() const { return takeover_; }
@@ -59,6 +71,8 @@ class Registration {
   // Every node is in: the workers' local ranks (or the job ends, and false).
   bool GroupWorkers(Outbox* out);
   bool SendTopology(int64_t now_ms, Outbox* out);
+  // The Topology for registered node `n` (every node is registered and grouped).
+  proto::ControlMessage TopologyFor(const RegisteredNode& n) const;
 
   const proto::ClusterConfig& config_;
   NodeTable& nodes_;

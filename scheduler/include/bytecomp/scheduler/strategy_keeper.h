@@ -18,6 +18,9 @@ class StrategyKeeper {
   // Loads the initial strategy (version 1, first round 0). An empty path: no compression.
   absl::Status LoadInitial(const std::string& path);
   const proto::Strategy& current() const { return current_; }
+  // The strategy committed before current (rounds before current's first_round still use
+  // it); nullopt while the first is in force.
+  const std::optional<proto::Strategy>& previous() const { return previous_; }
   const std::string& path() const { return path_; }
   bool update_pending() const { return pending_.has_value(); }
 
@@ -38,6 +41,7 @@ class StrategyKeeper {
  private:
   std::string path_;
   proto::Strategy current_;
+  std::optional<proto::Strategy> previous_;
   std::optional<proto::Strategy> pending_;
   std::map<int, uint64_t> highest_round_by_worker_;
 };

@@ -1,0 +1,160 @@
+#include "bytecomp/scheduler/server_failover.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/random/distributions.h"
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common/config.h"
+#include "bytecomp/common/logging.h"
+#include "bytecomp/common/refusal_log.h"
+#include "log_format.h"
+
+namespace bytecomp {
+
+ServerFailover::ServerFailover(const proto::ClusterConfig& config, const NodeTable& nodes,
+                               Registration* registration, const Declarations& declarations,
+                               Liveness* liveness)
+    : config_(config),
+      nodes_(nodes),
+      registration_(*registration),
+      declarations_(declarations),
+      liveness_(*liveness) {}
+
+int64_t ServerFailover::CheckEveryMs() const {
+  // A quarter interval: the takeover comes soon after the holder's silence reaches 2.
+  return std::max<int64_t>(1, config_.heartbeat_interval_ms() / 4);
+}
+
+bool ServerFailover::Takes(const proto::Register& reg) const {
+  return ServerFailoverOn(config_) && reg.role() == proto::ROLE_SERVER && !reg.has_rejoin() &&
+         registration_.takeover() == false && nodes_.all_registered();
+}
+
+bool ServerFailover::Waits(const std::string& identity) const {
+  for (const auto& [rank, w] : waiting_) {
+    if (w.identity == identity) return true;
+  }
+  return false;
+}
+
+void ServerFailover::HandleRegister(const std::string& identity, const proto::Register& reg,
+                                    int64_t now_ms, Outbox* out) {
+  auto refuse = [&](const std::string& to, const proto::Register& r, const std::string& why) {
+    proto::ControlMessage reply;
+    reply.mutable_error()->set_message(absl::StrCat("registration rejected: ", why));
+    reply.mutable_error()->set_registration_refused(true);
+    out->Refuse(to, std::move(reply),
+                absl::StrCat("rejected registration of a server (pid ", r.pid(), " on ",
+                             r.hostname().empty() ? "?" : Printable(r.hostname(), 64), "): ", why));
+  };
+  if (Waits(identity)) return;  // sent again while it waits
+  if (absl::Status s = registration_.CheckReplacement(identity, reg); !s.ok()) {
+    return refuse(identity, reg, std::string(s.message()));
+  }
+  int rank = reg.requested_rank();
+  if (rank < 0) {  // no rank asked for: a lost one, if any
+    for (int r = 0; r < nodes_.num_servers() && rank < 0; ++r) {
+      if (liveness_.Lost(r)) rank = r;
+    }
+    if (rank < 0) {
+      return refuse(identity, reg,
+                    absl::StrCat("the job is full: all ", config_.num_workers(), " workers and ",
+                                 config_.num_servers(),
+                                 " servers have registered, and no server is lost (a replacement "
+                                 "names the rank it replaces with --rank)"));
+    }
+  }
+  if (auto older = waiting_.find(rank); older != waiting_.end()) {
+    refuse(older->second.identity, older->second.reg,
+           absl::StrCat("a newer server registered to replace server ", rank));
+    waiting_.erase(older);
+  }
+  Waiting waiting{identity, reg, now_ms, now_ms + CheckEveryMs()};
+  if (TryTakeOver(rank, waiting, now_ms, out)) return;
+  BC_LOG_INFO("a server (pid ", reg.pid(), ") registered for rank ", rank,
+              ", which is held; it takes the rank over if the holder stays silent for ",
+              Seconds(2 * int64_t{config_.heartbeat_interval_ms()}));
+  waiting_.emplace(rank, std::move(waiting));
+}
+
+bool ServerFailover::TryTakeOver(int rank, const Waiting& waiting, int64_t now_ms, Outbox* out) {
+  if (!liveness_.Lost(rank)) {
+    const RegisteredNode* holder = nodes_.At(proto::ROLE_SERVER, rank);
+    const int64_t silent_ms = now_ms - liveness_.LastSeen(*holder);
+    if (silent_ms >= 2 * int64_t{config_.heartbeat_interval_ms()}) {
+      liveness_.DeclareLost(rank,
+                            absl::StrCat("silent for ", Seconds(silent_ms),
+                                         " while a replacement registered for its rank"),
+                            now_ms, out);
+    } else if (now_ms - waiting.since_ms >= config_.heartbeat_timeout_ms()) {
+      const std::string why = absl::StrCat(
+          "server rank ", rank, " is held by pid ", holder->pid, " on ", holder->hostname,
+          ", which is alive: two servers claim one rank");
+      proto::ControlMessage reply;
+      reply.mutable_error()->set_message(absl::StrCat("registration rejected: ", why));
+      reply.mutable_error()->set_registration_refused(true);
+      out->Refuse(waiting.identity, std::move(reply),
+                  absl::StrCat("rejected registration of a server (pid ", waiting.reg.pid(),
+                               "): ", why));
+      return true;
+    } else {
+      return false;
+    }
+  }
+  // Drawn at random, so that a scheduler that restarted (and knows no earlier epoch) does not
+  // draw one in use.
+  uint64_t epoch = 0;
+  while (epoch == 0) epoch = absl::Uniform<uint64_t>(random_);
+  if (absl::Status s = registration_.ReplaceServer(waiting.identity, waiting.reg, rank, epoch, out);
+      !s.ok()) {
+    proto::ControlMessage reply;
+    reply.mutable_error()->set_message(absl::StrCat("registration rejected: ", s.message()));
+    reply.mutable_error()->set_registration_refused(true);
+    out->Refuse(waiting.identity, std::move(reply),
+                absl::StrCat("could not replace server ", rank, ": ", s.message()));
+    return true;
+  }
+  const RegisteredNode& replacement = *nodes_.At(proto::ROLE_SERVER, rank);
+  // Before any worker pushes to it: what it validates pushes against.
+  const std::vector<proto::DeclareReply> decided = declarations_.Decided();
+  for (const proto::DeclareReply& reply : decided) {
+    proto::ControlMessage m;
+    *m.mutable_declare_reply() = reply;
+    out->Send(replacement.identity, std::move(m));
+  }
+  liveness_.Replaced(rank, now_ms);
+  proto::ControlMessage replaced;
+  replaced.mutable_server_replaced()->set_rank(rank);
+  replaced.mutable_server_replaced()->set_data_address(replacement.data_address);
+  replaced.mutable_server_replaced()->set_epoch(epoch);
+  for (const std::string& id : nodes_.WorkerIdentities()) out->Send(id, replaced);
+  BC_LOG_INFO("server ", rank, " is back: ", decided.size(),
+              " declarations sent to it, and every worker told to push to it again what server ",
+              rank, " had not answered");
+  return true;
+}
+
+void ServerFailover::OnTime(int64_t now_ms, Outbox* out) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (now_ms < it->second.next_check_ms) {
+      ++it;
+    } else if (TryTakeOver(it->first, it->second, now_ms, out)) {
+      it = waiting_.erase(it);
+    } else {
+      it->second.next_check_ms = now_ms + CheckEveryMs();
+      ++it;
+    }
+  }
+}
+
+std::optional<int64_t> ServerFailover::NextDeadline() const {
+  std::optional<int64_t> next;
+  for (const auto& [rank, w] : waiting_) {
+    if (!next.has_value() || w.next_check_ms < *next) next = w.next_check_ms;
+  }
+  return next;
+}
+
+}  // namespace bytecomp
