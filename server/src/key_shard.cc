@@ -48,7 +48,7 @@ size_t ShardOf(uint64_t key, size_t num_shards) { return (key ^ (key >> 32)) % n
 KeyShard::KeyShard(int index, const ServerJob& job)
     : index_(index),
       catalog_(job.num_servers, job.config),
-      store_(job.my_rank, job.num_workers, catalog_, job.pushers) {}
+      store_(job.my_rank, job.num_workers, catalog_, job.pushers, job.replaces_lost_server) {}
 
 bool KeyShard::Handle(std::vector<zmq::message_t> message, std::vector<OutgoingReply>* out) {
   ShardMessageKind kind;
@@ -100,7 +100,13 @@ std::string KeyShard::Summary() const {
   return absl::StrCat("key shard ", index_, " stops after ", store_.rounds_completed(),
                       " rounds on ", store_.num_keys(), " keys, refused ", store_.refused(),
                       " requests; pushes by worker: ",
-                      pushes.empty() ? "none" : absl::StrJoin(pushes, " "));
+                      pushes.empty() ? "none" : absl::StrJoin(pushes, " "),
+                      store_.keys_resumed() == 0
+                          ? ""
+                          : absl::StrCat("; as a replacement it resumed ", store_.keys_resumed(),
+                                         " keys and summed the round of ",
+                                         store_.rounds_summed_again(),
+                                         " of them again for workers that had not got it"));
 }
 
 }  // namespace bytecomp::server

@@ -36,12 +36,14 @@ absl::StatusOr<bool> EncodedSumAnswers(const compress::TensorPlan& plan) {
 
 }  // namespace
 
-KeyStore::KeyStore(int my_rank, int num_workers, const Catalog& catalog, std::vector<int> pushers)
+KeyStore::KeyStore(int my_rank, int num_workers, const Catalog& catalog, std::vector<int> pushers,
+                   bool resume_keys)
     : my_rank_(my_rank),
       num_workers_(num_workers),
       pushers_(std::move(pushers)),
       pushes_by_worker_(num_workers, 0),
-      catalog_(catalog) {
+      catalog_(catalog),
+      resume_keys_(resume_keys) {
   if (pushers_.empty()) {
     for (int r = 0; r < num_workers; ++r) pushers_.push_back(r);
   }
@@ -59,12 +61,100 @@ compress::CodecContext KeyStore::ContextOf(const proto::DataHeader& h, uint32_t 
 
 void KeyStore::Handle(zmq::message_t identity, const proto::DataHeader& header,
                       zmq::message_t payload, std::vector<OutgoingReply>* out) {
-  KeyState& key = keys_[header.key()];
-  if (key.pushed.empty()) key.pushed.assign(num_workers_, false);
+  auto [it, created] = keys_.try_emplace(header.key());
+  KeyState& key = it->second;
+  if (created) {
+    key.pushed.assign(num_workers_, false);
+    if (resume_keys_) {
+      key.resume = std::make_unique<Resume>();
+      key.resume->completed.assign(num_workers_, kUnheard);
+      key.resume->held_by_worker.assign(num_workers_, 0);
+    }
+  }
+  if (key.resume != nullptr) return Resuming(key, std::move(identity), header, std::move(payload), out);
+  if (header.replay()) {
+    Refuse(std::move(identity), header,
+           absl::StrCat("replay for key ", KeyName(header.key()),
+                        " refused: the key is not resuming (this server did not replace a lost "
+                        "one, or every worker was heard already)"), out);
+    return;
+  }
+  if (key.resumed_round.has_value() && header.round() == *key.resumed_round + 1) {
+    // At most a push and a pull per worker: none pushes beyond the round it has not pulled.
+    if (key.after_resumed.size() >= 2 * pushers_.size()) {
+      Refuse(std::move(identity), header,
+             absl::StrCat("request for round ", header.round(), " of key ", KeyName(header.key()),
+                          " refused: too many wait for the round before it"), out);
+      return;
+    }
+    key.after_resumed.push_back(Held{std::move(identity), header, std::move(payload)});
+    return;
+  }
+  Dispatch(key, std::move(identity), header, std::move(payload), out);
+}
+
+void KeyStore::Dispatch(KeyState& key, zmq::message_t identity, const proto::DataHeader& header,
+                        zmq::message_t payload, std::vector<OutgoingReply>* out) {
   if (header.op() == proto::OP_PUSH) {
     Push(key, std::move(identity), header, std::move(payload), out);
   } else {
     Pull(key, std::move(identity), header, out);
+  }
+}
+
+void KeyStore::Resuming(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
+                        zmq::message_t payload, std::vector<OutgoingReply>* out) {
+  Resume& r = *key.resume;
+  const int sender = h.sender();
+  if (r.completed[sender] == kUnheard) {
+    if (h.op() != proto::OP_PUSH) {
+      Refuse(std::move(identity), h,
+             absl::StrCat("pull for round ", h.round(), " of key ", KeyName(h.key()),
+                          " refused: worker ", sender, " has not pushed it"), out);
+      return;
+    }
+    r.completed[sender] =
+        h.replay() ? static_cast<int64_t>(h.round()) : static_cast<int64_t>(h.round()) - 1;
+    ++r.heard;
+  } else if (h.replay()) {
+    Refuse(std::move(identity), h,
+           absl::StrCat("replay for key ", KeyName(h.key()), " refused: worker ", sender,
+                        " was heard for it already"), out);
+    return;
+  }
+  // A replay, a push and its pull: a worker pushes nothing further before it pulled.
+  if (r.held_by_worker[sender] >= 3) {
+    Refuse(std::move(identity), h,
+           absl::StrCat("request for round ", h.round(), " of key ", KeyName(h.key()),
+                        " refused: worker ", sender, " sent 3 already while the key resumes"),
+           out);
+    return;
+  }
+  ++r.held_by_worker[sender];
+  r.held.push_back(Held{std::move(identity), h, std::move(payload)});
+  if (r.heard == pushers_.size()) StartResumed(key, out);
+}
+
+void KeyStore::StartResumed(KeyState& key, std::vector<OutgoingReply>* out) {
+  const std::unique_ptr<Resume> r = std::move(key.resume);
+  int64_t highest = -1;
+  bool same = true;
+  for (int w : pushers_) highest = std::max(highest, r->completed[w]);
+  for (int w : pushers_) same = same && r->completed[w] == highest;
+  ++keys_resumed_;
+  const uint64_t resumed = static_cast<uint64_t>(same ? highest + 1 : highest);
+  key.accumulating_round = resumed;
+  if (!same) {
+    // Some worker never got round `highest`'s result: summed again.
+    key.resumed_round = resumed;
+    ++rounds_summed_again_;
+  }
+  for (Held& held : r->held) {
+    if (held.header.replay()) {
+      if (!key.resumed_round.has_value() || held.header.round() != resumed) continue;
+      held.header.set_replay(false);  // a push of the round summed again; its ack is ignored
+    }
+    Handle(std::move(held.identity), held.header, std::move(held.payload), out);
   }
 }
 
@@ -284,6 +374,14 @@ void KeyStore::CompleteRound(KeyState& key, const proto::DataHeader& h,
     out->push_back(PullReply(key, std::move(pull.identity), pull.header));
   }
   key.held.clear();
+  if (key.resumed_round.has_value() && key.ready_round == *key.resumed_round) {
+    key.resumed_round.reset();
+    std::vector<Held> later = std::move(key.after_resumed);
+    key.after_resumed.clear();
+    for (Held& held : later) {
+      Handle(std::move(held.identity), held.header, std::move(held.payload), out);
+    }
+  }
 }
 
 void KeyStore::Pull(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
@@ -360,6 +458,16 @@ void KeyStore::FailHeldPulls(const std::string& reason, std::vector<OutgoingRepl
   for (auto& [k, key] : keys_) {
     for (HeldPull& pull : key.held) out->push_back(Error(std::move(pull.identity), pull.header, reason));
     key.held.clear();
+    auto fail = [&](std::vector<Held>& held) {
+      for (Held& h : held) {
+        if (h.header.op() == proto::OP_PULL) {
+          out->push_back(Error(std::move(h.identity), h.header, reason));
+        }
+      }
+      held.clear();
+    };
+    if (key.resume != nullptr) fail(key.resume->held);
+    fail(key.after_resumed);
   }
 }
 

@@ -57,6 +57,11 @@ absl::Status RequestValidator::CheckSender(const proto::DataHeader& h) const {
         "the request names worker ", h.sender(), " but does not carry its token: a connection "
         "pushes and pulls only as the rank the scheduler gave its node"));
   }
+  if (h.server_epoch() != epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the request is for server ", my_rank_, " epoch ", h.server_epoch(), ", this is epoch ",
+        epoch_, ": it was sent to a server that this one replaced"));
+  }
   return absl::OkStatus();
 }
 
@@ -70,6 +75,9 @@ absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_pay
     return absl::InvalidArgumentError(absl::StrCat(
         "worker ", h.sender(), " pushed, but the job is hierarchical and only the local roots ",
         absl::StrJoin(pushers_, ", "), " push"));
+  }
+  if (h.replay() && h.op() != proto::OP_PUSH) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": only a push can be a replay"));
   }
   const DeclaredTensor* tensor = catalog_.Tensor(KeyTensor(h.key()));
   const int64_t partition = KeyPartition(h.key());

@@ -133,6 +133,11 @@ absl::Status AggregationServer::Run() {
   const size_t num_shards = static_cast<size_t>(std::max(1, job->config.server_engine_threads()));
   BC_LOG_INFO("serving data on ", data_address, " for ", job->num_workers, " workers with ",
               num_shards, " key shard threads; ", (*security)->Describe());
+  if (job->replaces_lost_server) {
+    BC_LOG_WARNING("this server replaces the lost server ", rank,
+                   ": each key resumes once every worker told where it stands (its replays), "
+                   "and the two-way error-feedback memory of these keys starts from zero");
+  }
 
   ServerTelemetry telemetry =
       StartTelemetry(options_, job->config, rank, scheduler.shared_clock());
@@ -183,6 +188,10 @@ absl::Status AggregationServer::Run() {
     } else if (m.has_strategy_commit()) {
       SendCommand(to_io, ShardMessageKind::kStrategy,
                   m.strategy_commit().strategy().SerializeAsString());
+    } else if (m.has_node_failed() && m.node_failed().replacement_wait_ms() > 0) {
+      // A lost server: the job waits for its replacement and goes on; nothing here changes.
+      BC_LOG_WARNING("server ", m.node_failed().node().rank(), " was lost (",
+                     Printable(m.node_failed().reason(), 512), "); the job waits for its replacement");
     } else if (m.has_node_failed()) {
       // Named as the workers name it ("worker 2 failed: ..."), whichever news reaches them first.
       const proto::NodeId& node = m.node_failed().node();

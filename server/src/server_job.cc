@@ -12,6 +12,8 @@ absl::StatusOr<ServerJob> ServerJob::FromTopology(const proto::Topology& topolog
   job.num_servers = topology.num_servers();
   job.pushers.assign(topology.pushers().begin(), topology.pushers().end());
   job.config = WithClusterDefaults(topology.config());
+  job.replaces_lost_server = topology.replaces_lost_server();
+  job.epoch = topology.server_epoch();
   if (topology.worker_tokens_size() != job.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat("the topology lists ", topology.worker_tokens_size(),
                                                    " worker tokens for ", job.num_workers, " workers"));

@@ -13,12 +13,22 @@
 // (which round the key is at is the other workers' business).
 // A push carrying an error (an abort: the worker could not encode) completes the round with
 // that error for every worker, so no one waits for a push that will never come.
+// A replacement server (server failover, `resume_keys`) does not know where each key is: every
+// key waits until each pusher has been heard (at most 3 requests each are held meanwhile). A
+// worker's first request tells its last round completed on the lost server, c: a replay
+// (DataHeader.replay) of round c, or a push of round c+1 when it completed none. With R the
+// highest c: when every c is R the key goes on at round R+1 and the replays are dropped; else
+// the workers with c = R-1 never got round R's result, so round R is summed again from the
+// replays of round R and their own pushes of R (which they sent again), and the requests for
+// round R+1 wait until it completes. No round is lost, none is summed twice for anyone. The
+// server's two-way error-feedback memory starts from zero.
 // blocksparse sums block-sparse (its aggregator), and its pulls get the block-sparse sum in its
 // own format, one-way too (CodecProperties::sum_in_push_format): nothing dense on the way.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +53,9 @@ class KeyStore {
  public:
   // `pushers`: the worker ranks whose pushes make a round (Topology.pushers: every worker, or
   // each machine's local root when the job is hierarchical); empty: every worker.
-  KeyStore(int my_rank, int num_workers, const Catalog& catalog, std::vector<int> pushers = {});
+  // `resume_keys`: this server replaces a lost one (see above).
+  KeyStore(int my_rank, int num_workers, const Catalog& catalog, std::vector<int> pushers = {},
+           bool resume_keys = false);
 
   // Handles a validated PUSH or PULL; appends the replies it causes (an ack, held pulls
   // answered, or an error) to *out.
@@ -63,6 +75,9 @@ class KeyStore {
   uint64_t rounds_completed() const { return rounds_completed_; }
   // Requests refused here (wrong round, a second push or held pull, mixed versions).
   uint64_t refused() const { return refused_; }
+  // Replacement server: keys resumed, and of them those whose round was summed again.
+  uint64_t keys_resumed() const { return keys_resumed_; }
+  uint64_t rounds_summed_again() const { return rounds_summed_again_; }
   // Pushes accepted, by worker rank (index).
   const std::vector<int64_t>& pushes_by_worker() const { return pushes_by_worker_; }
 
@@ -70,6 +85,19 @@ class KeyStore {
   struct HeldPull {
     zmq::message_t identity;
     proto::DataHeader header;
+  };
+  // A request held while its key resumes.
+  struct Held {
+    zmq::message_t identity;
+    proto::DataHeader header;
+    zmq::message_t payload;
+  };
+  static constexpr int64_t kUnheard = -2;
+  struct Resume {
+    std::vector<int64_t> completed;  // by worker rank: last round completed, -1 none, kUnheard
+    std::vector<int> held_by_worker;
+    size_t heard = 0;
+    std::vector<Held> held;  // in arrival order
   };
   // A compressed key's codec objects, kept across rounds while version and stage stay.
   struct CodecState {
@@ -106,8 +134,18 @@ class KeyStore {
     zmq::message_t ready;           // the sum, shared by every pull reply
     std::vector<HeldPull> held;
     int64_t first_push_us = 0;      // wall clock; with metrics or a timeline
+    std::unique_ptr<Resume> resume;  // a replacement's key until every pusher was heard
+    // A round summed again: requests for the round after it wait until it completes.
+    std::optional<uint64_t> resumed_round;
+    std::vector<Held> after_resumed;
   };
 
+  // A request for a key, past resuming.
+  void Dispatch(KeyState& key, zmq::message_t identity, const proto::DataHeader& header,
+                zmq::message_t payload, std::vector<OutgoingReply>* out);
+  void Resuming(KeyState& key, zmq::message_t identity, const proto::DataHeader& header,
+                zmq::message_t payload, std::vector<OutgoingReply>* out);
+  void StartResumed(KeyState& key, std::vector<OutgoingReply>* out);
   void Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
             zmq::message_t payload, std::vector<OutgoingReply>* out);
   void AddRaw(KeyState& key, const proto::DataHeader& h, zmq::message_t payload);
@@ -134,6 +172,9 @@ class KeyStore {
   const Catalog& catalog_;
   uint64_t rounds_completed_ = 0;
   uint64_t refused_ = 0;
+  bool resume_keys_;
+  uint64_t keys_resumed_ = 0;
+  uint64_t rounds_summed_again_ = 0;
   absl::flat_hash_map<uint64_t, KeyState> keys_;
   telemetry::Timeline* timeline_ = nullptr;
   telemetry::NodeMetrics* metrics_ = nullptr;

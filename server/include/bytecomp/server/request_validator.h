@@ -20,14 +20,16 @@ class RequestValidator {
  public:
   explicit RequestValidator(const ServerJob& job)
       : my_rank_(job.my_rank), num_workers_(job.num_workers), pushers_(job.pushers),
-        worker_tokens_(job.worker_tokens), catalog_(job.num_servers, job.config) {}
+        worker_tokens_(job.worker_tokens), epoch_(job.epoch),
+        catalog_(job.num_servers, job.config) {}
 
   Catalog& catalog() { return catalog_; }
 
   // Who sent a PUSH or PULL, checked before anything else about it (before it may wait for a
   // declaration): the op, a worker rank in `sender`, and that worker's token (compared in
   // constant time). PermissionDenied for a missing or wrong token: a connection pushes and
-  // pulls only as the rank the scheduler gave its node.
+  // pulls only as the rank the scheduler gave its node. FailedPrecondition for a request to
+  // another server epoch (one this server replaced).
   absl::Status CheckSender(const proto::DataHeader& header) const;
 
   // The request names a tensor or strategy version this server has not heard of yet (the
@@ -57,6 +59,7 @@ class RequestValidator {
   int num_workers_;
   std::vector<int> pushers_;
   std::vector<NodeToken> worker_tokens_;  // by worker rank
+  uint64_t epoch_;
   Catalog catalog_;
   absl::flat_hash_map<std::pair<uint64_t, int64_t>, size_t> max_bytes_;  // (version, n)
 };
