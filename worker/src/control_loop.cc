@@ -65,6 +65,17 @@ void ControlLoop::Handle(const proto::ControlMessage& m) {
     engine_.OnStrategyCommit(m.strategy_commit().strategy());
   } else if (m.has_barrier_release()) {
     engine_.OnBarrierRelease(m.barrier_release());
+  } else if (m.has_node_failed() && m.node_failed().replacement_wait_ms() > 0) {
+    // A lost server, with failover: its rounds wait for the replacement (ServerReplaced).
+    const proto::NodeFailed& f = m.node_failed();
+    BC_LOG_WARNING("server ", f.node().rank(), " (", Printable(f.data_address(), 256),
+                   ") was lost: ", Printable(f.reason(), 512), "; its rounds wait up to ",
+                   f.replacement_wait_ms() / 1000.0, " s for a replacement");
+  } else if (m.has_server_replaced()) {
+    const proto::ServerReplaced& r = m.server_replaced();
+    BC_LOG_WARNING("server ", r.rank(), " is replaced by ", Printable(r.data_address(), 256),
+                   ": pushing to it again what the lost one had not answered");
+    engine_.OnServerReplaced(r);
   } else if (m.has_node_failed()) {
     const proto::NodeFailed& f = m.node_failed();
     const bool server = f.node().role() == proto::ROLE_SERVER;

@@ -33,6 +33,8 @@ class ControlEvents {
   virtual void OnBarrierRelease(const proto::BarrierRelease& release) = 0;
   // A node failed, the scheduler ended the job, or the scheduler cannot be reached.
   virtual void OnJobFailed(const absl::Status& reason) = 0;
+  // Server failover: a replacement holds server `rank` at `data_address`.
+  virtual void OnServerReplaced(const proto::ServerReplaced& replaced) = 0;
   // Asked every poll: a stats report that is due and has news (engine_observer.h).
   virtual std::optional<proto::ControlMessage> DueReport() { return std::nullopt; }
 };

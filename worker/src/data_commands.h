@@ -47,8 +47,14 @@ struct FailEverything {
   absl::Status reason;
 };
 struct StopData {};
+// Server failover: server `server`'s keys are held by a replacement at `address`.
+struct ReconnectServer {
+  int server = 0;
+  std::string address;
+  uint64_t epoch = 0;  // DataHeader.server_epoch from now on
+};
 
-using DataCommand =
-    std::variant<StartOperation, std::shared_ptr<EncodedPush>, FailEverything, StopData>;
+using DataCommand = std::variant<StartOperation, std::shared_ptr<EncodedPush>, FailEverything,
+                                 StopData, ReconnectServer>;
 
 }  // namespace bytecomp::worker

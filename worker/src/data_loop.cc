@@ -1,6 +1,9 @@
 #include "data_loop.h"
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/config.h"
+#include "bytecomp/common/logging.h"
+#include "bytecomp/common/partition.h"
 #include "bytecomp/worker/engine/operation.h"
 
 #if defined(__has_feature)
@@ -57,26 +60,31 @@ void ReleaseEncoded(void* /*data*/, void* hint) {
 void DataLoop::Connect() {
   const proto::ClusterConfig& config = *w_.config;
   const int servers = w_.topology->num_servers();
-  const int conns = config.connections_per_server();
   sockets_.resize(servers);
   queues_.resize(servers);
   inflight_bytes_.assign(servers, 0);
   inflight_pushes_.assign(servers, 0);
   inflight_pulls_.assign(servers, 0);
   deferred_pulls_.assign(servers, {});
+  epochs_.assign(servers, 0);
   budget_bytes_ = config.max_inflight_bytes_per_server() > 0
                       ? config.max_inflight_bytes_per_server()
                       : config.partition_bytes();
-  for (int s = 0; s < servers; ++s) {
-    const std::string& address = w_.topology->servers(s).data_address();
-    for (int c = 0; c < conns; ++c) {
-      sockets_[s].emplace_back(*w_.context, zmq::socket_type::dealer);
-      ConfigureSocket(sockets_[s].back());
-      w_.security->SecureConnecting(sockets_[s].back());
-      LimitSocket(sockets_[s].back(), DataSocketLimits(config));
-      sockets_[s].back().connect(address);
-    }
+  for (int s = 0; s < servers; ++s) ConnectServer(s, w_.topology->servers(s).data_address());
+}
+
+void DataLoop::ConnectServer(int server, const std::string& address) {
+  const proto::ClusterConfig& config = *w_.config;
+  // Closing a socket drops what it still queues, which releases zero-copy payloads.
+  sockets_[server].clear();
+  for (int c = 0; c < config.connections_per_server(); ++c) {
+    sockets_[server].emplace_back(*w_.context, zmq::socket_type::dealer);
+    ConfigureSocket(sockets_[server].back());
+    w_.security->SecureConnecting(sockets_[server].back());
+    LimitSocket(sockets_[server].back(), DataSocketLimits(config));
+    sockets_[server].back().connect(address);
   }
+  sockets_changed_ = true;
 }
 
 void DataLoop::Run() {
@@ -84,14 +92,21 @@ void DataLoop::Run() {
   ProbeLinks();
   std::vector<zmq::pollitem_t> items;
   std::vector<std::pair<int, zmq::socket_t*>> item_socket;  // (server, socket) per item
-  for (size_t s = 0; s < sockets_.size(); ++s) {
-    for (auto& sock : sockets_[s]) {
-      items.push_back({sock.handle(), 0, ZMQ_POLLIN, 0});
-      item_socket.emplace_back(static_cast<int>(s), &sock);
+  size_t queue_item = 0;
+  auto build_items = [&] {
+    items.clear();
+    item_socket.clear();
+    for (size_t s = 0; s < sockets_.size(); ++s) {
+      for (auto& sock : sockets_[s]) {
+        items.push_back({sock.handle(), 0, ZMQ_POLLIN, 0});
+        item_socket.emplace_back(static_cast<int>(s), &sock);
+      }
     }
-  }
-  items.push_back({nullptr, w_.commands->fd(), ZMQ_POLLIN, 0});
-  const size_t queue_item = items.size() - 1;
+    items.push_back({nullptr, w_.commands->fd(), ZMQ_POLLIN, 0});
+    queue_item = items.size() - 1;
+    sockets_changed_ = false;
+  };
+  build_items();
   bool stop = false;
   while (!stop) {
     try {
@@ -109,6 +124,11 @@ void DataLoop::Run() {
       for (DataCommand& command : w_.commands->TakeAll()) Take(command, &stop);
     }
     if (!closed_.ok()) continue;
+    if (sockets_changed_) {  // a server's connections were replaced: their events are stale
+      build_items();
+      SendReady();
+      continue;
+    }
     for (size_t i = 0; i < queue_item; ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       auto [server, socket] = item_socket[i];
@@ -143,6 +163,11 @@ void DataLoop::Take(DataCommand& command, bool* stop) {
     }
     queues_[e->op->layout.partition_server[e->partition]].push(
         PartitionTask{e->op, e, e->partition, e->op->request.priority, sequence_++});
+  } else if (auto* reconnect = std::get_if<ReconnectServer>(&command)) {
+    if (closed_.ok() && reconnect->server >= 0 &&
+        reconnect->server < static_cast<int>(sockets_.size())) {
+      Reconnect(reconnect->server, reconnect->address, reconnect->epoch);
+    }
   } else if (auto* fail = std::get_if<FailEverything>(&command)) {
     FailAll(fail->reason);
   } else {
@@ -180,6 +205,7 @@ proto::DataHeader DataLoop::HeaderFor(const Operation& op, int64_t partition, ui
   header.set_dtype(op.request.dtype);
   header.set_element_count(range.count);
   header.set_sender(w_.rank);
+  header.set_server_epoch(epochs_[op.layout.partition_server[partition]]);
   SetHeaderToken(w_.token, &header);
   if (op.plan.compressed()) header.set_codec(op.plan.push.name());
   return header;
@@ -203,9 +229,15 @@ void DataLoop::Send(const PartitionTask& task) {
     header.set_payload_bytes(bytes);
     push.push_back(ProtoFrame(header));
     char* payload = op.host_data() + range.offset * elem;
-    auto* release = new PayloadRelease{w_.tracker, task.op, task.partition};
-    Handoff(release);
-    push.emplace_back(payload, static_cast<size_t>(bytes), &ReleasePayload, release);
+    if (task.resend) {
+      // Sent before, to a lost server, whose socket released the zero-copy payload: a copy,
+      // so that the payload is released once.
+      push.emplace_back(payload, static_cast<size_t>(bytes));
+    } else {
+      auto* release = new PayloadRelease{w_.tracker, task.op, task.partition};
+      Handoff(release);
+      push.emplace_back(payload, static_cast<size_t>(bytes), &ReleasePayload, release);
+    }
     w_.traffic->CountPush(bytes, bytes, "");
   } else if (aborted) {
     header.set_error(task.encoded->abort_error);
@@ -238,6 +270,9 @@ void DataLoop::Send(const PartitionTask& task) {
   op.pushed_bytes.fetch_add(bytes, std::memory_order_relaxed);
   InFlight& in = inflight_[request];
   in.op = task.op;
+  in.encoded = task.encoded;
+  in.priority = task.priority;
+  in.sequence = task.sequence;
   in.partition = task.partition;
   in.stage = stage;
   in.aborted = aborted;
@@ -336,6 +371,7 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
   Finished(done);
   SendDeferredPulls(done.server);
   if (header.op() == proto::OP_PULL_REPLY) {
+    if (ServerFailoverOn(*w_.config)) KeepCompleted(done);
     if (done.aborted) {  // the error is recorded: the round cannot have a result
       w_.tracker->ResultIn(done.op, done.partition);
       return;
@@ -375,6 +411,71 @@ void DataLoop::FailAll(const absl::Status& reason) {
       w_.tracker->ResultFailed(t.op, t.partition, closed_);
     }
   }
+}
+
+void DataLoop::KeepCompleted(const InFlight& done) {
+  const Operation& op = *done.op;
+  proto::DataHeader header = HeaderFor(op, done.partition, done.stage);
+  Completed& kept = completed_[header.key()];
+  kept.server = done.server;
+  if (done.aborted) {
+    header.set_error(done.encoded->abort_error);
+    kept.payload.clear();
+  } else if (done.encoded != nullptr) {
+    kept.payload.assign(done.encoded->data(), done.encoded->data() + done.encoded->size());
+  } else {
+    // The partition still holds what was pushed: the result is written after this.
+    const PartitionRange range = op.layout.range(done.partition);
+    const size_t elem = DTypeSize(op.request.dtype);
+    const auto* from = reinterpret_cast<const uint8_t*>(op.host_data() + range.offset * elem);
+    kept.payload.assign(from, from + range.count * elem);
+  }
+  header.set_payload_bytes(static_cast<int64_t>(kept.payload.size()));
+  kept.header = std::move(header);
+}
+
+void DataLoop::Reconnect(int server, const std::string& address, uint64_t epoch) {
+  epochs_[server] = epoch;
+  ConnectServer(server, address);
+  auto& conns = sockets_[server];
+  // First each key's replay, on the connection the key's requests take (one connection keeps
+  // their order): the replacement learns where this worker stands before anything else.
+  int64_t replays = 0;
+  for (const auto& [key, kept] : completed_) {
+    if (kept.server != server) continue;
+    proto::DataHeader header = kept.header;
+    header.set_replay(true);
+    header.set_server_epoch(epoch);
+    std::vector<zmq::message_t> frames;
+    frames.push_back(ProtoFrame(header));
+    if (header.error().empty()) frames.emplace_back(kept.payload.data(), kept.payload.size());
+    zmq::socket_t& socket = conns[(KeyPartition(key) + KeyTensor(key)) % conns.size()];
+    if (absl::Status s = SendFrames(socket, frames); !s.ok()) {
+      FailAll(absl::UnavailableError(absl::StrCat("replaying to the replacement of server ",
+                                                  server, ": ", s.message())));
+      return;
+    }
+    ++replays;
+  }
+  // Then every push the lost server had not answered, in their first order: pushes and pulls
+  // go again (the lost server's answers are gone with it).
+  int64_t again = 0;
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    if (it->second.server != server) {
+      ++it;
+      continue;
+    }
+    const InFlight& in = it->second;
+    queues_[server].push(
+        PartitionTask{in.op, in.encoded, in.partition, in.priority, in.sequence, /*resend=*/true});
+    Finished(in);
+    inflight_.erase(it++);
+    ++again;
+  }
+  deferred_pulls_[server].clear();
+  BC_LOG_INFO("connected to server ", server, "'s replacement at ", address, ": replayed ",
+              replays, " completed pushes, pushing ", again, " unanswered ones again and ",
+              static_cast<int64_t>(queues_[server].size()) - again, " not yet sent");
 }
 
 }  // namespace bytecomp::worker

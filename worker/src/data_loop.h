@@ -3,6 +3,12 @@
 // it on the same connection, its pull, in priority order within an in-flight budget per server;
 // it hands pull replies to the operation's stages and reports the events it owns to the
 // operation tracker.
+//
+// Server failover (ServerFailoverOn): the loop keeps, per key, a copy of its push of the last
+// round it completed (pulled). When a replacement takes a lost server's rank over
+// (ReconnectServer), the loop connects to it, sends each of that server's keys its kept push
+// as a replay (DataHeader.replay: "this is where I stand"), then every push and pull the lost
+// server had not answered, in their order (key_store.h says how the replacement sums).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +56,7 @@ class DataLoop {
     int64_t partition = 0;
     int priority = 0;
     uint64_t sequence = 0;
+    bool resend = false;  // to a replacement server: an uncompressed payload is copied
     bool operator<(const PartitionTask& other) const {
       if (priority != other.priority) return priority < other.priority;  // max-heap on priority
       return sequence > other.sequence;                                   // then FIFO
@@ -57,6 +64,9 @@ class DataLoop {
   };
   struct InFlight {
     std::shared_ptr<Operation> op;
+    std::shared_ptr<EncodedPush> encoded;  // as in PartitionTask
+    int priority = 0;
+    uint64_t sequence = 0;
     int64_t partition = 0;
     uint32_t stage = 0;
     bool aborted = false;  // an abort was pushed: the op holds its error, no result will come
@@ -70,6 +80,12 @@ class DataLoop {
   };
 
   void Connect();
+  // Opens the connections to server `server` at `address` (replacing any it had).
+  void ConnectServer(int server, const std::string& address);
+  // Server failover: a replacement holds `server`'s keys at `address` (see above).
+  void Reconnect(int server, const std::string& address, uint64_t epoch);
+  // Keeps the push of a round this worker completed, for a replacement server.
+  void KeepCompleted(const InFlight& done);
   // Before the first push: measures each server's link and reports it (link_probes.cc).
   void ProbeLinks();
   void Take(DataCommand& command, bool* stop);
@@ -89,6 +105,15 @@ class DataLoop {
 
   const Wiring w_;
   std::vector<std::vector<zmq::socket_t>> sockets_;  // [server][connection]
+  bool sockets_changed_ = false;  // the poll items must be built again
+  std::vector<uint64_t> epochs_;   // per server: DataHeader.server_epoch
+  // Server failover: per key, this worker's push of the last round it completed.
+  struct Completed {
+    int server = 0;
+    proto::DataHeader header;  // as pushed: round, stage, version, codec; request id 0
+    std::vector<uint8_t> payload;
+  };
+  absl::flat_hash_map<uint64_t, Completed> completed_;
   std::vector<int64_t> inflight_bytes_;
   int64_t budget_bytes_ = 0;
   // Pushes sent and not yet acknowledged, per server, at most kMaxInflightPushesPerServer: with

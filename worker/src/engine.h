@@ -86,6 +86,9 @@ class Engine final : public WorkerEngine, private ControlEvents {
   void OnBarrierRelease(const proto::BarrierRelease& release) override
       ABSL_LOCKS_EXCLUDED(barrier_mu_);
   void OnJobFailed(const absl::Status& reason) override { FailEngine(reason); }
+  void OnServerReplaced(const proto::ServerReplaced& replaced) override {
+    data_queue_.Push(ReconnectServer{replaced.rank(), replaced.data_address(), replaced.epoch()});
+  }
   std::optional<proto::ControlMessage> DueReport() override {
     return observer_.DueReport(telemetry::Timeline::NowUs(), Stats());
   }
