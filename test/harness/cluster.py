@@ -176,6 +176,7 @@ class Cluster:
         self.server_ports = [free_port() for _ in range(servers)]
         self.scheduler = None
         self.old_schedulers = []
+        self.old_servers = []
         self.servers = []
         self.workers = []
 
@@ -204,10 +205,7 @@ class Cluster:
         self._scheduler_cmd = sched + self.scheduler_args
         self.scheduler = self._spawn("scheduler", None, self._scheduler_cmd)
         for i in range(self.num_servers):
-            self.servers.append(self._spawn("server", i, [
-                binary("bytecomp-server"), f"--scheduler={self.address}", f"--rank={i}",
-                "--bind_host=127.0.0.1", "--advertise_host=127.0.0.1",
-                f"--port={self.server_ports[i]}"]))
+            self.servers.append(self._spawn("server", i, self._server_cmd(i)))
         if self.worker_cmd is not None:
             self.start_workers(self.worker_cmd)
         return self
@@ -221,6 +219,21 @@ class Cluster:
         self.scheduler = self._spawn("scheduler", None, self._scheduler_cmd + list(extra_args),
                                      name=f"scheduler-{len(self.old_schedulers) + 1}")
         return self.scheduler
+
+    def _server_cmd(self, rank):
+        return [binary("bytecomp-server"), f"--scheduler={self.address}", f"--rank={rank}",
+                "--bind_host=127.0.0.1", "--advertise_host=127.0.0.1",
+                f"--port={self.server_ports[rank]}"]
+
+    def restart_server(self, rank):
+        """Starts server `rank` again on its port (after it died): it registers for its rank
+        and, with server failover, takes its keys over. The new process becomes
+        self.servers[rank] (log server<rank>-<n>.log); the old ones stay in self.old_servers."""
+        self.old_servers.append(self.servers[rank])
+        n = sum(1 for s in self.old_servers if s.rank == rank) + 1
+        self.servers[rank] = self._spawn("server", rank, self._server_cmd(rank),
+                                         name=f"server{rank}-{n}")
+        return self.servers[rank]
 
     def worker_environment(self, rank, extra=None):
         env = {"BYTECOMP_SCHEDULER": self.address, "BYTECOMP_CONNECT_TIMEOUT_MS": "30000"}
@@ -282,8 +295,8 @@ class Cluster:
 
     # -- reporting and stopping --------------------------------------------------------------
     def nodes(self):
-        return [n for n in self.old_schedulers + [self.scheduler] + self.servers + self.workers
-                if n is not None]
+        return [n for n in self.old_schedulers + [self.scheduler] + self.old_servers +
+                self.servers + self.workers if n is not None]
 
     def dump(self):
         """Every process's exit status and the tail of its output, for assertion messages."""

@@ -19,8 +19,10 @@ def wait_until_summing(c):
 
 def test_killed_server_fails_every_worker_naming_it():
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", "100000", "--max-bytes", "1000000"]
+    # Without server failover (test_server_failover.py has it): the job ends.
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
-                         heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS) as c:
+                         heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+                         scheduler_args=["--server_replacement_timeout_ms=-1"]) as c:
         wait_until_summing(c)
         killed_at = time.monotonic()
         c.servers[1].proc.send_signal(signal.SIGKILL)

@@ -1,0 +1,97 @@
+"""Server failover: a server killed with SIGKILL and started again on its port (as systemd's
+Restart= or bytecomp-run --restart does) takes its rank's keys over. The workers send it each
+key's last completed push (a replay) and then every push and pull the lost server had not
+answered; the replacement sums again the round some worker had not got, and the job goes on:
+every sum exact, every round once, a clean end. The time from each kill to the next ten rounds
+completed is printed (pytest -s shows it)."""
+import random
+import re
+import signal
+import subprocess
+import time
+
+import cluster
+
+ROUNDS = 200
+
+
+def progress(c):
+    """The last round every worker has reported (they print every 10 rounds)."""
+    done = []
+    for w in c.workers:
+        rounds = re.findall(r"^round (\d+)/", w.output(), re.M)
+        done.append(int(rounds[-1]) if rounds else 0)
+    return min(done)
+
+
+def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path):
+    hold = tmp_path / "release"
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS), "--max-bytes", "400000",
+           "--slow-rank", "1", "--slow-ms", "4", "--hold-file", str(hold)]
+    rng = random.Random(20261126)
+    with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd) as c:
+        recoveries = []
+        for i in range(5):
+            rank = i % 2
+            c.wait_workers_print(f"round {20 + 30 * i}/", timeout=120)
+            time.sleep(rng.uniform(0.0, 0.05))  # somewhere inside a round
+            before = progress(c)
+            killed_at = time.monotonic()
+            old = c.servers[rank]
+            old.proc.send_signal(signal.SIGKILL)
+            assert c.wait_node(old, 5) is not None
+            replacement = c.restart_server(rank)
+            ok = cluster.wait_for(lambda: progress(c) >= before + 10, 30, interval=0.01)
+            assert ok, f"no progress after killing server {rank}\n" + c.dump()
+            recoveries.append(time.monotonic() - killed_at)
+            assert "this server replaces the lost server" in replacement.output(), c.dump()
+        hold.write_text("go")
+        codes = c.wait_workers(timeout=300)
+        assert codes == [0, 0, 0, 0], c.dump()
+        for w in c.workers:
+            out = w.output()
+            assert f"ALL SUMS EXACT: {ROUNDS} rounds x 40 tensors, W=4" in out, c.dump()
+            assert out.count("replacement at tcp://") == 5, c.dump()
+        assert c.scheduler.output().count(" is back: ") == 5, c.dump()
+        for n in [c.scheduler] + c.servers:
+            assert c.wait_node(n, 15) == 0, c.dump()
+        summed_again = sum(int(m) for s in c.servers
+                           for m in re.findall(r"summed the round of (\d+)", s.output()))
+        print(f"kill -> 10 more rounds done: {', '.join(f'{t:.2f} s' for t in recoveries)} "
+              f"(heartbeat interval 0.2 s, timeout 2 s; restart included); rounds summed "
+              f"again by the last replacements: {summed_again}")
+
+
+def test_a_lost_server_not_replaced_in_time_ends_the_job_naming_it():
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "100000", "--max-bytes", "100000"]
+    with cluster.Cluster(workers=2, servers=2, worker_cmd=cmd,
+                         scheduler_args=["--server_replacement_timeout_ms=1500"]) as c:
+        c.wait_workers_print("round 10/", timeout=60)
+        killed_at = time.monotonic()
+        c.servers[1].proc.send_signal(signal.SIGKILL)
+        codes = c.wait_workers(timeout=20)
+        elapsed = time.monotonic() - killed_at
+        assert None not in codes and all(code != 0 for code in codes), c.dump()
+        assert elapsed < 2.0 + 1.5 + 5, c.dump()  # heartbeat timeout + the wait + slack
+        for w in c.workers:
+            out = w.output()
+            assert "server 1" in out and "was lost" in out, c.dump()
+            assert "no replacement registered for its rank within 1.5 s" in out, c.dump()
+        assert c.wait_node(c.scheduler, 10) not in (None, 0), c.dump()
+
+
+def test_a_second_server_for_a_live_rank_is_refused_and_the_job_goes_on(tmp_path):
+    hold = tmp_path / "release"
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "60", "--max-bytes", "100000",
+           "--hold-file", str(hold)]
+    with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd) as c:
+        c.wait_workers_print("round 10/", timeout=60)
+        other = subprocess.run(
+            [cluster.binary("bytecomp-server"), f"--scheduler={c.address}", "--rank=0",
+             "--bind_host=127.0.0.1", "--advertise_host=127.0.0.1"],
+            capture_output=True, text=True, timeout=30)
+        assert other.returncode != 0
+        assert "two servers claim one rank" in other.stdout + other.stderr, other.stderr
+        hold.write_text("go")
+        assert c.wait_workers(timeout=60) == [0, 0], c.dump()
+        assert "replacement at" not in c.workers[0].output(), c.dump()
