@@ -151,15 +151,19 @@ void KeyStore::StartResumed(KeyState& key, std::vector<OutgoingReply>* out) {
   }
   for (Held& held : r->held) {
     if (held.header.replay()) {
-      if (!key.resumed_round.has_value() || held.header.round() != resumed) continue;
-      held.header.set_replay(false);  // a push of the round summed again; its ack is ignored
+      // A push of the round summed again (not acknowledged: none waits for it), or dropped.
+      if (key.resumed_round.has_value() && held.header.round() == resumed) {
+        Push(key, std::move(held.identity), held.header, std::move(held.payload), out,
+             /*acknowledge=*/false);
+      }
+      continue;
     }
     Handle(std::move(held.identity), held.header, std::move(held.payload), out);
   }
 }
 
 void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
-                    zmq::message_t payload, std::vector<OutgoingReply>* out) {
+                    zmq::message_t payload, std::vector<OutgoingReply>* out, bool acknowledge) {
   if (h.round() != key.accumulating_round) {
     // Which round the key is at is the other workers' business: not said.
     Refuse(std::move(identity), h,
@@ -213,7 +217,9 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
   key.pushed[h.sender()] = true;
   ++key.pushes;
   ++pushes_by_worker_[h.sender()];
-  out->push_back(Reply(zmq::message_t(identity.data(), identity.size()), h, proto::OP_PUSH_ACK));
+  if (acknowledge) {
+    out->push_back(Reply(zmq::message_t(identity.data(), identity.size()), h, proto::OP_PUSH_ACK));
+  }
   if (key.pushes == static_cast<int>(pushers_.size())) CompleteRound(key, h, out);
 }
 

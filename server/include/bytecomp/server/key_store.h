@@ -147,7 +147,7 @@ class KeyStore {
                 zmq::message_t payload, std::vector<OutgoingReply>* out);
   void StartResumed(KeyState& key, std::vector<OutgoingReply>* out);
   void Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
-            zmq::message_t payload, std::vector<OutgoingReply>* out);
+            zmq::message_t payload, std::vector<OutgoingReply>* out, bool acknowledge = true);
   void AddRaw(KeyState& key, const proto::DataHeader& h, zmq::message_t payload);
   absl::Status PrepareCodec(KeyState& key, const proto::DataHeader& h);
   void Pull(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,

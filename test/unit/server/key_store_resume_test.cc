@@ -1,0 +1,143 @@
+// KeyStore on a replacement server (resume_keys): each key waits for every pusher's first
+// request, then goes on at the next round, or sums again the round some worker had not got,
+// holding the round after it meanwhile; bad replays are refused, and what waits is bounded.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "bytecomp/server/key_store.h"
+#include "server_test_util.h"
+
+namespace bytecomp::server {
+namespace {
+
+using server_test::FloatsOf;
+using server_test::IdentityOf;
+
+constexpr int kN = 4;
+
+struct ResumingStore {
+  Catalog catalog{1};
+  KeyStore store;
+  std::vector<OutgoingReply> out;
+
+  explicit ResumingStore(int workers, bool resume = true)
+      : store(/*my_rank=*/0, workers, catalog, {}, resume) {
+    EXPECT_TRUE(catalog.AddTensor(server_test::DeclareTensor(kN, proto::DTYPE_FLOAT32)).ok());
+  }
+  std::vector<OutgoingReply> Handle(const proto::DataHeader& h, zmq::message_t payload = {}) {
+    out.clear();
+    store.Handle(server_test::Identity(h.sender()), h, std::move(payload), &out);
+    return std::move(out);
+  }
+  std::vector<OutgoingReply> Push(int sender, uint64_t round, float value, bool replay = false) {
+    proto::DataHeader h = server_test::Request(proto::OP_PUSH, sender, round, kN);
+    h.set_replay(replay);
+    return Handle(h, server_test::Payload(std::vector<float>(kN, value), proto::DTYPE_FLOAT32));
+  }
+  std::vector<OutgoingReply> Replay(int sender, uint64_t round, float value) {
+    return Push(sender, round, value, /*replay=*/true);
+  }
+  std::vector<OutgoingReply> Pull(int sender, uint64_t round) {
+    return Handle(server_test::Request(proto::OP_PULL, sender, round, kN));
+  }
+};
+
+std::vector<proto::DataOp> Ops(const std::vector<OutgoingReply>& replies) {
+  std::vector<proto::DataOp> ops;
+  for (const OutgoingReply& r : replies) ops.push_back(r.header.op());
+  return ops;
+}
+
+TEST(KeyStoreResumeTest, EveryWorkerDoneWithTheSameRoundGoesOnAtTheNext) {
+  ResumingStore s(3);
+  EXPECT_TRUE(s.Replay(0, 5, 1).empty());  // waits: not every worker was heard
+  EXPECT_TRUE(s.Push(0, 6, 1).empty());
+  EXPECT_TRUE(s.Pull(0, 6).empty());
+  EXPECT_TRUE(s.Replay(1, 5, 1).empty());
+  // The last worker heard: every one completed round 5, so round 6 goes on; the replays are
+  // dropped without a reply, worker 0's push of 6 is acknowledged now.
+  std::vector<OutgoingReply> started = s.Replay(2, 5, 1);
+  ASSERT_EQ(Ops(started), std::vector{proto::OP_PUSH_ACK});
+  EXPECT_EQ(started[0].header.round(), 6u);
+  EXPECT_EQ(Ops(s.Push(1, 6, 2)), std::vector{proto::OP_PUSH_ACK});
+  std::vector<OutgoingReply> done = s.Push(2, 6, 4);
+  ASSERT_EQ(Ops(done), (std::vector{proto::OP_PUSH_ACK, proto::OP_PULL_REPLY}));
+  EXPECT_EQ(IdentityOf(done[1]), "worker-0");
+  EXPECT_EQ(FloatsOf(done[1]), std::vector<float>(kN, 7));
+  EXPECT_EQ(s.store.keys_resumed(), 1u);
+  EXPECT_EQ(s.store.rounds_summed_again(), 0u);
+}
+
+TEST(KeyStoreResumeTest, ARoundSomeWorkerHadNotGotIsSummedAgainFromTheReplays) {
+  ResumingStore s(3);
+  // Workers 0 and 1 pulled round 5 from the lost server and pushed 6; worker 2 never got
+  // round 5's result: it replays 4 and pushes 5 again.
+  EXPECT_TRUE(s.Replay(0, 5, 1).empty());
+  EXPECT_TRUE(s.Push(0, 6, 10).empty());
+  EXPECT_TRUE(s.Pull(0, 6).empty());
+  EXPECT_TRUE(s.Replay(1, 5, 2).empty());
+  // Every worker heard: round 5 is summed again; worker 0's round 6 waits for it.
+  EXPECT_TRUE(s.Replay(2, 4, 99).empty());
+  EXPECT_TRUE(s.Push(1, 6, 20).empty());
+  std::vector<OutgoingReply> fifth = s.Push(2, 5, 4);
+  // Round 5 completes (1 + 2 + 4, not the replay of round 4), and the held push of 6 is
+  // taken: its ack, and worker 1's.
+  ASSERT_EQ(Ops(fifth), (std::vector{proto::OP_PUSH_ACK, proto::OP_PUSH_ACK, proto::OP_PUSH_ACK}));
+  std::vector<OutgoingReply> again = s.Pull(2, 5);
+  ASSERT_EQ(Ops(again), std::vector{proto::OP_PULL_REPLY});
+  EXPECT_EQ(FloatsOf(again[0]), std::vector<float>(kN, 7));
+  std::vector<OutgoingReply> sixth = s.Push(2, 6, 40);
+  ASSERT_EQ(Ops(sixth), (std::vector{proto::OP_PUSH_ACK, proto::OP_PULL_REPLY}));
+  EXPECT_EQ(IdentityOf(sixth[1]), "worker-0");
+  EXPECT_EQ(FloatsOf(sixth[1]), std::vector<float>(kN, 70));
+  EXPECT_EQ(s.store.rounds_summed_again(), 1u);
+  EXPECT_EQ(s.store.refused(), 0u);
+}
+
+TEST(KeyStoreResumeTest, AKeyNoWorkerCompletedStartsAtItsFirstRound) {
+  ResumingStore s(2);
+  EXPECT_TRUE(s.Push(0, 0, 1).empty());
+  ASSERT_EQ(Ops(s.Push(1, 0, 2)), (std::vector{proto::OP_PUSH_ACK, proto::OP_PUSH_ACK}));
+  std::vector<OutgoingReply> pull = s.Pull(0, 0);
+  ASSERT_EQ(Ops(pull), std::vector{proto::OP_PULL_REPLY});
+  EXPECT_EQ(FloatsOf(pull[0]), std::vector<float>(kN, 3));
+}
+
+TEST(KeyStoreResumeTest, BadReplaysAreRefusedAndWhatWaitsIsBounded) {
+  ResumingStore s(2);
+  std::vector<OutgoingReply> pull_first = s.Pull(0, 3);
+  ASSERT_EQ(Ops(pull_first), std::vector{proto::OP_ERROR});
+  EXPECT_EQ(pull_first[0].header.error(),
+            "server 0: pull for round 3 of key 1:0 refused: worker 0 has not pushed it");
+  EXPECT_TRUE(s.Replay(0, 3, 1).empty());
+  std::vector<OutgoingReply> twice = s.Replay(0, 3, 1);
+  ASSERT_EQ(Ops(twice), std::vector{proto::OP_ERROR});
+  EXPECT_EQ(twice[0].header.error(),
+            "server 0: replay for key 1:0 refused: worker 0 was heard for it already");
+  EXPECT_TRUE(s.Push(0, 4, 1).empty());
+  EXPECT_TRUE(s.Pull(0, 4).empty());
+  std::vector<OutgoingReply> fourth = s.Push(0, 5, 1);
+  ASSERT_EQ(Ops(fourth), std::vector{proto::OP_ERROR});
+  EXPECT_EQ(fourth[0].header.error(),
+            "server 0: request for round 5 of key 1:0 refused: worker 0 sent 3 already while "
+            "the key resumes");
+  // Held pulls fail with the others when the server stops.
+  std::vector<OutgoingReply> failed;
+  s.store.FailHeldPulls("stopping", &failed);
+  ASSERT_EQ(Ops(failed), std::vector{proto::OP_ERROR});
+  EXPECT_EQ(failed[0].header.round(), 4u);
+}
+
+TEST(KeyStoreResumeTest, AServerThatReplacedNoOneRefusesReplays) {
+  ResumingStore s(2, /*resume=*/false);
+  std::vector<OutgoingReply> replay = s.Replay(0, 3, 1);
+  ASSERT_EQ(Ops(replay), std::vector{proto::OP_ERROR});
+  EXPECT_EQ(replay[0].header.error(),
+            "server 0: replay for key 1:0 refused: the key is not resuming (this server did not "
+            "replace a lost one, or every worker was heard already)");
+}
+
+}  // namespace
+}  // namespace bytecomp::server
