@@ -100,6 +100,7 @@ def test_bytecomp_run_restarts_a_killed_scheduler_and_the_job_finishes(tmp_path)
             proc.wait()
     out = output()
     assert rc == 0, out
-    assert "killed by SIGKILL; starting it again on its port (restart 1 of 1)" in out, out
+    assert ("killed by SIGKILL; starting it again on its port: the nodes rejoin it "
+            "(restart 1 of 1)") in out, out
     for w in (0, 1):
         assert f"[worker {w}] ALL SUMS EXACT: 100 rounds" in out, out

@@ -4,6 +4,7 @@ key's last completed push (a replay) and then every push and pull the lost serve
 answered; the replacement sums again the round some worker had not got, and the job goes on:
 every sum exact, every round once, a clean end. The time from each kill to the next ten rounds
 completed is printed (pytest -s shows it)."""
+import os
 import random
 import re
 import signal
@@ -95,3 +96,43 @@ def test_a_second_server_for_a_live_rank_is_refused_and_the_job_goes_on(tmp_path
         hold.write_text("go")
         assert c.wait_workers(timeout=60) == [0, 0], c.dump()
         assert "replacement at" not in c.workers[0].output(), c.dump()
+
+
+LAUNCHER = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "bytecomp-run")
+
+
+def test_bytecomp_run_restarts_a_killed_server_and_the_job_finishes(tmp_path):
+    """bytecomp-run --restart 1: server 0 killed with SIGKILL is started again, takes its keys
+    over, and the job ends with exit status 0 and exact sums."""
+    hold = tmp_path / "release"
+    port = cluster.free_port()
+    log_path = tmp_path / "launcher.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            ["/usr/bin/python3", LAUNCHER, "--bin-dir", cluster.BIN_DIR, "-np", "2",
+             "--servers", "2", "--port", str(port), "--restart", "1", "--timeout", "150",
+             "--scheduler-args=--heartbeat_interval_ms=200 --heartbeat_timeout_ms=2000", "--",
+             cluster.binary("exact_sum_worker"), "--rounds", "100", "--max-bytes", "100000",
+             "--hold-file", str(hold)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    output = log_path.read_text
+    try:
+        assert cluster.wait_for(lambda: "[worker 1] round 10/" in output(), 90), output()
+        found = subprocess.run(
+            ["pgrep", "-f", f"bytecomp-server --scheduler 127.0.0.1:{port} --rank 0"],
+            capture_output=True, text=True).stdout.split()
+        assert found, "no server 0 found:\n" + output()
+        os.kill(int(found[0]), signal.SIGKILL)
+        assert cluster.wait_for(lambda: "server 0 is back" in output(), 30), output()
+        hold.write_text("go")
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = output()
+    assert rc == 0, out
+    assert ("killed by SIGKILL; starting it again for its rank: it takes its keys over "
+            "(restart 1 of 1)") in out, out
+    for w in (0, 1):
+        assert f"[worker {w}] ALL SUMS EXACT: 100 rounds" in out, out
