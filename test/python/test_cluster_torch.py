@@ -348,3 +348,59 @@ def test_ddp_comm_hook_converges_with_compression_digits_w4(tmp_path):
     # topk 1% pushes (index, value) pairs for 1% of each gradient; pulls stay dense (one-way).
     assert topk["engine_bytes_per_step"] < 0.6 * none["engine_bytes_per_step"]
     assert topk["param_checksum"] != none["param_checksum"]  # compression changed the training
+
+
+def _digits_run(tmp_path, name, kill_server_at_epoch=None):
+    """W=2, S=2, uncompressed, 40 epochs of digits; with kill_server_at_epoch, server 1 is killed
+    (SIGKILL) once rank 0 printed that epoch and started again for its rank. Returns (rank 0's
+    result, seconds from the kill to the replacement taking over or None)."""
+    import signal
+    outdir = tmp_path / name
+    outdir.mkdir()
+    with python_cluster(tmp_path / f"{name}-cluster", workers=2, servers=2) as cluster:
+        cluster.start_workers([sys.executable, os.path.join(REPO, "examples", "train_digits.py"),
+                               "--epochs", "40", "--seed", str(SEED), "--lr", str(LR),
+                               "--json-out", str(outdir)])
+        takeover = None
+        if kill_server_at_epoch is not None:
+            mark = f"epoch {kill_server_at_epoch:3d}"
+            # Rank 0 prints (ranks go in arrival order: any of the processes).
+            ok = cluster_wait(lambda: any(mark in w.output() for w in cluster.workers), 120)
+            assert ok, cluster.dump()
+            killed_at = time.monotonic()
+            cluster.servers[1].proc.send_signal(signal.SIGKILL)
+            cluster.wait_node(cluster.servers[1], 5)
+            cluster.restart_server(1)
+            ok = cluster_wait(lambda: "is back" in cluster.scheduler.output(), 30)
+            assert ok, cluster.dump()
+            takeover = time.monotonic() - killed_at
+        codes = cluster.wait_workers(180)
+        assert codes == [0, 0], cluster.dump()
+        if kill_server_at_epoch is not None:
+            assert all("replacement at tcp://" in w.output() for w in cluster.workers), \
+                cluster.dump()
+    ranks = [json.loads((outdir / f"rank{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["param_checksum"] == ranks[1]["param_checksum"]
+    return ranks[0], takeover
+
+
+def cluster_wait(predicate, timeout):
+    from cluster import wait_for
+    return wait_for(predicate, timeout)
+
+
+@needs_cluster
+def test_a_server_killed_and_restarted_mid_training_ends_with_the_same_parameters(tmp_path):
+    """Server failover in a real training run: with server 1 killed in epoch 10 and started
+    again, training ends with exactly the parameters of an uninterrupted run (tolerance 0: with
+    W=2 each sum a + b is the same float whatever the order, the replacement sums the round it
+    sums again from the same pushes, and the run is otherwise deterministic: same seed, one
+    thread per worker)."""
+    plain, _ = _digits_run(tmp_path, "plain")
+    killed, takeover = _digits_run(tmp_path, "killed", kill_server_at_epoch=10)
+    print(f"\nserver killed in epoch 10: replacement took over {takeover:.2f} s after the kill; "
+          f"final accuracy {killed['final_accuracy']:.4f} (uninterrupted "
+          f"{plain['final_accuracy']:.4f}), parameter checksum {killed['param_checksum']!r}")
+    assert killed["param_checksum"] == plain["param_checksum"]
+    assert [e["loss"] for e in killed["epochs"]] == [e["loss"] for e in plain["epochs"]]
+    assert killed["final_accuracy"] == plain["final_accuracy"]
