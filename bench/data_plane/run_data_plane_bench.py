@@ -20,6 +20,13 @@ configuration runs with the timeline off and on (--pairs times, which goes first
 and the medians of the runs' median round times are compared; every node writes its timeline to
 a temporary directory; --with-metrics: the 'on' runs also count and serve Prometheus metrics
 (every node). --configs picks CONFIGS by index (0: W=2 S=1 flat:100MB).
+
+  python3 bench/data_plane/run_data_plane_bench.py --failover-overhead [--quick] [--pairs N]
+      [--configs 0]
+
+--failover-overhead: the cost of server failover in the data plane (on by default: each worker
+keeps a copy of its last push of every uncompressed partition, for a replacement server): each
+configuration runs with it off (--server_replacement_timeout_ms=-1) and on, as the timeline's.
 """
 import argparse
 import json
@@ -60,7 +67,8 @@ def make_key(directory):
     return path
 
 
-def run_bench(workers, servers, model, rounds, key_file=None, connections=None, extra_env=None):
+def run_bench(workers, servers, model, rounds, key_file=None, connections=None, extra_env=None,
+              extra_scheduler_args=()):
     """One bytecomp-bench job; its worker 0's JSON line. key_file: keyed (CURVE);
     connections: connections per server and ZeroMQ I/O threads per process; extra_env: more
     environment for every node."""
@@ -69,7 +77,7 @@ def run_bench(workers, servers, model, rounds, key_file=None, connections=None, 
     env = dict(extra_env or {})
     if key_file:
         env["BYTECOMP_KEY_FILE"] = key_file
-    scheduler_args = []
+    scheduler_args = list(extra_scheduler_args)
     if connections:
         scheduler_args.append(f"--connections_per_server={connections}")
         env["BYTECOMP_IO_THREADS"] = str(connections)
@@ -87,6 +95,33 @@ def run_bench(workers, servers, model, rounds, key_file=None, connections=None, 
 
 def selected_configs(args):
     return CONFIGS if not args.configs else [CONFIGS[int(i)] for i in args.configs.split(",")]
+
+
+def failover_overhead(args):
+    """Median round time with server failover off and on, same configurations, alternating."""
+    rows = []
+    print(f"{'W':>2} {'S':>2} {'model':<12} {'off ms':>9} {'on ms':>9} {'on/off':>7}  "
+          "(medians over pairs)")
+    for workers, servers, model, rounds in selected_configs(args):
+        if args.quick:
+            rounds = max(3, rounds // 4)
+        off, on = [], []
+        for pair in range(args.pairs):
+            for failover_on in ((False, True) if pair % 2 == 0 else (True, False)):
+                flags = [] if failover_on else ["--server_replacement_timeout_ms=-1"]
+                (on if failover_on else off).append(run_bench(
+                    workers, servers, model, rounds,
+                    extra_scheduler_args=flags)["median_round_ms"])
+        row = {"W": workers, "S": servers, "model": model, "rounds": rounds, "off_ms": off,
+               "on_ms": on, "off_median_ms": statistics.median(off),
+               "on_median_ms": statistics.median(on)}
+        row["ratio"] = row["on_median_ms"] / row["off_median_ms"]
+        rows.append(row)
+        print(f"{workers:>2} {servers:>2} {model:<12} {row['off_median_ms']:>9.2f} "
+              f"{row['on_median_ms']:>9.2f} {row['ratio']:>7.3f}", flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"failover_overhead": rows}, f, indent=1)
+    print(f"\nwritten {args.out}")
 
 
 def timeline_overhead(args):
@@ -150,13 +185,18 @@ def main():
                              "and C ZeroMQ I/O threads per process")
     parser.add_argument("--timeline-overhead", action="store_true",
                         help="measure the runtime timeline's cost instead (see above)")
+    parser.add_argument("--failover-overhead", action="store_true",
+                        help="measure server failover's cost instead (see above)")
     parser.add_argument("--pairs", type=int, default=3,
-                        help="--timeline-overhead: off/on runs per configuration")
+                        help="--timeline-overhead, --failover-overhead: off/on runs per "
+                             "configuration")
     parser.add_argument("--with-metrics", action="store_true",
                         help="--timeline-overhead: the 'on' runs also count and serve metrics")
     args = parser.parse_args()
     if args.timeline_overhead:
         return timeline_overhead(args)
+    if args.failover_overhead:
+        return failover_overhead(args)
     configs = selected_configs(args)
     key_dir = tempfile.mkdtemp(prefix="bytecomp-bench-key-")
     key_file = None if args.no_key_rows else make_key(key_dir)

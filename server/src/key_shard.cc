@@ -104,9 +104,9 @@ std::string KeyShard::Summary() const {
                       store_.keys_resumed() == 0
                           ? ""
                           : absl::StrCat("; as a replacement it resumed ", store_.keys_resumed(),
-                                         " keys and summed the round of ",
-                                         store_.rounds_summed_again(),
-                                         " of them again for workers that had not got it"));
+                                         " keys and answered the last round of ",
+                                         store_.rounds_answered_from_replays(),
+                                         " of them from replays, for workers that had not got it"));
 }
 
 }  // namespace bytecomp::server

@@ -79,15 +79,11 @@ void KeyStore::Handle(zmq::message_t identity, const proto::DataHeader& header,
                         "one, or every worker was heard already)"), out);
     return;
   }
-  if (key.resumed_round.has_value() && header.round() == *key.resumed_round + 1) {
-    // At most a push and a pull per worker: none pushes beyond the round it has not pulled.
-    if (key.after_resumed.size() >= 2 * pushers_.size()) {
-      Refuse(std::move(identity), header,
-             absl::StrCat("request for round ", header.round(), " of key ", KeyName(header.key()),
-                          " refused: too many wait for the round before it"), out);
-      return;
-    }
-    key.after_resumed.push_back(Held{std::move(identity), header, std::move(payload)});
+  if (key.absorbed_round.has_value() && header.op() == proto::OP_PUSH &&
+      header.round() == *key.absorbed_round) {
+    // Pushed again to a replacement by a worker that never got this round's result, which is
+    // known (its pull gets it): nothing to sum.
+    out->push_back(Reply(std::move(identity), header, proto::OP_PUSH_ACK));
     return;
   }
   Dispatch(key, std::move(identity), header, std::move(payload), out);
@@ -122,11 +118,20 @@ void KeyStore::Resuming(KeyState& key, zmq::message_t identity, const proto::Dat
                         " was heard for it already"), out);
     return;
   }
-  // A replay, a push and its pull: a worker pushes nothing further before it pulled.
-  if (r.held_by_worker[sender] >= 3) {
+  if (h.replay()) {  // where the worker stands, and the result it got there
+    if (r.completed[sender] > r.result_round) {
+      r.result_round = r.completed[sender];
+      r.result_header = h;
+      r.result = std::move(payload);
+    }
+    if (r.heard == pushers_.size()) StartResumed(key, out);
+    return;
+  }
+  // A push and its pull: a worker pushes nothing further before it pulled.
+  if (r.held_by_worker[sender] >= 2) {
     Refuse(std::move(identity), h,
            absl::StrCat("request for round ", h.round(), " of key ", KeyName(h.key()),
-                        " refused: worker ", sender, " sent 3 already while the key resumes"),
+                        " refused: worker ", sender, " sent 2 already while the key resumes"),
            out);
     return;
   }
@@ -142,28 +147,25 @@ void KeyStore::StartResumed(KeyState& key, std::vector<OutgoingReply>* out) {
   for (int w : pushers_) highest = std::max(highest, r->completed[w]);
   for (int w : pushers_) same = same && r->completed[w] == highest;
   ++keys_resumed_;
-  const uint64_t resumed = static_cast<uint64_t>(same ? highest + 1 : highest);
-  key.accumulating_round = resumed;
-  if (!same) {
-    // Some worker never got round `highest`'s result: summed again.
-    key.resumed_round = resumed;
-    ++rounds_summed_again_;
+  key.accumulating_round = static_cast<uint64_t>(highest + 1);
+  if (!same && r->result_round == highest) {
+    // Round `highest` completed on the lost server, and some worker did not get its result:
+    // it gets what a replay says the others got.
+    key.has_ready = true;
+    key.ready_round = static_cast<uint64_t>(highest);
+    key.ready = std::move(r->result);
+    key.ready_codec = r->result_header.codec();
+    key.ready_error.clear();
+    key.absorbed_round = key.ready_round;
+    ++rounds_answered_from_replays_;
   }
   for (Held& held : r->held) {
-    if (held.header.replay()) {
-      // A push of the round summed again (not acknowledged: none waits for it), or dropped.
-      if (key.resumed_round.has_value() && held.header.round() == resumed) {
-        Push(key, std::move(held.identity), held.header, std::move(held.payload), out,
-             /*acknowledge=*/false);
-      }
-      continue;
-    }
     Handle(std::move(held.identity), held.header, std::move(held.payload), out);
   }
 }
 
 void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
-                    zmq::message_t payload, std::vector<OutgoingReply>* out, bool acknowledge) {
+                    zmq::message_t payload, std::vector<OutgoingReply>* out) {
   if (h.round() != key.accumulating_round) {
     // Which round the key is at is the other workers' business: not said.
     Refuse(std::move(identity), h,
@@ -217,9 +219,7 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
   key.pushed[h.sender()] = true;
   ++key.pushes;
   ++pushes_by_worker_[h.sender()];
-  if (acknowledge) {
-    out->push_back(Reply(zmq::message_t(identity.data(), identity.size()), h, proto::OP_PUSH_ACK));
-  }
+  out->push_back(Reply(zmq::message_t(identity.data(), identity.size()), h, proto::OP_PUSH_ACK));
   if (key.pushes == static_cast<int>(pushers_.size())) CompleteRound(key, h, out);
 }
 
@@ -380,14 +380,7 @@ void KeyStore::CompleteRound(KeyState& key, const proto::DataHeader& h,
     out->push_back(PullReply(key, std::move(pull.identity), pull.header));
   }
   key.held.clear();
-  if (key.resumed_round.has_value() && key.ready_round == *key.resumed_round) {
-    key.resumed_round.reset();
-    std::vector<Held> later = std::move(key.after_resumed);
-    key.after_resumed.clear();
-    for (Held& held : later) {
-      Handle(std::move(held.identity), held.header, std::move(held.payload), out);
-    }
-  }
+  key.absorbed_round.reset();  // every push of it came before this round's
 }
 
 void KeyStore::Pull(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
@@ -473,7 +466,6 @@ void KeyStore::FailHeldPulls(const std::string& reason, std::vector<OutgoingRepl
       held.clear();
     };
     if (key.resume != nullptr) fail(key.resume->held);
-    fail(key.after_resumed);
   }
 }
 

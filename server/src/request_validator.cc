@@ -65,6 +65,40 @@ absl::Status RequestValidator::CheckSender(const proto::DataHeader& h) const {
   return absl::OkStatus();
 }
 
+absl::Status RequestValidator::ValidateReplay(const proto::DataHeader& h,
+                                              const compress::TensorPlan& plan, int64_t elements,
+                                              bool has_payload, size_t payload_size,
+                                              const std::string& where) const {
+  // The result of a round: raw in the tensor's dtype, the fp32 sum, or what the server sends
+  // for the plan (the push codec's own sum, the pull codec's encoding).
+  const size_t n = static_cast<size_t>(elements);
+  size_t bound = n * std::max<size_t>(sizeof(float), DTypeSize(static_cast<DType>(h.dtype())));
+  std::vector<std::string> codecs = {"", "none"};
+  if (plan.compressed()) {
+    for (const proto::CodecConfig* spec : {&plan.push, &plan.pull}) {
+      if (spec->name().empty()) continue;
+      codecs.push_back(spec->name());
+      absl::StatusOr<std::unique_ptr<compress::Codec>> codec =
+          compress::CreateCodec(spec->name(), compress::ParamsOf(*spec));
+      if (codec.ok()) bound = std::max(bound, (*codec)->MaxEncodedBytes(n));
+    }
+  }
+  if (std::find(codecs.begin(), codecs.end(), h.codec()) == codecs.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": a replay's codec '", h.codec(),
+                                                   "' is none the round's result can have"));
+  }
+  if (!h.error().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": a replay carries no error"));
+  }
+  if (!has_payload || static_cast<size_t>(h.payload_bytes()) != payload_size ||
+      payload_size > bound) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": a replay's payload is ", payload_size,
+                                                   " bytes (header ", h.payload_bytes(),
+                                                   "), at most ", bound));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_payload,
                                         size_t payload_size) {
   const std::string where = absl::StrCat("key ", KeyTensor(h.key()), ":", KeyPartition(h.key()),
@@ -101,6 +135,7 @@ absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_pay
         absl::StrCat(where, ": unknown strategy version ", h.strategy_version()));
   }
   const compress::TensorPlan plan = catalog_.Plan(*tensor, h.strategy_version());
+  if (h.replay()) return ValidateReplay(h, plan, elements, has_payload, payload_size, where);
   const std::string expected_codec = plan.compressed() ? plan.push.name() : "none";
   if ((IsRaw(h.codec()) ? std::string("none") : h.codec()) != expected_codec) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -1,8 +1,8 @@
 """Server failover: a server killed with SIGKILL and started again on its port (as systemd's
 Restart= or bytecomp-run --restart does) takes its rank's keys over. The workers send it each
-key's last completed push (a replay) and then every push and pull the lost server had not
-answered; the replacement sums again the round some worker had not got, and the job goes on:
-every sum exact, every round once, a clean end. The time from each kill to the next ten rounds
+key's last completed result (a replay) and then every push and pull the lost server had not
+answered; a worker that had not got the last round's result gets the replayed one, and the job
+goes on: every sum exact, every round once, a clean end. The time from each kill to the next ten rounds
 completed is printed (pytest -s shows it)."""
 import os
 import random
@@ -14,6 +14,10 @@ import time
 import cluster
 
 ROUNDS = 200
+# fp16 both ways is exact for the workers' small-integer values: the switch keeps sums exact.
+V1 = "seed: 7\n"
+V2 = ('seed: 7\ntensors {\n  name_pattern: "*"\n  push_codec { name: "fp16" }\n'
+      '  pull_codec { name: "fp16" }\n  force: true\n}\n')
 
 
 def progress(c):
@@ -26,16 +30,25 @@ def progress(c):
 
 
 def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path):
+    """The third kill comes right after a strategy switch began (SIGHUP: none -> fp16)."""
     hold = tmp_path / "release"
+    strategy = tmp_path / "strategy.pbtxt"
+    strategy.write_text(V1)
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS), "--max-bytes", "400000",
            "--slow-rank", "1", "--slow-ms", "4", "--hold-file", str(hold)]
     rng = random.Random(20261126)
-    with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd) as c:
+    with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
+                         scheduler_args=[f"--strategy={strategy}"]) as c:
         recoveries = []
         for i in range(5):
             rank = i % 2
             c.wait_workers_print(f"round {20 + 30 * i}/", timeout=120)
-            time.sleep(rng.uniform(0.0, 0.05))  # somewhere inside a round
+            if i == 2:
+                strategy.write_text(V2)
+                c.scheduler.proc.send_signal(signal.SIGHUP)
+                time.sleep(rng.uniform(0.0, 0.01))
+            else:
+                time.sleep(rng.uniform(0.0, 0.05))  # somewhere inside a round
             before = progress(c)
             killed_at = time.monotonic()
             old = c.servers[rank]
@@ -49,18 +62,26 @@ def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path)
         hold.write_text("go")
         codes = c.wait_workers(timeout=300)
         assert codes == [0, 0, 0, 0], c.dump()
+        versions = []
         for w in c.workers:
             out = w.output()
             assert f"ALL SUMS EXACT: {ROUNDS} rounds x 40 tensors, W=4" in out, c.dump()
             assert out.count("replacement at tcp://") == 5, c.dump()
+            line = next(l for l in out.splitlines() if l.startswith("STRATEGY VERSIONS BY ROUND:"))
+            versions.append([int(v) for v in line.split(":")[1].split()])
+        # Every worker used the same version in each round: 1, then 2 from one round on.
+        assert all(v == versions[0] for v in versions), versions
+        assert versions[0][0] == 1 and versions[0][-1] == 2 and versions[0] == sorted(versions[0])
         assert c.scheduler.output().count(" is back: ") == 5, c.dump()
         for n in [c.scheduler] + c.servers:
             assert c.wait_node(n, 15) == 0, c.dump()
-        summed_again = sum(int(m) for s in c.servers
-                           for m in re.findall(r"summed the round of (\d+)", s.output()))
+        from_replays = sum(int(m) for s in c.servers
+                           for m in re.findall(r"answered the last round of (\d+)", s.output()))
         print(f"kill -> 10 more rounds done: {', '.join(f'{t:.2f} s' for t in recoveries)} "
-              f"(heartbeat interval 0.2 s, timeout 2 s; restart included); rounds summed "
-              f"again by the last replacements: {summed_again}")
+              f"(heartbeat interval 0.2 s, timeout 2 s; restart included); keys whose last round "
+              f"the last replacements answered from replays: {from_replays}; strategy version 2 "
+              f"from round "
+              f"{versions[0].index(2)}")
 
 
 def test_a_lost_server_not_replaced_in_time_ends_the_job_naming_it():

@@ -371,13 +371,13 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
   Finished(done);
   SendDeferredPulls(done.server);
   if (header.op() == proto::OP_PULL_REPLY) {
-    if (ServerFailoverOn(*w_.config)) KeepCompleted(done);
     if (done.aborted) {  // the error is recorded: the round cannot have a result
       w_.tracker->ResultIn(done.op, done.partition);
       return;
     }
     zmq::message_t payload;
     if (frames.size() == 2) payload = std::move(frames[1]);
+    if (ServerFailoverOn(*w_.config)) KeepCompleted(done, header, payload);
     if (w_.timeline != nullptr) {
       const int64_t now = telemetry::Timeline::NowUs();
       const int64_t bytes = static_cast<int64_t>(payload.size());
@@ -413,25 +413,15 @@ void DataLoop::FailAll(const absl::Status& reason) {
   }
 }
 
-void DataLoop::KeepCompleted(const InFlight& done) {
-  const Operation& op = *done.op;
-  proto::DataHeader header = HeaderFor(op, done.partition, done.stage);
-  Completed& kept = completed_[header.key()];
+void DataLoop::KeepCompleted(const InFlight& done, const proto::DataHeader& reply,
+                             const zmq::message_t& payload) {
+  Completed& kept = completed_[reply.key()];
   kept.server = done.server;
-  if (done.aborted) {
-    header.set_error(done.encoded->abort_error);
-    kept.payload.clear();
-  } else if (done.encoded != nullptr) {
-    kept.payload.assign(done.encoded->data(), done.encoded->data() + done.encoded->size());
-  } else {
-    // The partition still holds what was pushed: the result is written after this.
-    const PartitionRange range = op.layout.range(done.partition);
-    const size_t elem = DTypeSize(op.request.dtype);
-    const auto* from = reinterpret_cast<const uint8_t*>(op.host_data() + range.offset * elem);
-    kept.payload.assign(from, from + range.count * elem);
-  }
-  header.set_payload_bytes(static_cast<int64_t>(kept.payload.size()));
-  kept.header = std::move(header);
+  kept.header = HeaderFor(*done.op, done.partition, done.stage);
+  kept.header.set_codec(reply.codec());  // the result's: raw, the fp32 sum, or the pull codec's
+  kept.header.set_payload_bytes(static_cast<int64_t>(payload.size()));
+  // Shares the receive buffer (the stages only read it): no copy.
+  kept.payload.copy(const_cast<zmq::message_t&>(payload));
 }
 
 void DataLoop::Reconnect(int server, const std::string& address, uint64_t epoch) {
@@ -448,7 +438,8 @@ void DataLoop::Reconnect(int server, const std::string& address, uint64_t epoch)
     header.set_server_epoch(epoch);
     std::vector<zmq::message_t> frames;
     frames.push_back(ProtoFrame(header));
-    if (header.error().empty()) frames.emplace_back(kept.payload.data(), kept.payload.size());
+    frames.emplace_back();
+    frames.back().copy(const_cast<zmq::message_t&>(kept.payload));
     zmq::socket_t& socket = conns[(KeyPartition(key) + KeyTensor(key)) % conns.size()];
     if (absl::Status s = SendFrames(socket, frames); !s.ok()) {
       FailAll(absl::UnavailableError(absl::StrCat("replaying to the replacement of server ",
@@ -474,7 +465,7 @@ void DataLoop::Reconnect(int server, const std::string& address, uint64_t epoch)
   }
   deferred_pulls_[server].clear();
   BC_LOG_INFO("connected to server ", server, "'s replacement at ", address, ": replayed ",
-              replays, " completed pushes, pushing ", again, " unanswered ones again and ",
+              replays, " results of completed rounds, pushing ", again, " unanswered ones again and ",
               static_cast<int64_t>(queues_[server].size()) - again, " not yet sent");
 }
 

@@ -4,11 +4,12 @@
 // it hands pull replies to the operation's stages and reports the events it owns to the
 // operation tracker.
 //
-// Server failover (ServerFailoverOn): the loop keeps, per key, a copy of its push of the last
-// round it completed (pulled). When a replacement takes a lost server's rank over
-// (ReconnectServer), the loop connects to it, sends each of that server's keys its kept push
-// as a replay (DataHeader.replay: "this is where I stand"), then every push and pull the lost
-// server had not answered, in their order (key_store.h says how the replacement sums).
+// Server failover (ServerFailoverOn): the loop keeps, per key, the result of the last round it
+// completed (the pull reply's buffer, shared: no copy). When a replacement takes a lost
+// server's rank over (ReconnectServer), the loop connects to it, sends each of that server's
+// keys its kept result as a replay (DataHeader.replay: "this is where I stand, and what that
+// round gave"), then every push and pull the lost server had not answered, in their order
+// (key_store.h says how the replacement resumes).
 #pragma once
 
 #include <cstdint>
@@ -84,8 +85,9 @@ class DataLoop {
   void ConnectServer(int server, const std::string& address);
   // Server failover: a replacement holds `server`'s keys at `address` (see above).
   void Reconnect(int server, const std::string& address, uint64_t epoch);
-  // Keeps the push of a round this worker completed, for a replacement server.
-  void KeepCompleted(const InFlight& done);
+  // Keeps the result of a round this worker completed, for a replacement server.
+  void KeepCompleted(const InFlight& done, const proto::DataHeader& reply,
+                     const zmq::message_t& payload);
   // Before the first push: measures each server's link and reports it (link_probes.cc).
   void ProbeLinks();
   void Take(DataCommand& command, bool* stop);
@@ -107,11 +109,11 @@ class DataLoop {
   std::vector<std::vector<zmq::socket_t>> sockets_;  // [server][connection]
   bool sockets_changed_ = false;  // the poll items must be built again
   std::vector<uint64_t> epochs_;   // per server: DataHeader.server_epoch
-  // Server failover: per key, this worker's push of the last round it completed.
+  // Server failover: per key, the result of the last round this worker completed.
   struct Completed {
     int server = 0;
-    proto::DataHeader header;  // as pushed: round, stage, version, codec; request id 0
-    std::vector<uint8_t> payload;
+    proto::DataHeader header;  // the replay to send: round, stage, version, the result's codec
+    zmq::message_t payload;    // the pull reply's buffer, shared
   };
   absl::flat_hash_map<uint64_t, Completed> completed_;
   std::vector<int64_t> inflight_bytes_;

@@ -14,14 +14,15 @@
 // A push carrying an error (an abort: the worker could not encode) completes the round with
 // that error for every worker, so no one waits for a push that will never come.
 // A replacement server (server failover, `resume_keys`) does not know where each key is: every
-// key waits until each pusher has been heard (at most 3 requests each are held meanwhile). A
+// key waits until each pusher has been heard (at most a push and a pull each are held). A
 // worker's first request tells its last round completed on the lost server, c: a replay
-// (DataHeader.replay) of round c, or a push of round c+1 when it completed none. With R the
-// highest c: when every c is R the key goes on at round R+1 and the replays are dropped; else
-// the workers with c = R-1 never got round R's result, so round R is summed again from the
-// replays of round R and their own pushes of R (which they sent again), and the requests for
-// round R+1 wait until it completes. No round is lost, none is summed twice for anyone. The
-// server's two-way error-feedback memory starts from zero.
+// (DataHeader.replay) of round c, carrying the result that round gave it, or a push of round
+// c+1 when it completed none. With R the highest c, the key goes on at round R+1. A worker
+// with c = R-1 never got round R's result (the lost server died before its reply left): it
+// pushes R again and pulls it; the push is acknowledged and dropped, and the pull is answered
+// with the result a replay of round R carried, the very bytes the others got (whatever the
+// codec and the lost server's error-feedback memory). So no round is lost, and none is summed
+// twice. The server's two-way error-feedback memory starts from zero at round R+1.
 // blocksparse sums block-sparse (its aggregator), and its pulls get the block-sparse sum in its
 // own format, one-way too (CodecProperties::sum_in_push_format): nothing dense on the way.
 #pragma once
@@ -75,9 +76,10 @@ class KeyStore {
   uint64_t rounds_completed() const { return rounds_completed_; }
   // Requests refused here (wrong round, a second push or held pull, mixed versions).
   uint64_t refused() const { return refused_; }
-  // Replacement server: keys resumed, and of them those whose round was summed again.
+  // Replacement server: keys resumed, and of them those whose last round some worker had not
+  // got (answered from a replay).
   uint64_t keys_resumed() const { return keys_resumed_; }
-  uint64_t rounds_summed_again() const { return rounds_summed_again_; }
+  uint64_t rounds_answered_from_replays() const { return rounds_answered_from_replays_; }
   // Pushes accepted, by worker rank (index).
   const std::vector<int64_t>& pushes_by_worker() const { return pushes_by_worker_; }
 
@@ -97,7 +99,11 @@ class KeyStore {
     std::vector<int64_t> completed;  // by worker rank: last round completed, -1 none, kUnheard
     std::vector<int> held_by_worker;
     size_t heard = 0;
-    std::vector<Held> held;  // in arrival order
+    std::vector<Held> held;  // in arrival order, but the replays
+    // The result of the highest round replayed so far.
+    int64_t result_round = -1;
+    proto::DataHeader result_header;
+    zmq::message_t result;
   };
   // A compressed key's codec objects, kept across rounds while version and stage stay.
   struct CodecState {
@@ -135,9 +141,9 @@ class KeyStore {
     std::vector<HeldPull> held;
     int64_t first_push_us = 0;      // wall clock; with metrics or a timeline
     std::unique_ptr<Resume> resume;  // a replacement's key until every pusher was heard
-    // A round summed again: requests for the round after it wait until it completes.
-    std::optional<uint64_t> resumed_round;
-    std::vector<Held> after_resumed;
+    // Resumed with a round done on the lost server that some worker pushes again: its pushes
+    // are acknowledged and dropped, until the next round completes.
+    std::optional<uint64_t> absorbed_round;
   };
 
   // A request for a key, past resuming.
@@ -147,7 +153,7 @@ class KeyStore {
                 zmq::message_t payload, std::vector<OutgoingReply>* out);
   void StartResumed(KeyState& key, std::vector<OutgoingReply>* out);
   void Push(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
-            zmq::message_t payload, std::vector<OutgoingReply>* out, bool acknowledge = true);
+            zmq::message_t payload, std::vector<OutgoingReply>* out);
   void AddRaw(KeyState& key, const proto::DataHeader& h, zmq::message_t payload);
   absl::Status PrepareCodec(KeyState& key, const proto::DataHeader& h);
   void Pull(KeyState& key, zmq::message_t identity, const proto::DataHeader& h,
@@ -174,7 +180,7 @@ class KeyStore {
   uint64_t refused_ = 0;
   bool resume_keys_;
   uint64_t keys_resumed_ = 0;
-  uint64_t rounds_summed_again_ = 0;
+  uint64_t rounds_answered_from_replays_ = 0;
   absl::flat_hash_map<uint64_t, KeyState> keys_;
   telemetry::Timeline* timeline_ = nullptr;
   telemetry::NodeMetrics* metrics_ = nullptr;

@@ -39,7 +39,8 @@ class RequestValidator {
   // OK if the request may be handed to the key's shard: CheckSender, the key is declared and owned by this server, element count and dtype match
   // the declaration, the codec is the one the tensor's strategy version names, and the payload
   // has exactly the raw size (uncompressed) or at most the codec's bound (compressed); a PULL
-  // or an abort (a PUSH carrying an error) has no payload. The error says which field is wrong.
+  // or an abort (a PUSH carrying an error) has no payload; a replay as ValidateReplay says. The
+  // error says which field is wrong.
   absl::Status Validate(const proto::DataHeader& header, bool has_payload,
                         size_t payload_size);
 
@@ -51,6 +52,11 @@ class RequestValidator {
                              size_t payload_size) const;
 
  private:
+  // A replay (DataHeader.replay): the result of a round, in a codec the round's result can
+  // have (raw, the fp32 sum, the push or pull codec), within that codec's bound; no error.
+  absl::Status ValidateReplay(const proto::DataHeader& header, const compress::TensorPlan& plan,
+                              int64_t elements, bool has_payload, size_t payload_size,
+                              const std::string& where) const;
   // Upper bound of a push payload for (tensor, version, partition size).
   size_t MaxPayloadBytes(uint32_t tensor_id, uint64_t version, const compress::TensorPlan& plan,
                          int64_t elements);
