@@ -185,5 +185,41 @@ TEST(NodeTokenTest, TokensCompareByValueAndEmptyMatchesNothing) {
   EXPECT_FALSE(TokenFromBytes("short").has_value());
 }
 
+std::string WhyRequest(RequestValidator& v, const proto::DataHeader& h, size_t size) {
+  absl::Status s = v.Validate(h, size > 0, size);
+  return s.ok() ? "ok" : std::string(s.message());
+}
+
+TEST(RequestValidatorTest, ReplaysCarryARoundsResultWithinItsBound) {
+  RequestValidator v(server_test::Job(2));
+  ASSERT_TRUE(v.catalog().AddTensor(server_test::DeclareTensor(4, proto::DTYPE_FLOAT32)).ok());
+  proto::DataHeader h = server_test::Request(proto::OP_PUSH, 1, 3, 4);
+  h.set_replay(true);
+  h.set_payload_bytes(16);
+  EXPECT_EQ(WhyRequest(v, h, 16), "ok");
+  h.set_codec("topk");
+  EXPECT_EQ(WhyRequest(v, h, 16),
+            "key 1:0 round 3: a replay's codec 'topk' is none the round's result can have");
+  h.set_codec("");
+  h.set_payload_bytes(20);
+  EXPECT_EQ(WhyRequest(v, h, 20), "key 1:0 round 3: a replay's payload is 20 bytes (header 20), "
+                                  "at most 16");
+  proto::DataHeader pull = server_test::Request(proto::OP_PULL, 1, 3, 4);
+  pull.set_replay(true);
+  EXPECT_EQ(WhyRequest(v, pull, 0), "key 1:0 round 3: only a push can be a replay");
+}
+
+TEST(RequestValidatorTest, ARequestForAnotherServerEpochIsRefused) {
+  ServerJob job = server_test::Job(2);
+  job.epoch = 77;
+  RequestValidator v(job);
+  proto::DataHeader h = server_test::Request(proto::OP_PULL, 1, 3, 4);
+  EXPECT_EQ(v.CheckSender(h).message(),
+            "the request is for server 0 epoch 0, this is epoch 77: it was sent to a server that "
+            "this one replaced");
+  h.set_server_epoch(77);
+  EXPECT_TRUE(v.CheckSender(h).ok());
+}
+
 }  // namespace
 }  // namespace bytecomp::server
