@@ -31,7 +31,7 @@ ControlRouter::ControlRouter(const proto::ClusterConfig& config, StrategyKeeper 
       declarations_(config, nodes_),
       local_relay_(config, nodes_),
       liveness_(config, nodes_, start_ms),
-      failover_(config, nodes_, &registration_, declarations_, &liveness_) {}
+      failover_(config, nodes_, &registration_, &declarations_, &liveness_) {}
 
 std::string ControlRouter::Who(const std::string& identity) const {
   const RegisteredNode* node = nodes_.Find(identity);

@@ -85,6 +85,34 @@ Declarations::Declarations(const proto::ClusterConfig& config, const NodeTable& 
       assigner_(config.num_servers(), config.partition_bytes()),
       budget_(config) {}
 
+bool Declarations::Remap(proto::DeclareReply* reply) {
+  bool moved = false;
+  for (int p = 0; p < reply->partition_server_size(); ++p) {
+    // A survivor may itself have moved off later: follow until a server that holds keys.
+    for (auto it = moved_off_.find(reply->partition_server(p)); it != moved_off_.end();
+         it = moved_off_.find(reply->partition_server(p))) {
+      reply->set_partition_server(p, it->second[next_survivor_++ % it->second.size()]);
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+std::vector<proto::DeclareReply> Declarations::MoveOff(int lost, const std::vector<int>& survivors) {
+  moved_off_[lost] = survivors;
+  std::vector<proto::DeclareReply> changed;
+  for (auto& [name, decl] : declarations_) {
+    if (decl.reply.has_value() && decl.reply->ok() && Remap(&*decl.reply)) {
+      changed.push_back(*decl.reply);
+    }
+  }
+  std::sort(changed.begin(), changed.end(),
+            [](const proto::DeclareReply& a, const proto::DeclareReply& b) {
+              return a.tensor_id() < b.tensor_id();
+            });
+  return changed;
+}
+
 std::vector<proto::DeclareReply> Declarations::Decided() const {
   std::vector<proto::DeclareReply> out;
   for (const auto& [name, decl] : declarations_) {
@@ -263,6 +291,7 @@ void Declarations::Complete(const std::string& name, Declaration& decl, Outbox* 
       reply.set_partition_elements(assignment->partition_elements);
       reply.set_row_elements(row_elements);
       for (int32_t server : assignment->partition_server) reply.add_partition_server(server);
+      Remap(&reply);
       BC_LOG_DEBUG("tensor '", name, "' id ", reply.tensor_id(), ": ", DescribeDeclaration(first),
                    " in ", reply.partition_server_size(), " partitions");
     }

@@ -24,7 +24,9 @@ void Liveness::StartMonitoring(int64_t now_ms) {
 }
 
 bool Liveness::Watched(const RegisteredNode& node) const {
-  if (node.role == proto::ROLE_SERVER) return !lost_servers_.contains(node.rank);
+  if (node.role == proto::ROLE_SERVER) {
+    return !lost_servers_.contains(node.rank) && !retired_servers_.contains(node.rank);
+  }
   return done_workers_.count(node.rank) == 0;
 }
 
@@ -79,9 +81,6 @@ std::optional<int64_t> Liveness::NextDeadline() const {
       if (Watched(*node)) consider(LastSeen(*node) + config_.heartbeat_timeout_ms());
     }
   }
-  for (const auto& [rank, since] : lost_servers_) {
-    consider(since + config_.server_replacement_timeout_ms());
-  }
   return next;
 }
 
@@ -94,27 +93,13 @@ void Liveness::OnTime(int64_t now_ms, Outbox* out) {
     out->EndJob(absl::DeadlineExceededError(reason), reason, nodes_.AllIdentities());
     return;
   }
-  for (const auto& [rank, since] : lost_servers_) {
-    if (now_ms - since < config_.server_replacement_timeout_ms()) continue;
-    const std::string reason = absl::StrCat(
-        "server ", rank, " was lost and no replacement registered for its rank within ",
-        Seconds(config_.server_replacement_timeout_ms()),
-        " (server_replacement_timeout_ms); a synchronous job cannot continue without its keys");
-    BC_LOG_ERROR("shutting the job down: ", reason);
-    std::vector<std::string> alive;
-    for (const RegisteredNode* node : nodes_.Registered()) {
-      if (Watched(*node)) alive.push_back(node->identity);
-    }
-    out->EndJob(absl::UnavailableError(reason), reason, alive);
-    return;
-  }
   if (monitoring_) FailSilentNodes(now_ms, out);
 }
 
 void Liveness::DeclareLost(int server_rank, const std::string& reason, int64_t now_ms,
                            Outbox* out) {
   const RegisteredNode* lost = nodes_.At(proto::ROLE_SERVER, server_rank);
-  if (lost == nullptr || Lost(server_rank)) return;
+  if (lost == nullptr || Lost(server_rank) || Retired(server_rank)) return;
   lost_servers_[server_rank] = now_ms;
   BC_LOG_ERROR(NodeTable::Name(*lost), " (pid ", lost->pid, " on ", lost->hostname, ") lost: ",
                reason, "; the job waits up to ", Seconds(config_.server_replacement_timeout_ms()),
@@ -134,6 +119,19 @@ void Liveness::DeclareLost(int server_rank, const std::string& reason, int64_t n
   bye.mutable_shutdown()->set_reason(absl::StrCat("the scheduler declared ",
                                                   NodeTable::Name(*lost), " lost: ", reason));
   out->Send(lost->identity, std::move(bye));
+}
+
+void Liveness::Retire(int server_rank) {
+  lost_servers_.erase(server_rank);
+  retired_servers_.insert(server_rank);
+}
+
+std::vector<std::string> Liveness::WatchedIdentities() const {
+  std::vector<std::string> out;
+  for (const RegisteredNode* node : nodes_.Registered()) {
+    if (Watched(*node)) out.push_back(node->identity);
+  }
+  return out;
 }
 
 void Liveness::Replaced(int server_rank, int64_t now_ms) {

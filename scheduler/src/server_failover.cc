@@ -6,6 +6,7 @@
 
 #include "absl/random/distributions.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/refusal_log.h"
@@ -14,12 +15,12 @@
 namespace bytecomp {
 
 ServerFailover::ServerFailover(const proto::ClusterConfig& config, const NodeTable& nodes,
-                               Registration* registration, const Declarations& declarations,
+                               Registration* registration, Declarations* declarations,
                                Liveness* liveness)
     : config_(config),
       nodes_(nodes),
       registration_(*registration),
-      declarations_(declarations),
+      declarations_(*declarations),
       liveness_(*liveness) {}
 
 int64_t ServerFailover::CheckEveryMs() const {
@@ -65,6 +66,11 @@ void ServerFailover::HandleRegister(const std::string& identity, const proto::Re
                                  " servers have registered, and no server is lost (a replacement "
                                  "names the rank it replaces with --rank)"));
     }
+  }
+  if (liveness_.Retired(rank)) {
+    return refuse(identity, reg,
+                  absl::StrCat("server rank ", rank, " was lost and its keys moved to the "
+                               "surviving servers: the job does not use it again"));
   }
   if (auto older = waiting_.find(rank); older != waiting_.end()) {
     refuse(older->second.identity, older->second.reg,
@@ -136,7 +142,50 @@ bool ServerFailover::TryTakeOver(int rank, const Waiting& waiting, int64_t now_m
   return true;
 }
 
+void ServerFailover::MoveKeysOff(int rank, Outbox* out) {
+  std::vector<int> survivors;
+  for (int s = 0; s < nodes_.num_servers(); ++s) {
+    if (s != rank && !liveness_.Lost(s) && !liveness_.Retired(s)) survivors.push_back(s);
+  }
+  if (survivors.empty()) {
+    const std::string reason = absl::StrCat(
+        "server ", rank, " was lost and no replacement registered for its rank within ",
+        Seconds(config_.server_replacement_timeout_ms()),
+        " (server_replacement_timeout_ms), and no other server is left to take its keys");
+    BC_LOG_ERROR("shutting the job down: ", reason);
+    out->EndJob(absl::UnavailableError(reason), reason, liveness_.WatchedIdentities());
+    return;
+  }
+  liveness_.Retire(rank);
+  proto::ControlMessage moved;
+  proto::KeysMoved* keys = moved.mutable_keys_moved();
+  keys->set_from_rank(rank);
+  for (proto::DeclareReply& reply : declarations_.MoveOff(rank, survivors)) {
+    *keys->add_tensors() = std::move(reply);
+  }
+  BC_LOG_WARNING("no server registered for rank ", rank, " within ",
+                 Seconds(config_.server_replacement_timeout_ms()),
+                 ": its partitions move to server", survivors.size() == 1 ? " " : "s ",
+                 absl::StrJoin(survivors, ", "), " (", keys->tensors_size(),
+                 " tensors changed), which take them up as a replacement would; the job goes on "
+                 "with ", survivors.size(), " server", survivors.size() == 1 ? "" : "s");
+  // The new owners first: they must know the keys are theirs before a worker's replay comes.
+  for (int s : survivors) out->Send(nodes_.At(proto::ROLE_SERVER, s)->identity, moved);
+  for (const std::string& id : nodes_.WorkerIdentities()) out->Send(id, moved);
+}
+
 void ServerFailover::OnTime(int64_t now_ms, Outbox* out) {
+  std::vector<int> expired;
+  for (const auto& [rank, since] : liveness_.lost_servers()) {
+    if (now_ms - since >= config_.server_replacement_timeout_ms() && !waiting_.contains(rank)) {
+      expired.push_back(rank);
+    }
+  }
+  std::sort(expired.begin(), expired.end());
+  for (int rank : expired) {
+    MoveKeysOff(rank, out);
+    if (out->job_end().has_value()) return;
+  }
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (now_ms < it->second.next_check_ms) {
       ++it;
@@ -151,6 +200,10 @@ void ServerFailover::OnTime(int64_t now_ms, Outbox* out) {
 
 std::optional<int64_t> ServerFailover::NextDeadline() const {
   std::optional<int64_t> next;
+  for (const auto& [rank, since] : liveness_.lost_servers()) {
+    const int64_t due = since + config_.server_replacement_timeout_ms();
+    if (!next.has_value() || due < *next) next = due;
+  }
   for (const auto& [rank, w] : waiting_) {
     if (!next.has_value() || w.next_check_ms < *next) next = w.next_check_ms;
   }

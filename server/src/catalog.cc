@@ -23,6 +23,33 @@ absl::Status Catalog::AddTensor(const proto::DeclareReply& declared) {
   return absl::OkStatus();
 }
 
+std::vector<uint64_t> Catalog::MoveTensor(const proto::DeclareReply& moved, int from_rank,
+                                          int my_rank) {
+  std::vector<uint64_t> mine;
+  auto it = tensors_.find(moved.tensor_id());
+  if (it == tensors_.end()) return mine;
+  TensorLayout& layout = it->second.layout;
+  if (moved.partition_server_size() != layout.num_partitions()) return mine;
+  for (int32_t s : moved.partition_server()) {
+    if (s < 0 || s >= num_servers_) return mine;
+  }
+  for (int p = 0; p < moved.partition_server_size(); ++p) {
+    if (layout.partition_server[p] == from_rank && moved.partition_server(p) == my_rank) {
+      mine.push_back(MakeKey(layout.tensor_id, static_cast<uint32_t>(p)));
+    }
+    layout.partition_server[p] = moved.partition_server(p);
+  }
+  return mine;
+}
+
+bool Catalog::OnLostServer(uint64_t key) const {
+  if (lost_servers_.empty()) return false;
+  const DeclaredTensor* tensor = Tensor(KeyTensor(key));
+  const int64_t p = KeyPartition(key);
+  return tensor != nullptr && p < tensor->layout.num_partitions() &&
+         lost_servers_.contains(tensor->layout.partition_server[p]);
+}
+
 absl::Status Catalog::AddStrategy(const proto::Strategy& strategy) {
   if (history_.Version(strategy.version()) != nullptr) return absl::OkStatus();
   return history_.Add(strategy);

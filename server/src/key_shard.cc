@@ -37,6 +37,8 @@ bool ParseShardMessageKind(const std::vector<zmq::message_t>& message, ShardMess
     case ShardMessageKind::kStrategy:
     case ShardMessageKind::kFail:
     case ShardMessageKind::kStop:
+    case ShardMessageKind::kMove:
+    case ShardMessageKind::kLost:
       *kind = static_cast<ShardMessageKind>(k);
       return true;
   }
@@ -47,6 +49,7 @@ size_t ShardOf(uint64_t key, size_t num_shards) { return (key ^ (key >> 32)) % n
 
 KeyShard::KeyShard(int index, const ServerJob& job)
     : index_(index),
+      my_rank_(job.my_rank),
       catalog_(job.num_servers, job.config),
       store_(job.my_rank, job.num_workers, catalog_, job.pushers, job.replaces_lost_server) {}
 
@@ -75,6 +78,18 @@ bool KeyShard::Handle(std::vector<zmq::message_t> message, std::vector<OutgoingR
       if (strategy.ParseFromString(body)) (void)catalog_.AddStrategy(strategy);
       return true;
     }
+    case ShardMessageKind::kMove: {
+      proto::KeysMoved moved;
+      if (!moved.ParseFromString(body)) return true;
+      for (const proto::DeclareReply& tensor : moved.tensors()) {
+        for (uint64_t key : catalog_.MoveTensor(tensor, moved.from_rank(), my_rank_)) {
+          store_.ExpectResume(key);
+        }
+      }
+      return true;
+    }
+    case ShardMessageKind::kLost:
+      return true;  // the I/O thread's
     case ShardMessageKind::kRequest:
       break;
   }

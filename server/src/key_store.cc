@@ -65,7 +65,7 @@ void KeyStore::Handle(zmq::message_t identity, const proto::DataHeader& header,
   KeyState& key = it->second;
   if (created) {
     key.pushed.assign(num_workers_, false);
-    if (resume_keys_) {
+    if (resume_keys_ || resume_expected_.erase(header.key()) > 0) {
       key.resume = std::make_unique<Resume>();
       key.resume->completed.assign(num_workers_, kUnheard);
       key.resume->held_by_worker.assign(num_workers_, 0);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "control.pb.h"
 #include "bytecomp/common/link_probe.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/transport.h"
@@ -132,6 +134,24 @@ bool RequestDispatcher::HandleCommand(std::vector<zmq::message_t> message, int64
     return true;
   }
   const std::string body = message.size() >= 2 ? FrameToString(message[1]) : "";
+  if (kind == ShardMessageKind::kLost) {
+    int rank = -1;
+    if (absl::SimpleAtoi(body, &rank)) validator_.catalog().ServerLost(rank);
+    return true;  // this thread's alone
+  }
+  std::vector<uint32_t> moved_tensors;
+  if (kind == ShardMessageKind::kMove) {
+    proto::KeysMoved moved;
+    if (!moved.ParseFromString(body)) return true;
+    size_t keys = 0;
+    for (const proto::DeclareReply& tensor : moved.tensors()) {
+      keys += validator_.catalog().MoveTensor(tensor, moved.from_rank(), my_rank_).size();
+      moved_tensors.push_back(tensor.tensor_id());
+    }
+    BC_LOG_WARNING("taking over ", keys, " partitions of the lost server ", moved.from_rank(),
+                   ": they resume once every worker told where it stands, and their two-way "
+                   "error-feedback memory starts from zero");
+  }
   if (kind == ShardMessageKind::kDeclare) {
     proto::DeclareReply declared;
     if (!declared.ParseFromString(body)) return true;
@@ -159,6 +179,7 @@ bool RequestDispatcher::HandleCommand(std::vector<zmq::message_t> message, int64
   } else if (kind == ShardMessageKind::kStrategy) {
     ReleaseParked(std::nullopt, now_ms, out);
   }
+  for (uint32_t tensor : moved_tensors) ReleaseParked(tensor, now_ms, out);
   return true;
 }
 

@@ -19,7 +19,8 @@ bool IsRaw(const std::string& codec) { return codec.empty() || codec == "none"; 
 bool RequestValidator::AwaitsDeclaration(const proto::DataHeader& h) const {
   if (h.op() != proto::OP_PUSH && h.op() != proto::OP_PULL) return false;
   return catalog_.Tensor(KeyTensor(h.key())) == nullptr ||
-         (h.strategy_version() != 0 && !catalog_.HasVersion(h.strategy_version()));
+         (h.strategy_version() != 0 && !catalog_.HasVersion(h.strategy_version())) ||
+         catalog_.OnLostServer(h.key());
 }
 
 size_t RequestValidator::MaxPayloadBytes(uint32_t tensor_id, uint64_t version,

@@ -189,9 +189,12 @@ absl::Status AggregationServer::Run() {
       SendCommand(to_io, ShardMessageKind::kStrategy,
                   m.strategy_commit().strategy().SerializeAsString());
     } else if (m.has_node_failed() && m.node_failed().replacement_wait_ms() > 0) {
-      // A lost server: the job waits for its replacement and goes on; nothing here changes.
+      // A lost server: the job waits for its replacement, or moves its keys here (KeysMoved).
       BC_LOG_WARNING("server ", m.node_failed().node().rank(), " was lost (",
                      Printable(m.node_failed().reason(), 512), "); the job waits for its replacement");
+      SendCommand(to_io, ShardMessageKind::kLost, absl::StrCat(m.node_failed().node().rank()));
+    } else if (m.has_keys_moved()) {
+      SendCommand(to_io, ShardMessageKind::kMove, m.keys_moved().SerializeAsString());
     } else if (m.has_node_failed()) {
       // Named as the workers name it ("worker 2 failed: ..."), whichever news reaches them first.
       const proto::NodeId& node = m.node_failed().node();

@@ -71,6 +71,11 @@ void ControlLoop::Handle(const proto::ControlMessage& m) {
     BC_LOG_WARNING("server ", f.node().rank(), " (", Printable(f.data_address(), 256),
                    ") was lost: ", Printable(f.reason(), 512), "; its rounds wait up to ",
                    f.replacement_wait_ms() / 1000.0, " s for a replacement");
+  } else if (m.has_keys_moved()) {
+    BC_LOG_WARNING("server ", m.keys_moved().from_rank(),
+                   " was not replaced in time: its partitions move to the other servers; pushing "
+                   "to them what it had not answered");
+    engine_.OnKeysMoved(m.keys_moved());
   } else if (m.has_server_replaced()) {
     const proto::ServerReplaced& r = m.server_replaced();
     BC_LOG_WARNING("server ", r.rank(), " is replaced by ", Printable(r.data_address(), 256),

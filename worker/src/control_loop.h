@@ -35,6 +35,8 @@ class ControlEvents {
   virtual void OnJobFailed(const absl::Status& reason) = 0;
   // Server failover: a replacement holds server `rank` at `data_address`.
   virtual void OnServerReplaced(const proto::ServerReplaced& replaced) = 0;
+  // Server failover without a replacement: a lost server's partitions moved to others.
+  virtual void OnKeysMoved(const proto::KeysMoved& moved) = 0;
   // Asked every poll: a stats report that is due and has news (engine_observer.h).
   virtual std::optional<proto::ControlMessage> DueReport() { return std::nullopt; }
 };

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -54,7 +55,13 @@ struct ReconnectServer {
   uint64_t epoch = 0;  // DataHeader.server_epoch from now on
 };
 
+// Server failover without a replacement (KeysMoved): partitions now on other servers.
+struct MoveKeys {
+  int from_server = 0;
+  std::vector<std::pair<uint64_t, int>> keys;  // (key, the server holding it now)
+};
+
 using DataCommand = std::variant<StartOperation, std::shared_ptr<EncodedPush>, FailEverything,
-                                 StopData, ReconnectServer>;
+                                 StopData, ReconnectServer, MoveKeys>;
 
 }  // namespace bytecomp::worker

@@ -152,7 +152,7 @@ void DataLoop::Take(DataCommand& command, bool* stop) {
       return;
     }
     for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
-      queues_[op->layout.partition_server[p]].push(
+      queues_[ServerOf(*op, p)].push(
           PartitionTask{op, nullptr, p, op->request.priority, sequence_++});
     }
   } else if (auto* encoded = std::get_if<std::shared_ptr<EncodedPush>>(&command)) {
@@ -161,8 +161,10 @@ void DataLoop::Take(DataCommand& command, bool* stop) {
       w_.tracker->ResultFailed(e->op, e->partition, closed_);
       return;
     }
-    queues_[e->op->layout.partition_server[e->partition]].push(
+    queues_[ServerOf(*e->op, e->partition)].push(
         PartitionTask{e->op, e, e->partition, e->op->request.priority, sequence_++});
+  } else if (auto* move = std::get_if<MoveKeys>(&command)) {
+    if (closed_.ok()) Move(*move);
   } else if (auto* reconnect = std::get_if<ReconnectServer>(&command)) {
     if (closed_.ok() && reconnect->server >= 0 &&
         reconnect->server < static_cast<int>(sockets_.size())) {
@@ -205,7 +207,7 @@ proto::DataHeader DataLoop::HeaderFor(const Operation& op, int64_t partition, ui
   header.set_dtype(op.request.dtype);
   header.set_element_count(range.count);
   header.set_sender(w_.rank);
-  header.set_server_epoch(epochs_[op.layout.partition_server[partition]]);
+  header.set_server_epoch(epochs_[ServerOf(op, partition)]);
   SetHeaderToken(w_.token, &header);
   if (op.plan.compressed()) header.set_codec(op.plan.push.name());
   return header;
@@ -213,7 +215,7 @@ proto::DataHeader DataLoop::HeaderFor(const Operation& op, int64_t partition, ui
 
 void DataLoop::Send(const PartitionTask& task) {
   Operation& op = *task.op;
-  const int server = op.layout.partition_server[task.partition];
+  const int server = ServerOf(op, task.partition);
   const uint32_t stage = task.encoded != nullptr ? task.encoded->stage : 0;
   const bool aborted = task.encoded != nullptr && !task.encoded->abort_error.empty();
   const uint64_t request = next_request_++;
@@ -261,6 +263,12 @@ void DataLoop::Send(const PartitionTask& task) {
   zmq::message_t pull = ProtoFrame(header);
 
   auto& conns = sockets_[server];
+  if (conns.empty()) {  // a lost server's partition that moved nowhere: cannot happen
+    w_.tracker->ResultFailed(task.op, task.partition, absl::UnavailableError(absl::StrCat(
+        "server ", server, " was lost and no server holds partition ", task.partition, " of '",
+        op.request.name, "'")));
+    return;
+  }
   zmq::socket_t& socket = conns[(task.partition + op.layout.tensor_id) % conns.size()];
   int64_t sent_us = 0;
   if (w_.timeline != nullptr) {
@@ -339,7 +347,8 @@ void DataLoop::SendAbort(const Operation& op, int64_t partition, uint32_t stage,
   header.set_error(why);
   std::vector<zmq::message_t> frames;
   frames.push_back(ProtoFrame(header));
-  auto& conns = sockets_[op.layout.partition_server[partition]];
+  auto& conns = sockets_[ServerOf(op, partition)];
+  if (conns.empty()) return;  // a lost server's
   (void)SendFrames(conns[(partition + op.layout.tensor_id) % conns.size()], frames);
 }
 
@@ -433,19 +442,7 @@ void DataLoop::Reconnect(int server, const std::string& address, uint64_t epoch)
   int64_t replays = 0;
   for (const auto& [key, kept] : completed_) {
     if (kept.server != server) continue;
-    proto::DataHeader header = kept.header;
-    header.set_replay(true);
-    header.set_server_epoch(epoch);
-    std::vector<zmq::message_t> frames;
-    frames.push_back(ProtoFrame(header));
-    frames.emplace_back();
-    frames.back().copy(const_cast<zmq::message_t&>(kept.payload));
-    zmq::socket_t& socket = conns[(KeyPartition(key) + KeyTensor(key)) % conns.size()];
-    if (absl::Status s = SendFrames(socket, frames); !s.ok()) {
-      FailAll(absl::UnavailableError(absl::StrCat("replaying to the replacement of server ",
-                                                  server, ": ", s.message())));
-      return;
-    }
+    if (!Replay(key, kept, server)) return;
     ++replays;
   }
   // Then every push the lost server had not answered, in their first order: pushes and pulls
@@ -467,6 +464,82 @@ void DataLoop::Reconnect(int server, const std::string& address, uint64_t epoch)
   BC_LOG_INFO("connected to server ", server, "'s replacement at ", address, ": replayed ",
               replays, " results of completed rounds, pushing ", again, " unanswered ones again and ",
               static_cast<int64_t>(queues_[server].size()) - again, " not yet sent");
+}
+
+int DataLoop::ServerOf(const Operation& op, int64_t partition) const {
+  if (!moved_.empty()) {
+    auto it = moved_.find(MakeKey(op.layout.tensor_id, static_cast<uint32_t>(partition)));
+    if (it != moved_.end()) return it->second;
+  }
+  return op.layout.partition_server[partition];
+}
+
+bool DataLoop::Replay(uint64_t key, const Completed& kept, int server) {
+  proto::DataHeader header = kept.header;
+  header.set_replay(true);
+  header.set_server_epoch(epochs_[server]);
+  std::vector<zmq::message_t> frames;
+  frames.push_back(ProtoFrame(header));
+  frames.emplace_back();
+  frames.back().copy(const_cast<zmq::message_t&>(kept.payload));
+  auto& conns = sockets_[server];
+  zmq::socket_t& socket = conns[(KeyPartition(key) + KeyTensor(key)) % conns.size()];
+  if (absl::Status s = SendFrames(socket, frames); !s.ok()) {
+    FailAll(absl::UnavailableError(
+        absl::StrCat("replaying to server ", server, " after a server was lost: ", s.message())));
+    return false;
+  }
+  return true;
+}
+
+void DataLoop::Move(const MoveKeys& move) {
+  const int servers = static_cast<int>(sockets_.size());
+  for (const auto& [key, server] : move.keys) {
+    if (server >= 0 && server < servers && !sockets_[server].empty()) moved_[key] = server;
+  }
+  if (move.from_server >= 0 && move.from_server < servers) {
+    // Closing drops what waits for the lost server, which releases zero-copy payloads (an
+    // operation completes only once they are).
+    sockets_[move.from_server].clear();
+    sockets_changed_ = true;
+  }
+  // Each moved key's replay first (its new server learns where this worker stands), then what
+  // the lost server had not answered, then what was not yet sent to it.
+  int64_t replays = 0, again = 0, queued = 0;
+  for (auto& [key, kept] : completed_) {
+    auto it = moved_.find(key);
+    if (it == moved_.end() || it->second == kept.server) continue;
+    kept.server = it->second;
+    if (!Replay(key, kept, kept.server)) return;
+    ++replays;
+  }
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    const InFlight& in = it->second;
+    const int now = ServerOf(*in.op, in.partition);
+    if (now == in.server) {
+      ++it;
+      continue;
+    }
+    queues_[now].push(
+        PartitionTask{in.op, in.encoded, in.partition, in.priority, in.sequence, /*resend=*/true});
+    Finished(in);
+    inflight_.erase(it++);
+    ++again;
+  }
+  for (int s = 0; s < servers; ++s) {
+    std::priority_queue<PartitionTask> stay;
+    for (; !queues_[s].empty(); queues_[s].pop()) {
+      const PartitionTask& task = queues_[s].top();
+      const int now = ServerOf(*task.op, task.partition);
+      if (now != s) ++queued;
+      (now == s ? stay : queues_[now]).push(task);
+    }
+    queues_[s] = std::move(stay);
+  }
+  if (move.from_server >= 0 && move.from_server < servers) deferred_pulls_[move.from_server].clear();
+  BC_LOG_INFO("server ", move.from_server, "'s partitions moved: replayed ", replays,
+              " results of completed rounds to their new servers, pushing ", again,
+              " unanswered requests again and ", queued, " not yet sent there");
 }
 
 }  // namespace bytecomp::worker

@@ -80,11 +80,25 @@ class DataLoop {
     zmq::message_t pull;              // the pull, until sent (deferred_pulls_)
   };
 
+  // Server failover: per key, the result of the last round this worker completed.
+  struct Completed {
+    int server = 0;
+    proto::DataHeader header;  // the replay to send: round, stage, version, the result's codec
+    zmq::message_t payload;    // the pull reply's buffer, shared
+  };
+
   void Connect();
   // Opens the connections to server `server` at `address` (replacing any it had).
   void ConnectServer(int server, const std::string& address);
   // Server failover: a replacement holds `server`'s keys at `address` (see above).
   void Reconnect(int server, const std::string& address, uint64_t epoch);
+  // Server failover without a replacement: the keys' new servers (see above).
+  void Move(const MoveKeys& move);
+  // The server holding the op's partition: its layout's, unless it moved (Move).
+  int ServerOf(const Operation& op, int64_t partition) const;
+  // Sends the key's kept result to `server` as a replay; false (and everything failed) when
+  // the send fails.
+  bool Replay(uint64_t key, const Completed& kept, int server);
   // Keeps the result of a round this worker completed, for a replacement server.
   void KeepCompleted(const InFlight& done, const proto::DataHeader& reply,
                      const zmq::message_t& payload);
@@ -109,13 +123,8 @@ class DataLoop {
   std::vector<std::vector<zmq::socket_t>> sockets_;  // [server][connection]
   bool sockets_changed_ = false;  // the poll items must be built again
   std::vector<uint64_t> epochs_;   // per server: DataHeader.server_epoch
-  // Server failover: per key, the result of the last round this worker completed.
-  struct Completed {
-    int server = 0;
-    proto::DataHeader header;  // the replay to send: round, stage, version, the result's codec
-    zmq::message_t payload;    // the pull reply's buffer, shared
-  };
   absl::flat_hash_map<uint64_t, Completed> completed_;
+  absl::flat_hash_map<uint64_t, int> moved_;  // key -> the server holding it, after a Move
   std::vector<int64_t> inflight_bytes_;
   int64_t budget_bytes_ = 0;
   // Pushes sent and not yet acknowledged, per server, at most kMaxInflightPushesPerServer: with

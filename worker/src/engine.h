@@ -89,6 +89,16 @@ class Engine final : public WorkerEngine, private ControlEvents {
   void OnServerReplaced(const proto::ServerReplaced& replaced) override {
     data_queue_.Push(ReconnectServer{replaced.rank(), replaced.data_address(), replaced.epoch()});
   }
+  void OnKeysMoved(const proto::KeysMoved& moved) override {
+    MoveKeys command{moved.from_rank(), {}};
+    for (const proto::DeclareReply& tensor : moved.tensors()) {
+      for (int p = 0; p < tensor.partition_server_size(); ++p) {
+        command.keys.emplace_back(MakeKey(tensor.tensor_id(), static_cast<uint32_t>(p)),
+                                  tensor.partition_server(p));
+      }
+    }
+    data_queue_.Push(std::move(command));
+  }
   std::optional<proto::ControlMessage> DueReport() override {
     return observer_.DueReport(telemetry::Timeline::NowUs(), Stats());
   }

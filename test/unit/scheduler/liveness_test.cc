@@ -177,27 +177,6 @@ TEST_F(LivenessTest, WithFailoverASilentServerIsLostAndTheJobWaitsForItsReplacem
   EXPECT_EQ(liveness_.LastSeen(Server(1)), kStart + 300);
 }
 
-TEST_F(LivenessTest, WithFailoverALostServerNotReplacedInTimeEndsTheJob) {
-  config_.set_server_replacement_timeout_ms(1000);
-  Complete(kStart);
-  for (int t = kStart + 100; t <= kStart + 1200; t += 100) {
-    liveness_.Seen(Worker(0), t);
-    liveness_.Seen(Worker(1), t);
-    liveness_.Seen(Server(1), t);
-    if (t == kStart + 200) {
-      EXPECT_FALSE(At(t).job_end().has_value());
-      EXPECT_TRUE(liveness_.Lost(0));
-      EXPECT_EQ(liveness_.NextDeadline(), t + 200);  // the others' heartbeats come first
-    }
-  }
-  const Outbox out = At(kStart + 1200);
-  ASSERT_TRUE(out.job_end().has_value());
-  EXPECT_EQ(out.job_end()->code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(out.job_end()->message(),
-            "server 0 was lost and no replacement registered for its rank within 1.0 s "
-            "(server_replacement_timeout_ms); a synchronous job cannot continue without its keys");
-}
-
 TEST_F(LivenessTest, EveryWorkerDoneShutsTheServersDownAndEndsOk) {
   Complete(kStart);
   Outbox out;

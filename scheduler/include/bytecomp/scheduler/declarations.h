@@ -46,6 +46,10 @@ class Declarations {
   // The declarations decided ok, in tensor id order: what a replacement server must know
   // before the workers push to it (server_failover.h).
   std::vector<proto::DeclareReply> Decided() const;
+  // Server failover, no replacement: every partition placed on server `lost` moves to one of
+  // `survivors` (in turn, partition by partition), and so do the partitions of tensors decided
+  // later. Returns the decided declarations that changed, updated.
+  std::vector<proto::DeclareReply> MoveOff(int lost, const std::vector<int>& survivors);
   // Fails the declarations whose workers did not all declare in time.
   void OnTime(int64_t now_ms, Outbox* out);
   // When OnTime has something to do next; nullopt when no declaration is waiting.
@@ -70,6 +74,11 @@ class Declarations {
   std::map<std::string, Declaration> declarations_;  // by tensor name
   std::set<std::string> undecided_;                  // names still waiting for workers
   uint32_t next_tensor_id_ = 0;
+  // Servers whose partitions moved (MoveOff): rank -> the survivors they went to.
+  std::map<int, std::vector<int>> moved_off_;
+  size_t next_survivor_ = 0;
+  // Moves the reply's partitions off the servers in moved_off_; true when one moved.
+  bool Remap(proto::DeclareReply* reply);
 };
 
 }  // namespace bytecomp

@@ -13,8 +13,8 @@
 //   that nodes see a silent scheduler (ClusterConfig.scheduler_timeout_ms).
 // - Server failover (ServerFailoverOn): a silent server is lost instead, and the job goes on.
 //   Every other node gets NodeFailed{server, reason, replacement_wait_ms}, the lost server a
-//   Shutdown, and the job waits server_replacement_timeout_ms for a replacement
-//   (server_failover.h, which calls Replaced); without one by then it ends (Unavailable).
+//   Shutdown, and server_failover.h takes it from there: Replaced (a replacement holds the
+//   rank) or Retire (its keys moved to the survivors).
 // - WorkerDone from every worker: the servers get Shutdown{"every worker is done"} (OK; the
 //   workers are leaving already).
 // - Shutdown{reason} from a node: every other node gets Shutdown (Aborted).
@@ -25,6 +25,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "bytecomp/scheduler/node_table.h"
@@ -69,6 +70,13 @@ class Liveness {
   void DeclareLost(int server_rank, const std::string& reason, int64_t now_ms, Outbox* out);
   // A replacement holds the lost server's rank: it is watched from now on.
   void Replaced(int server_rank, int64_t now_ms);
+  // The lost server's keys moved to the others: its rank is not used again.
+  void Retire(int server_rank);
+  bool Retired(int server_rank) const { return retired_servers_.contains(server_rank); }
+  // Lost servers, rank -> when each was declared lost.
+  const absl::flat_hash_map<int, int64_t>& lost_servers() const { return lost_servers_; }
+  // The nodes watched now (not done, lost or retired).
+  std::vector<std::string> WatchedIdentities() const;
   // When the node was last heard from.
   int64_t LastSeen(const RegisteredNode& node) const;
 
@@ -86,6 +94,7 @@ class Liveness {
   absl::flat_hash_map<RoleRank, int64_t> last_seen_ms_;
   std::set<int> done_workers_;  // ranks that sent WorkerDone
   absl::flat_hash_map<int, int64_t> lost_servers_;  // rank -> when it was declared lost
+  std::set<int> retired_servers_;                    // their keys moved to the others
 };
 
 }  // namespace bytecomp

@@ -12,6 +12,10 @@
 //   declaration, and is watched from now on; every worker gets ServerReplaced{rank, address}
 //   and pushes to it again what the lost server had not answered (the worker's DataLoop, the
 //   server's KeyStore say how no round is lost or summed twice).
+// - No replacement within server_replacement_timeout_ms of the loss: the lost server's
+//   partitions move to the surviving servers (Declarations::MoveOff), which get KeysMoved
+//   first, then every worker; the rank is retired (a server registering for it is refused).
+//   With no server left the job ends, naming the lost one.
 // Without failover (server_replacement_timeout_ms -1), or before the job is complete, a
 // server's Register goes to Registration as ever.
 #pragma once
@@ -35,7 +39,7 @@ namespace bytecomp {
 class ServerFailover {
  public:
   ServerFailover(const proto::ClusterConfig& config, const NodeTable& nodes,
-                 Registration* registration, const Declarations& declarations,
+                 Registration* registration, Declarations* declarations,
                  Liveness* liveness);
 
   // Whether `reg` is this protocol's: a server registering afresh in a running job (every
@@ -47,7 +51,7 @@ class ServerFailover {
   void HandleRegister(const std::string& identity, const proto::Register& reg, int64_t now_ms,
                       Outbox* out);
   // Waiting replacements: takes over for a holder silent long enough, refuses one whose
-  // holder stays alive.
+  // holder stays alive. Lost servers past the grace period: their keys move.
   void OnTime(int64_t now_ms, Outbox* out);
   // When OnTime has something to look at next; nullopt when no replacement waits.
   std::optional<int64_t> NextDeadline() const;
@@ -63,11 +67,13 @@ class ServerFailover {
   // over or refused), false while it still waits.
   bool TryTakeOver(int rank, const Waiting& waiting, int64_t now_ms, Outbox* out);
   int64_t CheckEveryMs() const;
+  // The grace period of lost server `rank` ended: its keys move to the survivors.
+  void MoveKeysOff(int rank, Outbox* out);
 
   const proto::ClusterConfig& config_;
   const NodeTable& nodes_;
   Registration& registration_;
-  const Declarations& declarations_;
+  Declarations& declarations_;
   Liveness& liveness_;
   std::map<int, Waiting> waiting_;  // by server rank
   absl::BitGen random_;  // epochs

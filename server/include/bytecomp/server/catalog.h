@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/declaration_limits.h"
@@ -31,6 +33,14 @@ class Catalog {
 
   absl::Status AddTensor(const proto::DeclareReply& declared);
   absl::Status AddStrategy(const proto::Strategy& strategy);
+  // Server failover (KeysMoved): the declared tensor's partitions are now on the servers
+  // `moved` names (same id, size and partitions; only servers differ, else nothing changes).
+  // Returns the keys that moved from `from_rank` to `my_rank`.
+  std::vector<uint64_t> MoveTensor(const proto::DeclareReply& moved, int from_rank, int my_rank);
+  // A server was lost (the I/O thread's copy): requests for its keys wait for a KeysMoved.
+  void ServerLost(int rank) { lost_servers_.insert(rank); }
+  // Whether the request's key is declared and placed on a lost server.
+  bool OnLostServer(uint64_t key) const;
 
   const DeclaredTensor* Tensor(uint32_t tensor_id) const;
   bool HasVersion(uint64_t version) const { return history_.Version(version) != nullptr; }
@@ -43,6 +53,7 @@ class Catalog {
   DeclarationBudget budget_;
   absl::flat_hash_map<uint32_t, DeclaredTensor> tensors_;
   compress::StrategyHistory history_;
+  absl::flat_hash_set<int> lost_servers_;
 };
 
 }  // namespace bytecomp::server

@@ -7,6 +7,10 @@
 // routing identity can never read as a command:
 //   [kRequest, identity, header, payload?]  a validated PUSH or PULL for one of its keys
 //   [kDeclare, DeclareReply]  [kStrategy, Strategy]  [kFail, reason]  [kStop]
+//   [kMove, KeysMoved] (server failover: partitions of a lost server that are now whose they
+//   say; this server's resume as a replacement's do)
+// and, for the I/O thread alone, [kLost, rank] (a server was lost: requests for its keys wait,
+// parked, for a KeysMoved).
 // The control thread sends the I/O thread the same command messages; the I/O thread applies
 // them to its own catalog and forwards them to every shard.
 #pragma once
@@ -30,6 +34,8 @@ enum class ShardMessageKind : char {
   kStrategy = 's',  // body: a serialized proto::Strategy
   kFail = 'f',      // body: why held pulls fail (a node failed)
   kStop = 'x',      // no body
+  kMove = 'm',      // body: a serialized proto::KeysMoved
+  kLost = 'l',      // body: the lost server's rank, in decimal (the I/O thread's alone)
 };
 
 // A command message: [kind, body] (no body frame for kStop).
@@ -66,6 +72,7 @@ class KeyShard {
 
  private:
   int index_;
+  int my_rank_;
   Catalog catalog_;  // updated in order with the requests, so no lock is shared
   KeyStore store_;
 };

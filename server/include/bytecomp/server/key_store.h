@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "bytecomp/compress.h"
 #include "bytecomp/server/catalog.h"
 #include "bytecomp/telemetry/metrics.h"
@@ -62,6 +63,9 @@ class KeyStore {
   // answered, or an error) to *out.
   void Handle(zmq::message_t identity, const proto::DataHeader& header, zmq::message_t payload,
               std::vector<OutgoingReply>* out);
+  // Server failover (KeysMoved): `key` was a lost server's and is this one's now; it resumes
+  // as a replacement's keys do. A key already here is left alone.
+  void ExpectResume(uint64_t key) { resume_expected_.insert(key); }
   // Answers every held pull with an error (a node failed, or shutdown).
   void FailHeldPulls(const std::string& reason, std::vector<OutgoingReply>* out);
 
@@ -179,6 +183,7 @@ class KeyStore {
   uint64_t rounds_completed_ = 0;
   uint64_t refused_ = 0;
   bool resume_keys_;
+  absl::flat_hash_set<uint64_t> resume_expected_;
   uint64_t keys_resumed_ = 0;
   uint64_t rounds_answered_from_replays_ = 0;
   absl::flat_hash_map<uint64_t, KeyState> keys_;

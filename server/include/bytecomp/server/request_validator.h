@@ -33,7 +33,8 @@ class RequestValidator {
   absl::Status CheckSender(const proto::DataHeader& header) const;
 
   // The request names a tensor or strategy version this server has not heard of yet (the
-  // worker may learn of it a moment earlier): the caller parks it for a while.
+  // worker may learn of it a moment earlier), or a key of a lost server (its KeysMoved may
+  // reach the worker first): the caller parks it for a while.
   bool AwaitsDeclaration(const proto::DataHeader& header) const;
 
   // OK if the request may be handed to the key's shard: CheckSender, the key is declared and owned by this server, element count and dtype match
