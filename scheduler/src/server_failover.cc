@@ -24,7 +24,7 @@ ServerFailover::ServerFailover(const proto::ClusterConfig& config, const NodeTab
       liveness_(*liveness) {}
 
 int64_t ServerFailover::CheckEveryMs() const {
-  // A quarter interval: the takeover comes soon after the holder's silence reaches 2.
+  // A quarter interval: the takeover comes soon after the holder is lost.
   return std::max<int64_t>(1, config_.heartbeat_interval_ms() / 4);
 }
 
@@ -80,21 +80,19 @@ void ServerFailover::HandleRegister(const std::string& identity, const proto::Re
   Waiting waiting{identity, reg, now_ms, now_ms + CheckEveryMs()};
   if (TryTakeOver(rank, waiting, now_ms, out)) return;
   BC_LOG_INFO("a server (pid ", reg.pid(), ") registered for rank ", rank,
-              ", which is held; it takes the rank over if the holder stays silent for ",
-              Seconds(2 * int64_t{config_.heartbeat_interval_ms()}));
+              ", which is held; it takes the rank over once the holder is lost (silent for ",
+              Seconds(config_.heartbeat_timeout_ms()), ")");
   waiting_.emplace(rank, std::move(waiting));
 }
 
 bool ServerFailover::TryTakeOver(int rank, const Waiting& waiting, int64_t now_ms, Outbox* out) {
   if (!liveness_.Lost(rank)) {
+    // The holder is lost by heartbeat_timeout_ms of silence, never sooner: a server that is
+    // only slow (a loaded host) is not displaced by whoever registers for its rank. A holder
+    // still heard an interval past that wait is alive.
     const RegisteredNode* holder = nodes_.At(proto::ROLE_SERVER, rank);
-    const int64_t silent_ms = now_ms - liveness_.LastSeen(*holder);
-    if (silent_ms >= 2 * int64_t{config_.heartbeat_interval_ms()}) {
-      liveness_.DeclareLost(rank,
-                            absl::StrCat("silent for ", Seconds(silent_ms),
-                                         " while a replacement registered for its rank"),
-                            now_ms, out);
-    } else if (now_ms - waiting.since_ms >= config_.heartbeat_timeout_ms()) {
+    if (now_ms - waiting.since_ms >=
+        int64_t{config_.heartbeat_timeout_ms()} + config_.heartbeat_interval_ms()) {
       const std::string why = absl::StrCat(
           "server rank ", rank, " is held by pid ", holder->pid, " on ", holder->hostname,
           ", which is alive: two servers claim one rank");

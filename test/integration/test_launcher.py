@@ -37,7 +37,9 @@ def test_clean_job_exits_zero():
 def test_killed_server_stops_the_job_naming_it():
     port = cluster.free_port()
     proc = launch(["-np", "4", "--servers", "2", "--port", str(port), "--failure-wait", "12",
-                   "--scheduler-args=--heartbeat_timeout_ms=2000 --heartbeat_interval_ms=200",
+                   # Without server failover: a dead server ends the job.
+                   "--scheduler-args=--heartbeat_timeout_ms=2000 --heartbeat_interval_ms=200 "
+                   "--server_replacement_timeout_ms=-1",
                    "--timeout", "120"],
                   [cluster.binary("exact_sum_worker"), "--rounds", "100000", "--max-bytes", "500000"], 150)
     try:

@@ -436,7 +436,6 @@ void DataLoop::KeepCompleted(const InFlight& done, const proto::DataHeader& repl
 void DataLoop::Reconnect(int server, const std::string& address, uint64_t epoch) {
   epochs_[server] = epoch;
   ConnectServer(server, address);
-  auto& conns = sockets_[server];
   // First each key's replay, on the connection the key's requests take (one connection keeps
   // their order): the replacement learns where this worker stands before anything else.
   int64_t replays = 0;

@@ -4,9 +4,10 @@
 // - The rank's holder is lost already (Liveness: missed heartbeats): the newcomer takes the
 //   rank over at once.
 // - The holder is not lost yet: the registration waits (one per rank; a newer one supersedes
-//   it). Once the holder has been silent for 2 x heartbeat_interval_ms it is declared lost and
-//   the newcomer takes over; a holder that stays alive for heartbeat_timeout_ms after the
-//   newcomer came means two servers claim one rank, and the newcomer is refused.
+//   it), unanswered. Once Liveness declares the holder lost (heartbeat_timeout_ms of silence:
+//   never sooner, so that a server that is only slow is not displaced) the newcomer takes over;
+//   a holder still not lost heartbeat_timeout_ms + an interval after the newcomer came is
+//   alive: two servers claim one rank, and the newcomer is refused.
 // - Taking over (Registration::ReplaceServer): the node table holds the newcomer; it gets its
 //   Topology (replaces_lost_server, the worker tokens, the strategies in use), every decided
 //   declaration, and is watched from now on; every worker gets ServerReplaced{rank, address}
