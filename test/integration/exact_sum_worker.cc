@@ -22,6 +22,7 @@
 //                         [--hold-file PATH] (after the last round, before shutting down, wait
 //                         until PATH exists, at most 60 s: a test looks at the live job)
 //                         [--tiny-tensors N] (N fp32 tensors of one element instead)
+//                         [--print-every N] (the "round k/N" line every N rounds, default 10)
 //                         [--hostile-declarations 1] (first declares 40 tensors "huge.<i>" of
 //                         2^40 fp32 elements and one with an 8 MiB name, which the job's
 //                         limits must refuse without growing the scheduler or the servers;
@@ -121,6 +122,7 @@ int64_t Check(const TestTensor& t, int workers, int round, bool average) {
 
 int main(int argc, char** argv) {
   const int rounds = static_cast<int>(Arg(argc, argv, "--rounds", 50));
+  const int print_every = std::max(1, static_cast<int>(Arg(argc, argv, "--print-every", 10)));
   const int slow_ms = static_cast<int>(Arg(argc, argv, "--slow-ms", 0));
   const int slow_rank = static_cast<int>(Arg(argc, argv, "--slow-rank", -1));
   // Each rank pushes its tensors in its own order (and so fills its in-flight budget with
@@ -248,7 +250,7 @@ int main(int argc, char** argv) {
       version = v;
     }
     versions.push_back(version);
-    if (round % 10 == 9 || round == rounds - 1) {
+    if (round % print_every == print_every - 1 || round == rounds - 1) {
       std::printf("round %d/%d: %zu tensors exact\n", round + 1, rounds, tensors.size());
       std::fflush(stdout);
     }

@@ -21,7 +21,8 @@ V2 = ('seed: 7\ntensors {\n  name_pattern: "*"\n  push_codec { name: "fp16" }\n'
 
 
 def progress(c):
-    """The last round every worker has reported (they print every 10 rounds)."""
+    """The last round every worker has reported (they print every 10 rounds, or as
+    --print-every says)."""
     done = []
     for w in c.workers:
         rounds = re.findall(r"^round (\d+)/", w.output(), re.M)
@@ -35,7 +36,7 @@ def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path)
     strategy = tmp_path / "strategy.pbtxt"
     strategy.write_text(V1)
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS), "--max-bytes", "400000",
-           "--slow-rank", "1", "--slow-ms", "4", "--hold-file", str(hold)]
+           "--slow-rank", "1", "--slow-ms", "4", "--hold-file", str(hold), "--print-every", "1"]
     rng = random.Random(20261126)
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
                          scheduler_args=[f"--strategy={strategy}"]) as c:
@@ -55,7 +56,7 @@ def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path)
             old.proc.send_signal(signal.SIGKILL)
             assert c.wait_node(old, 5) is not None
             replacement = c.restart_server(rank)
-            ok = cluster.wait_for(lambda: progress(c) >= before + 10, 30, interval=0.01)
+            ok = cluster.wait_for(lambda: progress(c) >= before + 1, 30, interval=0.01)
             assert ok, f"no progress after killing server {rank}\n" + c.dump()
             recoveries.append(time.monotonic() - killed_at)
             assert "this server replaces the lost server" in replacement.output(), c.dump()
@@ -77,7 +78,8 @@ def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path)
             assert c.wait_node(n, 15) == 0, c.dump()
         from_replays = sum(int(m) for s in c.servers
                            for m in re.findall(r"answered the last round of (\d+)", s.output()))
-        print(f"kill -> 10 more rounds done: {', '.join(f'{t:.2f} s' for t in recoveries)} "
+        print(f"kill -> the next round done by every worker: "
+              f"{', '.join(f'{t:.2f} s' for t in recoveries)} "
               f"(heartbeat interval 0.2 s, timeout 2 s; restart included); keys whose last round "
               f"the last replacements answered from replays: {from_replays}; strategy version 2 "
               f"from round "
