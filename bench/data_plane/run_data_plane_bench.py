@@ -97,21 +97,24 @@ def selected_configs(args):
     return CONFIGS if not args.configs else [CONFIGS[int(i)] for i in args.configs.split(",")]
 
 
-def failover_overhead(args):
-    """Median round time with server failover off and on, same configurations, alternating."""
+def off_on_overhead(args, name, run, note=""):
+    """Median round time of each configuration with a feature off and on: run(config, on)
+    returns one job's median round time (and may count what it likes). args.pairs pairs per
+    configuration, which goes first alternating, so that a warm-up or a drift in the machine's
+    load does not favour one side. Prints the table and writes args.out under `name`; returns
+    the rows, for the caller to add to."""
     rows = []
     print(f"{'W':>2} {'S':>2} {'model':<12} {'off ms':>9} {'on ms':>9} {'on/off':>7}  "
-          "(medians over pairs)")
-    for workers, servers, model, rounds in selected_configs(args):
+          f"(medians over pairs{note})")
+    for config in selected_configs(args):
+        workers, servers, model, rounds = config
         if args.quick:
             rounds = max(3, rounds // 4)
+        config = (workers, servers, model, rounds)
         off, on = [], []
         for pair in range(args.pairs):
-            for failover_on in ((False, True) if pair % 2 == 0 else (True, False)):
-                flags = [] if failover_on else ["--server_replacement_timeout_ms=-1"]
-                (on if failover_on else off).append(run_bench(
-                    workers, servers, model, rounds,
-                    extra_scheduler_args=flags)["median_round_ms"])
+            for feature_on in ((False, True) if pair % 2 == 0 else (True, False)):
+                (on if feature_on else off).append(run(config, feature_on))
         row = {"W": workers, "S": servers, "model": model, "rounds": rounds, "off_ms": off,
                "on_ms": on, "off_median_ms": statistics.median(off),
                "on_median_ms": statistics.median(on)}
@@ -120,50 +123,43 @@ def failover_overhead(args):
         print(f"{workers:>2} {servers:>2} {model:<12} {row['off_median_ms']:>9.2f} "
               f"{row['on_median_ms']:>9.2f} {row['ratio']:>7.3f}", flush=True)
     with open(args.out, "w") as f:
-        json.dump({"failover_overhead": rows}, f, indent=1)
+        json.dump({name: rows}, f, indent=1)
     print(f"\nwritten {args.out}")
+    return rows
+
+
+def failover_overhead(args):
+    """Median round time with server failover off and on, same configurations, alternating."""
+    def run(config, on):
+        flags = [] if on else ["--server_replacement_timeout_ms=-1"]
+        return run_bench(*config, extra_scheduler_args=flags)["median_round_ms"]
+    off_on_overhead(args, "failover_overhead", run)
 
 
 def timeline_overhead(args):
-    """Median round time with the timeline off and on, same configurations, alternating."""
-    rows = []
-    print(f"{'W':>2} {'S':>2} {'model':<12} {'off ms':>9} {'on ms':>9} {'on/off':>7}  "
-          "(medians over pairs; events written / dropped)")
-    for workers, servers, model, rounds in selected_configs(args):
-        if args.quick:
-            rounds = max(3, rounds // 4)
-        off, on, events, dropped = [], [], 0, 0
-        for pair in range(args.pairs):
-            # Alternating which goes first, so that a warm-up or a drift in the machine's load
-            # does not favour one side.
-            for timeline_on in ((False, True) if pair % 2 == 0 else (True, False)):
-                if not timeline_on:
-                    off.append(run_bench(workers, servers, model, rounds)["median_round_ms"])
-                    continue
-                tl = tempfile.mkdtemp(prefix="bytecomp-timeline-bench-")
-                try:
-                    env = {"BYTECOMP_TIMELINE": tl}
-                    if args.with_metrics:
-                        env.update(METRICS_ENV)
-                    on.append(run_bench(workers, servers, model, rounds,
-                                        extra_env=env)["median_round_ms"])
-                    for name in os.listdir(tl):
-                        trace = json.load(open(os.path.join(tl, name)))
-                        events += len(trace["traceEvents"])
-                        dropped += trace["otherData"]["dropped_events"]
-                finally:
-                    shutil.rmtree(tl, ignore_errors=True)
-        row = {"W": workers, "S": servers, "model": model, "rounds": rounds,
-               "off_ms": off, "on_ms": on, "off_median_ms": statistics.median(off),
-               "on_median_ms": statistics.median(on), "events": events, "dropped": dropped}
-        row["ratio"] = row["on_median_ms"] / row["off_median_ms"]
-        rows.append(row)
-        print(f"{workers:>2} {servers:>2} {model:<12} {row['off_median_ms']:>9.2f} "
-              f"{row['on_median_ms']:>9.2f} {row['ratio']:>7.3f}  ({events} / {dropped})",
-              flush=True)
-    with open(args.out, "w") as f:
-        json.dump({"timeline_overhead": rows}, f, indent=1)
-    print(f"\nwritten {args.out}")
+    """Median round time with the timeline off and on, same configurations, alternating; the
+    timeline events written and dropped in all."""
+    counts = {"events": 0, "dropped": 0}
+
+    def run(config, on):
+        if not on:
+            return run_bench(*config)["median_round_ms"]
+        tl = tempfile.mkdtemp(prefix="bytecomp-timeline-bench-")
+        try:
+            env = {"BYTECOMP_TIMELINE": tl}
+            if args.with_metrics:
+                env.update(METRICS_ENV)
+            ms = run_bench(*config, extra_env=env)["median_round_ms"]
+            for name in os.listdir(tl):
+                trace = json.load(open(os.path.join(tl, name)))
+                counts["events"] += len(trace["traceEvents"])
+                counts["dropped"] += trace["otherData"]["dropped_events"]
+            return ms
+        finally:
+            shutil.rmtree(tl, ignore_errors=True)
+    off_on_overhead(args, "timeline_overhead", run)
+    print(f"timeline events written / dropped in all 'on' runs: {counts['events']} / "
+          f"{counts['dropped']}")
 
 
 def print_header(header):

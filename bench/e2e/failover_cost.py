@@ -10,7 +10,6 @@ server 1 and its replacements beside server 0, which was never killed.
 """
 import argparse
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -18,14 +17,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "test", "harness"))
 import cluster  # noqa: E402
-
-
-def progress(c):
-    done = []
-    for w in c.workers:
-        rounds = re.findall(r"^round (\d+)/", w.output(), re.M)
-        done.append(int(rounds[-1]) if rounds else 0)
-    return min(done)
 
 
 def peak_kib(pid):
@@ -61,7 +52,7 @@ def main():
             c.wait_workers_print(f"round {step * (k + 1)}/", timeout=600)
             old = c.servers[1]
             old_peak = peak_kib(old.proc.pid)
-            before, backs = progress(c), c.scheduler.output().count(" is back: ")
+            before, backs = c.rounds_done(), c.scheduler.output().count(" is back: ")
             killed_at = time.monotonic()
             old.proc.send_signal(signal.SIGKILL)
             c.wait_node(old, 10)
@@ -70,7 +61,7 @@ def main():
             assert cluster.wait_for(
                 lambda: c.scheduler.output().count(" is back: ") > backs, 60, 0.01), c.dump()
             taken = time.monotonic() - killed_at
-            assert cluster.wait_for(lambda: progress(c) >= before + 10, 120, 0.01), c.dump()
+            assert cluster.wait_for(lambda: c.rounds_done() >= before + 10, 120, 0.01), c.dump()
             rows.append({"kill": k + 1, "takeover_s": taken,
                          "ten_rounds_s": time.monotonic() - killed_at,
                          "restart_to_takeover_s": taken - (started_at - killed_at),

@@ -14,6 +14,7 @@ Python workers) from $BYTECOMP_LIBRARY, else the lookup of bytecomp._engine.
 
 import atexit
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -286,6 +287,14 @@ class Cluster:
     def wait_scheduler(self, timeout=15):
         return self.wait_node(self.scheduler, timeout)
 
+    def rounds_done(self):
+        """The last round every worker reported (exact_sum_worker's "round k/N" lines)."""
+        done = []
+        for w in self.workers:
+            rounds = re.findall(r"^round (\d+)/", w.output(), re.M)
+            done.append(int(rounds[-1]) if rounds else 0)
+        return min(done)
+
     def wait_workers_print(self, text, timeout=60):
         """Waits until every worker's output holds `text` (e.g. "round 10/"); AssertionError
         with every process's output after timeout seconds."""
@@ -352,3 +361,40 @@ def run_command(argv, env, timeout_s):
 def run_python(code, env, timeout_s, python=PYTHON):
     """Runs `python -c code` like run_command."""
     return run_command([python, "-c", code], env, timeout_s)
+
+
+LAUNCHER = os.path.join(REPO, "deploy", "bytecomp-run")
+
+
+def launch_kill_and_finish(launcher_args, worker_argv, log_path, kill_pattern, taken_up,
+                           hold_file, started="[worker 1] round 10/"):
+    """Runs deploy/bytecomp-run with launcher_args (then -- worker_argv), output to log_path.
+    Once its output holds `started`, kills with SIGKILL the process whose command line matches
+    kill_pattern (pgrep -f), waits for `taken_up` in the output, releases the workers
+    (hold_file) and waits for the launcher. Returns (its exit status, its output); the whole
+    job is killed whatever happens."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            ["/usr/bin/python3", LAUNCHER, "--bin-dir", BIN_DIR] + list(launcher_args) + ["--"]
+            + list(worker_argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    _live.append(proc)
+
+    def output():
+        with open(log_path, errors="replace") as f:
+            return f.read()
+    try:
+        assert wait_for(lambda: started in output(), 90), output()
+        found = subprocess.run(["pgrep", "-f", kill_pattern], capture_output=True,
+                               text=True).stdout.split()
+        assert found, f"no process matches {kill_pattern!r}:\n" + output()
+        os.kill(int(found[0]), signal.SIGKILL)
+        assert wait_for(lambda: taken_up in output(), 30), output()
+        with open(hold_file, "w") as f:
+            f.write("go")
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return rc, output()
+

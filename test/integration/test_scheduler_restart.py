@@ -3,9 +3,7 @@ W=4, S=2, 200 rounds of 40 tensors with exact sums, the scheduler killed and res
 the rounds go on while it is away, every node rejoins the new one, every sum is exact, the job
 ends cleanly (every worker done, the servers told by the last scheduler, every exit code 0).
 The time from each kill to the takeover is printed (pytest -s shows it)."""
-import os
 import signal
-import subprocess
 import time
 
 import cluster
@@ -67,38 +65,18 @@ def test_a_scheduler_restarted_with_another_config_stops_the_job_naming_why(tmp_
         assert c.wait_node(c.scheduler, 10) not in (None, 0), c.dump()
 
 
-LAUNCHER = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "bytecomp-run")
-
-
 def test_bytecomp_run_restarts_a_killed_scheduler_and_the_job_finishes(tmp_path):
     """bytecomp-run --restart 1: the scheduler killed with SIGKILL is started again on its port,
     the nodes rejoin it, and the job ends with exit status 0 and exact sums."""
     hold = tmp_path / "release"
     port = cluster.free_port()
-    log_path = tmp_path / "launcher.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            ["/usr/bin/python3", LAUNCHER, "--bin-dir", cluster.BIN_DIR, "-np", "2",
-             "--servers", "1", "--port", str(port), "--restart", "1", "--timeout", "150",
-             "--scheduler-args=--heartbeat_interval_ms=200 --scheduler_timeout_ms=10000", "--",
-             cluster.binary("exact_sum_worker"), "--rounds", "100", "--max-bytes", "100000",
-             "--hold-file", str(hold)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    output = log_path.read_text
-    try:
-        assert cluster.wait_for(lambda: "[worker 1] round 10/" in output(), 90), output()
-        found = subprocess.run(["pgrep", "-f", f"bytecomp-scheduler --port {port}"],
-                               capture_output=True, text=True).stdout.split()
-        assert found, "no scheduler found:\n" + output()
-        os.kill(int(found[0]), signal.SIGKILL)
-        assert cluster.wait_for(lambda: "took the running job up" in output(), 30), output()
-        hold.write_text("go")
-        rc = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    out = output()
+    rc, out = cluster.launch_kill_and_finish(
+        ["-np", "2", "--servers", "1", "--port", str(port), "--restart", "1", "--timeout", "150",
+         "--scheduler-args=--heartbeat_interval_ms=200 --scheduler_timeout_ms=10000"],
+        [cluster.binary("exact_sum_worker"), "--rounds", "100", "--max-bytes", "100000",
+         "--hold-file", str(hold)],
+        tmp_path / "launcher.log", f"bytecomp-scheduler --port {port}",
+        "took the running job up", hold)
     assert rc == 0, out
     assert ("killed by SIGKILL; starting it again on its port: the nodes rejoin it "
             "(restart 1 of 1)") in out, out

@@ -4,7 +4,6 @@ key's last completed result (a replay) and then every push and pull the lost ser
 answered; a worker that had not got the last round's result gets the replayed one, and the job
 goes on: every sum exact, every round once, a clean end. The time from each kill to the next ten rounds
 completed is printed (pytest -s shows it)."""
-import os
 import random
 import re
 import signal
@@ -18,16 +17,6 @@ ROUNDS = 200
 V1 = "seed: 7\n"
 V2 = ('seed: 7\ntensors {\n  name_pattern: "*"\n  push_codec { name: "fp16" }\n'
       '  pull_codec { name: "fp16" }\n  force: true\n}\n')
-
-
-def progress(c):
-    """The last round every worker has reported (they print every 10 rounds, or as
-    --print-every says)."""
-    done = []
-    for w in c.workers:
-        rounds = re.findall(r"^round (\d+)/", w.output(), re.M)
-        done.append(int(rounds[-1]) if rounds else 0)
-    return min(done)
 
 
 def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path):
@@ -50,16 +39,24 @@ def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path)
                 time.sleep(rng.uniform(0.0, 0.01))
             else:
                 time.sleep(rng.uniform(0.0, 0.05))  # somewhere inside a round
-            before = progress(c)
+            before = c.rounds_done()
             killed_at = time.monotonic()
             old = c.servers[rank]
             old.proc.send_signal(signal.SIGKILL)
             assert c.wait_node(old, 5) is not None
             replacement = c.restart_server(rank)
-            ok = cluster.wait_for(lambda: progress(c) >= before + 1, 30, interval=0.01)
+            # The next round every worker completes once the replacement took over (a round may
+            # also complete before, if it needed nothing more of the killed server).
+            ok = cluster.wait_for(
+                lambda: c.scheduler.output().count(" is back: ") == i + 1, 30, interval=0.01)
+            assert ok, f"server {rank}'s replacement did not take over\n" + c.dump()
+            after = c.rounds_done()
+            ok = cluster.wait_for(lambda: c.rounds_done() > max(before, after), 30, interval=0.01)
             assert ok, f"no progress after killing server {rank}\n" + c.dump()
             recoveries.append(time.monotonic() - killed_at)
-            assert "this server replaces the lost server" in replacement.output(), c.dump()
+            ok = cluster.wait_for(
+                lambda: "this server replaces the lost server" in replacement.output(), 10)
+            assert ok, c.dump()
         hold.write_text("go")
         codes = c.wait_workers(timeout=300)
         assert codes == [0, 0, 0, 0], c.dump()
@@ -78,7 +75,7 @@ def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path)
             assert c.wait_node(n, 15) == 0, c.dump()
         from_replays = sum(int(m) for s in c.servers
                            for m in re.findall(r"answered the last round of (\d+)", s.output()))
-        print(f"kill -> the next round done by every worker: "
+        print(f"kill -> the first round every worker completed after the takeover: "
               f"{', '.join(f'{t:.2f} s' for t in recoveries)} "
               f"(heartbeat interval 0.2 s, timeout 2 s; restart included); keys whose last round "
               f"the last replacements answered from replays: {from_replays}; strategy version 2 "
@@ -95,10 +92,10 @@ def test_without_a_replacement_the_survivor_takes_the_keys_over_and_sums_stay_ex
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
                          scheduler_args=["--server_replacement_timeout_ms=1500"]) as c:
         c.wait_workers_print("round 30/", timeout=120)
-        before = progress(c)
+        before = c.rounds_done()
         killed_at = time.monotonic()
         c.servers[1].proc.send_signal(signal.SIGKILL)
-        ok = cluster.wait_for(lambda: progress(c) >= before + 10, 30, interval=0.01)
+        ok = cluster.wait_for(lambda: c.rounds_done() >= before + 10, 30, interval=0.01)
         assert ok, "no progress after server 1 was lost\n" + c.dump()
         recovered = time.monotonic() - killed_at
         hold.write_text("go")
@@ -151,39 +148,18 @@ def test_a_second_server_for_a_live_rank_is_refused_and_the_job_goes_on(tmp_path
         assert "replacement at" not in c.workers[0].output(), c.dump()
 
 
-LAUNCHER = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "bytecomp-run")
-
-
 def test_bytecomp_run_restarts_a_killed_server_and_the_job_finishes(tmp_path):
     """bytecomp-run --restart 1: server 0 killed with SIGKILL is started again, takes its keys
     over, and the job ends with exit status 0 and exact sums."""
     hold = tmp_path / "release"
     port = cluster.free_port()
-    log_path = tmp_path / "launcher.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            ["/usr/bin/python3", LAUNCHER, "--bin-dir", cluster.BIN_DIR, "-np", "2",
-             "--servers", "2", "--port", str(port), "--restart", "1", "--timeout", "150",
-             "--scheduler-args=--heartbeat_interval_ms=200 --heartbeat_timeout_ms=2000", "--",
-             cluster.binary("exact_sum_worker"), "--rounds", "100", "--max-bytes", "100000",
-             "--hold-file", str(hold)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    output = log_path.read_text
-    try:
-        assert cluster.wait_for(lambda: "[worker 1] round 10/" in output(), 90), output()
-        found = subprocess.run(
-            ["pgrep", "-f", f"bytecomp-server --scheduler 127.0.0.1:{port} --rank 0"],
-            capture_output=True, text=True).stdout.split()
-        assert found, "no server 0 found:\n" + output()
-        os.kill(int(found[0]), signal.SIGKILL)
-        assert cluster.wait_for(lambda: "server 0 is back" in output(), 30), output()
-        hold.write_text("go")
-        rc = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    out = output()
+    rc, out = cluster.launch_kill_and_finish(
+        ["-np", "2", "--servers", "2", "--port", str(port), "--restart", "1", "--timeout", "150",
+         "--scheduler-args=--heartbeat_interval_ms=200 --heartbeat_timeout_ms=2000"],
+        [cluster.binary("exact_sum_worker"), "--rounds", "100", "--max-bytes", "100000",
+         "--hold-file", str(hold)],
+        tmp_path / "launcher.log", f"bytecomp-server --scheduler 127.0.0.1:{port} --rank 0",
+        "server 0 is back", hold)
     assert rc == 0, out
     assert ("killed by SIGKILL; starting it again for its rank: it takes its keys over "
             "(restart 1 of 1)") in out, out

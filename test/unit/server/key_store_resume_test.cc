@@ -17,20 +17,11 @@ using server_test::IdentityOf;
 
 constexpr int kN = 4;
 
-struct ResumingStore {
-  Catalog catalog{1};
-  KeyStore store;
-  std::vector<OutgoingReply> out;
-
+// A replacement server's store (or, resume false, any other's) of one 4-element tensor, and
+// requests of 4 equal values.
+struct ResumingStore : server_test::Store {
   explicit ResumingStore(int workers, bool resume = true)
-      : store(/*my_rank=*/0, workers, catalog, {}, resume) {
-    EXPECT_TRUE(catalog.AddTensor(server_test::DeclareTensor(kN, proto::DTYPE_FLOAT32)).ok());
-  }
-  std::vector<OutgoingReply> Handle(const proto::DataHeader& h, zmq::message_t payload = {}) {
-    out.clear();
-    store.Handle(server_test::Identity(h.sender()), h, std::move(payload), &out);
-    return std::move(out);
-  }
+      : Store(workers, {}, kN, proto::DTYPE_FLOAT32, resume) {}
   std::vector<OutgoingReply> Push(int sender, uint64_t round, float value, bool replay = false) {
     proto::DataHeader h = server_test::Request(proto::OP_PUSH, sender, round, kN);
     h.set_replay(replay);
@@ -38,9 +29,6 @@ struct ResumingStore {
   }
   std::vector<OutgoingReply> Replay(int sender, uint64_t round, float value) {
     return Push(sender, round, value, /*replay=*/true);
-  }
-  std::vector<OutgoingReply> Pull(int sender, uint64_t round) {
-    return Handle(server_test::Request(proto::OP_PULL, sender, round, kN));
   }
 };
 

@@ -22,34 +22,7 @@ using server_test::IdentityOf;
 
 constexpr int kN = 4;
 
-// One server (rank 0) owning one declared tensor (key kKey), and the replies of the last call.
-struct Store {
-  Catalog catalog{1};
-  KeyStore store;
-  std::vector<OutgoingReply> out;
-
-  explicit Store(int workers, std::vector<int> pushers = {}, int64_t n = kN,
-                 proto::DType dtype = proto::DTYPE_FLOAT32)
-      : store(/*my_rank=*/0, workers, catalog, std::move(pushers)) {
-    EXPECT_TRUE(catalog.AddTensor(DeclareTensor(n, dtype)).ok());
-  }
-
-  // Handles one request; returns its replies (and clears them for the next call).
-  std::vector<OutgoingReply> Handle(const proto::DataHeader& h, zmq::message_t payload = {}) {
-    out.clear();
-    store.Handle(server_test::Identity(h.sender()), h, std::move(payload), &out);
-    return std::move(out);
-  }
-  std::vector<OutgoingReply> Push(int sender, uint64_t round, const std::vector<float>& values,
-                                  proto::DType dtype = proto::DTYPE_FLOAT32) {
-    return Handle(server_test::Request(proto::OP_PUSH, sender, round, values.size(), dtype),
-                  server_test::Payload(values, dtype));
-  }
-  std::vector<OutgoingReply> Pull(int sender, uint64_t round, int64_t n = kN,
-                                  proto::DType dtype = proto::DTYPE_FLOAT32) {
-    return Handle(server_test::Request(proto::OP_PULL, sender, round, n, dtype));
-  }
-};
+using server_test::Store;
 
 std::vector<proto::DataOp> Ops(const std::vector<OutgoingReply>& replies) {
   std::vector<proto::DataOp> ops;

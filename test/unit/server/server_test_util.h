@@ -8,6 +8,8 @@
 
 #include "bytecomp/common.h"
 #include "bytecomp/compress.h"
+#include "bytecomp/server/catalog.h"
+#include "bytecomp/server/key_store.h"
 #include "bytecomp/server/server_job.h"
 #include "control.pb.h"
 #include "data.pb.h"
@@ -125,5 +127,35 @@ inline zmq::message_t Encode(const std::string& codec, const std::vector<float>&
   EXPECT_TRUE(bytes.ok()) << bytes.status();
   return zmq::message_t(out.data(), bytes.ok() ? *bytes : 0);
 }
+
+// One server (rank 0) owning one declared tensor (key 1:0) of n elements, and the replies of
+// the last call. `resume`: the store of a server that replaced a lost one (key_store.h).
+struct Store {
+  Catalog catalog{1};
+  KeyStore store;
+  std::vector<OutgoingReply> out;
+
+  explicit Store(int workers, std::vector<int> pushers = {}, int64_t n = 4,
+                 proto::DType dtype = proto::DTYPE_FLOAT32, bool resume = false)
+      : store(/*my_rank=*/0, workers, catalog, std::move(pushers), resume) {
+    EXPECT_TRUE(catalog.AddTensor(DeclareTensor(n, dtype)).ok());
+  }
+
+  // Handles one request; returns its replies (and clears them for the next call).
+  std::vector<OutgoingReply> Handle(const proto::DataHeader& h, zmq::message_t payload = {}) {
+    out.clear();
+    store.Handle(Identity(h.sender()), h, std::move(payload), &out);
+    return std::move(out);
+  }
+  std::vector<OutgoingReply> Push(int sender, uint64_t round, const std::vector<float>& values,
+                                  proto::DType dtype = proto::DTYPE_FLOAT32) {
+    return Handle(Request(proto::OP_PUSH, sender, round, values.size(), dtype),
+                  Payload(values, dtype));
+  }
+  std::vector<OutgoingReply> Pull(int sender, uint64_t round, int64_t n = 4,
+                                  proto::DType dtype = proto::DTYPE_FLOAT32) {
+    return Handle(Request(proto::OP_PULL, sender, round, n, dtype));
+  }
+};
 
 }  // namespace bytecomp::server::server_test
