@@ -119,6 +119,7 @@ void RequestDispatcher::Reject(zmq::message_t& identity, const proto::DataHeader
   reply.set_round(request.round());
   reply.set_request_id(request.request_id());
   reply.set_sender(my_rank_);
+  reply.set_server_epoch(validator_.epoch());
   reply.set_error(absl::StrCat("server ", my_rank_, ": ", why));
   std::vector<zmq::message_t> frames;
   frames.push_back(std::move(identity));

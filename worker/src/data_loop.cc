@@ -375,6 +375,12 @@ void DataLoop::HandleReply(int server, std::vector<zmq::message_t>& frames) {
     in.unacked = false;
   }
   if (header.op() == proto::OP_PUSH_ACK) return;
+  if (header.op() == proto::OP_ERROR && header.server_epoch() != epochs_[in.server]) {
+    // Refused by a replacement this worker has not heard of yet (the request was queued for
+    // the lost server and found the replacement on the same address): its ServerReplaced is
+    // on the way, and Reconnect sends the request again with the new epoch.
+    return;
+  }
   const InFlight done = std::move(in);
   inflight_.erase(it);
   Finished(done);

@@ -273,6 +273,34 @@ TEST(RequestDispatcherTest, RequestsWithoutTheTokenAreRefusedAtOnce) {
             "served 3 requests; rejected 3 (3 without the sender's token)");
 }
 
+// A replacement refuses a request for the server it replaced (queued on a worker's old
+// connection), and its refusal names its own epoch: the worker, which may not have heard of
+// the replacement yet, keeps the request and sends it again with that epoch.
+TEST(RequestDispatcherTest, ARefusalNamesTheServersEpoch) {
+  ServerJob job = server_test::Job(2);
+  job.epoch = 77;
+  RequestDispatcher d(job, kShards);
+  DispatchOutbox out;
+  ASSERT_TRUE(d.HandleCommand(Declaration(), 0, &out));
+  out = {};
+  d.HandleRequest(APush(), 1, &out);  // epoch 0
+  EXPECT_TRUE(out.to_shards.empty());
+  ASSERT_EQ(out.to_router.size(), 1u);
+  const proto::DataHeader refusal = HeaderOf(out.to_router[0]);
+  EXPECT_EQ(refusal.op(), proto::OP_ERROR);
+  EXPECT_EQ(refusal.server_epoch(), 77u);
+  EXPECT_EQ(refusal.error(),
+            "server 0: the request is for server 0 epoch 0, this is epoch 77: it was sent to a "
+            "server that this one replaced");
+  out = {};
+  std::vector<zmq::message_t> push = APush();
+  proto::DataHeader h = HeaderOf(push);
+  h.set_server_epoch(77);
+  d.HandleRequest(Frames(h, kN), 2, &out);
+  EXPECT_TRUE(out.to_router.empty());
+  EXPECT_EQ(out.to_shards.size(), 1u);
+}
+
 // The job's declaration limits hold on the server too: a declaration beyond them is refused
 // before its layout is built, and reaches no shard.
 TEST(RequestDispatcherTest, DeclarationsBeyondTheLimitsAreRefused) {

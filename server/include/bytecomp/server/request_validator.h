@@ -24,6 +24,7 @@ class RequestValidator {
         catalog_(job.num_servers, job.config) {}
 
   Catalog& catalog() { return catalog_; }
+  uint64_t epoch() const { return epoch_; }
 
   // Who sent a PUSH or PULL, checked before anything else about it (before it may wait for a
   // declaration): the op, a worker rank in `sender`, and that worker's token (compared in
