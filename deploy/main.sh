@@ -11,7 +11,9 @@
 #   CODEC=topk WORKERS=4 RATE=1gbit EPOCHS=8 MODEL=mlp bash deploy/main.sh
 #   SYSTEMS=ddp-gloo,bc-none,bc-auto,bc-topk bash deploy/main.sh     # add DDP over gloo
 # CODEC: a preset of shim/bytecomp/strategy.py (fp16 topk onebit qsgd efsignsgd dgc powersgd
-# randomk). bench/e2e/ddp_bench.py is the full benchmark against DDP's hooks.
+# randomk). ByteComp runs in plain TCP, as DDP's gloo does; CLUSTER_KEY=1 gives it its cluster
+# key (CURVE, encrypted: slower on these 2 cores). bench/e2e/ddp_bench.py is the full benchmark
+# against DDP's hooks.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/deploy/setup.sh"
@@ -20,4 +22,5 @@ build=${BUILD_DIR:-$root/build}
 export BYTECOMP_LIBRARY="$build/lib/libbytecomp_worker.so"
 exec /usr/bin/python3 "$root/bench/e2e/ddp_bench.py" --bin-dir "$build/bin" \
   --systems "${SYSTEMS:-bc-none,bc-auto,bc-${CODEC:-topk}}" --models "${MODEL:-mlp}" --reps 1 \
-  --workers "${WORKERS:-4}" --rate "${RATE:-1gbit}" --epochs "${EPOCHS:-8}"
+  --workers "${WORKERS:-4}" --rate "${RATE:-1gbit}" --epochs "${EPOCHS:-8}" \
+  ${CLUSTER_KEY:+--cluster-key}

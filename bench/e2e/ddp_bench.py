@@ -63,6 +63,10 @@ def parse_args(argv=None):
     p.add_argument("--loopback", action="store_true", help="no namespaces even as root")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
     p.add_argument("--out", default=None, help="JSON file for every run's figures")
+    p.add_argument("--cluster-key", action="store_true",
+                   help="ByteComp with its cluster key (CURVE: encrypted, authenticated). By "
+                        "default it runs as DDP's gloo does, plain TCP (bytecomp-run --no-key), "
+                        "so that both move the same unencrypted bytes")
     p.add_argument("--profile", action="store_true",
                    help="also read, while each run goes, every process's CPU seconds, the tbf "
                         "queues' drops and the TCP retransmissions (netns_probe.py); per step")
@@ -130,6 +134,8 @@ def run_one(system, model, args, work, use_netns):
              str(args.batch_size), "--lr", str(args.lr)]
     launch = ["--bin-dir", args.bin_dir, "--timeout", str(args.timeout),
               "--scheduler-args=" + " ".join(scheduler_args(system, args, work))]
+    if not args.cluster_key:
+        launch.append("--no-key")
     w = args.workers
     if use_netns:
         cmd = (["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
@@ -248,6 +254,9 @@ def main(argv=None):
         where = (f"LOOPBACK ({why}: no network namespaces): {args.workers} workers and servers "
                  "on this host without link limits, so communication is cheap and compression "
                  "shows little")
+    key = ("ByteComp with its cluster key (CURVE)" if args.cluster_key else
+           "ByteComp in plain TCP as gloo (no cluster key; --cluster-key for CURVE)")
+    where += f"; {key}"
     print(f"ddp_bench: {where}; {args.epochs} epochs, batch {args.batch_size}/worker, "
           f"{args.reps} repetition(s) in alternating order", flush=True)
     work = tempfile.mkdtemp(prefix="bytecomp-ddp-bench-")

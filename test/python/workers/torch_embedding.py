@@ -1,9 +1,10 @@
 """Worker of test_cluster_embedding: trains an embedding table of 1,000,000 x 16 through
 bytecomp.torch's DistributedOptimizer (plain SGD) on synthetic data, each step touching 0.18%
-of the rows; the codec is whatever the scheduler's strategy says. Writes OUTDIR/rank<R>.json:
-the SHA-256 of the final parameters (and of the initial ones), the rows training changed, the
-engine's byte counts, and the bytes of the non-zero 256-element blocks of this worker's
-gradients and of their sums, counted here from the tensors themselves.
+of the rows, for STEPS steps (8, or the second argument); the codec is whatever the
+scheduler's strategy says. Writes OUTDIR/rank<R>.json: the SHA-256 of the final parameters
+(and of the initial ones), the rows training changed, the engine's byte counts (pushed also
+per step), and the bytes of the non-zero 256-element blocks of this worker's gradients and of
+their sums, counted here from the tensors themselves.
 
 The data makes exact comparison meaningful: every worker starts from the same table (a seed,
 no broadcast), and in each step every row is touched by at most two workers (each worker has
@@ -55,7 +56,7 @@ def batch(step, rank, size):
     return torch.from_numpy(indices.astype(np.int64)), torch.from_numpy(targets)
 
 
-def main(outdir):
+def main(outdir, steps=STEPS):
     torch.set_num_threads(1)
     bc.init()
     try:
@@ -73,9 +74,9 @@ def main(outdir):
         table.weight.register_hook(count_pushed)
         optimizer = bc.DistributedOptimizer(torch.optim.SGD(table.parameters(), lr=LR),
                                             named_parameters=table.named_parameters())
-        before = bc.stats()
-        sum_bytes = []
-        for step in range(STEPS):
+        before = last = bc.stats()
+        sum_bytes, step_pushed = [], []
+        for step in range(steps):
             indices, targets = batch(step, rank, size)
             optimizer.zero_grad()
             predicted = (table(indices) * weights).sum(dim=1)
@@ -83,6 +84,9 @@ def main(outdir):
             loss.backward()
             optimizer.step()
             sum_bytes.append(nonzero_block_bytes(table.weight.grad))  # the average now
+            stats = bc.stats()
+            step_pushed.append(stats["pushed_bytes"] - last["pushed_bytes"])
+            last = stats
         after = bc.stats()
         changed_rows = int((table.weight.detach() != initial).any(dim=1).sum())
         result = {
@@ -94,8 +98,9 @@ def main(outdir):
             "pulled_bytes": after["pulled_bytes"] - before["pulled_bytes"],
             "nonzero_block_bytes_pushed": sum(own_bytes),
             "nonzero_block_bytes_summed": sum(sum_bytes),
-            "raw_bytes": STEPS * ROWS * DIM * 4,
+            "raw_bytes": steps * ROWS * DIM * 4,
             "steps": len(own_bytes),
+            "pushed_bytes_per_step": step_pushed,
         }
         with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
             json.dump(result, f)
@@ -104,4 +109,4 @@ def main(outdir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *(int(a) for a in sys.argv[2:3]))
