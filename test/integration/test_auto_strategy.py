@@ -54,7 +54,7 @@ def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan
         assert written and written.group(1) == switch.group(1), log
         assert written.group(2) == plan_out, log
         table = log[log.index("the plan per tensor"):]
-        compressed_rows = re.findall(r"^\d+\s+(\S+)\s.*\s(?:lossless|compensated|rounding|high)\s+[\d.]+\s+"
+        compressed_rows = re.findall(r"^\d+\s+(\S+)\s.*\s(?:lossless|compensated|rounding|high)\s+-?[\d.]+\s+"
                                      r"compressed$", table, re.M)
         assert len(compressed_rows) == int(planned.group(1)), table
     with open(plan_out) as f:
@@ -82,3 +82,45 @@ def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan
         assert again.wait_workers(timeout=240) == [0, 0], again.dump()
         assert again.wait_node(again.scheduler, 15) == 0, again.dump()
         assert "--strategy=auto" not in again.scheduler.output(), again.dump()
+
+
+def test_auto_strategy_sums_top_k_where_gathering_would_cost_more():
+    """Gather or sum, through a real job (W=4, S=2): the user accepts top-k 1% with residual
+    for every tensor (--plan_options), the links are 1 Gbit/s as described. For a large
+    gradient, gather-style topk pulls the servers' union of four workers' k indices and values,
+    up to 4k pairs, where artopk pulls one k-vector of sums: the planner sums (artopk) there,
+    and may gather where a tensor is small enough for its extra round to matter. The job runs
+    through the switch to the plan and every node ends cleanly."""
+    work = tempfile.mkdtemp(prefix="bytecomp-auto-artopk-")
+    plan_out = os.path.join(work, "plan.pbtxt")
+    machines = os.path.join(work, "cluster.pbtxt")
+    with open(machines, "w") as f:
+        f.write("machines: 4\ngpus_per_machine: 0\nservers: 2\n"
+                "worker_link { bandwidth_gbps: 1 latency_us: 50 }\n"
+                "server_link { bandwidth_gbps: 1 latency_us: 50 }\n"
+                f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
+    options = os.path.join(work, "options.pbtxt")
+    with open(options, "w") as f:
+        f.write('allowed { name_pattern: "*" codecs { name: "topk" '
+                'params { key: "ratio" value: "0.01" } memory: "residual" } }\n')
+    args = ["--strategy=auto", "--profile_rounds=3", f"--plan_out={plan_out}",
+            f"--plan_cluster={machines}", "--plan_links=file", f"--plan_options={options}",
+            f"--plan_costs={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}"]
+    with cluster.Cluster(workers=4, servers=2, worker_cmd=BENCH, scheduler_args=args) as c:
+        codes = c.wait_workers(timeout=240)
+        assert codes == [0, 0, 0, 0], c.dump()
+        assert c.wait_node(c.scheduler, 15) == 0, c.dump()
+        log = c.scheduler.output()
+        switch = re.search(r"strategy version 2 applies from round (\d+)", log)
+        assert switch and int(switch.group(1)) < 10, log
+        for server in c.servers:
+            assert f"strategy version 2 from round {switch.group(1)}" in server.output(), c.dump()
+    with open(plan_out) as f:
+        entries = strategy_entries(f.read())
+    codecs = [codec for _, codec in entries if codec]
+    # Only what the user allowed (and lossless codecs): nothing lossier than top-k 1%.
+    assert set(codecs) <= {"topk", "artopk", "blocksparse"}, entries
+    summed = [name for name, codec in entries if codec == "artopk"]
+    assert summed, log[log.index("the plan per tensor"):]
+    print(f"planned: {len(summed)} tensors artopk, {codecs.count('topk')} topk, "
+          f"{len(entries) - len(codecs)} uncompressed")
