@@ -6,9 +6,11 @@
 #   asan  build-asan: ASan + UBSan (a UBSan finding is fatal) with libFuzzer's coverage
 #         instrumentation, LeakSanitizer on for the C++ processes.
 #           ci:   builds the fuzz targets, the daemons, bad_input_client and exact_sum_worker
-#                 (the worker of integration.bad_input); runs every fuzz target once over its
-#                 corpus (seeds and past findings) and the hostile-client integration test
-#                 (integration.bad_input: real daemons and workers under ASan).
+#                 (the worker of integration.bad_input) and every C++ unit test; runs every
+#                 fuzz target once over its corpus (seeds and past findings), every C++ unit
+#                 test (unit.*: common, compress, planner, scheduler, server, worker, ...) and
+#                 the hostile-client integration test (integration.bad_input: real daemons
+#                 and workers under ASan).
 #           full: builds everything; the whole ctest suite but the packaging tests (the Python
 #                 tests with the ASan runtime preloaded and leak checks off: python_asan.sh).
 #   fuzz  deploy/fuzz.sh on build-asan: every target of test/fuzz for FUZZ_SECONDS (60) on its
@@ -46,9 +48,14 @@ if [[ $scope == full ]]; then
   # binaries lack their runtime; what they check (layout, units) is not memory safety.
   asan_tests=(-E '^package\.')
 else
+  # Every C++ unit test a sanitized build has (CUDA is off there); scheduler_test starts
+  # bytecomp-scheduler.
+  unit_targets=(common_test compress_test compress_shared_math_test cpu_offload_test
+                planner_test planner_calibrate_test scheduler_test server_test telemetry_test
+                worker_test local_reduce_test device_backend_test)
   asan_targets=("${fuzz_targets[@]}" bytecomp-scheduler bytecomp-server bad_input_client
-                exact_sum_worker)
-  asan_tests=(-R '^(fuzz\..*|integration\.bad_input)$')
+                exact_sum_worker "${unit_targets[@]}")
+  asan_tests=(-R '^(fuzz\..*|integration\.bad_input|unit\..*)$')
 fi
 
 stage_asan() {
