@@ -251,7 +251,7 @@ absl::Status LoadMemoryState(Memory& memory, absl::string_view state) {
   size_t pos = 0;
   auto take = [&](void* p, size_t n) {
     if (state.size() - pos < n) return false;
-    std::memcpy(p, state.data() + pos, n);
+    if (n > 0) std::memcpy(p, state.data() + pos, n);  // an empty vector's data() may be null
     pos += n;
     return true;
   };

@@ -61,7 +61,9 @@ uint32_t U32At(const std::vector<uint8_t>& p, size_t at) {
 void PutU32At(std::vector<uint8_t>& p, size_t at, uint32_t v) { std::memcpy(p.data() + at, &v, 4); }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+  // (memcmp of an empty vector's data(), which may be null, is undefined.)
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
 }
 
 TEST(BlocksparseFormatTest, TheSizeFormulaByHand) {

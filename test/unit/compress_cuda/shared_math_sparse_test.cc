@@ -60,7 +60,7 @@ std::vector<uint8_t> HostSparseMessage(const std::vector<float>& x, const std::v
       if (high != 0) words[word + 1] |= high;
     }
     section.resize(plan.bytes);
-    std::memcpy(section.data(), words.data(), plan.bytes);
+    if (plan.bytes > 0) std::memcpy(section.data(), words.data(), plan.bytes);  // data() may be null
   } else {
     section.resize(varint_bytes);
     uint8_t* p = section.data();
