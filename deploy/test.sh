@@ -4,10 +4,10 @@
 # every C++ file with clang -Wthread-safety -Werror (deploy/check_clang.py, in build-clang/),
 # then the sanitized and fuzz stages (deploy/check_sanitizers.sh, in build-asan/: every fuzz
 # target over its corpus, every C++ unit test and the daemons' hostile-input test under ASan
-# and UBSan, then every
-# fuzz target for a minute; in build-tsan/: the scheduler's, server's and engine's unit tests
-# under ThreadSanitizer; README.md gives their time). BYTECOMP_SKIP_SANITIZERS=1 leaves those
-# stages out (a quicker local run); SANITIZER_STAGES and SANITIZER_SCOPE=full run more of them.
+# and UBSan, then every fuzz target for a minute; in build-tsan/: the scheduler's, server's
+# and engine's unit tests under ThreadSanitizer; README.md gives their time).
+# BYTECOMP_SKIP_SANITIZERS=1 leaves those stages out (a quicker local run); SANITIZER_STAGES
+# and SANITIZER_SCOPE=full run more of them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/deploy/setup.sh"
