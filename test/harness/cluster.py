@@ -366,13 +366,19 @@ def run_python(code, env, timeout_s, python=PYTHON):
 LAUNCHER = os.path.join(REPO, "deploy", "bytecomp-run")
 
 
-def launch_kill_and_finish(launcher_args, worker_argv, log_path, kill_pattern, taken_up,
-                           hold_file, started="[worker 1] round 10/"):
-    """Runs deploy/bytecomp-run with launcher_args (then -- worker_argv), output to log_path.
-    Once its output holds `started`, kills with SIGKILL the process whose command line matches
-    kill_pattern (pgrep -f), waits for `taken_up` in the output, releases the workers
-    (hold_file) and waits for the launcher. Returns (its exit status, its output); the whole
-    job is killed whatever happens."""
+def launch_kill_and_finish(workdir, launcher_args, kill_pattern, taken_up, rounds=100,
+                           started="[worker 1] round 10/"):
+    """Runs deploy/bytecomp-run with launcher_args (-np W among them) and exact_sum_worker for
+    `rounds` rounds (held at the end until released), output to workdir/launcher.log. Once its
+    output holds `started`, kills with SIGKILL the process whose command line matches
+    kill_pattern (pgrep -f), waits for `taken_up` in the output, releases the workers and
+    waits for the launcher. Asserts its exit status 0 and every worker's exact sums; returns
+    its output. The whole job is killed whatever happens."""
+    workers = int(launcher_args[list(launcher_args).index("-np") + 1])
+    hold_file = os.path.join(workdir, "release")
+    log_path = os.path.join(workdir, "launcher.log")
+    worker_argv = [binary("exact_sum_worker"), "--rounds", str(rounds), "--max-bytes", "100000",
+                   "--hold-file", hold_file]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             ["/usr/bin/python3", LAUNCHER, "--bin-dir", BIN_DIR] + list(launcher_args) + ["--"]
@@ -396,5 +402,20 @@ def launch_kill_and_finish(launcher_args, worker_argv, log_path, kill_pattern, t
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return rc, output()
+    out = output()
+    assert rc == 0, out
+    for w in range(workers):
+        assert f"[worker {w}] ALL SUMS EXACT: {rounds} rounds" in out, out
+    return out
+
+
+def write_plan_cluster(path, machines, servers, gbps=1.0, latency_us=50):
+    """A planner ClusterDescription (--plan_cluster) for machines without GPUs on this host:
+    worker and server links of gbps and latency_us, the host's cores. Returns path."""
+    with open(path, "w") as f:
+        f.write(f"machines: {machines}\ngpus_per_machine: 0\nservers: {servers}\n"
+                f"worker_link {{ bandwidth_gbps: {gbps} latency_us: {latency_us} }}\n"
+                f"server_link {{ bandwidth_gbps: {gbps} latency_us: {latency_us} }}\n"
+                f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
+    return str(path)
 

@@ -93,12 +93,8 @@ def test_auto_strategy_sums_top_k_where_gathering_would_cost_more():
     through the switch to the plan and every node ends cleanly."""
     work = tempfile.mkdtemp(prefix="bytecomp-auto-artopk-")
     plan_out = os.path.join(work, "plan.pbtxt")
-    machines = os.path.join(work, "cluster.pbtxt")
-    with open(machines, "w") as f:
-        f.write("machines: 4\ngpus_per_machine: 0\nservers: 2\n"
-                "worker_link { bandwidth_gbps: 1 latency_us: 50 }\n"
-                "server_link { bandwidth_gbps: 1 latency_us: 50 }\n"
-                f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
+    machines = cluster.write_plan_cluster(os.path.join(work, "cluster.pbtxt"), machines=4,
+                                          servers=2)
     options = os.path.join(work, "options.pbtxt")
     with open(options, "w") as f:
         f.write('allowed { name_pattern: "*" codecs { name: "topk" '

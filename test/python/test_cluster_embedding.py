@@ -16,6 +16,7 @@ sys.path.insert(0, HERE)
 
 from cluster import engine_available  # noqa: E402
 from cluster import python_cluster as _python_cluster  # noqa: E402
+from cluster import write_plan_cluster  # noqa: E402
 
 available, why = engine_available()
 if not available and os.environ.get("BYTECOMP_REQUIRE_ENGINE") == "1":
@@ -92,12 +93,7 @@ def test_auto_strategy_picks_blocksparse_for_the_embedding_and_changes_no_result
     steps = 12
     dense = _train(tmp_path, "none", steps)
     plan = tmp_path / "plan.pbtxt"
-    machines = tmp_path / "cluster.pbtxt"
-    machines.write_text(
-        "machines: 4\ngpus_per_machine: 0\nservers: 2\n"
-        "worker_link { bandwidth_gbps: 1 latency_us: 50 }\n"
-        "server_link { bandwidth_gbps: 1 latency_us: 50 }\n"
-        f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
+    machines = write_plan_cluster(tmp_path / "cluster.pbtxt", machines=4, servers=2)
     costs = os.path.join(REPO, "scheduler", "planner", "costs", "nominal.pbtxt")
     auto, log = _run(tmp_path / "auto",
                      ["--strategy=auto", "--profile_rounds=2", f"--plan_out={plan}",
