@@ -6,35 +6,8 @@
 #include "bytecomp/common/partition.h"
 #include "bytecomp/worker/engine/operation.h"
 
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define BYTECOMP_TSAN_HANDOFF 1
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#endif
-#endif
-
 namespace bytecomp::worker {
 namespace {
-
-// A zero-copy payload's release hint goes from this thread to ZeroMQ's I/O thread through
-// libzmq's own lock-free queues, which ThreadSanitizer cannot see (libzmq is not instrumented):
-// under TSan the hand-off is announced (Handoff before the send, Received in the callback), so
-// what this thread wrote before the send counts as before the release. Nothing otherwise.
-void Handoff(void* hint) {
-#ifdef BYTECOMP_TSAN_HANDOFF
-  __tsan_release(hint);
-#else
-  (void)hint;
-#endif
-}
-void Received(void* hint) {
-#ifdef BYTECOMP_TSAN_HANDOFF
-  __tsan_acquire(hint);
-#else
-  (void)hint;
-#endif
-}
 
 // ZeroMQ calls this from its I/O thread once it no longer needs a zero-copy push payload.
 struct PayloadRelease {
@@ -43,7 +16,6 @@ struct PayloadRelease {
   int64_t partition;
 };
 void ReleasePayload(void* /*data*/, void* hint) {
-  Received(hint);
   auto* release = static_cast<PayloadRelease*>(hint);
   release->tracker->PayloadReleased(release->op, release->partition);
   delete release;
@@ -51,7 +23,6 @@ void ReleasePayload(void* /*data*/, void* hint) {
 
 // ZeroMQ's release of an encoded payload: drops the engine's reference to the buffer.
 void ReleaseEncoded(void* /*data*/, void* hint) {
-  Received(hint);
   delete static_cast<std::shared_ptr<EncodedPush>*>(hint);
 }
 
@@ -237,7 +208,6 @@ void DataLoop::Send(const PartitionTask& task) {
       push.emplace_back(payload, static_cast<size_t>(bytes));
     } else {
       auto* release = new PayloadRelease{w_.tracker, task.op, task.partition};
-      Handoff(release);
       push.emplace_back(payload, static_cast<size_t>(bytes), &ReleasePayload, release);
     }
     w_.traffic->CountPush(bytes, bytes, "");
@@ -250,7 +220,6 @@ void DataLoop::Send(const PartitionTask& task) {
     header.set_payload_bytes(bytes);
     push.push_back(ProtoFrame(header));
     auto* reference = new std::shared_ptr<EncodedPush>(task.encoded);
-    Handoff(reference);
     push.emplace_back(const_cast<uint8_t*>(payload.data()), payload.size(), &ReleaseEncoded,
                       reference);
   }
