@@ -15,17 +15,15 @@
 #                 tests with the ASan runtime preloaded and leak checks off: python_asan.sh).
 #   fuzz  deploy/fuzz.sh on build-asan: every target of test/fuzz for FUZZ_SECONDS (60) on its
 #         corpus, FUZZ_JOBS (2) at a time; a hard bound of targets x seconds / jobs.
-#   tsan  build-tsan: ThreadSanitizer, with Abseil's locks made visible to it
-#         (test/sanitizers/tsan_absl_sync.cc, preloaded), libzmq's own accesses ignored
-#         (test/sanitizers/tsan.supp says why). Any TSan report fails the stage, whether or
-#         not the test noticed it.
-#           ci:   the scheduler's, server's, engine's and local reducers' unit tests (their
-#                 threads, ZeroMQ between them): clean.
-#           full: also the integration tests of the engine, server and scheduler (exact sums,
-#                 bad input, codecs, strategy switch, hierarchical, faults). Not clean: the
-#                 server hands messages between its threads over inproc sockets, and reuses
-#                 receive buffers, through libzmq's lock-free queues and reference counts,
-#                 which an uninstrumented libzmq hides from TSan (README, "Sanitizers").
+#   tsan  build-tsan: ThreadSanitizer, with Abseil's locks and libzmq's hand-offs of messages
+#         made visible to it (test/sanitizers/tsan_absl_sync.cc and tsan_zmq_sync.cc,
+#         preloaded), the accesses of libzmq and of Abseil's deadlock graph ignored
+#         (test/sanitizers/tsan.supp says why). Any TSan report fails the stage, whether or not
+#         the test noticed it. Both scopes: the scheduler's, server's, engine's and local
+#         reducers' unit tests (their threads, ZeroMQ between them) and the integration tests
+#         whose processes are ours (daemons and C++ workers: exact sums, bad input, codecs,
+#         strategy switch, hierarchical, faults; the longest jobs run fewer rounds there,
+#         BYTECOMP_SANITIZER=tsan): clean.
 # Defaults: SANITIZER_STAGES="asan fuzz tsan", SANITIZER_SCOPE=ci (what deploy/test.sh runs,
 # bounded for CI). JOBS (build) and TEST_JOBS (ctest) default to 2. Prints
 # each step's wall and CPU time and the total.
@@ -88,19 +86,14 @@ stage_fuzz() {
     --jobs "${FUZZ_JOBS:-2}"
 }
 
-# What the TSan stage runs: the unit tests with threads of their own, and the integration
-# tests whose processes are ours (daemons and C++ workers).
-if [[ $scope == full ]]; then
-  tsan_targets=(bytecomp-scheduler bytecomp-server exact_sum_worker codec_cluster_worker
-                bad_input_client bytecomp-bench server_test scheduler_test worker_test
-                local_reduce_test bytecomp_tsan_absl_sync)
-  tsan_tests='^(unit\.(server|scheduler|worker|worker\.local_reduce)|integration\.(exact_sums|bad_input|codecs|strategy_switch|hierarchical|faults))$'
-else
-  # scheduler_test starts bytecomp-scheduler (SchedulerBinaryTest).
-  tsan_targets=(bytecomp-scheduler server_test scheduler_test worker_test local_reduce_test
-                bytecomp_tsan_absl_sync)
-  tsan_tests='^unit\.(server|scheduler|worker|worker\.local_reduce)$'
-fi
+# What the TSan stage runs (either scope): the check of the preloaded libraries
+# (sanitizers.tsan_zmq_sync: hand-offs draw no report, a plain race still does), the unit tests
+# with threads of their own, and the integration tests whose processes are ours (daemons and
+# C++ workers). scheduler_test starts bytecomp-scheduler (SchedulerBinaryTest).
+tsan_targets=(bytecomp-scheduler bytecomp-server exact_sum_worker codec_cluster_worker
+              bad_input_client bytecomp-bench server_test scheduler_test worker_test
+              local_reduce_test bytecomp_tsan_absl_sync bytecomp_tsan_zmq_sync tsan_zmq_sync_check)
+tsan_tests='^(sanitizers\.tsan_zmq_sync|unit\.(server|scheduler|worker|worker\.local_reduce)|integration\.(exact_sums|bad_input|codecs|strategy_switch|hierarchical|faults))$'
 
 stage_tsan() {
   log "tsan ($scope): configure and build ${tsan_targets[*]} in $tsan_build"
@@ -114,7 +107,8 @@ stage_tsan() {
   local status=0
   time (
     export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$reports/tsan suppressions=$supp/tsan.supp"
-    export LD_PRELOAD=$tsan_build/lib/libbytecomp_tsan_absl_sync.so
+    export BYTECOMP_SANITIZER=tsan  # the longest integration jobs run fewer rounds (cluster.rounds)
+    export LD_PRELOAD="$tsan_build/lib/libbytecomp_tsan_absl_sync.so $tsan_build/lib/libbytecomp_tsan_zmq_sync.so"
     cd "$tsan_build" && ctest --output-on-failure --timeout 900 -j "$test_jobs" -R "$tsan_tests"
   ) || status=$?
   if compgen -G "$reports/tsan.*" >/dev/null; then
