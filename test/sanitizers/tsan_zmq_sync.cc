@@ -13,8 +13,12 @@
 //   zmq_msg_init_data            the payload's free function, which libzmq calls on whichever
 //                                thread drops the last reference, acquires on the data first.
 // Only what passes through a message is ordered: two threads that share anything else still
-// need a lock, and TSan still reports them when they have none. libzmq's own accesses stay
-// ignored (tsan.supp). An instrumented libzmq would make these edges itself; Debian ships none.
+// need a lock, and TSan still reports them when they have none (sanitizers.tsan_zmq_sync checks
+// both). One way these edges over-order: TSan does not see libzmq free a message it allocated,
+// so when its allocator gives the address to a later message, that message inherits the edges
+// of the first; that can hide a race, never invent one. libzmq's own memory accesses stay
+// ignored (tsan.supp); its own locks and file descriptors TSan still sees. An instrumented
+// libzmq would make these edges itself; Debian ships none.
 //
 // Built without -fsanitize=thread and with weak references to TSan's interface, so that an
 // uninstrumented process it is preloaded into (python running pytest) loads it harmlessly.
