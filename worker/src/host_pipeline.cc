@@ -13,9 +13,14 @@
 namespace bytecomp::worker {
 namespace {
 
-// A payload of fp32 values (PowerSGD's factors; artopk's 4-byte words).
-absl::Span<const float> Floats(const zmq::message_t& m) {
-  return absl::MakeConstSpan(static_cast<const float*>(m.data()), m.size() / sizeof(float));
+// A payload of fp32 values (PowerSGD's factors; artopk's 4-byte words). ZeroMQ may hand over
+// a message at any byte offset of its receive buffer: a misaligned one is copied to
+// `misaligned` (a float read through a misaligned pointer is undefined behaviour).
+absl::Span<const float> Floats(const zmq::message_t& m, std::vector<float>& misaligned) {
+  return absl::MakeConstSpan(
+      compress::AlignedAs<float>(
+          absl::MakeConstSpan(static_cast<const uint8_t*>(m.data()), m.size()), misaligned),
+      m.size() / sizeof(float));
 }
 
 }  // namespace
@@ -151,7 +156,9 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
   compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
   push->payload.resize(4 + 4 * two->SecondRoundFloats(n));
-  absl::StatusOr<size_t> bytes = two->EncodeSecond(Floats(payload), ctx, absl::MakeSpan(push->payload));
+  std::vector<float> misaligned;
+  absl::StatusOr<size_t> bytes =
+      two->EncodeSecond(Floats(payload, misaligned), ctx, absl::MakeSpan(push->payload));
   absl::Status status = bytes.status();
   if (status.ok() && pc.memory != nullptr) {
     pc.decoded.resize(n);
@@ -221,8 +228,9 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
   }
   absl::Status status;
   if (stage == 2) {
+    std::vector<float> misaligned;
     status = compress::AsTwoRound(*pc.push)->DecodeSecond(
-        Floats(payload), ctx_.ContextFor(op, partition, ctx_.rank), out);
+        Floats(payload, misaligned), ctx_.ContextFor(op, partition, ctx_.rank), out);
   } else if (op.plan.two_way()) {
     status = pc.pull->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
