@@ -5,12 +5,14 @@
 # covers; README.md ("Sanitizers and fuzzing") gives what each takes on a 2-core machine.
 #   asan  build-asan: ASan + UBSan (a UBSan finding is fatal) with libFuzzer's coverage
 #         instrumentation, LeakSanitizer on for the C++ processes.
-#           ci:   builds the fuzz targets, the daemons, bad_input_client and exact_sum_worker
-#                 (the worker of integration.bad_input) and every C++ unit test; runs every
-#                 fuzz target once over its corpus (seeds and past findings), every C++ unit
-#                 test (unit.*: common, compress, planner, scheduler, server, worker, ...) and
-#                 the hostile-client integration test (integration.bad_input: real daemons
-#                 and workers under ASan).
+#           ci:   builds the fuzz targets, the daemons, bad_input_client, the C++ test
+#                 workers (exact_sum_worker, codec_cluster_worker) and every C++ unit test;
+#                 runs every fuzz target once over its corpus (seeds, grown inputs and past
+#                 findings), every C++ unit test (unit.*: common, compress, planner,
+#                 scheduler, server, worker, ...), then the integration tests of real daemons
+#                 and workers under ASan: hostile clients (integration.bad_input), exact sums
+#                 (integration.exact_sums, fewer rounds there) and every codec one- and
+#                 two-way through a cluster (integration.codecs).
 #           full: builds everything; the whole ctest suite but the packaging tests (the Python
 #                 tests with the ASan runtime preloaded and leak checks off: python_asan.sh).
 #   fuzz  deploy/fuzz.sh on build-asan: every target of test/fuzz for FUZZ_SECONDS (60) on its
@@ -52,11 +54,12 @@ else
                 planner_test planner_calibrate_test scheduler_test server_test telemetry_test
                 worker_test local_reduce_test device_backend_test)
   asan_targets=("${fuzz_targets[@]}" bytecomp-scheduler bytecomp-server bad_input_client
-                exact_sum_worker "${unit_targets[@]}")
-  # Two runs: integration.bad_input (about 210 s of CPU-heavy daemons and workers under ASan,
-  # bounded at 240 s per job) alone after the rest, so that the unit tests (unit.planner, 130 s
-  # under ASan) do not take its cores.
-  asan_test_runs=("-R ^(fuzz\..*|unit\..*)$" "-R ^integration\.bad_input$")
+                exact_sum_worker codec_cluster_worker "${unit_targets[@]}")
+  # Two runs: the integration tests (one at a time: they share the loopback cluster lock;
+  # integration.bad_input is about 210 s of CPU-heavy daemons and workers under ASan, bounded
+  # at 240 s per job) after the rest, so that the unit tests (unit.planner, 130 s under ASan)
+  # do not take their cores.
+  asan_test_runs=("-R ^(fuzz\..*|unit\..*)$" "-R ^integration\.(bad_input|exact_sums|codecs)$")
 fi
 
 stage_asan() {
@@ -73,6 +76,7 @@ stage_asan() {
       export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1
       export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
       export LSAN_OPTIONS=suppressions=$supp/lsan.supp
+      export BYTECOMP_SANITIZER=asan  # the longest integration jobs run fewer rounds (cluster.rounds)
       cd "$asan_build" && ctest --output-on-failure --timeout 900 -j "$test_jobs" "${selector[@]}"
     ) || status=1
   done

@@ -39,15 +39,16 @@ def bin_dir():
 
 BIN_DIR = bin_dir()
 
-# deploy/check_sanitizers.sh's tsan stage sets BYTECOMP_SANITIZER=tsan: its daemons and workers
-# run 5 to 15 times slower under ThreadSanitizer.
-UNDER_TSAN = os.environ.get("BYTECOMP_SANITIZER") == "tsan"
+# deploy/check_sanitizers.sh's stages set BYTECOMP_SANITIZER (asan or tsan): their daemons and
+# workers run several times slower there (ThreadSanitizer 5 to 15 times), and under ASan hold
+# more memory (its shadow and the quarantine of freed blocks).
+SANITIZER = os.environ.get("BYTECOMP_SANITIZER", "")
 
 
-def rounds(plain, under_tsan):
-    """How many rounds a long job runs: `plain`, or `under_tsan` in the tsan stage (the same
+def rounds(plain, sanitized):
+    """How many rounds a long job runs: `plain`, or `sanitized` under a sanitizer (the same
     checks on fewer rounds; every thread and hand-off of a round is in each of them)."""
-    return under_tsan if UNDER_TSAN else plain
+    return sanitized if SANITIZER else plain
 
 
 def binary(name, must_exist=True):

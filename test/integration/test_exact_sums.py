@@ -1,6 +1,6 @@
 """W=4, S=2: 50 rounds of 40 tensors (1 element to 20 MB, fp32 and fp16); every worker checks
 every sum exactly. A second run slows one worker with random sleeps so rounds interleave.
-Under ThreadSanitizer (deploy/check_sanitizers.sh) each job runs fewer rounds."""
+Under a sanitizer (deploy/check_sanitizers.sh) each job runs fewer rounds."""
 import cluster
 
 

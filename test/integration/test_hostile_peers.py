@@ -115,10 +115,13 @@ def test_floods_big_frames_impostors_and_huge_declarations_change_nothing():
               f"scheduler {base_scheduler:.0f} -> peak {peak_scheduler:.0f}")
         # The declarations of 2^40 elements came before the base was sampled: the issue saw
         # them grow a server to 538 MB.
-        assert base_server < 256, base_server
+        # Under ASan a process also holds the blocks it freed, up to ASan's quarantine (256 MB
+        # by default): measured there, a server peaked at 404-408 MB.
+        quarantine = 256 if cluster.SANITIZER == "asan" else 0
+        assert base_server < 256 + quarantine, base_server
         # The bound: twice the job's own working set (the issue saw 26 MB grow to 2.9 GB).
-        assert peak_server <= 2 * base_server, (peak_server, base_server, outs)
-        assert peak_scheduler <= 2 * base_scheduler, (peak_scheduler, base_scheduler, outs)
+        assert peak_server <= 2 * base_server + quarantine, (peak_server, base_server, outs)
+        assert peak_scheduler <= 2 * base_scheduler + quarantine, (peak_scheduler, base_scheduler, outs)
         assert all(w.proc.poll() is None for w in c.workers), \
             "the job ended before the attacks did: " + c.dump()
 
