@@ -13,7 +13,7 @@
 namespace bytecomp::worker {
 namespace {
 
-// A payload of fp32 values (PowerSGD's factors; artopk's 4-byte words). ZeroMQ may hand over
+// A payload of fp32 values (a raw fp32 sum; PowerSGD's factors; artopk's 4-byte words). ZeroMQ may hand over
 // a message at any byte offset of its receive buffer: a misaligned one is copied to
 // `misaligned` (a float read through a misaligned pointer is undefined behaviour).
 absl::Span<const float> Floats(const zmq::message_t& m, std::vector<float>& misaligned) {
@@ -195,10 +195,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     if (request.average && request.dtype == proto::DTYPE_FLOAT32) {
       // One pass: read the sum, write the mean (DDP's allreduce + divide takes two).
       std::vector<float> misaligned;  // used only when ZeroMQ's buffer is not float-aligned
-      StoreSum(op, partition,
-               compress::AlignedAs<float>(
-                   absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
-                   misaligned));
+      StoreSum(op, partition, Floats(payload, misaligned).data());
     } else if (request.average) {
       std::vector<float> sum(n);
       ToFloat32(request.dtype, payload.data(), sum.data(), n);
