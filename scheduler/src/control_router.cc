@@ -43,13 +43,14 @@ void ControlRouter::OnTime(int64_t now_ms, Outbox* out) {
   liveness_.OnTime(now_ms, out);
   if (!out->job_end().has_value()) failover_.OnTime(now_ms, out);
   if (!out->job_end().has_value()) declarations_.OnTime(now_ms, out);
+  if (!out->job_end().has_value()) strategy_.OnTime(out);
 }
 
-int64_t ControlRouter::NextDeadlineMs(int64_t latest) const {
+int64_t ControlRouter::NextDeadlineMs(int64_t now_ms, int64_t latest) const {
   int64_t next = latest;
   for (const std::optional<int64_t>& due :
        {liveness_.NextDeadline(), liveness_.NextHeartbeat(), declarations_.NextDeadline(),
-        failover_.NextDeadline()}) {
+        failover_.NextDeadline(), strategy_.NextCheckMs(now_ms)}) {
     if (due.has_value()) next = std::min(next, *due);
   }
   return next;

@@ -166,7 +166,7 @@ absl::Status Scheduler::Run() {
     // zmq_poll, so room is not something to poll for).
     const int64_t max_wait = backlog_.empty() ? kMaxPollMs : kBacklogPollMs;
     const int64_t wait_ms =
-        std::clamp<int64_t>(router_.NextDeadlineMs(now + max_wait) - now, 0, max_wait);
+        std::clamp<int64_t>(router_.NextDeadlineMs(now, now + max_wait) - now, 0, max_wait);
     zmq::pollitem_t item{socket_->handle(), 0, ZMQ_POLLIN, 0};
     try {
       zmq::poll(&item, 1, std::chrono::milliseconds(wait_ms));

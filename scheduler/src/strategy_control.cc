@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -98,14 +99,15 @@ void StrategyControl::HandlePrepareReply(const RegisteredNode& node,
 
 void StrategyControl::HandleProfileReport(const RegisteredNode& node,
                                           const proto::ProfileReport& report, Outbox* out) {
+  (void)out;  // the plan is prepared later, by OnTime, once it is computed
   if (node.role != proto::ROLE_WORKER || !auto_plan_.has_value() || planned_) return;
   profiles_[node.rank] = report.profile();
   if (static_cast<int>(profiles_.size()) < config_.num_workers()) return;
   planned_ = true;
-  Plan(out);
+  StartPlanning();
 }
 
-void StrategyControl::Plan(Outbox* out) {
+void StrategyControl::StartPlanning() {
   std::vector<proto::ModelProfile> profiles;
   for (auto& [rank, p] : profiles_) profiles.push_back(p);
   proto::ClusterDescription cluster = auto_plan_->cluster;
@@ -117,8 +119,32 @@ void StrategyControl::Plan(Outbox* out) {
     job.hierarchical_machines = static_cast<int>(nodes_.local()->machines.size());
   }
   job.profiled_uncompressed = IsUncompressed(keeper_.current());
-  absl::StatusOr<AutoPlan> plan =
-      PlanFromProfiles(profiles, cluster, auto_plan_->costs, job, auto_plan_->options);
+  BC_LOG_INFO("--strategy=auto: every worker reported its profiled rounds; planning ",
+              profiles.empty() ? 0 : profiles.front().tensors_size(),
+              " tensors on a thread of its own (the job goes on, uncompressed, meanwhile)");
+  // The thread gets copies of everything it plans with and shares nothing with this one:
+  // PlanFromProfiles is a pure function. The future hands the result back.
+  planning_ = std::async(std::launch::async,
+                         [profiles = std::move(profiles), cluster = std::move(cluster),
+                          costs = auto_plan_->costs, job, options = auto_plan_->options] {
+                           return PlanFromProfiles(profiles, cluster, costs, job, options);
+                         });
+}
+
+std::optional<int64_t> StrategyControl::NextCheckMs(int64_t now_ms) const {
+  if (!planning_.valid()) return std::nullopt;
+  return now_ms + kPlanCheckMs;
+}
+
+void StrategyControl::OnTime(Outbox* out) {
+  if (!planning_.valid() ||
+      planning_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return;
+  }
+  // One switch at a time: a reload (SIGHUP) or a ratio change begun while the plan was
+  // computed is committed first.
+  if (keeper_.update_pending()) return;
+  absl::StatusOr<AutoPlan> plan = planning_.get();
   if (!plan.ok()) {
     BC_LOG_ERROR("--strategy=auto: planning failed, training goes on uncompressed: ",
                  plan.status().message());

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bytecomp/compress/strategy.h"
 #include "protocol_test_util.h"
 
@@ -44,6 +46,16 @@ class StrategyControlTest : public ::testing::Test {
     ASSERT_TRUE(keeper.LoadInitial(path).ok());
     control_ = std::make_unique<StrategyControl>(config_, nodes_, std::move(keeper),
                                                  std::move(auto_plan));
+  }
+  // --strategy=auto plans on a thread of its own; the scheduler's loop calls OnTime until the
+  // plan is taken up. This does the same, for at most `limit` (then the test fails).
+  void AwaitPlan(Outbox* out, absl::Duration limit = absl::Seconds(60)) {
+    const absl::Time until = absl::Now() + limit;
+    while (control_->NextCheckMs(0).has_value() && absl::Now() < until) {
+      control_->OnTime(out);
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_FALSE(control_->NextCheckMs(0).has_value()) << "no plan within " << limit;
   }
   const RegisteredNode& Worker(int rank) { return *nodes_.At(proto::ROLE_WORKER, rank); }
   const RegisteredNode& Server(int rank) { return *nodes_.At(proto::ROLE_SERVER, rank); }
@@ -175,6 +187,10 @@ TEST_F(StrategyControlTest, AutoPlansOnceEveryWorkerReportedItsProfileAndPrepare
   control_->HandleProfileReport(Worker(2), Profile(), &out);
   EXPECT_TRUE(out.messages().empty());
   control_->HandleProfileReport(Worker(1), Profile(), &out);
+  // Planning: on its own thread, the caller's (the scheduler's loop) is not held.
+  EXPECT_TRUE(out.messages().empty());
+  EXPECT_EQ(control_->NextCheckMs(1000), 1010);
+  AwaitPlan(&out);
   EXPECT_EQ(testing::Recipients(out),
             (std::vector<std::string>{WorkerId(0), WorkerId(1), WorkerId(2)}));
   EXPECT_EQ(out.messages()[0].message.strategy_prepare().version(), 2u);
@@ -215,6 +231,7 @@ TEST_F(StrategyControlTest, AutoWritesTheCommittedStrategyWithItsReasonsAsCommen
   report.mutable_profile()->mutable_tensors(0)->set_elements(25'000'000);
   Outbox out;
   for (int w = 0; w < 3; ++w) control_->HandleProfileReport(Worker(w), report, &out);
+  AwaitPlan(&out);
   ASSERT_EQ(out.messages().size(), 3u);
   // Written when every node gets it: not at the prepare, which may still fail.
   EXPECT_FALSE(std::ifstream(plan_out).good());
@@ -242,11 +259,48 @@ TEST_F(StrategyControlTest, AutoWritesTheCommittedStrategyWithItsReasonsAsCommen
   EXPECT_FALSE(Contains(text, "not considered")) << "no codec was left out here:\n" << text;
 }
 
+TEST_F(StrategyControlTest, APlanComputedWhileAReloadIsUnderWayWaitsForItsCommit) {
+  WriteFile(path_, "seed: 7\n");
+  AutoPlanInputs inputs = SlowLinksWithTopk("");
+  Start(path_, inputs);
+  proto::ProfileReport report = Profile();
+  report.mutable_profile()->mutable_tensors(0)->set_elements(25'000'000);
+  Outbox out;
+  for (int w = 0; w < 3; ++w) control_->HandleProfileReport(Worker(w), report, &out);
+  WriteFile(path_, kFp16Everywhere);
+  control_->Reload(&out);  // begun while the plan is computed
+  ASSERT_EQ(out.messages().size(), 3u);
+  EXPECT_EQ(out.messages()[0].message.strategy_prepare().version(), 2u);
+  // The plan is done in well under a second (one tensor), and waits.
+  const absl::Time until = absl::Now() + absl::Milliseconds(500);
+  while (absl::Now() < until) {
+    control_->OnTime(&out);
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(out.messages().size(), 3u);
+  EXPECT_TRUE(control_->NextCheckMs(0).has_value());
+  // The reload commits (version 2, fp16); then the plan is prepared as version 3.
+  Outbox commits;
+  for (int w = 0; w < 3; ++w) control_->HandlePrepareReply(Worker(w), PrepareReply(2, 4), &commits);
+  EXPECT_EQ(control_->keeper().current().version(), 2u);
+  Outbox planned;
+  AwaitPlan(&planned);
+  ASSERT_EQ(planned.messages().size(), 3u);
+  EXPECT_EQ(planned.messages()[0].message.strategy_prepare().version(), 3u);
+  Outbox plan_commits;
+  for (int w = 0; w < 3; ++w) {
+    control_->HandlePrepareReply(Worker(w), PrepareReply(3, 8), &plan_commits);
+  }
+  ASSERT_EQ(plan_commits.messages().size(), 5u);
+  EXPECT_EQ(control_->keeper().current().tensors(0).push_codec().name(), "topk");
+}
+
 TEST_F(StrategyControlTest, WithoutAutoProfilesAreIgnored) {
   Start("");
   Outbox out;
   for (int w = 0; w < 3; ++w) control_->HandleProfileReport(Worker(w), Profile(), &out);
   EXPECT_TRUE(out.messages().empty());
+  EXPECT_FALSE(control_->NextCheckMs(0).has_value());
   EXPECT_FALSE(control_->keeper().update_pending());
 }
 

@@ -59,10 +59,11 @@ class ControlRouter {
 
   // Heartbeats due to the nodes (every turn of the loop).
   void SendHeartbeats(int64_t now_ms, Outbox* out) { liveness_.SendHeartbeats(now_ms, out); }
-  // Deadlines: a late registration, a silent node, a declaration not complete in time.
+  // Deadlines: a late registration, a silent node, a declaration not complete in time; and a
+  // --strategy=auto plan computed on its own thread, taken up here.
   void OnTime(int64_t now_ms, Outbox* out);
   // The earliest time OnTime or SendHeartbeats has something to do; at most `latest`.
-  int64_t NextDeadlineMs(int64_t latest) const;
+  int64_t NextDeadlineMs(int64_t now_ms, int64_t latest) const;
   // SIGHUP.
   void Reload(Outbox* out) { strategy_.Reload(out); }
   // The scheduler stops (a signal, Stop): every node is told `reason`.

@@ -9,6 +9,13 @@
 // (adaptive_ratio.h), whose changes are prepared and committed as any other update, one at a
 // time, each logged with its reason.
 //
+// --strategy=auto plans on a thread of its own (StartPlanning: copies of the profiles and
+// inputs, a std::future for the result), so that the scheduler's thread goes on heartbeating
+// and answering the nodes while it plans: planning a large model, or any model under a
+// sanitizer, can take seconds, longer than the nodes' scheduler timeout. OnTime, on the
+// scheduler's thread, takes the finished plan up and prepares it; nothing else is shared.
+// Destroying a StrategyControl waits for a plan still being computed.
+//
 // --strategy=auto writes the strategy it switches to, as committed, to a file (AutoPlanInputs
 // .plan_out) with the plan's summary and per-tensor table as comments, and logs the path, the
 // summary and the table; `--strategy=FILE` runs that plan again. Beside it, what was planned
@@ -19,6 +26,8 @@
 // reports from a server are answered with an Error.
 #pragma once
 
+#include <cstdint>
+#include <future>
 #include <map>
 #include <optional>
 #include <string>
@@ -76,8 +85,8 @@ class StrategyControl {
   void Reload(Outbox* out);
   void HandlePrepareReply(const RegisteredNode& node, const proto::StrategyPrepareReply& reply,
                           Outbox* out);
-  // --strategy=auto: once every worker reported, plan and prepare the planned strategy. Other
-  // jobs ignore profiles.
+  // --strategy=auto: once every worker reported, start planning (OnTime prepares the plan once
+  // it is computed). Other jobs ignore profiles.
   void HandleProfileReport(const RegisteredNode& node, const proto::ProfileReport& report,
                            Outbox* out);
   void HandleLinkProbeReport(const RegisteredNode& node, const proto::LinkProbeReport& report,
@@ -86,10 +95,17 @@ class StrategyControl {
   // entry's ratio (adaptive_ratio.h).
   void HandleRatioReport(const RegisteredNode& node, const proto::RatioReport& report,
                          Outbox* out);
+  // --strategy=auto: once the plan is computed (and no other switch is under way), logs it and
+  // prepares every worker for it; a failed plan is logged and the job goes on as it is.
+  void OnTime(Outbox* out);
+  // While a plan is being computed: when OnTime should look again (every kPlanCheckMs).
+  std::optional<int64_t> NextCheckMs(int64_t now_ms) const;
 
  private:
   void Prepare(const proto::ControlMessage& prepare, Outbox* out);
-  void Plan(Outbox* out);
+  static constexpr int64_t kPlanCheckMs = 10;
+
+  void StartPlanning();
   // Writes the committed plan to auto_plan_->plan_out and logs where.
   void WritePlan(const proto::Strategy& committed);
 
@@ -99,6 +115,8 @@ class StrategyControl {
   std::optional<AutoPlanInputs> auto_plan_;
   std::map<int, proto::ModelProfile> profiles_;  // by worker rank
   bool planned_ = false;
+  // The plan being computed (valid from StartPlanning until OnTime takes its result).
+  std::future<absl::StatusOr<AutoPlan>> planning_;
   // The plan being switched to (for WritePlan).
   uint64_t plan_version_ = 0;
   std::optional<AutoPlan> plan_;
