@@ -14,7 +14,9 @@ Python workers) from $BYTECOMP_LIBRARY, else the lookup of bytecomp._engine.
 
 import atexit
 import os
+import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -78,8 +80,36 @@ def engine_available():
     return True, ""
 
 
+def _ephemeral_ports():
+    """The kernel's range for outgoing connections' local ports (and bind(0))."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_port_rng = random.Random()
+
+
 def free_port():
-    with socket.socket() as s:
+    """A loopback TCP port that nothing listens on, for a daemon started next. Drawn below the
+    kernel's ephemeral range: a port from bind(0) comes from that range, and between this check
+    and the daemon's bind any outgoing connection of a test running beside this one (a worker
+    connecting to its scheduler) could be given it as its local port ("Address already in
+    use", seen under ASan at -j 2)."""
+    low, _ = _ephemeral_ports()
+    first = 10000 if low > 12000 else 1024
+    for _ in range(200):
+        port = _port_rng.randrange(first, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # an unusual range: what the kernel gives
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -179,6 +209,9 @@ class Cluster:
         self.python_workers = python_workers
         self.python_path = list(python_path)
         self.stop_grace_s = stop_grace_s
+        # A work directory made here goes when the job ends well; after a failure it stays,
+        # with every process's log (dump() names them).
+        self._own_dir = workdir is None
         if workdir is None:
             workdir = tempfile.mkdtemp(prefix="bytecomp-cluster-")
         self.dir = str(workdir)
@@ -338,8 +371,10 @@ class Cluster:
             self.stop()
             raise
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         self.stop()
+        if exc_type is None and self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
         return False
 
 
