@@ -4,8 +4,9 @@
 #   configure_sanitized.sh asan DIR   ASan + UBSan (findings fatal) and libFuzzer's coverage
 #                                     instrumentation: the whole suite and the fuzz targets.
 #                                     One shared ASan runtime for every binary, so that the
-#                                     Python tests can preload it into the interpreter that
-#                                     loads libbytecomp_worker.so (test/sanitizers/python_asan.sh).
+#                                     Python tests can preload it into each interpreter that
+#                                     loads libbytecomp_worker.so (test/sanitizers/python_asan.sh,
+#                                     put before every Python test's interpreter).
 #   configure_sanitized.sh tsan DIR   ThreadSanitizer.
 # CMAKE_ARGS is passed on (e.g. a compiler launcher).
 set -euo pipefail
@@ -25,7 +26,7 @@ case "$mode" in
     link="-shared-libsan -Wl,-rpath,$runtime_dir"
     args+=(-DBYTECOMP_SANITIZE=ON -DBYTECOMP_FUZZ=ON
            "-DCMAKE_EXE_LINKER_FLAGS=$link" "-DCMAKE_SHARED_LINKER_FLAGS=$link"
-           "-DBYTECOMP_PYTHON=$root/test/sanitizers/python_asan.sh")
+           "-DBYTECOMP_PYTHON_WRAPPER=$root/test/sanitizers/python_asan.sh")
     ;;
   tsan)
     args+=(-DBYTECOMP_TSAN=ON)

@@ -47,9 +47,10 @@ BIN_DIR = bin_dir()
 SANITIZER = os.environ.get("BYTECOMP_SANITIZER", "")
 
 
-def rounds(plain, sanitized):
-    """How many rounds a long job runs: `plain`, or `sanitized` under a sanitizer (the same
-    checks on fewer rounds; every thread and hand-off of a round is in each of them)."""
+def sized(plain, sanitized):
+    """A long job's size (its rounds, its tensors' bytes, its epochs): `plain`, or `sanitized`
+    under a sanitizer: the same checks on less work (every thread, message and hand-off of a
+    round is in each round)."""
     return sanitized if SANITIZER else plain
 
 

@@ -17,24 +17,24 @@ def run(worker_args, rounds, scheduler_args=()):
 
 
 def test_exact_sums_w4_s2_50_rounds():
-    run([], rounds=cluster.rounds(50, 4))
+    run([], rounds=cluster.sized(50, 4))
 
 
 def test_exact_sums_with_a_slow_worker():
     # Worker 1 sleeps before a quarter of its pushes (up to 30 ms), so the others run ahead on
     # some keys and rounds of different keys interleave on the servers.
-    run(["--slow-rank", "1", "--slow-ms", "30"], rounds=cluster.rounds(15, 4))
+    run(["--slow-rank", "1", "--slow-ms", "30"], rounds=cluster.sized(15, 4))
 
 
 def test_exact_sums_with_per_rank_order_and_a_small_inflight_budget():
     # Every worker pushes its tensors in a different order through a 1 MB in-flight budget per
     # server: the budget must free on the server's ack, not on the round's completion, or the
     # workers would wait on each other's keys forever.
-    run(["--shuffle", "1", "--max-bytes", "4000000"], rounds=cluster.rounds(10, 4),
+    run(["--shuffle", "1", "--max-bytes", "4000000"], rounds=cluster.sized(10, 4),
         scheduler_args=["--max_inflight_bytes_per_server=1000000"])
 
 
 def test_save_state_right_after_each_wait_finds_the_tensor_idle():
     # A checkpoint taken as soon as the step's waits return: the engine must have marked each
     # tensor idle before its wait returned (a race once failed a PyTorch checkpoint test).
-    run(["--save-after-wait", "1", "--max-bytes", "1000000"], rounds=cluster.rounds(40, 6))
+    run(["--save-after-wait", "1", "--max-bytes", "1000000"], rounds=cluster.sized(40, 6))

@@ -67,9 +67,17 @@ def test_floods_big_frames_impostors_and_huge_declarations_change_nothing():
     # job's limits refuse them), then sum 40 tensors for 100 rounds; rank 1 is slowed (at least
     # 150 ms a round) so that
     # the job is still running when the attacks end.
-    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "100", "--max-bytes", "2000000",
+    # Under a sanitizer tensors of up to 1 MB, not 2: the job still outlasts the attacks.
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "100",
+           "--max-bytes", str(cluster.sized(2000000, 1000000)),
            "--hostile-declarations", "1", "--slow-rank", "1", "--slow-ms", "30"]
-    with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd) as c:
+    # Under ASan the scheduler refuses a flood's messages about 9 times slower (41,000 a second
+    # alone, against 370,000 in the plain build), and here it shares 2 cores with two
+    # busy-looping flooders and the job: its heartbeats once stalled past the 2 s timeouts and
+    # the job ended. There the nodes allow 10 s of silence; the plain build keeps 2 s.
+    silence_ms = cluster.sized(2000, 10000)
+    with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd, heartbeat_timeout_ms=silence_ms,
+                         scheduler_args=[f"--scheduler_timeout_ms={silence_ms}"]) as c:
         c.wait_workers_print("round 10/")
         server, scheduler = c.servers[0].proc.pid, c.scheduler.proc.pid
         # The job's own working set, sampled while it sums.

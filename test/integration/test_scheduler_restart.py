@@ -8,20 +8,21 @@ import time
 
 import cluster
 
-ROUNDS = 200
+ROUNDS = cluster.sized(200, 100)
 
 
 def test_scheduler_killed_and_restarted_twice_the_job_finishes_with_exact_sums(tmp_path):
     hold = tmp_path / "release"
     # The workers hold after the last round until the test lets them go, so that their
     # WorkerDone reaches the last scheduler whatever the speed of this machine.
-    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS), "--max-bytes", "400000",
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS),
+           "--max-bytes", str(cluster.sized(400000, 100000)),
            "--slow-rank", "1", "--slow-ms", "4", "--hold-file", str(hold)]
     # The nodes wait up to 10 s for a silent scheduler to come back.
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
                          scheduler_args=["--scheduler_timeout_ms=10000"]) as c:
         takeovers = []
-        for kill_at in ("round 20/", "round 60/"):
+        for kill_at in cluster.sized(("round 20/", "round 60/"), ("round 10/", "round 30/")):
             c.wait_workers_print(kill_at, timeout=120)
             killed_at = time.monotonic()
             c.scheduler.proc.send_signal(signal.SIGKILL)

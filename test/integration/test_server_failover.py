@@ -12,7 +12,10 @@ import time
 
 import cluster
 
-ROUNDS = 200
+ROUNDS = cluster.sized(200, 100)
+# The rounds at which the five kills of the first test come; each tensor's size at most.
+KILL_AT = cluster.sized((20, 50, 80, 110, 140), (10, 25, 40, 55, 70))
+MAX_BYTES = str(cluster.sized(400000, 100000))
 # fp16 both ways is exact for the workers' small-integer values: the switch keeps sums exact.
 V1 = "seed: 7\n"
 V2 = ('seed: 7\ntensors {\n  name_pattern: "*"\n  push_codec { name: "fp16" }\n'
@@ -24,7 +27,7 @@ def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path)
     hold = tmp_path / "release"
     strategy = tmp_path / "strategy.pbtxt"
     strategy.write_text(V1)
-    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS), "--max-bytes", "400000",
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS), "--max-bytes", MAX_BYTES,
            "--slow-rank", "1", "--slow-ms", "4", "--hold-file", str(hold), "--print-every", "1"]
     rng = random.Random(20261126)
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
@@ -32,7 +35,7 @@ def test_servers_killed_five_times_and_restarted_every_sum_stays_exact(tmp_path)
         recoveries = []
         for i in range(5):
             rank = i % 2
-            c.wait_workers_print(f"round {20 + 30 * i}/", timeout=120)
+            c.wait_workers_print(f"round {KILL_AT[i]}/", timeout=120)
             if i == 2:
                 strategy.write_text(V2)
                 c.scheduler.proc.send_signal(signal.SIGHUP)
@@ -87,11 +90,12 @@ def test_without_a_replacement_the_survivor_takes_the_keys_over_and_sums_stay_ex
     """Server 1 killed and not restarted: after the heartbeat timeout (2 s) and the grace
     period (1.5 s) its partitions move to server 0, and the job finishes with exact sums."""
     hold = tmp_path / "release"
-    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "120", "--max-bytes", "400000",
+    rounds, kill_at = cluster.sized((120, 30), (60, 20))  # the workers print every 10 rounds
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--max-bytes", MAX_BYTES,
            "--slow-rank", "1", "--slow-ms", "4", "--hold-file", str(hold)]
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
                          scheduler_args=["--server_replacement_timeout_ms=1500"]) as c:
-        c.wait_workers_print("round 30/", timeout=120)
+        c.wait_workers_print(f"round {kill_at}/", timeout=120)
         before = c.rounds_done()
         killed_at = time.monotonic()
         c.servers[1].proc.send_signal(signal.SIGKILL)
@@ -103,7 +107,7 @@ def test_without_a_replacement_the_survivor_takes_the_keys_over_and_sums_stay_ex
         assert codes == [0, 0, 0, 0], c.dump()
         for w in c.workers:
             out = w.output()
-            assert "ALL SUMS EXACT: 120 rounds x 40 tensors, W=4" in out, c.dump()
+            assert f"ALL SUMS EXACT: {rounds} rounds x 40 tensors, W=4" in out, c.dump()
             assert "server 1 was not replaced in time" in out, c.dump()
         assert "its partitions move to server 0" in c.scheduler.output(), c.dump()
         assert "taking over" in c.servers[0].output(), c.dump()
