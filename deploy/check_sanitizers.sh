@@ -4,17 +4,14 @@
 # into its own directory. SANITIZER_STAGES picks the stages, SANITIZER_SCOPE how much each
 # covers; README.md ("Sanitizers and fuzzing") gives what each takes on a 2-core machine.
 #   asan  build-asan: ASan + UBSan (a UBSan finding is fatal) with libFuzzer's coverage
-#         instrumentation, LeakSanitizer on for the C++ processes.
-#           ci:   builds the fuzz targets, the daemons, bad_input_client, the C++ test
-#                 workers (exact_sum_worker, codec_cluster_worker) and every C++ unit test;
-#                 runs every fuzz target once over its corpus (seeds, grown inputs and past
-#                 findings), every C++ unit test (unit.*: common, compress, planner,
-#                 scheduler, server, worker, ...), then the integration tests of real daemons
-#                 and workers under ASan: hostile clients (integration.bad_input), exact sums
-#                 (integration.exact_sums, fewer rounds there) and every codec one- and
-#                 two-way through a cluster (integration.codecs).
-#           full: builds everything; the whole ctest suite but the packaging tests (the Python
-#                 tests with the ASan runtime preloaded and leak checks off: python_asan.sh).
+#         instrumentation, LeakSanitizer on for the C++ processes. Both scopes: builds
+#         everything and runs the whole ctest suite but the packaging tests: every fuzz
+#         target once over its corpus (seeds, grown inputs and past findings), every C++ unit
+#         test, every integration test of real daemons and workers, the launcher's, the tools'
+#         and the Python shims' tests (with the ASan runtime preloaded into each interpreter and
+#         leak checks off there: test/sanitizers/python_asan.sh). BYTECOMP_SANITIZER=asan: the
+#         longest jobs run the same checks on less work there (cluster.sized, the planner's
+#         random models).
 #   fuzz  deploy/fuzz.sh on build-asan: every target of test/fuzz for FUZZ_SECONDS (60) on its
 #         corpus, FUZZ_JOBS (2) at a time; a hard bound of targets x seconds / jobs.
 #   tsan  build-tsan: ThreadSanitizer, with Abseil's locks and libzmq's hand-offs of messages
@@ -40,27 +37,12 @@ supp=$root/test/sanitizers
 log() { echo "[sanitizers] $*"; }
 TIMEFORMAT="[sanitizers] %R s wall, %U s user + %S s system CPU"
 
-fuzz_targets=(codec_fuzzer aggregator_fuzzer server_request_fuzzer scheduler_control_fuzzer
-              strategy_text_fuzzer config_text_fuzzer)
-if [[ $scope == full ]]; then
-  asan_targets=(all)
-  # Not the packaging tests: they install the build into fresh roots, where an ASan build's
-  # binaries lack their runtime; what they check (layout, units) is not memory safety.
-  asan_test_runs=("-E ^package\.")
-else
-  # Every C++ unit test a sanitized build has (CUDA is off there); scheduler_test starts
-  # bytecomp-scheduler.
-  unit_targets=(common_test compress_test compress_shared_math_test cpu_offload_test
-                planner_test planner_calibrate_test scheduler_test server_test telemetry_test
-                worker_test local_reduce_test device_backend_test)
-  asan_targets=("${fuzz_targets[@]}" bytecomp-scheduler bytecomp-server bad_input_client
-                exact_sum_worker codec_cluster_worker "${unit_targets[@]}")
-  # Two runs: the integration tests (one at a time: they share the loopback cluster lock;
-  # integration.bad_input is about 210 s of CPU-heavy daemons and workers under ASan, bounded
-  # at 240 s per job) after the rest, so that the unit tests (unit.planner, 130 s under ASan)
-  # do not take their cores.
-  asan_test_runs=("-R ^(fuzz\..*|unit\..*)$" "-R ^integration\.(bad_input|exact_sums|codecs)$")
-fi
+# Everything: the suite's tests need the daemons, the engine library, the test workers, the
+# tools and the fuzz targets.
+asan_targets=(all)
+# Not the packaging tests: they install the build into fresh roots, where an ASan build's
+# binaries lack their runtime; what they check (layout, units) is not memory safety.
+asan_tests=(-E '^package\.')
 
 stage_asan() {
   log "asan ($scope): configure and build ${asan_targets[*]} in $asan_build"
@@ -68,19 +50,14 @@ stage_asan() {
     bash "$root/deploy/configure_sanitized.sh" asan "$asan_build" &&
       cmake --build "$asan_build" -j "$jobs" --target "${asan_targets[@]}"
   } || return 1
-  local run status=0 selector
-  for run in "${asan_test_runs[@]}"; do
-    read -r -a selector <<<"$run"  # an option and its pattern (split, never globbed)
-    log "asan ($scope): ctest ${selector[*]} under ASan + UBSan"
-    time (
-      export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1
-      export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-      export LSAN_OPTIONS=suppressions=$supp/lsan.supp
-      export BYTECOMP_SANITIZER=asan  # the longest integration jobs run fewer rounds (cluster.rounds)
-      cd "$asan_build" && ctest --output-on-failure --timeout 900 -j "$test_jobs" "${selector[@]}"
-    ) || status=1
-  done
-  return "$status"
+  log "asan ($scope): ctest ${asan_tests[*]} under ASan + UBSan"
+  time (
+    export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    export LSAN_OPTIONS=suppressions=$supp/lsan.supp
+    export BYTECOMP_SANITIZER=asan  # the longest jobs run less work (cluster.sized)
+    cd "$asan_build" && ctest --output-on-failure --timeout 900 -j "$test_jobs" "${asan_tests[@]}"
+  )
 }
 
 stage_fuzz() {
@@ -111,7 +88,7 @@ stage_tsan() {
   local status=0
   time (
     export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$reports/tsan suppressions=$supp/tsan.supp"
-    export BYTECOMP_SANITIZER=tsan  # the longest integration jobs run fewer rounds (cluster.rounds)
+    export BYTECOMP_SANITIZER=tsan  # the longest jobs run less work (cluster.sized)
     export LD_PRELOAD="$tsan_build/lib/libbytecomp_tsan_absl_sync.so $tsan_build/lib/libbytecomp_tsan_zmq_sync.so"
     cd "$tsan_build" && ctest --output-on-failure --timeout 900 -j "$test_jobs" -R "$tsan_tests"
   ) || status=$?
