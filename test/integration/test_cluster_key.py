@@ -20,6 +20,9 @@ import cluster
 
 LAUNCHER = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "bytecomp-run")
 MODES = ("plain", "own-key", "other-job")
+# The keyed jobs' rounds: long enough to outlast the intruders (about 15 s), also under a
+# sanitizer, where each round takes about twice as long.
+ROUNDS = cluster.sized(150, 80)
 
 
 def make_key(directory):
@@ -55,7 +58,7 @@ def test_clients_without_the_key_get_nothing_through_and_the_job_sums_exactly(tm
     key, public = make_key(str(tmp_path))
     # Worker 1 sleeps before some pushes (about 0.2 s a round), so that the job outlasts the
     # intruders (about 15 s) even on a fast machine.
-    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "150", "--max-bytes", "300000",
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS), "--max-bytes", "300000",
            "--slow-rank", "1", "--slow-ms", "40"]
     with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd,
                          extra_env={"BYTECOMP_KEY_FILE": key}) as c:
@@ -70,7 +73,7 @@ def test_clients_without_the_key_get_nothing_through_and_the_job_sums_exactly(tm
         assert all(running), "the job ended before the intruders did: " + c.dump()
         assert c.wait_workers(timeout=300) == [0, 0], c.dump()
         for w in c.workers:
-            assert "ALL SUMS EXACT: 150 rounds x" in w.output(), c.dump()
+            assert f"ALL SUMS EXACT: {ROUNDS} rounds x" in w.output(), c.dump()
         assert c.wait_scheduler(30) == 0, c.dump()  # no intruder's Shutdown stopped it
         assert c.wait_node(c.servers[0], 30) == 0, c.dump()
         sched, server = c.scheduler.output(), c.servers[0].output()
@@ -101,7 +104,7 @@ def test_the_intruder_check_can_fail_without_a_key():
 
 def test_the_local_root_refuses_clients_without_the_key(tmp_path):
     key, public = make_key(str(tmp_path))
-    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "150", "--max-bytes", "200000",
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS), "--max-bytes", "200000",
            "--slow-rank", "1", "--slow-ms", "40"]
     machine = {"BYTECOMP_MACHINE": "keyed-machine"}
     with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd, scheduler_args=["--hierarchical"],
@@ -115,7 +118,7 @@ def test_the_local_root_refuses_clients_without_the_key(tmp_path):
         assert all(rc == 0 for rc, _ in results.values()), results
         assert c.wait_workers(timeout=300) == [0, 0], c.dump()
         for w in c.workers:
-            assert "ALL SUMS EXACT: 150 rounds" in w.output(), c.dump()
+            assert f"ALL SUMS EXACT: {ROUNDS} rounds" in w.output(), c.dump()
         out = root.output()
     assert f"cluster key: refused a peer on {endpoint} that does not speak CURVE" in out, out
     assert "cluster key: refused 127.0.0.1: a CURVE key that is not the cluster key" in out, out

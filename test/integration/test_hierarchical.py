@@ -47,7 +47,8 @@ def run_exact(machines, rounds, worker_args=(), local_ranks=None, local_sizes=No
               extra_env=None, check=None):
     w = len(machines)
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--shuffle", "1",
-           "--max-bytes", "3000000", "--partition-bytes", str(PARTITION)] + list(worker_args)
+           "--max-bytes", str(cluster.sized(3000000, 1500000)),
+           "--partition-bytes", str(PARTITION)] + list(worker_args)
     with cluster.Cluster(workers=w, servers=2, worker_cmd=cmd, partition_bytes=PARTITION,
                          scheduler_args=["--hierarchical"], extra_env=extra_env,
                          worker_env=machines_env(machines, local_ranks, local_sizes)) as c:
@@ -201,8 +202,8 @@ def test_strategy_switch_applies_at_one_round_on_every_local_rank(tmp_path):
     path = os.path.join(tmp_path, "strategy.pbtxt")
     with open(path, "w") as f:
         f.write(V1)
-    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--max-bytes", "1000000",
-           "--slow-rank", "3", "--slow-ms", "20"]
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds),
+           "--max-bytes", str(cluster.sized(1000000, 250000)), "--slow-rank", "3", "--slow-ms", "20"]
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
                          scheduler_args=[f"--strategy={path}", "--hierarchical"],
                          worker_env=machines_env(["A", "B", "A", "B"])) as c:

@@ -42,8 +42,8 @@ def test_switch_mid_training_keeps_sums_exact_and_versions_agree(tmp_path):
     path = os.path.join(tmp_path, "strategy.pbtxt")
     with open(path, "w") as f:
         f.write(V1)
-    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS), "--max-bytes", "1000000",
-           "--slow-rank", "1", "--slow-ms", "20"]
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS),
+           "--max-bytes", str(cluster.sized(1000000, 250000)), "--slow-rank", "1", "--slow-ms", "20"]
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
                          scheduler_args=[f"--strategy={path}"]) as c:
         assert cluster.wait_for(lambda: "round 10/" in c.workers[0].output(), 60), c.dump()
