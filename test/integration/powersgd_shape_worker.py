@@ -6,7 +6,6 @@ every worker's gradient, which this worker computes itself) relative to the sum'
 value, as JSON."""
 import ctypes
 import json
-import math
 import random
 
 from bytecomp import _engine

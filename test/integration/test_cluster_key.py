@@ -12,9 +12,7 @@
 """
 import os
 import re
-import signal
 import subprocess
-import tempfile
 
 import cluster
 
