@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The sanitized and fuzz stages of the test command (deploy/test.sh runs this after the plain
 # suite). Each builds with clang (CUDA off, -O1, line tables only: deploy/configure_sanitized.sh)
-# into its own directory. SANITIZER_STAGES picks the stages, SANITIZER_SCOPE how much each
-# covers; README.md ("Sanitizers and fuzzing") gives what each takes on a 2-core machine.
+# into its own directory. SANITIZER_STAGES picks the stages; README.md ("Sanitizers and
+# fuzzing") gives what each takes on a 2-core machine.
 #   asan  build-asan: ASan + UBSan (a UBSan finding is fatal) with libFuzzer's coverage
-#         instrumentation, LeakSanitizer on for the C++ processes. Both scopes: builds
-#         everything and runs the whole ctest suite but the packaging tests: every fuzz
+#         instrumentation, LeakSanitizer on for the C++ processes. Builds everything and runs the whole ctest suite but the packaging tests: every fuzz
 #         target once over its corpus (seeds, grown inputs and past findings), every C++ unit
 #         test, every integration test of real daemons and workers, the launcher's, the tools'
 #         and the Python shims' tests (with the ASan runtime preloaded into each interpreter and
@@ -18,18 +17,16 @@
 #         made visible to it (test/sanitizers/tsan_absl_sync.cc and tsan_zmq_sync.cc,
 #         preloaded), the accesses of libzmq and of Abseil's deadlock graph ignored
 #         (test/sanitizers/tsan.supp says why). Any TSan report fails the stage, whether or not
-#         the test noticed it. Both scopes: the scheduler's, server's, engine's and local
+#         the test noticed it. Runs the scheduler's, server's, engine's and local
 #         reducers' unit tests (their threads, ZeroMQ between them) and the integration tests
 #         whose processes are ours (daemons and C++ workers: exact sums, bad input, codecs,
 #         strategy switch, hierarchical, faults; the longest jobs run fewer rounds there,
 #         BYTECOMP_SANITIZER=tsan): clean.
-# Defaults: SANITIZER_STAGES="asan fuzz tsan", SANITIZER_SCOPE=ci (what deploy/test.sh runs,
-# bounded for CI). JOBS (build) and TEST_JOBS (ctest) default to 2. Prints
-# each step's wall and CPU time and the total.
+# Default: SANITIZER_STAGES="asan fuzz tsan" (what deploy/test.sh runs). JOBS (build) and
+# TEST_JOBS (ctest) default to 2. Prints each step's wall and CPU time and the total.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=${SANITIZER_STAGES:-asan fuzz tsan}
-scope=${SANITIZER_SCOPE:-ci}
 jobs=${JOBS:-2} test_jobs=${TEST_JOBS:-2}
 asan_build=${ASAN_BUILD_DIR:-$root/build-asan}
 tsan_build=${TSAN_BUILD_DIR:-$root/build-tsan}
@@ -45,12 +42,12 @@ asan_targets=(all)
 asan_tests=(-E '^package\.')
 
 stage_asan() {
-  log "asan ($scope): configure and build ${asan_targets[*]} in $asan_build"
+  log "asan: configure and build ${asan_targets[*]} in $asan_build"
   time {
     bash "$root/deploy/configure_sanitized.sh" asan "$asan_build" &&
       cmake --build "$asan_build" -j "$jobs" --target "${asan_targets[@]}"
   } || return 1
-  log "asan ($scope): ctest ${asan_tests[*]} under ASan + UBSan"
+  log "asan: ctest ${asan_tests[*]} under ASan + UBSan"
   time (
     export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -67,7 +64,7 @@ stage_fuzz() {
     --jobs "${FUZZ_JOBS:-2}"
 }
 
-# What the TSan stage runs (either scope): the check of the preloaded libraries
+# What the TSan stage runs: the check of the preloaded libraries
 # (sanitizers.tsan_zmq_sync: hand-offs draw no report, a plain race still does), the unit tests
 # with threads of their own, and the integration tests whose processes are ours (daemons and
 # C++ workers). scheduler_test starts bytecomp-scheduler (SchedulerBinaryTest).
@@ -77,14 +74,14 @@ tsan_targets=(bytecomp-scheduler bytecomp-server exact_sum_worker codec_cluster_
 tsan_tests='^(sanitizers\.tsan_zmq_sync|unit\.(server|scheduler|worker|worker\.local_reduce)|integration\.(exact_sums|bad_input|codecs|strategy_switch|hierarchical|faults))$'
 
 stage_tsan() {
-  log "tsan ($scope): configure and build ${tsan_targets[*]} in $tsan_build"
+  log "tsan: configure and build ${tsan_targets[*]} in $tsan_build"
   time {
     bash "$root/deploy/configure_sanitized.sh" tsan "$tsan_build" &&
       cmake --build "$tsan_build" -j "$jobs" --target "${tsan_targets[@]}"
   } || return 1
   local reports=$tsan_build/tsan-reports
   rm -rf "$reports" && mkdir -p "$reports"
-  log "tsan ($scope): tests matching $tsan_tests"
+  log "tsan: tests matching $tsan_tests"
   local status=0
   time (
     export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$reports/tsan suppressions=$supp/tsan.supp"
@@ -104,16 +101,12 @@ stage_tsan() {
 }
 
 # (A function run as an if's condition runs without errexit: each stage checks its steps.)
-case "$scope" in
-  ci|full) ;;
-  *) echo "check_sanitizers.sh: SANITIZER_SCOPE is ci or full, not '$scope'" >&2; exit 2 ;;
-esac
 failed=()
 for stage in $stages; do
   TIMEFORMAT="[sanitizers] %R s wall, %U s user + %S s system CPU"
   if ! "stage_$stage"; then failed+=("$stage"); fi
 done
-log "stages $stages ($scope): ${SECONDS} s wall in all"
+log "stages $stages: ${SECONDS} s wall in all"
 if ((${#failed[@]})); then
   log "FAILED stages: ${failed[*]}"
   exit 1

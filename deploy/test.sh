@@ -2,13 +2,12 @@
 # README command (b): installs what is needed, builds, runs every test (ctest: C++ unit tests,
 # multi-process integration tests and the Python shim tests), then checks the lock rules of
 # every C++ file with clang -Wthread-safety -Werror (deploy/check_clang.py, in build-clang/),
-# then the sanitized and fuzz stages (deploy/check_sanitizers.sh, in build-asan/: every fuzz
-# target over its corpus, every C++ unit test and the daemons' hostile-input, exact-sum and
-# codec tests under ASan and UBSan, then every fuzz target for a minute; in build-tsan/: the
-# scheduler's, server's and engine's unit and integration tests under ThreadSanitizer;
-# README.md gives their time).
+# then the sanitized and fuzz stages (deploy/check_sanitizers.sh, in build-asan/: the whole suite
+# but the packaging tests under ASan and UBSan, the longest jobs on less work there, then every
+# fuzz target for a minute; in build-tsan/: the scheduler's, server's and engine's unit and
+# integration tests under ThreadSanitizer; README.md gives their time).
 # BYTECOMP_SKIP_SANITIZERS=1 leaves those stages out (a quicker local run); SANITIZER_STAGES
-# and SANITIZER_SCOPE=full run more of them.
+# picks some of them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/deploy/setup.sh"
