@@ -2,7 +2,8 @@
 // TSan, so absl::Mutex's atomics and futex waits are invisible to it and every field guarded by
 // an absl::Mutex looks like a data race. This library, preloaded into the TSan build's
 // processes (LD_PRELOAD, deploy/check_sanitizers.sh), interposes the Mutex, CondVar and
-// Notification functions that our code calls, forwards each to Abseil's own (dlsym
+// Notification functions that our code calls (and absl::Status's out-of-line reference count,
+// below), forwards each to Abseil's own (dlsym
 // RTLD_NEXT) and tells TSan the happens-before edge it makes: acquire after a lock is taken,
 // release before it is given up. Races on data guarded by a lock are then still found when a
 // thread touches it without the lock. (An instrumented Abseil would do this itself; Debian
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "absl/base/options.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -191,6 +193,20 @@ bool Notification::WaitForNotificationWithTimeout(absl::Duration timeout) const 
   const bool notified = real(this, timeout);
   if (notified) Acquire(this);
   return notified;
+}
+
+// absl::Status shares its heap representation (message, payloads) between copies under an
+// atomic reference count that Abseil decrements out of line, in libabsl_status: invisible to
+// TSan. A copy one thread read and dropped, whose last reference another thread dropped and
+// freed, read as a race (the engine's data thread freeing a failed Operation's status after
+// bytecomp_wait had copied its message: integration.faults). Each decrement releases on the
+// representation and acquires what every earlier decrement released, so the one that frees
+// it comes after every other holder's use, as the atomic makes it.
+void Status::UnrefNonInlined(uintptr_t rep) {
+  static const auto real = Real<void (*)(uintptr_t)>("6Status15UnrefNonInlinedEm");
+  Release(reinterpret_cast<const void*>(rep));
+  Acquire(reinterpret_cast<const void*>(rep));
+  real(rep);
 }
 
 ABSL_NAMESPACE_END
