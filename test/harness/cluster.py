@@ -81,14 +81,14 @@ def engine_available():
     return True, ""
 
 
-def _ephemeral_ports():
-    """The kernel's range for outgoing connections' local ports (and bind(0))."""
+def _ephemeral_low():
+    """The lowest port of the kernel's range for outgoing connections' local ports (and
+    bind(0))."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low, high = (int(v) for v in f.read().split())
-            return low, high
-    except (OSError, ValueError):
-        return 32768, 60999
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 _port_rng = random.Random()
@@ -100,7 +100,7 @@ def free_port():
     and the daemon's bind any outgoing connection of a test running beside this one (a worker
     connecting to its scheduler) could be given it as its local port ("Address already in
     use", seen under ASan at -j 2)."""
-    low, _ = _ephemeral_ports()
+    low = _ephemeral_low()
     first = 10000 if low > 12000 else 1024
     for _ in range(200):
         port = _port_rng.randrange(first, low)

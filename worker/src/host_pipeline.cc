@@ -13,9 +13,9 @@
 namespace bytecomp::worker {
 namespace {
 
-// A payload of fp32 values (a raw fp32 sum; PowerSGD's factors; artopk's 4-byte words). ZeroMQ may hand over
-// a message at any byte offset of its receive buffer: a misaligned one is copied to
-// `misaligned` (a float read through a misaligned pointer is undefined behaviour).
+// A payload of fp32 values (a raw fp32 sum; PowerSGD's factors; artopk's 4-byte words).
+// ZeroMQ may hand over a message at any byte offset of its receive buffer: a misaligned one is
+// copied to `misaligned` (a float read through a misaligned pointer is undefined behaviour).
 absl::Span<const float> Floats(const zmq::message_t& m, std::vector<float>& misaligned) {
   return absl::MakeConstSpan(
       compress::AlignedAs<float>(
