@@ -92,27 +92,31 @@ def _ephemeral_low():
 
 
 _port_rng = random.Random()
+_ports_given = set()  # every port free_port() has returned in this process
 
 
 def free_port():
-    """A loopback TCP port that nothing listens on, for a daemon started next. Drawn below the
-    kernel's ephemeral range: a port from bind(0) comes from that range, and between this check
-    and the daemon's bind any outgoing connection of a test running beside this one (a worker
-    connecting to its scheduler) could be given it as its local port ("Address already in
-    use", seen under ASan at -j 2)."""
+    """A loopback TCP port that nothing listens on, for a daemon started next, and one this
+    process has not handed out before. Drawn below the kernel's ephemeral range: a port from
+    bind(0) comes from that range, and between this check and the daemon's bind any outgoing
+    connection of a test running beside this one (a worker connecting to its scheduler) could
+    be given it as its local port ("Address already in use", seen under ASan at -j 2). Never
+    twice: a cluster draws all its ports before any daemon binds one, so the bind check alone
+    cannot tell two draws apart (two servers given one port, seen under TSan in CI)."""
     low = _ephemeral_low()
     first = 10000 if low > 12000 else 1024
     for _ in range(200):
         port = _port_rng.randrange(first, low)
+        if port in _ports_given:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
-    with socket.socket() as s:  # an unusual range: what the kernel gives
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        _ports_given.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port found in {first}..{low - 1} after 200 draws")
 
 
 def wait_for(predicate, timeout, interval=0.05):
