@@ -4,7 +4,6 @@ planned strategy mid-run, training goes on through it, and the plan it switched 
 out with its reasons: a strategy file that a second job runs as it is."""
 import os
 import re
-import tempfile
 
 import cluster
 
@@ -25,8 +24,8 @@ def strategy_entries(text):
     return entries
 
 
-def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan():
-    plan_out = os.path.join(tempfile.mkdtemp(prefix="bytecomp-auto-"), "plan.pbtxt")
+def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan(tmp_path):
+    plan_out = str(tmp_path / "plan.pbtxt")
     args = ["--strategy=auto", "--profile_rounds=3", f"--plan_out={plan_out}",
             f"--plan_cluster={os.path.join(PLANNER, 'clusters', '4x1gpu-1g.pbtxt')}",
             f"--plan_costs={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}"]
@@ -84,14 +83,14 @@ def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan
         assert "--strategy=auto" not in again.scheduler.output(), again.dump()
 
 
-def test_auto_strategy_sums_top_k_where_gathering_would_cost_more():
+def test_auto_strategy_sums_top_k_where_gathering_would_cost_more(tmp_path):
     """Gather or sum, through a real job (W=4, S=2): the user accepts top-k 1% with residual
     for every tensor (--plan_options), the links are 1 Gbit/s as described. For a large
     gradient, gather-style topk pulls the servers' union of four workers' k indices and values,
     up to 4k pairs, where artopk pulls one k-vector of sums: the planner sums (artopk) there,
     and may gather where a tensor is small enough for its extra round to matter. The job runs
     through the switch to the plan and every node ends cleanly."""
-    work = tempfile.mkdtemp(prefix="bytecomp-auto-artopk-")
+    work = str(tmp_path)
     plan_out = os.path.join(work, "plan.pbtxt")
     machines = cluster.write_plan_cluster(os.path.join(work, "cluster.pbtxt"), machines=4,
                                           servers=2)

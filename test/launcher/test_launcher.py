@@ -275,7 +275,6 @@ class LauncherTest(unittest.TestCase):
 
     def test_runs_under_the_python3_on_path(self):
         # The launcher's own shebang (/usr/bin/env python3) with whatever python3 PATH gives.
-        start = time.monotonic()
         proc = subprocess.run([LAUNCHER, "-np", "2", "--bin-dir", STANDINS, "--", WORKER],
                               env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               timeout=RUN_TIMEOUT)

@@ -46,7 +46,7 @@ def train_distributed(bc, rank, size, steps=20, local_batch=8, average=True, lr=
     k = backward_passes_per_step
     x, y = make_batches(seed, steps, local_batch * size)
     for step in range(steps):
-        lo, hi = rank * local_batch, (rank + 1) * local_batch
+        lo = rank * local_batch
         micro = local_batch // k
         for j in range(k):
             xb = x[step, lo + j * micro:lo + (j + 1) * micro]

@@ -27,7 +27,7 @@ def python_cluster(*args, **kwargs):
 @pytest.mark.skipif(not available, reason=why)
 def test_gluon_training_w2_equals_one_process(tmp_path):
     with python_cluster(tmp_path, workers=2, servers=1) as cluster:
-        results = cluster.run_workers([os.path.join(HERE, "workers", "mxnet_gluon.py"),
+        cluster.run_workers([os.path.join(HERE, "workers", "mxnet_gluon.py"),
                                        str(tmp_path)], timeout_s=90, python=sys.executable)
         cluster.check_workers_ok()
     want = train_reference(2)
@@ -48,7 +48,7 @@ MXNET_MIN_ACCURACY = 0.94  # measured 0.9749 (W=2, 10 epochs, seed 42; W=2 sums 
 def test_gluon_digits_w2_reaches_accuracy(tmp_path):
     repo = os.path.dirname(os.path.dirname(HERE))
     with python_cluster(tmp_path, workers=2, servers=1) as cluster:
-        results = cluster.run_workers(
+        cluster.run_workers(
             [os.path.join(repo, "examples", "train_digits_mxnet.py"), "--epochs", "10",
              "--seed", "42", "--json-out", str(tmp_path)], timeout_s=120,
             python=sys.executable)

@@ -11,7 +11,6 @@ Behaviour is chosen through environment variables (the launcher passes its envir
 import json
 import os
 import signal
-import sys
 
 
 def write_pid(name):
