@@ -39,7 +39,7 @@ std::string Where(absl::string_view source, const TextFormat::ParseInfoTree* tre
 }
 
 absl::Status CheckCodec(const proto::CodecConfig& c, const std::string& field) {
-  if (c.name().empty() || c.name() == "none") {
+  if (IsNoneName(c.name())) {
     if (!c.memory().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".memory: '", c.memory(),
                                                      "' needs a codec"));

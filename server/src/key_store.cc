@@ -16,8 +16,6 @@ bool FloatAligned(const zmq::message_t& m) {
 
 std::string KeyName(uint64_t key) { return absl::StrCat(KeyTensor(key), ":", KeyPartition(key)); }
 
-bool IsRaw(const std::string& codec) { return codec.empty() || codec == "none"; }
-
 // Whether pulls get the push codec's own encoding of the sum, which its aggregator builds
 // without a dense buffer (CodecProperties::sum_in_push_format, blocksparse): one-way always;
 // two-way when the pull codec is the same lossless codec without a memory, whose re-encode of
@@ -31,7 +29,7 @@ absl::StatusOr<bool> EncodedSumAnswers(const compress::TensorPlan& plan) {
   if (!plan.two_way()) return true;
   return p.lossless && plan.pull.name() == plan.push.name() &&
          compress::ParamsOf(plan.pull) == compress::ParamsOf(plan.push) &&
-         IsRaw(plan.pull.memory());
+         compress::IsNoneName(plan.pull.memory());
 }
 
 }  // namespace
@@ -180,14 +178,16 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
     return;
   }
   const int64_t payload_bytes = static_cast<int64_t>(payload.size());
+  // The round's codec as keys record it: "" for raw values, however the push named them.
+  const std::string push_codec = compress::IsNoneName(h.codec()) ? "" : h.codec();
   if (key.pushes == 0) {
     if (timeline_ != nullptr || metrics_ != nullptr) key.first_push_us = telemetry::Timeline::NowUs();
     key.round_version = h.strategy_version();
-    key.round_codec = IsRaw(h.codec()) ? "" : h.codec();
+    key.round_codec = push_codec;
     key.round_stage = h.stage();
     key.round_iteration = h.iteration();
     key.round_error.clear();
-  } else if (h.strategy_version() != key.round_version || key.round_codec != (IsRaw(h.codec()) ? "" : h.codec()) ||
+  } else if (h.strategy_version() != key.round_version || key.round_codec != push_codec ||
              h.stage() != key.round_stage || h.iteration() != key.round_iteration) {
     // No round mixes codecs or strategy versions.
     Refuse(std::move(identity), h,

@@ -10,11 +10,6 @@
 #include "bytecomp/compress/two_round.h"
 
 namespace bytecomp::server {
-namespace {
-
-bool IsRaw(const std::string& codec) { return codec.empty() || codec == "none"; }
-
-}  // namespace
 
 bool RequestValidator::AwaitsDeclaration(const proto::DataHeader& h) const {
   if (h.op() != proto::OP_PUSH && h.op() != proto::OP_PULL) return false;
@@ -138,7 +133,7 @@ absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_pay
   const compress::TensorPlan plan = catalog_.Plan(*tensor, h.strategy_version());
   if (h.replay()) return ValidateReplay(h, plan, elements, has_payload, payload_size, where);
   const std::string expected_codec = plan.compressed() ? plan.push.name() : "none";
-  if ((IsRaw(h.codec()) ? std::string("none") : h.codec()) != expected_codec) {
+  if ((compress::IsNoneName(h.codec()) ? std::string("none") : h.codec()) != expected_codec) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": codec '", h.codec(), "' is not the codec of '", tensor->name,
         "' under strategy version ", h.strategy_version(), " ('", expected_codec, "')"));

@@ -325,13 +325,13 @@ TEST(BlocksparseTest, BadParametersAreRefusedNamingThem) {
 
 // ---- the aggregator
 
-struct Pushes {
+struct SparsePushes {
   std::vector<std::vector<uint8_t>> payloads;
   std::vector<float> rank_order_sum;  // the decoded payloads summed in rank order
 };
 
-Pushes MakePushes(Codec& codec, size_t n, size_t block, int workers, uint64_t seed) {
-  Pushes p;
+SparsePushes MakeSparsePushes(Codec& codec, size_t n, size_t block, int workers, uint64_t seed) {
+  SparsePushes p;
   std::vector<std::vector<float>> decoded;
   for (int w = 0; w < workers; ++w) {
     const std::vector<float> x = SparseBlocks(n, block, 0.8, seed * 10 + w);
@@ -352,7 +352,7 @@ TEST(BlockSparseAggregatorTest, SumsInRankOrderAndEncodesWhatEncodeWould) {
   auto codec = Blocksparse(64);
   for (uint64_t round : {1, 2, 3}) {
     const size_t n = 10000 + 17 * round;  // the last block short
-    const Pushes p = MakePushes(*codec, n, 64, 4, round);
+    const SparsePushes p = MakeSparsePushes(*codec, n, 64, 4, round);
     (*agg)->Reset(n);
     for (int w = 0; w < 4; ++w) ASSERT_TRUE((*agg)->Add(p.payloads[w], TestContext(1, w)).ok());
     EXPECT_EQ((*agg)->count(), 4u);

@@ -3,26 +3,27 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner_test_util.h"
 
 namespace bytecomp::planner {
 namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kDir = BYTECOMP_PLANNER_DIR;
+using testing::kPlannerDir;
 
 TEST(InputsTest, ShippedProfilesLoadWithTheArchitecturesTensorCounts) {
   const std::vector<std::pair<std::string, int>> expected = {
       {"resnet50", 161}, {"resnet101", 314}, {"vgg16", 32},
       {"bert-base", 199}, {"gpt2", 148},     {"lstm", 11}};
   for (const auto& [name, count] : expected) {
-    auto profile = LoadModelProfile(kDir + "/profiles/" + name + ".pbtxt");
+    auto profile = LoadModelProfile(kPlannerDir + "/profiles/" + name + ".pbtxt");
     ASSERT_TRUE(profile.ok()) << profile.status();
     EXPECT_EQ(profile->tensors_size(), count) << name;
     EXPECT_GT(profile->forward_us(), 0) << name;
   }
   // ResNet-50 has 25,557,032 parameters; backprop order starts at the output layer.
-  auto resnet50 = LoadModelProfile(kDir + "/profiles/resnet50.pbtxt");
+  auto resnet50 = LoadModelProfile(kPlannerDir + "/profiles/resnet50.pbtxt");
   ASSERT_TRUE(resnet50.ok());
   int64_t params = 0;
   for (const auto& t : resnet50->tensors()) params += t.elements();
@@ -33,10 +34,10 @@ TEST(InputsTest, ShippedProfilesLoadWithTheArchitecturesTensorCounts) {
 
 TEST(InputsTest, ShippedClustersAndCostTableLoad) {
   for (const char* name : {"8x1gpu-10g", "4x8gpu-25g", "4x1gpu-1g"}) {
-    auto cluster = LoadClusterDescription(kDir + "/clusters/" + name + ".pbtxt");
+    auto cluster = LoadClusterDescription(kPlannerDir + "/clusters/" + name + ".pbtxt");
     EXPECT_TRUE(cluster.ok()) << name << ": " << cluster.status();
   }
-  auto costs = LoadCostTable(kDir + "/costs/nominal.pbtxt");
+  auto costs = LoadCostTable(kPlannerDir + "/costs/nominal.pbtxt");
   ASSERT_TRUE(costs.ok()) << costs.status();
   EXPECT_GE(costs->codecs_size(), 6);
 }

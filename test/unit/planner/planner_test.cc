@@ -12,11 +12,12 @@
 #include "bytecomp/common/config.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "planner_test_util.h"
 
 namespace bytecomp::planner {
 namespace {
 
-const std::string kDir = BYTECOMP_PLANNER_DIR;
+using testing::kPlannerDir;
 
 double LogUniform(std::mt19937& rng, double lo, double hi) {
   return std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng));
@@ -86,8 +87,8 @@ double Combinations(const PreparedProblem& p) {
   return combinations;
 }
 
-// A sanitized build (clang's ASan with the fuzzers' coverage: about 15 times slower here)
-// checks the first 100 random models: the same checks on a tenth of the search.
+// A sanitized build (clang's ASan, several times slower here; TSan too) checks the first
+// 100 random models: the same checks on a tenth of the search.
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define BYTECOMP_PLANNER_TEST_SANITIZED 1
@@ -182,9 +183,9 @@ TEST(PlannerTest, UnknownCodecInOptionsIsAnError) {
 
 PlannerInputs Shipped(const std::string& model, const std::string& cluster) {
   PlannerInputs in;
-  in.profile = *LoadModelProfile(kDir + "/profiles/" + model + ".pbtxt");
-  in.cluster = *LoadClusterDescription(kDir + "/clusters/" + cluster + ".pbtxt");
-  in.costs = *LoadCostTable(kDir + "/costs/nominal.pbtxt");
+  in.profile = *LoadModelProfile(kPlannerDir + "/profiles/" + model + ".pbtxt");
+  in.cluster = *LoadClusterDescription(kPlannerDir + "/clusters/" + cluster + ".pbtxt");
+  in.costs = *LoadCostTable(kPlannerDir + "/costs/nominal.pbtxt");
   return in;
 }
 
@@ -346,9 +347,9 @@ TEST(PlannerTest, TensorsBeforeACommunicationBubbleAreLeftAlone) {
 TEST(PlannerTest, CliWritesAParseableStrategyAndTrace) {
   const std::string out = ::testing::TempDir() + "/planner_cli_strategy.pbtxt";
   const std::string trace = ::testing::TempDir() + "/planner_cli_trace.json";
-  const std::string command = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + kDir +
-                              "/profiles/lstm.pbtxt --cluster=" + kDir +
-                              "/clusters/4x1gpu-1g.pbtxt --costs=" + kDir +
+  const std::string command = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + kPlannerDir +
+                              "/profiles/lstm.pbtxt --cluster=" + kPlannerDir +
+                              "/clusters/4x1gpu-1g.pbtxt --costs=" + kPlannerDir +
                               "/costs/nominal.pbtxt --out=" + out + " --trace=" + trace +
                               " > /dev/null";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
@@ -363,7 +364,7 @@ TEST(PlannerTest, CliWritesAParseableStrategyAndTrace) {
   const std::string bad = ::testing::TempDir() + "/planner_cli_bad.pbtxt";
   std::ofstream(bad) << "model: \"x\"\ntensors { name: \"a\" elements: -5 }\n";
   const std::string failing = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + bad +
-                              " --cluster=" + kDir + "/clusters/4x1gpu-1g.pbtxt --costs=" + kDir +
+                              " --cluster=" + kPlannerDir + "/clusters/4x1gpu-1g.pbtxt --costs=" + kPlannerDir +
                               "/costs/nominal.pbtxt --out=" + out + " 2> " + bad + ".err";
   EXPECT_NE(std::system(failing.c_str()), 0);
   std::ifstream err(bad + ".err");

@@ -8,6 +8,9 @@
 
 namespace bytecomp::planner::testing {
 
+// The shipped planner inputs: profiles/, clusters/, costs/ (scheduler/planner).
+inline const std::string kPlannerDir = BYTECOMP_PLANNER_DIR;
+
 inline proto::CostPoint Point(int64_t bytes, double us) {
   proto::CostPoint p;
   p.set_bytes(bytes);

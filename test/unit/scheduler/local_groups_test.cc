@@ -2,12 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "protocol_test_util.h"
+
 namespace bytecomp {
 namespace {
 
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::Contains;
 
 MachineSlot At(int rank, const std::string& machine, std::optional<int> local_rank = std::nullopt,
                std::optional<int> local_size = std::nullopt) {

@@ -12,6 +12,7 @@
 
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/transport.h"
+#include "protocol_test_util.h"
 #include "test_node.h"
 
 namespace bytecomp {
@@ -20,11 +21,8 @@ namespace {
 using proto::ControlMessage;
 using proto::ROLE_SERVER;
 using proto::ROLE_WORKER;
+using testing::Contains;
 using testing::TestNode;
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 class SchedulerTest : public ::testing::Test {
  protected:

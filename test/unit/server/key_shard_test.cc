@@ -15,8 +15,7 @@ namespace {
 
 using server_test::FloatsOf;
 using server_test::IdentityOf;
-
-constexpr int kN = 4;
+using server_test::kN;
 
 std::vector<zmq::message_t> RequestMessage(const proto::DataHeader& h, zmq::message_t identity,
                                            const std::vector<float>& values = {}) {

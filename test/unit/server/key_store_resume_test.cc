@@ -14,8 +14,8 @@ namespace {
 
 using server_test::FloatsOf;
 using server_test::IdentityOf;
-
-constexpr int kN = 4;
+using server_test::kN;
+using server_test::Ops;
 
 // A replacement server's store (or, resume false, any other's) of one 4-element tensor, and
 // requests of 4 equal values.
@@ -31,12 +31,6 @@ struct ResumingStore : server_test::Store {
     return Push(sender, round, value, /*replay=*/true);
   }
 };
-
-std::vector<proto::DataOp> Ops(const std::vector<OutgoingReply>& replies) {
-  std::vector<proto::DataOp> ops;
-  for (const OutgoingReply& r : replies) ops.push_back(r.header.op());
-  return ops;
-}
 
 TEST(KeyStoreResumeTest, EveryWorkerDoneWithTheSameRoundGoesOnAtTheNext) {
   ResumingStore s(3);

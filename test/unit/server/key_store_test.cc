@@ -19,16 +19,9 @@ namespace {
 using server_test::DeclareTensor;
 using server_test::FloatsOf;
 using server_test::IdentityOf;
-
-constexpr int kN = 4;
-
+using server_test::kN;
+using server_test::Ops;
 using server_test::Store;
-
-std::vector<proto::DataOp> Ops(const std::vector<OutgoingReply>& replies) {
-  std::vector<proto::DataOp> ops;
-  for (const OutgoingReply& r : replies) ops.push_back(r.header.op());
-  return ops;
-}
 
 TEST(KeyStoreTest, RoundsAreKeptApart) {
   Store s(/*workers=*/2);

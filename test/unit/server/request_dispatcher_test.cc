@@ -14,7 +14,7 @@
 namespace bytecomp::server {
 namespace {
 
-constexpr int kN = 4;
+using server_test::kN;
 constexpr size_t kShards = 3;
 
 RequestDispatcher Dispatcher() {

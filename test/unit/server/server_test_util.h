@@ -128,6 +128,16 @@ inline zmq::message_t Encode(const std::string& codec, const std::vector<float>&
   return zmq::message_t(out.data(), bytes.ok() ? *bytes : 0);
 }
 
+// The elements of the tensor most tests declare (Store's by default).
+inline constexpr int kN = 4;
+
+// The op of each reply, in order.
+inline std::vector<proto::DataOp> Ops(const std::vector<OutgoingReply>& replies) {
+  std::vector<proto::DataOp> ops;
+  for (const OutgoingReply& r : replies) ops.push_back(r.header.op());
+  return ops;
+}
+
 // One server (rank 0) owning one declared tensor (key 1:0) of n elements, and the replies of
 // the last call. `resume`: the store of a server that replaced a lost one (key_store.h).
 struct Store {
@@ -135,7 +145,7 @@ struct Store {
   KeyStore store;
   std::vector<OutgoingReply> out;
 
-  explicit Store(int workers, std::vector<int> pushers = {}, int64_t n = 4,
+  explicit Store(int workers, std::vector<int> pushers = {}, int64_t n = kN,
                  proto::DType dtype = proto::DTYPE_FLOAT32, bool resume = false)
       : store(/*my_rank=*/0, workers, catalog, std::move(pushers), resume) {
     EXPECT_TRUE(catalog.AddTensor(DeclareTensor(n, dtype)).ok());
@@ -152,7 +162,7 @@ struct Store {
     return Handle(Request(proto::OP_PUSH, sender, round, values.size(), dtype),
                   Payload(values, dtype));
   }
-  std::vector<OutgoingReply> Pull(int sender, uint64_t round, int64_t n = 4,
+  std::vector<OutgoingReply> Pull(int sender, uint64_t round, int64_t n = kN,
                                   proto::DType dtype = proto::DTYPE_FLOAT32) {
     return Handle(Request(proto::OP_PULL, sender, round, n, dtype));
   }

@@ -14,6 +14,9 @@
 
 namespace bytecomp::compress {
 
+// "" and "none" both name no codec (raw values) and no memory.
+inline bool IsNoneName(absl::string_view name) { return name.empty() || name == "none"; }
+
 // Tensors smaller than this stay uncompressed unless their entry forces it (as BytePS).
 constexpr int64_t kDefaultMinCompressBytes = 65536;
 
@@ -35,8 +38,8 @@ struct TensorPlan {
   // The entry adapts its ratio (TensorStrategy.adaptive_ratio): the rounds of a measurement
   // window the worker reports; 0: not adaptive.
   uint32_t ratio_window_rounds = 0;
-  bool compressed() const { return !push.name().empty() && push.name() != "none"; }
-  bool two_way() const { return compressed() && !pull.name().empty() && pull.name() != "none"; }
+  bool compressed() const { return !IsNoneName(push.name()); }
+  bool two_way() const { return compressed() && !IsNoneName(pull.name()); }
 };
 
 // The first entry whose name_pattern matches (glob: * and ?); tensors under
