@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # The sanitized and fuzz stages of the test command (deploy/test.sh runs this after the plain
-# suite). Each builds with clang (CUDA off, -O1, line tables only: deploy/configure_sanitized.sh)
-# into its own directory. SANITIZER_STAGES picks the stages; README.md ("Sanitizers and
-# fuzzing") gives what each takes on a 2-core machine.
-#   asan  build-asan: ASan + UBSan (a UBSan finding is fatal) with libFuzzer's coverage
-#         instrumentation, LeakSanitizer on for the C++ processes. Builds everything and runs the whole ctest suite but the packaging tests: every fuzz
-#         target once over its corpus (seeds, grown inputs and past findings), every C++ unit
-#         test, every integration test of real daemons and workers, the launcher's, the tools'
-#         and the Python shims' tests (with the ASan runtime preloaded into each interpreter and
-#         leak checks off there: test/sanitizers/python_asan.sh). BYTECOMP_SANITIZER=asan: the
-#         longest jobs run the same checks on less work there (cluster.sized, the planner's
-#         random models).
-#   fuzz  deploy/fuzz.sh on build-asan: every target of test/fuzz for FUZZ_SECONDS (60) on its
+# suite). Each builds with clang (CUDA off, -O1, line tables only, a unity build:
+# deploy/configure_sanitized.sh) into its own directory. SANITIZER_STAGES picks the stages;
+# README.md ("Sanitizers and fuzzing") gives what each takes on a 2-core machine.
+#   asan  build-asan: ASan + UBSan (a UBSan finding is fatal), LeakSanitizer on for the C++
+#         processes. Builds everything and runs the whole ctest suite but the packaging tests:
+#         every fuzz target once over its corpus (seeds, grown inputs and past findings), every
+#         C++ unit test, every integration test of real daemons and workers, the launcher's,
+#         the tools' and the Python shims' tests (with the ASan runtime preloaded into each
+#         interpreter and leak checks off there: test/sanitizers/python_asan.sh).
+#         BYTECOMP_SANITIZER=asan: the longest jobs run the same checks on less work there
+#         (cluster.sized, the planner's random models).
+#   fuzz  deploy/fuzz.sh in build-fuzz (ASan + UBSan + libFuzzer's coverage instrumentation,
+#         the fuzz targets only): every target of test/fuzz for FUZZ_SECONDS (60) on its
 #         corpus, FUZZ_JOBS (2) at a time; a hard bound of targets x seconds / jobs.
 #   tsan  build-tsan: ThreadSanitizer, with Abseil's locks and libzmq's hand-offs of messages
 #         made visible to it (test/sanitizers/tsan_absl_sync.cc and tsan_zmq_sync.cc,
@@ -30,6 +31,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 stages=${SANITIZER_STAGES:-asan fuzz tsan}
 jobs=${JOBS:-2} test_jobs=${TEST_JOBS:-2}
 asan_build=${ASAN_BUILD_DIR:-$root/build-asan}
+fuzz_build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 tsan_build=${TSAN_BUILD_DIR:-$root/build-tsan}
 supp=$root/test/sanitizers
 log() { echo "[sanitizers] $*"; }
@@ -59,9 +61,9 @@ stage_asan() {
 }
 
 stage_fuzz() {
-  log "fuzz: every target ${FUZZ_SECONDS:-60} s"
+  log "fuzz: build the fuzz targets in $fuzz_build, then every target ${FUZZ_SECONDS:-60} s"
   TIMEFORMAT="[sanitizers] fuzz: %R s wall, %U s user + %S s system CPU (build included)"
-  time bash "$root/deploy/fuzz.sh" --build-dir "$asan_build" --seconds "${FUZZ_SECONDS:-60}" \
+  time bash "$root/deploy/fuzz.sh" --build-dir "$fuzz_build" --seconds "${FUZZ_SECONDS:-60}" \
     --jobs "${FUZZ_JOBS:-2}"
 }
 

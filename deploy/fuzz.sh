@@ -11,13 +11,14 @@
 #   deploy/fuzz.sh --work-dir ~/fuzz-work --seconds 0  until stopped; keeps what it found
 #
 # Options: --seconds N (0: no limit), --jobs N, --timeout S, --rss-mb M, --build-dir DIR
-# (default build-asan, shared with deploy/check_sanitizers.sh), --no-build, --work-dir DIR
+# (default build-fuzz: ASan + UBSan + libFuzzer's coverage, configure_sanitized.sh fuzz; only
+# the fuzz targets are built), --no-build, --work-dir DIR
 # (default: a temporary directory, removed afterwards). Prints each target's coverage
 # (libFuzzer's cov: and ft:) and executions, and the stage's wall and CPU time.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=60 jobs=${FUZZ_JOBS:-2} timeout=30 rss_mb=2048
-build=${ASAN_BUILD_DIR:-$root/build-asan} do_build=1 work=""
+build=${FUZZ_BUILD_DIR:-$root/build-fuzz} do_build=1 work=""
 targets=()
 while (($#)); do
   case "$1" in
@@ -28,7 +29,7 @@ while (($#)); do
     --build-dir) build=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --work-dir) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -49,7 +50,7 @@ max_len() {
 }
 
 if ((do_build)); then
-  bash "$root/deploy/configure_sanitized.sh" asan "$build"
+  bash "$root/deploy/configure_sanitized.sh" fuzz "$build"
   cmake --build "$build" -j "${JOBS:-2}" --target "${targets[@]/%/_fuzzer}"
 fi
 
