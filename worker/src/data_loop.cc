@@ -390,8 +390,10 @@ void DataLoop::FailAll(const absl::Status& reason) {
   for (auto& q : queues_) {
     for (; !q.empty(); q.pop()) {
       const PartitionTask& t = q.top();
-      // Never sent: no pull reply, and no zero-copy payload for ZeroMQ to release.
-      if (t.encoded == nullptr) w_.tracker->PayloadReleased(t.op, t.partition);
+      // Not sent (again): no pull reply. An uncompressed payload's release is reported here
+      // for a first send only: a resend's zero-copy message went to the lost server's socket,
+      // and its free function reports the release (once, when ZeroMQ drops it).
+      if (t.encoded == nullptr && !t.resend) w_.tracker->PayloadReleased(t.op, t.partition);
       w_.tracker->ResultFailed(t.op, t.partition, closed_);
     }
   }
