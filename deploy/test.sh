@@ -3,9 +3,9 @@
 # multi-process integration tests and the Python shim tests), then checks the lock rules of
 # every C++ file with clang -Wthread-safety -Werror (deploy/check_clang.py, in build-clang/),
 # then the sanitized and fuzz stages (deploy/check_sanitizers.sh, in build-asan/: the whole suite
-# but the packaging tests under ASan and UBSan, the longest jobs on less work there, then every
-# fuzz target for a minute; in build-tsan/: the scheduler's, server's and engine's unit and
-# integration tests under ThreadSanitizer; README.md gives their time).
+# but the packaging tests under ASan and UBSan, the longest jobs on less work there; in
+# build-fuzz/: every fuzz target for a minute; in build-tsan/: the scheduler's, server's and
+# engine's unit and integration tests under ThreadSanitizer; README.md gives their time).
 # BYTECOMP_SKIP_SANITIZERS=1 leaves those stages out (a quicker local run); SANITIZER_STAGES
 # picks some of them.
 set -euo pipefail
