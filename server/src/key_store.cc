@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/partition.h"
 
@@ -179,11 +180,12 @@ void KeyStore::Push(KeyState& key, zmq::message_t identity, const proto::DataHea
   }
   const int64_t payload_bytes = static_cast<int64_t>(payload.size());
   // The round's codec as keys record it: "" for raw values, however the push named them.
-  const std::string push_codec = compress::IsNoneName(h.codec()) ? "" : h.codec();
+  const absl::string_view push_codec =
+      compress::IsNoneName(h.codec()) ? absl::string_view() : absl::string_view(h.codec());
   if (key.pushes == 0) {
     if (timeline_ != nullptr || metrics_ != nullptr) key.first_push_us = telemetry::Timeline::NowUs();
     key.round_version = h.strategy_version();
-    key.round_codec = push_codec;
+    key.round_codec = std::string(push_codec);
     key.round_stage = h.stage();
     key.round_iteration = h.iteration();
     key.round_error.clear();

@@ -364,8 +364,9 @@ TEST(PlannerTest, CliWritesAParseableStrategyAndTrace) {
   const std::string bad = ::testing::TempDir() + "/planner_cli_bad.pbtxt";
   std::ofstream(bad) << "model: \"x\"\ntensors { name: \"a\" elements: -5 }\n";
   const std::string failing = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + bad +
-                              " --cluster=" + kPlannerDir + "/clusters/4x1gpu-1g.pbtxt --costs=" + kPlannerDir +
-                              "/costs/nominal.pbtxt --out=" + out + " 2> " + bad + ".err";
+                              " --cluster=" + kPlannerDir + "/clusters/4x1gpu-1g.pbtxt --costs=" +
+                              kPlannerDir + "/costs/nominal.pbtxt --out=" + out + " 2> " + bad +
+                              ".err";
   EXPECT_NE(std::system(failing.c_str()), 0);
   std::ifstream err(bad + ".err");
   std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
