@@ -133,6 +133,12 @@ int main(int argc, char** argv) {
   std::vector<double> times_ms;
   int64_t first_version = -1, last_version = -1;  // strategy versions of the timed rounds
   std::vector<bytecomp_handle_t> handles(tensors.size());
+  // A failed operation: shut down first, which ends the round's other operations, so that
+  // none still uses a tensor's memory (ZeroMQ may hold a push of it) once it goes.
+  const auto shut_down_failed = [](int code) {
+    bytecomp_shutdown();
+    return code;
+  };
   for (int round = 0; round < warmup + rounds; ++round) {
     for (Tensor& t : tensors) Fill(t.data, rank, round);
     if (const int f = absl::GetFlag(FLAGS_forward_ms); f > 0) {
@@ -145,7 +151,7 @@ int main(int argc, char** argv) {
                              static_cast<int>(tensors.size()), 0, &barrier) != BYTECOMP_OK ||
           bytecomp_wait(barrier, 120000) != BYTECOMP_OK) {
         std::fprintf(stderr, "barrier failed: %s\n", bytecomp_last_error());
-        return 2;
+        return shut_down_failed(2);
       }
     }
     const auto start = std::chrono::steady_clock::now();
@@ -156,13 +162,13 @@ int main(int argc, char** argv) {
       if (bytecomp_push_pull(t.name.c_str(), t.data.data(), static_cast<int64_t>(t.data.size()),
                              BYTECOMP_FLOAT32, static_cast<int>(i), 0, &handles[i]) != BYTECOMP_OK) {
         std::fprintf(stderr, "push_pull failed: %s\n", bytecomp_last_error());
-        return 2;
+        return shut_down_failed(2);
       }
     }
     for (bytecomp_handle_t h : handles) {
       if (bytecomp_wait(h, 120000) != BYTECOMP_OK) {
         std::fprintf(stderr, "wait failed: %s\n", bytecomp_last_error());
-        return 2;
+        return shut_down_failed(2);
       }
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -174,7 +180,7 @@ int main(int argc, char** argv) {
           if (t.data[i] != expected) {
             std::fprintf(stderr, "WRONG SUM in %s[%zu] round %d: %g, expected %g\n", t.name.c_str(), i,
                          round, t.data[i], expected);
-            return 1;
+            return shut_down_failed(1);
           }
         }
       }

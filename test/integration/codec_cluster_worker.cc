@@ -336,6 +336,12 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> data(tensors, std::vector<float>(n));
   std::vector<std::vector<float>> produced(tensors, std::vector<float>(n));
   int mismatches = 0;
+  // A failed operation: shut down first, which ends the round's other operations, so that
+  // none still uses `data` (ZeroMQ may hold a push of it) once it goes.
+  const auto shut_down_failed = [] {
+    bytecomp_shutdown();
+    return 2;
+  };
   for (int round = 0; round < rounds; ++round) {
     std::vector<bytecomp_handle_t> handles(tensors);
     for (int t = 0; t < tensors; ++t) {
@@ -359,18 +365,18 @@ int main(int argc, char** argv) {
       }
       if (rc != BYTECOMP_OK) {
         std::fprintf(stderr, "push_pull %s: %s\n", names[t].c_str(), bytecomp_last_error());
-        return 2;
+        return shut_down_failed();
       }
       // Round 0 declares the tensors one after another, so tensor t gets id t.
       if (round == 0 && bytecomp_wait(handles[t], 60000) != BYTECOMP_OK) {
         std::fprintf(stderr, "OPERATION FAILED %s: %s\n", names[t].c_str(), bytecomp_last_error());
-        return 2;
+        return shut_down_failed();
       }
     }
     for (int t = 0; t < tensors; ++t) {
       if (round > 0 && bytecomp_wait(handles[t], 60000) != BYTECOMP_OK) {
         std::fprintf(stderr, "OPERATION FAILED %s round %d: %s\n", names[t].c_str(), round, bytecomp_last_error());
-        return 2;
+        return shut_down_failed();
       }
       std::vector<float> expected(n, 0.0f);
       const size_t part = part_of(names[t]);

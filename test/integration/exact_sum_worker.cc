@@ -208,6 +208,9 @@ int main(int argc, char** argv) {
                              &handles[i]) != BYTECOMP_OK) {
         std::fprintf(stderr, "OPERATION FAILED after %lld ms: %s\n",
                      static_cast<long long>(elapsed_ms()), bytecomp_last_error());
+        // This round's earlier operations may still use their tensors' memory (ZeroMQ may
+        // hold a push): shut down, which ends them, before the tensors go.
+        bytecomp_shutdown();
         return 2;
       }
     }

@@ -56,7 +56,9 @@ typedef int64_t bytecomp_handle_t;
 /* Starts the engine: registers with the scheduler, receives the topology, connects to every
  * server. config_path may be NULL. Fails within the connect timeout naming the address. */
 BYTECOMP_API int bytecomp_init(const char* config_path);
-/* Completes or fails every operation in flight (never hangs), tells the scheduler, and stops. */
+/* Completes or fails every operation in flight (never hangs), tells the scheduler, and stops.
+ * Once it returns, the engine uses no tensor's memory: a caller that gives up on operations
+ * (an error mid-round) shuts down before freeing their memory, not after. */
 BYTECOMP_API int bytecomp_shutdown(void);
 BYTECOMP_API int bytecomp_is_initialized(void);
 
