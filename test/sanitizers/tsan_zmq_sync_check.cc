@@ -6,7 +6,13 @@
 //   race     the same hand-offs, and beside them a counter that the sending thread and a
 //            bystander thread both write with nothing ordering them: TSan must still report
 //            that counter (RacyCounter), and nothing else, with the preloaded libraries and
-//            the stage's suppressions in place (neither blinds TSan to a plain race).
+//            the stage's suppressions in place (neither blinds TSan to a plain race);
+//   freed    a zero-copy payload whose memory is freed while ZeroMQ still holds its message
+//            (what bytecomp_push_pull's contract forbids): the edge lives on the payload's
+//            address, freeing the memory drops TSan's record of it, and the free function's
+//            read of its hint, written by the sending thread, is reported
+//            (ReadHintOfFreedPayload). A report of that shape in the suite means memory went
+//            before ZeroMQ let it go.
 // Exits 0 when every message arrived intact, whatever TSan reports; 2 on a wrong use.
 #include <atomic>
 #include <cstdio>
@@ -32,14 +38,45 @@ void FreePayload(void* data, void* /*hint*/) {
 
 __attribute__((noinline)) void BumpRacyCounter() { RacyCounter = RacyCounter + 1; }
 
+struct PayloadHint {
+  int sent = 0;
+};
+
+__attribute__((noinline)) void ReadHintOfFreedPayload(void* /*data*/, void* hint) {
+  auto* h = static_cast<PayloadHint*>(hint);
+  freed_payloads += h->sent;
+  delete h;
+}
+
+// The freed mode: a message queued on a socket whose peer never binds, its payload freed, then
+// the socket closed (ZeroMQ's reaper thread drops the message and calls the free function).
+int FreeBeforeRelease() {
+  zmq::context_t context(1);
+  zmq::socket_t sender(context, zmq::socket_type::dealer);
+  sender.set(zmq::sockopt::linger, 0);
+  sender.connect("inproc://nobody-binds");  // the message stays queued
+  auto* payload = new char[kBytes]();
+  auto* hint = new PayloadHint;
+  hint->sent = 1;
+  zmq::message_t zero_copy(payload, kBytes, &ReadHintOfFreedPayload, hint);
+  if (!sender.send(zero_copy, zmq::send_flags::dontwait)) return 2;
+  delete[] payload;  // too early
+  sender.close();
+  context.close();
+  std::printf("freed mode: %d payload released after its memory was freed\n", freed_payloads);
+  return freed_payloads == 1 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::string(argv[1]) != "handoff" && std::string(argv[1]) != "race")) {
-    std::fprintf(stderr, "usage: tsan_zmq_sync_check handoff|race\n");
+  const std::string mode = argc == 2 ? argv[1] : "";
+  if (mode == "freed") return FreeBeforeRelease();
+  if (mode != "handoff" && mode != "race") {
+    std::fprintf(stderr, "usage: tsan_zmq_sync_check handoff|race|freed\n");
     return 2;
   }
-  const bool race = std::string(argv[1]) == "race";
+  const bool race = mode == "race";
   zmq::context_t context(1);
   zmq::socket_t receiver(context, zmq::socket_type::pair);
   receiver.bind("inproc://check");

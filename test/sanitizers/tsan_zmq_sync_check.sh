@@ -4,7 +4,9 @@
 # directory of its own (not the stage's, which fails on any report), and checks that
 #   handoff: messages handed between threads draw no report (the preloaded edges work);
 #   race:    a counter written by two threads with nothing ordering them is still reported
-#            (neither the preloaded libraries nor the stage's suppressions blind TSan).
+#            (neither the preloaded libraries nor the stage's suppressions blind TSan);
+#   freed:   a payload freed while ZeroMQ still holds it draws a report in its free function
+#            (how such a report in the suite reads: tsan_zmq_sync_check.cc).
 set -euo pipefail
 check=$1
 case " ${LD_PRELOAD:-} " in
@@ -44,3 +46,10 @@ if grep -h "SUMMARY" "$scratch"/race.* | grep -vq "BumpRacyCounter"; then
   exit 1
 fi
 echo "race: the unordered counter reported (run $attempt), nothing else"
+run freed
+if ! grep -q "ReadHintOfFreedPayload" "$scratch"/freed.* 2>/dev/null; then
+  echo "FAIL: a payload freed while ZeroMQ held it drew no report in its free function"
+  cat "$scratch"/freed.* 2>/dev/null | head -60 || true
+  exit 1
+fi
+echo "freed: the free function of a payload freed too early reported"
