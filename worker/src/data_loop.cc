@@ -9,21 +9,34 @@
 namespace bytecomp::worker {
 namespace {
 
+// How long the loop, once stopped, waits for ZeroMQ to drop the payloads of its closed sockets
+// (HeldPayloads): it takes milliseconds.
+constexpr absl::Duration kHeldPayloadsWait = absl::Seconds(5);
+
 // ZeroMQ calls this from its I/O thread once it no longer needs a zero-copy push payload.
 struct PayloadRelease {
   OperationTracker* tracker;
+  HeldPayloads* held;
   std::shared_ptr<Operation> op;
   int64_t partition;
 };
 void ReleasePayload(void* /*data*/, void* hint) {
   auto* release = static_cast<PayloadRelease*>(hint);
   release->tracker->PayloadReleased(release->op, release->partition);
+  release->held->Release();
   delete release;
 }
 
 // ZeroMQ's release of an encoded payload: drops the engine's reference to the buffer.
+struct EncodedRelease {
+  HeldPayloads* held;
+  std::shared_ptr<EncodedPush> push;
+};
 void ReleaseEncoded(void* /*data*/, void* hint) {
-  delete static_cast<std::shared_ptr<EncodedPush>*>(hint);
+  auto* release = static_cast<EncodedRelease*>(hint);
+  release->push.reset();
+  release->held->Release();
+  delete release;
 }
 
 }  // namespace
@@ -113,6 +126,13 @@ void DataLoop::Run() {
     SendReady();
   }
   if (closed_.ok()) FailAll(absl::CancelledError("the engine stopped"));
+  // The sockets are closed; ZeroMQ drops what they still queued on its own threads.
+  if (const int64_t held = held_.AwaitNone(kHeldPayloadsWait); held > 0) {
+    BC_LOG_ERROR("internal error: ZeroMQ still holds ", held, " push payloads ",
+                 absl::FormatDuration(kHeldPayloadsWait),
+                 " after the data loop closed its sockets; their operations complete when the "
+                 "engine's ZeroMQ context ends");
+  }
 }
 
 void DataLoop::Take(DataCommand& command, bool* stop) {
@@ -207,8 +227,9 @@ void DataLoop::Send(const PartitionTask& task) {
       // so that the payload is released once.
       push.emplace_back(payload, static_cast<size_t>(bytes));
     } else {
-      auto* release = new PayloadRelease{w_.tracker, task.op, task.partition};
+      auto* release = new PayloadRelease{w_.tracker, &held_, task.op, task.partition};
       push.emplace_back(payload, static_cast<size_t>(bytes), &ReleasePayload, release);
+      held_.Hold();  // until its free function runs
     }
     w_.traffic->CountPush(bytes, bytes, "");
   } else if (aborted) {
@@ -219,9 +240,10 @@ void DataLoop::Send(const PartitionTask& task) {
     bytes = static_cast<int64_t>(payload.size());
     header.set_payload_bytes(bytes);
     push.push_back(ProtoFrame(header));
-    auto* reference = new std::shared_ptr<EncodedPush>(task.encoded);
+    auto* release = new EncodedRelease{&held_, task.encoded};
     push.emplace_back(const_cast<uint8_t*>(payload.data()), payload.size(), &ReleaseEncoded,
-                      reference);
+                      release);
+    held_.Hold();
   }
   // The pull goes right behind the push on the same connection (unless too many pulls are in
   // flight: SendOrDeferPull): the server sees them in order and holds the pull until the round

@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "bytecomp/common.h"
+#include "bytecomp/worker/engine/held_payloads.h"
 #include "bytecomp/worker/engine/operation_tracker.h"
 #include "bytecomp/worker/wake_queue.h"
 #include "control.pb.h"
@@ -149,6 +150,7 @@ class DataLoop {
   uint64_t next_request_ = 1;
   uint64_t sequence_ = 0;
   absl::Status closed_;  // why the sockets are closed (OK: open)
+  HeldPayloads held_;  // Run waits for none before it returns
 };
 
 }  // namespace bytecomp::worker

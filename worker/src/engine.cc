@@ -382,12 +382,15 @@ absl::Status Engine::Shutdown() {
   pool_->Shutdown();
   if (data_thread_.joinable()) data_thread_.join();
   if (control_thread_.joinable()) control_thread_.join();
-  // Operations whose payload ZeroMQ held are released with the sockets; wake their waiters.
-  for (const std::shared_ptr<Operation>& op : pending) op->MarkDone();
   reducers_.Stop();
   client_.reset();    // set when the control thread never started
   security_.reset();  // after the local root's listening socket, before the context
-  context_.reset();   // after every socket
+  // After every socket. Terminating the context waits for ZeroMQ to drop what the closed
+  // sockets still queued, which calls the free function of every zero-copy payload.
+  context_.reset();
+  // Only now wake the waiters of operations still pending (one whose stages never handed it
+  // on): a waiter may free the operation's memory, and ZeroMQ no longer holds any of it.
+  for (const std::shared_ptr<Operation>& op : pending) op->MarkDone();
   return absl::OkStatus();
 }
 

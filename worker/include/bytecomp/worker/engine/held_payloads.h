@@ -1,0 +1,30 @@
+// The zero-copy push payloads ZeroMQ still holds. The data loop counts one when it makes such
+// a message and the message's free function uncounts it, on whichever thread ZeroMQ drops the
+// message (an I/O thread once it is written, the reaper once its socket is closed). Before the
+// data loop returns it waits for none to be held: once the data thread is gone no operation
+// completes on a ZeroMQ thread, and the engine may stop what a completion calls into (the CPU
+// pool, the local reducers).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace bytecomp::worker {
+
+// Thread-safe.
+class HeldPayloads {
+ public:
+  void Hold() ABSL_LOCKS_EXCLUDED(mu_);
+  void Release() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits at most `timeout` for none to be held; returns how many still are.
+  int64_t AwaitNone(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Mutex mu_;
+  int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace bytecomp::worker
