@@ -378,8 +378,15 @@ class Cluster:
 
     def __exit__(self, exc_type, exc, tb):
         self.stop()
-        if exc_type is None and self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        if exc_type is None:
+            # Whatever the test checked, no process may have logged a broken invariant of its
+            # own (the engine's "internal error: ..."); the work directory then stays.
+            broken = [f"{n.name} ({n.log_path}): {line.strip()}" for n in self.nodes()
+                      for line in n.output().splitlines() if "internal error" in line]
+            if broken:
+                raise AssertionError("internal errors logged:\n" + "\n".join(broken[:20]))
+            if self._own_dir:
+                shutil.rmtree(self.dir, ignore_errors=True)
         return False
 
 
