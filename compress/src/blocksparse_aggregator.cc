@@ -71,6 +71,7 @@ class BlockSparseAggregator final : public Aggregator {
   absl::StatusOr<absl::Span<const uint8_t>> EncodedSum() override {
     if (!started_) return absl::FailedPreconditionError("Aggregator::EncodedSum before Reset");
     Summarize();
+    if (!encodable_.ok()) return encodable_;
     return absl::MakeConstSpan(encoded_);
   }
 
@@ -95,15 +96,26 @@ class BlockSparseAggregator final : public Aggregator {
   float* Slot(uint32_t slot) { return slots_.data() + size_t{slot} * block_; }
 
   // The union less the blocks that summed to zero (all +-0: Encode of the dense sum at
-  // threshold 0 drops them too), and their message, once per added payload.
+  // threshold 0 drops them too), and their message, once per added payload. A sum beyond
+  // fp32's range (finite pushes can overflow) has no message, as Encode refuses it: the
+  // round then fails with encodable_'s reason instead of answering with values every
+  // worker's Decode would refuse.
   void Summarize() {
     if (summed_) return;
     kept_.clear();
     kept_blocks_.clear();
+    encodable_ = absl::OkStatus();
     size_t elements = 0;
     for (const Entry& e : union_) {
       const size_t len = blocksparse::BlockLength(n_, block_, e.block);
-      if (MaxAbsBits(Slot(e.slot), len) == 0) continue;
+      const uint32_t max_bits = MaxAbsBits(Slot(e.slot), len);
+      if (max_bits == 0) continue;
+      if (!IsFiniteBits(max_bits) && encodable_.ok()) {
+        const size_t start = size_t{e.block} * block_;
+        encodable_ = absl::InvalidArgumentError(absl::StrCat(
+            "blocksparse: the sum of elements [", start, ", ", start + len,
+            ") is beyond fp32's range (the pushes' values are too large to add)"));
+      }
       kept_.push_back(e);
       kept_blocks_.push_back(e.block);
       elements += len;
@@ -130,7 +142,8 @@ class BlockSparseAggregator final : public Aggregator {
   bool started_ = false;
   std::vector<Entry> union_, merged_;   // increasing block order; merged_ is the merge's scratch
   std::vector<float> slots_;            // block_ floats per block of the union
-  bool summed_ = false;                 // kept_ and encoded_ are up to date
+  bool summed_ = false;                 // kept_, encoded_ and encodable_ are up to date
+  absl::Status encodable_;              // why encoded_ is no valid message (OK: it is)
   std::vector<Entry> kept_;
   std::vector<uint32_t> kept_blocks_;
   std::vector<uint8_t> encoded_;

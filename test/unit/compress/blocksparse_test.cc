@@ -410,6 +410,29 @@ TEST(BlockSparseAggregatorTest, ABadPayloadChangesNothing) {
             absl::StatusCode::kUnimplemented);
 }
 
+// Finite pushes whose sum overflows fp32: no message carries it (Encode and Decode refuse
+// non-finite values), so EncodedSum fails naming the elements and the server fails the round
+// with that reason; the dense sum holds the infinity, as the other aggregators' do (aggregator
+// fuzzer: regress-blocksparse-sum-overflow).
+TEST(BlockSparseAggregatorTest, ASumBeyondFp32sRangeIsRefusedNamingTheElements) {
+  auto agg = *CreateAggregator("blocksparse", {{"block", "4"}});
+  auto codec = Blocksparse(4);
+  const std::vector<float> big{0, 0, 0, 0, 0, 3e38f, 0, 0};
+  agg->Reset(8);
+  ASSERT_TRUE(agg->Add(*EncodeToVector(*codec, big, TestContext(1, 0)), TestContext(1, 0)).ok());
+  ASSERT_TRUE(agg->EncodedSum().ok()) << "one push: its own values";
+  ASSERT_TRUE(agg->Add(*EncodeToVector(*codec, big, TestContext(1, 1)), TestContext(1, 1)).ok());
+  const absl::Status overflow = agg->EncodedSum().status();
+  EXPECT_EQ(overflow.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(overflow.message(),
+                                "the sum of elements [4, 8) is beyond fp32's range"))
+      << overflow;
+  EXPECT_TRUE(std::isinf((*agg->Finish())[5]));
+  agg->Reset(8);  // the next round starts clean
+  ASSERT_TRUE(agg->Add(*EncodeToVector(*codec, big, TestContext(2, 0)), TestContext(2, 0)).ok());
+  EXPECT_TRUE(agg->EncodedSum().ok());
+}
+
 // A partition of 4e9 elements (16 GB as fp32) with a handful of non-zero blocks: the
 // aggregator's memory and work follow the blocks, so this runs in a blink; one that kept a
 // dense sum would need 16 GB.

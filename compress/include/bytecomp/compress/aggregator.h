@@ -54,8 +54,9 @@ class Aggregator {
 
   // For codecs with properties().sum_in_push_format: the sum of the payloads added since Reset
   // in the codec's own format, lossless (what Encode of Finish()'s sum at threshold 0 would
-  // write), built without a dense buffer; valid until the next Reset or Add. Others:
-  // Unimplemented.
+  // write), built without a dense buffer; valid until the next Reset or Add. InvalidArgument,
+  // naming the elements, when the sum is beyond fp32's range (finite pushes can overflow),
+  // which Encode refuses too. Others: Unimplemented.
   virtual absl::StatusOr<absl::Span<const uint8_t>> EncodedSum();
 };
 
