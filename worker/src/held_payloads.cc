@@ -4,18 +4,17 @@ namespace bytecomp::worker {
 
 void HeldPayloads::Hold() {
   absl::MutexLock lock(&mu_);
-  ++held_;
+  none_held_ = ++held_ == 0;
 }
 
 void HeldPayloads::Release() {
   absl::MutexLock lock(&mu_);
-  --held_;
+  none_held_ = --held_ == 0;
 }
 
 int64_t HeldPayloads::AwaitNone(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  const auto none = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return held_ == 0; };
-  mu_.AwaitWithTimeout(absl::Condition(&none), timeout);
+  mu_.AwaitWithTimeout(absl::Condition(&none_held_), timeout);
   return held_;
 }
 

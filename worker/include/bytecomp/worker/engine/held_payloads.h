@@ -25,6 +25,10 @@ class HeldPayloads {
  private:
   absl::Mutex mu_;
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  // held_ == 0. The wait's condition is this flag, as the engine's other waits' are: a
+  // condition function of ours would be called from inside Abseil, where TSan sees no lock
+  // taken (test/sanitizers/tsan_absl_sync.cc), and its read would look like a race.
+  bool none_held_ ABSL_GUARDED_BY(mu_) = true;
 };
 
 }  // namespace bytecomp::worker
