@@ -71,8 +71,19 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
     if (local_size_.has_value()) reg->set_declared_local_size(*local_size_);
   }
   registration_ = *reg;
-  if (absl::Status s = Send(msg); !s.ok()) return s;
-  SendClockProbe();
+  // A connection whose handshake has already failed (a scheduler with another key, or none,
+  // answers fast) leaves the DEALER no pipe, and the Register cannot go: it is tried again
+  // below, where the handshake's failure is reported, until it goes or the deadline passes.
+  bool register_sent = false;
+  const auto send_register = [&]() -> absl::Status {
+    absl::Status sent = Send(msg);
+    if (absl::IsResourceExhausted(sent)) return absl::OkStatus();
+    if (!sent.ok()) return sent;
+    register_sent = true;
+    SendClockProbe();
+    return absl::OkStatus();
+  };
+  if (absl::Status s = send_register(); !s.ok()) return s;
 
   const int64_t deadline = MonotonicMs() + config_.connect_timeout_ms();
   while (true) {
@@ -96,9 +107,12 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
     if (last_heard_ms_ > 0) {
       if (absl::Status s = CheckSchedulerHeard(); !s.ok()) return s;
     }
+    if (!register_sent) {
+      if (absl::Status s = send_register(); !s.ok()) return s;
+    }
     // Keep heartbeating while waiting: the scheduler must not declare us dead during a slow
     // rendezvous.
-    HeartbeatIfDue();
+    if (register_sent) HeartbeatIfDue();
     absl::StatusOr<std::optional<proto::ControlMessage>> reply =
         Receive(static_cast<int>(std::min<int64_t>(left, kClockProbeGapMs)));
     if (!reply.ok()) return reply.status();
