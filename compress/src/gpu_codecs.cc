@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bytecomp/compress/strategy.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -47,7 +48,7 @@ bool HasGpuCodec(absl::string_view codec) { return FindGpuCodec(codec) != nullpt
 bool GpuMemorySupported(absl::string_view codec, absl::string_view memory) {
   const GpuCodecEntry* e = FindGpuCodec(codec);
   if (e == nullptr) return false;
-  if (memory.empty() || memory == "none") return true;
+  if (IsNoneName(memory)) return true;
   return std::find(e->memories.begin(), e->memories.end(), memory) != e->memories.end();
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/stats.h"
+#include "bytecomp/compress/strategy.h"
 #include "bytecomp/planner/explain.h"
 #include "bytecomp/planner/planner.h"
 #include "bytecomp/planner/timeline.h"
@@ -54,7 +55,7 @@ std::string ChooseLinks(PlanLinks mode, const std::optional<MeasuredLinks>& meas
 
 bool IsUncompressed(const proto::Strategy& strategy) {
   for (const proto::TensorStrategy& t : strategy.tensors()) {
-    if (!t.push_codec().name().empty() && t.push_codec().name() != "none") return false;
+    if (!compress::IsNoneName(t.push_codec().name())) return false;
   }
   return true;
 }

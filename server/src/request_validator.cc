@@ -132,8 +132,9 @@ absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_pay
   }
   const compress::TensorPlan plan = catalog_.Plan(*tensor, h.strategy_version());
   if (h.replay()) return ValidateReplay(h, plan, elements, has_payload, payload_size, where);
-  const std::string expected_codec = plan.compressed() ? plan.push.name() : "none";
-  if ((compress::IsNoneName(h.codec()) ? std::string("none") : h.codec()) != expected_codec) {
+  const absl::string_view expected_codec =
+      plan.compressed() ? absl::string_view(plan.push.name()) : "none";
+  if ((compress::IsNoneName(h.codec()) ? "none" : absl::string_view(h.codec())) != expected_codec) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": codec '", h.codec(), "' is not the codec of '", tensor->name,
         "' under strategy version ", h.strategy_version(), " ('", expected_codec, "')"));

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/compress/strategy.h"
 
 namespace bytecomp::worker {
 
@@ -66,7 +67,7 @@ absl::Status EnsureCodecs(const Operation& op, int64_t partition) {
         compress::MemoryParamsOf(plan.push));
     if (!push.ok()) return push.status();
     pc.device_push = *std::move(push);
-    pc.device_memory = !plan.push.memory().empty() && plan.push.memory() != "none";
+    pc.device_memory = !compress::IsNoneName(plan.push.memory());
   }
   if (plan.two_way() && !decode_on_device && pc.pull == nullptr) {
     absl::StatusOr<std::unique_ptr<compress::Codec>> pull =

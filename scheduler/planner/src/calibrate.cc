@@ -17,6 +17,7 @@
 #include "bytecomp/compress/memory.h"
 #include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
+#include "bytecomp/compress/strategy.h"
 #include "bytecomp/compress/two_round.h"
 #include "bytecomp/planner/decision_tree.h"
 
@@ -150,7 +151,7 @@ absl::StatusOr<TwoRoundCost> TimeTwoRound(const proto::CodecCost& entry,
     auto codec = registry.Create(entry.name(), params);
     if (!codec.ok()) return codec.status();
     slot.codec = *std::move(codec);
-    if (!entry.memory().empty() && entry.memory() != "none") {
+    if (!compress::IsNoneName(entry.memory())) {
       auto memory = compress::CreateMemory(entry.memory());
       if (!memory.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("calibrating '", entry.name(),
@@ -352,7 +353,7 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
         auto made_codec = registry.Create(entry.name(), params);
         if (!made_codec.ok()) return made_codec.status();
         codecs.push_back(*std::move(made_codec));
-        if (!entry.memory().empty() && entry.memory() != "none") {
+        if (!compress::IsNoneName(entry.memory())) {
           auto made = compress::CreateMemory(entry.memory());
           if (!made.ok()) {
             return absl::InvalidArgumentError(absl::StrCat(

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/gpu_codecs.h"
+#include "bytecomp/compress/strategy.h"
 
 namespace bytecomp::worker {
 namespace {
@@ -160,7 +161,7 @@ absl::StatusOr<std::unique_ptr<DeviceCodec>> EmulatedDeviceBackend::CreateCodec(
   absl::StatusOr<std::unique_ptr<compress::Codec>> cpu = compress::CreateCodec(codec, params);
   if (!cpu.ok()) return cpu.status();
   std::unique_ptr<compress::Memory> cpu_memory;
-  if (!memory.empty() && memory != "none") {
+  if (!compress::IsNoneName(memory)) {
     absl::StatusOr<std::unique_ptr<compress::Memory>> m =
         compress::CreateMemory(memory, memory_params);
     if (!m.ok()) return m.status();
