@@ -21,11 +21,9 @@
 #         the test noticed it. Runs the scheduler's, server's, engine's and local
 #         reducers' unit tests (their threads, ZeroMQ between them) and the integration tests
 #         whose processes are ours (daemons and C++ workers: exact sums, bad input, codecs,
-#         strategy switch, hierarchical, faults; the longest jobs run fewer rounds there,
-#         BYTECOMP_SANITIZER=tsan): clean. Not server failover and scheduler restart: in one
-#         run of the two (2026-11-27) TSan reported a worker's ZeroMQ free function
-#         (data_loop.cc's ReleasePayload) reading its hint without an edge from the data
-#         thread that wrote it, not yet explained; they come back with its fix.
+#         strategy switch, hierarchical, faults, server failover, scheduler restart, hostile
+#         peers, cluster key; the longest jobs run fewer rounds there,
+#         BYTECOMP_SANITIZER=tsan): clean.
 # Default: SANITIZER_STAGES="asan fuzz tsan" (what deploy/test.sh runs). JOBS (build) and
 # TEST_JOBS (ctest) default to 2. Prints each step's wall and CPU time and the total.
 set -euo pipefail
@@ -70,13 +68,15 @@ stage_fuzz() {
 }
 
 # What the TSan stage runs: the check of the preloaded libraries
-# (sanitizers.tsan_zmq_sync: hand-offs draw no report, a plain race still does), the unit tests
+# (sanitizers.tsan_zmq_sync: hand-offs draw no report; a plain race and a zero-copy payload
+# freed while ZeroMQ holds it still do), the unit tests
 # with threads of their own, and the integration tests whose processes are ours (daemons and
 # C++ workers). scheduler_test starts bytecomp-scheduler (SchedulerBinaryTest).
-tsan_targets=(bytecomp-scheduler bytecomp-server exact_sum_worker codec_cluster_worker
-              bad_input_client bytecomp-bench server_test scheduler_test worker_test
-              local_reduce_test bytecomp_tsan_absl_sync bytecomp_tsan_zmq_sync tsan_zmq_sync_check)
-tsan_tests='^(sanitizers\.tsan_zmq_sync|unit\.(server|scheduler|worker|worker\.local_reduce)|integration\.(exact_sums|bad_input|codecs|strategy_switch|hierarchical|faults))$'
+tsan_targets=(bytecomp-scheduler bytecomp-server bytecomp-keygen exact_sum_worker
+              codec_cluster_worker bad_input_client hostile_peer intruder_client bytecomp-bench
+              server_test scheduler_test worker_test local_reduce_test bytecomp_tsan_absl_sync
+              bytecomp_tsan_zmq_sync tsan_zmq_sync_check)
+tsan_tests='^(sanitizers\.tsan_zmq_sync|unit\.(server|scheduler|worker|worker\.local_reduce)|integration\.(exact_sums|bad_input|codecs|strategy_switch|hierarchical|faults|server_failover|scheduler_restart|hostile_peers|cluster_key))$'
 
 stage_tsan() {
   log "tsan: configure and build ${tsan_targets[*]} in $tsan_build"
