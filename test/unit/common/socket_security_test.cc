@@ -355,4 +355,3 @@ TEST_F(CurveSocketsTest, TheClientsWatchNamesAnUnkeyedServer) {
 
 }  // namespace
 }  // namespace bytecomp
-
