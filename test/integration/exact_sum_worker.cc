@@ -21,6 +21,10 @@
 //                         after its wait returns: it must not find the tensor in flight)
 //                         [--hold-file PATH] (after the last round, before shutting down, wait
 //                         until PATH exists, at most 60 s: a test looks at the live job)
+//                         [--until-file PATH] (--rounds at most: the workers stop together
+//                         after the first round in which any of them found PATH, agreed
+//                         through the sum of a one-element vote tensor, "until.vote"; a test
+//                         ends a live job when it is done with it)
 //                         [--tiny-tensors N] (N fp32 tensors of one element instead)
 //                         [--print-every N] (the "round k/N" line every N rounds, default 10)
 //                         [--hostile-declarations 1] (first declares 40 tensors "huge.<i>" of
@@ -192,6 +196,11 @@ int main(int argc, char** argv) {
   std::vector<int64_t> versions;
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::string until_file;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--until-file") == 0) until_file = argv[i + 1];
+  }
+  int rounds_done = 0;
   for (int round = 0; round < rounds; ++round) {
     if (rank == die_rank && round == die_round) {
       std::printf("DYING in round %d\n", round);
@@ -199,6 +208,24 @@ int main(int argc, char** argv) {
       std::_Exit(3);  // no shutdown: the others must notice
     }
     for (auto& t : tensors) Fill(t, rank, round);
+    // This worker's vote to go on (1) or to stop after this round (0): the sum is the same on
+    // every worker, so they all stop at one round.
+    float vote = 1.0f;
+    bytecomp_handle_t vote_handle = 0;
+    if (!until_file.empty()) {
+      if (FILE* f = std::fopen(until_file.c_str(), "r")) {
+        std::fclose(f);
+        vote = 0.0f;
+      }
+      if (bytecomp_push_pull("until.vote", &vote, 1, BYTECOMP_FLOAT32, 0, 0, &vote_handle) !=
+              BYTECOMP_OK ||
+          bytecomp_wait(vote_handle, 60000) != BYTECOMP_OK) {
+        std::fprintf(stderr, "OPERATION FAILED after %lld ms (the vote): %s\n",
+                     static_cast<long long>(elapsed_ms()), bytecomp_last_error());
+        bytecomp_shutdown();
+        return 2;
+      }
+    }
     if (shuffle) std::shuffle(order.begin(), order.end(), rng);
     for (size_t i : order) {
       if (slow_ms > 0 && rank == slow_rank && rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % slow_ms));
@@ -253,10 +280,14 @@ int main(int argc, char** argv) {
       version = v;
     }
     versions.push_back(version);
-    if (round % print_every == print_every - 1 || round == rounds - 1) {
+    rounds_done = round + 1;
+    // Someone found the file.
+    const bool stop = !until_file.empty() && vote < static_cast<float>(workers);
+    if (round % print_every == print_every - 1 || round == rounds - 1 || stop) {
       std::printf("round %d/%d: %zu tensors exact\n", round + 1, rounds, tensors.size());
       std::fflush(stdout);
     }
+    if (stop) break;
   }
   std::printf("STRATEGY VERSIONS BY ROUND:");
   for (int64_t v : versions) std::printf(" %lld", static_cast<long long>(v));
@@ -276,6 +307,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  std::printf("ALL SUMS EXACT: %d rounds x %zu tensors, W=%d\n", rounds, tensors.size(), workers);
+  std::printf("ALL SUMS EXACT: %d rounds x %zu tensors, W=%d\n", rounds_done, tensors.size(),
+              workers);
   return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
 }

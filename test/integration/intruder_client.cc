@@ -13,8 +13,20 @@
 // worker 1, and a link probe. Each is answered, if at all, within --wait_ms. --repeat runs the
 // whole series that many times (each attempt a fresh connection): which side of a plain
 // connection notices the missing CURVE first is a race, and only the listener's notice is logged.
+// The plain mode ends with a raw TCP connection per target that sends a ZMTP 3.0 greeting naming
+// the NULL mechanism and keeps the connection open until the target closes it: the target reads
+// the whole greeting, so it is always the one that notices the mismatch (and logs it), which a
+// ZeroMQ client closing first would leave to chance.
 // Prints "INTRUDER <mode> <target> <what>: no reply" or ": GOT A REPLY (...)" per attempt and
 // exits 0 when nothing came back, 1 when anything did, 2 for bad usage.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -69,6 +81,57 @@ bool TryAttempt(zmq::context_t& ctx, const std::string& endpoint, const std::str
 }
 
 std::string Control(const ControlMessage& m) { return m.SerializeAsString(); }
+
+// A raw ZMTP 3.0 greeting with the NULL mechanism to `endpoint` (tcp://A.B.C.D:P), then reads
+// until the target closes the connection or wait_ms pass. Prints what happened; returns true
+// when the target let the connection stay open past the wait (it should refuse the greeting).
+bool TryNullGreeting(const std::string& endpoint, const std::string& target) {
+  const std::string hostport = endpoint.substr(endpoint.find("//") + 2);
+  const size_t colon = hostport.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(hostport.substr(colon + 1))));
+  if (inet_pton(AF_INET, hostport.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    std::fprintf(stderr, "not an IPv4 endpoint: %s\n", endpoint.c_str());
+    return true;
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::printf("INTRUDER plain %s NULL greeting: cannot connect\n", target.c_str());
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  // Signature (0xFF, 8 bytes, 0x7F), version 3.0, mechanism "NULL" padded to 20 bytes,
+  // as-server 0, 31 bytes of filler: 64 bytes (ZMTP 3.0, RFC 23).
+  std::string greeting(64, '\0');
+  greeting[0] = '\xff';
+  greeting[9] = '\x7f';
+  greeting[10] = 3;
+  greeting.replace(12, 4, "NULL");
+  (void)!write(fd, greeting.data(), greeting.size());
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(absl::GetFlag(FLAGS_wait_ms));
+  size_t received = 0;
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (poll(&p, 1, static_cast<int>(std::max<int64_t>(1, left.count()))) <= 0) continue;
+    char buf[256];
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) {
+      closed = true;
+    } else {
+      received += static_cast<size_t>(n);
+    }
+  }
+  close(fd);
+  std::printf("INTRUDER plain %s NULL greeting: %s after %zu bytes of its greeting\n",
+              target.c_str(), closed ? "closed by the target" : "STILL OPEN", received);
+  std::fflush(stdout);
+  return !closed;
+}
 
 }  // namespace
 
@@ -145,6 +208,12 @@ int main(int argc, char** argv) {
     }
     if (const std::string s = absl::GetFlag(FLAGS_server); !s.empty()) {
       for (const Attempt& a : to_server) replies += TryAttempt(ctx, s, "server", a, own, server_key);
+    }
+  }
+  if (mode == "plain") {
+    for (const auto& [flag, target] : {std::pair{absl::GetFlag(FLAGS_scheduler), "scheduler"},
+                                       std::pair{absl::GetFlag(FLAGS_server), "server"}}) {
+      if (!flag.empty()) replies += TryNullGreeting(flag, target);
     }
   }
   std::printf("INTRUDER %s: %d replies\n", mode.c_str(), replies);
