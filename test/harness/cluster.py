@@ -45,13 +45,19 @@ BIN_DIR = bin_dir()
 # workers run several times slower there (ThreadSanitizer 5 to 15 times), and under ASan hold
 # more memory (its shadow and the quarantine of freed blocks).
 SANITIZER = os.environ.get("BYTECOMP_SANITIZER", "")
+# `deploy/test.sh --deep` sets BYTECOMP_TEST_DEPTH=deep: the long jobs run their full size there
+# (more rounds: rarer interleavings), and the test command's plain suite runs the same checks
+# on less work, within its budget.
+DEEP = os.environ.get("BYTECOMP_TEST_DEPTH", "") == "deep"
 
 
-def sized(plain, sanitized):
+def sized(plain, sanitized, deep=None):
     """A long job's size (its rounds, its tensors' bytes, its epochs): `plain`, or `sanitized`
     under a sanitizer: the same checks on less work (every thread, message and hand-off of a
-    round is in each round)."""
-    return sanitized if SANITIZER else plain
+    round is in each round); `deep` (when given) in the deep run without a sanitizer."""
+    if SANITIZER:
+        return sanitized
+    return deep if DEEP and deep is not None else plain
 
 
 def binary(name, must_exist=True):
@@ -93,12 +99,64 @@ def _ephemeral_low():
 
 _port_rng = random.Random()
 _ports_given = set()  # every port free_port() has returned in this process
+# Claims on ports across processes: cluster tests run side by side (ctest -j), and a test's
+# port stays its own for the whole test, also while a daemon that died is being restarted on
+# it (server failover, scheduler restart), when a bind check alone would hand it to another.
+PORT_CLAIMS = os.environ.get("BYTECOMP_PORT_CLAIMS",
+                             os.path.join(tempfile.gettempdir(), "bytecomp-test-ports"))
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _claim_port(port):
+    """Claims `port` for this process (a file named after it holding our pid, made with
+    O_EXCL); a claim whose process has ended is taken over. True when the port is ours."""
+    os.makedirs(PORT_CLAIMS, exist_ok=True)
+    path = os.path.join(PORT_CLAIMS, str(port))
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    owner = int(f.read().strip() or 0)
+            except (OSError, ValueError):
+                return False  # being written by its owner right now
+            if owner == os.getpid() or _pid_alive(owner):
+                return False
+            try:
+                os.unlink(path)  # its process is gone: the claim is stale
+            except FileNotFoundError:
+                pass
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+@atexit.register
+def _release_ports():
+    for port in _ports_given:
+        try:
+            os.unlink(os.path.join(PORT_CLAIMS, str(port)))
+        except OSError:
+            pass
 
 
 def free_port():
-    """A loopback TCP port that nothing listens on, for a daemon started next, and one this
-    process has not handed out before. Drawn below the kernel's ephemeral range: a port from
-    bind(0) comes from that range, and between this check and the daemon's bind any outgoing
+    """A loopback TCP port that nothing listens on, for a daemon started next, claimed by this
+    process for as long as it runs (tests run side by side: no other test process is given it,
+    nor is it given twice here). Drawn below the kernel's ephemeral range: a port from bind(0)
+    comes from that range, and between this check and the daemon's bind any outgoing
     connection of a test running beside this one (a worker connecting to its scheduler) could
     be given it as its local port ("Address already in use", seen under ASan at -j 2). Never
     twice: a cluster draws all its ports before any daemon binds one, so the bind check alone
@@ -114,6 +172,8 @@ def free_port():
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        if not _claim_port(port):
+            continue
         _ports_given.add(port)
         return port
     raise RuntimeError(f"no free loopback port found in {first}..{low - 1} after 200 draws")
