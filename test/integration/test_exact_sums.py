@@ -1,6 +1,7 @@
-"""W=4, S=2: 50 rounds of 40 tensors (1 element to 20 MB, fp32 and fp16); every worker checks
+"""W=4, S=2: rounds of 40 tensors (1 element to 20 MB, fp32 and fp16); every worker checks
 every sum exactly. A second run slows one worker with random sleeps so rounds interleave.
-Under a sanitizer (deploy/check_sanitizers.sh) each job runs fewer rounds of smaller tensors."""
+The deep run (deploy/test.sh --deep) runs more rounds; under a sanitizer
+(deploy/check_sanitizers.sh) each job runs fewer rounds of smaller tensors."""
 import cluster
 
 
@@ -20,14 +21,14 @@ def run(worker_args, rounds, scheduler_args=()):
 LARGEST = ["--max-bytes", str(cluster.sized(20 << 20, 5 << 20))]
 
 
-def test_exact_sums_w4_s2_50_rounds():
-    run(LARGEST, rounds=cluster.sized(50, 4))
+def test_exact_sums_w4_s2():
+    run(LARGEST, rounds=cluster.sized(12, 4, deep=50))
 
 
 def test_exact_sums_with_a_slow_worker():
     # Worker 1 sleeps before a quarter of its pushes (up to 30 ms), so the others run ahead on
     # some keys and rounds of different keys interleave on the servers.
-    run(LARGEST + ["--slow-rank", "1", "--slow-ms", "30"], rounds=cluster.sized(15, 4))
+    run(LARGEST + ["--slow-rank", "1", "--slow-ms", "30"], rounds=cluster.sized(8, 4, deep=15))
 
 
 def test_exact_sums_with_per_rank_order_and_a_small_inflight_budget():

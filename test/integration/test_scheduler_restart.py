@@ -1,5 +1,5 @@
 """A scheduler killed (SIGKILL) and started again on its address takes the running job up:
-W=4, S=2, 200 rounds of 40 tensors with exact sums, the scheduler killed and restarted twice;
+W=4, S=2, rounds of 40 tensors with exact sums, the scheduler killed and restarted twice;
 the rounds go on while it is away, every node rejoins the new one, every sum is exact, the job
 ends cleanly (every worker done, the servers told by the last scheduler, every exit code 0).
 The time from each kill to the takeover is printed (pytest -s shows it)."""
@@ -8,7 +8,7 @@ import time
 
 import cluster
 
-ROUNDS = cluster.sized(200, 100)
+ROUNDS = cluster.sized(80, 100, deep=200)
 
 
 def test_scheduler_killed_and_restarted_twice_the_job_finishes_with_exact_sums(tmp_path):
@@ -16,13 +16,14 @@ def test_scheduler_killed_and_restarted_twice_the_job_finishes_with_exact_sums(t
     # The workers hold after the last round until the test lets them go, so that their
     # WorkerDone reaches the last scheduler whatever the speed of this machine.
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(ROUNDS),
-           "--max-bytes", str(cluster.sized(400000, 100000)),
+           "--max-bytes", str(cluster.sized(200000, 100000, deep=400000)),
            "--slow-rank", "1", "--slow-ms", "4", "--hold-file", str(hold)]
     # The nodes wait up to 10 s for a silent scheduler to come back.
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
                          scheduler_args=["--scheduler_timeout_ms=10000"]) as c:
         takeovers = []
-        for kill_at in cluster.sized(("round 20/", "round 60/"), ("round 10/", "round 30/")):
+        for kill_at in cluster.sized(("round 20/", "round 50/"), ("round 10/", "round 30/"),
+                                     deep=("round 20/", "round 60/")):
             c.wait_workers_print(kill_at, timeout=120)
             killed_at = time.monotonic()
             c.scheduler.proc.send_signal(signal.SIGKILL)

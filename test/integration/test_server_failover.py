@@ -12,10 +12,11 @@ import time
 
 import cluster
 
-ROUNDS = cluster.sized(200, 100)
+ROUNDS = cluster.sized(100, 100, deep=200)
 # The rounds at which the five kills of the first test come; each tensor's size at most.
-KILL_AT = cluster.sized((20, 50, 80, 110, 140), (10, 25, 40, 55, 70))
-MAX_BYTES = str(cluster.sized(400000, 100000))
+KILL_AT = cluster.sized((10, 25, 40, 55, 70), (10, 25, 40, 55, 70),
+                        deep=(20, 50, 80, 110, 140))
+MAX_BYTES = str(cluster.sized(200000, 100000, deep=400000))
 # fp16 both ways is exact for the workers' small-integer values: the switch keeps sums exact.
 V1 = "seed: 7\n"
 V2 = ('seed: 7\ntensors {\n  name_pattern: "*"\n  push_codec { name: "fp16" }\n'
@@ -90,7 +91,8 @@ def test_without_a_replacement_the_survivor_takes_the_keys_over_and_sums_stay_ex
     """Server 1 killed and not restarted: after the heartbeat timeout (2 s) and the grace
     period (1.5 s) its partitions move to server 0, and the job finishes with exact sums."""
     hold = tmp_path / "release"
-    rounds, kill_at = cluster.sized((120, 30), (60, 20))  # the workers print every 10 rounds
+    # The workers print every 10 rounds.
+    rounds, kill_at = cluster.sized((60, 20), (60, 20), deep=(120, 30))
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--max-bytes", MAX_BYTES,
            "--slow-rank", "1", "--slow-ms", "4", "--hold-file", str(hold)]
     with cluster.Cluster(workers=4, servers=2, worker_cmd=cmd,
