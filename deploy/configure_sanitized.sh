@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Configures a clang build directory for a sanitized stage (deploy/check_sanitizers.sh,
 # deploy/fuzz.sh); CUDA off in each.
-#   configure_sanitized.sh asan DIR   ASan + UBSan (findings fatal): the whole suite. The fuzz
+#   configure_sanitized.sh asan DIR   ASan + UBSan (findings fatal), and clang's lock-rule check
+#                                     (BYTECOMP_LOCK_RULES: -Wthread-safety -Werror on every C++
+#                                     source; this build compiles them all). The fuzz
 #                                     targets here run their corpora once (replay_main.cc).
 #                                     One shared ASan runtime for every binary, so that the
 #                                     Python tests can preload it into each interpreter that
@@ -39,7 +41,8 @@ case "$mode" in
     if [[ $mode == fuzz ]]; then
       args+=(-DBYTECOMP_FUZZ=ON)
     else
-      args+=(-DBYTECOMP_FUZZ=OFF "-DBYTECOMP_PYTHON_WRAPPER=$root/test/sanitizers/python_asan.sh")
+      args+=(-DBYTECOMP_FUZZ=OFF -DBYTECOMP_LOCK_RULES=ON
+             "-DBYTECOMP_PYTHON_WRAPPER=$root/test/sanitizers/python_asan.sh")
     fi
     ;;
   tsan)

@@ -1,7 +1,8 @@
-// The clang check's canary (deploy/check_clang.py): a class whose lock rule is kept, or broken
-// when BREAK_LOCK_RULE is defined. The check compiles it both ways with -Wthread-safety -Werror:
-// kept must compile and broken must be refused, which proves that the flags and Abseil's
-// annotations are in force (a check that cannot fail would let anything through).
+// The lock-rule check's canary (test/lint/lock_rule_canary.sh, the ctest lint.lock_rules): a
+// class whose lock rule is kept, or broken when BREAK_LOCK_RULE is defined. The check compiles it
+// both ways with the build's compiler and -Wthread-safety -Werror: kept must compile and broken
+// must be refused, which proves that the flags and Abseil's annotations are in force (a check
+// that cannot fail would let anything through).
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
