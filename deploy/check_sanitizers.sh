@@ -1,94 +1,119 @@
 #!/usr/bin/env bash
 # The sanitized and fuzz stages of the test command (deploy/test.sh runs this after the plain
 # suite). Each builds with clang (CUDA off, -O1, line tables only, a unity build:
-# deploy/configure_sanitized.sh) into its own directory. SANITIZER_STAGES picks the stages;
-# README.md ("Sanitizers and fuzzing") gives what each takes on a 2-core machine.
+# deploy/configure_sanitized.sh) into its own directory. SANITIZER_STAGES picks the stages,
+# SANITIZER_SCOPE how much each runs: `ci` (the default, what deploy/test.sh runs within its
+# budget) or `deep` (deploy/test.sh --deep). docs/TESTING.md gives what each takes.
 #   asan  build-asan: ASan + UBSan (a UBSan finding is fatal), LeakSanitizer on for the C++
-#         processes. Builds everything and runs the whole ctest suite but the packaging tests:
-#         every fuzz target once over its corpus (seeds, grown inputs and past findings), every
-#         C++ unit test, every integration test of real daemons and workers, the launcher's,
-#         the tools' and the Python shims' tests (with the ASan runtime preloaded into each
-#         interpreter and leak checks off there: test/sanitizers/python_asan.sh).
+#         processes, and clang's lock-rule check (-Wthread-safety -Werror on every C++ source:
+#         this build compiles them all, and lint.lock_rules proves the check is in force).
+#         ci: the lock-rule canary, every fuzz target once over its corpus (seeds, grown inputs
+#         and past findings), every C++ unit test (UBSan found a null memcpy there), and the
+#         cluster tests through the engine's distinct paths: every codec one- and two-way
+#         (integration.codecs, where UBSan found a misaligned read of pulled factors), exact
+#         sums, faults, bad input, hierarchical jobs, device placement, and through the
+#         PyTorch shim (the Python tests preload the ASan runtime into each interpreter, leak
+#         checks off there: test/sanitizers/python_asan.sh) an adaptive two-round codec and
+#         the DDP comm hook. deep: the whole ctest suite but the packaging tests.
 #         BYTECOMP_SANITIZER=asan: the longest jobs run the same checks on less work there
 #         (cluster.sized, the planner's random models).
 #   fuzz  deploy/fuzz.sh in build-fuzz (ASan + UBSan + libFuzzer's coverage instrumentation,
-#         the fuzz targets only): every target of test/fuzz for FUZZ_SECONDS (60) on its
-#         corpus, FUZZ_JOBS (2) at a time; a hard bound of targets x seconds / jobs.
+#         the fuzz targets only): every target of test/fuzz for FUZZ_SECONDS (ci 60, deep 300)
+#         on its corpus, FUZZ_JOBS (2) at a time; a hard bound of targets x seconds / jobs.
 #   tsan  build-tsan: ThreadSanitizer, with Abseil's locks and libzmq's hand-offs of messages
 #         made visible to it (test/sanitizers/tsan_absl_sync.cc and tsan_zmq_sync.cc,
 #         preloaded), the accesses of libzmq and of Abseil's deadlock graph ignored
 #         (test/sanitizers/tsan.supp says why). Any TSan report fails the stage, whether or not
-#         the test noticed it. Runs the scheduler's, server's, engine's and local
-#         reducers' unit tests (their threads, ZeroMQ between them) and the integration tests
-#         whose processes are ours (daemons and C++ workers: exact sums, bad input, codecs,
-#         strategy switch, hierarchical, faults, server failover, scheduler restart, hostile
-#         peers, cluster key; the longest jobs run fewer rounds there,
-#         BYTECOMP_SANITIZER=tsan): clean.
-# Default: SANITIZER_STAGES="asan fuzz tsan" (what deploy/test.sh runs). JOBS (build) and
-# TEST_JOBS (ctest) default to 2. Prints each step's wall and CPU time and the total.
+#         the test noticed it. Both scopes: the check of the preloaded edges, the scheduler's,
+#         server's, engine's and local reducers' unit tests (a use after free in the local
+#         reducer was found there), and the integration tests whose processes are ours (daemons
+#         and C++ workers): exact_sums, bad_input, codecs, strategy_switch, hierarchical,
+#         faults, server_failover and scheduler_restart (test workers freeing tensors ZeroMQ
+#         still held were found there), hostile_peers, cluster_key (a Register sent after its
+#         handshake had failed). The longest jobs run fewer rounds there
+#         (BYTECOMP_SANITIZER=tsan).
+# JOBS (build) and TEST_JOBS (ctest) default to 2. Each step is a stage (deploy/stages.sh):
+# with BYTECOMP_STAGE_LOG set (deploy/test.sh) its lines join the caller's table, otherwise
+# this script prints its own.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=${SANITIZER_STAGES:-asan fuzz tsan}
+scope=${SANITIZER_SCOPE:-ci}
+case "$scope" in
+  ci|deep) ;;
+  *) echo "SANITIZER_SCOPE must be ci or deep, got '$scope'" >&2; exit 2 ;;
+esac
 jobs=${JOBS:-2} test_jobs=${TEST_JOBS:-2}
 asan_build=${ASAN_BUILD_DIR:-$root/build-asan}
 fuzz_build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 tsan_build=${TSAN_BUILD_DIR:-$root/build-tsan}
 supp=$root/test/sanitizers
 log() { echo "[sanitizers] $*"; }
-TIMEFORMAT="[sanitizers] %R s wall, %U s user + %S s system CPU"
+# shellcheck source=deploy/stages.sh
+source "$root/deploy/stages.sh"
+own_table=0
+if [ -z "${BYTECOMP_STAGE_LOG:-}" ]; then
+  BYTECOMP_STAGE_LOG=$(mktemp /tmp/bytecomp-stages.XXXXXX)
+  export BYTECOMP_STAGE_LOG
+  own_table=1
+fi
 
-# Everything: the suite's tests need the daemons, the engine library, the test workers, the
-# tools and the fuzz targets.
+# Everything: the lock-rule check compiles every source, and the suite's tests need the
+# daemons, the engine library, the test workers, the tools and the fuzz targets.
 asan_targets=(all)
-# Not the packaging tests: they install the build into fresh roots, where an ASan build's
-# binaries lack their runtime; what they check (layout, units) is not memory safety.
-asan_tests=(-E '^package\.')
+if [ "$scope" = ci ]; then
+  asan_tests=(-R '^(lint\.lock_rules|fuzz\..*\.corpus|unit\..*|integration\.(codecs|exact_sums|faults|bad_input|hierarchical|device_placement)|python\.cluster_(adaptive_ratio|ddp_comm_hook_equals))$')
+else
+  # Not the packaging tests: they install the build into fresh roots, where an ASan build's
+  # binaries lack their runtime; what they check (layout, units) is not memory safety.
+  asan_tests=(-E '^package\.')
+fi
+
+asan_build_step() {
+  bash "$root/deploy/configure_sanitized.sh" asan "$asan_build" &&
+    cmake --build "$asan_build" -j "$jobs" --target "${asan_targets[@]}"
+}
+
+asan_test_step() (
+  export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export LSAN_OPTIONS=suppressions=$supp/lsan.supp
+  export BYTECOMP_SANITIZER=asan  # the longest jobs run less work (cluster.sized)
+  cd "$asan_build" && ctest --output-on-failure --timeout 900 -j "$test_jobs" "${asan_tests[@]}"
+)
 
 stage_asan() {
-  log "asan: configure and build ${asan_targets[*]} in $asan_build"
-  time {
-    bash "$root/deploy/configure_sanitized.sh" asan "$asan_build" &&
-      cmake --build "$asan_build" -j "$jobs" --target "${asan_targets[@]}"
-  } || return 1
-  log "asan: ctest ${asan_tests[*]} under ASan + UBSan"
-  time (
-    export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1
-    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-    export LSAN_OPTIONS=suppressions=$supp/lsan.supp
-    export BYTECOMP_SANITIZER=asan  # the longest jobs run less work (cluster.sized)
-    cd "$asan_build" && ctest --output-on-failure --timeout 900 -j "$test_jobs" "${asan_tests[@]}"
-  )
+  log "asan: build ${asan_targets[*]} in $asan_build (ASan + UBSan, lock rules), then ctest ${asan_tests[*]}"
+  stage asan-build asan_build_step || return 1
+  stage asan-tests asan_test_step
 }
 
 stage_fuzz() {
-  log "fuzz: build the fuzz targets in $fuzz_build, then every target ${FUZZ_SECONDS:-60} s"
-  TIMEFORMAT="[sanitizers] fuzz: %R s wall, %U s user + %S s system CPU (build included)"
-  time bash "$root/deploy/fuzz.sh" --build-dir "$fuzz_build" --seconds "${FUZZ_SECONDS:-60}" \
+  local seconds=${FUZZ_SECONDS:-$([ "$scope" = deep ] && echo 300 || echo 60)}
+  log "fuzz: build the fuzz targets in $fuzz_build, then every target $seconds s"
+  stage fuzz bash "$root/deploy/fuzz.sh" --build-dir "$fuzz_build" --seconds "$seconds" \
     --jobs "${FUZZ_JOBS:-2}"
 }
 
-# What the TSan stage runs: the check of the preloaded libraries
-# (sanitizers.tsan_zmq_sync: hand-offs draw no report; a plain race and a zero-copy payload
-# freed while ZeroMQ holds it still do), the unit tests
-# with threads of their own, and the integration tests whose processes are ours (daemons and
-# C++ workers). scheduler_test starts bytecomp-scheduler (SchedulerBinaryTest).
+# What the TSan stage builds: the daemons, the C++ test workers and clients, the unit tests
+# with threads of their own and the preloaded libraries. scheduler_test starts
+# bytecomp-scheduler (SchedulerBinaryTest).
 tsan_targets=(bytecomp-scheduler bytecomp-server bytecomp-keygen exact_sum_worker
               codec_cluster_worker bad_input_client hostile_peer intruder_client bytecomp-bench
               server_test scheduler_test worker_test local_reduce_test bytecomp_tsan_absl_sync
               bytecomp_tsan_zmq_sync tsan_zmq_sync_check)
 tsan_tests='^(sanitizers\.tsan_zmq_sync|unit\.(server|scheduler|worker|worker\.local_reduce)|integration\.(exact_sums|bad_input|codecs|strategy_switch|hierarchical|faults|server_failover|scheduler_restart|hostile_peers|cluster_key))$'
 
-stage_tsan() {
-  log "tsan: configure and build ${tsan_targets[*]} in $tsan_build"
-  time {
-    bash "$root/deploy/configure_sanitized.sh" tsan "$tsan_build" &&
-      cmake --build "$tsan_build" -j "$jobs" --target "${tsan_targets[@]}"
-  } || return 1
+tsan_build_step() {
+  bash "$root/deploy/configure_sanitized.sh" tsan "$tsan_build" &&
+    cmake --build "$tsan_build" -j "$jobs" --target "${tsan_targets[@]}"
+}
+
+tsan_test_step() {
   local reports=$tsan_build/tsan-reports
   rm -rf "$reports" && mkdir -p "$reports"
-  log "tsan: tests matching $tsan_tests"
   local status=0
-  time (
+  (
     export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$reports/tsan suppressions=$supp/tsan.supp"
     export BYTECOMP_SANITIZER=tsan  # the longest jobs run less work (cluster.sized)
     export LD_PRELOAD="$tsan_build/lib/libbytecomp_tsan_absl_sync.so $tsan_build/lib/libbytecomp_tsan_zmq_sync.so"
@@ -105,15 +130,23 @@ stage_tsan() {
   return "$status"
 }
 
+stage_tsan() {
+  log "tsan: build ${tsan_targets[*]} in $tsan_build, then the tests matching $tsan_tests"
+  stage tsan-build tsan_build_step || return 1
+  stage tsan-tests tsan_test_step
+}
+
 # (A function run as an if's condition runs without errexit: each stage checks its steps.)
 failed=()
-for stage in $stages; do
-  TIMEFORMAT="[sanitizers] %R s wall, %U s user + %S s system CPU"
-  if ! "stage_$stage"; then failed+=("$stage"); fi
+for s in $stages; do
+  if ! "stage_$s"; then failed+=("$s"); fi
 done
-log "stages $stages: ${SECONDS} s wall in all"
+if ((own_table)); then
+  stage_table "check_sanitizers.sh ($scope: $stages)"
+  rm -f "$BYTECOMP_STAGE_LOG"
+fi
 if ((${#failed[@]})); then
   log "FAILED stages: ${failed[*]}"
   exit 1
 fi
-log "all stages passed: $stages"
+log "all stages passed: $stages ($scope)"

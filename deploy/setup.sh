@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Installs every system package the build, the tests and the main job need (Debian 12, root).
+# Installs the system packages (Debian 12, root) that the build, the tests and the main job
+# need: `setup.sh` everything the test command uses (deploy/test.sh), `setup.sh --main` only
+# what building the daemons and the engine and running the main job need (deploy/main.sh: no
+# clang, sanitizer runtimes, browser, Prometheus, packaging tools or MXNet environment).
 # Idempotent: a package already present is not fetched again.
 # Quiet: one line per step; apt's and pip's output goes to $BYTECOMP_SETUP_LOG (default
 # /tmp/bytecomp-setup.log) and is printed only when a step fails. BYTECOMP_VERBOSE_SETUP=1
@@ -22,31 +25,46 @@ quietly() {
   fi
 }
 
+profile=all
+case "${1:-}" in
+  "") ;;
+  --main) profile=main ;;
+  *) echo "setup.sh: unknown argument '$1' (--main)" >&2; exit 2 ;;
+esac
+
+# The build (CMake finds GoogleTest even when no test is built), the daemons and the engine,
+# and the main job: PyTorch DDP training on digits in network namespaces.
 packages=(
   build-essential cmake ninja-build pkg-config
-  clang
-  # The sanitized and fuzz stages (deploy/check_sanitizers.sh): clang's sanitizer runtimes and
-  # libFuzzer, and llvm-symbolizer for readable reports.
-  libclang-rt-14-dev llvm-14
   libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler
   libabsl-dev
-  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  googletest libgtest-dev libgmock-dev
   libsodium-dev
+  # prometheus-cpp for the daemons' /metrics.
+  prometheus-cpp-dev
   iproute2 procps psmisc
-  python3-torch python3-sklearn python3-numpy python3-pytest python3-venv python3-pip
-  python3-yaml
-  # Observability: prometheus-cpp for the daemons' /metrics, and for its tests the real
-  # Prometheus server and promtool, headless Chromium for the status page; matplotlib for
-  # tools/bytecomp-plot.
-  prometheus-cpp-dev prometheus chromium python3-matplotlib
-  # Packaging test (test/package): dpkg-shlibdeps for the .deb's dependencies, debootstrap for
-  # the fresh Debian root it installs into, systemd-analyze to verify the installed units.
-  dpkg-dev debootstrap systemd
+  python3-torch python3-sklearn python3-numpy
   # An optimised BLAS for Debian's torch (it calls libblas.so.3, which is otherwise the
   # reference implementation, about 20x slower); the OpenMP build follows torch's threads.
   libopenblas0-openmp
 )
+if [ "$profile" = all ]; then
+  packages+=(
+    clang
+    # The sanitized and fuzz stages (deploy/check_sanitizers.sh): clang's sanitizer runtimes
+    # and libFuzzer, and llvm-symbolizer for readable reports.
+    libclang-rt-14-dev llvm-14
+    libbenchmark-dev
+    python3-pytest python3-venv python3-pip python3-yaml
+    # Observability's tests: the real Prometheus server and promtool, headless Chromium for
+    # the status page; matplotlib for tools/bytecomp-plot.
+    prometheus chromium python3-matplotlib
+    # Packaging test (test/package): dpkg-shlibdeps for the .deb's dependencies, debootstrap
+    # for the fresh Debian root it installs into, systemd-analyze to verify the installed units.
+    dpkg-dev debootstrap systemd
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -68,7 +86,9 @@ fi
 # it the MXNet tests are left out and the reason is printed here.
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv-mxnet"
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import mxnet" 2>/dev/null; then
+if [ "$profile" = main ]; then
+  :  # the main job runs no MXNet
+elif [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import mxnet" 2>/dev/null; then
   echo "[setup] mxnet present in $venv"
 elif [ "${BYTECOMP_SKIP_MXNET:-0}" = 1 ]; then
   echo "[setup] BYTECOMP_SKIP_MXNET=1: MXNet tests will be left out"
