@@ -10,7 +10,8 @@
 #   P/share/bytecomp            model profiles, codec cost tables, cluster descriptions, example
 #                               configs, systemd env examples, Kubernetes manifests
 #   P/lib/systemd/system        bytecomp-scheduler.service, bytecomp-server@.service
-#   P/share/doc/bytecomp        README.md, which the units' Documentation= points at
+#   P/share/doc/bytecomp        README.md and docs/*.md; the units' Documentation= points at
+#                               OPERATING.md
 #
 # Targets are referred to by name and only when they exist, so that the folders' own
 # CMakeLists.txt stay free of install code.
@@ -74,7 +75,9 @@ install(FILES deploy/systemd/scheduler.env.example deploy/systemd/server.env.exa
         DESTINATION ${BYTECOMP_INSTALL_DATADIR}/systemd)
 install(DIRECTORY deploy/k8s/ DESTINATION ${BYTECOMP_INSTALL_DATADIR}/k8s
         FILES_MATCHING PATTERN "*.yaml")
-install(FILES README.md DESTINATION ${BYTECOMP_INSTALL_DOCDIR})
+install(FILES README.md docs/OPERATING.md docs/CONFIGURATION.md docs/SECURITY.md docs/FAILOVER.md
+              docs/BENCHMARKS.md docs/TESTING.md docs/ARCHITECTURE.md
+        DESTINATION ${BYTECOMP_INSTALL_DOCDIR})
 
 # systemd units. The repository's units name the Debian package's paths (/usr/bin, /usr/share);
 # another prefix gets them rewritten to its own.

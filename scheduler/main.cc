@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
       "bytecomp-scheduler --config=cluster.pbtxt [--num_workers=N --num_servers=S ...]\n"
       "Rendezvous, topology, barriers, heartbeats, tensor declarations and the strategy of a "
       "ByteComp job.\nA flag left at 0 or empty takes the value of the BYTECOMP_* environment "
-      "variable, else of the --config file, else the default (README.md: Settings).");
+      "variable, else of the --config file, else the default (docs/CONFIGURATION.md).");
   bytecomp::SetLogIdentity("scheduler");
   bytecomp::RouteProtobufLogs();
 

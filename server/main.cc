@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "bytecomp-server --config=cluster.pbtxt [--scheduler=host:port --rank=R ...]\n"
       "ByteComp aggregation server: sums the workers' pushes per key and round and answers "
-      "their pulls (README.md: Settings).");
+      "their pulls (docs/CONFIGURATION.md).");
   bytecomp::SetLogIdentity("server");
   bytecomp::RouteProtobufLogs();
   bytecomp::ConfigOrigins origins;

@@ -59,6 +59,7 @@ EXPECTED_FILES = [
     "share/bytecomp/profiles/resnet50.pbtxt", "share/bytecomp/costs/nominal.pbtxt",
     "share/bytecomp/clusters/4x1gpu-1g.pbtxt", "share/bytecomp/examples/cluster.pbtxt",
     "share/bytecomp/systemd/scheduler.env.example", "share/doc/bytecomp/README.md",
+    "share/doc/bytecomp/OPERATING.md",
 ]
 UNITS = ["bytecomp-scheduler.service", "bytecomp-server@.service"]
 # Upper bounds, in seconds.

@@ -24,7 +24,7 @@ EXPECTED = [
     "share/bytecomp/profiles/resnet50.pbtxt", "share/bytecomp/costs/nominal.pbtxt",
     "share/bytecomp/clusters/8x1gpu-10g.pbtxt", "share/bytecomp/examples/cluster.pbtxt",
     "share/bytecomp/systemd/server.env.example", "share/bytecomp/k8s/scheduler.yaml",
-    "share/doc/bytecomp/README.md",
+    "share/doc/bytecomp/README.md", "share/doc/bytecomp/OPERATING.md",
 ]
 
 
