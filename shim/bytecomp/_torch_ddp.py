@@ -39,6 +39,7 @@ import threading
 import torch
 
 from . import _core
+from . import _torch_ops as bct
 
 PER_PARAMETER, PER_BUCKET = "parameter", "bucket"
 
@@ -58,7 +59,6 @@ class DDPHookState:
         if per not in (PER_PARAMETER, PER_BUCKET):
             raise ValueError(f"DDPHookState: per must be '{PER_PARAMETER}' or '{PER_BUCKET}', "
                              f"not {per!r}")
-        from . import torch as bct
         module = getattr(model, "module", model)  # names without DDP's "module." prefix
         self.per, self.average, self.optimizer = per, average, optimizer
         self.name_prefix = name_prefix
@@ -128,7 +128,6 @@ def ddp_comm_hook(state, bucket):
     """DDP communication hook (DistributedDataParallel.register_comm_hook(state, hook)):
     averages the bucket over all workers through ByteComp. Returns a torch.futures.Future
     holding the averaged flat bucket."""
-    from . import torch as bct
     if state.optimizer is not None:
         _core.set_learning_rate(state.optimizer.param_groups[0]["lr"])
     buffer = bucket.buffer()
@@ -191,7 +190,6 @@ def init_process_group(backend="gloo", timeout=datetime.timedelta(minutes=5)):
     its address towards the scheduler and the others learn it through a ByteComp broadcast.
     For gloo, GLOO_SOCKET_IFNAME is set to that address's interface unless already set."""
     import torch.distributed as dist
-    from . import torch as bct
     if dist.is_initialized():
         return
     rank, size = _core.rank(), _core.size()

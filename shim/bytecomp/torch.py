@@ -34,6 +34,10 @@ from ._core import (Handle, barrier, is_initialized, local_rank, local_size,  # 
                     num_servers, rank, set_learning_rate, shutdown, size, stats,
                     tensor_strategy)
 from ._engine import BytecompError  # noqa: F401
+from ._torch_ddp import DDPHookState, ddp_comm_hook, init_process_group  # noqa: F401
+from ._torch_ops import (_DTYPE_CODES, _check_device, _device_of,  # noqa: F401
+                         declare, poll, push_pull, push_pull_async, push_pull_async_inplace,
+                         push_pull_inplace, synchronize)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -43,13 +47,6 @@ __all__ = [
     "set_learning_rate", "stats", "tensor_strategy", "DDPHookState", "ddp_comm_hook",
     "init_process_group", "check_cpu_math", "configure_cpu_threads",
 ]
-
-_DTYPE_CODES = {
-    torch.float32: _engine.FLOAT32,
-    torch.float16: _engine.FLOAT16,
-    torch.bfloat16: _engine.BFLOAT16,
-}
-
 
 def init(config_path=None):
     """Starts the worker engine (bytecomp._core.init) and then, unless OMP_NUM_THREADS is set,
@@ -88,88 +85,6 @@ def check_cpu_math(warn=True):
                       "it: apt-get install libopenblas0-openmp (deploy/setup.sh does)",
                       RuntimeWarning, stacklevel=2)
     return kind or _cpu.UNKNOWN
-
-
-def _check_device(tensor, what):
-    if tensor.device.type not in ("cpu", "cuda"):
-        raise NotImplementedError(
-            f"{what}: tensor is on {tensor.device}; the worker engine takes CPU or CUDA "
-            "memory only. Move it to the CPU explicitly (t.cpu()) and copy the result back.")
-
-
-def _device_of(tensor):
-    """None for a host tensor; for a CUDA tensor (device index, current cudaStream_t): the
-    engine reads the tensor once the work queued on that stream is done."""
-    if tensor.device.type != "cuda":
-        return None
-    return tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream
-
-
-def _dtype_code(tensor, what):
-    _check_device(tensor, what)
-    if tensor.layout != torch.strided:
-        raise TypeError(f"{what}: only dense tensors are supported, not {tensor.layout}")
-    code = _DTYPE_CODES.get(tensor.dtype)
-    if code is None:
-        raise TypeError(f"{what}: dtype {tensor.dtype} is not supported by the engine "
-                        "(float32, float16, bfloat16)")
-    return code
-
-
-def declare(name, tensor):
-    """Declares a tensor by name (same name, size and dtype on every worker) with its shape.
-    Optional: the first push_pull declares it, without a shape; declaring up front fixes the
-    key order on every worker and lets powersgd read a layer as its rows (shape[0] of them)
-    as PyTorch's PowerSGD hook does, instead of a near-square matrix."""
-    _core.declare(name, tensor.numel(), _dtype_code(tensor, f"declare '{name}'"),
-                  list(tensor.shape))
-
-
-def push_pull_async_inplace(tensor, name, average=True, priority=0):
-    """Starts summing (average=True: averaging) `tensor` over all workers, in place.
-    Do not read or write the tensor until synchronize(handle) returned it."""
-    code = _dtype_code(tensor, f"push_pull '{name}'")
-    with torch.no_grad():
-        target = tensor.detach()
-        if target.is_contiguous():
-            buf, finish = target, None
-        else:
-            buf = target.contiguous()
-
-            def finish():
-                with torch.no_grad():
-                    target.copy_(buf)
-    return _core.start_push_pull(name, buf.data_ptr(), buf.numel(), code, priority, average,
-                                 keepalive=(tensor, buf), result=tensor, finish=finish,
-                                 device=_device_of(buf))
-
-
-def push_pull_async(tensor, name, average=True, priority=0):
-    """Like push_pull_async_inplace on a copy: `tensor` is left unchanged and
-    synchronize(handle) returns a new tensor with the result."""
-    _dtype_code(tensor, f"push_pull '{name}'")
-    with torch.no_grad():
-        out = tensor.detach().clone(memory_format=torch.contiguous_format)
-    return push_pull_async_inplace(out, name, average, priority)
-
-
-def push_pull(tensor, name, average=True, priority=0):
-    """Sum (average=True: mean) of `tensor` over all workers, as a new tensor."""
-    return synchronize(push_pull_async(tensor, name, average, priority))
-
-
-def push_pull_inplace(tensor, name, average=True, priority=0):
-    return synchronize(push_pull_async_inplace(tensor, name, average, priority))
-
-
-def poll(handle):
-    """True when the operation finished; raises its failure (BytecompError)."""
-    return _core.poll(handle)
-
-
-def synchronize(handle, timeout_ms=-1):
-    """Waits for the operation and returns its result tensor; raises its failure."""
-    return _core.synchronize(handle, timeout_ms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,4 +409,3 @@ def broadcast_optimizer_state(optimizer, root_rank=0, name_prefix="bcast_opt/"):
     _core.synchronize_all(handles)
 
 
-from ._torch_ddp import DDPHookState, ddp_comm_hook, init_process_group  # noqa: E402,F401
