@@ -20,7 +20,7 @@
 #   bash deploy/test.sh --deep    what no longer fits the budget as well: the long jobs at full
 #                                 size (BYTECOMP_TEST_DEPTH=deep), the whole suite under ASan,
 #                                 the wider TSan scope, 5 minutes per fuzz target
-#                                 (docs/TESTING.md: about 90 minutes). Run it before resolving
+#                                 (docs/TESTING.md: about 50 minutes). Run it before resolving
 #                                 work that touches threads, sockets or decoders.
 # BYTECOMP_SKIP_SANITIZERS=1 leaves the sanitized and fuzz stages out (a quicker local run);
 # SANITIZER_STAGES picks some of them; TEST_JOBS sets ctest's parallelism (default 3: the
