@@ -26,7 +26,7 @@
 #include "bytecomp/worker/wake_queue.h"
 #include "control.pb.h"
 #include "control_loop.h"
-#include "data_commands.h"
+#include "bytecomp/worker/engine/data_commands.h"
 #include "stage_pipeline.h"
 
 namespace bytecomp::worker {
