@@ -1,5 +1,5 @@
 // This worker's traffic, for EngineStats and the metrics: a part of its own so that the stages,
-// the data loop and their tests share it.
+// the PartitionSender and their tests share it.
 #pragma once
 
 #include <atomic>
@@ -10,8 +10,8 @@
 
 namespace bytecomp::worker {
 
-// Bytes moved by this worker (EngineStats): the stages and the data loop count them, by codec
-// for the metrics when they are on ("" uncompressed). The data loop also publishes its queue
+// Bytes moved by this worker (EngineStats): the stages and the PartitionSender count them, by
+// codec for the metrics when they are on ("" uncompressed). The sender also publishes its queue
 // and bytes in flight here.
 struct TrafficCounters {
   std::atomic<int64_t> pushed_bytes{0}, pushed_raw_bytes{0}, pulled_bytes{0},
