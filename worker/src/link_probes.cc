@@ -8,13 +8,13 @@
 
 namespace bytecomp::worker {
 
-void DataLoop::ProbeLinks() {
+void DataLoop::ProbeLinks(uint64_t* next_request) {
   const LinkProbeOptions options = LinkProbeOptionsFrom(*w_.config);
   if (options.transfers <= 0) return;
   std::vector<ZmqProbeExchange> exchanges;
-  exchanges.reserve(sockets_.size());
-  for (auto& conns : sockets_) {
-    exchanges.emplace_back(conns.front(), w_.rank, &next_request_);
+  exchanges.reserve(sockets_.sockets().size());
+  for (auto& conns : sockets_.sockets()) {
+    exchanges.emplace_back(conns.front(), w_.rank, next_request);
   }
   std::vector<ProbeExchange*> servers;
   for (auto& e : exchanges) servers.push_back(&e);

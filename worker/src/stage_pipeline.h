@@ -15,34 +15,15 @@
 #include "bytecomp/cpu_offload.h"
 #include "bytecomp/telemetry.h"
 #include "bytecomp/worker/engine.h"
+#include "bytecomp/worker/engine/data_commands.h"
 #include "bytecomp/worker/engine/operation.h"
 #include "bytecomp/worker/engine/operation_tracker.h"
 #include "bytecomp/worker/engine/strategy_switch.h"
+#include "bytecomp/worker/engine/traffic_counters.h"
 #include "bytecomp/worker/wake_queue.h"
-#include "data_commands.h"
 #include "zmq.hpp"
 
 namespace bytecomp::worker {
-
-// Bytes moved by this worker (EngineStats): the stages and the data loop count them, by codec
-// for the metrics when they are on ("" uncompressed). The data loop also publishes its queue
-// and bytes in flight here.
-struct TrafficCounters {
-  std::atomic<int64_t> pushed_bytes{0}, pushed_raw_bytes{0}, pulled_bytes{0},
-      pulled_raw_bytes{0};
-  std::atomic<int64_t> queued_partitions{0}, inflight_bytes{0};
-  telemetry::NodeMetrics* metrics = nullptr;  // set before the engine's threads start
-  void CountPush(int64_t payload_bytes, int64_t raw_bytes, absl::string_view codec) {
-    pushed_bytes += payload_bytes;
-    pushed_raw_bytes += raw_bytes;
-    if (metrics != nullptr) metrics->CountBytes(telemetry::Direction::kOut, codec, payload_bytes, raw_bytes);
-  }
-  void CountPull(int64_t payload_bytes, int64_t raw_bytes, absl::string_view codec) {
-    pulled_bytes += payload_bytes;
-    pulled_raw_bytes += raw_bytes;
-    if (metrics != nullptr) metrics->CountBytes(telemetry::Direction::kIn, codec, payload_bytes, raw_bytes);
-  }
-};
 
 // The codec a pull reply of `plan` carries: the pull codec two-way, else raw values.
 inline absl::string_view PullCodecName(const compress::TensorPlan& plan) {

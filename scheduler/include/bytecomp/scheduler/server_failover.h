@@ -11,8 +11,8 @@
 // - Taking over (Registration::ReplaceServer): the node table holds the newcomer; it gets its
 //   Topology (replaces_lost_server, the worker tokens, the strategies in use), every decided
 //   declaration, and is watched from now on; every worker gets ServerReplaced{rank, address}
-//   and pushes to it again what the lost server had not answered (the worker's DataLoop, the
-//   server's KeyStore say how no round is lost or summed twice).
+//   and pushes to it again what the lost server had not answered (the worker's PartitionSender
+//   and FailoverReplay, the server's KeyStore say how no round is lost or summed twice).
 // - No replacement within server_replacement_timeout_ms of the loss: the lost server's
 //   partitions move to the surviving servers (Declarations::MoveOff), which get KeysMoved
 //   first, then every worker; the rank is retired (a server registering for it is refused).

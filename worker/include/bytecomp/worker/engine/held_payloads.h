@@ -1,9 +1,9 @@
-// The zero-copy push payloads ZeroMQ still holds. The data loop counts one when it makes such
-// a message and the message's free function uncounts it, on whichever thread ZeroMQ drops the
-// message (an I/O thread once it is written, the reaper once its socket is closed). Before the
-// data loop returns it waits for none to be held: once the data thread is gone no operation
-// completes on a ZeroMQ thread, and the engine may stop what a completion calls into (the CPU
-// pool, the local reducers).
+// The zero-copy push payloads ZeroMQ still holds. The data thread's PartitionSender counts one
+// when it makes such a message and the message's free function uncounts it, on whichever
+// thread ZeroMQ drops the message (an I/O thread once it is written, the reaper once its
+// socket is closed). Before the data loop returns it waits for none to be held: once the data
+// thread is gone no operation completes on a ZeroMQ thread, and the engine may stop what a
+// completion calls into (the CPU pool, the local reducers).
 #pragma once
 
 #include <cstdint>

@@ -4,14 +4,15 @@
 // completes the operation. Who reports what:
 //   kResult          the partition's result is in the caller's tensor, or its failure is
 //                    recorded. The stage pipelines report it after the pull reply (decode or
-//                    copy, and for a device tensor the copy to the device); the data loop
-//                    reports it when no pull reply will come (the send failed, the server
-//                    refused, the engine failed).
+//                    copy, and for a device tensor the copy to the device); the data
+//                    thread's PartitionSender reports it when no pull reply will come (the
+//                    send failed, the server refused, the engine failed).
 //   kPayloadReleased ZeroMQ no longer holds the partition's zero-copy push payload. Only an
 //                    uncompressed operation pushes straight from the tensor's memory (or its
-//                    pinned host copy), which the caller may reuse only after this. The data
-//                    loop's ZeroMQ free function reports it; the data loop and the device
-//                    pipeline report it for a payload that never went out.
+//                    pinned host copy), which the caller may reuse only after this. The
+//                    free function of the PartitionSender's ZeroMQ message reports it; the
+//                    sender and the device pipeline report it for a payload that never went
+//                    out.
 // A compressed operation pushes the engine's own buffers: it waits for kResult only.
 #pragma once
 

@@ -1,4 +1,5 @@
-// What the other threads hand to the data I/O thread (data_loop.h), through its WakeQueue.
+// What the other threads hand to the data I/O thread (worker/src/data_loop.h) through its
+// WakeQueue, and the data loop to its PartitionSender (partition_sender.h).
 #pragma once
 
 #include <cstdint>
