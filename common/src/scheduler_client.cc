@@ -146,8 +146,8 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
   }
 }
 
-void SchedulerClient::SetPlacement(std::string machine, std::optional<int> local_rank,
-                                   std::optional<int> local_size) {
+void SchedulerClient::SetMachineSlot(std::string machine, std::optional<int> local_rank,
+                                     std::optional<int> local_size) {
   machine_ = std::move(machine);
   local_rank_ = local_rank;
   local_size_ = local_size;

@@ -14,8 +14,8 @@ constexpr size_t kMaxMachineName = 256;
 
 }  // namespace
 
-absl::Status CheckMachineSlot(const std::vector<MachineSlot>& registered,
-                             const MachineSlot& joining) {
+absl::Status CheckSlotRequest(const std::vector<SlotRequest>& registered,
+                             const SlotRequest& joining) {
   const std::string who = absl::StrCat("worker ", joining.rank, " on machine '", joining.machine, "'");
   if (joining.machine.size() > kMaxMachineName) {
     return absl::InvalidArgumentError(absl::StrCat("worker ", joining.rank, ": a machine name of ",
@@ -38,7 +38,7 @@ absl::Status CheckMachineSlot(const std::vector<MachineSlot>& registered,
   }
   int on_machine = 1;
   std::optional<int> declared = joining.declared_local_size;
-  for (const MachineSlot& w : registered) {
+  for (const SlotRequest& w : registered) {
     if (w.machine != joining.machine) continue;
     ++on_machine;
     if (w.declared_local_size.has_value()) {
@@ -70,19 +70,19 @@ absl::Status CheckMachineSlot(const std::vector<MachineSlot>& registered,
   return absl::OkStatus();
 }
 
-absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<MachineSlot>& workers) {
+absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<SlotRequest>& workers) {
   const int count = static_cast<int>(workers.size());
-  std::vector<const MachineSlot*> by_rank(count, nullptr);
-  for (const MachineSlot& w : workers) {
+  std::vector<const SlotRequest*> by_rank(count, nullptr);
+  for (const SlotRequest& w : workers) {
     if (w.rank < 0 || w.rank >= count || by_rank[w.rank] != nullptr) {
       return absl::InternalError(absl::StrCat("worker rank ", w.rank, " is invalid or repeated"));
     }
     by_rank[w.rank] = &w;
   }
   // Re-check in rank order, as registration did, so a caller that skipped it gets the same errors.
-  std::vector<MachineSlot> seen;
-  for (const MachineSlot* w : by_rank) {
-    if (absl::Status s = CheckMachineSlot(seen, *w); !s.ok()) return s;
+  std::vector<SlotRequest> seen;
+  for (const SlotRequest* w : by_rank) {
+    if (absl::Status s = CheckSlotRequest(seen, *w); !s.ok()) return s;
     seen.push_back(*w);
   }
   LocalAssignment out;
@@ -90,8 +90,8 @@ absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<MachineSlot>&
   out.local_size.assign(count, 0);
   out.local_root.assign(count, -1);
   std::map<std::string, size_t> machine_index;
-  std::vector<std::vector<const MachineSlot*>> members;
-  for (const MachineSlot* w : by_rank) {
+  std::vector<std::vector<const SlotRequest*>> members;
+  for (const SlotRequest* w : by_rank) {
     auto [it, added] = machine_index.emplace(w->machine, members.size());
     if (added) {
       members.emplace_back();
@@ -103,11 +103,11 @@ absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<MachineSlot>&
     const auto& group = members[m];
     const int size = static_cast<int>(group.size());
     std::optional<int> declared;
-    for (const MachineSlot* w : group) {
+    for (const SlotRequest* w : group) {
       if (w->declared_local_size.has_value()) declared = w->declared_local_size;
     }
     std::vector<int> slots(size, -1);  // local rank -> worker rank
-    for (const MachineSlot* w : group) {
+    for (const SlotRequest* w : group) {
       if (!w->requested_local_rank.has_value()) continue;
       if (*w->requested_local_rank >= size && !declared.has_value()) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -123,7 +123,7 @@ absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<MachineSlot>&
       // here (Registration refuses larger ones before they get this far).
       bool all_named = *declared <= count;
       std::vector<bool> taken(all_named ? *declared : 0, false);
-      for (const MachineSlot* w : group) {
+      for (const SlotRequest* w : group) {
         if (w->requested_local_rank.has_value() && all_named) {
           taken[*w->requested_local_rank] = true;
         } else {
@@ -135,7 +135,7 @@ absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<MachineSlot>&
         if (!taken[lr]) missing.push_back(lr);
       }
       std::vector<std::string> present;
-      for (const MachineSlot* w : group) {
+      for (const SlotRequest* w : group) {
         present.push_back(w->requested_local_rank.has_value()
                               ? absl::StrCat(w->rank, " (local rank ", *w->requested_local_rank, ")")
                               : absl::StrCat(w->rank));
@@ -149,7 +149,7 @@ absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<MachineSlot>&
                     : absl::StrCat(*declared - size, " of its local ranks"),
           ": a worker ran on the wrong machine or with the wrong BYTECOMP_LOCAL_RANK/SIZE"));
     }
-    for (const MachineSlot* w : group) {
+    for (const SlotRequest* w : group) {
       if (w->requested_local_rank.has_value()) continue;
       *std::find(slots.begin(), slots.end(), -1) = w->rank;
     }

@@ -78,8 +78,8 @@ std::vector<std::string> NodeTable::AllIdentities() const {
   return out;
 }
 
-std::vector<MachineSlot> NodeTable::WorkerSlots() const {
-  std::vector<MachineSlot> out;
+std::vector<SlotRequest> NodeTable::WorkerSlots() const {
+  std::vector<SlotRequest> out;
   for (const RegisteredNode& node : workers_) {
     if (!node.identity.empty()) out.push_back(node.slot);
   }

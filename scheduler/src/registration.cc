@@ -92,7 +92,7 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
                                config_.num_servers(), " servers have registered"));
   }
   const bool is_worker = reg.role() == proto::ROLE_WORKER;
-  MachineSlot slot;
+  SlotRequest slot;
   slot.machine = reg.machine().empty() ? reg.hostname() : reg.machine();
   // Local ranks matter (and are checked) only when machines reduce locally; otherwise they
   // are informational and the scheduler numbers each machine's workers in rank order. They are
@@ -141,7 +141,7 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   RegisteredNode node;
   if (is_worker) {
     slot.rank = rank;
-    if (absl::Status s = CheckMachineSlot(nodes_.WorkerSlots(), slot); !s.ok()) {
+    if (absl::Status s = CheckSlotRequest(nodes_.WorkerSlots(), slot); !s.ok()) {
       return reject(std::string(s.message()));
     }
     node.slot = slot;

@@ -65,7 +65,7 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
   if (!security.ok()) return security.status();
   job.security = *std::move(security);
   job.client = std::make_unique<SchedulerClient>(*job.context, *config, *job.security);
-  job.client->SetPlacement(slot->machine, slot->local_rank, slot->local_size);
+  job.client->SetMachineSlot(slot->machine, slot->local_rank, slot->local_size);
   absl::StatusOr<proto::Topology> topology =
       job.client->Register(proto::ROLE_WORKER, *requested_rank, "");
   if (!topology.ok()) return topology.status();

@@ -9,9 +9,9 @@ namespace {
 
 using testing::Contains;
 
-MachineSlot At(int rank, const std::string& machine, std::optional<int> local_rank = std::nullopt,
+SlotRequest At(int rank, const std::string& machine, std::optional<int> local_rank = std::nullopt,
                std::optional<int> local_size = std::nullopt) {
-  MachineSlot p;
+  SlotRequest p;
   p.rank = rank;
   p.machine = machine;
   p.requested_local_rank = local_rank;
@@ -43,9 +43,9 @@ TEST(LocalGroupsTest, RequestedLocalRanksAreHonouredAndTheOthersFillTheGaps) {
 }
 
 TEST(LocalGroupsTest, RegistrationRefusesConflictsNamingTheMachineAndTheWorkers) {
-  const std::vector<MachineSlot> registered = {At(0, "A", 0, 2), At(1, "B")};
-  auto message = [&](const MachineSlot& p) {
-    absl::Status s = CheckMachineSlot(registered, p);
+  const std::vector<SlotRequest> registered = {At(0, "A", 0, 2), At(1, "B")};
+  auto message = [&](const SlotRequest& p) {
+    absl::Status s = CheckSlotRequest(registered, p);
     EXPECT_FALSE(s.ok());
     return std::string(s.message());
   };
@@ -55,13 +55,13 @@ TEST(LocalGroupsTest, RegistrationRefusesConflictsNamingTheMachineAndTheWorkers)
   EXPECT_TRUE(Contains(message(At(2, "A", -1)), "asked for local rank -1, out of range"));
   EXPECT_TRUE(Contains(message(At(2, "A", std::nullopt, 0)), "declared local size 0"));
   EXPECT_TRUE(Contains(message(At(2, std::string(300, 'm'))), "a machine name of 300 bytes; at most 256"));
-  EXPECT_TRUE(CheckMachineSlot(registered, At(2, "")).ok()) << "no name (no hostname) is one more machine";
-  EXPECT_TRUE(CheckMachineSlot(registered, At(2, "A", 1, 2)).ok());
-  EXPECT_TRUE(CheckMachineSlot(registered, At(2, "A")).ok());
+  EXPECT_TRUE(CheckSlotRequest(registered, At(2, "")).ok()) << "no name (no hostname) is one more machine";
+  EXPECT_TRUE(CheckSlotRequest(registered, At(2, "A", 1, 2)).ok());
+  EXPECT_TRUE(CheckSlotRequest(registered, At(2, "A")).ok());
   // A third worker on a machine of declared size 2.
-  std::vector<MachineSlot> full = registered;
+  std::vector<SlotRequest> full = registered;
   full.push_back(At(2, "A"));
-  EXPECT_TRUE(Contains(std::string(CheckMachineSlot(full, At(3, "A")).message()),
+  EXPECT_TRUE(Contains(std::string(CheckSlotRequest(full, At(3, "A")).message()),
                        "worker 3 on machine 'A' would be worker 3 on that machine, whose local size is 2"));
 }
 

@@ -41,8 +41,8 @@ class SchedulerClient {
                                            const std::string& data_address);
   // Workers, before Register: the machine (empty: the hostname) and the local rank and size a
   // launcher assigned (nullopt: the scheduler decides).
-  void SetPlacement(std::string machine, std::optional<int> local_rank,
-                    std::optional<int> local_size);
+  void SetMachineSlot(std::string machine, std::optional<int> local_rank,
+                      std::optional<int> local_size);
 
   // Sends `message` with this node's token.
   absl::Status Send(const proto::ControlMessage& message);

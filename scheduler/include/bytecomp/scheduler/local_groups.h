@@ -18,9 +18,8 @@
 namespace bytecomp {
 
 // Where a worker says it runs, from its Register: its machine and, optionally, the local rank
-// it asks for and its machine's worker count. (Not proto::Placement, which says where a
-// tensor is compressed.)
-struct MachineSlot {
+// it asks for and its machine's worker count (the worker's own view is worker::MachineSlot).
+struct SlotRequest {
   int rank = -1;  // worker rank
   std::string machine;
   std::optional<int> requested_local_rank;
@@ -43,12 +42,12 @@ struct LocalAssignment {
 // name of at most 256 bytes, a valid local rank and size, agreement with the local size
 // others on the same machine declared, a local rank not taken, and no more workers on the
 // machine than declared. The error names the machine and the workers involved.
-absl::Status CheckMachineSlot(const std::vector<MachineSlot>& registered,
-                             const MachineSlot& joining);
+absl::Status CheckSlotRequest(const std::vector<SlotRequest>& registered,
+                             const SlotRequest& joining);
 
 // Once every worker registered (`workers` in any order, ranks 0..W-1 each once): the local
 // ranks. Fails when a machine's worker count differs from its declared local size (naming the
-// local ranks that are missing), or when CheckMachineSlot would fail.
-absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<MachineSlot>& workers);
+// local ranks that are missing), or when CheckSlotRequest would fail.
+absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<SlotRequest>& workers);
 
 }  // namespace bytecomp

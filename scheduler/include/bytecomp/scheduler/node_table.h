@@ -31,7 +31,7 @@ struct RegisteredNode {
   std::string data_address;  // servers: where workers connect
   std::string hostname;
   int pid = 0;
-  MachineSlot slot;  // workers: machine and local rank/size asked for
+  SlotRequest slot;  // workers: machine and local rank/size asked for
   // The token the node registered with: every later message from it must carry it.
   NodeToken token;
 
@@ -62,7 +62,7 @@ class NodeTable {
   std::vector<std::string> ServerIdentities() const;
   std::vector<std::string> AllIdentities() const;
   // The machine slots of the registered workers, by rank.
-  std::vector<MachineSlot> WorkerSlots() const;
+  std::vector<SlotRequest> WorkerSlots() const;
   // The ranks not yet registered, e.g. "worker ranks 0, 2 (1 of 3 workers registered);
   // server rank 1 (1 of 2 servers registered)"; empty when all are in.
   std::string Missing() const;
