@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/compress/strategy.h"
 
 namespace bytecomp::planner {
 namespace {
@@ -592,10 +593,7 @@ proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int
       *ts->mutable_push_codec() = config;
       if (o.union_pull) {
         // The servers' sparse union: every non-zero of the sum (decision_tree.h).
-        proto::CodecConfig union_pull;
-        union_pull.set_name("threshold");
-        union_pull.mutable_params()->insert({std::string("threshold"), std::string("0")});
-        *ts->mutable_pull_codec() = std::move(union_pull);
+        *ts->mutable_pull_codec() = compress::SparseUnionPullCodec();
       } else if (o.two_way) {
         *ts->mutable_pull_codec() = config;
       }
