@@ -55,6 +55,11 @@ const proto::TensorAllowance* AllowanceFor(const proto::PlannerOptions& options,
 }
 
 bool IsLossless(const proto::CodecCost& codec) {
+  const compress::CodecFacts* facts = compress::CodecFactsOf(codec.name());
+  if (facts == nullptr) return false;
+  if (facts->loss != compress::CodecLoss::kNone && !facts->lossless_when) {
+    return false;  // without copying the parameters
+  }
   return compress::CodecIsLossless(
       codec.name(), compress::CodecParams(codec.params().begin(), codec.params().end()));
 }

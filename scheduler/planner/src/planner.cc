@@ -404,6 +404,9 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
   }
   p.inputs.cluster = WithDefaults(cluster);
   p.inputs.options = WithDefaults(raw.options);
+  // Each codec's loss class once: LossOf returns a table's class at once, where it would
+  // otherwise look the codec's facts up at every call (dominance, the less-lossy passes).
+  for (proto::CodecCost& codec : *p.inputs.costs.mutable_codecs()) codec.set_loss(LossOf(codec));
   const auto& in = p.inputs;
   if (in.profile.tensors().empty()) return absl::InvalidArgumentError("profile has no tensors");
   if (in.cluster.colocated_servers() && in.cluster.servers() % in.cluster.machines() != 0) {
