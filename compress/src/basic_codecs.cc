@@ -336,19 +336,30 @@ void RegisterBasicCodecs(CodecRegistry& registry) {
                           .params = {},
                           .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
                             return std::make_unique<NoneCodec>();
-                          }});
+                          },
+                          .facts = {.loss = CodecLoss::kNone,
+                                    .summable_encoded = true,
+                                    .encode_target = EncodeSpeedTarget::kElementwise}});
+  // fp16 and bf16 have GPU kernels (compress/cuda basic_kernels.cu), with the residual fused.
+  const CodecFacts half_facts = {.loss = CodecLoss::kRounding,
+                                 .summable_encoded = true,
+                                 .gpu_kernel = true,
+                                 .gpu_memories = {MemoryKind::kResidual},
+                                 .encode_target = EncodeSpeedTarget::kElementwise};
   MustRegister(registry, {.name = "fp16",
                           .summary = "IEEE half precision, saturated at +-65504",
                           .params = {},
                           .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
                             return std::make_unique<HalfCodec>(false);
-                          }});
+                          },
+                          .facts = half_facts});
   MustRegister(registry, {.name = "bf16",
                           .summary = "bfloat16 (fp32's top 16 bits, rounded to nearest even)",
                           .params = {},
                           .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
                             return std::make_unique<HalfCodec>(true);
-                          }});
+                          },
+                          .facts = half_facts});
 }
 
 }  // namespace bytecomp::compress

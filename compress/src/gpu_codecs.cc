@@ -1,65 +1,48 @@
+// gpu_codecs.h from the codec specs' facts (CodecFacts::gpu_kernel, gpu_memories): the one
+// table, which compress/cuda's registry checks against its registrations when it is built.
 #include "bytecomp/compress/gpu_codecs.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bytecomp/compress/memory.h"
+#include "bytecomp/compress/registry.h"
 #include "bytecomp/compress/strategy.h"
 
 namespace bytecomp::compress {
-namespace {
-
-// The GPU codecs (compress/cuda registers a class under each name; it checks this table when
-// its registry is built) and the memories each one fuses besides "none".
-struct GpuCodecEntry {
-  const char* name;
-  std::vector<std::string> memories;
-};
-
-const std::vector<GpuCodecEntry>& GpuCodecTable() {
-  static const std::vector<GpuCodecEntry>* const table = new std::vector<GpuCodecEntry>{
-      {"fp16", {"residual"}},      {"bf16", {"residual"}},
-      {"signsgd", {"residual"}},   {"efsignsgd", {"residual", "efsignsgd"}},
-      {"signum", {}},              {"onebit", {"residual"}},
-      {"topk", {"residual"}},      {"randomk", {"residual"}},
-      {"qsgd", {"residual"}},      {"terngrad", {"residual"}},
-      {"natural", {"residual"}},   {"dgc", {"dgc_momentum"}},
-  };
-  return *table;
-}
-
-const GpuCodecEntry* FindGpuCodec(absl::string_view codec) {
-  for (const GpuCodecEntry& e : GpuCodecTable()) {
-    if (codec == e.name) return &e;
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 std::vector<std::string> GpuCodecNames() {
   std::vector<std::string> names;
-  for (const GpuCodecEntry& e : GpuCodecTable()) names.push_back(e.name);
+  for (const std::string& name : CodecRegistry::Global().Names()) {
+    if (HasGpuCodec(name)) names.push_back(name);
+  }
   return names;
 }
 
-bool HasGpuCodec(absl::string_view codec) { return FindGpuCodec(codec) != nullptr; }
+bool HasGpuCodec(absl::string_view codec) {
+  const CodecFacts* facts = CodecFactsOf(codec);
+  return facts != nullptr && facts->gpu_kernel;
+}
 
 bool GpuMemorySupported(absl::string_view codec, absl::string_view memory) {
-  const GpuCodecEntry* e = FindGpuCodec(codec);
-  if (e == nullptr) return false;
+  if (!HasGpuCodec(codec)) return false;
   if (IsNoneName(memory)) return true;
-  return std::find(e->memories.begin(), e->memories.end(), memory) != e->memories.end();
+  const MemorySpec* spec = MemoryRegistry::Global().Find(memory);
+  if (spec == nullptr) return false;
+  const std::vector<MemoryKind>& fused = CodecFactsOf(codec)->gpu_memories;
+  return std::find(fused.begin(), fused.end(), spec->kind) != fused.end();
 }
 
 std::string GpuMemoriesText() {
   std::vector<std::string> parts;
-  for (const char* memory : {"residual", "efsignsgd", "dgc_momentum"}) {
+  for (const std::string& memory : MemoryRegistry::Global().Names()) {
+    if (IsNoneName(memory)) continue;
     std::vector<std::string> codecs;
-    for (const GpuCodecEntry& e : GpuCodecTable()) {
-      if (GpuMemorySupported(e.name, memory)) codecs.push_back(e.name);
+    for (const std::string& codec : GpuCodecNames()) {
+      if (GpuMemorySupported(codec, memory)) codecs.push_back(codec);
     }
-    parts.push_back(absl::StrCat(memory, ": ", absl::StrJoin(codecs, ", ")));
+    if (!codecs.empty()) parts.push_back(absl::StrCat(memory, ": ", absl::StrJoin(codecs, ", ")));
   }
   return absl::StrJoin(parts, "; ");
 }

@@ -554,6 +554,7 @@ void RegisterLowRankCodecs(CodecRegistry& registry) {
     }
     return std::unique_ptr<Aggregator>(new TwoRoundSumAggregator(std::move(codec)));
   };
+  spec.facts.two_round = true;  // P, then Q; with its memory, compensated
   MustRegister(registry, std::move(spec));
 }
 
@@ -562,6 +563,7 @@ void RegisterLowRankMemories(MemoryRegistry& registry) {
                      {.name = "powersgd",
                       .summary = "PowerSGD residual error feedback: residual = compensated - "
                                  "the worker's local low-rank approximation",
+                      .kind = MemoryKind::kPowerSgd,
                       .params = {},
                       .factory = [](const CodecParams&)
                           -> absl::StatusOr<std::unique_ptr<Memory>> {

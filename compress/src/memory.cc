@@ -194,6 +194,7 @@ class DgcMomentumMemory final : public Memory {
 void RegisterBasicMemories(MemoryRegistry& registry) {
   MustRegisterMemory(registry, {.name = "none",
                                 .summary = "no state: the input is encoded as it is",
+                                .kind = MemoryKind::kNone,
                                 .params = {},
                                 .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Memory>> {
                                   return std::make_unique<NoMemory>();
@@ -203,6 +204,7 @@ void RegisterBasicMemories(MemoryRegistry& registry) {
       {.name = "residual",
        .summary = "error feedback: compensated = beta * residual + gamma * input; residual = "
                   "compensated - decoded",
+       .kind = MemoryKind::kResidual,
        .params = {{.name = "beta", .type = CodecParamSpec::Type::kDouble, .default_value = "1.0",
                    .help = "weight of the carried residual", .min_value = 0},
                   {.name = "gamma", .type = CodecParamSpec::Type::kDouble, .default_value = "1.0",
@@ -217,6 +219,7 @@ void RegisterBasicMemories(MemoryRegistry& registry) {
       registry,
       {.name = "dgc_momentum",
        .summary = "DGC momentum correction: u = m*u + input, v += u, send v; zero u and v where sent",
+       .kind = MemoryKind::kDgcMomentum,
        .params = {{.name = "momentum", .type = CodecParamSpec::Type::kDouble,
                    .default_value = "0.9", .help = "momentum of the correction", .min_value = 0,
                    .max_value = 1, .max_exclusive = true}},

@@ -98,8 +98,12 @@ class NaturalCodec final : public Codec {
 }  // namespace
 
 void RegisterNaturalCodec(CodecRegistry& registry) {
-  MustRegister(registry, ParameterlessSpec<NaturalCodec>(
-      "natural", "stochastic rounding to a power of two: sign and exponent in a byte"));
+  CodecSpec spec = ParameterlessSpec<NaturalCodec>(
+      "natural", "stochastic rounding to a power of two: sign and exponent in a byte");
+  spec.facts = {.gpu_kernel = true,
+                .gpu_memories = {MemoryKind::kResidual},
+                .encode_target = EncodeSpeedTarget::kElementwise};
+  MustRegister(registry, std::move(spec));
 }
 
 }  // namespace bytecomp::compress

@@ -169,6 +169,9 @@ void RegisterQsgdCodec(CodecRegistry& registry) {
     return std::unique_ptr<Codec>(
         new QsgdCodec(static_cast<uint32_t>(quantum_num), static_cast<size_t>(bucket)));
   };
+  spec.facts = {.gpu_kernel = true,
+                .gpu_memories = {MemoryKind::kResidual},
+                .encode_target = EncodeSpeedTarget::kElementwise};
   MustRegister(registry, std::move(spec));
 }
 

@@ -111,8 +111,12 @@ class TernGradCodec final : public Codec {
 }  // namespace
 
 void RegisterTernGradCodec(CodecRegistry& registry) {
-  MustRegister(registry, ParameterlessSpec<TernGradCodec>(
-      "terngrad", "{-1, 0, +1} times a scale, stochastic, after clipping at 2.5 sigma"));
+  CodecSpec spec = ParameterlessSpec<TernGradCodec>(
+      "terngrad", "{-1, 0, +1} times a scale, stochastic, after clipping at 2.5 sigma");
+  spec.facts = {.gpu_kernel = true,
+                .gpu_memories = {MemoryKind::kResidual},
+                .encode_target = EncodeSpeedTarget::kElementwise};
+  MustRegister(registry, std::move(spec));
 }
 
 }  // namespace bytecomp::compress

@@ -172,8 +172,10 @@ class U8bitCodec final : public Codec {
 }  // namespace
 
 void RegisterU8bitCodec(CodecRegistry& registry) {
-  MustRegister(registry, ParameterlessSpec<U8bitCodec>(
-      "u8bit", "8-bit dynamic tree quantisation (Dettmers) of x / max |x|"));
+  CodecSpec spec = ParameterlessSpec<U8bitCodec>(
+      "u8bit", "8-bit dynamic tree quantisation (Dettmers) of x / max |x|");
+  spec.facts.encode_target = EncodeSpeedTarget::kElementwise;
+  MustRegister(registry, std::move(spec));
 }
 
 }  // namespace bytecomp::compress

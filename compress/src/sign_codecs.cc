@@ -273,14 +273,27 @@ void RegisterSignCodecs(CodecRegistry& registry) {
       -> absl::StatusOr<std::unique_ptr<Aggregator>> {
     return std::unique_ptr<Aggregator>(new MajorityVoteAggregator(std::move(codec)));
   };
+  // Every sign codec has GPU kernels (compress/cuda sign_kernels.cu), coded element by element.
+  auto sign_facts = [](std::vector<MemoryKind> gpu_memories) {
+    CodecFacts facts;
+    facts.gpu_kernel = true;
+    facts.gpu_memories = std::move(gpu_memories);
+    facts.encode_target = EncodeSpeedTarget::kElementwise;
+    return facts;
+  };
   {
     CodecSpec spec = ParameterlessSpec<SignSgdCodec>(
         "signsgd", "signs, 1 bit each; the server takes a majority vote");
     spec.aggregator_factory = majority;
+    spec.facts = sign_facts({MemoryKind::kResidual});
     MustRegister(registry, std::move(spec));
   }
-  MustRegister(registry, ParameterlessSpec<EfSignSgdCodec>(
-      "efsignsgd", "mean magnitude and signs, 1 bit each; use with the efsignsgd memory (lr)"));
+  {
+    CodecSpec spec = ParameterlessSpec<EfSignSgdCodec>(
+        "efsignsgd", "mean magnitude and signs, 1 bit each; use with the efsignsgd memory (lr)");
+    spec.facts = sign_facts({MemoryKind::kResidual, MemoryKind::kEfSignSgd});
+    MustRegister(registry, std::move(spec));
+  }
   {
     CodecSpec spec;
     spec.name = "signum";
@@ -297,6 +310,7 @@ void RegisterSignCodecs(CodecRegistry& registry) {
       return std::unique_ptr<Codec>(new SignumCodec(static_cast<float>(momentum)));
     };
     spec.aggregator_factory = majority;
+    spec.facts = sign_facts({});  // its momentum is fused; no memory besides
     MustRegister(registry, std::move(spec));
   }
   {
@@ -313,6 +327,7 @@ void RegisterSignCodecs(CodecRegistry& registry) {
       if (!r.ok()) return r.status();
       return std::unique_ptr<Codec>(new OnebitCodec(scaling));
     };
+    spec.facts = sign_facts({MemoryKind::kResidual});
     MustRegister(registry, std::move(spec));
   }
 }

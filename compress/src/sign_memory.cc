@@ -91,6 +91,7 @@ void RegisterSignMemories(MemoryRegistry& registry) {
   MemorySpec spec;
   spec.name = "efsignsgd";
   spec.summary = "EF-SignSGD error feedback: residual kept in learning-rate units";
+  spec.kind = MemoryKind::kEfSignSgd;
   spec.params.push_back(param_specs::DoubleParam(
       "lr", "0.1", "learning rate, > 0 (CodecContext::learning_rate overrides it when set)", 0.0,
       /*min_exclusive=*/true));

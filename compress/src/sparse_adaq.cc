@@ -199,9 +199,10 @@ class AdaqCodec final : public Codec {
 }  // namespace
 
 void RegisterAdaqCodec(CodecRegistry& registry) {
-  MustRegister(registry,
-               RatioSpecOf<AdaqCodec>(
-                   "adaq", "AdaComp style: per-sign sampled thresholds, indices and one mean per sign"));
+  CodecSpec spec = RatioSpecOf<AdaqCodec>(
+      "adaq", "AdaComp style: per-sign sampled thresholds, indices and one mean per sign");
+  spec.facts.sparse = true;
+  MustRegister(registry, std::move(spec));
 }
 
 }  // namespace bytecomp::compress

@@ -455,6 +455,11 @@ void RegisterArtopkCodec(CodecRegistry& registry) {
     const ArtopkCodec& artopk = static_cast<const ArtopkCodec&>(*codec);
     return std::unique_ptr<Aggregator>(new ArtopkAggregator(artopk.params(), std::move(codec)));
   };
+  // Its two stages are one exchange of summed indices, not a second round trip of the sum; it
+  // keeps what topk keeps.
+  spec.facts = {.exchange = CodecExchange::kSummedIndices,
+                .two_round = true,
+                .selection = "top-k"};
   MustRegister(registry, std::move(spec));
 }
 

@@ -131,7 +131,10 @@ void RegisterBlocksparseCodec(CodecRegistry& registry) {
          }
          codec.release();
          return MakeBlockSparseAggregator(std::unique_ptr<BlocksparseCodec>(blocksparse));
-       }});
+       },
+       .facts = {.lossless_when = ThresholdIsZero,
+                 .exchange = CodecExchange::kBlockSparse,
+                 .sparse = true}});
 }
 
 }  // namespace bytecomp::compress

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/types/span.h"
 #include "bytecomp/compress/codec.h"
 #include "bytecomp/compress/params.h"
@@ -90,6 +91,14 @@ template <typename CodecT>
 CodecSpec RatioSpecOf(const char* name, const char* summary) {
   return RatioSpec(name, summary,
                    [](double r) -> std::unique_ptr<Codec> { return std::make_unique<CodecT>(r); });
+}
+
+// CodecFacts::lossless_when of threshold and blocksparse, which drop what is at or below their
+// "threshold": at 0, only zeros.
+inline bool ThresholdIsZero(const CodecParams& params) {
+  auto it = params.find("threshold");
+  double threshold = 0;
+  return it != params.end() && absl::SimpleAtod(it->second, &threshold) && threshold == 0;
 }
 
 void RegisterTopkCodec(CodecRegistry& registry);       // sparse_topk.cc

@@ -65,9 +65,13 @@ class DgcCodec final : public SparseCodec {
 }  // namespace
 
 void RegisterDgcCodec(CodecRegistry& registry) {
-  MustRegister(registry,
-               RatioSpecOf<DgcCodec>(
-                   "dgc", "top-k by a threshold estimated from a 1% sample, count within 0.7-1.3 k"));
+  CodecSpec spec = RatioSpecOf<DgcCodec>(
+      "dgc", "top-k by a threshold estimated from a 1% sample, count within 0.7-1.3 k");
+  spec.facts = {.sparse = true,
+                .gpu_kernel = true,
+                .gpu_memories = {MemoryKind::kDgcMomentum},
+                .encode_target = EncodeSpeedTarget::kSelection};
+  MustRegister(registry, std::move(spec));
 }
 
 }  // namespace bytecomp::compress

@@ -151,6 +151,11 @@ class ThresholdCodec final : public SparseCodec {
  public:
   explicit ThresholdCodec(double threshold) : threshold_bits_(AbsBits(static_cast<float>(threshold))) {}
   absl::string_view name() const override { return "threshold"; }
+  CodecProperties properties() const override {
+    CodecProperties p = SparseCodec::properties();
+    p.lossless = threshold_bits_ == 0;  // drops only zeros
+    return p;
+  }
   size_t MaxEncodedBytes(size_t n) const override { return sparse::MaxMessageBytes(n); }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
@@ -172,9 +177,14 @@ class ThresholdCodec final : public SparseCodec {
 }  // namespace
 
 void RegisterTopkCodec(CodecRegistry& registry) {
-  MustRegister(registry,
-               RatioSpecOf<TopkCodec>(
-                   "topk", "values and indices of the k = ceil(ratio * n) largest magnitudes"));
+  CodecSpec spec = RatioSpecOf<TopkCodec>(
+      "topk", "values and indices of the k = ceil(ratio * n) largest magnitudes");
+  spec.facts = {.sparse = true,
+                .selection = "top-k",
+                .gpu_kernel = true,
+                .gpu_memories = {MemoryKind::kResidual},
+                .encode_target = EncodeSpeedTarget::kSelection};
+  MustRegister(registry, std::move(spec));
 }
 
 void RegisterThresholdCodec(CodecRegistry& registry) {
@@ -190,7 +200,10 @@ void RegisterThresholdCodec(CodecRegistry& registry) {
          const double threshold = r.Double("threshold");
          if (!r.ok()) return r.status();
          return std::make_unique<ThresholdCodec>(threshold);
-       }});
+       },
+       .facts = {.lossless_when = ThresholdIsZero,
+                 .sparse = true,
+                 .encode_target = EncodeSpeedTarget::kSelection}});
 }
 
 }  // namespace bytecomp::compress

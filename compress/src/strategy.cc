@@ -3,8 +3,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/compress/memory.h"
@@ -163,6 +164,20 @@ CodecParams ParamsOf(const proto::CodecConfig& config) {
 
 CodecParams MemoryParamsOf(const proto::CodecConfig& config) {
   return CodecParams(config.memory_params().begin(), config.memory_params().end());
+}
+
+proto::CodecConfig SparseUnionPullCodec() {
+  proto::CodecConfig pull;
+  pull.set_name("threshold");
+  (*pull.mutable_params())["threshold"] = "0";
+  return pull;
+}
+
+bool IsSparseUnionPull(const proto::CodecConfig& pull) {
+  if (pull.name() != "threshold") return false;
+  auto it = pull.params().find("threshold");
+  double threshold = 0;
+  return it != pull.params().end() && absl::SimpleAtod(it->second, &threshold) && threshold == 0;
 }
 
 absl::StatusOr<proto::Strategy> ParseStrategy(absl::string_view text, absl::string_view source) {

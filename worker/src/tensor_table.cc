@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common.h"
+#include "bytecomp/compress/registry.h"
 #include "bytecomp/worker/engine/operation.h"
 #include "bytecomp/worker/engine/tensor_checkpoint.h"
 #include "partition_codec.h"
@@ -27,9 +28,7 @@ struct TensorTable::Tensor {
   uint64_t local_round = 0;      // hierarchical: push_pull calls, which tag the local collectives
   // Hierarchical push_pulls started while the declaration was pending (failed with it if it fails).
   std::vector<std::weak_ptr<Operation>> local_ops;
-  uint64_t last_version = 0;       // strategy version of the latest started operation
-  uint64_t two_round_version = 0;  // the version `two_round` was found for
-  bool two_round = false;          // the push codec needs two exchanges (PowerSGD)
+  uint64_t last_version = 0;  // strategy version of the latest started operation
   std::shared_ptr<TensorCodecs> codecs = std::make_shared<TensorCodecs>();
   std::string checkpoint;  // loaded before the declaration completed
   bool busy = false;       // an operation is in flight
@@ -155,13 +154,9 @@ void TensorTable::StartNextLocked(const std::shared_ptr<Tensor>& tensor_ptr, Sta
   tensor.last_version = op->plan.version;
   if (op->plan.compressed()) {
     tensor.codecs->Resize(static_cast<size_t>(op->layout.num_partitions()));
-    if (tensor.two_round_version != op->plan.version) {  // once per strategy version
-      absl::StatusOr<std::unique_ptr<compress::Codec>> probe =
-          compress::CreateCodec(op->plan.push.name(), compress::ParamsOf(op->plan.push));
-      tensor.two_round = probe.ok() && (*probe)->properties().two_round;
-      tensor.two_round_version = op->plan.version;
-    }
-    op->two_round = tensor.two_round;
+    // Two exchanges with the servers a round (PowerSGD, artopk): the codec's facts say.
+    const compress::CodecFacts* facts = compress::CodecFactsOf(op->plan.push.name());
+    op->two_round = facts != nullptr && facts->two_round;
   }
   tensor.next_wire_round += op->two_round ? 2 : 1;
   started->push_back(std::move(op));

@@ -68,8 +68,10 @@ absl::StatusOr<const float*> FusedMemory::Compensate(const float* g, size_t n,
       DgcMomentumKernel<<<blocks, kThreads, 0, stream>>>(g, u, v, n, settings_.momentum);
       return v;
     }
+    case MemoryKind::kPowerSgd:  // ReadFusedMemory refuses it
+      break;
   }
-  return g;
+  return absl::InternalError("a fused memory without GPU kernels");
 }
 
 float* FusedMemory::dgc_u() const {

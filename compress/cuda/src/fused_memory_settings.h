@@ -8,9 +8,8 @@
 
 namespace bytecomp::compress::cuda {
 
-enum class MemoryKind { kNone, kResidual, kEfSignSgd, kDgcMomentum };
-
-// A memory's kind and parameters (memory.h names and defaults).
+// A memory's kind (codec.h MemoryKind, its MemorySpec's) and parameters (memory.h names and
+// defaults).
 struct FusedMemorySettings {
   MemoryKind kind = MemoryKind::kNone;
   float beta = 1.0f, gamma = 1.0f;  // residual
@@ -19,7 +18,7 @@ struct FusedMemorySettings {
 };
 
 // The memory named `memory` ("" is "none") with its parameters, validated as the CPU memory
-// registry validates them (registry.cc).
+// registry validates them (registry.cc); one that no kernel fuses is an error.
 absl::StatusOr<FusedMemorySettings> ReadFusedMemory(absl::string_view memory,
                                                     const CodecParams& params);
 

@@ -1,6 +1,7 @@
 // The CUDA codec registry and the door's functions (cuda_codecs.h): CudaCodec::Create checks
-// the codec and memory against gpu_codecs.h (plain C++, so the worker places stages the same
-// way without CUDA) and builds through the registry, which each family source fills.
+// the codec and memory against gpu_codecs.h (the CPU codecs' facts, plain C++, so the worker
+// places stages the same way without CUDA) and builds through the registry, which each family
+// source fills. The registry and those facts are checked against each other, both ways.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -21,7 +22,8 @@ const CudaCodecRegistry& CudaCodecRegistry::Global() {
   static const CudaCodecRegistry* const registry = [] {
     auto* r = BuildRegistry<CudaCodecRegistry>({RegisterBasicCudaCodecs, RegisterSignCudaCodecs,
                                                 RegisterQuantCudaCodecs, RegisterSparseCudaCodecs});
-    // gpu_codecs.h promises exactly these (the worker places stages by it).
+    // The facts (gpu_codecs.h) promise exactly these (the worker places stages by them);
+    // MustRegisterLikeCpu refused any other.
     for (const std::string& name : GpuCodecNames()) {
       if (r->Find(name) == nullptr) {
         std::fprintf(stderr, "GPU codec '%s' has no CUDA registration\n", name.c_str());
@@ -35,8 +37,8 @@ const CudaCodecRegistry& CudaCodecRegistry::Global() {
 
 void CudaCodecRegistry::MustRegisterLikeCpu(const std::string& name, Factory make) {
   const CodecSpec* cpu = CodecRegistry::Global().Find(name);
-  if (cpu == nullptr || !HasGpuCodec(name)) {
-    std::fprintf(stderr, "CUDA codec '%s' is not a CPU codec listed in gpu_codecs.h\n",
+  if (cpu == nullptr || !cpu->facts.gpu_kernel) {
+    std::fprintf(stderr, "CUDA codec '%s' is not a CPU codec whose facts say gpu_kernel\n",
                  name.c_str());
     std::abort();
   }
@@ -58,16 +60,23 @@ absl::StatusOr<FusedMemorySettings> ReadFusedMemory(absl::string_view memory,
   if (!filled.ok()) return filled.status();
   ParamReader r(*filled);
   FusedMemorySettings s;
-  if (memory == "residual") {
-    s.kind = MemoryKind::kResidual;
-    s.beta = static_cast<float>(r.Double("beta"));
-    s.gamma = static_cast<float>(r.Double("gamma"));
-  } else if (memory == "efsignsgd") {
-    s.kind = MemoryKind::kEfSignSgd;
-    s.default_lr = static_cast<float>(r.Double("lr"));
-  } else if (memory == "dgc_momentum") {
-    s.kind = MemoryKind::kDgcMomentum;
-    s.momentum = static_cast<float>(r.Double("momentum"));
+  s.kind = spec->kind;
+  switch (spec->kind) {
+    case MemoryKind::kNone:
+      break;
+    case MemoryKind::kResidual:
+      s.beta = static_cast<float>(r.Double("beta"));
+      s.gamma = static_cast<float>(r.Double("gamma"));
+      break;
+    case MemoryKind::kEfSignSgd:
+      s.default_lr = static_cast<float>(r.Double("lr"));
+      break;
+    case MemoryKind::kDgcMomentum:
+      s.momentum = static_cast<float>(r.Double("momentum"));
+      break;
+    case MemoryKind::kPowerSgd:  // no codec fuses it (gpu_codecs.h)
+      return absl::InvalidArgumentError(
+          absl::StrCat("memory '", memory, "' has no GPU kernels"));
   }
   if (!r.ok()) return r.status();
   return s;

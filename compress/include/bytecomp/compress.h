@@ -21,6 +21,10 @@
 //
 // Worker, pull: codec->Decode(payload, ctx, output) or DecodeAdd(payload, ctx, accumulator).
 //
+// What a codec is, without an instance (its loss class, exchange, two rounds, GPU kernels):
+//   const CodecFacts* facts = CodecFactsOf("artopk");   // codec.h, registry.h; null if unknown
+//   if (facts->two_round) ...;   CodecIsLossless("blocksparse", params);
+//
 // Every error is an absl::Status that names what is wrong: an unknown codec or memory name
 // lists the valid ones; a bad parameter lists the valid parameters with types and defaults;
 // NaN/Inf input names the first bad element; a malformed payload is InvalidArgument.

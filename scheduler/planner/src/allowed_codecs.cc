@@ -4,11 +4,19 @@
 
 #include "absl/strings/numbers.h"
 #include "bytecomp/common/glob.h"
+#include "bytecomp/compress/registry.h"
 
 namespace bytecomp::planner {
 namespace {
 
-bool IsTopk(absl::string_view name) { return name == "topk" || name == "artopk"; }
+// Two codecs that keep the same elements for the same ratio (compress CodecFacts::selection:
+// topk and artopk).
+bool SameSelection(absl::string_view a, absl::string_view b) {
+  const compress::CodecFacts* fa = compress::CodecFactsOf(a);
+  const compress::CodecFacts* fb = compress::CodecFactsOf(b);
+  return fa != nullptr && fb != nullptr && !fa->selection.empty() &&
+         fa->selection == fb->selection;
+}
 
 // The parameter's value as a number; false when absent or not a number.
 bool NumberParam(const google::protobuf::Map<std::string, std::string>& params,
@@ -19,7 +27,7 @@ bool NumberParam(const google::protobuf::Map<std::string, std::string>& params,
 
 bool NoLossierThan(const proto::CodecCost& codec, const proto::CodecConfig& listed) {
   const bool same = codec.name() == listed.name();
-  if (!same && !(IsTopk(codec.name()) && IsTopk(listed.name()))) return false;
+  if (!same && !SameSelection(codec.name(), listed.name())) return false;
   for (const auto& [name, value] : listed.params()) {
     if (name == "ratio") {
       double want = 0, have = 0;
@@ -29,7 +37,7 @@ bool NoLossierThan(const proto::CodecCost& codec, const proto::CodecConfig& list
       }
       continue;
     }
-    if (!same) continue;  // the other top-k codec's parameters are its own
+    if (!same) continue;  // the other codec's parameters are its own
     auto it = codec.params().find(name);
     if (it == codec.params().end() || it->second != value) return false;
   }
@@ -47,13 +55,13 @@ const proto::TensorAllowance* AllowanceFor(const proto::PlannerOptions& options,
 }
 
 bool IsLossless(const proto::CodecCost& codec) {
-  // blocksparse drops blocks, threshold elements, at or below the threshold: 0 drops zeros.
-  // blocksparse's default is 0, threshold's is not.
-  if (codec.name() != "blocksparse" && codec.name() != "threshold") return false;
-  double threshold = 0;
-  auto it = codec.params().find("threshold");
-  if (it == codec.params().end()) return codec.name() == "blocksparse";
-  return absl::SimpleAtod(it->second, &threshold) && threshold == 0;
+  const compress::CodecFacts* facts = compress::CodecFactsOf(codec.name());
+  if (facts == nullptr) return false;
+  if (facts->loss != compress::CodecLoss::kNone && !facts->lossless_when) {
+    return false;  // without copying the parameters
+  }
+  return compress::CodecIsLossless(
+      codec.name(), compress::CodecParams(codec.params().begin(), codec.params().end()));
 }
 
 bool CodecAllowedBy(const proto::CodecCost& codec, const proto::TensorAllowance& allowance) {

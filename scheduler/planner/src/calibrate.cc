@@ -100,24 +100,34 @@ std::optional<AggregateCost> TimeAggregate(const proto::CodecCost& entry,
   return cost;
 }
 
-// How the codec crosses the network, for the cost model (proto Exchange): artopk's two
-// exchanges and blocksparse's block-sparse pull by name; the kept fraction of the ratio codecs;
-// sparse pushes can be returned as the servers' union.
-absl::Status SetExchange(const std::string& name, const compress::CodecParams& given,
-                         const compress::CodecProperties& properties, proto::CodecCost* out) {
-  const compress::CodecSpec* spec = compress::CodecRegistry::Global().Find(name);
+proto::Exchange ExchangeOf(compress::CodecExchange exchange) {
+  switch (exchange) {
+    case compress::CodecExchange::kSummedIndices: return proto::EXCHANGE_SUMMED_INDICES;
+    case compress::CodecExchange::kBlockSparse: return proto::EXCHANGE_BLOCK_SPARSE;
+    case compress::CodecExchange::kPushPull: break;
+  }
+  return proto::EXCHANGE_PUSH_PULL;
+}
+
+// How the codec crosses the network, for the cost model (proto Exchange), from its facts
+// (compress CodecFacts::exchange: artopk's two exchanges, blocksparse's block-sparse pull);
+// the kept fraction of the ratio codecs, sparse or summing k-vectors (artopk); sparse pushes
+// can be returned as the servers' union.
+absl::Status SetExchange(const compress::CodecSpec& spec, const compress::CodecParams& given,
+                         proto::CodecCost* out) {
   absl::StatusOr<compress::CodecParams> params =
-      compress::ValidateParams(absl::StrCat("codec '", name, "'"), spec->params, given);
+      compress::ValidateParams(absl::StrCat("codec '", spec.name, "'"), spec.params, given);
   if (!params.ok()) return params.status();
+  const compress::CodecFacts& facts = spec.facts;
   double kept = 0;
-  if (auto it = params->find("ratio"); it != params->end() && (properties.sparse || name == "artopk")) {
+  if (auto it = params->find("ratio");
+      it != params->end() &&
+      (facts.sparse || facts.exchange == compress::CodecExchange::kSummedIndices)) {
     if (!absl::SimpleAtod(it->second, &kept)) kept = 0;
   }
   out->set_kept_fraction(kept);
-  out->set_union_pull(properties.sparse && kept > 0);
-  out->set_exchange(name == "artopk"        ? proto::EXCHANGE_SUMMED_INDICES
-                    : name == "blocksparse" ? proto::EXCHANGE_BLOCK_SPARSE
-                                            : proto::EXCHANGE_PUSH_PULL);
+  out->set_union_pull(facts.sparse && kept > 0);
+  out->set_exchange(ExchangeOf(facts.exchange));
   return absl::OkStatus();
 }
 
@@ -258,7 +268,7 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
   proto::CostTable entries = template_table;
   if (entries.codecs().empty()) {
     for (const std::string& name : registry.Names()) {
-      if (name != "none") entries.add_codecs()->set_name(name);
+      if (!compress::IsNoneName(name)) entries.add_codecs()->set_name(name);
     }
   }
   proto::CostTable table;
@@ -308,7 +318,9 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
     const compress::CodecProperties properties = (*codec)->properties();
     out.set_summable(properties.summable_encoded);
     out.set_reencodable(!properties.two_round && !properties.majority_vote);
-    if (absl::Status s = SetExchange(entry.name(), params, properties, &out); !s.ok()) return s;
+    if (absl::Status s = SetExchange(*registry.Find(entry.name()), params, &out); !s.ok()) {
+      return s;
+    }
     // artopk's two stages are its exchange's (EXCHANGE_SUMMED_INDICES), not a powersgd-style
     // second round trip of the sum.
     const bool two_round_sum =

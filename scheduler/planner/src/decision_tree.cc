@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/compress/registry.h"
+#include "bytecomp/compress/strategy.h"
 #include "bytecomp/planner/allowed_codecs.h"
 #include "bytecomp/planner/exchange_sizes.h"
 #include "bytecomp/planner/inputs.h"
@@ -25,13 +27,16 @@ double BytesPerUs(const proto::LinkSpec& link) { return link.bandwidth_gbps() * 
 
 proto::LossClass LossOf(const proto::CodecCost& codec) {
   if (codec.loss() != proto::LOSS_UNSPECIFIED) return codec.loss();
-  const std::string& name = codec.name();
-  if (name.empty() || name == "none" || IsLossless(codec)) return proto::LOSS_NONE;
-  if (name == "fp16" || name == "bf16") return proto::LOSS_ROUNDING;
-  // Random selection loses accuracy even with error feedback (randomk 1%: 1.4 points).
-  if (name == "randomk") return proto::LOSS_HIGH;
-  const bool memory = !codec.memory().empty() && codec.memory() != "none";
-  return memory ? proto::LOSS_COMPENSATED : proto::LOSS_HIGH;
+  if (compress::IsNoneName(codec.name()) || IsLossless(codec)) return proto::LOSS_NONE;
+  const compress::CodecFacts* facts = compress::CodecFactsOf(codec.name());
+  // A codec the registry does not know is taken to be a compensable one.
+  switch (facts == nullptr ? compress::CodecLoss::kCompensable : facts->loss) {
+    case compress::CodecLoss::kNone: return proto::LOSS_NONE;
+    case compress::CodecLoss::kRounding: return proto::LOSS_ROUNDING;
+    case compress::CodecLoss::kHigh: return proto::LOSS_HIGH;
+    case compress::CodecLoss::kCompensable: break;
+  }
+  return compress::IsNoneName(codec.memory()) ? proto::LOSS_HIGH : proto::LOSS_COMPENSATED;
 }
 
 const char* LossName(proto::LossClass loss) {

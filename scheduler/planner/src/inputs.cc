@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/partition.h"
+#include "bytecomp/compress/strategy.h"
 #include "google/protobuf/text_format.h"
 
 namespace bytecomp::planner {
@@ -234,7 +235,7 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
     const auto* sub = Nested(tree, t, "codecs", i);
     Loc line = LineOf(tree, t, "codecs", i, Loc{});
     std::string here = absl::StrCat("codecs[", i, "]");
-    if (codec.name().empty() || codec.name() == "none") {
+    if (compress::IsNoneName(codec.name())) {
       p.Add(sub, codec, "name", -1, line, here + ".name",
             "must name a codec (uncompressed is always an option)");
     }

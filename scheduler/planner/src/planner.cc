@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/compress/strategy.h"
 
 namespace bytecomp::planner {
 namespace {
@@ -403,6 +404,9 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
   }
   p.inputs.cluster = WithDefaults(cluster);
   p.inputs.options = WithDefaults(raw.options);
+  // Each codec's loss class once: LossOf returns a table's class at once, where it would
+  // otherwise look the codec's facts up at every call (dominance, the less-lossy passes).
+  for (proto::CodecCost& codec : *p.inputs.costs.mutable_codecs()) codec.set_loss(LossOf(codec));
   const auto& in = p.inputs;
   if (in.profile.tensors().empty()) return absl::InvalidArgumentError("profile has no tensors");
   if (in.cluster.colocated_servers() && in.cluster.servers() % in.cluster.machines() != 0) {
@@ -592,10 +596,7 @@ proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int
       *ts->mutable_push_codec() = config;
       if (o.union_pull) {
         // The servers' sparse union: every non-zero of the sum (decision_tree.h).
-        proto::CodecConfig union_pull;
-        union_pull.set_name("threshold");
-        union_pull.mutable_params()->insert({std::string("threshold"), std::string("0")});
-        *ts->mutable_pull_codec() = std::move(union_pull);
+        *ts->mutable_pull_codec() = compress::SparseUnionPullCodec();
       } else if (o.two_way) {
         *ts->mutable_pull_codec() = config;
       }

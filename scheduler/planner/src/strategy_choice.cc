@@ -3,15 +3,15 @@
 // simulated (bytecomp-plan --evaluate).
 #include <algorithm>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/glob.h"
+#include "bytecomp/compress/strategy.h"
 #include "bytecomp/planner/planner.h"
 
 namespace bytecomp::planner {
 namespace {
 
-bool Compressed(const proto::CodecConfig& c) { return !c.name().empty() && c.name() != "none"; }
+bool Compressed(const proto::CodecConfig& c) { return !compress::IsNoneName(c.name()); }
 
 // The cost table's entry with the codec's name and parameters; -1 if none.
 int CodecIndex(const proto::CostTable& costs, const proto::CodecConfig& config) {
@@ -32,13 +32,6 @@ Where PlaceOf(proto::Placement p, bool gpu_default) {
   if (p == proto::PLACEMENT_GPU) return Where::kGpu;
   if (p == proto::PLACEMENT_DEFAULT && gpu_default) return Where::kGpu;
   return Where::kCpu;
-}
-
-bool IsUnionPull(const proto::CodecConfig& pull) {
-  if (pull.name() != "threshold") return false;
-  auto it = pull.params().find("threshold");
-  double threshold = 0;
-  return it != pull.params().end() && absl::SimpleAtod(it->second, &threshold) && threshold == 0;
 }
 
 }  // namespace
@@ -79,7 +72,7 @@ absl::StatusOr<std::vector<int>> ChoiceOf(const PreparedProblem& problem,
       wanted.encode_on = PlaceOf(entry->compress_on(), gpu && gpu_costs);
       if (Compressed(entry->pull_codec())) {
         wanted.two_way = true;
-        wanted.union_pull = IsUnionPull(entry->pull_codec());
+        wanted.union_pull = compress::IsSparseUnionPull(entry->pull_codec());
         wanted.decode_on =
             wanted.union_pull ? Where::kCpu : PlaceOf(entry->decompress_on(), gpu && gpu_costs);
       }

@@ -5,9 +5,11 @@
 // malformed payloads.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,8 @@
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/cuda_codecs.h"
 #include "bytecomp/compress/gpu_codecs.h"
+#include "bytecomp/compress/strategy.h"
+#include "cuda_registry.h"  // compress/cuda/src: the registry the facts are checked against
 #include "gtest/gtest.h"
 
 namespace bytecomp {
@@ -67,6 +71,42 @@ TEST(CudaCodecRegistry, RefusesWhatTheCpuRegistryRefuses) {
       << memory.status();
   auto lr = CudaCodec::Create("efsignsgd", {}, "efsignsgd", {{"lr", "0"}});
   EXPECT_EQ(lr.status().code(), absl::StatusCode::kInvalidArgument) << lr.status();
+}
+
+// The codecs' facts (CodecFacts::gpu_kernel) and the CUDA registrations name the same codecs
+// (the registry also checks this when it is built, and aborts).
+TEST(CudaCodecRegistry, HoldsExactlyTheCodecsWhoseFactsSayGpuKernel) {
+  std::set<std::string> declared;
+  for (const std::string& name : compress::CodecRegistry::Global().Names()) {
+    if (compress::CodecFactsOf(name)->gpu_kernel) declared.insert(name);
+  }
+  EXPECT_EQ(declared.size(), 12u);
+  const std::vector<std::string> registered = compress::cuda::CudaCodecRegistry::Global().Names();
+  EXPECT_EQ(std::set<std::string>(registered.begin(), registered.end()), declared);
+  const std::vector<std::string> names = compress::cuda::CudaCodecNames();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), declared);
+}
+
+// Each memory a codec's facts say its kernels fuse gets as far as its own parameters (read by
+// its kind); every other memory is refused as not fusable. No device needed.
+TEST(CudaCodecRegistry, FusesTheMemoriesTheFactsNameAndNoOther) {
+  const compress::MemoryRegistry& memories = compress::MemoryRegistry::Global();
+  for (const std::string& codec : compress::cuda::CudaCodecNames()) {
+    const compress::CodecFacts* facts = compress::CodecFactsOf(codec);
+    for (const std::string& memory : memories.Names()) {
+      if (compress::IsNoneName(memory)) continue;
+      const compress::MemoryKind kind = memories.Find(memory)->kind;
+      const bool fused = std::find(facts->gpu_memories.begin(), facts->gpu_memories.end(),
+                                   kind) != facts->gpu_memories.end();
+      auto made = CudaCodec::Create(codec, {}, memory, {{"nosuch", "1"}});
+      ASSERT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument) << codec << memory;
+      const std::string message(made.status().message());
+      EXPECT_EQ(absl::StrContains(message, "nosuch"), fused) << codec << " " << memory << ": "
+                                                             << message;
+      EXPECT_EQ(absl::StrContains(message, "cannot fuse"), !fused)
+          << codec << " " << memory << ": " << message;
+    }
+  }
 }
 
 TEST(CudaCodecsOnGpu, SameBytesAsTheCpuCodecsAndRoundTrip) {

@@ -134,6 +134,48 @@ TEST(CalibrateTest, SparseCodecsGetTheirExchangeKeptFractionAndUnionPull) {
   EXPECT_TRUE(ParseCostTable(text, "calibrated.pbtxt", &parsed).ok());
 }
 
+// blocksparse's exchange, artopk's and the loss classes come from the codecs' facts.
+TEST(CalibrateTest, ExchangeAndLossComeFromTheCodecsFacts) {
+  proto::CostTable tmpl;
+  tmpl.add_codecs()->set_name("blocksparse");
+  auto* lossy_blocks = tmpl.add_codecs();
+  lossy_blocks->set_name("blocksparse");
+  (*lossy_blocks->mutable_params())["threshold"] = "0.5";
+  lossy_blocks->set_memory("residual");
+  auto* randomk = tmpl.add_codecs();
+  randomk->set_name("randomk");
+  (*randomk->mutable_params())["ratio"] = "0.01";
+  randomk->set_memory("residual");
+  tmpl.add_codecs()->set_name("bf16");
+  auto* artopk = tmpl.add_codecs();
+  artopk->set_name("artopk");
+  artopk->set_memory("residual");
+  auto table = CalibrateCpuCosts(tmpl, Quick());
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->codecs_size(), 5);
+  for (int i : {0, 1}) {
+    EXPECT_EQ(table->codecs(i).exchange(), proto::EXCHANGE_BLOCK_SPARSE) << i;
+    EXPECT_EQ(table->codecs(i).kept_fraction(), 0) << i;  // no ratio: sized by block density
+    EXPECT_FALSE(table->codecs(i).union_pull()) << i;
+    EXPECT_FALSE(table->codecs(i).two_round()) << i;
+  }
+  EXPECT_EQ(table->codecs(0).loss(), proto::LOSS_NONE);
+  EXPECT_EQ(table->codecs(1).loss(), proto::LOSS_COMPENSATED);
+  EXPECT_EQ(table->codecs(2).exchange(), proto::EXCHANGE_PUSH_PULL);
+  EXPECT_DOUBLE_EQ(table->codecs(2).kept_fraction(), 0.01);
+  EXPECT_TRUE(table->codecs(2).union_pull());
+  EXPECT_TRUE(table->codecs(2).summable());
+  EXPECT_EQ(table->codecs(2).loss(), proto::LOSS_HIGH);
+  EXPECT_EQ(table->codecs(3).exchange(), proto::EXCHANGE_PUSH_PULL);
+  EXPECT_EQ(table->codecs(3).loss(), proto::LOSS_ROUNDING);
+  EXPECT_EQ(table->codecs(3).kept_fraction(), 0);
+  // artopk at its default ratio (0.3): summed indices, not a second round trip of the sum.
+  EXPECT_EQ(table->codecs(4).exchange(), proto::EXCHANGE_SUMMED_INDICES);
+  EXPECT_DOUBLE_EQ(table->codecs(4).kept_fraction(), 0.3);
+  EXPECT_FALSE(table->codecs(4).two_round());
+  EXPECT_EQ(table->codecs(4).loss(), proto::LOSS_COMPENSATED);
+}
+
 TEST(CalibrateTest, GpuCostsAreMeasuredWhereADeviceExistsAndUntouchedElsewhere) {
   proto::CostTable tmpl;
   tmpl.add_codecs()->set_name("fp16");

@@ -1,5 +1,6 @@
 // Which codecs the planner may pick (loss classes, max_loss), and that it prefers less loss
 // where the gain is within its tolerance.
+#include "bytecomp/planner/allowed_codecs.h"
 #include "bytecomp/planner/decision_tree.h"
 #include "bytecomp/planner/explain.h"
 #include "bytecomp/planner/planner.h"
@@ -44,6 +45,54 @@ TEST(LossTest, ClassesFromNameAndMemoryUnlessTheTableSays) {
   (*zeros.mutable_params())["threshold"] = "0";
   EXPECT_EQ(LossOf(zeros), proto::LOSS_NONE);
   EXPECT_EQ(LossOf(Codec("artopk", "residual", 0.02, 1)), proto::LOSS_COMPENSATED);
+}
+
+// From the codecs' facts (compress CodecFacts: loss, lossless_when) and the memory, the classes
+// the planner gave by name: a memory lifts only a compensable codec; "none" is no memory.
+TEST(LossTest, ClassesOfEveryKindOfCodecWithAndWithoutAMemory) {
+  EXPECT_EQ(LossOf(Codec("none", "", 1, 1)), proto::LOSS_NONE);
+  EXPECT_EQ(LossOf(Codec("", "", 1, 1)), proto::LOSS_NONE);
+  EXPECT_EQ(LossOf(Codec("fp16", "residual", 0.5, 1)), proto::LOSS_ROUNDING);
+  EXPECT_EQ(LossOf(Codec("bf16", "none", 0.5, 1)), proto::LOSS_ROUNDING);
+  EXPECT_EQ(LossOf(Codec("randomk", "", 0.01, 1)), proto::LOSS_HIGH);
+  EXPECT_EQ(LossOf(Codec("dgc", "dgc_momentum", 0.01, 1)), proto::LOSS_COMPENSATED);
+  EXPECT_EQ(LossOf(Codec("efsignsgd", "efsignsgd", 0.04, 1)), proto::LOSS_COMPENSATED);
+  EXPECT_EQ(LossOf(Codec("onebit", "none", 0.04, 1)), proto::LOSS_HIGH);
+  EXPECT_EQ(LossOf(Codec("signsgd", "", 0.04, 1)), proto::LOSS_HIGH);
+  EXPECT_EQ(LossOf(Codec("qsgd", "residual", 0.25, 1)), proto::LOSS_COMPENSATED);
+  // threshold's default (0.01) drops small values; at 0 only zeros, however it is written.
+  EXPECT_EQ(LossOf(Codec("threshold", "", 0.1, 1)), proto::LOSS_HIGH);
+  EXPECT_EQ(LossOf(Codec("threshold", "residual", 0.1, 1)), proto::LOSS_COMPENSATED);
+  proto::CodecCost zeros = Codec("threshold", "residual", 0.1, 1);
+  (*zeros.mutable_params())["threshold"] = "0.0";
+  EXPECT_EQ(LossOf(zeros), proto::LOSS_NONE);
+  proto::CodecCost blocks = Codec("blocksparse", "residual", 1, 1);
+  (*blocks.mutable_params())["threshold"] = "0.5";
+  EXPECT_EQ(LossOf(blocks), proto::LOSS_COMPENSATED);
+  // A codec the registry does not know (a cost table written by hand): by its memory.
+  EXPECT_EQ(LossOf(Codec("mystery", "residual", 0.1, 1)), proto::LOSS_COMPENSATED);
+  EXPECT_EQ(LossOf(Codec("mystery", "", 0.1, 1)), proto::LOSS_HIGH);
+}
+
+// Codecs of one selection (compress CodecFacts::selection: topk and artopk) stand for each other
+// in an allowance; no other codec does.
+TEST(LossTest, AnAllowanceTakesACodecOfTheListedOnesSelection) {
+  proto::TensorAllowance allowance;
+  proto::CodecConfig* listed = allowance.add_codecs();
+  listed->set_name("artopk");
+  (*listed->mutable_params())["ratio"] = "0.01";
+  auto with_ratio = [](const std::string& name, const std::string& ratio) {
+    proto::CodecCost c = Codec(name, "residual", 0.02, 1);
+    (*c.mutable_params())["ratio"] = ratio;
+    return c;
+  };
+  EXPECT_TRUE(CodecAllowedBy(with_ratio("topk", "0.02"), allowance));
+  EXPECT_FALSE(CodecAllowedBy(with_ratio("topk", "0.005"), allowance));
+  EXPECT_FALSE(CodecAllowedBy(with_ratio("dgc", "0.5"), allowance));
+  EXPECT_FALSE(CodecAllowedBy(with_ratio("randomk", "0.5"), allowance));
+  listed->set_name("mystery");
+  EXPECT_TRUE(CodecAllowedBy(with_ratio("mystery", "0.01"), allowance));
+  EXPECT_FALSE(CodecAllowedBy(with_ratio("enigma", "0.01"), allowance));
 }
 
 // max_loss and a tensor's allowance (options.allowed) both bound the codecs: CodecAllowed

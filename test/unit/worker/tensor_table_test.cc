@@ -21,7 +21,8 @@ class TensorTableTest : public ::testing::Test {
   void SetUp() override {
     absl::StatusOr<proto::Strategy> s = compress::ParseStrategy(
         "tensors { name_pattern: \"w*\" push_codec { name: \"topk\" memory: \"residual\" } }\n"
-        "tensors { name_pattern: \"p*\" push_codec { name: \"powersgd\" } }",
+        "tensors { name_pattern: \"p*\" push_codec { name: \"powersgd\" } }\n"
+        "tensors { name_pattern: \"a*\" push_codec { name: \"artopk\" memory: \"residual\" } }",
         "test");
     ASSERT_TRUE(s.ok()) << s.status();
     s->set_version(1);
@@ -138,6 +139,15 @@ TEST_F(TensorTableTest, TwoRoundCodecsTakeTwoWireRoundsPerRound) {
   ASSERT_EQ(Finished(*first, absl::OkStatus()).size(), 1u);
   EXPECT_EQ(second->round, 1u);
   EXPECT_EQ(second->wire_round, 2u);
+  // artopk's two stages are two exchanges as well (its codec's facts: two_round).
+  ASSERT_TRUE(table_.Declare("a", kCount, proto::DTYPE_FLOAT32).ok());
+  Declared("a", 6);
+  std::shared_ptr<Operation> artopk = Op("a"), after = Op("a");
+  ASSERT_EQ(Queue(artopk).size(), 1u);
+  Queue(after);
+  EXPECT_TRUE(artopk->two_round);
+  ASSERT_EQ(Finished(*artopk, absl::OkStatus()).size(), 1u);
+  EXPECT_EQ(after->wire_round, 2u);
 }
 
 TEST_F(TensorTableTest, AFailedRoundFailsTheTensorForGood) {

@@ -20,6 +20,8 @@ namespace bytecomp::compress {
 
 class Aggregator;  // aggregator.h
 
+// What an instance says of itself. Those that hold for every parameter value are also its
+// spec's CodecFacts (sparse, summable_encoded, two_round), which callers without an instance ask.
 struct CodecProperties {
   // Encoded contributions of several workers can be summed without decoding (fp16; randomk
   // with a shared seed: the value arrays add element-wise).
@@ -116,6 +118,61 @@ struct CodecParamSpec {
   std::vector<std::string> choices = {};
 };
 
+// How much accuracy a codec costs, coarsely. The planner's LossClass (proto/planner.proto)
+// follows it, with the memory: planner/decision_tree.h LossOf.
+enum class CodecLoss {
+  kNone,      // decode(encode(x)) == x (none)
+  kRounding,  // values rounded to a shorter float (fp16, bf16)
+  // Drops or quantises, and an error-feedback memory sends what was left out in later rounds
+  // (topk, dgc, powersgd, the sign and quantising codecs): compensated with a memory, high
+  // without one.
+  kCompensable,
+  kHigh,  // high even with a memory (randomk: its random selection)
+};
+
+// How a round of the codec crosses the network. The planner's Exchange (proto/planner.proto)
+// follows it.
+enum class CodecExchange {
+  kPushPull,       // a push from every worker; the sum (fp32 or re-encoded) pulled back
+  kSummedIndices,  // artopk: one worker's indices, then every worker's values there, summed
+  kBlockSparse,    // blocksparse: the non-zero blocks up, the block-sparse sum back
+};
+
+// What a memory does around the codec (MemorySpec::kind, memory.h). compress/cuda fuses some
+// of them into its encode kernels (CodecFacts::gpu_memories).
+enum class MemoryKind { kNone, kResidual, kDgcMomentum, kEfSignSgd, kPowerSgd };
+
+// The single-thread encode speed against memcpy that bytecomp-codec-bench holds a codec to
+// (issue 3): kElementwise 25% (each element coded on its own: fp16, the sign and quantising
+// codecs, randomk, none), kSelection 5% (finding which elements travel: topk, dgc, threshold).
+enum class EncodeSpeedTarget { kNone, kElementwise, kSelection };
+
+// What callers decide by without building an instance (the planner, calibration, the worker's
+// stage placement, compress/cuda's registry): true of the codec for every parameter value,
+// except lossless_when, which reads them. Nobody outside compress compares a codec's name to
+// learn these. Found by name with CodecFactsOf (registry.h).
+struct CodecFacts {
+  CodecLoss loss = CodecLoss::kCompensable;
+  // Optional: the codec is lossless with these parameters (every one present: the defaults
+  // filled in), whatever `loss` says (blocksparse and threshold at threshold 0 drop only
+  // zeros). CodecIsLossless (registry.h) asks it.
+  std::function<bool(const CodecParams&)> lossless_when = nullptr;
+  CodecExchange exchange = CodecExchange::kPushPull;
+  // What every instance's CodecProperties say (the same for every parameter value).
+  bool sparse = false;
+  bool summable_encoded = false;
+  bool two_round = false;
+  // Codecs with the same non-empty selection keep the same elements for the same "ratio" and
+  // so lose alike (topk and artopk: "top-k", a worker's k = ratio * n largest, with error
+  // feedback); the planner's allowances (planner/allowed_codecs.h) take one for the other.
+  std::string selection = {};
+  // compress/cuda has kernels for it, registered under its name (its registry checks both
+  // ways when built), which fuse these memories besides none.
+  bool gpu_kernel = false;
+  std::vector<MemoryKind> gpu_memories = {};
+  EncodeSpeedTarget encode_target = EncodeSpeedTarget::kNone;
+};
+
 struct CodecSpec {
   std::string name;
   std::string summary;
@@ -128,6 +185,7 @@ struct CodecSpec {
   // made by `factory`. Empty: CreateAggregator (aggregator.h) picks from the properties.
   std::function<absl::StatusOr<std::unique_ptr<Aggregator>>(std::unique_ptr<Codec>)>
       aggregator_factory = nullptr;
+  CodecFacts facts = {};
 };
 
 }  // namespace bytecomp::compress

@@ -1,5 +1,6 @@
-// Which codecs and fused memories have GPU kernels (compress/cuda). Plain C++, so the worker
-// can decide a tensor's placement in builds without CUDA (and with the emulated device).
+// Which codecs and fused memories have GPU kernels (compress/cuda), as the codecs' specs say
+// (CodecFacts::gpu_kernel, gpu_memories). Plain C++, so the worker can decide a tensor's
+// placement in builds without CUDA (and with the emulated device).
 #pragma once
 
 #include <string>
@@ -9,7 +10,8 @@
 
 namespace bytecomp::compress {
 
-// fp16, bf16, signsgd, efsignsgd, signum, onebit, topk, randomk, qsgd, terngrad, natural, dgc.
+// In registration order: fp16, bf16, topk, randomk, dgc, qsgd, terngrad, natural, signsgd,
+// efsignsgd, signum, onebit.
 std::vector<std::string> GpuCodecNames();
 bool HasGpuCodec(absl::string_view codec);
 
@@ -18,7 +20,7 @@ bool HasGpuCodec(absl::string_view codec);
 // for a codec without GPU kernels.
 bool GpuMemorySupported(absl::string_view codec, absl::string_view memory);
 
-// "residual: fp16, bf16, ...; efsignsgd: efsignsgd; dgc_momentum: dgc", for error messages.
+// "residual: fp16, bf16, ...; dgc_momentum: dgc; efsignsgd: efsignsgd", for error messages.
 std::string GpuMemoriesText();
 
 }  // namespace bytecomp::compress

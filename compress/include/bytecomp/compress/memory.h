@@ -59,6 +59,8 @@ absl::Status LoadMemoryState(Memory& memory, absl::string_view state);
 struct MemorySpec {
   std::string name;
   std::string summary;
+  // What it does (codec.h): what compress/cuda fuses, what a codec's gpu_memories name.
+  MemoryKind kind = MemoryKind::kNone;
   std::vector<CodecParamSpec> params;
   std::function<absl::StatusOr<std::unique_ptr<Memory>>(const CodecParams&)> factory;
 };

@@ -26,6 +26,14 @@ class CodecRegistry : public SpecRegistry<CodecSpec> {
 absl::StatusOr<std::unique_ptr<Codec>> CreateCodec(absl::string_view name,
                                                    const CodecParams& params = {});
 
+// The facts of the registered codec `codec` (codec.h CodecFacts); nullptr for an unknown name.
+const CodecFacts* CodecFactsOf(absl::string_view codec);
+
+// Whether codec `name` with `params` loses nothing: its loss is CodecLoss::kNone, or its
+// lossless_when holds for the params with the defaults filled in (not validated otherwise: a
+// value lossless_when cannot read is not lossless). False for an unknown name.
+bool CodecIsLossless(absl::string_view name, const CodecParams& params);
+
 // registry.MustRegister(spec): register, aborting on a duplicate name or a bad default.
 inline void MustRegister(CodecRegistry& registry, CodecSpec spec) {
   registry.MustRegister(std::move(spec));

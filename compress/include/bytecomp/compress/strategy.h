@@ -61,6 +61,12 @@ absl::StatusOr<double> PushRatio(const proto::TensorStrategy& entry);
 CodecParams ParamsOf(const proto::CodecConfig& config);
 CodecParams MemoryParamsOf(const proto::CodecConfig& config);
 
+// The pull codec that gives the workers the servers' sparse union, the gather style of top-k:
+// every non-zero of the sum with its index, losslessly (threshold at 0).
+proto::CodecConfig SparseUnionPullCodec();
+// Whether `pull` is that codec (its threshold given, read as a number).
+bool IsSparseUnionPull(const proto::CodecConfig& pull);
+
 // The versions a node knows, each from its first_round on.
 class StrategyHistory {
  public:

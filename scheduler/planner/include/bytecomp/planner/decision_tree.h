@@ -69,10 +69,10 @@ struct OptionCost {
   double chain_us = 0;
 };
 
-// The codec's LossClass: the table's, else from its name and memory: none lossless; fp16 and
-// bf16 rounding; blocksparse and threshold with threshold 0 (they drop only zeros:
-// allowed_codecs.h, IsLossless) lossless; randomk, and any other codec without an
-// error-feedback memory, high; the rest compensated.
+// The codec's LossClass: the table's, else from the codec's facts (compress CodecFacts: loss,
+// lossless_when) and its memory: none lossless; blocksparse and threshold with threshold 0 (they
+// drop only zeros: allowed_codecs.h, IsLossless) lossless; fp16 and bf16 rounding; randomk
+// high; any other codec compensated with an error-feedback memory and high without one.
 proto::LossClass LossOf(const proto::CodecCost& codec);
 const char* LossName(proto::LossClass loss);  // "compensated"
 

@@ -34,7 +34,8 @@ struct PlannerInputs {
   proto::PlannerOptions options;
 };
 
-// Inputs with defaults applied, every tensor's options enumerated and costed.
+// Inputs with defaults applied (every codec of the cost table with its loss class, LossOf),
+// every tensor's options enumerated and costed.
 struct PreparedProblem {
   PlannerInputs inputs;
   SimProblem sim;
