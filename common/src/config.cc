@@ -1,9 +1,7 @@
 #include "bytecomp/common/config.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,48 +10,20 @@
 #include "bytecomp/common/link_probe.h"
 #include "bytecomp/common/net.h"
 #include "google/protobuf/descriptor.h"
-#include "google/protobuf/io/tokenizer.h"
 
 namespace bytecomp {
 namespace {
 
-class CollectingErrors : public google::protobuf::io::ErrorCollector {
- public:
-  explicit CollectingErrors(absl::string_view source) : source_(source) {}
-  void AddError(int line, int column, const std::string& message) override {
-    errors_.push_back(absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message));
-  }
-  void AddWarning(int line, int column, const std::string& message) override {
-    AddError(line, column, message);
-  }
-  std::string Joined() const { return absl::StrJoin(errors_, "; "); }
-  bool empty() const { return errors_.empty(); }
-
- private:
-  std::string source_;
-  std::vector<std::string> errors_;
-};
-
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open config file '", path, "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 // Records "path:line:column" for every top-level field the file set.
 void RecordFileOrigins(const std::string& path, const google::protobuf::Message& parsed,
-                       const google::protobuf::TextFormat::ParseInfoTree& tree,
-                       ConfigOrigins* origins) {
+                       const TextProtoTree& tree, ConfigOrigins* origins) {
   const google::protobuf::Descriptor* d = parsed.GetDescriptor();
   for (int i = 0; i < d->field_count(); ++i) {
     const google::protobuf::FieldDescriptor* field = d->field(i);
     if (field->is_repeated()) continue;  // ClusterConfig has none
-    const auto location = tree.GetLocation(field, -1);
-    if (location.line < 0) continue;
-    origins->Set(field->name(),
-                 absl::StrCat(path, ":", location.line + 1, ":", location.column + 1));
+    const TextPosition at = PositionOf(&tree, parsed, field->name(), -1);
+    if (at.line < 0) continue;
+    origins->Set(field->name(), absl::StrCat(path, ":", at.line + 1, ":", at.column + 1));
   }
 }
 
@@ -126,29 +96,6 @@ absl::Status SetFromEnv(const EnvField& env, const char* text, proto::ClusterCon
 }
 
 }  // namespace
-
-absl::Status ParseTextProto(absl::string_view text, absl::string_view source_name,
-                            google::protobuf::Message* out,
-                            google::protobuf::TextFormat::ParseInfoTree* locations) {
-  CollectingErrors errors(source_name);
-  google::protobuf::TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
-  parser.AllowUnknownField(false);
-  if (locations != nullptr) parser.WriteLocationsTo(locations);
-  if (!parser.ParseFromString(std::string(text), out) || !errors.empty()) {
-    return absl::InvalidArgumentError(errors.empty()
-                                          ? absl::StrCat(source_name, ": could not parse as ",
-                                                         out->GetTypeName())
-                                          : errors.Joined());
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParseTextProtoFile(const std::string& path, google::protobuf::Message* out) {
-  absl::StatusOr<std::string> text = ReadTextFile(path);
-  if (!text.ok()) return text.status();
-  return ParseTextProto(*text, path, out);
-}
 
 int64_t SchedulerTimeoutMs(const proto::ClusterConfig& config) {
   return config.scheduler_timeout_ms() > 0 ? config.scheduler_timeout_ms()
@@ -270,9 +217,9 @@ absl::StatusOr<proto::ClusterConfig> LoadClusterConfig(const std::string& path,
                                                        ConfigOrigins* origins) {
   proto::ClusterConfig config;
   if (!path.empty()) {
-    absl::StatusOr<std::string> text = ReadTextFile(path);
+    absl::StatusOr<std::string> text = ReadTextFile(path, "config file");
     if (!text.ok()) return text.status();
-    google::protobuf::TextFormat::ParseInfoTree tree;
+    TextProtoTree tree;
     if (absl::Status s = ParseTextProto(*text, path, &config, &tree); !s.ok()) return s;
     if (origins != nullptr) RecordFileOrigins(path, config, tree, origins);
   }

@@ -1,42 +1,30 @@
 #include "bytecomp/compress/strategy.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bytecomp/common/config.h"
+#include "bytecomp/common/text_proto.h"
 #include "bytecomp/compress/memory.h"
 #include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
-#include "google/protobuf/text_format.h"
 
 namespace bytecomp::compress {
 namespace {
 
-using google::protobuf::TextFormat;
-
-// "file:line:col: " of a field inside tensors[i].<config>, when the parse recorded it.
-std::string Where(absl::string_view source, const TextFormat::ParseInfoTree* tree,
+// "file:line:col: " of a field inside tensors[i].<config>, when the parse recorded it (else
+// of the entry).
+std::string Where(absl::string_view source, const TextProtoTree* tree, const proto::Strategy& s,
                   int tensor_index, const char* config_field, const char* leaf) {
-  if (tree == nullptr) return std::string(source) + ": ";
-  const auto* strategy_desc = proto::Strategy::descriptor();
-  const auto* tensors_field = strategy_desc->FindFieldByName("tensors");
-  const TextFormat::ParseInfoTree* entry = tree->GetTreeForNested(tensors_field, tensor_index);
-  TextFormat::ParseLocation loc = tree->GetLocation(tensors_field, tensor_index);
-  if (entry != nullptr) {
-    const auto* config = proto::TensorStrategy::descriptor()->FindFieldByName(config_field);
-    const TextFormat::ParseInfoTree* codec = entry->GetTreeForNested(config, -1);
-    if (codec != nullptr) {
-      const auto* f = proto::CodecConfig::descriptor()->FindFieldByName(leaf);
-      TextFormat::ParseLocation l = codec->GetLocation(f, f->is_repeated() ? 0 : -1);
-      if (l.line >= 0) loc = l;
-    }
-  }
-  if (loc.line < 0) return std::string(source) + ": ";
-  return absl::StrCat(source, ":", loc.line + 1, ":", loc.column + 1, ": ");
+  const TextPosition entry_at = PositionOf(tree, s, "tensors", tensor_index);
+  const TextProtoTree* entry = NestedTree(tree, s, "tensors", tensor_index);
+  const proto::TensorStrategy& t = s.tensors(tensor_index);
+  const TextProtoTree* codec = NestedTree(entry, t, config_field, -1);
+  const proto::CodecConfig& c =
+      std::string(config_field) == "push_codec" ? t.push_codec() : t.pull_codec();
+  const bool repeated = std::string(leaf) == "params";
+  return Located(source, PositionOf(codec, c, leaf, repeated ? 0 : -1, entry_at));
 }
 
 absl::Status CheckCodec(const proto::CodecConfig& c, const std::string& field) {
@@ -89,7 +77,7 @@ absl::Status CheckAdaptiveRatio(const proto::TensorStrategy& t) {
 }
 
 absl::Status Validate(const proto::Strategy& s, absl::string_view source,
-                      const TextFormat::ParseInfoTree* tree) {
+                      const TextProtoTree* tree) {
   if (s.min_compress_bytes() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": min_compress_bytes must be >= 0"));
   }
@@ -98,10 +86,10 @@ absl::Status Validate(const proto::Strategy& s, absl::string_view source,
     const std::string entry = absl::StrCat("tensors[", i, "]");
     if (t.name_pattern().empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Where(source, tree, i, "push_codec", "name"), entry, ".name_pattern: empty"));
+          absl::StrCat(Where(source, tree, s, i, "push_codec", "name"), entry, ".name_pattern: empty"));
     }
     if (t.partition_bytes() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, i, "push_codec", "name"),
+      return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, s, i, "push_codec", "name"),
                                                      entry, ".partition_bytes must be >= 0"));
     }
     for (const char* field : {"push_codec", "pull_codec"}) {
@@ -110,19 +98,19 @@ absl::Status Validate(const proto::Strategy& s, absl::string_view source,
       if (!st.ok()) {
         const char* leaf = absl::StrContains(st.message(), "param") ? "params" : "name";
         if (absl::StrContains(st.message(), ".memory")) leaf = "memory";
-        return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, i, field, leaf), st.message()));
+        return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, s, i, field, leaf), st.message()));
       }
     }
     const bool has_push = !t.push_codec().name().empty() && t.push_codec().name() != "none";
     const bool has_pull = !t.pull_codec().name().empty() && t.pull_codec().name() != "none";
     if (has_pull && !has_push) {
-      return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, i, "pull_codec", "name"),
+      return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, s, i, "pull_codec", "name"),
                                                      entry, ".pull_codec: two-way compression "
                                                      "needs a push_codec"));
     }
     if (t.has_adaptive_ratio()) {
       if (absl::Status st = CheckAdaptiveRatio(t); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, i, "push_codec", "name"),
+        return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, s, i, "push_codec", "name"),
                                                        entry, ".adaptive_ratio: ", st.message()));
       }
     }
@@ -182,24 +170,17 @@ bool IsSparseUnionPull(const proto::CodecConfig& pull) {
 
 absl::StatusOr<proto::Strategy> ParseStrategy(absl::string_view text, absl::string_view source) {
   proto::Strategy strategy;
-  if (absl::Status s = ParseTextProto(text, source, &strategy); !s.ok()) return s;
-  // Parse again with locations, for semantic errors (cheap: strategy files are small).
-  TextFormat::Parser parser;
-  TextFormat::ParseInfoTree tree;
-  parser.WriteLocationsTo(&tree);
-  proto::Strategy located;
-  parser.ParseFromString(std::string(text), &located);
+  TextProtoTree tree;
+  if (absl::Status s = ParseTextProto(text, source, &strategy, &tree); !s.ok()) return s;
   if (absl::Status s = Validate(strategy, source, &tree); !s.ok()) return s;
   if (strategy.min_compress_bytes() == 0) strategy.set_min_compress_bytes(kDefaultMinCompressBytes);
   return strategy;
 }
 
 absl::StatusOr<proto::Strategy> LoadStrategyFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open strategy file '", path, "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseStrategy(buffer.str(), path);
+  absl::StatusOr<std::string> text = ReadTextFile(path, "strategy file");
+  if (!text.ok()) return text.status();
+  return ParseStrategy(*text, path);
 }
 
 absl::Status ValidateStrategy(const proto::Strategy& strategy) {

@@ -17,5 +17,6 @@
 #include "bytecomp/common/socket_security.h"
 #include "bytecomp/common/socket_limits.h"
 #include "bytecomp/common/stats.h"
+#include "bytecomp/common/text_proto.h"
 #include "bytecomp/common/transport.h"
 #include "bytecomp/common/zap.h"

@@ -1,13 +1,11 @@
 #include "bytecomp/planner/inputs.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bytecomp/common/config.h"
+#include "bytecomp/common/text_proto.h"
 #include "bytecomp/common/partition.h"
 #include "bytecomp/compress/strategy.h"
 #include "google/protobuf/text_format.h"
@@ -16,85 +14,9 @@ namespace bytecomp::planner {
 namespace {
 
 using google::protobuf::Message;
-using google::protobuf::TextFormat;
 
-// A 0-based position in the text.
-struct Loc {
-  int line = 0;
-  int column = 0;
-};
-
-// Collects validation problems as "file:line:column: field.path: what".
-class Problems {
- public:
-  explicit Problems(absl::string_view source) : source_(source) {}
-
-  // `tree` is the parse-info tree of the message holding `field`; `index` -1 for singular.
-  // An absent field is reported at `fallback_line` (the enclosing message's line, 0-based).
-  void Add(const TextFormat::ParseInfoTree* tree, const Message& message, const char* field,
-           int index, Loc fallback, absl::string_view path, absl::string_view what) {
-    int line = fallback.line, column = fallback.column;
-    const auto* fd = message.GetDescriptor()->FindFieldByName(field);
-    if (tree != nullptr && fd != nullptr && fd->is_repeated() == (index >= 0)) {
-      auto location = tree->GetLocation(fd, index);
-      if (location.line >= 0) {
-        line = location.line;
-        column = location.column;
-      }
-    }
-    problems_.push_back(
-        absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", path, ": ", what));
-  }
-  absl::Status ToStatus() const {
-    if (problems_.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrJoin(problems_, "\n"));
-  }
-
- private:
-  std::string source_;
-  std::vector<std::string> problems_;
-};
-
-Loc LineOf(const TextFormat::ParseInfoTree* tree, const Message& message, const char* field,
-           int index, Loc fallback) {
-  const auto* fd = message.GetDescriptor()->FindFieldByName(field);
-  if (tree == nullptr || fd == nullptr || fd->is_repeated() != (index >= 0)) return fallback;
-  auto location = tree->GetLocation(fd, index);
-  return location.line >= 0 ? Loc{location.line, location.column} : fallback;
-}
-
-const TextFormat::ParseInfoTree* Nested(const TextFormat::ParseInfoTree* tree,
-                                        const Message& message, const char* field, int index) {
-  if (tree == nullptr) return nullptr;
-  const auto* fd = message.GetDescriptor()->FindFieldByName(field);
-  if (fd == nullptr || fd->is_repeated() != (index >= 0)) return nullptr;
-  return tree->GetTreeForNested(fd, index);
-}
-
-// Syntax and unknown fields through common's parser (file:line:column errors), then a second
-// parse that records where each field is, for the semantic checks.
-absl::Status ParseWithLocations(absl::string_view text, absl::string_view source_name,
-                                Message* out, TextFormat::ParseInfoTree* tree) {
-  if (absl::Status s = ParseTextProto(text, source_name, out); !s.ok()) return s;
-  out->Clear();
-  TextFormat::Parser parser;
-  parser.WriteLocationsTo(tree);
-  if (!parser.ParseFromString(std::string(text), out)) {
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ": could not parse"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-void CheckLink(const proto::LinkSpec& link, const TextFormat::ParseInfoTree* tree, Loc line,
-               absl::string_view path, bool required, Problems& p) {
+void CheckLink(const proto::LinkSpec& link, const TextProtoTree* tree, TextPosition line,
+               absl::string_view path, bool required, TextProtoProblems& p) {
   if (required && link.bandwidth_gbps() <= 0) {
     p.Add(tree, link, "bandwidth_gbps", -1, line, absl::StrCat(path, ".bandwidth_gbps"),
           absl::StrCat("must be > 0, got ", link.bandwidth_gbps()));
@@ -109,16 +31,16 @@ void CheckLink(const proto::LinkSpec& link, const TextFormat::ParseInfoTree* tre
 }
 
 void CheckCurve(const google::protobuf::RepeatedPtrField<proto::CostPoint>& points,
-                const TextFormat::ParseInfoTree* tree, const Message& parent,
-                const char* field, Loc line, absl::string_view path, Problems& p) {
+                const TextProtoTree* tree, const Message& parent,
+                const char* field, TextPosition line, absl::string_view path, TextProtoProblems& p) {
   if (points.empty()) {
     p.Add(tree, parent, field, -1, line, path, "needs at least one point");
     return;
   }
   for (int i = 0; i < points.size(); ++i) {
     const auto& point = points[i];
-    const auto* sub = Nested(tree, parent, field, i);
-    Loc point_line = LineOf(tree, parent, field, i, line);
+    const auto* sub = NestedTree(tree, parent, field, i);
+    TextPosition point_line = PositionOf(tree, parent, field, i, line);
     std::string here = absl::StrCat(path, "[", i, "]");
     if (point.bytes() <= 0) {
       p.Add(sub, point, "bytes", -1, point_line, absl::StrCat(here, ".bytes"),
@@ -134,15 +56,15 @@ void CheckCurve(const google::protobuf::RepeatedPtrField<proto::CostPoint>& poin
   }
 }
 
-absl::Status ValidateProfile(const proto::ModelProfile& m, const TextFormat::ParseInfoTree* tree,
+absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* tree,
                              absl::string_view source) {
-  Problems p(source);
-  if (m.tensors().empty()) p.Add(tree, m, "tensors", -1, Loc{}, "tensors", "no tensors");
-  if (m.forward_us() < 0) p.Add(tree, m, "forward_us", -1, Loc{}, "forward_us", "must be >= 0");
+  TextProtoProblems p(source);
+  if (m.tensors().empty()) p.Add(tree, m, "tensors", -1, TextPosition{0, 0}, "tensors", "no tensors");
+  if (m.forward_us() < 0) p.Add(tree, m, "forward_us", -1, TextPosition{0, 0}, "forward_us", "must be >= 0");
   for (int i = 0; i < m.tensors_size(); ++i) {
     const auto& t = m.tensors(i);
-    const auto* sub = Nested(tree, m, "tensors", i);
-    Loc line = LineOf(tree, m, "tensors", i, Loc{});
+    const auto* sub = NestedTree(tree, m, "tensors", i);
+    TextPosition line = PositionOf(tree, m, "tensors", i, TextPosition{0, 0});
     std::string here = absl::StrCat("tensors[", i, "]");
     if (t.name().empty()) p.Add(sub, t, "name", -1, line, here + ".name", "must not be empty");
     if (t.elements() <= 0) {
@@ -169,71 +91,71 @@ absl::Status ValidateProfile(const proto::ModelProfile& m, const TextFormat::Par
   }
   if (m.measured_round_cpu_us() < 0 || m.cpu_cores() < 0 || m.host_cpu_busy() < 0 ||
       m.host_cpu_busy() > 1) {
-    p.Add(tree, m, "host_cpu_busy", -1, Loc{}, "measured_round_cpu_us, cpu_cores, host_cpu_busy",
+    p.Add(tree, m, "host_cpu_busy", -1, TextPosition{0, 0}, "measured_round_cpu_us, cpu_cores, host_cpu_busy",
           "must be >= 0 (host_cpu_busy a fraction, <= 1)");
   }
   return p.ToStatus();
 }
 
 absl::Status ValidateCluster(const proto::ClusterDescription& c,
-                             const TextFormat::ParseInfoTree* tree, absl::string_view source) {
-  Problems p(source);
+                             const TextProtoTree* tree, absl::string_view source) {
+  TextProtoProblems p(source);
   if (c.machines() < 1) {
-    p.Add(tree, c, "machines", -1, Loc{}, "machines", absl::StrCat("must be >= 1, got ", c.machines()));
+    p.Add(tree, c, "machines", -1, TextPosition{0, 0}, "machines", absl::StrCat("must be >= 1, got ", c.machines()));
   }
   if (c.gpus_per_machine() < 0) {
-    p.Add(tree, c, "gpus_per_machine", -1, Loc{}, "gpus_per_machine", "must be >= 0");
+    p.Add(tree, c, "gpus_per_machine", -1, TextPosition{0, 0}, "gpus_per_machine", "must be >= 0");
   }
-  if (c.workers() < 0) p.Add(tree, c, "workers", -1, Loc{}, "workers", "must be >= 0");
+  if (c.workers() < 0) p.Add(tree, c, "workers", -1, TextPosition{0, 0}, "workers", "must be >= 0");
   if (c.servers() < 1) {
-    p.Add(tree, c, "servers", -1, Loc{}, "servers", absl::StrCat("must be >= 1, got ", c.servers()));
+    p.Add(tree, c, "servers", -1, TextPosition{0, 0}, "servers", absl::StrCat("must be >= 1, got ", c.servers()));
   }
   auto link = [&](const char* field, const proto::LinkSpec& spec, bool required) {
-    Loc line = LineOf(tree, c, field, -1, Loc{});
+    TextPosition line = PositionOf(tree, c, field, -1, TextPosition{0, 0});
     if (required && !c.GetReflection()->HasField(c, c.GetDescriptor()->FindFieldByName(field))) {
-      p.Add(tree, c, field, -1, Loc{}, field, "missing (bandwidth_gbps and latency_us)");
+      p.Add(tree, c, field, -1, TextPosition{0, 0}, field, "missing (bandwidth_gbps and latency_us)");
       return;
     }
-    CheckLink(spec, Nested(tree, c, field, -1), line, field, required, p);
+    CheckLink(spec, NestedTree(tree, c, field, -1), line, field, required, p);
   };
   link("worker_link", c.worker_link(), true);
   link("server_link", c.server_link(), true);
   link("intra_machine_link", c.intra_machine_link(), c.gpus_per_machine() > 1);
   link("pcie_link", c.pcie_link(), false);
   if (c.cpu_pool_threads() < 0) {
-    p.Add(tree, c, "cpu_pool_threads", -1, Loc{}, "cpu_pool_threads", "must be >= 0");
+    p.Add(tree, c, "cpu_pool_threads", -1, TextPosition{0, 0}, "cpu_pool_threads", "must be >= 0");
   }
   if (c.server_threads() < 0) {
-    p.Add(tree, c, "server_threads", -1, Loc{}, "server_threads", "must be >= 0");
+    p.Add(tree, c, "server_threads", -1, TextPosition{0, 0}, "server_threads", "must be >= 0");
   }
   if (c.server_sum_gbytes_per_s() < 0) {
-    p.Add(tree, c, "server_sum_gbytes_per_s", -1, Loc{}, "server_sum_gbytes_per_s", "must be >= 0");
+    p.Add(tree, c, "server_sum_gbytes_per_s", -1, TextPosition{0, 0}, "server_sum_gbytes_per_s", "must be >= 0");
   }
   if (c.partition_bytes() < 0) {
-    p.Add(tree, c, "partition_bytes", -1, Loc{}, "partition_bytes", "must be >= 0");
+    p.Add(tree, c, "partition_bytes", -1, TextPosition{0, 0}, "partition_bytes", "must be >= 0");
   }
-  if (c.host_cores() < 0) p.Add(tree, c, "host_cores", -1, Loc{}, "host_cores", "must be >= 0");
+  if (c.host_cores() < 0) p.Add(tree, c, "host_cores", -1, TextPosition{0, 0}, "host_cores", "must be >= 0");
   if (c.colocated_servers() && c.machines() >= 1 && c.servers() % c.machines() != 0) {
-    p.Add(tree, c, "colocated_servers", -1, Loc{}, "colocated_servers",
+    p.Add(tree, c, "colocated_servers", -1, TextPosition{0, 0}, "colocated_servers",
           absl::StrCat("needs servers spread evenly over the machines: ", c.servers(),
                        " servers on ", c.machines(), " machines"));
   }
   return p.ToStatus();
 }
 
-absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::ParseInfoTree* tree,
+absl::Status ValidateCostTable(const proto::CostTable& t, const TextProtoTree* tree,
                                absl::string_view source) {
-  Problems p(source);
+  TextProtoProblems p(source);
   if (t.sum_gbytes_per_s() < 0) {
-    p.Add(tree, t, "sum_gbytes_per_s", -1, Loc{}, "sum_gbytes_per_s", "must be >= 0");
+    p.Add(tree, t, "sum_gbytes_per_s", -1, TextPosition{0, 0}, "sum_gbytes_per_s", "must be >= 0");
   }
   if (t.copy_gbytes_per_s() < 0) {
-    p.Add(tree, t, "copy_gbytes_per_s", -1, Loc{}, "copy_gbytes_per_s", "must be >= 0");
+    p.Add(tree, t, "copy_gbytes_per_s", -1, TextPosition{0, 0}, "copy_gbytes_per_s", "must be >= 0");
   }
   for (int i = 0; i < t.codecs_size(); ++i) {
     const auto& codec = t.codecs(i);
-    const auto* sub = Nested(tree, t, "codecs", i);
-    Loc line = LineOf(tree, t, "codecs", i, Loc{});
+    const auto* sub = NestedTree(tree, t, "codecs", i);
+    TextPosition line = PositionOf(tree, t, "codecs", i, TextPosition{0, 0});
     std::string here = absl::StrCat("codecs[", i, "]");
     if (compress::IsNoneName(codec.name())) {
       p.Add(sub, codec, "name", -1, line, here + ".name",
@@ -264,8 +186,8 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
     bool seen[3] = {false, false, false};
     for (int d = 0; d < codec.costs_size(); ++d) {
       const auto& cost = codec.costs(d);
-      const auto* dsub = Nested(sub, codec, "costs", d);
-      Loc dline = LineOf(sub, codec, "costs", d, line);
+      const auto* dsub = NestedTree(sub, codec, "costs", d);
+      TextPosition dline = PositionOf(sub, codec, "costs", d, line);
       std::string dhere = absl::StrCat(here, ".costs[", d, "]");
       if (cost.device() != proto::DEVICE_CPU && cost.device() != proto::DEVICE_GPU) {
         p.Add(dsub, cost, "device", -1, dline, dhere + ".device", "must be DEVICE_CPU or DEVICE_GPU");
@@ -322,31 +244,31 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextFormat::Pars
 }
 
 absl::Status ValidateOptions(const proto::PlannerOptions& o,
-                             const TextFormat::ParseInfoTree* tree, absl::string_view source) {
-  Problems p(source);
+                             const TextProtoTree* tree, absl::string_view source) {
+  TextProtoProblems p(source);
   if (o.min_compress_bytes() < 0) {
-    p.Add(tree, o, "min_compress_bytes", -1, Loc{}, "min_compress_bytes", "must be >= 0");
+    p.Add(tree, o, "min_compress_bytes", -1, TextPosition{0, 0}, "min_compress_bytes", "must be >= 0");
   }
   for (int i = 0; i < o.partition_bytes_size(); ++i) {
     if (o.partition_bytes(i) < 4) {
-      p.Add(tree, o, "partition_bytes", i, Loc{}, absl::StrCat("partition_bytes[", i, "]"),
+      p.Add(tree, o, "partition_bytes", i, TextPosition{0, 0}, absl::StrCat("partition_bytes[", i, "]"),
             absl::StrCat("must be >= 4, got ", o.partition_bytes(i)));
     }
   }
   if (o.min_relative_gain() < 0 || o.min_relative_gain() >= 1) {
-    p.Add(tree, o, "min_relative_gain", -1, Loc{}, "min_relative_gain", "must be in [0, 1)");
+    p.Add(tree, o, "min_relative_gain", -1, TextPosition{0, 0}, "min_relative_gain", "must be in [0, 1)");
   }
   if (o.uniform_starts() < -1) {
-    p.Add(tree, o, "uniform_starts", -1, Loc{}, "uniform_starts", "must be >= -1");
+    p.Add(tree, o, "uniform_starts", -1, TextPosition{0, 0}, "uniform_starts", "must be >= -1");
   }
   if (o.max_joint_offload_choices() < 0) {
-    p.Add(tree, o, "max_joint_offload_choices", -1, Loc{}, "max_joint_offload_choices",
+    p.Add(tree, o, "max_joint_offload_choices", -1, TextPosition{0, 0}, "max_joint_offload_choices",
           "must be >= 0");
   }
   for (int i = 0; i < o.allowed_size(); ++i) {
     if (o.allowed(i).name_pattern().empty()) {
-      p.Add(Nested(tree, o, "allowed", i), o.allowed(i), "name_pattern", -1,
-            LineOf(tree, o, "allowed", i, Loc{}), absl::StrCat("allowed[", i, "].name_pattern"),
+      p.Add(NestedTree(tree, o, "allowed", i), o.allowed(i), "name_pattern", -1,
+            PositionOf(tree, o, "allowed", i, TextPosition{0, 0}), absl::StrCat("allowed[", i, "].name_pattern"),
             "must not be empty");
     }
   }
@@ -356,14 +278,14 @@ absl::Status ValidateOptions(const proto::PlannerOptions& o,
 template <typename M, typename V>
 absl::Status ParseAndValidate(absl::string_view text, absl::string_view source, M* out,
                               V validate) {
-  TextFormat::ParseInfoTree tree;
-  if (absl::Status s = ParseWithLocations(text, source, out, &tree); !s.ok()) return s;
+  TextProtoTree tree;
+  if (absl::Status s = ParseTextProto(text, source, out, &tree); !s.ok()) return s;
   return validate(*out, &tree, source);
 }
 
 template <typename M, typename Parse>
 absl::StatusOr<M> LoadFile(const std::string& path, Parse parse) {
-  auto text = ReadFile(path);
+  auto text = ReadTextFile(path);
   if (!text.ok()) return text.status();
   M message;
   if (absl::Status s = parse(*text, path, &message); !s.ok()) return s;

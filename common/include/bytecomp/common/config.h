@@ -1,4 +1,5 @@
-// Strict protobuf text-format config loading: every error names file, line, column and field.
+// The cluster config: loaded from its file (bytecomp/common/text_proto.h), the environment and
+// flags, checked, every error naming where the value came from.
 #pragma once
 
 #include <string>
@@ -7,19 +8,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bytecomp/common/text_proto.h"
 #include "cluster_config.pb.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/text_format.h"
 
 namespace bytecomp {
-
-// Parses text format into `out`. `source_name` (a path) prefixes every error:
-// "strategy.pbtxt:3:7: Message type \"X\" has no field named \"codek\"". With `locations`,
-// records where each field was set (for errors found after parsing).
-absl::Status ParseTextProto(absl::string_view text, absl::string_view source_name,
-                            google::protobuf::Message* out,
-                            google::protobuf::TextFormat::ParseInfoTree* locations = nullptr);
-absl::Status ParseTextProtoFile(const std::string& path, google::protobuf::Message* out);
 
 // Where each top-level field of a loaded ClusterConfig came from, so that an error about its
 // value names it: "cluster.pbtxt:4:1" (the line of the file that set it),
