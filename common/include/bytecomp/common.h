@@ -18,4 +18,5 @@
 #include "bytecomp/common/socket_limits.h"
 #include "bytecomp/common/stats.h"
 #include "bytecomp/common/transport.h"
+#include "bytecomp/common/wake_queue.h"
 #include "bytecomp/common/zap.h"
