@@ -9,7 +9,7 @@
 // server's rank over (ReconnectServer), the loop connects to it, sends each of that server's
 // keys its kept result as a replay (DataHeader.replay: "this is where I stand, and what that
 // round gave"), then every push and pull the lost server had not answered, in their order
-// (key_store.h says how the replacement resumes).
+// (the server's key_resume.h says how the replacement resumes).
 #pragma once
 
 #include <cstdint>
