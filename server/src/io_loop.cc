@@ -1,4 +1,5 @@
 #include <chrono>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
@@ -7,48 +8,45 @@
 
 namespace bytecomp::server {
 
-std::string KeyShardEndpoint(size_t index) { return absl::StrCat("inproc://server-shard-", index); }
-
 void SendOrLog(zmq::socket_t& socket, std::vector<zmq::message_t>& frames) {
   if (absl::Status s = SendFrames(socket, frames); !s.ok()) BC_LOG_WARNING("send: ", s.ToString());
 }
 
-IoLoop::IoLoop(zmq::context_t& ctx, zmq::socket_t& router, RequestDispatcher dispatcher,
-               size_t num_shards)
-    : router_(router),
-      control_(ctx, zmq::socket_type::pair),
-      replies_(ctx, zmq::socket_type::pull),
-      dispatcher_(std::move(dispatcher)) {
-  control_.connect(kControlEndpoint);
-  replies_.bind(kRepliesEndpoint);
-  for (size_t i = 0; i < num_shards; ++i) {
-    shards_.emplace_back(ctx, zmq::socket_type::push);
-    shards_.back().set(zmq::sockopt::sndhwm, 0);
-    shards_.back().connect(KeyShardEndpoint(i));
-  }
-}
+IoLoop::IoLoop(zmq::socket_t& router, RequestDispatcher dispatcher, ServerQueues& queues)
+    : router_(router), queues_(queues), dispatcher_(std::move(dispatcher)) {}
 
 void IoLoop::Run() {
   zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                             {replies_.handle(), 0, ZMQ_POLLIN, 0},
-                             {control_.handle(), 0, ZMQ_POLLIN, 0}};
+                             {nullptr, queues_.replies.fd(), ZMQ_POLLIN, 0},
+                             {nullptr, queues_.commands.fd(), ZMQ_POLLIN, 0}};
   bool running = true;
   DispatchOutbox out;
   while (running) {
     // Parked requests expire within kUndeclaredGraceMs: look at them often while there are any.
-    zmq::poll(items, 3, std::chrono::milliseconds(dispatcher_.parked() == 0 ? 1000 : 50));
+    // What was taken from the queues and not handled yet goes on at once.
+    int64_t wait_ms = dispatcher_.parked() == 0 ? 1000 : 50;
+    if (!commands_.empty() || !replies_.empty()) wait_ms = 0;
+    zmq::poll(items, 3, std::chrono::milliseconds(wait_ms));
     // Commands first, as many as came (up to 256), and sent on before any request: a burst of
     // declarations must not trail a burst of requests by one command per turn (the requests
     // parked for them would overflow kMaxParkedRequests), and a shard hears of a key before
     // any request for it.
-    for (int i = 0; running && i < 256 && (items[2].revents & ZMQ_POLLIN); ++i) {
-      absl::StatusOr<std::vector<zmq::message_t>> message =
-          RecvFrames(control_, std::chrono::milliseconds(0));
-      if (!message.ok() || message->empty()) break;
-      running = dispatcher_.HandleCommand(*std::move(message), MonotonicMs(), &out);
+    if (items[2].revents & ZMQ_POLLIN) {
+      for (ServerCommand& command : queues_.commands.TakeAll()) {
+        commands_.push_back(std::move(command));
+      }
+    }
+    for (int i = 0; running && i < 256 && !commands_.empty(); ++i) {
+      running = dispatcher_.HandleCommand(commands_.front(), MonotonicMs(), &out);
+      commands_.pop_front();
     }
     Send(out);
-    if (items[1].revents & ZMQ_POLLIN) ForwardReplies();
+    if (items[1].revents & ZMQ_POLLIN) {
+      for (ShardReplies& replies : queues_.replies.TakeAll()) {
+        replies_.push_back(std::move(replies));
+      }
+    }
+    ForwardReplies();
     if (running && (items[0].revents & ZMQ_POLLIN)) DrainRequests();
     dispatcher_.ExpireParked(MonotonicMs(), &out);
     Send(out);
@@ -58,18 +56,17 @@ void IoLoop::Run() {
 
 void IoLoop::Send(DispatchOutbox& out) {
   for (std::vector<zmq::message_t>& frames : out.to_router) SendOrLog(router_, frames);
-  for (auto& [shard, message] : out.to_shards) SendOrLog(shards_[shard], message);
+  for (auto& [shard, message] : out.to_shards) queues_.to_shards[shard]->Push(std::move(message));
   out.to_router.clear();
   out.to_shards.clear();
 }
 
-// At most 256 messages per poll from each socket, so neither direction starves the other.
+// At most 256 replies a turn (whole batches), so neither direction starves the other.
 void IoLoop::ForwardReplies() {
-  for (int i = 0; i < 256; ++i) {
-    absl::StatusOr<std::vector<zmq::message_t>> frames =
-        RecvFrames(replies_, std::chrono::milliseconds(0));
-    if (!frames.ok() || frames->empty()) return;
-    SendOrLog(router_, *frames);
+  for (size_t sent = 0; sent < 256 && !replies_.empty();) {
+    for (RouterMessage& frames : replies_.front()) SendOrLog(router_, frames);
+    sent += replies_.front().size();
+    replies_.pop_front();
   }
 }
 

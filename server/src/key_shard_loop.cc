@@ -4,25 +4,27 @@
 
 namespace bytecomp::server {
 
-void RunKeyShard(zmq::context_t& ctx, size_t index, KeyShard& shard) {
-  zmq::socket_t in(ctx, zmq::socket_type::pull);
-  in.bind(KeyShardEndpoint(index));
-  zmq::socket_t out(ctx, zmq::socket_type::push);
-  out.connect(kRepliesEndpoint);
-  std::vector<OutgoingReply> replies;
+void RunKeyShard(WakeQueue<ShardMessage>& in, WakeQueue<ShardReplies>& replies, KeyShard& shard) {
+  std::vector<OutgoingReply> out;
   bool running = true;
   while (running) {
-    absl::StatusOr<std::vector<zmq::message_t>> message = RecvFrames(in);
-    if (!message.ok() || message->empty()) break;
-    running = shard.Handle(*std::move(message), &replies);
-    for (OutgoingReply& reply : replies) {
-      std::vector<zmq::message_t> frames;
-      frames.push_back(std::move(reply.identity));
-      frames.push_back(ProtoFrame(reply.header));
-      if (reply.has_payload) frames.push_back(std::move(reply.payload));
-      SendOrLog(out, frames);
+    for (ShardMessage& message : in.WaitAndTakeAll()) {
+      running = shard.Handle(std::move(message), &out);
+      if (!out.empty()) {
+        ShardReplies frames;
+        frames.reserve(out.size());
+        for (OutgoingReply& reply : out) {
+          RouterMessage& m = frames.emplace_back();
+          m.reserve(3);
+          m.push_back(std::move(reply.identity));
+          m.push_back(ProtoFrame(reply.header));
+          if (reply.has_payload) m.push_back(std::move(reply.payload));
+        }
+        replies.Push(std::move(frames));
+        out.clear();
+      }
+      if (!running) break;
     }
-    replies.clear();
   }
   BC_LOG_INFO(shard.Summary());
 }

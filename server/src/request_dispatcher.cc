@@ -2,9 +2,7 @@
 
 #include <algorithm>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "control.pb.h"
 #include "bytecomp/common/link_probe.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/transport.h"
@@ -72,7 +70,10 @@ void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_pa
   }
   absl::Status valid = validator_.Validate(header, has_payload, payload_size);
   if (!valid.ok()) return Reject(frames[0], header, std::string(valid.message()), now_ms, out);
-  out->to_shards.emplace_back(ShardOf(header.key(), num_shards_), ShardRequest(std::move(frames)));
+  const size_t shard = ShardOf(header.key(), num_shards_);
+  ShardRequest request{std::move(frames[0]), std::move(header), zmq::message_t()};
+  if (has_payload) request.payload = std::move(frames[2]);
+  out->to_shards.emplace_back(shard, std::move(request));
 }
 
 // The payload is dropped and the reply carries the requested number of bytes. The bandwidth
@@ -127,23 +128,15 @@ void RequestDispatcher::Reject(zmq::message_t& identity, const proto::DataHeader
   out->to_router.push_back(std::move(frames));
 }
 
-bool RequestDispatcher::HandleCommand(std::vector<zmq::message_t> message, int64_t now_ms,
+bool RequestDispatcher::HandleCommand(const ServerCommand& command, int64_t now_ms,
                                       DispatchOutbox* out) {
-  ShardMessageKind kind;
-  if (!ParseShardMessageKind(message, &kind) || kind == ShardMessageKind::kRequest) {
-    BC_LOG_ERROR("I/O thread: dropping a control message of ", message.size(), " frames");
-    return true;
-  }
-  const std::string body = message.size() >= 2 ? FrameToString(message[1]) : "";
-  if (kind == ShardMessageKind::kLost) {
-    int rank = -1;
-    if (absl::SimpleAtoi(body, &rank)) validator_.catalog().ServerLost(rank);
+  if (const auto* lost = std::get_if<LostCommand>(&command)) {
+    validator_.catalog().ServerLost(lost->rank);
     return true;  // this thread's alone
   }
   std::vector<uint32_t> moved_tensors;
-  if (kind == ShardMessageKind::kMove) {
-    proto::KeysMoved moved;
-    if (!moved.ParseFromString(body)) return true;
+  if (const auto* move = std::get_if<MoveCommand>(&command)) {
+    const proto::KeysMoved& moved = *move->moved;
     size_t keys = 0;
     for (const proto::DeclareReply& tensor : moved.tensors()) {
       keys += validator_.catalog().MoveTensor(tensor, moved.from_rank(), my_rank_).size();
@@ -153,31 +146,29 @@ bool RequestDispatcher::HandleCommand(std::vector<zmq::message_t> message, int64
                    ": they resume once every worker told where it stands, and their two-way "
                    "error-feedback memory starts from zero");
   }
-  if (kind == ShardMessageKind::kDeclare) {
-    proto::DeclareReply declared;
-    if (!declared.ParseFromString(body)) return true;
-    if (absl::Status s = validator_.catalog().AddTensor(declared); !s.ok()) {
+  const auto* declare = std::get_if<DeclareCommand>(&command);
+  const auto* strategy = std::get_if<StrategyCommand>(&command);
+  if (declare != nullptr) {
+    if (absl::Status s = validator_.catalog().AddTensor(*declare->tensor); !s.ok()) {
       BC_LOG_ERROR("ignoring declaration: ", s.ToString());
       return true;
     }
-  } else if (kind == ShardMessageKind::kStrategy) {
-    proto::Strategy strategy;
-    if (!strategy.ParseFromString(body)) return true;
-    if (absl::Status s = validator_.catalog().AddStrategy(strategy); !s.ok()) {
+  } else if (strategy != nullptr) {
+    if (absl::Status s = validator_.catalog().AddStrategy(*strategy->strategy); !s.ok()) {
       BC_LOG_ERROR("ignoring strategy: ", s.ToString());
       return true;
     }
-    BC_LOG_INFO("strategy version ", strategy.version(), " from round ", strategy.first_round());
+    BC_LOG_INFO("strategy version ", strategy->strategy->version(), " from round ",
+                strategy->strategy->first_round());
   }
   // Every shard hears of it before any request that needed it.
-  ToEveryShard(message, out);
-  if (kind == ShardMessageKind::kStop) return false;
+  ToEveryShard(command, out);
+  if (std::holds_alternative<StopCommand>(command)) return false;
   // Requests that arrived early go through now, in arrival order: a declaration's own, or,
   // with a strategy version, every one.
-  if (kind == ShardMessageKind::kDeclare) {
-    proto::DeclareReply declared;
-    if (declared.ParseFromString(body)) ReleaseParked(declared.tensor_id(), now_ms, out);
-  } else if (kind == ShardMessageKind::kStrategy) {
+  if (declare != nullptr) {
+    ReleaseParked(declare->tensor->tensor_id(), now_ms, out);
+  } else if (strategy != nullptr) {
     ReleaseParked(std::nullopt, now_ms, out);
   }
   for (uint32_t tensor : moved_tensors) ReleaseParked(tensor, now_ms, out);
@@ -246,13 +237,8 @@ std::string RequestDispatcher::Summary() const {
   return out;
 }
 
-void RequestDispatcher::ToEveryShard(const std::vector<zmq::message_t>& message,
-                                     DispatchOutbox* out) const {
-  for (size_t shard = 0; shard < num_shards_; ++shard) {
-    std::vector<zmq::message_t> copy;
-    for (const zmq::message_t& frame : message) copy.emplace_back(frame.data(), frame.size());
-    out->to_shards.emplace_back(shard, std::move(copy));
-  }
+void RequestDispatcher::ToEveryShard(const ServerCommand& command, DispatchOutbox* out) const {
+  for (size_t shard = 0; shard < num_shards_; ++shard) out->to_shards.emplace_back(shard, command);
 }
 
 }  // namespace bytecomp::server

@@ -12,17 +12,13 @@
 #include "bytecomp/server/key_shard.h"
 #include "bytecomp/server/request_dispatcher.h"
 #include "bytecomp/server/server_job.h"
+#include "bytecomp/server/shard_messages.h"
 #include "bytecomp/telemetry.h"
 #include "control.pb.h"
 #include "server_threads.h"
 
 namespace bytecomp::server {
 namespace {
-
-void SendCommand(zmq::socket_t& to_io, ShardMessageKind kind, const std::string& body = "") {
-  std::vector<zmq::message_t> message = ShardCommand(kind, body);
-  SendOrLog(to_io, message);
-}
 
 // What a server shows of itself when asked: its timeline and its metrics (and their HTTP
 // server). Declared before the threads that use them, so that it outlives them.
@@ -141,20 +137,21 @@ absl::Status AggregationServer::Run() {
 
   ServerTelemetry telemetry =
       StartTelemetry(options_, job->config, rank, scheduler.shared_clock());
-  zmq::socket_t to_io(ctx, zmq::socket_type::pair);
-  to_io.bind(kControlEndpoint);
+  ServerQueues queues(num_shards);
+  WakeQueue<ServerCommand>& to_io = queues.commands;
   RequestDispatcher dispatcher(*job, num_shards);
   dispatcher.Observe(telemetry.metrics.get());
-  IoLoop io(ctx, router, std::move(dispatcher), num_shards);
+  IoLoop io(router, std::move(dispatcher), queues);
   std::vector<std::unique_ptr<KeyShard>> shards;
   std::vector<std::thread> shard_threads;
   for (size_t i = 0; i < num_shards; ++i) {
     shards.push_back(std::make_unique<KeyShard>(static_cast<int>(i), *job));
     shards.back()->Observe(telemetry.timeline.get(), telemetry.metrics.get());
-    shard_threads.emplace_back(RunKeyShard, std::ref(ctx), i, std::ref(*shards.back()));
+    shard_threads.emplace_back(RunKeyShard, std::ref(*queues.to_shards[i]),
+                               std::ref(queues.replies), std::ref(*shards.back()));
   }
   std::thread io_thread([&io] { io.Run(); });
-  SendCommand(to_io, ShardMessageKind::kStrategy, topology->strategy().SerializeAsString());
+  to_io.Push(StrategyCommand{std::make_shared<const proto::Strategy>(topology->strategy())});
 
   absl::Status result = absl::OkStatus();
   while (true) {
@@ -176,7 +173,7 @@ absl::Status AggregationServer::Run() {
       // A scheduler that fell silent (killed, frozen, cut off; or this server was frozen and
       // the job went on without it) ends this server too, naming it.
       if (absl::Status heard = scheduler.CheckSchedulerHeard(); !heard.ok()) {
-        SendCommand(to_io, ShardMessageKind::kFail, std::string(heard.message()));
+        to_io.Push(FailCommand{std::string(heard.message())});
         result = heard;
         break;
       }
@@ -184,17 +181,17 @@ absl::Status AggregationServer::Run() {
     }
     const proto::ControlMessage& m = **msg;
     if (m.has_declare_reply() && m.declare_reply().ok()) {
-      SendCommand(to_io, ShardMessageKind::kDeclare, m.declare_reply().SerializeAsString());
+      to_io.Push(DeclareCommand{std::make_shared<const proto::DeclareReply>(m.declare_reply())});
     } else if (m.has_strategy_commit()) {
-      SendCommand(to_io, ShardMessageKind::kStrategy,
-                  m.strategy_commit().strategy().SerializeAsString());
+      to_io.Push(StrategyCommand{
+          std::make_shared<const proto::Strategy>(m.strategy_commit().strategy())});
     } else if (m.has_node_failed() && m.node_failed().replacement_wait_ms() > 0) {
       // A lost server: the job waits for its replacement, or moves its keys here (KeysMoved).
       BC_LOG_WARNING("server ", m.node_failed().node().rank(), " was lost (",
                      Printable(m.node_failed().reason(), 512), "); the job waits for its replacement");
-      SendCommand(to_io, ShardMessageKind::kLost, absl::StrCat(m.node_failed().node().rank()));
+      to_io.Push(LostCommand{m.node_failed().node().rank()});
     } else if (m.has_keys_moved()) {
-      SendCommand(to_io, ShardMessageKind::kMove, m.keys_moved().SerializeAsString());
+      to_io.Push(MoveCommand{std::make_shared<const proto::KeysMoved>(m.keys_moved())});
     } else if (m.has_node_failed()) {
       // Named as the workers name it ("worker 2 failed: ..."), whichever news reaches them first.
       const proto::NodeId& node = m.node_failed().node();
@@ -202,7 +199,7 @@ absl::Status AggregationServer::Run() {
           absl::StrCat(node.role() == proto::ROLE_SERVER ? "server " : "worker ", node.rank(),
                        " failed: ", Printable(m.node_failed().reason(), 512));
       BC_LOG_ERROR(reason);
-      SendCommand(to_io, ShardMessageKind::kFail, reason);
+      to_io.Push(FailCommand{reason});
     } else if (m.has_shutdown()) {
       const std::string reason = Printable(m.shutdown().reason(), 1024);
       BC_LOG_INFO("shutdown: ", reason);
@@ -213,7 +210,7 @@ absl::Status AggregationServer::Run() {
       break;
     }
   }
-  SendCommand(to_io, ShardMessageKind::kStop);
+  to_io.Push(StopCommand{});
   io_thread.join();
   for (std::thread& t : shard_threads) t.join();
   return result;

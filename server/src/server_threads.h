@@ -1,38 +1,50 @@
-// The server's threads below the control thread (server.h lists them all), and the inproc
-// endpoints between them. Each thread owns its sockets and only moves messages between them
-// and its socket-free class: the I/O thread's RequestDispatcher, a shard thread's KeyShard.
+// The server's threads below the control thread (server.h lists them all), and the queues
+// between them (shard_messages.h says what travels on each). Each thread owns its sockets and
+// only moves messages between them, its queues and its socket-free class: the I/O thread's
+// RequestDispatcher, a shard thread's KeyShard.
 #pragma once
 
 #include <cstddef>
-#include <string>
+#include <deque>
+#include <memory>
 #include <vector>
 
+#include "bytecomp/common/wake_queue.h"
 #include "bytecomp/server/key_shard.h"
 #include "bytecomp/server/request_dispatcher.h"
+#include "bytecomp/server/shard_messages.h"
 #include "zmq.hpp"
 
 namespace bytecomp::server {
 
-// control thread -> I/O thread: shard command messages (key_shard.h).
-inline constexpr char kControlEndpoint[] = "inproc://server-control";
-// key shards -> I/O thread: replies (identity, header, payload?), sent on to the ROUTER as
-// they are.
-inline constexpr char kRepliesEndpoint[] = "inproc://server-replies";
-// I/O thread -> key shard i: shard messages.
-std::string KeyShardEndpoint(size_t index);
+// The queues between the threads. The I/O thread polls the eventfds of `commands` and
+// `replies` beside its ROUTER socket; a key shard, which has no socket, waits on its own.
+// Unbounded, as the inproc sockets toward the shards were: what reaches a shard was bounded
+// where it came in (the ROUTER's queues and message size, the parked requests), and a shard's
+// replies are bounded by what it was handed (an ack or error each, and the held pulls: one per
+// worker and key). The I/O thread takes the replies whenever it wakes and sends at most 256 a
+// turn, as it did from the inproc socket.
+struct ServerQueues {
+  explicit ServerQueues(size_t num_shards) {
+    for (size_t i = 0; i < num_shards; ++i) {
+      to_shards.push_back(std::make_unique<WakeQueue<ShardMessage>>());
+    }
+  }
+  WakeQueue<ServerCommand> commands;                                // control -> I/O
+  std::vector<std::unique_ptr<WakeQueue<ShardMessage>>> to_shards;  // I/O -> key shard i
+  WakeQueue<ShardReplies> replies;                                  // key shards -> I/O
+};
 
 // Sends without throwing; a failure here means the process is shutting down.
 void SendOrLog(zmq::socket_t& socket, std::vector<zmq::message_t>& frames);
 
 class IoLoop {
  public:
-  // Binds the replies endpoint and connects to the control endpoint and to every shard
-  // (inproc connect before bind works in ZeroMQ >= 4.0, so the shards may bind later).
-  // Runs on the thread that calls Run() afterwards.
-  IoLoop(zmq::context_t& ctx, zmq::socket_t& router, RequestDispatcher dispatcher,
-         size_t num_shards);
+  // Runs on the thread that calls Run() afterwards; `router` is that thread's.
+  IoLoop(zmq::socket_t& router, RequestDispatcher dispatcher, ServerQueues& queues);
 
-  // Moves messages until the control thread sends kStop; the shards are told to stop too.
+  // Moves messages until the control thread sends StopCommand; the shards are told to stop
+  // too.
   void Run();
 
  private:
@@ -41,14 +53,16 @@ class IoLoop {
   void DrainRequests();
 
   zmq::socket_t& router_;
-  zmq::socket_t control_;
-  zmq::socket_t replies_;
-  std::vector<zmq::socket_t> shards_;
+  ServerQueues& queues_;
   RequestDispatcher dispatcher_;
+  // Taken from the queues and not handled yet: at most 256 of each a turn, so that neither
+  // direction starves the other.
+  std::deque<ServerCommand> commands_;
+  std::deque<ShardReplies> replies_;
 };
 
-// A key shard's thread: binds KeyShardEndpoint(index), hands each message to the shard and
-// sends its replies to the I/O thread, until kStop; then logs the shard's summary.
-void RunKeyShard(zmq::context_t& ctx, size_t index, KeyShard& shard);
+// A key shard's thread: hands each message from its queue to the shard and sends its replies
+// to the I/O thread, until StopCommand; then logs the shard's summary.
+void RunKeyShard(WakeQueue<ShardMessage>& in, WakeQueue<ShardReplies>& replies, KeyShard& shard);
 
 }  // namespace bytecomp::server

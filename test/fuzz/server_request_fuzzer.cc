@@ -8,9 +8,11 @@
 //   request   a DataHeader built field by field from the input (keys of the declared tensors,
 //             their codecs, valid encodings of them or bytes from the input), as ZeroMQ frames
 //   raw       1 to 4 frames of input bytes (a header that may not parse)
-//   declare   one of the standard tensors (kTensors), or a DeclareReply of input bytes
+//   declare   one of the standard tensors (kTensors), or a DeclareReply of input bytes (handed
+//             on when they parse, as the control thread hands on what its scheduler client
+//             parsed)
 //   strategy  every tensor under a codec chosen as codec_choice.h reads it (and a pull codec),
-//             or a Strategy of input bytes
+//             or a Strategy of input bytes (when they parse)
 //   fail      a node failed: held pulls fail
 //   time      the clock advances (u16 ms), parked requests expire
 // What the dispatcher hands a shard is handled by that shard at once, as the threads would.
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -28,6 +31,7 @@
 #include "bytecomp/server/key_shard.h"
 #include "bytecomp/server/request_dispatcher.h"
 #include "bytecomp/server/server_job.h"
+#include "bytecomp/server/shard_messages.h"
 #include "codec_choice.h"
 #include "fuzz_input.h"
 #include "server_fuzz_job.h"
@@ -73,12 +77,18 @@ void Deliver(Job& job, server::DispatchOutbox& out) {
   out.to_router.clear();
 }
 
-void Command(Job& job, server::ShardMessageKind kind, const std::string& body) {
+void Command(Job& job, const server::ServerCommand& command) {
   server::DispatchOutbox out;
-  if (!job.dispatcher->HandleCommand(server::ShardCommand(kind, body), job.now_ms, &out)) {
-    job.stopped = true;
-  }
+  if (!job.dispatcher->HandleCommand(command, job.now_ms, &out)) job.stopped = true;
   Deliver(job, out);
+}
+
+// A declaration or strategy of input bytes, as the control thread hands it on: only once it
+// parsed (the scheduler client parses every message before the server sees it).
+template <typename Proto, typename Wrapped>
+void CommandOfBytes(Job& job, const std::string& bytes) {
+  auto parsed = std::make_shared<Proto>();
+  if (parsed->ParseFromString(bytes)) Command(job, Wrapped{std::move(parsed)});
 }
 
 void Request(Job& job, std::vector<zmq::message_t> frames) {
@@ -196,9 +206,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (which < kTensors.size()) {
           const proto::DeclareReply d = StandardTensor(which, job.servers);
           job.declared.push_back(d);
-          Command(job, server::ShardMessageKind::kDeclare, d.SerializeAsString());
+          Command(job, server::DeclareCommand{std::make_shared<proto::DeclareReply>(d)});
         } else {
-          Command(job, server::ShardMessageKind::kDeclare, in.String());
+          CommandOfBytes<proto::DeclareReply, server::DeclareCommand>(job, in.String());
         }
         break;
       }
@@ -210,14 +220,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           job.codecs.push_back(push);
           const proto::Strategy s = StrategyFor(job.codecs.size(), in.U8(), push,
                                                 two_way ? &pull : nullptr);
-          Command(job, server::ShardMessageKind::kStrategy, s.SerializeAsString());
+          Command(job, server::StrategyCommand{std::make_shared<proto::Strategy>(s)});
         } else {
-          Command(job, server::ShardMessageKind::kStrategy, in.String());
+          CommandOfBytes<proto::Strategy, server::StrategyCommand>(job, in.String());
         }
         break;
       }
       case ServerEvent::kFail:
-        Command(job, server::ShardMessageKind::kFail, "node failed");
+        Command(job, server::FailCommand{"node failed"});
         break;
       case ServerEvent::kTime:
       case ServerEvent::kCount: {

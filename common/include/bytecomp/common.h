@@ -19,4 +19,5 @@
 #include "bytecomp/common/stats.h"
 #include "bytecomp/common/text_proto.h"
 #include "bytecomp/common/transport.h"
+#include "bytecomp/common/wake_queue.h"
 #include "bytecomp/common/zap.h"

@@ -1,9 +1,11 @@
-// KeyShard: the shard message format, commands, requests handed to the KeyStore, the summary
-// the server logs (test/integration/test_hierarchical.py reads its push counts), ShardOf.
+// KeyShard: typed messages from the I/O thread (shard_messages.h): requests handed to the
+// KeyStore, commands to the shard's catalog and store, the summary the server logs
+// (test/integration/test_hierarchical.py reads its push counts), ShardOf.
 #include "bytecomp/server/key_shard.h"
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,64 +18,45 @@ namespace {
 using server_test::FloatsOf;
 using server_test::IdentityOf;
 using server_test::kN;
+using server_test::Ops;
 
-std::vector<zmq::message_t> RequestMessage(const proto::DataHeader& h, zmq::message_t identity,
-                                           const std::vector<float>& values = {}) {
-  std::vector<zmq::message_t> request;
-  request.push_back(std::move(identity));
-  request.push_back(ProtoFrame(h));
-  if (!values.empty()) request.push_back(server_test::Payload(values, proto::DTYPE_FLOAT32));
-  return ShardRequest(std::move(request));
+ShardMessage RequestMessage(const proto::DataHeader& h, zmq::message_t identity,
+                            const std::vector<float>& values = {}) {
+  ShardRequest request{std::move(identity), h, zmq::message_t()};
+  if (!values.empty()) request.payload = server_test::Payload(values, proto::DTYPE_FLOAT32);
+  return request;
 }
 
-std::vector<zmq::message_t> Push(int sender, const std::vector<float>& values) {
+ShardMessage Push(int sender, const std::vector<float>& values) {
   return RequestMessage(server_test::Request(proto::OP_PUSH, sender, 0, kN),
                         server_test::Identity(sender), values);
 }
 
-std::vector<zmq::message_t> Pull(int sender) {
+ShardMessage Pull(int sender) {
   return RequestMessage(server_test::Request(proto::OP_PULL, sender, 0, kN),
                         server_test::Identity(sender));
 }
 
-// A shard that heard of tensor 1 as the I/O thread tells it.
+ShardMessage Declare(const proto::DeclareReply& tensor) {
+  return ServerCommand(DeclareCommand{std::make_shared<const proto::DeclareReply>(tensor)});
+}
+
+// A shard of server 0 of a job of `servers` servers that heard of tensor 1 as the I/O thread
+// tells it.
 struct Shard {
-  KeyShard shard{/*index=*/3, server_test::Job(/*workers=*/2)};
+  KeyShard shard;
   std::vector<OutgoingReply> out;
-  Shard() {
-    EXPECT_TRUE(shard.Handle(ShardCommand(ShardMessageKind::kDeclare,
-                                          server_test::DeclareTensor(kN).SerializeAsString()),
-                             &out));
+  explicit Shard(int servers = 1, proto::DeclareReply tensor = server_test::DeclareTensor(kN))
+      : shard(/*index=*/3, server_test::Job(/*workers=*/2, servers)) {
+    EXPECT_TRUE(shard.Handle(Declare(tensor), &out));
   }
-  std::vector<OutgoingReply> Handle(std::vector<zmq::message_t> message, bool* running = nullptr) {
+  std::vector<OutgoingReply> Handle(ShardMessage message, bool* running = nullptr) {
     out.clear();
     const bool r = shard.Handle(std::move(message), &out);
     if (running != nullptr) *running = r;
     return std::move(out);
   }
 };
-
-TEST(KeyShardTest, MessagesSayWhatTheyAre) {
-  ShardMessageKind kind;
-  std::vector<zmq::message_t> stop = ShardCommand(ShardMessageKind::kStop);
-  ASSERT_EQ(stop.size(), 1u);  // no body frame
-  ASSERT_TRUE(ParseShardMessageKind(stop, &kind));
-  EXPECT_EQ(kind, ShardMessageKind::kStop);
-  std::vector<zmq::message_t> fail = ShardCommand(ShardMessageKind::kFail, "why");
-  ASSERT_EQ(fail.size(), 2u);
-  EXPECT_EQ(FrameToString(fail[1]), "why");
-  ASSERT_TRUE(ParseShardMessageKind(Pull(0), &kind));
-  EXPECT_EQ(kind, ShardMessageKind::kRequest);
-
-  std::vector<zmq::message_t> none;
-  EXPECT_FALSE(ParseShardMessageKind(none, &kind));
-  std::vector<zmq::message_t> unknown;
-  unknown.emplace_back("q", 1);
-  EXPECT_FALSE(ParseShardMessageKind(unknown, &kind));
-  std::vector<zmq::message_t> longer;
-  longer.emplace_back("rr", 2);
-  EXPECT_FALSE(ParseShardMessageKind(longer, &kind));
-}
 
 TEST(KeyShardTest, RequestsGoToTheKeyStore) {
   Shard s;
@@ -95,48 +78,42 @@ TEST(KeyShardTest, AnIdentityThatLooksLikeACommandIsARequest) {
   for (const std::string identity : {"x", "cmd:stop"}) {
     bool running = false;
     const int worker = identity == "x" ? 0 : 1;
-    std::vector<OutgoingReply> replies = s.Handle(
-        RequestMessage(server_test::Request(proto::OP_PULL, worker, 0, kN), zmq::message_t(identity)),
-        &running);
+    std::vector<OutgoingReply> replies =
+        s.Handle(RequestMessage(server_test::Request(proto::OP_PULL, worker, 0, kN),
+                                zmq::message_t(identity)),
+                 &running);
     EXPECT_TRUE(running) << identity;
     EXPECT_TRUE(replies.empty()) << identity;  // held, as a pull
   }
   std::vector<OutgoingReply> failed;
-  s.shard.Handle(ShardCommand(ShardMessageKind::kFail, "server stops"), &failed);
+  s.shard.Handle(ServerCommand(FailCommand{"server stops"}), &failed);
   ASSERT_EQ(failed.size(), 2u);
   EXPECT_EQ(IdentityOf(failed[1]), "cmd:stop");
   EXPECT_EQ(failed[1].header.error(), "server 0: server stops");
 }
 
-TEST(KeyShardTest, StopEndsTheThreadAndBadMessagesAreDropped) {
+// A lost server is the I/O thread's business: the shard goes on as it was; a stop ends it.
+TEST(KeyShardTest, StopEndsTheThreadAndALostServerChangesNothingHere) {
   Shard s;
   bool running = false;
-  std::vector<zmq::message_t> no_kind;
-  no_kind.emplace_back("worker-0", 8);
-  no_kind.push_back(ProtoFrame(server_test::Request(proto::OP_PULL, 0, 0, kN)));
-  EXPECT_TRUE(s.Handle(std::move(no_kind), &running).empty());
+  EXPECT_TRUE(s.Handle(ServerCommand(LostCommand{1}), &running).empty());
   EXPECT_TRUE(running);
-  std::vector<zmq::message_t> short_request = ShardRequest({});
-  EXPECT_TRUE(s.Handle(std::move(short_request), &running).empty());
-  EXPECT_TRUE(running);
-  s.Handle(ShardCommand(ShardMessageKind::kStop), &running);
+  EXPECT_EQ(s.shard.store().num_keys(), 0u);
+  s.Handle(ServerCommand(StopCommand{}), &running);
   EXPECT_FALSE(running);
   EXPECT_EQ(s.shard.store().num_keys(), 0u);
 }
 
 TEST(KeyShardTest, StrategiesReachTheShardsCatalog) {
   Shard s;
-  s.Handle(ShardCommand(ShardMessageKind::kStrategy,
-                        server_test::StrategyWith(1, "fp16", "").SerializeAsString()));
+  s.Handle(ServerCommand(StrategyCommand{
+      std::make_shared<const proto::Strategy>(server_test::StrategyWith(1, "fp16", ""))}));
   for (int w : {0, 1}) {
     proto::DataHeader h = server_test::Request(proto::OP_PUSH, w, 0, kN);
     h.set_strategy_version(1);
     h.set_codec("fp16");
-    std::vector<zmq::message_t> request;
-    request.push_back(server_test::Identity(w));
-    request.push_back(ProtoFrame(h));
-    request.push_back(server_test::Encode("fp16", {1, 2, 3, 4}, h));
-    s.Handle(ShardRequest(std::move(request)));
+    s.Handle(
+        ShardRequest{server_test::Identity(w), h, server_test::Encode("fp16", {1, 2, 3, 4}, h)});
   }
   proto::DataHeader pull = server_test::Request(proto::OP_PULL, 0, 0, kN);
   pull.set_strategy_version(1);
@@ -145,6 +122,37 @@ TEST(KeyShardTest, StrategiesReachTheShardsCatalog) {
   ASSERT_EQ(reply.size(), 1u);
   ASSERT_EQ(reply[0].header.op(), proto::OP_PULL_REPLY) << reply[0].header.error();
   EXPECT_EQ(FloatsOf(reply[0]), (std::vector<float>{2, 4, 6, 8}));
+}
+
+// Server failover: a lost server's partitions moved here resume as a replacement's keys do
+// (they wait for every worker's replay); the others' do not.
+TEST(KeyShardTest, KeysMovedHereResume) {
+  proto::DeclareReply tensor = server_test::DeclareTensor(kN);
+  tensor.set_element_count(2 * kN);
+  tensor.set_partition_server(0, 1);  // partition 0 on server 1, partition 1 here
+  tensor.add_partition_server(0);
+  Shard s(/*servers=*/2, tensor);
+  auto moved = std::make_shared<proto::KeysMoved>();
+  moved->set_from_rank(1);
+  proto::DeclareReply* now = moved->add_tensors();
+  *now = tensor;
+  now->set_partition_server(0, 0);
+  s.Handle(ServerCommand(MoveCommand{moved}));
+
+  auto replay = [](int sender, uint32_t partition) {
+    proto::DataHeader h = server_test::Request(proto::OP_PUSH, sender, 5, kN);
+    h.set_key(MakeKey(1, partition));
+    h.set_replay(true);
+    return RequestMessage(h, server_test::Identity(sender), std::vector<float>(kN, 7));
+  };
+  EXPECT_TRUE(s.Handle(replay(0, 0)).empty());  // the moved key waits for worker 1
+  EXPECT_TRUE(s.Handle(replay(1, 0)).empty());  // ... and goes on at round 6
+  std::vector<OutgoingReply> refused = s.Handle(replay(0, 1));
+  ASSERT_EQ(Ops(refused), std::vector{proto::OP_ERROR});
+  EXPECT_EQ(refused[0].header.error(),
+            "server 0: replay for key 1:1 refused: the key is not resuming (this server did not "
+            "replace a lost one, or every worker was heard already)");
+  EXPECT_EQ(s.shard.store().keys_resumed(), 1u);
 }
 
 TEST(KeyShardTest, ShardOfSpreadsPartitionsAndTensors) {

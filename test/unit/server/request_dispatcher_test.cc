@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "bytecomp/server/key_shard.h"
@@ -42,14 +45,31 @@ std::vector<zmq::message_t> APull(int sender = 0) {
   return Frames(server_test::Request(proto::OP_PULL, sender, 0, kN));
 }
 
-std::vector<zmq::message_t> Declaration() {
-  return ShardCommand(ShardMessageKind::kDeclare, server_test::DeclareTensor(kN).SerializeAsString());
+ServerCommand Declaration(const proto::DeclareReply& tensor = server_test::DeclareTensor(kN)) {
+  return DeclareCommand{std::make_shared<const proto::DeclareReply>(tensor)};
 }
 
-ShardMessageKind KindOf(const std::vector<zmq::message_t>& message) {
-  ShardMessageKind kind = ShardMessageKind::kStop;
-  EXPECT_TRUE(ParseShardMessageKind(message, &kind));
-  return kind;
+// Whether a message to a shard is a T (ShardRequest, or one of the commands).
+template <typename T>
+bool Is(const ShardMessage& message) {
+  if constexpr (std::is_same_v<T, ShardRequest>) {
+    return std::holds_alternative<ShardRequest>(message);
+  } else {
+    const ServerCommand* command = std::get_if<ServerCommand>(&message);
+    return command != nullptr && std::holds_alternative<T>(*command);
+  }
+}
+
+// The request a message to a shard carries (a failed test where it is none).
+const ShardRequest& RoutedRequest(const ShardMessage& message) {
+  static const ShardRequest kNone{};
+  EXPECT_TRUE(Is<ShardRequest>(message));
+  const ShardRequest* request = std::get_if<ShardRequest>(&message);
+  return request != nullptr ? *request : kNone;
+}
+
+std::string RoutedIdentity(const ShardMessage& message) {
+  return FrameToString(RoutedRequest(message).identity);
 }
 
 proto::DataHeader HeaderOf(const std::vector<zmq::message_t>& reply) {
@@ -65,17 +85,20 @@ TEST(RequestDispatcherTest, AValidRequestGoesToItsKeysShard) {
   ASSERT_EQ(out.to_shards.size(), kShards);  // the declaration, to every shard
   for (size_t i = 0; i < kShards; ++i) {
     EXPECT_EQ(out.to_shards[i].first, i);
-    EXPECT_EQ(KindOf(out.to_shards[i].second), ShardMessageKind::kDeclare);
+    EXPECT_TRUE(Is<DeclareCommand>(out.to_shards[i].second));
   }
   out = {};
   d.HandleRequest(APush(), 5, &out);
   EXPECT_TRUE(out.to_router.empty());
   ASSERT_EQ(out.to_shards.size(), 1u);
   EXPECT_EQ(out.to_shards[0].first, ShardOf(MakeKey(1, 0), kShards));
-  const std::vector<zmq::message_t>& message = out.to_shards[0].second;
-  EXPECT_EQ(KindOf(message), ShardMessageKind::kRequest);
-  ASSERT_EQ(message.size(), 4u);  // kind, identity, header, payload
-  EXPECT_EQ(FrameToString(message[1]), "worker-0");
+  // The header as parsed here (the shard does not parse it again), the payload as it came.
+  const ShardRequest& request = RoutedRequest(out.to_shards[0].second);
+  EXPECT_EQ(FrameToString(request.identity), "worker-0");
+  EXPECT_EQ(request.header.op(), proto::OP_PUSH);
+  EXPECT_EQ(request.header.key(), MakeKey(1, 0));
+  EXPECT_EQ(request.header.request_id(), server_test::RequestId(0, 0));
+  EXPECT_EQ(request.payload.size(), 4u * kN);
   EXPECT_EQ(d.requests(), 1u);
   EXPECT_EQ(d.rejected(), 0u);
 }
@@ -95,9 +118,9 @@ TEST(RequestDispatcherTest, AnEarlyRequestWaitsForItsDeclaration) {
   EXPECT_EQ(d.parked(), 0u);
   // Every shard hears of the tensor first, then the requests go on in arrival order.
   ASSERT_EQ(out.to_shards.size(), kShards + 2);
-  for (size_t i = 0; i < kShards; ++i) EXPECT_EQ(KindOf(out.to_shards[i].second), ShardMessageKind::kDeclare);
-  EXPECT_EQ(FrameToString(out.to_shards[kShards].second[1]), "worker-1");
-  EXPECT_EQ(FrameToString(out.to_shards[kShards + 1].second[1]), "worker-0");
+  for (size_t i = 0; i < kShards; ++i) EXPECT_TRUE(Is<DeclareCommand>(out.to_shards[i].second));
+  EXPECT_EQ(RoutedIdentity(out.to_shards[kShards].second), "worker-1");
+  EXPECT_EQ(RoutedIdentity(out.to_shards[kShards + 1].second), "worker-0");
   EXPECT_TRUE(out.to_router.empty());
 }
 
@@ -107,8 +130,7 @@ TEST(RequestDispatcherTest, AParkedRequestIsRefusedAfterTheGrace) {
   d.HandleRequest(APush(), 1000, &out);
   // Another tensor's declaration leaves it waiting, from its first arrival.
   proto::DeclareReply other = server_test::DeclareTensor(kN, proto::DTYPE_FLOAT32, 2);
-  ASSERT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kDeclare, other.SerializeAsString()),
-                              2000, &out));
+  ASSERT_TRUE(d.HandleCommand(Declaration(other), 2000, &out));
   EXPECT_EQ(d.parked(), 1u);
   out = {};
   d.ExpireParked(1000 + kUndeclaredGraceMs + 1, &out);
@@ -175,21 +197,34 @@ TEST(RequestDispatcherTest, LinkProbesAreAnsweredHere) {
 TEST(RequestDispatcherTest, CommandsReachEveryShard) {
   RequestDispatcher d = Dispatcher();
   DispatchOutbox out;
-  EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kFail, "worker 1 failed"), 0, &out));
-  EXPECT_FALSE(d.HandleCommand(ShardCommand(ShardMessageKind::kStop), 0, &out));
+  EXPECT_TRUE(d.HandleCommand(FailCommand{"worker 1 failed"}, 0, &out));
+  EXPECT_TRUE(d.HandleCommand(LostCommand{1}, 0, &out));  // this thread's alone
+  EXPECT_FALSE(d.HandleCommand(StopCommand{}, 0, &out));
   ASSERT_EQ(out.to_shards.size(), 2 * kShards);
   for (size_t i = 0; i < kShards; ++i) {
-    EXPECT_EQ(KindOf(out.to_shards[i].second), ShardMessageKind::kFail);
-    EXPECT_EQ(FrameToString(out.to_shards[i].second[1]), "worker 1 failed");
-    EXPECT_EQ(KindOf(out.to_shards[kShards + i].second), ShardMessageKind::kStop);
+    EXPECT_EQ(out.to_shards[i].first, i);
+    ASSERT_TRUE(Is<FailCommand>(out.to_shards[i].second));
+    EXPECT_EQ(std::get<FailCommand>(std::get<ServerCommand>(out.to_shards[i].second)).reason,
+              "worker 1 failed");
+    EXPECT_TRUE(Is<StopCommand>(out.to_shards[kShards + i].second));
   }
-  // A declaration the catalog refuses, or one that does not parse, goes to no shard.
+  // A declaration or strategy the catalog refuses goes to no shard.
+  RequestDispatcher fresh = Dispatcher();
   out = {};
   proto::DeclareReply bad = server_test::DeclareTensor(kN);
   bad.add_partition_server(0);  // two servers listed for one partition
-  EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kDeclare, bad.SerializeAsString()),
-                              0, &out));
-  EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kStrategy, "\xff"), 0, &out));
+  EXPECT_TRUE(fresh.HandleCommand(Declaration(bad), 0, &out));
+  EXPECT_TRUE(out.to_shards.empty());
+  proto::Strategy second = server_test::StrategyWith(2, "fp16", "");
+  second.set_first_round(10);
+  EXPECT_TRUE(fresh.HandleCommand(
+      StrategyCommand{std::make_shared<const proto::Strategy>(second)}, 0, &out));
+  EXPECT_EQ(out.to_shards.size(), kShards);
+  out = {};
+  EXPECT_TRUE(fresh.HandleCommand(  // version 1 after version 2
+      StrategyCommand{std::make_shared<const proto::Strategy>(
+          server_test::StrategyWith(1, "fp16", ""))},
+      0, &out));
   EXPECT_TRUE(out.to_shards.empty());
 }
 
@@ -233,8 +268,8 @@ TEST(RequestDispatcherTest, ADeclarationReleasesOnlyItsTensorsRequests) {
   ASSERT_TRUE(d.HandleCommand(Declaration(), 40, &out));  // tensor 1
   EXPECT_EQ(d.parked(), 1u);
   ASSERT_EQ(out.to_shards.size(), kShards + 2);
-  EXPECT_EQ(FrameToString(out.to_shards[kShards].second[1]), "worker-0");
-  EXPECT_EQ(FrameToString(out.to_shards[kShards + 1].second[1]), "worker-1");
+  EXPECT_EQ(RoutedIdentity(out.to_shards[kShards].second), "worker-0");
+  EXPECT_EQ(RoutedIdentity(out.to_shards[kShards + 1].second), "worker-1");
   // The other one still expires after the grace, counted from its arrival.
   out = {};
   d.ExpireParked(20 + kUndeclaredGraceMs, &out);
@@ -311,14 +346,12 @@ TEST(RequestDispatcherTest, DeclarationsBeyondTheLimitsAreRefused) {
   DispatchOutbox out;
   proto::DeclareReply huge = server_test::DeclareTensor(int64_t{1} << 40);
   huge.set_partition_elements(int64_t{1} << 20);  // 2^20 partitions, none listed yet
-  EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kDeclare, huge.SerializeAsString()),
-                              0, &out));
+  EXPECT_TRUE(d.HandleCommand(Declaration(huge), 0, &out));
   EXPECT_TRUE(out.to_shards.empty());
   for (uint32_t id = 1; id <= 3; ++id) {
     out = {};
     proto::DeclareReply small = server_test::DeclareTensor(kN, proto::DTYPE_FLOAT32, id);
-    EXPECT_TRUE(d.HandleCommand(ShardCommand(ShardMessageKind::kDeclare, small.SerializeAsString()),
-                                0, &out));
+    EXPECT_TRUE(d.HandleCommand(Declaration(small), 0, &out));
     EXPECT_EQ(out.to_shards.size(), id <= 2 ? kShards : 0u) << "tensor " << id;
   }
 }

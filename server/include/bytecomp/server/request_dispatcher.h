@@ -5,10 +5,13 @@
 //     or strategy version not heard of yet waits, parked, up to kUndeclaredGraceMs (the worker
 //     may learn of it a moment before this server); anything else is answered with OP_ERROR
 //     saying what is wrong. A link probe is answered here, off the key shards (BandwidthTurn).
-//   A command from the control thread (a shard message, key_shard.h): a declaration or
+//   A command from the control thread (a ServerCommand, shard_messages.h): a declaration or
 //     strategy updates this thread's catalog, is forwarded to every shard, and then releases
-//     the parked requests, so a shard hears of a key before any request for it; kFail and
-//     kStop are forwarded to every shard.
+//     the parked requests, so a shard hears of a key before any request for it; a failure, a
+//     move of a lost server's keys and the stop are forwarded to every shard, a lost server is
+//     this thread's alone.
+// What goes to a shard is typed (a ShardRequest carries the header parsed here), so nothing is
+// parsed twice.
 #pragma once
 
 #include "bytecomp/telemetry/metrics.h"
@@ -26,6 +29,7 @@
 #include "bytecomp/server/bandwidth_turn.h"
 #include "bytecomp/server/request_validator.h"
 #include "bytecomp/server/server_job.h"
+#include "bytecomp/server/shard_messages.h"
 #include "data.pb.h"
 #include "zmq.hpp"
 
@@ -44,8 +48,8 @@ inline constexpr size_t kMaxParkedBytes = size_t{512} << 20;
 struct DispatchOutbox {
   // To the ROUTER socket: identity, header, payload? (error replies and probe replies).
   std::vector<std::vector<zmq::message_t>> to_router;
-  // To key shard `first`: a shard message (key_shard.h).
-  std::vector<std::pair<size_t, std::vector<zmq::message_t>>> to_shards;
+  // To key shard `first`.
+  std::vector<std::pair<size_t, ShardMessage>> to_shards;
 };
 
 class RequestDispatcher {
@@ -55,8 +59,8 @@ class RequestDispatcher {
 
   // A message from the ROUTER socket at now_ms.
   void HandleRequest(std::vector<zmq::message_t> frames, int64_t now_ms, DispatchOutbox* out);
-  // A command from the control thread; returns false for kStop (the loop then ends).
-  bool HandleCommand(std::vector<zmq::message_t> message, int64_t now_ms, DispatchOutbox* out);
+  // A command from the control thread; returns false for StopCommand (the loop then ends).
+  bool HandleCommand(const ServerCommand& command, int64_t now_ms, DispatchOutbox* out);
   // Validates, and so routes or refuses, requests parked longer than kUndeclaredGraceMs.
   void ExpireParked(int64_t now_ms, DispatchOutbox* out);
 
@@ -89,7 +93,7 @@ class RequestDispatcher {
   // `reason`: the metrics' label, a fixed word for the kind of refusal.
   void Reject(zmq::message_t& identity, const proto::DataHeader& request, const std::string& why,
               int64_t now_ms, DispatchOutbox* out, const char* reason = "invalid request");
-  void ToEveryShard(const std::vector<zmq::message_t>& message, DispatchOutbox* out) const;
+  void ToEveryShard(const ServerCommand& command, DispatchOutbox* out) const;
   void Park(uint32_t tensor, int64_t arrived_ms, size_t bytes, std::vector<zmq::message_t> frames);
   // Dispatches again, in arrival order, the requests parked for `tensor` (nullopt: all).
   void ReleaseParked(std::optional<uint32_t> tensor, int64_t now_ms, DispatchOutbox* out);

@@ -1,14 +1,15 @@
 // bytecomp-server: one ROUTER socket for data, key shard threads that each own a disjoint set
 // of keys (no lock on the data path), and a control thread that talks to the scheduler.
 //
-// Threads and sockets (each socket owned by one thread; frames move between threads over
-// inproc without copying):
+// Threads and sockets (each socket owned by one thread; between threads, typed messages move
+// on queues, shard_messages.h, payloads without copying):
 //   control (the caller of Run): DEALER to the scheduler; forwards declarations, strategies
-//     and node failures to the I/O thread as shard commands (key_shard.h).
+//     and node failures to the I/O thread as commands.
 //   I/O (IoLoop, src/server_threads.h): the ROUTER. Its RequestDispatcher validates every
 //     request against the declarations (RequestValidator), parks those that arrive before
-//     their declaration, answers link probes and bad requests, and hands good ones to the key
-//     shard that owns the key (ShardOf); the loop sends the shards' replies to the ROUTER.
+//     their declaration, answers link probes and bad requests, and hands good ones, parsed, to
+//     the key shard that owns the key (ShardOf); the loop sends the shards' replies to the
+//     ROUTER.
 //   key shard i (RunKeyShard): a KeyShard, whose KeyStore sums its keys' pushes and answers
 //     their pulls.
 #pragma once

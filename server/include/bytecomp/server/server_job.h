@@ -21,7 +21,7 @@ struct ServerJob {
   // By worker rank (Topology.worker_tokens): a PUSH or PULL naming rank r must carry tokens[r].
   std::vector<NodeToken> worker_tokens;
   // This server replaces a lost one (Topology.replaces_lost_server): its keys resume from
-  // the workers' replays (key_store.h).
+  // the workers' replays (key_resume.h).
   bool replaces_lost_server = false;
   // The epoch every PUSH and PULL must carry (DataHeader.server_epoch).
   uint64_t epoch = 0;

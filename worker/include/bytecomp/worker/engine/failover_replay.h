@@ -3,7 +3,7 @@
 // reply's buffer, shared: no copy). A replacement for a lost server's rank (Replace), or a
 // survivor that keys moved to (Move, then ReplaysToNewServers), first gets each of its keys'
 // kept result as a replay (DataHeader.replay: "this is where I stand, and what that round
-// gave"; server/include/bytecomp/server/key_store.h says how the server resumes from it). It
+// gave"; server/include/bytecomp/server/key_resume.h says how the server resumes from it). It
 // also holds each server's epoch (DataHeader.server_epoch) and where moved keys are.
 // The PartitionSender (partition_sender.h) sends the replays, then again what the lost server
 // had not answered. One thread.
