@@ -7,8 +7,8 @@
 #include "bytecomp/common.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/two_round.h"
-#include "bytecomp/worker/engine/ratio_windows.h"
 #include "partition_codec.h"
+#include "ratio_windows.h"
 
 namespace bytecomp::worker {
 namespace {

@@ -1,7 +1,7 @@
-#include "bytecomp/worker/engine/operation_tracker.h"
+#include "operation_tracker.h"
 
 #include "bytecomp/common/logging.h"
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 namespace {

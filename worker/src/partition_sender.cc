@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/partition_sender.h"
+#include "partition_sender.h"
 
 #include <utility>
 

@@ -1,13 +1,13 @@
-#include "bytecomp/worker/engine/tensor_table.h"
+#include "tensor_table.h"
 
 #include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common.h"
-#include "bytecomp/worker/engine/operation.h"
-#include "bytecomp/worker/engine/tensor_checkpoint.h"
+#include "operation.h"
 #include "partition_codec.h"
+#include "tensor_checkpoint.h"
 
 namespace bytecomp::worker {
 

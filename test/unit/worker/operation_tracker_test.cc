@@ -1,7 +1,7 @@
 // The operation tracker: an operation completes exactly once, when the last of its named
 // events is in, whoever reports it and in whatever order; a report that was not expected, or
 // comes twice, is refused and not counted.
-#include "bytecomp/worker/engine/operation_tracker.h"
+#include "operation_tracker.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 namespace {

@@ -5,7 +5,7 @@
 // epochs). Its connections are a record of the frames: a message stays "in ZeroMQ" until the
 // test takes it (a server read it) or its server's connections close (then it waits in
 // `dropped` until the test lets ZeroMQ's thread drop it).
-#include "bytecomp/worker/engine/partition_sender.h"
+#include "partition_sender.h"
 
 #include <gtest/gtest.h>
 
@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/partition.h"
 #include "bytecomp/common/transport.h"
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 namespace {

@@ -1,7 +1,7 @@
 // The tensor table without sockets: declarations, one operation at a time per tensor with its
 // rounds and wire rounds, failures that stick, the strategy switch's held tensors, the
 // hierarchical tags, and error-feedback checkpoints.
-#include "bytecomp/worker/engine/tensor_table.h"
+#include "tensor_table.h"
 
 #include <gtest/gtest.h>
 
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "bytecomp/worker/engine/operation.h"
-#include "bytecomp/worker/engine/strategy_switch.h"
-#include "bytecomp/worker/engine/tensor_checkpoint.h"
+#include "operation.h"
+#include "strategy_switch.h"
+#include "tensor_checkpoint.h"
 
 namespace bytecomp::worker {
 namespace {

@@ -16,7 +16,7 @@
 #include "bytecomp/cpu_offload.h"
 #include "bytecomp/worker/device_backend.h"
 #include "bytecomp/worker/engine.h"
-#include "bytecomp/worker/engine/operation_tracker.h"
+#include "operation_tracker.h"
 
 namespace bytecomp::worker {
 

@@ -23,9 +23,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "bytecomp/worker/engine/strategy_switch.h"
 #include "control.pb.h"
 #include "data.pb.h"
+#include "strategy_switch.h"
 
 namespace bytecomp::worker {
 
