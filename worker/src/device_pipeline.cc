@@ -22,8 +22,8 @@ std::string EncodeOnDeviceBlocker(const Operation& op) {
     return absl::StrCat("memory ", plan.push.memory(), " cannot be fused with ",
                         plan.push.name(), " on the device");
   }
-  if (op.request.dtype != proto::DTYPE_FLOAT32) {
-    return absl::StrCat(DTypeName(op.request.dtype), " tensors are converted to fp32 on the host");
+  if (op.dtype() != proto::DTYPE_FLOAT32) {
+    return absl::StrCat(DTypeName(op.dtype()), " tensors are converted to fp32 on the host");
   }
   return "";
 }
@@ -36,8 +36,8 @@ std::string DecodeOnDeviceBlocker(const Operation& op) {
     return absl::StrCat("codec ", plan.pull.name(), " has no device kernels");
   }
   if (op.request.average) return "averaging (BYTECOMP_FLAG_AVERAGE) is done on the host";
-  if (op.request.dtype != proto::DTYPE_FLOAT32) {
-    return absl::StrCat(DTypeName(op.request.dtype), " tensors are converted from fp32 on the host");
+  if (op.dtype() != proto::DTYPE_FLOAT32) {
+    return absl::StrCat(DTypeName(op.dtype()), " tensors are converted from fp32 on the host");
   }
   return "";
 }
@@ -125,7 +125,7 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
     }
   }
   const size_t bytes =
-      static_cast<size_t>(op->request.element_count) * DTypeSize(op->request.dtype);
+      static_cast<size_t>(op->request.element_count) * DTypeSize(op->dtype());
   if (!compressed || !d.encode_on_device || !d.decode_on_device) {
     absl::StatusOr<cpu_offload::PinnedBuffer> host = d.pinned->Acquire(bytes);
     if (!host.ok()) {
@@ -299,7 +299,7 @@ void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_
 void DevicePipeline::CopyResultToDevice(const std::shared_ptr<Operation>& op, int64_t partition) {
   DeviceWork& d = *op->device;
   const PartitionRange range = op->layout.range(partition);
-  const size_t elem = DTypeSize(op->request.dtype);
+  const size_t elem = DTypeSize(op->dtype());
   const size_t offset = static_cast<size_t>(range.offset) * elem;
   absl::Status status = d.backend->CopyToDevice(
       d.device, d.stream, static_cast<char*>(op->request.data) + offset, d.host.data() + offset,

@@ -86,10 +86,10 @@ absl::Status Engine::Run() {
   return absl::OkStatus();
 }
 
-absl::Status Engine::Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+absl::Status Engine::Declare(const std::string& name, int64_t element_count, ElementType dtype,
                              absl::Span<const int64_t> shape) {
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
-  return tensors_.Declare(name, element_count, dtype, shape);
+  return tensors_.Declare(name, element_count, WireDType(dtype), shape);
 }
 
 // --- A push_pull's way: request -> operation -> the tensor's queue -> its stages (the pipeline
@@ -171,14 +171,14 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
   }
   // A host fp32 gradient's block density, for the planner's blocksparse: one pass, once.
   const double density =
-      measure_density && !r.on_device && r.dtype == proto::DTYPE_FLOAT32
+      measure_density && !r.on_device && op->dtype() == proto::DTYPE_FLOAT32
           ? BlockDensity(static_cast<const float*>(r.data), static_cast<size_t>(r.element_count))
           : -1;
   std::optional<proto::ModelProfile> profile;
   {
     absl::MutexLock lock(&profile_mu_);
     if (profiler_->done()) return;
-    profile = profiler_->Record(r.name, r.element_count, static_cast<int>(DTypeSize(r.dtype)),
+    profile = profiler_->Record(r.name, r.element_count, static_cast<int>(DTypeSize(op->dtype())),
                                 now_us, density, SampleCpu());
   }
   if (profile.has_value()) {

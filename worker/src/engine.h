@@ -47,7 +47,7 @@ class Engine final : public WorkerEngine, private ControlEvents {
   absl::Status Run();
 
   const EngineInfo& info() const override { return info_; }
-  absl::Status Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+  absl::Status Declare(const std::string& name, int64_t element_count, ElementType dtype,
                        absl::Span<const int64_t> shape = {}) override;
   absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) override;
   absl::StatusOr<bool> Poll(int64_t handle) override { return handles_.Poll(handle); }

@@ -54,7 +54,7 @@ void EngineObserver::Started(const Operation& op) {
   if (timeline_ == nullptr) return;
   const int64_t now = telemetry::Timeline::NowUs();
   for (int64_t p = 0; p < op.layout.num_partitions(); ++p) {
-    const int64_t bytes = op.layout.range(p).count * static_cast<int64_t>(DTypeSize(op.request.dtype));
+    const int64_t bytes = op.layout.range(p).count * static_cast<int64_t>(DTypeSize(op.dtype()));
     TraceStage(*timeline_, op, p, telemetry::Stage::kReady, op.ready_us, -1, bytes);
     TraceStage(*timeline_, op, p, telemetry::Stage::kQueued, op.ready_us,
                std::max<int64_t>(0, now - op.ready_us), bytes);
@@ -77,7 +77,7 @@ std::optional<proto::ControlMessage> EngineObserver::Completed(const Operation& 
   }
   t.set_rounds(t.rounds() + 1);
   t.set_raw_bytes(t.raw_bytes() + op.request.element_count *
-                                      static_cast<int64_t>(DTypeSize(op.request.dtype)));
+                                      static_cast<int64_t>(DTypeSize(op.dtype())));
   t.set_pushed_bytes(t.pushed_bytes() + op.pushed_bytes.load());
   t.set_last_round_ms(seconds * 1000);
   t.set_codec(op.plan.compressed() ? op.plan.push.name() : "");

@@ -54,7 +54,7 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
   PartitionCodec& pc = op->codecs->partitions[partition];
   const PartitionRange range = op->layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  const proto::DType dtype = op->request.dtype;
+  const proto::DType dtype = op->dtype();
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition);
   absl::Status status = EnsureCodecs(*op, partition);
   if (status.ok()) {
@@ -183,7 +183,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
   const PushPullRequest& request = op.request;
   const PartitionRange range = op.layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  const size_t elem = DTypeSize(request.dtype);
+  const size_t elem = DTypeSize(op.dtype());
   if (!op.plan.compressed()) {  // the raw sum, in the tensor's dtype
     const size_t expected = n * elem;
     if (payload.size() != expected) {
@@ -192,13 +192,13 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
           " with ", payload.size(), " bytes, expected ", expected));
     }
     ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected), "");
-    if (request.average && request.dtype == proto::DTYPE_FLOAT32) {
+    if (request.average && op.dtype() == proto::DTYPE_FLOAT32) {
       // One pass: read the sum, write the mean (DDP's allreduce + divide takes two).
       std::vector<float> misaligned;  // used only when ZeroMQ's buffer is not float-aligned
       StoreSum(op, partition, Floats(payload, misaligned).data());
     } else if (request.average) {
       std::vector<float> sum(n);
-      ToFloat32(request.dtype, payload.data(), sum.data(), n);
+      ToFloat32(op.dtype(), payload.data(), sum.data(), n);
       StoreSum(op, partition, sum.data());
     } else {
       std::memcpy(op.host_data() + range.offset * elem, payload.data(), payload.size());
@@ -215,7 +215,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
   // An fp32 sum is decoded straight into the caller's tensor (a pass over the partition and the
   // scratch's cache lines fewer) and averaged there; other dtypes go through the partition's
   // scratch and StoreSum.
-  const bool direct = request.dtype == proto::DTYPE_FLOAT32;
+  const bool direct = op.dtype() == proto::DTYPE_FLOAT32;
   absl::Span<float> out;
   if (direct) {
     out = absl::MakeSpan(reinterpret_cast<float*>(op.host_data()) + range.offset, n);
@@ -259,7 +259,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
 void HostPipeline::StoreSum(const Operation& op, int64_t partition, const float* sum) const {
   const PartitionRange range = op.layout.range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  const proto::DType dtype = op.request.dtype;
+  const proto::DType dtype = op.dtype();
   char* dst = op.host_data() + range.offset * DTypeSize(dtype);
   if (!op.request.average) {
     FromFloat32(dtype, sum, dst, n);

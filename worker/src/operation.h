@@ -16,12 +16,20 @@
 #include "bytecomp/cpu_offload.h"
 #include "bytecomp/worker/device_backend.h"
 #include "bytecomp/worker/engine.h"
+#include "data.pb.h"
 #include "operation_tracker.h"
 
 namespace bytecomp::worker {
 
-class StagePipeline;  // worker/src/stage_pipeline.h: the host or the device stages
-struct TensorCodecs;  // worker/src/partition_codec.h: the tensor's codec objects
+// Declared here, defined in headers that include this one.
+class StagePipeline;  // stage_pipeline.h: the host or the device stages
+struct TensorCodecs;  // partition_codec.h: the tensor's codec objects
+
+// The wire's element type (proto DType) for the engine's: the same values (engine.h).
+constexpr proto::DType WireDType(ElementType type) { return static_cast<proto::DType>(type); }
+static_assert(WireDType(ElementType::kFloat32) == proto::DTYPE_FLOAT32 &&
+              WireDType(ElementType::kFloat16) == proto::DTYPE_FLOAT16 &&
+              WireDType(ElementType::kBfloat16) == proto::DTYPE_BFLOAT16);
 
 // Where a device tensor's stages run, decided when its operation starts.
 struct DeviceWork {
@@ -48,6 +56,9 @@ class Operation {
   int64_t handle = 0;
   StagePipeline* stages = nullptr;     // the host or the device stages
   std::unique_ptr<DeviceWork> device;  // null: a host tensor
+
+  // The request's element type as the wire and the codecs name it.
+  proto::DType dtype() const { return WireDType(request.dtype); }
 
   // Set by the tensor table when the operation starts, before any other thread sees it, and
   // read-only from then on.

@@ -114,7 +114,7 @@ proto::DataHeader PartitionSender::HeaderFor(const Operation& op, int64_t partit
   header.set_iteration(op.round);
   header.set_strategy_version(op.plan.version);
   header.set_stage(stage);
-  header.set_dtype(op.request.dtype);
+  header.set_dtype(op.dtype());
   header.set_element_count(range.count);
   header.set_sender(w_.rank);
   header.set_server_epoch(failover_.epoch(ServerOf(op, partition)));
@@ -136,7 +136,7 @@ void PartitionSender::Send(const PartitionTask& task) {
   int64_t bytes = 0;
   if (task.encoded == nullptr) {
     const PartitionRange range = op.layout.range(task.partition);
-    const size_t elem = DTypeSize(op.request.dtype);
+    const size_t elem = DTypeSize(op.dtype());
     bytes = range.count * static_cast<int64_t>(elem);
     header.set_payload_bytes(bytes);
     push.push_back(ProtoFrame(header));

@@ -98,7 +98,7 @@ absl::Status TensorTable::Declare(const std::string& name, int64_t element_count
 std::shared_ptr<TensorTable::Tensor> TensorTable::AdmitLocked(
     const std::shared_ptr<Operation>& op, absl::FunctionRef<void()> accepted, absl::Status* error) {
   std::shared_ptr<Tensor> tensor =
-      FindOrDeclareLocked(op->request.name, op->request.element_count, op->request.dtype, error);
+      FindOrDeclareLocked(op->request.name, op->request.element_count, op->dtype(), error);
   if (tensor == nullptr) return nullptr;
   accepted();
   if (tensor->state == TensorState::kFailed) {
