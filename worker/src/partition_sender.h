@@ -166,7 +166,7 @@ class PartitionSender {
   // Sends the replays; false (and everything failed) when a send fails.
   bool SendReplays(std::vector<FailoverReplay::Replay>& replays);
   int ServerOf(const Operation& op, int64_t partition) const {
-    return failover_.ServerOf(op.layout, partition);
+    return failover_.ServerOf(op.layout(), partition);
   }
   // A key's requests and its replays take one connection, which keeps their order.
   int ConnectionOf(uint64_t tensor, uint64_t partition) const {

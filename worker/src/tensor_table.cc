@@ -147,23 +147,24 @@ void TensorTable::StartNextLocked(const std::shared_ptr<Tensor>& tensor_ptr, Sta
   std::shared_ptr<Operation> op = tensor.waiting.front();
   tensor.waiting.pop_front();
   tensor.busy = true;
-  op->layout = tensor.layout;
-  op->round = tensor.next_round++;
-  op->plan = *std::move(plan);
-  op->wire_round = tensor.next_wire_round;
-  op->codecs = tensor.codecs;
-  tensor.last_version = op->plan.version;
-  if (op->plan.compressed()) {
-    tensor.codecs->Resize(static_cast<size_t>(op->layout.num_partitions()));
-    if (tensor.two_round_version != op->plan.version) {  // once per strategy version
+  OperationStart start{.layout = tensor.layout,
+                       .round = tensor.next_round++,
+                       .wire_round = tensor.next_wire_round,
+                       .plan = *std::move(plan),
+                       .codecs = tensor.codecs};
+  tensor.last_version = start.plan.version;
+  if (start.plan.compressed()) {
+    tensor.codecs->Resize(static_cast<size_t>(start.layout.num_partitions()));
+    if (tensor.two_round_version != start.plan.version) {  // once per strategy version
       absl::StatusOr<std::unique_ptr<compress::Codec>> probe =
-          compress::CreateCodec(op->plan.push.name(), compress::ParamsOf(op->plan.push));
+          compress::CreateCodec(start.plan.push.name(), compress::ParamsOf(start.plan.push));
       tensor.two_round = probe.ok() && (*probe)->properties().two_round;
-      tensor.two_round_version = op->plan.version;
+      tensor.two_round_version = start.plan.version;
     }
-    op->two_round = tensor.two_round;
+    start.two_round = tensor.two_round;
   }
-  tensor.next_wire_round += op->two_round ? 2 : 1;
+  tensor.next_wire_round += start.two_round ? 2 : 1;
+  op->Start(std::move(start));
   started->push_back(std::move(op));
 }
 
@@ -221,7 +222,7 @@ void TensorTable::Finished(const Operation& op, const absl::Status& status, Star
   }
   tensor.state = TensorState::kFailed;
   tensor.error = absl::Status(status.code(), absl::StrCat("tensor '", tensor.name,
-                                                          "' failed in round ", op.round, ": ",
+                                                          "' failed in round ", op.round(), ": ",
                                                           status.message()));
   for (auto& waiting : tensor.waiting) waiting->FailBeforeStart(tensor.error);
   tensor.waiting.clear();

@@ -3,10 +3,10 @@
 // and its queue of operations. A tensor's operations run one at a time, in submission order:
 // a key's rounds follow each other on the server.
 //
-// Starting an operation means setting what it needs to travel (layout, round, wire round, the
-// strategy's plan) and handing it back to the caller in `started`, who starts its stages once
-// the table's lock is released. A strategy switch (strategy_switch.h) may hold a round; the
-// table keeps the held tensors and restarts them on ReleaseHeld.
+// Starting an operation means setting what it needs to travel (Operation::Start: layout,
+// round, wire round, the strategy's plan) and handing it back to the caller in `started`, who
+// starts its stages once the table's lock is released. A strategy switch (strategy_switch.h)
+// may hold a round; the table keeps the held tensors and restarts them on ReleaseHeld.
 #pragma once
 
 #include <cstdint>

@@ -17,10 +17,12 @@ namespace {
 
 std::shared_ptr<Operation> MakeOperation(int partitions, bool compressed) {
   auto op = std::make_shared<Operation>(PushPullRequest{.name = "w", .element_count = 100});
-  op->layout.element_count = 100;
-  op->layout.partition_elements = (100 + partitions - 1) / partitions;
-  op->layout.partition_server.assign(partitions, 0);
-  if (compressed) op->plan.push.set_name("topk");
+  OperationStart start;
+  start.layout.element_count = 100;
+  start.layout.partition_elements = (100 + partitions - 1) / partitions;
+  start.layout.partition_server.assign(partitions, 0);
+  if (compressed) start.plan.push.set_name("topk");
+  op->Start(std::move(start));
   return op;
 }
 

@@ -135,13 +135,13 @@ class PartitionSenderTest : public ::testing::Test {
                                                           .data = values->data(),
                                                           .element_count = elements,
                                                           .priority = priority});
-    op->layout.tensor_id = tensor;
-    op->layout.element_count = elements;
-    op->layout.partition_elements = elements_each;
-    op->layout.partition_server = std::move(servers);
-    op->round = 5;
-    op->wire_round = 5;
-    if (compressed) op->plan.push.set_name("topk");
+    OperationStart start{.round = 5, .wire_round = 5};
+    start.layout.tensor_id = tensor;
+    start.layout.element_count = elements;
+    start.layout.partition_elements = elements_each;
+    start.layout.partition_server = std::move(servers);
+    if (compressed) start.plan.push.set_name("topk");
+    op->Start(std::move(start));
     tracker_.Expect(*op);
     return op;
   }

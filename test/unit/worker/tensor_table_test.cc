@@ -95,15 +95,25 @@ TEST_F(TensorTableTest, AnOperationStartsOnceDeclaredWithItsLayoutRoundAndPlan) 
   TensorTable::Started started = Declared("w");
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0], op);
-  EXPECT_EQ(op->layout.tensor_id, 5u);
-  EXPECT_EQ(op->layout.num_partitions(), 3);
-  EXPECT_EQ(op->layout.partition_server, (std::vector<int32_t>{1, 0, 1}));
-  EXPECT_EQ(op->round, 0u);
-  EXPECT_EQ(op->wire_round, 0u);
-  EXPECT_EQ(op->plan.version, 1u);
-  EXPECT_EQ(op->plan.push.name(), "topk");
-  EXPECT_FALSE(op->two_round);
-  ASSERT_NE(op->codecs, nullptr);
+  EXPECT_EQ(op->layout().tensor_id, 5u);
+  EXPECT_EQ(op->layout().num_partitions(), 3);
+  EXPECT_EQ(op->layout().partition_server, (std::vector<int32_t>{1, 0, 1}));
+  EXPECT_EQ(op->round(), 0u);
+  EXPECT_EQ(op->wire_round(), 0u);
+  EXPECT_EQ(op->plan().version, 1u);
+  EXPECT_EQ(op->plan().push.name(), "topk");
+  EXPECT_FALSE(op->two_round());
+  ASSERT_NE(op->codecs(), nullptr);
+}
+
+TEST_F(TensorTableTest, AStartedOperationCannotBeStartedAgain) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::shared_ptr<Operation> op = Op("w");
+  Queue(op);
+  ASSERT_EQ(Declared("w").size(), 1u);
+  EXPECT_DEATH(op->Start(OperationStart{.round = 7}),
+               "push_pull of 'w' started twice \\(round 0, then 7\\)");
+  EXPECT_EQ(op->round(), 0u);
 }
 
 TEST_F(TensorTableTest, ATensorsOperationsRunOneAtATimeInOrder) {
@@ -116,11 +126,11 @@ TEST_F(TensorTableTest, ATensorsOperationsRunOneAtATimeInOrder) {
   TensorTable::Started next = Finished(*first, absl::OkStatus());
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0], second);
-  EXPECT_EQ(second->round, 1u);
-  EXPECT_EQ(second->wire_round, 1u);
+  EXPECT_EQ(second->round(), 1u);
+  EXPECT_EQ(second->wire_round(), 1u);
   next = Finished(*second, absl::OkStatus());
   ASSERT_EQ(next.size(), 1u);
-  EXPECT_EQ(third->round, 2u);
+  EXPECT_EQ(third->round(), 2u);
   EXPECT_TRUE(Finished(*third, absl::OkStatus()).empty());
   int64_t round = -1, version = -1;
   ASSERT_TRUE(table_.TensorStrategy("w", false, &round, &version).ok());
@@ -134,10 +144,10 @@ TEST_F(TensorTableTest, TwoRoundCodecsTakeTwoWireRoundsPerRound) {
   std::shared_ptr<Operation> first = Op("p"), second = Op("p");
   ASSERT_EQ(Queue(first).size(), 1u);
   Queue(second);
-  EXPECT_TRUE(first->two_round);
+  EXPECT_TRUE(first->two_round());
   ASSERT_EQ(Finished(*first, absl::OkStatus()).size(), 1u);
-  EXPECT_EQ(second->round, 1u);
-  EXPECT_EQ(second->wire_round, 2u);
+  EXPECT_EQ(second->round(), 1u);
+  EXPECT_EQ(second->wire_round(), 2u);
 }
 
 TEST_F(TensorTableTest, AFailedRoundFailsTheTensorForGood) {
@@ -210,9 +220,9 @@ TEST_F(TensorTableTest, AStrategySwitchHoldsTheNextRoundUntilReleased) {
   table_.ReleaseHeld(&started);
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0], r2);
-  EXPECT_EQ(r2->round, 2u);
-  EXPECT_EQ(r2->plan.version, 2u);
-  EXPECT_EQ(r2->plan.push.name(), "fp16");
+  EXPECT_EQ(r2->round(), 2u);
+  EXPECT_EQ(r2->plan().version, 2u);
+  EXPECT_EQ(r2->plan().push.name(), "fp16");
 }
 
 TEST_F(TensorTableTest, FailAllFailsEveryTensorAndReturnsTheWaitingOperations) {
