@@ -1,10 +1,13 @@
 // The tensor table without sockets: declarations, one operation at a time per tensor with its
 // rounds and wire rounds, failures that stick, the strategy switch's held tensors, the
-// hierarchical tags, and error-feedback checkpoints.
+// hierarchical tags, error-feedback checkpoints, and nothing but its own code under its lock.
 #include "tensor_table.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,10 +62,26 @@ class TensorTableTest : public ::testing::Test {
     return started;
   }
 
+  // Whether another thread gets through one of the table's calls (and so its lock) within 10 s:
+  // false while the calling thread holds the lock. The thread is joined when the test ends (a
+  // join here would wait for a lock this thread may hold).
+  bool TableIsFree() {
+    others_.push_back(std::async(std::launch::async, [this] {
+      int64_t round = 0, version = 0;
+      table_.TensorStrategy("w", false, &round, &version).IgnoreError();
+    }));
+    return others_.back().wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  }
+
   static constexpr int64_t kCount = 300000;  // 1.2 MB: above min_compress_bytes
   StrategySwitch strategies_;
   std::vector<proto::ControlMessage> sent_;
-  TensorTable table_{2, strategies_, [this](proto::ControlMessage m) { sent_.push_back(m); }};
+  std::function<void()> on_send_;  // runs with each declaration the table sends
+  TensorTable table_{2, strategies_, [this](proto::ControlMessage m) {
+                       if (on_send_) on_send_();
+                       sent_.push_back(m);
+                     }};
+  std::vector<std::future<void>> others_;  // TableIsFree's threads; after table_: joined first
 };
 
 TEST_F(TensorTableTest, DeclaresOnceAndChecksEveryUse) {
@@ -234,6 +253,56 @@ TEST_F(TensorTableTest, FailAllFailsEveryTensorAndReturnsTheWaitingOperations) {
   std::shared_ptr<Operation> later = Op("w");
   Queue(later);
   EXPECT_EQ(later->outcome()->message(), "server 0 failed");
+}
+
+// The declaration's send, the caller's `accepted` and a failed operation's on-done work may use
+// the table (the engine's reach other parts that do): each runs with the table's lock released.
+TEST_F(TensorTableTest, RunsNothingButItsOwnCodeUnderItsLock) {
+  int runs = 0, free = 0;
+  auto check = [&] {
+    ++runs;
+    if (free == runs - 1 && TableIsFree()) ++free;  // after one failure, no more waiting
+  };
+  auto check_when_done = [&](const std::shared_ptr<Operation>& op) {
+    op->SetOnDone([&](absl::Status) { check(); });
+  };
+  on_send_ = check;
+  TensorTable::Started started;
+  std::string tag;
+  // A new tensor's declaration is sent, then its operations are accepted.
+  std::shared_ptr<Operation> queued = Op("w"), in_machine = Op("w");
+  ASSERT_TRUE(table_.Queue(queued, check, &started).ok());
+  ASSERT_TRUE(table_.BeginMachineRound(in_machine, check, &tag).ok());
+  EXPECT_EQ(runs, 3);
+  // A refused declaration fails both.
+  check_when_done(queued);
+  check_when_done(in_machine);
+  proto::DeclareReply refused;
+  refused.set_name("w");
+  refused.set_ok(false);
+  refused.set_error("worker 1 declared 'w' with 10 elements");
+  table_.OnDeclareReply(refused, &started);
+  EXPECT_EQ(runs, 5);
+  // Later uses of the failed tensor are accepted and fail at once.
+  std::shared_ptr<Operation> later = Op("w"), later_in_machine = Op("w");
+  check_when_done(later);
+  check_when_done(later_in_machine);
+  ASSERT_TRUE(table_.Queue(later, check, &started).ok());
+  ASSERT_TRUE(table_.BeginMachineRound(later_in_machine, check, &tag).ok());
+  EXPECT_EQ(runs, 9);
+  // A failed round fails what waits behind it.
+  ASSERT_TRUE(table_.Declare("x", kCount, proto::DTYPE_FLOAT32).ok());
+  Declared("x");
+  std::shared_ptr<Operation> first = Op("x"), waiting = Op("x");
+  ASSERT_TRUE(table_.Queue(first, check, &started).ok());
+  ASSERT_TRUE(table_.Queue(waiting, check, &started).ok());
+  check_when_done(waiting);
+  table_.Finished(*first, absl::DataLossError("server 1 returned 3 bytes"), &started);
+  EXPECT_EQ(runs, 13);
+  EXPECT_EQ(free, runs) << "run " << free + 1 << " ran under the table's lock";
+  for (const auto& op : {queued, in_machine, later, later_in_machine, waiting}) {
+    EXPECT_TRUE(op->outcome().has_value());
+  }
 }
 
 TEST_F(TensorTableTest, CheckpointsAreTakenBetweenStepsAndKeptUntilTheMemoryExists) {
