@@ -14,6 +14,7 @@
 
 namespace {
 
+using bytecomp::worker::ElementType;
 using bytecomp::worker::WorkerEngine;
 
 // Guards g_engine's lifetime (init, shutdown), not the data path: a call holds its own
@@ -76,7 +77,7 @@ int PushPull(const char* name, void* data, int64_t element_count, int dtype, int
     request.name = name;
     request.data = data;
     request.element_count = element_count;
-    request.dtype = static_cast<bytecomp::proto::DType>(dtype);
+    request.dtype = static_cast<ElementType>(dtype);
     request.priority = priority;
     request.average = (flags & BYTECOMP_FLAG_AVERAGE) != 0;
     absl::StatusOr<int64_t> handle = e->PushPull(request);
@@ -143,7 +144,7 @@ int bytecomp_declare(const char* name, int64_t element_count, int dtype) {
     std::shared_ptr<WorkerEngine> e = Engine();
     if (e == nullptr) return NotInitialized();
     if (name == nullptr) return Fail(absl::InvalidArgumentError("tensor name is NULL"));
-    return Report(e->Declare(name, element_count, static_cast<bytecomp::proto::DType>(dtype)));
+    return Report(e->Declare(name, element_count, static_cast<ElementType>(dtype)));
   });
 }
 
@@ -159,7 +160,7 @@ int bytecomp_declare_shape(const char* name, int64_t element_count, int dtype, i
           "; a shape has 0 to 32")));
     }
     std::vector<int64_t> shape(dims, dims + ndim);
-    return Report(e->Declare(name, element_count, static_cast<bytecomp::proto::DType>(dtype),
+    return Report(e->Declare(name, element_count, static_cast<ElementType>(dtype),
                              shape));
   });
 }

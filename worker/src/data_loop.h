@@ -1,8 +1,7 @@
 // The data I/O thread: owns the DEALER sockets to the servers (C connections each) and moves
-// messages between them and the PartitionSender (bytecomp/worker/engine/partition_sender.h),
-// which decides what goes where: it hands the sender the other threads' commands
-// (data_commands.h) and the servers' replies, and the sender's pull replies to the operation's
-// stages. Before the first push it measures the links to the servers (link_probes.cc).
+// messages between them and the PartitionSender (partition_sender.h), which decides what goes
+// where: it hands the sender the other threads' commands (data_commands.h) and the servers'
+// replies, and the sender's pull replies to the operation's stages. Before the first push it measures the links to the servers (link_probes.cc).
 #pragma once
 
 #include <cstdint>
@@ -12,14 +11,14 @@
 
 #include "absl/status/status.h"
 #include "bytecomp/common.h"
-#include "bytecomp/worker/engine/data_commands.h"
-#include "bytecomp/worker/engine/held_payloads.h"
-#include "bytecomp/worker/engine/operation_tracker.h"
-#include "bytecomp/worker/engine/partition_sender.h"
-#include "bytecomp/worker/engine/traffic_counters.h"
 #include "bytecomp/worker/wake_queue.h"
 #include "control.pb.h"
 #include "control_loop.h"
+#include "data_commands.h"
+#include "held_payloads.h"
+#include "operation_tracker.h"
+#include "partition_sender.h"
+#include "traffic_counters.h"
 
 namespace bytecomp::worker {
 

@@ -13,8 +13,8 @@ namespace {
 
 // Why a stage cannot run on the device ("" when it can).
 std::string EncodeOnDeviceBlocker(const Operation& op) {
-  const compress::TensorPlan& plan = op.plan;
-  if (op.two_round) return absl::StrCat(plan.push.name(), " has no device kernels");
+  const compress::TensorPlan& plan = op.plan();
+  if (op.two_round()) return absl::StrCat(plan.push.name(), " has no device kernels");
   if (!compress::HasGpuCodec(plan.push.name())) {
     return absl::StrCat("codec ", plan.push.name(), " has no device kernels");
   }
@@ -22,22 +22,22 @@ std::string EncodeOnDeviceBlocker(const Operation& op) {
     return absl::StrCat("memory ", plan.push.memory(), " cannot be fused with ",
                         plan.push.name(), " on the device");
   }
-  if (op.request.dtype != proto::DTYPE_FLOAT32) {
-    return absl::StrCat(DTypeName(op.request.dtype), " tensors are converted to fp32 on the host");
+  if (op.dtype() != proto::DTYPE_FLOAT32) {
+    return absl::StrCat(DTypeName(op.dtype()), " tensors are converted to fp32 on the host");
   }
   return "";
 }
 
 std::string DecodeOnDeviceBlocker(const Operation& op) {
-  const compress::TensorPlan& plan = op.plan;
+  const compress::TensorPlan& plan = op.plan();
   if (!plan.two_way()) return "one-way: the server returns the fp32 sum";
-  if (op.two_round) return absl::StrCat(plan.push.name(), " has no device kernels");
+  if (op.two_round()) return absl::StrCat(plan.push.name(), " has no device kernels");
   if (!compress::HasGpuCodec(plan.pull.name())) {
     return absl::StrCat("codec ", plan.pull.name(), " has no device kernels");
   }
   if (op.request.average) return "averaging (BYTECOMP_FLAG_AVERAGE) is done on the host";
-  if (op.request.dtype != proto::DTYPE_FLOAT32) {
-    return absl::StrCat(DTypeName(op.request.dtype), " tensors are converted from fp32 on the host");
+  if (op.dtype() != proto::DTYPE_FLOAT32) {
+    return absl::StrCat(DTypeName(op.dtype()), " tensors are converted from fp32 on the host");
   }
   return "";
 }
@@ -108,16 +108,17 @@ void DevicePipeline::WaitForCallbacks(int64_t deadline_ms) {
 
 void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
   DeviceWork& d = *op->device;
-  const bool compressed = op->plan.compressed();
+  const bool compressed = op->plan().compressed();
   if (compressed) {
     const std::string encode_blocker = EncodeOnDeviceBlocker(*op);
     const std::string decode_blocker = DecodeOnDeviceBlocker(*op);
-    d.encode_on_device = WantsDevice(op->plan.compress_on) && encode_blocker.empty();
-    d.decode_on_device = WantsDevice(op->plan.decompress_on) && decode_blocker.empty();
-    const bool encode_refused = op->plan.compress_on == proto::PLACEMENT_GPU && !d.encode_on_device;
-    const bool decode_refused = op->plan.decompress_on == proto::PLACEMENT_GPU &&
-                                !d.decode_on_device && op->plan.two_way();
-    if ((encode_refused || decode_refused) && !op->codecs->placement_logged.exchange(true)) {
+    d.encode_on_device = WantsDevice(op->plan().compress_on) && encode_blocker.empty();
+    d.decode_on_device = WantsDevice(op->plan().decompress_on) && decode_blocker.empty();
+    const bool encode_refused =
+        op->plan().compress_on == proto::PLACEMENT_GPU && !d.encode_on_device;
+    const bool decode_refused = op->plan().decompress_on == proto::PLACEMENT_GPU &&
+                                !d.decode_on_device && op->plan().two_way();
+    if ((encode_refused || decode_refused) && !op->codecs()->placement_logged.exchange(true)) {
       BC_LOG_WARNING("tensor '", op->request.name, "': the strategy places its ",
                      encode_refused ? "encode" : "decode", " on the GPU, but ",
                      encode_refused ? encode_blocker : decode_blocker,
@@ -125,7 +126,7 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
     }
   }
   const size_t bytes =
-      static_cast<size_t>(op->request.element_count) * DTypeSize(op->request.dtype);
+      static_cast<size_t>(op->request.element_count) * DTypeSize(op->dtype());
   if (!compressed || !d.encode_on_device || !d.decode_on_device) {
     absl::StatusOr<cpu_offload::PinnedBuffer> host = d.pinned->Acquire(bytes);
     if (!host.ok()) {
@@ -138,7 +139,7 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
   }
   if (compressed && d.encode_on_device) {
     // Each encode is queued on the stream behind the gradient.
-    for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
+    for (int64_t p = 0; p < op->layout().num_partitions(); ++p) {
       ctx_.RunOnPool(op, p, [this, op, p] { EncodeOnDevice(op, p); });
     }
     return;
@@ -152,7 +153,7 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
         ctx_.to_data_thread->Push(StartOperation{op});
         return;
       }
-      for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
+      for (int64_t p = 0; p < op->layout().num_partitions(); ++p) {
         ctx_.RunOnPool(op, p, [this, op, p] { host_.Encode(op, p); });
       }
     });
@@ -165,18 +166,18 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
 }
 
 void DevicePipeline::Abort(const std::shared_ptr<Operation>& op, const absl::Status& status) {
-  const int64_t parts = op->layout.num_partitions();
+  const int64_t parts = op->layout().num_partitions();
   for (int64_t p = 0; p < parts; ++p) {
     // An uncompressed partition's zero-copy payload will never go out.
-    if (!op->plan.compressed()) ctx_.tracker->PayloadReleased(op, p);
+    if (!op->plan().compressed()) ctx_.tracker->PayloadReleased(op, p);
     host_.PushEncodeFailure(EncodedPush::For(op, p), status);
   }
 }
 
 void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_t partition) {
   DeviceWork& d = *op->device;
-  PartitionCodec& pc = op->codecs->partitions[partition];
-  const PartitionRange range = op->layout.range(partition);
+  PartitionCodec& pc = op->codecs()->partitions[partition];
+  const PartitionRange range = op->layout().range(partition);
   const size_t n = static_cast<size_t>(range.count);
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition);
   absl::Status status = EnsureCodecs(*op, partition);
@@ -213,7 +214,7 @@ void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_
     status = AfterDevice(d, [this, push] { ctx_.to_data_thread->Push(push); });
   }
   ctx_.traffic->CountPush(status.ok() ? static_cast<int64_t>(*bytes) : 0,
-                          static_cast<int64_t>(n * sizeof(float)), op->plan.push.name());
+                          static_cast<int64_t>(n * sizeof(float)), op->plan().push.name());
   if (!status.ok()) {
     // A copy that was queued may still be writing the pinned buffer: keep it with the push.
     host_.PushEncodeFailure(push, absl::Status(status.code(), absl::StrCat("on device ", d.device,
@@ -247,11 +248,11 @@ void DevicePipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partit
 void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_t partition,
                                     zmq::message_t payload, int server) {
   DeviceWork& d = *op->device;
-  PartitionCodec& pc = op->codecs->partitions[partition];
-  const PartitionRange range = op->layout.range(partition);
+  PartitionCodec& pc = op->codecs()->partitions[partition];
+  const PartitionRange range = op->layout().range(partition);
   const size_t n = static_cast<size_t>(range.count);
   ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * sizeof(float)),
-                          PullCodecName(op->plan));
+                          PullCodecName(op->plan()));
   absl::Status status = EnsureCodecs(*op, partition);
   cpu_offload::PinnedBuffer staged;
   if (status.ok()) {
@@ -298,8 +299,8 @@ void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_
 
 void DevicePipeline::CopyResultToDevice(const std::shared_ptr<Operation>& op, int64_t partition) {
   DeviceWork& d = *op->device;
-  const PartitionRange range = op->layout.range(partition);
-  const size_t elem = DTypeSize(op->request.dtype);
+  const PartitionRange range = op->layout().range(partition);
+  const size_t elem = DTypeSize(op->dtype());
   const size_t offset = static_cast<size_t>(range.offset) * elem;
   absl::Status status = d.backend->CopyToDevice(
       d.device, d.stream, static_cast<char*>(op->request.data) + offset, d.host.data() + offset,

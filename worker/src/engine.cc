@@ -86,10 +86,10 @@ absl::Status Engine::Run() {
   return absl::OkStatus();
 }
 
-absl::Status Engine::Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+absl::Status Engine::Declare(const std::string& name, int64_t element_count, ElementType dtype,
                              absl::Span<const int64_t> shape) {
   if (absl::Status s = EngineStatus(); !s.ok()) return s;
-  return tensors_.Declare(name, element_count, dtype, shape);
+  return tensors_.Declare(name, element_count, WireDType(dtype), shape);
 }
 
 // --- A push_pull's way: request -> operation -> the tensor's queue -> its stages (the pipeline
@@ -171,14 +171,14 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
   }
   // A host fp32 gradient's block density, for the planner's blocksparse: one pass, once.
   const double density =
-      measure_density && !r.on_device && r.dtype == proto::DTYPE_FLOAT32
+      measure_density && !r.on_device && op->dtype() == proto::DTYPE_FLOAT32
           ? BlockDensity(static_cast<const float*>(r.data), static_cast<size_t>(r.element_count))
           : -1;
   std::optional<proto::ModelProfile> profile;
   {
     absl::MutexLock lock(&profile_mu_);
     if (profiler_->done()) return;
-    profile = profiler_->Record(r.name, r.element_count, static_cast<int>(DTypeSize(r.dtype)),
+    profile = profiler_->Record(r.name, r.element_count, static_cast<int>(DTypeSize(op->dtype())),
                                 now_us, density, SampleCpu());
   }
   if (profile.has_value()) {
@@ -190,8 +190,8 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
 
 void Engine::StartStages(const TensorTable::Started& started) {
   for (const std::shared_ptr<Operation>& op : started) {
-    if (op->plan.ratio_window_rounds > 0) {
-      ratio_windows_.Started(op->request.name, op->round, MonotonicUs());
+    if (op->plan().ratio_window_rounds > 0) {
+      ratio_windows_.Started(op->request.name, op->round(), MonotonicUs());
     }
     tracker_.Expect(*op);
     observer_.Started(*op);
@@ -210,10 +210,10 @@ void Engine::Complete(const std::shared_ptr<Operation>& op) {
   }
   if (profiler_ != nullptr && status.ok()) {
     absl::MutexLock lock(&profile_mu_);
-    const int64_t round = static_cast<int64_t>(op->round);
+    const int64_t round = static_cast<int64_t>(op->round());
     if (profiler_->Wants(round)) profiler_->RecordDone(round, done_us, SampleCpu());
   }
-  if (op->plan.ratio_window_rounds > 0 && status.ok()) RecordRatioRound(*op, done_us);
+  if (op->plan().ratio_window_rounds > 0 && status.ok()) RecordRatioRound(*op, done_us);
   // The tensor is idle before the caller sees the operation done: a save_state right after the
   // wait must not find it in flight.
   TensorTable::Started started;
@@ -225,16 +225,16 @@ void Engine::Complete(const std::shared_ptr<Operation>& op) {
 void Engine::RecordRatioRound(const Operation& op, int64_t done_us) {
   // The kept energy over the partitions (host_pipeline.cc measured each; -1 if one was not).
   double sent = 0, total = 0;
-  bool measured = op.codecs != nullptr;
-  for (int64_t p = 0; measured && p < op.layout.num_partitions(); ++p) {
-    const PartitionCodec& pc = op.codecs->partitions[p];
+  bool measured = op.codecs() != nullptr;
+  for (int64_t p = 0; measured && p < op.layout().num_partitions(); ++p) {
+    const PartitionCodec& pc = op.codecs()->partitions[p];
     measured = pc.sent_energy >= 0;
     sent += pc.sent_energy;
     total += pc.compensated_energy;
   }
   const double kept = !measured ? -1 : total > 0 ? sent / total : 1;
   std::optional<proto::RatioReport> report = ratio_windows_.Finished(
-      op.request.name, op.round, op.plan.version, op.plan.ratio_window_rounds, kept, done_us);
+      op.request.name, op.round(), op.plan().version, op.plan().ratio_window_rounds, kept, done_us);
   if (!report.has_value()) return;
   proto::ControlMessage message;
   *message.mutable_ratio_report() = *std::move(report);

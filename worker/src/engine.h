@@ -20,22 +20,22 @@
 #include "absl/synchronization/mutex.h"
 #include "bytecomp/cpu_offload.h"
 #include "bytecomp/worker/engine.h"
-#include "bytecomp/worker/engine/data_commands.h"
-#include "bytecomp/worker/engine/handle_table.h"
-#include "bytecomp/worker/engine/operation.h"
-#include "bytecomp/worker/engine/operation_tracker.h"
-#include "bytecomp/worker/engine/ratio_windows.h"
-#include "bytecomp/worker/engine/ready_profiler.h"
-#include "bytecomp/worker/engine/strategy_switch.h"
-#include "bytecomp/worker/engine/tensor_table.h"
 #include "bytecomp/worker/wake_queue.h"
 #include "control_loop.h"
-#include "engine_observer.h"
+#include "data_commands.h"
 #include "device_pipeline.h"
+#include "engine_observer.h"
+#include "handle_table.h"
 #include "hierarchy.h"
 #include "host_pipeline.h"
 #include "join_job.h"
+#include "operation.h"
+#include "operation_tracker.h"
+#include "ratio_windows.h"
+#include "ready_profiler.h"
 #include "stage_pipeline.h"
+#include "strategy_switch.h"
+#include "tensor_table.h"
 
 namespace bytecomp::worker {
 
@@ -47,7 +47,7 @@ class Engine final : public WorkerEngine, private ControlEvents {
   absl::Status Run();
 
   const EngineInfo& info() const override { return info_; }
-  absl::Status Declare(const std::string& name, int64_t element_count, proto::DType dtype,
+  absl::Status Declare(const std::string& name, int64_t element_count, ElementType dtype,
                        absl::Span<const int64_t> shape = {}) override;
   absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) override;
   absl::StatusOr<bool> Poll(int64_t handle) override { return handles_.Poll(handle); }

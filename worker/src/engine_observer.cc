@@ -53,8 +53,8 @@ void EngineObserver::WatchEngine(std::function<EngineStats()> stats,
 void EngineObserver::Started(const Operation& op) {
   if (timeline_ == nullptr) return;
   const int64_t now = telemetry::Timeline::NowUs();
-  for (int64_t p = 0; p < op.layout.num_partitions(); ++p) {
-    const int64_t bytes = op.layout.range(p).count * static_cast<int64_t>(DTypeSize(op.request.dtype));
+  for (int64_t p = 0; p < op.layout().num_partitions(); ++p) {
+    const int64_t bytes = op.layout().range(p).count * static_cast<int64_t>(DTypeSize(op.dtype()));
     TraceStage(*timeline_, op, p, telemetry::Stage::kReady, op.ready_us, -1, bytes);
     TraceStage(*timeline_, op, p, telemetry::Stage::kQueued, op.ready_us,
                std::max<int64_t>(0, now - op.ready_us), bytes);
@@ -70,18 +70,18 @@ std::optional<proto::ControlMessage> EngineObserver::Completed(const Operation& 
   if (metrics_ != nullptr) metrics_->CountRound(seconds);
   if (report_every_us_ <= 0) return std::nullopt;
   absl::MutexLock lock(&mu_);
-  proto::TensorStats& t = tensors_[op.layout.tensor_id].stats;
+  proto::TensorStats& t = tensors_[op.layout().tensor_id].stats;
   if (t.name().empty()) {
-    t.set_tensor_id(op.layout.tensor_id);
+    t.set_tensor_id(op.layout().tensor_id);
     t.set_name(op.request.name);
   }
   t.set_rounds(t.rounds() + 1);
   t.set_raw_bytes(t.raw_bytes() + op.request.element_count *
-                                      static_cast<int64_t>(DTypeSize(op.request.dtype)));
+                                      static_cast<int64_t>(DTypeSize(op.dtype())));
   t.set_pushed_bytes(t.pushed_bytes() + op.pushed_bytes.load());
   t.set_last_round_ms(seconds * 1000);
-  t.set_codec(op.plan.compressed() ? op.plan.push.name() : "");
-  RoundTimes& r = rounds_[op.round];
+  t.set_codec(op.plan().compressed() ? op.plan().push.name() : "");
+  RoundTimes& r = rounds_[op.round()];
   r.first_ready_us = r.first_ready_us == 0 ? op.ready_us : std::min(r.first_ready_us, op.ready_us);
   r.last_done_us = std::max(r.last_done_us, done_us);
   while (rounds_.size() > kKeptRounds + 1) rounds_.erase(rounds_.begin());

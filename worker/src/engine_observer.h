@@ -18,9 +18,9 @@
 #include "absl/synchronization/mutex.h"
 #include "bytecomp/telemetry.h"
 #include "bytecomp/worker/engine.h"
-#include "bytecomp/worker/engine/operation.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 

@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/failover_replay.h"
+#include "failover_replay.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/forward_timer.h"
+#include "forward_timer.h"
 
 #include <sched.h>
 #include <time.h>

@@ -1,7 +1,7 @@
-#include "bytecomp/worker/engine/handle_table.h"
+#include "handle_table.h"
 
 #include "absl/strings/str_cat.h"
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 

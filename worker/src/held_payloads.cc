@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/held_payloads.h"
+#include "held_payloads.h"
 
 namespace bytecomp::worker {
 

@@ -61,17 +61,17 @@ void Hierarchy::Reduce(LocalReducer* reducer, const std::shared_ptr<Operation>& 
                        const std::string& tag) {
   const PushPullRequest& r = outer->request;
   if (reducer->local_rank() != 0) {
-    reducer->Reduce(tag, r.data, r.element_count, r.dtype, [outer](absl::Status s) {
+    reducer->Reduce(tag, r.data, r.element_count, outer->dtype(), [outer](absl::Status s) {
       if (!s.ok()) outer->RecordError(s);
     });
-    reducer->Broadcast(tag, r.data, r.element_count, r.dtype, absl::OkStatus(),
+    reducer->Broadcast(tag, r.data, r.element_count, outer->dtype(), absl::OkStatus(),
                        [outer](absl::Status s) {
                          if (!s.ok()) outer->RecordError(s);
                          outer->MarkDone();
                        });
     return;
   }
-  reducer->Reduce(tag, r.data, r.element_count, r.dtype,
+  reducer->Reduce(tag, r.data, r.element_count, outer->dtype(),
                   [this, reducer, outer, tag](absl::Status s) {
                     if (!s.ok()) {
                       Finish(reducer, outer, tag, s);
@@ -90,7 +90,7 @@ void Hierarchy::Reduce(LocalReducer* reducer, const std::shared_ptr<Operation>& 
 void Hierarchy::Finish(LocalReducer* reducer, const std::shared_ptr<Operation>& outer,
                        const std::string& tag, const absl::Status& status) {
   const PushPullRequest& r = outer->request;
-  reducer->Broadcast(tag, r.data, r.element_count, r.dtype, status,
+  reducer->Broadcast(tag, r.data, r.element_count, outer->dtype(), status,
                      [outer, status](absl::Status sent) {
                        if (!status.ok()) outer->RecordError(status);
                        if (!sent.ok()) outer->RecordError(sent);

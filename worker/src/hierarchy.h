@@ -22,9 +22,9 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "bytecomp/worker/engine/operation.h"
 #include "bytecomp/worker/local_reducer.h"
 #include "device_pipeline.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 

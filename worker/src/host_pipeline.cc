@@ -7,8 +7,8 @@
 #include "bytecomp/common.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/two_round.h"
-#include "bytecomp/worker/engine/ratio_windows.h"
 #include "partition_codec.h"
+#include "ratio_windows.h"
 
 namespace bytecomp::worker {
 namespace {
@@ -26,21 +26,21 @@ absl::Span<const float> Floats(const zmq::message_t& m, std::vector<float>& misa
 }  // namespace
 
 void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
-  if (!op->plan.compressed()) {
+  if (!op->plan().compressed()) {
     ctx_.to_data_thread->Push(StartOperation{op});
     return;
   }
-  if ((op->plan.compress_on == proto::PLACEMENT_GPU ||
-       op->plan.decompress_on == proto::PLACEMENT_GPU) &&
-      !op->codecs->placement_logged.exchange(true)) {
+  if ((op->plan().compress_on == proto::PLACEMENT_GPU ||
+       op->plan().decompress_on == proto::PLACEMENT_GPU) &&
+      !op->codecs()->placement_logged.exchange(true)) {
     BC_LOG_WARNING("tensor '", op->request.name, "': the strategy places its compression on the "
                    "GPU, but it was given in host memory (bytecomp_push_pull), so it is encoded "
                    "and decoded on the CPU pool; bytecomp_push_pull_device takes device tensors");
   }
   // INLINE: on the thread that started the operation (the training thread when the tensor was
   // idle). PLACEMENT_GPU with a host tensor runs on the pool, as CPU_POOL does.
-  const bool inline_encode = op->plan.compress_on == proto::PLACEMENT_INLINE;
-  for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
+  const bool inline_encode = op->plan().compress_on == proto::PLACEMENT_INLINE;
+  for (int64_t p = 0; p < op->layout().num_partitions(); ++p) {
     if (inline_encode) {
       Encode(op, p);
     } else {
@@ -51,10 +51,10 @@ void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
 
 void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partition) {
   const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
-  PartitionCodec& pc = op->codecs->partitions[partition];
-  const PartitionRange range = op->layout.range(partition);
+  PartitionCodec& pc = op->codecs()->partitions[partition];
+  const PartitionRange range = op->layout().range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  const proto::DType dtype = op->request.dtype;
+  const proto::DType dtype = op->dtype();
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition);
   absl::Status status = EnsureCodecs(*op, partition);
   if (status.ok()) {
@@ -90,7 +90,7 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
   }
   if (!status.ok()) push->payload.clear();
   ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()),
-                          static_cast<int64_t>(n * DTypeSize(dtype)), op->plan.push.name());
+                          static_cast<int64_t>(n * DTypeSize(dtype)), op->plan().push.name());
   if (!status.ok()) {
     PushEncodeFailure(push, status);
     return;
@@ -103,7 +103,7 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
 }
 
 void HostPipeline::MeasureKeptEnergy(const Operation& op, PartitionCodec& pc, size_t n) {
-  if (op.plan.ratio_window_rounds == 0) return;
+  if (op.plan().ratio_window_rounds == 0) return;
   // What the memory was updated with: the compensated gradient and what was sent of it.
   const bool measured = pc.memory != nullptr && pc.compensated.size() == n && pc.decoded.size() == n;
   pc.sent_energy = measured ? SquaredNorm(pc.decoded) : -1;
@@ -115,7 +115,7 @@ void HostPipeline::PushEncodeFailure(const std::shared_ptr<EncodedPush>& push,
   const Operation& op = *push->op;
   push->abort_error = absl::StrCat(
       "encoding '", op.request.name, "' partition ", push->partition,
-      op.plan.compressed() ? absl::StrCat(" with ", op.plan.push.name()) : "", ": ",
+      op.plan().compressed() ? absl::StrCat(" with ", op.plan().push.name()) : "", ": ",
       status.message());
   // (A pinned payload stays: a device copy may still be writing it. The data loop ignores it.)
   push->payload.clear();
@@ -148,10 +148,10 @@ void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partitio
 
 void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64_t partition,
                                      zmq::message_t payload) {
-  PartitionCodec& pc = op->codecs->partitions[partition];
-  const size_t n = static_cast<size_t>(op->layout.range(partition).count);
+  PartitionCodec& pc = op->codecs()->partitions[partition];
+  const size_t n = static_cast<size_t>(op->layout().range(partition).count);
   // The uncompressed size this round stands for is counted once, with the result (stage 2).
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), 0, op->plan.push.name());
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), 0, op->plan().push.name());
   const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
   compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
@@ -168,9 +168,9 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
   if (status.ok()) MeasureKeptEnergy(*op, pc, n);
   if (status.ok()) {
     push->payload.resize(*bytes);
-    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0, op->plan.push.name());
+    ctx_.traffic->CountPush(static_cast<int64_t>(push->payload.size()), 0, op->plan().push.name());
   } else {
-    push->abort_error = absl::StrCat(op->plan.push.name(), " stage 2 of '", op->request.name,
+    push->abort_error = absl::StrCat(op->plan().push.name(), " stage 2 of '", op->request.name,
                                      "' partition ", partition, ": ", status.message());
     push->payload.clear();
     op->RecordError(absl::InvalidArgumentError(push->abort_error));
@@ -181,10 +181,10 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
 absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, uint32_t stage,
                                        const zmq::message_t& payload, int server) {
   const PushPullRequest& request = op.request;
-  const PartitionRange range = op.layout.range(partition);
+  const PartitionRange range = op.layout().range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  const size_t elem = DTypeSize(request.dtype);
-  if (!op.plan.compressed()) {  // the raw sum, in the tensor's dtype
+  const size_t elem = DTypeSize(op.dtype());
+  if (!op.plan().compressed()) {  // the raw sum, in the tensor's dtype
     const size_t expected = n * elem;
     if (payload.size() != expected) {
       return absl::DataLossError(absl::StrCat(
@@ -192,30 +192,30 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
           " with ", payload.size(), " bytes, expected ", expected));
     }
     ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected), "");
-    if (request.average && request.dtype == proto::DTYPE_FLOAT32) {
+    if (request.average && op.dtype() == proto::DTYPE_FLOAT32) {
       // One pass: read the sum, write the mean (DDP's allreduce + divide takes two).
       std::vector<float> misaligned;  // used only when ZeroMQ's buffer is not float-aligned
       StoreSum(op, partition, Floats(payload, misaligned).data());
     } else if (request.average) {
       std::vector<float> sum(n);
-      ToFloat32(request.dtype, payload.data(), sum.data(), n);
+      ToFloat32(op.dtype(), payload.data(), sum.data(), n);
       StoreSum(op, partition, sum.data());
     } else {
       std::memcpy(op.host_data() + range.offset * elem, payload.data(), payload.size());
     }
     return absl::OkStatus();
   }
-  PartitionCodec& pc = op.codecs->partitions[partition];
+  PartitionCodec& pc = op.codecs()->partitions[partition];
   // The second round's reply and a one-way sum in the push codec's format carry the push codec.
-  const bool in_push_format = stage == 2 || (!op.plan.two_way() && pc.push != nullptr &&
+  const bool in_push_format = stage == 2 || (!op.plan().two_way() && pc.push != nullptr &&
                                              pc.push->properties().sum_in_push_format);
   ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem),
-                          in_push_format ? absl::string_view(op.plan.push.name())
-                                         : PullCodecName(op.plan));
+                          in_push_format ? absl::string_view(op.plan().push.name())
+                                         : PullCodecName(op.plan()));
   // An fp32 sum is decoded straight into the caller's tensor (a pass over the partition and the
   // scratch's cache lines fewer) and averaged there; other dtypes go through the partition's
   // scratch and StoreSum.
-  const bool direct = request.dtype == proto::DTYPE_FLOAT32;
+  const bool direct = op.dtype() == proto::DTYPE_FLOAT32;
   absl::Span<float> out;
   if (direct) {
     out = absl::MakeSpan(reinterpret_cast<float*>(op.host_data()) + range.offset, n);
@@ -228,7 +228,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     std::vector<float> misaligned;
     status = compress::AsTwoRound(*pc.push)->DecodeSecond(
         Floats(payload, misaligned), ctx_.ContextFor(op, partition, ctx_.rank), out);
-  } else if (op.plan.two_way()) {
+  } else if (op.plan().two_way()) {
     status = pc.pull->Decode(
         absl::MakeConstSpan(static_cast<const uint8_t*>(payload.data()), payload.size()),
         ctx_.ContextFor(op, partition, static_cast<uint32_t>(server)), out);
@@ -257,9 +257,9 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
 }
 
 void HostPipeline::StoreSum(const Operation& op, int64_t partition, const float* sum) const {
-  const PartitionRange range = op.layout.range(partition);
+  const PartitionRange range = op.layout().range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  const proto::DType dtype = op.request.dtype;
+  const proto::DType dtype = op.dtype();
   char* dst = op.host_data() + range.offset * DTypeSize(dtype);
   if (!op.request.average) {
     FromFloat32(dtype, sum, dst, n);

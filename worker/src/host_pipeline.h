@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "bytecomp/worker/engine/data_commands.h"
+#include "data_commands.h"
 #include "partition_codec.h"
 #include "stage_pipeline.h"
 

@@ -1,6 +1,20 @@
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
+
+#include <cstdlib>
+
+#include "bytecomp/common/logging.h"
 
 namespace bytecomp::worker {
+
+void Operation::Start(OperationStart start) {
+  if (started_) {
+    BC_LOG_ERROR("push_pull of '", request.name, "' started twice (round ", start_.round,
+                 ", then ", start.round, ")");
+    std::abort();
+  }
+  started_ = true;
+  start_ = std::move(start);
+}
 
 void Operation::RecordError(const absl::Status& error) {
   absl::MutexLock lock(&mu_);

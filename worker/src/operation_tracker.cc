@@ -1,7 +1,7 @@
-#include "bytecomp/worker/engine/operation_tracker.h"
+#include "operation_tracker.h"
 
 #include "bytecomp/common/logging.h"
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 namespace {
@@ -46,7 +46,7 @@ bool OperationEvents::Pending(int64_t partition, PartitionEvent event) const {
 }
 
 void OperationTracker::Expect(Operation& op) {
-  op.events.Expect(op.layout.num_partitions(), !op.plan.compressed());
+  op.events.Expect(op.layout().num_partitions(), !op.plan().compressed());
 }
 
 void OperationTracker::Report(const std::shared_ptr<Operation>& op, int64_t partition,
@@ -58,7 +58,7 @@ void OperationTracker::Report(const std::shared_ptr<Operation>& op, int64_t part
       complete_(op);
       return;
     case OperationEvents::Report::kUnexpected:
-      BC_LOG_ERROR("internal error: push_pull of '", op->request.name, "' round ", op->round,
+      BC_LOG_ERROR("internal error: push_pull of '", op->request.name, "' round ", op->round(),
                    " partition ", partition, ": ", EventName(event),
                    " reported twice or not expected (ignored)");
       return;

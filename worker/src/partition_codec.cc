@@ -22,13 +22,13 @@ std::string MemoryIdentity(const proto::CodecConfig& push, size_t elements) {
 }  // namespace
 
 absl::Status EnsureCodecs(const Operation& op, int64_t partition) {
-  PartitionCodec& pc = op.codecs->partitions[partition];
-  std::string& restored = op.codecs->restored_state[partition];
-  const compress::TensorPlan& plan = op.plan;
+  PartitionCodec& pc = op.codecs()->partitions[partition];
+  std::string& restored = op.codecs()->restored_state[partition];
+  const compress::TensorPlan& plan = op.plan();
   const bool encode_on_device = op.device != nullptr && op.device->encode_on_device;
   const bool decode_on_device = op.device != nullptr && op.device->decode_on_device;
   const std::string memory_identity =
-      MemoryIdentity(plan.push, static_cast<size_t>(op.layout.range(partition).count));
+      MemoryIdentity(plan.push, static_cast<size_t>(op.layout().range(partition).count));
   if (pc.version != plan.version) {
     // New codec objects for the new version. The error-feedback memory stays when only the
     // push codec's parameters changed (the adaptive ratio): what was not sent is not lost.

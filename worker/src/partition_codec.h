@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "bytecomp/compress.h"
 #include "bytecomp/worker/device_backend.h"
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 

@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/partition_sender.h"
+#include "partition_sender.h"
 
 #include <utility>
 
@@ -63,7 +63,7 @@ void PartitionSender::Take(DataCommand& command) {
       w_.tracker->FailAll(op, closed_);
       return;
     }
-    for (int64_t p = 0; p < op->layout.num_partitions(); ++p) {
+    for (int64_t p = 0; p < op->layout().num_partitions(); ++p) {
       queues_[ServerOf(*op, p)].push(
           PartitionTask{op, nullptr, p, op->request.priority, sequence_++});
     }
@@ -106,20 +106,20 @@ void PartitionSender::SendReady() {
 
 proto::DataHeader PartitionSender::HeaderFor(const Operation& op, int64_t partition,
                                              uint32_t stage) const {
-  const PartitionRange range = op.layout.range(partition);
+  const PartitionRange range = op.layout().range(partition);
   proto::DataHeader header;
   header.set_op(proto::OP_PUSH);
-  header.set_key(MakeKey(op.layout.tensor_id, static_cast<uint32_t>(partition)));
-  header.set_round(op.wire_round + (stage == 2 ? 1 : 0));
-  header.set_iteration(op.round);
-  header.set_strategy_version(op.plan.version);
+  header.set_key(MakeKey(op.layout().tensor_id, static_cast<uint32_t>(partition)));
+  header.set_round(op.wire_round() + (stage == 2 ? 1 : 0));
+  header.set_iteration(op.round());
+  header.set_strategy_version(op.plan().version);
   header.set_stage(stage);
-  header.set_dtype(op.request.dtype);
+  header.set_dtype(op.dtype());
   header.set_element_count(range.count);
   header.set_sender(w_.rank);
   header.set_server_epoch(failover_.epoch(ServerOf(op, partition)));
   SetHeaderToken(w_.token, &header);
-  if (op.plan.compressed()) header.set_codec(op.plan.push.name());
+  if (op.plan().compressed()) header.set_codec(op.plan().push.name());
   return header;
 }
 
@@ -135,8 +135,8 @@ void PartitionSender::Send(const PartitionTask& task) {
   std::vector<zmq::message_t> push;
   int64_t bytes = 0;
   if (task.encoded == nullptr) {
-    const PartitionRange range = op.layout.range(task.partition);
-    const size_t elem = DTypeSize(op.request.dtype);
+    const PartitionRange range = op.layout().range(task.partition);
+    const size_t elem = DTypeSize(op.dtype());
     bytes = range.count * static_cast<int64_t>(elem);
     header.set_payload_bytes(bytes);
     push.push_back(ProtoFrame(header));
@@ -178,7 +178,7 @@ void PartitionSender::Send(const PartitionTask& task) {
         op.request.name, "'")));
     return;
   }
-  const int connection = ConnectionOf(op.layout.tensor_id, static_cast<uint64_t>(task.partition));
+  const int connection = ConnectionOf(op.layout().tensor_id, static_cast<uint64_t>(task.partition));
   int64_t sent_us = 0;
   if (w_.timeline != nullptr) {
     sent_us = w_.clock_us();
@@ -259,7 +259,7 @@ void PartitionSender::SendAbort(const Operation& op, int64_t partition, uint32_t
   const int server = ServerOf(op, partition);
   if (!open_[server]) return;  // a lost server's
   (void)w_.connections->Send(
-      server, ConnectionOf(op.layout.tensor_id, static_cast<uint64_t>(partition)), frames);
+      server, ConnectionOf(op.layout().tensor_id, static_cast<uint64_t>(partition)), frames);
 }
 
 std::optional<PulledPartition> PartitionSender::HandleReply(int server,

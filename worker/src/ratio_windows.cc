@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/ratio_windows.h"
+#include "ratio_windows.h"
 
 namespace bytecomp::worker {
 

@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/ready_profiler.h"
+#include "ready_profiler.h"
 
 #include <algorithm>
 

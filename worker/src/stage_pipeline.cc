@@ -7,11 +7,11 @@ namespace bytecomp::worker {
 compress::CodecContext StageContext::ContextFor(const Operation& op, int64_t partition,
                                                 uint32_t node) const {
   compress::CodecContext ctx;
-  ctx.key = MakeKey(op.layout.tensor_id, static_cast<uint32_t>(partition));
-  ctx.round = op.round;
+  ctx.key = MakeKey(op.layout().tensor_id, static_cast<uint32_t>(partition));
+  ctx.round = op.round();
   ctx.node = node;
   ctx.learning_rate = static_cast<float>(learning_rate->load());
-  ctx.seed = strategies->SeedOf(op.plan.version);
+  ctx.seed = strategies->SeedOf(op.plan().version);
   return ctx;
 }
 
@@ -35,11 +35,11 @@ void TraceStage(telemetry::Timeline& timeline, const Operation& op, int64_t part
   telemetry::TimelineEvent e;
   e.start_us = start_us;
   e.duration_us = duration_us;
-  e.round = op.round;
+  e.round = op.round();
   e.bytes = bytes;
-  e.tensor_id = op.layout.tensor_id;
+  e.tensor_id = op.layout().tensor_id;
   e.partition = static_cast<uint32_t>(partition);
-  e.codec = op.plan.compressed() ? timeline.CodecId(op.plan.push.name()) : 0;
+  e.codec = op.plan().compressed() ? timeline.CodecId(op.plan().push.name()) : 0;
   e.stage = stage;
   timeline.Record(e);
 }

@@ -15,12 +15,12 @@
 #include "bytecomp/cpu_offload.h"
 #include "bytecomp/telemetry.h"
 #include "bytecomp/worker/engine.h"
-#include "bytecomp/worker/engine/data_commands.h"
-#include "bytecomp/worker/engine/operation.h"
-#include "bytecomp/worker/engine/operation_tracker.h"
-#include "bytecomp/worker/engine/strategy_switch.h"
-#include "bytecomp/worker/engine/traffic_counters.h"
 #include "bytecomp/worker/wake_queue.h"
+#include "data_commands.h"
+#include "operation.h"
+#include "operation_tracker.h"
+#include "strategy_switch.h"
+#include "traffic_counters.h"
 #include "zmq.hpp"
 
 namespace bytecomp::worker {

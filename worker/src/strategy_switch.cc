@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/strategy_switch.h"
+#include "strategy_switch.h"
 
 #include <algorithm>
 

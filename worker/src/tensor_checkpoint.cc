@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/tensor_checkpoint.h"
+#include "tensor_checkpoint.h"
 
 #include <cstdint>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "bytecomp/worker/engine/tensor_table.h"
+#include "tensor_table.h"
 
 #include <deque>
 
@@ -6,9 +6,9 @@
 #include "absl/strings/str_join.h"
 #include "bytecomp/common.h"
 #include "bytecomp/compress/registry.h"
-#include "bytecomp/worker/engine/operation.h"
-#include "bytecomp/worker/engine/tensor_checkpoint.h"
+#include "operation.h"
 #include "partition_codec.h"
+#include "tensor_checkpoint.h"
 
 namespace bytecomp::worker {
 
@@ -37,9 +37,15 @@ struct TensorTable::Tensor {
 
 TensorTable::~TensorTable() = default;
 
+void TensorTable::RunAfterUnlock(AfterUnlock& after) {
+  for (proto::ControlMessage& declaration : after.declarations) send_(std::move(declaration));
+  if (after.accepted.has_value()) (*after.accepted)();
+  for (auto& [op, error] : after.failed) op->FailBeforeStart(error);
+}
+
 std::shared_ptr<TensorTable::Tensor> TensorTable::FindOrDeclareLocked(
     const std::string& name, int64_t count, proto::DType dtype, absl::Status* error,
-    absl::Span<const int64_t> shape) {
+    AfterUnlock* after, absl::Span<const int64_t> shape) {
   if (name.empty()) {
     *error = absl::InvalidArgumentError("tensor name must not be empty");
     return nullptr;
@@ -77,7 +83,7 @@ std::shared_ptr<TensorTable::Tensor> TensorTable::FindOrDeclareLocked(
   d->set_element_count(count);
   d->set_dtype(dtype);
   d->mutable_shape()->Add(shape.begin(), shape.end());
-  send_(std::move(msg));
+  after->declarations.push_back(std::move(msg));
   return tensor;
 }
 
@@ -88,45 +94,69 @@ absl::Status TensorTable::Declare(const std::string& name, int64_t element_count
                                                    absl::StrJoin(shape, ", "), "] does not hold ",
                                                    element_count, " elements"));
   }
-  absl::MutexLock lock(&mu_);
   absl::Status error;
-  if (FindOrDeclareLocked(name, element_count, dtype, &error, shape) == nullptr) return error;
-  return absl::OkStatus();
+  AfterUnlock after;
+  {
+    absl::MutexLock lock(&mu_);
+    FindOrDeclareLocked(name, element_count, dtype, &error, &after, shape);
+  }
+  RunAfterUnlock(after);
+  return error;
 }
 
-std::shared_ptr<TensorTable::Tensor> TensorTable::AdmitLocked(
-    const std::shared_ptr<Operation>& op, absl::FunctionRef<void()> accepted, absl::Status* error) {
-  std::shared_ptr<Tensor> tensor =
-      FindOrDeclareLocked(op->request.name, op->request.element_count, op->request.dtype, error);
-  if (tensor == nullptr) return nullptr;
-  accepted();
-  if (tensor->state == TensorState::kFailed) {
-    op->FailBeforeStart(tensor->error);
-    return nullptr;
+// A tensor is never removed from the table, so the one returned stays op's while `accepted` runs
+// and the caller takes the lock again.
+std::shared_ptr<TensorTable::Tensor> TensorTable::Admit(const Operation& op,
+                                                        absl::FunctionRef<void()> accepted,
+                                                        absl::Status* error) {
+  std::shared_ptr<Tensor> tensor;
+  AfterUnlock after;
+  {
+    absl::MutexLock lock(&mu_);
+    tensor = FindOrDeclareLocked(op.request.name, op.request.element_count, op.dtype(), error,
+                                 &after);
+    if (tensor != nullptr) after.accepted.emplace(accepted);
   }
+  RunAfterUnlock(after);
   return tensor;
 }
 
 absl::Status TensorTable::Queue(const std::shared_ptr<Operation>& op,
                                 absl::FunctionRef<void()> accepted, Started* started) {
-  absl::MutexLock lock(&mu_);
   absl::Status error;
-  std::shared_ptr<Tensor> tensor = AdmitLocked(op, accepted, &error);
+  std::shared_ptr<Tensor> tensor = Admit(*op, accepted, &error);
   if (tensor == nullptr) return error;
-  tensor->waiting.push_back(op);
-  if (tensor->state == TensorState::kReady && !tensor->busy) StartNextLocked(tensor, started);
+  AfterUnlock after;
+  {
+    absl::MutexLock lock(&mu_);
+    if (tensor->state == TensorState::kFailed) {
+      after.failed.emplace_back(op, tensor->error);
+    } else {
+      tensor->waiting.push_back(op);
+      if (tensor->state == TensorState::kReady && !tensor->busy) StartNextLocked(tensor, started);
+    }
+  }
+  RunAfterUnlock(after);
   return absl::OkStatus();
 }
 
 absl::Status TensorTable::BeginMachineRound(const std::shared_ptr<Operation>& op,
                                             absl::FunctionRef<void()> accepted, std::string* tag) {
-  absl::MutexLock lock(&mu_);
   absl::Status error;
   tag->clear();
-  std::shared_ptr<Tensor> tensor = AdmitLocked(op, accepted, &error);
+  std::shared_ptr<Tensor> tensor = Admit(*op, accepted, &error);
   if (tensor == nullptr) return error;
-  *tag = absl::StrCat(op->request.name, "@", tensor->local_round++);
-  if (tensor->state == TensorState::kDeclaring) tensor->local_ops.push_back(op);
+  AfterUnlock after;
+  {
+    absl::MutexLock lock(&mu_);
+    if (tensor->state == TensorState::kFailed) {
+      after.failed.emplace_back(op, tensor->error);
+    } else {
+      *tag = absl::StrCat(op->request.name, "@", tensor->local_round++);
+      if (tensor->state == TensorState::kDeclaring) tensor->local_ops.push_back(op);
+    }
+  }
+  RunAfterUnlock(after);
   return absl::OkStatus();
 }
 
@@ -146,24 +176,34 @@ void TensorTable::StartNextLocked(const std::shared_ptr<Tensor>& tensor_ptr, Sta
   std::shared_ptr<Operation> op = tensor.waiting.front();
   tensor.waiting.pop_front();
   tensor.busy = true;
-  op->layout = tensor.layout;
-  op->round = tensor.next_round++;
-  op->plan = *std::move(plan);
-  op->wire_round = tensor.next_wire_round;
-  op->codecs = tensor.codecs;
-  tensor.last_version = op->plan.version;
-  if (op->plan.compressed()) {
-    tensor.codecs->Resize(static_cast<size_t>(op->layout.num_partitions()));
+  OperationStart start{.layout = tensor.layout,
+                       .round = tensor.next_round++,
+                       .wire_round = tensor.next_wire_round,
+                       .plan = *std::move(plan),
+                       .codecs = tensor.codecs};
+  tensor.last_version = start.plan.version;
+  if (start.plan.compressed()) {
+    tensor.codecs->Resize(static_cast<size_t>(start.layout.num_partitions()));
     // Two exchanges with the servers a round (PowerSGD, artopk): the codec's facts say.
-    const compress::CodecFacts* facts = compress::CodecFactsOf(op->plan.push.name());
-    op->two_round = facts != nullptr && facts->two_round;
+    const compress::CodecFacts* facts = compress::CodecFactsOf(start.plan.push.name());
+    start.two_round = facts != nullptr && facts->two_round;
   }
-  tensor.next_wire_round += op->two_round ? 2 : 1;
+  tensor.next_wire_round += start.two_round ? 2 : 1;
+  op->Start(std::move(start));
   started->push_back(std::move(op));
 }
 
 void TensorTable::OnDeclareReply(const proto::DeclareReply& reply, Started* started) {
-  absl::MutexLock lock(&mu_);
+  AfterUnlock after;
+  {
+    absl::MutexLock lock(&mu_);
+    OnDeclareReplyLocked(reply, started, &after);
+  }
+  RunAfterUnlock(after);
+}
+
+void TensorTable::OnDeclareReplyLocked(const proto::DeclareReply& reply, Started* started,
+                                       AfterUnlock* after) {
   auto it = tensors_.find(reply.name());
   if (it == tensors_.end()) return;
   Tensor& tensor = *it->second;
@@ -194,18 +234,27 @@ void TensorTable::OnDeclareReply(const proto::DeclareReply& reply, Started* star
   }
   tensor.state = TensorState::kFailed;
   tensor.error = error;
-  for (auto& op : tensor.waiting) op->FailBeforeStart(error);
+  for (auto& op : tensor.waiting) after->failed.emplace_back(std::move(op), error);
   tensor.waiting.clear();
   // Hierarchical push_pulls of this tensor wait on the local root, which may never reduce a
   // tensor that was not declared everywhere: they fail with the declaration's error.
   for (auto& weak : tensor.local_ops) {
-    if (std::shared_ptr<Operation> op = weak.lock()) op->FailBeforeStart(error);
+    if (std::shared_ptr<Operation> op = weak.lock()) after->failed.emplace_back(op, error);
   }
   tensor.local_ops.clear();
 }
 
 void TensorTable::Finished(const Operation& op, const absl::Status& status, Started* started) {
-  absl::MutexLock lock(&mu_);
+  AfterUnlock after;
+  {
+    absl::MutexLock lock(&mu_);
+    FinishedLocked(op, status, started, &after);
+  }
+  RunAfterUnlock(after);
+}
+
+void TensorTable::FinishedLocked(const Operation& op, const absl::Status& status,
+                                 Started* started, AfterUnlock* after) {
   auto it = tensors_.find(op.request.name);
   if (it == tensors_.end() || !it->second->busy || it->second->state != TensorState::kReady) return;
   Tensor& tensor = *it->second;
@@ -216,9 +265,9 @@ void TensorTable::Finished(const Operation& op, const absl::Status& status, Star
   }
   tensor.state = TensorState::kFailed;
   tensor.error = absl::Status(status.code(), absl::StrCat("tensor '", tensor.name,
-                                                          "' failed in round ", op.round, ": ",
+                                                          "' failed in round ", op.round(), ": ",
                                                           status.message()));
-  for (auto& waiting : tensor.waiting) waiting->FailBeforeStart(tensor.error);
+  for (auto& waiting : tensor.waiting) after->failed.emplace_back(std::move(waiting), tensor.error);
   tensor.waiting.clear();
 }
 

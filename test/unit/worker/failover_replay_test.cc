@@ -1,7 +1,7 @@
 // Server failover's worker side on its own: the kept result of each key goes, shared and not
 // copied, as a replay with the addressed server's epoch to a replacement of the server it was
 // kept for, or once to the server its key moved to; moved keys are found where they went.
-#include "bytecomp/worker/engine/failover_replay.h"
+#include "failover_replay.h"
 
 #include <gtest/gtest.h>
 

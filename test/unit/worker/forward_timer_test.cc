@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "bytecomp/worker/engine/forward_timer.h"
-#include "bytecomp/worker/engine/ready_profiler.h"
+#include "forward_timer.h"
+#include "ready_profiler.h"
 
 namespace bytecomp::worker {
 namespace {

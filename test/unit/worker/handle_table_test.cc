@@ -1,6 +1,6 @@
 // The handle table: handles find their operations until released; poll, wait and release
 // behave as the C API documents them (c_api.h).
-#include "bytecomp/worker/engine/handle_table.h"
+#include "handle_table.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <memory>
 #include <thread>
 
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 namespace {

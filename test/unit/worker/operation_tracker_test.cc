@@ -1,7 +1,7 @@
 // The operation tracker: an operation completes exactly once, when the last of its named
 // events is in, whoever reports it and in whatever order; a report that was not expected, or
 // comes twice, is refused and not counted.
-#include "bytecomp/worker/engine/operation_tracker.h"
+#include "operation_tracker.h"
 
 #include <gtest/gtest.h>
 
@@ -10,17 +10,19 @@
 #include <thread>
 #include <vector>
 
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 namespace {
 
 std::shared_ptr<Operation> MakeOperation(int partitions, bool compressed) {
   auto op = std::make_shared<Operation>(PushPullRequest{.name = "w", .element_count = 100});
-  op->layout.element_count = 100;
-  op->layout.partition_elements = (100 + partitions - 1) / partitions;
-  op->layout.partition_server.assign(partitions, 0);
-  if (compressed) op->plan.push.set_name("topk");
+  OperationStart start;
+  start.layout.element_count = 100;
+  start.layout.partition_elements = (100 + partitions - 1) / partitions;
+  start.layout.partition_server.assign(partitions, 0);
+  if (compressed) start.plan.push.set_name("topk");
+  op->Start(std::move(start));
   return op;
 }
 

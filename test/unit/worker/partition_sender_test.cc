@@ -5,7 +5,7 @@
 // epochs). Its connections are a record of the frames: a message stays "in ZeroMQ" until the
 // test takes it (a server read it) or its server's connections close (then it waits in
 // `dropped` until the test lets ZeroMQ's thread drop it).
-#include "bytecomp/worker/engine/partition_sender.h"
+#include "partition_sender.h"
 
 #include <gtest/gtest.h>
 
@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/partition.h"
 #include "bytecomp/common/transport.h"
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 namespace {
@@ -135,13 +135,13 @@ class PartitionSenderTest : public ::testing::Test {
                                                           .data = values->data(),
                                                           .element_count = elements,
                                                           .priority = priority});
-    op->layout.tensor_id = tensor;
-    op->layout.element_count = elements;
-    op->layout.partition_elements = elements_each;
-    op->layout.partition_server = std::move(servers);
-    op->round = 5;
-    op->wire_round = 5;
-    if (compressed) op->plan.push.set_name("topk");
+    OperationStart start{.round = 5, .wire_round = 5};
+    start.layout.tensor_id = tensor;
+    start.layout.element_count = elements;
+    start.layout.partition_elements = elements_each;
+    start.layout.partition_server = std::move(servers);
+    if (compressed) start.plan.push.set_name("topk");
+    op->Start(std::move(start));
     tracker_.Expect(*op);
     return op;
   }

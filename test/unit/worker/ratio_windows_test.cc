@@ -1,7 +1,7 @@
 // RatioWindows on a fake clock: a report per complete window of one version, with the means
 // of the communication time, the round time and the kept energy; windows that a strategy switch
 // splits, or that the worker joined late, are not reported.
-#include "bytecomp/worker/engine/ratio_windows.h"
+#include "ratio_windows.h"
 
 #include "gtest/gtest.h"
 

@@ -1,6 +1,6 @@
 // The strategy switch: plans follow the version in force at each round; between prepare and
 // commit no round beyond the highest started + 1 starts, so no round mixes two versions.
-#include "bytecomp/worker/engine/strategy_switch.h"
+#include "strategy_switch.h"
 
 #include <gtest/gtest.h>
 

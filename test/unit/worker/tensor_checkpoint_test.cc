@@ -1,6 +1,6 @@
 // The checkpoint format of a tensor's error-feedback state: its bytes, a round trip, and a
 // clear error (never a crash or a huge allocation) for every damaged input.
-#include "bytecomp/worker/engine/tensor_checkpoint.h"
+#include "tensor_checkpoint.h"
 
 #include <gtest/gtest.h>
 

@@ -1,17 +1,20 @@
 // The tensor table without sockets: declarations, one operation at a time per tensor with its
 // rounds and wire rounds, failures that stick, the strategy switch's held tensors, the
-// hierarchical tags, and error-feedback checkpoints.
-#include "bytecomp/worker/engine/tensor_table.h"
+// hierarchical tags, error-feedback checkpoints, and nothing but its own code under its lock.
+#include "tensor_table.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "bytecomp/worker/engine/operation.h"
-#include "bytecomp/worker/engine/strategy_switch.h"
-#include "bytecomp/worker/engine/tensor_checkpoint.h"
+#include "operation.h"
+#include "strategy_switch.h"
+#include "tensor_checkpoint.h"
 
 namespace bytecomp::worker {
 namespace {
@@ -60,10 +63,26 @@ class TensorTableTest : public ::testing::Test {
     return started;
   }
 
+  // Whether another thread gets through one of the table's calls (and so its lock) within 10 s:
+  // false while the calling thread holds the lock. The thread is joined when the test ends (a
+  // join here would wait for a lock this thread may hold).
+  bool TableIsFree() {
+    others_.push_back(std::async(std::launch::async, [this] {
+      int64_t round = 0, version = 0;
+      table_.TensorStrategy("w", false, &round, &version).IgnoreError();
+    }));
+    return others_.back().wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  }
+
   static constexpr int64_t kCount = 300000;  // 1.2 MB: above min_compress_bytes
   StrategySwitch strategies_;
   std::vector<proto::ControlMessage> sent_;
-  TensorTable table_{2, strategies_, [this](proto::ControlMessage m) { sent_.push_back(m); }};
+  std::function<void()> on_send_;  // runs with each declaration the table sends
+  TensorTable table_{2, strategies_, [this](proto::ControlMessage m) {
+                       if (on_send_) on_send_();
+                       sent_.push_back(m);
+                     }};
+  std::vector<std::future<void>> others_;  // TableIsFree's threads; after table_: joined first
 };
 
 TEST_F(TensorTableTest, DeclaresOnceAndChecksEveryUse) {
@@ -96,15 +115,25 @@ TEST_F(TensorTableTest, AnOperationStartsOnceDeclaredWithItsLayoutRoundAndPlan) 
   TensorTable::Started started = Declared("w");
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0], op);
-  EXPECT_EQ(op->layout.tensor_id, 5u);
-  EXPECT_EQ(op->layout.num_partitions(), 3);
-  EXPECT_EQ(op->layout.partition_server, (std::vector<int32_t>{1, 0, 1}));
-  EXPECT_EQ(op->round, 0u);
-  EXPECT_EQ(op->wire_round, 0u);
-  EXPECT_EQ(op->plan.version, 1u);
-  EXPECT_EQ(op->plan.push.name(), "topk");
-  EXPECT_FALSE(op->two_round);
-  ASSERT_NE(op->codecs, nullptr);
+  EXPECT_EQ(op->layout().tensor_id, 5u);
+  EXPECT_EQ(op->layout().num_partitions(), 3);
+  EXPECT_EQ(op->layout().partition_server, (std::vector<int32_t>{1, 0, 1}));
+  EXPECT_EQ(op->round(), 0u);
+  EXPECT_EQ(op->wire_round(), 0u);
+  EXPECT_EQ(op->plan().version, 1u);
+  EXPECT_EQ(op->plan().push.name(), "topk");
+  EXPECT_FALSE(op->two_round());
+  ASSERT_NE(op->codecs(), nullptr);
+}
+
+TEST_F(TensorTableTest, AStartedOperationCannotBeStartedAgain) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::shared_ptr<Operation> op = Op("w");
+  Queue(op);
+  ASSERT_EQ(Declared("w").size(), 1u);
+  EXPECT_DEATH(op->Start(OperationStart{.round = 7}),
+               "push_pull of 'w' started twice \\(round 0, then 7\\)");
+  EXPECT_EQ(op->round(), 0u);
 }
 
 TEST_F(TensorTableTest, ATensorsOperationsRunOneAtATimeInOrder) {
@@ -117,11 +146,11 @@ TEST_F(TensorTableTest, ATensorsOperationsRunOneAtATimeInOrder) {
   TensorTable::Started next = Finished(*first, absl::OkStatus());
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0], second);
-  EXPECT_EQ(second->round, 1u);
-  EXPECT_EQ(second->wire_round, 1u);
+  EXPECT_EQ(second->round(), 1u);
+  EXPECT_EQ(second->wire_round(), 1u);
   next = Finished(*second, absl::OkStatus());
   ASSERT_EQ(next.size(), 1u);
-  EXPECT_EQ(third->round, 2u);
+  EXPECT_EQ(third->round(), 2u);
   EXPECT_TRUE(Finished(*third, absl::OkStatus()).empty());
   int64_t round = -1, version = -1;
   ASSERT_TRUE(table_.TensorStrategy("w", false, &round, &version).ok());
@@ -135,19 +164,19 @@ TEST_F(TensorTableTest, TwoRoundCodecsTakeTwoWireRoundsPerRound) {
   std::shared_ptr<Operation> first = Op("p"), second = Op("p");
   ASSERT_EQ(Queue(first).size(), 1u);
   Queue(second);
-  EXPECT_TRUE(first->two_round);
+  EXPECT_TRUE(first->two_round());
   ASSERT_EQ(Finished(*first, absl::OkStatus()).size(), 1u);
-  EXPECT_EQ(second->round, 1u);
-  EXPECT_EQ(second->wire_round, 2u);
+  EXPECT_EQ(second->round(), 1u);
+  EXPECT_EQ(second->wire_round(), 2u);
   // artopk's two stages are two exchanges as well (its codec's facts: two_round).
   ASSERT_TRUE(table_.Declare("a", kCount, proto::DTYPE_FLOAT32).ok());
   Declared("a", 6);
   std::shared_ptr<Operation> artopk = Op("a"), after = Op("a");
   ASSERT_EQ(Queue(artopk).size(), 1u);
   Queue(after);
-  EXPECT_TRUE(artopk->two_round);
+  EXPECT_TRUE(artopk->two_round());
   ASSERT_EQ(Finished(*artopk, absl::OkStatus()).size(), 1u);
-  EXPECT_EQ(after->wire_round, 2u);
+  EXPECT_EQ(after->wire_round(), 2u);
 }
 
 TEST_F(TensorTableTest, AFailedRoundFailsTheTensorForGood) {
@@ -220,9 +249,9 @@ TEST_F(TensorTableTest, AStrategySwitchHoldsTheNextRoundUntilReleased) {
   table_.ReleaseHeld(&started);
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0], r2);
-  EXPECT_EQ(r2->round, 2u);
-  EXPECT_EQ(r2->plan.version, 2u);
-  EXPECT_EQ(r2->plan.push.name(), "fp16");
+  EXPECT_EQ(r2->round(), 2u);
+  EXPECT_EQ(r2->plan().version, 2u);
+  EXPECT_EQ(r2->plan().push.name(), "fp16");
 }
 
 TEST_F(TensorTableTest, FailAllFailsEveryTensorAndReturnsTheWaitingOperations) {
@@ -234,6 +263,56 @@ TEST_F(TensorTableTest, FailAllFailsEveryTensorAndReturnsTheWaitingOperations) {
   std::shared_ptr<Operation> later = Op("w");
   Queue(later);
   EXPECT_EQ(later->outcome()->message(), "server 0 failed");
+}
+
+// The declaration's send, the caller's `accepted` and a failed operation's on-done work may use
+// the table (the engine's reach other parts that do): each runs with the table's lock released.
+TEST_F(TensorTableTest, RunsNothingButItsOwnCodeUnderItsLock) {
+  int runs = 0, free = 0;
+  auto check = [&] {
+    ++runs;
+    if (free == runs - 1 && TableIsFree()) ++free;  // after one failure, no more waiting
+  };
+  auto check_when_done = [&](const std::shared_ptr<Operation>& op) {
+    op->SetOnDone([&](absl::Status) { check(); });
+  };
+  on_send_ = check;
+  TensorTable::Started started;
+  std::string tag;
+  // A new tensor's declaration is sent, then its operations are accepted.
+  std::shared_ptr<Operation> queued = Op("w"), in_machine = Op("w");
+  ASSERT_TRUE(table_.Queue(queued, check, &started).ok());
+  ASSERT_TRUE(table_.BeginMachineRound(in_machine, check, &tag).ok());
+  EXPECT_EQ(runs, 3);
+  // A refused declaration fails both.
+  check_when_done(queued);
+  check_when_done(in_machine);
+  proto::DeclareReply refused;
+  refused.set_name("w");
+  refused.set_ok(false);
+  refused.set_error("worker 1 declared 'w' with 10 elements");
+  table_.OnDeclareReply(refused, &started);
+  EXPECT_EQ(runs, 5);
+  // Later uses of the failed tensor are accepted and fail at once.
+  std::shared_ptr<Operation> later = Op("w"), later_in_machine = Op("w");
+  check_when_done(later);
+  check_when_done(later_in_machine);
+  ASSERT_TRUE(table_.Queue(later, check, &started).ok());
+  ASSERT_TRUE(table_.BeginMachineRound(later_in_machine, check, &tag).ok());
+  EXPECT_EQ(runs, 9);
+  // A failed round fails what waits behind it.
+  ASSERT_TRUE(table_.Declare("x", kCount, proto::DTYPE_FLOAT32).ok());
+  Declared("x");
+  std::shared_ptr<Operation> first = Op("x"), waiting = Op("x");
+  ASSERT_TRUE(table_.Queue(first, check, &started).ok());
+  ASSERT_TRUE(table_.Queue(waiting, check, &started).ok());
+  check_when_done(waiting);
+  table_.Finished(*first, absl::DataLossError("server 1 returned 3 bytes"), &started);
+  EXPECT_EQ(runs, 13);
+  EXPECT_EQ(free, runs) << "run " << free + 1 << " ran under the table's lock";
+  for (const auto& op : {queued, in_machine, later, later_in_machine, waiting}) {
+    EXPECT_TRUE(op->outcome().has_value());
+  }
 }
 
 TEST_F(TensorTableTest, CheckpointsAreTakenBetweenStepsAndKeptUntilTheMemoryExists) {

@@ -21,16 +21,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "data.pb.h"
 
 namespace bytecomp::worker {
+
+// A tensor's element type. The values are the C API's (BYTECOMP_FLOAT32, ...) and the wire's
+// (proto DType); anything else is refused with InvalidArgument.
+enum class ElementType : int { kFloat32 = 0, kFloat16 = 1, kBfloat16 = 2 };
 
 // One push_pull as the caller asked for it; the engine's operation keeps it as it came.
 struct PushPullRequest {
   std::string name;
   void* data = nullptr;
   int64_t element_count = 0;
-  proto::DType dtype = proto::DTYPE_FLOAT32;
+  ElementType dtype = ElementType::kFloat32;
   int priority = 0;
   bool average = false;
   // A device tensor (bytecomp_push_pull_device): data is device memory of `device`, ready once
@@ -71,7 +74,7 @@ class WorkerEngine {
   virtual const EngineInfo& info() const = 0;
   // `shape`: optional (empty: flat); its dimensions multiply to element_count.
   virtual absl::Status Declare(const std::string& name, int64_t element_count,
-                               proto::DType dtype, absl::Span<const int64_t> shape = {}) = 0;
+                               ElementType dtype, absl::Span<const int64_t> shape = {}) = 0;
   // Starts the push_pull; returns its handle.
   virtual absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) = 0;
   // true when done; an error if the operation failed (or the handle is unknown).

@@ -3,15 +3,22 @@
 // and its queue of operations. A tensor's operations run one at a time, in submission order:
 // a key's rounds follow each other on the server.
 //
-// Starting an operation means setting what it needs to travel (layout, round, wire round, the
-// strategy's plan) and handing it back to the caller in `started`, who starts its stages once
-// the table's lock is released. A strategy switch (strategy_switch.h) may hold a round; the
-// table keeps the held tensors and restarts them on ReleaseHeld.
+// Starting an operation means setting what it needs to travel (Operation::Start: layout,
+// round, wire round, the strategy's plan) and handing it back to the caller in `started`, who
+// starts its stages once the table's lock is released. A strategy switch (strategy_switch.h)
+// may hold a round; the table keeps the held tensors and restarts them on ReleaseHeld.
+//
+// Only the table's own code runs under its lock. What is not the table's (the send of a
+// declaration, the caller's `accepted`, the on-done work of an operation it fails) is left in
+// an AfterUnlock and run by RunAfterUnlock, whose annotation excludes the lock: clang checks
+// that no call runs it with the lock held.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -23,9 +30,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "bytecomp/worker/engine/strategy_switch.h"
 #include "control.pb.h"
 #include "data.pb.h"
+#include "strategy_switch.h"
 
 namespace bytecomp::worker {
 
@@ -37,7 +44,7 @@ class TensorTable {
   using SendToScheduler = absl::AnyInvocable<void(proto::ControlMessage)>;
 
   // `num_servers`: to check the scheduler's partition placement; `send`: takes each new
-  // declaration (DeclareTensor) to the scheduler.
+  // declaration (DeclareTensor) to the scheduler, without the table's lock.
   TensorTable(int num_servers, StrategySwitch& strategies, SendToScheduler send)
       : num_servers_(num_servers), strategies_(strategies), send_(std::move(send)) {}
   ~TensorTable();
@@ -50,8 +57,8 @@ class TensorTable {
                        absl::Span<const int64_t> shape = {}) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Queues `op` on its tensor (declaring it if new). `accepted` runs once the op passed the
-  // declaration check, under the table's lock, before the op can start (the engine gives it
-  // its handle there). A failed tensor fails the op at once.
+  // declaration check, before the op can start (the engine gives it its handle there), without
+  // the table's lock. A failed tensor fails the op at once.
   absl::Status Queue(const std::shared_ptr<Operation>& op, absl::FunctionRef<void()> accepted,
                      Started* started) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -97,17 +104,33 @@ class TensorTable {
  private:
   struct Tensor;  // tensor_table.cc
 
+  // What a call leaves for after it released the lock: the declarations to send, the caller's
+  // `accepted` to run and the operations to fail, each with its error.
+  struct AfterUnlock {
+    std::vector<proto::ControlMessage> declarations;
+    std::optional<absl::FunctionRef<void()>> accepted;
+    std::vector<std::pair<std::shared_ptr<Operation>, absl::Status>> failed;
+  };
+  // Sends the declarations (send_), runs `accepted`, then fails the operations (their on-done
+  // work runs): the only place where code that is not the table's runs, never under its lock.
+  void RunAfterUnlock(AfterUnlock& after) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The tensor, checked against (count, dtype) or declared: its declaration goes to *after.
   std::shared_ptr<Tensor> FindOrDeclareLocked(const std::string& name, int64_t count,
                                               proto::DType dtype, absl::Status* error,
+                                              AfterUnlock* after,
                                               absl::Span<const int64_t> shape = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // op's tensor, declared if new, once op passed its checks and `accepted` ran. Null with
-  // *error set when it did not pass; null with *error OK when the tensor has failed (so has op).
-  std::shared_ptr<Tensor> AdmitLocked(const std::shared_ptr<Operation>& op,
-                                      absl::FunctionRef<void()> accepted, absl::Status* error)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // op's tensor, declared if new, once op passed its checks; then `accepted` runs. Null with
+  // *error set when op did not pass (`accepted` did not run).
+  std::shared_ptr<Tensor> Admit(const Operation& op, absl::FunctionRef<void()> accepted,
+                                absl::Status* error) ABSL_LOCKS_EXCLUDED(mu_);
   void StartNextLocked(const std::shared_ptr<Tensor>& tensor, Started* started)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnDeclareReplyLocked(const proto::DeclareReply& reply, Started* started,
+                            AfterUnlock* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishedLocked(const Operation& op, const absl::Status& status, Started* started,
+                      AfterUnlock* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyStateLocked(Tensor& tensor, absl::string_view state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "bytecomp/cpu_offload.h"
-#include "bytecomp/worker/engine/operation.h"
+#include "operation.h"
 
 namespace bytecomp::worker {
 

@@ -16,12 +16,20 @@
 #include "bytecomp/cpu_offload.h"
 #include "bytecomp/worker/device_backend.h"
 #include "bytecomp/worker/engine.h"
-#include "bytecomp/worker/engine/operation_tracker.h"
+#include "data.pb.h"
+#include "operation_tracker.h"
 
 namespace bytecomp::worker {
 
-class StagePipeline;  // worker/src/stage_pipeline.h: the host or the device stages
-struct TensorCodecs;  // worker/src/partition_codec.h: the tensor's codec objects
+// Declared here, defined in headers that include this one.
+class StagePipeline;  // stage_pipeline.h: the host or the device stages
+struct TensorCodecs;  // partition_codec.h: the tensor's codec objects
+
+// The wire's element type (proto DType) for the engine's: the same values (engine.h).
+constexpr proto::DType WireDType(ElementType type) { return static_cast<proto::DType>(type); }
+static_assert(WireDType(ElementType::kFloat32) == proto::DTYPE_FLOAT32 &&
+              WireDType(ElementType::kFloat16) == proto::DTYPE_FLOAT16 &&
+              WireDType(ElementType::kBfloat16) == proto::DTYPE_BFLOAT16);
 
 // Where a device tensor's stages run, decided when its operation starts.
 struct DeviceWork {
@@ -34,6 +42,19 @@ struct DeviceWork {
   // Pinned host copy of the tensor, for the stages that run on the host (the push of an
   // uncompressed or pool-encoded tensor, the results decoded on the pool).
   cpu_offload::PinnedBuffer host;
+};
+
+// What an operation travels with, decided by the tensor table when it starts
+// (TensorTable::StartNextLocked).
+struct OperationStart {
+  TensorLayout layout;
+  uint64_t round = 0;       // training round: the tensor's push_pull count
+  uint64_t wire_round = 0;  // the key's first exchange of this round on the server
+  compress::TensorPlan plan;
+  bool two_round = false;  // PowerSGD: two exchanges per round
+  // The tensor's codec objects, used by this operation's stage tasks while it runs (a tensor's
+  // operations run one at a time; within one, each partition has its own).
+  std::shared_ptr<TensorCodecs> codecs;
 };
 
 class Operation {
@@ -49,16 +70,20 @@ class Operation {
   StagePipeline* stages = nullptr;     // the host or the device stages
   std::unique_ptr<DeviceWork> device;  // null: a host tensor
 
-  // Set by the tensor table when the operation starts, before any other thread sees it, and
-  // read-only from then on.
-  TensorLayout layout;
-  uint64_t round = 0;       // training round: the tensor's push_pull count
-  uint64_t wire_round = 0;  // the key's first exchange of this round on the server
-  compress::TensorPlan plan;
-  bool two_round = false;   // PowerSGD: two exchanges per round
-  // The tensor's codec objects, used by this operation's stage tasks while it runs (a tensor's
-  // operations run one at a time; within one, each partition has its own).
-  std::shared_ptr<TensorCodecs> codecs;
+  // The request's element type as the wire and the codecs name it.
+  proto::DType dtype() const { return WireDType(request.dtype); }
+
+  // Sets what the operation travels with: once, by the tensor table when the operation starts
+  // (or by a test), before any other thread sees it. A second start aborts: a programming error,
+  // found by the first test that runs.
+  void Start(OperationStart start);
+  // What the start set (the defaults before it), read-only.
+  const TensorLayout& layout() const { return start_.layout; }
+  uint64_t round() const { return start_.round; }
+  uint64_t wire_round() const { return start_.wire_round; }
+  const compress::TensorPlan& plan() const { return start_.plan; }
+  bool two_round() const { return start_.two_round; }
+  const std::shared_ptr<TensorCodecs>& codecs() const { return start_.codecs; }
 
   // What it still waits for, per partition (operation_tracker.h).
   OperationEvents events;
@@ -92,6 +117,10 @@ class Operation {
   void FailBeforeStart(const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Written once by Start, before the operation is shared; no lock.
+  OperationStart start_;
+  bool started_ = false;
+
   mutable absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

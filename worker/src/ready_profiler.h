@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "bytecomp/worker/engine/forward_timer.h"
+#include "forward_timer.h"
 #include "planner.pb.h"
 
 namespace bytecomp::worker {

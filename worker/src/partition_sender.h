@@ -31,14 +31,14 @@
 #include "bytecomp/common/node_token.h"
 #include "bytecomp/common/socket_limits.h"
 #include "bytecomp/telemetry.h"
-#include "bytecomp/worker/engine/data_commands.h"
-#include "bytecomp/worker/engine/failover_replay.h"
-#include "bytecomp/worker/engine/held_payloads.h"
-#include "bytecomp/worker/engine/operation.h"
-#include "bytecomp/worker/engine/operation_tracker.h"
-#include "bytecomp/worker/engine/traffic_counters.h"
 #include "cluster_config.pb.h"
 #include "data.pb.h"
+#include "data_commands.h"
+#include "failover_replay.h"
+#include "held_payloads.h"
+#include "operation.h"
+#include "operation_tracker.h"
+#include "traffic_counters.h"
 #include "zmq.hpp"
 
 namespace bytecomp::worker {
@@ -166,7 +166,7 @@ class PartitionSender {
   // Sends the replays; false (and everything failed) when a send fails.
   bool SendReplays(std::vector<FailoverReplay::Replay>& replays);
   int ServerOf(const Operation& op, int64_t partition) const {
-    return failover_.ServerOf(op.layout, partition);
+    return failover_.ServerOf(op.layout(), partition);
   }
   // A key's requests and its replays take one connection, which keeps their order.
   int ConnectionOf(uint64_t tensor, uint64_t partition) const {
