@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -26,6 +27,11 @@ void IoLoop::Run() {
     // What was taken from the queues and not handled yet goes on at once.
     int64_t wait_ms = dispatcher_.parked() == 0 ? 1000 : 50;
     if (!commands_.empty() || !replies_.empty()) wait_ms = 0;
+    // A key shard that is behind holds the ROUTER back: its requests wait in ZeroMQ (up to the
+    // receive high-water mark, then in TCP), not in the shard's queue.
+    const bool shards_behind = ShardsBehind();
+    items[0].events = shards_behind ? 0 : ZMQ_POLLIN;
+    if (shards_behind) wait_ms = std::min<int64_t>(wait_ms, 1);
     zmq::poll(items, 3, std::chrono::milliseconds(wait_ms));
     // Commands first, as many as came (up to 256), and sent on before any request: a burst of
     // declarations must not trail a burst of requests by one command per turn (the requests
@@ -59,6 +65,13 @@ void IoLoop::Send(DispatchOutbox& out) {
   for (auto& [shard, message] : out.to_shards) queues_.to_shards[shard]->Push(std::move(message));
   out.to_router.clear();
   out.to_shards.clear();
+}
+
+bool IoLoop::ShardsBehind() const {
+  for (const auto& queue : queues_.to_shards) {
+    if (queue->size() >= kMaxShardBacklog) return true;
+  }
+  return false;
 }
 
 // At most 256 replies a turn (whole batches), so neither direction starves the other.

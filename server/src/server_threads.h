@@ -51,6 +51,10 @@ class IoLoop {
   void Send(DispatchOutbox& out);
   void ForwardReplies();
   void DrainRequests();
+  // Whether a key shard's queue holds kMaxShardBacklog messages or more: then the I/O thread
+  // reads no request until it caught up (the inproc sockets' high-water mark did that before).
+  bool ShardsBehind() const;
+  static constexpr size_t kMaxShardBacklog = 1024;
 
   zmq::socket_t& router_;
   ServerQueues& queues_;

@@ -34,7 +34,9 @@ TEST(WakeQueueTest, TakesEverythingInOrderAndIsReadableOnlyWhileItemsWait) {
   uint64_t writes = 0;
   ASSERT_EQ(read(q.fd(), &writes, sizeof(writes)), static_cast<ssize_t>(sizeof(writes)));
   EXPECT_EQ(writes, 1u);
+  EXPECT_EQ(q.size(), 3u);
   EXPECT_EQ(q.TakeAll(), (std::deque<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(q.size(), 0u);
   EXPECT_FALSE(Readable(q.fd()));
   EXPECT_TRUE(q.TakeAll().empty());
   q.Push("d");

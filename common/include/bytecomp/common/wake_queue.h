@@ -62,11 +62,17 @@ class WakeQueue {
     }
   }
 
+  // How many items wait (for a producer that holds back while its consumer is behind).
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return items_.size();
+  }
+
   int fd() const { return fd_; }
 
  private:
   const int fd_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<T> items_ ABSL_GUARDED_BY(mu_);
 };
 

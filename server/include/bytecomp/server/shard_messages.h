@@ -7,9 +7,8 @@
 //     the I/O thread applied to its own catalog first (all but LostCommand, its own).
 //   key shard -> I/O thread: ShardReplies, the frames of each reply, for the ROUTER as they are.
 // The control thread's protos are shared, not copied, by the I/O thread and every shard.
-// The queues have no bound of their own: what is in them is requests the I/O thread read from
-// its ROUTER (each worker's in-flight budget, and the ROUTER's receive high-water mark for a
-// peer that ignores it, bound those) and the replies to them.
+// A shard's queue is bounded by the I/O thread, which reads no request from its ROUTER while a
+// shard's queue holds 1024 messages (IoLoop::ShardsBehind); the replies answer those requests.
 #pragma once
 
 #include <memory>
