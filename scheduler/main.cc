@@ -34,8 +34,8 @@ ABSL_FLAG(int, num_workers, 0, "Number of workers (training processes; default 1
 ABSL_FLAG(int, num_servers, 0, "Number of aggregation servers (default 1)");
 ABSL_FLAG(int64_t, partition_bytes, 0, "Partition size in bytes (default 4 MiB)");
 ABSL_FLAG(int, connections_per_server, 0, "DEALER connections per worker and server (default 2)");
-ABSL_FLAG(int, server_engine_threads, 0,
-          "Threads per server, each owning a disjoint set of keys (default 2)");
+ABSL_FLAG(int, key_shard_threads, 0,
+          "Key shard threads per server, each owning a disjoint set of keys (default 2)");
 ABSL_FLAG(int, heartbeat_interval_ms, 0, "Heartbeat interval of the nodes (default 1000)");
 ABSL_FLAG(int, heartbeat_timeout_ms, 0,
           "Silence after which a node is declared failed (default 5000)");
@@ -140,9 +140,9 @@ int main(int argc, char** argv) {
   const int connections = absl::GetFlag(FLAGS_connections_per_server);
   from_flag("connections_per_server", connections != 0,
             [&] { config.set_connections_per_server(connections); });
-  const int shard_threads = absl::GetFlag(FLAGS_server_engine_threads);
-  from_flag("server_engine_threads", shard_threads != 0,
-            [&] { config.set_server_engine_threads(shard_threads); });
+  const int shard_threads = absl::GetFlag(FLAGS_key_shard_threads);
+  from_flag("key_shard_threads", shard_threads != 0,
+            [&] { config.set_key_shard_threads(shard_threads); });
   const int interval = absl::GetFlag(FLAGS_heartbeat_interval_ms);
   from_flag("heartbeat_interval_ms", interval != 0, [&] { config.set_heartbeat_interval_ms(interval); });
   const int timeout = absl::GetFlag(FLAGS_heartbeat_timeout_ms);

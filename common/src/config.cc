@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/cluster_key.h"
 #include "bytecomp/common/link_probe.h"
+#include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
 #include "google/protobuf/descriptor.h"
 
@@ -95,6 +96,13 @@ absl::Status SetFromEnv(const EnvField& env, const char* text, proto::ClusterCon
   return absl::OkStatus();
 }
 
+// key_shard_threads' first name: its value, cleared.
+int32_t TakeServerEngineThreads(proto::ClusterConfig& c) {
+  const int32_t n = c.server_engine_threads();
+  c.clear_server_engine_threads();
+  return n;
+}
+
 }  // namespace
 
 int64_t SchedulerTimeoutMs(const proto::ClusterConfig& config) {
@@ -121,7 +129,9 @@ proto::ClusterConfig WithClusterDefaults(proto::ClusterConfig c) {
   if (c.num_servers() == 0) c.set_num_servers(1);
   if (c.partition_bytes() == 0) c.set_partition_bytes(4 << 20);
   if (c.connections_per_server() == 0) c.set_connections_per_server(2);
-  if (c.server_engine_threads() == 0) c.set_server_engine_threads(2);
+  const int32_t first_name = TakeServerEngineThreads(c);
+  if (c.key_shard_threads() == 0) c.set_key_shard_threads(first_name);
+  if (c.key_shard_threads() == 0) c.set_key_shard_threads(2);
   if (c.heartbeat_interval_ms() == 0) c.set_heartbeat_interval_ms(1000);
   if (c.heartbeat_timeout_ms() == 0) c.set_heartbeat_timeout_ms(5000);
   if (c.connect_timeout_ms() == 0) c.set_connect_timeout_ms(30000);
@@ -148,7 +158,7 @@ absl::Status ValidateClusterConfig(const proto::ClusterConfig& c, const ConfigOr
   p.InRange("num_servers", c.num_servers(), 1, 65536);
   p.InRange("partition_bytes", c.partition_bytes(), 64, int64_t{1} << 30);
   p.InRange("connections_per_server", c.connections_per_server(), 1, 64);
-  p.InRange("server_engine_threads", c.server_engine_threads(), 1, 256);
+  p.InRange("key_shard_threads", c.key_shard_threads(), 1, 256);
   p.InRange("heartbeat_interval_ms", c.heartbeat_interval_ms(), 1, kInt32Max);
   // In 64 bits: 2 x a large interval must not wrap around and pass.
   const int64_t two_intervals = 2 * int64_t{c.heartbeat_interval_ms()};
@@ -222,6 +232,12 @@ absl::StatusOr<proto::ClusterConfig> LoadClusterConfig(const std::string& path,
     TextProtoTree tree;
     if (absl::Status s = ParseTextProto(*text, path, &config, &tree); !s.ok()) return s;
     if (origins != nullptr) RecordFileOrigins(path, config, tree, origins);
+    const TextPosition old_name = PositionOf(&tree, config, "server_engine_threads", -1);
+    if (old_name.line >= 0) {
+      BC_LOG_WARNING(Located(path, old_name), "server_engine_threads is key_shard_threads' first "
+                     "name; write key_shard_threads (", config.key_shard_threads() != 0
+                         ? "set too, and it wins)" : "the value is taken)");
+    }
   }
   if (absl::Status s = ApplyClusterEnv(&config, origins); !s.ok()) return s;
   if (absl::Status s = ApplyClusterKeyEnv(&config); !s.ok()) return s;

@@ -125,8 +125,7 @@ absl::Status AggregationServer::Run() {
     scheduler.socket().set(zmq::sockopt::linger, 1000);  // let the Shutdown leave
     return s;
   }
-  // The config field keeps its old name (server_engine_threads) so that config files stay valid.
-  const size_t num_shards = static_cast<size_t>(std::max(1, job->config.server_engine_threads()));
+  const size_t num_shards = static_cast<size_t>(std::max(1, job->config.key_shard_threads()));
   BC_LOG_INFO("serving data on ", data_address, " for ", job->num_workers, " workers with ",
               num_shards, " key shard threads; ", (*security)->Describe());
   if (job->replaces_lost_server) {

@@ -45,7 +45,7 @@ def proto_fields():
         if line.startswith("//"):
             comment.append(line[2:].strip())
             continue
-        m = re.match(r"(?:optional\s+)?\w+\s+(\w+)\s*=\s*\d+;", line)
+        m = re.match(r"(?:optional\s+)?\w+\s+(\w+)\s*=\s*\d+\s*(?:\[[^\]]*\])?;", line)
         if m:
             fields[m.group(1)] = " ".join(comment)
         if line == "}":

@@ -21,6 +21,19 @@ TEST(ConfigTest, ParsesAndFillsDefaults) {
   EXPECT_TRUE(ValidateClusterConfig(c).ok());
 }
 
+TEST(ConfigTest, KeyShardThreadsFirstNameIsStillRead) {
+  const std::string path = ::testing::TempDir() + "/config_test_first_name.pbtxt";
+  std::ofstream(path) << "server_engine_threads: 5\n";
+  absl::StatusOr<proto::ClusterConfig> c = LoadClusterConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->key_shard_threads(), 5);
+  std::ofstream(path) << "server_engine_threads: 5\nkey_shard_threads: 3\n";
+  c = LoadClusterConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->key_shard_threads(), 3);  // the new name wins
+  EXPECT_EQ(WithClusterDefaults({}).key_shard_threads(), 2);
+}
+
 TEST(ConfigTest, UnknownFieldNamesFileLineAndField) {
   proto::ClusterConfig c;
   absl::Status s = ParseTextProto("num_workers: 2\nnum_wrkers: 3\n", "cluster.pbtxt", &c);
