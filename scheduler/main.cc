@@ -144,9 +144,11 @@ int main(int argc, char** argv) {
   from_flag("key_shard_threads", shard_threads != 0,
             [&] { config.set_key_shard_threads(shard_threads); });
   const int interval = absl::GetFlag(FLAGS_heartbeat_interval_ms);
-  from_flag("heartbeat_interval_ms", interval != 0, [&] { config.set_heartbeat_interval_ms(interval); });
+  from_flag("heartbeat_interval_ms", interval != 0,
+            [&] { config.set_heartbeat_interval_ms(interval); });
   const int timeout = absl::GetFlag(FLAGS_heartbeat_timeout_ms);
-  from_flag("heartbeat_timeout_ms", timeout != 0, [&] { config.set_heartbeat_timeout_ms(timeout); });
+  from_flag("heartbeat_timeout_ms", timeout != 0,
+            [&] { config.set_heartbeat_timeout_ms(timeout); });
   const int connect = absl::GetFlag(FLAGS_connect_timeout_ms);
   from_flag("connect_timeout_ms", connect != 0, [&] { config.set_connect_timeout_ms(connect); });
   if (absl::GetFlag(FLAGS_hierarchical)) config.set_hierarchical(true);
@@ -160,12 +162,14 @@ int main(int argc, char** argv) {
   const int probes = absl::GetFlag(FLAGS_link_probe_count);
   from_flag("link_probe_count", probes >= 0, [&] { config.set_link_probe_count(probes); });
   const int64_t probe_bytes = absl::GetFlag(FLAGS_link_probe_bytes);
-  from_flag("link_probe_bytes", probe_bytes != 0, [&] { config.set_link_probe_bytes(probe_bytes); });
+  from_flag("link_probe_bytes", probe_bytes != 0,
+            [&] { config.set_link_probe_bytes(probe_bytes); });
   const int wait_timeout = absl::GetFlag(FLAGS_push_pull_timeout_ms);
   from_flag("push_pull_timeout_ms", wait_timeout != 0,
             [&] { config.set_push_pull_timeout_ms(wait_timeout); });
   const int silence = absl::GetFlag(FLAGS_scheduler_timeout_ms);
-  from_flag("scheduler_timeout_ms", silence != 0, [&] { config.set_scheduler_timeout_ms(silence); });
+  from_flag("scheduler_timeout_ms", silence != 0,
+            [&] { config.set_scheduler_timeout_ms(silence); });
   const int replacement = absl::GetFlag(FLAGS_server_replacement_timeout_ms);
   from_flag("server_replacement_timeout_ms", replacement != 0,
             [&] { config.set_server_replacement_timeout_ms(replacement); });
@@ -203,8 +207,8 @@ int main(int argc, char** argv) {
   }
   options.plan_links = *plan_links;
   options.port = absl::GetFlag(FLAGS_port) > 0 ? absl::GetFlag(FLAGS_port) : -1;
-  options.http_address =
-      bytecomp::telemetry::HttpAddress(absl::GetFlag(FLAGS_http_address), "BYTECOMP_SCHEDULER_HTTP");
+  options.http_address = bytecomp::telemetry::HttpAddress(absl::GetFlag(FLAGS_http_address),
+                                                          "BYTECOMP_SCHEDULER_HTTP");
   absl::StatusOr<std::unique_ptr<bytecomp::Scheduler>> scheduler =
       bytecomp::Scheduler::Create(std::move(options));
   if (!scheduler.ok()) {

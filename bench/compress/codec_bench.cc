@@ -15,10 +15,10 @@
 // its own encode at >= 25% of memcpy; those that select elements (topk, dgc, threshold) at
 // >= 5%. The last column says whether the run met its target.
 #include <algorithm>
-#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -87,9 +87,12 @@ double TargetFraction(const std::string& name) {
   const bytecomp::compress::CodecFacts* facts = bytecomp::compress::CodecFactsOf(name);
   if (facts == nullptr) return 0;
   switch (facts->encode_target) {
-    case bytecomp::compress::EncodeSpeedTarget::kElementwise: return 0.25;
-    case bytecomp::compress::EncodeSpeedTarget::kSelection: return 0.05;
-    case bytecomp::compress::EncodeSpeedTarget::kNone: break;
+    case bytecomp::compress::EncodeSpeedTarget::kElementwise:
+      return 0.25;
+    case bytecomp::compress::EncodeSpeedTarget::kSelection:
+      return 0.05;
+    case bytecomp::compress::EncodeSpeedTarget::kNone:
+      break;
   }
   return 0;
 }
@@ -122,7 +125,8 @@ int main(int argc, char** argv) {
       for (absl::string_view kv : absl::StrSplit(arg.substr(9), ',', absl::SkipEmpty())) {
         const std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
         if (p.first.empty() || kv.find('=') == absl::string_view::npos) {
-          std::fprintf(stderr, "bad --params entry '%s' (want key=value)\n", std::string(kv).c_str());
+          std::fprintf(stderr, "bad --params entry '%s' (want key=value)\n",
+                       std::string(kv).c_str());
           return 2;
         }
         params[p.first] = p.second;
@@ -139,9 +143,10 @@ int main(int argc, char** argv) {
       }
     } else if (arg.rfind("--reps=", 0) == 0 && absl::SimpleAtoi(arg.substr(7), &reps) && reps > 0) {
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--codecs=a,b] [--params=k=v,...] [--sizes=n1,n2] [--reps=N] | --list\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--codecs=a,b] [--params=k=v,...] [--sizes=n1,n2] [--reps=N] | --list\n",
+          argv[0]);
       return 2;
     }
   }
@@ -153,9 +158,11 @@ int main(int argc, char** argv) {
     const double memcpy_gbs = MemcpyBandwidth(input, r * 2);
     std::string described;
     for (const auto& [key, value] : params) described += " " + key + "=" + value;
-    std::printf("\n%zu floats (%.0f MiB), one thread, CPU time, median of %d; memcpy %.2f GB/s; "
-                "params:%s\n", n, 4.0 * n / (1 << 20), r, memcpy_gbs,
-                described.empty() ? " the codecs' defaults" : described.c_str());
+    std::printf(
+        "\n%zu floats (%.0f MiB), one thread, CPU time, median of %d; memcpy %.2f GB/s; "
+        "params:%s\n",
+        n, 4.0 * n / (1 << 20), r, memcpy_gbs,
+        described.empty() ? " the codecs' defaults" : described.c_str());
     std::printf("%-10s %9s %8s %9s %8s %10s %7s %s\n", "codec", "enc GB/s", "enc/mcp", "dec GB/s",
                 "dec/mcp", "size ratio", "target", "met");
     for (const auto& name : codecs) {
@@ -181,7 +188,8 @@ int main(int argc, char** argv) {
         auto b = codec.Encode(input, ctx, absl::MakeSpan(out));
         const auto m = Clock::now();
         if (!b.ok()) {
-          std::printf("%-10s encode failed: %s\n", name.c_str(), std::string(b.status().message()).c_str());
+          std::printf("%-10s encode failed: %s\n", name.c_str(),
+                      std::string(b.status().message()).c_str());
           ok = false;
           break;
         }

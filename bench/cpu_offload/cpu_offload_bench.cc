@@ -71,8 +71,8 @@ struct Options {
   size_t mib = 64;
   size_t chunk_kib = 1024;
   int reps = 5;
-  std::vector<std::string> codecs = {"fp16", "onebit", "efsignsgd", "topk", "randomk",
-                                     "qsgd", "terngrad", "natural", "dgc"};
+  std::vector<std::string> codecs = {"fp16", "onebit",   "efsignsgd", "topk", "randomk",
+                                     "qsgd", "terngrad", "natural",   "dgc"};
   bool pin = false;
 };
 
@@ -106,7 +106,7 @@ Options ParseArgs(int argc, char** argv) {
 // A partition of the tensor: what the engine hands the pool as one task.
 struct Partition {
   size_t index;
-  size_t offset;    // first element
+  size_t offset;  // first element
   size_t elements;
 };
 
@@ -329,8 +329,8 @@ int main(int argc, char** argv) {
   }
   const double memcpy_gbs = gb / Median(memcpy_s);
   const double memcpy_cpu_gbs = gb / Median(memcpy_cpu);
-  std::printf("tensor %zu MiB fp32 in %zu partitions of %zu KiB; medians of %d runs%s\n",
-              opt.mib, parts.size(), opt.chunk_kib, opt.reps, opt.pin ? "; pinned" : "");
+  std::printf("tensor %zu MiB fp32 in %zu partitions of %zu KiB; medians of %d runs%s\n", opt.mib,
+              parts.size(), opt.chunk_kib, opt.reps, opt.pin ? "; pinned" : "");
   std::printf("memcpy (reference): %.2f GB/s wall, %.2f GB per CPU-second\n", memcpy_gbs,
               memcpy_cpu_gbs);
   // Other processes compete for the cores: the figures mean little when this exceeds ~1.
@@ -412,10 +412,11 @@ int main(int argc, char** argv) {
   std::printf("%-10s %18s %18s %14s\n", "codec", "encode GB/cpu-s", "decode GB/cpu-s",
               "enc x memcpy");
   for (const StepFigures& s : steps) {
-    std::printf("%-10s %18.2f %18.2f %14.3f\n", s.codec.c_str(), s.encode_cpu_gbs,
-                s.decode_cpu_gbs, s.encode_cpu_gbs / memcpy_cpu_gbs);
+    std::printf("%-10s %18.2f %18.2f %14.3f\n", s.codec.c_str(), s.encode_cpu_gbs, s.decode_cpu_gbs,
+                s.encode_cpu_gbs / memcpy_cpu_gbs);
   }
-  std::printf("\ntraining step = compute (calibrated to ~ inline encode time) + compress the tensor\n");
+  std::printf(
+      "\ntraining step = compute (calibrated to ~ inline encode time) + compress the tensor\n");
   std::printf("%-10s %10s %10s %12s %12s %9s %14s\n", "codec", "compute ms", "encode ms",
               "inline ms", "offload ms", "speed-up", "offload/ideal");
   for (const StepFigures& s : steps) {
@@ -441,9 +442,10 @@ int main(int argc, char** argv) {
     std::memcpy(copy.data(), data.data(), partition_bytes);
     copy_s.push_back(Seconds(t0, Clock::now()));
   }
-  std::printf("\npinned pool (%s): acquire + release of a %zu KiB buffer %.0f ns; memcpy of it "
-              "%.0f ns; ratio %.3f\n",
-              std::string(PinnedMemoryKindName(memory.kind())).c_str(), opt.chunk_kib,
-              Median(acquire_s) * 1e9, Median(copy_s) * 1e9, Median(acquire_s) / Median(copy_s));
+  std::printf(
+      "\npinned pool (%s): acquire + release of a %zu KiB buffer %.0f ns; memcpy of it "
+      "%.0f ns; ratio %.3f\n",
+      std::string(PinnedMemoryKindName(memory.kind())).c_str(), opt.chunk_kib,
+      Median(acquire_s) * 1e9, Median(copy_s) * 1e9, Median(acquire_s) / Median(copy_s));
   return 0;
 }

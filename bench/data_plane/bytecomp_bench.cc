@@ -18,8 +18,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bytecomp/c_api.h"
 #include "bytecomp/common.h"
@@ -53,8 +53,10 @@ struct Tensor {
 absl::StatusOr<int64_t> ParseBytes(absl::string_view text) {
   const std::string given(text);
   int64_t scale = 1;
-  for (auto [suffix, s] : {std::pair<const char*, int64_t>{"GB", 1000000000}, {"MB", 1000000},
-                           {"KB", 1000}, {"B", 1}}) {
+  for (auto [suffix, s] : {std::pair<const char*, int64_t>{"GB", 1000000000},
+                           {"MB", 1000000},
+                           {"KB", 1000},
+                           {"B", 1}}) {
     if (absl::EndsWith(text, suffix)) {
       text.remove_suffix(std::strlen(suffix));
       scale = s;
@@ -64,7 +66,8 @@ absl::StatusOr<int64_t> ParseBytes(absl::string_view text) {
   int64_t n;
   if (!absl::SimpleAtoi(text, &n) || n <= 0 || n > (int64_t{1} << 40) / scale || n * scale < 4) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bad size '", given, "': a whole number of bytes >= 4 with an optional "
+        absl::StrCat("bad size '", given,
+                     "': a whole number of bytes >= 4 with an optional "
                      "suffix KB, MB or GB (e.g. 100MB)"));
   }
   return n * scale;
@@ -85,7 +88,8 @@ absl::StatusOr<std::vector<Tensor>> LoadModel(std::string* model_name) {
   bytecomp::proto::ModelProfile profile;
   if (absl::Status s = bytecomp::ParseTextProtoFile(path, &profile); !s.ok()) return s;
   *model_name = profile.model();
-  for (const auto& t : profile.tensors()) tensors.push_back({t.name(), std::vector<float>(t.elements())});
+  for (const auto& t : profile.tensors())
+    tensors.push_back({t.name(), std::vector<float>(t.elements())});
   return tensors;
 }
 
@@ -160,7 +164,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < tensors.size(); ++i) {
       Tensor& t = tensors[i];
       if (bytecomp_push_pull(t.name.c_str(), t.data.data(), static_cast<int64_t>(t.data.size()),
-                             BYTECOMP_FLOAT32, static_cast<int>(i), 0, &handles[i]) != BYTECOMP_OK) {
+                             BYTECOMP_FLOAT32, static_cast<int>(i), 0,
+                             &handles[i]) != BYTECOMP_OK) {
         std::fprintf(stderr, "push_pull failed: %s\n", bytecomp_last_error());
         return shut_down_failed(2);
       }
@@ -171,15 +176,16 @@ int main(int argc, char** argv) {
         return shut_down_failed(2);
       }
     }
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (absl::GetFlag(FLAGS_check)) {
       for (const Tensor& t : tensors) {
         for (size_t i = 0; i < t.data.size(); ++i) {
           float expected = 0;
           for (int r = 0; r < workers; ++r) expected += Value(i, r, round);
           if (t.data[i] != expected) {
-            std::fprintf(stderr, "WRONG SUM in %s[%zu] round %d: %g, expected %g\n", t.name.c_str(), i,
-                         round, t.data[i], expected);
+            std::fprintf(stderr, "WRONG SUM in %s[%zu] round %d: %g, expected %g\n", t.name.c_str(),
+                         i, round, t.data[i], expected);
             return shut_down_failed(1);
           }
         }
@@ -201,13 +207,14 @@ int main(int argc, char** argv) {
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
   if (rank == 0) {
-    std::printf("{\"bench\":\"bytecomp-bench\",\"model\":\"%s\",\"tensors\":%zu,\"W\":%d,\"S\":%d,"
-                "\"partition_bytes\":%lld,\"bytes_per_round\":%lld,\"median_round_ms\":%.3f,"
-                "\"goodput_gbytes_per_s\":%.3f,\"checked\":%s,\"strategy_versions\":[%lld,%lld]}\n",
-                model.c_str(), tensors.size(), workers, bytecomp_num_servers(),
-                static_cast<long long>(bytecomp_partition_bytes()), static_cast<long long>(bytes), median,
-                bytes / median / 1e6, absl::GetFlag(FLAGS_check) ? "true" : "false",
-                static_cast<long long>(first_version), static_cast<long long>(last_version));
+    std::printf(
+        "{\"bench\":\"bytecomp-bench\",\"model\":\"%s\",\"tensors\":%zu,\"W\":%d,\"S\":%d,"
+        "\"partition_bytes\":%lld,\"bytes_per_round\":%lld,\"median_round_ms\":%.3f,"
+        "\"goodput_gbytes_per_s\":%.3f,\"checked\":%s,\"strategy_versions\":[%lld,%lld]}\n",
+        model.c_str(), tensors.size(), workers, bytecomp_num_servers(),
+        static_cast<long long>(bytecomp_partition_bytes()), static_cast<long long>(bytes), median,
+        bytes / median / 1e6, absl::GetFlag(FLAGS_check) ? "true" : "false",
+        static_cast<long long>(first_version), static_cast<long long>(last_version));
   }
   std::fflush(stdout);
   return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;

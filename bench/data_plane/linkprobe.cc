@@ -52,11 +52,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bytecomp-linkprobe: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  if (!absl::GetFlag(FLAGS_key_file).empty()) key_config.set_key_file(absl::GetFlag(FLAGS_key_file));
+  if (!absl::GetFlag(FLAGS_key_file).empty())
+    key_config.set_key_file(absl::GetFlag(FLAGS_key_file));
   absl::StatusOr<std::unique_ptr<bytecomp::SocketSecurity>> security =
       bytecomp::SocketSecurity::FromConfig(ctx, key_config);
   if (!security.ok()) {
-    std::fprintf(stderr, "bytecomp-linkprobe: %s\n", std::string(security.status().message()).c_str());
+    std::fprintf(stderr, "bytecomp-linkprobe: %s\n",
+                 std::string(security.status().message()).c_str());
     return 2;
   }
   std::vector<zmq::socket_t> sockets;

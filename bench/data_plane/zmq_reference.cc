@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   if (const std::string path = absl::GetFlag(FLAGS_key_file); !path.empty()) {
     absl::StatusOr<bytecomp::LoadedClusterKey> loaded = bytecomp::ReadClusterKeyFile(path);
     if (!loaded.ok()) {
-      std::fprintf(stderr, "bytecomp-zmq-reference: %s\n", std::string(loaded.status().message()).c_str());
+      std::fprintf(stderr, "bytecomp-zmq-reference: %s\n",
+                   std::string(loaded.status().message()).c_str());
       return 2;
     }
     key = loaded->key;
@@ -72,19 +73,22 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < messages; ++i) {
       // Zero-copy from the sender's buffer, as the worker engine sends.
-      zmq::message_t m(buffer.data(), buffer.size(), [](void*, void*) {}, nullptr);
+      zmq::message_t m(
+          buffer.data(), buffer.size(), [](void*, void*) {}, nullptr);
       push.send(m, zmq::send_flags::none);
     }
     // The HWM of 4 bounds what is still queued; count the time to hand the last one over.
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     rates.push_back(static_cast<double>(size) * messages / s / 1e9);
   }
   int status = 0;
   waitpid(child, &status, 0);
   std::sort(rates.begin(), rates.end());
-  std::printf("{\"bench\":\"zmq-reference\",\"message_bytes\":%lld,\"messages\":%d,"
-              "\"median_gbytes_per_s\":%.3f,\"min\":%.3f,\"max\":%.3f,\"keyed\":%s}\n",
-              static_cast<long long>(size), messages, rates[rates.size() / 2], rates.front(),
-              rates.back(), key.has_value() ? "true" : "false");
+  std::printf(
+      "{\"bench\":\"zmq-reference\",\"message_bytes\":%lld,\"messages\":%d,"
+      "\"median_gbytes_per_s\":%.3f,\"min\":%.3f,\"max\":%.3f,\"keyed\":%s}\n",
+      static_cast<long long>(size), messages, rates[rates.size() / 2], rates.front(), rates.back(),
+      key.has_value() ? "true" : "false");
   return 0;
 }

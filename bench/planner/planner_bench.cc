@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   int repeats = 11;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--cluster=", 10) == 0) cluster_name = argv[i] + 10;
-    if (std::strncmp(argv[i], "--repeats=", 10) == 0) repeats = std::max(1, std::atoi(argv[i] + 10));
+    if (std::strncmp(argv[i], "--repeats=", 10) == 0)
+      repeats = std::max(1, std::atoi(argv[i] + 10));
   }
   const std::string dir = BYTECOMP_PLANNER_DIR;
   auto cluster = LoadClusterDescription(dir + "/clusters/" + cluster_name + ".pbtxt");
@@ -49,12 +50,13 @@ int main(int argc, char** argv) {
                  costs.status().ToString().c_str());
     return 1;
   }
-  std::printf("cluster %s, nominal cost table, %d repeats; times in ms (median); 'sim' is one "
-              "full simulation of the uncompressed choice, the reference\n",
-              cluster_name.c_str(), repeats);
-  std::printf("%-10s %7s %8s | %9s %9s %9s | %9s %9s | %8s %9s | %9s %9s %9s\n", "model",
-              "tensors", "options", "plan wall", "plan cpu", "published", "sim cpu", "plan/sim",
-              "sims", "events", "none", "all-fp16", "planned");
+  std::printf(
+      "cluster %s, nominal cost table, %d repeats; times in ms (median); 'sim' is one "
+      "full simulation of the uncompressed choice, the reference\n",
+      cluster_name.c_str(), repeats);
+  std::printf("%-10s %7s %8s | %9s %9s %9s | %9s %9s | %8s %9s | %9s %9s %9s\n", "model", "tensors",
+              "options", "plan wall", "plan cpu", "published", "sim cpu", "plan/sim", "sims",
+              "events", "none", "all-fp16", "planned");
   for (const char* model : {"resnet50", "resnet101", "vgg16", "bert-base", "gpt2", "lstm"}) {
     PlannerInputs in;
     auto profile = LoadModelProfile(dir + "/profiles/" + model + ".pbtxt");
@@ -92,15 +94,17 @@ int main(int argc, char** argv) {
       for (int k = 0; k < kSims; ++k) sim.Simulate(prepared->none_index);
       sim_cpu.push_back((CpuMs() - s0) / kSims);
     }
-    std::printf("%-10s %7d %8zu | %9.2f %9.2f %9.2f | %9.3f %9.0f | %8lld %9lld | %9.1f %9.1f %9.1f\n",
-                model, in.profile.tensors().size(), static_cast<size_t>(options), Median(wall), Median(cpu),
-                Median(published), Median(sim_cpu), Median(cpu) / Median(sim_cpu),
-                static_cast<long long>(result.simulations), static_cast<long long>(result.events),
-                result.no_compression_us / 1e3, result.compress_everything_us / 1e3,
-                result.predicted_us / 1e3);
+    std::printf(
+        "%-10s %7d %8zu | %9.2f %9.2f %9.2f | %9.3f %9.0f | %8lld %9lld | %9.1f %9.1f %9.1f\n",
+        model, in.profile.tensors().size(), static_cast<size_t>(options), Median(wall), Median(cpu),
+        Median(published), Median(sim_cpu), Median(cpu) / Median(sim_cpu),
+        static_cast<long long>(result.simulations), static_cast<long long>(result.events),
+        result.no_compression_us / 1e3, result.compress_everything_us / 1e3,
+        result.predicted_us / 1e3);
   }
-  std::printf("plan cpu: thread CPU time of Prepare + PlanByteComp (this host is shared, wall "
-              "time includes waiting for a core); published: CPU time of the paper's steps "
-              "alone (from no compression, no refinement; dominated options dropped)\n");
+  std::printf(
+      "plan cpu: thread CPU time of Prepare + PlanByteComp (this host is shared, wall "
+      "time includes waiting for a core); published: CPU time of the paper's steps "
+      "alone (from no compression, no refinement; dominated options dropped)\n");
   return 0;
 }

@@ -100,16 +100,18 @@ int main(int argc, char** argv) {
   std::remove(path.c_str());
   std::printf("reference (stamp + store): %.1f ns/event\n", ref_ns);
   for (int k = 0; k < 2; ++k) {
-    std::printf("Timeline::Record, %d thread(s): %.1f ns/event (%.2fx the reference); %lld of %d "
-                "dropped (%.1f s)\n",
-                threads[k], results[k], results[k] / ref_ns, static_cast<long long>(dropped[k]), n,
-                walls[k]);
+    std::printf(
+        "Timeline::Record, %d thread(s): %.1f ns/event (%.2fx the reference); %lld of %d "
+        "dropped (%.1f s)\n",
+        threads[k], results[k], results[k] / ref_ns, static_cast<long long>(dropped[k]), n,
+        walls[k]);
   }
   std::printf("writer thread: %.0f ns of CPU per event written\n", writer_ns);
-  std::printf("{\"bench\":\"timeline\",\"reference_ns\":%.2f,\"record_ns_1\":%.2f,"
-              "\"record_ns_4\":%.2f,\"dropped_1\":%lld,\"dropped_4\":%lld,"
-              "\"writer_ns\":%.1f}\n",
-              ref_ns, results[0], results[1], static_cast<long long>(dropped[0]),
-              static_cast<long long>(dropped[1]), writer_ns);
+  std::printf(
+      "{\"bench\":\"timeline\",\"reference_ns\":%.2f,\"record_ns_1\":%.2f,"
+      "\"record_ns_4\":%.2f,\"dropped_1\":%lld,\"dropped_4\":%lld,"
+      "\"writer_ns\":%.1f}\n",
+      ref_ns, results[0], results[1], static_cast<long long>(dropped[0]),
+      static_cast<long long>(dropped[1]), writer_ns);
   return 0;
 }

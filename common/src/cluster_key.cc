@@ -77,10 +77,10 @@ absl::StatusOr<ClusterKey> ParseClusterKey(absl::string_view text, absl::string_
     const bool quoted = value.size() >= 2 && value.front() == '"' && value.back() == '"';
     if (colon == absl::string_view::npos || (name != "public_key" && name != "secret_key") ||
         !quoted) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ":", line_number,
-          ": not a cluster key line: expected public_key: \"<40 Z85 characters>\" or "
-          "secret_key: \"<40 Z85 characters>\" (bytecomp-keygen writes this file)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", line_number,
+                       ": not a cluster key line: expected public_key: \"<40 Z85 characters>\" or "
+                       "secret_key: \"<40 Z85 characters>\" (bytecomp-keygen writes this file)"));
     }
     value = value.substr(1, value.size() - 2);
     std::optional<std::string>& slot = name == "public_key" ? public_key : secret_key;
@@ -90,24 +90,28 @@ absl::StatusOr<ClusterKey> ParseClusterKey(absl::string_view text, absl::string_
     }
     slot = std::string(value);
     if (!IsZ85Key(*slot)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ":", line_number, ": ", name, " is not a CURVE key: expected 40 Z85 characters, got ",
-          slot->size(), slot->size() == kZ85KeyChars ? " characters that are not Z85" : ""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", line_number, ": ", name,
+                       " is not a CURVE key: expected 40 Z85 characters, got ", slot->size(),
+                       slot->size() == kZ85KeyChars ? " characters that are not Z85" : ""));
     }
     if (name == "public_key") public_line = line_number;
   }
   if (!secret_key.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        source, ": no secret_key line: this is not a cluster key file (bytecomp-keygen writes one)"));
+        source,
+        ": no secret_key line: this is not a cluster key file (bytecomp-keygen writes one)"));
   }
   const std::optional<std::string> derived = PublicKeyOf(*secret_key);
   if (!derived.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": secret_key is not a CURVE secret key"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": secret_key is not a CURVE secret key"));
   }
   if (public_key.has_value() && *public_key != *derived) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ":", public_line, ": public_key does not belong to secret_key (the file was edited "
-        "or pieced together from two keys; make a new one with bytecomp-keygen)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", public_line,
+                     ": public_key does not belong to secret_key (the file was edited "
+                     "or pieced together from two keys; make a new one with bytecomp-keygen)"));
   }
   return ClusterKey{*derived, *secret_key};
 }
@@ -115,8 +119,9 @@ absl::StatusOr<ClusterKey> ParseClusterKey(absl::string_view text, absl::string_
 absl::StatusOr<LoadedClusterKey> ReadClusterKeyFile(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat("cluster key file '", path, "': ", ErrnoText(),
-                                            errno == ENOENT ? " (bytecomp-keygen writes one)" : ""));
+    return absl::NotFoundError(
+        absl::StrCat("cluster key file '", path, "': ", ErrnoText(),
+                     errno == ENOENT ? " (bytecomp-keygen writes one)" : ""));
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
@@ -144,9 +149,9 @@ absl::StatusOr<LoadedClusterKey> ReadClusterKeyFile(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   if (text.str().size() > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cluster key file '", path, "' holds ", text.str().size(),
-        " bytes; a key file is about 300 bytes (is this the right file?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster key file '", path, "' holds ", text.str().size(),
+                     " bytes; a key file is about 300 bytes (is this the right file?)"));
   }
   absl::StatusOr<ClusterKey> key = ParseClusterKey(text.str(), path);
   if (!key.ok()) return key.status();
@@ -161,9 +166,10 @@ absl::Status WriteClusterKeyFile(const std::string& path, const ClusterKey& key,
   const int fd = open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST && !overwrite) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "cluster key file '", path, "' exists; pass --force to replace it (every node of a "
-          "running job must then get the new key)"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("cluster key file '", path,
+                       "' exists; pass --force to replace it (every node of a "
+                       "running job must then get the new key)"));
     }
     return absl::UnavailableError(absl::StrCat("cannot create '", target, "': ", ErrnoText()));
   }
@@ -183,7 +189,8 @@ absl::Status WriteClusterKeyFile(const std::string& path, const ClusterKey& key,
   if (!ok) {
     const std::string why = error.empty() ? ErrnoText() : error;
     unlink(target.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot write cluster key file '", path, "': ", why));
+    return absl::UnavailableError(
+        absl::StrCat("cannot write cluster key file '", path, "': ", why));
   }
   return absl::OkStatus();
 }

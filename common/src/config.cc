@@ -33,8 +33,8 @@ class Problems {
  public:
   explicit Problems(const ConfigOrigins* origins) : origins_(origins) {}
   void Add(absl::string_view field, absl::string_view what) {
-    problems_.push_back(absl::StrCat(origins_ != nullptr ? origins_->Prefix(field) : "", field,
-                                     " ", what));
+    problems_.push_back(
+        absl::StrCat(origins_ != nullptr ? origins_->Prefix(field) : "", field, " ", what));
   }
   // Adds a problem unless lo <= value <= hi.
   void InRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi,
@@ -75,15 +75,15 @@ absl::Status SetFromEnv(const EnvField& env, const char* text, proto::ClusterCon
   const google::protobuf::FieldDescriptor* field = c->GetDescriptor()->FindFieldByName(env.field);
   int64_t parsed = 0;
   if (!absl::SimpleAtoi(text, &parsed)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable ", env.variable, "='", text, "' is not an integer (", env.field, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", env.variable, "='",
+                                                   text, "' is not an integer (", env.field, ")"));
   }
   const google::protobuf::Reflection* reflection = c->GetReflection();
   if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_INT32) {
     if (parsed < 0 || parsed > kInt32Max) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "environment variable ", env.variable, "='", text, "' is out of range for ", env.field,
-          " (0 .. ", kInt32Max, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("environment variable ", env.variable, "='",
+                                                     text, "' is out of range for ", env.field,
+                                                     " (0 .. ", kInt32Max, ")"));
     }
     reflection->SetInt32(c, field, static_cast<int32_t>(parsed));
   } else {
@@ -151,8 +151,7 @@ proto::ClusterConfig WithClusterDefaults(proto::ClusterConfig c) {
 absl::Status ValidateClusterConfig(const proto::ClusterConfig& c, const ConfigOrigins* origins) {
   Problems p(origins);
   if (!ParseHostPort(c.scheduler_address()).ok()) {
-    p.Add("scheduler_address",
-          absl::StrCat("'", c.scheduler_address(), "' is not host:port"));
+    p.Add("scheduler_address", absl::StrCat("'", c.scheduler_address(), "' is not host:port"));
   }
   p.InRange("num_workers", c.num_workers(), 1, 65536);
   p.InRange("num_servers", c.num_servers(), 1, 65536);
@@ -163,14 +162,12 @@ absl::Status ValidateClusterConfig(const proto::ClusterConfig& c, const ConfigOr
   // In 64 bits: 2 x a large interval must not wrap around and pass.
   const int64_t two_intervals = 2 * int64_t{c.heartbeat_interval_ms()};
   if (int64_t{c.heartbeat_timeout_ms()} < two_intervals) {
-    p.Add("heartbeat_timeout_ms",
-          absl::StrCat("must be >= 2 x heartbeat_interval_ms (", two_intervals, "), got ",
-                       c.heartbeat_timeout_ms()));
+    p.Add("heartbeat_timeout_ms", absl::StrCat("must be >= 2 x heartbeat_interval_ms (",
+                                               two_intervals, "), got ", c.heartbeat_timeout_ms()));
   }
   if (c.scheduler_timeout_ms() != 0 && int64_t{c.scheduler_timeout_ms()} < two_intervals) {
-    p.Add("scheduler_timeout_ms",
-          absl::StrCat("must be >= 2 x heartbeat_interval_ms (", two_intervals, "), got ",
-                       c.scheduler_timeout_ms()));
+    p.Add("scheduler_timeout_ms", absl::StrCat("must be >= 2 x heartbeat_interval_ms (",
+                                               two_intervals, "), got ", c.scheduler_timeout_ms()));
   }
   p.InRange("connect_timeout_ms", c.connect_timeout_ms(), 1, kInt32Max);
   p.InRange("declare_timeout_ms", c.declare_timeout_ms(), 1, kInt32Max);
@@ -192,8 +189,7 @@ absl::Status ValidateClusterConfig(const proto::ClusterConfig& c, const ConfigOr
   p.InRange("max_tensor_name_bytes", c.max_tensor_name_bytes(), 1, 65536);
   p.InRange("max_declared_bytes", c.max_declared_bytes(), 1, int64_t{1} << 50);
   // A worker's profile report names every tensor: it must fit the scheduler's message limit.
-  const int64_t report_bytes =
-      int64_t{c.max_tensors()} * (int64_t{c.max_tensor_name_bytes()} + 64);
+  const int64_t report_bytes = int64_t{c.max_tensors()} * (int64_t{c.max_tensor_name_bytes()} + 64);
   if (c.max_tensors() > 0 && c.max_tensor_name_bytes() > 0 && report_bytes > (int64_t{1} << 30)) {
     p.Add("max_tensors", absl::StrCat("x (max_tensor_name_bytes + 64) must be at most 1 GiB, got ",
                                       c.max_tensors(), " x ", c.max_tensor_name_bytes() + 64));
@@ -234,9 +230,11 @@ absl::StatusOr<proto::ClusterConfig> LoadClusterConfig(const std::string& path,
     if (origins != nullptr) RecordFileOrigins(path, config, tree, origins);
     const TextPosition old_name = PositionOf(&tree, config, "server_engine_threads", -1);
     if (old_name.line >= 0) {
-      BC_LOG_WARNING(Located(path, old_name), "server_engine_threads is key_shard_threads' first "
-                     "name; write key_shard_threads (", config.key_shard_threads() != 0
-                         ? "set too, and it wins)" : "the value is taken)");
+      BC_LOG_WARNING(
+          Located(path, old_name),
+          "server_engine_threads is key_shard_threads' first "
+          "name; write key_shard_threads (",
+          config.key_shard_threads() != 0 ? "set too, and it wins)" : "the value is taken)");
     }
   }
   if (absl::Status s = ApplyClusterEnv(&config, origins); !s.ok()) return s;

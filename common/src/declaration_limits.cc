@@ -13,9 +13,9 @@ DeclarationBudget::DeclarationBudget(const proto::ClusterConfig& config)
 absl::Status DeclarationBudget::CheckName(absl::string_view name) const {
   if (name.empty()) return absl::InvalidArgumentError("tensor name must not be empty");
   if (static_cast<int64_t>(name.size()) > max_name_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tensor name '", Printable(name, 64), "' is longer than the job's limit of ",
-        max_name_bytes_, " bytes (ClusterConfig.max_tensor_name_bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tensor name '", Printable(name, 64), "' is longer than the job's limit of ",
+                     max_name_bytes_, " bytes (ClusterConfig.max_tensor_name_bytes)"));
   }
   return absl::OkStatus();
 }
@@ -31,16 +31,18 @@ absl::Status DeclarationBudget::CheckTensor(absl::string_view name, int64_t elem
                                                    " partitions"));
   }
   if (tensors_ >= max_tensors_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": the job has declared ", tensors_, " tensors, its limit (ClusterConfig.max_tensors)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": the job has declared ", tensors_,
+                     " tensors, its limit (ClusterConfig.max_tensors)"));
   }
   // element_count * size without overflow: compare against what is left.
   const int64_t left = max_bytes_ - bytes_;
   if (element_count > left / size) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": ", element_count, " elements of ", DTypeName(dtype), " would bring the job's "
-        "declared bytes beyond its limit of ", max_bytes_,
-        " (ClusterConfig.max_declared_bytes; ", bytes_, " declared so far)"));
+        what, ": ", element_count, " elements of ", DTypeName(dtype),
+        " would bring the job's "
+        "declared bytes beyond its limit of ",
+        max_bytes_, " (ClusterConfig.max_declared_bytes; ", bytes_, " declared so far)"));
   }
   if (partitions > kMaxJobPartitions - partitions_) {
     return absl::ResourceExhaustedError(absl::StrCat(

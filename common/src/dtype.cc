@@ -11,19 +11,27 @@ namespace bytecomp {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case proto::DTYPE_FLOAT32: return 4;
-    case proto::DTYPE_FLOAT16: return 2;
-    case proto::DTYPE_BFLOAT16: return 2;
-    default: return 0;
+    case proto::DTYPE_FLOAT32:
+      return 4;
+    case proto::DTYPE_FLOAT16:
+      return 2;
+    case proto::DTYPE_BFLOAT16:
+      return 2;
+    default:
+      return 0;
   }
 }
 
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case proto::DTYPE_FLOAT32: return "fp32";
-    case proto::DTYPE_FLOAT16: return "fp16";
-    case proto::DTYPE_BFLOAT16: return "bf16";
-    default: return "invalid";
+    case proto::DTYPE_FLOAT32:
+      return "fp32";
+    case proto::DTYPE_FLOAT16:
+      return "fp16";
+    case proto::DTYPE_BFLOAT16:
+      return "bf16";
+    default:
+      return "invalid";
   }
 }
 
@@ -42,8 +50,8 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
 
 // Function multiversioning lets the same binary use AVX2/F16C where the CPU has them.
 __attribute__((target_clones("avx2", "default"))) void AddFloat32(float* __restrict dst,
-                                                                   const float* __restrict src,
-                                                                   size_t n) {
+                                                                  const float* __restrict src,
+                                                                  size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
@@ -90,37 +98,54 @@ bool ThroughAlignedCopy(DType dtype, const void* src, float* dst, size_t n, Conv
 void ToFloat32(DType dtype, const void* src, float* dst, size_t n) {
   if (ThroughAlignedCopy(dtype, src, dst, n, ToFloat32)) return;
   switch (dtype) {
-    case proto::DTYPE_FLOAT32: std::memcpy(dst, src, n * 4); return;
-    case proto::DTYPE_FLOAT16: HalfToFloat(static_cast<const uint16_t*>(src), dst, n); return;
+    case proto::DTYPE_FLOAT32:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case proto::DTYPE_FLOAT16:
+      HalfToFloat(static_cast<const uint16_t*>(src), dst, n);
+      return;
     case proto::DTYPE_BFLOAT16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = BFloat16BitsToFloat(s[i]);
       return;
     }
-    default: return;
+    default:
+      return;
   }
 }
 
 void FromFloat32(DType dtype, const float* src, void* dst, size_t n) {
   switch (dtype) {
-    case proto::DTYPE_FLOAT32: std::memcpy(dst, src, n * 4); return;
-    case proto::DTYPE_FLOAT16: FloatToHalf(src, static_cast<uint16_t*>(dst), n); return;
+    case proto::DTYPE_FLOAT32:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case proto::DTYPE_FLOAT16:
+      FloatToHalf(src, static_cast<uint16_t*>(dst), n);
+      return;
     case proto::DTYPE_BFLOAT16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = FloatToBFloat16Bits(src[i]);
       return;
     }
-    default: return;
+    default:
+      return;
   }
 }
 
 void AddToFloat32(DType dtype, const void* src, float* dst, size_t n) {
   if (ThroughAlignedCopy(dtype, src, dst, n, AddToFloat32)) return;
   switch (dtype) {
-    case proto::DTYPE_FLOAT32: AddFloat32(dst, static_cast<const float*>(src), n); return;
-    case proto::DTYPE_FLOAT16: AddHalf(static_cast<const uint16_t*>(src), dst, n); return;
-    case proto::DTYPE_BFLOAT16: AddBFloat16(static_cast<const uint16_t*>(src), dst, n); return;
-    default: return;
+    case proto::DTYPE_FLOAT32:
+      AddFloat32(dst, static_cast<const float*>(src), n);
+      return;
+    case proto::DTYPE_FLOAT16:
+      AddHalf(static_cast<const uint16_t*>(src), dst, n);
+      return;
+    case proto::DTYPE_BFLOAT16:
+      AddBFloat16(static_cast<const uint16_t*>(src), dst, n);
+      return;
+    default:
+      return;
   }
 }
 

@@ -70,10 +70,10 @@ absl::Status AskUntil(ProbeExchange& exchange, ProbeRequest ask, proto::ProbeTur
     if (!answer.ok()) return answer.status();
     if (*answer == want) return absl::OkStatus();
     if (*answer != proto::PROBE_TURN_BUSY) {
-      return absl::DataLossError(absl::StrCat(
-          "link probe: the reply to ", proto::ProbeTurn_Name(ask.turn), " says ",
-          proto::ProbeTurn_Name(*answer), ", not ", proto::ProbeTurn_Name(want),
-          " or PROBE_TURN_BUSY"));
+      return absl::DataLossError(absl::StrCat("link probe: the reply to ",
+                                              proto::ProbeTurn_Name(ask.turn), " says ",
+                                              proto::ProbeTurn_Name(*answer), ", not ",
+                                              proto::ProbeTurn_Name(want), " or PROBE_TURN_BUSY"));
     }
     const int64_t left = deadline_us - clock();
     if (left <= 0) break;
@@ -89,9 +89,8 @@ absl::Status AskUntil(ProbeExchange& exchange, ProbeRequest ask, proto::ProbeTur
 absl::Status AwaitTurn(ProbeExchange& exchange, int64_t deadline_us,
                        const std::function<int64_t()>& clock, LinkSamples* samples) {
   absl::Status s = AskUntil(
-      exchange, ProbeRequest{0, 0, proto::PROBE_TURN_BEGIN}, proto::PROBE_TURN_GRANTED,
-      deadline_us, clock,
-      "link probe: no bandwidth turn before the time limit (another prober held it)",
+      exchange, ProbeRequest{0, 0, proto::PROBE_TURN_BEGIN}, proto::PROBE_TURN_GRANTED, deadline_us,
+      clock, "link probe: no bandwidth turn before the time limit (another prober held it)",
       &samples->turn_wait_us);
   samples->got_turn = s.ok();
   return s;
@@ -173,9 +172,9 @@ absl::Status AwaitOtherProbers(const std::vector<ProbeExchange*>& servers, int64
                                const std::function<int64_t()>& clock) {
   for (size_t i = 0; i < servers.size(); ++i) {
     int64_t waited_us = 0;
-    absl::Status s = AskUntil(*servers[i], ProbeRequest{0, 0, proto::PROBE_TURN_QUERY},
-                              proto::PROBE_TURN_IDLE, deadline_us, clock,
-                              "other probers still measuring at the time limit", &waited_us);
+    absl::Status s =
+        AskUntil(*servers[i], ProbeRequest{0, 0, proto::PROBE_TURN_QUERY}, proto::PROBE_TURN_IDLE,
+                 deadline_us, clock, "other probers still measuring at the time limit", &waited_us);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("link probe: server ", i, ": ", s.message(),
                                                  " (waited ", waited_us / 1000, " ms)"));

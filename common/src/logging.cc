@@ -42,10 +42,14 @@ std::atomic<int>& Level() {
 
 const char* LevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "D";
-    case LogLevel::kInfo: return "I";
-    case LogLevel::kWarning: return "W";
-    case LogLevel::kError: return "E";
+    case LogLevel::kDebug:
+      return "D";
+    case LogLevel::kInfo:
+      return "I";
+    case LogLevel::kWarning:
+      return "W";
+    case LogLevel::kError:
+      return "E";
   }
   return "?";
 }
@@ -58,7 +62,9 @@ void SetLogIdentity(absl::string_view identity) {
   id.name = std::string(identity);
 }
 
-LogLevel CurrentLogLevel() { return static_cast<LogLevel>(Level().load(std::memory_order_relaxed)); }
+LogLevel CurrentLogLevel() {
+  return static_cast<LogLevel>(Level().load(std::memory_order_relaxed));
+}
 
 void SetLogLevel(LogLevel level) { Level().store(static_cast<int>(level)); }
 
@@ -69,8 +75,8 @@ std::string Iso8601Utc(std::chrono::system_clock::time_point when) {
   const time_t seconds = static_cast<time_t>(ms / 1000);
   std::tm utc;
   gmtime_r(&seconds, &utc);
-  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
-                         utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
+  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                         utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
                          static_cast<int>(ms % 1000));
 }
 
@@ -97,14 +103,14 @@ std::atomic<int64_t>& ProtobufLines() {
 }  // namespace
 
 void RouteProtobufLogs() {
-  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char* file, int line,
-                                     const std::string& message) {
-    const int64_t n = ProtobufLines().fetch_add(1) + 1;
-    if (n <= 20 || n % 1000 == 0) {
-      LogAt(LogLevel::kWarning, "libprotobuf (", file, ":", line, "): ", message, " (line ", n,
-            " from libprotobuf; the first 20 and every 1000th are printed)");
-    }
-  });
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel, const char* file, int line, const std::string& message) {
+        const int64_t n = ProtobufLines().fetch_add(1) + 1;
+        if (n <= 20 || n % 1000 == 0) {
+          LogAt(LogLevel::kWarning, "libprotobuf (", file, ":", line, "): ", message, " (line ", n,
+                " from libprotobuf; the first 20 and every 1000th are printed)");
+        }
+      });
 }
 
 int64_t ProtobufLogLines() { return ProtobufLines().load(); }

@@ -18,17 +18,15 @@ absl::StatusOr<TensorLayout> LayoutFromDeclareReply(const proto::DeclareReply& r
   layout.dtype = static_cast<proto::DType>(reply.dtype());
   layout.partition_elements = reply.partition_elements();
   if (layout.element_count < 1 || layout.partition_elements < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("declaration of '", reply.name(),
-                                                   "' has element_count ", layout.element_count,
-                                                   ", partition_elements ",
-                                                   layout.partition_elements));
+    return absl::InvalidArgumentError(
+        absl::StrCat("declaration of '", reply.name(), "' has element_count ", layout.element_count,
+                     ", partition_elements ", layout.partition_elements));
   }
   const int64_t parts = NumPartitions(layout.element_count, layout.partition_elements);
   if (parts != reply.partition_server_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("declaration of '", reply.name(), "' lists ",
-                                                   reply.partition_server_size(),
-                                                   " partition servers for ", parts,
-                                                   " partitions"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("declaration of '", reply.name(), "' lists ", reply.partition_server_size(),
+                     " partition servers for ", parts, " partitions"));
   }
   for (int32_t s : reply.partition_server()) {
     if (s < 0 || s >= num_servers) {
@@ -36,8 +34,7 @@ absl::StatusOr<TensorLayout> LayoutFromDeclareReply(const proto::DeclareReply& r
                                                      "' names server ", s, " of ", num_servers));
     }
   }
-  layout.partition_server.assign(reply.partition_server().begin(),
-                                 reply.partition_server().end());
+  layout.partition_server.assign(reply.partition_server().begin(), reply.partition_server().end());
   layout.row_elements = reply.row_elements();
   if (layout.row_elements < 0 ||
       (layout.row_elements > 0 && (layout.element_count % layout.row_elements != 0 ||

@@ -40,8 +40,9 @@ std::optional<std::string> RefusalLog::Refuse(absl::string_view peer, absl::stri
   }
   Budget& b = it->second;
   if (options_.interval_ms > 0 && now_ms > b.refilled_ms) {
-    b.lines = std::min<double>(options_.burst, b.lines + static_cast<double>(now_ms - b.refilled_ms) /
-                                                          static_cast<double>(options_.interval_ms));
+    b.lines =
+        std::min<double>(options_.burst, b.lines + static_cast<double>(now_ms - b.refilled_ms) /
+                                                       static_cast<double>(options_.interval_ms));
     b.refilled_ms = now_ms;
   }
   if (b.lines < 1) {
@@ -65,8 +66,8 @@ void RefusalLog::RefuseAndLog(absl::string_view peer, absl::string_view line, in
 std::string RefusalLog::Summary() const {
   if (refused_ == 0) return "";
   return absl::StrCat("refused ", refused_, refused_ == 1 ? " message" : " messages", " from ",
-                      budgets_.size(), budgets_.size() == 1 ? " peer" : " peers", " (",
-                      suppressed_, " log lines held back)");
+                      budgets_.size(), budgets_.size() == 1 ? " peer" : " peers", " (", suppressed_,
+                      " log lines held back)");
 }
 
 }  // namespace bytecomp

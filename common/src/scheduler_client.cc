@@ -31,12 +31,13 @@ SchedulerClient::SchedulerClient(zmq::context_t& context, proto::ClusterConfig c
 }
 
 absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int requested_rank,
-                                                         const std::string& data_address) {
+                                                          const std::string& data_address) {
   // A name that does not resolve is said at once: ZeroMQ would retry it until the connect
   // timeout, which then reads as "the scheduler is not running".
   absl::StatusOr<HostPort> where = ParseHostPort(config_.scheduler_address());
   if (!where.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("scheduler address: ", where.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler address: ", where.status().message()));
   }
   if (absl::Status s = ResolveHost(where->host); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -121,8 +122,10 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
     if (m.has_topology()) {
       // Every node follows the job's timing: heartbeats, and when the scheduler counts as silent.
       const proto::ClusterConfig& job = m.topology().config();
-      if (job.heartbeat_interval_ms() > 0) config_.set_heartbeat_interval_ms(job.heartbeat_interval_ms());
-      if (job.heartbeat_timeout_ms() > 0) config_.set_heartbeat_timeout_ms(job.heartbeat_timeout_ms());
+      if (job.heartbeat_interval_ms() > 0)
+        config_.set_heartbeat_interval_ms(job.heartbeat_interval_ms());
+      if (job.heartbeat_timeout_ms() > 0)
+        config_.set_heartbeat_timeout_ms(job.heartbeat_timeout_ms());
       config_.set_scheduler_timeout_ms(job.scheduler_timeout_ms());
       // What a rejoin (the scheduler restarted) says: this node's rank, machine slot and token.
       registration_.set_requested_rank(m.topology().your_rank());
@@ -140,8 +143,8 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
                        " rejected registration: ", m.error().message()));
     }
     if (m.has_shutdown()) {
-      return absl::CancelledError(absl::StrCat("scheduler shut the job down during start-up: ",
-                                               m.shutdown().reason()));
+      return absl::CancelledError(
+          absl::StrCat("scheduler shut the job down during start-up: ", m.shutdown().reason()));
     }
   }
 }
@@ -175,9 +178,9 @@ absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {
   while (absl::IsResourceExhausted(sent)) {
     const int64_t left = deadline - MonotonicMs();
     if (left <= 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "the scheduler at ", config_.scheduler_address(), " took no message for ",
-          SchedulerTimeoutMs(config_), " ms (its queue toward it is full)"));
+      return absl::UnavailableError(
+          absl::StrCat("the scheduler at ", config_.scheduler_address(), " took no message for ",
+                       SchedulerTimeoutMs(config_), " ms (its queue toward it is full)"));
     }
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLOUT, 0};
     try {
@@ -224,7 +227,7 @@ absl::StatusOr<std::optional<proto::ControlMessage>> SchedulerClient::Receive(in
   last_heard_ms_ = MonotonicMs();
   if (msg.has_clock_reply()) {
     clock_->AddSample(msg.clock_reply().node_sent_us(), msg.clock_reply().scheduler_us(),
-                     ClockOffset::NowUs());
+                      ClockOffset::NowUs());
     return std::optional<proto::ControlMessage>();
   }
   if (registered_) {

@@ -76,7 +76,8 @@ bool IsLoopbackHost(const std::string& host) {
   if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   in6_addr v6;
   std::string bare = h;
-  if (bare.size() > 2 && bare.front() == '[' && bare.back() == ']') bare = bare.substr(1, bare.size() - 2);
+  if (bare.size() > 2 && bare.front() == '[' && bare.back() == ']')
+    bare = bare.substr(1, bare.size() - 2);
   if (inet_pton(AF_INET6, bare.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
   if (h.empty() || h == "*") return false;
   addrinfo hints = {};
@@ -109,10 +110,10 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, b
   const std::string endpoint =
       absl::StrCat("inproc://bytecomp-client-handshakes-", reinterpret_cast<uintptr_t>(this));
   events_.set(zmq::sockopt::linger, 0);
-  started_ = zmq_socket_monitor(socket.handle(), endpoint.c_str(),
-                                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                                    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0;
+  started_ =
+      zmq_socket_monitor(socket.handle(), endpoint.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0;
   if (started_) events_.connect(endpoint);
 }
 
@@ -157,7 +158,9 @@ std::optional<std::string> HandshakeWatch::Failure() {
 class SocketSecurity::Gate {
  public:
   Gate(zmq::context_t& context, std::string job_public_key)
-      : context_(context), job_public_key_(std::move(job_public_key)), zap_(context, zmq::socket_type::rep) {}
+      : context_(context),
+        job_public_key_(std::move(job_public_key)),
+        zap_(context, zmq::socket_type::rep) {}
 
   ~Gate() {
     stop_.store(true);
@@ -172,8 +175,8 @@ class SocketSecurity::Gate {
     try {
       zap_.bind(kZapEndpoint);
     } catch (const zmq::error_t& e) {
-      return absl::InternalError(absl::StrCat(
-          "cannot start the cluster key's ZAP handler (", kZapEndpoint, "): ", e.what()));
+      return absl::InternalError(absl::StrCat("cannot start the cluster key's ZAP handler (",
+                                              kZapEndpoint, "): ", e.what()));
     }
     thread_ = std::thread([this] { Run(); });
     return absl::OkStatus();
@@ -234,7 +237,8 @@ class SocketSecurity::Gate {
   }
 
   void Answer() {
-    absl::StatusOr<std::vector<zmq::message_t>> frames = RecvFrames(zap_, std::chrono::milliseconds(0));
+    absl::StatusOr<std::vector<zmq::message_t>> frames =
+        RecvFrames(zap_, std::chrono::milliseconds(0));
     if (!frames.ok() || frames->empty()) return;
     std::vector<std::string> request;
     for (const zmq::message_t& f : *frames) request.push_back(FrameToString(f));
@@ -268,7 +272,7 @@ class SocketSecurity::Gate {
   zmq::context_t& context_;
   const std::string job_public_key_;  // 32 bytes, binary
   zmq::socket_t zap_;                 // the thread's once it runs
-  ConnectionRefusalLog log_;                    // the thread's; read after it ended
+  ConnectionRefusalLog log_;          // the thread's; read after it ended
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
   std::atomic<int> watched_{0};
@@ -355,7 +359,8 @@ absl::Status SocketSecurity::CheckPlainHost(const std::string& host, absl::strin
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      what, " ", host, " is not loopback, and this process has no cluster key: without one "
+      what, " ", host,
+      " is not loopback, and this process has no cluster key: without one "
       "ByteComp stays on loopback, since anyone who reaches its ports could join, push, pull and "
       "stop the job. Give every node the job's key file (key_file in the cluster config, "
       "BYTECOMP_KEY_FILE or --key_file; bytecomp-keygen writes one), or set allow_insecure: true"));

@@ -44,10 +44,9 @@ absl::Status ParseTextProto(absl::string_view text, absl::string_view source_nam
   parser.AllowUnknownField(false);
   if (tree != nullptr) parser.WriteLocationsTo(tree);
   if (!parser.ParseFromString(std::string(text), out) || !errors.empty()) {
-    return absl::InvalidArgumentError(errors.empty()
-                                          ? absl::StrCat(source_name, ": could not parse as ",
-                                                         out->GetTypeName())
-                                          : errors.Joined());
+    return absl::InvalidArgumentError(
+        errors.empty() ? absl::StrCat(source_name, ": could not parse as ", out->GetTypeName())
+                       : errors.Joined());
   }
   return absl::OkStatus();
 }

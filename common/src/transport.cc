@@ -14,8 +14,8 @@ zmq::message_t ProtoFrame(const google::protobuf::Message& message) {
 
 absl::Status ParseFrame(const zmq::message_t& frame, google::protobuf::Message* out) {
   if (!out->ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed ", out->GetTypeName(), " frame (",
-                                                   frame.size(), " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed ", out->GetTypeName(), " frame (", frame.size(), " bytes)"));
   }
   return absl::OkStatus();
 }
@@ -69,8 +69,8 @@ void ConfigureSocket(zmq::socket_t& socket) {
 }
 
 absl::StatusOr<int> BindTcp(zmq::socket_t& socket, const std::string& host, int port) {
-  const std::string endpoint = port == 0 ? absl::StrCat("tcp://", host, ":*")
-                                         : TcpEndpoint(host, port);
+  const std::string endpoint =
+      port == 0 ? absl::StrCat("tcp://", host, ":*") : TcpEndpoint(host, port);
   try {
     socket.bind(endpoint);
   } catch (const zmq::error_t& e) {

@@ -41,8 +41,8 @@ ZapDecision DecideZapRequest(const std::vector<std::string>& request,
   return d;
 }
 
-std::optional<std::string> ConnectionRefusalLog::Refused(const std::string& peer, absl::string_view why,
-                                               int64_t now_ms) {
+std::optional<std::string> ConnectionRefusalLog::Refused(const std::string& peer,
+                                                         absl::string_view why, int64_t now_ms) {
   ++total_;
   if (!peers_.contains(peer)) {
     if (peers_.size() >= max_peers_) {
@@ -78,7 +78,8 @@ std::string ConnectionRefusalLog::Summary() const {
     absl::StrAppend(&s, ", and ", peers_not_remembered_, " from peers beyond the first ",
                     max_peers_);
   }
-  if (lines_unlogged_ > 0) absl::StrAppend(&s, " (", lines_unlogged_, " peers not logged: rate limit)");
+  if (lines_unlogged_ > 0)
+    absl::StrAppend(&s, " (", lines_unlogged_, " peers not logged: rate limit)");
   return s;
 }
 

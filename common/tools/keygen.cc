@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
       "Writes a new ByteComp cluster key (the job's CURVE keypair) to FILE with mode 0600.");
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
-    std::fprintf(stderr, "usage: bytecomp-keygen [--force] FILE (e.g. /etc/bytecomp/cluster.key)\n");
+    std::fprintf(stderr,
+                 "usage: bytecomp-keygen [--force] FILE (e.g. /etc/bytecomp/cluster.key)\n");
     return 2;
   }
   const std::string path = args[1];

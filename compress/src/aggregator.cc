@@ -126,12 +126,14 @@ std::unique_ptr<Aggregator> MakeSummedValuesAggregator(std::unique_ptr<Codec> co
 absl::StatusOr<std::unique_ptr<Aggregator>> CreateAggregator(std::unique_ptr<Codec> codec) {
   if (codec == nullptr) return absl::InvalidArgumentError("CreateAggregator: null codec");
   const CodecSpec* spec = CodecRegistry::Global().Find(codec->name());
-  if (spec != nullptr && spec->aggregator_factory) return spec->aggregator_factory(std::move(codec));
+  if (spec != nullptr && spec->aggregator_factory)
+    return spec->aggregator_factory(std::move(codec));
   const CodecProperties p = codec->properties();
   if (p.majority_vote || p.two_round) {
-    return absl::UnimplementedError(absl::StrCat(
-        "codec '", codec->name(), "' needs its own aggregator (majority vote or two rounds), "
-        "but its CodecSpec has no aggregator_factory"));
+    return absl::UnimplementedError(
+        absl::StrCat("codec '", codec->name(),
+                     "' needs its own aggregator (majority vote or two rounds), "
+                     "but its CodecSpec has no aggregator_factory"));
   }
   if (p.summable_encoded) return MakeSummedValuesAggregator(std::move(codec));
   return MakeDecodeAddAggregator(std::move(codec));

@@ -62,7 +62,7 @@ __attribute__((target("avx2,f16c"))) uint32_t FloatToHalfF16C(const float* src, 
 
 // Largest (h & 0x7fff): >= 0x7c00 means a NaN or Inf half.
 __attribute__((target_clones("avx2", "default"))) uint16_t MaxAbsHalfBits(const uint16_t* src,
-                                                                           size_t n) {
+                                                                          size_t n) {
   uint16_t lanes[32] = {};
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -112,12 +112,12 @@ void HalfToFloat(const uint16_t* src, float* dst, size_t n) {
 
 // SaturatingBFloat16Bits' arithmetic, 8 elements; maxbits collects |x| bit patterns.
 __attribute__((target("avx2"), always_inline)) inline __m256i ConvertBF16x8(__m256i x,
-                                                                           __m256i& maxbits) {
+                                                                            __m256i& maxbits) {
   const __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
   maxbits = _mm256_max_epu32(maxbits, a);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(
-      _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7fff)), lsb), 16);
   r = _mm256_min_epu32(r, _mm256_set1_epi32(0x7f7f));
   return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)));
 }
@@ -125,7 +125,9 @@ __attribute__((target("avx2"), always_inline)) inline __m256i ConvertBF16x8(__m2
 __attribute__((target("avx2"))) uint32_t FloatToBF16Avx2(const float* src, uint16_t* dst,
                                                          size_t n) {
   __m256i maxbits = _mm256_setzero_si256();
-  auto convert = [&](__m256i x) __attribute__((target("avx2"))) { return ConvertBF16x8(x, maxbits); };
+  auto convert = [&](__m256i x) __attribute__((target("avx2"))) {
+    return ConvertBF16x8(x, maxbits);
+  };
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i lo = convert(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
@@ -160,12 +162,12 @@ __attribute__((always_inline)) inline void BF16ToFloatBody(const uint16_t* src, 
 }
 
 // Two functions rather than one template: clang does not multiversion templates.
-__attribute__((target_clones("avx2", "default"))) void BF16WidenTo(const uint16_t* src,
-                                                                    float* dst, size_t n) {
+__attribute__((target_clones("avx2", "default"))) void BF16WidenTo(const uint16_t* src, float* dst,
+                                                                   size_t n) {
   BF16ToFloatBody<false>(src, dst, n);
 }
-__attribute__((target_clones("avx2", "default"))) void BF16WidenAdd(const uint16_t* src,
-                                                                     float* dst, size_t n) {
+__attribute__((target_clones("avx2", "default"))) void BF16WidenAdd(const uint16_t* src, float* dst,
+                                                                    size_t n) {
   BF16ToFloatBody<true>(src, dst, n);
 }
 
@@ -239,7 +241,6 @@ class NoneCodec final : public DenseSummableCodec {
     return absl::OkStatus();
   }
 
-
  private:
   absl::Status Validate(absl::Span<const uint8_t> encoded, size_t n) {
     if (auto s = CheckPayloadSize(name(), encoded.size(), n, 4); !s.ok()) return s;
@@ -312,7 +313,6 @@ class HalfCodec final : public DenseSummableCodec {
     return absl::OkStatus();
   }
 
-
  private:
   absl::Status Validate(absl::Span<const uint8_t> encoded, size_t n) {
     if (auto s = CheckPayloadSize(name(), encoded.size(), n, 2); !s.ok()) return s;
@@ -331,35 +331,38 @@ class HalfCodec final : public DenseSummableCodec {
 }  // namespace
 
 void RegisterBasicCodecs(CodecRegistry& registry) {
-  MustRegister(registry, {.name = "none",
-                          .summary = "no compression: the fp32 values",
-                          .params = {},
-                          .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
-                            return std::make_unique<NoneCodec>();
-                          },
-                          .facts = {.loss = CodecLoss::kNone,
-                                    .summable_encoded = true,
-                                    .encode_target = EncodeSpeedTarget::kElementwise}});
+  MustRegister(registry,
+               {.name = "none",
+                .summary = "no compression: the fp32 values",
+                .params = {},
+                .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
+                  return std::make_unique<NoneCodec>();
+                },
+                .facts = {.loss = CodecLoss::kNone,
+                          .summable_encoded = true,
+                          .encode_target = EncodeSpeedTarget::kElementwise}});
   // fp16 and bf16 have GPU kernels (compress/cuda basic_kernels.cu), with the residual fused.
   const CodecFacts half_facts = {.loss = CodecLoss::kRounding,
                                  .summable_encoded = true,
                                  .gpu_kernel = true,
                                  .gpu_memories = {MemoryKind::kResidual},
                                  .encode_target = EncodeSpeedTarget::kElementwise};
-  MustRegister(registry, {.name = "fp16",
-                          .summary = "IEEE half precision, saturated at +-65504",
-                          .params = {},
-                          .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
-                            return std::make_unique<HalfCodec>(false);
-                          },
-                          .facts = half_facts});
-  MustRegister(registry, {.name = "bf16",
-                          .summary = "bfloat16 (fp32's top 16 bits, rounded to nearest even)",
-                          .params = {},
-                          .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
-                            return std::make_unique<HalfCodec>(true);
-                          },
-                          .facts = half_facts});
+  MustRegister(registry,
+               {.name = "fp16",
+                .summary = "IEEE half precision, saturated at +-65504",
+                .params = {},
+                .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
+                  return std::make_unique<HalfCodec>(false);
+                },
+                .facts = half_facts});
+  MustRegister(registry,
+               {.name = "bf16",
+                .summary = "bfloat16 (fp32's top 16 bits, rounded to nearest even)",
+                .params = {},
+                .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
+                  return std::make_unique<HalfCodec>(true);
+                },
+                .facts = half_facts});
 }
 
 }  // namespace bytecomp::compress

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "blocksparse_codec.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/format/blocksparse_format.h"
-#include "blocksparse_codec.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -112,9 +112,9 @@ class BlockSparseAggregator final : public Aggregator {
       if (max_bits == 0) continue;
       if (!IsFiniteBits(max_bits) && encodable_.ok()) {
         const size_t start = size_t{e.block} * block_;
-        encodable_ = absl::InvalidArgumentError(absl::StrCat(
-            "blocksparse: the sum of elements [", start, ", ", start + len,
-            ") is beyond fp32's range (the pushes' values are too large to add)"));
+        encodable_ = absl::InvalidArgumentError(
+            absl::StrCat("blocksparse: the sum of elements [", start, ", ", start + len,
+                         ") is beyond fp32's range (the pushes' values are too large to add)"));
       }
       kept_.push_back(e);
       kept_blocks_.push_back(e.block);
@@ -140,10 +140,10 @@ class BlockSparseAggregator final : public Aggregator {
   CodecContext first_;
   size_t count_ = 0;
   bool started_ = false;
-  std::vector<Entry> union_, merged_;   // increasing block order; merged_ is the merge's scratch
-  std::vector<float> slots_;            // block_ floats per block of the union
-  bool summed_ = false;                 // kept_, encoded_ and encodable_ are up to date
-  absl::Status encodable_;              // why encoded_ is no valid message (OK: it is)
+  std::vector<Entry> union_, merged_;  // increasing block order; merged_ is the merge's scratch
+  std::vector<float> slots_;           // block_ floats per block of the union
+  bool summed_ = false;                // kept_, encoded_ and encodable_ are up to date
+  absl::Status encodable_;             // why encoded_ is no valid message (OK: it is)
   std::vector<Entry> kept_;
   std::vector<uint32_t> kept_blocks_;
   std::vector<uint8_t> encoded_;

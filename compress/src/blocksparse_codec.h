@@ -60,8 +60,8 @@ class BlocksparseCodec final : public Codec {
 
  private:
   uint32_t block_;
-  uint32_t threshold_bits_;         // |x| as bits must exceed it
-  std::vector<uint32_t> carried_;   // encode's and decode's scratch
+  uint32_t threshold_bits_;        // |x| as bits must exceed it
+  std::vector<uint32_t> carried_;  // encode's and decode's scratch
 };
 
 // The server aggregator "block_sparse" (aggregator.h): the union of the pushes' blocks in

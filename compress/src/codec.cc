@@ -35,8 +35,7 @@ absl::Status Codec::ExpandSum(absl::Span<const float>, const CodecContext&, absl
 }
 
 // Eight independent lanes so that the compiler keeps a vector of maxima.
-__attribute__((target_clones("avx2", "default"))) uint32_t MaxAbsBits(const float* data,
-                                                                       size_t n) {
+__attribute__((target_clones("avx2", "default"))) uint32_t MaxAbsBits(const float* data, size_t n) {
   uint32_t lanes[16] = {};
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {

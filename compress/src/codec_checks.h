@@ -32,8 +32,7 @@ inline absl::Status InputSizeSupported(absl::string_view codec, size_t n) {
 }
 
 // Both encode-call checks.
-inline absl::Status CheckEncodeCall(absl::string_view codec, size_t n, size_t have,
-                                    size_t need) {
+inline absl::Status CheckEncodeCall(absl::string_view codec, size_t n, size_t have, size_t need) {
   if (auto s = OutputFits(codec, have, need); !s.ok()) return s;
   return InputSizeSupported(codec, n);
 }
@@ -57,13 +56,11 @@ inline absl::Status CheckEncodeCallAndFinite(const Codec& codec, absl::Span<cons
   return absl::OkStatus();
 }
 
-inline absl::Status PayloadSizeIs(absl::string_view codec, size_t have, size_t expected,
-                                  size_t n) {
+inline absl::Status PayloadSizeIs(absl::string_view codec, size_t have, size_t expected, size_t n) {
   return FormatErrorStatus(codec, CheckPayloadSize(have, expected, n));
 }
 
-inline absl::Status PayloadAtLeast(absl::string_view codec, size_t have, size_t minimum,
-                                   size_t n) {
+inline absl::Status PayloadAtLeast(absl::string_view codec, size_t have, size_t minimum, size_t n) {
   if (have >= minimum) return absl::OkStatus();
   return FormatErrorStatus(codec,
                            MakeFormatError(FormatErrorCode::kPayloadTooShort, have, n, minimum));
@@ -73,15 +70,14 @@ inline absl::Status PayloadAtLeast(absl::string_view codec, size_t have, size_t 
 // against the decode length.
 inline absl::Status CheckSizeAndCount(const Codec& codec, absl::Span<const uint8_t> encoded,
                                       size_t n) {
-  return FormatErrorStatus(codec.name(),
-                           compress::CheckSizeAndCount(encoded.data(), encoded.size(),
-                                                       codec.MaxEncodedBytes(n), n));
+  return FormatErrorStatus(codec.name(), compress::CheckSizeAndCount(encoded.data(), encoded.size(),
+                                                                     codec.MaxEncodedBytes(n), n));
 }
 
 // ... and then a header value at offset 4 that must be finite and not negative.
 inline absl::StatusOr<float> ReadHeaderValueAfterCount(const Codec& codec,
-                                                       absl::Span<const uint8_t> encoded,
-                                                       size_t n, HeaderValue what) {
+                                                       absl::Span<const uint8_t> encoded, size_t n,
+                                                       HeaderValue what) {
   if (auto s = CheckSizeAndCount(codec, encoded, n); !s.ok()) return s;
   const float value = GetF32(encoded.data() + 4);
   if (auto s = FormatErrorStatus(codec.name(), CheckHeaderValue(value, what, true)); !s.ok()) {

@@ -11,11 +11,16 @@ namespace {
 
 const char* HeaderValueName(uint64_t what) {
   switch (what) {
-    case kScaleValue: return "scale";
-    case kNonNegativePartValue: return "value of non-negative elements";
-    case kNegativePartValueNegated: return "value of negative elements (negated)";
-    case kNormValue: return "norm";
-    case kMaxAbsValue: return "max |x|";
+    case kScaleValue:
+      return "scale";
+    case kNonNegativePartValue:
+      return "value of non-negative elements";
+    case kNegativePartValueNegated:
+      return "value of negative elements (negated)";
+    case kNormValue:
+      return "norm";
+    case kMaxAbsValue:
+      return "max |x|";
   }
   return "header value";
 }
@@ -27,57 +32,78 @@ float AsFloat(uint64_t bits) { return BitsToFloat(static_cast<uint32_t>(bits)); 
 std::string FormatErrorText(const FormatError& e) {
   using C = FormatErrorCode;
   switch (e.code) {
-    case C::kNone: return "no error";
+    case C::kNone:
+      return "no error";
     case C::kPayloadSize:
       return absl::StrCat(e.a, " bytes for ", e.b, " elements (expected ", e.c, ")");
     case C::kPayloadTooShort:
       return absl::StrCat(e.a, " bytes for ", e.b, " elements (at least ", e.c, " expected)");
-    case C::kShorterThanHeader: return absl::StrCat(e.a, " bytes, shorter than the header");
-    case C::kSizeVsHeader: return absl::StrCat(e.a, " bytes, header says ", e.b);
-    case C::kSizeVsExpected: return absl::StrCat(e.a, " bytes, expected ", e.b);
+    case C::kShorterThanHeader:
+      return absl::StrCat(e.a, " bytes, shorter than the header");
+    case C::kSizeVsHeader:
+      return absl::StrCat(e.a, " bytes, header says ", e.b);
+    case C::kSizeVsExpected:
+      return absl::StrCat(e.a, " bytes, expected ", e.b);
     case C::kElementCount:
       return absl::StrCat("payload for ", e.a, " elements decoded into ", e.b);
     case C::kMessageElementCount:
       return absl::StrCat("message holds ", e.a, " elements, expected ", e.b);
-    case C::kUnknownVersion: return absl::StrCat("unknown version ", e.a);
-    case C::kPayloadNotFinite: return "payload holds NaN or Inf";
-    case C::kValuesNotFinite: return "values hold NaN or Inf";
-    case C::kHeaderValueNotFinite: return absl::StrCat(HeaderValueName(e.a), " is not finite");
+    case C::kUnknownVersion:
+      return absl::StrCat("unknown version ", e.a);
+    case C::kPayloadNotFinite:
+      return "payload holds NaN or Inf";
+    case C::kValuesNotFinite:
+      return "values hold NaN or Inf";
+    case C::kHeaderValueNotFinite:
+      return absl::StrCat(HeaderValueName(e.a), " is not finite");
     case C::kHeaderValueNegative:
       return absl::StrCat(HeaderValueName(e.a), " is negative (", AsFloat(e.b), ")");
-    case C::kBucketNormNotFinite: return absl::StrCat("norm of bucket ", e.a, " is not finite");
+    case C::kBucketNormNotFinite:
+      return absl::StrCat("norm of bucket ", e.a, " is not finite");
     case C::kBucketNormNegative:
       return absl::StrCat("norm of bucket ", e.a, " is negative (", AsFloat(e.b), ")");
     case C::kSignPaddingNotZero:
       return absl::StrCat("padding bits after element ", e.a, " are not zero");
-    case C::kCodePaddingNotZero: return "padding bits after the last code are not zero";
+    case C::kCodePaddingNotZero:
+      return "padding bits after the last code are not zero";
     case C::kLevelAboveQuantum:
       return absl::StrCat("level ", e.a, " exceeds quantum_num ", e.b);
-    case C::kTernaryCode3: return "ternary code 3";
-    case C::kExponentLowRange: return absl::StrCat("exponent_low ", e.a, " outside 1..254");
+    case C::kTernaryCode3:
+      return "ternary code 3";
+    case C::kExponentLowRange:
+      return absl::StrCat("exponent_low ", e.a, " outside 1..254");
     case C::kNaturalCodeRange:
       return absl::StrCat("code ", e.a, " with exponent_low ", e.b, " exceeds the float range");
-    case C::kNaturalNegativeZero: return "byte 0x80 (negative zero) is not a code";
-    case C::kKAboveN: return absl::StrCat("k = ", e.a, " > n = ", e.b);
-    case C::kWrongK: return absl::StrCat("k = ", e.a, ", expected ", e.b);
+    case C::kNaturalNegativeZero:
+      return "byte 0x80 (negative zero) is not a code";
+    case C::kKAboveN:
+      return absl::StrCat("k = ", e.a, " > n = ", e.b);
+    case C::kWrongK:
+      return absl::StrCat("k = ", e.a, ", expected ", e.b);
     case C::kRandomkHeader:
       return absl::StrCat("header says n = ", e.a, ", k = ", e.b, "; expected n = ", e.c,
                           ", k = ", e.d);
-    case C::kUnknownIndexEncoding: return absl::StrCat("unknown index encoding ", e.a);
+    case C::kUnknownIndexEncoding:
+      return absl::StrCat("unknown index encoding ", e.a);
     case C::kRawSectionSize:
       return absl::StrCat("raw index section of ", e.a, " bytes for ", e.b, " indices");
     case C::kIndicesNotIncreasing:
       return absl::StrCat("indices not strictly increasing below ", e.a);
-    case C::kIndexWidth: return absl::StrCat("index width ", e.a, " > 32");
+    case C::kIndexWidth:
+      return absl::StrCat("index width ", e.a, " > 32");
     case C::kBitPackSectionSize:
-      return absl::StrCat("bit-packed index section of ", e.a, " bytes for ", e.b,
-                          " indices of ", e.c, " bits");
-    case C::kIndexOutOfRange: return absl::StrCat("index ", e.a, " >= ", e.b);
-    case C::kVarintEndsEarly: return "varint index section ends early";
-    case C::kVarintTooLong: return "varint index longer than 5 bytes";
+      return absl::StrCat("bit-packed index section of ", e.a, " bytes for ", e.b, " indices of ",
+                          e.c, " bits");
+    case C::kIndexOutOfRange:
+      return absl::StrCat("index ", e.a, " >= ", e.b);
+    case C::kVarintEndsEarly:
+      return "varint index section ends early";
+    case C::kVarintTooLong:
+      return "varint index longer than 5 bytes";
     case C::kVarintTrailingBytes:
       return absl::StrCat(e.a, " bytes left after ", e.b, " varint indices");
-    case C::kBlockSize: return absl::StrCat("block size ", e.a, ", expected ", e.b);
+    case C::kBlockSize:
+      return absl::StrCat("block size ", e.a, ", expected ", e.b);
     case C::kBlocksCarried:
       return absl::StrCat(e.a, " blocks carried, the tensor has ", e.b);
     case C::kBlockPositions:
@@ -93,10 +119,12 @@ std::string FormatErrorText(const FormatError& e) {
       return absl::StrCat("bitmap bits from block ", e.a, " on are not zero");
     case C::kBitmapCount:
       return absl::StrCat("bitmap marks ", e.a, " blocks, the header says ", e.b);
-    case C::kWrongStage: return absl::StrCat("stage ", e.a, " payload, expected stage ", e.b);
+    case C::kWrongStage:
+      return absl::StrCat("stage ", e.a, " payload, expected stage ", e.b);
     case C::kCandidateFields:
       return absl::StrCat("candidate flag ", e.a, ", index encoding ", e.b, ", width ", e.c,
-                          ", index_bytes ", e.d, " (the flag is 0 or 1; without a candidate "
+                          ", index_bytes ", e.d,
+                          " (the flag is 0 or 1; without a candidate "
                           "the index fields are 0)");
   }
   return absl::StrCat("format error ", static_cast<uint32_t>(e.code));

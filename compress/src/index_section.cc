@@ -11,9 +11,9 @@ namespace bytecomp::compress::sparse {
 // Largest delta and total varint bytes of the deltas after the first; vectorises (no carried
 // state but the reductions: delta j reads indices j and j - 1).
 __attribute__((target_clones("avx2", "default"))) static void DeltaStats(const uint32_t* indices,
-                                                                          size_t k,
-                                                                          uint32_t* max_delta,
-                                                                          uint64_t* varint_bytes) {
+                                                                         size_t k,
+                                                                         uint32_t* max_delta,
+                                                                         uint64_t* varint_bytes) {
   uint32_t m = 0;
   uint64_t bytes = 0;
   for (size_t j = 1; j < k; ++j) {
@@ -55,7 +55,8 @@ size_t WriteIndices(const uint32_t* indices, size_t k, const IndexPlan& plan, ui
 }
 
 absl::Status ReadIndices(absl::string_view codec, const uint8_t* data, size_t bytes, size_t k,
-                         size_t n, uint8_t encoding, uint8_t width, std::vector<uint32_t>& indices) {
+                         size_t n, uint8_t encoding, uint8_t width,
+                         std::vector<uint32_t>& indices) {
   indices.resize(k);
   return FormatErrorStatus(codec,
                            ReadIndexSection(data, bytes, k, n, encoding, width, indices.data()));

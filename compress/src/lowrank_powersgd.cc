@@ -22,12 +22,12 @@
 // column that became zero, is standard normal from CounterRandom(seed, key, round, node 0),
 // the same on every worker. Payload sizes: 4 + 4 * rows * rank_eff and 4 + 4 * cols *
 // rank_eff bytes; for n = 2^20, rank 1: 4 KiB each against 4 MiB of fp32.
-#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
+#include "exact_float_math.h"  // first: see there
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/aggregator.h"
@@ -96,8 +96,8 @@ __attribute__((target_clones("avx2", "default"))) void AxpyDouble(double* __rest
 }
 
 // out[j] (+)= sum_k p[k] * q[k * stride + j] for j < len: one row of P Q^T.
-void RowOfProduct(const float* p_row_values, const float* q, size_t stride, size_t rank,
-                  size_t len, float* out) {
+void RowOfProduct(const float* p_row_values, const float* q, size_t stride, size_t rank, size_t len,
+                  float* out) {
   for (size_t j = 0; j < len; ++j) {
     double v = 0;
     for (size_t k = 0; k < rank; ++k) {
@@ -236,8 +236,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     return bytes;
   }
 
-  absl::StatusOr<size_t> EncodeSecond(absl::Span<const float> summed_first,
-                                      const CodecContext& ctx,
+  absl::StatusOr<size_t> EncodeSecond(absl::Span<const float> summed_first, const CodecContext& ctx,
                                       absl::Span<uint8_t> out) override {
     if (auto s = CheckStage(1, ctx, "EncodeSecond"); !s.ok()) return s;
     const MatrixShape& sh = shape_;
@@ -277,8 +276,8 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
           "codec 'powersgd': LocalApproximation before EncodeSecond of the round");
     }
     if (output.size() != n_) {
-      return absl::InvalidArgumentError(absl::StrCat("codec 'powersgd': output has ",
-                                                     output.size(), " elements, expected ", n_));
+      return absl::InvalidArgumentError(
+          absl::StrCat("codec 'powersgd': output has ", output.size(), " elements, expected ", n_));
     }
     Product(q_local_.data(), output);
     return absl::OkStatus();
@@ -295,8 +294,8 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     }
     if (auto s = CheckFiniteVector(summed_second, "summed Q"); !s.ok()) return s;
     if (output.size() != n_) {
-      return absl::InvalidArgumentError(absl::StrCat("codec 'powersgd': output has ",
-                                                     output.size(), " elements, expected ", n_));
+      return absl::InvalidArgumentError(
+          absl::StrCat("codec 'powersgd': output has ", output.size(), " elements, expected ", n_));
     }
     Product(summed_second.data(), output);
     if (!IsFiniteBits(MaxAbsBits(output.data(), n_))) {
@@ -314,13 +313,13 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
   absl::Status CheckStage(int expected, const CodecContext& ctx, absl::string_view call) const {
     if (stage_ != expected) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "codec 'powersgd': ", call, " out of order (", expected == 1 ? "EncodeFirst" : "EncodeSecond",
-          " of this round has not run)"));
+          "codec 'powersgd': ", call, " out of order (",
+          expected == 1 ? "EncodeFirst" : "EncodeSecond", " of this round has not run)"));
     }
     if (ctx.key != round_key_ || ctx.round != round_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "codec 'powersgd': ", call, " for key ", ctx.key, " round ", ctx.round,
-          " but the open round is key ", round_key_, " round ", round_));
+      return absl::FailedPreconditionError(
+          absl::StrCat("codec 'powersgd': ", call, " for key ", ctx.key, " round ", ctx.round,
+                       " but the open round is key ", round_key_, " round ", round_));
     }
     return absl::OkStatus();
   }
@@ -337,8 +336,8 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
           const uint32_t index = static_cast<uint32_t>(2 * (k * sh.cols + j));
           const double u1 = 1.0 - UniformFloat(random, index);  // (0, 1]
           const double u2 = UniformFloat(random, index + 1);
-          q[j] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                                    std::cos(6.283185307179586 * u2));
+          q[j] =
+              static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
         }
         norm = std::sqrt(DotDouble(q, q, sh.cols));
         if (norm == 0.0) continue;  // cols == 1 and a zero draw: P_k stays 0 this round
@@ -392,8 +391,8 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
   size_t cols_;  // the matrix's row length; 0: near-square
   size_t n_ = 0;
   MatrixShape shape_;
-  std::vector<float> m_;        // this round's input, rows x cols, zero-padded
-  std::vector<float> q_warm_;   // cols x rank, column-major
+  std::vector<float> m_;       // this round's input, rows x cols, zero-padded
+  std::vector<float> q_warm_;  // cols x rank, column-major
   bool have_warm_ = false;
   std::vector<float> p_hat_;    // rows x rank, orthonormal columns
   std::vector<float> q_local_;  // cols x rank: M^T P^
@@ -442,9 +441,9 @@ class TwoRoundSumAggregator final : public Aggregator {
     const size_t floats =
         stage == 1 ? two_round_->FirstRoundFloats(n_) : two_round_->SecondRoundFloats(n_);
     if (encoded.size() != 4 + 4 * floats) {
-      return MalformedError(kName, absl::StrCat("stage ", stage, " payload of ", encoded.size(),
-                                                " bytes for ", n_, " elements (expected ",
-                                                4 + 4 * floats, ")"));
+      return MalformedError(
+          kName, absl::StrCat("stage ", stage, " payload of ", encoded.size(), " bytes for ", n_,
+                              " elements (expected ", 4 + 4 * floats, ")"));
     }
     if (auto s = CheckRound(ctx); !s.ok()) return s;
     scratch_.resize(floats);
@@ -472,9 +471,9 @@ class TwoRoundSumAggregator final : public Aggregator {
                         ctx.seed == first_ctx_.seed)) {
       return absl::OkStatus();
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "two_round_sum: payload for key ", ctx.key, " round ", ctx.round,
-        " added to the round of key ", first_ctx_.key, " round ", first_ctx_.round));
+    return absl::InvalidArgumentError(
+        absl::StrCat("two_round_sum: payload for key ", ctx.key, " round ", ctx.round,
+                     " added to the round of key ", first_ctx_.key, " round ", first_ctx_.round));
   }
 
   // The stage of the payloads added since Reset (0 if none).
@@ -501,9 +500,9 @@ class PowerSgdMemory final : public Memory {
                           absl::Span<float> compensated) override {
     const size_t n = input.size();
     if (compensated.size() != n || (!residual_.empty() && residual_.size() != n)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "memory 'powersgd': input has ", n, " elements, compensated ", compensated.size(),
-          ", state ", residual_.size()));
+      return absl::InvalidArgumentError(absl::StrCat("memory 'powersgd': input has ", n,
+                                                     " elements, compensated ", compensated.size(),
+                                                     ", state ", residual_.size()));
     }
     for (size_t i = 0; i < n; ++i) {
       compensated[i] = residual_.empty() ? input[i] : input[i] + residual_[i];
@@ -513,7 +512,8 @@ class PowerSgdMemory final : public Memory {
   absl::Status Update(absl::Span<const float> compensated, absl::Span<const float> decoded,
                       const CodecContext&) override {
     if (decoded.size() != compensated.size()) {
-      return absl::InvalidArgumentError("memory 'powersgd': decoded and compensated differ in size");
+      return absl::InvalidArgumentError(
+          "memory 'powersgd': decoded and compensated differ in size");
     }
     residual_.resize(compensated.size());
     for (size_t i = 0; i < compensated.size(); ++i) residual_[i] = compensated[i] - decoded[i];
@@ -565,8 +565,7 @@ void RegisterLowRankMemories(MemoryRegistry& registry) {
                                  "the worker's local low-rank approximation",
                       .kind = MemoryKind::kPowerSgd,
                       .params = {},
-                      .factory = [](const CodecParams&)
-                          -> absl::StatusOr<std::unique_ptr<Memory>> {
+                      .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Memory>> {
                         return std::unique_ptr<Memory>(new PowerSgdMemory());
                       }});
 }

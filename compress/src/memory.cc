@@ -1,7 +1,7 @@
 // Memories (memory.h): registry, EncodeWithMemory, and the basic ones: none, residual,
 // dgc_momentum.
-#include "exact_float_math.h"  // first: see there
 #include "bytecomp/compress/memory.h"
+#include "exact_float_math.h"  // first: see there
 
 #include <algorithm>
 #include <cmath>
@@ -24,9 +24,9 @@ absl::StatusOr<std::unique_ptr<Memory>> CreateMemory(absl::string_view name,
   return MemoryRegistry::Global().Create(name, params);
 }
 
-absl::StatusOr<size_t> EncodeWithMemory(Codec& codec, Memory* memory,
-                                        absl::Span<const float> input, const CodecContext& ctx,
-                                        absl::Span<uint8_t> out, std::vector<float>& compensated,
+absl::StatusOr<size_t> EncodeWithMemory(Codec& codec, Memory* memory, absl::Span<const float> input,
+                                        const CodecContext& ctx, absl::Span<uint8_t> out,
+                                        std::vector<float>& compensated,
                                         std::vector<float>& decoded) {
   if (memory == nullptr) return codec.Encode(input, ctx, out);
   compensated.resize(input.size());
@@ -59,8 +59,10 @@ __attribute__((target_clones("avx2", "default"))) void ResidualCompensateAll(
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void ResidualUpdateAll(
-    const float* compensated, const float* decoded, float* residual, size_t n) {
+__attribute__((target_clones("avx2", "default"))) void ResidualUpdateAll(const float* compensated,
+                                                                         const float* decoded,
+                                                                         float* residual,
+                                                                         size_t n) {
   for (size_t i = 0; i < n; ++i) residual[i] = ResidualUpdate(compensated[i], decoded[i]);
 }
 
@@ -77,8 +79,8 @@ __attribute__((target_clones("avx2", "default"))) void DgcMomentumAll(
 
 // v = compensated and u kept where nothing was sent (decoded == 0); both zero where sent.
 __attribute__((target_clones("avx2", "default"))) void MaskSent(const float* decoded,
-                                                                 const float* compensated, float* u,
-                                                                 float* v, size_t n) {
+                                                                const float* compensated, float* u,
+                                                                float* v, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const bool sent = decoded[i] != 0.0f;
     v[i] = sent ? 0.0f : compensated[i];
@@ -91,11 +93,14 @@ class NoMemory final : public Memory {
   absl::string_view name() const override { return "none"; }
   absl::Status Compensate(absl::Span<const float> input, const CodecContext&,
                           absl::Span<float> compensated) override {
-    if (compensated.size() != input.size()) return SizeMismatch(name(), input.size(), compensated.size());
-    if (compensated.data() != input.data()) std::copy(input.begin(), input.end(), compensated.begin());
+    if (compensated.size() != input.size())
+      return SizeMismatch(name(), input.size(), compensated.size());
+    if (compensated.data() != input.data())
+      std::copy(input.begin(), input.end(), compensated.begin());
     return absl::OkStatus();
   }
-  absl::Status Update(absl::Span<const float>, absl::Span<const float>, const CodecContext&) override {
+  absl::Status Update(absl::Span<const float>, absl::Span<const float>,
+                      const CodecContext&) override {
     return absl::OkStatus();
   }
   bool needs_decoded() const override { return false; }
@@ -167,7 +172,8 @@ class DgcMomentumMemory final : public Memory {
   absl::Status Update(absl::Span<const float> compensated, absl::Span<const float> decoded,
                       const CodecContext&) override {
     const size_t n = compensated.size();
-    if (!pending_) return absl::FailedPreconditionError("memory 'dgc_momentum': Update before Compensate");
+    if (!pending_)
+      return absl::FailedPreconditionError("memory 'dgc_momentum': Update before Compensate");
     if (u_.size() != n) return SizeMismatch(name(), u_.size(), n);
     if (decoded.size() != n) return SizeMismatch(name(), n, decoded.size());
     pending_ = false;
@@ -192,37 +198,50 @@ class DgcMomentumMemory final : public Memory {
 }  // namespace
 
 void RegisterBasicMemories(MemoryRegistry& registry) {
-  MustRegisterMemory(registry, {.name = "none",
-                                .summary = "no state: the input is encoded as it is",
-                                .kind = MemoryKind::kNone,
-                                .params = {},
-                                .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Memory>> {
-                                  return std::make_unique<NoMemory>();
-                                }});
+  MustRegisterMemory(registry,
+                     {.name = "none",
+                      .summary = "no state: the input is encoded as it is",
+                      .kind = MemoryKind::kNone,
+                      .params = {},
+                      .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Memory>> {
+                        return std::make_unique<NoMemory>();
+                      }});
   MustRegisterMemory(
       registry,
       {.name = "residual",
        .summary = "error feedback: compensated = beta * residual + gamma * input; residual = "
                   "compensated - decoded",
        .kind = MemoryKind::kResidual,
-       .params = {{.name = "beta", .type = CodecParamSpec::Type::kDouble, .default_value = "1.0",
-                   .help = "weight of the carried residual", .min_value = 0},
-                  {.name = "gamma", .type = CodecParamSpec::Type::kDouble, .default_value = "1.0",
-                   .help = "weight of the new input (e.g. the learning rate)", .min_value = 0}},
+       .params = {{.name = "beta",
+                   .type = CodecParamSpec::Type::kDouble,
+                   .default_value = "1.0",
+                   .help = "weight of the carried residual",
+                   .min_value = 0},
+                  {.name = "gamma",
+                   .type = CodecParamSpec::Type::kDouble,
+                   .default_value = "1.0",
+                   .help = "weight of the new input (e.g. the learning rate)",
+                   .min_value = 0}},
        .factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Memory>> {
          ParamReader r(params);
          const double beta = r.Double("beta"), gamma = r.Double("gamma");
          if (!r.ok()) return r.status();
-         return std::make_unique<ResidualMemory>(static_cast<float>(beta), static_cast<float>(gamma));
+         return std::make_unique<ResidualMemory>(static_cast<float>(beta),
+                                                 static_cast<float>(gamma));
        }});
   MustRegisterMemory(
       registry,
       {.name = "dgc_momentum",
-       .summary = "DGC momentum correction: u = m*u + input, v += u, send v; zero u and v where sent",
+       .summary =
+           "DGC momentum correction: u = m*u + input, v += u, send v; zero u and v where sent",
        .kind = MemoryKind::kDgcMomentum,
-       .params = {{.name = "momentum", .type = CodecParamSpec::Type::kDouble,
-                   .default_value = "0.9", .help = "momentum of the correction", .min_value = 0,
-                   .max_value = 1, .max_exclusive = true}},
+       .params = {{.name = "momentum",
+                   .type = CodecParamSpec::Type::kDouble,
+                   .default_value = "0.9",
+                   .help = "momentum of the correction",
+                   .min_value = 0,
+                   .max_value = 1,
+                   .max_exclusive = true}},
        .factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Memory>> {
          ParamReader r(params);
          const double momentum = r.Double("momentum");
@@ -248,8 +267,7 @@ std::string SaveMemoryState(Memory& memory) {
 absl::Status LoadMemoryState(Memory& memory, absl::string_view state) {
   const std::vector<std::vector<float>*> vectors = memory.StateVectors();
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state of memory '", memory.name(), "': ", why));
+    return absl::InvalidArgumentError(absl::StrCat("state of memory '", memory.name(), "': ", why));
   };
   size_t pos = 0;
   auto take = [&](void* p, size_t n) {

@@ -10,8 +10,8 @@
 
 namespace bytecomp::compress::param_specs {
 
-inline CodecParamSpec Param(std::string name, CodecParamSpec::Type type,
-                            std::string default_value, std::string help) {
+inline CodecParamSpec Param(std::string name, CodecParamSpec::Type type, std::string default_value,
+                            std::string help) {
   CodecParamSpec p;
   p.name = std::move(name);
   p.type = type;
@@ -49,8 +49,8 @@ inline CodecParamSpec DoubleParam(std::string name, std::string default_value, s
 // A string among choices.
 inline CodecParamSpec ChoiceParam(std::string name, std::string default_value, std::string help,
                                   std::vector<std::string> choices) {
-  CodecParamSpec p = Param(std::move(name), CodecParamSpec::Type::kString,
-                           std::move(default_value), std::move(help));
+  CodecParamSpec p = Param(std::move(name), CodecParamSpec::Type::kString, std::move(default_value),
+                           std::move(help));
   p.choices = std::move(choices);
   return p;
 }

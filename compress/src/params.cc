@@ -12,10 +12,14 @@ namespace {
 
 absl::string_view TypeName(CodecParamSpec::Type type) {
   switch (type) {
-    case CodecParamSpec::Type::kDouble: return "double";
-    case CodecParamSpec::Type::kInt: return "int";
-    case CodecParamSpec::Type::kBool: return "bool";
-    case CodecParamSpec::Type::kString: return "string";
+    case CodecParamSpec::Type::kDouble:
+      return "double";
+    case CodecParamSpec::Type::kInt:
+      return "int";
+    case CodecParamSpec::Type::kBool:
+      return "bool";
+    case CodecParamSpec::Type::kString:
+      return "string";
   }
   return "?";
 }
@@ -56,9 +60,7 @@ bool ParseDoubleParam(absl::string_view text, double* value) {
   return absl::SimpleAtod(text, value) && std::isfinite(*value);
 }
 
-bool ParseIntParam(absl::string_view text, int64_t* value) {
-  return absl::SimpleAtoi(text, value);
-}
+bool ParseIntParam(absl::string_view text, int64_t* value) { return absl::SimpleAtoi(text, value); }
 
 bool ParseBoolParam(absl::string_view text, bool* value) {
   const std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
@@ -77,8 +79,8 @@ std::string DescribeParams(const std::vector<CodecParamSpec>& specs) {
   if (specs.empty()) return "  (no parameters)";
   std::vector<std::string> lines;
   for (const auto& s : specs) {
-    std::string line = absl::StrCat("  ", s.name, " (", TypeName(s.type), ", default ",
-                                    s.default_value);
+    std::string line =
+        absl::StrCat("  ", s.name, " (", TypeName(s.type), ", default ", s.default_value);
     const std::string range = RangeText(s);
     if (!range.empty()) absl::StrAppend(&line, ", ", range);
     if (!s.choices.empty()) absl::StrAppend(&line, ", one of ", absl::StrJoin(s.choices, "|"));
@@ -93,8 +95,8 @@ absl::StatusOr<CodecParams> ValidateParams(absl::string_view what,
                                            const std::vector<CodecParamSpec>& specs,
                                            const CodecParams& given) {
   auto error = [&](const std::string& problem) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", problem,
-                                                   "; valid parameters:\n", DescribeParams(specs)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", problem, "; valid parameters:\n", DescribeParams(specs)));
   };
   CodecParams filled;
   for (const auto& s : specs) filled[s.name] = s.default_value;
@@ -108,7 +110,8 @@ absl::StatusOr<CodecParams> ValidateParams(absl::string_view what,
       case CodecParamSpec::Type::kDouble: {
         double v;
         if (!ParseDoubleParam(text, &v)) {
-          return error(absl::StrCat("parameter '", name, "' = '", text, "' is not a finite number"));
+          return error(
+              absl::StrCat("parameter '", name, "' = '", text, "' is not a finite number"));
         }
         if (!InRange(*spec, v)) {
           return error(absl::StrCat("parameter '", name, "' = ", text, " is out of range (must be ",
@@ -130,8 +133,8 @@ absl::StatusOr<CodecParams> ValidateParams(absl::string_view what,
       case CodecParamSpec::Type::kBool: {
         bool v;
         if (!ParseBoolParam(text, &v)) {
-          return error(absl::StrCat("parameter '", name, "' = '", text,
-                                    "' is not a bool (true/false/1/0)"));
+          return error(
+              absl::StrCat("parameter '", name, "' = '", text, "' is not a bool (true/false/1/0)"));
         }
         break;
       }

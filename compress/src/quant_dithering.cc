@@ -4,12 +4,12 @@
 // 0; level j stands for j/k (linear) or 2^(j-k) (natural; 0 for j = 0) of the norm; the level
 // of |x| * (1/norm) is drawn (elementwise.h DitherCode). Size: 8 + ceil(n*b/8). Decode rejects
 // a wrong size or count, a non-finite or negative norm, a level above k and padding bits.
-#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
+#include "exact_float_math.h"  // first: see there
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"
@@ -27,12 +27,9 @@ namespace bytecomp::compress {
 namespace {
 
 template <bool kNatural>
-__attribute__((always_inline)) inline void DitherEncodeBody(const float* __restrict x, size_t n,
-                                                            float inverse_norm, uint32_t s,
-                                                            uint32_t level_bits,
-                                                            CounterRandom random,
-                                                            uint32_t first_index,
-                                                            uint16_t* __restrict codes) {
+__attribute__((always_inline)) inline void DitherEncodeBody(
+    const float* __restrict x, size_t n, float inverse_norm, uint32_t s, uint32_t level_bits,
+    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
   const uint32_t count = static_cast<uint32_t>(n);  // 32-bit counters: see qsgd
   for (uint32_t i = 0; i < count; ++i) {
     codes[i] = static_cast<uint16_t>(DitherCode(x[i], inverse_norm, s, level_bits, kNatural,
@@ -117,11 +114,11 @@ class DitheringCodec final : public Codec {
       const uint32_t first = static_cast<uint32_t>(begin);
       PrefetchAhead(input.data(), n, begin + kBlock, kBlock);
       if (natural_) {
-        DitherEncodeNatural(input.data() + begin, len, inverse_norm, levels_, level_bits_,
-                            random, first, codes_.data());
+        DitherEncodeNatural(input.data() + begin, len, inverse_norm, levels_, level_bits_, random,
+                            first, codes_.data());
       } else {
-        DitherEncodeLinear(input.data() + begin, len, inverse_norm, levels_, level_bits_,
-                           random, first, codes_.data());
+        DitherEncodeLinear(input.data() + begin, len, inverse_norm, levels_, level_bits_, random,
+                           first, codes_.data());
       }
       PackCodes(codes_.data(), len, level_bits_ + 1,
                 out.data() + 8 + begin * (level_bits_ + 1) / 8);
@@ -174,9 +171,8 @@ void RegisterDitheringCodec(CodecRegistry& registry) {
   spec.name = "dithering";
   spec.summary = "stochastic rounding of |x| / norm to k levels (BytePS dithering)";
   spec.params = {
-      param_specs::IntParam("k", 15,
-                            "number of non-zero levels, in [1, 32767]; natural: [1, 127]", 1,
-                            32767),
+      param_specs::IntParam("k", 15, "number of non-zero levels, in [1, 32767]; natural: [1, 127]",
+                            1, 32767),
       param_specs::ChoiceParam("partition", "linear",
                                "level spacing: linear (j/k) or natural (2^(j-k))",
                                {"linear", "natural"}),

@@ -8,18 +8,18 @@
 // the int16 values of the tag-2 elements and the f32 values of the tag-3 elements, each in
 // element order. Size: 4 + ceil(n/4) + c1 + 2 c2 + 4 c3 (c_t: elements with tag t); at most
 // 4 + ceil(n/4) + 4n.
-#include "exact_float_math.h"  // first: see there
 #include <cstring>
 #include <memory>
 #include <vector>
+#include "exact_float_math.h"  // first: see there
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
 #include "bytecomp/compress/params.h"
-#include "quant_codecs.h"
 #include "codec_checks.h"
 #include "param_specs.h"
+#include "quant_codecs.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -78,8 +78,7 @@ class InceptionnCodec final : public Codec {
         !s.ok()) {
       return s;
     }
-    if (auto s = FormatErrorStatus(name(), CheckElementCount(GetU32(encoded.data()), n));
-        !s.ok()) {
+    if (auto s = FormatErrorStatus(name(), CheckElementCount(GetU32(encoded.data()), n)); !s.ok()) {
       return s;
     }
     const uint8_t* tags = encoded.data() + 4;
@@ -143,8 +142,8 @@ void RegisterInceptionnCodec(CodecRegistry& registry) {
     const double error_bound = r.Double("error_bound");
     if (!r.ok()) return r.status();
     if (!(error_bound >= 1e-37 && error_bound <= 1e37)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "codec 'inceptionn': error_bound ", error_bound, " is outside [1e-37, 1e37]"));
+      return absl::InvalidArgumentError(absl::StrCat("codec 'inceptionn': error_bound ",
+                                                     error_bound, " is outside [1e-37, 1e37]"));
     }
     return std::unique_ptr<Codec>(new InceptionnCodec(static_cast<float>(error_bound)));
   };

@@ -1,8 +1,8 @@
-#include "exact_float_math.h"  // first: see there
 #include "quant_kernels.h"
+#include "exact_float_math.h"  // first: see there
 
-#include "bytecomp/compress/codec_util.h"
 #include "bytecomp/common/half.h"
+#include "bytecomp/compress/codec_util.h"
 
 namespace bytecomp::compress {
 

@@ -1,11 +1,11 @@
 // natural compression (Horvath et al.): stochastic rounding of |x| to a power of two; sign and
 // exponent in a byte. Payload: format/natural_format.h, shared with the CUDA codec.
-#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
+#include "exact_float_math.h"  // first: see there
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"

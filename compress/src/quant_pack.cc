@@ -1,5 +1,5 @@
-#include "exact_float_math.h"  // first: see there
 #include "quant_pack.h"
+#include "exact_float_math.h"  // first: see there
 
 #include <cstring>
 
@@ -14,8 +14,7 @@ namespace {
 // off (unpacking); the last groups move exactly kBits bytes.
 template <uint32_t kBits>
 __attribute__((always_inline)) inline void PackGroups8Body(const uint16_t* __restrict codes,
-                                                           size_t groups,
-                                                           uint8_t* __restrict out) {
+                                                           size_t groups, uint8_t* __restrict out) {
   for (size_t g = 0; g < groups; ++g) {
     const uint16_t* c = codes + 8 * g;
     uint64_t word = 0;
@@ -49,33 +48,60 @@ __attribute__((target_clones("avx2", "default"))) void PackGroups8(const uint16_
                                                                    size_t groups, uint32_t bits,
                                                                    uint8_t* out) {
   switch (bits) {
-    case 1: PackGroups8Body<1>(codes, groups, out); return;
-    case 2: PackGroups8Body<2>(codes, groups, out); return;
-    case 3: PackGroups8Body<3>(codes, groups, out); return;
-    case 4: PackGroups8Body<4>(codes, groups, out); return;
-    case 5: PackGroups8Body<5>(codes, groups, out); return;
-    case 6: PackGroups8Body<6>(codes, groups, out); return;
-    default: PackGroups8Body<7>(codes, groups, out); return;
+    case 1:
+      PackGroups8Body<1>(codes, groups, out);
+      return;
+    case 2:
+      PackGroups8Body<2>(codes, groups, out);
+      return;
+    case 3:
+      PackGroups8Body<3>(codes, groups, out);
+      return;
+    case 4:
+      PackGroups8Body<4>(codes, groups, out);
+      return;
+    case 5:
+      PackGroups8Body<5>(codes, groups, out);
+      return;
+    case 6:
+      PackGroups8Body<6>(codes, groups, out);
+      return;
+    default:
+      PackGroups8Body<7>(codes, groups, out);
+      return;
   }
 }
 
 __attribute__((target_clones("avx2", "default"))) void UnpackGroups8(const uint8_t* in,
-                                                                     size_t groups,
-                                                                     uint32_t bits,
+                                                                     size_t groups, uint32_t bits,
                                                                      uint16_t* codes) {
   switch (bits) {
-    case 1: UnpackGroups8Body<1>(in, groups, codes); return;
-    case 2: UnpackGroups8Body<2>(in, groups, codes); return;
-    case 3: UnpackGroups8Body<3>(in, groups, codes); return;
-    case 4: UnpackGroups8Body<4>(in, groups, codes); return;
-    case 5: UnpackGroups8Body<5>(in, groups, codes); return;
-    case 6: UnpackGroups8Body<6>(in, groups, codes); return;
-    default: UnpackGroups8Body<7>(in, groups, codes); return;
+    case 1:
+      UnpackGroups8Body<1>(in, groups, codes);
+      return;
+    case 2:
+      UnpackGroups8Body<2>(in, groups, codes);
+      return;
+    case 3:
+      UnpackGroups8Body<3>(in, groups, codes);
+      return;
+    case 4:
+      UnpackGroups8Body<4>(in, groups, codes);
+      return;
+    case 5:
+      UnpackGroups8Body<5>(in, groups, codes);
+      return;
+    case 6:
+      UnpackGroups8Body<6>(in, groups, codes);
+      return;
+    default:
+      UnpackGroups8Body<7>(in, groups, codes);
+      return;
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void NarrowBytes(const uint16_t* codes,
-                                                                   size_t n, uint8_t* out) {
+__attribute__((target_clones("avx2", "default"))) void NarrowBytes(const uint16_t* codes, size_t n,
+                                                                   uint8_t* out) {
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(codes[i]);
 }
 
@@ -123,7 +149,8 @@ bool UnpackCodes(const uint8_t* in, size_t n, uint32_t bits, uint16_t* codes) {
   }
   const size_t offset = done * bits / 8;
   BitReader reader(in + offset, bytes - offset);
-  for (size_t i = done; i < n; ++i) codes[i] = static_cast<uint16_t>(reader.Get(static_cast<int>(bits)));
+  for (size_t i = done; i < n; ++i)
+    codes[i] = static_cast<uint16_t>(reader.Get(static_cast<int>(bits)));
   const uint32_t used_bits = static_cast<uint32_t>((n * bits) % 8);
   if (used_bits == 0 || bytes == 0) return true;
   return (in[bytes - 1] >> used_bits) == 0;

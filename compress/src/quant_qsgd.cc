@@ -1,11 +1,11 @@
 // qsgd (Alistarh et al.): each bucket's L2 norm and, per element, a stochastic level of |x| /
 // norm with its sign. Payload: format/qsgd_format.h, shared with the CUDA codec.
-#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
+#include "exact_float_math.h"  // first: see there
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"
@@ -41,8 +41,7 @@ __attribute__((always_inline)) inline void QsgdEncodeBucketBody(
 template <typename Code>
 __attribute__((always_inline)) inline bool QsgdEncodeAll(const float* __restrict x, size_t n,
                                                          size_t bucket, uint32_t quantum_num,
-                                                         uint32_t level_bits,
-                                                         CounterRandom random,
+                                                         uint32_t level_bits, CounterRandom random,
                                                          uint8_t* __restrict norms,
                                                          Code* __restrict codes) {
   for (size_t begin = 0, b = 0; begin < n; begin += bucket, ++b) {
@@ -104,8 +103,8 @@ class QsgdCodec final : public Codec {
     const bool byte_codes = level_bits_ + 1 == 8;
     bool finite;
     if (byte_codes) {
-      finite = QsgdEncode8(input.data(), n, bucket_, quantum_num_, level_bits_, random, norms,
-                           packed);
+      finite =
+          QsgdEncode8(input.data(), n, bucket_, quantum_num_, level_bits_, random, norms, packed);
     } else {
       codes_.resize(n);
       finite = QsgdEncode16(input.data(), n, bucket_, quantum_num_, level_bits_, random, norms,
@@ -138,8 +137,8 @@ class QsgdCodec final : public Codec {
     for (size_t b = 0; b < buckets; ++b) {
       const size_t begin = b * bucket_;
       const size_t len = std::min(bucket_, n - begin);
-      QsgdDecodeBucket(codes_.data() + begin, len, level_bits_, quantum_num_,
-                       GetF32(norms + 4 * b), output.data() + begin);
+      QsgdDecodeBucket(codes_.data() + begin, len, level_bits_, quantum_num_, GetF32(norms + 4 * b),
+                       output.data() + begin);
     }
     return absl::OkStatus();
   }

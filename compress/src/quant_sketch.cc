@@ -8,20 +8,20 @@
 // Boundaries: the j/q quantiles (j = 1..q-1) of a deterministic sample of min(n, 8192)
 // elements at evenly spaced indices, so encoding costs O(n log q) and a sort of the sample.
 // Decoding preserves each bucket's sum (hence the tensor's sum) and the order of elements.
-#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <limits>
 #include <memory>
 #include <vector>
+#include "exact_float_math.h"  // first: see there
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
 #include "bytecomp/compress/params.h"
-#include "quant_pack.h"
-#include "quant_codecs.h"
 #include "codec_checks.h"
 #include "param_specs.h"
+#include "quant_codecs.h"
+#include "quant_pack.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -127,8 +127,8 @@ void RegisterSketchCodec(CodecRegistry& registry) {
   CodecSpec spec;
   spec.name = "sketch";
   spec.summary = "quantile bucket id per element and the bucket means";
-  spec.params = {param_specs::IntParam("quantiles", 64, "number of buckets, in [2, 65536]", 2,
-                                        65536)};
+  spec.params = {
+      param_specs::IntParam("quantiles", 64, "number of buckets, in [2, 65536]", 2, 65536)};
   spec.factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
     ParamReader r(params);
     const int64_t quantiles = r.Int("quantiles");

@@ -1,11 +1,11 @@
 // terngrad (Wen et al.): {-1, 0, +1} times a scale, drawn stochastically after clipping.
 // Payload: format/terngrad_format.h, shared with the CUDA codec.
-#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
+#include "exact_float_math.h"  // first: see there
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"
@@ -24,8 +24,7 @@ namespace {
 
 // Four elements per output byte (PackTernary4's layout).
 __attribute__((target_clones("avx2", "default"))) void TernEncode(const float* __restrict x,
-                                                                  size_t n, float clip,
-                                                                  float scale,
+                                                                  size_t n, float clip, float scale,
                                                                   CounterRandom random,
                                                                   uint8_t* __restrict out) {
   const uint32_t groups = static_cast<uint32_t>(n / 4);  // 32-bit counters: see qsgd

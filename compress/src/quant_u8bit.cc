@@ -2,8 +2,8 @@
 // Payload (little-endian): f32 max |x|, then n bytes of codes; decoded: max * table value.
 // Size: 4 + n. Decode rejects a wrong size, a non-finite or negative max and the byte 0x80 (a
 // negative zero, never written).
-#include "exact_float_math.h"  // first: see there
 #include <immintrin.h>
+#include "exact_float_math.h"  // first: see there
 
 #include <algorithm>
 #include <cmath>
@@ -80,9 +80,8 @@ uint8_t U8bitCodeByTables(float x, float inverse_max, const U8bitTables& tables)
 }
 
 // The same per element, 8 at a time with an AVX2 gather for the table read.
-__attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
-                                                      float inverse_max,
-                                                      const U8bitTables& tables, uint8_t* out) {
+__attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n, float inverse_max,
+                                                       const U8bitTables& tables, uint8_t* out) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 inv = _mm256_set1_ps(inverse_max);
   const __m256i last_block = _mm256_set1_epi32(static_cast<int>(U8bitTables::kBlocks - 1));
@@ -101,28 +100,29 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
     const __m256 v = _mm256_mul_ps(_mm256_and_ps(xv, abs_mask), inv);
     // NaN bits (> 0x7f800000) stay above the floor and clamp to the last block; code 0 below.
     const __m256i bits = _mm256_max_epu32(_mm256_castps_si256(v), floor_bits);
-    const __m256i block = _mm256_min_epu32(
-        _mm256_sub_epi32(_mm256_srli_epi32(bits, 16), first_block), last_block);
+    const __m256i block =
+        _mm256_min_epu32(_mm256_sub_epi32(_mm256_srli_epi32(bits, 16), first_block), last_block);
     const __m256i entry = _mm256_i32gather_epi32(tables.block_entry, block, 4);
     // (bits & 0xffff) >= (entry >> 8), both < 2^17: a signed compare is exact.
     const __m256i passed = _mm256_cmpgt_epi32(_mm256_srli_epi32(entry, 8),
                                               _mm256_and_si256(bits, low16));  // not passed
     __m256i c = _mm256_add_epi32(_mm256_and_si256(entry, low8), _mm256_andnot_si256(passed, c1));
-    c = _mm256_or_si256(c, _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, one, _CMP_GE_OQ)), c127));
+    c = _mm256_or_si256(
+        c, _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, one, _CMP_GE_OQ)), c127));
     c = _mm256_and_si256(c, _mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_GT_OQ)));
-    const __m256i negative = _mm256_andnot_si256(
-        _mm256_cmpeq_epi32(c, _mm256_setzero_si256()),
-        _mm256_castps_si256(_mm256_cmp_ps(xv, zero, _CMP_LT_OQ)));
+    const __m256i negative =
+        _mm256_andnot_si256(_mm256_cmpeq_epi32(c, _mm256_setzero_si256()),
+                            _mm256_castps_si256(_mm256_cmp_ps(xv, zero, _CMP_LT_OQ)));
     c = _mm256_or_si256(c, _mm256_and_si256(negative, _mm256_set1_epi32(0x80)));
     // 8 x int32 (each < 256) -> 8 bytes.
-    const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    const __m128i words =
+        _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(words, words));
   }
   return i;
 }
 
-void U8bitEncode(const float* x, size_t n, float max_abs, const U8bitTables& tables,
-                 uint8_t* out) {
+void U8bitEncode(const float* x, size_t n, float max_abs, const U8bitTables& tables, uint8_t* out) {
   const bool have_avx2 = CpuSimdLevel() >= SimdLevel::kAvx2;  // honours BYTECOMP_SIMD
   const float inverse_max = 1.0f / max_abs;
   const size_t done = have_avx2 ? U8bitEncodeAvx2(x, n, inverse_max, tables, out) : 0;

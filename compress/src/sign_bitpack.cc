@@ -1,5 +1,5 @@
-#include "exact_float_math.h"  // first: see there
 #include "sign_bitpack.h"
+#include "exact_float_math.h"  // first: see there
 
 #include <immintrin.h>
 
@@ -22,7 +22,7 @@ void PackScalar(const float* x, size_t begin, size_t n, uint8_t* out) {
 
 // Also tracks the largest |x| bit pattern (the finite check rides along with the pack).
 __attribute__((target("avx2"))) size_t PackAvx2(const float* x, size_t n, uint8_t* out,
-                                               uint32_t* max_abs_bits) {
+                                                uint32_t* max_abs_bits) {
   const __m256 zero = _mm256_setzero_ps();
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   __m256i max_bits = _mm256_setzero_si256();
@@ -54,8 +54,8 @@ void AddScalar(const uint8_t* bits, size_t begin, size_t n, float v0, float v1, 
 }
 
 template <bool kAdd>
-__attribute__((target("avx2"))) size_t UnpackAvx2(const uint8_t* bits, size_t n, float v0,
-                                                  float v1, float* out) {
+__attribute__((target("avx2"))) size_t UnpackAvx2(const uint8_t* bits, size_t n, float v0, float v1,
+                                                  float* out) {
   const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   const __m256 clear = _mm256_set1_ps(v0);
   const __m256 set = _mm256_set1_ps(v1);
@@ -86,8 +86,8 @@ SignSums SumScalar(const float* x, size_t n) {
   return s;
 }
 
-__attribute__((target("avx2"))) SignSums PackWithSumsAvx2(const float* x, size_t n,
-                                                         uint8_t* out, size_t* done) {
+__attribute__((target("avx2"))) SignSums PackWithSumsAvx2(const float* x, size_t n, uint8_t* out,
+                                                          size_t* done) {
   __m256d pos0 = _mm256_setzero_pd(), pos1 = _mm256_setzero_pd();
   __m256d neg0 = _mm256_setzero_pd(), neg1 = _mm256_setzero_pd();
   const __m256 zero = _mm256_setzero_ps();
@@ -153,10 +153,9 @@ void UnpackSignBits(const uint8_t* bits, size_t n, float value_if_clear, float v
   UnpackScalar(bits, done, n, value_if_clear, value_if_set, out);
 }
 
-void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear,
-                         float value_if_set, float* acc) {
-  const size_t done =
-      HaveAvx2() ? UnpackAvx2<true>(bits, n, value_if_clear, value_if_set, acc) : 0;
+void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear, float value_if_set,
+                         float* acc) {
+  const size_t done = HaveAvx2() ? UnpackAvx2<true>(bits, n, value_if_clear, value_if_set, acc) : 0;
   AddScalar(bits, done, n, value_if_clear, value_if_set, acc);
 }
 

@@ -20,8 +20,8 @@ bool PackSignBits(const float* x, size_t n, uint8_t* out);
 void UnpackSignBits(const uint8_t* bits, size_t n, float value_if_clear, float value_if_set,
                     float* out);
 // acc[i] += bit i ? value_if_set : value_if_clear.
-void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear,
-                         float value_if_set, float* acc);
+void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear, float value_if_set,
+                         float* acc);
 
 // PackSignBits plus the sums, in one pass over x (the sign bits do not depend on the sums, so
 // efsignsgd and onebit read their input once). A NaN or Inf element makes a sum non-finite,

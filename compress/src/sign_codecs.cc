@@ -1,12 +1,12 @@
 // The sign codecs: signsgd, efsignsgd, signum, onebit, and the majority-vote aggregator of
 // signsgd and signum (the efsignsgd memory is in sign_memory.cc). Their payloads are
 // format/sign_format.h's, shared with the CUDA codecs.
-#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
+#include "exact_float_math.h"  // first: see there
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/aggregator.h"
@@ -140,8 +140,8 @@ class SignumCodec final : public PlainSignCodec {
       bool finite = true;
       for (size_t begin = 0; begin < n; begin += kBlock) {
         const size_t len = std::min(kBlock, n - begin);
-        Blend(next_momentum_.data() + begin, input.data() + begin,
-              momentum_vector_.data() + begin, len, momentum_);
+        Blend(next_momentum_.data() + begin, input.data() + begin, momentum_vector_.data() + begin,
+              len, momentum_);
         finite &= PackSignBits(next_momentum_.data() + begin, len, Bits(out) + begin / 8);
       }
       if (!finite) return NonFinite(input);
@@ -156,9 +156,10 @@ class SignumCodec final : public PlainSignCodec {
 
  private:
   // next = (1 - beta) * g + beta * m (memory_math.h SignumBlend).
-  __attribute__((target_clones("avx2", "default"))) static void Blend(
-      float* __restrict next, const float* __restrict g, const float* __restrict m, size_t n,
-      float beta) {
+  __attribute__((target_clones("avx2", "default"))) static void Blend(float* __restrict next,
+                                                                      const float* __restrict g,
+                                                                      const float* __restrict m,
+                                                                      size_t n, float beta) {
     const float keep = 1.0f - beta;
     for (size_t i = 0; i < n; ++i) next[i] = SignumBlend(g[i], m[i], keep, beta);
   }
@@ -234,10 +235,10 @@ class MajorityVoteAggregator final : public Aggregator {
     if (!started_) return absl::FailedPreconditionError("majority_vote: Add before Reset");
     if (count_ > 0 && (ctx.key != first_ctx_.key || ctx.round != first_ctx_.round ||
                        ctx.seed != first_ctx_.seed)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "majority_vote: payload for key ", ctx.key, " round ", ctx.round, " seed ", ctx.seed,
-          " added to the round of key ", first_ctx_.key, " round ", first_ctx_.round, " seed ",
-          first_ctx_.seed));
+      return absl::InvalidArgumentError(
+          absl::StrCat("majority_vote: payload for key ", ctx.key, " round ", ctx.round, " seed ",
+                       ctx.seed, " added to the round of key ", first_ctx_.key, " round ",
+                       first_ctx_.round, " seed ", first_ctx_.seed));
     }
     // The codec's DecodeAdd validates the whole payload before adding anything.
     if (auto s = codec_->DecodeAdd(encoded, ctx, absl::MakeSpan(votes_)); !s.ok()) return s;
@@ -269,8 +270,7 @@ class MajorityVoteAggregator final : public Aggregator {
 }  // namespace
 
 void RegisterSignCodecs(CodecRegistry& registry) {
-  auto majority = [](std::unique_ptr<Codec> codec)
-      -> absl::StatusOr<std::unique_ptr<Aggregator>> {
+  auto majority = [](std::unique_ptr<Codec> codec) -> absl::StatusOr<std::unique_ptr<Aggregator>> {
     return std::unique_ptr<Aggregator>(new MajorityVoteAggregator(std::move(codec)));
   };
   // Every sign codec has GPU kernels (compress/cuda sign_kernels.cu), coded element by element.

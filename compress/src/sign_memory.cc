@@ -1,8 +1,8 @@
 // The efsignsgd memory (EF-SignSGD error feedback), registered in the memory registry.
-#include "exact_float_math.h"  // first: see there
 #include <algorithm>
 #include <memory>
 #include <vector>
+#include "exact_float_math.h"  // first: see there
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/memory.h"
@@ -29,13 +29,12 @@ class EfSignSgdMemory final : public Memory {
                           absl::Span<float> compensated) override {
     const size_t n = input.size();
     if (compensated.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "memory 'efsignsgd': compensated has ", compensated.size(), " elements, input ", n));
+      return absl::InvalidArgumentError(absl::StrCat("memory 'efsignsgd': compensated has ",
+                                                     compensated.size(), " elements, input ", n));
     }
     if (!residual_.empty() && residual_.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("memory 'efsignsgd': holds state for ",
-                                                     residual_.size(), " elements, called with ",
-                                                     n));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "memory 'efsignsgd': holds state for ", residual_.size(), " elements, called with ", n));
     }
     lr_ = ctx.learning_rate > 0.0f ? ctx.learning_rate : default_lr_;
     if (residual_.empty()) {
@@ -53,8 +52,7 @@ class EfSignSgdMemory final : public Memory {
     const size_t n = compensated.size();
     if (decoded.size() != n) {
       return absl::InvalidArgumentError(absl::StrCat("memory 'efsignsgd': decoded has ",
-                                                     decoded.size(), " elements, compensated ",
-                                                     n));
+                                                     decoded.size(), " elements, compensated ", n));
     }
     residual_.resize(n);
     ResidualAll(residual_.data(), compensated.data(), decoded.data(), lr_, n);
@@ -68,8 +66,8 @@ class EfSignSgdMemory final : public Memory {
   // The loops over memory_math.h's EfSignCompensate and EfSignResidual (compensated may
   // alias the input).
   __attribute__((target_clones("avx2", "default"))) static void CompensateAll(
-      float* compensated, const float* input, const float* __restrict residual,
-      float inverse_lr, size_t n) {
+      float* compensated, const float* input, const float* __restrict residual, float inverse_lr,
+      size_t n) {
     for (size_t i = 0; i < n; ++i) {
       compensated[i] = EfSignCompensate(input[i], residual[i], inverse_lr);
     }

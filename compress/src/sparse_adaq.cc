@@ -180,7 +180,8 @@ class AdaqCodec final : public Codec {
     size_t a = 0, b = 0;
     while (a < pos_.size() && b < neg_.size()) {
       if (pos_[a] == neg_[b]) {
-        return MalformedError(name(), absl::StrCat("index ", pos_[a], " is both positive and negative"));
+        return MalformedError(name(),
+                              absl::StrCat("index ", pos_[a], " is both positive and negative"));
       }
       if (pos_[a] < neg_[b]) {
         ++a;

@@ -86,8 +86,7 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
   absl::StatusOr<size_t> EncodeFirst(absl::Span<const float> input, const CodecContext& ctx,
                                      absl::Span<uint8_t> out) override {
     const size_t n = input.size();
-    if (auto s = codec_checks::CheckEncodeCall(kName, n, out.size(), FirstRoundBytes(n));
-        !s.ok()) {
+    if (auto s = codec_checks::CheckEncodeCall(kName, n, out.size(), FirstRoundBytes(n)); !s.ok()) {
       return s;
     }
     if (!IsFiniteBits(MaxAbsBits(input.data(), n))) {
@@ -108,8 +107,8 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
     h.expected_chooser = next_known_ && next_key_ == ctx.key && next_round_ == ctx.round
                              ? next_chooser_
                              : artopk::kUnknownChooser;
-    h.has_candidate = k > 0 && (h.expected_chooser == artopk::kUnknownChooser ||
-                                h.expected_chooser == ctx.node);
+    h.has_candidate =
+        k > 0 && (h.expected_chooser == artopk::kUnknownChooser || h.expected_chooser == ctx.node);
     if (h.has_candidate) {
       // topk's own selection: its message's index section is the candidate.
       message_.resize(topk_->MaxEncodedBytes(n));
@@ -129,8 +128,7 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
     return artopk::kFirstPushHeaderBytes + h.index_bytes;
   }
 
-  absl::StatusOr<size_t> EncodeSecond(absl::Span<const float> summed_first,
-                                      const CodecContext& ctx,
+  absl::StatusOr<size_t> EncodeSecond(absl::Span<const float> summed_first, const CodecContext& ctx,
                                       absl::Span<uint8_t> out) override {
     if (auto s = CheckStage(1, ctx, "EncodeSecond"); !s.ok()) return s;
     const size_t n = x_.size(), k = K(n);
@@ -181,8 +179,8 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
       return MalformedError(kName, "the summed values hold NaN or Inf");
     }
     if (output.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("codec 'artopk': output has ", output.size(),
-                                                     " elements, expected ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat("codec 'artopk': output has ", output.size(), " elements, expected ", n));
     }
     std::fill(output.begin(), output.end(), 0.0f);
     for (size_t j = 0; j < k; ++j) output[indices_[j]] = summed_second[j];
@@ -204,21 +202,21 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
           expected == 1 ? "EncodeFirst" : "EncodeSecond", " of this round has not run)"));
     }
     if (ctx.key != round_key_ || ctx.round != round_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "codec 'artopk': ", call, " for key ", ctx.key, " round ", ctx.round,
-          " but the open round is key ", round_key_, " round ", round_));
+      return absl::FailedPreconditionError(
+          absl::StrCat("codec 'artopk': ", call, " for key ", ctx.key, " round ", ctx.round,
+                       " but the open round is key ", round_key_, " round ", round_));
     }
     return absl::OkStatus();
   }
 
   const ArtopkParams params_;
-  std::unique_ptr<Codec> topk_;   // selects the candidate; the single payload's codec
-  std::vector<float> x_;          // this round's input
-  std::vector<uint8_t> message_;  // topk's message of the candidate
-  std::vector<uint32_t> indices_; // this round's chosen indices
+  std::unique_ptr<Codec> topk_;    // selects the candidate; the single payload's codec
+  std::vector<float> x_;           // this round's input
+  std::vector<uint8_t> message_;   // topk's message of the candidate
+  std::vector<uint32_t> indices_;  // this round's chosen indices
   float smoothed_norm_ = 0.0f;
   bool have_norm_ = false;
-  bool next_known_ = false;       // the chooser of (next_key_, next_round_) is next_chooser_
+  bool next_known_ = false;  // the chooser of (next_key_, next_round_) is next_chooser_
   uint64_t next_key_ = 0, next_round_ = 0;
   uint32_t next_chooser_ = 0;
   int stage_ = 0;  // 1 after EncodeFirst, 2 after EncodeSecond, 3 after DecodeSecond
@@ -285,9 +283,11 @@ class ArtopkAggregator final : public Aggregator {
     if (stage_ == 1) {
       reply_.assign(artopk::FirstReplyBytes(c.section.size()) / 4, 0.0f);
       uint8_t* out = reinterpret_cast<uint8_t*>(reply_.data());
-      artopk::WriteFirstReplyHeader(
-          out, {.chooser = c.node, .k = static_cast<uint32_t>(k_), .encoding = c.encoding,
-                .width = c.width, .index_bytes = static_cast<uint32_t>(c.section.size())});
+      artopk::WriteFirstReplyHeader(out, {.chooser = c.node,
+                                          .k = static_cast<uint32_t>(k_),
+                                          .encoding = c.encoding,
+                                          .width = c.width,
+                                          .index_bytes = static_cast<uint32_t>(c.section.size())});
       if (!c.section.empty()) {
         std::memcpy(out + artopk::kFirstReplyHeaderBytes, c.section.data(), c.section.size());
       }
@@ -322,8 +322,8 @@ class ArtopkAggregator final : public Aggregator {
     }
     const artopk::FirstPush h = artopk::ReadFirstPushHeader(p);
     if (h.has_candidate) {
-      if (auto s = sparse::ReadIndices(kName, p + artopk::kFirstPushHeaderBytes, h.index_bytes,
-                                       k_, n_, h.encoding, h.width, scratch_);
+      if (auto s = sparse::ReadIndices(kName, p + artopk::kFirstPushHeaderBytes, h.index_bytes, k_,
+                                       n_, h.encoding, h.width, scratch_);
           !s.ok()) {
         return s;
       }
@@ -331,20 +331,23 @@ class ArtopkAggregator final : public Aggregator {
     // Every push of a round expects the same chooser; a known one alone sends a candidate,
     // an unknown one makes every worker send one.
     if (count_ > 0 && h.expected_chooser != pushes_[0].expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "artopk_choose_sum: worker ", ctx.node, " expects chooser ",
-          ChooserName(h.expected_chooser), ", worker ", pushes_[0].node, " expects ",
-          ChooserName(pushes_[0].expected)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("artopk_choose_sum: worker ", ctx.node, " expects chooser ",
+                       ChooserName(h.expected_chooser), ", worker ", pushes_[0].node, " expects ",
+                       ChooserName(pushes_[0].expected)));
     }
-    const bool should_send = k_ > 0 && (h.expected_chooser == artopk::kUnknownChooser ||
-                                        h.expected_chooser == ctx.node);
+    const bool should_send =
+        k_ > 0 && (h.expected_chooser == artopk::kUnknownChooser || h.expected_chooser == ctx.node);
     if (h.has_candidate != should_send) {
       return absl::InvalidArgumentError(absl::StrCat(
           "artopk_choose_sum: worker ", ctx.node, h.has_candidate ? " sent" : " did not send",
           " a candidate while the chooser is ", ChooserName(h.expected_chooser)));
     }
-    Push push{.node = ctx.node, .norm = h.norm, .expected = h.expected_chooser,
-              .encoding = h.encoding, .width = h.width};
+    Push push{.node = ctx.node,
+              .norm = h.norm,
+              .expected = h.expected_chooser,
+              .encoding = h.encoding,
+              .width = h.width};
     const uint8_t* section = p + artopk::kFirstPushHeaderBytes;
     push.section.assign(section, section + h.index_bytes);
     pushes_.push_back(std::move(push));
@@ -372,9 +375,9 @@ class ArtopkAggregator final : public Aggregator {
     for (size_t i = 0; i < pushes_.size(); ++i) {
       if (pushes_[i].node == expected) return i;
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "artopk_choose_sum: the workers expect worker ", expected,
-        " to choose, which did not push this round"));
+    return absl::InvalidArgumentError(absl::StrCat("artopk_choose_sum: the workers expect worker ",
+                                                   expected,
+                                                   " to choose, which did not push this round"));
   }
 
   // Stage 2: the position of round + 1's chooser.
@@ -439,11 +442,11 @@ void RegisterArtopkCodec(CodecRegistry& registry) {
       param_specs::ChoiceParam("chooser", "round_robin",
                                "who picks the indices: round_robin or largest_norm",
                                {"round_robin", "largest_norm"}),
-      param_specs::InRange(param_specs::Param("norm_smoothing", CodecParamSpec::Type::kDouble,
-                                              "0.9",
-                                              "largest_norm: weight of the previous smoothed "
-                                              "norm, in [0, 1)"),
-                           0.0, 1.0),
+      param_specs::InRange(
+          param_specs::Param("norm_smoothing", CodecParamSpec::Type::kDouble, "0.9",
+                             "largest_norm: weight of the previous smoothed "
+                             "norm, in [0, 1)"),
+          0.0, 1.0),
   };
   spec.params.back().max_exclusive = true;
   spec.factory = MakeArtopk;
@@ -457,9 +460,7 @@ void RegisterArtopkCodec(CodecRegistry& registry) {
   };
   // Its two stages are one exchange of summed indices, not a second round trip of the sum; it
   // keeps what topk keeps.
-  spec.facts = {.exchange = CodecExchange::kSummedIndices,
-                .two_round = true,
-                .selection = "top-k"};
+  spec.facts = {.exchange = CodecExchange::kSummedIndices, .two_round = true, .selection = "top-k"};
   MustRegister(registry, std::move(spec));
 }
 

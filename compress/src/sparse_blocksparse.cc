@@ -6,10 +6,10 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "blocksparse_codec.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/format/blocksparse_format.h"
 #include "bytecomp/compress/format/sparse_format.h"
-#include "blocksparse_codec.h"
 #include "codec_checks.h"
 #include "sparse_codecs.h"
 
@@ -31,8 +31,8 @@ size_t BlocksparseCodec::MaxEncodedBytes(size_t n) const {
   return blocksparse::MaxPayloadBytes(n, block_);
 }
 
-absl::StatusOr<size_t> BlocksparseCodec::Encode(absl::Span<const float> input,
-                                                const CodecContext&, absl::Span<uint8_t> out) {
+absl::StatusOr<size_t> BlocksparseCodec::Encode(absl::Span<const float> input, const CodecContext&,
+                                                absl::Span<uint8_t> out) {
   const size_t n = input.size();
   if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
   const size_t blocks = blocksparse::BlockCount(n, block_);
@@ -52,15 +52,14 @@ absl::StatusOr<size_t> BlocksparseCodec::Encode(absl::Span<const float> input,
     std::memcpy(out.data() + staged + values_bytes, x, 4 * len);
     values_bytes += 4 * len;
   }
-  const size_t offset = blocksparse::WriteHeaderAndPositions(
-      out.data(), static_cast<uint32_t>(n), block_, carried_.data(),
-      static_cast<uint32_t>(carried_.size()));
+  const size_t offset =
+      blocksparse::WriteHeaderAndPositions(out.data(), static_cast<uint32_t>(n), block_,
+                                           carried_.data(), static_cast<uint32_t>(carried_.size()));
   if (offset != staged) std::memmove(out.data() + offset, out.data() + staged, values_bytes);
   return offset + values_bytes;
 }
 
-absl::StatusOr<const uint8_t*> BlocksparseCodec::Parse(absl::Span<const uint8_t> encoded,
-                                                       size_t n,
+absl::StatusOr<const uint8_t*> BlocksparseCodec::Parse(absl::Span<const uint8_t> encoded, size_t n,
                                                        std::vector<uint32_t>* carried) const {
   blocksparse::Header h;
   FormatError e = blocksparse::CheckHeader(encoded.data(), encoded.size(), n, block_, &h);
@@ -96,11 +95,11 @@ absl::Status BlocksparseCodec::Decode(absl::Span<const uint8_t> encoded, const C
 
 absl::Status BlocksparseCodec::DecodeAdd(absl::Span<const uint8_t> encoded, const CodecContext&,
                                          absl::Span<float> accumulator) {
-  return ForEachCarriedBlock(
-      encoded, accumulator.size(), [&](uint32_t, size_t start, size_t len, const uint8_t* values) {
-        float* acc = accumulator.data() + start;
-        for (size_t i = 0; i < len; ++i) acc[i] += GetF32(values + 4 * i);
-      });
+  return ForEachCarriedBlock(encoded, accumulator.size(),
+                             [&](uint32_t, size_t start, size_t len, const uint8_t* values) {
+                               float* acc = accumulator.data() + start;
+                               for (size_t i = 0; i < len; ++i) acc[i] += GetF32(values + 4 * i);
+                             });
 }
 
 void RegisterBlocksparseCodec(CodecRegistry& registry) {

@@ -101,12 +101,12 @@ inline bool ThresholdIsZero(const CodecParams& params) {
   return it != params.end() && absl::SimpleAtod(it->second, &threshold) && threshold == 0;
 }
 
-void RegisterTopkCodec(CodecRegistry& registry);       // sparse_topk.cc
-void RegisterThresholdCodec(CodecRegistry& registry);  // sparse_topk.cc
-void RegisterRandomkCodec(CodecRegistry& registry);    // sparse_randomk.cc
-void RegisterDgcCodec(CodecRegistry& registry);        // sparse_dgc.cc
-void RegisterAdaqCodec(CodecRegistry& registry);       // sparse_adaq.cc
+void RegisterTopkCodec(CodecRegistry& registry);         // sparse_topk.cc
+void RegisterThresholdCodec(CodecRegistry& registry);    // sparse_topk.cc
+void RegisterRandomkCodec(CodecRegistry& registry);      // sparse_randomk.cc
+void RegisterDgcCodec(CodecRegistry& registry);          // sparse_dgc.cc
+void RegisterAdaqCodec(CodecRegistry& registry);         // sparse_adaq.cc
 void RegisterBlocksparseCodec(CodecRegistry& registry);  // sparse_blocksparse.cc
-void RegisterArtopkCodec(CodecRegistry& registry);     // sparse_artopk.cc
+void RegisterArtopkCodec(CodecRegistry& registry);       // sparse_artopk.cc
 
 }  // namespace bytecomp::compress

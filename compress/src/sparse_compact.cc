@@ -30,15 +30,15 @@ size_t CompactRangeScalar(const float* x, size_t begin, size_t end, uint32_t lo,
 }
 
 template <bool kAbs>
-__attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, size_t n,
-                                                             uint32_t lo, uint32_t hi,
-                                                             uint8_t* values, uint32_t* indices,
-                                                             uint32_t base) {
+__attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, size_t n, uint32_t lo,
+                                                             uint32_t hi, uint8_t* values,
+                                                             uint32_t* indices, uint32_t base) {
   const __m512i abs_mask = _mm512_set1_epi32(kAbs ? 0x7fffffff : -1);
   const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
   const __m512i vhi = _mm512_set1_epi32(static_cast<int>(hi));
-  __m512i iota = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
-                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  __m512i iota =
+      _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   const __m512i sixteen = _mm512_set1_epi32(16);
   size_t j = 0, i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -46,7 +46,8 @@ __attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, siz
     const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
     const __mmask16 keep = _mm512_cmpge_epu32_mask(a, vlo) & _mm512_cmple_epu32_mask(a, vhi);
     if (values != nullptr) _mm512_storeu_ps(values + 4 * j, _mm512_maskz_compress_ps(keep, v));
-    if (indices != nullptr) _mm512_storeu_si512(indices + j, _mm512_maskz_compress_epi32(keep, iota));
+    if (indices != nullptr)
+      _mm512_storeu_si512(indices + j, _mm512_maskz_compress_epi32(keep, iota));
     iota = _mm512_add_epi32(iota, sixteen);
     j += static_cast<size_t>(__builtin_popcount(keep));
   }
@@ -92,12 +93,15 @@ __attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), abs_mask);
-    const __m256i outside = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_sub_epi32(a, vlo), bias), span);
+    const __m256i outside =
+        _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_sub_epi32(a, vlo), bias), span);
     const int keep = ~_mm256_movemask_ps(_mm256_castsi256_ps(outside)) & 0xff;
     const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.perm[keep]));
-    if (values != nullptr) _mm256_storeu_ps(reinterpret_cast<float*>(values + 4 * j), _mm256_permutevar8x32_ps(v, perm));
+    if (values != nullptr)
+      _mm256_storeu_ps(reinterpret_cast<float*>(values + 4 * j), _mm256_permutevar8x32_ps(v, perm));
     if (indices != nullptr) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + j), _mm256_permutevar8x32_epi32(iota, perm));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + j),
+                          _mm256_permutevar8x32_epi32(iota, perm));
     }
     iota = _mm256_add_epi32(iota, eight);
     j += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(keep)));
@@ -113,21 +117,25 @@ size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t*
                     uint32_t* indices, uint32_t base) {
   if (lo > hi) return 0;
   switch (CpuSimdLevel()) {
-    case SimdLevel::kAvx512: return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
-    case SimdLevel::kAvx2: return CompactRangeAvx2<kAbs>(x, n, lo, hi, values, indices, base);
-    case SimdLevel::kScalar: break;
+    case SimdLevel::kAvx512:
+      return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
+    case SimdLevel::kAvx2:
+      return CompactRangeAvx2<kAbs>(x, n, lo, hi, values, indices, base);
+    case SimdLevel::kScalar:
+      break;
   }
   return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base);
 }
 
 template size_t CompactRange<true>(const float*, size_t, uint32_t, uint32_t, uint8_t*, uint32_t*,
                                    uint32_t);
-template size_t CompactRange<false>(const float*, size_t, uint32_t, uint32_t, uint8_t*,
-                                    uint32_t*, uint32_t);
+template size_t CompactRange<false>(const float*, size_t, uint32_t, uint32_t, uint8_t*, uint32_t*,
+                                    uint32_t);
 
 size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices) {
   uint8_t* values = out + sparse::kHeaderBytes;
-  if (n < kCompactSlack) return CompactRangeScalar<true>(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices);
+  if (n < kCompactSlack)
+    return CompactRangeScalar<true>(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices);
   return CompactRange(x, n, lo, kNonFiniteAbsBits - 1, values, indices);
 }
 

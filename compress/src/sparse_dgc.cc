@@ -16,7 +16,7 @@ namespace {
 
 // The number of |x| >= the float with |bits| threshold_bits.
 __attribute__((target_clones("avx2", "default"))) size_t CountAtLeast(const float* x, size_t n,
-                                                                       int32_t threshold_bits) {
+                                                                      int32_t threshold_bits) {
   size_t count = 0;
   for (size_t i = 0; i < n; ++i) {
     int32_t b;

@@ -13,8 +13,7 @@ namespace bytecomp::compress {
 size_t FinishSparseMessage(uint8_t* out, size_t n, size_t k, const uint32_t* indices) {
   const sparse::IndexPlan plan = sparse::PlanIndices(indices, k);
   sparse::WriteHeader(out, static_cast<uint32_t>(n), static_cast<uint32_t>(k), plan);
-  const size_t written =
-      sparse::WriteIndices(indices, k, plan, out + sparse::kHeaderBytes + 4 * k);
+  const size_t written = sparse::WriteIndices(indices, k, plan, out + sparse::kHeaderBytes + 4 * k);
   return sparse::kHeaderBytes + 4 * k + written;
 }
 
@@ -49,8 +48,8 @@ absl::Status SparseCodec::Parse(absl::Span<const uint8_t> encoded, size_t n) {
   if (!sparse::ValuesFinite(p + sparse::kHeaderBytes, h.k)) {
     return FormatErrorStatus(name(), MakeFormatError(FormatErrorCode::kValuesNotFinite));
   }
-  return sparse::ReadIndices(name(), p + sparse::kHeaderBytes + 4ull * h.k, h.index_bytes, h.k,
-                             n, h.encoding, h.width, indices_);
+  return sparse::ReadIndices(name(), p + sparse::kHeaderBytes + 4ull * h.k, h.index_bytes, h.k, n,
+                             h.encoding, h.width, indices_);
 }
 
 }  // namespace bytecomp::compress

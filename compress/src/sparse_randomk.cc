@@ -52,18 +52,18 @@ class RandomkCodec final : public Codec {
     };
     if (scale_) {
       randomk::ForEachRandomIndex(n, k, SharedSeed(ctx, randomk::kRandomkSalt),
-                         [&](size_t j, size_t i, size_t start, uint32_t size) {
-                           if (start + size > checked) check_through(start + size);
-                           const float v = x[i] * static_cast<float>(size);
-                           scaled_bits = std::max(scaled_bits, AbsBits(v));
-                           PutF32(values + 4 * j, v);
-                         });
+                                  [&](size_t j, size_t i, size_t start, uint32_t size) {
+                                    if (start + size > checked) check_through(start + size);
+                                    const float v = x[i] * static_cast<float>(size);
+                                    scaled_bits = std::max(scaled_bits, AbsBits(v));
+                                    PutF32(values + 4 * j, v);
+                                  });
     } else {
       randomk::ForEachRandomIndex(n, k, SharedSeed(ctx, randomk::kRandomkSalt),
-                         [&](size_t j, size_t i, size_t start, uint32_t size) {
-                           if (start + size > checked) check_through(start + size);
-                           PutF32(values + 4 * j, x[i]);
-                         });
+                                  [&](size_t j, size_t i, size_t start, uint32_t size) {
+                                    if (start + size > checked) check_through(start + size);
+                                    PutF32(values + 4 * j, x[i]);
+                                  });
     }
     check_through(n);
     if (!IsFiniteBits(max_bits)) return NonFiniteError(input, "codec 'randomk' input");
@@ -86,23 +86,24 @@ class RandomkCodec final : public Codec {
                          absl::Span<float> accumulator) override {
     if (auto s = Validate(encoded, accumulator.size()); !s.ok()) return s;
     const uint8_t* values = encoded.data() + randomk::kHeaderBytes;
-    randomk::ForEachRandomIndex(accumulator.size(), sparse::KeptCount(ratio_, accumulator.size()),
-                       SharedSeed(ctx, randomk::kRandomkSalt),
-                       [&](size_t j, size_t i, size_t, uint32_t) {
-                         accumulator[i] += GetF32(values + 4 * j);
-                       });
+    randomk::ForEachRandomIndex(
+        accumulator.size(), sparse::KeptCount(ratio_, accumulator.size()),
+        SharedSeed(ctx, randomk::kRandomkSalt),
+        [&](size_t j, size_t i, size_t, uint32_t) { accumulator[i] += GetF32(values + 4 * j); });
     return absl::OkStatus();
   }
 
-  size_t SummedLength(size_t n, const CodecContext&) const override { return sparse::KeptCount(ratio_, n); }
+  size_t SummedLength(size_t n, const CodecContext&) const override {
+    return sparse::KeptCount(ratio_, n);
+  }
 
   absl::Status AddEncodedValues(absl::Span<const uint8_t> encoded, const CodecContext&, size_t n,
                                 absl::Span<float> sum) override {
     if (auto s = Validate(encoded, n); !s.ok()) return s;
     const size_t k = sparse::KeptCount(ratio_, n);
     if (sum.size() != k) {
-      return absl::InvalidArgumentError(absl::StrCat("codec 'randomk': sum has ", sum.size(),
-                                                     " values, expected ", k));
+      return absl::InvalidArgumentError(
+          absl::StrCat("codec 'randomk': sum has ", sum.size(), " values, expected ", k));
     }
     const uint8_t* values = encoded.data() + randomk::kHeaderBytes;
     for (size_t j = 0; j < k; ++j) sum[j] += GetF32(values + 4 * j);
@@ -113,8 +114,8 @@ class RandomkCodec final : public Codec {
                          absl::Span<float> output) override {
     const size_t n = output.size(), k = sparse::KeptCount(ratio_, n);
     if (sum.size() != k) {
-      return absl::InvalidArgumentError(absl::StrCat("codec 'randomk': sum has ", sum.size(),
-                                                     " values, expected ", k));
+      return absl::InvalidArgumentError(
+          absl::StrCat("codec 'randomk': sum has ", sum.size(), " values, expected ", k));
     }
     Scatter(ctx, output, [&sum](size_t j) { return sum[j]; });
     return absl::OkStatus();
@@ -130,15 +131,16 @@ class RandomkCodec final : public Codec {
     float* o = output.data();
     constexpr size_t kBlock = 4096;
     size_t zeroed = 0;
-    randomk::ForEachRandomIndex(n, sparse::KeptCount(ratio_, n), SharedSeed(ctx, randomk::kRandomkSalt),
-                       [&](size_t j, size_t i, size_t start, uint32_t size) {
-                         while (zeroed < start + size) {
-                           const size_t len = std::min(kBlock, n - zeroed);
-                           std::memset(o + zeroed, 0, 4 * len);
-                           zeroed += len;
-                         }
-                         o[i] = value(j);
-                       });
+    randomk::ForEachRandomIndex(n, sparse::KeptCount(ratio_, n),
+                                SharedSeed(ctx, randomk::kRandomkSalt),
+                                [&](size_t j, size_t i, size_t start, uint32_t size) {
+                                  while (zeroed < start + size) {
+                                    const size_t len = std::min(kBlock, n - zeroed);
+                                    std::memset(o + zeroed, 0, 4 * len);
+                                    zeroed += len;
+                                  }
+                                  o[i] = value(j);
+                                });
     if (zeroed < n) std::memset(o + zeroed, 0, 4 * (n - zeroed));
   }
 
@@ -161,10 +163,14 @@ void RegisterRandomkCodec(CodecRegistry& registry) {
   MustRegister(
       registry,
       {.name = "randomk",
-       .summary = "k = ceil(ratio * n) values at indices every worker derives from (seed, key, round)",
+       .summary =
+           "k = ceil(ratio * n) values at indices every worker derives from (seed, key, round)",
        .params = {param_specs::RatioParam(),
-                  {.name = "scale", .type = CodecParamSpec::Type::kBool, .default_value = "false",
-                   .help = "multiply values by n/k (the stratum size), which makes randomk unbiased"}},
+                  {.name = "scale",
+                   .type = CodecParamSpec::Type::kBool,
+                   .default_value = "false",
+                   .help =
+                       "multiply values by n/k (the stratum size), which makes randomk unbiased"}},
        .factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
          ParamReader r(params);
          const double ratio = r.Double("ratio");

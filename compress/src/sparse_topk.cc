@@ -66,7 +66,7 @@ class TopkCodec final : public SparseCodec {
                                     reinterpret_cast<uint8_t*>(candidates_.data()), nullptr);
       candidates_.resize(c);
       for (auto& a : candidates_) a &= 0x7fffffffu;  // stored as the values' bits
-      const size_t need = k - above;  // 1 <= need <= c
+      const size_t need = k - above;                 // 1 <= need <= c
       threshold = topk::NthLargest(candidates_, need);
       size_t greater = 0, equal = 0;
       for (uint32_t a : candidates_) {
@@ -89,8 +89,8 @@ class TopkCodec final : public SparseCodec {
       // elements above it are compacted in one pass; the ties are found block by block until
       // enough are seen; a backward merge puts both in index order in place.
       indices_.resize(k + kCompactSlack);
-      const size_t greater = CompactRange(x, n, threshold + 1, kNonFiniteAbsBits - 1, values,
-                                          indices_.data());
+      const size_t greater =
+          CompactRange(x, n, threshold + 1, kNonFiniteAbsBits - 1, values, indices_.data());
       constexpr size_t kBlock = 4096;
       ties_.resize(ties + kBlock + kCompactSlack);
       tie_values_.resize(kBlock + kCompactSlack);
@@ -149,7 +149,8 @@ class TopkCodec final : public SparseCodec {
 
 class ThresholdCodec final : public SparseCodec {
  public:
-  explicit ThresholdCodec(double threshold) : threshold_bits_(AbsBits(static_cast<float>(threshold))) {}
+  explicit ThresholdCodec(double threshold)
+      : threshold_bits_(AbsBits(static_cast<float>(threshold))) {}
   absl::string_view name() const override { return "threshold"; }
   CodecProperties properties() const override {
     CodecProperties p = SparseCodec::properties();
@@ -164,7 +165,8 @@ class ThresholdCodec final : public SparseCodec {
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
     if (auto s = CheckFinite(input, "codec 'threshold' input"); !s.ok()) return s;
     // |x| > threshold, compared as bit patterns (monotonic for non-negative floats).
-    if (threshold_bits_ >= kNonFiniteAbsBits - 1) return FinishSparseMessage(out.data(), n, 0, nullptr);
+    if (threshold_bits_ >= kNonFiniteAbsBits - 1)
+      return FinishSparseMessage(out.data(), n, 0, nullptr);
     indices_.resize(n + kCompactSlack);
     const size_t k = Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data());
     return FinishSparseMessage(out.data(), n, k, indices_.data());
@@ -188,22 +190,23 @@ void RegisterTopkCodec(CodecRegistry& registry) {
 }
 
 void RegisterThresholdCodec(CodecRegistry& registry) {
-  MustRegister(
-      registry,
-      {.name = "threshold",
-       .summary = "values and indices of every element with magnitude above the threshold",
-       .params = {{.name = "threshold", .type = CodecParamSpec::Type::kDouble,
-                   .default_value = "0.01", .help = "magnitudes strictly above it are sent",
-                   .min_value = 0}},
-       .factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
-         ParamReader r(params);
-         const double threshold = r.Double("threshold");
-         if (!r.ok()) return r.status();
-         return std::make_unique<ThresholdCodec>(threshold);
-       },
-       .facts = {.lossless_when = ThresholdIsZero,
-                 .sparse = true,
-                 .encode_target = EncodeSpeedTarget::kSelection}});
+  MustRegister(registry,
+               {.name = "threshold",
+                .summary = "values and indices of every element with magnitude above the threshold",
+                .params = {{.name = "threshold",
+                            .type = CodecParamSpec::Type::kDouble,
+                            .default_value = "0.01",
+                            .help = "magnitudes strictly above it are sent",
+                            .min_value = 0}},
+                .factory = [](const CodecParams& params) -> absl::StatusOr<std::unique_ptr<Codec>> {
+                  ParamReader r(params);
+                  const double threshold = r.Double("threshold");
+                  if (!r.ok()) return r.status();
+                  return std::make_unique<ThresholdCodec>(threshold);
+                },
+                .facts = {.lossless_when = ThresholdIsZero,
+                          .sparse = true,
+                          .encode_target = EncodeSpeedTarget::kSelection}});
 }
 
 }  // namespace bytecomp::compress

@@ -1,6 +1,5 @@
 #include "bytecomp/compress/strategy.h"
 
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -30,17 +29,19 @@ std::string Where(absl::string_view source, const TextProtoTree* tree, const pro
 absl::Status CheckCodec(const proto::CodecConfig& c, const std::string& field) {
   if (IsNoneName(c.name())) {
     if (!c.memory().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".memory: '", c.memory(),
-                                                     "' needs a codec"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".memory: '", c.memory(), "' needs a codec"));
     }
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<Codec>> codec = CreateCodec(c.name(), ParamsOf(c));
-  if (!codec.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", codec.status().message()));
+  if (!codec.ok())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", codec.status().message()));
   if (!c.memory().empty()) {
     absl::StatusOr<std::unique_ptr<Memory>> memory = CreateMemory(c.memory(), MemoryParamsOf(c));
     if (!memory.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".memory: ", memory.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".memory: ", memory.status().message()));
     }
   }
   return absl::OkStatus();
@@ -85,33 +86,37 @@ absl::Status Validate(const proto::Strategy& s, absl::string_view source,
     const proto::TensorStrategy& t = s.tensors(i);
     const std::string entry = absl::StrCat("tensors[", i, "]");
     if (t.name_pattern().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(source, tree, s, i, "push_codec", "name"), entry, ".name_pattern: empty"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(source, tree, s, i, "push_codec", "name"), entry, ".name_pattern: empty"));
     }
     if (t.partition_bytes() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, s, i, "push_codec", "name"),
-                                                     entry, ".partition_bytes must be >= 0"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(source, tree, s, i, "push_codec", "name"), entry, ".partition_bytes must be >= 0"));
     }
     for (const char* field : {"push_codec", "pull_codec"}) {
-      const proto::CodecConfig& c = std::string(field) == "push_codec" ? t.push_codec() : t.pull_codec();
+      const proto::CodecConfig& c =
+          std::string(field) == "push_codec" ? t.push_codec() : t.pull_codec();
       absl::Status st = CheckCodec(c, absl::StrCat(entry, ".", field));
       if (!st.ok()) {
         const char* leaf = absl::StrContains(st.message(), "param") ? "params" : "name";
         if (absl::StrContains(st.message(), ".memory")) leaf = "memory";
-        return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, s, i, field, leaf), st.message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(source, tree, s, i, field, leaf), st.message()));
       }
     }
     const bool has_push = !t.push_codec().name().empty() && t.push_codec().name() != "none";
     const bool has_pull = !t.pull_codec().name().empty() && t.pull_codec().name() != "none";
     if (has_pull && !has_push) {
-      return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, s, i, "pull_codec", "name"),
-                                                     entry, ".pull_codec: two-way compression "
-                                                     "needs a push_codec"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(source, tree, s, i, "pull_codec", "name"), entry,
+                       ".pull_codec: two-way compression "
+                       "needs a push_codec"));
     }
     if (t.has_adaptive_ratio()) {
       if (absl::Status st = CheckAdaptiveRatio(t); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(source, tree, s, i, "push_codec", "name"),
-                                                       entry, ".adaptive_ratio: ", st.message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(source, tree, s, i, "push_codec", "name"), entry,
+                         ".adaptive_ratio: ", st.message()));
       }
     }
   }
@@ -133,9 +138,10 @@ proto::AdaptiveRatio AdaptiveRatioWithDefaults(const proto::AdaptiveRatio& given
 absl::StatusOr<double> PushRatio(const proto::TensorStrategy& entry) {
   const std::string& name = entry.push_codec().name();
   const CodecSpec* spec = CodecRegistry::Global().Find(name);
-  if (spec == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown codec '", name, "'"));
-  absl::StatusOr<CodecParams> params =
-      ValidateParams(absl::StrCat("codec '", name, "'"), spec->params, ParamsOf(entry.push_codec()));
+  if (spec == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("unknown codec '", name, "'"));
+  absl::StatusOr<CodecParams> params = ValidateParams(absl::StrCat("codec '", name, "'"),
+                                                      spec->params, ParamsOf(entry.push_codec()));
   if (!params.ok()) return params.status();
   auto it = params->find("ratio");
   double ratio = 0;
@@ -237,8 +243,8 @@ absl::Status StrategyHistory::Add(const proto::Strategy& strategy) {
   if (!versions_.empty()) {
     const proto::Strategy& last = versions_.back();
     if (strategy.version() <= last.version()) {
-      return absl::InvalidArgumentError(absl::StrCat("strategy version ", strategy.version(),
-                                                     " after version ", last.version()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("strategy version ", strategy.version(), " after version ", last.version()));
     }
     if (strategy.first_round() < last.first_round()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -118,9 +118,12 @@ PinnedMemoryKind DecideKind(const PinnedPoolOptions& options) {
 
 absl::string_view PinnedMemoryKindName(PinnedMemoryKind kind) {
   switch (kind) {
-    case PinnedMemoryKind::kCudaHost: return "cuda-host";
-    case PinnedMemoryKind::kMlocked: return "mlocked";
-    case PinnedMemoryKind::kUnlocked: return "unlocked";
+    case PinnedMemoryKind::kCudaHost:
+      return "cuda-host";
+    case PinnedMemoryKind::kMlocked:
+      return "mlocked";
+    case PinnedMemoryKind::kUnlocked:
+      return "unlocked";
   }
   return "unknown";
 }
@@ -182,8 +185,8 @@ PinnedMemoryPool::~PinnedMemoryPool() {
     parked.swap(state_->parked);
   }
   for (auto& p : parked) {
-    p.on_ready(absl::CancelledError(absl::StrCat(
-        "pinned memory pool destroyed while a request of ", p.bytes, " bytes waited")));
+    p.on_ready(absl::CancelledError(absl::StrCat("pinned memory pool destroyed while a request of ",
+                                                 p.bytes, " bytes waited")));
   }
   Trim();
 }
@@ -220,8 +223,8 @@ size_t PinnedMemoryPool::parked_requests() const {
 absl::StatusOr<PinnedBuffer> internal::PinnedPoolState::AcquireLocked(size_t bytes) {
   const size_t capacity = PinnedMemoryPool::SizeClass(bytes, options.min_class_bytes);
   if (capacity == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pinned memory pool: a request of ", bytes, " bytes has no size class"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pinned memory pool: a request of ", bytes, " bytes has no size class"));
   }
   uint8_t* data = nullptr;
   PinnedMemoryKind block_kind = kind;
@@ -236,8 +239,8 @@ absl::StatusOr<PinnedBuffer> internal::PinnedPoolState::AcquireLocked(size_t byt
     if (stats.in_use_bytes + stats.cached_bytes + capacity > options.max_total_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "pinned memory pool: a request of ", bytes, " bytes (size class ", capacity,
-          " bytes) exceeds the bound of ", options.max_total_bytes, " bytes: ",
-          stats.in_use_bytes, " bytes are in use; raise the pinned pool bound or release "
+          " bytes) exceeds the bound of ", options.max_total_bytes, " bytes: ", stats.in_use_bytes,
+          " bytes are in use; raise the pinned pool bound or release "
           "buffers"));
     }
 #if BYTECOMP_HAVE_CUDA
@@ -246,8 +249,8 @@ absl::StatusOr<PinnedBuffer> internal::PinnedPoolState::AcquireLocked(size_t byt
       const cudaError_t rc = cudaHostAlloc(&p, capacity, cudaHostAllocPortable);
       if (rc != cudaSuccess) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "pinned memory pool: cudaHostAlloc of ", capacity, " bytes failed: ",
-            cudaGetErrorString(rc), " (", stats.in_use_bytes, " bytes in use)"));
+            "pinned memory pool: cudaHostAlloc of ", capacity,
+            " bytes failed: ", cudaGetErrorString(rc), " (", stats.in_use_bytes, " bytes in use)"));
       }
       data = static_cast<uint8_t*>(p);
     }
@@ -258,9 +261,9 @@ absl::StatusOr<PinnedBuffer> internal::PinnedPoolState::AcquireLocked(size_t byt
       const size_t rounded = (capacity + alignment - 1) / alignment * alignment;
       data = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded));
       if (data == nullptr) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "pinned memory pool: the system refused ", capacity, " bytes (",
-            stats.in_use_bytes, " bytes in use)"));
+        return absl::ResourceExhaustedError(absl::StrCat("pinned memory pool: the system refused ",
+                                                         capacity, " bytes (", stats.in_use_bytes,
+                                                         " bytes in use)"));
       }
       if (block_kind == PinnedMemoryKind::kMlocked && mlock(data, capacity) != 0) {
         const int err = errno;

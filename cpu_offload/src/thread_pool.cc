@@ -21,8 +21,8 @@ void NameAndPinThread(std::thread& thread, const ThreadPoolOptions& options, siz
   CPU_SET(cpu, &set);
   const int rc = pthread_setaffinity_np(thread.native_handle(), sizeof(set), &set);
   if (rc != 0) {
-    BC_LOG_WARNING("thread pool '", options.name, "': cannot pin thread ", index, " to CPU ",
-                   cpu, " (error ", rc, "); it runs unpinned");
+    BC_LOG_WARNING("thread pool '", options.name, "': cannot pin thread ", index, " to CPU ", cpu,
+                   " (error ", rc, "); it runs unpinned");
   }
 }
 

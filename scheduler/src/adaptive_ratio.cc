@@ -24,8 +24,7 @@ std::optional<RatioDecision> DecideRatio(const proto::AdaptiveRatio& config, dou
   const std::string measured = absl::StrFormat(
       "kept energy %.3f, communication %.1f%% of the round (%.0f of %.0f us, mean of %d "
       "workers)",
-      window.kept_energy, 100 * window.comm_share, window.comm_us, window.round_us,
-      window.workers);
+      window.kept_energy, 100 * window.comm_share, window.comm_us, window.round_us, window.workers);
   if (window.kept_energy < config.raise_below_kept() && ratio < config.max_ratio()) {
     return RatioDecision{
         std::min(config.max_ratio(), ratio * config.step()),
@@ -45,8 +44,8 @@ std::optional<RatioDecision> DecideRatio(const proto::AdaptiveRatio& config, dou
 }
 
 std::optional<AdaptiveRatioControl::Change> AdaptiveRatioControl::Add(
-    int worker_rank, const proto::RatioReport& report, const proto::Strategy& current,
-    int pushers, std::string* dropped) {
+    int worker_rank, const proto::RatioReport& report, const proto::Strategy& current, int pushers,
+    std::string* dropped) {
   auto drop = [&](std::string why) -> std::optional<Change> {
     *dropped = absl::StrCat("ratio report of worker ", worker_rank, " for tensor '",
                             report.tensor(), "' window ", report.window(), " dropped: ", why);
@@ -117,10 +116,10 @@ std::optional<AdaptiveRatioControl::Change> AdaptiveRatioControl::Add(
   if (changed->pull_codec().name() == changed->push_codec().name()) {
     (*changed->mutable_pull_codec()->mutable_params())["ratio"] = text;
   }
-  change.log = absl::StrCat("adaptive ratio: entry '", t.name_pattern(), "' (", t.push_codec().name(),
-                            ") ratio ", *ratio, " -> ", text, " after window ", report.window(),
-                            " of tensor '", report.tensor(), "' under version ", current.version(),
-                            ": ", decision->reason);
+  change.log = absl::StrCat("adaptive ratio: entry '", t.name_pattern(), "' (",
+                            t.push_codec().name(), ") ratio ", *ratio, " -> ", text,
+                            " after window ", report.window(), " of tensor '", report.tensor(),
+                            "' under version ", current.version(), ": ", decision->reason);
   return change;
 }
 

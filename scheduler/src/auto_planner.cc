@@ -126,8 +126,8 @@ RoundCpu CpuOfRounds(const proto::ModelProfile& profile) {
     cpu.reported = true;
     const double cores = profile.measured_round_cpu_us() / profile.measured_round_us();
     cpu.bound = cpu.bound || cores >= kBusy * profile.cpu_cores();
-    seen.push_back(absl::StrFormat("a worker process used %.2g of its %d cores", cores,
-                                   profile.cpu_cores()));
+    seen.push_back(
+        absl::StrFormat("a worker process used %.2g of its %d cores", cores, profile.cpu_cores()));
   }
   cpu.words = absl::StrJoin(seen, "; ");
   return cpu;
@@ -141,10 +141,9 @@ absl::StatusOr<std::string> ApplyLinkFit(planner::PlannerInputs* inputs, const A
   const double measured_us = inputs->profile.measured_round_us();
   const RoundCpu cpu = CpuOfRounds(inputs->profile);
   *cpu_bound = cpu.bound;
-  const std::string bound =
-      !cpu.reported ? "the workers did not report their CPU use"
-      : cpu.bound   ? absl::StrCat("CPU-bound rounds (", cpu.words, ")")
-                    : absl::StrCat("network-bound rounds (", cpu.words, ")");
+  const std::string bound = !cpu.reported ? "the workers did not report their CPU use"
+                            : cpu.bound   ? absl::StrCat("CPU-bound rounds (", cpu.words, ")")
+                                          : absl::StrCat("network-bound rounds (", cpu.words, ")");
   if (!job.profiled_uncompressed) {
     return absl::StrCat("links not fitted: the profiled rounds ran compressed; ", bound);
   }
@@ -170,8 +169,9 @@ absl::StatusOr<std::string> ApplyLinkFit(planner::PlannerInputs* inputs, const A
         &fit, "links fitted: %.3f of their bandwidth, worker_link and server_link %.3f Gbit/s",
         *scale, inputs->cluster.worker_link().bandwidth_gbps());
   } else if (measured_us > predicted_us) {
-    fit += "links not fitted: the model's round is mostly backward compute, or too far off for "
-           "the links to explain";
+    fit +=
+        "links not fitted: the model's round is mostly backward compute, or too far off for "
+        "the links to explain";
   } else {
     fit += "links kept";
   }
@@ -205,13 +205,12 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
     return values.empty() ? 0.0 : TwoSignificantDigits(Median(values));
   };
   inputs.profile.set_forward_us(median([](const auto& p) { return p.forward_us(); }));
-  inputs.profile.set_measured_round_us(
-      median([](const auto& p) { return p.measured_round_us(); }));
+  inputs.profile.set_measured_round_us(median([](const auto& p) { return p.measured_round_us(); }));
   inputs.profile.set_measured_round_cpu_us(
       median([](const auto& p) { return p.measured_round_cpu_us(); }));
   inputs.profile.set_host_cpu_busy(median([](const auto& p) { return p.host_cpu_busy(); }));
-  inputs.profile.set_cpu_cores(static_cast<int>(
-      median([](const auto& p) { return static_cast<double>(p.cpu_cores()); })));
+  inputs.profile.set_cpu_cores(
+      static_cast<int>(median([](const auto& p) { return static_cast<double>(p.cpu_cores()); })));
   inputs.profile.set_source(absl::StrCat(profiles[0].source(), "; the medians over ",
                                          profiles.size(), " workers, to two significant digits"));
   cluster.set_workers(job.workers);
@@ -252,8 +251,9 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
       " ms uncompressed and ", absl::StrFormat("%.3f", plan.compress_everything_us / 1000.0),
       " ms compressing everything (measured forward ",
       absl::StrFormat("%.3f", inputs.profile.forward_us() / 1000.0), " ms); ", *fit,
-      excluded.empty() ? "" : absl::StrCat("; not considered: ", excluded,
-                                           " (PlannerOptions.max_loss, --plan_options)"));
+      excluded.empty() ? ""
+                       : absl::StrCat("; not considered: ", excluded,
+                                      " (PlannerOptions.max_loss, --plan_options)"));
   return out;
 }
 

@@ -43,8 +43,8 @@ void Barriers::Handle(const RegisteredNode& node, const proto::BarrierRequest& r
     return;
   }
   if (!InGroup(node, group_name)) {
-    const std::string why = absl::StrCat(NodeTable::Name(node),
-                                         " is not a member of barrier group '", group_name, "'");
+    const std::string why =
+        absl::StrCat(NodeTable::Name(node), " is not a member of barrier group '", group_name, "'");
     out->Refuse(node.identity, why, why);
     return;
   }

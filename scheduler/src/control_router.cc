@@ -89,8 +89,9 @@ void ControlRouter::Handle(const std::string& identity, const proto::ControlMess
   if (authentic && observer_ != nullptr) observer_->Seen(*node, now_ms);
   if (message.has_error() && (authentic || node == nullptr)) {
     // Never answer an error with an error: two confused peers would ping-pong forever.
-    out->RefuseSilently(identity, absl::StrCat(who, " reports an error: ",
-                                               Printable(message.error().message(), 512)));
+    out->RefuseSilently(
+        identity,
+        absl::StrCat(who, " reports an error: ", Printable(message.error().message(), 512)));
     return;
   }
   if (node == nullptr && failover_.Waits(identity)) return;  // a replacement, not yet in
@@ -98,8 +99,9 @@ void ControlRouter::Handle(const std::string& identity, const proto::ControlMess
     // A node of a running job that this scheduler (restarted) does not know reads the flag as
     // "rejoin" (takeover.h).
     proto::ControlMessage reply;
-    reply.mutable_error()->set_message(absl::StrCat(
-        "received ", BodyName(message), " from a node that has not registered; send Register first"));
+    reply.mutable_error()->set_message(
+        absl::StrCat("received ", BodyName(message),
+                     " from a node that has not registered; send Register first"));
     reply.mutable_error()->set_not_registered(true);
     out->Refuse(identity, std::move(reply),
                 absl::StrCat(who, " sent ", BodyName(message), " before registering"));
@@ -107,8 +109,8 @@ void ControlRouter::Handle(const std::string& identity, const proto::ControlMess
   }
   if (!authentic) {
     out->Refuse(identity,
-                absl::StrCat(BodyName(message), " refused: it does not carry the token that ",
-                             who, " registered with"),
+                absl::StrCat(BodyName(message), " refused: it does not carry the token that ", who,
+                             " registered with"),
                 absl::StrCat(BodyName(message), " on the connection of ", who,
                              " without its token (", message.token().size(), " bytes)"));
     return;

@@ -98,7 +98,8 @@ bool Declarations::Remap(proto::DeclareReply* reply) {
   return moved;
 }
 
-std::vector<proto::DeclareReply> Declarations::MoveOff(int lost, const std::vector<int>& survivors) {
+std::vector<proto::DeclareReply> Declarations::MoveOff(int lost,
+                                                       const std::vector<int>& survivors) {
   moved_off_[lost] = survivors;
   std::vector<proto::DeclareReply> changed;
   for (auto& [name, decl] : declarations_) {
@@ -136,17 +137,19 @@ absl::Status Declarations::Restore(const std::vector<proto::DeclareReply>& decid
           absl::StrCat("tensor '", name, "': not a decided declaration, or reported twice"));
     }
     if (reply.tensor_id() < next_id) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': id ", reply.tensor_id(),
-                                                     " is out of order"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': id ", reply.tensor_id(), " is out of order"));
     }
     if (!IsValidDType(reply.dtype())) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': unknown dtype ",
-                                                     reply.dtype()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': unknown dtype ", reply.dtype()));
     }
     const DType dtype = static_cast<DType>(reply.dtype());
-    const int64_t partitions = NumPartitions(
-        reply.element_count(), PartitionAssigner::PartitionElements(config_.partition_bytes(), dtype));
-    if (absl::Status fits = budget.CheckTensor(reply.name(), reply.element_count(), dtype, partitions);
+    const int64_t partitions =
+        NumPartitions(reply.element_count(),
+                      PartitionAssigner::PartitionElements(config_.partition_bytes(), dtype));
+    if (absl::Status fits =
+            budget.CheckTensor(reply.name(), reply.element_count(), dtype, partitions);
         !fits.ok()) {
       return fits;
     }
@@ -157,7 +160,8 @@ absl::Status Declarations::Restore(const std::vector<proto::DeclareReply>& decid
         !std::equal(again->partition_server.begin(), again->partition_server.end(),
                     reply.partition_server().begin(), reply.partition_server().end())) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "tensor '", name, "' (id ", reply.tensor_id(), ") was placed on other servers than this "
+          "tensor '", name, "' (id ", reply.tensor_id(),
+          ") was placed on other servers than this "
           "scheduler places it: is its config (num_servers, partition_bytes) the job's?"));
     }
     budget.Take(reply.element_count(), dtype, again->partition_server.size());
@@ -195,8 +199,8 @@ void Declarations::Handle(const RegisteredNode& node, const proto::DeclareTensor
                                     declare.dtype(), " by worker ", node.rank));
   }
   if (declare.element_count() < 1) {
-    return reply_error(absl::StrCat("tensor '", name, "' declared with ",
-                                    declare.element_count(), " elements by worker ", node.rank,
+    return reply_error(absl::StrCat("tensor '", name, "' declared with ", declare.element_count(),
+                                    " elements by worker ", node.rank,
                                     "; a tensor needs at least 1 element"));
   }
   // Every name is kept until the job ends: their number is bounded like the tensors'.

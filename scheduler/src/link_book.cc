@@ -26,8 +26,8 @@ struct Medians {
 
 std::string Row(const std::string& worker, int server, double latency, double up, double down,
                 const std::string& note) {
-  std::string row = absl::StrFormat("  %6s %6d %12.1f %10.3f %12.3f", worker, server, latency, up,
-                                    down);
+  std::string row =
+      absl::StrFormat("  %6s %6d %12.1f %10.3f %12.3f", worker, server, latency, up, down);
   if (!note.empty()) absl::StrAppend(&row, "  ", note);
   return row + "\n";
 }
@@ -57,9 +57,10 @@ std::string LinkBook::Table() const {
                   l.error().empty() ? "" : absl::StrCat("incomplete: ", l.error()));
     }
   }
-  std::string out = absl::StrCat("link probes of ", reports_.size(), " workers (latency: median "
-                                 "round trip of small probes; bandwidth: ", bytes,
-                                 "-byte transfers):\n");
+  std::string out = absl::StrCat("link probes of ", reports_.size(),
+                                 " workers (latency: median "
+                                 "round trip of small probes; bandwidth: ",
+                                 bytes, "-byte transfers):\n");
   absl::StrAppend(&out, absl::StrFormat("  %6s %6s %12s %10s %12s\n", "worker", "server",
                                         "latency_us", "up_Gbit/s", "down_Gbit/s"));
   out += rows;

@@ -44,8 +44,8 @@ void Liveness::HandleWorkerDone(const RegisteredNode& node, Outbox* out) {
     return;
   }
   if (!done_workers_.insert(node.rank).second) return;  // a repeat counts once
-  BC_LOG_INFO(NodeTable::Name(node), " is done (", workers_done(), " of ",
-              config_.num_workers(), ")");
+  BC_LOG_INFO(NodeTable::Name(node), " is done (", workers_done(), " of ", config_.num_workers(),
+              ")");
   if (workers_done() == config_.num_workers()) {
     BC_LOG_INFO("every worker is done; shutting the servers down");
     out->EndJob(absl::OkStatus(), "every worker is done", nodes_.ServerIdentities());
@@ -54,9 +54,9 @@ void Liveness::HandleWorkerDone(const RegisteredNode& node, Outbox* out) {
 
 void Liveness::HandleShutdown(const RegisteredNode& node, const proto::Shutdown& shutdown,
                               Outbox* out) {
-  const std::string reason = absl::StrCat(NodeTable::Name(node), " asked to shut the job down: ",
-                                          shutdown.reason().empty() ? "no reason given"
-                                                                    : shutdown.reason());
+  const std::string reason =
+      absl::StrCat(NodeTable::Name(node), " asked to shut the job down: ",
+                   shutdown.reason().empty() ? "no reason given" : shutdown.reason());
   BC_LOG_ERROR(reason);
   std::vector<std::string> others;
   for (const std::string& id : nodes_.AllIdentities()) {
@@ -87,8 +87,8 @@ std::optional<int64_t> Liveness::NextDeadline() const {
 void Liveness::OnTime(int64_t now_ms, Outbox* out) {
   if (!nodes_.all_registered() && now_ms - start_ms_ >= config_.connect_timeout_ms()) {
     const std::string reason =
-        absl::StrCat("registration did not complete within ",
-                     Seconds(config_.connect_timeout_ms()), ": missing ", nodes_.Missing());
+        absl::StrCat("registration did not complete within ", Seconds(config_.connect_timeout_ms()),
+                     ": missing ", nodes_.Missing());
     BC_LOG_ERROR(reason);
     out->EndJob(absl::DeadlineExceededError(reason), reason, nodes_.AllIdentities());
     return;
@@ -101,8 +101,9 @@ void Liveness::DeclareLost(int server_rank, const std::string& reason, int64_t n
   const RegisteredNode* lost = nodes_.At(proto::ROLE_SERVER, server_rank);
   if (lost == nullptr || Lost(server_rank) || Retired(server_rank)) return;
   lost_servers_[server_rank] = now_ms;
-  BC_LOG_ERROR(NodeTable::Name(*lost), " (pid ", lost->pid, " on ", lost->hostname, ") lost: ",
-               reason, "; the job waits up to ", Seconds(config_.server_replacement_timeout_ms()),
+  BC_LOG_ERROR(NodeTable::Name(*lost), " (pid ", lost->pid, " on ", lost->hostname,
+               ") lost: ", reason, "; the job waits up to ",
+               Seconds(config_.server_replacement_timeout_ms()),
                " for a server to register for rank ", server_rank, " and take its keys over");
   proto::ControlMessage message;
   proto::NodeFailed* nf = message.mutable_node_failed();
@@ -116,8 +117,8 @@ void Liveness::DeclareLost(int server_rank, const std::string& reason, int64_t n
   }
   // It may only be frozen: when it runs again, this tells it to exit.
   proto::ControlMessage bye;
-  bye.mutable_shutdown()->set_reason(absl::StrCat("the scheduler declared ",
-                                                  NodeTable::Name(*lost), " lost: ", reason));
+  bye.mutable_shutdown()->set_reason(
+      absl::StrCat("the scheduler declared ", NodeTable::Name(*lost), " lost: ", reason));
   out->Send(lost->identity, std::move(bye));
 }
 

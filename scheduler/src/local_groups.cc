@@ -15,25 +15,26 @@ constexpr size_t kMaxMachineName = 256;
 }  // namespace
 
 absl::Status CheckSlotRequest(const std::vector<SlotRequest>& registered,
-                             const SlotRequest& joining) {
-  const std::string who = absl::StrCat("worker ", joining.rank, " on machine '", joining.machine, "'");
+                              const SlotRequest& joining) {
+  const std::string who =
+      absl::StrCat("worker ", joining.rank, " on machine '", joining.machine, "'");
   if (joining.machine.size() > kMaxMachineName) {
     return absl::InvalidArgumentError(absl::StrCat("worker ", joining.rank, ": a machine name of ",
                                                    joining.machine.size(), " bytes; at most ",
                                                    kMaxMachineName));
   }
   if (joining.declared_local_size.has_value() && *joining.declared_local_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, " declared local size ", *joining.declared_local_size, "; it must be >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, " declared local size ", *joining.declared_local_size, "; it must be >= 1"));
   }
   if (joining.requested_local_rank.has_value()) {
     const int lr = *joining.requested_local_rank;
     if (lr < 0 || (joining.declared_local_size.has_value() && lr >= *joining.declared_local_size)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who, " asked for local rank ", lr, ", out of range",
-          joining.declared_local_size.has_value()
-              ? absl::StrCat(" for local size ", *joining.declared_local_size)
-              : std::string(" (must be >= 0)")));
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, " asked for local rank ", lr, ", out of range",
+                       joining.declared_local_size.has_value()
+                           ? absl::StrCat(" for local size ", *joining.declared_local_size)
+                           : std::string(" (must be >= 0)")));
     }
   }
   int on_machine = 1;
@@ -50,7 +51,8 @@ absl::Status CheckSlotRequest(const std::vector<SlotRequest>& registered,
       }
       declared = w.declared_local_size;
     }
-    if (joining.requested_local_rank.has_value() && w.requested_local_rank == joining.requested_local_rank) {
+    if (joining.requested_local_rank.has_value() &&
+        w.requested_local_rank == joining.requested_local_rank) {
       return absl::InvalidArgumentError(absl::StrCat(who, " asked for local rank ",
                                                      *joining.requested_local_rank,
                                                      ", already taken by worker ", w.rank));
@@ -63,8 +65,9 @@ absl::Status CheckSlotRequest(const std::vector<SlotRequest>& registered,
                                                      ", out of range for local size ", *declared));
     }
     if (on_machine > *declared) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who, " would be worker ", on_machine, " on that machine, whose local size is ", *declared));
+      return absl::InvalidArgumentError(absl::StrCat(who, " would be worker ", on_machine,
+                                                     " on that machine, whose local size is ",
+                                                     *declared));
     }
   }
   return absl::OkStatus();
@@ -110,10 +113,10 @@ absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<SlotRequest>&
     for (const SlotRequest* w : group) {
       if (!w->requested_local_rank.has_value()) continue;
       if (*w->requested_local_rank >= size && !declared.has_value()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "worker ", w->rank, " asked for local rank ", *w->requested_local_rank, " but only ",
-            size, size == 1 ? " worker" : " workers", " registered from machine '",
-            out.machine_names[m], "'"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("worker ", w->rank, " asked for local rank ", *w->requested_local_rank,
+                         " but only ", size, size == 1 ? " worker" : " workers",
+                         " registered from machine '", out.machine_names[m], "'"));
       }
       if (*w->requested_local_rank < size) slots[*w->requested_local_rank] = w->rank;
     }
@@ -136,14 +139,15 @@ absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<SlotRequest>&
       }
       std::vector<std::string> present;
       for (const SlotRequest* w : group) {
-        present.push_back(w->requested_local_rank.has_value()
-                              ? absl::StrCat(w->rank, " (local rank ", *w->requested_local_rank, ")")
-                              : absl::StrCat(w->rank));
+        present.push_back(
+            w->requested_local_rank.has_value()
+                ? absl::StrCat(w->rank, " (local rank ", *w->requested_local_rank, ")")
+                : absl::StrCat(w->rank));
       }
       return absl::FailedPreconditionError(absl::StrCat(
           "machine '", out.machine_names[m], "' declared local size ", *declared, " but ", size,
-          size == 1 ? " worker" : " workers", " registered from it (worker",
-          size == 1 ? " " : "s ", absl::StrJoin(present, ", "), "); missing ",
+          size == 1 ? " worker" : " workers", " registered from it (worker", size == 1 ? " " : "s ",
+          absl::StrJoin(present, ", "), "); missing ",
           all_named ? absl::StrCat("local rank", missing.size() == 1 ? " " : "s ",
                                    absl::StrJoin(missing, ", "))
                     : absl::StrCat(*declared - size, " of its local ranks"),

@@ -40,8 +40,7 @@ void LocalRelay::Handle(const RegisteredNode& node, const proto::LocalCommunicat
   }
   if (comm.id().empty() || comm.id().size() > kMaxIdBytes ||
       (comm.kind() == "nccl" && comm.id().size() != kNcclIdBytes)) {
-    return refuse(absl::StrCat("a ", comm.kind(), " id of ", comm.id().size(),
-                               " bytes (expected ",
+    return refuse(absl::StrCat("a ", comm.kind(), " id of ", comm.id().size(), " bytes (expected ",
                                comm.kind() == "nccl" ? "128" : "1 to 1024", ")"));
   }
   auto [it, added] = relayed_.emplace(std::make_pair(machine, comm.kind()), comm.id());

@@ -7,10 +7,14 @@ namespace bytecomp {
 
 std::string RoleName(proto::Role role) {
   switch (role) {
-    case proto::ROLE_WORKER: return "worker";
-    case proto::ROLE_SERVER: return "server";
-    case proto::ROLE_SCHEDULER: return "scheduler";
-    default: return absl::StrCat("role ", static_cast<int>(role));
+    case proto::ROLE_WORKER:
+      return "worker";
+    case proto::ROLE_SERVER:
+      return "server";
+    case proto::ROLE_SCHEDULER:
+      return "scheduler";
+    default:
+      return absl::StrCat("role ", static_cast<int>(role));
   }
 }
 
@@ -96,10 +100,9 @@ std::string NodeTable::Missing() const {
       if ((*by_rank)[r].identity.empty()) missing.push_back(r);
     }
     if (missing.empty()) continue;
-    parts.push_back(absl::StrCat(role, missing.size() == 1 ? " rank " : " ranks ",
-                                 absl::StrJoin(missing, ", "), " (",
-                                 by_rank->size() - missing.size(), " of ", by_rank->size(), " ",
-                                 role, "s registered)"));
+    parts.push_back(absl::StrCat(
+        role, missing.size() == 1 ? " rank " : " ranks ", absl::StrJoin(missing, ", "), " (",
+        by_rank->size() - missing.size(), " of ", by_rank->size(), " ", role, "s registered)"));
   }
   return absl::StrJoin(parts, "; ");
 }
@@ -135,8 +138,8 @@ absl::Status NodeTable::MoveConnection(proto::Role role, int rank, const std::st
     return absl::NotFoundError(absl::StrCat(RoleName(role), " ", rank, " is not registered"));
   }
   if (identity.empty() || by_identity_.contains(identity)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        Name(*found), ": the new connection's identity is empty or another node's"));
+    return absl::AlreadyExistsError(
+        absl::StrCat(Name(*found), ": the new connection's identity is empty or another node's"));
   }
   RegisteredNode& node = ByRole(role)[rank];
   by_identity_.erase(node.identity);

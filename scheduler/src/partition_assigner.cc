@@ -20,8 +20,7 @@ int64_t PartitionAssigner::PartitionCount(int64_t element_count, int64_t partiti
   return (element_count - 1) / partition_elements + 1;
 }
 
-absl::StatusOr<PartitionAssignment> PartitionAssigner::Assign(int64_t element_count,
-                                                              DType dtype,
+absl::StatusOr<PartitionAssignment> PartitionAssigner::Assign(int64_t element_count, DType dtype,
                                                               int64_t row_elements) {
   if (!IsValidDType(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", static_cast<int>(dtype)));

@@ -24,7 +24,7 @@ Registration::Registration(const proto::ClusterConfig& config, NodeTable* nodes,
     : config_(config), nodes_(*nodes), strategy_(strategy), start_ms_(start_ms) {}
 
 const RegisteredNode& Registration::MoveConnection(const std::string& identity,
-                                                  const RegisteredNode& node) {
+                                                   const RegisteredNode& node) {
   const proto::Role role = node.role;
   const int rank = node.rank;
   if (absl::Status s = nodes_.MoveConnection(role, rank, identity); !s.ok()) {
@@ -38,16 +38,16 @@ const RegisteredNode& Registration::MoveConnection(const std::string& identity,
   return moved;
 }
 
-bool Registration::Handle(const std::string& identity, const proto::Register& reg,
-                          int64_t now_ms, Outbox* out) {
+bool Registration::Handle(const std::string& identity, const proto::Register& reg, int64_t now_ms,
+                          Outbox* out) {
   auto reject = [&](const std::string& why) {
     proto::ControlMessage reply;
     reply.mutable_error()->set_message(absl::StrCat("registration rejected: ", why));
     reply.mutable_error()->set_registration_refused(true);
-    out->Refuse(identity, std::move(reply),
-                absl::StrCat("rejected registration of ", RoleName(reg.role()), " (pid ", reg.pid(),
-                             " on ", reg.hostname().empty() ? "?" : Printable(reg.hostname(), 64),
-                             "): ", why));
+    out->Refuse(
+        identity, std::move(reply),
+        absl::StrCat("rejected registration of ", RoleName(reg.role()), " (pid ", reg.pid(), " on ",
+                     reg.hostname().empty() ? "?" : Printable(reg.hostname(), 64), "): ", why));
     return false;
   };
   if (reg.has_rejoin()) {
@@ -85,7 +85,8 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
                                reg.token().size(), " bytes)"));
   }
   if (reg.hostname().size() > kMaxRegisterText || reg.data_address().size() > kMaxRegisterText) {
-    return reject(absl::StrCat("hostname or data_address longer than ", kMaxRegisterText, " bytes"));
+    return reject(
+        absl::StrCat("hostname or data_address longer than ", kMaxRegisterText, " bytes"));
   }
   if (nodes_.all_registered()) {
     return reject(absl::StrCat("the job is full: all ", config_.num_workers(), " workers and ",
@@ -117,8 +118,8 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   const std::string role = RoleName(reg.role());
   if (!is_worker) {
     if (absl::StatusOr<HostPort> hp = ParseHostPort(reg.data_address()); !hp.ok()) {
-      return reject(absl::StrCat("server data_address '", reg.data_address(),
-                                 "' is not tcp://host:port"));
+      return reject(
+          absl::StrCat("server data_address '", reg.data_address(), "' is not tcp://host:port"));
     }
   }
   int rank = reg.requested_rank();
@@ -126,8 +127,8 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   if (rank >= 0) {
     if (rank >= count) {
       return reject(absl::StrCat("requested ", role, " rank ", rank,
-                                 " is out of range: the job has ", count, " ", role,
-                                 "s (ranks 0..", count - 1, ")"));
+                                 " is out of range: the job has ", count, " ", role, "s (ranks 0..",
+                                 count - 1, ")"));
     }
     if (const RegisteredNode* holder = nodes_.At(reg.role(), rank); holder != nullptr) {
       return reject(absl::StrCat("requested ", role, " rank ", rank, " is already taken by pid ",
@@ -158,7 +159,8 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
       node.hostname.empty() ? "?" : node.hostname,
       node.data_address.empty() ? "" : absl::StrCat(", data ", node.data_address), ")");
   const RoleRank role_rank = node.role_rank();
-  if (absl::Status s = nodes_.Add(std::move(node)); !s.ok()) return reject(std::string(s.message()));
+  if (absl::Status s = nodes_.Add(std::move(node)); !s.ok())
+    return reject(std::string(s.message()));
   takeover_ = reg.has_rejoin();
   if (reg.has_rejoin()) rejoins_[role_rank] = reg.rejoin();
   BC_LOG_INFO(reg.has_rejoin() ? "rejoined " : "registered ", registered, "; ", nodes_.size(),
@@ -178,8 +180,8 @@ absl::Status Registration::CheckReplacement(const std::string& identity,
     return absl::InvalidArgumentError("only a server registering afresh can replace a lost one");
   }
   if (nodes_.Find(identity) != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("this connection is registered as ",
-                                                 NodeTable::Name(*nodes_.Find(identity))));
+    return absl::AlreadyExistsError(
+        absl::StrCat("this connection is registered as ", NodeTable::Name(*nodes_.Find(identity))));
   }
   if (reg.requested_rank() >= nodes_.num_servers()) {
     return absl::OutOfRangeError(absl::StrCat("requested server rank ", reg.requested_rank(),
@@ -188,9 +190,9 @@ absl::Status Registration::CheckReplacement(const std::string& identity,
   }
   const std::optional<NodeToken> token = TokenFromBytes(reg.token());
   if (!token.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the Register carries no token (16 random bytes, not all zero; got ", reg.token().size(),
-        " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the Register carries no token (16 random bytes, not all zero; got ",
+                     reg.token().size(), " bytes)"));
   }
   if (nodes_.FindByToken(*token) != nullptr) {
     return absl::AlreadyExistsError("the Register's token is a registered node's");
@@ -200,9 +202,8 @@ absl::Status Registration::CheckReplacement(const std::string& identity,
         absl::StrCat("hostname or data_address longer than ", kMaxRegisterText, " bytes"));
   }
   if (!ParseHostPort(reg.data_address()).ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("server data_address '", Printable(reg.data_address(), 64),
-                     "' is not tcp://host:port"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server data_address '", Printable(reg.data_address(), 64), "' is not tcp://host:port"));
   }
   return absl::OkStatus();
 }
@@ -243,8 +244,8 @@ absl::Status Registration::ReplaceServer(const std::string& identity, const prot
 bool Registration::GroupWorkers(Outbox* out) {
   absl::StatusOr<LocalAssignment> grouped = AssignLocalRanks(nodes_.WorkerSlots());
   if (!grouped.ok()) {
-    const std::string reason = absl::StrCat("cannot group the workers by machine: ",
-                                            grouped.status().message());
+    const std::string reason =
+        absl::StrCat("cannot group the workers by machine: ", grouped.status().message());
     BC_LOG_ERROR(reason);
     out->EndJob(absl::FailedPreconditionError(reason), reason, nodes_.AllIdentities());
     return false;
@@ -289,22 +290,23 @@ proto::ControlMessage Registration::TopologyFor(const RegisteredNode& n) const {
 bool Registration::SendTopology(int64_t now_ms, Outbox* out) {
   const LocalAssignment& local = *nodes_.local();
 
-  std::string table = absl::StrFormat("\n  %-7s %4s  %-24s %7s  %s", "role", "rank", "host",
-                                      "pid", "data address / machine:local rank");
+  std::string table = absl::StrFormat("\n  %-7s %4s  %-24s %7s  %s", "role", "rank", "host", "pid",
+                                      "data address / machine:local rank");
   for (const RegisteredNode* n : nodes_.Registered()) {
-    const std::string where =
-        n->role == proto::ROLE_WORKER
-            ? absl::StrCat(n->slot.machine, ":", local.local_rank[n->rank], "/",
-                           local.local_size[n->rank])
-            : n->data_address;
+    const std::string where = n->role == proto::ROLE_WORKER
+                                  ? absl::StrCat(n->slot.machine, ":", local.local_rank[n->rank],
+                                                 "/", local.local_size[n->rank])
+                                  : n->data_address;
     absl::StrAppend(&table, absl::StrFormat("\n  %-7s %4d  %-24s %7d  %s", RoleName(n->role),
                                             n->rank, n->hostname, n->pid, where));
   }
   BC_LOG_INFO("all ", config_.num_workers(), " workers and ", config_.num_servers(),
               " servers registered after ", Seconds(now_ms - start_ms_), ":", table);
   if (config_.hierarchical()) {
-    BC_LOG_INFO("hierarchical: ", local.machines.size(), " machines; local roots (the workers "
-                "that push) ", absl::StrJoin(local.roots, ", "));
+    BC_LOG_INFO("hierarchical: ", local.machines.size(),
+                " machines; local roots (the workers "
+                "that push) ",
+                absl::StrJoin(local.roots, ", "));
   }
 
   for (const RegisteredNode* n : nodes_.Registered()) out->Send(n->identity, TopologyFor(*n));

@@ -27,10 +27,14 @@ constexpr int64_t kBacklogPollMs = 2;
 
 std::string SignalName(int signal_number) {
   switch (signal_number) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return absl::StrCat("signal ", signal_number);
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return absl::StrCat("signal ", signal_number);
   }
 }
 
@@ -50,8 +54,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
                            options.plan_options_path, options.plan_links);
     if (!loaded.ok()) return loaded.status();
     auto_plan = *std::move(loaded);
-    auto_plan->plan_out =
-        options.plan_out_path.empty() ? DefaultPlanOut() : options.plan_out_path;
+    auto_plan->plan_out = options.plan_out_path.empty() ? DefaultPlanOut() : options.plan_out_path;
     options.config.set_profile_rounds(std::max(1, options.profile_rounds));
   }
   int port = options.port;
@@ -80,9 +83,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   // it on a new connection moves the node there (HandleFrames).
   absl::StatusOr<int> bound = BindTcp(*socket, options.bind_host, port);
   if (!bound.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("scheduler: ", bound.status().message(),
-                     " (is another scheduler running on that port?)"));
+    return absl::UnavailableError(absl::StrCat("scheduler: ", bound.status().message(),
+                                               " (is another scheduler running on that port?)"));
   }
   const int64_t start_ms = MonotonicMs();
   std::unique_ptr<StatusService> status;
@@ -95,8 +97,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
     status = *std::move(started);
   }
   std::unique_ptr<Scheduler> scheduler(
-      new Scheduler(std::move(options), std::move(context), *std::move(security),
-                    std::move(socket), *bound, std::move(strategy), std::move(auto_plan), start_ms));
+      new Scheduler(std::move(options), std::move(context), *std::move(security), std::move(socket),
+                    *bound, std::move(strategy), std::move(auto_plan), start_ms));
   scheduler->status_ = std::move(status);
   scheduler->router_.set_observer(scheduler->status_.get());
   return scheduler;
@@ -149,9 +151,9 @@ absl::Status Scheduler::Run() {
       const int signal_number = stop_signal_.load();
       Outbox out;
       router_.Stop(signal_number != 0
-                         ? absl::StrCat("scheduler received ", SignalName(signal_number))
-                         : std::string("scheduler was stopped"),
-                     &out);
+                       ? absl::StrCat("scheduler received ", SignalName(signal_number))
+                       : std::string("scheduler was stopped"),
+                   &out);
       Deliver(out);
       break;
     }
@@ -218,7 +220,7 @@ absl::Status Scheduler::Run() {
       Deliver(out);
       if (status_ != nullptr) {
         status_->MaybePublish(checked_at, router_.nodes(), router_.strategy().keeper().current(),
-                              options_.auto_strategy ? "auto"
+                              options_.auto_strategy           ? "auto"
                               : options_.strategy_path.empty() ? "none"
                                                                : options_.strategy_path,
                               router_.strategy().predicted_us(), refusals_.refused());
@@ -238,14 +240,13 @@ absl::Status Scheduler::Run() {
 // ---------------------------------------------------------------------------------------
 // Incoming messages
 
-void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms,
-                             Outbox* out) {
+void Scheduler::HandleFrames(std::vector<zmq::message_t>& frames, int64_t now_ms, Outbox* out) {
   if (frames.empty()) return;
   const std::string identity = FrameToString(frames[0]);
   if (frames.size() != 2) {
     out->Refuse(identity,
-                absl::StrCat("expected one frame holding a ControlMessage, got ",
-                             frames.size() - 1, " frames"),
+                absl::StrCat("expected one frame holding a ControlMessage, got ", frames.size() - 1,
+                             " frames"),
                 absl::StrCat("malformed message from ", router_.Who(identity), ": ",
                              frames.size() - 1, " frames, expected 1 (a ControlMessage)"));
     return;

@@ -69,7 +69,8 @@ void ServerFailover::HandleRegister(const std::string& identity, const proto::Re
   }
   if (liveness_.Retired(rank)) {
     return refuse(identity, reg,
-                  absl::StrCat("server rank ", rank, " was lost and its keys moved to the "
+                  absl::StrCat("server rank ", rank,
+                               " was lost and its keys moved to the "
                                "surviving servers: the job does not use it again"));
   }
   if (auto older = waiting_.find(rank); older != waiting_.end()) {
@@ -93,15 +94,15 @@ bool ServerFailover::TryTakeOver(int rank, const Waiting& waiting, int64_t now_m
     const RegisteredNode* holder = nodes_.At(proto::ROLE_SERVER, rank);
     if (now_ms - waiting.since_ms >=
         int64_t{config_.heartbeat_timeout_ms()} + config_.heartbeat_interval_ms()) {
-      const std::string why = absl::StrCat(
-          "server rank ", rank, " is held by pid ", holder->pid, " on ", holder->hostname,
-          ", which is alive: two servers claim one rank");
+      const std::string why =
+          absl::StrCat("server rank ", rank, " is held by pid ", holder->pid, " on ",
+                       holder->hostname, ", which is alive: two servers claim one rank");
       proto::ControlMessage reply;
       reply.mutable_error()->set_message(absl::StrCat("registration rejected: ", why));
       reply.mutable_error()->set_registration_refused(true);
-      out->Refuse(waiting.identity, std::move(reply),
-                  absl::StrCat("rejected registration of a server (pid ", waiting.reg.pid(),
-                               "): ", why));
+      out->Refuse(
+          waiting.identity, std::move(reply),
+          absl::StrCat("rejected registration of a server (pid ", waiting.reg.pid(), "): ", why));
       return true;
     } else {
       return false;
@@ -166,7 +167,8 @@ void ServerFailover::MoveKeysOff(int rank, Outbox* out) {
                  ": its partitions move to server", survivors.size() == 1 ? " " : "s ",
                  absl::StrJoin(survivors, ", "), " (", keys->tensors_size(),
                  " tensors changed), which take them up as a replacement would; the job goes on "
-                 "with ", survivors.size(), " server", survivors.size() == 1 ? "" : "s");
+                 "with ",
+                 survivors.size(), " server", survivors.size() == 1 ? "" : "s");
   // The new owners first: they must know the keys are theirs before a worker's replay comes.
   for (int s : survivors) out->Send(nodes_.At(proto::ROLE_SERVER, s)->identity, moved);
   for (const std::string& id : nodes_.WorkerIdentities()) out->Send(id, moved);

@@ -43,8 +43,8 @@ absl::StatusOr<std::unique_ptr<StatusService>> StatusService::Start(
       telemetry::HttpServer::Start(options, std::move(pages));
   if (!http.ok()) return http.status();
   service->http_ = *std::move(http);
-  BC_LOG_INFO("status page and metrics on ", service->http_->url(), "/ and ",
-              service->http_->url(), "/metrics");
+  BC_LOG_INFO("status page and metrics on ", service->http_->url(), "/ and ", service->http_->url(),
+              "/metrics");
   return service;
 }
 
@@ -56,7 +56,9 @@ void StatusService::Stats(const RegisteredNode& node, const proto::StatsReport& 
   if (node.role == proto::ROLE_WORKER) job_.Stats(node.rank, report);
 }
 
-void StatusService::WorkerDone(const RegisteredNode& node) { job_.WorkerDone(NodeTable::Name(node)); }
+void StatusService::WorkerDone(const RegisteredNode& node) {
+  job_.WorkerDone(NodeTable::Name(node));
+}
 
 void StatusService::MaybePublish(int64_t now_ms, const NodeTable& nodes,
                                  const proto::Strategy& strategy,
@@ -66,10 +68,11 @@ void StatusService::MaybePublish(int64_t now_ms, const NodeTable& nodes,
   published_ms_ = now_ms;
   std::vector<status::NodeView> views;
   for (const RegisteredNode* n : nodes.Registered()) {
-    views.push_back({NodeTable::Name(*n), RoleName(n->role), n->rank, n->hostname, n->pid,
-                     n->data_address});
+    views.push_back(
+        {NodeTable::Name(*n), RoleName(n->role), n->rank, n->hostname, n->pid, n->data_address});
   }
-  board_.Publish(job_.Snapshot(views, strategy, strategy_source, predicted_us, bad_messages, now_ms));
+  board_.Publish(
+      job_.Snapshot(views, strategy, strategy_source, predicted_us, bad_messages, now_ms));
 }
 
 void StatusService::RefreshGauges() {
@@ -80,13 +83,15 @@ void StatusService::RefreshGauges() {
   metrics_.Gauge("bytecomp_nodes_registered", "Nodes registered with the scheduler")
       .Set(static_cast<double>(s->nodes.size()));
   for (const status::NodeHealth& n : s->nodes) {
-    metrics_.Gauge("bytecomp_heartbeat_age_seconds",
-                   "Seconds since the scheduler last heard from a node", {{"node", n.node.name}})
+    metrics_
+        .Gauge("bytecomp_heartbeat_age_seconds",
+               "Seconds since the scheduler last heard from a node", {{"node", n.node.name}})
         .Set(n.heartbeat_age_s);
   }
   metrics_.Gauge("bytecomp_job_pushed_bytes", "Bytes the workers reported pushed (StatsReport)")
       .Set(static_cast<double>(s->pushed_bytes));
-  metrics_.Gauge("bytecomp_job_round_seconds", "Median of the recent rounds' times (slowest worker)")
+  metrics_
+      .Gauge("bytecomp_job_round_seconds", "Median of the recent rounds' times (slowest worker)")
       .Set(s->measured_round_ms / 1000);
   if (s->predicted_ms.has_value()) {
     metrics_.Gauge("bytecomp_predicted_iteration_seconds", "The planner's predicted iteration")

@@ -151,9 +151,10 @@ void StrategyControl::OnTime(Outbox* out) {
     return;
   }
   BC_LOG_INFO("--strategy=auto: ", plan->summary);
-  BC_LOG_INFO("--strategy=auto: the plan per tensor (saving: how much longer the predicted "
-              "iteration is when the tensor alone goes uncompressed):\n",
-              plan->table);
+  BC_LOG_INFO(
+      "--strategy=auto: the plan per tensor (saving: how much longer the predicted "
+      "iteration is when the tensor alone goes uncompressed):\n",
+      plan->table);
   predicted_us_ = plan->predicted_us;
   absl::StatusOr<proto::ControlMessage> prepare = keeper_.BeginUpdate(plan->strategy);
   if (!prepare.ok()) {
@@ -197,11 +198,11 @@ void StrategyControl::WritePlan(const proto::Strategy& committed) {
   const std::string inputs = absl::StrCat(path, ".{profile,cluster,options}.pbtxt");
   const std::string header = absl::StrCat(
       "Written by bytecomp-scheduler --strategy=auto: the strategy every node runs, version ",
-      committed.version(), " from round ", committed.first_round(), " on (",
-      config_.num_workers(), " workers, ", config_.num_servers(),
-      " servers). Run this plan again with --strategy=", path,
+      committed.version(), " from round ", committed.first_round(), " on (", config_.num_workers(),
+      " workers, ", config_.num_servers(), " servers). Run this plan again with --strategy=", path,
       " (version and first_round are set anew when it is loaded).\n", plan_->summary,
-      "\nPlanned with ", inputs, " and the --plan_costs table (bytecomp-plan --profile, "
+      "\nPlanned with ", inputs,
+      " and the --plan_costs table (bytecomp-plan --profile, "
       "--cluster, --options and --costs give this plan again).\n"
       "saving: how much longer the predicted iteration is when the tensor alone goes "
       "uncompressed, the others as planned.");
@@ -218,9 +219,9 @@ void StrategyControl::WritePlan(const proto::Strategy& committed) {
     BC_LOG_ERROR("--strategy=auto: the plan was not written (--plan_out): ", written.message());
     return;
   }
-  BC_LOG_INFO("--strategy=auto: the plan (strategy version ", committed.version(),
-              ", from round ", committed.first_round(), ") is in ", path,
-              "; --strategy=", path, " runs it again; planned with ", inputs);
+  BC_LOG_INFO("--strategy=auto: the plan (strategy version ", committed.version(), ", from round ",
+              committed.first_round(), ") is in ", path, "; --strategy=", path,
+              " runs it again; planned with ", inputs);
 }
 
 void StrategyControl::HandleLinkProbeReport(const RegisteredNode& node,
@@ -232,8 +233,8 @@ void StrategyControl::HandleLinkProbeReport(const RegisteredNode& node,
     return;
   }
   if (report.links_size() != config_.num_servers()) {
-    BC_LOG_WARNING(name, " reported link probes of ", report.links_size(),
-                   " servers, the job has ", config_.num_servers());
+    BC_LOG_WARNING(name, " reported link probes of ", report.links_size(), " servers, the job has ",
+                   config_.num_servers());
   }
   if (links_.Add(node.rank, report, config_.num_workers())) BC_LOG_INFO(links_.Table());
 }
@@ -241,8 +242,8 @@ void StrategyControl::HandleLinkProbeReport(const RegisteredNode& node,
 void StrategyControl::HandleRatioReport(const RegisteredNode& node,
                                         const proto::RatioReport& report, Outbox* out) {
   if (node.role != proto::ROLE_WORKER) {
-    const std::string why = absl::StrCat("RatioReport from ", NodeTable::Name(node),
-                                         ", which is not a worker");
+    const std::string why =
+        absl::StrCat("RatioReport from ", NodeTable::Name(node), ", which is not a worker");
     out->Refuse(node.identity, why, why);
     return;
   }

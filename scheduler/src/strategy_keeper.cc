@@ -39,7 +39,8 @@ absl::Status StrategyKeeper::LoadInitial(const std::string& path) {
 
 absl::StatusOr<proto::ControlMessage> StrategyKeeper::BeginReload() {
   if (path_.empty()) {
-    return absl::FailedPreconditionError("no strategy file was given (--strategy), nothing to reload");
+    return absl::FailedPreconditionError(
+        "no strategy file was given (--strategy), nothing to reload");
   }
   absl::StatusOr<proto::Strategy> loaded = compress::LoadStrategyFile(path_);
   if (!loaded.ok()) return loaded.status();

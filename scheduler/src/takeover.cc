@@ -33,7 +33,8 @@ bool TakeOver(const std::map<RoleRank, proto::Rejoin>& rejoins, const NodeTable&
               Declarations& declarations, StrategyControl& strategy, Barriers& barriers,
               Outbox* out) {
   auto fail = [&](const std::string& why) {
-    const std::string reason = absl::StrCat("the restarted scheduler cannot take the job up: ", why);
+    const std::string reason =
+        absl::StrCat("the restarted scheduler cannot take the job up: ", why);
     BC_LOG_ERROR(reason);
     out->EndJob(absl::FailedPreconditionError(reason), reason, nodes.AllIdentities());
     return false;
@@ -55,7 +56,8 @@ bool TakeOver(const std::map<RoleRank, proto::Rejoin>& rejoins, const NodeTable&
   }
   std::vector<proto::DeclareReply> decided;
   for (const auto& [id, name] : name_by_id) decided.push_back(by_name.at(name));
-  if (absl::Status s = declarations.Restore(decided); !s.ok()) return fail(std::string(s.message()));
+  if (absl::Status s = declarations.Restore(decided); !s.ok())
+    return fail(std::string(s.message()));
 
   // The strategy in force: the highest version any node has.
   proto::Strategy in_force;

@@ -19,8 +19,8 @@ void BandwidthTurn::Expire(int64_t now_ms) {
 }
 
 absl::StatusOr<proto::ProbeTurn> BandwidthTurn::OnProbe(absl::string_view prober,
-                                                    const proto::DataHeader& probe,
-                                                    int64_t now_ms) {
+                                                        const proto::DataHeader& probe,
+                                                        int64_t now_ms) {
   Expire(now_ms);
   const bool holds = !holder_.empty() && holder_ == prober;
   if (holds) last_seen_ms_ = now_ms;
@@ -46,8 +46,7 @@ absl::StatusOr<proto::ProbeTurn> BandwidthTurn::OnProbe(absl::string_view prober
       holder_.clear();
       return proto::PROBE_TURN_NONE;
     case proto::PROBE_TURN_QUERY:
-      return holder_.empty() && waiters_.empty() ? proto::PROBE_TURN_IDLE
-                                                 : proto::PROBE_TURN_BUSY;
+      return holder_.empty() && waiters_.empty() ? proto::PROBE_TURN_IDLE : proto::PROBE_TURN_BUSY;
     default:
       return proto::PROBE_TURN_NONE;
   }

@@ -7,8 +7,8 @@ namespace bytecomp::server {
 
 absl::Status Catalog::AddTensor(const proto::DeclareReply& declared) {
   if (tensors_.contains(declared.tensor_id())) {
-    return absl::AlreadyExistsError(absl::StrCat("tensor id ", declared.tensor_id(),
-                                                 " is declared already"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("tensor id ", declared.tensor_id(), " is declared already"));
   }
   if (absl::Status s = budget_.CheckTensor(declared.name(), declared.element_count(),
                                            static_cast<DType>(declared.dtype()),

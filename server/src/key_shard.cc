@@ -58,16 +58,16 @@ std::string KeyShard::Summary() const {
   for (size_t r = 0; r < by_worker.size(); ++r) {
     if (by_worker[r] > 0) pushes.push_back(absl::StrCat(r, "=", by_worker[r]));
   }
-  return absl::StrCat("key shard ", index_, " stops after ", store_.rounds_completed(),
-                      " rounds on ", store_.num_keys(), " keys, refused ", store_.refused(),
-                      " requests; pushes by worker: ",
-                      pushes.empty() ? "none" : absl::StrJoin(pushes, " "),
-                      store_.keys_resumed() == 0
-                          ? ""
-                          : absl::StrCat("; as a replacement it resumed ", store_.keys_resumed(),
-                                         " keys and answered the last round of ",
-                                         store_.rounds_answered_from_replays(),
-                                         " of them from replays, for workers that had not got it"));
+  return absl::StrCat(
+      "key shard ", index_, " stops after ", store_.rounds_completed(), " rounds on ",
+      store_.num_keys(), " keys, refused ", store_.refused(),
+      " requests; pushes by worker: ", pushes.empty() ? "none" : absl::StrJoin(pushes, " "),
+      store_.keys_resumed() == 0
+          ? ""
+          : absl::StrCat("; as a replacement it resumed ", store_.keys_resumed(),
+                         " keys and answered the last round of ",
+                         store_.rounds_answered_from_replays(),
+                         " of them from replays, for workers that had not got it"));
 }
 
 }  // namespace bytecomp::server

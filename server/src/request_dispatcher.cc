@@ -111,9 +111,9 @@ void RequestDispatcher::Reject(zmq::message_t& identity, const proto::DataHeader
   ++rejected_;
   if (metrics_ != nullptr) metrics_->CountRefused(reason);
   const absl::string_view peer(static_cast<const char*>(identity.data()), identity.size());
-  refusals_.RefuseAndLog(peer, absl::StrCat("rejected request from connection ",
-                                            Printable(peer, 32), ": ", why),
-                         now_ms);
+  refusals_.RefuseAndLog(
+      peer, absl::StrCat("rejected request from connection ", Printable(peer, 32), ": ", why),
+      now_ms);
   proto::DataHeader reply;
   reply.set_op(proto::OP_ERROR);
   reply.set_key(request.key());

@@ -30,7 +30,8 @@ size_t RequestValidator::MaxPayloadBytes(uint32_t tensor_id, uint64_t version,
     const size_t n = static_cast<size_t>(elements);
     bound = (*codec)->MaxEncodedBytes(n);
     if (compress::TwoRoundCodec* two = compress::AsTwoRound(**codec)) {
-      bound = std::max({bound, 4 + 4 * two->FirstRoundFloats(n), 4 + 4 * two->SecondRoundFloats(n)});
+      bound =
+          std::max({bound, 4 + 4 * two->FirstRoundFloats(n), 4 + 4 * two->SecondRoundFloats(n)});
     }
   }
   max_bytes_[key] = bound;
@@ -39,19 +40,19 @@ size_t RequestValidator::MaxPayloadBytes(uint32_t tensor_id, uint64_t version,
 
 absl::Status RequestValidator::CheckSender(const proto::DataHeader& h) const {
   if (h.op() != proto::OP_PUSH && h.op() != proto::OP_PULL) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported op ", proto::DataOp_Name(h.op()), " (expected OP_PUSH or OP_PULL)"));
+    return absl::InvalidArgumentError(absl::StrCat("unsupported op ", proto::DataOp_Name(h.op()),
+                                                   " (expected OP_PUSH or OP_PULL)"));
   }
   if (h.sender() < 0 || h.sender() >= num_workers_) {
-    return absl::InvalidArgumentError(absl::StrCat("sender ", h.sender(),
-                                                   " is not a worker rank (0..", num_workers_ - 1,
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sender ", h.sender(), " is not a worker rank (0..", num_workers_ - 1, ")"));
   }
   const size_t rank = static_cast<size_t>(h.sender());
   if (rank >= worker_tokens_.size() || !SameToken(HeaderToken(h), worker_tokens_[rank])) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the request names worker ", h.sender(), " but does not carry its token: a connection "
-        "pushes and pulls only as the rank the scheduler gave its node"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the request names worker ", h.sender(),
+                     " but does not carry its token: a connection "
+                     "pushes and pulls only as the rank the scheduler gave its node"));
   }
   if (h.server_epoch() != epoch_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -97,8 +98,8 @@ absl::Status RequestValidator::ValidateReplay(const proto::DataHeader& h,
 
 absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_payload,
                                         size_t payload_size) {
-  const std::string where = absl::StrCat("key ", KeyTensor(h.key()), ":", KeyPartition(h.key()),
-                                         " round ", h.round());
+  const std::string where =
+      absl::StrCat("key ", KeyTensor(h.key()), ":", KeyPartition(h.key()), " round ", h.round());
   if (absl::Status s = CheckSender(h); !s.ok()) return s;
   if (h.op() == proto::OP_PUSH && !pushers_.empty() &&
       std::find(pushers_.begin(), pushers_.end(), h.sender()) == pushers_.end()) {
@@ -119,8 +120,8 @@ absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_pay
   }
   const int64_t elements = tensor->layout.range(partition).count;
   if (h.element_count() != elements) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": element_count ", h.element_count(),
-                                                   ", declared ", elements));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": element_count ", h.element_count(), ", declared ", elements));
   }
   if (!IsValidDType(h.dtype()) || h.dtype() != tensor->layout.dtype) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": dtype ", static_cast<int>(h.dtype()),
@@ -157,12 +158,13 @@ absl::Status RequestValidator::Validate(const proto::DataHeader& h, bool has_pay
   if (!plan.compressed()) {
     const size_t expected = static_cast<size_t>(elements) * DTypeSize(tensor->layout.dtype);
     if (payload_size != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": payload is ", payload_size,
-                                                     " bytes, expected ", expected));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": payload is ", payload_size, " bytes, expected ", expected));
     }
     return absl::OkStatus();
   }
-  const size_t bound = MaxPayloadBytes(tensor->layout.tensor_id, h.strategy_version(), plan, elements);
+  const size_t bound =
+      MaxPayloadBytes(tensor->layout.tensor_id, h.strategy_version(), plan, elements);
   if (payload_size == 0 || payload_size > bound) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", h.codec(), " payload of ",
                                                    payload_size, " bytes, expected 1 to ", bound));
@@ -193,8 +195,7 @@ absl::Status RequestValidator::ValidateProbe(const proto::DataHeader& h, bool ha
     return bad("payload_bytes ", h.payload_bytes(), " is outside [0, ", kMaxProbeBytes, "]");
   }
   const size_t got = has_payload ? payload_size : 0;
-  if (static_cast<size_t>(h.payload_bytes()) != got ||
-      (has_payload && payload_size == 0)) {
+  if (static_cast<size_t>(h.payload_bytes()) != got || (has_payload && payload_size == 0)) {
     return bad("payload is ", has_payload ? absl::StrCat(payload_size, " bytes") : "absent",
                ", header says ", h.payload_bytes(), " bytes (0: no payload frame)");
   }

@@ -81,7 +81,8 @@ absl::Status AggregationServer::Run() {
   if (!io_threads.ok()) return io_threads.status();
   zmq::context_t ctx(*io_threads);
   // Declared after the context and before the sockets: its ZAP handler outlives the ROUTER.
-  absl::StatusOr<std::unique_ptr<SocketSecurity>> security = SocketSecurity::FromConfig(ctx, config);
+  absl::StatusOr<std::unique_ptr<SocketSecurity>> security =
+      SocketSecurity::FromConfig(ctx, config);
   if (!security.ok()) return security.status();
   absl::StatusOr<std::string> bind_host = (*security)->ListenHost(options_.bind_host, "server");
   if (!bind_host.ok()) return bind_host.status();
@@ -117,7 +118,8 @@ absl::Status AggregationServer::Run() {
   if (!job.ok()) return job.status();
   const int rank = job->my_rank;
   SetLogIdentity(absl::StrCat("server ", rank));
-  if (absl::Status s = RebindWithLimits(router, bound_with, DataSocketLimits(job->config)); !s.ok()) {
+  if (absl::Status s = RebindWithLimits(router, bound_with, DataSocketLimits(job->config));
+      !s.ok()) {
     // Tell the others at once rather than let them wait for this server's heartbeats to stop.
     proto::ControlMessage bye;
     bye.mutable_shutdown()->set_reason(absl::StrCat("server ", rank, ": ", s.message()));
@@ -134,8 +136,7 @@ absl::Status AggregationServer::Run() {
                    "and the two-way error-feedback memory of these keys starts from zero");
   }
 
-  ServerTelemetry telemetry =
-      StartTelemetry(options_, job->config, rank, scheduler.shared_clock());
+  ServerTelemetry telemetry = StartTelemetry(options_, job->config, rank, scheduler.shared_clock());
   ServerQueues queues(num_shards);
   WakeQueue<ServerCommand>& to_io = queues.commands;
   RequestDispatcher dispatcher(*job, num_shards);
@@ -182,12 +183,13 @@ absl::Status AggregationServer::Run() {
     if (m.has_declare_reply() && m.declare_reply().ok()) {
       to_io.Push(DeclareCommand{std::make_shared<const proto::DeclareReply>(m.declare_reply())});
     } else if (m.has_strategy_commit()) {
-      to_io.Push(StrategyCommand{
-          std::make_shared<const proto::Strategy>(m.strategy_commit().strategy())});
+      to_io.Push(
+          StrategyCommand{std::make_shared<const proto::Strategy>(m.strategy_commit().strategy())});
     } else if (m.has_node_failed() && m.node_failed().replacement_wait_ms() > 0) {
       // A lost server: the job waits for its replacement, or moves its keys here (KeysMoved).
       BC_LOG_WARNING("server ", m.node_failed().node().rank(), " was lost (",
-                     Printable(m.node_failed().reason(), 512), "); the job waits for its replacement");
+                     Printable(m.node_failed().reason(), 512),
+                     "); the job waits for its replacement");
       to_io.Push(LostCommand{m.node_failed().node().rank()});
     } else if (m.has_keys_moved()) {
       to_io.Push(MoveCommand{std::make_shared<const proto::KeysMoved>(m.keys_moved())});

@@ -15,14 +15,15 @@ absl::StatusOr<ServerJob> ServerJob::FromTopology(const proto::Topology& topolog
   job.replaces_lost_server = topology.replaces_lost_server();
   job.epoch = topology.server_epoch();
   if (topology.worker_tokens_size() != job.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat("the topology lists ", topology.worker_tokens_size(),
-                                                   " worker tokens for ", job.num_workers, " workers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the topology lists ", topology.worker_tokens_size(), " worker tokens for ",
+                     job.num_workers, " workers"));
   }
   for (int r = 0; r < job.num_workers; ++r) {
     std::optional<NodeToken> token = TokenFromBytes(topology.worker_tokens(r));
     if (!token.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat("the topology's token of worker ", r,
-                                                     " is not 16 bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the topology's token of worker ", r, " is not 16 bytes"));
     }
     job.worker_tokens.push_back(*token);
   }

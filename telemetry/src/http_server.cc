@@ -27,12 +27,18 @@ int QuietLog(const mg_connection*, const char* message) {
 
 const char* Reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
   }
 }
 
@@ -47,22 +53,30 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
   const std::string max_request = absl::StrCat(options.max_request_bytes);
   const std::string queue = absl::StrCat(options.queued_connections);
   const std::string backlog = absl::StrCat(options.listen_backlog);
-  const char* config[] = {"listening_ports", options.address.c_str(),
-                          "num_threads", threads.c_str(),
-                          "request_timeout_ms", timeout.c_str(),
-                          "max_request_size", max_request.c_str(),
-                          "connection_queue", queue.c_str(),
-                          "listen_backlog", backlog.c_str(),
-                          "enable_keep_alive", "no",
-                          "linger_timeout_ms", "0",
+  const char* config[] = {"listening_ports",
+                          options.address.c_str(),
+                          "num_threads",
+                          threads.c_str(),
+                          "request_timeout_ms",
+                          timeout.c_str(),
+                          "max_request_size",
+                          max_request.c_str(),
+                          "connection_queue",
+                          queue.c_str(),
+                          "listen_backlog",
+                          backlog.c_str(),
+                          "enable_keep_alive",
+                          "no",
+                          "linger_timeout_ms",
+                          "0",
                           nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = QuietLog;
   server->context_ = mg_start(&callbacks, nullptr, config);
   if (server->context_ == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve HTTP on ", options.address, " (port in use, or a bad address?)"));
+    return absl::UnavailableError(absl::StrCat("cannot serve HTTP on ", options.address,
+                                               " (port in use, or a bad address?)"));
   }
   mg_set_request_handler(server->context_, "/", &HttpServer::Handle, server.get());
   mg_server_port ports[4];
@@ -92,7 +106,8 @@ int HttpServer::Handle(mg_connection* conn, void* self_ptr) {
     if (page == self->pages_.end()) {
       std::string known;
       for (const auto& [path, unused] : self->pages_) absl::StrAppend(&known, " ", path);
-      response = {404, "text/plain; charset=utf-8", absl::StrCat("no such page; pages:", known, "\n")};
+      response = {404, "text/plain; charset=utf-8",
+                  absl::StrCat("no such page; pages:", known, "\n")};
     } else {
       response = page->second();
     }

@@ -103,8 +103,12 @@ void NodeMetrics::CountRefused(absl::string_view reason) {
 prometheus::Gauge& NodeMetrics::Gauge(const std::string& name, const std::string& help,
                                       const std::map<std::string, std::string>& labels) {
   absl::MutexLock lock(&mu_);
-  return prometheus::BuildGauge().Name(name).Help(help).Labels(labels_).Register(*registry_).Add(
-      labels);
+  return prometheus::BuildGauge()
+      .Name(name)
+      .Help(help)
+      .Labels(labels_)
+      .Register(*registry_)
+      .Add(labels);
 }
 
 void NodeMetrics::OnScrape(std::function<void()> refresh) {

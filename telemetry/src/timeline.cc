@@ -56,16 +56,26 @@ void AppendJsonString(std::string& out, absl::string_view s) {
 
 const char* StageName(Stage stage) {
   switch (stage) {
-    case Stage::kReady: return "ready";
-    case Stage::kQueued: return "queued";
-    case Stage::kEncode: return "encode";
-    case Stage::kPushSent: return "push sent";
-    case Stage::kRoundTrip: return "push..pull";
-    case Stage::kSummed: return "summed on server";
-    case Stage::kPullReceived: return "pull received";
-    case Stage::kDecode: return "decode";
-    case Stage::kDone: return "done";
-    case Stage::kNumStages: break;
+    case Stage::kReady:
+      return "ready";
+    case Stage::kQueued:
+      return "queued";
+    case Stage::kEncode:
+      return "encode";
+    case Stage::kPushSent:
+      return "push sent";
+    case Stage::kRoundTrip:
+      return "push..pull";
+    case Stage::kSummed:
+      return "summed on server";
+    case Stage::kPullReceived:
+      return "pull received";
+    case Stage::kDecode:
+      return "decode";
+    case Stage::kDone:
+      return "done";
+    case Stage::kNumStages:
+      break;
   }
   return "?";
 }
@@ -104,9 +114,9 @@ Timeline::~Timeline() {
   absl::MutexLock lock(&mu_);
   std::string tail = absl::StrCat("\n],\"otherData\":{\"process\":");
   AppendJsonString(tail, process_name_);
-  absl::StrAppend(&tail, ",\"clock_offset_us\":",
-                  clock_ != nullptr ? clock_->offset_us() : offset_us_.load(),
-                  ",\"dropped_events\":", dropped_.load(), "}}\n");
+  absl::StrAppend(
+      &tail, ",\"clock_offset_us\":", clock_ != nullptr ? clock_->offset_us() : offset_us_.load(),
+      ",\"dropped_events\":", dropped_.load(), "}}\n");
   std::fwrite(tail.data(), 1, tail.size(), file_);
   std::fclose(file_);
   file_ = nullptr;
@@ -193,8 +203,8 @@ void Timeline::Append(std::string& out, const TimelineEvent& e, int tid) {
   if (async) {
     // Overlapping spans (several partitions in flight) as async events: one row each in viewers.
     const std::string id = absl::StrCat("\"", e.tensor_id, ".", e.partition, ".", e.round, "\"");
-    absl::StrAppend(&out, "{\"name\":\"", name, "\",\"cat\":\"", name, "\",\"ph\":\"b\",\"id\":",
-                    id, ",\"pid\":0,\"tid\":", tid, ",\"ts\":", ts);
+    absl::StrAppend(&out, "{\"name\":\"", name, "\",\"cat\":\"", name,
+                    "\",\"ph\":\"b\",\"id\":", id, ",\"pid\":0,\"tid\":", tid, ",\"ts\":", ts);
     AppendArgs(out, e);
     absl::StrAppend(&out, "},\n{\"name\":\"", name, "\",\"cat\":\"", name,
                     "\",\"ph\":\"e\",\"id\":", id, ",\"pid\":0,\"tid\":", tid,
@@ -232,14 +242,17 @@ void Timeline::Flush() {
   const int64_t offset = clock_ != nullptr ? clock_->offset_us() : offset_us_.load();
   if (offset != written_offset_us_) {
     // The estimate improved: `bytecomp-timeline merge` uses the last one written.
-    absl::StrAppend(&out, ",\n{\"name\":\"clock_offset\",\"ph\":\"M\",\"pid\":0,\"args\":{"
-                          "\"offset_us\":", offset, "}}");
+    absl::StrAppend(&out,
+                    ",\n{\"name\":\"clock_offset\",\"ph\":\"M\",\"pid\":0,\"args\":{"
+                    "\"offset_us\":",
+                    offset, "}}");
     written_offset_us_ = offset;
   }
   for (const std::unique_ptr<Ring>& ring : rings_) {
     if (!ring->thread_name.empty()) {
-      absl::StrAppend(&out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":",
-                      ring->tid, ",\"args\":{\"name\":");
+      absl::StrAppend(&out,
+                      ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":", ring->tid,
+                      ",\"args\":{\"name\":");
       AppendJsonString(out, ring->thread_name);
       out += "}}";
       ring->thread_name.clear();  // written once
@@ -259,7 +272,8 @@ std::unique_ptr<Timeline> OpenNodeTimeline(const std::string& config_dir, absl::
                                            int rank, std::shared_ptr<const ClockOffset> clock) {
   const std::string path = TimelinePath(config_dir, role, rank);
   if (path.empty()) return nullptr;
-  absl::StatusOr<std::unique_ptr<Timeline>> opened = Timeline::Open(path, absl::StrCat(role, " ", rank));
+  absl::StatusOr<std::unique_ptr<Timeline>> opened =
+      Timeline::Open(path, absl::StrCat(role, " ", rank));
   if (!opened.ok()) {
     BC_LOG_WARNING(opened.status().message(), "; no timeline");
     return nullptr;

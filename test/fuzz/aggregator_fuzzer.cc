@@ -86,8 +86,8 @@ void RunRound(const ChosenCodec& chosen, compress::Aggregator& aggregator, FuzzI
   // The generic aggregators' sum, and block_sparse's, is the payloads' decodings added up (in
   // fp32, in order).
   const absl::string_view kind = aggregator.name();
-  const bool generic = kind == "decode_add" || kind == "sparse_add" ||
-                       kind == "summed_values" || kind == "block_sparse";
+  const bool generic = kind == "decode_add" || kind == "sparse_add" || kind == "summed_values" ||
+                       kind == "block_sparse";
   std::vector<double> reference(n, 0.0), magnitude(n, 0.0);
   size_t accepted = 0;
   for (int w = 0; w < workers; ++w) {
@@ -99,7 +99,8 @@ void RunRound(const ChosenCodec& chosen, compress::Aggregator& aggregator, FuzzI
     ctx.node = static_cast<uint32_t>(w);
     const bool other_round = (flags & 1) != 0 && accepted > 0;
     if (other_round) ctx.round += 1;
-    const std::vector<float> before = (flags & 2) != 0 ? Snapshot(aggregator) : std::vector<float>();
+    const std::vector<float> before =
+        (flags & 2) != 0 ? Snapshot(aggregator) : std::vector<float>();
     const absl::Status added = aggregator.Add(payload, ctx);
     RequireOkOrInvalidArgument(added, "Aggregator::Add");
     if (other_round && added.ok()) Fail(chosen, "took a payload of another round");

@@ -40,8 +40,8 @@ std::vector<std::string> ParamCandidates(const compress::CodecParamSpec& spec) {
       for (const std::string& c : spec.choices) add(c);
       break;
     case Type::kInt:
-      for (double v : {spec.min_value, spec.min_value + 1, spec.max_value, 0.0, 1.0, 2.0, 3.0,
-                       4.0, 7.0, 8.0, 16.0, 31.0, 32.0, 64.0, 255.0, 256.0, 1024.0, kMaxInt}) {
+      for (double v : {spec.min_value, spec.min_value + 1, spec.max_value, 0.0, 1.0, 2.0, 3.0, 4.0,
+                       7.0, 8.0, 16.0, 31.0, 32.0, 64.0, 255.0, 256.0, 1024.0, kMaxInt}) {
         if (v >= -kMaxInt && v <= kMaxInt) add(absl::StrCat(int64_t(v)));
       }
       break;
@@ -115,8 +115,8 @@ void RequireOkOrInvalidArgument(const absl::Status& status, const char* what) {
 
 void SilenceLogs() {
   SetLogLevel(static_cast<LogLevel>(static_cast<int>(LogLevel::kError) + 1));
-  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int,
-                                     const std::string&) {});
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel, const char*, int, const std::string&) {});
 }
 
 }  // namespace bytecomp::fuzz

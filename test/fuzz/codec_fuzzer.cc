@@ -12,11 +12,11 @@
 //   - summable codecs: expanding the values of one payload gives what Decode gives;
 //   - two-round codecs (PowerSGD): the sums a worker pulls (EncodeSecond, DecodeSecond) of
 //     any length and contents are taken or refused with InvalidArgument.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <vector>
 
 #include "codec_choice.h"
@@ -32,9 +32,7 @@ constexpr size_t kMaxElements = 4096;
   std::abort();
 }
 
-bool SameFloat(float a, float b) {
-  return a == b || (std::isnan(a) && std::isnan(b));
-}
+bool SameFloat(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() &&
@@ -123,8 +121,7 @@ void CheckTwoRound(const ChosenCodec& chosen, absl::Span<const uint8_t> payload,
     std::vector<float> first(two->FirstRoundFloats(n), 0.5f);
     if (!two->EncodeSecond(first, ctx, absl::MakeSpan(out)).ok()) return;
   }
-  RequireOkOrInvalidArgument(two->DecodeSecond(sum, ctx, absl::MakeSpan(output)),
-                             "DecodeSecond");
+  RequireOkOrInvalidArgument(two->DecodeSecond(sum, ctx, absl::MakeSpan(output)), "DecodeSecond");
 }
 
 }  // namespace

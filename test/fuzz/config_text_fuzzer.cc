@@ -58,8 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 3: {
       proto::ModelProfile profile;
-      RequireInvalidArgument(planner::ParseModelProfile(text, "p.pbtxt", &profile),
-                             "ModelProfile");
+      RequireInvalidArgument(planner::ParseModelProfile(text, "p.pbtxt", &profile), "ModelProfile");
       break;
     }
     default: {

@@ -17,15 +17,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bytecomp/compress/codec_util.h"
 #include "bytecomp/planner/inputs.h"
 #include "cluster_config.pb.h"
-#include "google/protobuf/descriptor.h"
-#include "planner.pb.h"
-#include "bytecomp/compress/codec_util.h"
 #include "codec_choice.h"
 #include "fuzz_input.h"
-#include "seed_support.h"
+#include "google/protobuf/descriptor.h"
+#include "planner.pb.h"
 #include "scheduler_fuzz_job.h"
+#include "seed_support.h"
 #include "server_fuzz_job.h"
 
 namespace bytecomp::fuzz {
@@ -88,8 +88,7 @@ void WriteAggregatorSeeds(SeedWriter& seeds) {
             std::vector<uint8_t> payload;
             if (compress::TwoRoundCodec* two = compress::AsTwoRound(*codec)) {
               payload.resize(two->FirstRoundBytes(n));
-              absl::StatusOr<size_t> bytes =
-                  two->EncodeFirst(values, ctx, absl::MakeSpan(payload));
+              absl::StatusOr<size_t> bytes = two->EncodeFirst(values, ctx, absl::MakeSpan(payload));
               if (!bytes.ok()) std::exit(1);
               payload.resize(*bytes);
             } else {
@@ -98,8 +97,8 @@ void WriteAggregatorSeeds(SeedWriter& seeds) {
             w.U8(0).Bytes(payload);
           }
         }
-        seeds.Write("aggregator", c == 0 ? absl::StrCat(name, "-n", n)
-                                         : absl::StrCat(name, "-p", c, "-n", n),
+        seeds.Write("aggregator",
+                    c == 0 ? absl::StrCat(name, "-n", n) : absl::StrCat(name, "-p", c, "-n", n),
                     w.bytes());
       }
     }
@@ -358,9 +357,7 @@ void WriteSchedulerSeeds(SeedWriter& seeds) {
 // A strategy per codec with every parameter at its default, per memory, and one with several
 // entries, globs, two-way compression and placements.
 void WriteStrategySeeds(SeedWriter& seeds) {
-  auto text = [](const std::string& s) {
-    return std::vector<uint8_t>(s.begin(), s.end());
-  };
+  auto text = [](const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); };
   for (const std::string& name : compress::CodecRegistry::Global().Names()) {
     std::string params;
     for (const compress::CodecParamSpec& p : compress::CodecRegistry::Global().Find(name)->params) {
@@ -374,9 +371,10 @@ void WriteStrategySeeds(SeedWriter& seeds) {
   }
   for (const std::string& memory : compress::MemoryRegistry::Global().Names()) {
     std::string params;
-    for (const compress::CodecParamSpec& p : compress::MemoryRegistry::Global().Find(memory)->params) {
-      absl::StrAppend(&params, " memory_params { key: \"", p.name, "\" value: \"",
-                      p.default_value, "\" }");
+    for (const compress::CodecParamSpec& p :
+         compress::MemoryRegistry::Global().Find(memory)->params) {
+      absl::StrAppend(&params, " memory_params { key: \"", p.name, "\" value: \"", p.default_value,
+                      "\" }");
     }
     seeds.Write("strategy_text", "memory-" + memory,
                 text(absl::StrCat("tensors { name_pattern: \"layer*\" push_codec { name: \"topk\" ",
@@ -429,10 +427,12 @@ void WriteConfigSeeds(SeedWriter& seeds) {
                 FileSeed(1, absl::StrCat("scheduler/planner/clusters/", c, ".pbtxt")));
   }
   seeds.Write("config_text", "costs-nominal", FileSeed(2, "scheduler/planner/costs/nominal.pbtxt"));
-  seeds.Write("config_text", "profile-resnet50", FileSeed(3, "scheduler/planner/profiles/resnet50.pbtxt"));
-  const std::string options = "\x04codecs: \"topk\"\ncodecs: \"fp16\"\nmin_compress_bytes: 4096\n"
-                              "partition_bytes: 1048576\ndisable_gpu: true\n"
-                              "max_joint_offload_choices: 8\nmin_relative_gain: 0.01\n";
+  seeds.Write("config_text", "profile-resnet50",
+              FileSeed(3, "scheduler/planner/profiles/resnet50.pbtxt"));
+  const std::string options =
+      "\x04codecs: \"topk\"\ncodecs: \"fp16\"\nmin_compress_bytes: 4096\n"
+      "partition_bytes: 1048576\ndisable_gpu: true\n"
+      "max_joint_offload_choices: 8\nmin_relative_gain: 0.01\n";
   seeds.Write("config_text", "options", std::vector<uint8_t>(options.begin(), options.end()));
 }
 
@@ -446,7 +446,8 @@ void AddFieldNames(const google::protobuf::Descriptor* d, std::set<std::string>&
     const google::protobuf::FieldDescriptor* f = d->field(i);
     words.insert(f->name() + ":");
     if (f->enum_type() != nullptr) {
-      for (int v = 0; v < f->enum_type()->value_count(); ++v) words.insert(f->enum_type()->value(v)->name());
+      for (int v = 0; v < f->enum_type()->value_count(); ++v)
+        words.insert(f->enum_type()->value(v)->name());
     }
     if (f->message_type() != nullptr) AddFieldNames(f->message_type(), words, seen);
   }
@@ -472,7 +473,8 @@ std::set<std::string> CodecWords(bool quoted) {
   }
   for (const std::string& name : compress::MemoryRegistry::Global().Names()) {
     add(name);
-    for (const compress::CodecParamSpec& p : compress::MemoryRegistry::Global().Find(name)->params) add(p.name);
+    for (const compress::CodecParamSpec& p : compress::MemoryRegistry::Global().Find(name)->params)
+      add(p.name);
   }
   return words;
 }
@@ -492,10 +494,11 @@ std::set<std::string> FieldTags(std::initializer_list<const google::protobuf::De
       const bool length_delimited = f->type() == FD::TYPE_STRING || f->type() == FD::TYPE_BYTES ||
                                     f->type() == FD::TYPE_MESSAGE || f->is_packed();
       const bool fixed64 = f->type() == FD::TYPE_DOUBLE;
-      const uint32_t tag = (static_cast<uint32_t>(f->number()) << 3) |
-                           (length_delimited ? 2 : fixed64 ? 1 : 0);
+      const uint32_t tag = (static_cast<uint32_t>(f->number()) << 3) | (length_delimited ? 2
+                                                                        : fixed64        ? 1
+                                                                                         : 0);
       std::string bytes;
-      for (uint32_t v = tag; ; v >>= 7) {
+      for (uint32_t v = tag;; v >>= 7) {
         bytes.push_back(static_cast<char>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
         if (v < 0x80) break;
       }
@@ -542,9 +545,9 @@ void WriteDictionaries(const std::filesystem::path& dir) {
     control.insert(w);
   }
   WriteDict(dir / "scheduler_control.dict", control);
-  std::set<std::string> server = FieldTags({proto::DataHeader::descriptor(),
-                                            proto::DeclareReply::descriptor(),
-                                            proto::Strategy::descriptor()});
+  std::set<std::string> server =
+      FieldTags({proto::DataHeader::descriptor(), proto::DeclareReply::descriptor(),
+                 proto::Strategy::descriptor()});
   for (const std::string& w : CodecWords(false)) server.insert(w);
   WriteDict(dir / "server_request.dict", server);
 }

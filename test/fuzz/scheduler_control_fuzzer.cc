@@ -38,10 +38,12 @@ class Job {
       std::optional<AutoPlanInputs> auto_plan)
       : config_(config), router_(config_, std::move(keeper), std::move(auto_plan), now_) {
     for (int w = 0; w < config_.num_workers(); ++w) {
-      nodes_.push_back({NodeIdentity(proto::ROLE_WORKER, w), NodeTokenBytes(proto::ROLE_WORKER, w)});
+      nodes_.push_back(
+          {NodeIdentity(proto::ROLE_WORKER, w), NodeTokenBytes(proto::ROLE_WORKER, w)});
     }
     for (int s = 0; s < config_.num_servers(); ++s) {
-      nodes_.push_back({NodeIdentity(proto::ROLE_SERVER, s), NodeTokenBytes(proto::ROLE_SERVER, s)});
+      nodes_.push_back(
+          {NodeIdentity(proto::ROLE_SERVER, s), NodeTokenBytes(proto::ROLE_SERVER, s)});
     }
   }
 
@@ -125,10 +127,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
                                           "\"topk\" params { key: \"ratio\" value: \"0.1\" } } "
                                           "force: true adaptive_ratio { min_ratio: 0.01 "
                                           "max_ratio: 0.5 window_rounds: 2 } }\n";
-  absl::StatusOr<AutoPlanInputs> plan = LoadAutoPlanInputs(
-      BYTECOMP_SOURCE_DIR "/scheduler/planner/clusters/4x1gpu-1g.pbtxt",
-      BYTECOMP_SOURCE_DIR "/scheduler/planner/costs/nominal.pbtxt", /*options_path=*/"",
-      PlanLinks::kMeasured);
+  absl::StatusOr<AutoPlanInputs> plan =
+      LoadAutoPlanInputs(BYTECOMP_SOURCE_DIR "/scheduler/planner/clusters/4x1gpu-1g.pbtxt",
+                         BYTECOMP_SOURCE_DIR "/scheduler/planner/costs/nominal.pbtxt",
+                         /*options_path=*/"", PlanLinks::kMeasured);
   if (!plan.ok()) {
     std::fprintf(stderr, "scheduler_control_fuzzer: %s\n", plan.status().ToString().c_str());
     std::abort();
@@ -157,8 +159,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int workers = config.num_workers(), servers = config.num_servers();
   auto send = [&job](const std::string& identity, const proto::ControlMessage& message) {
     const std::string frame = message.SerializeAsString();
-    job.Receive(identity, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()),
-                                              frame.size()));
+    job.Receive(identity,
+                absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()));
   };
   const int preregistered = (shape >> 5) & 3;
   if (preregistered != 0) {
@@ -178,9 +180,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const std::string identity =
             sender < static_cast<size_t>(workers)
                 ? NodeIdentity(proto::ROLE_WORKER, static_cast<int>(sender))
-                : sender < static_cast<size_t>(workers + servers)
-                      ? NodeIdentity(proto::ROLE_SERVER, static_cast<int>(sender) - workers)
-                      : std::string("stranger");
+            : sender < static_cast<size_t>(workers + servers)
+                ? NodeIdentity(proto::ROLE_SERVER, static_cast<int>(sender) - workers)
+                : std::string("stranger");
         job.Receive(identity, in.Bytes());
         break;
       }

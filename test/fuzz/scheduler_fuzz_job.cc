@@ -21,7 +21,8 @@ proto::ControlMessage RegisterMessage(proto::Role role, int rank, bool hierarchi
   r->set_requested_rank(rank);
   r->set_hostname("host");
   r->set_pid(100 + rank);
-  if (role == proto::ROLE_SERVER) r->set_data_address(absl::StrCat("tcp://127.0.0.1:", 7000 + rank));
+  if (role == proto::ROLE_SERVER)
+    r->set_data_address(absl::StrCat("tcp://127.0.0.1:", 7000 + rank));
   if (role == proto::ROLE_WORKER && hierarchical) r->set_machine(absl::StrCat("m", rank / 2));
   r->set_token(NodeTokenBytes(role, rank < 0 ? 0 : rank));
   return m;

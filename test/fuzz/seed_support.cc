@@ -45,7 +45,8 @@ void SeedWriter::Write(const std::string& target, const std::string& name,
   const std::filesystem::path dir = root_ / target;
   std::filesystem::create_directories(dir);
   std::ofstream out(dir / ("seed-" + name), std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   if (!out) {
     std::fprintf(stderr, "cannot write %s\n", (dir / name).c_str());
     std::exit(1);

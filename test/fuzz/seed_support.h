@@ -14,8 +14,7 @@ class SeedWriter {
  public:
   explicit SeedWriter(std::filesystem::path root) : root_(std::move(root)) {}
   // Writes <root>/<target>/seed-<name>.
-  void Write(const std::string& target, const std::string& name,
-             const std::vector<uint8_t>& bytes);
+  void Write(const std::string& target, const std::string& name, const std::vector<uint8_t>& bytes);
   int written() const { return written_; }
 
  private:

@@ -92,7 +92,8 @@ std::vector<uint8_t> ValidPayload(const ChosenCodec* codec, const proto::DataHea
     return raw;
   }
   std::unique_ptr<compress::Codec> c = MakeCodec(*codec);
-  const compress::CodecContext ctx{.key = h.key(), .round = h.iteration(),
+  const compress::CodecContext ctx{.key = h.key(),
+                                   .round = h.iteration(),
                                    .node = static_cast<uint32_t>(h.sender()),
                                    .seed = kStrategySeed};
   compress::TwoRoundCodec* two = compress::AsTwoRound(*c);

@@ -46,22 +46,22 @@ struct RequestChoice {
   bool declared_dtype = true;  // the tensor's dtype, else `dtype`
   uint8_t dtype = 0;
   uint64_t random_key = 0;
-  uint8_t round = 0;           // modulo 4
+  uint8_t round = 0;  // modulo 4
   bool iteration_is_round = true;
   uint8_t iteration = 0;
-  uint8_t sender = 0;          // as int8: -128 .. 127
-  uint8_t version = 0;         // modulo (strategies + 2): 0 raw, beyond the last unknown
-  uint8_t codec_mode = 0;      // modulo 3: the version's codec, "", `codec_text`
+  uint8_t sender = 0;      // as int8: -128 .. 127
+  uint8_t version = 0;     // modulo (strategies + 2): 0 raw, beyond the last unknown
+  uint8_t codec_mode = 0;  // modulo 3: the version's codec, "", `codec_text`
   std::string codec_text;
-  uint8_t stage = 0;           // modulo 3
-  uint8_t abort = 1;           // 0 modulo 8: the push carries an error
+  uint8_t stage = 0;  // modulo 3
+  uint8_t abort = 1;  // 0 modulo 8: the push carries an error
   uint8_t request_id = 0;
   uint16_t probe_reply_bytes = 0;
-  uint8_t probe_turn = 0;      // modulo 8
+  uint8_t probe_turn = 0;  // modulo 8
   uint16_t probe_turn_ms = 0;
-  uint8_t payload_mode = 2;    // modulo 3: none, `payload`, a valid encoding
+  uint8_t payload_mode = 2;  // modulo 3: none, `payload`, a valid encoding
   std::string payload;
-  uint16_t flip_at = 0;        // not 0: the valid encoding's byte flip_at % size ^= flip
+  uint16_t flip_at = 0;  // not 0: the valid encoding's byte flip_at % size ^= flip
   uint8_t flip = 0;
   uint8_t payload_bytes_mode = 1;  // 0 modulo 16: payload_bytes says `payload_bytes`
   uint16_t payload_bytes = 0;

@@ -20,8 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bytecomp/common/config.h"
@@ -131,9 +131,15 @@ std::vector<zmq::message_t> BuiltRequest(const Job& job, const RequestChoice& c)
   const ChosenCodec* codec =
       version >= 1 && version <= job.codecs.size() ? &job.codecs[version - 1] : nullptr;
   switch (c.codec_mode % 3) {
-    case 0: h.set_codec(codec != nullptr ? codec->spec->name : ""); break;
-    case 1: h.set_codec(""); break;
-    default: h.set_codec(c.codec_text); break;
+    case 0:
+      h.set_codec(codec != nullptr ? codec->spec->name : "");
+      break;
+    case 1:
+      h.set_codec("");
+      break;
+    default:
+      h.set_codec(c.codec_text);
+      break;
   }
   h.set_stage(c.stage % 3);
   if (c.abort % 8 == 0) h.set_error("worker gave up");
@@ -218,8 +224,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           const bool two_way = in.Bool();
           const ChosenCodec pull = ReadCodecChoice(in);
           job.codecs.push_back(push);
-          const proto::Strategy s = StrategyFor(job.codecs.size(), in.U8(), push,
-                                                two_way ? &pull : nullptr);
+          const proto::Strategy s =
+              StrategyFor(job.codecs.size(), in.U8(), push, two_way ? &pull : nullptr);
           Command(job, server::StrategyCommand{std::make_shared<proto::Strategy>(s)});
         } else {
           CommandOfBytes<proto::Strategy, server::StrategyCommand>(job, in.String());

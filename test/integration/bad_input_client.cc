@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
 
   const std::string kNoToken = "does not carry its token";
   std::vector<Case> cases;
-  cases.push_back({"garbage header", {std::string("\xff\xff\xff garbage", 12)}, "not a DataHeader"});
+  cases.push_back(
+      {"garbage header", {std::string("\xff\xff\xff garbage", 12)}, "not a DataHeader"});
   cases.push_back({"too many frames", {Header(base), good_payload, "x", "y"}, "malformed request"});
   {
     DataHeader h = base;
@@ -116,7 +117,8 @@ int main(int argc, char** argv) {
     probe.set_op(bytecomp::proto::OP_PROBE);
     probe.set_sender(0);
     probe.set_probe_reply_bytes(bytecomp::kMaxProbeBytes + 1);
-    cases.push_back({"link probe asking too much", {Header(probe)},
+    cases.push_back({"link probe asking too much",
+                     {Header(probe)},
                      "probe_reply_bytes 67108865 is outside [0, 67108864]"});
     probe.set_probe_reply_bytes(16);
     probe.set_round(3);
@@ -150,13 +152,15 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::vector<zmq::message_t>> reply =
         bytecomp::RecvFrames(sock, std::chrono::milliseconds(8000));
     DataHeader h;
-    if (!reply.ok() || reply->empty() || !h.ParseFromArray((*reply)[0].data(), (*reply)[0].size())) {
+    if (!reply.ok() || reply->empty() ||
+        !h.ParseFromArray((*reply)[0].data(), (*reply)[0].size())) {
       std::printf("FAIL %s: no reply within 8 s\n", c.name.c_str());
       ++failures;
       continue;
     }
     // No error reply tells an outsider which round a key is at.
-    const bool ok = h.op() == bytecomp::proto::OP_ERROR && h.error().find(c.expect) != std::string::npos &&
+    const bool ok = h.op() == bytecomp::proto::OP_ERROR &&
+                    h.error().find(c.expect) != std::string::npos &&
                     h.error().find("accumulat") == std::string::npos;
     std::printf("%s %s: %s\n", ok ? "ok  " : "FAIL", c.name.c_str(), h.error().c_str());
     if (!ok) ++failures;

@@ -44,7 +44,8 @@
 ABSL_FLAG(std::string, strategy, "", "the strategy file the scheduler was given");
 ABSL_FLAG(int, rounds, 4, "rounds");
 ABSL_FLAG(int, elements, 4099, "elements per tensor");
-ABSL_FLAG(std::string, machines, "", "hierarchical job: machine index of each worker rank, e.g. 0,0,1,1");
+ABSL_FLAG(std::string, machines, "",
+          "hierarchical job: machine index of each worker rank, e.g. 0,0,1,1");
 ABSL_FLAG(int, partition_elements, 0, "elements per partition (0: one partition per tensor)");
 ABSL_FLAG(bool, device, false, "push tensors named *.dev* as (emulated) device tensors");
 ABSL_FLAG(bool, expect_device_refusal, false, "check the device API's error without a device");
@@ -78,16 +79,20 @@ float BlockSparseScale(int rank, int round, int tensor, size_t i) {
   const size_t block = i / 256;
   if (block % 5 == 2) return 0.0f;
   switch (Hash(rank, round, tensor, (size_t{1} << 23) + block) % 4) {
-    case 0: return 0.0f;
-    case 1: return 0.05f;
-    default: return 1.0f;
+    case 0:
+      return 0.0f;
+    case 1:
+      return 0.05f;
+    default:
+      return 1.0f;
   }
 }
 
 template <typename T>
 T Must(absl::StatusOr<T> v, const std::string& what) {
   if (!v.ok()) {
-    std::fprintf(stderr, "REFERENCE FAILED (%s): %s\n", what.c_str(), std::string(v.status().message()).c_str());
+    std::fprintf(stderr, "REFERENCE FAILED (%s): %s\n", what.c_str(),
+                 std::string(v.status().message()).c_str());
     std::exit(3);
   }
   return *std::move(v);
@@ -95,7 +100,8 @@ T Must(absl::StatusOr<T> v, const std::string& what) {
 
 void Must(const absl::Status& s, const std::string& what) {
   if (!s.ok()) {
-    std::fprintf(stderr, "REFERENCE FAILED (%s): %s\n", what.c_str(), std::string(s.message()).c_str());
+    std::fprintf(stderr, "REFERENCE FAILED (%s): %s\n", what.c_str(),
+                 std::string(s.message()).c_str());
     std::exit(3);
   }
 }
@@ -104,7 +110,7 @@ void Must(const absl::Status& s, const std::string& what) {
 struct Reference {
   bc::TensorPlan plan;
   std::vector<uint32_t> nodes;                        // the pushing worker ranks
-  std::vector<std::unique_ptr<bc::Codec>> codecs;    // per pushing worker
+  std::vector<std::unique_ptr<bc::Codec>> codecs;     // per pushing worker
   std::vector<std::unique_ptr<bc::Memory>> memories;  // per worker
   std::vector<std::vector<float>> compensated, decoded;
   std::unique_ptr<bc::Codec> server_codec;
@@ -112,22 +118,27 @@ struct Reference {
   std::vector<float> server_compensated, server_decoded;
   std::unique_ptr<bc::Codec> pull_decoder;
 
-  Reference(const bc::TensorPlan& p, std::vector<uint32_t> pushers) : plan(p), nodes(std::move(pushers)) {
+  Reference(const bc::TensorPlan& p, std::vector<uint32_t> pushers)
+      : plan(p), nodes(std::move(pushers)) {
     const int workers = static_cast<int>(nodes.size());
     for (int r = 0; r < workers; ++r) {
       codecs.push_back(Must(bc::CreateCodec(plan.push.name(), bc::ParamsOf(plan.push)), "codec"));
-      memories.push_back(plan.push.memory().empty()
-                             ? nullptr
-                             : Must(bc::CreateMemory(plan.push.memory(), bc::MemoryParamsOf(plan.push)), "memory"));
+      memories.push_back(
+          plan.push.memory().empty()
+              ? nullptr
+              : Must(bc::CreateMemory(plan.push.memory(), bc::MemoryParamsOf(plan.push)),
+                     "memory"));
     }
     compensated.resize(workers);
     decoded.resize(workers);
     if (plan.two_way()) {
       server_codec = Must(bc::CreateCodec(plan.pull.name(), bc::ParamsOf(plan.pull)), "pull codec");
       if (!plan.pull.memory().empty()) {
-        server_memory = Must(bc::CreateMemory(plan.pull.memory(), bc::MemoryParamsOf(plan.pull)), "pull memory");
+        server_memory = Must(bc::CreateMemory(plan.pull.memory(), bc::MemoryParamsOf(plan.pull)),
+                             "pull memory");
       }
-      pull_decoder = Must(bc::CreateCodec(plan.pull.name(), bc::ParamsOf(plan.pull)), "pull decoder");
+      pull_decoder =
+          Must(bc::CreateCodec(plan.pull.name(), bc::ParamsOf(plan.pull)), "pull decoder");
     }
   }
 
@@ -167,7 +178,8 @@ struct Reference {
         }
         bc::TwoRoundCodec* two = bc::AsTwoRound(*codecs[r]);
         payloads[r].resize(4 + 4 * two->FirstRoundFloats(n));
-        payloads[r].resize(Must(two->EncodeFirst(compensated[r], c, absl::MakeSpan(payloads[r])), "first"));
+        payloads[r].resize(
+            Must(two->EncodeFirst(compensated[r], c, absl::MakeSpan(payloads[r])), "first"));
       }
       std::vector<float> sum1 = Sum(payloads, ctx, n);
       for (int r = 0; r < workers; ++r) {
@@ -187,7 +199,8 @@ struct Reference {
       for (int r = 0; r < workers; ++r) {
         bc::CodecContext c = ctx;
         c.node = nodes[r];
-        Must(bc::AsTwoRound(*codecs[r])->DecodeSecond(sum2, c, absl::MakeSpan(out)), "decode second");
+        Must(bc::AsTwoRound(*codecs[r])->DecodeSecond(sum2, c, absl::MakeSpan(out)),
+             "decode second");
       }
       return out;
     }
@@ -195,9 +208,10 @@ struct Reference {
       bc::CodecContext c = ctx;
       c.node = nodes[r];
       payloads[r].resize(codecs[r]->MaxEncodedBytes(n));
-      payloads[r].resize(Must(bc::EncodeWithMemory(*codecs[r], memories[r].get(), inputs[r], c,
-                                                   absl::MakeSpan(payloads[r]), compensated[r], decoded[r]),
-                              "encode"));
+      payloads[r].resize(
+          Must(bc::EncodeWithMemory(*codecs[r], memories[r].get(), inputs[r], c,
+                                    absl::MakeSpan(payloads[r]), compensated[r], decoded[r]),
+               "encode"));
     }
     if (!plan.two_way() && codecs[0]->properties().sum_in_push_format) {
       // One-way, the pull carries the aggregator's encoded sum, which the worker decodes.
@@ -212,9 +226,10 @@ struct Reference {
     bc::CodecContext c = ctx;
     c.node = server;
     std::vector<uint8_t> encoded(server_codec->MaxEncodedBytes(n));
-    encoded.resize(Must(bc::EncodeWithMemory(*server_codec, server_memory.get(), sum, c,
-                                             absl::MakeSpan(encoded), server_compensated, server_decoded),
-                        "server encode"));
+    encoded.resize(
+        Must(bc::EncodeWithMemory(*server_codec, server_memory.get(), sum, c,
+                                  absl::MakeSpan(encoded), server_compensated, server_decoded),
+             "server encode"));
     std::vector<float> out(n);
     Must(pull_decoder->Decode(encoded, c, absl::MakeSpan(out)), "pull decode");
     return out;
@@ -226,17 +241,20 @@ struct Reference {
 // The emulated device the engine uses (BYTECOMP_DEVICE_BACKEND=emulated), to queue the work
 // that "produces" a gradient on its stream.
 bytecomp::worker::EmulatedDeviceBackend* EmulatedDevice() {
-  absl::StatusOr<bytecomp::worker::DeviceBackend*> backend = bytecomp::worker::ProcessDeviceBackend();
+  absl::StatusOr<bytecomp::worker::DeviceBackend*> backend =
+      bytecomp::worker::ProcessDeviceBackend();
   Must(backend.status(), "device backend");
   auto* emulated = dynamic_cast<bytecomp::worker::EmulatedDeviceBackend*>(*backend);
-  if (emulated == nullptr) Must(absl::InternalError("the device backend is not the emulated one"), "device");
+  if (emulated == nullptr)
+    Must(absl::InternalError("the device backend is not the emulated one"), "device");
   return emulated;
 }
 
 int CheckDeviceRefusal() {
   std::vector<float> data(16, 1.0f);
   bytecomp_handle_t handle = 0;
-  const int rc = bytecomp_push_pull_device("refused", data.data(), 16, BYTECOMP_FLOAT32, 0, nullptr, 0, 0, &handle);
+  const int rc = bytecomp_push_pull_device("refused", data.data(), 16, BYTECOMP_FLOAT32, 0, nullptr,
+                                           0, 0, &handle);
   if (rc == BYTECOMP_OK) {
     std::printf("DEVICE PRESENT: the device API accepted the tensor\n");
     bytecomp_wait(handle, 60000);
@@ -249,7 +267,8 @@ int CheckDeviceRefusal() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  absl::StatusOr<bytecomp::proto::Strategy> strategy = bc::LoadStrategyFile(absl::GetFlag(FLAGS_strategy));
+  absl::StatusOr<bytecomp::proto::Strategy> strategy =
+      bc::LoadStrategyFile(absl::GetFlag(FLAGS_strategy));
   if (!strategy.ok()) {
     std::fprintf(stderr, "%s\n", std::string(strategy.status().message()).c_str());
     return 2;
@@ -309,11 +328,13 @@ int main(int argc, char** argv) {
       refs[names.size() - 1].push_back(std::make_unique<Reference>(plans.back(), pushers));
     }
   }
-  const auto on_device = [&](int t) { return device != nullptr && names[t].find(".dev") != std::string::npos; };
+  const auto on_device = [&](int t) {
+    return device != nullptr && names[t].find(".dev") != std::string::npos;
+  };
   const auto averaged = [&](int t) { return names[t].find(".avg") != std::string::npos; };
   const auto dtype = [&](int t) {
     return names[t].find(".f16") != std::string::npos ? bytecomp::proto::DTYPE_FLOAT16
-                                                       : bytecomp::proto::DTYPE_FLOAT32;
+                                                      : bytecomp::proto::DTYPE_FLOAT32;
   };
   // x as the tensor's dtype holds it.
   const auto as_dtype = [&](int t, float x) {
@@ -353,15 +374,19 @@ int main(int argc, char** argv) {
         // later, so an engine that read it before the stream got there would push NaN.
         std::fill(data[t].begin(), data[t].end(), std::nanf(""));
         void* stream = reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000 + t));
-        Must(device->QueueWork(0, stream, [&, t] {
-               std::this_thread::sleep_for(std::chrono::milliseconds(2));
-               bytecomp::FromFloat32(dtype(t), produced[t].data(), data[t].data(), n);
-             }), "queue the gradient");
-        rc = bytecomp_push_pull_device(names[t].c_str(), data[t].data(), n, dtype(t), 0,
-                                       stream, 0, flags, &handles[t]);
+        Must(device->QueueWork(0, stream,
+                               [&, t] {
+                                 std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                                 bytecomp::FromFloat32(dtype(t), produced[t].data(), data[t].data(),
+                                                       n);
+                               }),
+             "queue the gradient");
+        rc = bytecomp_push_pull_device(names[t].c_str(), data[t].data(), n, dtype(t), 0, stream, 0,
+                                       flags, &handles[t]);
       } else {
         bytecomp::FromFloat32(dtype(t), produced[t].data(), data[t].data(), n);
-        rc = bytecomp_push_pull(names[t].c_str(), data[t].data(), n, dtype(t), 0, flags, &handles[t]);
+        rc = bytecomp_push_pull(names[t].c_str(), data[t].data(), n, dtype(t), 0, flags,
+                                &handles[t]);
       }
       if (rc != BYTECOMP_OK) {
         std::fprintf(stderr, "push_pull %s: %s\n", names[t].c_str(), bytecomp_last_error());
@@ -375,7 +400,8 @@ int main(int argc, char** argv) {
     }
     for (int t = 0; t < tensors; ++t) {
       if (round > 0 && bytecomp_wait(handles[t], 60000) != BYTECOMP_OK) {
-        std::fprintf(stderr, "OPERATION FAILED %s round %d: %s\n", names[t].c_str(), round, bytecomp_last_error());
+        std::fprintf(stderr, "OPERATION FAILED %s round %d: %s\n", names[t].c_str(), round,
+                     bytecomp_last_error());
         return shut_down_failed();
       }
       std::vector<float> expected(n, 0.0f);
@@ -405,7 +431,8 @@ int main(int argc, char** argv) {
         ctx.key = bytecomp::MakeKey(static_cast<uint32_t>(t), static_cast<uint32_t>(p));
         ctx.round = static_cast<uint64_t>(round);
         ctx.seed = strategy->seed();
-        const std::vector<float> sum = refs[t][p]->Round(inputs, ctx, static_cast<uint32_t>(t % servers));
+        const std::vector<float> sum =
+            refs[t][p]->Round(inputs, ctx, static_cast<uint32_t>(t % servers));
         std::copy(sum.begin(), sum.end(), expected.begin() + begin);
       }
       if (averaged(t)) {
@@ -422,13 +449,17 @@ int main(int argc, char** argv) {
       }
       if (bad > 0) {
         ++mismatches;
-        std::fprintf(stderr, "MISMATCH %s round %d: %zu of %zu elements differ, first [%zu]: got %.9g expected %.9g\n",
-                     names[t].c_str(), round, bad, n, first_bad, got[first_bad], expected[first_bad]);
+        std::fprintf(stderr,
+                     "MISMATCH %s round %d: %zu of %zu elements differ, first [%zu]: got %.9g "
+                     "expected %.9g\n",
+                     names[t].c_str(), round, bad, n, first_bad, got[first_bad],
+                     expected[first_bad]);
       }
     }
   }
   if (mismatches == 0) {
-    std::printf("ALL %d TENSORS MATCH THE REFERENCE for %d rounds (W=%d S=%d)\n", tensors, rounds, workers, servers);
+    std::printf("ALL %d TENSORS MATCH THE REFERENCE for %d rounds (W=%d S=%d)\n", tensors, rounds,
+                workers, servers);
   }
   if (device != nullptr) {
     // Error-feedback state kept on the device cannot be checkpointed yet: refused, not empty.
@@ -447,8 +478,8 @@ int main(int argc, char** argv) {
     }
     std::printf("DEVICE STATE: refused=%d saved=%d\n", refused, saved);
     const bytecomp::worker::EmulatedDeviceStats stats = device->stats();
-    std::printf("EMULATED DEVICE: encodes=%lld decodes=%lld\n", static_cast<long long>(stats.encodes),
-                static_cast<long long>(stats.decodes));
+    std::printf("EMULATED DEVICE: encodes=%lld decodes=%lld\n",
+                static_cast<long long>(stats.encodes), static_cast<long long>(stats.decodes));
   }
   bytecomp_shutdown();
   return mismatches == 0 ? 0 : 1;

@@ -35,11 +35,11 @@
 // "PULLED BYTES: N".
 // Exit code 0: all sums exact. 1: a wrong sum (printed). 2: an operation failed (the error text
 // and the milliseconds it took are printed as "OPERATION FAILED after T ms: ...").
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
@@ -72,12 +72,12 @@ std::vector<TestTensor> MakeTensors(int64_t partition_bytes, int64_t max_bytes) 
   const int64_t p32 = partition_bytes / 4;  // partition elements for fp32
   const int64_t p16 = partition_bytes / 2;
   // 20 sizes per dtype: tiny, odd, partition boundaries +-1, and one of 20 MB.
-  std::vector<int64_t> fp32_sizes = {1,     2,      3,     7,       31,          33,      1000,
-                                     4097,  65535,  65537, p32 - 1, p32,         p32 + 1, 2 * p32 + 1,
-                                     77,    12345,  123457, 300001, 999999, 20 * 1024 * 1024 / 4};
-  std::vector<int64_t> fp16_sizes = {1,    5,     9,       17,      31,      255,     777,
-                                     1023, 1025,  2049,    4099,    33333,   65537,   100003,
-                                     250001, 500001, p16 - 1, p16,   p16 + 1, 20 * 1024 * 1024 / 2};
+  std::vector<int64_t> fp32_sizes = {
+      1,       2,   3,       7,           31, 33,    1000,   4097,   65535,  65537,
+      p32 - 1, p32, p32 + 1, 2 * p32 + 1, 77, 12345, 123457, 300001, 999999, 20 * 1024 * 1024 / 4};
+  std::vector<int64_t> fp16_sizes = {
+      1,    5,     9,     17,     31,     255,    777,     1023, 1025,    2049,
+      4099, 33333, 65537, 100003, 250001, 500001, p16 - 1, p16,  p16 + 1, 20 * 1024 * 1024 / 2};
   std::vector<TestTensor> tensors;
   auto add = [&](const std::vector<int64_t>& sizes, int dtype, const char* tag) {
     for (size_t i = 0; i < sizes.size(); ++i) {
@@ -109,10 +109,12 @@ int64_t Check(const TestTensor& t, int workers, int round, bool average) {
     float expected = 0;
     for (int r = 0; r < workers; ++r) expected += Value(i, r, round);
     if (average) expected /= static_cast<float>(workers);
-    if (t.dtype == BYTECOMP_FLOAT16) expected = bytecomp::HalfBitsToFloat(bytecomp::FloatToHalfBits(expected));
-    float got = t.dtype == BYTECOMP_FLOAT32
-                    ? reinterpret_cast<const float*>(t.data.data())[i]
-                    : bytecomp::HalfBitsToFloat(reinterpret_cast<const uint16_t*>(t.data.data())[i]);
+    if (t.dtype == BYTECOMP_FLOAT16)
+      expected = bytecomp::HalfBitsToFloat(bytecomp::FloatToHalfBits(expected));
+    float got =
+        t.dtype == BYTECOMP_FLOAT32
+            ? reinterpret_cast<const float*>(t.data.data())[i]
+            : bytecomp::HalfBitsToFloat(reinterpret_cast<const uint16_t*>(t.data.data())[i]);
     if (got != expected) {
       std::fprintf(stderr, "WRONG SUM: tensor %s round %d index %lld: got %g expected %g\n",
                    t.name.c_str(), round, static_cast<long long>(i), got, expected);
@@ -140,7 +142,9 @@ int main(int argc, char** argv) {
   const int die_round = static_cast<int>(Arg(argc, argv, "--die-round", -1));
   const auto start = std::chrono::steady_clock::now();
   auto elapsed_ms = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 start)
+        .count();
   };
   if (bytecomp_init(nullptr) != BYTECOMP_OK) {
     std::fprintf(stderr, "INIT FAILED after %lld ms: %s\n", static_cast<long long>(elapsed_ms()),
@@ -170,7 +174,8 @@ int main(int argc, char** argv) {
     const int rc = bytecomp_push_pull_device("on_device", v.data(), 16, BYTECOMP_FLOAT32, 0,
                                              nullptr, 0, 0, &h);
     if (rc == BYTECOMP_OK) {
-      std::printf("DEVICE PRESENT: %s\n", bytecomp_wait(h, 60000) == BYTECOMP_OK ? "done" : bytecomp_last_error());
+      std::printf("DEVICE PRESENT: %s\n",
+                  bytecomp_wait(h, 60000) == BYTECOMP_OK ? "done" : bytecomp_last_error());
     } else {
       std::printf("DEVICE REFUSED rc=%d: %s\n", rc, bytecomp_last_error());
     }
@@ -188,7 +193,8 @@ int main(int argc, char** argv) {
   if (const int64_t tiny = Arg(argc, argv, "--tiny-tensors", 0); tiny > 0) {
     tensors.clear();
     for (int64_t i = 0; i < tiny; ++i) {
-      tensors.push_back({"tiny." + std::to_string(i), 1, BYTECOMP_FLOAT32, std::vector<uint8_t>(4)});
+      tensors.push_back(
+          {"tiny." + std::to_string(i), 1, BYTECOMP_FLOAT32, std::vector<uint8_t>(4)});
     }
   }
   std::mt19937 rng(rank * 7919 + 1);
@@ -228,11 +234,12 @@ int main(int argc, char** argv) {
     }
     if (shuffle) std::shuffle(order.begin(), order.end(), rng);
     for (size_t i : order) {
-      if (slow_ms > 0 && rank == slow_rank && rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % slow_ms));
+      if (slow_ms > 0 && rank == slow_rank && rng() % 4 == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(rng() % slow_ms));
       TestTensor& t = tensors[i];
       if (bytecomp_push_pull(t.name.c_str(), t.data.data(), t.count, t.dtype,
-                             static_cast<int>(tensors.size() - i), average ? BYTECOMP_FLAG_AVERAGE : 0,
-                             &handles[i]) != BYTECOMP_OK) {
+                             static_cast<int>(tensors.size() - i),
+                             average ? BYTECOMP_FLAG_AVERAGE : 0, &handles[i]) != BYTECOMP_OK) {
         std::fprintf(stderr, "OPERATION FAILED after %lld ms: %s\n",
                      static_cast<long long>(elapsed_ms()), bytecomp_last_error());
         // This round's earlier operations may still use their tensors' memory (ZeroMQ may
@@ -245,8 +252,8 @@ int main(int argc, char** argv) {
       const int64_t t0 = elapsed_ms();
       if (bytecomp_wait(handles[i], 60000) != BYTECOMP_OK) {
         std::fprintf(stderr, "OPERATION FAILED after %lld ms (waited %lld ms): %s\n",
-                     static_cast<long long>(elapsed_ms()), static_cast<long long>(elapsed_ms() - t0),
-                     bytecomp_last_error());
+                     static_cast<long long>(elapsed_ms()),
+                     static_cast<long long>(elapsed_ms() - t0), bytecomp_last_error());
         bytecomp_shutdown();
         return 2;
       }

@@ -132,8 +132,9 @@ int ControlImpostor(const std::string& address) {
                           const char* expect, int wait_s = 3) {
     const bytecomp::proto::ControlMessage reply = Ask(sock, m, wait_s);
     const bool ok = reply.has_error() && reply.error().message().find(expect) != std::string::npos;
-    std::printf("%s %s: %s\n", ok ? "refused " : "ACCEPTED", what,
-                reply.has_error() ? reply.error().message().c_str() : reply.ShortDebugString().c_str());
+    std::printf(
+        "%s %s: %s\n", ok ? "refused " : "ACCEPTED", what,
+        reply.has_error() ? reply.error().message().c_str() : reply.ShortDebugString().c_str());
     if (!ok) ++accepted;
   };
   bytecomp::proto::ControlMessage reg;
@@ -194,7 +195,8 @@ int ControlImpostor(const std::string& address) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 4 && std::strcmp(argv[1], "pull-flood") == 0) return PullFlood(argv[2], std::atof(argv[3]));
+  if (argc >= 4 && std::strcmp(argv[1], "pull-flood") == 0)
+    return PullFlood(argv[2], std::atof(argv[3]));
   if (argc >= 4 && std::strcmp(argv[1], "control-flood") == 0) {
     return ControlFlood(argv[2], std::atof(argv[3]));
   }

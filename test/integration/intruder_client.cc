@@ -109,8 +109,8 @@ bool TryNullGreeting(const std::string& endpoint, const std::string& target) {
   greeting[10] = 3;
   greeting.replace(12, 4, "NULL");
   (void)!write(fd, greeting.data(), greeting.size());
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(absl::GetFlag(FLAGS_wait_ms));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(absl::GetFlag(FLAGS_wait_ms));
   size_t received = 0;
   bool closed = false;
   while (!closed && std::chrono::steady_clock::now() < deadline) {
@@ -181,8 +181,9 @@ int main(int argc, char** argv) {
     push.set_sender(1);
     push.set_request_id(1);
     const float spoil = 1e6f;
-    to_server.push_back({"push as worker 1", {push.SerializeAsString(),
-                                              std::string(reinterpret_cast<const char*>(&spoil), 4)}});
+    to_server.push_back(
+        {"push as worker 1",
+         {push.SerializeAsString(), std::string(reinterpret_cast<const char*>(&spoil), 4)}});
     DataHeader pull = push;
     pull.set_op(bytecomp::proto::OP_PULL);
     pull.set_payload_bytes(0);
@@ -204,10 +205,12 @@ int main(int argc, char** argv) {
   int replies = 0;
   for (int i = 0; i < absl::GetFlag(FLAGS_repeat); ++i) {
     if (const std::string s = absl::GetFlag(FLAGS_scheduler); !s.empty()) {
-      for (const Attempt& a : to_scheduler) replies += TryAttempt(ctx, s, "scheduler", a, own, server_key);
+      for (const Attempt& a : to_scheduler)
+        replies += TryAttempt(ctx, s, "scheduler", a, own, server_key);
     }
     if (const std::string s = absl::GetFlag(FLAGS_server); !s.empty()) {
-      for (const Attempt& a : to_server) replies += TryAttempt(ctx, s, "server", a, own, server_key);
+      for (const Attempt& a : to_server)
+        replies += TryAttempt(ctx, s, "server", a, own, server_key);
     }
   }
   if (mode == "plain") {

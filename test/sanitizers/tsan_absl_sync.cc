@@ -45,8 +45,8 @@ void Release(const void* addr) {
 template <typename Fn>
 Fn Real(const char* rest, bool const_member = false) {
   const std::string ns = BC_STR(ABSL_OPTION_INLINE_NAMESPACE_NAME);
-  const std::string name = std::string(const_member ? "_ZNK" : "_ZN") + "4absl" +
-                           std::to_string(ns.size()) + ns + rest;
+  const std::string name =
+      std::string(const_member ? "_ZNK" : "_ZN") + "4absl" + std::to_string(ns.size()) + ns + rest;
   void* fn = dlsym(RTLD_NEXT, name.c_str());
   if (fn == nullptr) {
     std::fprintf(stderr, "tsan_absl_sync: %s not found in Abseil\n", name.c_str());
@@ -107,8 +107,8 @@ void Mutex::ReaderUnlock() {
 }
 
 void Mutex::LockWhen(const Condition& cond) {
-  static const auto real = Real<void (*)(Mutex*, const Condition&)>(
-      "5Mutex8LockWhenERKNS0_9ConditionE");
+  static const auto real =
+      Real<void (*)(Mutex*, const Condition&)>("5Mutex8LockWhenERKNS0_9ConditionE");
   real(this, cond);
   Acquire(this);
 }
@@ -123,8 +123,8 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, absl::Duration timeout) {
 
 // Await may give the lock up and take it again while it waits.
 void Mutex::Await(const Condition& cond) {
-  static const auto real = Real<void (*)(Mutex*, const Condition&)>(
-      "5Mutex5AwaitERKNS0_9ConditionE");
+  static const auto real =
+      Real<void (*)(Mutex*, const Condition&)>("5Mutex5AwaitERKNS0_9ConditionE");
   Release(this);
   real(this, cond);
   Acquire(this);

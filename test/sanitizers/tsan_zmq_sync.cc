@@ -106,8 +106,7 @@ int zmq_recvmsg(void* socket, zmq_msg_t* msg, int flags) {
   return rc;
 }
 
-int zmq_msg_init_data(zmq_msg_t* msg, void* data, size_t size, zmq_free_fn* free_fn,
-                      void* hint) {
+int zmq_msg_init_data(zmq_msg_t* msg, void* data, size_t size, zmq_free_fn* free_fn, void* hint) {
   static const auto real =
       Real<int (*)(zmq_msg_t*, void*, size_t, zmq_free_fn*, void*)>("zmq_msg_init_data");
   if (free_fn == nullptr) return real(msg, data, size, free_fn, hint);  // never freed

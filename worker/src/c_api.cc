@@ -25,17 +25,24 @@ thread_local std::string t_last_error;
 
 int CodeOf(const absl::Status& s) {
   switch (s.code()) {
-    case absl::StatusCode::kOk: return BYTECOMP_OK;
+    case absl::StatusCode::kOk:
+      return BYTECOMP_OK;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kOutOfRange: return BYTECOMP_ERR_INVALID_ARGUMENT;
-    case absl::StatusCode::kDeadlineExceeded: return BYTECOMP_ERR_TIMEOUT;
+    case absl::StatusCode::kOutOfRange:
+      return BYTECOMP_ERR_INVALID_ARGUMENT;
+    case absl::StatusCode::kDeadlineExceeded:
+      return BYTECOMP_ERR_TIMEOUT;
     case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDataLoss: return BYTECOMP_ERR_UNAVAILABLE;
+    case absl::StatusCode::kDataLoss:
+      return BYTECOMP_ERR_UNAVAILABLE;
     case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kAlreadyExists: return BYTECOMP_ERR_REJECTED;
-    case absl::StatusCode::kCancelled: return BYTECOMP_ERR_SHUTDOWN;
-    default: return BYTECOMP_ERR_INTERNAL;
+    case absl::StatusCode::kAlreadyExists:
+      return BYTECOMP_ERR_REJECTED;
+    case absl::StatusCode::kCancelled:
+      return BYTECOMP_ERR_SHUTDOWN;
+    default:
+      return BYTECOMP_ERR_INTERNAL;
   }
 }
 
@@ -117,9 +124,9 @@ int bytecomp_shutdown(void) {
 
 int bytecomp_is_initialized(void) { return Engine() != nullptr ? 1 : 0; }
 
-#define BYTECOMP_INFO_GETTER(fn, field)            \
-  int fn(void) {                                   \
-    std::shared_ptr<WorkerEngine> e = Engine();    \
+#define BYTECOMP_INFO_GETTER(fn, field)                       \
+  int fn(void) {                                              \
+    std::shared_ptr<WorkerEngine> e = Engine();               \
     return e == nullptr ? NotInitialized() : e->info().field; \
   }
 BYTECOMP_INFO_GETTER(bytecomp_rank, rank)
@@ -155,18 +162,17 @@ int bytecomp_declare_shape(const char* name, int64_t element_count, int dtype, i
     if (e == nullptr) return NotInitialized();
     if (name == nullptr) return Fail(absl::InvalidArgumentError("tensor name is NULL"));
     if (ndim < 0 || ndim > 32 || (ndim > 0 && dims == nullptr)) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", name, "': ", ndim, " dimensions", dims == nullptr ? " and dims NULL" : "",
-          "; a shape has 0 to 32")));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': ", ndim, " dimensions",
+                       dims == nullptr ? " and dims NULL" : "", "; a shape has 0 to 32")));
     }
     std::vector<int64_t> shape(dims, dims + ndim);
-    return Report(e->Declare(name, element_count, static_cast<ElementType>(dtype),
-                             shape));
+    return Report(e->Declare(name, element_count, static_cast<ElementType>(dtype), shape));
   });
 }
 
-int bytecomp_push_pull(const char* name, void* data, int64_t element_count, int dtype,
-                       int priority, uint32_t flags, bytecomp_handle_t* handle_out) {
+int bytecomp_push_pull(const char* name, void* data, int64_t element_count, int dtype, int priority,
+                       uint32_t flags, bytecomp_handle_t* handle_out) {
   bytecomp::worker::PushPullRequest request;
   return PushPull(name, data, element_count, dtype, priority, flags, request, handle_out);
 }
@@ -289,8 +295,7 @@ int bytecomp_load_state(const char* name, const void* buf, size_t len) {
     if (name == nullptr || (buf == nullptr && len > 0)) {
       return Fail(absl::InvalidArgumentError("bytecomp_load_state: NULL name or buffer"));
     }
-    return Report(e->LoadTensorState(
-        name, absl::string_view(static_cast<const char*>(buf), len)));
+    return Report(e->LoadTensorState(name, absl::string_view(static_cast<const char*>(buf), len)));
   });
 }
 

@@ -25,8 +25,8 @@ void ControlLoop::Run() {
           if (send->message.has_worker_done()) done_sent_ = true;
           if (absl::Status s = client_->Send(send->message); !s.ok()) {
             engine_.OnJobFailed(absl::UnavailableError(
-                absl::StrCat("cannot reach the scheduler at ", client_->config().scheduler_address(),
-                             ": ", s.message())));
+                absl::StrCat("cannot reach the scheduler at ",
+                             client_->config().scheduler_address(), ": ", s.message())));
           }
         }
       }
@@ -41,7 +41,8 @@ void ControlLoop::Run() {
       Handle(**msg);
     }
     if (!done_sent_) {
-      if (std::optional<proto::ControlMessage> report = engine_.DueReport()) (void)client_->Send(*report);
+      if (std::optional<proto::ControlMessage> report = engine_.DueReport())
+        (void)client_->Send(*report);
       client_->HeartbeatIfDue();
       // A scheduler that fell silent (killed, frozen, cut off) fails every wait, naming it.
       if (absl::Status heard = client_->CheckSchedulerHeard(); !heard.ok() && !scheduler_silent_) {
@@ -60,7 +61,8 @@ void ControlLoop::Handle(const proto::ControlMessage& m) {
     proto::StrategyPrepareReply* r = reply.mutable_strategy_prepare_reply();
     r->set_version(m.strategy_prepare().version());
     r->set_highest_started_round(engine_.OnStrategyPrepare(m.strategy_prepare().version()));
-    if (absl::Status s = client_->Send(reply); !s.ok()) BC_LOG_ERROR("strategy reply: ", s.message());
+    if (absl::Status s = client_->Send(reply); !s.ok())
+      BC_LOG_ERROR("strategy reply: ", s.message());
   } else if (m.has_strategy_commit()) {
     engine_.OnStrategyCommit(m.strategy_commit().strategy());
   } else if (m.has_barrier_release()) {

@@ -55,7 +55,7 @@ class ControlLoop {
   std::unique_ptr<SchedulerClient> client_;
   WakeQueue<ControlCommand>& commands_;
   ControlEvents& engine_;
-  bool done_sent_ = false;  // WorkerDone went out: a Shutdown after it is the normal end
+  bool done_sent_ = false;         // WorkerDone went out: a Shutdown after it is the normal end
   bool scheduler_silent_ = false;  // reported once
 };
 

@@ -1,7 +1,8 @@
 // The data I/O thread: owns the DEALER sockets to the servers (C connections each) and moves
 // messages between them and the PartitionSender (partition_sender.h), which decides what goes
 // where: it hands the sender the other threads' commands (data_commands.h) and the servers'
-// replies, and the sender's pull replies to the operation's stages. Before the first push it measures the links to the servers (link_probes.cc).
+// replies, and the sender's pull replies to the operation's stages. Before the first push it
+// measures the links to the servers (link_probes.cc).
 #pragma once
 
 #include <cstdint>

@@ -19,8 +19,8 @@ std::string EncodeOnDeviceBlocker(const Operation& op) {
     return absl::StrCat("codec ", plan.push.name(), " has no device kernels");
   }
   if (!compress::GpuMemorySupported(plan.push.name(), plan.push.memory())) {
-    return absl::StrCat("memory ", plan.push.memory(), " cannot be fused with ",
-                        plan.push.name(), " on the device");
+    return absl::StrCat("memory ", plan.push.memory(), " cannot be fused with ", plan.push.name(),
+                        " on the device");
   }
   if (op.dtype() != proto::DTYPE_FLOAT32) {
     return absl::StrCat(DTypeName(op.dtype()), " tensors are converted to fp32 on the host");
@@ -49,7 +49,8 @@ bool WantsDevice(proto::Placement placement) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceWork>> DevicePipeline::WorkFor(const PushPullRequest& request) {
+absl::StatusOr<std::unique_ptr<DeviceWork>> DevicePipeline::WorkFor(
+    const PushPullRequest& request) {
   absl::MutexLock lock(&mu_);
   if (backend_ == nullptr) {
     absl::StatusOr<DeviceBackend*> backend = ProcessDeviceBackend();
@@ -85,8 +86,8 @@ absl::Status DevicePipeline::AfterDevice(const DeviceWork& d, absl::AnyInvocable
     absl::MutexLock lock(&mu_);
     if (--callbacks_ == 0) callbacks_drained_.SignalAll();
   };
-  absl::Status status = d.backend->WhenReached(
-      d.device, d.stream, [work = std::move(work), finished]() mutable {
+  absl::Status status =
+      d.backend->WhenReached(d.device, d.stream, [work = std::move(work), finished]() mutable {
         work();
         finished();
       });
@@ -101,7 +102,8 @@ void DevicePipeline::WaitForCallbacks(int64_t deadline_ms) {
     callbacks_drained_.WaitWithTimeout(&mu_, absl::Milliseconds(left));
   }
   if (callbacks_ > 0) {
-    BC_LOG_ERROR(callbacks_, " device stream callbacks still pending at shutdown: a device "
+    BC_LOG_ERROR(callbacks_,
+                 " device stream callbacks still pending at shutdown: a device "
                  "stream did not reach the engine's copies");
   }
 }
@@ -125,8 +127,7 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
                      ", so it runs on the CPU pool (through pinned host memory)");
     }
   }
-  const size_t bytes =
-      static_cast<size_t>(op->request.element_count) * DTypeSize(op->dtype());
+  const size_t bytes = static_cast<size_t>(op->request.element_count) * DTypeSize(op->dtype());
   if (!compressed || !d.encode_on_device || !d.decode_on_device) {
     absl::StatusOr<cpu_offload::PinnedBuffer> host = d.pinned->Acquire(bytes);
     if (!host.ok()) {
@@ -159,9 +160,9 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
     });
   }
   if (!status.ok()) {
-    Abort(op, absl::Status(status.code(), absl::StrCat("copying '", op->request.name,
-                                                       "' from device ", d.device, ": ",
-                                                       status.message())));
+    Abort(op,
+          absl::Status(status.code(), absl::StrCat("copying '", op->request.name, "' from device ",
+                                                   d.device, ": ", status.message())));
   }
 }
 
@@ -201,7 +202,8 @@ void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_
     }
   }
   if (status.ok()) {
-    absl::StatusOr<cpu_offload::PinnedBuffer> pinned = d.pinned->Acquire(std::max<size_t>(*bytes, 1));
+    absl::StatusOr<cpu_offload::PinnedBuffer> pinned =
+        d.pinned->Acquire(std::max<size_t>(*bytes, 1));
     status = pinned.status();
     if (status.ok()) {
       push->pinned = *std::move(pinned);
@@ -217,32 +219,33 @@ void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_
                           static_cast<int64_t>(n * sizeof(float)), op->plan().push.name());
   if (!status.ok()) {
     // A copy that was queued may still be writing the pinned buffer: keep it with the push.
-    host_.PushEncodeFailure(push, absl::Status(status.code(), absl::StrCat("on device ", d.device,
-                                                                           ": ", status.message())));
+    host_.PushEncodeFailure(
+        push,
+        absl::Status(status.code(), absl::StrCat("on device ", d.device, ": ", status.message())));
   }
 }
 
-void DevicePipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partition,
-                            uint32_t stage, zmq::message_t payload, int server) {
+void DevicePipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
+                            zmq::message_t payload, int server) {
   if (op->device->decode_on_device && stage == 0) {
     ctx_.RunOnPool(op, partition, [this, op, partition, server, p = std::move(payload)]() mutable {
       DecodeOnDevice(op, partition, std::move(p), server);
     });
     return;
   }
-  ctx_.RunOnPool(op, partition, [this, op, partition, stage, server,
-                                 p = std::move(payload)]() mutable {
-    if (stage == 1) {
-      host_.EncodeSecondRound(op, partition, std::move(p));
-      return;
-    }
-    absl::Status written = host_.WriteResult(*op, partition, stage, p, server);
-    if (!written.ok()) {
-      ctx_.tracker->ResultFailed(op, partition, written);
-      return;
-    }
-    CopyResultToDevice(op, partition);
-  });
+  ctx_.RunOnPool(op, partition,
+                 [this, op, partition, stage, server, p = std::move(payload)]() mutable {
+                   if (stage == 1) {
+                     host_.EncodeSecondRound(op, partition, std::move(p));
+                     return;
+                   }
+                   absl::Status written = host_.WriteResult(*op, partition, stage, p, server);
+                   if (!written.ok()) {
+                     ctx_.tracker->ResultFailed(op, partition, written);
+                     return;
+                   }
+                   CopyResultToDevice(op, partition);
+                 });
 }
 
 void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_t partition,
@@ -251,8 +254,8 @@ void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_
   PartitionCodec& pc = op->codecs()->partitions[partition];
   const PartitionRange range = op->layout().range(partition);
   const size_t n = static_cast<size_t>(range.count);
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * sizeof(float)),
-                          PullCodecName(op->plan()));
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()),
+                          static_cast<int64_t>(n * sizeof(float)), PullCodecName(op->plan()));
   absl::Status status = EnsureCodecs(*op, partition);
   cpu_offload::PinnedBuffer staged;
   if (status.ok()) {
@@ -292,9 +295,9 @@ void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_
   }
   ctx_.tracker->ResultFailed(
       op, partition,
-      absl::Status(status.code(), absl::StrCat("decoding '", op->request.name, "' partition ",
-                                               partition, " on device ", d.device, ": ",
-                                               status.message())));
+      absl::Status(status.code(),
+                   absl::StrCat("decoding '", op->request.name, "' partition ", partition,
+                                " on device ", d.device, ": ", status.message())));
 }
 
 void DevicePipeline::CopyResultToDevice(const std::shared_ptr<Operation>& op, int64_t partition) {
@@ -302,18 +305,18 @@ void DevicePipeline::CopyResultToDevice(const std::shared_ptr<Operation>& op, in
   const PartitionRange range = op->layout().range(partition);
   const size_t elem = DTypeSize(op->dtype());
   const size_t offset = static_cast<size_t>(range.offset) * elem;
-  absl::Status status = d.backend->CopyToDevice(
-      d.device, d.stream, static_cast<char*>(op->request.data) + offset, d.host.data() + offset,
-      static_cast<size_t>(range.count) * elem);
+  absl::Status status =
+      d.backend->CopyToDevice(d.device, d.stream, static_cast<char*>(op->request.data) + offset,
+                              d.host.data() + offset, static_cast<size_t>(range.count) * elem);
   if (status.ok()) {
     status = AfterDevice(d, [this, op, partition] { ctx_.tracker->ResultIn(op, partition); });
     if (status.ok()) return;
   }
   ctx_.tracker->ResultFailed(
       op, partition,
-      absl::Status(status.code(), absl::StrCat("copying '", op->request.name, "' partition ",
-                                               partition, " to device ", d.device, ": ",
-                                               status.message())));
+      absl::Status(status.code(),
+                   absl::StrCat("copying '", op->request.name, "' partition ", partition,
+                                " to device ", d.device, ": ", status.message())));
 }
 
 }  // namespace bytecomp::worker

@@ -45,8 +45,8 @@ Engine::Engine(JoinedJob job)
                     ? std::make_unique<ReadyProfiler>(config_.profile_rounds())
                     : nullptr),
       pool_(CodecPool(job.compress_threads)),
-      stage_context_{info_.rank, info_.size, &strategies_, &learning_rate_, pool_.get(),
-                     &data_queue_, &tracker_, &traffic_, observer_.timeline()},
+      stage_context_{info_.rank,   info_.size, &strategies_, &learning_rate_,     pool_.get(),
+                     &data_queue_, &tracker_,  &traffic_,    observer_.timeline()},
       host_stages_(stage_context_),
       device_stages_(stage_context_, host_stages_) {
   traffic_.metrics = observer_.metrics();
@@ -55,7 +55,8 @@ Engine::Engine(JoinedJob job)
   if (reducers_.host != nullptr) {
     hierarchy_ = std::make_unique<Hierarchy>(
         reducers_, device_stages_,
-        [this](const std::shared_ptr<Operation>& outer, absl::AnyInvocable<void(absl::Status)> done) {
+        [this](const std::shared_ptr<Operation>& outer,
+               absl::AnyInvocable<void(absl::Status)> done) {
           return PushPullMachineSum(outer, std::move(done));
         },
         [this](const absl::Status& reason) { FailEngine(reason); });
@@ -109,7 +110,10 @@ absl::StatusOr<int64_t> Engine::PushPull(const PushPullRequest& request) {
   std::shared_ptr<Operation> op = *std::move(made);
   if (hierarchy_ != nullptr) return PushPullInMachine(op);
   TensorTable::Started started;
-  if (absl::Status s = tensors_.Queue(op, [&] { Accept(op); }, &started); !s.ok()) return s;
+  if (absl::Status s = tensors_.Queue(
+          op, [&] { Accept(op); }, &started);
+      !s.ok())
+    return s;
   ++operations_;
   StartStages(started);
   return op->handle;
@@ -133,7 +137,9 @@ absl::StatusOr<int64_t> Engine::PushPullInMachine(const std::shared_ptr<Operatio
   absl::StatusOr<LocalReducer*> reducer = hierarchy_->ReducerFor(*op);
   if (!reducer.ok()) return reducer.status();
   std::string tag;
-  if (absl::Status s = tensors_.BeginMachineRound(op, [&] { Accept(op); }, &tag); !s.ok()) {
+  if (absl::Status s = tensors_.BeginMachineRound(
+          op, [&] { Accept(op); }, &tag);
+      !s.ok()) {
     return s;
   }
   if (tag.empty()) return op->handle;  // its tensor had failed, and so has the operation
@@ -150,7 +156,9 @@ absl::Status Engine::PushPullMachineSum(const std::shared_ptr<Operation>& outer,
   std::shared_ptr<Operation> network = *std::move(made);
   network->SetOnDone(std::move(done));
   TensorTable::Started started;
-  if (absl::Status s = tensors_.Queue(network, [] {}, &started); !s.ok()) {
+  if (absl::Status s = tensors_.Queue(
+          network, [] {}, &started);
+      !s.ok()) {
     network->SetOnDone(nullptr);
     return s;
   }
@@ -248,9 +256,10 @@ namespace {
 // A wait without a limit of its own waits the job's default, and says which one ran out.
 absl::Status WithDefaultBound(absl::Status status, bool defaulted) {
   if (!defaulted || !absl::IsDeadlineExceeded(status)) return status;
-  return absl::DeadlineExceededError(absl::StrCat(
-      status.message(), " (the bound of a wait without one: ClusterConfig.push_pull_timeout_ms, "
-                        "or BYTECOMP_PUSH_PULL_TIMEOUT_MS on this worker)"));
+  return absl::DeadlineExceededError(
+      absl::StrCat(status.message(),
+                   " (the bound of a wait without one: ClusterConfig.push_pull_timeout_ms, "
+                   "or BYTECOMP_PUSH_PULL_TIMEOUT_MS on this worker)"));
 }
 
 }  // namespace
@@ -322,9 +331,10 @@ absl::Status Engine::Barrier(int64_t timeout_ms) {
     while (barrier_released_ < sequence && !failed_.load()) {
       const int64_t left = deadline - MonotonicMs();
       if (left <= 0) {
-        return WithDefaultBound(absl::DeadlineExceededError(absl::StrCat(
-                                    "barrier ", sequence, " not released after ", timeout_ms, " ms")),
-                                defaulted);
+        return WithDefaultBound(
+            absl::DeadlineExceededError(
+                absl::StrCat("barrier ", sequence, " not released after ", timeout_ms, " ms")),
+            defaulted);
       }
       barrier_cv_.WaitWithTimeout(&barrier_mu_, absl::Milliseconds(left));
     }

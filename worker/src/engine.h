@@ -113,7 +113,7 @@ class Engine final : public WorkerEngine, private ControlEvents {
   const EngineInfo info_;
   std::unique_ptr<zmq::context_t> context_;
   std::unique_ptr<SocketSecurity> security_;  // after the context, before every socket
-  std::unique_ptr<SchedulerClient> client_;  // the control thread's, once it runs
+  std::unique_ptr<SchedulerClient> client_;   // the control thread's, once it runs
   MachineReducers reducers_;
   // Timeline, metrics, stats reports (off unless asked); outlives every thread that uses it.
   EngineObserver observer_;

@@ -33,12 +33,12 @@ void EngineObserver::WatchEngine(std::function<EngineStats()> stats,
                                  const std::atomic<int64_t>* inflight_bytes) {
   if (metrics_ == nullptr) return;
   telemetry::NodeMetrics* m = metrics_.get();
-  prometheus::Gauge& queue = m->Gauge("bytecomp_queue_depth",
-                                      "Partitions waiting in a queue", {{"queue", "data send"}});
-  prometheus::Gauge& inflight = m->Gauge("bytecomp_inflight_bytes",
-                                         "Push bytes sent and not yet acknowledged");
-  prometheus::Gauge& operations = m->Gauge("bytecomp_operations",
-                                           "push_pull operations accepted (EngineStats)");
+  prometheus::Gauge& queue =
+      m->Gauge("bytecomp_queue_depth", "Partitions waiting in a queue", {{"queue", "data send"}});
+  prometheus::Gauge& inflight =
+      m->Gauge("bytecomp_inflight_bytes", "Push bytes sent and not yet acknowledged");
+  prometheus::Gauge& operations =
+      m->Gauge("bytecomp_operations", "push_pull operations accepted (EngineStats)");
   prometheus::Gauge& pushed = m->Gauge("bytecomp_engine_pushed_bytes",
                                        "Bytes pushed as the C API reports them (EngineStats)");
   m->OnScrape([=, &queue, &inflight, &operations, &pushed] {
@@ -76,8 +76,8 @@ std::optional<proto::ControlMessage> EngineObserver::Completed(const Operation& 
     t.set_name(op.request.name);
   }
   t.set_rounds(t.rounds() + 1);
-  t.set_raw_bytes(t.raw_bytes() + op.request.element_count *
-                                      static_cast<int64_t>(DTypeSize(op.dtype())));
+  t.set_raw_bytes(t.raw_bytes() +
+                  op.request.element_count * static_cast<int64_t>(DTypeSize(op.dtype())));
   t.set_pushed_bytes(t.pushed_bytes() + op.pushed_bytes.load());
   t.set_last_round_ms(seconds * 1000);
   t.set_codec(op.plan().compressed() ? op.plan().push.name() : "");
@@ -123,7 +123,8 @@ proto::ControlMessage EngineObserver::Report(const EngineStats& totals, int64_t 
     report->add_round_index(it->first);
     report->add_round_ms((it->second.last_done_us - it->second.first_ready_us) / 1000.0);
     report->add_iteration_ms(next->first == it->first + 1
-                                 ? (next->second.first_ready_us - it->second.first_ready_us) / 1000.0
+                                 ? (next->second.first_ready_us - it->second.first_ready_us) /
+                                       1000.0
                                  : 0);
   }
   return message;

@@ -21,8 +21,8 @@ CpuSample SampleCpu() {
   // First line: "cpu  user nice system idle iowait irq softirq steal ..." in clock ticks.
   if (FILE* f = std::fopen("/proc/stat", "r")) {
     unsigned long long v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
-                    &v[3], &v[4], &v[5], &v[6], &v[7]) >= 4) {
+    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7]) >= 4) {
       for (unsigned long long x : v) s.host_total_ticks += x;
       s.host_busy_ticks = s.host_total_ticks - v[3] - v[4];
     }
@@ -63,10 +63,10 @@ double ForwardTimer::MedianUs() const {
 namespace {
 
 // Median over the rounds with both ends of `value(start, end)`, where it is defined (>= 0).
-double RoundMedian(const std::map<int64_t, ForwardTimer::Mark>& first,
-                   const std::map<int64_t, ForwardTimer::Mark>& last,
-                   const std::function<double(const ForwardTimer::Mark&,
-                                              const ForwardTimer::Mark&)>& value) {
+double RoundMedian(
+    const std::map<int64_t, ForwardTimer::Mark>& first,
+    const std::map<int64_t, ForwardTimer::Mark>& last,
+    const std::function<double(const ForwardTimer::Mark&, const ForwardTimer::Mark&)>& value) {
   std::vector<double> values;
   for (const auto& [round, start] : first) {
     auto end = last.find(round);

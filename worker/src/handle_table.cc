@@ -31,8 +31,8 @@ absl::Status HandleTable::Wait(int64_t handle, int64_t timeout_ms) {
   if (op == nullptr) return absl::NotFoundError(absl::StrCat("unknown handle ", handle));
   std::optional<absl::Status> outcome = op->WaitOutcome(timeout_ms);
   if (!outcome.has_value()) {
-    return absl::DeadlineExceededError(absl::StrCat("push_pull of '", op->request.name,
-                                                    "' not done after ", timeout_ms, " ms"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("push_pull of '", op->request.name, "' not done after ", timeout_ms, " ms"));
   }
   Release(handle).IgnoreError();
   return *outcome;

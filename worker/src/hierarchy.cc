@@ -11,7 +11,8 @@ absl::Status Hierarchy::Check(const PushPullRequest& request) const {
   if (!DeviceReductionBuilt() && request.on_device &&
       (backend == nullptr || std::string(backend) != "emulated")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", request.name, "': device tensors in a hierarchical job are not supported "
+        "tensor '", request.name,
+        "': device tensors in a hierarchical job are not supported "
         "by this engine (built without CUDA and NCCL, its local reduction takes host tensors): "
         "copy the gradient to host memory, or run the job without hierarchical"));
   }
@@ -44,9 +45,8 @@ void Hierarchy::Start(LocalReducer* reducer, const std::shared_ptr<Operation>& o
     return;
   }
   // A device tensor is ready once its stream has reached this call.
-  if (absl::Status s = device_.AfterDevice(*outer->device, [this, reducer, outer, tag] {
-        Reduce(reducer, outer, tag);
-      });
+  if (absl::Status s = device_.AfterDevice(
+          *outer->device, [this, reducer, outer, tag] { Reduce(reducer, outer, tag); });
       !s.ok()) {
     // This rank cannot take part in the tag's collectives, which the others wait for.
     const absl::Status reason(s.code(), absl::StrCat("tensor '", outer->request.name,
@@ -71,20 +71,19 @@ void Hierarchy::Reduce(LocalReducer* reducer, const std::shared_ptr<Operation>& 
                        });
     return;
   }
-  reducer->Reduce(tag, r.data, r.element_count, outer->dtype(),
-                  [this, reducer, outer, tag](absl::Status s) {
-                    if (!s.ok()) {
-                      Finish(reducer, outer, tag, s);
-                      return;
-                    }
-                    // The machine's sum is in the caller's buffer: push and pull it as usual
-                    // (a device tensor through the device pipeline, on the caller's stream).
-                    absl::Status started =
-                        network_(outer, [this, reducer, outer, tag](absl::Status done) {
-                          Finish(reducer, outer, tag, done);
-                        });
-                    if (!started.ok()) Finish(reducer, outer, tag, started);
-                  });
+  reducer->Reduce(
+      tag, r.data, r.element_count, outer->dtype(), [this, reducer, outer, tag](absl::Status s) {
+        if (!s.ok()) {
+          Finish(reducer, outer, tag, s);
+          return;
+        }
+        // The machine's sum is in the caller's buffer: push and pull it as usual
+        // (a device tensor through the device pipeline, on the caller's stream).
+        absl::Status started = network_(outer, [this, reducer, outer, tag](absl::Status done) {
+          Finish(reducer, outer, tag, done);
+        });
+        if (!started.ok()) Finish(reducer, outer, tag, started);
+      });
 }
 
 void Hierarchy::Finish(LocalReducer* reducer, const std::shared_ptr<Operation>& outer,

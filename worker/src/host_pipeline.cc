@@ -33,7 +33,8 @@ void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
   if ((op->plan().compress_on == proto::PLACEMENT_GPU ||
        op->plan().decompress_on == proto::PLACEMENT_GPU) &&
       !op->codecs()->placement_logged.exchange(true)) {
-    BC_LOG_WARNING("tensor '", op->request.name, "': the strategy places its compression on the "
+    BC_LOG_WARNING("tensor '", op->request.name,
+                   "': the strategy places its compression on the "
                    "GPU, but it was given in host memory (bytecomp_push_pull), so it is encoded "
                    "and decoded on the CPU pool; bytecomp_push_pull_device takes device tensors");
   }
@@ -105,7 +106,8 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
 void HostPipeline::MeasureKeptEnergy(const Operation& op, PartitionCodec& pc, size_t n) {
   if (op.plan().ratio_window_rounds == 0) return;
   // What the memory was updated with: the compensated gradient and what was sent of it.
-  const bool measured = pc.memory != nullptr && pc.compensated.size() == n && pc.decoded.size() == n;
+  const bool measured =
+      pc.memory != nullptr && pc.compensated.size() == n && pc.decoded.size() == n;
   pc.sent_energy = measured ? SquaredNorm(pc.decoded) : -1;
   pc.compensated_energy = measured ? SquaredNorm(pc.compensated) : 0;
 }
@@ -113,37 +115,37 @@ void HostPipeline::MeasureKeptEnergy(const Operation& op, PartitionCodec& pc, si
 void HostPipeline::PushEncodeFailure(const std::shared_ptr<EncodedPush>& push,
                                      const absl::Status& status) {
   const Operation& op = *push->op;
-  push->abort_error = absl::StrCat(
-      "encoding '", op.request.name, "' partition ", push->partition,
-      op.plan().compressed() ? absl::StrCat(" with ", op.plan().push.name()) : "", ": ",
-      status.message());
+  push->abort_error =
+      absl::StrCat("encoding '", op.request.name, "' partition ", push->partition,
+                   op.plan().compressed() ? absl::StrCat(" with ", op.plan().push.name()) : "",
+                   ": ", status.message());
   // (A pinned payload stays: a device copy may still be writing it. The data loop ignores it.)
   push->payload.clear();
   push->op->RecordError(absl::InvalidArgumentError(push->abort_error));
   ctx_.to_data_thread->Push(push);
 }
 
-void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partition,
-                          uint32_t stage, zmq::message_t payload, int server) {
+void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
+                          zmq::message_t payload, int server) {
   // On the pool, so that the data thread goes on receiving.
-  ctx_.RunOnPool(op, partition, [this, op, partition, stage, server,
-                                 p = std::move(payload)]() mutable {
-    if (stage == 1) {
-      EncodeSecondRound(op, partition, std::move(p));
-      return;
-    }
-    const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
-    absl::Status written = WriteResult(*op, partition, stage, p, server);
-    if (ctx_.timeline != nullptr) {
-      TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kDecode, start_us,
-                 telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(p.size()));
-    }
-    if (written.ok()) {
-      ctx_.tracker->ResultIn(op, partition);
-    } else {
-      ctx_.tracker->ResultFailed(op, partition, written);
-    }
-  });
+  ctx_.RunOnPool(
+      op, partition, [this, op, partition, stage, server, p = std::move(payload)]() mutable {
+        if (stage == 1) {
+          EncodeSecondRound(op, partition, std::move(p));
+          return;
+        }
+        const int64_t start_us = ctx_.timeline != nullptr ? telemetry::Timeline::NowUs() : 0;
+        absl::Status written = WriteResult(*op, partition, stage, p, server);
+        if (ctx_.timeline != nullptr) {
+          TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kDecode, start_us,
+                     telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(p.size()));
+        }
+        if (written.ok()) {
+          ctx_.tracker->ResultIn(op, partition);
+        } else {
+          ctx_.tracker->ResultFailed(op, partition, written);
+        }
+      });
 }
 
 void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64_t partition,
@@ -187,11 +189,12 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
   if (!op.plan().compressed()) {  // the raw sum, in the tensor's dtype
     const size_t expected = n * elem;
     if (payload.size() != expected) {
-      return absl::DataLossError(absl::StrCat(
-          "server ", server, " answered the pull of '", request.name, "' partition ", partition,
-          " with ", payload.size(), " bytes, expected ", expected));
+      return absl::DataLossError(absl::StrCat("server ", server, " answered the pull of '",
+                                              request.name, "' partition ", partition, " with ",
+                                              payload.size(), " bytes, expected ", expected));
     }
-    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected), "");
+    ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(expected),
+                            "");
     if (request.average && op.dtype() == proto::DTYPE_FLOAT32) {
       // One pass: read the sum, write the mean (DDP's allreduce + divide takes two).
       std::vector<float> misaligned;  // used only when ZeroMQ's buffer is not float-aligned
@@ -209,9 +212,9 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
   // The second round's reply and a one-way sum in the push codec's format carry the push codec.
   const bool in_push_format = stage == 2 || (!op.plan().two_way() && pc.push != nullptr &&
                                              pc.push->properties().sum_in_push_format);
-  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem),
-                          in_push_format ? absl::string_view(op.plan().push.name())
-                                         : PullCodecName(op.plan()));
+  ctx_.traffic->CountPull(
+      static_cast<int64_t>(payload.size()), static_cast<int64_t>(n * elem),
+      in_push_format ? absl::string_view(op.plan().push.name()) : PullCodecName(op.plan()));
   // An fp32 sum is decoded straight into the caller's tensor (a pass over the partition and the
   // scratch's cache lines fewer) and averaged there; other dtypes go through the partition's
   // scratch and StoreSum.

@@ -99,18 +99,19 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
     if (absl::Status s = job.security->CheckPlainHost(
             hp->host, absl::StrCat("server ", server.rank(), "'s data address"));
         !s.ok()) {
-      return LeaveJob(job, absl::Status(s.code(), absl::StrCat("worker ", info.rank, ": ", s.message())));
+      return LeaveJob(
+          job, absl::Status(s.code(), absl::StrCat("worker ", info.rank, ": ", s.message())));
     }
   }
 
   absl::StatusOr<MachineReducers> reducers =
       ConnectMachineReducers(*job.context, *job.security, *job.client, job.topology);
   if (!reducers.ok()) {
-    return LeaveJob(job, absl::Status(reducers.status().code(),
-                                      absl::StrCat("worker ", info.rank, " (local rank ",
-                                                   info.local_rank, " of ", info.local_size,
-                                                   "): hierarchical set-up failed: ",
-                                                   reducers.status().message())));
+    return LeaveJob(
+        job, absl::Status(reducers.status().code(),
+                          absl::StrCat("worker ", info.rank, " (local rank ", info.local_rank,
+                                       " of ", info.local_size, "): hierarchical set-up failed: ",
+                                       reducers.status().message())));
   }
   job.reducers = *std::move(reducers);
 

@@ -13,8 +13,9 @@ const char* EventName(PartitionEvent event) {
 }  // namespace
 
 void OperationEvents::Expect(int64_t partitions, bool zero_copy_push) {
-  const uint8_t events = static_cast<uint8_t>(PartitionEvent::kResult) |
-                         (zero_copy_push ? static_cast<uint8_t>(PartitionEvent::kPayloadReleased) : 0);
+  const uint8_t events =
+      static_cast<uint8_t>(PartitionEvent::kResult) |
+      (zero_copy_push ? static_cast<uint8_t>(PartitionEvent::kPayloadReleased) : 0);
   partitions_ = partitions;
   pending_ = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(partitions));
   for (int64_t p = 0; p < partitions; ++p) pending_[p].store(events, std::memory_order_relaxed);

@@ -33,7 +33,8 @@ absl::Status EnsureCodecs(const Operation& op, int64_t partition) {
     // New codec objects for the new version. The error-feedback memory stays when only the
     // push codec's parameters changed (the adaptive ratio): what was not sent is not lost.
     std::unique_ptr<compress::Memory> memory;
-    if (pc.memory != nullptr && pc.memory_identity == memory_identity) memory = std::move(pc.memory);
+    if (pc.memory != nullptr && pc.memory_identity == memory_identity)
+      memory = std::move(pc.memory);
     pc = PartitionCodec{};
     pc.version = plan.version;
     pc.memory = std::move(memory);
@@ -90,9 +91,10 @@ absl::StatusOr<std::vector<std::string>> SaveCodecStates(const std::string& tens
   std::vector<std::string> states(partitions);
   for (size_t p = 0; p < partitions; ++p) {
     if (p < codecs.partitions.size() && codecs.partitions[p].device_memory) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "tensor '", tensor, "' is encoded on the device, whose error-feedback state cannot be "
-          "saved yet; place its compression on the CPU pool to checkpoint it"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor '", tensor,
+                       "' is encoded on the device, whose error-feedback state cannot be "
+                       "saved yet; place its compression on the CPU pool to checkpoint it"));
     }
     if (p < codecs.partitions.size() && codecs.partitions[p].memory != nullptr) {
       states[p] = compress::SaveMemoryState(*codecs.partitions[p].memory);

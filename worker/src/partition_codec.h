@@ -24,7 +24,7 @@ struct PartitionCodec {
   uint64_t version = 0;
   std::unique_ptr<compress::Codec> push;
   std::unique_ptr<compress::Memory> memory;
-  std::unique_ptr<compress::Codec> pull;  // two-way only
+  std::unique_ptr<compress::Codec> pull;                   // two-way only
   std::vector<float> input, compensated, decoded, output;  // scratch, reused across rounds
   // Adaptive ratio: this round's sum(decoded^2) (what was sent) and sum(compensated^2);
   // sent_energy -1 when not measured (a device encode, no memory).
@@ -34,7 +34,7 @@ struct PartitionCodec {
   std::string memory_identity;
   // Device tensors whose stages run on the device (made on first use for `version`).
   std::unique_ptr<DeviceCodec> device_push, device_pull;
-  bool device_memory = false;  // device_push has an error-feedback memory fused
+  bool device_memory = false;                      // device_push has an error-feedback memory fused
   DeviceAllocation device_encoded, device_pulled;  // payload buffers on the device
   size_t device_encoded_bytes = 0, device_pulled_bytes = 0;
 };

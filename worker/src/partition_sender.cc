@@ -173,9 +173,10 @@ void PartitionSender::Send(const PartitionTask& task) {
   zmq::message_t pull = ProtoFrame(header);
 
   if (!open_[server]) {  // a lost server's partition that moved nowhere: cannot happen
-    w_.tracker->ResultFailed(task.op, task.partition, absl::UnavailableError(absl::StrCat(
-        "server ", server, " was lost and no server holds partition ", task.partition, " of '",
-        op.request.name, "'")));
+    w_.tracker->ResultFailed(task.op, task.partition,
+                             absl::UnavailableError(absl::StrCat(
+                                 "server ", server, " was lost and no server holds partition ",
+                                 task.partition, " of '", op.request.name, "'")));
     return;
   }
   const int connection = ConnectionOf(op.layout().tensor_id, static_cast<uint64_t>(task.partition));
@@ -205,9 +206,9 @@ void PartitionSender::Send(const PartitionTask& task) {
     Finished(in);
     inflight_.erase(request);
     // The pull reply will not come. (A zero-copy payload is released with its message.)
-    w_.tracker->ResultFailed(task.op, task.partition, absl::UnavailableError(absl::StrCat(
-                                                          "sending to server ", server, ": ",
-                                                          s.message())));
+    w_.tracker->ResultFailed(
+        task.op, task.partition,
+        absl::UnavailableError(absl::StrCat("sending to server ", server, ": ", s.message())));
     return;
   }
   SendOrDeferPull(request, in);
@@ -314,8 +315,8 @@ std::optional<PulledPartition> PartitionSender::HandleReply(int server,
     if (w_.timeline != nullptr) {
       const int64_t now = w_.clock_us();
       const int64_t bytes = static_cast<int64_t>(payload.size());
-      TraceStage(*w_.timeline, *done.op, done.partition, telemetry::Stage::kRoundTrip,
-                 done.sent_us, now - done.sent_us, bytes);
+      TraceStage(*w_.timeline, *done.op, done.partition, telemetry::Stage::kRoundTrip, done.sent_us,
+                 now - done.sent_us, bytes);
       TraceStage(*w_.timeline, *done.op, done.partition, telemetry::Stage::kPullReceived, now, -1,
                  bytes);
     }
@@ -354,8 +355,7 @@ void PartitionSender::FailAll(const absl::Status& reason) {
 bool PartitionSender::SendReplays(std::vector<FailoverReplay::Replay>& replays) {
   for (FailoverReplay::Replay& replay : replays) {
     const int connection = ConnectionOf(KeyTensor(replay.key), KeyPartition(replay.key));
-    if (absl::Status s = w_.connections->Send(replay.server, connection, replay.frames);
-        !s.ok()) {
+    if (absl::Status s = w_.connections->Send(replay.server, connection, replay.frames); !s.ok()) {
       FailAll(absl::UnavailableError(absl::StrCat("replaying to server ", replay.server,
                                                   " after a server was lost: ", s.message())));
       return false;
@@ -388,9 +388,9 @@ void PartitionSender::Reconnect(int server, const std::string& address, uint64_t
   }
   deferred_pulls_[server].clear();
   BC_LOG_INFO("connected to server ", server, "'s replacement at ", address, ": replayed ",
-              static_cast<int64_t>(replays.size()), " results of completed rounds, pushing ",
-              again, " unanswered ones again and ",
-              static_cast<int64_t>(queues_[server].size()) - again, " not yet sent");
+              static_cast<int64_t>(replays.size()), " results of completed rounds, pushing ", again,
+              " unanswered ones again and ", static_cast<int64_t>(queues_[server].size()) - again,
+              " not yet sent");
 }
 
 void PartitionSender::Move(const MoveKeys& move) {

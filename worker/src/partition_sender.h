@@ -81,7 +81,7 @@ class PartitionSender {
     // Counts the zero-copy payloads ZeroMQ holds. Their free functions use it: it must outlive
     // every message the sender made.
     HeldPayloads* held = nullptr;
-    telemetry::Timeline* timeline = nullptr;  // null: no timeline
+    telemetry::Timeline* timeline = nullptr;              // null: no timeline
     int64_t (*clock_us)() = &telemetry::Timeline::NowUs;  // the timeline's clock
     // Request ids below it were the link probes': a late probe reply must match no request.
     uint64_t first_request = 1;
@@ -139,7 +139,7 @@ class PartitionSender {
     bool resend = false;  // to a replacement server: an uncompressed payload is copied
     bool operator<(const PartitionTask& other) const {
       if (priority != other.priority) return priority < other.priority;  // max-heap on priority
-      return sequence > other.sequence;                                   // then FIFO
+      return sequence > other.sequence;                                  // then FIFO
     }
   };
   struct InFlight {
@@ -151,10 +151,10 @@ class PartitionSender {
     uint32_t stage = 0;
     bool aborted = false;  // an abort was pushed: the op holds its error, no result will come
     int server = 0;
-    int connection = 0;  // of the push and its pull
-    int64_t bytes = 0;     // push bytes not yet acknowledged by the server
-    int64_t sent_us = 0;   // with a timeline: when the push went out
-    bool unacked = false;  // counted in inflight_pushes_
+    int connection = 0;      // of the push and its pull
+    int64_t bytes = 0;       // push bytes not yet acknowledged by the server
+    int64_t sent_us = 0;     // with a timeline: when the push went out
+    bool unacked = false;    // counted in inflight_pushes_
     bool pull_sent = false;  // counted in inflight_pulls_
     zmq::message_t pull;     // the pull, until sent (deferred_pulls_)
   };

@@ -19,9 +19,8 @@ void RatioWindows::Started(const std::string& tensor, uint64_t round, int64_t no
   w.started_round = round;
 }
 
-std::optional<proto::RatioReport> RatioWindows::Finished(const std::string& tensor,
-                                                         uint64_t round, uint64_t version,
-                                                         uint32_t window_rounds,
+std::optional<proto::RatioReport> RatioWindows::Finished(const std::string& tensor, uint64_t round,
+                                                         uint64_t version, uint32_t window_rounds,
                                                          double kept_energy, int64_t now_us) {
   if (window_rounds == 0) return std::nullopt;
   absl::MutexLock lock(&mu_);

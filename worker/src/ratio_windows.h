@@ -38,12 +38,12 @@ class RatioWindows {
   struct Window {
     uint64_t version = 0;
     uint64_t window = 0;
-    uint32_t rounds = 0;         // rounds of this window finished under `version`
-    bool broken = false;         // a round of the window ran under another version
+    uint32_t rounds = 0;  // rounds of this window finished under `version`
+    bool broken = false;  // a round of the window ran under another version
     double comm_us = 0, round_us = 0, kept = 0;
     uint32_t round_gaps = 0, kept_rounds = 0;
     bool kept_missing = false;
-    int64_t started_us = -1;     // the running round's start
+    int64_t started_us = -1;  // the running round's start
     uint64_t started_round = 0;
     int64_t previous_start_us = -1;  // the previous round's start
     uint64_t previous_round = 0;

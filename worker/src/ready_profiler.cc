@@ -25,9 +25,9 @@ bool ReadyProfiler::WantsBlockDensity(const std::string& name) const {
   return !done_ && rounds_ > 0 && it != tensors_.end() && it->second.calls == 1;
 }
 
-std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name,
-                                                         int64_t elements, int element_bytes,
-                                                         int64_t time_us, double block_density,
+std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name, int64_t elements,
+                                                         int element_bytes, int64_t time_us,
+                                                         double block_density,
                                                          const CpuSample& cpu) {
   if (done_ || rounds_ <= 0) return std::nullopt;
   Tensor& t = tensors_[name];

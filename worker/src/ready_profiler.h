@@ -50,7 +50,7 @@ class ReadyProfiler {
     int element_bytes = 4;
     int64_t calls = 0;
     std::vector<int64_t> ready_us;  // by round - 1
-    double block_density = -1;  // measured in round 1; -1: not measured
+    double block_density = -1;      // measured in round 1; -1: not measured
   };
   proto::ModelProfile Build() const;
 

@@ -18,15 +18,15 @@ compress::CodecContext StageContext::ContextFor(const Operation& op, int64_t par
 void StageContext::RunOnPool(const std::shared_ptr<Operation>& op, int64_t partition,
                              absl::AnyInvocable<void()> work) const {
   OperationTracker* results = tracker;
-  absl::Status submitted = pool->Submit(
-      op->request.priority,
-      [results, op, partition, work = std::move(work)](absl::Status status) mutable {
-        if (!status.ok()) {  // the pool shut down before running it
-          results->ResultFailed(op, partition, status);
-          return;
-        }
-        work();
-      });
+  absl::Status submitted =
+      pool->Submit(op->request.priority,
+                   [results, op, partition, work = std::move(work)](absl::Status status) mutable {
+                     if (!status.ok()) {  // the pool shut down before running it
+                       results->ResultFailed(op, partition, status);
+                       return;
+                     }
+                     work();
+                   });
   if (!submitted.ok()) tracker->ResultFailed(op, partition, submitted);
 }
 

@@ -34,11 +34,11 @@ inline absl::string_view PullCodecName(const compress::TensorPlan& plan) {
 struct StageContext {
   int rank = 0;         // this worker: codec contexts, per-node random streams
   int num_workers = 0;  // averaging divides by it
-  const StrategySwitch* strategies = nullptr;            // seeds of strategy versions
-  const std::atomic<double>* learning_rate = nullptr;   // for codecs that need it
-  cpu_offload::PriorityThreadPool* pool = nullptr;       // the codec pool
-  WakeQueue<DataCommand>* to_data_thread = nullptr;     // pushes leave through the data loop
-  OperationTracker* tracker = nullptr;                   // reports each partition's result
+  const StrategySwitch* strategies = nullptr;          // seeds of strategy versions
+  const std::atomic<double>* learning_rate = nullptr;  // for codecs that need it
+  cpu_offload::PriorityThreadPool* pool = nullptr;     // the codec pool
+  WakeQueue<DataCommand>* to_data_thread = nullptr;    // pushes leave through the data loop
+  OperationTracker* tracker = nullptr;                 // reports each partition's result
   TrafficCounters* traffic = nullptr;
   telemetry::Timeline* timeline = nullptr;  // null: no timeline
 

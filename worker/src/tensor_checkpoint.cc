@@ -23,13 +23,15 @@ absl::StatusOr<std::vector<std::string>> DecodeTensorState(absl::string_view ten
                                                            absl::string_view state,
                                                            size_t partitions) {
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat("error-feedback state of '", tensor, "': ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("error-feedback state of '", tensor, "': ", why));
   };
   uint32_t count = 0;
   if (state.size() < 4) return bad("truncated");
   std::memcpy(&count, state.data(), 4);
   size_t pos = 4;
-  if (count != partitions) return bad(absl::StrCat(count, " partitions, the tensor has ", partitions));
+  if (count != partitions)
+    return bad(absl::StrCat(count, " partitions, the tensor has ", partitions));
   std::vector<std::string> states(partitions);
   for (size_t p = 0; p < partitions; ++p) {
     uint64_t len = 0;

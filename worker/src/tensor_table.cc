@@ -113,8 +113,8 @@ std::shared_ptr<TensorTable::Tensor> TensorTable::Admit(const Operation& op,
   AfterUnlock after;
   {
     absl::MutexLock lock(&mu_);
-    tensor = FindOrDeclareLocked(op.request.name, op.request.element_count, op.dtype(), error,
-                                 &after);
+    tensor =
+        FindOrDeclareLocked(op.request.name, op.request.element_count, op.dtype(), error, &after);
     if (tensor != nullptr) after.accepted.emplace(accepted);
   }
   RunAfterUnlock(after);
@@ -253,8 +253,8 @@ void TensorTable::Finished(const Operation& op, const absl::Status& status, Star
   RunAfterUnlock(after);
 }
 
-void TensorTable::FinishedLocked(const Operation& op, const absl::Status& status,
-                                 Started* started, AfterUnlock* after) {
+void TensorTable::FinishedLocked(const Operation& op, const absl::Status& status, Started* started,
+                                 AfterUnlock* after) {
   auto it = tensors_.find(op.request.name);
   if (it == tensors_.end() || !it->second->busy || it->second->state != TensorState::kReady) return;
   Tensor& tensor = *it->second;
@@ -264,9 +264,9 @@ void TensorTable::FinishedLocked(const Operation& op, const absl::Status& status
     return;
   }
   tensor.state = TensorState::kFailed;
-  tensor.error = absl::Status(status.code(), absl::StrCat("tensor '", tensor.name,
-                                                          "' failed in round ", op.round(), ": ",
-                                                          status.message()));
+  tensor.error =
+      absl::Status(status.code(), absl::StrCat("tensor '", tensor.name, "' failed in round ",
+                                               op.round(), ": ", status.message()));
   for (auto& waiting : tensor.waiting) after->failed.emplace_back(std::move(waiting), tensor.error);
   tensor.waiting.clear();
 }
@@ -301,7 +301,8 @@ absl::Status TensorTable::TensorStrategy(const std::string& name, bool machine_r
   if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "'"));
   if (machine_rounds) {
     *round = static_cast<int64_t>(it->second->local_round) - 1;
-    *version = *round < 0 ? 0 : static_cast<int64_t>(strategies_.VersionAt(static_cast<uint64_t>(*round)));
+    *version =
+        *round < 0 ? 0 : static_cast<int64_t>(strategies_.VersionAt(static_cast<uint64_t>(*round)));
     return absl::OkStatus();
   }
   *round = static_cast<int64_t>(it->second->next_round) - 1;
@@ -315,8 +316,8 @@ absl::StatusOr<std::string> TensorTable::SaveState(const std::string& name) {
   if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "'"));
   const Tensor& t = *it->second;
   if (t.busy || !t.waiting.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("tensor '", name, "' has a push_pull in flight; save its state between steps"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tensor '", name, "' has a push_pull in flight; save its state between steps"));
   }
   absl::StatusOr<std::vector<std::string>> states =
       SaveCodecStates(name, *t.codecs, static_cast<size_t>(t.layout.num_partitions()));
@@ -332,8 +333,8 @@ absl::Status TensorTable::LoadState(const std::string& name, absl::string_view s
   }
   Tensor& t = *it->second;
   if (t.busy || !t.waiting.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("tensor '", name, "' has a push_pull in flight; load its state between steps"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tensor '", name, "' has a push_pull in flight; load its state between steps"));
   }
   if (t.state == TensorState::kDeclaring) {
     t.checkpoint = std::string(state);  // applied once the partitioning is known

@@ -98,8 +98,7 @@ class TensorTable {
   // tensor in flight or queued). A state loaded while the declaration is pending is applied
   // when it completes; a partition whose memory does not exist yet gets it when it is made.
   absl::StatusOr<std::string> SaveState(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status LoadState(const std::string& name, absl::string_view state)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status LoadState(const std::string& name, absl::string_view state) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Tensor;  // tensor_table.cc
@@ -127,8 +126,8 @@ class TensorTable {
                                 absl::Status* error) ABSL_LOCKS_EXCLUDED(mu_);
   void StartNextLocked(const std::shared_ptr<Tensor>& tensor, Started* started)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnDeclareReplyLocked(const proto::DeclareReply& reply, Started* started,
-                            AfterUnlock* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnDeclareReplyLocked(const proto::DeclareReply& reply, Started* started, AfterUnlock* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishedLocked(const Operation& op, const absl::Status& status, Started* started,
                       AfterUnlock* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyStateLocked(Tensor& tensor, absl::string_view state)

@@ -14,8 +14,7 @@ namespace bytecomp::worker {
 // codec for the metrics when they are on ("" uncompressed). The sender also publishes its queue
 // and bytes in flight here.
 struct TrafficCounters {
-  std::atomic<int64_t> pushed_bytes{0}, pushed_raw_bytes{0}, pulled_bytes{0},
-      pulled_raw_bytes{0};
+  std::atomic<int64_t> pushed_bytes{0}, pushed_raw_bytes{0}, pulled_bytes{0}, pulled_raw_bytes{0};
   std::atomic<int64_t> queued_partitions{0}, inflight_bytes{0};
   telemetry::NodeMetrics* metrics = nullptr;  // set before the engine's threads start
   void CountPush(int64_t payload_bytes, int64_t raw_bytes, absl::string_view codec) {

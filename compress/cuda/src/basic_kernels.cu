@@ -18,8 +18,8 @@ __global__ void HalfEncodeKernel(const float* __restrict__ x, size_t n, uint16_t
 }
 
 template <bool kBFloat>
-__global__ void HalfDecodeKernel(const uint16_t* __restrict__ in, size_t n,
-                                 float* __restrict__ out, DeviceStats* stats) {
+__global__ void HalfDecodeKernel(const uint16_t* __restrict__ in, size_t n, float* __restrict__ out,
+                                 DeviceStats* stats) {
   for (size_t i = GridStart(); i < n; i += GridStride()) {
     const uint16_t h = in[i];
     if (!half::IsFiniteHalfBits(h, kBFloat)) {
@@ -50,8 +50,8 @@ class HalfCudaCodec final : public CudaCodecBase {
   absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext&,
                                        const DeviceStats&, const Feedback& fb, uint8_t* out,
                                        cudaStream_t stream) override {
-    HalfEncodeKernel<kBFloat><<<Blocks(n), kThreads, 0, stream>>>(
-        x, n, reinterpret_cast<uint16_t*>(out), fb);
+    HalfEncodeKernel<kBFloat>
+        <<<Blocks(n), kThreads, 0, stream>>>(x, n, reinterpret_cast<uint16_t*>(out), fb);
     return Launched(half::PayloadBytes(n));
   }
 };

@@ -85,17 +85,16 @@ absl::StatusOr<const float*> CudaCodecBase::Compensate(const float* g, size_t n,
   return memory_.Compensate(g, n, ctx, first, stream, fb);
 }
 
-absl::StatusOr<size_t> CudaCodecBase::Encode(const float* input, size_t n,
-                                             const CodecContext& ctx, uint8_t* out,
-                                             size_t capacity, cudaStream_t stream) {
+absl::StatusOr<size_t> CudaCodecBase::Encode(const float* input, size_t n, const CodecContext& ctx,
+                                             uint8_t* out, size_t capacity, cudaStream_t stream) {
   const size_t need = MaxEncodedBytes(n);
   if (capacity < need) {
     return absl::InvalidArgumentError(absl::StrCat("cuda codec '", name_, "': output buffer has ",
                                                    capacity, " bytes, encoding needs ", need));
   }
   if (n > static_cast<size_t>(INT_MAX)) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda codec '", name_, "': ", n,
-                                                   " elements exceed the 2^31-1 supported"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda codec '", name_, "': ", n, " elements exceed the 2^31-1 supported"));
   }
   // A new length restarts the state (momentum, residual), as the CPU's stateful codecs do.
   const bool first = rounds_ == 0 || state_n_ != n;
@@ -150,8 +149,7 @@ absl::Status CudaCodecBase::CheckDecode(cudaStream_t stream) {
 }
 
 absl::StatusOr<const uint8_t*> CudaCodecBase::ReadHeader(const uint8_t* encoded, size_t bytes,
-                                                         size_t header_bytes,
-                                                         cudaStream_t stream) {
+                                                         size_t header_bytes, cudaStream_t stream) {
   void* host = nullptr;
   BC_ASSIGN(host, host_stats_.Reserve(std::max(header_bytes, sizeof(DeviceStats))));
   const size_t copy = std::min(bytes, header_bytes);
@@ -163,9 +161,8 @@ absl::StatusOr<const uint8_t*> CudaCodecBase::ReadHeader(const uint8_t* encoded,
 }
 
 absl::StatusOr<const uint8_t*> CudaCodecBase::ReadCountedHeader(const uint8_t* encoded,
-                                                                size_t bytes,
-                                                                size_t header_bytes, size_t n,
-                                                                cudaStream_t stream) {
+                                                                size_t bytes, size_t header_bytes,
+                                                                size_t n, cudaStream_t stream) {
   const uint8_t* header = nullptr;
   BC_ASSIGN(header, ReadHeader(encoded, bytes, header_bytes, stream));
   if (auto s = Malformed(CheckSizeAndCount(header, bytes, MaxEncodedBytes(n), n)); !s.ok()) {
@@ -180,13 +177,13 @@ cudaError_t CudaCodecBase::WriteHeader(uint8_t* out, size_t bytes, cudaStream_t 
 
 absl::Status CudaCodecBase::NonFiniteError(const float* x, size_t n, cudaStream_t stream) {
   const unsigned int none = UINT_MAX;
-  BC_CUDA_TRY(cudaMemcpyAsync(&stats_->first_bad, &none, sizeof(none), cudaMemcpyHostToDevice,
-                              stream));
+  BC_CUDA_TRY(
+      cudaMemcpyAsync(&stats_->first_bad, &none, sizeof(none), cudaMemcpyHostToDevice, stream));
   FirstNonFiniteKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, stats_);
   DeviceStats st;
   BC_ASSIGN(st, ReadStats(stream));
-  return absl::InvalidArgumentError(absl::StrCat("codec '", name_, "' input element ",
-                                                 st.first_bad, " of ", n, " is NaN or Inf"));
+  return absl::InvalidArgumentError(absl::StrCat("codec '", name_, "' input element ", st.first_bad,
+                                                 " of ", n, " is NaN or Inf"));
 }
 
 }  // namespace bytecomp::compress::cuda

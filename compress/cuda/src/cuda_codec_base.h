@@ -43,17 +43,16 @@ class CudaCodecBase : public CudaCodec {
   absl::string_view name() const override { return name_; }
   void ResetState() override { rounds_ = 0; }
 
-  absl::StatusOr<size_t> Encode(const float* input, size_t n, const CodecContext& ctx,
-                                uint8_t* out, size_t capacity, cudaStream_t stream) final;
+  absl::StatusOr<size_t> Encode(const float* input, size_t n, const CodecContext& ctx, uint8_t* out,
+                                size_t capacity, cudaStream_t stream) final;
 
  protected:
   virtual Reduction reduction() const { return Reduction::kMaxAbs; }
 
   // The input to encode, from the gradient g: the fused memory's compensation by default
   // (signum blends its momentum instead). first: a first round or a new length.
-  virtual absl::StatusOr<const float*> Compensate(const float* g, size_t n,
-                                                  const CodecContext& ctx, bool first,
-                                                  cudaStream_t stream, Feedback* fb);
+  virtual absl::StatusOr<const float*> Compensate(const float* g, size_t n, const CodecContext& ctx,
+                                                  bool first, cudaStream_t stream, Feedback* fb);
 
   // Encodes x (finite, n <= INT_MAX) into out, whose capacity was checked; stats holds the
   // reduction pass. Returns the payload size (Launched).

@@ -90,14 +90,14 @@ using HostBuffer = CudaBuffer<HostAlloc, cudaFreeHost>;
 
 // What the kernels reduce into (zeroed before each use) and the host reads back at once.
 struct DeviceStats {
-  unsigned int max_abs_bits;        // the finite check; the sparse writer: the largest delta
-  unsigned int first_bad;           // the first NaN/Inf index (UINT_MAX: none), on demand
-  unsigned long long count;         // negative elements; dgc: |x| >= threshold; varint bytes
+  unsigned int max_abs_bits;  // the finite check; the sparse writer: the largest delta
+  unsigned int first_bad;     // the first NaN/Inf index (UINT_MAX: none), on demand
+  unsigned long long count;   // negative elements; dgc: |x| >= threshold; varint bytes
   double non_negative_sum;
   double negative_sum;
   double sum_of_squares;
-  unsigned int error_code;          // the first FormatErrorCode a kernel recorded, 0: none
-  FormatError error;                // ... and its numbers
+  unsigned int error_code;  // the first FormatErrorCode a kernel recorded, 0: none
+  FormatError error;        // ... and its numbers
 };
 
 // Records e unless an error was recorded already (the first one is reported).
@@ -109,9 +109,7 @@ __device__ inline void RecordError(DeviceStats* stats, const FormatError& e) {
 }
 
 struct MaxOp {
-  __device__ unsigned int operator()(unsigned int a, unsigned int b) const {
-    return a > b ? a : b;
-  }
+  __device__ unsigned int operator()(unsigned int a, unsigned int b) const { return a > b ? a : b; }
 };
 
 }  // namespace bytecomp::compress::cuda

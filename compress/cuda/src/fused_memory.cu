@@ -1,7 +1,6 @@
 // The fused memories' compensation kernels and their settings (fused_memory.h).
 #include "fused_memory.h"
 
-
 namespace bytecomp::compress::cuda {
 namespace {
 
@@ -12,8 +11,8 @@ __global__ void ResidualCompensateKernel(const float* __restrict__ g, float* __r
   }
 }
 
-__global__ void EfSignCompensateKernel(const float* __restrict__ g, float* __restrict__ e,
-                                       size_t n, float inverse_lr, bool first_round) {
+__global__ void EfSignCompensateKernel(const float* __restrict__ g, float* __restrict__ e, size_t n,
+                                       float inverse_lr, bool first_round) {
   for (size_t i = GridStart(); i < n; i += GridStride()) {
     e[i] = first_round ? g[i] : EfSignCompensate(g[i], e[i], inverse_lr);
   }
@@ -42,7 +41,7 @@ absl::StatusOr<const float*> FusedMemory::Compensate(const float* g, size_t n,
       BC_ASSIGN(r, a_.Reserve<float>(n));
       if (first) BC_CUDA_TRY(cudaMemsetAsync(r, 0, 4 * n, stream));
       ResidualCompensateKernel<<<blocks, kThreads, 0, stream>>>(g, r, n, settings_.beta,
-                                                               settings_.gamma);
+                                                                settings_.gamma);
       fb->kind = MemoryKind::kResidual;
       fb->state = r;
       return r;

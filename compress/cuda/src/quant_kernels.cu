@@ -55,8 +55,8 @@ __global__ void QsgdCodeKernel(const float* __restrict__ x, size_t n, size_t buc
 }
 
 __global__ void QsgdDecodeKernel(const uint8_t* __restrict__ payload, size_t n, size_t bucket,
-                                 uint32_t quantum_num, uint32_t level_bits,
-                                 float* __restrict__ out, DeviceStats* stats) {
+                                 uint32_t quantum_num, uint32_t level_bits, float* __restrict__ out,
+                                 DeviceStats* stats) {
   const size_t groups = (n + 7) / 8;
   for (size_t g = GridStart(); g < groups; g += GridStride()) {
     RecordError(stats, qsgd::DecodeGroup(payload, n, g, bucket, quantum_num, level_bits, out));
@@ -98,8 +98,7 @@ class QsgdCudaCodec final : public CudaCodecBase {
     QsgdNormKernel<<<Blocks(buckets * kThreads), kThreads, 0, stream>>>(x, n, bucket_, norms,
                                                                         out + 4);
     QsgdCodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
-        x, n, bucket_, norms, quantum_num_, level_bits_, StreamOf(ctx), out + 4 + 4 * buckets,
-        fb);
+        x, n, bucket_, norms, quantum_num_, level_bits_, StreamOf(ctx), out + 4 + 4 * buckets, fb);
     return Launched(MaxEncodedBytes(n));
   }
 
@@ -116,9 +115,9 @@ __global__ void TernEncodeKernel(const float* __restrict__ x, size_t n, float cl
                                  CounterRandom random, uint8_t* __restrict__ codes, Feedback fb) {
   const size_t bytes = terngrad::CodeBytes(n);
   for (size_t g = GridStart(); g < bytes; g += GridStride()) {
-    codes[g] = terngrad::EncodeByte(
-        x, n, g, clip, scale, random,
-        [&](size_t i, float c, float decoded) { fb.Update(i, c, decoded); });
+    codes[g] =
+        terngrad::EncodeByte(x, n, g, clip, scale, random,
+                             [&](size_t i, float c, float decoded) { fb.Update(i, c, decoded); });
   }
 }
 
@@ -143,8 +142,8 @@ class TernGradCudaCodec final : public CudaCodecBase {
     const float scale = GetF32(header + 4);
     if (auto s = Malformed(CheckHeaderValue(scale, kScaleValue, true)); !s.ok()) return s;
     if (auto s = ResetStats(stream); !s.ok()) return s;
-    TernDecodeKernel<<<Blocks(terngrad::CodeBytes(n)), kThreads, 0, stream>>>(
-        encoded + 8, n, scale, output, stats());
+    TernDecodeKernel<<<Blocks(terngrad::CodeBytes(n)), kThreads, 0, stream>>>(encoded + 8, n, scale,
+                                                                              output, stats());
     return CheckDecode(stream);
   }
 
@@ -224,8 +223,9 @@ class NaturalCudaCodec final : public CudaCodecBase {
 
 void RegisterQuantCudaCodecs(CudaCodecRegistry& registry) {
   registry.MustRegisterLikeCpu(
-      "qsgd", [](const CodecParams& params, const FusedMemorySettings& m)
-                  -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
+      "qsgd",
+      [](const CodecParams& params,
+         const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
         ParamReader r(params);
         const auto quantum_num = static_cast<uint32_t>(r.Int("quantum_num"));
         const auto bucket = static_cast<size_t>(r.Int("bucket_size"));

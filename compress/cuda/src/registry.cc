@@ -75,8 +75,7 @@ absl::StatusOr<FusedMemorySettings> ReadFusedMemory(absl::string_view memory,
       s.momentum = static_cast<float>(r.Double("momentum"));
       break;
     case MemoryKind::kPowerSgd:  // no codec fuses it (gpu_codecs.h)
-      return absl::InvalidArgumentError(
-          absl::StrCat("memory '", memory, "' has no GPU kernels"));
+      return absl::InvalidArgumentError(absl::StrCat("memory '", memory, "' has no GPU kernels"));
   }
   if (!r.ok()) return r.status();
   return s;
@@ -95,14 +94,12 @@ absl::StatusOr<std::unique_ptr<CudaCodec>> CudaCodec::Create(absl::string_view c
                                                              absl::string_view memory,
                                                              const CodecParams& memory_params) {
   if (!HasGpuCodec(codec)) {
-    return absl::NotFoundError(absl::StrCat("no CUDA kernels for codec '", codec,
-                                            "'; GPU codecs: ",
+    return absl::NotFoundError(absl::StrCat("no CUDA kernels for codec '", codec, "'; GPU codecs: ",
                                             absl::StrJoin(GpuCodecNames(), ", ")));
   }
   if (!GpuMemorySupported(codec, memory)) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA codec '", codec,
-                                                   "' cannot fuse memory '", memory, "' (",
-                                                   GpuMemoriesText(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("CUDA codec '", codec, "' cannot fuse memory '",
+                                                   memory, "' (", GpuMemoriesText(), ")"));
   }
   auto settings = ReadFusedMemory(memory, memory_params);
   if (!settings.ok()) return settings.status();

@@ -70,8 +70,7 @@ class SignCudaCodec final : public CudaCodecBase {
     const SignValues values = sign::ReadValues(header, values_);
     if (auto s = ResetStats(stream); !s.ok()) return s;
     SignPaddingKernel<<<1, 1, 0, stream>>>(encoded + header_bytes, n, stats());
-    SignUnpackKernel<<<Blocks(n), kThreads, 0, stream>>>(encoded + header_bytes, n, values,
-                                                         output);
+    SignUnpackKernel<<<Blocks(n), kThreads, 0, stream>>>(encoded + header_bytes, n, values, output);
     return CheckDecode(stream);
   }
 
@@ -81,15 +80,14 @@ class SignCudaCodec final : public CudaCodecBase {
   }
 
   absl::StatusOr<const float*> Compensate(const float* g, size_t n, const CodecContext& ctx,
-                                          bool first, cudaStream_t stream,
-                                          Feedback* fb) override {
+                                          bool first, cudaStream_t stream, Feedback* fb) override {
     if (kind_ != SignKind::kSignum) {
       return CudaCodecBase::Compensate(g, n, ctx, first, stream, fb);
     }
     float* m = nullptr;
     BC_ASSIGN(m, momentum_vector_.Reserve<float>(n));
     SignumBlendKernel<<<Blocks(n), kThreads, 0, stream>>>(g, m, n, 1.0f - momentum_, momentum_,
-                                                         first);
+                                                          first);
     return m;
   }
 
@@ -132,8 +130,9 @@ void RegisterSignCudaCodecs(CudaCodecRegistry& registry) {
     return MakeCudaCodec<SignCudaCodec>("efsignsgd", SignKind::kEfSignSgd, m);
   });
   registry.MustRegisterLikeCpu(
-      "signum", [](const CodecParams& params, const FusedMemorySettings& m)
-                    -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
+      "signum",
+      [](const CodecParams& params,
+         const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
         ParamReader r(params);
         const float momentum = static_cast<float>(r.Double("momentum"));
         if (!r.ok()) return r.status();
@@ -141,8 +140,9 @@ void RegisterSignCudaCodecs(CudaCodecRegistry& registry) {
                                             sign::OnebitScaling::kMeans, momentum);
       });
   registry.MustRegisterLikeCpu(
-      "onebit", [](const CodecParams& params, const FusedMemorySettings& m)
-                    -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
+      "onebit",
+      [](const CodecParams& params,
+         const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
         ParamReader r(params);
         const sign::OnebitScaling scaling = sign::OnebitScalingNamed(r.String("scaling"));
         if (!r.ok()) return r.status();

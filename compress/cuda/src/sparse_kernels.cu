@@ -60,8 +60,8 @@ __global__ void TopkFlagsKernel(const float* __restrict__ x, size_t n, const Rad
   const uint32_t ties = state->need;
   for (size_t i = GridStart(); i < n; i += GridStride()) {
     const uint32_t a = FloatBits(x[i]) & 0x7fffffffu;
-    flags[i] = ties_pass ? (a == t ? 1u : 0u)
-                         : ((a > t || (a == t && tie_rank[i] < ties)) ? 1u : 0u);
+    flags[i] =
+        ties_pass ? (a == t ? 1u : 0u) : ((a > t || (a == t && tie_rank[i] < ties)) ? 1u : 0u);
   }
 }
 
@@ -92,8 +92,8 @@ class TopkCudaCodec final : public SparseMessageCudaCodec {
     BC_ASSIGN(ranks, ranks_.Reserve<uint32_t>(n));
     const RadixState initial{0u, static_cast<uint32_t>(k)};
     std::memcpy(header_scratch(), &initial, sizeof(initial));
-    BC_CUDA_TRY(cudaMemcpyAsync(radix_, header_scratch(), sizeof(initial),
-                                cudaMemcpyHostToDevice, stream));
+    BC_CUDA_TRY(
+        cudaMemcpyAsync(radix_, header_scratch(), sizeof(initial), cudaMemcpyHostToDevice, stream));
     for (int shift = 24; shift >= 0; shift -= 8) {
       BC_CUDA_TRY(cudaMemsetAsync(hist, 0, 256 * sizeof(uint32_t), stream));
       RadixHistogramKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, shift, radix_, hist);
@@ -208,8 +208,7 @@ __global__ void WriteRandomkHeaderKernel(uint8_t* out, uint32_t n, uint32_t k) {
 // Gathers the values at the shared indices, optionally scaled by the stratum size.
 __global__ void RandomkGatherKernel(const float* __restrict__ x, const uint32_t* __restrict__ idx,
                                     const uint32_t* __restrict__ sizes, size_t k, bool scale,
-                                    uint8_t* __restrict__ values, Feedback fb,
-                                    DeviceStats* stats) {
+                                    uint8_t* __restrict__ values, Feedback fb, DeviceStats* stats) {
   for (size_t j = GridStart(); j < k; j += GridStride()) {
     const uint32_t i = idx[j];
     const float c = x[i];
@@ -230,8 +229,8 @@ class RandomkCudaCodec final : public CudaCodecBase {
     return randomk::PayloadBytes(sparse::KeptCount(ratio_, n));
   }
 
-  absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext& ctx,
-                      float* output, size_t n, cudaStream_t stream) override {
+  absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext& ctx, float* output,
+                      size_t n, cudaStream_t stream) override {
     const size_t k = sparse::KeptCount(ratio_, n);
     const uint8_t* header = nullptr;
     BC_ASSIGN(header, ReadHeader(encoded, bytes, randomk::kHeaderBytes, stream));
@@ -311,8 +310,9 @@ CudaCodecRegistry::Factory RatioFactory() {
 void RegisterSparseCudaCodecs(CudaCodecRegistry& registry) {
   registry.MustRegisterLikeCpu("topk", RatioFactory<TopkCudaCodec>());
   registry.MustRegisterLikeCpu(
-      "randomk", [](const CodecParams& params, const FusedMemorySettings& m)
-                     -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
+      "randomk",
+      [](const CodecParams& params,
+         const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
         ParamReader r(params);
         const double ratio = r.Double("ratio");
         const bool scale = r.Bool("scale");

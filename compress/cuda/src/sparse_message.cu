@@ -18,8 +18,8 @@ namespace {
 // r = c - c = 0, dgc_momentum u = v = 0 at sent coordinates.
 __global__ void CompactKernel(const float* __restrict__ x, size_t n,
                               const uint32_t* __restrict__ flags, const uint32_t* __restrict__ pos,
-                              uint8_t* __restrict__ values, uint32_t* __restrict__ idx,
-                              Feedback fb, float* __restrict__ dgc_u, float* __restrict__ dgc_v) {
+                              uint8_t* __restrict__ values, uint32_t* __restrict__ idx, Feedback fb,
+                              float* __restrict__ dgc_u, float* __restrict__ dgc_v) {
   for (size_t i = GridStart(); i < n; i += GridStride()) {
     if (!flags[i]) continue;
     const float c = x[i];
@@ -140,8 +140,8 @@ absl::StatusOr<size_t> SparseMessageCudaCodec::FinishMessage(const float* x, siz
   } else if (plan.encoding == sparse::kBitPack) {
     BC_CUDA_TRY(cudaMemsetAsync(section, 0, (plan.bytes + 3) / 4 * 4, stream));
     if (plan.width > 0) {
-      BitPackDeltasKernel<<<Blocks(k), kThreads, 0, stream>>>(
-          idx, k, plan.width, reinterpret_cast<uint32_t*>(section));
+      BitPackDeltasKernel<<<Blocks(k), kThreads, 0, stream>>>(idx, k, plan.width,
+                                                              reinterpret_cast<uint32_t*>(section));
     }
   } else {
     BC_CUDA_TRY(ExclusiveSum(lens, pos, k, stream));  // pos is free again: k <= n
@@ -156,13 +156,12 @@ cudaError_t SparseMessageCudaCodec::ExclusiveSum(const uint32_t* in, uint32_t* o
                                                  cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   size_t temp_bytes = 0;
-  cudaError_t rc = cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, in, out,
-                                                 static_cast<int>(count), stream);
+  cudaError_t rc =
+      cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, in, out, static_cast<int>(count), stream);
   if (rc != cudaSuccess) return rc;
   auto temp = cub_temp_.Reserve(temp_bytes);
   if (!temp.ok()) return cudaErrorMemoryAllocation;
-  return cub::DeviceScan::ExclusiveSum(*temp, temp_bytes, in, out, static_cast<int>(count),
-                                       stream);
+  return cub::DeviceScan::ExclusiveSum(*temp, temp_bytes, in, out, static_cast<int>(count), stream);
 }
 
 absl::Status SparseMessageCudaCodec::Decode(const uint8_t* encoded, size_t bytes,
@@ -176,9 +175,8 @@ absl::Status SparseMessageCudaCodec::Decode(const uint8_t* encoded, size_t bytes
   uint32_t* idx = nullptr;
   BC_ASSIGN(idx, indices_.Reserve<uint32_t>(k));
   if (auto s = ResetStats(stream); !s.ok()) return s;
-  ReadIndicesKernel<<<1, 1, 0, stream>>>(encoded + sparse::kHeaderBytes + 4 * k,
-                                         header.index_bytes, k, n, header.encoding, header.width,
-                                         idx, stats());
+  ReadIndicesKernel<<<1, 1, 0, stream>>>(encoded + sparse::kHeaderBytes + 4 * k, header.index_bytes,
+                                         k, n, header.encoding, header.width, idx, stats());
   BC_CUDA_TRY(cudaMemsetAsync(output, 0, 4 * n, stream));
   LaunchScatterValues(encoded + sparse::kHeaderBytes, idx, k, output, stats(), stream);
   return CheckDecode(stream);

@@ -27,8 +27,8 @@ class SparseMessageCudaCodec : public CudaCodecBase {
  public:
   using CudaCodecBase::CudaCodecBase;
 
-  absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext& ctx,
-                      float* output, size_t n, cudaStream_t stream) override;
+  absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext& ctx, float* output,
+                      size_t n, cudaStream_t stream) override;
 
  protected:
   // k that a message must carry for n elements, or -1 when any k <= n is valid.

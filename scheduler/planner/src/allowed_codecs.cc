@@ -14,8 +14,7 @@ namespace {
 bool SameSelection(absl::string_view a, absl::string_view b) {
   const compress::CodecFacts* fa = compress::CodecFactsOf(a);
   const compress::CodecFacts* fb = compress::CodecFactsOf(b);
-  return fa != nullptr && fb != nullptr && !fa->selection.empty() &&
-         fa->selection == fb->selection;
+  return fa != nullptr && fb != nullptr && !fa->selection.empty() && fa->selection == fb->selection;
 }
 
 // The parameter's value as a number; false when absent or not a number.

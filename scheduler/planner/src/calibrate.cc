@@ -1,12 +1,12 @@
 #include "bytecomp/planner/calibrate.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
 #include <random>
 #include <string>
-#include <unistd.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -102,9 +102,12 @@ std::optional<AggregateCost> TimeAggregate(const proto::CodecCost& entry,
 
 proto::Exchange ExchangeOf(compress::CodecExchange exchange) {
   switch (exchange) {
-    case compress::CodecExchange::kSummedIndices: return proto::EXCHANGE_SUMMED_INDICES;
-    case compress::CodecExchange::kBlockSparse: return proto::EXCHANGE_BLOCK_SPARSE;
-    case compress::CodecExchange::kPushPull: break;
+    case compress::CodecExchange::kSummedIndices:
+      return proto::EXCHANGE_SUMMED_INDICES;
+    case compress::CodecExchange::kBlockSparse:
+      return proto::EXCHANGE_BLOCK_SPARSE;
+    case compress::CodecExchange::kPushPull:
+      break;
   }
   return proto::EXCHANGE_PUSH_PULL;
 }
@@ -144,9 +147,8 @@ struct TwoRoundCost {
 };
 absl::StatusOr<TwoRoundCost> TimeTwoRound(const proto::CodecCost& entry,
                                           const compress::CodecParams& params,
-                                          const std::vector<float>& input, size_t n,
-                                          size_t slots, std::vector<float>& output,
-                                          double seconds) {
+                                          const std::vector<float>& input, size_t n, size_t slots,
+                                          std::vector<float>& output, double seconds) {
   const auto& registry = compress::CodecRegistry::Global();
   struct Slot {
     std::unique_ptr<compress::Codec> codec;
@@ -164,8 +166,8 @@ absl::StatusOr<TwoRoundCost> TimeTwoRound(const proto::CodecCost& entry,
     if (!compress::IsNoneName(entry.memory())) {
       auto memory = compress::CreateMemory(entry.memory());
       if (!memory.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("calibrating '", entry.name(),
-                                                       "': memory: ", memory.status().message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("calibrating '", entry.name(), "': memory: ", memory.status().message()));
       }
       slot.memory = *std::move(memory);
     }
@@ -222,8 +224,8 @@ absl::StatusOr<TwoRoundCost> TimeTwoRound(const proto::CodecCost& entry,
       for (size_t i = 0; i < slots; ++i) {
         if (absl::Status s = run(step, i); !s.ok()) return s;
       }
-      samples[step].push_back(
-          std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / slots);
+      samples[step].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
+                              slots);
     }
     if (samples[0].size() >= 10000) break;
   }
@@ -281,21 +283,20 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
   // Inputs and outputs span the working set, so that successive calls, each on its own slot
   // (its own partition: input, memory, payload, output), find their data out of cache as the
   // engine does, which touches each partition once per round.
-  const size_t max_bytes = static_cast<size_t>(
-      std::max<int64_t>(options.sizes.back(), options.working_set_bytes));
+  const size_t max_bytes =
+      static_cast<size_t>(std::max<int64_t>(options.sizes.back(), options.working_set_bytes));
   std::mt19937 rng(12345);
   std::normal_distribution<float> normal(0, 1);
   std::vector<float> input(max_bytes / 4);
   for (float& x : input) x = normal(rng);
   std::vector<float> output(input.size());
   std::vector<float> result(input.size());  // the caller's tensors the decoded values go to
-  std::vector<float> compensated, decoded;   // EncodeWithMemory's scratch
+  std::vector<float> compensated, decoded;  // EncodeWithMemory's scratch
   {
     const double big = static_cast<double>(input.size() * sizeof(float));
     const size_t n = input.size();
-    table.set_sum_gbytes_per_s(GbytesPerS(options.seconds_per_point, big, [&] {
-      AddFloat32(output.data(), input.data(), n);
-    }));
+    table.set_sum_gbytes_per_s(GbytesPerS(options.seconds_per_point, big,
+                                          [&] { AddFloat32(output.data(), input.data(), n); }));
     table.set_copy_gbytes_per_s(GbytesPerS(options.seconds_per_point, big, [&] {
       std::memcpy(result.data(), input.data(), n * sizeof(float));
     }));
@@ -310,8 +311,8 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
     compress::CodecParams params(entry.params().begin(), entry.params().end());
     auto codec = registry.Create(entry.name(), params);
     if (!codec.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("calibrating '", entry.name(),
-                                                     "': ", codec.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibrating '", entry.name(), "': ", codec.status().message()));
     }
     proto::CodecCost out = entry;
     out.clear_costs();
@@ -323,8 +324,7 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
     }
     // artopk's two stages are its exchange's (EXCHANGE_SUMMED_INDICES), not a powersgd-style
     // second round trip of the sum.
-    const bool two_round_sum =
-        properties.two_round && out.exchange() == proto::EXCHANGE_PUSH_PULL;
+    const bool two_round_sum = properties.two_round && out.exchange() == proto::EXCHANGE_PUSH_PULL;
     out.set_two_round(two_round_sum);
     out.set_loss(LossOf(out));
     proto::DeviceCost* cpu = out.add_costs();
@@ -368,8 +368,8 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
         if (!compress::IsNoneName(entry.memory())) {
           auto made = compress::CreateMemory(entry.memory());
           if (!made.ok()) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "calibrating '", entry.name(), "': memory: ", made.status().message()));
+            return absl::InvalidArgumentError(absl::StrCat("calibrating '", entry.name(),
+                                                           "': memory: ", made.status().message()));
           }
           memories.push_back(*std::move(made));
         } else {
@@ -414,8 +414,8 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
       next = 0;
       auto decode_us = TimeCall(options.seconds_per_point, [&]() -> absl::Status {
         const size_t slot = next++ % encoded_slots;
-        absl::Status s = codecs[slot]->Decode(payloads[slot], ctx,
-                                              absl::MakeSpan(&output[slot * n], n));
+        absl::Status s =
+            codecs[slot]->Decode(payloads[slot], ctx, absl::MakeSpan(&output[slot * n], n));
         std::memcpy(&result[slot * n], &output[slot * n], n * sizeof(float));
         return s;
       });
@@ -459,8 +459,8 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
     *table.add_codecs() = std::move(out);
   }
   if (!skipped.empty()) {
-    table.set_source(absl::StrCat(table.source(), "; not in the codec registry, left out: ",
-                                  absl::StrJoin(skipped, ", ")));
+    table.set_source(absl::StrCat(
+        table.source(), "; not in the codec registry, left out: ", absl::StrJoin(skipped, ", ")));
   }
   return table;
 }

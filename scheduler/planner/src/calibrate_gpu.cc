@@ -42,9 +42,10 @@ absl::StatusOr<double> TimeOnStream(cudaStream_t stream, double seconds, Call ca
   std::vector<double> times;
   absl::Status status;
   const auto start = std::chrono::steady_clock::now();
-  while (status.ok() && (times.size() < 3 || std::chrono::duration<double>(
-                                                 std::chrono::steady_clock::now() - start)
-                                                     .count() < seconds)) {
+  while (
+      status.ok() &&
+      (times.size() < 3 ||
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds)) {
     status = Check(cudaEventRecord(begin, stream), "cudaEventRecord");
     if (status.ok()) status = call();
     if (status.ok()) status = Check(cudaEventRecord(end, stream), "cudaEventRecord");
@@ -63,8 +64,7 @@ absl::StatusOr<double> TimeOnStream(cudaStream_t stream, double seconds, Call ca
 
 }  // namespace
 
-absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table,
-                                      const CalibrationOptions& options) {
+absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table, const CalibrationOptions& options) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     cudaGetLastError();  // clear the sticky "no device" error
@@ -86,8 +86,8 @@ absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table,
   absl::Status status = Check(cudaMalloc(&input.ptr, max_n * 4), "cudaMalloc");
   if (status.ok()) status = Check(cudaMalloc(&output.ptr, max_n * 4), "cudaMalloc");
   if (status.ok()) {
-    status = Check(cudaMemcpy(input.ptr, host.data(), max_n * 4, cudaMemcpyHostToDevice),
-                   "cudaMemcpy");
+    status =
+        Check(cudaMemcpy(input.ptr, host.data(), max_n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
   }
   const std::vector<std::string> gpu_codecs = compress::cuda::CudaCodecNames();
   int measured = 0;
@@ -105,8 +105,8 @@ absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table,
       const size_t n = static_cast<size_t>(bytes / 4);
       auto codec = compress::cuda::CudaCodec::Create(entry.name(), params, memory);
       if (!codec.ok()) {
-        status = absl::InvalidArgumentError(absl::StrCat("GPU calibration of '", entry.name(),
-                                                         "': ", codec.status().message()));
+        status = absl::InvalidArgumentError(
+            absl::StrCat("GPU calibration of '", entry.name(), "': ", codec.status().message()));
         break;
       }
       const size_t capacity = (*codec)->MaxEncodedBytes(n);
@@ -145,11 +145,10 @@ absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table,
     }
     if (!status.ok()) break;
     auto* costs = entry.mutable_costs();
-    costs->erase(std::remove_if(costs->begin(), costs->end(),
-                                [](const proto::DeviceCost& d) {
-                                  return d.device() == proto::DEVICE_GPU;
-                                }),
-                 costs->end());
+    costs->erase(
+        std::remove_if(costs->begin(), costs->end(),
+                       [](const proto::DeviceCost& d) { return d.device() == proto::DEVICE_GPU; }),
+        costs->end());
     *entry.add_costs() = std::move(gpu);
     ++measured;
   }

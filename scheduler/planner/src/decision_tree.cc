@@ -31,21 +31,30 @@ proto::LossClass LossOf(const proto::CodecCost& codec) {
   const compress::CodecFacts* facts = compress::CodecFactsOf(codec.name());
   // A codec the registry does not know is taken to be a compensable one.
   switch (facts == nullptr ? compress::CodecLoss::kCompensable : facts->loss) {
-    case compress::CodecLoss::kNone: return proto::LOSS_NONE;
-    case compress::CodecLoss::kRounding: return proto::LOSS_ROUNDING;
-    case compress::CodecLoss::kHigh: return proto::LOSS_HIGH;
-    case compress::CodecLoss::kCompensable: break;
+    case compress::CodecLoss::kNone:
+      return proto::LOSS_NONE;
+    case compress::CodecLoss::kRounding:
+      return proto::LOSS_ROUNDING;
+    case compress::CodecLoss::kHigh:
+      return proto::LOSS_HIGH;
+    case compress::CodecLoss::kCompensable:
+      break;
   }
   return compress::IsNoneName(codec.memory()) ? proto::LOSS_HIGH : proto::LOSS_COMPENSATED;
 }
 
 const char* LossName(proto::LossClass loss) {
   switch (loss) {
-    case proto::LOSS_NONE: return "lossless";
-    case proto::LOSS_ROUNDING: return "rounding";
-    case proto::LOSS_COMPENSATED: return "compensated";
-    case proto::LOSS_HIGH: return "high";
-    default: return "unspecified";
+    case proto::LOSS_NONE:
+      return "lossless";
+    case proto::LOSS_ROUNDING:
+      return "rounding";
+    case proto::LOSS_COMPENSATED:
+      return "compensated";
+    case proto::LOSS_HIGH:
+      return "high";
+    default:
+      return "unspecified";
   }
 }
 
@@ -54,9 +63,8 @@ bool CodecAllowed(const proto::CodecCost& codec, const proto::TensorProfile& ten
   const proto::LossClass max_loss =
       options.max_loss() == proto::LOSS_UNSPECIFIED ? proto::LOSS_COMPENSATED : options.max_loss();
   if (LossOf(codec) > max_loss) return false;
-  if (!options.codecs().empty() &&
-      std::find(options.codecs().begin(), options.codecs().end(), codec.name()) ==
-          options.codecs().end()) {
+  if (!options.codecs().empty() && std::find(options.codecs().begin(), options.codecs().end(),
+                                             codec.name()) == options.codecs().end()) {
     return false;
   }
   // What the user accepts for this tensor, on top of max_loss: both must allow the codec.
@@ -73,9 +81,9 @@ namespace {
 // speed. `add`, `push`, `pull` (the NIC stages), `pcie` and `transport_cpu` are CostOf's.
 template <typename Pcie, typename Push, typename Pull, typename TransportCpu, typename Add>
 void AddSummedIndicesStages(const proto::CodecCost& codec, double part_bytes, double senders,
-                            const proto::ClusterDescription& cluster,
-                            const proto::CostTable& costs, bool has_gpu, Pcie pcie,
-                            Push push, Pull pull, TransportCpu transport_cpu, Add add) {
+                            const proto::ClusterDescription& cluster, const proto::CostTable& costs,
+                            bool has_gpu, Pcie pcie, Push push, Pull pull,
+                            TransportCpu transport_cpu, Add add) {
   const proto::DeviceCost* cpu = CostFor(codec, proto::DEVICE_CPU);
   const SummedIndicesBytes b = SummedIndicesSizes(codec, part_bytes, senders);
   const double sum_bytes_per_us = cluster.server_sum_gbytes_per_s() * 1e3;
@@ -118,7 +126,7 @@ const char* ResourceName(int resource) {
 }
 
 const char* StageKindName(int kind) {
-  static const char* kNames[] = {"reduce", "encode", "d2h",    "push",     "server",
+  static const char* kNames[] = {"reduce", "encode", "d2h",    "push",      "server",
                                  "pull",   "h2d",    "decode", "broadcast", "transport cpu"};
   return kind >= 0 && kind <= kTransport ? kNames[kind] : "backward";
 }
@@ -190,8 +198,8 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
       if (has_cpu_pool || !has_gpu) pulls.push_back({true, Where::kCpu});
     }
     // The union is threshold 0's message, decoded on the CPU.
-    if (one_push && codec.union_pull() && codec.kept_fraction() > 0 &&
-        !options.disable_two_way() && (has_cpu_pool || !has_gpu)) {
+    if (one_push && codec.union_pull() && codec.kept_fraction() > 0 && !options.disable_two_way() &&
+        (has_cpu_pool || !has_gpu)) {
       pulls.push_back({true, Where::kCpu, true});
     }
     for (Where encode : encode_places) {
@@ -249,8 +257,8 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   // Colocated servers: per partition, each machine's NIC carries its own pushes (or pulls)
   // to the other machines' servers and, the other way, its servers' share of the others':
   // nic_share x (machines - 1) / machines of the bytes in each direction.
-  const double colocated_us_per_byte = nic_share * (cluster.machines() - 1) /
-                                       cluster.machines() / BytesPerUs(cluster.worker_link());
+  const double colocated_us_per_byte =
+      nic_share * (cluster.machines() - 1) / cluster.machines() / BytesPerUs(cluster.worker_link());
   auto pcie = [&](double b) {
     return cluster.pcie_link().latency_us() + b / BytesPerUs(cluster.pcie_link());
   };
@@ -259,9 +267,9 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   // adds them (reduce) and sends the result back (broadcast): n-1 copies through its link.
   const int local = has_gpu ? gpus : workers_per_machine;
   auto intra = [&](double b, bool reduce) {
-    const double link_us = cluster.intra_machine_link().latency_us() +
-                           b * (local - 1) / (has_gpu ? local : 1) /
-                               BytesPerUs(cluster.intra_machine_link());
+    const double link_us =
+        cluster.intra_machine_link().latency_us() +
+        b * (local - 1) / (has_gpu ? local : 1) / BytesPerUs(cluster.intra_machine_link());
     if (has_gpu || !reduce) return link_us;
     return link_us + (local - 1) * b / (cluster.server_sum_gbytes_per_s() * 1e3);
   };
@@ -270,9 +278,8 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   // queues on the same cores (one resource, kCpuPool).
   const int host_cores = cluster.host_cores();
   const double pool_scale =
-      host_cores > 0
-          ? senders / std::min<double>(host_cores, senders * cluster.cpu_pool_threads())
-          : 1.0;
+      host_cores > 0 ? senders / std::min<double>(host_cores, senders * cluster.cpu_pool_threads())
+                     : 1.0;
   const double server_scale =
       host_cores > 0 ? 1.0 / std::min<double>(host_cores, static_cast<double>(cluster.servers()) *
                                                               cluster.server_threads())
@@ -354,8 +361,8 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
 
   if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes, true));
   if (exchange == proto::EXCHANGE_SUMMED_INDICES) {
-    AddSummedIndicesStages(*codec, part_bytes, senders, cluster, costs, has_gpu, pcie,
-                           push_stages, pull_stages, transport_cpu, add);
+    AddSummedIndicesStages(*codec, part_bytes, senders, cluster, costs, has_gpu, pcie, push_stages,
+                           pull_stages, transport_cpu, add);
     if (option.hierarchical) add(kIntraMachine, kBroadcast, intra(part_bytes, false));
     return cost;
   }
@@ -368,15 +375,14 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     pushed = compressed;
   } else {
     if (has_gpu) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
-    add(kCpuPool, kEncode,
-        InterpolateCost(device_cost(Where::kCpu)->encode(), part_bytes));
+    add(kCpuPool, kEncode, InterpolateCost(device_cost(Where::kCpu)->encode(), part_bytes));
     pushed = compressed;
   }
   if (two_round) {
     // P's sum comes back; the worker computes Q between the rounds where it encoded.
     round_trip(compressed, compressed);
-    const double between = InterpolateCost(device_cost(option.encode_on)->between_rounds(),
-                                           part_bytes);
+    const double between =
+        InterpolateCost(device_cost(option.encode_on)->between_rounds(), part_bytes);
     add(option.encode_on == Where::kGpu ? kCompute : kCpuPool, kEncode, between);
     round_trip(compressed, compressed);
     if (option.encode_on == Where::kGpu) {
@@ -427,7 +433,7 @@ std::string DescribeOption(const TensorOption& option, const proto::CostTable& c
     out = "none";
   } else {
     const proto::CodecCost& codec = costs.codecs(option.codec);
-    const std::string pull = codec.two_round()  ? std::string(",2-round")
+    const std::string pull = codec.two_round()   ? std::string(",2-round")
                              : option.union_pull ? absl::StrCat(",union:", where(option.decode_on))
                              : option.two_way    ? absl::StrCat(",2-way:", where(option.decode_on))
                                                  : std::string(",1-way");

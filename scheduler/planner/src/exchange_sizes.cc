@@ -26,8 +26,7 @@ double UnionPullBytes(double kept, double senders, double bytes) {
   return 16.0 + u * (bytes / 4.0) * SparseBytesPerElement(u);
 }
 
-SummedIndicesBytes SummedIndicesSizes(const proto::CodecCost& codec, double bytes,
-                                      double senders) {
+SummedIndicesBytes SummedIndicesSizes(const proto::CodecCost& codec, double bytes, double senders) {
   const double values = codec.kept_fraction() * bytes;
   const double index = std::max(0.0, codec.ratio() - codec.kept_fraction()) * bytes;
   SummedIndicesBytes s;

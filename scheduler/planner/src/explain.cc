@@ -32,11 +32,16 @@ bool AnyCodecOption(const SimTensor& tensor) {
 
 const char* WhyText(Why why) {
   switch (why) {
-    case Why::kCompressed: return "compressed";
-    case Why::kBelowMinBytes: return "under min_compress_bytes";
-    case Why::kNoAllowedCodec: return "no allowed codec";
-    case Why::kBeforeBubble: return "sent before a communication bubble";
-    case Why::kNoGain: return "no option gains";
+    case Why::kCompressed:
+      return "compressed";
+    case Why::kBelowMinBytes:
+      return "under min_compress_bytes";
+    case Why::kNoAllowedCodec:
+      return "no allowed codec";
+    case Why::kBeforeBubble:
+      return "sent before a communication bubble";
+    case Why::kNoGain:
+      return "no option gains";
   }
   return "?";
 }
@@ -118,15 +123,13 @@ std::string PlanTable(const PreparedProblem& problem, const std::vector<int>& ch
       loss = LossName(LossOf(costs.codecs(option.codec)));
     }
     if (e.why == Why::kNoGain && e.best_option >= 0) {
-      why = absl::StrCat("no option gains > ",
-                         problem.inputs.options.min_relative_gain() * 100,
-                         "% (best: ", DescribeOption(t.options[e.best_option].option, costs),
-                         ")");
+      why = absl::StrCat("no option gains > ", problem.inputs.options.min_relative_gain() * 100,
+                         "% (best: ", DescribeOption(t.options[e.best_option].option, costs), ")");
     }
     const bool has_saving = e.why == Why::kCompressed || e.why == Why::kNoGain;
     absl::StrAppendFormat(&out, "%-4d %-40s %10s  %-26s %-26s %-11s %10s", i, t.name,
-                          HumanBytes(static_cast<double>(t.bytes)),
-                          DescribeOption(option, costs), settings, loss,
+                          HumanBytes(static_cast<double>(t.bytes)), DescribeOption(option, costs),
+                          settings, loss,
                           has_saving ? absl::StrFormat("%.3f", e.saving_us / 1e3) : "-");
     if (option_counts) {
       absl::StrAppendFormat(&out, " %7d %6d", t.tree_options, static_cast<int>(t.options.size()));
@@ -163,15 +166,14 @@ std::string ExcludedCodecs(const PreparedProblem& problem) {
                                           ? proto::LOSS_COMPENSATED
                                           : options.max_loss();
     const bool named = options.codecs().empty() ||
-                       std::find(options.codecs().begin(), options.codecs().end(),
-                                 codec.name()) != options.codecs().end();
+                       std::find(options.codecs().begin(), options.codecs().end(), codec.name()) !=
+                           options.codecs().end();
     excluded.push_back(
-        loss > max_loss
-            ? absl::StrCat(codec.name(), " (loss class ", LossName(loss), ", above max_loss ",
-                           LossName(max_loss), ")")
-        : !named ? absl::StrCat(codec.name(), " (not in the planner options' codecs)")
-                 : absl::StrCat(codec.name(),
-                                " (lossier than options.allowed accepts for every tensor)"));
+        loss > max_loss ? absl::StrCat(codec.name(), " (loss class ", LossName(loss),
+                                       ", above max_loss ", LossName(max_loss), ")")
+        : !named        ? absl::StrCat(codec.name(), " (not in the planner options' codecs)")
+                        : absl::StrCat(codec.name(),
+                                       " (lossier than options.allowed accepts for every tensor)"));
   }
   return absl::StrJoin(excluded, ", ");
 }

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bytecomp/common/text_proto.h"
 #include "bytecomp/common/partition.h"
+#include "bytecomp/common/text_proto.h"
 #include "bytecomp/compress/strategy.h"
 #include "google/protobuf/text_format.h"
 
@@ -31,8 +31,8 @@ void CheckLink(const proto::LinkSpec& link, const TextProtoTree* tree, TextPosit
 }
 
 void CheckCurve(const google::protobuf::RepeatedPtrField<proto::CostPoint>& points,
-                const TextProtoTree* tree, const Message& parent,
-                const char* field, TextPosition line, absl::string_view path, TextProtoProblems& p) {
+                const TextProtoTree* tree, const Message& parent, const char* field,
+                TextPosition line, absl::string_view path, TextProtoProblems& p) {
   if (points.empty()) {
     p.Add(tree, parent, field, -1, line, path, "needs at least one point");
     return;
@@ -59,8 +59,10 @@ void CheckCurve(const google::protobuf::RepeatedPtrField<proto::CostPoint>& poin
 absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* tree,
                              absl::string_view source) {
   TextProtoProblems p(source);
-  if (m.tensors().empty()) p.Add(tree, m, "tensors", -1, TextPosition{0, 0}, "tensors", "no tensors");
-  if (m.forward_us() < 0) p.Add(tree, m, "forward_us", -1, TextPosition{0, 0}, "forward_us", "must be >= 0");
+  if (m.tensors().empty())
+    p.Add(tree, m, "tensors", -1, TextPosition{0, 0}, "tensors", "no tensors");
+  if (m.forward_us() < 0)
+    p.Add(tree, m, "forward_us", -1, TextPosition{0, 0}, "forward_us", "must be >= 0");
   for (int i = 0; i < m.tensors_size(); ++i) {
     const auto& t = m.tensors(i);
     const auto* sub = NestedTree(tree, m, "tensors", i);
@@ -91,29 +93,33 @@ absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* 
   }
   if (m.measured_round_cpu_us() < 0 || m.cpu_cores() < 0 || m.host_cpu_busy() < 0 ||
       m.host_cpu_busy() > 1) {
-    p.Add(tree, m, "host_cpu_busy", -1, TextPosition{0, 0}, "measured_round_cpu_us, cpu_cores, host_cpu_busy",
+    p.Add(tree, m, "host_cpu_busy", -1, TextPosition{0, 0},
+          "measured_round_cpu_us, cpu_cores, host_cpu_busy",
           "must be >= 0 (host_cpu_busy a fraction, <= 1)");
   }
   return p.ToStatus();
 }
 
-absl::Status ValidateCluster(const proto::ClusterDescription& c,
-                             const TextProtoTree* tree, absl::string_view source) {
+absl::Status ValidateCluster(const proto::ClusterDescription& c, const TextProtoTree* tree,
+                             absl::string_view source) {
   TextProtoProblems p(source);
   if (c.machines() < 1) {
-    p.Add(tree, c, "machines", -1, TextPosition{0, 0}, "machines", absl::StrCat("must be >= 1, got ", c.machines()));
+    p.Add(tree, c, "machines", -1, TextPosition{0, 0}, "machines",
+          absl::StrCat("must be >= 1, got ", c.machines()));
   }
   if (c.gpus_per_machine() < 0) {
     p.Add(tree, c, "gpus_per_machine", -1, TextPosition{0, 0}, "gpus_per_machine", "must be >= 0");
   }
   if (c.workers() < 0) p.Add(tree, c, "workers", -1, TextPosition{0, 0}, "workers", "must be >= 0");
   if (c.servers() < 1) {
-    p.Add(tree, c, "servers", -1, TextPosition{0, 0}, "servers", absl::StrCat("must be >= 1, got ", c.servers()));
+    p.Add(tree, c, "servers", -1, TextPosition{0, 0}, "servers",
+          absl::StrCat("must be >= 1, got ", c.servers()));
   }
   auto link = [&](const char* field, const proto::LinkSpec& spec, bool required) {
     TextPosition line = PositionOf(tree, c, field, -1, TextPosition{0, 0});
     if (required && !c.GetReflection()->HasField(c, c.GetDescriptor()->FindFieldByName(field))) {
-      p.Add(tree, c, field, -1, TextPosition{0, 0}, field, "missing (bandwidth_gbps and latency_us)");
+      p.Add(tree, c, field, -1, TextPosition{0, 0}, field,
+            "missing (bandwidth_gbps and latency_us)");
       return;
     }
     CheckLink(spec, NestedTree(tree, c, field, -1), line, field, required, p);
@@ -129,12 +135,14 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c,
     p.Add(tree, c, "server_threads", -1, TextPosition{0, 0}, "server_threads", "must be >= 0");
   }
   if (c.server_sum_gbytes_per_s() < 0) {
-    p.Add(tree, c, "server_sum_gbytes_per_s", -1, TextPosition{0, 0}, "server_sum_gbytes_per_s", "must be >= 0");
+    p.Add(tree, c, "server_sum_gbytes_per_s", -1, TextPosition{0, 0}, "server_sum_gbytes_per_s",
+          "must be >= 0");
   }
   if (c.partition_bytes() < 0) {
     p.Add(tree, c, "partition_bytes", -1, TextPosition{0, 0}, "partition_bytes", "must be >= 0");
   }
-  if (c.host_cores() < 0) p.Add(tree, c, "host_cores", -1, TextPosition{0, 0}, "host_cores", "must be >= 0");
+  if (c.host_cores() < 0)
+    p.Add(tree, c, "host_cores", -1, TextPosition{0, 0}, "host_cores", "must be >= 0");
   if (c.colocated_servers() && c.machines() >= 1 && c.servers() % c.machines() != 0) {
     p.Add(tree, c, "colocated_servers", -1, TextPosition{0, 0}, "colocated_servers",
           absl::StrCat("needs servers spread evenly over the machines: ", c.servers(),
@@ -150,7 +158,8 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextProtoTree* t
     p.Add(tree, t, "sum_gbytes_per_s", -1, TextPosition{0, 0}, "sum_gbytes_per_s", "must be >= 0");
   }
   if (t.copy_gbytes_per_s() < 0) {
-    p.Add(tree, t, "copy_gbytes_per_s", -1, TextPosition{0, 0}, "copy_gbytes_per_s", "must be >= 0");
+    p.Add(tree, t, "copy_gbytes_per_s", -1, TextPosition{0, 0}, "copy_gbytes_per_s",
+          "must be >= 0");
   }
   for (int i = 0; i < t.codecs_size(); ++i) {
     const auto& codec = t.codecs(i);
@@ -175,9 +184,9 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextProtoTree* t
     if (codec.exchange() == proto::EXCHANGE_SUMMED_INDICES &&
         (codec.kept_fraction() <= 0 || codec.kept_fraction() > codec.ratio())) {
       p.Add(sub, codec, "kept_fraction", -1, line, here + ".kept_fraction",
-            absl::StrCat("EXCHANGE_SUMMED_INDICES needs kept_fraction in (0, ratio = ",
-                         codec.ratio(), "] (ratio - kept_fraction: the index section), got ",
-                         codec.kept_fraction()));
+            absl::StrCat(
+                "EXCHANGE_SUMMED_INDICES needs kept_fraction in (0, ratio = ", codec.ratio(),
+                "] (ratio - kept_fraction: the index section), got ", codec.kept_fraction()));
     }
     if (codec.union_pull() && codec.kept_fraction() <= 0) {
       p.Add(sub, codec, "union_pull", -1, line, here + ".union_pull",
@@ -190,7 +199,8 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextProtoTree* t
       TextPosition dline = PositionOf(sub, codec, "costs", d, line);
       std::string dhere = absl::StrCat(here, ".costs[", d, "]");
       if (cost.device() != proto::DEVICE_CPU && cost.device() != proto::DEVICE_GPU) {
-        p.Add(dsub, cost, "device", -1, dline, dhere + ".device", "must be DEVICE_CPU or DEVICE_GPU");
+        p.Add(dsub, cost, "device", -1, dline, dhere + ".device",
+              "must be DEVICE_CPU or DEVICE_GPU");
         continue;
       }
       if (seen[cost.device()]) {
@@ -243,20 +253,23 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextProtoTree* t
   return p.ToStatus();
 }
 
-absl::Status ValidateOptions(const proto::PlannerOptions& o,
-                             const TextProtoTree* tree, absl::string_view source) {
+absl::Status ValidateOptions(const proto::PlannerOptions& o, const TextProtoTree* tree,
+                             absl::string_view source) {
   TextProtoProblems p(source);
   if (o.min_compress_bytes() < 0) {
-    p.Add(tree, o, "min_compress_bytes", -1, TextPosition{0, 0}, "min_compress_bytes", "must be >= 0");
+    p.Add(tree, o, "min_compress_bytes", -1, TextPosition{0, 0}, "min_compress_bytes",
+          "must be >= 0");
   }
   for (int i = 0; i < o.partition_bytes_size(); ++i) {
     if (o.partition_bytes(i) < 4) {
-      p.Add(tree, o, "partition_bytes", i, TextPosition{0, 0}, absl::StrCat("partition_bytes[", i, "]"),
+      p.Add(tree, o, "partition_bytes", i, TextPosition{0, 0},
+            absl::StrCat("partition_bytes[", i, "]"),
             absl::StrCat("must be >= 4, got ", o.partition_bytes(i)));
     }
   }
   if (o.min_relative_gain() < 0 || o.min_relative_gain() >= 1) {
-    p.Add(tree, o, "min_relative_gain", -1, TextPosition{0, 0}, "min_relative_gain", "must be in [0, 1)");
+    p.Add(tree, o, "min_relative_gain", -1, TextPosition{0, 0}, "min_relative_gain",
+          "must be in [0, 1)");
   }
   if (o.uniform_starts() < -1) {
     p.Add(tree, o, "uniform_starts", -1, TextPosition{0, 0}, "uniform_starts", "must be >= -1");
@@ -268,8 +281,8 @@ absl::Status ValidateOptions(const proto::PlannerOptions& o,
   for (int i = 0; i < o.allowed_size(); ++i) {
     if (o.allowed(i).name_pattern().empty()) {
       p.Add(NestedTree(tree, o, "allowed", i), o.allowed(i), "name_pattern", -1,
-            PositionOf(tree, o, "allowed", i, TextPosition{0, 0}), absl::StrCat("allowed[", i, "].name_pattern"),
-            "must not be empty");
+            PositionOf(tree, o, "allowed", i, TextPosition{0, 0}),
+            absl::StrCat("allowed[", i, "].name_pattern"), "must not be empty");
     }
   }
   return p.ToStatus();
@@ -351,8 +364,9 @@ proto::PlannerOptions WithDefaults(proto::PlannerOptions o) {
 
 double InterpolateCost(const google::protobuf::RepeatedPtrField<proto::CostPoint>& points,
                        double bytes) {
-  return InterpolatePoints(points, bytes, [](const proto::CostPoint& p) { return p.us(); },
-                           /*scale_below_first=*/false);
+  return InterpolatePoints(
+      points, bytes, [](const proto::CostPoint& p) { return p.us(); },
+      /*scale_below_first=*/false);
 }
 
 }  // namespace bytecomp::planner

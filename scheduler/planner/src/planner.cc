@@ -14,7 +14,6 @@ namespace {
 
 using Work = std::array<double, kNumResources>;
 
-
 Work WithSwap(Work total, const Work& old_work, const Work& new_work) {
   for (int r = 0; r < kNumResources; ++r) total[r] += new_work[r] - old_work[r];
   return total;
@@ -68,9 +67,8 @@ class Search {
   bool ImproveTensor(int tensor, const std::vector<int>& allowed, int max_simulations = 1 << 30) {
     const int current = choice_[tensor];
     candidates_.clear();
-    const double later_tail = tensor + 1 < static_cast<int>(tail_max_.size())
-                                  ? tail_max_[tensor + 1] - gaps_[tensor]
-                                  : 0;
+    const double later_tail =
+        tensor + 1 < static_cast<int>(tail_max_.size()) ? tail_max_[tensor + 1] - gaps_[tensor] : 0;
     for (int o : allowed) {
       if (o == current) continue;
       double tail = std::max(later_tail, Chain(tensor, o));
@@ -140,8 +138,8 @@ class Search {
       const Work with_x = WithSwap(total_, work(a, choice_[a]), work(a, x));
       for (int y = 0; y < nb; ++y) {
         if (y == choice_[b]) continue;
-        const double tail = std::max({others, gaps_[a] + Chain(a, x), gaps_[b] + Chain(b, y)}) -
-                            gaps_[a];
+        const double tail =
+            std::max({others, gaps_[a] + Chain(a, x), gaps_[b] + Chain(b, y)}) - gaps_[a];
         const double lb =
             sim_.LowerBound(a, WithSwap(with_x, work(b, choice_[b]), work(b, y)), tail);
         if (lb < target()) pair_candidates_.push_back({lb, x, y});
@@ -199,8 +197,8 @@ class Search {
     }
   }
 
-  double keep_;                   // 1 - min_relative_gain
-  std::vector<double> gaps_;      // sum of ready gaps of tensors 1..k
+  double keep_;               // 1 - min_relative_gain
+  std::vector<double> gaps_;  // sum of ready gaps of tensors 1..k
   std::vector<double> tail_max_;
   std::vector<double> tail_after_;  // tail_max_[k] - gaps_[k]: bound after tensor k is ready
   const PreparedProblem& problem_;
@@ -344,8 +342,8 @@ std::vector<std::vector<int>> BestUniformChoices(const PreparedProblem& problem,
             [](const Scored& a, const Scored& b) { return a.time < b.time; });
   if (!scored.empty()) {
     const double tied = scored[0].time / (1 - problem.inputs.options.min_relative_gain());
-    auto end = std::find_if(scored.begin(), scored.end(),
-                            [&](const Scored& s) { return s.time > tied; });
+    auto end =
+        std::find_if(scored.begin(), scored.end(), [&](const Scored& s) { return s.time > tied; });
     std::sort(scored.begin(), end, [](const Scored& a, const Scored& b) {
       return std::tie(a.loss, a.kind) < std::tie(b.loss, b.kind);
     });
@@ -385,8 +383,8 @@ void DropDominated(std::vector<OptionCost>& options, const proto::CostTable& cos
         continue;
       }
       // Equal options: keep the less lossy, else the first of them.
-      dominated = !Dominates(options[b], options[a]) || loss(options[a]) < loss(options[b]) ||
-                  a < b;
+      dominated =
+          !Dominates(options[b], options[a]) || loss(options[a]) < loss(options[b]) || a < b;
     }
     if (!dominated || b == 0) kept.push_back(options[b]);
   }
@@ -410,9 +408,9 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
   const auto& in = p.inputs;
   if (in.profile.tensors().empty()) return absl::InvalidArgumentError("profile has no tensors");
   if (in.cluster.colocated_servers() && in.cluster.servers() % in.cluster.machines() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "colocated_servers needs the servers spread evenly over the machines: ",
-        in.cluster.servers(), " servers on ", in.cluster.machines(), " machines"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("colocated_servers needs the servers spread evenly over the machines: ",
+                     in.cluster.servers(), " servers on ", in.cluster.machines(), " machines"));
   }
   for (const auto& name : in.options.codecs()) {
     bool found = false;
@@ -424,8 +422,14 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
   }
   p.sim.forward_us = in.profile.forward_us();
   // One host for the whole job: the pool resource is that host's cores, as one fluid slot.
-  p.sim.slots = {1, in.cluster.host_cores() > 0 ? 1 : in.cluster.cpu_pool_threads(), 1, 1, 1, 1,
-                 in.cluster.servers() * in.cluster.server_threads(), 1};
+  p.sim.slots = {1,
+                 in.cluster.host_cores() > 0 ? 1 : in.cluster.cpu_pool_threads(),
+                 1,
+                 1,
+                 1,
+                 1,
+                 in.cluster.servers() * in.cluster.server_threads(),
+                 1};
   for (const auto& t : in.profile.tensors()) {
     SimTensor st;
     st.name = t.name();
@@ -437,7 +441,8 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
       for (int k = 0; k < cost.num_stages; ++k) {
         const Stage& stage = cost.stages[k];
         chain += stage.duration_us;
-        if (p.sim.slots[stage.resource] == 1) busiest = std::max<double>(busiest, stage.duration_us);
+        if (p.sim.slots[stage.resource] == 1)
+          busiest = std::max<double>(busiest, stage.duration_us);
       }
       cost.chain_us = chain + (cost.partitions - 1) * busiest;
       st.options.push_back(cost);
@@ -539,9 +544,8 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
       }
     };
     refine(search);
-    for (const std::vector<int>& start :
-         BestUniformChoices(problem, search.sim(),
-                            std::max(0, problem.inputs.options.uniform_starts()))) {
+    for (const std::vector<int>& start : BestUniformChoices(
+             problem, search.sim(), std::max(0, problem.inputs.options.uniform_starts()))) {
       Search other(problem);
       std::vector<int> kept_start = start;
       for (int i = 0; i < first_kept; ++i) kept_start[i] = problem.none_index[i];
@@ -605,8 +609,8 @@ proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int
     }
     ts->set_hierarchical(o.hierarchical);
     if (o.partitions != none.partitions) {
-      const int64_t element = t.bytes / std::max<int64_t>(
-                                            1, in.profile.tensors(static_cast<int>(i)).elements());
+      const int64_t element =
+          t.bytes / std::max<int64_t>(1, in.profile.tensors(static_cast<int>(i)).elements());
       const int64_t elements_per_part =
           (in.profile.tensors(static_cast<int>(i)).elements() + o.partitions - 1) / o.partitions;
       ts->set_partition_bytes(elements_per_part * std::max<int64_t>(1, element));

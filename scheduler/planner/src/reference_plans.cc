@@ -7,17 +7,16 @@
 
 namespace bytecomp::planner {
 
-absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem,
-                                          double max_combinations) {
+absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem, double max_combinations) {
   const auto start = std::chrono::steady_clock::now();
   const auto& tensors = problem.sim.tensors;
   const int n = static_cast<int>(tensors.size());
   double combinations = 1;
   for (const auto& t : tensors) combinations *= static_cast<double>(t.options.size());
   if (combinations > max_combinations) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "exhaustive search over ", combinations, " combinations exceeds the limit of ",
-        max_combinations));
+    return absl::ResourceExhaustedError(absl::StrCat("exhaustive search over ", combinations,
+                                                     " combinations exceeds the limit of ",
+                                                     max_combinations));
   }
   TimelineSimulator sim(&problem.sim);
   PlanResult result;

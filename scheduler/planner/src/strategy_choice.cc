@@ -51,7 +51,8 @@ absl::StatusOr<std::vector<int>> ChoiceOf(const PreparedProblem& problem,
       wanted.hierarchical = entry->hierarchical();
       if (entry->partition_bytes() > 0) {
         wanted.partitions = static_cast<int32_t>(std::min<int64_t>(
-            std::max<int64_t>(1, (t.bytes + entry->partition_bytes() - 1) / entry->partition_bytes()),
+            std::max<int64_t>(1,
+                              (t.bytes + entry->partition_bytes() - 1) / entry->partition_bytes()),
             in.profile.tensors(static_cast<int>(i)).elements()));
       }
     }
@@ -59,9 +60,9 @@ absl::StatusOr<std::vector<int>> ChoiceOf(const PreparedProblem& problem,
         (t.bytes >= min_bytes || entry->force())) {
       const int codec = CodecIndex(in.costs, entry->push_codec());
       if (codec < 0) {
-        return absl::NotFoundError(absl::StrCat(
-            "tensor '", t.name, "': codec '", entry->push_codec().name(),
-            "' with these parameters is not in the cost table"));
+        return absl::NotFoundError(
+            absl::StrCat("tensor '", t.name, "': codec '", entry->push_codec().name(),
+                         "' with these parameters is not in the cost table"));
       }
       const bool gpu = in.cluster.gpus_per_machine() > 0 && !in.options.disable_gpu();
       bool gpu_costs = false;

@@ -16,8 +16,7 @@ struct LaterEventT {
   }
 };
 struct LowerPriorityT {
-  bool operator()(const TimelineSimulator::Waiting& a,
-                  const TimelineSimulator::Waiting& b) const {
+  bool operator()(const TimelineSimulator::Waiting& a, const TimelineSimulator::Waiting& b) const {
     return a.priority > b.priority || (a.priority == b.priority && a.seq > b.seq);
   }
 };
@@ -87,13 +86,13 @@ void TimelineSimulator::Reset(State& s) const {
   }
   s.partitions.clear();
   s.free_slots.clear();
-  const_cast<TimelineSimulator*>(this)->Enqueue(s, kCompute, ~0, 0,
-                                                static_cast<float>(problem_->tensors[0].ready_gap_us),
-                                                nullptr);
+  const_cast<TimelineSimulator*>(this)->Enqueue(
+      s, kCompute, ~0, 0, static_cast<float>(problem_->tensors[0].ready_gap_us), nullptr);
 }
 
-inline __attribute__((always_inline)) void TimelineSimulator::Start(
-    State& s, int resource, int32_t job, float duration, std::vector<TraceSpan>* trace) {
+inline __attribute__((always_inline)) void TimelineSimulator::Start(State& s, int resource,
+                                                                    int32_t job, float duration,
+                                                                    std::vector<TraceSpan>* trace) {
   auto& r = s.resources[resource];
   ++r.busy;
   r.started_work += duration;
@@ -193,8 +192,8 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       s.pending_ready = -1;
       ExpandTensor(s, j, choice[j], trace);
       if (j + 1 < n_) {
-        Enqueue(s, kCompute, ~(j + 1), 0,
-                static_cast<float>(problem_->tensors[j + 1].ready_gap_us), trace);
+        Enqueue(s, kCompute, ~(j + 1), 0, static_cast<float>(problem_->tensors[j + 1].ready_gap_us),
+                trace);
       }
       dispatch(kCompute);
     }
@@ -250,8 +249,7 @@ uint64_t TimelineSimulator::StateHash(const State& s) const {
   return h;
 }
 
-double TimelineSimulator::Simulate(const std::vector<int>& choice,
-                                   std::vector<TraceSpan>* trace) {
+double TimelineSimulator::Simulate(const std::vector<int>& choice, std::vector<TraceSpan>* trace) {
   ++simulations_;
   State s;
   Reset(s);
@@ -278,8 +276,8 @@ double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, dou
   scratch_ = snapshots_[from];
   bound_work_ = total_work;
   bound_tail_ = tail_us;
-  double result = Run(scratch_, choice, n_, false, cutoff_us, nullptr,
-                      last_changed < 0 ? from : last_changed);
+  double result =
+      Run(scratch_, choice, n_, false, cutoff_us, nullptr, last_changed < 0 ? from : last_changed);
   bound_work_ = nullptr;
   bound_tail_ = nullptr;
   return result;
@@ -349,10 +347,9 @@ std::string ChromeTraceJson(const SimProblem& problem, const std::vector<TraceSp
     }
     ends[lane] = span.start_us + span.duration_us;
     const std::string& tensor = problem.tensors[span.tensor].name;
-    std::string name = span.kind == 255
-                           ? absl::StrCat("backward ", tensor)
-                           : absl::StrCat(StageKindName(span.kind), " ", tensor, "[",
-                                          span.partition, "]");
+    std::string name = span.kind == 255 ? absl::StrCat("backward ", tensor)
+                                        : absl::StrCat(StageKindName(span.kind), " ", tensor, "[",
+                                                       span.partition, "]");
     if (!first) out += ",\n";
     first = false;
     out += "{\"name\":";
@@ -365,9 +362,9 @@ std::string ChromeTraceJson(const SimProblem& problem, const std::vector<TraceSp
   for (auto [resource, lane] : lanes_used) {
     if (!first) out += ",\n";
     first = false;
-    absl::StrAppend(&out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":",
-                    resource * 100 + lane, ",\"args\":{\"name\":\"", ResourceName(resource),
-                    " ", lane, "\"}}");
+    absl::StrAppend(
+        &out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":", resource * 100 + lane,
+        ",\"args\":{\"name\":\"", ResourceName(resource), " ", lane, "\"}}");
   }
   out += "\n]}\n";
   return out;

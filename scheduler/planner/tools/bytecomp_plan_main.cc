@@ -89,8 +89,9 @@ int Calibrate() {
   std::printf("cost table: %s (%s)\n", out.c_str(), table->source().c_str());
   return 0;
 #else
-  return Fail("--calibrate is not available in this build: it needs the codec registry "
-              "(compress/, target bytecomp_compress), which was not built");
+  return Fail(
+      "--calibrate is not available in this build: it needs the codec registry "
+      "(compress/, target bytecomp_compress), which was not built");
 #endif
 }
 
@@ -168,27 +169,29 @@ int main(int argc, char** argv) {
   const auto& c = problem.inputs.cluster;
   double total_bytes = 0;
   for (const auto& t : problem.sim.tensors) total_bytes += t.bytes;
-  std::printf("model %s: %zu tensors, %s; cluster: %d machines x %d GPUs, %d workers, %d "
-              "servers, %.1f Gbit/s NICs\n",
-              problem.inputs.profile.model().c_str(), problem.sim.tensors.size(),
-              HumanBytes(total_bytes).c_str(), c.machines(), c.gpus_per_machine(), c.workers(),
-              c.servers(), c.worker_link().bandwidth_gbps());
-  std::string everything_codec =
-      all_codec.empty() && problem.inputs.costs.codecs_size() > 0
-          ? problem.inputs.costs.codecs(0).name()
-          : all_codec;
-  std::printf("predicted iteration: no compression %.3f ms | compress-everything (%s) %.3f ms "
-              "| planned %.3f ms\n",
-              result.no_compression_us / 1e3, everything_codec.c_str(),
-              result.compress_everything_us / 1e3, result.predicted_us / 1e3);
+  std::printf(
+      "model %s: %zu tensors, %s; cluster: %d machines x %d GPUs, %d workers, %d "
+      "servers, %.1f Gbit/s NICs\n",
+      problem.inputs.profile.model().c_str(), problem.sim.tensors.size(),
+      HumanBytes(total_bytes).c_str(), c.machines(), c.gpus_per_machine(), c.workers(), c.servers(),
+      c.worker_link().bandwidth_gbps());
+  std::string everything_codec = all_codec.empty() && problem.inputs.costs.codecs_size() > 0
+                                     ? problem.inputs.costs.codecs(0).name()
+                                     : all_codec;
+  std::printf(
+      "predicted iteration: no compression %.3f ms | compress-everything (%s) %.3f ms "
+      "| planned %.3f ms\n",
+      result.no_compression_us / 1e3, everything_codec.c_str(), result.compress_everything_us / 1e3,
+      result.predicted_us / 1e3);
   std::printf("speed-up: %.2fx vs no compression, %.2fx vs compress-everything\n",
               result.no_compression_us / result.predicted_us,
               result.compress_everything_us / result.predicted_us);
-  std::printf("planner: %s, %.2f ms, %lld simulations, %lld events, %d tensors dropped "
-              "before a communication bubble\n",
-              absl::GetFlag(FLAGS_exhaustive) ? "exhaustive" : "bytecomp", result.planning_ms,
-              static_cast<long long>(result.simulations), static_cast<long long>(result.events),
-              result.dropped_before_bubble);
+  std::printf(
+      "planner: %s, %.2f ms, %lld simulations, %lld events, %d tensors dropped "
+      "before a communication bubble\n",
+      absl::GetFlag(FLAGS_exhaustive) ? "exhaustive" : "bytecomp", result.planning_ms,
+      static_cast<long long>(result.simulations), static_cast<long long>(result.events),
+      result.dropped_before_bubble);
   if (const std::string excluded = ExcludedCodecs(problem); !excluded.empty()) {
     std::printf("not considered: %s\n", excluded.c_str());
   }

@@ -11,10 +11,14 @@ namespace {
 
 std::string PlacementName(proto::Placement p) {
   switch (p) {
-    case proto::PLACEMENT_CPU_POOL: return "cpu pool";
-    case proto::PLACEMENT_INLINE: return "inline";
-    case proto::PLACEMENT_GPU: return "gpu";
-    default: return "default (pool; GPU for device tensors)";
+    case proto::PLACEMENT_CPU_POOL:
+      return "cpu pool";
+    case proto::PLACEMENT_INLINE:
+      return "inline";
+    case proto::PLACEMENT_GPU:
+      return "gpu";
+    default:
+      return "default (pool; GPU for device tensors)";
   }
 }
 

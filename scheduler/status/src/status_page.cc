@@ -13,11 +13,20 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -110,7 +119,8 @@ std::string RoundChartSvg(const StatusSnapshot& s, int width, int height) {
                         "transform=\"rotate(-90 12 %d)\" text-anchor=\"middle\">ms</text>",
                         left + w / 2, height - 8, first, last, top + h / 2, top + h / 2);
   std::string points;
-  for (const auto& [round, ms] : s.rounds) absl::StrAppendFormat(&points, "%.1f,%.1f ", x(round), y(ms));
+  for (const auto& [round, ms] : s.rounds)
+    absl::StrAppendFormat(&points, "%.1f,%.1f ", x(round), y(ms));
   absl::StrAppend(&svg, "<polyline fill=\"none\" stroke=\"#2f6fdf\" stroke-width=\"2\" points=\"",
                   points, "\"/>");
   for (const auto& [round, ms] : s.rounds) {
@@ -147,8 +157,7 @@ std::string StatusPageHtml(const StatusSnapshot& s) {
     absl::StrAppend(&html, "<div class=\"card\" id=\"", id, "\"><span>", label, "</span><b>",
                     Escape(value), "</b></div>");
   };
-  card("card-nodes", "nodes healthy",
-       absl::StrCat(ok, " / ", s.num_workers + s.num_servers));
+  card("card-nodes", "nodes healthy", absl::StrCat(ok, " / ", s.num_workers + s.num_servers));
   card("card-strategy", "strategy version",
        absl::StrCat("v", s.strategy_version, " (", s.strategy_source, ")"));
   card("card-pushed", "pushed by workers", Bytes(s.pushed_bytes));
@@ -158,52 +167,62 @@ std::string StatusPageHtml(const StatusSnapshot& s) {
        s.predicted_ms.has_value() ? absl::StrFormat("%.1f ms", *s.predicted_ms) : "no plan");
   html += "</div>";
 
-  html += "<h2>Nodes</h2><table id=\"nodes\"><tr><th>node</th><th>host</th><th>pid</th>"
-          "<th>data address</th><th>last heard</th><th>health</th></tr>";
+  html +=
+      "<h2>Nodes</h2><table id=\"nodes\"><tr><th>node</th><th>host</th><th>pid</th>"
+      "<th>data address</th><th>last heard</th><th>health</th></tr>";
   for (const NodeHealth& n : s.nodes) {
-    absl::StrAppend(&html, "<tr><td>", Escape(n.node.name), "</td><td>", Escape(n.node.host),
-                    "</td><td class=\"n\">", n.node.pid, "</td><td>",
-                    Escape(n.node.data_address.empty() ? "-" : n.node.data_address),
-                    "</td><td class=\"n\">",
-                    n.heartbeat_age_s < 0 ? "never" : absl::StrFormat("%.1f s ago", n.heartbeat_age_s),
-                    "</td><td><span class=\"badge ", n.state, "\">", n.state, "</span></td></tr>");
+    absl::StrAppend(
+        &html, "<tr><td>", Escape(n.node.name), "</td><td>", Escape(n.node.host),
+        "</td><td class=\"n\">", n.node.pid, "</td><td>",
+        Escape(n.node.data_address.empty() ? "-" : n.node.data_address), "</td><td class=\"n\">",
+        n.heartbeat_age_s < 0 ? "never" : absl::StrFormat("%.1f s ago", n.heartbeat_age_s),
+        "</td><td><span class=\"badge ", n.state, "\">", n.state, "</span></td></tr>");
   }
   html += "</table>";
 
   html += "<h2>Round time over recent rounds</h2>";
   html += RoundChartSvg(s, 720, 240);
-  html += "<h2>Predicted against measured</h2><table id=\"prediction\"><tr><th>what</th>"
-          "<th>ms</th></tr>";
+  html +=
+      "<h2>Predicted against measured</h2><table id=\"prediction\"><tr><th>what</th>"
+      "<th>ms</th></tr>";
   absl::StrAppend(&html, "<tr><td>planner's predicted iteration</td><td class=\"n\">",
                   s.predicted_ms.has_value() ? absl::StrFormat("%.2f", *s.predicted_ms)
                                              : "no plan (--strategy=auto plans)",
                   "</td></tr>");
-  absl::StrAppend(&html, "<tr><td>measured round: first push_pull to last completion (median)</td>"
-                         "<td class=\"n\">",
+  absl::StrAppend(&html,
+                  "<tr><td>measured round: first push_pull to last completion (median)</td>"
+                  "<td class=\"n\">",
                   s.measured_round_ms > 0 ? absl::StrFormat("%.2f", s.measured_round_ms) : "-",
                   "</td></tr>");
-  absl::StrAppend(&html, "<tr><td>measured iteration: round start to next round start (median)</td>"
-                         "<td class=\"n\">",
-                  s.measured_iteration_ms > 0 ? absl::StrFormat("%.2f", s.measured_iteration_ms) : "-",
-                  "</td></tr>");
+  absl::StrAppend(
+      &html,
+      "<tr><td>measured iteration: round start to next round start (median)</td>"
+      "<td class=\"n\">",
+      s.measured_iteration_ms > 0 ? absl::StrFormat("%.2f", s.measured_iteration_ms) : "-",
+      "</td></tr>");
   if (s.predicted_ms.has_value() && s.measured_iteration_ms > 0) {
-    absl::StrAppendFormat(&html, "<tr><td>prediction error against the iteration</td><td "
-                                 "class=\"n\">%+.1f%%</td></tr>",
-                          100 * (*s.predicted_ms - s.measured_iteration_ms) / s.measured_iteration_ms);
+    absl::StrAppendFormat(
+        &html,
+        "<tr><td>prediction error against the iteration</td><td "
+        "class=\"n\">%+.1f%%</td></tr>",
+        100 * (*s.predicted_ms - s.measured_iteration_ms) / s.measured_iteration_ms);
   }
   html += "</table>";
 
-  html += "<h2>Tensors</h2><table id=\"tensors\"><tr><th>tensor</th><th>codec</th><th>way</th>"
-          "<th>compressed on</th><th>rounds (all workers)</th><th>raw</th><th>pushed</th><th>ratio</th>"
-          "<th>last round</th></tr>";
+  html +=
+      "<h2>Tensors</h2><table id=\"tensors\"><tr><th>tensor</th><th>codec</th><th>way</th>"
+      "<th>compressed on</th><th>rounds (all workers)</th><th>raw</th><th>pushed</th><th>ratio</th>"
+      "<th>last round</th></tr>";
   for (const TensorRow& t : s.tensors) {
     absl::StrAppend(
         &html, "<tr><td>", Escape(t.name), "</td><td>", Escape(t.codec), "</td><td>",
-        t.codec == "none" ? "-" : (t.pull_codec.empty() ? "one-way" : "two-way (" + Escape(t.pull_codec) + ")"),
-        "</td><td>", Escape(t.compress_on), "</td><td class=\"n\">", t.rounds, "</td><td class=\"n\">",
-        Bytes(t.raw_bytes), "</td><td class=\"n\">", Bytes(t.pushed_bytes), "</td><td class=\"n\">",
-        t.ratio > 0 ? absl::StrFormat("%.2fx", t.ratio) : "-", "</td><td class=\"n\">",
-        absl::StrFormat("%.2f ms", t.last_round_ms), "</td></tr>");
+        t.codec == "none"
+            ? "-"
+            : (t.pull_codec.empty() ? "one-way" : "two-way (" + Escape(t.pull_codec) + ")"),
+        "</td><td>", Escape(t.compress_on), "</td><td class=\"n\">", t.rounds,
+        "</td><td class=\"n\">", Bytes(t.raw_bytes), "</td><td class=\"n\">", Bytes(t.pushed_bytes),
+        "</td><td class=\"n\">", t.ratio > 0 ? absl::StrFormat("%.2fx", t.ratio) : "-",
+        "</td><td class=\"n\">", absl::StrFormat("%.2f ms", t.last_round_ms), "</td></tr>");
   }
   if (s.tensors.empty()) html += "<tr><td colspan=\"9\">no worker has reported yet</td></tr>";
   absl::StrAppend(&html, "</table><p class=\"sub\">bad control messages so far: ", s.bad_messages,
@@ -213,25 +232,25 @@ std::string StatusPageHtml(const StatusSnapshot& s) {
 }
 
 std::string StatusJson(const StatusSnapshot& s) {
-  std::string j = absl::StrCat("{\"uptime_s\":", s.uptime_s, ",\"num_workers\":", s.num_workers,
-                               ",\"num_servers\":", s.num_servers,
-                               ",\"strategy_version\":", s.strategy_version,
-                               ",\"strategy_source\":", Json(s.strategy_source), ",\"nodes\":[");
+  std::string j =
+      absl::StrCat("{\"uptime_s\":", s.uptime_s, ",\"num_workers\":", s.num_workers,
+                   ",\"num_servers\":", s.num_servers, ",\"strategy_version\":", s.strategy_version,
+                   ",\"strategy_source\":", Json(s.strategy_source), ",\"nodes\":[");
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     const NodeHealth& n = s.nodes[i];
-    absl::StrAppend(&j, i ? "," : "", "{\"name\":", Json(n.node.name), ",\"role\":",
-                    Json(n.node.role), ",\"rank\":", n.node.rank, ",\"host\":", Json(n.node.host),
-                    ",\"pid\":", n.node.pid, ",\"heartbeat_age_s\":", n.heartbeat_age_s,
-                    ",\"state\":", Json(n.state), "}");
+    absl::StrAppend(&j, i ? "," : "", "{\"name\":", Json(n.node.name),
+                    ",\"role\":", Json(n.node.role), ",\"rank\":", n.node.rank,
+                    ",\"host\":", Json(n.node.host), ",\"pid\":", n.node.pid,
+                    ",\"heartbeat_age_s\":", n.heartbeat_age_s, ",\"state\":", Json(n.state), "}");
   }
   j += "],\"tensors\":[";
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const TensorRow& t = s.tensors[i];
     absl::StrAppend(&j, i ? "," : "", "{\"name\":", Json(t.name), ",\"codec\":", Json(t.codec),
-                    ",\"pull_codec\":", Json(t.pull_codec), ",\"compress_on\":",
-                    Json(t.compress_on), ",\"rounds\":", t.rounds, ",\"raw_bytes\":", t.raw_bytes,
-                    ",\"pushed_bytes\":", t.pushed_bytes, ",\"ratio\":", t.ratio,
-                    ",\"last_round_ms\":", t.last_round_ms, "}");
+                    ",\"pull_codec\":", Json(t.pull_codec),
+                    ",\"compress_on\":", Json(t.compress_on), ",\"rounds\":", t.rounds,
+                    ",\"raw_bytes\":", t.raw_bytes, ",\"pushed_bytes\":", t.pushed_bytes,
+                    ",\"ratio\":", t.ratio, ",\"last_round_ms\":", t.last_round_ms, "}");
   }
   j += "],\"rounds\":[";
   for (size_t i = 0; i < s.rounds.size(); ++i) {

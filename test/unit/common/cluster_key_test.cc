@@ -85,10 +85,14 @@ TEST(ClusterKeyTest, MalformedContentNamesFileAndLineButNeverTheSecret) {
   const std::string cut = key->secret_key.substr(0, 39);
   const Case cases[] = {
       {absl::StrCat(good, "colour: \"blue\"\n"), "k.key:6: not a cluster key line"},
-      {absl::StrReplaceAll(good, {{"secret_key: \"", "secret_key: "}}), "k.key:5: not a cluster key line"},
-      {absl::StrReplaceAll(good, {{key->secret_key, cut}}), "k.key:5: secret_key is not a CURVE key: expected 40 Z85 characters, got 39"},
-      {absl::StrReplaceAll(good, {{key->secret_key, std::string(40, '~')}}), "k.key:5: secret_key is not a CURVE key"},
-      {absl::StrCat(good, "secret_key: \"", key->secret_key, "\"\n"), "k.key:6: secret_key is given a second time"},
+      {absl::StrReplaceAll(good, {{"secret_key: \"", "secret_key: "}}),
+       "k.key:5: not a cluster key line"},
+      {absl::StrReplaceAll(good, {{key->secret_key, cut}}),
+       "k.key:5: secret_key is not a CURVE key: expected 40 Z85 characters, got 39"},
+      {absl::StrReplaceAll(good, {{key->secret_key, std::string(40, '~')}}),
+       "k.key:5: secret_key is not a CURVE key"},
+      {absl::StrCat(good, "secret_key: \"", key->secret_key, "\"\n"),
+       "k.key:6: secret_key is given a second time"},
       {"# nothing\n", "k.key: no secret_key line"},
   };
   for (const Case& c : cases) {

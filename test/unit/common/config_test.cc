@@ -10,8 +10,8 @@ namespace {
 
 TEST(ConfigTest, ParsesAndFillsDefaults) {
   proto::ClusterConfig c;
-  ASSERT_TRUE(ParseTextProto("scheduler_address: \"10.0.0.1:7000\" num_workers: 4", "t.pbtxt", &c)
-                  .ok());
+  ASSERT_TRUE(
+      ParseTextProto("scheduler_address: \"10.0.0.1:7000\" num_workers: 4", "t.pbtxt", &c).ok());
   c = WithClusterDefaults(c);
   EXPECT_EQ(c.num_workers(), 4);
   EXPECT_EQ(c.num_servers(), 1);
@@ -94,8 +94,8 @@ class ConfigFileTest : public ::testing::Test {
     return path;
   }
   void TearDown() override {
-    for (const char* v : {"BYTECOMP_NUM_WORKERS", "BYTECOMP_CONNECTIONS_PER_SERVER",
-                          "BYTECOMP_PARTITION_BYTES"}) {
+    for (const char* v :
+         {"BYTECOMP_NUM_WORKERS", "BYTECOMP_CONNECTIONS_PER_SERVER", "BYTECOMP_PARTITION_BYTES"}) {
       unsetenv(v);
     }
   }

@@ -81,7 +81,9 @@ TEST(LinkProbeTest, LatencyAndBandwidthOfAnIdealLink) {
   // 1 Gbit/s = 125 bytes/us up, 0.5 Gbit/s down, 200 us round trip.
   FakeLink link(&now, 200, 125, 62.5);
   LinkSamples samples;
-  ASSERT_TRUE(CollectLinkSamples(link, Options(), 1 << 30, [&] { return now; }, &samples).ok());
+  ASSERT_TRUE(CollectLinkSamples(
+                  link, Options(), 1 << 30, [&] { return now; }, &samples)
+                  .ok());
   // The uncounted first probe, small ones, the turn, transfers, the turn given back.
   EXPECT_EQ(link.calls, 1 + 5 + 1 + 2 * 3 + 1);
   EXPECT_EQ(samples.latency_us.size(), 5u);
@@ -104,7 +106,9 @@ TEST(LinkProbeTest, MediansIgnoreOneSlowProbe) {
   FakeLink link(&now, 100, 125, 125);
   link.slow_call = 1 + 5 + 1 + 1;  // the first up transfer takes ten times as long
   LinkSamples samples;
-  ASSERT_TRUE(CollectLinkSamples(link, Options(), 1 << 30, [&] { return now; }, &samples).ok());
+  ASSERT_TRUE(CollectLinkSamples(
+                  link, Options(), 1 << 30, [&] { return now; }, &samples)
+                  .ok());
   EXPECT_GT(samples.up_us[0], 10 * samples.up_us[1] - 1);
   const proto::LinkProbe p = SummarizeLinkSamples(0, samples, 1000000);
   EXPECT_NEAR(p.up_gbps(), 1.0, 1e-9);
@@ -148,7 +152,8 @@ TEST(LinkProbeTest, ServersShareTheTimeLimitAndAHungOneDoesNotStopTheOthers) {
   // Starting at server 1 (a worker of rank 1): the fine server gets the full second first.
   now = 0;
   hung.calls = 0;
-  const proto::LinkProbeReport rotated = ProbeLinks({&hung, &fine}, o, [&] { return now; }, 1);
+  const proto::LinkProbeReport rotated = ProbeLinks(
+      {&hung, &fine}, o, [&] { return now; }, 1);
   ASSERT_EQ(rotated.links_size(), 2);
   EXPECT_EQ(rotated.links(0).server(), 1);
   EXPECT_EQ(rotated.links(0).error(), "");
@@ -179,7 +184,9 @@ TEST(LinkProbeTest, TransfersWaitForTheTurnWithBackoffAndTheLastOneEndsIt) {
   FakeLink link(&now, 100, 125, 125);
   link.busy_answers = 7;
   LinkSamples samples;
-  ASSERT_TRUE(CollectLinkSamples(link, Options(), 1000000, [&] { return now; }, &samples).ok());
+  ASSERT_TRUE(CollectLinkSamples(
+                  link, Options(), 1000000, [&] { return now; }, &samples)
+                  .ok());
   // Busy seven times: waits of 2, 4, 8, 16, 32, 32, 32 ms between the asks.
   EXPECT_EQ(link.waits, (std::vector<int64_t>{2000, 4000, 8000, 16000, 32000, 32000, 32000}));
   EXPECT_EQ(link.turn_ms.size(), 8u);
@@ -244,7 +251,9 @@ TEST(LinkProbeTest, NoTurnIsAskedForWithoutTransfers) {
   LinkProbeOptions o = Options();
   o.transfers = 0;
   LinkSamples samples;
-  ASSERT_TRUE(CollectLinkSamples(link, o, 1 << 30, [&] { return now; }, &samples).ok());
+  ASSERT_TRUE(CollectLinkSamples(
+                  link, o, 1 << 30, [&] { return now; }, &samples)
+                  .ok());
   EXPECT_EQ(link.calls, 1 + 5);
   EXPECT_TRUE(link.turn_ms.empty());
 }

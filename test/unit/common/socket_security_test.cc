@@ -100,8 +100,9 @@ TEST(ListenPolicyTest, WithoutAKeyOnlyLoopbackUnlessAllowInsecure) {
   EXPECT_EQ(*plain.ListenHost("127.0.0.1", "scheduler"), "127.0.0.1");
   absl::StatusOr<std::string> refused = plain.ListenHost("0.0.0.0", "scheduler");
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("scheduler: the listen address 0.0.0.0 is not loopback"),
-            std::string::npos)
+  EXPECT_NE(
+      refused.status().message().find("scheduler: the listen address 0.0.0.0 is not loopback"),
+      std::string::npos)
       << refused.status();
   EXPECT_NE(refused.status().message().find("allow_insecure"), std::string::npos);
   EXPECT_NE(refused.status().message().find("bytecomp-keygen"), std::string::npos);
@@ -122,8 +123,8 @@ TEST(ListenPolicyTest, WithoutAKeyOnlyLoopbackUnlessAllowInsecure) {
   EXPECT_EQ(*keyed.ListenHost("", "server"), "0.0.0.0");
   EXPECT_EQ(*keyed.ListenHost("10.0.0.1", "server"), "10.0.0.1");
   EXPECT_TRUE(keyed.CheckPlainHost("10.0.0.1", "the scheduler address").ok());
-  EXPECT_EQ(keyed.Describe(), absl::StrCat("CURVE with the cluster key ", key->public_key,
-                                           " from job.key"));
+  EXPECT_EQ(keyed.Describe(),
+            absl::StrCat("CURVE with the cluster key ", key->public_key, " from job.key"));
 }
 
 // A keyed ROUTER on loopback and clients of every kind.
@@ -176,7 +177,6 @@ class CurveSocketsTest : public ::testing::Test {
   }
 
  protected:
-
   static void Send(zmq::socket_t& socket, const std::string& text) {
     std::vector<zmq::message_t> frames;
     frames.emplace_back(text.data(), text.size());

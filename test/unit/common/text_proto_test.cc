@@ -18,8 +18,8 @@ namespace {
 // protobuf places an unknown field just after its name.
 TEST(TextProtoTest, SyntaxErrorsNameFileLineAndColumn) {
   proto::Strategy s;
-  absl::Status st = ParseTextProto("tensors {\n  name_pattern: \"w\"\n  codek: 1\n}\n",
-                                   "strategy.pbtxt", &s);
+  absl::Status st =
+      ParseTextProto("tensors {\n  name_pattern: \"w\"\n  codek: 1\n}\n", "strategy.pbtxt", &s);
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(absl::StartsWith(st.message(), "strategy.pbtxt:3:8: ")) << st.message();
   EXPECT_TRUE(absl::StrContains(st.message(), "codek")) << st.message();
@@ -28,10 +28,11 @@ TEST(TextProtoTest, SyntaxErrorsNameFileLineAndColumn) {
 TEST(TextProtoTest, PositionsOfNestedAndRepeatedFields) {
   proto::Strategy s;
   TextProtoTree tree;
-  ASSERT_TRUE(ParseTextProto("tensors { name_pattern: \"a\" }\n"
-                             "tensors {\n  name_pattern: \"b\"\n  push_codec { name: \"topk\" }\n}\n",
-                             "s.pbtxt", &s, &tree)
-                  .ok());
+  ASSERT_TRUE(
+      ParseTextProto("tensors { name_pattern: \"a\" }\n"
+                     "tensors {\n  name_pattern: \"b\"\n  push_codec { name: \"topk\" }\n}\n",
+                     "s.pbtxt", &s, &tree)
+          .ok());
   const TextPosition second = PositionOf(&tree, s, "tensors", 1);
   EXPECT_EQ(second.line, 1);
   EXPECT_EQ(second.column, 0);

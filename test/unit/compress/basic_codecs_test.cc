@@ -84,9 +84,9 @@ TEST(HalfCodecTest, Fp16MatchesTheSharedScalarConversion) {
 TEST(HalfCodecTest, Bf16MatchesTheSharedScalarConversion) {
   auto codec = MustCreate("bf16");
   std::vector<float> in = RandomNormal(1003, 12, 1e10f);
-  in.push_back(1.00390625f);   // exactly halfway between two bf16 values: ties to even
-  in.push_back(1.01171875f);   // halfway, rounds up to even
-  in.push_back(-1e-40f);       // subnormal
+  in.push_back(1.00390625f);  // exactly halfway between two bf16 values: ties to even
+  in.push_back(1.01171875f);  // halfway, rounds up to even
+  in.push_back(-1e-40f);      // subnormal
   auto enc = EncodeToVector(*codec, in, TestContext());
   ASSERT_TRUE(enc.ok());
   for (size_t i = 0; i < in.size(); ++i) {
@@ -99,15 +99,15 @@ TEST(HalfCodecTest, Bf16MatchesTheSharedScalarConversion) {
 TEST(BasicCodecsTest, NonFiniteInputIsAnErrorNamingTheIndex) {
   for (const char* name : {"none", "fp16", "bf16"}) {
     auto codec = MustCreate(name);
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                      -std::numeric_limits<float>::infinity()}) {
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity()}) {
       std::vector<float> in = RandomNormal(100, 3);
       in[37] = bad;
       auto enc = EncodeToVector(*codec, in, TestContext());
       ASSERT_FALSE(enc.ok()) << name;
       EXPECT_EQ(enc.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_TRUE(absl::StrContains(enc.status().message(), "element 37 of 100"))
-          << enc.status();
+      EXPECT_TRUE(absl::StrContains(enc.status().message(), "element 37 of 100")) << enc.status();
     }
   }
 }
@@ -120,8 +120,10 @@ TEST(BasicCodecsTest, MalformedPayloadsAreRejected) {
     ASSERT_TRUE(enc.ok());
     std::vector<float> out(64);
     // Wrong sizes.
-    EXPECT_FALSE(codec->Decode(absl::MakeConstSpan(enc->data(), enc->size() - 1), TestContext(),
-                               absl::MakeSpan(out)).ok());
+    EXPECT_FALSE(codec
+                     ->Decode(absl::MakeConstSpan(enc->data(), enc->size() - 1), TestContext(),
+                              absl::MakeSpan(out))
+                     .ok());
     EXPECT_FALSE(codec->Decode(*enc, TestContext(), absl::MakeSpan(out).first(63)).ok());
     // A NaN smuggled into the payload.
     std::vector<uint8_t> bad = *enc;
@@ -149,8 +151,10 @@ TEST(BasicCodecsTest, UnalignedBuffersWork) {
     auto bytes = codec->Encode(in, TestContext(), absl::MakeSpan(buf).subspan(1));
     ASSERT_TRUE(bytes.ok()) << bytes.status();
     std::vector<float> out(77), out_aligned(77);
-    ASSERT_TRUE(codec->Decode(absl::MakeConstSpan(buf).subspan(1, *bytes), TestContext(),
-                              absl::MakeSpan(out)).ok());
+    ASSERT_TRUE(codec
+                    ->Decode(absl::MakeConstSpan(buf).subspan(1, *bytes), TestContext(),
+                             absl::MakeSpan(out))
+                    .ok());
     auto direct = RoundTrip(*codec, in, TestContext());
     ASSERT_TRUE(direct.ok());
     EXPECT_EQ(out, *direct) << name;

@@ -62,8 +62,7 @@ void PutU32At(std::vector<uint8_t>& p, size_t at, uint32_t v) { std::memcpy(p.da
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   // (memcmp of an empty vector's data(), which may be null, is undefined.)
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
 }
 
 TEST(BlocksparseFormatTest, TheSizeFormulaByHand) {
@@ -110,7 +109,8 @@ TEST(BlocksparseTest, TheMessageIsLaidOutAsDocumented) {
   const std::vector<float> values = {1, 0, 0, 2, 0, -3};
   EXPECT_EQ(std::memcmp(enc->data() + 20, values.data(), 4 * values.size()), 0);
   // One block of the three: an index list of one.
-  auto one = EncodeToVector(*codec, std::vector<float>{0, 0, 0, 0, 5, 0, 0, 0, 0, 0}, TestContext());
+  auto one =
+      EncodeToVector(*codec, std::vector<float>{0, 0, 0, 0, 5, 0, 0, 0, 0, 0}, TestContext());
   ASSERT_TRUE(one.ok());
   ASSERT_EQ(one->size(), 16u + 4 + 16);
   EXPECT_EQ(U32At(*one, 12), uint32_t{blocksparse::kIndexList});
@@ -134,8 +134,8 @@ TEST(BlocksparseTest, EncodedSizeIsTheFormulaAndTheRoundTripIsExact) {
         ASSERT_EQ(enc->size(), blocksparse::PayloadBytes(n, block, kept.size(), last));
         EXPECT_LE(enc->size(), codec->MaxEncodedBytes(n));
         EXPECT_EQ(U32At(*enc, 8), kept.size());
-        EXPECT_EQ(U32At(*enc, 12),
-                  uint32_t{blocksparse::PositionsFor(blocksparse::BlockCount(n, block), kept.size())});
+        EXPECT_EQ(U32At(*enc, 12), uint32_t{blocksparse::PositionsFor(
+                                       blocksparse::BlockCount(n, block), kept.size())});
         auto dec = DecodeToVector(*codec, *enc, TestContext(), n);
         ASSERT_TRUE(dec.ok()) << dec.status();
         EXPECT_TRUE(SameBits(*dec, x));
@@ -164,8 +164,8 @@ TEST(BlocksparseTest, OnlyAllZeroBlocksAreDroppedAtThresholdZero) {
 TEST(BlocksparseTest, DecodeAddTouchesOnlyTheCarriedBlocks) {
   auto codec = Blocksparse(8);
   std::vector<float> x(37, 0.0f);
-  x[9] = 1.5f;   // block 1
-  x[36] = -2.0f; // block 4, the short last one (5 elements)
+  x[9] = 1.5f;    // block 1
+  x[36] = -2.0f;  // block 4, the short last one (5 elements)
   auto enc = EncodeToVector(*codec, x, TestContext());
   ASSERT_TRUE(enc.ok());
   std::vector<float> acc(37);
@@ -179,11 +179,11 @@ TEST(BlocksparseTest, AThresholdDropsSmallBlocksAndTheResidualKeepsThem) {
   EXPECT_FALSE(codec->properties().lossless);
   EXPECT_FALSE(codec->properties().unbiased);
   std::vector<float> x(100, 0.0f);
-  for (size_t i = 0; i < 16; ++i) x[i] = 0.25f;      // block 0: all below: dropped
-  x[20] = 0.5f;                                       // block 1: at the threshold: dropped
-  x[40] = 0.5001f;                                    // block 2: above: sent whole
+  for (size_t i = 0; i < 16; ++i) x[i] = 0.25f;  // block 0: all below: dropped
+  x[20] = 0.5f;                                  // block 1: at the threshold: dropped
+  x[40] = 0.5001f;                               // block 2: above: sent whole
   x[41] = 0.01f;
-  x[99] = -3.0f;                                      // block 6 (4 elements): sent
+  x[99] = -3.0f;  // block 6 (4 elements): sent
   auto enc = EncodeToVector(*codec, x, TestContext());
   ASSERT_TRUE(enc.ok());
   EXPECT_EQ(U32At(*enc, 8), 2u);
@@ -197,10 +197,11 @@ TEST(BlocksparseTest, AThresholdDropsSmallBlocksAndTheResidualKeepsThem) {
   // Error feedback: what a round drops comes back the next; decoded + residual equals input +
   // old residual exactly (a block is either sent as it is or kept whole).
   auto memory = *CreateMemory("residual");
-  testing::ExpectErrorFeedbackInvariant(*codec, *memory,
-                                        {SparseBlocks(1000, 16, 0.3, 1), SparseBlocks(1000, 16, 0.3, 2),
-                                         SparseBlocks(1000, 16, 0.3, 3), SparseBlocks(1000, 16, 0.3, 4)},
-                                        1.0f, /*tol=*/0.0);
+  testing::ExpectErrorFeedbackInvariant(
+      *codec, *memory,
+      {SparseBlocks(1000, 16, 0.3, 1), SparseBlocks(1000, 16, 0.3, 2),
+       SparseBlocks(1000, 16, 0.3, 3), SparseBlocks(1000, 16, 0.3, 4)},
+      1.0f, /*tol=*/0.0);
   // A block under the threshold accumulates in the residual until it crosses it.
   memory = *CreateMemory("residual");
   std::vector<float> small(16, 0.2f), compensated, decoded;
@@ -223,8 +224,8 @@ TEST(BlocksparseTest, MalformedPayloadsAreRejectedWithTheReason) {
   auto codec = Blocksparse(4);
   const size_t n = kMalformedN;
   std::vector<float> x(n, 0.0f);
-  x[1] = 1;  // block 0
-  x[29] = 2; // block 7 (short)
+  x[1] = 1;   // block 0
+  x[29] = 2;  // block 7 (short)
   auto bitmapped = *EncodeToVector(*codec, x, TestContext());
   ASSERT_EQ(U32At(bitmapped, 12), uint32_t{blocksparse::kBitmap});  // 4 bytes < 2 indices
   std::vector<float> many(n, 0.0f);
@@ -254,7 +255,8 @@ TEST(BlocksparseTest, MalformedPayloadsAreRejectedWithTheReason) {
   rejected(*codec, bad, "positions 2");
   bad = indexed;  // a tie: the index list it must be
   PutU32At(bad, 12, blocksparse::kBitmap);
-  rejected(*sparse_codec, bad, "positions as a bitmap for 1 of 30 blocks, where the index list is no larger");
+  rejected(*sparse_codec, bad,
+           "positions as a bitmap for 1 of 30 blocks, where the index list is no larger");
   bad = bitmapped;
   bad.pop_back();
   rejected(*codec, bad, "bytes for 2 blocks (expected");
@@ -374,10 +376,14 @@ TEST(BlockSparseAggregatorTest, BlocksThatSumToZeroAreLeftOut) {
   auto agg = *CreateAggregator("blocksparse", {{"block", "2"}});
   auto codec = Blocksparse(2);
   agg->Reset(6);
-  ASSERT_TRUE(agg->Add(*EncodeToVector(*codec, std::vector<float>{1, 2, 0, 0, 5, 0}, TestContext(1, 0)),
-                       TestContext(1, 0)).ok());
-  ASSERT_TRUE(agg->Add(*EncodeToVector(*codec, std::vector<float>{-1, -2, 0, 3, 0, 0}, TestContext(1, 1)),
-                       TestContext(1, 1)).ok());
+  ASSERT_TRUE(
+      agg->Add(*EncodeToVector(*codec, std::vector<float>{1, 2, 0, 0, 5, 0}, TestContext(1, 0)),
+               TestContext(1, 0))
+          .ok());
+  ASSERT_TRUE(
+      agg->Add(*EncodeToVector(*codec, std::vector<float>{-1, -2, 0, 3, 0, 0}, TestContext(1, 1)),
+               TestContext(1, 1))
+          .ok());
   auto encoded = agg->EncodedSum();
   ASSERT_TRUE(encoded.ok());
   std::vector<uint8_t> bytes(encoded->begin(), encoded->end());
@@ -392,7 +398,8 @@ TEST(BlockSparseAggregatorTest, ABadPayloadChangesNothing) {
   auto agg = *CreateAggregator("blocksparse", {{"block", "4"}});
   auto codec = Blocksparse(4);
   agg->Reset(8);
-  const auto good = *EncodeToVector(*codec, std::vector<float>{1, 1, 1, 1, 0, 0, 0, 0}, TestContext(1, 0));
+  const auto good =
+      *EncodeToVector(*codec, std::vector<float>{1, 1, 1, 1, 0, 0, 0, 0}, TestContext(1, 0));
   ASSERT_TRUE(agg->Add(good, TestContext(1, 0)).ok());
   auto bad = *EncodeToVector(*codec, std::vector<float>{0, 0, 0, 0, 2, 2, 2, 2}, TestContext(1, 1));
   const float inf = INFINITY;
@@ -401,8 +408,9 @@ TEST(BlockSparseAggregatorTest, ABadPayloadChangesNothing) {
   EXPECT_EQ(agg->Add(good, TestContext(2, 1)).code(), absl::StatusCode::kInvalidArgument)
       << "another round's payload";
   EXPECT_EQ(agg->count(), 1u);
-  EXPECT_EQ(*DecodeToVector(*codec, std::vector<uint8_t>(agg->EncodedSum()->begin(), agg->EncodedSum()->end()),
-                            TestContext(), 8),
+  EXPECT_EQ(*DecodeToVector(
+                *codec, std::vector<uint8_t>(agg->EncodedSum()->begin(), agg->EncodedSum()->end()),
+                TestContext(), 8),
             (std::vector<float>{1, 1, 1, 1, 0, 0, 0, 0}));
   EXPECT_EQ(CreateAggregator("blocksparse").value()->EncodedSum().status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -424,8 +432,8 @@ TEST(BlockSparseAggregatorTest, ASumBeyondFp32sRangeIsRefusedNamingTheElements) 
   ASSERT_TRUE(agg->Add(*EncodeToVector(*codec, big, TestContext(1, 1)), TestContext(1, 1)).ok());
   const absl::Status overflow = agg->EncodedSum().status();
   EXPECT_EQ(overflow.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(overflow.message(),
-                                "the sum of elements [4, 8) is beyond fp32's range"))
+  EXPECT_TRUE(
+      absl::StrContains(overflow.message(), "the sum of elements [4, 8) is beyond fp32's range"))
       << overflow;
   EXPECT_TRUE(std::isinf((*agg->Finish())[5]));
   agg->Reset(8);  // the next round starts clean
@@ -447,8 +455,9 @@ TEST(BlockSparseAggregatorTest, MemoryAndWorkFollowTheNonZeroBlocks) {
     const size_t m = carried[w].size();
     const bool last = m > 0 && carried[w].back() + 1 == blocks;
     std::vector<uint8_t> payload(blocksparse::PayloadBytes(n, block, m, last));
-    const size_t offset = blocksparse::WriteHeaderAndPositions(
-        payload.data(), static_cast<uint32_t>(n), block, carried[w].data(), static_cast<uint32_t>(m));
+    const size_t offset =
+        blocksparse::WriteHeaderAndPositions(payload.data(), static_cast<uint32_t>(n), block,
+                                             carried[w].data(), static_cast<uint32_t>(m));
     for (size_t i = offset; i < payload.size(); i += 4) {
       const float one = 1.0f + static_cast<float>(w);
       std::memcpy(payload.data() + i, &one, 4);

@@ -31,7 +31,8 @@ TEST_P(CodecContractTest, NonFiniteInputIsRejectedNamingTheIndex) {
       auto enc = EncodeToVector(*codec, x, TestContext());
       ASSERT_FALSE(enc.ok()) << "accepted " << bad << " at " << at;
       EXPECT_EQ(enc.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_TRUE(absl::StrContains(enc.status().message(), absl::StrCat("element ", at, " of 300")))
+      EXPECT_TRUE(
+          absl::StrContains(enc.status().message(), absl::StrCat("element ", at, " of 300")))
           << enc.status();
     }
   }
@@ -45,24 +46,30 @@ TEST_P(CodecContractTest, EncodeWithinBoundAndDecodeFillsTheLength) {
       const CodecContext ctx = TestContext(round);
       // Guard bytes after the bound catch writes past MaxEncodedBytes.
       std::vector<uint8_t> out(codec->MaxEncodedBytes(n) + 64, 0xab);
-      auto bytes = codec->Encode(in.values, ctx, absl::MakeSpan(out).first(codec->MaxEncodedBytes(n)));
+      auto bytes =
+          codec->Encode(in.values, ctx, absl::MakeSpan(out).first(codec->MaxEncodedBytes(n)));
       ASSERT_TRUE(bytes.ok()) << in.name << ": " << bytes.status();
       EXPECT_LE(*bytes, codec->MaxEncodedBytes(n)) << in.name;
       for (size_t g = codec->MaxEncodedBytes(n); g < out.size(); ++g) {
         ASSERT_EQ(out[g], 0xab) << in.name << ": wrote past MaxEncodedBytes";
       }
       std::vector<float> decoded(n + 8, std::numeric_limits<float>::quiet_NaN());
-      ASSERT_TRUE(codec->Decode(absl::MakeConstSpan(out.data(), *bytes), ctx,
-                                absl::MakeSpan(decoded).first(n)).ok())
+      ASSERT_TRUE(codec
+                      ->Decode(absl::MakeConstSpan(out.data(), *bytes), ctx,
+                               absl::MakeSpan(decoded).first(n))
+                      .ok())
           << in.name;
       for (size_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(decoded[i])) << in.name << " " << i;
-      for (size_t i = n; i < n + 8; ++i) ASSERT_TRUE(std::isnan(decoded[i])) << "wrote past the output";
+      for (size_t i = n; i < n + 8; ++i)
+        ASSERT_TRUE(std::isnan(decoded[i])) << "wrote past the output";
       // DecodeAdd == accumulator + Decode.
       std::vector<float> acc = RandomNormal(n, 9), expected = acc;
       for (size_t i = 0; i < n; ++i) expected[i] += decoded[i];
-      ASSERT_TRUE(codec->DecodeAdd(absl::MakeConstSpan(out.data(), *bytes), ctx, absl::MakeSpan(acc)).ok());
+      ASSERT_TRUE(
+          codec->DecodeAdd(absl::MakeConstSpan(out.data(), *bytes), ctx, absl::MakeSpan(acc)).ok());
       for (size_t i = 0; i < n; ++i) {
-        ASSERT_NEAR(acc[i], expected[i], 1e-6 * (1 + std::fabs(expected[i]))) << in.name << " " << i;
+        ASSERT_NEAR(acc[i], expected[i], 1e-6 * (1 + std::fabs(expected[i])))
+            << in.name << " " << i;
       }
     }
   }
@@ -109,7 +116,8 @@ TEST_P(CodecContractTest, CorruptedPayloadsNeverCrashOrYieldNonFinite) {
     auto bytes = *enc;
     const int flips = 1 + trial % 4;
     for (int f = 0; f < flips && !bytes.empty(); ++f) {
-      const size_t at = trial % 2 == 0 ? gen() % std::min<size_t>(bytes.size(), 48) : gen() % bytes.size();
+      const size_t at =
+          trial % 2 == 0 ? gen() % std::min<size_t>(bytes.size(), 48) : gen() % bytes.size();
       bytes[at] ^= static_cast<uint8_t>(1u << (gen() % 8));
     }
     if (trial % 7 == 0) bytes.resize(gen() % (bytes.size() + 1));
@@ -131,7 +139,9 @@ TEST_P(CodecContractTest, EmptyInputIsHandled) {
   auto bytes = codec->Encode(empty, TestContext(), absl::MakeSpan(out));
   if (bytes.ok()) {
     std::vector<float> o;
-    EXPECT_TRUE(codec->Decode(absl::MakeConstSpan(out.data(), *bytes), TestContext(), absl::MakeSpan(o)).ok());
+    EXPECT_TRUE(
+        codec->Decode(absl::MakeConstSpan(out.data(), *bytes), TestContext(), absl::MakeSpan(o))
+            .ok());
   } else {
     EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument);
   }
@@ -145,7 +155,8 @@ TEST_P(CodecContractTest, PropertiesAreConsistent) {
   auto enc = EncodeToVector(*codec, x, TestContext());
   ASSERT_TRUE(enc.ok());
   std::vector<float> values(codec->SummedLength(x.size(), TestContext()), 0.0f);
-  const absl::Status s = codec->AddEncodedValues(*enc, TestContext(), x.size(), absl::MakeSpan(values));
+  const absl::Status s =
+      codec->AddEncodedValues(*enc, TestContext(), x.size(), absl::MakeSpan(values));
   if (p.summable_encoded) {
     EXPECT_TRUE(s.ok()) << s;
   } else {
@@ -155,7 +166,9 @@ TEST_P(CodecContractTest, PropertiesAreConsistent) {
 
 INSTANTIATE_TEST_SUITE_P(AllRegisteredCodecs, CodecContractTest,
                          ::testing::ValuesIn(CodecRegistry::Global().Names()),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 }  // namespace
 }  // namespace bytecomp::compress

@@ -54,7 +54,7 @@ TEST(CodecFactsTest, UnknownNamesHaveNoFacts) {
 // with a memory, every other codec compensated with a memory and high without.
 TEST(CodecFactsTest, LossClassesAreThoseThePlannerUsedByName) {
   for (const std::string& name : CodecRegistry::Global().Names()) {
-    const CodecLoss expected = name == "none"                      ? CodecLoss::kNone
+    const CodecLoss expected = name == "none"                     ? CodecLoss::kNone
                                : name == "fp16" || name == "bf16" ? CodecLoss::kRounding
                                : name == "randomk"                ? CodecLoss::kHigh
                                                                   : CodecLoss::kCompensable;
@@ -125,9 +125,8 @@ TEST(CodecFactsTest, GpuKernelsAndTheMemoriesTheyFuse) {
       EXPECT_NE(kind, MemoryKind::kNone) << name << ": none is always fused";
     }
   }
-  EXPECT_EQ(gpu, (std::set<std::string>{"fp16", "bf16", "signsgd", "efsignsgd", "signum",
-                                        "onebit", "topk", "randomk", "qsgd", "terngrad",
-                                        "natural", "dgc"}));
+  EXPECT_EQ(gpu, (std::set<std::string>{"fp16", "bf16", "signsgd", "efsignsgd", "signum", "onebit",
+                                        "topk", "randomk", "qsgd", "terngrad", "natural", "dgc"}));
   const std::vector<std::string> names = GpuCodecNames();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), gpu);
   EXPECT_EQ(FactsOf("efsignsgd").gpu_memories,
@@ -150,10 +149,9 @@ TEST(CodecFactsTest, EveryMemoryHasItsOwnKind) {
 
 // bytecomp-codec-bench's targets, as it kept them by name before.
 TEST(CodecFactsTest, EncodeSpeedTargets) {
-  const std::set<std::string> elementwise = {"fp16",    "bf16",    "onebit",   "signsgd",
-                                             "efsignsgd", "signum", "terngrad", "qsgd",
-                                             "natural", "u8bit",   "dithering", "randomk",
-                                             "none"};
+  const std::set<std::string> elementwise = {
+      "fp16", "bf16",    "onebit", "signsgd",   "efsignsgd", "signum", "terngrad",
+      "qsgd", "natural", "u8bit",  "dithering", "randomk",   "none"};
   const std::set<std::string> selection = {"topk", "dgc", "threshold"};
   for (const std::string& name : CodecRegistry::Global().Names()) {
     const EncodeSpeedTarget expected = elementwise.count(name) ? EncodeSpeedTarget::kElementwise

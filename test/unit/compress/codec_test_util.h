@@ -70,7 +70,8 @@ inline std::vector<NamedInput> AdversarialInputs() {
   }
   {
     std::vector<float> v(200);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 3 == 0) ? 1e20f : ((i % 3 == 1) ? -1e-20f : 0.0f);
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = (i % 3 == 0) ? 1e20f : ((i % 3 == 1) ? -1e-20f : 0.0f);
     inputs.push_back({"mixed_magnitudes_200", v});
   }
   return inputs;
@@ -168,8 +169,8 @@ inline void ExpectErrorFeedbackInvariant(Codec& codec, Memory& memory,
     ASSERT_EQ(inputs[t].size(), n);
     CodecContext ctx = TestContext(t);
     std::vector<uint8_t> out(codec.MaxEncodedBytes(n));
-    auto bytes = EncodeWithMemory(codec, &memory, inputs[t], ctx, absl::MakeSpan(out), comp_buf,
-                                  dec_buf);
+    auto bytes =
+        EncodeWithMemory(codec, &memory, inputs[t], ctx, absl::MakeSpan(out), comp_buf, dec_buf);
     ASSERT_TRUE(bytes.ok()) << bytes.status();
     compensated[t] = comp_buf;
     auto d = DecodeToVector(codec, absl::MakeConstSpan(out.data(), *bytes), ctx, n);
@@ -222,9 +223,9 @@ inline std::vector<TwoRoundWorker> MakeTwoRoundWorkers(size_t count, const std::
 // returned `first_sum`: every worker's payload 2 (and, if `update_memory`, its memory update),
 // the servers' sum, which it returns, and every worker's DecodeSecond into `output`, filled
 // with -1 first so that an element the codec leaves unwritten shows.
-inline std::vector<float> RunSecondRound(std::vector<TwoRoundWorker>& workers,
-                                         Aggregator& server, absl::Span<const float> first_sum,
-                                         size_t n, uint64_t round, bool update_memory = true) {
+inline std::vector<float> RunSecondRound(std::vector<TwoRoundWorker>& workers, Aggregator& server,
+                                         absl::Span<const float> first_sum, size_t n,
+                                         uint64_t round, bool update_memory = true) {
   server.Reset(n);
   for (size_t w = 0; w < workers.size(); ++w) {
     TwoRoundWorker& wk = workers[w];

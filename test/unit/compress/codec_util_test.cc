@@ -20,7 +20,8 @@ TEST(BitStreamTest, RoundTripsEveryWidthAndIsExactlyPackedBytesLong) {
       BitWriter w(buf.data());
       for (uint32_t v : values) w.Put(v, bits);
       const uint8_t* end = w.Finish();
-      ASSERT_EQ(static_cast<size_t>(end - buf.data()), PackedBytes(count, bits)) << bits << " " << count;
+      ASSERT_EQ(static_cast<size_t>(end - buf.data()), PackedBytes(count, bits))
+          << bits << " " << count;
       for (size_t g = PackedBytes(count, bits); g < buf.size(); ++g) ASSERT_EQ(buf[g], 0xee);
       BitReader r(buf.data(), PackedBytes(count, bits));
       for (size_t i = 0; i < count; ++i) ASSERT_EQ(r.Get(bits), values[i]) << bits << " " << i;
@@ -31,11 +32,11 @@ TEST(BitStreamTest, RoundTripsEveryWidthAndIsExactlyPackedBytesLong) {
 TEST(BitStreamTest, LsbFirstLayout) {
   uint8_t buf[2] = {};
   BitWriter w(buf);
-  w.Put(1, 1);   // bit 0
-  w.Put(0, 1);   // bit 1
-  w.Put(5, 3);   // bits 2..4 = 101
-  w.Put(0x7, 3); // bits 5..7
-  w.Put(1, 2);   // bits 8..9
+  w.Put(1, 1);    // bit 0
+  w.Put(0, 1);    // bit 1
+  w.Put(5, 3);    // bits 2..4 = 101
+  w.Put(0x7, 3);  // bits 5..7
+  w.Put(1, 2);    // bits 8..9
   w.Finish();
   EXPECT_EQ(buf[0], 0b11110101);
   EXPECT_EQ(buf[1], 0b01);

@@ -265,8 +265,8 @@ TEST(PowerSgdTest, LayerShapeRecoversALowRankLayerThatTheNearSquareReadingDoesNo
   // A partition of whole rows (the scheduler cuts shaped tensors so): 10 rows of the layer.
   EXPECT_EQ(AsTwoRound(*codec)->FirstRoundFloats(10 * cols), 10u * 2);
   // A row longer than the partition: the near-square matrix.
-  EXPECT_EQ(AsTwoRound(*codec)->SecondRoundFloats(20), AsTwoRound(*MustCreate(
-      "powersgd", {{"rank", "2"}}))->SecondRoundFloats(20));
+  EXPECT_EQ(AsTwoRound(*codec)->SecondRoundFloats(20),
+            AsTwoRound(*MustCreate("powersgd", {{"rank", "2"}}))->SecondRoundFloats(20));
 }
 
 TEST(PowerSgdTest, WarmStartConvergesToTheBestRankOneApproximation) {
@@ -321,24 +321,26 @@ TEST(PowerSgdTest, OutOfOrderCallsAndBadSumsAreErrors) {
   nan_sum[3] = std::numeric_limits<float>::infinity();
   EXPECT_EQ(tr->EncodeSecond(nan_sum, TestContext(), absl::MakeSpan(out)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(tr->EncodeSecond(std::vector<float>(7, 1.0f), TestContext(/*round=*/8),
-                             absl::MakeSpan(out))
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(tr->EncodeSecond(std::vector<float>(7, 1.0f), TestContext(), absl::MakeSpan(out)).ok());
-  EXPECT_EQ(tr->DecodeSecond(std::vector<float>(7, 1.0f), TestContext(), absl::MakeSpan(output))
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(tr->DecodeSecond(std::vector<float>(8, 1.0f), TestContext(), absl::MakeSpan(output)).ok());
+  EXPECT_EQ(
+      tr->EncodeSecond(std::vector<float>(7, 1.0f), TestContext(/*round=*/8), absl::MakeSpan(out))
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(
+      tr->EncodeSecond(std::vector<float>(7, 1.0f), TestContext(), absl::MakeSpan(out)).ok());
+  EXPECT_EQ(
+      tr->DecodeSecond(std::vector<float>(7, 1.0f), TestContext(), absl::MakeSpan(output)).code(),
+      absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(
+      tr->DecodeSecond(std::vector<float>(8, 1.0f), TestContext(), absl::MakeSpan(output)).ok());
   // The round is over: a second decode is out of order.
-  EXPECT_EQ(tr->DecodeSecond(std::vector<float>(8, 1.0f), TestContext(), absl::MakeSpan(output))
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      tr->DecodeSecond(std::vector<float>(8, 1.0f), TestContext(), absl::MakeSpan(output)).code(),
+      absl::StatusCode::kFailedPrecondition);
   // Another length restarts the state with the new shape (n + 1 = 51: cols 8, rows 7).
   std::vector<uint8_t> big(codec->MaxEncodedBytes(n + 1));
-  auto restarted = tr->EncodeFirst(std::vector<float>(n + 1, 1.0f), TestContext(1),
-                                   absl::MakeSpan(big));
+  auto restarted =
+      tr->EncodeFirst(std::vector<float>(n + 1, 1.0f), TestContext(1), absl::MakeSpan(big));
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   EXPECT_EQ(*restarted, tr->FirstRoundBytes(n + 1));
 }

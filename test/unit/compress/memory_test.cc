@@ -33,11 +33,13 @@ TEST(MemoryRegistryTest, NamesAndValidation) {
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "residual, dgc_momentum")) << bad.status();
   bad = CreateMemory("dgc_momentum", {{"momentum", "1.0"}});
   ASSERT_FALSE(bad.ok());
-  EXPECT_TRUE(absl::StrContains(bad.status().message(), "momentum (double, default 0.9, in [0, 1))"))
+  EXPECT_TRUE(
+      absl::StrContains(bad.status().message(), "momentum (double, default 0.9, in [0, 1))"))
       << bad.status();
   bad = CreateMemory("residual", {{"lr", "0.1"}});
   ASSERT_FALSE(bad.ok());
-  EXPECT_TRUE(absl::StrContains(bad.status().message(), "beta (double, default 1.0")) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "beta (double, default 1.0"))
+      << bad.status();
 }
 
 TEST(ResidualMemoryTest, ErrorFeedbackInvariantForEveryLossyCodec) {
@@ -55,10 +57,14 @@ TEST(ResidualMemoryTest, BetaAndGammaWeighTheTerms) {
   const auto x0 = RandomNormal(100, 1), x1 = RandomNormal(100, 2);
   std::vector<float> comp, dec;
   std::vector<uint8_t> out(codec->MaxEncodedBytes(100));
-  ASSERT_TRUE(EncodeWithMemory(*codec, memory.get(), x0, TestContext(0), absl::MakeSpan(out), comp, dec).ok());
+  ASSERT_TRUE(
+      EncodeWithMemory(*codec, memory.get(), x0, TestContext(0), absl::MakeSpan(out), comp, dec)
+          .ok());
   const auto comp0 = comp, dec0 = dec;
   for (size_t i = 0; i < 100; ++i) EXPECT_FLOAT_EQ(comp0[i], 2 * x0[i]);
-  ASSERT_TRUE(EncodeWithMemory(*codec, memory.get(), x1, TestContext(1), absl::MakeSpan(out), comp, dec).ok());
+  ASSERT_TRUE(
+      EncodeWithMemory(*codec, memory.get(), x1, TestContext(1), absl::MakeSpan(out), comp, dec)
+          .ok());
   for (size_t i = 0; i < 100; ++i) {
     EXPECT_FLOAT_EQ(comp[i], 0.5f * (comp0[i] - dec0[i]) + 2 * x1[i]) << i;
   }
@@ -87,7 +93,8 @@ TEST(DgcMomentumMemoryTest, MatchesTheReferenceAndMasksSentCoordinates) {
   std::vector<uint8_t> out(codec->MaxEncodedBytes(n));
   for (int t = 0; t < 6; ++t) {
     const auto x = RandomNormal(n, 60 + t);
-    auto bytes = EncodeWithMemory(*codec, memory.get(), x, TestContext(t), absl::MakeSpan(out), comp, dec);
+    auto bytes =
+        EncodeWithMemory(*codec, memory.get(), x, TestContext(t), absl::MakeSpan(out), comp, dec);
     ASSERT_TRUE(bytes.ok()) << bytes.status();
     size_t sent = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -120,12 +127,16 @@ TEST(DgcMomentumMemoryTest, FailedEncodeLeavesTheStateAsItWas) {
   std::vector<float> comp, dec;
   std::vector<uint8_t> out(codec->MaxEncodedBytes(50));
   const auto x = RandomNormal(50, 3);
-  ASSERT_TRUE(EncodeWithMemory(*codec, memory.get(), x, TestContext(0), absl::MakeSpan(out), comp, dec).ok());
+  ASSERT_TRUE(
+      EncodeWithMemory(*codec, memory.get(), x, TestContext(0), absl::MakeSpan(out), comp, dec)
+          .ok());
   std::vector<float> probe_before(50), zeros(50, 0.0f);
   ASSERT_TRUE(memory->Compensate(zeros, TestContext(), absl::MakeSpan(probe_before)).ok());
   auto bad = x;
   bad[7] = NAN;
-  EXPECT_FALSE(EncodeWithMemory(*codec, memory.get(), bad, TestContext(1), absl::MakeSpan(out), comp, dec).ok());
+  EXPECT_FALSE(
+      EncodeWithMemory(*codec, memory.get(), bad, TestContext(1), absl::MakeSpan(out), comp, dec)
+          .ok());
   std::vector<float> probe_after(50);
   ASSERT_TRUE(memory->Compensate(zeros, TestContext(), absl::MakeSpan(probe_after)).ok());
   EXPECT_EQ(probe_before, probe_after);
@@ -138,7 +149,9 @@ TEST(NoMemoryTest, PassesInputThroughWithoutDecoding) {
   const auto x = RandomNormal(33, 1);
   std::vector<float> comp, dec;
   std::vector<uint8_t> out(codec->MaxEncodedBytes(33));
-  ASSERT_TRUE(EncodeWithMemory(*codec, memory.get(), x, TestContext(), absl::MakeSpan(out), comp, dec).ok());
+  ASSERT_TRUE(
+      EncodeWithMemory(*codec, memory.get(), x, TestContext(), absl::MakeSpan(out), comp, dec)
+          .ok());
   EXPECT_EQ(comp, x);
   EXPECT_TRUE(dec.empty());
 }

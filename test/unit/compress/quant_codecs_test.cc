@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -87,8 +87,7 @@ std::function<float(const std::vector<float>&, size_t)> QsgdNudge(int s, size_t 
   };
 }
 
-std::function<float(const std::vector<float>&, size_t)> DitherNudge(int k, bool natural,
-                                                                     bool l2) {
+std::function<float(const std::vector<float>&, size_t)> DitherNudge(int k, bool natural, bool l2) {
   return [=](const std::vector<float>& x, size_t i) {
     const double norm = l2 ? L2Of(x) : MaxAbsOf(x);
     if (!natural) return NudgeLinear(x[i], norm / k);
@@ -111,8 +110,8 @@ size_t QsgdSize(size_t n, size_t s, size_t bucket) {
 
 TEST(QsgdTest, SizeFormulaAndErrorWithinOneLevelOfTheBucketNorm) {
   for (auto [s, bucket] : {std::pair<int, int>{127, 128}, {7, 10}, {1, 3}, {1000, 64}}) {
-    auto codec = MustCreate("qsgd", {{"quantum_num", std::to_string(s)},
-                                     {"bucket_size", std::to_string(bucket)}});
+    auto codec = MustCreate(
+        "qsgd", {{"quantum_num", std::to_string(s)}, {"bucket_size", std::to_string(bucket)}});
     ASSERT_TRUE(codec->properties().unbiased);
     for (const auto& in : AdversarialInputs()) {
       const size_t n = in.values.size();
@@ -298,7 +297,7 @@ TEST(U8bitTest, CodecBytesEqualTheElementwiseDefinition) {
   for (size_t i = 0; i < x.size(); ++i) {
     x[i] = std::pow(10.0f, exponent(gen)) * ((i % 2) ? -1.0f : 1.0f);
   }
-  x[0] = 1.0f;  // max |x| = 1: v = |x|
+  x[0] = 1.0f;                          // max |x| = 1: v = |x|
   for (uint32_t c = 0; c < 127; ++c) {  // the midpoints and their float neighbours
     const float m = U8bitMidpoint(c);
     x[1 + 3 * c] = m;
@@ -313,7 +312,8 @@ TEST(U8bitTest, CodecBytesEqualTheElementwiseDefinition) {
     float header;
     std::memcpy(&header, enc->data(), 4);
     for (size_t i = 0; i < x.size(); ++i) {
-      ASSERT_EQ((*enc)[4 + i], U8bitCode(scaled[i], header)) << "element " << i << " = " << scaled[i];
+      ASSERT_EQ((*enc)[4 + i], U8bitCode(scaled[i], header))
+          << "element " << i << " = " << scaled[i];
     }
   }
 }
@@ -324,9 +324,9 @@ TEST(DitheringTest, SizesAndErrorBoundsForEveryPartitionAndNorm) {
   for (const char* partition : {"linear", "natural"}) {
     for (const char* normalize : {"max", "l2"}) {
       for (int k : {1, 3, 15, 100}) {
-        auto codec = MustCreate("dithering", {{"k", std::to_string(k)},
-                                              {"partition", partition},
-                                              {"normalize", normalize}});
+        auto codec = MustCreate(
+            "dithering",
+            {{"k", std::to_string(k)}, {"partition", partition}, {"normalize", normalize}});
         const bool natural = std::string(partition) == "natural";
         for (const auto& in : AdversarialInputs()) {
           const size_t n = in.values.size();
@@ -341,8 +341,8 @@ TEST(DitheringTest, SizesAndErrorBoundsForEveryPartitionAndNorm) {
             const double x = in.values[i], y = (*dec)[i];
             // Linear: one level step, norm / k. Natural: within the binade of x (error < |x|)
             // or, below the smallest level 2^(1-k), at most that level.
-            const double bound = natural ? std::max(std::fabs(x), norm * std::ldexp(1.0, 1 - k))
-                                         : norm / k;
+            const double bound =
+                natural ? std::max(std::fabs(x), norm * std::ldexp(1.0, 1 - k)) : norm / k;
             ASSERT_LE(std::fabs(y - x), bound * (1 + 1e-5) + 1e-37)
                 << partition << " " << normalize << " k=" << k << " " << in.name << " " << i;
           }
@@ -355,13 +355,13 @@ TEST(DitheringTest, SizesAndErrorBoundsForEveryPartitionAndNorm) {
 TEST(DitheringTest, UnbiasedOverSeeds) {
   for (const char* partition : {"linear", "natural"}) {
     for (const char* normalize : {"max", "l2"}) {
-      auto codec = MustCreate("dithering", {{"k", "3"}, {"partition", partition},
-                                            {"normalize", normalize}});
+      auto codec =
+          MustCreate("dithering", {{"k", "3"}, {"partition", partition}, {"normalize", normalize}});
       // With the L2 norm, most of 300 elements would sit below the smallest natural level
       // (2^-2 of the norm) and no nudged input exists; 20 elements leave room.
       auto x = RandomNormal(std::string(normalize) == "l2" ? 20 : 300, 14);
-      NudgeFractions(x, DitherNudge(3, std::string(partition) == "natural",
-                                    std::string(normalize) == "l2"));
+      NudgeFractions(
+          x, DitherNudge(3, std::string(partition) == "natural", std::string(normalize) == "l2"));
       ExpectUnbiased(*codec, x, 400, [](int t) { return TestContext(t); });
     }
   }
@@ -408,9 +408,9 @@ TEST(QuantCodecsTest, SameContextSameBytesOtherNodeOtherBytes) {
 
 TEST(QuantCodecsTest, NonFiniteInputIsAnErrorNamingTheIndex) {
   for (const auto& [name, params] : AllQuantCodecs()) {
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
-                      std::numeric_limits<float>::infinity(),
-                      -std::numeric_limits<float>::infinity()}) {
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity()}) {
       auto codec = MustCreate(name, params);
       std::vector<float> x(300, 1.0f);
       x[211] = bad;

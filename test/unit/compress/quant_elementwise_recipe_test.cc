@@ -52,7 +52,8 @@ std::vector<uint8_t> PackLsb(const std::vector<uint32_t>& codes, uint32_t bits) 
   std::vector<uint8_t> out((codes.size() * bits + 7) / 8, 0);
   for (size_t i = 0; i < codes.size(); ++i) {
     for (uint32_t b = 0; b < bits; ++b) {
-      if ((codes[i] >> b) & 1u) out[(i * bits + b) / 8] |= static_cast<uint8_t>(1u << ((i * bits + b) % 8));
+      if ((codes[i] >> b) & 1u)
+        out[(i * bits + b) / 8] |= static_cast<uint8_t>(1u << ((i * bits + b) % 8));
     }
   }
   return out;
@@ -134,10 +135,9 @@ TEST(ElementwiseRecipeTest, DitheringPayloads) {
       const uint32_t k = natural ? 5 : 15;
       const CodecContext ctx = TestContext(8, 4);
       const CounterRandom r = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
-      const float norm =
-          l2 ? static_cast<float>(std::min(std::sqrt(SumSquares(x.data(), x.size())),
-                                           static_cast<double>(FLT_MAX)))
-             : MaxAbsOf(x);
+      const float norm = l2 ? static_cast<float>(std::min(std::sqrt(SumSquares(x.data(), x.size())),
+                                                          static_cast<double>(FLT_MAX)))
+                            : MaxAbsOf(x);
       std::vector<uint8_t> expected = Header(static_cast<uint32_t>(x.size()));
       AppendFloat(expected, norm);
       std::vector<uint32_t> codes(x.size());

@@ -77,7 +77,8 @@ TEST(SketchTest, UniformDataErrorIsAboutABucketWidth) {
   auto dec = DecodeToVector(*codec, *enc, TestContext(), x.size());
   ASSERT_TRUE(dec.ok());
   double max_error = 0;
-  for (size_t i = 0; i < x.size(); ++i) max_error = std::max<double>(max_error, std::fabs((*dec)[i] - x[i]));
+  for (size_t i = 0; i < x.size(); ++i)
+    max_error = std::max<double>(max_error, std::fabs((*dec)[i] - x[i]));
   // 64 buckets over a width of 2: about 1/32 each, half of that from the mean; the sampled
   // boundaries add noise, so allow a factor 2.
   EXPECT_LT(max_error, 2.0 / 64 * 2);

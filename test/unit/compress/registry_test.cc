@@ -36,12 +36,23 @@ TEST(RegistryTest, UnknownParameterListsValidOnes) {
 
 std::vector<CodecParamSpec> TestSpecs() {
   return {
-      {.name = "ratio", .type = CodecParamSpec::Type::kDouble, .default_value = "0.3",
-       .help = "fraction kept", .min_value = 0, .max_value = 1, .min_exclusive = true},
-      {.name = "levels", .type = CodecParamSpec::Type::kInt, .default_value = "4",
-       .help = "", .min_value = 1},
+      {.name = "ratio",
+       .type = CodecParamSpec::Type::kDouble,
+       .default_value = "0.3",
+       .help = "fraction kept",
+       .min_value = 0,
+       .max_value = 1,
+       .min_exclusive = true},
+      {.name = "levels",
+       .type = CodecParamSpec::Type::kInt,
+       .default_value = "4",
+       .help = "",
+       .min_value = 1},
       {.name = "scale", .type = CodecParamSpec::Type::kBool, .default_value = "false", .help = ""},
-      {.name = "mode", .type = CodecParamSpec::Type::kString, .default_value = "linear", .help = "",
+      {.name = "mode",
+       .type = CodecParamSpec::Type::kString,
+       .default_value = "linear",
+       .help = "",
        .choices = {"linear", "natural"}},
   };
 }
@@ -93,12 +104,15 @@ TEST(RegistryTest, RegisterRejectsDuplicatesAndBadDefaults) {
   auto factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
     return CreateCodec("none");
   };
-  ASSERT_TRUE(registry.Register({.name = "a", .summary = "", .params = {}, .factory = factory}).ok());
-  EXPECT_EQ(registry.Register({.name = "a", .summary = "", .params = {}, .factory = factory}).code(),
-            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(
+      registry.Register({.name = "a", .summary = "", .params = {}, .factory = factory}).ok());
+  EXPECT_EQ(
+      registry.Register({.name = "a", .summary = "", .params = {}, .factory = factory}).code(),
+      absl::StatusCode::kAlreadyExists);
   auto specs = TestSpecs();
   specs[0].default_value = "2";  // outside its own range
-  EXPECT_FALSE(registry.Register({.name = "b", .summary = "", .params = specs, .factory = factory}).ok());
+  EXPECT_FALSE(
+      registry.Register({.name = "b", .summary = "", .params = specs, .factory = factory}).ok());
   EXPECT_EQ(registry.Names(), std::vector<std::string>{"a"});
   EXPECT_EQ(registry.Find("b"), nullptr);
 }

@@ -137,8 +137,8 @@ TEST(OnebitTest, MeansOfTheTwoPartsL1AndNone) {
     std::string scaling;
     float positive, negative;
   };
-  for (const Case& c : {Case{"means", 3.0f, -4.0f}, Case{"l1", 24.0f / 7, -24.0f / 7},
-                        Case{"none", 1.0f, -1.0f}}) {
+  for (const Case& c :
+       {Case{"means", 3.0f, -4.0f}, Case{"l1", 24.0f / 7, -24.0f / 7}, Case{"none", 1.0f, -1.0f}}) {
     auto codec = MustCreate("onebit", {{"scaling", c.scaling}});
     auto enc = EncodeToVector(*codec, x, TestContext());
     ASSERT_TRUE(enc.ok());
@@ -204,8 +204,8 @@ TEST(SignCodecsTest, MalformedPayloadsAreErrors) {
     auto enc = EncodeToVector(*codec, RandomNormal(n, 9), TestContext());
     ASSERT_TRUE(enc.ok());
     std::vector<float> out(n);
-    for (float header : {std::numeric_limits<float>::quiet_NaN(),
-                         std::numeric_limits<float>::infinity(), -1.0f}) {
+    for (float header :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0f}) {
       auto b = *enc;
       std::memcpy(b.data() + 4, &header, 4);
       EXPECT_EQ(codec->Decode(b, TestContext(), absl::MakeSpan(out)).code(),
@@ -261,24 +261,28 @@ TEST(EfSignSgdMemoryTest, ResidualIsKeptInLearningRateUnits) {
   CodecContext ctx = TestContext(0);
   ctx.learning_rate = 0;  // use the lr parameter, 0.5
   std::vector<uint8_t> out(codec->MaxEncodedBytes(3));
-  ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), x, ctx, absl::MakeSpan(out), compensated,
-                               decoded).ok());
+  ASSERT_TRUE(
+      EncodeWithMemory(*codec, memory->get(), x, ctx, absl::MakeSpan(out), compensated, decoded)
+          .ok());
   EXPECT_EQ(compensated, x);  // no residual yet
   // decoded = mean |x| * sign = 1.5 * {1, -1, 1}; e = 0.5 * (x - decoded) = {-0.25, -0.75, -0.5}.
   ctx.round = 1;
   ctx.learning_rate = 0.25f;  // the context's lr overrides: compensated = g + e / 0.25
   std::vector<float> zeros(3, 0.0f);
-  ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), zeros, ctx, absl::MakeSpan(out),
-                               compensated, decoded).ok());
+  ASSERT_TRUE(
+      EncodeWithMemory(*codec, memory->get(), zeros, ctx, absl::MakeSpan(out), compensated, decoded)
+          .ok());
   EXPECT_EQ(compensated, (std::vector<float>{-1.0f, -3.0f, -2.0f}));
   // Another length is an error; Reset drops the state.
   std::vector<float> four(4, 1.0f);
-  EXPECT_FALSE(EncodeWithMemory(*codec, memory->get(), four, ctx, absl::MakeSpan(out),
-                                compensated, decoded).ok());
+  EXPECT_FALSE(
+      EncodeWithMemory(*codec, memory->get(), four, ctx, absl::MakeSpan(out), compensated, decoded)
+          .ok());
   (*memory)->Reset();
   out.resize(codec->MaxEncodedBytes(4));
-  ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), four, ctx, absl::MakeSpan(out),
-                               compensated, decoded).ok());
+  ASSERT_TRUE(
+      EncodeWithMemory(*codec, memory->get(), four, ctx, absl::MakeSpan(out), compensated, decoded)
+          .ok());
   EXPECT_EQ(compensated, four);
   EXPECT_FALSE(CreateMemory("efsignsgd", {{"lr", "0"}}).ok());
 }
@@ -317,11 +321,13 @@ TEST(MajorityVoteTest, SignOfTheVoteTimesCountTiesPositive) {
     // Two workers, a tie: +1 (GRACE's sum >= 0).
     agg->Reset(1);
     auto codec = MustCreate(name);
-    ASSERT_TRUE(agg->Add(*EncodeToVector(*codec, std::vector<float>{-1}, TestContext()),
-                         TestContext()).ok());
+    ASSERT_TRUE(
+        agg->Add(*EncodeToVector(*codec, std::vector<float>{-1}, TestContext()), TestContext())
+            .ok());
     auto codec2 = MustCreate(name);
-    ASSERT_TRUE(agg->Add(*EncodeToVector(*codec2, std::vector<float>{1}, TestContext()),
-                         TestContext(7, 1)).ok());
+    ASSERT_TRUE(
+        agg->Add(*EncodeToVector(*codec2, std::vector<float>{1}, TestContext()), TestContext(7, 1))
+            .ok());
     EXPECT_EQ((*agg->Finish())[0], 2.0f);
   }
 }
@@ -335,7 +341,7 @@ TEST(MajorityVoteTest, BadPayloadOrOtherRoundChangesNothing) {
   auto enc = EncodeToVector(*codec, x, TestContext());
   ASSERT_TRUE(agg->Add(*enc, TestContext()).ok());
   EXPECT_FALSE(agg->Add(std::vector<uint8_t>(5, 0), TestContext()).ok());  // wrong size
-  EXPECT_FALSE(agg->Add(*enc, TestContext(/*round=*/8)).ok());            // other round
+  EXPECT_FALSE(agg->Add(*enc, TestContext(/*round=*/8)).ok());             // other round
   EXPECT_EQ(agg->count(), 1u);
   auto sum = agg->Finish();
   ASSERT_TRUE(sum.ok());

@@ -114,7 +114,8 @@ TEST(ArtopkTest, PayloadSizesFollowTheirFormulas) {
   EXPECT_EQ(artopk::FirstReplyBytes(5), 16u + 8u);
   EXPECT_EQ(artopk::SecondReplyBytes(41), 4u * 41u + 4u);
   // The single payload is topk's message.
-  EXPECT_EQ(codec->MaxEncodedBytes(4099), MustCreate("topk", {{"ratio", "0.01"}})->MaxEncodedBytes(4099));
+  EXPECT_EQ(codec->MaxEncodedBytes(4099),
+            MustCreate("topk", {{"ratio", "0.01"}})->MaxEncodedBytes(4099));
 }
 
 TEST(ArtopkTest, FourWorkersRoundRobinMatchTheReferenceBitForBit) {
@@ -143,7 +144,8 @@ TEST(ArtopkTest, FourWorkersRoundRobinMatchTheReferenceBitForBit) {
       }
       const size_t section = sparse::ChooseIndexPlan(k, max_delta, varint).bytes;
       const bool sends = round == 0 || w == chooser;
-      EXPECT_EQ(r.first_push_bytes[w], 28u + (sends ? section : 0)) << "round " << round << " worker " << w;
+      EXPECT_EQ(r.first_push_bytes[w], 28u + (sends ? section : 0))
+          << "round " << round << " worker " << w;
     }
     const std::vector<float> expected = Reference(workers, chooser, ratio);
     for (size_t w = 0; w < W; ++w) {
@@ -165,10 +167,10 @@ TEST(ArtopkTest, FourWorkersRoundRobinMatchTheReferenceBitForBit) {
 
 TEST(ArtopkTest, LargestNormChoosesTheWorkerWithTheLargestSmoothedNorm) {
   const size_t W = 4, n = 1000;
-  auto workers = MakeWorkers(W, {{"ratio", "0.05"}, {"chooser", "largest_norm"},
-                                 {"norm_smoothing", "0.5"}});
-  auto server = ServerAggregator({{"ratio", "0.05"}, {"chooser", "largest_norm"},
-                                  {"norm_smoothing", "0.5"}});
+  auto workers =
+      MakeWorkers(W, {{"ratio", "0.05"}, {"chooser", "largest_norm"}, {"norm_smoothing", "0.5"}});
+  auto server =
+      ServerAggregator({{"ratio", "0.05"}, {"chooser", "largest_norm"}, {"norm_smoothing", "0.5"}});
   // Worker w's gradients have scale `scales[round][w]`: the largest moves from worker 3 to
   // worker 1, and the smoothing follows a round later.
   const std::vector<std::vector<float>> scales = {
@@ -177,7 +179,8 @@ TEST(ArtopkTest, LargestNormChoosesTheWorkerWithTheLargestSmoothedNorm) {
   uint32_t expected_chooser = 0;
   for (uint64_t round = 0; round < scales.size(); ++round) {
     std::vector<std::vector<float>> inputs;
-    for (size_t w = 0; w < W; ++w) inputs.push_back(RandomNormal(n, 7 * round + w, scales[round][w]));
+    for (size_t w = 0; w < W; ++w)
+      inputs.push_back(RandomNormal(n, 7 * round + w, scales[round][w]));
     const RoundResult r = RunRound(workers, *server, inputs, round);
     for (size_t w = 0; w < W; ++w) {
       double sq = 0;
@@ -190,7 +193,8 @@ TEST(ArtopkTest, LargestNormChoosesTheWorkerWithTheLargestSmoothedNorm) {
     if (round == 0) expected_chooser = largest;
     EXPECT_EQ(r.chooser, expected_chooser) << "round " << round;
     EXPECT_EQ(r.next_chooser, largest) << "round " << round;
-    ExpectBitEqual(workers[0].output, Reference(workers, r.chooser, "0.05"), "round " + std::to_string(round));
+    ExpectBitEqual(workers[0].output, Reference(workers, r.chooser, "0.05"),
+                   "round " + std::to_string(round));
     expected_chooser = largest;
   }
   EXPECT_EQ(expected_chooser, 1u);
@@ -252,7 +256,8 @@ TEST(ArtopkTest, CallsOutOfOrderAndBadRepliesAreErrors) {
   for (uint32_t j = 0; j < 10; ++j) PutU32(reply.data() + 16 + 4 * j, 95 + j);
   std::memcpy(words.data(), reply.data(), reply.size());
   auto out_of_range = two->EncodeSecond(words, TestContext(4), absl::MakeSpan(out));
-  EXPECT_TRUE(absl::StrContains(out_of_range.status().message(), "not strictly increasing below 100"))
+  EXPECT_TRUE(
+      absl::StrContains(out_of_range.status().message(), "not strictly increasing below 100"))
       << out_of_range.status();
 }
 
@@ -260,10 +265,14 @@ TEST(ArtopkTest, CallsOutOfOrderAndBadRepliesAreErrors) {
 std::vector<uint8_t> FirstPush(size_t n, size_t k, uint32_t expected, float norm,
                                const std::vector<uint32_t>& candidate) {
   std::vector<uint8_t> p(artopk::kFirstPushHeaderBytes + 4 * candidate.size());
-  artopk::WriteFirstPushHeader(
-      p.data(), {.n = static_cast<uint32_t>(n), .k = static_cast<uint32_t>(k), .norm = norm,
-                 .expected_chooser = expected, .has_candidate = !candidate.empty(),
-                 .encoding = sparse::kRaw, .index_bytes = static_cast<uint32_t>(4 * candidate.size())});
+  artopk::WriteFirstPushHeader(p.data(),
+                               {.n = static_cast<uint32_t>(n),
+                                .k = static_cast<uint32_t>(k),
+                                .norm = norm,
+                                .expected_chooser = expected,
+                                .has_candidate = !candidate.empty(),
+                                .encoding = sparse::kRaw,
+                                .index_bytes = static_cast<uint32_t>(4 * candidate.size())});
   for (size_t j = 0; j < candidate.size(); ++j) PutU32(p.data() + 28 + 4 * j, candidate[j]);
   return p;
 }
@@ -290,7 +299,8 @@ TEST(ArtopkTest, AggregatorRejectsMalformedAndInconsistentPushes) {
   rejected(FirstPush(n, k, artopk::kUnknownChooser, -1.0f, good), 0, "negative");
   auto descending = good;
   std::reverse(descending.begin(), descending.end());
-  rejected(FirstPush(n, k, artopk::kUnknownChooser, 1.0f, descending), 0, "not strictly increasing");
+  rejected(FirstPush(n, k, artopk::kUnknownChooser, 1.0f, descending), 0,
+           "not strictly increasing");
   auto flags = FirstPush(n, k, 2, 1.0f, {});
   flags[21] = 1;  // an index encoding without a candidate
   rejected(flags, 0, "candidate flag 0, index encoding 1");
@@ -300,7 +310,8 @@ TEST(ArtopkTest, AggregatorRejectsMalformedAndInconsistentPushes) {
   // Known chooser 2: worker 0 must not send one; then the workers must agree.
   rejected(FirstPush(n, k, 2, 1.0f, good), 0, "sent a candidate while the chooser is worker 2");
   ASSERT_TRUE(server->Add(FirstPush(n, k, 2, 1.0f, {}), TestContext(7, 0)).ok());
-  rejected(FirstPush(n, k, 1, 1.0f, {}), 1, "worker 1 expects chooser worker 1, worker 0 expects worker 2");
+  rejected(FirstPush(n, k, 1, 1.0f, {}), 1,
+           "worker 1 expects chooser worker 1, worker 0 expects worker 2");
   rejected(FirstPush(n, k, 2, 1.0f, good), 1, "sent a candidate");
   // Stage 2 payloads in a stage 1 round; another round's payload.
   std::vector<uint8_t> second(artopk::SecondPushBytes(k), 0);
@@ -312,7 +323,8 @@ TEST(ArtopkTest, AggregatorRejectsMalformedAndInconsistentPushes) {
   ASSERT_TRUE(server->Add(FirstPush(n, k, 2, 1.0f, {}), TestContext(7, 1)).ok());
   auto finished = server->Finish();
   ASSERT_FALSE(finished.ok());
-  EXPECT_TRUE(absl::StrContains(finished.status().message(), "worker 2 to choose, which did not push"))
+  EXPECT_TRUE(
+      absl::StrContains(finished.status().message(), "worker 2 to choose, which did not push"))
       << finished.status();
   // Stage 2: size and finite values.
   server->Reset(n);

@@ -72,7 +72,8 @@ TEST(TopkTest, KeepsExactlyTheKLargestAndMatchesTheSizeFormula) {
     auto inputs = AdversarialInputs();
     inputs.push_back({"heavy_100k", RandomHeavyTail(100000, 21)});
     std::vector<float> few_values(50000);  // many exact ties at the threshold, across blocks
-    for (size_t i = 0; i < few_values.size(); ++i) few_values[i] = static_cast<float>(i * 7919 % 13) - 6;
+    for (size_t i = 0; i < few_values.size(); ++i)
+      few_values[i] = static_cast<float>(i * 7919 % 13) - 6;
     inputs.push_back({"ties_50k", few_values});
     for (const auto& in : inputs) {
       const std::string what = absl::StrCat(in.name, " ratio ", ratio);
@@ -216,7 +217,8 @@ TEST(AdaqTest, PerSignThresholdsAndMeans) {
     }
     EXPECT_EQ(U32At(*enc, 12), kp) << in.name;
     EXPECT_EQ(U32At(*enc, 16), kn) << in.name;
-    EXPECT_EQ(enc->size(), 36 + ExpectedIndexBytes(pos_idx) + ExpectedIndexBytes(neg_idx)) << in.name;
+    EXPECT_EQ(enc->size(), 36 + ExpectedIndexBytes(pos_idx) + ExpectedIndexBytes(neg_idx))
+        << in.name;
     if (x.size() <= 1000) {
       // The sample is the whole tensor: exactly the top ratio of each sign (ties may add more).
       if (pos) {
@@ -376,20 +378,21 @@ TEST(SparseCodecsTest, MalformedMessagesAreRejected) {
   const std::vector<std::vector<uint8_t>> bad = {
       {},
       {1, 0, 0},
-      SparseMessage(0, 0, 11, {1, 2}, RawIndices({3, 7})),           // wrong n
-      SparseMessage(0, 0, 10, {1, 2}, RawIndices({3, 10})),          // index out of range
-      SparseMessage(0, 0, 10, {1, 2}, RawIndices({7, 3})),           // not increasing
-      SparseMessage(0, 0, 10, {1, 2}, RawIndices({3, 3})),           // duplicate
-      SparseMessage(0, 0, 10, {1, NAN}, RawIndices({3, 7})),         // NaN value
-      SparseMessage(0, 0, 10, {1, INFINITY}, RawIndices({3, 7})),    // Inf value
-      SparseMessage(7, 0, 10, {1, 2}, RawIndices({3, 7})),           // unknown encoding
+      SparseMessage(0, 0, 11, {1, 2}, RawIndices({3, 7})),            // wrong n
+      SparseMessage(0, 0, 10, {1, 2}, RawIndices({3, 10})),           // index out of range
+      SparseMessage(0, 0, 10, {1, 2}, RawIndices({7, 3})),            // not increasing
+      SparseMessage(0, 0, 10, {1, 2}, RawIndices({3, 3})),            // duplicate
+      SparseMessage(0, 0, 10, {1, NAN}, RawIndices({3, 7})),          // NaN value
+      SparseMessage(0, 0, 10, {1, INFINITY}, RawIndices({3, 7})),     // Inf value
+      SparseMessage(7, 0, 10, {1, 2}, RawIndices({3, 7})),            // unknown encoding
       SparseMessage(1, 33, 10, {1, 2}, {0, 0, 0, 0, 0, 0, 0, 0, 0}),  // width > 32
       SparseMessage(1, 4, 10, {1, 2}, {0x73, 0x00}),                  // bit-packed, one byte extra
-      SparseMessage(1, 4, 10, {1, 2}, {0xf3}),                        // bit-packed 3 then 3+1+15 >= 10
-      SparseMessage(2, 0, 10, {1, 2}, {3, 3, 0}),                     // varint, bytes left over
-      SparseMessage(2, 0, 10, {1, 2}, {3}),                           // varint ends early
+      SparseMessage(1, 4, 10, {1, 2}, {0xf3}),     // bit-packed 3 then 3+1+15 >= 10
+      SparseMessage(2, 0, 10, {1, 2}, {3, 3, 0}),  // varint, bytes left over
+      SparseMessage(2, 0, 10, {1, 2}, {3}),        // varint ends early
       SparseMessage(2, 0, 10, {1, 2}, {0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),  // varint too long
-      SparseMessage(0, 0, 10, std::vector<float>(11, 1.0f), RawIndices({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})),  // k > n
+      SparseMessage(0, 0, 10, std::vector<float>(11, 1.0f),
+                    RawIndices({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})),  // k > n
   };
   for (size_t c = 0; c < bad.size(); ++c) {
     auto s = decode(bad[c]);
@@ -406,9 +409,11 @@ TEST(SparseCodecsTest, MalformedMessagesAreRejected) {
   // topk insists on its k.
   auto topk = MustCreate("topk", {{"ratio", "0.3"}});
   EXPECT_FALSE(topk->Decode(SparseMessage(0, 0, 10, {1, 2}, RawIndices({3, 7})), TestContext(),
-                            absl::MakeSpan(out)).ok());
+                            absl::MakeSpan(out))
+                   .ok());
   EXPECT_TRUE(topk->Decode(SparseMessage(0, 0, 10, {1, 2, 3}, RawIndices({3, 7, 9})), TestContext(),
-                           absl::MakeSpan(out)).ok());
+                           absl::MakeSpan(out))
+                  .ok());
 }
 
 TEST(SparseCodecsTest, NonFiniteInputIsAnErrorNamingTheIndex) {

@@ -21,7 +21,8 @@ TEST(StrategyFileTest, ParsesAndFillsTheDefaultThreshold) {
 
 TEST(StrategyFileTest, UnknownCodecNamesLineFieldAndValidCodecs) {
   absl::StatusOr<proto::Strategy> s = ParseStrategy(
-      "seed: 1\ntensors {\n  name_pattern: \"*\"\n  push_codec { name: \"topkk\" }\n}\n", "s.pbtxt");
+      "seed: 1\ntensors {\n  name_pattern: \"*\"\n  push_codec { name: \"topkk\" }\n}\n",
+      "s.pbtxt");
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Has(s.status(), "s.pbtxt:4:")) << s.status();
   EXPECT_TRUE(Has(s.status(), "tensors[0].push_codec")) << s.status();
@@ -42,7 +43,8 @@ TEST(StrategyFileTest, BadParameterNamesLineAndParameter) {
 }
 
 TEST(StrategyFileTest, SyntaxErrorAndUnknownFieldNameTheLine) {
-  absl::StatusOr<proto::Strategy> s = ParseStrategy("seed: 1\ntensors {\n  name_patern: \"x\"\n}\n", "f.pbtxt");
+  absl::StatusOr<proto::Strategy> s =
+      ParseStrategy("seed: 1\ntensors {\n  name_patern: \"x\"\n}\n", "f.pbtxt");
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Has(s.status(), "f.pbtxt:3:")) << s.status();
   EXPECT_TRUE(Has(s.status(), "name_patern")) << s.status();
@@ -52,12 +54,16 @@ TEST(StrategyFileTest, SyntaxErrorAndUnknownFieldNameTheLine) {
 }
 
 TEST(StrategyFileTest, TwoWayNeedsAPushCodecAndMemoryNeedsACodec) {
-  EXPECT_FALSE(ParseStrategy("tensors { name_pattern: \"x\" pull_codec { name: \"fp16\" } }", "a").ok());
+  EXPECT_FALSE(
+      ParseStrategy("tensors { name_pattern: \"x\" pull_codec { name: \"fp16\" } }", "a").ok());
   absl::StatusOr<proto::Strategy> s =
       ParseStrategy("tensors { name_pattern: \"x\" push_codec { memory: \"residual\" } }", "b");
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Has(s.status(), "memory")) << s.status();
-  EXPECT_FALSE(ParseStrategy("tensors { name_pattern: \"x\" push_codec { name: \"topk\" memory: \"resid\" } }", "c").ok());
+  EXPECT_FALSE(
+      ParseStrategy(
+          "tensors { name_pattern: \"x\" push_codec { name: \"topk\" memory: \"resid\" } }", "c")
+          .ok());
 }
 
 TEST(StrategyFileTest, AdaptiveRatioIsCheckedAgainstTheCodecsRatio) {
@@ -71,20 +77,22 @@ TEST(StrategyFileTest, AdaptiveRatioIsCheckedAgainstTheCodecsRatio) {
   ASSERT_TRUE(good.ok()) << good.status();
   const TensorPlan plan = PlanFor(*good, "x", 1 << 20);
   EXPECT_EQ(plan.ratio_window_rounds, 7u);
-  EXPECT_EQ(PlanFor(*parse(artopk, "min_ratio: 0.001 max_ratio: 0.1"), "x", 1 << 20)
-                .ratio_window_rounds,
-            20u);  // the default window
+  EXPECT_EQ(
+      PlanFor(*parse(artopk, "min_ratio: 0.001 max_ratio: 0.1"), "x", 1 << 20).ratio_window_rounds,
+      20u);  // the default window
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"min_ratio: 0.02 max_ratio: 0.1", "the push codec's ratio 0.01 is outside [0.02, 0.1]"},
       {"min_ratio: 0.001 max_ratio: 2", "0 < min_ratio <= max_ratio <= 1"},
       {"min_ratio: 0.001 max_ratio: 0.1 step: 0.5", "step must be > 1"},
-      {"min_ratio: 0.001 max_ratio: 0.1 raise_below_kept: 0.9", "raise_below_kept <= lower_above_kept"},
+      {"min_ratio: 0.001 max_ratio: 0.1 raise_below_kept: 0.9",
+       "raise_below_kept <= lower_above_kept"},
   };
   for (const auto& [adaptive, text] : bad) {
     auto s = parse(artopk, adaptive);
     ASSERT_FALSE(s.ok()) << adaptive;
     EXPECT_NE(s.status().message().find("a.pbtxt:3:"), std::string::npos) << s.status();
-    EXPECT_NE(s.status().message().find("tensors[0].adaptive_ratio: "), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("tensors[0].adaptive_ratio: "), std::string::npos)
+        << s.status();
     EXPECT_NE(s.status().message().find(text), std::string::npos) << s.status();
   }
   auto no_ratio = parse("name: \"fp16\"", "min_ratio: 0.1 max_ratio: 0.5");
@@ -98,14 +106,15 @@ TEST(StrategyFileTest, AdaptiveRatioIsCheckedAgainstTheCodecsRatio) {
 TEST(StrategyPlanTest, FirstMatchWinsAndSmallTensorsStayRaw) {
   absl::StatusOr<proto::Strategy> s = ParseStrategy(
       "tensors { name_pattern: \"bias?\" }\n"
-      "tensors { name_pattern: \"*\" push_codec { name: \"fp16\" } pull_codec { name: \"fp16\" } }\n"
+      "tensors { name_pattern: \"*\" push_codec { name: \"fp16\" } pull_codec { name: \"fp16\" } "
+      "}\n"
       "tensors { name_pattern: \"tiny\" push_codec { name: \"fp16\" } force: true }\n",
       "s");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_FALSE(PlanFor(*s, "bias1", 1 << 20).compressed());
   EXPECT_TRUE(PlanFor(*s, "w", 1 << 20).two_way());
-  EXPECT_FALSE(PlanFor(*s, "w", 1000).compressed());       // under 64 KiB
-  EXPECT_FALSE(PlanFor(*s, "tiny", 100).compressed());     // "*" matched first, not forced
+  EXPECT_FALSE(PlanFor(*s, "w", 1000).compressed());    // under 64 KiB
+  EXPECT_FALSE(PlanFor(*s, "tiny", 100).compressed());  // "*" matched first, not forced
   EXPECT_TRUE(GlobMatch("layer*.w?ight", "layer12.weight"));
   EXPECT_FALSE(GlobMatch("layer*.w?ight", "layer12.weights"));
 }
@@ -127,7 +136,7 @@ TEST(StrategyTest, TwoWayPullsGetThePushMemoryUnlessTheyNameTheirOwn) {
   EXPECT_EQ(PlanFor(*s, "b", 1 << 20).pull.memory(), "none");  // overridden
   EXPECT_EQ(PlanFor(*s, "c", 1 << 20).pull.memory(), "");      // another codec: as written
   EXPECT_FALSE(PlanFor(*s, "d", 1 << 20).two_way());
-  EXPECT_EQ(PlanFor(*s, "d", 1 << 20).pull.memory(), "");      // one-way: no pull codec
+  EXPECT_EQ(PlanFor(*s, "d", 1 << 20).pull.memory(), "");  // one-way: no pull codec
 }
 
 TEST(StrategyTest, MatrixCodecsGetTheLayersRowLength) {
@@ -141,8 +150,8 @@ TEST(StrategyTest, MatrixCodecsGetTheLayersRowLength) {
   ASSERT_TRUE(s.ok()) << s.status();
   // A shaped tensor (row_elements from its declaration): powersgd reads its rows.
   EXPECT_EQ(PlanFor(*s, "conv1", 1 << 20, 576).push.params().at("cols"), "576");
-  EXPECT_FALSE(PlanFor(*s, "conv1", 1 << 20).push.params().count("cols") > 0);  // flat
-  EXPECT_EQ(PlanFor(*s, "fixed", 1 << 20, 576).push.params().at("cols"), "7");  // as written
+  EXPECT_FALSE(PlanFor(*s, "conv1", 1 << 20).push.params().count("cols") > 0);   // flat
+  EXPECT_EQ(PlanFor(*s, "fixed", 1 << 20, 576).push.params().at("cols"), "7");   // as written
   EXPECT_FALSE(PlanFor(*s, "w", 1 << 20, 576).push.params().count("cols") > 0);  // topk: none
 }
 

@@ -63,12 +63,10 @@ TEST(CudaCodecRegistry, RefusesWhatTheCpuRegistryRefuses) {
   auto momentum = CudaCodec::Create("signum", {{"momentum", "1"}});
   EXPECT_EQ(momentum.status().code(), absl::StatusCode::kInvalidArgument);
   auto parameter = CudaCodec::Create("qsgd", {{"levels", "4"}});
-  EXPECT_TRUE(absl::StrContains(parameter.status().message(), "quantum_num"))
-      << parameter.status();
+  EXPECT_TRUE(absl::StrContains(parameter.status().message(), "quantum_num")) << parameter.status();
   auto memory = CudaCodec::Create("dgc", {}, "residual");
   EXPECT_EQ(memory.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(memory.status().message(), "dgc_momentum: dgc"))
-      << memory.status();
+  EXPECT_TRUE(absl::StrContains(memory.status().message(), "dgc_momentum: dgc")) << memory.status();
   auto lr = CudaCodec::Create("efsignsgd", {}, "efsignsgd", {{"lr", "0"}});
   EXPECT_EQ(lr.status().code(), absl::StatusCode::kInvalidArgument) << lr.status();
 }
@@ -96,13 +94,13 @@ TEST(CudaCodecRegistry, FusesTheMemoriesTheFactsNameAndNoOther) {
     for (const std::string& memory : memories.Names()) {
       if (compress::IsNoneName(memory)) continue;
       const compress::MemoryKind kind = memories.Find(memory)->kind;
-      const bool fused = std::find(facts->gpu_memories.begin(), facts->gpu_memories.end(),
-                                   kind) != facts->gpu_memories.end();
+      const bool fused = std::find(facts->gpu_memories.begin(), facts->gpu_memories.end(), kind) !=
+                         facts->gpu_memories.end();
       auto made = CudaCodec::Create(codec, {}, memory, {{"nosuch", "1"}});
       ASSERT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument) << codec << memory;
       const std::string message(made.status().message());
-      EXPECT_EQ(absl::StrContains(message, "nosuch"), fused) << codec << " " << memory << ": "
-                                                             << message;
+      EXPECT_EQ(absl::StrContains(message, "nosuch"), fused)
+          << codec << " " << memory << ": " << message;
       EXPECT_EQ(absl::StrContains(message, "cannot fuse"), !fused)
           << codec << " " << memory << ": " << message;
     }
@@ -173,15 +171,15 @@ TEST(CudaCodecsOnGpu, FusedMemoriesMatchEncodeWithMemory) {
         ctx.round = round;
         const std::vector<float> x = Gradient(n, 10 + static_cast<uint32_t>(round));
         ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
-        auto bytes = (*gpu)->Encode(d_x.data, n, ctx, d_payload.data, (*gpu)->MaxEncodedBytes(n),
-                                    nullptr);
+        auto bytes =
+            (*gpu)->Encode(d_x.data, n, ctx, d_payload.data, (*gpu)->MaxEncodedBytes(n), nullptr);
         ASSERT_TRUE(bytes.ok()) << bytes.status();
         std::vector<uint8_t> payload(*bytes);
         ASSERT_EQ(cudaMemcpy(payload.data(), d_payload.data, *bytes, cudaMemcpyDeviceToHost),
                   cudaSuccess);
         std::vector<uint8_t> expected((*cpu)->MaxEncodedBytes(n));
-        auto m = compress::EncodeWithMemory(**cpu, memory->get(), x, ctx,
-                                            absl::MakeSpan(expected), compensated, decoded);
+        auto m = compress::EncodeWithMemory(**cpu, memory->get(), x, ctx, absl::MakeSpan(expected),
+                                            compensated, decoded);
         ASSERT_TRUE(m.ok()) << m.status();
         expected.resize(*m);
         EXPECT_EQ(payload, expected) << name << " with " << memory_name << ", round " << round;
@@ -199,8 +197,8 @@ TEST(CudaCodecsOnGpu, NonFiniteInputNamesTheIndex) {
   auto gpu = CudaCodec::Create("onebit", {});
   ASSERT_TRUE(gpu.ok());
   DeviceArray<uint8_t> out((*gpu)->MaxEncodedBytes(x.size()));
-  auto r = (*gpu)->Encode(d_x.data, x.size(), {}, out.data, (*gpu)->MaxEncodedBytes(x.size()),
-                          nullptr);
+  auto r =
+      (*gpu)->Encode(d_x.data, x.size(), {}, out.data, (*gpu)->MaxEncodedBytes(x.size()), nullptr);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("element 321"), absl::string_view::npos) << r.status();
 }
@@ -223,8 +221,7 @@ TEST(CudaCodecsOnGpu, BadIndicesAreRefused) {
   DeviceArray<float> d_out(n);
   ASSERT_EQ(cudaMemcpy(d_payload.data, payload.data(), payload.size(), cudaMemcpyHostToDevice),
             cudaSuccess);
-  const absl::Status s =
-      (*gpu)->Decode(d_payload.data, payload.size(), {}, d_out.data, n, nullptr);
+  const absl::Status s = (*gpu)->Decode(d_payload.data, payload.size(), {}, d_out.data, n, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   std::vector<float> dummy(n);
   EXPECT_EQ((*cpu)->Decode(payload, {}, absl::MakeSpan(dummy)).message(), s.message());

@@ -189,8 +189,8 @@ absl::StatusOr<std::vector<float>> HostDecode(absl::string_view name,
   return out;
 }
 
-const char* const kDenseCodecs[] = {"fp16",     "bf16", "signsgd", "efsignsgd", "onebit",
-                                    "qsgd", "terngrad", "natural"};
+const char* const kDenseCodecs[] = {"fp16",   "bf16", "signsgd",  "efsignsgd",
+                                    "onebit", "qsgd", "terngrad", "natural"};
 
 class SharedMath : public ::testing::TestWithParam<size_t> {};
 
@@ -376,8 +376,7 @@ TEST(SharedMathDecode, MalformedPayloadsAreReportedAsTheCpuCodecsReportThem) {
 // The format headers' small pieces.
 TEST(SharedMathFormat, HeaderValueAndSizeChecks) {
   EXPECT_TRUE(CheckHeaderValue(0.0f, kScaleValue, true).ok());
-  EXPECT_EQ(CheckHeaderValue(-0.5f, kScaleValue, true).code,
-            FormatErrorCode::kHeaderValueNegative);
+  EXPECT_EQ(CheckHeaderValue(-0.5f, kScaleValue, true).code, FormatErrorCode::kHeaderValueNegative);
   EXPECT_TRUE(CheckHeaderValue(-0.5f, kScaleValue, false).ok());
   EXPECT_EQ(CheckHeaderValue(INFINITY, kNormValue, false).code,
             FormatErrorCode::kHeaderValueNotFinite);

@@ -60,7 +60,8 @@ std::vector<uint8_t> HostSparseMessage(const std::vector<float>& x, const std::v
       if (high != 0) words[word + 1] |= high;
     }
     section.resize(plan.bytes);
-    if (plan.bytes > 0) std::memcpy(section.data(), words.data(), plan.bytes);  // data() may be null
+    if (plan.bytes > 0)
+      std::memcpy(section.data(), words.data(), plan.bytes);  // data() may be null
   } else {
     section.resize(varint_bytes);
     uint8_t* p = section.data();
@@ -68,8 +69,7 @@ std::vector<uint8_t> HostSparseMessage(const std::vector<float>& x, const std::v
     EXPECT_EQ(p, section.data() + section.size());
   }
   std::vector<uint8_t> out(sparse::kHeaderBytes);
-  sparse::WriteHeader(out.data(), static_cast<uint32_t>(x.size()), static_cast<uint32_t>(k),
-                      plan);
+  sparse::WriteHeader(out.data(), static_cast<uint32_t>(x.size()), static_cast<uint32_t>(k), plan);
   out.insert(out.end(), values.begin(), values.end());
   out.insert(out.end(), section.begin(), section.end());
   return out;
@@ -121,8 +121,7 @@ std::vector<bool> HostTopkFlags(const std::vector<float>& x, size_t k) {
 }
 
 // dgc on the host: the sample the host draws, the threshold search, the flags.
-std::vector<bool> HostDgcFlags(const std::vector<float>& x, double ratio,
-                               const CodecContext& ctx) {
+std::vector<bool> HostDgcFlags(const std::vector<float>& x, double ratio, const CodecContext& ctx) {
   const size_t n = x.size();
   std::vector<uint32_t> positions(dgc::SampleSize(n));
   dgc::ForEachSamplePosition(n, NodeSeed(ctx, dgc::kDgcSalt),
@@ -226,9 +225,9 @@ TEST_P(SharedMathSparse, FusedMemoriesMatchEncodeWithMemory) {
           compensated[i] = v[i] = ResidualCompensate(g[i], v[i], 1.0f, 1.0f);
         }
       }
-      const std::vector<bool> keep =
-          dgc_codec ? HostDgcFlags(compensated, 0.05, ctx)
-                    : HostTopkFlags(compensated, sparse::KeptCount(0.05, n));
+      const std::vector<bool> keep = dgc_codec
+                                         ? HostDgcFlags(compensated, 0.05, ctx)
+                                         : HostTopkFlags(compensated, sparse::KeptCount(0.05, n));
       const std::vector<uint8_t> host = HostSparseMessage(compensated, keep);
       for (size_t i = 0; i < n; ++i) {
         if (!keep[i]) continue;
@@ -357,9 +356,9 @@ TEST(SharedMathSparseDecode, RandomkHeaderChecks) {
     apply(m);
     const std::string cpu = CpuDecodeStatus(*codec, m, n, Context());
     EXPECT_NE(cpu, "OK");
-    EXPECT_EQ(FormatErrorStatus("randomk", randomk::CheckHeader(m.data(), m.size(), n, k))
-                  .ToString(),
-              cpu);
+    EXPECT_EQ(
+        FormatErrorStatus("randomk", randomk::CheckHeader(m.data(), m.size(), n, k)).ToString(),
+        cpu);
   }
 }
 

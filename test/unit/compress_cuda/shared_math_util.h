@@ -74,8 +74,8 @@ inline std::vector<float> CpuDecode(Codec& codec, const std::vector<uint8_t>& by
 inline void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(FloatBits(a[i]), FloatBits(b[i])) << "element " << i << ": " << a[i] << " vs "
-                                                << b[i];
+    ASSERT_EQ(FloatBits(a[i]), FloatBits(b[i]))
+        << "element " << i << ": " << a[i] << " vs " << b[i];
   }
 }
 

@@ -1,7 +1,7 @@
 #include <linux/capability.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -75,7 +75,10 @@ TEST(PinnedMemoryPool, BoundExceededNamesSizesAndInUse) {
 
 TEST(PinnedMemoryPool, CachedBlocksOfOtherClassesAreFreedToFitTheBound) {
   PinnedMemoryPool pool(HostOnly(65536));
-  { auto a = pool.Acquire(65536); ASSERT_TRUE(a.ok()); }
+  {
+    auto a = pool.Acquire(65536);
+    ASSERT_TRUE(a.ok());
+  }
   EXPECT_EQ(pool.stats().cached_bytes, 65536u);
   auto b = pool.Acquire(20000);  // needs the 64 KiB cached block to go
   ASSERT_TRUE(b.ok()) << b.status();
@@ -103,9 +106,9 @@ TEST(PinnedMemoryPool, NothingLeaksAfterManyCycles) {
   EXPECT_LE(pool->stats().allocations, 4u * 3u);
   pool->Trim();
   EXPECT_EQ(pool->stats().cached_bytes, 0u);
-  pool.reset();                 // the buffer keeps the pool's state alive
-  survivor.data()[0] = 1;       // still valid memory (ASan checks)
-  survivor.Reset();             // freed here; LeakSanitizer checks nothing stays
+  pool.reset();            // the buffer keeps the pool's state alive
+  survivor.data()[0] = 1;  // still valid memory (ASan checks)
+  survivor.Reset();        // freed here; LeakSanitizer checks nothing stays
   EXPECT_FALSE(survivor);
 }
 
@@ -135,18 +138,16 @@ TEST(PinnedMemoryPool, AcquireOrParkWaitsForAReleaseInOrder) {
   EXPECT_EQ(pool->stats().in_use_bytes, 65536u);
   // A newcomer does not overtake a parked request.
   bool third = false;
-  EXPECT_FALSE(pool->AcquireOrPark(30000, [&](absl::StatusOr<PinnedBuffer> b) {
-                      third = b.ok();
-                    }).has_value());
+  EXPECT_FALSE(pool->AcquireOrPark(30000, [&](absl::StatusOr<PinnedBuffer> b) { third = b.ok(); })
+                   .has_value());
   buffers.clear();
   EXPECT_TRUE(third);
   // Requests still parked when the pool goes are cancelled.
   auto blocker = pool->Acquire(65536);
   ASSERT_TRUE(blocker.ok());
   absl::Status last;
-  EXPECT_FALSE(pool->AcquireOrPark(4096, [&](absl::StatusOr<PinnedBuffer> b) {
-                      last = b.status();
-                    }).has_value());
+  EXPECT_FALSE(pool->AcquireOrPark(4096, [&](absl::StatusOr<PinnedBuffer> b) { last = b.status(); })
+                   .has_value());
   pool.reset();
   EXPECT_EQ(last.code(), absl::StatusCode::kCancelled);
 }
@@ -193,8 +194,7 @@ TEST(PinnedMemoryPool, MlockRefusedFallsBackToUnlocked) {
   auto buffer = pool.Acquire(1 << 20);
   ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &original), 0);
   ASSERT_TRUE(buffer.ok()) << buffer.status();
-  EXPECT_EQ(buffer->kind(),
-            mlock_works ? PinnedMemoryKind::kMlocked : PinnedMemoryKind::kUnlocked);
+  EXPECT_EQ(buffer->kind(), mlock_works ? PinnedMemoryKind::kMlocked : PinnedMemoryKind::kUnlocked);
   std::memset(buffer->data(), 1, buffer->size());
   if (mlock_works) GTEST_SKIP() << "could not make mlock fail here; the fallback went untested";
 }

@@ -50,11 +50,13 @@ TEST(PriorityThreadPool, HigherPriorityFirstFifoAmongEquals) {
   for (int i = 0; i < 500; ++i) {
     const int priority = static_cast<int>(rng() % 7) - 3;
     submitted.emplace_back(priority, i);
-    ASSERT_TRUE(pool.Submit(priority, [&, priority, i](absl::Status status) {
-                      ASSERT_TRUE(status.ok());
-                      absl::MutexLock lock(&ran_mutex);
-                      ran.emplace_back(priority, i);
-                    }).ok());
+    ASSERT_TRUE(pool.Submit(priority,
+                            [&, priority, i](absl::Status status) {
+                              ASSERT_TRUE(status.ok());
+                              absl::MutexLock lock(&ran_mutex);
+                              ran.emplace_back(priority, i);
+                            })
+                    .ok());
   }
   EXPECT_EQ(pool.queued(), 500u);
   gate.Open();
@@ -77,12 +79,14 @@ TEST(PriorityThreadPool, HundredThousandTasksNoneLost) {
     submitters.emplace_back([&, t] {
       for (int i = 0; i < kPerSubmitter; ++i) {
         const int value = t * kPerSubmitter + i;
-        pool.Submit(i % 5, [&, value](absl::Status status) {
-              if (status.ok()) {
-                sum.fetch_add(value, std::memory_order_relaxed);
-                count.fetch_add(1, std::memory_order_relaxed);
-              }
-            }).IgnoreError();
+        pool.Submit(i % 5,
+                    [&, value](absl::Status status) {
+                      if (status.ok()) {
+                        sum.fetch_add(value, std::memory_order_relaxed);
+                        count.fetch_add(1, std::memory_order_relaxed);
+                      }
+                    })
+            .IgnoreError();
       }
     });
   }
@@ -104,12 +108,14 @@ TEST(PriorityThreadPool, CancelShutdownDeliversCancelledToEveryQueuedTask) {
   std::atomic<int> cancelled{0};
   std::vector<std::future<absl::Status>> futures;
   for (int i = 0; i < 1000; ++i) {
-    pool.Submit(i % 3, [&](absl::Status status) {
-          (status.ok() ? ran : cancelled).fetch_add(1);
-          if (!status.ok()) {
-            EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
-          }
-        }).IgnoreError();
+    pool.Submit(i % 3,
+                [&](absl::Status status) {
+                  (status.ok() ? ran : cancelled).fetch_add(1);
+                  if (!status.ok()) {
+                    EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+                  }
+                })
+        .IgnoreError();
     futures.push_back(pool.SubmitWithFuture(1, [] { return absl::OkStatus(); }));
   }
   // Shutdown cancels the queue first, then joins the thread blocked in the gate.
@@ -132,15 +138,19 @@ TEST(PriorityThreadPool, DrainShutdownRunsQueuedAndChainedTasks) {
   PriorityThreadPool pool(Threads(2));
   std::atomic<int> ran{0};
   for (int i = 0; i < 100; ++i) {
-    pool.Submit(0, [&](absl::Status status) {
-          ASSERT_TRUE(status.ok());
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-          ran.fetch_add(1);
-          // Work chained from a running task still runs during a drain.
-          pool.Submit(5, [&](absl::Status chained) {
-                if (chained.ok()) ran.fetch_add(1);
-              }).IgnoreError();
-        }).IgnoreError();
+    pool.Submit(0,
+                [&](absl::Status status) {
+                  ASSERT_TRUE(status.ok());
+                  std::this_thread::sleep_for(std::chrono::microseconds(50));
+                  ran.fetch_add(1);
+                  // Work chained from a running task still runs during a drain.
+                  pool.Submit(5,
+                              [&](absl::Status chained) {
+                                if (chained.ok()) ran.fetch_add(1);
+                              })
+                      .IgnoreError();
+                })
+        .IgnoreError();
   }
   pool.Shutdown(ShutdownMode::kDrain);
   EXPECT_EQ(ran.load(), 200);

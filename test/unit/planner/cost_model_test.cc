@@ -65,8 +65,8 @@ TEST(CostModelTest, MeasuredSizesReplaceTheRatio) {
 
 TEST(CostModelTest, TwoRoundCodecsMakeTwoRoundTripsOfHalfTheirSize) {
   const proto::CostTable costs = PowerSgd();
-  const auto options = EnumerateOptions(Tensor(1 << 18), Cluster(), costs,
-                                        WithDefaults(proto::PlannerOptions()));
+  const auto options =
+      EnumerateOptions(Tensor(1 << 18), Cluster(), costs, WithDefaults(proto::PlannerOptions()));
   // none, and powersgd on the CPU pool: never two-way (it pulls its summed factors).
   ASSERT_EQ(options.size(), 2u);
   EXPECT_FALSE(options[1].two_way);
@@ -74,7 +74,7 @@ TEST(CostModelTest, TwoRoundCodecsMakeTwoRoundTripsOfHalfTheirSize) {
   const OptionCost cost = CostOf(options[1], Tensor(1 << 18), Cluster(), costs);
   // encode, push, server, pull, between, push, server, pull, decode.
   ASSERT_EQ(cost.num_stages, 9);
-  const int expected[] = {kCpuPool, kNicUp, kServer, kNicDown, kCpuPool,
+  const int expected[] = {kCpuPool, kNicUp,  kServer,  kNicDown, kCpuPool,
                           kNicUp,   kServer, kNicDown, kCpuPool};
   for (int k = 0; k < 9; ++k) EXPECT_EQ(cost.stages[k].resource, expected[k]) << k;
   EXPECT_NEAR(cost.stages[0].duration_us, 100, 1e-3);

@@ -13,9 +13,9 @@ using ::testing::HasSubstr;
 using testing::kPlannerDir;
 
 TEST(InputsTest, ShippedProfilesLoadWithTheArchitecturesTensorCounts) {
-  const std::vector<std::pair<std::string, int>> expected = {
-      {"resnet50", 161}, {"resnet101", 314}, {"vgg16", 32},
-      {"bert-base", 199}, {"gpt2", 148},     {"lstm", 11}};
+  const std::vector<std::pair<std::string, int>> expected = {{"resnet50", 161}, {"resnet101", 314},
+                                                             {"vgg16", 32},     {"bert-base", 199},
+                                                             {"gpt2", 148},     {"lstm", 11}};
   for (const auto& [name, count] : expected) {
     auto profile = LoadModelProfile(kPlannerDir + "/profiles/" + name + ".pbtxt");
     ASSERT_TRUE(profile.ok()) << profile.status();
@@ -67,9 +67,8 @@ TEST(InputsTest, MissingFieldIsReportedAtItsMessage) {
 
 TEST(InputsTest, SyntaxErrorsNameFileLineAndColumn) {
   proto::ModelProfile profile;
-  absl::Status s =
-      ParseModelProfile("model: \"m\"\ntensors { name: \"a\" elementz: 3 }\n", "typo.pbtxt",
-                        &profile);
+  absl::Status s = ParseModelProfile("model: \"m\"\ntensors { name: \"a\" elementz: 3 }\n",
+                                     "typo.pbtxt", &profile);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("typo.pbtxt:2:"));
   EXPECT_THAT(s.message(), HasSubstr("elementz"));

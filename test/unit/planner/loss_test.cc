@@ -176,8 +176,7 @@ TEST(LossTest, TheLossierOfTwoEquallyFastCodecsIsNotPicked) {
   in.options.clear_max_loss();
   auto strict = Prepare(in);
   ASSERT_TRUE(strict.ok());
-  EXPECT_EQ(ExcludedCodecs(*strict),
-            "randomk (loss class high, above max_loss compensated)");
+  EXPECT_EQ(ExcludedCodecs(*strict), "randomk (loss class high, above max_loss compensated)");
 }
 
 TEST(LossTest, CompressionThatGainsLessThanTheToleranceIsUndone) {

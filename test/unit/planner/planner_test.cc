@@ -140,24 +140,23 @@ TEST(PlannerTest, WithinThreePercentOfExhaustiveOnRandomSmallModels) {
     within += ratio <= 1.03;
     if (ratio > worst_ratio) {
       worst_ratio = ratio;
-      worst = "model " + std::to_string(m) + " (" +
-              std::to_string(prepared->sim.tensors.size()) + " tensors, " +
-              std::to_string(in.cluster.gpus_per_machine()) + " GPUs/machine): planned " +
-              std::to_string(planned.predicted_us) + " us, optimum " +
+      worst = "model " + std::to_string(m) + " (" + std::to_string(prepared->sim.tensors.size()) +
+              " tensors, " + std::to_string(in.cluster.gpus_per_machine()) +
+              " GPUs/machine): planned " + std::to_string(planned.predicted_us) + " us, optimum " +
               std::to_string(optimum->predicted_us) + " us; planned [";
       for (size_t i = 0; i < planned.choice.size(); ++i) {
         const auto& t = prepared->sim.tensors[i];
         worst += DescribeOption(t.options[planned.choice[i]].option, in.costs) + " / " +
-                 DescribeOption(full->sim.tensors[i].options[optimum->choice[i]].option,
-                                in.costs) +
+                 DescribeOption(full->sim.tensors[i].options[optimum->choice[i]].option, in.costs) +
                  "; ";
       }
       worst += "] (planned / optimum)";
     }
   }
-  std::printf("random small models: %d/%d within 3%% of the exhaustive optimum, mean ratio "
-              "%.5f, worst %.5f: %s; %d of them gain from compression\n",
-              within, kModels, sum_ratio / kModels, worst_ratio, worst.c_str(), better_than_none);
+  std::printf(
+      "random small models: %d/%d within 3%% of the exhaustive optimum, mean ratio "
+      "%.5f, worst %.5f: %s; %d of them gain from compression\n",
+      within, kModels, sum_ratio / kModels, worst_ratio, worst.c_str(), better_than_none);
   EXPECT_GE(within, kModels * 99 / 100);
   // The random models must exercise compression, or the comparison says little.
   EXPECT_GE(better_than_none, kModels / 4);
@@ -211,8 +210,8 @@ TEST(PlannerTest, StrategyForAShippedModelParsesBackAndMatchesTheChoice) {
     EXPECT_EQ(ts.pull_codec().name().empty(), !option.two_way);
     if (option.codec >= 0) {
       EXPECT_EQ(ts.push_codec().name(), prepared->inputs.costs.codecs(option.codec).name());
-      EXPECT_EQ(ts.compress_on(), option.encode_on == Where::kGpu ? proto::PLACEMENT_GPU
-                                                                  : proto::PLACEMENT_CPU_POOL);
+      EXPECT_EQ(ts.compress_on(),
+                option.encode_on == Where::kGpu ? proto::PLACEMENT_GPU : proto::PLACEMENT_CPU_POOL);
     }
   }
 }
@@ -265,9 +264,8 @@ PlannerInputs SlowGpuCodec(int tensors, double gap_us, double gpu_us_per_mb) {
   codec->set_memory("residual");
   codec->set_ratio(0.02);
   codec->set_reencodable(true);
-  for (auto [device, us_per_mb] :
-       std::vector<std::pair<proto::Device, double>>{{proto::DEVICE_CPU, 500},
-                                                     {proto::DEVICE_GPU, gpu_us_per_mb}}) {
+  for (auto [device, us_per_mb] : std::vector<std::pair<proto::Device, double>>{
+           {proto::DEVICE_CPU, 500}, {proto::DEVICE_GPU, gpu_us_per_mb}}) {
     auto* cost = codec->add_costs();
     cost->set_device(device);
     auto* e = cost->add_encode();
@@ -364,9 +362,9 @@ TEST(PlannerTest, CliWritesAParseableStrategyAndTrace) {
   const std::string bad = ::testing::TempDir() + "/planner_cli_bad.pbtxt";
   std::ofstream(bad) << "model: \"x\"\ntensors { name: \"a\" elements: -5 }\n";
   const std::string failing = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + bad +
-                              " --cluster=" + kPlannerDir + "/clusters/4x1gpu-1g.pbtxt --costs=" +
-                              kPlannerDir + "/costs/nominal.pbtxt --out=" + out + " 2> " + bad +
-                              ".err";
+                              " --cluster=" + kPlannerDir +
+                              "/clusters/4x1gpu-1g.pbtxt --costs=" + kPlannerDir +
+                              "/costs/nominal.pbtxt --out=" + out + " 2> " + bad + ".err";
   EXPECT_NE(std::system(failing.c_str()), 0);
   std::ifstream err(bad + ".err");
   std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());

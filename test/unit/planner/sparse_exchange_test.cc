@@ -69,7 +69,8 @@ TEST(ExchangeSizesTest, UnionSummedIndicesAndBlockSparse) {
   const double bytes = 4 << 20;
   EXPECT_NEAR(UnionPullBytes(0.01, 8, bytes), 16 + UnionFraction(0.01, 8) * (1 << 20) * 5, 1e-6);
   // artopk 1%: the index section is ratio - kept of the bytes, from a W-th of the workers.
-  const SummedIndicesBytes s = SummedIndicesSizes(Sparse("artopk", 0.01, proto::EXCHANGE_SUMMED_INDICES), bytes, 4);
+  const SummedIndicesBytes s =
+      SummedIndicesSizes(Sparse("artopk", 0.01, proto::EXCHANGE_SUMMED_INDICES), bytes, 4);
   EXPECT_DOUBLE_EQ(s.push1, 28 + 0.01 * bytes / 4);
   EXPECT_DOUBLE_EQ(s.pull1, 16 + 0.01 * bytes);
   EXPECT_DOUBLE_EQ(s.push2, 8 + 0.01 * bytes);
@@ -109,7 +110,7 @@ TEST(SparseExchangeTest, ArtopkHasTwoExchangesAndTheUnionPullGrowsWithTheWorkers
   const OptionCost a = CostOf(o, Tensor(1 << 20), Cluster(4, 1, 50), costs);
   // encode, push 1, server 1, pull 1, gather, push 2, server 2, pull 2, decode.
   ASSERT_EQ(a.num_stages, 9);
-  const int expected[] = {kCpuPool, kNicUp,  kServer, kNicDown, kCpuPool,
+  const int expected[] = {kCpuPool, kNicUp,  kServer,  kNicDown, kCpuPool,
                           kNicUp,   kServer, kNicDown, kCpuPool};
   for (int k = 0; k < 9; ++k) EXPECT_EQ(a.stages[k].resource, expected[k]) << k;
   const double us_per_byte = 8.0 / 1e3;  // 1 Gbit/s
@@ -158,9 +159,9 @@ TEST(SparseExchangeTest, GatherForSmallTensorsAndFewWorkersSumForLargeOnesAndMan
   auto problem = Prepare(in);
   ASSERT_TRUE(problem.ok());
   const PlanResult plan = PlanByteComp(*problem);
-  EXPECT_EQ(DescribeOption(problem->sim.tensors[0].options[plan.choice[0]].option, in.costs)
-                .substr(0, 6),
-            "artopk");
+  EXPECT_EQ(
+      DescribeOption(problem->sim.tensors[0].options[plan.choice[0]].option, in.costs).substr(0, 6),
+      "artopk");
 }
 
 TEST(AllowedCodecsTest, NeverALossierCodecThanTheUserAccepts) {
@@ -197,8 +198,8 @@ TEST(AllowedCodecsTest, NeverALossierCodecThanTheUserAccepts) {
   EXPECT_TRUE(TwoWayAllowed(nullptr));
   // In the tree: no two-way re-encode for the tensor, the union stays.
   options = WithDefaults(options);
-  const auto opts = EnumerateOptions(Tensor(1 << 20, "embedding"), Cluster(4, 1, 50),
-                                     TopkAndArtopk(), options);
+  const auto opts =
+      EnumerateOptions(Tensor(1 << 20, "embedding"), Cluster(4, 1, 50), TopkAndArtopk(), options);
   for (const TensorOption& o : opts) EXPECT_TRUE(!o.two_way || o.union_pull);
   proto::CostTable coarse = TopkAndArtopk(0.001);
   for (const TensorOption& o :
@@ -209,7 +210,8 @@ TEST(AllowedCodecsTest, NeverALossierCodecThanTheUserAccepts) {
 
 TEST(ChoiceOfTest, AStrategyMapsBackToThePlannedOptions) {
   PlannerInputs in;
-  for (int i = 0; i < 6; ++i) *in.profile.add_tensors() = Tensor(int64_t{1} << (14 + 2 * i), "t" + std::to_string(i));
+  for (int i = 0; i < 6; ++i)
+    *in.profile.add_tensors() = Tensor(int64_t{1} << (14 + 2 * i), "t" + std::to_string(i));
   in.cluster = Cluster(8, 1, 50);
   in.costs = TopkAndArtopk();
   in.options.set_keep_dominated(true);

@@ -45,7 +45,8 @@ TEST(TimelineTest, CommunicationOverlapsTheNextCompute) {
 
 TEST(TimelineTest, LongTransfersQueueOnTheLink) {
   // Push of 15 each: t0 10..25, t1 waits for the link: 25..40.
-  SimProblem p = MakeProblem({10, 10}, {{MakeOption({{kNicUp, 15}})}, {MakeOption({{kNicUp, 15}})}});
+  SimProblem p =
+      MakeProblem({10, 10}, {{MakeOption({{kNicUp, 15}})}, {MakeOption({{kNicUp, 15}})}});
   TimelineSimulator sim(&p);
   std::vector<TraceSpan> trace;
   EXPECT_DOUBLE_EQ(sim.Simulate({0, 0}, &trace), 40);
@@ -58,9 +59,9 @@ TEST(TimelineTest, LongTransfersQueueOnTheLink) {
 TEST(TimelineTest, BubbleIsDetectedAndBaselineRecordsIt) {
   // t0's push (10..12) ends before t1 is ready at 30: a bubble before t1; none before t2,
   // which is ready at 31 while t1's push (30..40) still runs.
-  SimProblem p = MakeProblem({10, 20, 1}, {{MakeOption({{kNicUp, 2}})},
-                                           {MakeOption({{kNicUp, 10}})},
-                                           {MakeOption({{kNicUp, 3}})}});
+  SimProblem p = MakeProblem(
+      {10, 20, 1},
+      {{MakeOption({{kNicUp, 2}})}, {MakeOption({{kNicUp, 10}})}, {MakeOption({{kNicUp, 3}})}});
   TimelineSimulator sim(&p);
   EXPECT_DOUBLE_EQ(sim.Rebase({0, 0, 0}), 43);
   EXPECT_TRUE(sim.idle_before(1));
@@ -73,8 +74,8 @@ TEST(TimelineTest, TwoTransfersContendAndNearerInputGoesFirst) {
   // t0 has two partitions of 10 on the link; both t0 and t1 (gap 0) are ready at 10.
   // t0 part 0 takes the link 10..20; then t1, nearer the input, goes before t0 part 1:
   // t1 20..24, t0 part 1 24..34.
-  SimProblem p = MakeProblem({10, 0}, {{MakeOption({{kNicUp, 10}}, 2)},
-                                       {MakeOption({{kNicUp, 4}})}});
+  SimProblem p =
+      MakeProblem({10, 0}, {{MakeOption({{kNicUp, 10}}, 2)}, {MakeOption({{kNicUp, 4}})}});
   TimelineSimulator sim(&p);
   std::vector<TraceSpan> trace;
   EXPECT_DOUBLE_EQ(sim.Simulate({0, 0}, &trace), 34);
@@ -103,8 +104,8 @@ TEST(TimelineTest, CpuPoolRunsKJobsAtOnce) {
 
 TEST(TimelineTest, GpuEncodeDelaysTheBackwardThatFollows) {
   // t0 encodes on the compute stream for 4 (10..14); t1's segment runs 14..24, then its push.
-  SimProblem p = MakeProblem({10, 10}, {{MakeOption({{kCompute, 4}, {kNicUp, 1}})},
-                                        {MakeOption({{kNicUp, 1}})}});
+  SimProblem p = MakeProblem(
+      {10, 10}, {{MakeOption({{kCompute, 4}, {kNicUp, 1}})}, {MakeOption({{kNicUp, 1}})}});
   TimelineSimulator sim(&p);
   EXPECT_DOUBLE_EQ(sim.Rebase({0, 0}), 25);
   EXPECT_DOUBLE_EQ(sim.ready_time_us(1), 24);
@@ -127,8 +128,10 @@ TEST(TimelineTest, IncrementalEvaluationMatchesFullSimulation) {
   for (int i = 0; i < n; ++i) {
     gaps.push_back(dur(rng));
     for (int o = 0; o < 3; ++o) {
-      options[i].push_back(MakeOption({{kCompute, dur(rng) / 4}, {kCpuPool, dur(rng)},
-                                       {kNicUp, dur(rng)}, {kServer, dur(rng)},
+      options[i].push_back(MakeOption({{kCompute, dur(rng) / 4},
+                                       {kCpuPool, dur(rng)},
+                                       {kNicUp, dur(rng)},
+                                       {kServer, dur(rng)},
                                        {kNicDown, dur(rng)}},
                                       1 + o));
     }

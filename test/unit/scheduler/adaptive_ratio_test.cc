@@ -70,8 +70,8 @@ proto::Strategy AdaptiveStrategy(uint64_t version) {
   return *parsed;
 }
 
-proto::RatioReport Report(const std::string& tensor, uint64_t version, uint64_t window,
-                          double kept, double comm_us = 600, double round_us = 1000) {
+proto::RatioReport Report(const std::string& tensor, uint64_t version, uint64_t window, double kept,
+                          double comm_us = 600, double round_us = 1000) {
   proto::RatioReport r;
   r.set_tensor(tensor);
   r.set_strategy_version(version);
@@ -147,8 +147,8 @@ TEST_F(AdaptiveRatioSwitchTest, AChangeIsPreparedAndCommittedToEveryNode) {
   control.HandleRatioReport(w0, Report("grad/w", 1, 2, 0.9), &out);
   EXPECT_TRUE(out.messages().empty());
   control.HandleRatioReport(w1, Report("grad/w", 1, 2, 0.8), &out);
-  ASSERT_EQ(testing::Recipients(out), (std::vector<std::string>{testing::WorkerId(0),
-                                                                testing::WorkerId(1)}));
+  ASSERT_EQ(testing::Recipients(out),
+            (std::vector<std::string>{testing::WorkerId(0), testing::WorkerId(1)}));
   EXPECT_EQ(out.messages()[0].message.strategy_prepare().version(), 2u);
   // While it is being switched to, reports decide nothing.
   Outbox during;
@@ -170,10 +170,9 @@ TEST_F(AdaptiveRatioSwitchTest, AChangeIsPreparedAndCommittedToEveryNode) {
   Outbox refused;
   control.HandleRatioReport(*nodes_.At(proto::ROLE_SERVER, 0), Report("grad/w", 2, 9, 0.9),
                             &refused);
-  EXPECT_EQ(testing::Only(refused, testing::ServerId(0), proto::ControlMessage::kError)
-                .error()
-                .message(),
-            "RatioReport from server 0, which is not a worker");
+  EXPECT_EQ(
+      testing::Only(refused, testing::ServerId(0), proto::ControlMessage::kError).error().message(),
+      "RatioReport from server 0, which is not a worker");
 }
 
 }  // namespace

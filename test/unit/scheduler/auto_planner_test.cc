@@ -72,7 +72,8 @@ TEST(AutoPlannerTest, SlowerUncompressedRoundsScaleTheLinksUntilTheModelMatches)
   ASSERT_TRUE(far.ok());
   EXPECT_DOUBLE_EQ(far->link_scale, 1);
   EXPECT_NE(far->summary.find("links not fitted: the model's round is mostly backward compute"),
-            std::string::npos) << far->summary;
+            std::string::npos)
+      << far->summary;
 }
 
 TEST(AutoPlannerTest, ComputeBoundRoundsDoNotFitTheLinks) {

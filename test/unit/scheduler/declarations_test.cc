@@ -205,8 +205,8 @@ TEST_F(DeclarationsTest, BadDeclarationsAreRefusedAtOnceToTheSenderAlone) {
     return r.error();
   };
   Outbox out;
-  declarations_->Handle(*nodes_->At(proto::ROLE_SERVER, 0), Tensor("x", 1, proto::DTYPE_FLOAT32),
-                        0, &out);
+  declarations_->Handle(*nodes_->At(proto::ROLE_SERVER, 0), Tensor("x", 1, proto::DTYPE_FLOAT32), 0,
+                        &out);
   EXPECT_EQ(refusal(out, ServerId(0)), "only workers declare tensors; server 0 declared 'x'");
   EXPECT_EQ(refusal(Declare(0, "", 1, proto::DTYPE_FLOAT32), WorkerId(0)),
             "tensor name must not be empty");
@@ -318,8 +318,9 @@ TEST_F(DeclarationsTest, DeclarationsBeyondTheJobsLimitsAreRefused) {
   Outbox out = Declare(0, std::string(8 << 20, 'n'), 4, proto::DTYPE_FLOAT32);
   const proto::DeclareReply long_name = ReplyTo(out, 0);
   EXPECT_FALSE(long_name.ok());
-  EXPECT_TRUE(Contains(long_name.error(), "is longer than the job's limit of 16 bytes "
-                                          "(ClusterConfig.max_tensor_name_bytes)"))
+  EXPECT_TRUE(Contains(long_name.error(),
+                       "is longer than the job's limit of 16 bytes "
+                       "(ClusterConfig.max_tensor_name_bytes)"))
       << long_name.error().substr(0, 300);
   EXPECT_LT(long_name.error().size(), 400u) << "the name is cut short in the error";
   ASSERT_EQ(out.refusals().size(), 1u);
@@ -331,8 +332,9 @@ TEST_F(DeclarationsTest, DeclarationsBeyondTheJobsLimitsAreRefused) {
   for (int w : {0, 1}) {
     const proto::DeclareReply r = ReplyTo(out, w);
     EXPECT_FALSE(r.ok());
-    EXPECT_TRUE(Contains(r.error(), "would bring the job's declared bytes beyond its limit of "
-                                    "1073741824 (ClusterConfig.max_declared_bytes; 0 declared so far)"))
+    EXPECT_TRUE(Contains(r.error(),
+                         "would bring the job's declared bytes beyond its limit of "
+                         "1073741824 (ClusterConfig.max_declared_bytes; 0 declared so far)"))
         << r.error();
     EXPECT_EQ(r.partition_server_size(), 0);
   }
@@ -343,8 +345,9 @@ TEST_F(DeclarationsTest, DeclarationsBeyondTheJobsLimitsAreRefused) {
   EXPECT_TRUE(ReplyTo(Declare(1, "b", 10, proto::DTYPE_FLOAT32), 0).ok());
   const proto::DeclareReply c = ReplyTo(Declare(0, "c", 10, proto::DTYPE_FLOAT32), 0);
   EXPECT_FALSE(c.ok());
-  EXPECT_EQ(c.error(), "tensor 'c': the job has declared 3 tensor names, its limit "
-                       "(ClusterConfig.max_tensors)");
+  EXPECT_EQ(c.error(),
+            "tensor 'c': the job has declared 3 tensor names, its limit "
+            "(ClusterConfig.max_tensors)");
 }
 
 }  // namespace

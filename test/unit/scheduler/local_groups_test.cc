@@ -49,20 +49,27 @@ TEST(LocalGroupsTest, RegistrationRefusesConflictsNamingTheMachineAndTheWorkers)
     EXPECT_FALSE(s.ok());
     return std::string(s.message());
   };
-  EXPECT_TRUE(Contains(message(At(2, "A", 0, 2)), "worker 2 on machine 'A' asked for local rank 0, already taken by worker 0"));
-  EXPECT_TRUE(Contains(message(At(2, "A", 1, 3)), "declared local size 3 but worker 0 on the same machine declared 2"));
-  EXPECT_TRUE(Contains(message(At(2, "A", 2, 2)), "asked for local rank 2, out of range for local size 2"));
+  EXPECT_TRUE(
+      Contains(message(At(2, "A", 0, 2)),
+               "worker 2 on machine 'A' asked for local rank 0, already taken by worker 0"));
+  EXPECT_TRUE(Contains(message(At(2, "A", 1, 3)),
+                       "declared local size 3 but worker 0 on the same machine declared 2"));
+  EXPECT_TRUE(
+      Contains(message(At(2, "A", 2, 2)), "asked for local rank 2, out of range for local size 2"));
   EXPECT_TRUE(Contains(message(At(2, "A", -1)), "asked for local rank -1, out of range"));
   EXPECT_TRUE(Contains(message(At(2, "A", std::nullopt, 0)), "declared local size 0"));
-  EXPECT_TRUE(Contains(message(At(2, std::string(300, 'm'))), "a machine name of 300 bytes; at most 256"));
-  EXPECT_TRUE(CheckSlotRequest(registered, At(2, "")).ok()) << "no name (no hostname) is one more machine";
+  EXPECT_TRUE(
+      Contains(message(At(2, std::string(300, 'm'))), "a machine name of 300 bytes; at most 256"));
+  EXPECT_TRUE(CheckSlotRequest(registered, At(2, "")).ok())
+      << "no name (no hostname) is one more machine";
   EXPECT_TRUE(CheckSlotRequest(registered, At(2, "A", 1, 2)).ok());
   EXPECT_TRUE(CheckSlotRequest(registered, At(2, "A")).ok());
   // A third worker on a machine of declared size 2.
   std::vector<SlotRequest> full = registered;
   full.push_back(At(2, "A"));
-  EXPECT_TRUE(Contains(std::string(CheckSlotRequest(full, At(3, "A")).message()),
-                       "worker 3 on machine 'A' would be worker 3 on that machine, whose local size is 2"));
+  EXPECT_TRUE(
+      Contains(std::string(CheckSlotRequest(full, At(3, "A")).message()),
+               "worker 3 on machine 'A' would be worker 3 on that machine, whose local size is 2"));
 }
 
 TEST(LocalGroupsTest, AMachineShortOfItsDeclaredSizeNamesTheMissingLocalRanks) {
@@ -77,12 +84,14 @@ TEST(LocalGroupsTest, AMachineShortOfItsDeclaredSizeNamesTheMissingLocalRanks) {
   // Without named local ranks only the count is known.
   a = AssignLocalRanks({At(0, "A", std::nullopt, 4), At(1, "B")});
   ASSERT_FALSE(a.ok());
-  EXPECT_TRUE(Contains(std::string(a.status().message()), "missing 3 of its local ranks")) << a.status();
+  EXPECT_TRUE(Contains(std::string(a.status().message()), "missing 3 of its local ranks"))
+      << a.status();
   // A local rank beyond an undeclared machine's worker count.
   a = AssignLocalRanks({At(0, "A", 1), At(1, "B")});
   ASSERT_FALSE(a.ok());
-  EXPECT_TRUE(Contains(std::string(a.status().message()),
-                       "worker 0 asked for local rank 1 but only 1 worker registered from machine 'A'"))
+  EXPECT_TRUE(
+      Contains(std::string(a.status().message()),
+               "worker 0 asked for local rank 1 but only 1 worker registered from machine 'A'"))
       << a.status();
 }
 

@@ -61,10 +61,9 @@ TEST_F(LocalRelayTest, RelaysEachKindOnceToTheOtherLocalRanksOfTheRootsMachine) 
   const std::string nccl_id(128, '\x2a');
   out = SendFromWorker(0, Comm("nccl", nccl_id));
   EXPECT_EQ(testing::Recipients(out), (std::vector<std::string>{WorkerId(2), WorkerId(4)}));
-  EXPECT_EQ(testing::Only(out, WorkerId(4), ControlMessage::kLocalCommunicator)
-                .local_communicator()
-                .id(),
-            nccl_id);
+  EXPECT_EQ(
+      testing::Only(out, WorkerId(4), ControlMessage::kLocalCommunicator).local_communicator().id(),
+      nccl_id);
   // A repeat is ignored; another id of the same kind for the same machine is refused.
   EXPECT_TRUE(SendFromWorker(0, Comm("host", "tcp://127.0.0.1:5555")).messages().empty());
   out = SendFromWorker(0, Comm("host", "tcp://127.0.0.1:6666"));

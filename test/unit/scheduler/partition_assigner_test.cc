@@ -123,7 +123,8 @@ TEST(PartitionAssignerTest, SameDeclarationsGiveSameAssignment) {
   EXPECT_EQ(run(), first);
   // Every server got something, so the check above compares a real spread.
   std::vector<int> used(5, 0);
-  for (const auto& t : first) for (int32_t s : t) used[s] = 1;
+  for (const auto& t : first)
+    for (int32_t s : t) used[s] = 1;
   EXPECT_EQ(std::accumulate(used.begin(), used.end(), 0), 5);
 }
 
@@ -140,8 +141,7 @@ TEST(PartitionAssignerTest, BadDeclarationsAreRejectedWithoutChangingState) {
   // 2^20 + 1 partitions of 16 elements is over the limit.
   EXPECT_FALSE(
       assigner.Assign((PartitionAssigner::kMaxPartitionsPerTensor + 1) * 16, DTYPE_FLOAT32).ok());
-  EXPECT_TRUE(
-      assigner.Assign(PartitionAssigner::kMaxPartitionsPerTensor * 16, DTYPE_FLOAT32).ok());
+  EXPECT_TRUE(assigner.Assign(PartitionAssigner::kMaxPartitionsPerTensor * 16, DTYPE_FLOAT32).ok());
   PartitionAssigner fresh(2, 64);
   EXPECT_FALSE(fresh.Assign(0, DTYPE_FLOAT32).ok());
   EXPECT_EQ(fresh.bytes_per_server(), std::vector<int64_t>({0, 0}));

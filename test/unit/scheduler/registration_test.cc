@@ -26,7 +26,7 @@ proto::Register Reg(proto::Role role, int rank, const std::string& hostname = "h
   r.set_hostname(hostname);
   r.set_pid(4242);
   r.set_data_address(!data_address.empty() || role != ROLE_SERVER ? data_address
-                                                                     : "tcp://127.0.0.1:7000");
+                                                                  : "tcp://127.0.0.1:7000");
   r.set_token(TokenBytes(NewNodeToken()));
   return r;
 }
@@ -85,9 +85,9 @@ TEST_F(RegistrationTest, AssignsRequestedAndFreeRanksAndSendsTheTopologyOnceComp
     std::string id;
     int rank, local_rank, local_size, local_root;
   };
-  for (const Expected& e : {Expected{"wY", 0, 0, 1, 0}, Expected{"wZ", 1, 0, 2, 1},
-                            Expected{"wX", 2, 1, 2, 1}, Expected{"sB", 0, 0, 0, 0},
-                            Expected{"sA", 1, 0, 0, 0}}) {
+  for (const Expected& e :
+       {Expected{"wY", 0, 0, 1, 0}, Expected{"wZ", 1, 0, 2, 1}, Expected{"wX", 2, 1, 2, 1},
+        Expected{"sB", 0, 0, 0, 0}, Expected{"sA", 1, 0, 0, 0}}) {
     const proto::Topology t = testing::Only(out, e.id, ControlMessage::kTopology).topology();
     EXPECT_EQ(t.your_rank(), e.rank) << e.id;
     EXPECT_EQ(t.num_workers(), 3);
@@ -151,8 +151,8 @@ TEST_F(RegistrationTest, HierarchicalTopologyListsTheLocalRootsAsPushers) {
     std::string id;
     int local_rank, local_root;
   };
-  for (const Expected& e : {Expected{"w0", 0, 0}, Expected{"w1", 0, 1}, Expected{"w2", 1, 0},
-                            Expected{"w3", 1, 1}}) {
+  for (const Expected& e :
+       {Expected{"w0", 0, 0}, Expected{"w1", 0, 1}, Expected{"w2", 1, 0}, Expected{"w3", 1, 1}}) {
     const proto::Topology t = testing::Only(out, e.id, ControlMessage::kTopology).topology();
     EXPECT_EQ(t.local_rank(), e.local_rank) << e.id;
     EXPECT_EQ(t.local_size(), 2);
@@ -183,9 +183,11 @@ TEST_F(RegistrationTest, HierarchicalJobRefusesATakenLocalRankAndEndsWhenAMachin
       << *out.job_end();
   EXPECT_EQ(testing::Recipients(out), (std::vector<std::string>{"w0", "w1", "w2", "s0"}));
   for (const std::string id : {"w0", "w1", "w2", "s0"}) {
-    const std::string reason = testing::Only(out, id, ControlMessage::kShutdown).shutdown().reason();
-    EXPECT_TRUE(Contains(reason, "cannot group the workers by machine: machine 'm1' declared "
-                                 "local size 3 but 2 workers registered from it"))
+    const std::string reason =
+        testing::Only(out, id, ControlMessage::kShutdown).shutdown().reason();
+    EXPECT_TRUE(Contains(reason,
+                         "cannot group the workers by machine: machine 'm1' declared "
+                         "local size 3 but 2 workers registered from it"))
         << reason;
   }
   EXPECT_EQ(nodes_->local(), nullptr);
@@ -205,8 +207,9 @@ TEST_F(RegistrationTest, RefusesRegistrationsWithoutATokenOrWithOversizedFields)
   Start(1, 1);
   proto::Register none = Reg(ROLE_WORKER, 0);
   none.clear_token();
-  EXPECT_TRUE(Contains(Refusal("a", none),
-                       "the Register carries no token (16 random bytes, not all zero; got 0 bytes)"));
+  EXPECT_TRUE(
+      Contains(Refusal("a", none),
+               "the Register carries no token (16 random bytes, not all zero; got 0 bytes)"));
   proto::Register zero = Reg(ROLE_WORKER, 0);
   zero.set_token(std::string(16, '\0'));
   EXPECT_TRUE(Contains(Refusal("a", zero), "carries no token"));

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <fstream>
 #include <future>
-#include <set>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "bytecomp/common/config.h"
@@ -49,7 +49,9 @@ class SchedulerTest : public ::testing::Test {
     if (result_.valid()) result_.wait();
     scheduler_.reset();
   }
-  std::unique_ptr<TestNode> Node() { return std::make_unique<TestNode>(context_, scheduler_->port()); }
+  std::unique_ptr<TestNode> Node() {
+    return std::make_unique<TestNode>(context_, scheduler_->port());
+  }
   // Waits for Run to return.
   absl::Status Result(int timeout_ms = 3000) {
     if (result_.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
@@ -85,9 +87,9 @@ TEST_F(SchedulerTest, AssignsRequestedAndFreeRanksAndSendsTopology) {
     TestNode* node;
     int rank, local_rank, local_size;
   };
-  for (const Expected& e : {Expected{w_y.get(), 0, 0, 1}, Expected{w_z.get(), 1, 0, 2},
-                            Expected{w_x.get(), 2, 1, 2}, Expected{s_b.get(), 0, 0, 0},
-                            Expected{s_a.get(), 1, 0, 0}}) {
+  for (const Expected& e :
+       {Expected{w_y.get(), 0, 0, 1}, Expected{w_z.get(), 1, 0, 2}, Expected{w_x.get(), 2, 1, 2},
+        Expected{s_b.get(), 0, 0, 0}, Expected{s_a.get(), 1, 0, 0}}) {
     const proto::Topology t = e.node->Expect(ControlMessage::kTopology).topology();
     EXPECT_EQ(t.your_rank(), e.rank);
     EXPECT_EQ(t.num_workers(), 3);
@@ -137,8 +139,8 @@ TEST_F(SchedulerTest, BarrierReleasesOnlyWhenEveryMemberArrived) {
 }
 
 // Registers W workers and S servers and consumes their topologies.
-std::vector<std::unique_ptr<TestNode>> RegisterAll(
-    std::function<std::unique_ptr<TestNode>()> make, int workers, int servers) {
+std::vector<std::unique_ptr<TestNode>> RegisterAll(std::function<std::unique_ptr<TestNode>()> make,
+                                                   int workers, int servers) {
   std::vector<std::unique_ptr<TestNode>> nodes;
   for (int i = 0; i < workers; ++i) {
     nodes.push_back(make());
@@ -344,7 +346,8 @@ TEST_F(SchedulerTest, ConnectionsWithoutTheNodesTokenCannotActAsIt) {
   worker->Register(ROLE_WORKER, 0);
   other->Register(ROLE_WORKER, 1);
   server->Register(ROLE_SERVER, 0);
-  for (TestNode* n : {worker.get(), other.get(), server.get()}) n->Expect(ControlMessage::kTopology);
+  for (TestNode* n : {worker.get(), other.get(), server.get()})
+    n->Expect(ControlMessage::kTopology);
   ControlMessage shutdown;
   shutdown.mutable_shutdown()->set_reason("taken over");
   worker->Send(shutdown, /*with_token=*/false);
@@ -438,7 +441,8 @@ TEST_F(SchedulerTest, HierarchicalJobRelaysBothTheHostAndTheNcclCommunicator) {
   w0->Send(LocalComm("nccl", nccl_id));
   w0->Sync();
   w0->Send(LocalComm("nccl", std::string(128, '\x2b')));
-  EXPECT_TRUE(Contains(w0->ExpectError(), "machine 'hostA' already has a different nccl local communicator"));
+  EXPECT_TRUE(Contains(w0->ExpectError(),
+                       "machine 'hostA' already has a different nccl local communicator"));
   w1->ExpectNothing(100);
   w2->ExpectNothing(0);
   EXPECT_TRUE(Running());
@@ -449,7 +453,7 @@ TEST_F(SchedulerTest, HierarchicalJobWithAShortMachineStopsAtTheTopology) {
   config.set_hierarchical(true);
   Start(3, 1, config);
   auto register_on = [](TestNode& node, int rank, const std::string& machine, int local_rank,
-                         int local_size) {
+                        int local_size) {
     ControlMessage m;
     proto::Register* r = m.mutable_register_();
     r->set_role(ROLE_WORKER);
@@ -495,7 +499,8 @@ TEST_F(SchedulerTest, AReloadIsPreparedAndCommittedThroughTheLoop) {
   EXPECT_TRUE(Contains(server.ExpectError(), "StrategyPrepareReply from server 0"));
   worker.Send(reply);
   for (TestNode* n : {&server, &worker}) {
-    const proto::Strategy s = n->Expect(ControlMessage::kStrategyCommit).strategy_commit().strategy();
+    const proto::Strategy s =
+        n->Expect(ControlMessage::kStrategyCommit).strategy_commit().strategy();
     EXPECT_EQ(s.version(), 2u);
     EXPECT_EQ(s.seed(), 8u);
     EXPECT_EQ(s.first_round(), 5u);
@@ -553,7 +558,8 @@ TEST_F(SchedulerTest, ARestartedSchedulerTakesTheJobUpFromItsRejoiningNodes) {
     auto nodes = RegisterAll([this] { return Node(); }, 2, 2);
     nodes[0]->Declare("a", 40, proto::DTYPE_FLOAT32);
     nodes[1]->Declare("a", 40, proto::DTYPE_FLOAT32);
-    for (auto& n : nodes) declared.push_back(n->Expect(ControlMessage::kDeclareReply).declare_reply());
+    for (auto& n : nodes)
+      declared.push_back(n->Expect(ControlMessage::kDeclareReply).declare_reply());
     for (auto& n : nodes) n->Barrier("all", 1);
     for (auto& n : nodes) n->Expect(ControlMessage::kBarrierRelease);
     for (auto& n : nodes) tokens.push_back(n->token());
@@ -596,8 +602,8 @@ TEST_F(SchedulerTest, ARestartedSchedulerTakesTheJobUpFromItsRejoiningNodes) {
   const proto::DeclareReply again = nodes[3]->Expect(ControlMessage::kDeclareReply).declare_reply();
   EXPECT_EQ(again.name(), "a");
   EXPECT_EQ(again.tensor_id(), declared[0].tensor_id());
-  EXPECT_EQ(nodes[0]->Expect(ControlMessage::kStrategyCommit).strategy_commit().strategy().version(),
-            1u);
+  EXPECT_EQ(
+      nodes[0]->Expect(ControlMessage::kStrategyCommit).strategy_commit().strategy().version(), 1u);
   for (auto& n : nodes) {
     EXPECT_EQ(n->Expect(ControlMessage::kRejoined).rejoined().strategy_version(), 1u);
   }

@@ -125,7 +125,8 @@ TEST_F(ServerFailoverTest, ASecondServerForALiveRankIsRefused) {
   const std::vector<ControlMessage> got = To(At(1250, all), "intruder");
   ASSERT_EQ(got.size(), 1u);
   EXPECT_TRUE(got[0].error().registration_refused());
-  EXPECT_TRUE(testing::Contains(got[0].error().message(), "which is alive: two servers claim one rank"))
+  EXPECT_TRUE(
+      testing::Contains(got[0].error().message(), "which is alive: two servers claim one rank"))
       << got[0].error().message();
   EXPECT_EQ(router_->nodes().At(proto::ROLE_SERVER, 1)->identity, "s1");
 }
@@ -157,7 +158,8 @@ TEST_F(ServerFailoverTest, WithoutAReplacementTheKeysMoveToTheSurvivors) {
     EXPECT_EQ(To(out, w)[0].keys_moved().ShortDebugString(), moved.ShortDebugString());
   }
   // The rank is retired: a server registering for it now is refused.
-  const std::vector<ControlMessage> late = To(Register("late", proto::ROLE_SERVER, 1, 4200), "late");
+  const std::vector<ControlMessage> late =
+      To(Register("late", proto::ROLE_SERVER, 1, 4200), "late");
   ASSERT_EQ(late.size(), 1u);
   EXPECT_TRUE(testing::Contains(late[0].error().message(), "its keys moved to the surviving"));
   // A tensor declared now is placed on the survivor only.

@@ -23,9 +23,7 @@ using testing::Contains;
 using testing::ServerId;
 using testing::WorkerId;
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 proto::StrategyPrepareReply PrepareReply(uint64_t version, uint64_t highest_started_round) {
   proto::StrategyPrepareReply r;
@@ -44,8 +42,8 @@ class StrategyControlTest : public ::testing::Test {
   void Start(const std::string& path, std::optional<AutoPlanInputs> auto_plan = std::nullopt) {
     StrategyKeeper keeper;
     ASSERT_TRUE(keeper.LoadInitial(path).ok());
-    control_ = std::make_unique<StrategyControl>(config_, nodes_, std::move(keeper),
-                                                 std::move(auto_plan));
+    control_ =
+        std::make_unique<StrategyControl>(config_, nodes_, std::move(keeper), std::move(auto_plan));
   }
   // --strategy=auto plans on a thread of its own; the scheduler's loop calls OnTime until the
   // plan is taken up. This does the same, for at most `limit` (then the test fails).
@@ -87,9 +85,9 @@ TEST_F(StrategyControlTest, AReloadPreparesEveryWorkerAndCommitsToServersFirst) 
   EXPECT_TRUE(replies.messages().empty());
   EXPECT_EQ(control_->keeper().current().version(), 1u);
   control_->HandlePrepareReply(Worker(1), PrepareReply(2, 11), &replies);
-  EXPECT_EQ(testing::Recipients(replies),
-            (std::vector<std::string>{ServerId(0), ServerId(1), WorkerId(0), WorkerId(1),
-                                      WorkerId(2)}));
+  EXPECT_EQ(
+      testing::Recipients(replies),
+      (std::vector<std::string>{ServerId(0), ServerId(1), WorkerId(0), WorkerId(1), WorkerId(2)}));
   for (const OutgoingControl& m : replies.messages()) {
     const proto::Strategy& s = m.message.strategy_commit().strategy();
     EXPECT_EQ(s.version(), 2u);
@@ -103,7 +101,8 @@ TEST_F(StrategyControlTest, AReloadPreparesEveryWorkerAndCommitsToServersFirst) 
 TEST_F(StrategyControlTest, AFileThatDoesNotLoadKeepsTheStrategyInForce) {
   WriteFile(path_, "seed: 7\n");
   Start(path_);
-  WriteFile(path_, "seed: 7\ntensors {\n  name_pattern: \"*\"\n  push_codec { name: \"fp61\" }\n}\n");
+  WriteFile(path_,
+            "seed: 7\ntensors {\n  name_pattern: \"*\"\n  push_codec { name: \"fp61\" }\n}\n");
   Outbox out;
   control_->Reload(&out);
   EXPECT_TRUE(out.messages().empty());

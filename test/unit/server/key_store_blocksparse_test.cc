@@ -127,8 +127,8 @@ TEST(KeyStoreBlocksparseTest, TwoWayWithTheSameLosslessCodecAnswersTheSameBytes)
   ASSERT_EQ(r.reply.header.op(), proto::OP_PULL_REPLY) << r.reply.header.error();
   EXPECT_EQ(r.reply.header.codec(), "blocksparse");
   proto::DataHeader as_server = server_test::Request(proto::OP_PUSH, 0, 0, kElements);
-  EXPECT_TRUE(SameBytes(r.reply.payload,
-                        server_test::Encode("blocksparse", r.rank_order_sum, as_server)));
+  EXPECT_TRUE(
+      SameBytes(r.reply.payload, server_test::Encode("blocksparse", r.rank_order_sum, as_server)));
 }
 
 TEST(KeyStoreBlocksparseTest, TwoWayWithAThresholdReencodesTheSum) {

@@ -29,8 +29,8 @@ std::vector<zmq::message_t> Frames(const proto::DataHeader& h, int payload_float
   frames.push_back(server_test::Identity(h.sender()));
   frames.push_back(ProtoFrame(h));
   if (payload_floats >= 0) {
-    frames.push_back(server_test::Payload(std::vector<float>(payload_floats, 1.0f),
-                                          proto::DTYPE_FLOAT32));
+    frames.push_back(
+        server_test::Payload(std::vector<float>(payload_floats, 1.0f), proto::DTYPE_FLOAT32));
   }
   return frames;
 }
@@ -217,13 +217,13 @@ TEST(RequestDispatcherTest, CommandsReachEveryShard) {
   EXPECT_TRUE(out.to_shards.empty());
   proto::Strategy second = server_test::StrategyWith(2, "fp16", "");
   second.set_first_round(10);
-  EXPECT_TRUE(fresh.HandleCommand(
-      StrategyCommand{std::make_shared<const proto::Strategy>(second)}, 0, &out));
+  EXPECT_TRUE(fresh.HandleCommand(StrategyCommand{std::make_shared<const proto::Strategy>(second)},
+                                  0, &out));
   EXPECT_EQ(out.to_shards.size(), kShards);
   out = {};
   EXPECT_TRUE(fresh.HandleCommand(  // version 1 after version 2
-      StrategyCommand{std::make_shared<const proto::Strategy>(
-          server_test::StrategyWith(1, "fp16", ""))},
+      StrategyCommand{
+          std::make_shared<const proto::Strategy>(server_test::StrategyWith(1, "fp16", ""))},
       0, &out));
   EXPECT_TRUE(out.to_shards.empty());
 }

@@ -164,7 +164,8 @@ TEST(RequestValidatorTest, RequestsWithoutTheSendersTokenAreRefused) {
     EXPECT_EQ(s.message(),
               "the request names worker 1 but does not carry its token: a connection pushes and "
               "pulls only as the rank the scheduler gave its node");
-    EXPECT_TRUE(absl::IsPermissionDenied(v.Validate(h, h.op() == proto::OP_PUSH && h.error().empty(), 16)));
+    EXPECT_TRUE(
+        absl::IsPermissionDenied(v.Validate(h, h.op() == proto::OP_PUSH && h.error().empty(), 16)));
   }
   // The token of a rank outside the job does not help either.
   proto::DataHeader foreign = push;
@@ -202,8 +203,9 @@ TEST(RequestValidatorTest, ReplaysCarryARoundsResultWithinItsBound) {
             "key 1:0 round 3: a replay's codec 'topk' is none the round's result can have");
   h.set_codec("");
   h.set_payload_bytes(20);
-  EXPECT_EQ(WhyRequest(v, h, 20), "key 1:0 round 3: a replay's payload is 20 bytes (header 20), "
-                                  "at most 16");
+  EXPECT_EQ(WhyRequest(v, h, 20),
+            "key 1:0 round 3: a replay's payload is 20 bytes (header 20), "
+            "at most 16");
   proto::DataHeader pull = server_test::Request(proto::OP_PULL, 1, 3, 4);
   pull.set_replay(true);
   EXPECT_EQ(WhyRequest(v, pull, 0), "key 1:0 round 3: only a push can be a replay");

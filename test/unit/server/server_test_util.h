@@ -86,7 +86,9 @@ inline proto::DataHeader Request(proto::DataOp op, int sender, uint64_t round, i
   return h;
 }
 
-inline zmq::message_t Identity(int sender) { return zmq::message_t("worker-" + std::to_string(sender)); }
+inline zmq::message_t Identity(int sender) {
+  return zmq::message_t("worker-" + std::to_string(sender));
+}
 
 template <typename Reply>
 std::string IdentityOf(const Reply& reply) {

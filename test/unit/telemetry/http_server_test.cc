@@ -117,7 +117,8 @@ TEST(HttpServerTest, ANeverEndingHeaderIsCutOffAndOthersAreStillServed) {
   // A well-behaved client gets its answer within a few request timeouts.
   const auto start = std::chrono::steady_clock::now();
   const std::string ok = Exchange(port, "GET /metrics HTTP/1.1\r\n\r\n");
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
   EXPECT_LT(waited, 8.0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));

@@ -28,11 +28,26 @@ TEST(NodeMetricsTest, BytesByCodecAndDirectionFromManyThreads) {
   }
   for (auto& t : threads) t.join();
   const std::string text = m.Render();
-  EXPECT_TRUE(Has(text, "bytecomp_wire_bytes_total{rank=\"3\",role=\"worker\",codec=\"topk\",direction=\"out\"} 400000")) << text;
-  EXPECT_TRUE(Has(text, "bytecomp_raw_bytes_total{rank=\"3\",role=\"worker\",codec=\"topk\",direction=\"out\"} 1600000")) << text;
-  EXPECT_TRUE(Has(text, "bytecomp_wire_bytes_total{rank=\"3\",role=\"worker\",codec=\"none\",direction=\"out\"} 200000")) << text;
-  EXPECT_TRUE(Has(text, "bytecomp_compression_ratio{rank=\"3\",role=\"worker\",codec=\"topk\",direction=\"out\"} 4")) << text;
-  EXPECT_TRUE(Has(text, "bytecomp_compression_ratio{rank=\"3\",role=\"worker\",codec=\"fp16\",direction=\"in\"} 2")) << text;
+  EXPECT_TRUE(Has(text,
+                  "bytecomp_wire_bytes_total{rank=\"3\",role=\"worker\",codec=\"topk\",direction="
+                  "\"out\"} 400000"))
+      << text;
+  EXPECT_TRUE(Has(text,
+                  "bytecomp_raw_bytes_total{rank=\"3\",role=\"worker\",codec=\"topk\",direction="
+                  "\"out\"} 1600000"))
+      << text;
+  EXPECT_TRUE(Has(text,
+                  "bytecomp_wire_bytes_total{rank=\"3\",role=\"worker\",codec=\"none\",direction="
+                  "\"out\"} 200000"))
+      << text;
+  EXPECT_TRUE(Has(
+      text,
+      "bytecomp_compression_ratio{rank=\"3\",role=\"worker\",codec=\"topk\",direction=\"out\"} 4"))
+      << text;
+  EXPECT_TRUE(Has(
+      text,
+      "bytecomp_compression_ratio{rank=\"3\",role=\"worker\",codec=\"fp16\",direction=\"in\"} 2"))
+      << text;
   EXPECT_EQ(m.WireBytes(Direction::kOut), 600000);
   EXPECT_EQ(m.WireBytes(Direction::kIn), 800000);
   EXPECT_TRUE(Has(text, "# TYPE bytecomp_wire_bytes_total counter"));
@@ -46,16 +61,25 @@ TEST(NodeMetricsTest, RoundsRefusalsAndGaugesSetAtScrape) {
   m.CountRefused("malformed");
   m.CountRefused("bad probe");
   int scrapes = 0;
-  prometheus::Gauge& depth = m.Gauge("bytecomp_queue_depth", "Requests waiting", {{"queue", "parked"}});
+  prometheus::Gauge& depth =
+      m.Gauge("bytecomp_queue_depth", "Requests waiting", {{"queue", "parked"}});
   m.OnScrape([&] { depth.Set(++scrapes * 10); });
   m.Render();
   const std::string text = m.Render();
   EXPECT_TRUE(Has(text, "bytecomp_rounds_total{rank=\"1\",role=\"server\"} 2")) << text;
-  EXPECT_TRUE(Has(text, "bytecomp_round_duration_seconds_count{rank=\"1\",role=\"server\"} 2")) << text;
-  EXPECT_TRUE(Has(text, "bytecomp_round_duration_seconds_bucket{rank=\"1\",role=\"server\",le=\"0.004\"} 1")) << text;
-  EXPECT_TRUE(Has(text, "bytecomp_refused_requests_total{rank=\"1\",role=\"server\",reason=\"malformed\"} 2")) << text;
-  EXPECT_TRUE(Has(text, "bytecomp_refused_requests_total{rank=\"1\",role=\"server\",reason=\"bad probe\"} 1")) << text;
-  EXPECT_TRUE(Has(text, "bytecomp_queue_depth{rank=\"1\",role=\"server\",queue=\"parked\"} 20")) << text;
+  EXPECT_TRUE(Has(text, "bytecomp_round_duration_seconds_count{rank=\"1\",role=\"server\"} 2"))
+      << text;
+  EXPECT_TRUE(Has(
+      text, "bytecomp_round_duration_seconds_bucket{rank=\"1\",role=\"server\",le=\"0.004\"} 1"))
+      << text;
+  EXPECT_TRUE(Has(
+      text, "bytecomp_refused_requests_total{rank=\"1\",role=\"server\",reason=\"malformed\"} 2"))
+      << text;
+  EXPECT_TRUE(Has(
+      text, "bytecomp_refused_requests_total{rank=\"1\",role=\"server\",reason=\"bad probe\"} 1"))
+      << text;
+  EXPECT_TRUE(Has(text, "bytecomp_queue_depth{rank=\"1\",role=\"server\",queue=\"parked\"} 20"))
+      << text;
 }
 
 }  // namespace

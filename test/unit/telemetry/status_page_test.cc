@@ -1,7 +1,7 @@
 // The scheduler's status page from a JobStatus fed as the scheduler feeds it: nodes and their
 // health, the strategy per tensor, bytes and ratio, the round chart, the prediction.
-#include "bytecomp/scheduler/status/job_status.h"
 #include "bytecomp/scheduler/status/status_page.h"
+#include "bytecomp/scheduler/status/job_status.h"
 
 #include "gtest/gtest.h"
 

@@ -71,10 +71,14 @@ TEST(TimelineTest, EveryEventOfEveryThreadIsWrittenWithItsArgs) {
   EXPECT_EQ(Count(text, "\"ph\":\"i\""), 2000);
   EXPECT_EQ(Count(text, "\"tensor\":\"layer\\\"1\\\".weight\""), 4000);
   EXPECT_EQ(Count(text, "\"codec\":\"topk\""), 4000);
-  EXPECT_NE(text.find("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"worker 3\"}}"),
-            std::string::npos);
-  EXPECT_NE(text.find("{\"name\":\"clock_offset\",\"ph\":\"M\",\"pid\":0,\"args\":{\"offset_us\":-1234}}"),
-            std::string::npos);
+  EXPECT_NE(
+      text.find(
+          "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"worker 3\"}}"),
+      std::string::npos);
+  EXPECT_NE(
+      text.find(
+          "{\"name\":\"clock_offset\",\"ph\":\"M\",\"pid\":0,\"args\":{\"offset_us\":-1234}}"),
+      std::string::npos);
   EXPECT_NE(text.find("\"otherData\":{\"process\":\"worker 3\",\"clock_offset_us\":-1234,"
                       "\"dropped_events\":0}}"),
             std::string::npos);
@@ -98,9 +102,11 @@ TEST(TimelineTest, AsyncStagesAreWrittenAsBeginEndPairs) {
     (*timeline)->Record(e);
   }
   const std::string text = ReadFile(path);
-  EXPECT_NE(text.find("\"ph\":\"b\",\"id\":\"2.1.9\",\"pid\":0,\"tid\":1,\"ts\":500"), std::string::npos)
+  EXPECT_NE(text.find("\"ph\":\"b\",\"id\":\"2.1.9\",\"pid\":0,\"tid\":1,\"ts\":500"),
+            std::string::npos)
       << text;
-  EXPECT_NE(text.find("\"ph\":\"e\",\"id\":\"2.1.9\",\"pid\":0,\"tid\":1,\"ts\":750"), std::string::npos)
+  EXPECT_NE(text.find("\"ph\":\"e\",\"id\":\"2.1.9\",\"pid\":0,\"tid\":1,\"ts\":750"),
+            std::string::npos)
       << text;
 }
 
@@ -125,7 +131,8 @@ TEST(TimelineTest, AFullRingDropsAndCountsInsteadOfWaiting) {
 TEST(TimelineTest, AnUnwritablePathIsAnErrorNamingIt) {
   auto timeline = Timeline::Open("/nonexistent-dir/x/worker-0.json", "worker 0");
   ASSERT_FALSE(timeline.ok());
-  EXPECT_NE(timeline.status().message().find("/nonexistent-dir/x/worker-0.json"), std::string::npos);
+  EXPECT_NE(timeline.status().message().find("/nonexistent-dir/x/worker-0.json"),
+            std::string::npos);
 }
 
 TEST(TimelineTest, PathComesFromTheEnvironmentBeforeTheConfig) {

@@ -22,10 +22,14 @@ TEST(EmulatedDevice, CopiesWaitForTheWorkQueuedBeforeThem) {
   EmulatedDeviceBackend device;
   std::vector<float> gradient(1000, 0.0f), host(1000, -1.0f);
   // A slow "kernel" produces the gradient; the copy queued after it must see its result.
-  ASSERT_TRUE(device.QueueWork(0, Stream(1), [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    for (size_t i = 0; i < gradient.size(); ++i) gradient[i] = static_cast<float>(i);
-  }).ok());
+  ASSERT_TRUE(device
+                  .QueueWork(0, Stream(1),
+                             [&] {
+                               std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                               for (size_t i = 0; i < gradient.size(); ++i)
+                                 gradient[i] = static_cast<float>(i);
+                             })
+                  .ok());
   ASSERT_TRUE(device.CopyToHost(0, Stream(1), host.data(), gradient.data(), 4000).ok());
   std::promise<std::vector<float>> seen;
   ASSERT_TRUE(device.WhenReached(0, Stream(1), [&] { seen.set_value(host); }).ok());
@@ -38,23 +42,31 @@ TEST(EmulatedDevice, CallbacksRunInStreamOrderOffTheStreamThread) {
   std::mutex mu;
   std::vector<int> order;
   std::thread::id stream_thread;
-  ASSERT_TRUE(device.QueueWork(0, Stream(2), [&] { stream_thread = std::this_thread::get_id(); }).ok());
+  ASSERT_TRUE(
+      device.QueueWork(0, Stream(2), [&] { stream_thread = std::this_thread::get_id(); }).ok());
   std::promise<void> last;
   for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(device.QueueWork(0, Stream(2), [&mu, &order, i] {
-      std::lock_guard<std::mutex> lock(mu);
-      order.push_back(2 * i);
-    }).ok());
-    ASSERT_TRUE(device.WhenReached(0, Stream(2), [&, i] {
-      // Off the stream's thread, so a callback may wait for the device without deadlock.
-      EXPECT_NE(std::this_thread::get_id(), stream_thread);
-      ASSERT_TRUE(device.RunAndWait(0, Stream(2), [] {}).ok());
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        order.push_back(2 * i + 1);
-      }
-      if (i == 199) last.set_value();
-    }).ok());
+    ASSERT_TRUE(device
+                    .QueueWork(0, Stream(2),
+                               [&mu, &order, i] {
+                                 std::lock_guard<std::mutex> lock(mu);
+                                 order.push_back(2 * i);
+                               })
+                    .ok());
+    ASSERT_TRUE(device
+                    .WhenReached(0, Stream(2),
+                                 [&, i] {
+                                   // Off the stream's thread, so a callback may wait for the device
+                                   // without deadlock.
+                                   EXPECT_NE(std::this_thread::get_id(), stream_thread);
+                                   ASSERT_TRUE(device.RunAndWait(0, Stream(2), [] {}).ok());
+                                   {
+                                     std::lock_guard<std::mutex> lock(mu);
+                                     order.push_back(2 * i + 1);
+                                   }
+                                   if (i == 199) last.set_value();
+                                 })
+                    .ok());
   }
   last.get_future().wait();
   std::lock_guard<std::mutex> lock(mu);
@@ -86,23 +98,30 @@ TEST(EmulatedDevice, EncodeReadsTheGradientAfterTheStreamProducedIt) {
     std::fill(gradient.begin(), gradient.end(), std::nanf(""));
     std::vector<float> values(n);
     for (size_t i = 0; i < n; ++i) values[i] = std::sin(static_cast<float>(i * (round + 1)));
-    ASSERT_TRUE(device.QueueWork(0, Stream(3), [&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      gradient = values;
-    }).ok());
+    ASSERT_TRUE(device
+                    .QueueWork(0, Stream(3),
+                               [&] {
+                                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                                 gradient = values;
+                               })
+                    .ok());
     compress::CodecContext ctx;
     ctx.key = 7;
     ctx.round = round;
-    absl::StatusOr<size_t> bytes = (*codec)->Encode(gradient.data(), n, ctx, out.data(), out.size(), Stream(3));
+    absl::StatusOr<size_t> bytes =
+        (*codec)->Encode(gradient.data(), n, ctx, out.data(), out.size(), Stream(3));
     ASSERT_TRUE(bytes.ok()) << bytes.status();  // NaN input would be an error
-    absl::StatusOr<size_t> want = compress::EncodeWithMemory(**cpu, memory->get(), values, ctx,
-                                                             absl::MakeSpan(expected), compensated, decoded);
+    absl::StatusOr<size_t> want = compress::EncodeWithMemory(
+        **cpu, memory->get(), values, ctx, absl::MakeSpan(expected), compensated, decoded);
     ASSERT_TRUE(want.ok());
     ASSERT_EQ(*bytes, *want);
     EXPECT_EQ(std::memcmp(out.data(), expected.data(), *bytes), 0) << "round " << round;
     std::vector<float> back(n), cpu_back(n);
     ASSERT_TRUE((*codec)->Decode(out.data(), *bytes, ctx, back.data(), n, Stream(3)).ok());
-    ASSERT_TRUE((*cpu)->Decode(absl::MakeConstSpan(expected.data(), *want), ctx, absl::MakeSpan(cpu_back)).ok());
+    ASSERT_TRUE(
+        (*cpu)
+            ->Decode(absl::MakeConstSpan(expected.data(), *want), ctx, absl::MakeSpan(cpu_back))
+            .ok());
     EXPECT_EQ(back, cpu_back);
   }
   EXPECT_EQ(device.stats().encodes, 3);
@@ -111,10 +130,13 @@ TEST(EmulatedDevice, EncodeReadsTheGradientAfterTheStreamProducedIt) {
 
 TEST(EmulatedDevice, OffersTheGpuCodecsOnly) {
   EmulatedDeviceBackend device;
-  EXPECT_EQ(device.CreateCodec(0, "powersgd", {}, "", {}).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(device.CreateCodec(0, "signum", {}, "residual", {}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(device.CreateCodec(0, "powersgd", {}, "", {}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(device.CreateCodec(0, "signum", {}, "residual", {}).status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_TRUE(device.CreateCodec(0, "dgc", {}, "dgc_momentum", {}).ok());
-  EXPECT_EQ(device.CreateCodec(8, "fp16", {}, "", {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(device.CreateCodec(8, "fp16", {}, "", {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DeviceBackend, WithoutEmulationTheErrorSaysWhy) {

@@ -22,8 +22,8 @@ proto::DataHeader KeptHeader(uint64_t key, uint64_t round) {
 
 proto::DataHeader HeaderOfReplay(const FailoverReplay::Replay& replay) {
   proto::DataHeader header;
-  EXPECT_TRUE(header.ParseFromArray(replay.frames[0].data(),
-                                    static_cast<int>(replay.frames[0].size())));
+  EXPECT_TRUE(
+      header.ParseFromArray(replay.frames[0].data(), static_cast<int>(replay.frames[0].size())));
   return header;
 }
 

@@ -72,7 +72,7 @@ TEST(HeldPayloads, AClosedSocketsPayloadsAreReleasedOnZeroMQsThreads) {
       ASSERT_TRUE(dealer.send(msg, zmq::send_flags::dontwait));
     }
     EXPECT_GT(held.AwaitNone(absl::Milliseconds(300)), 0);  // the peer does not read them all
-  }  // closed: ZeroMQ drops what it holds
+  }                                                         // closed: ZeroMQ drops what it holds
   EXPECT_EQ(held.AwaitNone(absl::Seconds(30)), 0);
   for (const std::thread::id& id : freed_on) EXPECT_NE(id, std::this_thread::get_id());
 }

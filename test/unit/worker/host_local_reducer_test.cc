@@ -19,7 +19,8 @@ bool Contains(const std::string& text, const std::string& part) {
 
 // A callback that fulfils a future with the call's status.
 struct Waiter {
-  std::shared_ptr<std::promise<absl::Status>> promise = std::make_shared<std::promise<absl::Status>>();
+  std::shared_ptr<std::promise<absl::Status>> promise =
+      std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> future = promise->get_future();
   LocalReducer::Done Callback() {
     return [p = promise](absl::Status s) { p->set_value(std::move(s)); };
@@ -36,7 +37,8 @@ class HostLocalReducerTest : public ::testing::Test {
  protected:
   // A machine of `size` local ranks, set up and started.
   void Connect(int size) {
-    absl::StatusOr<std::unique_ptr<HostLocalReducer>> root = HostLocalReducer::Listen(context_, size);
+    absl::StatusOr<std::unique_ptr<HostLocalReducer>> root =
+        HostLocalReducer::Listen(context_, size);
     ASSERT_TRUE(root.ok()) << root.status();
     std::vector<std::future<absl::StatusOr<std::unique_ptr<HostLocalReducer>>>> joins;
     for (int lr = 1; lr < size; ++lr) {
@@ -66,10 +68,12 @@ TEST_F(HostLocalReducerTest, SumsToTheRootAndBroadcastsWhateverTheTagOrder) {
   Connect(3);
   constexpr int n = 1000;
   // data[rank][tag]
-  std::vector<std::vector<std::vector<float>>> data(3, std::vector<std::vector<float>>(2, std::vector<float>(n)));
+  std::vector<std::vector<std::vector<float>>> data(
+      3, std::vector<std::vector<float>>(2, std::vector<float>(n)));
   for (int r = 0; r < 3; ++r) {
     for (int t = 0; t < 2; ++t) {
-      for (int i = 0; i < n; ++i) data[r][t][i] = static_cast<float>((i * (t + 2) + r * 17) % 97) - 40.0f;
+      for (int i = 0; i < n; ++i)
+        data[r][t][i] = static_cast<float>((i * (t + 2) + r * 17) % 97) - 40.0f;
     }
   }
   std::vector<std::vector<float>> expected(2, std::vector<float>(n));
@@ -82,7 +86,8 @@ TEST_F(HostLocalReducerTest, SumsToTheRootAndBroadcastsWhateverTheTagOrder) {
   for (int r = 0; r < 3; ++r) {
     for (int k = 0; k < 2; ++k) {
       const int t = r == 2 ? 1 - k : k;
-      ranks_[r]->Reduce(tags[t], data[r][t].data(), n, proto::DTYPE_FLOAT32, reduced[r * 2 + t].Callback());
+      ranks_[r]->Reduce(tags[t], data[r][t].data(), n, proto::DTYPE_FLOAT32,
+                        reduced[r * 2 + t].Callback());
     }
   }
   for (int t = 0; t < 2; ++t) {
@@ -154,7 +159,8 @@ TEST_F(HostLocalReducerTest, FailEndsPendingAndLaterCallsWithTheReason) {
   Connect(2);
   std::vector<float> v(8, 1.0f);
   Waiter pending, later;
-  ranks_[1]->Broadcast("y@0", v.data(), 8, proto::DTYPE_FLOAT32, absl::OkStatus(), pending.Callback());
+  ranks_[1]->Broadcast("y@0", v.data(), 8, proto::DTYPE_FLOAT32, absl::OkStatus(),
+                       pending.Callback());
   ranks_[1]->Fail(absl::UnavailableError("worker 0 failed: missed heartbeats"));
   EXPECT_EQ(pending.Get().message(), "worker 0 failed: missed heartbeats");
   ranks_[1]->Reduce("y@1", v.data(), 8, proto::DTYPE_FLOAT32, later.Callback());
@@ -177,12 +183,16 @@ TEST(HostLocalReducerSetupTest, JoinWithoutARootTimesOutClearly) {
   }
   int ticks = 0;
   const int64_t start = MonotonicMs();
-  absl::StatusOr<std::unique_ptr<HostLocalReducer>> r = HostLocalReducer::Join(
-      context, endpoint, 1, 2, 400, [&ticks] { ++ticks; return absl::OkStatus(); });
+  absl::StatusOr<std::unique_ptr<HostLocalReducer>> r =
+      HostLocalReducer::Join(context, endpoint, 1, 2, 400, [&ticks] {
+        ++ticks;
+        return absl::OkStatus();
+      });
   const int64_t took = MonotonicMs() - start;
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(Contains(std::string(r.status().message()), "got no WELCOME from the local root")) << r.status();
+  EXPECT_TRUE(Contains(std::string(r.status().message()), "got no WELCOME from the local root"))
+      << r.status();
   EXPECT_GE(took, 400);
   EXPECT_LT(took, 2000);
   EXPECT_GE(ticks, 3) << "the caller's heartbeats keep running while it waits";

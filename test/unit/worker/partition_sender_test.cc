@@ -190,8 +190,8 @@ TEST_F(PartitionSenderTest, SendsByPriorityThenFirstComeEachPushWithItsPullBehin
   sender_->SendReady();
 
   std::vector<RecordedConnections::Message> sent = connections_.Take();
-  const std::vector<uint64_t> order = {MakeKey(2, 0), MakeKey(4, 0), MakeKey(1, 0),
-                                       MakeKey(1, 1), MakeKey(3, 0)};
+  const std::vector<uint64_t> order = {MakeKey(2, 0), MakeKey(4, 0), MakeKey(1, 0), MakeKey(1, 1),
+                                       MakeKey(3, 0)};
   ASSERT_EQ(sent.size(), 2 * order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     const RecordedConnections::Message& push = sent[2 * i];
@@ -269,8 +269,8 @@ TEST_F(PartitionSenderTest, TheBudgetOfAServerIsFreedByItsAckNotByOtherServers) 
   EXPECT_EQ(traffic_.inflight_bytes.load(), 32);
 
   // A pull reply without an ack frees its push's bytes too, and comes back for the stages.
-  std::optional<PulledPartition> pulled = Reply(0, ReplyTo(sent[2].header, proto::OP_PULL_REPLY,
-                                                           "the sum"));
+  std::optional<PulledPartition> pulled =
+      Reply(0, ReplyTo(sent[2].header, proto::OP_PULL_REPLY, "the sum"));
   ASSERT_TRUE(pulled.has_value());
   EXPECT_EQ(pulled->op, op);
   EXPECT_EQ(pulled->partition, 1);
@@ -550,8 +550,8 @@ TEST_F(PartitionSenderTest, MovedKeysGoToTheSurvivorsAfterTheirKeptResults) {
   EXPECT_EQ(connections_.Take().size(), 2u);
   EXPECT_EQ(sender_->queued(2), 1);
 
-  Command(MoveKeys{2, {{MakeKey(1, 0), 0}, {MakeKey(2, 0), 1}, {MakeKey(2, 1), 0},
-                       {MakeKey(9, 0), 5}}});
+  Command(MoveKeys{
+      2, {{MakeKey(1, 0), 0}, {MakeKey(2, 0), 1}, {MakeKey(2, 1), 0}, {MakeKey(9, 0), 5}}});
   EXPECT_EQ(connections_.closed, (std::vector<int>{2}));
   std::vector<RecordedConnections::Message> replay = connections_.Take();
   ASSERT_EQ(replay.size(), 1u);

@@ -9,8 +9,8 @@ namespace bytecomp::worker {
 namespace {
 
 // Round r starts at 1000 r us and takes comm_us; returns the report, if any.
-std::optional<proto::RatioReport> Round(RatioWindows& w, uint64_t r, uint64_t version,
-                                        double kept, int64_t comm_us = 300) {
+std::optional<proto::RatioReport> Round(RatioWindows& w, uint64_t r, uint64_t version, double kept,
+                                        int64_t comm_us = 300) {
   const int64_t start = 1000 * static_cast<int64_t>(r);
   w.Started("t", r, start);
   return w.Finished("t", r, version, 4, kept, start + comm_us);

@@ -50,7 +50,8 @@ TEST(StrategySwitchTest, PlansFollowTheVersionOfTheRound) {
 TEST(StrategySwitchTest, PrepareHoldsRoundsBeyondTheHighestStartedPlusOneUntilCommit) {
   StrategySwitch strategies;
   ASSERT_TRUE(strategies.Add(Version(1, 0, "topk")).ok());
-  for (uint64_t round = 0; round <= 3; ++round) ASSERT_TRUE(strategies.Admit(round, "w", kBytes).has_value());
+  for (uint64_t round = 0; round <= 3; ++round)
+    ASSERT_TRUE(strategies.Admit(round, "w", kBytes).has_value());
   ASSERT_TRUE(strategies.Admit(1, "w2", kBytes).has_value());  // another tensor behind: no effect
   EXPECT_EQ(strategies.Prepare(2), 3u);
   EXPECT_TRUE(strategies.Admit(4, "w", kBytes).has_value()) << "highest + 1 may still start";

@@ -39,7 +39,10 @@ class TensorTableTest : public ::testing::Test {
   TensorTable::Started Queue(const std::shared_ptr<Operation>& op) {
     TensorTable::Started started;
     int accepted = 0;
-    EXPECT_TRUE(table_.Queue(op, [&] { ++accepted; }, &started).ok());
+    EXPECT_TRUE(table_
+                    .Queue(
+                        op, [&] { ++accepted; }, &started)
+                    .ok());
     EXPECT_EQ(accepted, 1);
     return started;
   }
@@ -93,8 +96,9 @@ TEST_F(TensorTableTest, DeclaresOnceAndChecksEveryUse) {
   EXPECT_EQ(sent_[0].declare_tensor().element_count(), kCount);
   absl::Status mismatch = table_.Declare("w", 10, proto::DTYPE_FLOAT16);
   EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(mismatch.message(), "tensor 'w' was declared with 300000 elements of fp32, now "
-                                "used with 10 elements of fp16");
+  EXPECT_EQ(mismatch.message(),
+            "tensor 'w' was declared with 300000 elements of fp32, now "
+            "used with 10 elements of fp16");
   EXPECT_EQ(table_.Declare("", 1, proto::DTYPE_FLOAT32).message(), "tensor name must not be empty");
   EXPECT_EQ(table_.Declare("x", 0, proto::DTYPE_FLOAT32).message(),
             "tensor 'x': element count 0 must be >= 1");
@@ -103,7 +107,10 @@ TEST_F(TensorTableTest, DeclaresOnceAndChecksEveryUse) {
   // A refused use is not accepted, and not queued.
   TensorTable::Started started;
   bool accepted = false;
-  EXPECT_FALSE(table_.Queue(Op("w", 10), [&] { accepted = true; }, &started).ok());
+  EXPECT_FALSE(table_
+                   .Queue(
+                       Op("w", 10), [&] { accepted = true; }, &started)
+                   .ok());
   EXPECT_FALSE(accepted);
   EXPECT_TRUE(started.empty());
   EXPECT_EQ(sent_.size(), 1u);
@@ -199,7 +206,10 @@ TEST_F(TensorTableTest, ARefusedDeclarationFailsWhatWaitsForIt) {
   std::shared_ptr<Operation> queued = Op("w"), in_machine = Op("w");
   Queue(queued);
   std::string tag;
-  ASSERT_TRUE(table_.BeginMachineRound(in_machine, [] {}, &tag).ok());
+  ASSERT_TRUE(table_
+                  .BeginMachineRound(
+                      in_machine, [] {}, &tag)
+                  .ok());
   EXPECT_EQ(tag, "w@0");
   proto::DeclareReply reply;
   reply.set_name("w");
@@ -218,7 +228,10 @@ TEST_F(TensorTableTest, ARefusedDeclarationFailsWhatWaitsForIt) {
 TEST_F(TensorTableTest, MachineRoundsAreTaggedByCallCount) {
   std::string tag;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(table_.BeginMachineRound(Op("w"), [] {}, &tag).ok());
+    ASSERT_TRUE(table_
+                    .BeginMachineRound(
+                        Op("w"), [] {}, &tag)
+                    .ok());
     EXPECT_EQ(tag, "w@" + std::to_string(i));
   }
   int64_t round = -1, version = -1;
@@ -239,8 +252,8 @@ TEST_F(TensorTableTest, AStrategySwitchHoldsTheNextRoundUntilReleased) {
   ASSERT_EQ(Finished(*r0, absl::OkStatus()).size(), 1u);  // round 1 may start
   Queue(r2);
   EXPECT_TRUE(Finished(*r1, absl::OkStatus()).empty()) << "round 2 is held";
-  absl::StatusOr<proto::Strategy> v2 =
-      compress::ParseStrategy("tensors { name_pattern: \"*\" push_codec { name: \"fp16\" } }", "v2");
+  absl::StatusOr<proto::Strategy> v2 = compress::ParseStrategy(
+      "tensors { name_pattern: \"*\" push_codec { name: \"fp16\" } }", "v2");
   ASSERT_TRUE(v2.ok());
   v2->set_version(2);
   v2->set_first_round(2);
@@ -257,7 +270,8 @@ TEST_F(TensorTableTest, AStrategySwitchHoldsTheNextRoundUntilReleased) {
 TEST_F(TensorTableTest, FailAllFailsEveryTensorAndReturnsTheWaitingOperations) {
   std::shared_ptr<Operation> waiting = Op("w");
   Queue(waiting);
-  std::vector<std::shared_ptr<Operation>> failed = table_.FailAll(absl::UnavailableError("server 0 failed"));
+  std::vector<std::shared_ptr<Operation>> failed =
+      table_.FailAll(absl::UnavailableError("server 0 failed"));
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_EQ(failed[0], waiting);
   std::shared_ptr<Operation> later = Op("w");

@@ -126,9 +126,7 @@ class CudaDeviceBackend : public DeviceBackend {
   static void CUDART_CB OnReached(void* raw) {
     std::unique_ptr<Pending> pending(static_cast<Pending*>(raw));
     pending->callbacks
-        ->Submit(0, [callback = std::move(pending->callback)](absl::Status) mutable {
-          callback();
-        })
+        ->Submit(0, [callback = std::move(pending->callback)](absl::Status) mutable { callback(); })
         .IgnoreError();
   }
 
@@ -154,10 +152,10 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeCudaDeviceBackend() {
   const cudaError_t rc = cudaGetDeviceCount(&devices);
   if (rc != cudaSuccess || devices < 1) {
     cudaGetLastError();  // clear the sticky error for later CUDA calls in the process
-    return absl::InvalidArgumentError(absl::StrCat(
-        "no usable CUDA device for a device tensor (cudaGetDeviceCount: ",
-        rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices",
-        "); pass a host tensor to bytecomp_push_pull instead"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("no usable CUDA device for a device tensor (cudaGetDeviceCount: ",
+                     rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices",
+                     "); pass a host tensor to bytecomp_push_pull instead"));
   }
   return std::unique_ptr<DeviceBackend>(new CudaDeviceBackend(devices));
 }

@@ -25,8 +25,9 @@ bool CudaBackendBuilt() { return BYTECOMP_DEVICE_CUDA != 0; }
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(absl::string_view choice) {
   if (choice == "emulated") {
-    BC_LOG_WARNING("device tensors use the EMULATED device (BYTECOMP_DEVICE_BACKEND=emulated): "
-                   "a test facility, device pointers are host memory");
+    BC_LOG_WARNING(
+        "device tensors use the EMULATED device (BYTECOMP_DEVICE_BACKEND=emulated): "
+        "a test facility, device pointers are host memory");
     return std::unique_ptr<DeviceBackend>(new EmulatedDeviceBackend());
   }
   if (!choice.empty() && choice != "auto" && choice != "cuda") {

@@ -19,8 +19,7 @@ class EmulatedDeviceCodec : public DeviceCodec {
   EmulatedDeviceCodec(EmulatedDeviceBackend* backend, int device,
                       std::unique_ptr<compress::Codec> codec,
                       std::unique_ptr<compress::Memory> memory)
-      : backend_(backend), device_(device), codec_(std::move(codec)),
-        memory_(std::move(memory)) {}
+      : backend_(backend), device_(device), codec_(std::move(codec)), memory_(std::move(memory)) {}
 
   size_t MaxEncodedBytes(size_t n) const override { return codec_->MaxEncodedBytes(n); }
 
@@ -29,9 +28,9 @@ class EmulatedDeviceCodec : public DeviceCodec {
     backend_->CountCodecCall(true);
     absl::StatusOr<size_t> result = absl::InternalError("emulated encode did not run");
     absl::Status queued = backend_->RunAndWait(device_, stream, [&] {
-      result = compress::EncodeWithMemory(*codec_, memory_.get(), absl::MakeConstSpan(input, n),
-                                          ctx, absl::MakeSpan(out, capacity), compensated_,
-                                          decoded_);
+      result =
+          compress::EncodeWithMemory(*codec_, memory_.get(), absl::MakeConstSpan(input, n), ctx,
+                                     absl::MakeSpan(out, capacity), compensated_, decoded_);
     });
     if (!queued.ok()) return queued;
     return result;
@@ -69,15 +68,14 @@ EmulatedDeviceBackend::EmulatedDeviceBackend()
       callbacks_(std::make_unique<cpu_offload::PriorityThreadPool>(OneThread("bc-emu-callback"))) {}
 
 EmulatedDeviceBackend::~EmulatedDeviceBackend() {
-  executor_->Shutdown();   // runs every queued stream task, which may queue callbacks
+  executor_->Shutdown();  // runs every queued stream task, which may queue callbacks
   callbacks_->Shutdown();
 }
 
 absl::Status EmulatedDeviceBackend::CheckDevice(int device) const {
   if (device < 0 || device >= kDevices) {
-    return absl::InvalidArgumentError(absl::StrCat("emulated device ", device,
-                                                   " does not exist (devices 0..", kDevices - 1,
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "emulated device ", device, " does not exist (devices 0..", kDevices - 1, ")"));
   }
   return absl::OkStatus();
 }
@@ -129,9 +127,8 @@ absl::Status EmulatedDeviceBackend::CopyToHost(int device, DeviceStream stream, 
   return QueueWork(device, stream, [=] { std::memcpy(host, device_src, bytes); });
 }
 
-absl::Status EmulatedDeviceBackend::CopyToDevice(int device, DeviceStream stream,
-                                                 void* device_dst, const void* host,
-                                                 size_t bytes) {
+absl::Status EmulatedDeviceBackend::CopyToDevice(int device, DeviceStream stream, void* device_dst,
+                                                 const void* host, size_t bytes) {
   ++copies_;
   return QueueWork(device, stream, [=] { std::memcpy(device_dst, host, bytes); });
 }

@@ -37,10 +37,10 @@ extern "C" {
 #define BYTECOMP_OK 0
 #define BYTECOMP_ERR_INVALID_ARGUMENT (-1) /* bad size, dtype, name, pointer, ... */
 #define BYTECOMP_ERR_NOT_INITIALIZED (-2)
-#define BYTECOMP_ERR_TIMEOUT (-3)          /* wait timed out; the operation goes on */
-#define BYTECOMP_ERR_UNAVAILABLE (-4)      /* scheduler unreachable, a node failed */
-#define BYTECOMP_ERR_REJECTED (-5)         /* a server or the scheduler rejected the request */
-#define BYTECOMP_ERR_SHUTDOWN (-6)         /* the engine shut down before completion */
+#define BYTECOMP_ERR_TIMEOUT (-3)     /* wait timed out; the operation goes on */
+#define BYTECOMP_ERR_UNAVAILABLE (-4) /* scheduler unreachable, a node failed */
+#define BYTECOMP_ERR_REJECTED (-5)    /* a server or the scheduler rejected the request */
+#define BYTECOMP_ERR_SHUTDOWN (-6)    /* the engine shut down before completion */
 #define BYTECOMP_ERR_INTERNAL (-7)
 
 /* Element types (values match proto DType). */
@@ -90,7 +90,7 @@ BYTECOMP_API int bytecomp_declare_shape(const char* name, int64_t element_count,
  * valid and untouched until the handle completes. Higher priority partitions leave first.
  * Declares the tensor if it is not yet declared. */
 BYTECOMP_API int bytecomp_push_pull(const char* name, void* data, int64_t element_count, int dtype,
-                       int priority, uint32_t flags, bytecomp_handle_t* handle_out);
+                                    int priority, uint32_t flags, bytecomp_handle_t* handle_out);
 
 /* The same for a tensor in device (GPU) memory. `data` is a device pointer on device
  * `device_id`; `cuda_stream` is the cudaStream_t (NULL: the legacy default stream) on which

@@ -22,7 +22,8 @@ int64_t Bytes(int64_t elements, proto::DType dtype) {
 }
 
 // Waits for one message, at most `timeout_ms`, running `tick` every 100 ms.
-absl::StatusOr<std::vector<zmq::message_t>> RecvWithTicks(zmq::socket_t& socket, int64_t deadline_ms,
+absl::StatusOr<std::vector<zmq::message_t>> RecvWithTicks(zmq::socket_t& socket,
+                                                          int64_t deadline_ms,
                                                           const HostLocalReducer::Tick& tick,
                                                           const std::string& waiting_for) {
   while (true) {
@@ -75,8 +76,10 @@ void LoopbackReducer::Stop() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(
-    zmq::context_t& context, int local_size, const SocketLimits& limits, SocketSecurity* security) {
+absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(zmq::context_t& context,
+                                                                         int local_size,
+                                                                         const SocketLimits& limits,
+                                                                         SocketSecurity* security) {
   std::unique_ptr<LoopbackReducer> r(new LoopbackReducer(context, 0, local_size, limits));
   // A send to a local rank that is gone fails instead of vanishing.
   r->socket_.set(zmq::sockopt::router_mandatory, 1);
@@ -105,8 +108,8 @@ absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Join(
   try {
     r->socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {
-    return absl::InvalidArgumentError(absl::StrCat("local reducer: cannot connect to the local root at '",
-                                                   endpoint, "': ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local reducer: cannot connect to the local root at '", endpoint, "': ", e.what()));
   }
   r->endpoint_ = endpoint;
   Header hello;
@@ -117,16 +120,19 @@ absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Join(
   frames.push_back(ProtoFrame(hello));
   if (absl::Status s = SendFrames(r->socket_, frames); !s.ok()) return s;
   const int64_t deadline = MonotonicMs() + timeout_ms;
-  const std::string waiting = absl::StrCat("local rank ", local_rank, " got no WELCOME from the local root at ",
-                                           endpoint, " within ", timeout_ms, " ms");
+  const std::string waiting =
+      absl::StrCat("local rank ", local_rank, " got no WELCOME from the local root at ", endpoint,
+                   " within ", timeout_ms, " ms");
   while (true) {
-    absl::StatusOr<std::vector<zmq::message_t>> got = RecvWithTicks(r->socket_, deadline, tick, waiting);
+    absl::StatusOr<std::vector<zmq::message_t>> got =
+        RecvWithTicks(r->socket_, deadline, tick, waiting);
     if (!got.ok()) return got.status();
     Header h;
     if (got->empty() || !ParseFrame((*got)[0], &h).ok()) continue;
     if (h.kind() == Header::WELCOME) break;
     if (h.kind() == Header::ERROR) {
-      return absl::FailedPreconditionError(absl::StrCat("local root refused local rank ", local_rank, ": ", h.error()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("local root refused local rank ", local_rank, ": ", h.error()));
     }
   }
   return r;
@@ -154,9 +160,10 @@ absl::Status LoopbackReducer::AcceptAll(int64_t timeout_ms, const Tick& tick) {
     const std::string identity = FrameToString((*got)[0]);
     if (h.local_size() != local_size_ || h.local_rank() < 1 || h.local_rank() >= local_size_ ||
         identity != peer_identity_[h.local_rank()]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "local reducer: a process joined as local rank ", h.local_rank(), " of ", h.local_size(),
-          "; this machine's local root expects local ranks 1..", local_size_ - 1, " of ", local_size_));
+      return absl::FailedPreconditionError(
+          absl::StrCat("local reducer: a process joined as local rank ", h.local_rank(), " of ",
+                       h.local_size(), "; this machine's local root expects local ranks 1..",
+                       local_size_ - 1, " of ", local_size_));
     }
     if (!joined[h.local_rank()]) {
       joined[h.local_rank()] = true;
@@ -174,9 +181,8 @@ absl::Status LoopbackReducer::AcceptAll(int64_t timeout_ms, const Tick& tick) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Listen(zmq::context_t& context,
-                                                                           int local_size,
-                                                                           SocketSecurity* security) {
+absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Listen(
+    zmq::context_t& context, int local_size, SocketSecurity* security) {
   absl::StatusOr<std::unique_ptr<LoopbackReducer>> root =
       LoopbackReducer::Listen(context, local_size, SocketLimits{}, security);
   if (!root.ok()) return root.status();
@@ -186,9 +192,8 @@ absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Listen(zmq::
 absl::StatusOr<std::unique_ptr<HostLocalReducer>> HostLocalReducer::Join(
     zmq::context_t& context, const std::string& endpoint, int local_rank, int local_size,
     int64_t timeout_ms, const Tick& tick, const SocketSecurity* security) {
-  absl::StatusOr<std::unique_ptr<LoopbackReducer>> member =
-      LoopbackReducer::Join(context, endpoint, local_rank, local_size, timeout_ms, tick,
-                            SocketLimits{}, security);
+  absl::StatusOr<std::unique_ptr<LoopbackReducer>> member = LoopbackReducer::Join(
+      context, endpoint, local_rank, local_size, timeout_ms, tick, SocketLimits{}, security);
   if (!member.ok()) return member.status();
   return std::unique_ptr<HostLocalReducer>(*std::move(member));
 }
@@ -198,13 +203,13 @@ void LoopbackReducer::Start() {
 }
 
 void LoopbackReducer::Reduce(const std::string& tag, void* buffer, int64_t elements,
-                              proto::DType dtype, Done done) {
+                             proto::DType dtype, Done done) {
   if (stopped_.load()) return done(absl::CancelledError("the local reducer stopped"));
   queue_.Push(Call{false, tag, buffer, elements, dtype, absl::OkStatus(), std::move(done)});
 }
 
 void LoopbackReducer::Broadcast(const std::string& tag, void* buffer, int64_t elements,
-                                 proto::DType dtype, absl::Status root_status, Done done) {
+                                proto::DType dtype, absl::Status root_status, Done done) {
   if (stopped_.load()) return done(absl::CancelledError("the local reducer stopped"));
   queue_.Push(Call{true, tag, buffer, elements, dtype, std::move(root_status), std::move(done)});
 }
@@ -250,8 +255,8 @@ absl::Status LoopbackReducer::SendTo(int local_rank, std::vector<zmq::message_t>
   }
   absl::Status s = SendFrames(socket_, frames, /*dont_wait=*/true);
   if (!s.ok()) {
-    return absl::UnavailableError(absl::StrCat("local reducer: sending to local rank ", local_rank,
-                                               ": ", s.message()));
+    return absl::UnavailableError(
+        absl::StrCat("local reducer: sending to local rank ", local_rank, ": ", s.message()));
   }
   return s;
 }
@@ -266,7 +271,8 @@ void LoopbackReducer::Handle(Call call) {
     if (!call.broadcast) {
       Collect& c = collecting_[call.tag];
       if (c.own.has_value()) {
-        call.done(absl::InternalError(absl::StrCat("local reducer: '", call.tag, "' reduced twice")));
+        call.done(
+            absl::InternalError(absl::StrCat("local reducer: '", call.tag, "' reduced twice")));
         return;
       }
       c.own = std::move(call);
@@ -336,7 +342,8 @@ void LoopbackReducer::HandleMessage(std::vector<zmq::message_t>& frames) {
     }
     Collect& c = collecting_[h.tag()];
     if (c.contributions.count(h.local_rank()) > 0) {
-      BC_LOG_WARNING("local reducer: local rank ", h.local_rank(), " contributed '", h.tag(), "' twice");
+      BC_LOG_WARNING("local reducer: local rank ", h.local_rank(), " contributed '", h.tag(),
+                     "' twice");
       return;
     }
     std::vector<zmq::message_t>& stored = c.contributions[h.local_rank()];
@@ -385,10 +392,10 @@ void LoopbackReducer::TryFinishReduce(std::string tag) {
     (void)ParseFrame(frames[0], &h);
     if (h.element_count() != own.elements || h.dtype() != own.dtype ||
         static_cast<int64_t>(frames[1].size()) != bytes) {
-      own.done(absl::InvalidArgumentError(absl::StrCat(
-          "tensor round '", tag, "': local rank ", lr, " has ", h.element_count(),
-          " elements of dtype ", h.dtype(), ", the local root ", own.elements, " of dtype ",
-          static_cast<int>(own.dtype))));
+      own.done(absl::InvalidArgumentError(
+          absl::StrCat("tensor round '", tag, "': local rank ", lr, " has ", h.element_count(),
+                       " elements of dtype ", h.dtype(), ", the local root ", own.elements,
+                       " of dtype ", static_cast<int>(own.dtype))));
       return;
     }
   }

@@ -95,8 +95,8 @@ class LoopbackReducer final : public HostLocalReducer {
   std::thread thread_;
   std::atomic<bool> stopped_{false};
   absl::Status failed_;  // the I/O thread's: set once, every later call fails with it
-  std::map<std::string, Collect> collecting_;           // root, by tag
-  std::map<std::string, Call> waiting_;                  // non-root broadcasts, by tag
+  std::map<std::string, Collect> collecting_;                 // root, by tag
+  std::map<std::string, Call> waiting_;                       // non-root broadcasts, by tag
   std::map<std::string, std::vector<zmq::message_t>> early_;  // non-root results before the call
 };
 

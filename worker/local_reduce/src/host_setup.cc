@@ -26,9 +26,9 @@ absl::Status ServeScheduler(SchedulerClient& client, int wait_ms,
       return absl::CancelledError(
           absl::StrCat("the scheduler shut the job down: ", m.shutdown().reason()));
     } else if (m.has_node_failed()) {
-      return absl::UnavailableError(absl::StrCat(
-          proto::Role_Name(m.node_failed().node().role()), " ", m.node_failed().node().rank(),
-          " failed: ", m.node_failed().reason()));
+      return absl::UnavailableError(absl::StrCat(proto::Role_Name(m.node_failed().node().role()),
+                                                 " ", m.node_failed().node().rank(),
+                                                 " failed: ", m.node_failed().reason()));
     } else if (m.has_error()) {
       return absl::FailedPreconditionError(absl::StrCat("scheduler: ", m.error().message()));
     } else {
@@ -58,35 +58,37 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> ConnectHostReducer(zmq::context_t&
     if (absl::Status s = client.Send(announce); !s.ok()) return s;
     if (absl::Status s = (*root)->AcceptAll(timeout_ms, tick); !s.ok()) return s;
     (*root)->Start();
-    BC_LOG_INFO("local root of ", local_size, " workers on this machine (", (*root)->endpoint(), ")");
+    BC_LOG_INFO("local root of ", local_size, " workers on this machine (", (*root)->endpoint(),
+                ")");
     return std::unique_ptr<LocalReducer>(std::move(*root));
   }
   std::optional<proto::LocalCommunicator> comm;
   while (!comm.has_value()) {
     if (MonotonicMs() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "local rank ", local_rank, " of ", local_size, ": no local communicator from the local root (worker ",
-          topology.local_root(), ") within ", timeout_ms / 1000.0, " s"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("local rank ", local_rank, " of ", local_size,
+                       ": no local communicator from the local root (worker ",
+                       topology.local_root(), ") within ", timeout_ms / 1000.0, " s"));
     }
     if (absl::Status s = ServeScheduler(client, 100, &comm); !s.ok()) return s;
   }
   if (comm->kind() != "host") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the local root (worker ", topology.local_root(), ") opened a '", comm->kind(),
-        "' local communicator; this worker reduces host memory ('host')"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the local root (worker ", topology.local_root(), ") opened a '", comm->kind(),
+                     "' local communicator; this worker reduces host memory ('host')"));
   }
   absl::StatusOr<std::unique_ptr<LoopbackReducer>> member = LoopbackReducer::Join(
-      context, comm->id(), local_rank, local_size, std::max<int64_t>(1, deadline - MonotonicMs()), tick,
-      LocalReduceSocketLimits(WithClusterDefaults(topology.config())), &security);
+      context, comm->id(), local_rank, local_size, std::max<int64_t>(1, deadline - MonotonicMs()),
+      tick, LocalReduceSocketLimits(WithClusterDefaults(topology.config())), &security);
   if (!member.ok()) return member.status();
   (*member)->Start();
   return std::unique_ptr<LocalReducer>(std::move(*member));
 }
 
 absl::StatusOr<MachineReducers> ConnectMachineReducers(zmq::context_t& context,
-                                                      SocketSecurity& security,
-                                                      SchedulerClient& client,
-                                                      const proto::Topology& topology) {
+                                                       SocketSecurity& security,
+                                                       SchedulerClient& client,
+                                                       const proto::Topology& topology) {
   MachineReducers out;
   absl::StatusOr<std::unique_ptr<LocalReducer>> host =
       ConnectHostReducer(context, security, client, topology);

@@ -30,16 +30,20 @@ uint64_t Decode(const Number& in) {
 absl::StatusOr<std::unique_ptr<NcclLocalReducerAdapter>> NcclLocalReducerAdapter::Create(
     std::unique_ptr<LocalReducer> control, std::unique_ptr<NcclLocalReducer> nccl, int device) {
   if (control == nullptr || nccl == nullptr) {
-    return absl::InvalidArgumentError("NCCL local reducer: needs a control plane and a communicator");
+    return absl::InvalidArgumentError(
+        "NCCL local reducer: needs a control plane and a communicator");
   }
   if (control->local_rank() != nccl->local_rank() || control->local_size() != nccl->local_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NCCL local reducer: control plane is local rank ", control->local_rank(), " of ",
-        control->local_size(), ", the communicator ", nccl->local_rank(), " of ", nccl->local_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL local reducer: control plane is local rank ", control->local_rank(),
+                     " of ", control->local_size(), ", the communicator ", nccl->local_rank(),
+                     " of ", nccl->local_size()));
   }
-  if (cudaError_t rc = cudaSetDevice(device); rc != cudaSuccess) return CudaError("cudaSetDevice", rc);
+  if (cudaError_t rc = cudaSetDevice(device); rc != cudaSuccess)
+    return CudaError("cudaSetDevice", rc);
   cudaStream_t stream = nullptr;
-  if (cudaError_t rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); rc != cudaSuccess) {
+  if (cudaError_t rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      rc != cudaSuccess) {
     return CudaError("cudaStreamCreate", rc);
   }
   return std::unique_ptr<NcclLocalReducerAdapter>(
@@ -69,10 +73,9 @@ void NcclLocalReducerAdapter::Broadcast(const std::string& tag, void* buffer, in
   if (local_rank() == 0 && !root_status.ok()) {
     // The others learn the error from the control plane instead of a number; no NCCL call.
     auto number = std::make_shared<Number>();
-    control_->Broadcast(absl::StrCat("order:", key), number->data(), 4, proto::DTYPE_FLOAT32,
-                        root_status, [number, done = std::move(done), root_status](absl::Status) mutable {
-                          done(root_status);
-                        });
+    control_->Broadcast(
+        absl::StrCat("order:", key), number->data(), 4, proto::DTYPE_FLOAT32, root_status,
+        [number, done = std::move(done), root_status](absl::Status) mutable { done(root_status); });
     return;
   }
   Coordinate(key, Launch{true, buffer, elements, dtype, std::move(done)});
@@ -94,22 +97,21 @@ void NcclLocalReducerAdapter::Coordinate(const std::string& key, Launch launch) 
     return;
   }
   // Root: once every rank is ready for `key`, number it and send the number to every rank.
-  control_->Reduce(
-      absl::StrCat("ready:", key), ready.get(), 1, proto::DTYPE_FLOAT32,
-      [this, pending, ready, number, order_tag](absl::Status s) {
-        uint64_t n = 0;
-        if (s.ok()) {
-          absl::MutexLock lock(&mu_);
-          n = next_number_++;
-        }
-        Encode(n, number.get());
-        control_->Broadcast(order_tag, number->data(), 4, proto::DTYPE_FLOAT32, s,
-                            [this, pending, number, s, n](absl::Status sent) {
-                              if (!s.ok()) return pending->done(s);
-                              if (!sent.ok()) return pending->done(sent);
-                              Enqueue(n, std::move(*pending));
-                            });
-      });
+  control_->Reduce(absl::StrCat("ready:", key), ready.get(), 1, proto::DTYPE_FLOAT32,
+                   [this, pending, ready, number, order_tag](absl::Status s) {
+                     uint64_t n = 0;
+                     if (s.ok()) {
+                       absl::MutexLock lock(&mu_);
+                       n = next_number_++;
+                     }
+                     Encode(n, number.get());
+                     control_->Broadcast(order_tag, number->data(), 4, proto::DTYPE_FLOAT32, s,
+                                         [this, pending, number, s, n](absl::Status sent) {
+                                           if (!s.ok()) return pending->done(s);
+                                           if (!sent.ok()) return pending->done(sent);
+                                           Enqueue(n, std::move(*pending));
+                                         });
+                   });
 }
 
 void NcclLocalReducerAdapter::Enqueue(uint64_t sequence, Launch launch) {
@@ -127,17 +129,22 @@ void NcclLocalReducerAdapter::Enqueue(uint64_t sequence, Launch launch) {
         numbered_.erase(it);
         ++next_launch_;
         absl::Status s;
-        if (cudaError_t rc = cudaSetDevice(device_); rc != cudaSuccess) s = CudaError("cudaSetDevice", rc);
+        if (cudaError_t rc = cudaSetDevice(device_); rc != cudaSuccess)
+          s = CudaError("cudaSetDevice", rc);
         if (s.ok()) {
           s = next.broadcast
-                  ? nccl_->BroadcastFromRoot(next.buffer, static_cast<size_t>(next.elements), next.dtype, 0, stream_)
-                  : nccl_->ReduceToRoot(next.buffer, static_cast<size_t>(next.elements), next.dtype, 0, stream_);
+                  ? nccl_->BroadcastFromRoot(next.buffer, static_cast<size_t>(next.elements),
+                                             next.dtype, 0, stream_)
+                  : nccl_->ReduceToRoot(next.buffer, static_cast<size_t>(next.elements), next.dtype,
+                                        0, stream_);
         }
         cudaEvent_t event = nullptr;
         if (s.ok()) {
-          if (cudaError_t rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming); rc != cudaSuccess) {
+          if (cudaError_t rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+              rc != cudaSuccess) {
             s = CudaError("cudaEventCreate", rc);
-          } else if (cudaError_t rc = cudaEventRecord(event, static_cast<cudaStream_t>(stream_)); rc != cudaSuccess) {
+          } else if (cudaError_t rc = cudaEventRecord(event, static_cast<cudaStream_t>(stream_));
+                     rc != cudaSuccess) {
             s = CudaError("cudaEventRecord", rc);
           }
         }

@@ -67,7 +67,7 @@ class NcclLocalReducerAdapter : public LocalReducer {
   void* stream_;  // cudaStream_t
 
   absl::Mutex mu_;
-  absl::CondVar cv_;  // gpu_ gained an item, or stopping_
+  absl::CondVar cv_;                               // gpu_ gained an item, or stopping_
   uint64_t next_number_ ABSL_GUARDED_BY(mu_) = 0;  // root: the next number to hand out
   uint64_t next_launch_ ABSL_GUARDED_BY(mu_) = 0;  // the next number to launch
   // Numbered, waiting for the smaller numbers.

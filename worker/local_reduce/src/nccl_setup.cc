@@ -44,8 +44,10 @@ constexpr char kRendezvousTag[] = "\x01nccl-setup";
 // The CUDA device this rank would use, or why it cannot join a communicator.
 absl::StatusOr<int> NcclDeviceOrWhyNot() {
 #if BYTECOMP_HAVE_NCCL
-  if (const char* b = std::getenv("BYTECOMP_DEVICE_BACKEND"); b != nullptr && std::string(b) == "emulated") {
-    return absl::FailedPreconditionError("its device is emulated (BYTECOMP_DEVICE_BACKEND=emulated)");
+  if (const char* b = std::getenv("BYTECOMP_DEVICE_BACKEND");
+      b != nullptr && std::string(b) == "emulated") {
+    return absl::FailedPreconditionError(
+        "its device is emulated (BYTECOMP_DEVICE_BACKEND=emulated)");
   }
   return CurrentNcclDevice();
 #else
@@ -59,7 +61,8 @@ absl::Status AwaitCall(std::future<absl::Status>& done, SchedulerClient& client,
                        const std::string& what, std::optional<proto::LocalCommunicator>* comm) {
   while (done.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
     if (MonotonicMs() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(what, ": no answer within the connect timeout"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": no answer within the connect timeout"));
     }
     if (absl::Status s = ServeScheduler(client, 50, comm); !s.ok()) return s;
   }
@@ -117,7 +120,8 @@ absl::StatusOr<DeviceReducer> ConnectDeviceReducer(SchedulerClient& client,
   absl::Status agreed;
   std::string id;
   if (local_rank == 0) {
-    if (absl::Status s = AwaitCall(reduce_done, client, deadline, "NCCL set-up (local ranks' reports)", nullptr);
+    if (absl::Status s =
+            AwaitCall(reduce_done, client, deadline, "NCCL set-up (local ranks' reports)", nullptr);
         !s.ok()) {
       return s;
     }
@@ -151,15 +155,18 @@ absl::StatusOr<DeviceReducer> ConnectDeviceReducer(SchedulerClient& client,
   auto [sent, broadcast_done] = Completion();
   host.Broadcast(kRendezvousTag, flags->data(), local_size, proto::DTYPE_FLOAT32, agreed,
                  [flags, sent = std::move(sent)](absl::Status s) mutable { sent(s); });
-  absl::Status verdict = AwaitCall(broadcast_done, client, deadline, "NCCL set-up (the local root's verdict)", &comm);
+  absl::Status verdict =
+      AwaitCall(broadcast_done, client, deadline, "NCCL set-up (the local root's verdict)", &comm);
   if (local_rank == 0) verdict = agreed;  // the root's own call reports only the sending
   DeviceReducer out;
   if (!verdict.ok()) {
-    if (verdict.code() != absl::StatusCode::kFailedPrecondition) return verdict;  // a failure, not a "no"
+    if (verdict.code() != absl::StatusCode::kFailedPrecondition)
+      return verdict;  // a failure, not a "no"
     out.unavailable = absl::FailedPreconditionError(absl::StrCat(
         "this machine's local ranks formed no NCCL communicator at set-up: ", verdict.message(),
-        local_rank == 0 || device.ok() ? ""
-                                       : absl::StrCat("; this process: ", device.status().message())));
+        local_rank == 0 || device.ok()
+            ? ""
+            : absl::StrCat("; this process: ", device.status().message())));
     BC_LOG_INFO(out.unavailable.message());
     return out;
   }
@@ -183,11 +190,12 @@ absl::StatusOr<DeviceReducer> ConnectDeviceReducer(SchedulerClient& client,
     joined->set_value(NcclLocalReducer::Create(id, local_rank, local_size, d));
   });
   while (joining.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
-    absl::Status s = MonotonicMs() >= deadline
-                         ? absl::DeadlineExceededError(absl::StrCat(
-                               "local rank ", local_rank, ": ncclCommInitRank did not finish within "
-                               "the connect timeout"))
-                         : ServeScheduler(client, 100, nullptr);
+    absl::Status s =
+        MonotonicMs() >= deadline
+            ? absl::DeadlineExceededError(absl::StrCat("local rank ", local_rank,
+                                                       ": ncclCommInitRank did not finish within "
+                                                       "the connect timeout"))
+            : ServeScheduler(client, 100, nullptr);
     if (!s.ok()) {
       joiner.detach();
       return s;
@@ -196,10 +204,12 @@ absl::StatusOr<DeviceReducer> ConnectDeviceReducer(SchedulerClient& client,
   joiner.join();
   absl::StatusOr<std::unique_ptr<NcclLocalReducer>> nccl = joining.get();
   if (!nccl.ok()) return nccl.status();
-  absl::StatusOr<std::unique_ptr<NcclLocalReducerAdapter>> adapter = NcclLocalReducerAdapter::Create(
-      std::make_unique<SharedControlPlane>(host), *std::move(nccl), *device);
+  absl::StatusOr<std::unique_ptr<NcclLocalReducerAdapter>> adapter =
+      NcclLocalReducerAdapter::Create(std::make_unique<SharedControlPlane>(host), *std::move(nccl),
+                                      *device);
   if (!adapter.ok()) return adapter.status();
-  BC_LOG_INFO("local rank ", local_rank, " of ", local_size, ": NCCL communicator on CUDA device ", *device);
+  BC_LOG_INFO("local rank ", local_rank, " of ", local_size, ": NCCL communicator on CUDA device ",
+              *device);
   out.reducer = *std::move(adapter);
   out.device = *device;
   return out;

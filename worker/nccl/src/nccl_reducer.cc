@@ -19,10 +19,14 @@ absl::Status NcclError(absl::string_view what, ncclResult_t rc) {
 
 absl::StatusOr<ncclDataType_t> NcclType(DType dtype) {
   switch (dtype) {
-    case proto::DTYPE_FLOAT32: return ncclFloat32;
-    case proto::DTYPE_FLOAT16: return ncclFloat16;
-    case proto::DTYPE_BFLOAT16: return ncclBfloat16;
-    default: break;
+    case proto::DTYPE_FLOAT32:
+      return ncclFloat32;
+    case proto::DTYPE_FLOAT16:
+      return ncclFloat16;
+    case proto::DTYPE_BFLOAT16:
+      return ncclBfloat16;
+    default:
+      break;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("NCCL reduction: unsupported dtype ", static_cast<int>(dtype)));
@@ -30,9 +34,9 @@ absl::StatusOr<ncclDataType_t> NcclType(DType dtype) {
 
 absl::Status CheckPadded(size_t padded_elements, int ranks, absl::string_view what) {
   if (padded_elements % static_cast<size_t>(ranks) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": ", padded_elements, " elements is not a multiple of the ", ranks,
-        " local ranks; pad the buffer to ShardOf(...).padded_elements"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", padded_elements, " elements is not a multiple of the ", ranks,
+                     " local ranks; pad the buffer to ShardOf(...).padded_elements"));
   }
   return absl::OkStatus();
 }
@@ -60,9 +64,9 @@ absl::StatusOr<std::string> NewNcclUniqueId() {
 absl::StatusOr<int> CurrentNcclDevice() {
   int count = 0;
   if (cudaError_t rc = cudaGetDeviceCount(&count); rc != cudaSuccess || count < 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no usable GPU (cudaGetDeviceCount: ",
-        rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices", ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no usable GPU (cudaGetDeviceCount: ",
+                     rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices", ")"));
   }
   int device = 0;
   if (cudaError_t rc = cudaGetDevice(&device); rc != cudaSuccess) {
@@ -79,12 +83,12 @@ absl::StatusOr<std::unique_ptr<NcclLocalReducer>> NcclLocalReducer::Create(
         " (the bytes from NewNcclUniqueId, passed on by the scheduler)"));
   }
   if (local_size < 1 || local_rank < 0 || local_rank >= local_size) {
-    return absl::InvalidArgumentError(absl::StrCat("NCCL local rank ", local_rank,
-                                                   " is outside 0..", local_size - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL local rank ", local_rank, " is outside 0..", local_size - 1));
   }
   if (cudaError_t rc = cudaSetDevice(device); rc != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat("NCCL: cudaSetDevice(", device,
-                                                      "): ", cudaGetErrorString(rc)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("NCCL: cudaSetDevice(", device, "): ", cudaGetErrorString(rc)));
   }
   ncclUniqueId id;
   std::memcpy(id.internal, unique_id.data(), kNcclUniqueIdBytes);
@@ -116,16 +120,15 @@ absl::Status NcclLocalReducer::ReduceScatterInPlace(void* buffer, size_t padded_
   return rc == ncclSuccess ? absl::OkStatus() : NcclError("ncclReduceScatter", rc);
 }
 
-absl::Status NcclLocalReducer::AllGatherInPlace(void* buffer, size_t padded_elements,
-                                                DType dtype, void* stream) {
+absl::Status NcclLocalReducer::AllGatherInPlace(void* buffer, size_t padded_elements, DType dtype,
+                                                void* stream) {
   if (absl::Status s = CheckPadded(padded_elements, size_, "all-gather"); !s.ok()) return s;
   absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
   if (!type.ok()) return type.status();
   const size_t shard = padded_elements / static_cast<size_t>(size_);
   char* base = static_cast<char*>(buffer);
   const void* send = base + shard * static_cast<size_t>(rank_) * DTypeSize(dtype);
-  const ncclResult_t rc = ncclAllGather(send, buffer, shard, *type,
-                                        static_cast<ncclComm_t>(comm_),
+  const ncclResult_t rc = ncclAllGather(send, buffer, shard, *type, static_cast<ncclComm_t>(comm_),
                                         static_cast<cudaStream_t>(stream));
   return rc == ncclSuccess ? absl::OkStatus() : NcclError("ncclAllGather", rc);
 }
@@ -134,9 +137,9 @@ absl::Status NcclLocalReducer::ReduceToRoot(void* buffer, size_t elements, DType
                                             void* stream) {
   absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
   if (!type.ok()) return type.status();
-  const ncclResult_t rc = ncclReduce(buffer, buffer, elements, *type, ncclSum, root,
-                                     static_cast<ncclComm_t>(comm_),
-                                     static_cast<cudaStream_t>(stream));
+  const ncclResult_t rc =
+      ncclReduce(buffer, buffer, elements, *type, ncclSum, root, static_cast<ncclComm_t>(comm_),
+                 static_cast<cudaStream_t>(stream));
   return rc == ncclSuccess ? absl::OkStatus() : NcclError("ncclReduce", rc);
 }
 
@@ -144,9 +147,9 @@ absl::Status NcclLocalReducer::BroadcastFromRoot(void* buffer, size_t elements, 
                                                  int root, void* stream) {
   absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
   if (!type.ok()) return type.status();
-  const ncclResult_t rc = ncclBroadcast(buffer, buffer, elements, *type, root,
-                                        static_cast<ncclComm_t>(comm_),
-                                        static_cast<cudaStream_t>(stream));
+  const ncclResult_t rc =
+      ncclBroadcast(buffer, buffer, elements, *type, root, static_cast<ncclComm_t>(comm_),
+                    static_cast<cudaStream_t>(stream));
   return rc == ncclSuccess ? absl::OkStatus() : NcclError("ncclBroadcast", rc);
 }
 

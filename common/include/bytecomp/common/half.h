@@ -42,8 +42,8 @@ BYTECOMP_HD uint16_t FloatToHalfBits(float f) {
     return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
   }
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520
-  if (abs < 0x38800000u) {  // subnormal half or zero
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 rounds to 0
+  if (abs < 0x38800000u) {                                               // subnormal half or zero
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);           // < 2^-25 rounds to 0
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const int shift = 126 - static_cast<int>(abs >> 23);  // 14 + (113 - exp)
     const uint32_t half_mant = mant >> (shift);
@@ -86,6 +86,8 @@ BYTECOMP_HD uint16_t FloatToBFloat16Bits(float f) {
   return static_cast<uint16_t>((x + rounding) >> 16);
 }
 
-BYTECOMP_HD float BFloat16BitsToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
+BYTECOMP_HD float BFloat16BitsToFloat(uint16_t b) {
+  return BitsToFloat(static_cast<uint32_t>(b) << 16);
+}
 
 }  // namespace bytecomp

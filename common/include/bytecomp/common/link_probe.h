@@ -12,8 +12,8 @@
 // share of it (4 workers on one 1 Gbit/s server saw 0.3 Gbit/s each). So before its transfers
 // a prober asks the server for the bandwidth turn (PROBE_TURN_BEGIN, proto/data.proto); on
 // PROBE_TURN_BUSY it waits a few ms (backing off) and asks again, within its time limit; after
-// its last transfer a small probe with PROBE_TURN_END gives the turn back. The server takes back the
-// turn of a holder that went quiet (kProbeTurnQuietMs) or whose time limit passed, so a dead or
+// its last transfer a small probe with PROBE_TURN_END gives the turn back. The server takes back
+// the turn of a holder that went quiet (kProbeTurnQuietMs) or whose time limit passed, so a dead or
 // slow prober cannot block the others. Small probes need no turn and stay concurrent. A worker
 // done with its probes waits for the others (AwaitOtherProbers) before it pushes.
 #pragma once

@@ -35,8 +35,7 @@ class RefusalLog {
   // Counts a refusal of a message from `peer` (a routing id or a name; any bytes) at `now_ms`.
   // Returns the line to log ("<line> (refusal N; M lines from this peer not logged)"), cut to
   // max_line_bytes, or nullopt when the peer is over its rate (counted as suppressed).
-  std::optional<std::string> Refuse(absl::string_view peer, absl::string_view line,
-                                    int64_t now_ms);
+  std::optional<std::string> Refuse(absl::string_view peer, absl::string_view line, int64_t now_ms);
   // Refuse, and logs the line (a warning) when it is due.
   void RefuseAndLog(absl::string_view peer, absl::string_view line, int64_t now_ms);
 

@@ -18,9 +18,9 @@
 
 #include "absl/status/statusor.h"
 #include "bytecomp/common/clock_offset.h"
-#include "bytecomp/common/socket_security.h"
 #include "bytecomp/common/node_token.h"
 #include "bytecomp/common/rejoin_record.h"
+#include "bytecomp/common/socket_security.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "zmq.hpp"

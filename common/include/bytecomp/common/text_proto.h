@@ -30,8 +30,7 @@ struct TextPosition {
 absl::Status ParseTextProto(absl::string_view text, absl::string_view source_name,
                             google::protobuf::Message* out, TextProtoTree* tree = nullptr);
 // A whole file's text; "cannot open <what> '<path>'" when it cannot be read.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path,
-                                         absl::string_view what = "file");
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_view what = "file");
 absl::Status ParseTextProtoFile(const std::string& path, google::protobuf::Message* out);
 
 // Where `field` (index -1: a singular field) of `message`, whose tree is `tree` (may be null),

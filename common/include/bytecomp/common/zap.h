@@ -18,8 +18,8 @@ namespace bytecomp {
 
 struct ZapDecision {
   bool admitted = false;
-  std::string peer_address;  // the request's address frame (the peer's IP)
-  std::string reason;        // why it was refused (empty when admitted)
+  std::string peer_address;        // the request's address frame (the peer's IP)
+  std::string reason;              // why it was refused (empty when admitted)
   std::vector<std::string> reply;  // the frames to send back (after REP's envelope)
 };
 
@@ -30,9 +30,9 @@ ZapDecision DecideZapRequest(const std::vector<std::string>& request,
 
 // Refused connections (handshakes without the key): unlike RefusalLog (refusal_log.h), which
 // rate-limits the lines of each peer's refused messages, a peer's connection refusals are
-// alike, so each peer is logged once, at most `lines_per_minute` such lines a minute; everything is counted for the summary at exit. Memory is bounded: at
-// most `max_peers` peers are remembered, later ones only counted. Not thread-safe (the gate's
-// thread owns it).
+// alike, so each peer is logged once, at most `lines_per_minute` such lines a minute; everything is
+// counted for the summary at exit. Memory is bounded: at most `max_peers` peers are remembered,
+// later ones only counted. Not thread-safe (the gate's thread owns it).
 class ConnectionRefusalLog {
  public:
   explicit ConnectionRefusalLog(int lines_per_minute = 10, size_t max_peers = 4096)

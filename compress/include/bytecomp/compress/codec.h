@@ -48,10 +48,10 @@ struct CodecProperties {
 // What the codec may need to know about the call. Identical on every worker for a given
 // (key, round), so shared randomness (randomk's indices) is derived from it alike everywhere.
 struct CodecContext {
-  uint64_t key = 0;    // partition key: (tensor id << 32) | partition index
-  uint64_t round = 0;  // iteration count of the key
-  uint32_t node = 0;   // worker rank (or server rank), for per-node random streams
-  uint64_t seed = 0;   // job-wide seed, from the strategy
+  uint64_t key = 0;            // partition key: (tensor id << 32) | partition index
+  uint64_t round = 0;          // iteration count of the key
+  uint32_t node = 0;           // worker rank (or server rank), for per-node random streams
+  uint64_t seed = 0;           // job-wide seed, from the strategy
   float learning_rate = 0.0f;  // current optimiser learning rate, for codecs that need it
 };
 

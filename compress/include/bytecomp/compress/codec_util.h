@@ -45,7 +45,8 @@ inline uint64_t SharedSeed(const CodecContext& ctx, uint64_t salt) {
 }
 // A seed private to this node (stochastic rounding, sampling): differs per worker.
 inline uint64_t NodeSeed(const CodecContext& ctx, uint64_t salt) {
-  return Mix64(SharedSeed(ctx, salt) ^ (static_cast<uint64_t>(ctx.node) + 1) * 0x2545f4914f6cdd1dull);
+  return Mix64(SharedSeed(ctx, salt) ^
+               (static_cast<uint64_t>(ctx.node) + 1) * 0x2545f4914f6cdd1dull);
 }
 
 // The payload viewed as T elements; copied into scratch first when its address is not aligned

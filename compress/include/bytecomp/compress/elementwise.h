@@ -128,7 +128,7 @@ BYTECOMP_HD uint32_t StochasticLevel(float scaled, float uniform, uint32_t max_l
   const float top = static_cast<float>(static_cast<int32_t>(max_level));
   float v = scaled > 0.0f ? scaled : 0.0f;  // also maps NaN to 0; callers reject NaN before
   v = v < top ? v : top;
-  const int32_t lower = static_cast<int32_t>(v);  // truncation == floor for v >= 0
+  const int32_t lower = static_cast<int32_t>(v);         // truncation == floor for v >= 0
   const float fraction = v - static_cast<float>(lower);  // exact
   return static_cast<uint32_t>(lower + (uniform < fraction ? 1 : 0));
 }
@@ -148,9 +148,8 @@ BYTECOMP_HD uint32_t QsgdCode(float x, float norm, uint32_t quantum_num, uint32_
                               float uniform) {
   // norm == 0 only for an all-zero bucket: 0/0 is NaN, which StochasticLevel maps to 0.
   const float ratio = AbsFloat(x) / norm;  // in [0, 1] up to rounding
-  const uint32_t level =
-      StochasticLevel(ratio * static_cast<float>(static_cast<int32_t>(quantum_num)), uniform,
-                      quantum_num);
+  const uint32_t level = StochasticLevel(
+      ratio * static_cast<float>(static_cast<int32_t>(quantum_num)), uniform, quantum_num);
   return (SignBit(x) << level_bits) | level;
 }
 
@@ -247,7 +246,7 @@ BYTECOMP_HD uint32_t DitherNaturalLevel(float normalised, uint32_t s, float unif
   if (normalised >= 1.0f) return s;
   const uint32_t bits = FloatBits(normalised);
   const int32_t exponent = static_cast<int32_t>(bits >> 23) - 127;  // -149..-1 region
-  const int32_t j = exponent + static_cast<int32_t>(s);  // 2^(j-s) <= v < 2^(j+1-s)
+  const int32_t j = exponent + static_cast<int32_t>(s);             // 2^(j-s) <= v < 2^(j+1-s)
   if (j < 1) {
     // Between level 0 (0) and level 1 (2^(1-s)).
     const float smallest = BitsToFloat(static_cast<uint32_t>(128 - static_cast<int32_t>(s)) << 23);
@@ -306,8 +305,8 @@ BYTECOMP_HD float U8bitMagnitude(uint32_t c) {
   const uint32_t e = 6u - f;
   const uint32_t m = c & ((1u << f) - 1u);
   // (m + 1) / 2^f, exactly, as a product with 2^-f.
-  const float fraction = 0.9f * (static_cast<float>(static_cast<int32_t>(m + 1u)) *
-                                 BitsToFloat((127u - f) << 23));
+  const float fraction =
+      0.9f * (static_cast<float>(static_cast<int32_t>(m + 1u)) * BitsToFloat((127u - f) << 23));
   const float value = U8bitDecadeScale(e) * (0.1f + fraction);
   return c == 0u ? 0.0f : value;
 }
@@ -331,8 +330,8 @@ BYTECOMP_HD uint32_t U8bitNearestMagnitudeCode(float v) {
   const float grid = static_cast<float>(static_cast<int32_t>(1u << f));
   // A first guess, within one code of the count (multiplications will do: v * 10^e, 10^e
   // exact in float, and 1/0.9); the midpoint comparisons below settle it.
-  const float ten_to_e = ((e & 1u) ? 10.0f : 1.0f) * ((e & 2u) ? 100.0f : 1.0f) *
-                         ((e & 4u) ? 10000.0f : 1.0f);
+  const float ten_to_e =
+      ((e & 1u) ? 10.0f : 1.0f) * ((e & 2u) ? 100.0f : 1.0f) * ((e & 4u) ? 10000.0f : 1.0f);
   const float position = (v * ten_to_e - 0.1f) * (grid * (1.0f / 0.9f));
   int32_t m = static_cast<int32_t>(position + 0.5f) - 1;  // nearest of the (m + 1) grid points
   const int32_t top = static_cast<int32_t>(1u << f) - 1;

@@ -92,9 +92,9 @@ absl::StatusOr<std::unique_ptr<Memory>> CreateMemory(absl::string_view name,
 // Compensate, encode, decode if the memory needs it, update. memory may be null (plain
 // encode). compensated and decoded are the caller's scratch buffers, resized to n as needed,
 // so that a pipeline stage reuses them across rounds. Returns the payload size.
-absl::StatusOr<size_t> EncodeWithMemory(Codec& codec, Memory* memory,
-                                        absl::Span<const float> input, const CodecContext& ctx,
-                                        absl::Span<uint8_t> out, std::vector<float>& compensated,
+absl::StatusOr<size_t> EncodeWithMemory(Codec& codec, Memory* memory, absl::Span<const float> input,
+                                        const CodecContext& ctx, absl::Span<uint8_t> out,
+                                        std::vector<float>& compensated,
                                         std::vector<float>& decoded);
 
 // registry.MustRegister(spec): register, aborting on a duplicate name or a bad default.

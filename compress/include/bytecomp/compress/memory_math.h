@@ -15,9 +15,7 @@ namespace bytecomp::compress {
 BYTECOMP_HD float ResidualCompensate(float gradient, float residual, float beta, float gamma) {
   return beta * residual + gamma * gradient;
 }
-BYTECOMP_HD float ResidualUpdate(float compensated, float decoded) {
-  return compensated - decoded;
-}
+BYTECOMP_HD float ResidualUpdate(float compensated, float decoded) { return compensated - decoded; }
 
 // efsignsgd memory: compensated = g + (1/lr) * e (e absent in the first round: compensated =
 // g); after encoding, e = lr * (compensated - decoded).

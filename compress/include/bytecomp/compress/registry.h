@@ -52,12 +52,12 @@ CodecSpec ParameterlessSpec(std::string name, std::string summary) {
 }
 
 // Registration hooks, one per family, called by CodecRegistry::Global() (BuildRegistry).
-void RegisterBasicCodecs(CodecRegistry& registry);         // none, fp16, bf16
-void RegisterSparsificationCodecs(CodecRegistry& registry); // topk, randomk, threshold, dgc, adaq,
-                                                            // blocksparse, artopk
-void RegisterQuantizationCodecs(CodecRegistry& registry);  // qsgd, terngrad, natural, u8bit,
-                                                            // dithering, sketch, inceptionn
-void RegisterSignCodecs(CodecRegistry& registry);          // signsgd, efsignsgd, signum, onebit
-void RegisterLowRankCodecs(CodecRegistry& registry);       // powersgd
+void RegisterBasicCodecs(CodecRegistry& registry);           // none, fp16, bf16
+void RegisterSparsificationCodecs(CodecRegistry& registry);  // topk, randomk, threshold, dgc, adaq,
+                                                             // blocksparse, artopk
+void RegisterQuantizationCodecs(CodecRegistry& registry);    // qsgd, terngrad, natural, u8bit,
+                                                             // dithering, sketch, inceptionn
+void RegisterSignCodecs(CodecRegistry& registry);            // signsgd, efsignsgd, signum, onebit
+void RegisterLowRankCodecs(CodecRegistry& registry);         // powersgd
 
 }  // namespace bytecomp::compress

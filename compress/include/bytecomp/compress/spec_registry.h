@@ -40,8 +40,8 @@ class SpecRegistry {
           absl::StrCat(kind_, " '", spec.name, "' is already registered"));
     }
     for (const auto& p : spec.params) {
-      auto checked = ValidateParams(absl::StrCat(kind_, " '", spec.name, "' default"),
-                                    spec.params, {{p.name, p.default_value}});
+      auto checked = ValidateParams(absl::StrCat(kind_, " '", spec.name, "' default"), spec.params,
+                                    {{p.name, p.default_value}});
       if (!checked.ok()) return checked.status();
     }
     specs_.push_back(std::move(spec));

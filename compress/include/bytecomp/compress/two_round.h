@@ -51,21 +51,19 @@ class TwoRoundCodec {
 
   // Starts a round with this worker's (compensated) input; writes payload 1. Non-finite
   // input is an InvalidArgument error naming the index.
-  virtual absl::StatusOr<size_t> EncodeFirst(absl::Span<const float> input,
-                                             const CodecContext& ctx,
+  virtual absl::StatusOr<size_t> EncodeFirst(absl::Span<const float> input, const CodecContext& ctx,
                                              absl::Span<uint8_t> out) = 0;
   // Takes the sum of all workers' payload-1 vectors; writes payload 2. FailedPrecondition
   // unless EncodeFirst ran for this round; InvalidArgument for a wrong length or NaN/Inf.
   virtual absl::StatusOr<size_t> EncodeSecond(absl::Span<const float> summed_first,
-                                              const CodecContext& ctx,
-                                              absl::Span<uint8_t> out) = 0;
+                                              const CodecContext& ctx, absl::Span<uint8_t> out) = 0;
   // This worker's own approximation of its input (n floats), for the error-feedback memory.
   // Valid after EncodeSecond.
   virtual absl::Status LocalApproximation(absl::Span<float> output) const = 0;
   // Takes the sum of all workers' payload-2 vectors; writes the approximation of the sum of
   // the workers' inputs and ends the round (the sum becomes the next round's warm start).
-  virtual absl::Status DecodeSecond(absl::Span<const float> summed_second,
-                                    const CodecContext& ctx, absl::Span<float> output) = 0;
+  virtual absl::Status DecodeSecond(absl::Span<const float> summed_second, const CodecContext& ctx,
+                                    absl::Span<float> output) = 0;
 };
 
 // The two-round side of a codec, or nullptr if it has none.

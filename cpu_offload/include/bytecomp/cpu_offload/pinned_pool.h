@@ -35,10 +35,10 @@ struct PinnedPoolOptions {
 };
 
 struct PinnedPoolStats {
-  size_t in_use_bytes = 0;    // class bytes of buffers handed out
-  size_t cached_bytes = 0;    // class bytes of free blocks kept for reuse
-  uint64_t allocations = 0;   // blocks obtained from the system
-  uint64_t reuses = 0;        // acquisitions served from the cache
+  size_t in_use_bytes = 0;   // class bytes of buffers handed out
+  size_t cached_bytes = 0;   // class bytes of free blocks kept for reuse
+  uint64_t allocations = 0;  // blocks obtained from the system
+  uint64_t reuses = 0;       // acquisitions served from the cache
   uint64_t releases_to_system = 0;
   uint64_t parked = 0;  // AcquireOrPark requests that had to wait
 };
@@ -69,7 +69,9 @@ class PinnedBuffer {
   explicit operator bool() const { return data_ != nullptr; }
   absl::Span<uint8_t> span() const { return {data_, size_}; }
   template <typename T>
-  T* as() const { return reinterpret_cast<T*>(data_); }
+  T* as() const {
+    return reinterpret_cast<T*>(data_);
+  }
 
   // Returns the block to the pool now.
   void Reset();

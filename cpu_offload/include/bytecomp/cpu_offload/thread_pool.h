@@ -31,8 +31,8 @@ struct ThreadPoolOptions {
 };
 
 enum class ShutdownMode {
-  kDrain,          // run every queued task, then stop
-  kCancelQueued,   // invoke every queued task with a Cancelled status, then stop
+  kDrain,         // run every queued task, then stop
+  kCancelQueued,  // invoke every queued task with a Cancelled status, then stop
 };
 
 // status is OK when the task should do its work, Cancelled when the pool stopped first.
@@ -60,8 +60,8 @@ class PriorityThreadPool {
                   "fn must return absl::Status");
     std::promise<absl::Status> promise;
     std::future<absl::Status> future = promise.get_future();
-    Submit(priority, [fn = std::move(fn), promise = std::move(promise)](
-                         absl::Status status) mutable {
+    Submit(priority, [fn = std::move(fn),
+                      promise = std::move(promise)](absl::Status status) mutable {
       if (status.ok()) {
         promise.set_value(fn());
       } else {

@@ -71,8 +71,7 @@ class AdaptiveRatioControl {
 
  private:
   // (tensor, version, window) -> reports by worker rank.
-  std::map<std::tuple<std::string, uint64_t, uint64_t>, std::map<int, proto::RatioReport>>
-      windows_;
+  std::map<std::tuple<std::string, uint64_t, uint64_t>, std::map<int, proto::RatioReport>> windows_;
 };
 
 }  // namespace bytecomp

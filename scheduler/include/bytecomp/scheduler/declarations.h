@@ -70,7 +70,7 @@ class Declarations {
   const proto::ClusterConfig& config_;
   const NodeTable& nodes_;
   PartitionAssigner assigner_;
-  DeclarationBudget budget_;  // the tensors decided ok
+  DeclarationBudget budget_;                         // the tensors decided ok
   std::map<std::string, Declaration> declarations_;  // by tensor name
   std::set<std::string> undecided_;                  // names still waiting for workers
   uint32_t next_tensor_id_ = 0;

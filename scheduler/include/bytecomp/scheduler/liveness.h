@@ -92,9 +92,9 @@ class Liveness {
   int64_t next_heartbeat_ms_ = 0;
   uint64_t heartbeat_sequence_ = 0;
   absl::flat_hash_map<RoleRank, int64_t> last_seen_ms_;
-  std::set<int> done_workers_;  // ranks that sent WorkerDone
+  std::set<int> done_workers_;                      // ranks that sent WorkerDone
   absl::flat_hash_map<int, int64_t> lost_servers_;  // rank -> when it was declared lost
-  std::set<int> retired_servers_;                    // their keys moved to the others
+  std::set<int> retired_servers_;                   // their keys moved to the others
 };
 
 }  // namespace bytecomp

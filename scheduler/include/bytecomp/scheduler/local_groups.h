@@ -43,7 +43,7 @@ struct LocalAssignment {
 // others on the same machine declared, a local rank not taken, and no more workers on the
 // machine than declared. The error names the machine and the workers involved.
 absl::Status CheckSlotRequest(const std::vector<SlotRequest>& registered,
-                             const SlotRequest& joining);
+                              const SlotRequest& joining);
 
 // Once every worker registered (`workers` in any order, ranks 0..W-1 each once): the local
 // ranks. Fails when a machine's worker count differs from its declared local size (naming the

@@ -40,8 +40,7 @@ class Outbox {
   // The job ends: Shutdown{reason, job_done = status.ok()} to each of `told` (in that order),
   // and Scheduler::Run returns `status`. Only the first end counts; later calls add nothing,
   // so the first reason to stop is the one every node and the exit status report.
-  void EndJob(absl::Status status, const std::string& reason,
-              const std::vector<std::string>& told);
+  void EndJob(absl::Status status, const std::string& reason, const std::vector<std::string>& told);
 
   const std::vector<OutgoingControl>& messages() const { return messages_; }
   const std::vector<Refusal>& refusals() const { return refusals_; }

@@ -33,16 +33,15 @@ class Registration {
   // `nodes`: the scheduler's node table, which this protocol alone writes. `strategy`: the
   // strategy in force, sent with the topology. `start_ms`: when the scheduler started
   // listening (the log says how long registration took).
-  Registration(const proto::ClusterConfig& config, NodeTable* nodes,
-               const StrategyKeeper& strategy, int64_t start_ms);
+  Registration(const proto::ClusterConfig& config, NodeTable* nodes, const StrategyKeeper& strategy,
+               int64_t start_ms);
 
   // A Register from `identity`, registered or not. True when this registration completed
   // the job and the topology went to every node (or, taking a job over, every node rejoined);
   // the scheduler then starts what waited for it (barriers asked for early, heartbeat
   // monitoring, the takeover). When the workers cannot be grouped
   // by machine, the job ends instead (FailedPrecondition) and this returns false.
-  bool Handle(const std::string& identity, const proto::Register& reg, int64_t now_ms,
-              Outbox* out);
+  bool Handle(const std::string& identity, const proto::Register& reg, int64_t now_ms, Outbox* out);
   // A message carrying the token of the registered `node` arrived on the connection
   // `identity`, which is no node's: the node reconnected (a TCP reconnect gives its DEALER a
   // new routing id, and ZeroMQ may drop the old connection much later, if ever). The node is

@@ -66,8 +66,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "bytecomp/common/socket_security.h"
 #include "bytecomp/common/refusal_log.h"
+#include "bytecomp/common/socket_security.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/control_router.h"
 #include "bytecomp/scheduler/outbox.h"
@@ -187,7 +187,7 @@ class Scheduler {
   RefusalLog refusals_;
   std::optional<absl::Status> final_status_;
   std::map<std::string, Backlog> backlog_;  // by routing id
-  std::unique_ptr<StatusService> status_;  // with options.http_address
+  std::unique_ptr<StatusService> status_;   // with options.http_address
 };
 
 }  // namespace bytecomp

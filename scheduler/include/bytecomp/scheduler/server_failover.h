@@ -40,8 +40,7 @@ namespace bytecomp {
 class ServerFailover {
  public:
   ServerFailover(const proto::ClusterConfig& config, const NodeTable& nodes,
-                 Registration* registration, Declarations* declarations,
-                 Liveness* liveness);
+                 Registration* registration, Declarations* declarations, Liveness* liveness);
 
   // Whether `reg` is this protocol's: a server registering afresh in a running job (every
   // node registered, not a takeover), with failover on.
@@ -77,7 +76,7 @@ class ServerFailover {
   Declarations& declarations_;
   Liveness& liveness_;
   std::map<int, Waiting> waiting_;  // by server rank
-  absl::BitGen random_;  // epochs
+  absl::BitGen random_;             // epochs
 };
 
 }  // namespace bytecomp

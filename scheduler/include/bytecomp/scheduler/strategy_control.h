@@ -59,8 +59,7 @@ struct AutoPlanInputs {
 // the error names what is missing or wrong.
 absl::StatusOr<AutoPlanInputs> LoadAutoPlanInputs(const std::string& cluster_path,
                                                   const std::string& costs_path,
-                                                  const std::string& options_path,
-                                                  PlanLinks links);
+                                                  const std::string& options_path, PlanLinks links);
 
 // The default --plan_out: $TMPDIR (else /tmp)/bytecomp-auto-strategy-<pid>.pbtxt.
 std::string DefaultPlanOut();
@@ -68,8 +67,8 @@ std::string DefaultPlanOut();
 class StrategyControl {
  public:
   // `keeper`: the strategy loaded at start. `auto_plan`: set for --strategy=auto.
-  StrategyControl(const proto::ClusterConfig& config, const NodeTable& nodes,
-                  StrategyKeeper keeper, std::optional<AutoPlanInputs> auto_plan);
+  StrategyControl(const proto::ClusterConfig& config, const NodeTable& nodes, StrategyKeeper keeper,
+                  std::optional<AutoPlanInputs> auto_plan);
 
   // The strategy in force and the file it came from (Registration sends it in the topology).
   const StrategyKeeper& keeper() const { return keeper_; }
@@ -93,8 +92,7 @@ class StrategyControl {
                              Outbox* out);
   // A worker's measurements of a window of an adaptive-ratio tensor; the policy may change the
   // entry's ratio (adaptive_ratio.h).
-  void HandleRatioReport(const RegisteredNode& node, const proto::RatioReport& report,
-                         Outbox* out);
+  void HandleRatioReport(const RegisteredNode& node, const proto::RatioReport& report, Outbox* out);
   // --strategy=auto: once the plan is computed (and no other switch is under way), logs it and
   // prepares every worker for it; a failed plan is logged and the job goes on as it is.
   void OnTime(Outbox* out);

@@ -22,8 +22,8 @@ class BandwidthTurn {
   // (GRANTED or BUSY for a BEGIN; IDLE or BUSY for a QUERY: BUSY while one holds the turn or
   // another asked for it within quiet_ms; NONE otherwise), or an error for an END from a
   // prober that does not hold the turn.
-  absl::StatusOr<proto::ProbeTurn> OnProbe(absl::string_view prober,
-                                           const proto::DataHeader& probe, int64_t now_ms);
+  absl::StatusOr<proto::ProbeTurn> OnProbe(absl::string_view prober, const proto::DataHeader& probe,
+                                           int64_t now_ms);
 
   bool held() const { return !holder_.empty(); }
 

@@ -19,8 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <string>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -88,8 +88,8 @@ class RequestDispatcher {
   // again keeps it, so it waits kUndeclaredGraceMs in all.
   void Dispatch(std::vector<zmq::message_t> frames, bool may_park, int64_t arrived_ms,
                 int64_t now_ms, DispatchOutbox* out);
-  void AnswerProbe(zmq::message_t& identity, const proto::DataHeader& request,
-                   size_t payload_size, bool has_payload, int64_t now_ms, DispatchOutbox* out);
+  void AnswerProbe(zmq::message_t& identity, const proto::DataHeader& request, size_t payload_size,
+                   bool has_payload, int64_t now_ms, DispatchOutbox* out);
   // `reason`: the metrics' label, a fixed word for the kind of refusal.
   void Reject(zmq::message_t& identity, const proto::DataHeader& request, const std::string& why,
               int64_t now_ms, DispatchOutbox* out, const char* reason = "invalid request");

@@ -19,8 +19,11 @@ namespace bytecomp::server {
 class RequestValidator {
  public:
   explicit RequestValidator(const ServerJob& job)
-      : my_rank_(job.my_rank), num_workers_(job.num_workers), pushers_(job.pushers),
-        worker_tokens_(job.worker_tokens), epoch_(job.epoch),
+      : my_rank_(job.my_rank),
+        num_workers_(job.num_workers),
+        pushers_(job.pushers),
+        worker_tokens_(job.worker_tokens),
+        epoch_(job.epoch),
         catalog_(job.num_servers, job.config) {}
 
   Catalog& catalog() { return catalog_; }
@@ -38,13 +41,12 @@ class RequestValidator {
   // reach the worker first): the caller parks it for a while.
   bool AwaitsDeclaration(const proto::DataHeader& header) const;
 
-  // OK if the request may be handed to the key's shard: CheckSender, the key is declared and owned by this server, element count and dtype match
-  // the declaration, the codec is the one the tensor's strategy version names, and the payload
-  // has exactly the raw size (uncompressed) or at most the codec's bound (compressed); a PULL
-  // or an abort (a PUSH carrying an error) has no payload; a replay as ValidateReplay says. The
-  // error says which field is wrong.
-  absl::Status Validate(const proto::DataHeader& header, bool has_payload,
-                        size_t payload_size);
+  // OK if the request may be handed to the key's shard: CheckSender, the key is declared and owned
+  // by this server, element count and dtype match the declaration, the codec is the one the
+  // tensor's strategy version names, and the payload has exactly the raw size (uncompressed) or at
+  // most the codec's bound (compressed); a PULL or an abort (a PUSH carrying an error) has no
+  // payload; a replay as ValidateReplay says. The error says which field is wrong.
+  absl::Status Validate(const proto::DataHeader& header, bool has_payload, size_t payload_size);
 
   // OK if an OP_PROBE may be answered: the sender is a worker rank or -1 (a tool outside the
   // job), key, round, iteration, stage, strategy version, codec, dtype, element count and error

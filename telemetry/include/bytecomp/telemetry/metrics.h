@@ -73,8 +73,7 @@ class NodeMetrics {
     prometheus::Counter* raw = nullptr;
     prometheus::Gauge* ratio = nullptr;
   };
-  CodecCounters& CountersFor(Direction direction, absl::string_view codec)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  CodecCounters& CountersFor(Direction direction, absl::string_view codec) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::map<std::string, std::string> labels_;
   std::shared_ptr<prometheus::Registry> registry_;

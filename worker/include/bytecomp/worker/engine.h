@@ -73,8 +73,8 @@ class WorkerEngine {
 
   virtual const EngineInfo& info() const = 0;
   // `shape`: optional (empty: flat); its dimensions multiply to element_count.
-  virtual absl::Status Declare(const std::string& name, int64_t element_count,
-                               ElementType dtype, absl::Span<const int64_t> shape = {}) = 0;
+  virtual absl::Status Declare(const std::string& name, int64_t element_count, ElementType dtype,
+                               absl::Span<const int64_t> shape = {}) = 0;
   // Starts the push_pull; returns its handle.
   virtual absl::StatusOr<int64_t> PushPull(const PushPullRequest& request) = 0;
   // true when done; an error if the operation failed (or the handle is unknown).

@@ -80,7 +80,8 @@ BYTECOMP_HD size_t PayloadBytes(size_t n, size_t block, size_t m, bool last_carr
 // counting the last block as carried (an upper bound by less than 4 * block bytes).
 BYTECOMP_HD size_t PayloadBytesAtDensity(size_t n, size_t block, double density) {
   const size_t blocks = BlockCount(n, block);
-  const double want = density <= 0 ? 0.0 : (density >= 1 ? 1.0 : density) * static_cast<double>(blocks);
+  const double want =
+      density <= 0 ? 0.0 : (density >= 1 ? 1.0 : density) * static_cast<double>(blocks);
   size_t m = static_cast<size_t>(want);
   if (static_cast<double>(m) < want) ++m;
   return PayloadBytes(n, block, m, true);
@@ -114,7 +115,8 @@ BYTECOMP_HD size_t WriteHeaderAndPositions(uint8_t* out, uint32_t n, uint32_t bl
   const size_t bytes = BitmapBytes(blocks);
   for (size_t i = 0; i < bytes; ++i) section[i] = 0;
   for (uint32_t j = 0; j < m; ++j) {
-    section[carried[j] / 8] = static_cast<uint8_t>(section[carried[j] / 8] | (1u << (carried[j] % 8)));
+    section[carried[j] / 8] =
+        static_cast<uint8_t>(section[carried[j] / 8] | (1u << (carried[j] % 8)));
   }
   return kHeaderBytes + bytes;
 }

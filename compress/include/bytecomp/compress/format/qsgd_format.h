@@ -34,7 +34,7 @@ BYTECOMP_HD size_t PayloadBytes(size_t n, size_t bucket, uint32_t level_bits) {
 // (dithering's l2 norm is the same.)
 BYTECOMP_HD float NormFromSumOfSquares(double sum_of_squares) {
   const double root = std::sqrt(sum_of_squares);
-  const double kFloatMax = 0x1.fffffep127;  // FLT_MAX
+  const double kFloatMax = 0x1.fffffep127;                         // FLT_MAX
   return static_cast<float>(kFloatMax < root ? kFloatMax : root);  // std::min's choice
 }
 
@@ -70,8 +70,8 @@ BYTECOMP_HD void EncodeGroup(const float* x, size_t n, size_t g, size_t bucket, 
     if (i >= n) break;
     const float norm = norms[i / bucket];
     const float c = x[i];
-    const uint32_t code = QsgdCode(c, norm, quantum_num, level_bits,
-                                   UniformFloat(random, static_cast<uint32_t>(i)));
+    const uint32_t code =
+        QsgdCode(c, norm, quantum_num, level_bits, UniformFloat(random, static_cast<uint32_t>(i)));
     acc |= static_cast<unsigned __int128>(code) << (j * code_bits);
     update(i, c, QsgdValue(code, level_bits, quantum_num, norm));
   }

@@ -63,11 +63,10 @@ BYTECOMP_HD SignValues OnebitValues(OnebitScaling scaling, const SignSums& sums,
   SignValues v;
   if (scaling == OnebitScaling::kMeans) {
     const size_t non_negative_count = n - sums.negative_count;
-    v.clear = non_negative_count == 0
-                  ? 0.0f
-                  : static_cast<float>(sums.non_negative / non_negative_count);
-    v.set = sums.negative_count == 0 ? 0.0f
-                                     : static_cast<float>(sums.negative / sums.negative_count);
+    v.clear =
+        non_negative_count == 0 ? 0.0f : static_cast<float>(sums.non_negative / non_negative_count);
+    v.set =
+        sums.negative_count == 0 ? 0.0f : static_cast<float>(sums.negative / sums.negative_count);
   } else if (scaling == OnebitScaling::kL1) {
     v.clear = EfSignScale(sums, n);
     v.set = -v.clear;

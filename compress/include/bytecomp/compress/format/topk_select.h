@@ -54,7 +54,8 @@ BYTECOMP_HD bool RadixMatches(uint32_t a, uint32_t prefix, int shift) {
 BYTECOMP_HD void RadixSelectDigit(const uint32_t* hist, int shift, uint32_t* prefix,
                                   uint32_t* need) {
   uint64_t above = 0;
-  const uint32_t digit = SelectBin(255u, *need, [hist](uint32_t d) { return hist[d]; }, &above);
+  const uint32_t digit = SelectBin(
+      255u, *need, [hist](uint32_t d) { return hist[d]; }, &above);
   *need -= static_cast<uint32_t>(above);
   *prefix |= digit << shift;
 }

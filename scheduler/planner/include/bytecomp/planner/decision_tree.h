@@ -28,13 +28,13 @@ enum class Where : uint8_t { kNone = 0, kCpu = 1, kGpu = 2 };
 
 // One leaf of the decision tree for a tensor.
 struct TensorOption {
-  int16_t codec = -1;               // index into the cost table; -1: uncompressed
-  Where encode_on = Where::kNone;   // where the worker encodes pushes
-  bool two_way = false;             // server re-encodes the sum for pulls
-  bool union_pull = false;          // two-way as the servers' sparse union (gather style)
-  Where decode_on = Where::kNone;   // where the worker decodes pulls (two-way only)
-  bool hierarchical = false;        // NCCL reduce inside the machine first
-  int32_t partitions = 1;           // parts of equal size, each its own key
+  int16_t codec = -1;              // index into the cost table; -1: uncompressed
+  Where encode_on = Where::kNone;  // where the worker encodes pushes
+  bool two_way = false;            // server re-encodes the sum for pulls
+  bool union_pull = false;         // two-way as the servers' sparse union (gather style)
+  Where decode_on = Where::kNone;  // where the worker decodes pulls (two-way only)
+  bool hierarchical = false;       // NCCL reduce inside the machine first
+  int32_t partitions = 1;          // parts of equal size, each its own key
   bool uses_cpu() const { return encode_on == Where::kCpu || decode_on == Where::kCpu; }
   bool operator==(const TensorOption&) const = default;
 };
@@ -46,7 +46,15 @@ struct Stage {
   float duration_us;
 };
 enum StageKind : uint8_t {
-  kReduce, kEncode, kCopyD2H, kPush, kServerWork, kPull, kCopyH2D, kDecode, kBroadcast,
+  kReduce,
+  kEncode,
+  kCopyD2H,
+  kPush,
+  kServerWork,
+  kPull,
+  kCopyH2D,
+  kDecode,
+  kBroadcast,
   kTransport  // CPU spent moving a push or pull (ZeroMQ, kernel) on a shared host
 };
 const char* StageKindName(int kind);

@@ -28,8 +28,7 @@ double UnionPullBytes(double kept, double senders, double bytes);
 struct SummedIndicesBytes {
   double push1 = 0, pull1 = 0, push2 = 0, pull2 = 0;
 };
-SummedIndicesBytes SummedIndicesSizes(const proto::CodecCost& codec, double bytes,
-                                      double senders);
+SummedIndicesBytes SummedIndicesSizes(const proto::CodecCost& codec, double bytes, double senders);
 
 // blocksparse (EXCHANGE_BLOCK_SPARSE) at its default block of 256 elements, the block that
 // TensorProfile.block_density counts: the non-zero blocks of `density` of them, their

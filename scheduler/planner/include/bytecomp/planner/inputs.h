@@ -42,8 +42,7 @@ double InterpolateCost(const google::protobuf::RepeatedPtrField<proto::CostPoint
 // kept (`scale_below_first` false) or scaled down in proportion to bytes (true). 0 without
 // points.
 template <typename Points, typename Value>
-double InterpolatePoints(const Points& points, double bytes, Value value,
-                         bool scale_below_first) {
+double InterpolatePoints(const Points& points, double bytes, Value value, bool scale_below_first) {
   if (points.empty()) return 0;
   const auto at = [&](int i) { return static_cast<double>(value(points[i])); };
   if (points.size() == 1) return at(0) * bytes / static_cast<double>(points[0].bytes());
@@ -53,8 +52,7 @@ double InterpolatePoints(const Points& points, double bytes, Value value,
   if (bytes < a_bytes && hi == 1) {
     return std::max(0.0, scale_below_first ? at(0) * bytes / a_bytes : at(0));
   }
-  const double slope =
-      (at(hi) - at(hi - 1)) / (static_cast<double>(points[hi].bytes()) - a_bytes);
+  const double slope = (at(hi) - at(hi - 1)) / (static_cast<double>(points[hi].bytes()) - a_bytes);
   return std::max(0.0, at(hi - 1) + slope * (bytes - a_bytes));
 }
 

@@ -51,8 +51,8 @@ struct PlanResult {
   double compress_everything_us = 0;
   std::vector<int> compress_everything_choice;
   int dropped_before_bubble = 0;
-  int64_t simulations = 0;      // full or partial simulations run
-  int64_t events = 0;           // simulated events processed
+  int64_t simulations = 0;  // full or partial simulations run
+  int64_t events = 0;       // simulated events processed
   double planning_ms = 0;
 };
 

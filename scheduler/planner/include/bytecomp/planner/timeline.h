@@ -38,7 +38,7 @@ struct SimProblem {
 
 struct TraceSpan {
   uint8_t resource;
-  uint8_t kind;      // StageKind, or 255 for a backward compute segment
+  uint8_t kind;  // StageKind, or 255 for a backward compute segment
   int32_t tensor;
   int32_t partition;
   double start_us;
@@ -102,7 +102,7 @@ class TimelineSimulator {
   struct Event {
     double time;
     uint64_t seq;
-    int32_t job;      // >= 0: partition slot; < 0: compute segment ~job
+    int32_t job;  // >= 0: partition slot; < 0: compute segment ~job
     uint8_t resource;
   };
   struct Waiting {
@@ -142,8 +142,7 @@ class TimelineSimulator {
              double cutoff_us, std::vector<TraceSpan>* trace, int same_as_baseline_after);
   void Enqueue(State& s, int resource, int32_t job, int32_t priority, float duration,
                std::vector<TraceSpan>* trace);
-  void Start(State& s, int resource, int32_t job, float duration,
-             std::vector<TraceSpan>* trace);
+  void Start(State& s, int resource, int32_t job, float duration, std::vector<TraceSpan>* trace);
   void ExpandTensor(State& s, int tensor, int option, std::vector<TraceSpan>* trace);
   void EnqueueStage(State& s, int32_t slot, std::vector<TraceSpan>* trace);
 
@@ -156,7 +155,7 @@ class TimelineSimulator {
   std::vector<uint64_t> snapshot_hash_;
   std::vector<uint8_t> snapshot_hash_valid_;
   std::vector<uint8_t> idle_before_;
-  std::vector<State> stack_;       // exhaustive search
+  std::vector<State> stack_;  // exhaustive search
   State scratch_;
   const std::array<double, kNumResources>* bound_work_ = nullptr;
   const std::vector<double>* bound_tail_ = nullptr;

@@ -24,7 +24,7 @@ namespace bytecomp::worker {
 struct EmulatedDeviceStats {
   int64_t encodes = 0;  // DeviceCodec::Encode calls
   int64_t decodes = 0;
-  int64_t copies = 0;   // both directions
+  int64_t copies = 0;  // both directions
 };
 
 class EmulatedDeviceBackend : public DeviceBackend {

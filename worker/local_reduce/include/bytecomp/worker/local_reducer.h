@@ -47,8 +47,8 @@ class LocalReducer {
   // other local rank (or, if root_status is an error, that error) and `done` runs once sent;
   // on the other ranks `done` runs once `buffer` holds the root's values (or with the root's
   // error).
-  virtual void Broadcast(const std::string& tag, void* buffer, int64_t elements,
-                         proto::DType dtype, absl::Status root_status, Done done) = 0;
+  virtual void Broadcast(const std::string& tag, void* buffer, int64_t elements, proto::DType dtype,
+                         absl::Status root_status, Done done) = 0;
   // Fails every pending call and every later one with `reason` (a local rank or the job failed).
   virtual void Fail(const absl::Status& reason) = 0;
   // Fails what is pending and stops; every callback has run when it returns (including those
@@ -121,9 +121,9 @@ struct MachineReducers {
 // that reason. Runs on the thread that registered, before the engine's threads start.
 // `security`: the cluster key of `context` (or none), for the host reducer's sockets.
 absl::StatusOr<MachineReducers> ConnectMachineReducers(zmq::context_t& context,
-                                                      SocketSecurity& security,
-                                                      SchedulerClient& client,
-                                                      const proto::Topology& topology);
+                                                       SocketSecurity& security,
+                                                       SchedulerClient& client,
+                                                       const proto::Topology& topology);
 
 // Whether this build reduces CUDA device tensors (built with CUDA and NCCL).
 bool DeviceReductionBuilt();

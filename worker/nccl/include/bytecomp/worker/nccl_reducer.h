@@ -74,8 +74,7 @@ class NcclLocalReducer {
   absl::Status ReduceScatterInPlace(void* buffer, size_t padded_elements, DType dtype,
                                     void* stream);
   // In place: every rank's shard is gathered into the whole buffer on every rank.
-  absl::Status AllGatherInPlace(void* buffer, size_t padded_elements, DType dtype,
-                                void* stream);
+  absl::Status AllGatherInPlace(void* buffer, size_t padded_elements, DType dtype, void* stream);
   // Sum into `root`'s buffer only (in place), and broadcast from it: for small tensors.
   absl::Status ReduceToRoot(void* buffer, size_t elements, DType dtype, int root, void* stream);
   absl::Status BroadcastFromRoot(void* buffer, size_t elements, DType dtype, int root,

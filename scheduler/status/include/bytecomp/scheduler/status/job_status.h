@@ -39,8 +39,8 @@ struct TensorRow {
   int64_t rounds = 0;  // summed over workers
   int64_t raw_bytes = 0;
   int64_t pushed_bytes = 0;
-  double ratio = 0;           // raw / pushed (0: nothing pushed)
-  double last_round_ms = 0;   // the slowest worker's last round
+  double ratio = 0;            // raw / pushed (0: nothing pushed)
+  double last_round_ms = 0;    // the slowest worker's last round
   std::string codec = "none";  // the strategy in force for it
   std::string pull_codec;      // two-way: the pull codec; empty: one-way
   std::string compress_on;     // "cpu pool", "inline", "gpu", "default"
@@ -56,8 +56,8 @@ struct StatusSnapshot {
   std::vector<TensorRow> tensors;
   // Recent training rounds (round index, ms): the slowest worker per round.
   std::vector<std::pair<uint64_t, double>> rounds;
-  double measured_round_ms = 0;  // median of the recent rounds (0: none yet)
-  double measured_iteration_ms = 0;  // median start-to-start of the workers' recent rounds
+  double measured_round_ms = 0;        // median of the recent rounds (0: none yet)
+  double measured_iteration_ms = 0;    // median start-to-start of the workers' recent rounds
   std::optional<double> predicted_ms;  // the planner's predicted iteration (--strategy=auto)
   int64_t pushed_bytes = 0, pulled_bytes = 0, operations = 0;  // over workers
   int64_t bad_messages = 0;
