@@ -52,6 +52,8 @@ packages=(
 if [ "$profile" = all ]; then
   packages+=(
     clang
+    # lint.format (test/lint/check_format.sh): the house style, checked.
+    clang-format
     # The sanitized and fuzz stages (deploy/check_sanitizers.sh): clang's sanitizer runtimes
     # and libFuzzer, and llvm-symbolizer for readable reports.
     libclang-rt-14-dev llvm-14
