@@ -218,17 +218,8 @@ TEST(KeyStoreTest, CompressedPushesAreSummedInWorkerRankOrder) {
 
 TEST(KeyStoreTest, TwoWayReencodesTheSumWithThePullCodec) {
   Store s(/*workers=*/2);
-  ASSERT_TRUE(s.catalog.AddStrategy(server_test::StrategyWith(1, "fp16", "onebit")).ok());
-  proto::DataHeader h = server_test::Request(proto::OP_PUSH, 0, 0, kN);
-  h.set_strategy_version(1);
-  h.set_codec("fp16");
-  h.set_iteration(7);
-  s.Handle(h, server_test::Encode("fp16", {1, -2, 3, -4}, h));
-  h.set_sender(1);
-  s.Handle(h, server_test::Encode("fp16", {2, -4, -6, 1}, h));
-  proto::DataHeader pull = h;
-  pull.set_op(proto::OP_PULL);
-  std::vector<OutgoingReply> reply = s.Handle(pull);
+  proto::DataHeader h;
+  std::vector<OutgoingReply> reply = s.TwoWayRound(&h);
   ASSERT_EQ(Ops(reply), std::vector{proto::OP_PULL_REPLY});
   EXPECT_EQ(reply[0].header.codec(), "onebit");
   EXPECT_EQ(reply[0].header.iteration(), 7u);

@@ -6,13 +6,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/text_proto.h"
 #include "bytecomp/server/key_store.h"
 #include "server_test_util.h"
 
@@ -77,32 +76,16 @@ TEST(RoundObserverTest, AStoreTellsOfEveryRoundAndNothingOfRefusals) {
 
 TEST(RoundObserverTest, CompressedBytesAreCountedUnderTheirCodecs) {
   server_test::Store s(/*workers=*/2);
-  ASSERT_TRUE(s.catalog.AddStrategy(server_test::StrategyWith(1, "fp16", "onebit")).ok());
   RecordingObserver seen;
   s.store.Observe(&seen);
-  proto::DataHeader h = server_test::Request(proto::OP_PUSH, 0, 0, kN);
-  h.set_strategy_version(1);
-  h.set_codec("fp16");
-  h.set_iteration(7);
-  s.Handle(h, server_test::Encode("fp16", {1, -2, 3, -4}, h));
-  h.set_sender(1);
-  s.Handle(h, server_test::Encode("fp16", {2, -4, -6, 1}, h));
-  proto::DataHeader pull = h;
-  pull.set_op(proto::OP_PULL);
-  std::vector<OutgoingReply> reply = s.Handle(pull);
+  proto::DataHeader h;
+  std::vector<OutgoingReply> reply = s.TwoWayRound(&h);
   ASSERT_EQ(reply.size(), 1u);
   const size_t onebit = reply[0].payload.size();
   EXPECT_EQ(seen.Take(), (std::vector<std::string>{
                              absl::StrCat("start ", kKey), "push 'fp16' 8 16", "push 'fp16' 8 16",
                              absl::StrCat("summed ", kKey, " iteration 7 'fp16' ", onebit),
                              absl::StrCat("pull 'onebit' ", onebit, " 16")}));
-}
-
-std::string ReadTimeline(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 int Occurrences(const std::string& text, const std::string& what) {
@@ -132,7 +115,9 @@ TEST(RoundTelemetryTest, BytesAndRoundsGoToTheMetricsAndSummingToTheTimeline) {
   EXPECT_NE(rendered.find("bytecomp_rounds_total{rank=\"0\",role=\"server\"} 1\n"),
             std::string::npos)
       << rendered;
-  const std::string text = ReadTimeline(path);
+  absl::StatusOr<std::string> read = ReadTextFile(path, "timeline");
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::string& text = *read;
   // One async span, begin and end, for tensor 3 partition 2 iteration 7.
   EXPECT_EQ(Occurrences(text, "\"name\":\"summed on server\""), 2) << text;
   EXPECT_EQ(Occurrences(text, "\"id\":\"3.2.7\""), 2) << text;

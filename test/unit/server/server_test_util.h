@@ -168,6 +168,22 @@ struct Store {
                                   proto::DType dtype = proto::DTYPE_FLOAT32) {
     return Handle(Request(proto::OP_PULL, sender, round, n, dtype));
   }
+  // Two workers, strategy 1 (push fp16, pull onebit): workers 0 and 1 push {1, -2, 3, -4} and
+  // {2, -4, -6, 1} in iteration 7, then worker 1 pulls. Returns the pull's replies; *push:
+  // worker 1's push header.
+  std::vector<OutgoingReply> TwoWayRound(proto::DataHeader* push) {
+    EXPECT_TRUE(catalog.AddStrategy(StrategyWith(1, "fp16", "onebit")).ok());
+    proto::DataHeader h = Request(proto::OP_PUSH, 0, 0, kN);
+    h.set_strategy_version(1);
+    h.set_codec("fp16");
+    h.set_iteration(7);
+    Handle(h, Encode("fp16", {1, -2, 3, -4}, h));
+    h.set_sender(1);
+    Handle(h, Encode("fp16", {2, -4, -6, 1}, h));
+    *push = h;
+    h.set_op(proto::OP_PULL);
+    return Handle(h);
+  }
 };
 
 }  // namespace bytecomp::server::server_test
