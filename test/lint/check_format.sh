@@ -23,10 +23,15 @@ if [ "$fix" = 1 ]; then
   echo "lint.format: formatted ${#files[@]} files"
   exit 0
 fi
-bad=()
-for f in "${files[@]}"; do
-  clang-format --style=file --dry-run -Werror "$f" >/dev/null 2>&1 || bad+=("$f")
-done
+# One clang-format for all files; each that differs is named in its "file:line:col: error:" lines.
+rc=0
+report=$(clang-format --style=file --dry-run -Werror "${files[@]}" 2>&1) || rc=$?
+mapfile -t bad < <(sed -n 's/^\([^:]*\):[0-9]*:[0-9]*: error: .*/\1/p' <<<"$report" | sort -u)
+if ((rc != 0 && ${#bad[@]} == 0)); then
+  echo "lint.format: clang-format failed (exit $rc):" >&2
+  echo "$report" | head -20 >&2
+  exit 1
+fi
 if ((${#bad[@]})); then
   printf 'lint.format: not formatted: %s\n' "${bad[@]}" >&2
   echo "lint.format: ${#bad[@]} of ${#files[@]} files differ from clang-format" \
