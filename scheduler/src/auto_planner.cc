@@ -213,6 +213,12 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
       static_cast<int>(median([](const auto& p) { return static_cast<double>(p.cpu_cores()); })));
   inputs.profile.set_source(absl::StrCat(profiles[0].source(), "; the medians over ",
                                          profiles.size(), " workers, to two significant digits"));
+  // What the workers measured is checked as a profile file is: a tensor of 2^41 elements must
+  // not reach the cost model.
+  if (absl::Status s = planner::ValidateProfile(inputs.profile, nullptr, "the workers' profile");
+      !s.ok()) {
+    return s;
+  }
   cluster.set_workers(job.workers);
   cluster.set_servers(job.servers);
   std::string scheme = "flat";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/registry.h"
@@ -144,11 +145,11 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
   const bool has_cpu_pool = cluster.cpu_pool_threads() > 0 && !options.disable_cpu();
   const bool may_compress = bytes >= options.min_compress_bytes();
 
-  // Partition counts: distinct, at most one element per part.
+  // Partition counts: distinct, at most one element per part (and at most int32's range).
   std::vector<int32_t> counts;
   auto add_count = [&](int64_t partition_bytes) {
     int64_t count = std::max<int64_t>(1, (bytes + partition_bytes - 1) / partition_bytes);
-    count = std::min<int64_t>(count, tensor.elements());
+    count = std::min<int64_t>({count, tensor.elements(), std::numeric_limits<int32_t>::max()});
     if (std::find(counts.begin(), counts.end(), count) == counts.end()) {
       counts.push_back(static_cast<int32_t>(count));
     }

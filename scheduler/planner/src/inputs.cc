@@ -1,6 +1,7 @@
 #include "bytecomp/planner/inputs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,8 @@
 
 namespace bytecomp::planner {
 namespace {
+
+bool FiniteAtLeastZero(double x) { return std::isfinite(x) && x >= 0; }
 
 using google::protobuf::Message;
 
@@ -54,50 +57,6 @@ void CheckCurve(const google::protobuf::RepeatedPtrField<proto::CostPoint>& poin
             absl::StrCat("must be >= 0, got ", point.us()));
     }
   }
-}
-
-absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* tree,
-                             absl::string_view source) {
-  TextProtoProblems p(source);
-  if (m.tensors().empty())
-    p.Add(tree, m, "tensors", -1, TextPosition{0, 0}, "tensors", "no tensors");
-  if (m.forward_us() < 0)
-    p.Add(tree, m, "forward_us", -1, TextPosition{0, 0}, "forward_us", "must be >= 0");
-  for (int i = 0; i < m.tensors_size(); ++i) {
-    const auto& t = m.tensors(i);
-    const auto* sub = NestedTree(tree, m, "tensors", i);
-    TextPosition line = PositionOf(tree, m, "tensors", i, TextPosition{0, 0});
-    std::string here = absl::StrCat("tensors[", i, "]");
-    if (t.name().empty()) p.Add(sub, t, "name", -1, line, here + ".name", "must not be empty");
-    if (t.elements() <= 0) {
-      p.Add(sub, t, "elements", -1, line, here + ".elements",
-            absl::StrCat("must be > 0, got ", t.elements()));
-    }
-    if (t.element_bytes() < 0 || t.element_bytes() > 8) {
-      p.Add(sub, t, "element_bytes", -1, line, here + ".element_bytes",
-            absl::StrCat("must be 0 (fp32) or 1..8, got ", t.element_bytes()));
-    }
-    if (t.ready_gap_us() < 0) {
-      p.Add(sub, t, "ready_gap_us", -1, line, here + ".ready_gap_us",
-            absl::StrCat("must be >= 0, got ", t.ready_gap_us()));
-    }
-    if (t.has_block_density() && !(t.block_density() >= 0 && t.block_density() <= 1)) {
-      p.Add(sub, t, "block_density", -1, line, here + ".block_density",
-            absl::StrCat("must be in [0, 1], got ", t.block_density()));
-    }
-    if (t.shape_size() > 0 &&
-        !ShapeHolds(absl::MakeConstSpan(t.shape().data(), t.shape_size()), t.elements())) {
-      p.Add(sub, t, "shape", 0, line, here + ".shape",
-            absl::StrCat("dimensions must be > 0 and multiply to elements (", t.elements(), ")"));
-    }
-  }
-  if (m.measured_round_cpu_us() < 0 || m.cpu_cores() < 0 || m.host_cpu_busy() < 0 ||
-      m.host_cpu_busy() > 1) {
-    p.Add(tree, m, "host_cpu_busy", -1, TextPosition{0, 0},
-          "measured_round_cpu_us, cpu_cores, host_cpu_busy",
-          "must be >= 0 (host_cpu_busy a fraction, <= 1)");
-  }
-  return p.ToStatus();
 }
 
 absl::Status ValidateCluster(const proto::ClusterDescription& c, const TextProtoTree* tree,
@@ -306,6 +265,50 @@ absl::StatusOr<M> LoadFile(const std::string& path, Parse parse) {
 }
 
 }  // namespace
+
+absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* tree,
+                             absl::string_view source) {
+  TextProtoProblems p(source);
+  if (m.tensors().empty())
+    p.Add(tree, m, "tensors", -1, TextPosition{0, 0}, "tensors", "no tensors");
+  if (!FiniteAtLeastZero(m.forward_us()))
+    p.Add(tree, m, "forward_us", -1, TextPosition{0, 0}, "forward_us", "must be >= 0 and finite");
+  for (int i = 0; i < m.tensors_size(); ++i) {
+    const auto& t = m.tensors(i);
+    const auto* sub = NestedTree(tree, m, "tensors", i);
+    TextPosition line = PositionOf(tree, m, "tensors", i, TextPosition{0, 0});
+    std::string here = absl::StrCat("tensors[", i, "]");
+    if (t.name().empty()) p.Add(sub, t, "name", -1, line, here + ".name", "must not be empty");
+    if (t.elements() <= 0 || t.elements() > kMaxProfileElements) {
+      p.Add(sub, t, "elements", -1, line, here + ".elements",
+            absl::StrCat("must be in 1..", kMaxProfileElements, ", got ", t.elements()));
+    }
+    if (t.element_bytes() < 0 || t.element_bytes() > 8) {
+      p.Add(sub, t, "element_bytes", -1, line, here + ".element_bytes",
+            absl::StrCat("must be 0 (fp32) or 1..8, got ", t.element_bytes()));
+    }
+    if (!FiniteAtLeastZero(t.ready_gap_us())) {
+      p.Add(sub, t, "ready_gap_us", -1, line, here + ".ready_gap_us",
+            absl::StrCat("must be >= 0 and finite, got ", t.ready_gap_us()));
+    }
+    if (t.has_block_density() && !(t.block_density() >= 0 && t.block_density() <= 1)) {
+      p.Add(sub, t, "block_density", -1, line, here + ".block_density",
+            absl::StrCat("must be in [0, 1], got ", t.block_density()));
+    }
+    if (t.shape_size() > 0 &&
+        !ShapeHolds(absl::MakeConstSpan(t.shape().data(), t.shape_size()), t.elements())) {
+      p.Add(sub, t, "shape", 0, line, here + ".shape",
+            absl::StrCat("dimensions must be > 0 and multiply to elements (", t.elements(), ")"));
+    }
+  }
+  if (!FiniteAtLeastZero(m.measured_round_us()) || !FiniteAtLeastZero(m.measured_round_cpu_us()) ||
+      m.cpu_cores() < 0 || !FiniteAtLeastZero(m.host_cpu_busy()) || m.host_cpu_busy() > 1) {
+    p.Add(tree, m, "host_cpu_busy", -1, TextPosition{0, 0},
+          "measured_round_us, measured_round_cpu_us, cpu_cores, host_cpu_busy",
+          "must be >= 0 and finite (host_cpu_busy a fraction, <= 1)");
+  }
+  return p.ToStatus();
+}
 
 absl::Status ParseModelProfile(absl::string_view text, absl::string_view source_name,
                                proto::ModelProfile* out) {

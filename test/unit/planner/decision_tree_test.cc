@@ -61,6 +61,18 @@ TEST(DecisionTreeTest, SmallTensorsOnlyStayUncompressed) {
   EXPECT_EQ(options[0].codec, -1);
 }
 
+// Partition counts stay within int32 for the largest tensor a profile may hold, split into the
+// smallest partitions, so that no option has 0 partitions (an infinite partition size).
+TEST(DecisionTreeTest, PartitionCountsOfTheLargestTensorStayPositive) {
+  proto::TensorProfile t = Tensor(1 << 20);
+  t.set_elements(kMaxProfileElements);
+  proto::PlannerOptions options = Options();
+  options.add_partition_bytes(64);
+  for (const TensorOption& o : EnumerateOptions(t, Cluster(1), TwoCodecs(), options)) {
+    EXPECT_GT(o.partitions, 0);
+  }
+}
+
 TEST(DecisionTreeTest, OneGpuPerMachine) {
   auto options = EnumerateOptions(Tensor(1 << 20), Cluster(1), TwoCodecs(), Options());
   // none + fp16: {GPU, CPU} encode x {1-way, 2-way GPU decode, 2-way CPU decode}

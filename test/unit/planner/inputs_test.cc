@@ -54,7 +54,8 @@ TEST(InputsTest, InvalidValueNamesFileLineAndField) {
       "}\n",
       "bad.pbtxt", &profile);
   ASSERT_FALSE(s.ok());
-  EXPECT_THAT(s.message(), HasSubstr("bad.pbtxt:5:3: tensors[1].elements: must be > 0, got 0"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("bad.pbtxt:5:3: tensors[1].elements: must be in 1..1099511627776, got 0"));
   EXPECT_THAT(s.message(), HasSubstr("bad.pbtxt:6:3: tensors[1].ready_gap_us: must be >= 0"));
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -39,6 +41,23 @@ AutoPlanJob Job(bool profiled_uncompressed) {
   job.servers = 1;
   job.profiled_uncompressed = profiled_uncompressed;
   return job;
+}
+
+// What the workers measured is checked as a profile file is (a fuzzer's finding: a tensor past
+// int32 partitions reached the cost model as an infinite partition size).
+TEST(AutoPlannerTest, AWorkersProfileIsCheckedBeforeThePlannerSeesIt) {
+  proto::ModelProfile huge = Profile(1);
+  huge.mutable_tensors(0)->set_elements(int64_t{1} << 50);
+  auto plan = PlanFromProfiles({huge}, Cluster(), {}, Job(true));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("the workers' profile"), std::string::npos)
+      << plan.status();
+  EXPECT_NE(plan.status().message().find("tensors[0].elements: must be in 1..1099511627776"),
+            std::string::npos)
+      << plan.status();
+  proto::ModelProfile endless = Profile(1);
+  endless.mutable_tensors(0)->set_ready_gap_us(std::numeric_limits<double>::infinity());
+  EXPECT_FALSE(PlanFromProfiles({endless}, Cluster(), {}, Job(true)).ok());
 }
 
 TEST(AutoPlannerTest, SlowerUncompressedRoundsScaleTheLinksUntilTheModelMatches) {

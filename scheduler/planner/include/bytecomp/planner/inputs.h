@@ -3,11 +3,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "bytecomp/common/text_proto.h"
 #include "planner.pb.h"
 
 namespace bytecomp::planner {
@@ -24,6 +26,13 @@ absl::Status ParsePlannerOptions(absl::string_view text, absl::string_view sourc
                                  proto::PlannerOptions* out);
 
 absl::StatusOr<proto::ModelProfile> LoadModelProfile(const std::string& path);
+
+// A tensor of the profile holds at most this many elements (2^40: 4 TiB of fp32).
+inline constexpr int64_t kMaxProfileElements = int64_t{1} << 40;
+// The checks ParseModelProfile makes, for a profile from elsewhere (the workers' measurements);
+// `tree`: where its fields were set, or null; `source` prefixes every error.
+absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* tree,
+                             absl::string_view source);
 absl::StatusOr<proto::ClusterDescription> LoadClusterDescription(const std::string& path);
 absl::StatusOr<proto::CostTable> LoadCostTable(const std::string& path);
 absl::StatusOr<proto::PlannerOptions> LoadPlannerOptions(const std::string& path);
