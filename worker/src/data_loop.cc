@@ -54,7 +54,7 @@ void DataLoop::Run() {
   wiring.connections = &sockets_;
   wiring.tracker = w_.tracker;
   wiring.traffic = w_.traffic;
-  wiring.held = &held_;
+  wiring.held = w_.held;
   wiring.timeline = w_.timeline;
   wiring.first_request = next_request;
   PartitionSender sender(wiring);
@@ -121,7 +121,7 @@ void DataLoop::Run() {
   }
   if (sender.closed().ok()) sender.FailAll(absl::CancelledError("the engine stopped"));
   // The sockets are closed; ZeroMQ drops what they still queued on its own threads.
-  if (const int64_t held = held_.AwaitNone(kHeldPayloadsWait); held > 0) {
+  if (const int64_t held = w_.held->AwaitNone(kHeldPayloadsWait); held > 0) {
     BC_LOG_ERROR("internal error: ZeroMQ still holds ", held, " push payloads ",
                  absl::FormatDuration(kHeldPayloadsWait),
                  " after the data loop closed its sockets; their operations complete when the "

@@ -37,6 +37,10 @@ class DataLoop {
     WakeQueue<ControlCommand>* to_control = nullptr;  // the link probe report
     OperationTracker* tracker = nullptr;
     TrafficCounters* traffic = nullptr;
+    // The zero-copy payloads ZeroMQ holds: Run waits for none before it returns. The engine's,
+    // as a payload ZeroMQ still holds after that wait is released when the engine terminates
+    // the context, after the loop is gone.
+    HeldPayloads* held = nullptr;
     telemetry::Timeline* timeline = nullptr;  // null: no timeline
   };
   explicit DataLoop(Wiring wiring) : w_(wiring), sockets_(w_) {}
@@ -68,7 +72,6 @@ class DataLoop {
 
   const Wiring w_;
   DealerSockets sockets_;
-  HeldPayloads held_;  // Run waits for none before it returns
 };
 
 }  // namespace bytecomp::worker

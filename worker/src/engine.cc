@@ -79,6 +79,7 @@ absl::Status Engine::Run() {
   wiring.to_control = &control_queue_;
   wiring.tracker = &tracker_;
   wiring.traffic = &traffic_;
+  wiring.held = &held_payloads_;
   wiring.timeline = observer_.timeline();
   data_thread_ = std::thread([wiring] { DataLoop(wiring).Run(); });
   control_thread_ = std::thread([this, client = std::move(client_)]() mutable {

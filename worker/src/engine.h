@@ -26,6 +26,7 @@
 #include "device_pipeline.h"
 #include "engine_observer.h"
 #include "handle_table.h"
+#include "held_payloads.h"
 #include "hierarchy.h"
 #include "host_pipeline.h"
 #include "join_job.h"
@@ -129,6 +130,7 @@ class Engine final : public WorkerEngine, private ControlEvents {
   HandleTable handles_;
   OperationTracker tracker_;
   TrafficCounters traffic_;
+  HeldPayloads held_payloads_;  // the data loop's; outlives the context's termination (Shutdown)
   std::atomic<int64_t> operations_{0};
   std::atomic<double> learning_rate_{0.0};
 

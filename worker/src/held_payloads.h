@@ -3,7 +3,9 @@
 // thread ZeroMQ drops the message (an I/O thread once it is written, the reaper once its
 // socket is closed). Before the data loop returns it waits for none to be held: once the data
 // thread is gone no operation completes on a ZeroMQ thread, and the engine may stop what a
-// completion calls into (the CPU pool, the local reducers).
+// completion calls into (the CPU pool, the local reducers). The engine owns it: a payload still
+// held after that wait (an error, logged) is released when the engine terminates its ZeroMQ
+// context, after the data loop is gone.
 #pragma once
 
 #include <cstdint>
