@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/registry.h"
 #include "bytecomp/planner/inputs.h"
 #include "cluster_config.pb.h"
 #include "codec_choice.h"
@@ -117,7 +118,8 @@ void WriteServerSeeds(SeedWriter& seeds) {
     for (size_t t = 0; t < kTensors.size(); ++t) {
       w.U8(static_cast<uint8_t>(ServerEvent::kDeclare)).U8(static_cast<uint8_t>(t));
     }
-    const bool two_round = name == "powersgd";
+    const compress::CodecFacts* facts = compress::CodecFactsOf(name);
+    const bool two_round = facts != nullptr && facts->two_round;
     if (!name.empty()) {
       w.U8(static_cast<uint8_t>(ServerEvent::kStrategy)).Bool(true);
       WriteCodecChoice(w, name);

@@ -26,7 +26,7 @@ void Apply(const bytecomp::proto::Strategy& strategy) {
     for (int64_t bytes : {int64_t{4}, int64_t{1} << 20}) {
       const compress::TensorPlan plan = compress::PlanFor(strategy, name, bytes);
       for (const bytecomp::proto::CodecConfig* config : {&plan.push, &plan.pull}) {
-        if (config->name().empty() || config->name() == "none") continue;
+        if (compress::IsNoneName(config->name())) continue;
         absl::StatusOr<std::unique_ptr<compress::Codec>> codec =
             compress::CreateCodec(config->name(), compress::ParamsOf(*config));
         if (!codec.ok()) {
