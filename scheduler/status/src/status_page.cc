@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bytecomp/compress/strategy.h"
 
 namespace bytecomp::status {
 namespace {
@@ -216,7 +217,7 @@ std::string StatusPageHtml(const StatusSnapshot& s) {
   for (const TensorRow& t : s.tensors) {
     absl::StrAppend(
         &html, "<tr><td>", Escape(t.name), "</td><td>", Escape(t.codec), "</td><td>",
-        t.codec == "none"
+        compress::IsNoneName(t.codec)
             ? "-"
             : (t.pull_codec.empty() ? "one-way" : "two-way (" + Escape(t.pull_codec) + ")"),
         "</td><td>", Escape(t.compress_on), "</td><td class=\"n\">", t.rounds,
