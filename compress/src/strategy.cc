@@ -20,9 +20,10 @@ std::string Where(absl::string_view source, const TextProtoTree* tree, const pro
   const TextProtoTree* entry = NestedTree(tree, s, "tensors", tensor_index);
   const proto::TensorStrategy& t = s.tensors(tensor_index);
   const TextProtoTree* codec = NestedTree(entry, t, config_field, -1);
-  const proto::CodecConfig& c =
-      std::string(config_field) == "push_codec" ? t.push_codec() : t.pull_codec();
-  const bool repeated = std::string(leaf) == "params";
+  // The codec config and the leaf's arity, as the schema says.
+  const auto& c = static_cast<const proto::CodecConfig&>(
+      t.GetReflection()->GetMessage(t, t.GetDescriptor()->FindFieldByName(config_field)));
+  const bool repeated = c.GetDescriptor()->FindFieldByName(leaf)->is_repeated();
   return Located(source, PositionOf(codec, c, leaf, repeated ? 0 : -1, entry_at));
 }
 

@@ -9,7 +9,6 @@
 #include "bytecomp/common/partition.h"
 #include "bytecomp/common/text_proto.h"
 #include "bytecomp/compress/strategy.h"
-#include "google/protobuf/text_format.h"
 
 namespace bytecomp::planner {
 namespace {
@@ -63,22 +62,21 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c, const TextProto
                              absl::string_view source) {
   TextProtoProblems p(source);
   if (c.machines() < 1) {
-    p.Add(tree, c, "machines", -1, TextPosition{0, 0}, "machines",
+    p.Add(tree, c, "machines", -1, TextPosition{}, "machines",
           absl::StrCat("must be >= 1, got ", c.machines()));
   }
   if (c.gpus_per_machine() < 0) {
-    p.Add(tree, c, "gpus_per_machine", -1, TextPosition{0, 0}, "gpus_per_machine", "must be >= 0");
+    p.Add(tree, c, "gpus_per_machine", -1, TextPosition{}, "gpus_per_machine", "must be >= 0");
   }
-  if (c.workers() < 0) p.Add(tree, c, "workers", -1, TextPosition{0, 0}, "workers", "must be >= 0");
+  if (c.workers() < 0) p.Add(tree, c, "workers", -1, TextPosition{}, "workers", "must be >= 0");
   if (c.servers() < 1) {
-    p.Add(tree, c, "servers", -1, TextPosition{0, 0}, "servers",
+    p.Add(tree, c, "servers", -1, TextPosition{}, "servers",
           absl::StrCat("must be >= 1, got ", c.servers()));
   }
   auto link = [&](const char* field, const proto::LinkSpec& spec, bool required) {
-    TextPosition line = PositionOf(tree, c, field, -1, TextPosition{0, 0});
+    TextPosition line = PositionOf(tree, c, field, -1, TextPosition{});
     if (required && !c.GetReflection()->HasField(c, c.GetDescriptor()->FindFieldByName(field))) {
-      p.Add(tree, c, field, -1, TextPosition{0, 0}, field,
-            "missing (bandwidth_gbps and latency_us)");
+      p.Add(tree, c, field, -1, TextPosition{}, field, "missing (bandwidth_gbps and latency_us)");
       return;
     }
     CheckLink(spec, NestedTree(tree, c, field, -1), line, field, required, p);
@@ -88,22 +86,22 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c, const TextProto
   link("intra_machine_link", c.intra_machine_link(), c.gpus_per_machine() > 1);
   link("pcie_link", c.pcie_link(), false);
   if (c.cpu_pool_threads() < 0) {
-    p.Add(tree, c, "cpu_pool_threads", -1, TextPosition{0, 0}, "cpu_pool_threads", "must be >= 0");
+    p.Add(tree, c, "cpu_pool_threads", -1, TextPosition{}, "cpu_pool_threads", "must be >= 0");
   }
   if (c.server_threads() < 0) {
-    p.Add(tree, c, "server_threads", -1, TextPosition{0, 0}, "server_threads", "must be >= 0");
+    p.Add(tree, c, "server_threads", -1, TextPosition{}, "server_threads", "must be >= 0");
   }
   if (c.server_sum_gbytes_per_s() < 0) {
-    p.Add(tree, c, "server_sum_gbytes_per_s", -1, TextPosition{0, 0}, "server_sum_gbytes_per_s",
+    p.Add(tree, c, "server_sum_gbytes_per_s", -1, TextPosition{}, "server_sum_gbytes_per_s",
           "must be >= 0");
   }
   if (c.partition_bytes() < 0) {
-    p.Add(tree, c, "partition_bytes", -1, TextPosition{0, 0}, "partition_bytes", "must be >= 0");
+    p.Add(tree, c, "partition_bytes", -1, TextPosition{}, "partition_bytes", "must be >= 0");
   }
   if (c.host_cores() < 0)
-    p.Add(tree, c, "host_cores", -1, TextPosition{0, 0}, "host_cores", "must be >= 0");
+    p.Add(tree, c, "host_cores", -1, TextPosition{}, "host_cores", "must be >= 0");
   if (c.colocated_servers() && c.machines() >= 1 && c.servers() % c.machines() != 0) {
-    p.Add(tree, c, "colocated_servers", -1, TextPosition{0, 0}, "colocated_servers",
+    p.Add(tree, c, "colocated_servers", -1, TextPosition{}, "colocated_servers",
           absl::StrCat("needs servers spread evenly over the machines: ", c.servers(),
                        " servers on ", c.machines(), " machines"));
   }
@@ -114,16 +112,15 @@ absl::Status ValidateCostTable(const proto::CostTable& t, const TextProtoTree* t
                                absl::string_view source) {
   TextProtoProblems p(source);
   if (t.sum_gbytes_per_s() < 0) {
-    p.Add(tree, t, "sum_gbytes_per_s", -1, TextPosition{0, 0}, "sum_gbytes_per_s", "must be >= 0");
+    p.Add(tree, t, "sum_gbytes_per_s", -1, TextPosition{}, "sum_gbytes_per_s", "must be >= 0");
   }
   if (t.copy_gbytes_per_s() < 0) {
-    p.Add(tree, t, "copy_gbytes_per_s", -1, TextPosition{0, 0}, "copy_gbytes_per_s",
-          "must be >= 0");
+    p.Add(tree, t, "copy_gbytes_per_s", -1, TextPosition{}, "copy_gbytes_per_s", "must be >= 0");
   }
   for (int i = 0; i < t.codecs_size(); ++i) {
     const auto& codec = t.codecs(i);
     const auto* sub = NestedTree(tree, t, "codecs", i);
-    TextPosition line = PositionOf(tree, t, "codecs", i, TextPosition{0, 0});
+    TextPosition line = PositionOf(tree, t, "codecs", i, TextPosition{});
     std::string here = absl::StrCat("codecs[", i, "]");
     if (compress::IsNoneName(codec.name())) {
       p.Add(sub, codec, "name", -1, line, here + ".name",
@@ -216,31 +213,29 @@ absl::Status ValidateOptions(const proto::PlannerOptions& o, const TextProtoTree
                              absl::string_view source) {
   TextProtoProblems p(source);
   if (o.min_compress_bytes() < 0) {
-    p.Add(tree, o, "min_compress_bytes", -1, TextPosition{0, 0}, "min_compress_bytes",
-          "must be >= 0");
+    p.Add(tree, o, "min_compress_bytes", -1, TextPosition{}, "min_compress_bytes", "must be >= 0");
   }
   for (int i = 0; i < o.partition_bytes_size(); ++i) {
     if (o.partition_bytes(i) < 4) {
-      p.Add(tree, o, "partition_bytes", i, TextPosition{0, 0},
-            absl::StrCat("partition_bytes[", i, "]"),
+      p.Add(tree, o, "partition_bytes", i, TextPosition{}, absl::StrCat("partition_bytes[", i, "]"),
             absl::StrCat("must be >= 4, got ", o.partition_bytes(i)));
     }
   }
   if (o.min_relative_gain() < 0 || o.min_relative_gain() >= 1) {
-    p.Add(tree, o, "min_relative_gain", -1, TextPosition{0, 0}, "min_relative_gain",
+    p.Add(tree, o, "min_relative_gain", -1, TextPosition{}, "min_relative_gain",
           "must be in [0, 1)");
   }
   if (o.uniform_starts() < -1) {
-    p.Add(tree, o, "uniform_starts", -1, TextPosition{0, 0}, "uniform_starts", "must be >= -1");
+    p.Add(tree, o, "uniform_starts", -1, TextPosition{}, "uniform_starts", "must be >= -1");
   }
   if (o.max_joint_offload_choices() < 0) {
-    p.Add(tree, o, "max_joint_offload_choices", -1, TextPosition{0, 0}, "max_joint_offload_choices",
+    p.Add(tree, o, "max_joint_offload_choices", -1, TextPosition{}, "max_joint_offload_choices",
           "must be >= 0");
   }
   for (int i = 0; i < o.allowed_size(); ++i) {
     if (o.allowed(i).name_pattern().empty()) {
       p.Add(NestedTree(tree, o, "allowed", i), o.allowed(i), "name_pattern", -1,
-            PositionOf(tree, o, "allowed", i, TextPosition{0, 0}),
+            PositionOf(tree, o, "allowed", i, TextPosition{}),
             absl::StrCat("allowed[", i, "].name_pattern"), "must not be empty");
     }
   }
@@ -269,14 +264,13 @@ absl::StatusOr<M> LoadFile(const std::string& path, Parse parse) {
 absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* tree,
                              absl::string_view source) {
   TextProtoProblems p(source);
-  if (m.tensors().empty())
-    p.Add(tree, m, "tensors", -1, TextPosition{0, 0}, "tensors", "no tensors");
+  if (m.tensors().empty()) p.Add(tree, m, "tensors", -1, TextPosition{}, "tensors", "no tensors");
   if (!FiniteAtLeastZero(m.forward_us()))
-    p.Add(tree, m, "forward_us", -1, TextPosition{0, 0}, "forward_us", "must be >= 0 and finite");
+    p.Add(tree, m, "forward_us", -1, TextPosition{}, "forward_us", "must be >= 0 and finite");
   for (int i = 0; i < m.tensors_size(); ++i) {
     const auto& t = m.tensors(i);
     const auto* sub = NestedTree(tree, m, "tensors", i);
-    TextPosition line = PositionOf(tree, m, "tensors", i, TextPosition{0, 0});
+    TextPosition line = PositionOf(tree, m, "tensors", i, TextPosition{});
     std::string here = absl::StrCat("tensors[", i, "]");
     if (t.name().empty()) p.Add(sub, t, "name", -1, line, here + ".name", "must not be empty");
     if (t.elements() <= 0 || t.elements() > kMaxProfileElements) {
@@ -303,7 +297,7 @@ absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* 
   }
   if (!FiniteAtLeastZero(m.measured_round_us()) || !FiniteAtLeastZero(m.measured_round_cpu_us()) ||
       m.cpu_cores() < 0 || !FiniteAtLeastZero(m.host_cpu_busy()) || m.host_cpu_busy() > 1) {
-    p.Add(tree, m, "host_cpu_busy", -1, TextPosition{0, 0},
+    p.Add(tree, m, "host_cpu_busy", -1, TextPosition{},
           "measured_round_us, measured_round_cpu_us, cpu_cores, host_cpu_busy",
           "must be >= 0 and finite (host_cpu_busy a fraction, <= 1)");
   }
