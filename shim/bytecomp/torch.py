@@ -215,7 +215,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         # The learning rate reaches the codecs that need it (efsignsgd) through the API, every
         # step, so a scheduler's changes apply at once.
-        _core.set_learning_rate(self.param_groups[0]["lr"])
+        lr = self.param_groups[0].get("lr")  # an optimizer may have none
+        if lr is not None:
+            _core.set_learning_rate(lr)
         if not getattr(self, "_skip_sync", False):
             self.synchronize()
         return super(self.__class__, self).step(closure)
