@@ -22,6 +22,7 @@ Limitations, stated plainly:
   (bytecomp_set_learning_rate).
 """
 
+import inspect
 import json
 import os
 import warnings
@@ -91,12 +92,17 @@ def check_cpu_math(warn=True):
 # DistributedOptimizer
 
 
+# torch.optim.Optimizer.zero_grad's default (False in torch 1.x, True from 2.0).
+_ZERO_SETS_TO_NONE = inspect.signature(torch.optim.Optimizer.zero_grad).parameters[
+    "set_to_none"].default
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Methods mixed into a subclass of the user's optimizer class (see DistributedOptimizer).
     `super(self.__class__, self)` is the user's optimizer class."""
 
     def __init__(self, params, named_parameters, backward_passes_per_step, average,
-                 name_prefix):
+                 name_prefix, model=None):
         super(self.__class__, self).__init__(params)
         if backward_passes_per_step < 1:
             raise ValueError(f"backward_passes_per_step must be >= 1, got "
@@ -140,6 +146,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._needs_sync = False
         self._grad_accs = []
         self._register_hooks()
+        # Cross-barrier (model given): step() does not wait; each parameter is updated when
+        # the next forward reaches the module that owns it (or synchronize() is called).
+        self._cross_barrier = model is not None
+        self._deferred = set()     # params whose update waits for their push_pull
+        self._zero_after = None    # zero_grad's set_to_none, deferred for those params
+        self._forward_hooks = []
+        if self._cross_barrier:
+            self._register_forward_hooks(model)
 
     def _register_hooks(self):
         for p in self._requires_update:
@@ -152,6 +166,68 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             grad_acc = p_tmp.grad_fn.next_functions[0][0]
             grad_acc.register_hook(self._make_hook(p))
             self._grad_accs.append(grad_acc)  # keeps the node (and its hook) alive
+
+    def _register_forward_hooks(self, model):
+        owned = set()
+        for module in model.modules():
+            mine = [p for p in module.parameters(recurse=False) if p in self._names]
+            if mine:
+                owned.update(mine)
+                self._forward_hooks.append(module.register_forward_pre_hook(
+                    lambda _module, _inputs, mine=mine: self._finish(mine)))
+        missing = [self._names[p] for p in self._requires_update if p not in owned]
+        if missing:
+            raise ValueError(
+                f"DistributedOptimizer(model=...): parameters {missing[:5]} belong to no module "
+                "of the model, so no forward would wait for their update; pass the model that "
+                "owns every optimized parameter, or leave model out")
+
+    def _finish(self, params):
+        """Completes the deferred update of these parameters: waits for their push_pull,
+        runs the optimizer on them alone, applies a deferred zero_grad."""
+        due = [p for p in params if p in self._deferred]
+        if not due:
+            return
+        first_error = None
+        for p in due:
+            try:
+                synchronize(self._handles.pop(p))
+            except BytecompError as e:
+                first_error = first_error or e
+            self._passes[p] = 0
+        self._deferred.difference_update(due)
+        if first_error is not None:
+            raise first_error
+        self._update_only(due)
+        if self._zero_after is not None:
+            for p in due:
+                self._zero_one(p, self._zero_after)
+            if not self._deferred:
+                self._zero_after = None
+
+    def _update_only(self, params):
+        """The wrapped optimizer's step() on these parameters alone (elementwise optimizers
+        give the same result as one step over all)."""
+        wanted = set(params)
+        groups = self.param_groups
+        saved = [g["params"] for g in groups]
+        try:
+            for g in groups:
+                g["params"] = [q for q in g["params"] if q in wanted]
+            super(self.__class__, self).step()
+        finally:
+            for g, kept in zip(groups, saved):
+                g["params"] = kept
+
+    @staticmethod
+    def _zero_one(p, set_to_none):
+        if p.grad is None:
+            return
+        if set_to_none:
+            p.grad = None
+        else:
+            p.grad.detach_()
+            p.grad.zero_()
 
     def _make_guard(self, p):
         def guard(grad):
@@ -182,7 +258,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Finishes every gradient's push_pull (starting those whose hook has not fired, e.g.
-        with fewer than backward_passes_per_step passes), so that p.grad holds the result."""
+        with fewer than backward_passes_per_step passes), so that p.grad holds the result.
+        With model= (cross-barrier), completes every deferred update first."""
+        if self._deferred:
+            self._finish(list(self._deferred))
         if not self._needs_sync:
             return
         for p in self._requires_update:
@@ -218,6 +297,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         lr = self.param_groups[0].get("lr")  # an optimizer may have none
         if lr is not None:
             _core.set_learning_rate(lr)
+        if self._cross_barrier and closure is None and not getattr(self, "_skip_sync", False):
+            # Start what the hooks did not, and return: the next forward finishes each
+            # parameter's update as it reaches the parameter's module.
+            if self._deferred:
+                self._finish(list(self._deferred))
+            if self._needs_sync:
+                for p in self._requires_update:
+                    if p not in self._handles:
+                        self._start(p)
+                self._deferred = set(self._handles)
+                self._needs_sync = False
+            return None
         if not getattr(self, "_skip_sync", False):
             self.synchronize()
         return super(self.__class__, self).step(closure)
@@ -227,6 +318,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     _EF_KEY = "bytecomp_error_feedback"
 
     def state_dict(self):
+        if self._deferred:
+            self.synchronize()
         if self._handles:
             raise RuntimeError("state_dict() while gradient push_pulls are in flight; call "
                                "step() or synchronize() first")
@@ -242,6 +335,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             _core.load_state(name, blob)
 
     def zero_grad(self, *args, **kwargs):
+        if self._deferred:
+            set_to_none = kwargs.get("set_to_none", args[0] if args else _ZERO_SETS_TO_NONE)
+            # Cross-barrier: a deferred parameter's gradient is zeroed after its update.
+            self._zero_after = set_to_none
+            for p in self._requires_update:
+                if p not in self._deferred:
+                    self._zero_one(p, set_to_none)
+            return None
         if self._handles:
             raise RuntimeError("zero_grad() while gradient push_pulls are in flight; call "
                                "step() or synchronize() first")
@@ -249,7 +350,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,
-                         average=True, name_prefix="grad/"):
+                         average=True, name_prefix="grad/", model=None):
     """Wraps a torch.optim optimizer: each gradient's push_pull starts from a backward hook the
     moment the gradient is ready (priority by layer order, first layers first) and step()
     waits for all of them before updating.
@@ -260,6 +361,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
     backward_passes_per_step: gradients of k backward passes are summed locally (as PyTorch
       does) and pushed on the k-th; call step() after every k passes.
     average: divide the sum over workers by the number of workers (True) or keep the sum.
+    model: the module that owns the parameters: cross-barrier (BytePS's technique). step()
+      then returns without waiting; each parameter is updated (the optimizer run on it alone)
+      when the next forward reaches its module, so the pulls of the last-ready gradients
+      overlap the next forward instead of ending the step. Every optimized parameter must
+      belong to a module of the model (checked here); the results are those of the usual
+      step() for elementwise optimizers (SGD, Adam, ...), not for ones that look across
+      parameters (LBFGS, a gradient-norm clip: call synchronize() before it). step(closure)
+      and synchronize() complete every update at once.
 
     The result is an instance of a subclass of the optimizer's class, built from its
     param_groups (hyperparameters kept); state_dict()/load_state_dict() are the optimizer's,
@@ -268,7 +377,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, backward_passes_per_step, average,
-               name_prefix)
+               name_prefix, model)
 
 
 # ---------------------------------------------------------------------------------------------

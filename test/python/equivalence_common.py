@@ -34,15 +34,17 @@ def make_optimizer(params, lr):
 
 
 def train_distributed(bc, rank, size, steps=20, local_batch=8, average=True, lr=0.1, seed=7,
-                      backward_passes_per_step=1):
+                      backward_passes_per_step=1, cross_barrier=False):
     """One worker. Starts from a model initialised with a rank-dependent seed and broadcasts
-    rank 0's parameters, so the broadcast is part of what is checked."""
+    rank 0's parameters, so the broadcast is part of what is checked. cross_barrier: the
+    optimizer gets the model (each update deferred to the next forward)."""
     torch.set_num_threads(1)
     model = make_model(seed + rank)
     bc.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = bc.DistributedOptimizer(make_optimizer(model.parameters(), lr),
                                   model.named_parameters(), average=average,
-                                  backward_passes_per_step=backward_passes_per_step)
+                                  backward_passes_per_step=backward_passes_per_step,
+                                  model=model if cross_barrier else None)
     k = backward_passes_per_step
     x, y = make_batches(seed, steps, local_batch * size)
     for step in range(steps):
@@ -54,6 +56,7 @@ def train_distributed(bc, rank, size, steps=20, local_batch=8, average=True, lr=
             (F.cross_entropy(model(xb), yb) / k).backward()
         opt.step()
         opt.zero_grad()
+    opt.synchronize()  # cross-barrier: the last step's updates
     return {n: t.detach().clone() for n, t in model.state_dict().items()}
 
 

@@ -44,7 +44,8 @@ def test_equivalence_w4_averaging_summation_and_local_accumulation(tmp_path):
         _check_all_ok(results, cluster)
         assert cluster.wait_scheduler() == 0, cluster.dump()
     torch.set_num_threads(1)
-    for mode, average in (("average", True), ("sum", False), ("accumulate", True)):
+    for mode, average in (("average", True), ("sum", False), ("accumulate", True),
+                          ("cross_barrier", True)):
         want = train_reference(4, average=average)
         for rank in range(4):
             got = torch.load(tmp_path / f"rank{rank}.pt")

@@ -113,12 +113,88 @@ def test_distributed_optimizer_equivalent_to_one_process_on_concatenated_batch(a
     assert not torch.equal(make_model(8)[0].weight, make_model(7)[0].weight)
 
 
+def test_cross_barrier_equivalent_to_one_process_on_concatenated_batch():
+    results, _ = run_ranks(4, lambda r: train_distributed(bc, r, 4, cross_barrier=True))
+    want = train_reference(4)
+    for got in results:
+        assert max_relative_difference(got, want) < 1e-5
+
+
 def test_backward_passes_per_step_accumulates_locally():
     results, _ = run_ranks(2, lambda r: train_distributed(bc, r, 2, average=True, steps=5,
                                                           backward_passes_per_step=2))
     want = train_reference(2, average=True, steps=5)
     for got in results:
         assert max_relative_difference(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_cross_barrier_updates_each_layer_at_its_next_forward_with_the_same_result(optimizer):
+    """model= defers each parameter's update to the next forward reaching its module: step()
+    returns with the parameters untouched, the first layer is updated before it runs, the
+    last one only when the forward reaches it; training ends where the usual step() ends."""
+    make = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+            "adam": lambda ps: torch.optim.Adam(ps, lr=0.01)}[optimizer]
+
+    def worker(rank, cross):
+        model = make_model(3)
+        opt = bc.DistributedOptimizer(make(model.parameters()), model.named_parameters(),
+                                      model=model if cross else None)
+        g = torch.Generator().manual_seed(10 + rank)
+        seen = []
+        if cross:
+            # Each Linear's weight as its forward begins (hooks registered after the
+            # optimizer's run after them).
+            for m in model:
+                if isinstance(m, torch.nn.Linear):
+                    m.register_forward_pre_hook(
+                        lambda mod, _i: seen.append(mod.weight.detach().clone()))
+        for step in range(4):
+            x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+            F.cross_entropy(model(x), y).backward()
+            before = [p.detach().clone() for p in model.parameters()]
+            opt.step()
+            if cross:
+                # step() did not update: the parameters are those the forward used.
+                assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+            opt.zero_grad()
+        opt.synchronize()
+        return [p.detach().clone() for p in model.parameters()], seen
+
+    usual, _ = run_ranks(2, lambda r: worker(r, False))
+    crossed, engine = run_ranks(2, lambda r: worker(r, True))
+    for (want, _), (got, seen) in zip(usual, crossed):
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+        # The forward of step 1 saw step 0's update of the first layer already applied.
+        assert not torch.equal(seen[0], seen[3])
+
+
+def test_cross_barrier_refuses_a_parameter_no_module_owns():
+    def worker(rank):
+        model = make_model(1)
+        stray = torch.nn.Parameter(torch.zeros(3))
+        named = list(model.named_parameters()) + [("stray", stray)]
+        with pytest.raises(ValueError, match="stray.*belong to no module"):
+            bc.DistributedOptimizer(torch.optim.SGD(list(model.parameters()) + [stray], lr=0.1),
+                                    named, model=model)
+
+    run_ranks(1, worker)
+
+
+def test_cross_barrier_zero_grad_waits_for_the_update():
+    def worker(rank):
+        model = make_model(1)
+        opt = bc.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                      model.named_parameters(), model=model)
+        x, y = torch.randn(4, 16), torch.tensor([0, 1, 2, 3])
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()  # deferred: the gradients are the engine's until each update
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+        opt.synchronize()
+        assert all(p.grad is None or p.grad.abs().sum() == 0 for p in model.parameters())
+
+    run_ranks(1, worker)
 
 
 def test_hooks_start_push_pull_during_backward_with_layer_priority():
