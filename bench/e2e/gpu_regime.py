@@ -18,7 +18,9 @@ The table's heading states both. The profiles' compute is that of a GPU at 10 TF
 (gen_profiles.py).
 
 Systems: local (no communication: the bound), ddp-gloo, ddp-fp16 (fp16_compress_hook),
-ddp-powersgd (PowerSGD hook, rank 2, one bucket), bc-none, bc-fp16, bc-topk, bc-powersgd (the
+ddp-powersgd (PowerSGD hook, rank 2, one bucket), and ByteComp through its DistributedOptimizer
+with cross-barrier (BytePS's overlap of the pulls with the next forward; --step-barrier: without):
+bc-none, bc-fp16, bc-topk, bc-powersgd (the
 presets of bytecomp.strategy, both ways where the servers can re-encode, as ddp_bench.py),
 bc-auto (--strategy=auto: the scheduler profiles the workers' first rounds, fits the links from
 their probes, plans with this host's codec costs, calibrated first, and switches every node
@@ -81,6 +83,9 @@ def parse_args(argv=None):
     p.add_argument("--shrink", type=float, default=16.0)
     p.add_argument("--keep-elements", type=int, default=1024,
                    help="tensors up to this many elements keep their size")
+    p.add_argument("--step-barrier", action="store_true",
+                   help="ByteComp's step() waits for every gradient (default: cross-barrier, "
+                        "each layer's update at the next forward, as BytePS)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=2)
@@ -307,6 +312,8 @@ def run_one(system, args, work, profile, strategy, use_netns):
     job = [sys.executable, WORKER, "--profile", profile, "--comm", comm, "--steps",
            str(args.steps), "--warmup", str(warmup), "--bucket-mb", f"{bucket:.4f}",
            "--first-bucket-mb", f"{1.0 / args.shrink:.4f}"]
+    if args.step_barrier:
+        job.append("--step-barrier")
     launch = ["--bin-dir", args.bin_dir, "--timeout", str(args.timeout), "--no-key",
               "--scheduler-args=" + " ".join(sched)]
     w = args.workers
@@ -380,6 +387,7 @@ def summarize(runs, systems, predicted, facts):
             predicted_ms=pred, predicted_error=None if pred is None else pred / step[s] - 1,
             nic_bytes_per_step=mean("nic_bytes_per_step"),
             engine_bytes_per_step=mean("engine_bytes_per_step"),
+            tail_ms=statistics.median(r["tail_ms"] for r in rs),
             worker_cpu_s_per_step=mean("worker_cpu_s_per_step"),
             server_cpu_s_per_step=mean("server_cpu_s_per_step"),
             host_busy=mean("host_busy_median")))
@@ -391,7 +399,8 @@ def print_table(rows, heading):
     ratio = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
     mb = lambda v: "-" if v is None else f"{v / 1e6:.2f}"  # noqa: E731
     cpu = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-    print(f"{'system':<13} {'step ms':>8} {'reps':>15} {'of bound':>8} {'vs gloo':>8} "
+    print(f"{'system':<13} {'step ms':>8} {'reps':>15} {'tail ms':>7} {'of bound':>8} "
+          f"{'vs gloo':>8} "
           f"{'vs best DDP':>11} {'predicted':>9} {'error':>6} {'NIC MB/step':>11} "
           f"{'worker CPU s':>12} {'server CPU s':>12} {'host busy':>9}")
     for r in rows:
@@ -399,7 +408,8 @@ def print_table(rows, heading):
         pred = "-" if r["predicted_ms"] is None else f"{r['predicted_ms']:.0f}"
         err = "-" if r["predicted_error"] is None else f"{100 * r['predicted_error']:+.0f}%"
         busy = "-" if r["host_busy"] is None else f"{100 * r['host_busy']:.0f}%"
-        print(f"{r['system']:<13} {r['step_ms']:>8.1f} {reps:>15} {ratio(r['of_bound']):>8} "
+        print(f"{r['system']:<13} {r['step_ms']:>8.1f} {reps:>15} {r['tail_ms']:>7.1f} "
+              f"{ratio(r['of_bound']):>8} "
               f"{ratio(r['vs_ddp_gloo']):>8} {ratio(r['vs_best_ddp']):>11} {pred:>9} {err:>6} "
               f"{mb(r['nic_bytes_per_step']):>11} {cpu(r['worker_cpu_s_per_step']):>12} "
               f"{cpu(r['server_cpu_s_per_step']):>12} {busy:>9}")

@@ -4,16 +4,21 @@ on a GPU machine whose CPU is free for communication, exchanging real gradients.
 
 The model is a shipped planner profile (scheduler/planner/profiles/*.pbtxt, as gpu_regime.py
 scaled it: per-tensor elements, shapes and ready gaps, and the forward time). Each tensor is a
-real parameter; forward sleeps forward_us; backward runs layer by layer in the profile's order
-(the last layer first), each layer sleeping until its gradient's ready time on a timeline that
-starts with the backward pass (so sleeping's own overhead does not add up), then handing autograd
+real parameter of its own layer module; forward runs layer by layer, each layer sleeping its
+share of forward_us (in proportion to its backward time); backward runs layer by layer in the
+profile's order (the last layer first), each layer sleeping until its gradient's ready time on a
+timeline that starts with the backward pass (so sleeping's own overhead does not add up), then
+handing autograd
 a gradient with realistic values: a fixed heavy-tailed distribution per layer (Student-t with 3
 degrees of freedom, each layer its own scale), drawn once per worker, so that compression ratios
 and top-k's selection cost are those of real gradients.
 
 --comm:
   bytecomp   bytecomp.torch.DistributedOptimizer: every gradient's push_pull starts the moment
-             it is ready (the scheduler's strategy decides codecs), step() waits for them all
+             it is ready (the scheduler's strategy decides codecs); cross-barrier (the
+             optimizer gets the model): each layer's update waits for its own pull when the
+             next forward reaches the layer, so pulls overlap the next forward as in BytePS
+             (--step-barrier: step() waits for them all, as Horovod does)
   gloo       DDP, its own allreduce over gloo (buckets of --bucket-mb, the first of
              --first-bucket-mb: DDP's 25 and 1 MB scaled with the model)
   fp16       DDP with fp16_compress_hook
@@ -23,7 +28,9 @@ and top-k's selection cost are those of real gradients.
 
 No optimizer updates the parameters: on a GPU machine that is the GPU's work, and this
 emulation keeps the CPU for communication. Rank 0 prints `RESULT {json}`: median step time
-over the timed steps, each step's time, this process's CPU seconds per step (all its threads,
+over the timed steps, each step's time, the median tail (from the last gradient's ready time to
+the end of step(): the communication backward did not hide; with cross-barrier what the next
+forward does not hide shows in the step time instead), this process's CPU seconds per step (all its threads,
 the engine's included), the bytes its machine's NIC moved per step and the engine's own.
 """
 
@@ -53,6 +60,10 @@ def parse_args(argv=None):
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--first-bucket-mb", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--step-barrier", action="store_true",
+                   help="--comm bytecomp: step() waits for every gradient (by default the "
+                        "optimizer gets the model: cross-barrier, each layer's update waits "
+                        "only for its own pull, at the next forward)")
     return p.parse_args(argv)
 
 
@@ -81,72 +92,87 @@ def layer_scale(name, seed):
     return 10 ** (-4 + 2 * h / 1_000_003)
 
 
-class SleepModel:
-    """The profile's tensors as parameters (nn.ParameterList, in forward order: first layers
-    first, as a real module lists them) and the timed passes."""
+def sleep_model(torch, forward_us, tensors, rank, seed):
+    """The profile's tensors as an nn.Module: one layer module per tensor, in forward order
+    (first layers first, as a real module lists them), each owning its parameter. The forward
+    pass gives each layer a share of forward_us proportional to its backward time; a layer
+    starts when the previous one ended or, if something held it up (a cross-barrier waiting for
+    the layer's update), when it was let go. Backward sleeps until each gradient's ready time."""
+    nn = torch.nn
+    order = list(reversed(tensors))  # forward order
+    backward_total = sum(g for _, _, _, g in tensors) or 1.0
+    # Ready times from the start of backward, in the profile's (backward) order.
+    ready, t = [], 0.0
+    for _, _, _, gap in tensors:
+        t += gap * 1e-6
+        ready.append(t)
+    ready_s = list(reversed(ready))  # aligned with the forward order
+    gen = torch.Generator().manual_seed(seed * 1000 + rank)
+    student = torch.distributions.StudentT(torch.tensor(3.0))
+    clock = {"forward": 0.0, "backward_start": None, "backward_end": None}
+    # Sleeping overshoots by tens of microseconds; only a hold-up longer than this shifts the
+    # forward's timeline, so the overshoots do not add up.
+    held_up_s = 5e-4
 
-    def __init__(self, torch, forward_us, tensors, rank, seed):
-        self.torch = torch
-        self.forward_s = forward_us * 1e-6
-        order = list(reversed(tensors))  # forward order
-        self.names = [name for name, _, _, _ in order]
-        self.params = torch.nn.ParameterList(
-            [torch.nn.Parameter(torch.zeros(shape)) for _, _, shape, _ in order])
-        # Ready times from the start of backward, in the profile's (backward) order.
-        ready, t = [], 0.0
-        for _, _, _, gap in tensors:
-            t += gap * 1e-6
-            ready.append(t)
-        self.ready_s = list(reversed(ready))  # aligned with self.params (forward order)
-        gen = torch.Generator().manual_seed(seed * 1000 + rank)
-        student = torch.distributions.StudentT(torch.tensor(3.0))
-        self.grads = []
-        for name, p in zip(self.names, self.params):
+    class Pass(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, h, p, index, grad):
+            ctx.index, ctx.grad = index, grad
+            return h.clone()
+
+        @staticmethod
+        def backward(ctx, grad_h):
+            if clock["backward_start"] is None:
+                clock["backward_start"] = time.perf_counter()
+            wait = clock["backward_start"] + ready_s[ctx.index] - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            if ctx.index == 0:  # the last gradient of the pass (the first layer's)
+                clock["backward_end"] = time.perf_counter()
+            # Autograd copies this into p.grad (the tensor is held here, so not stolen).
+            return grad_h, ctx.grad, None, None
+
+    class Layer(nn.Module):
+        def __init__(self, index, shape, gap_us, name):
+            super().__init__()
+            self.index, self.forward_s = index, forward_us * 1e-6 * gap_us / backward_total
+            self.weight = nn.Parameter(torch.zeros(shape))
+            # A fixed heavy-tailed gradient, this layer's scale.
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-            g = student.sample(p.shape).clamp_(-50, 50) * layer_scale(name, seed)
-            self.grads.append(g.contiguous())
-        self.backward_start = None
+            self.grad = (student.sample(torch.Size(shape)).clamp_(-50, 50) *
+                         layer_scale(name, seed)).contiguous()
 
-        model = self
+        def forward(self, h):
+            now = time.perf_counter()
+            if now > clock["forward"] + held_up_s:
+                clock["forward"] = now
+            clock["forward"] += self.forward_s
+            wait = clock["forward"] - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            return Pass.apply(h, self.weight, self.index, self.grad)
 
-        class Layer(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, h, p, index):
-                ctx.index = index
-                return h.clone()
+    class SleepModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(Layer(i, shape, gap, name) for i, (name, _, shape, gap)
+                                        in enumerate(order))
+            self.names = [name for name, _, _, _ in order]
+            self.clock = clock
 
-            @staticmethod
-            def backward(ctx, grad_h):
-                if model.backward_start is None:
-                    model.backward_start = time.perf_counter()
-                wait = model.backward_start + model.ready_s[ctx.index] - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
-                # Autograd copies this into p.grad (the tensor is held here, so not stolen).
-                return grad_h, model.grads[ctx.index], None
+        def forward(self, x):
+            clock["forward"] = time.perf_counter()
+            clock["backward_start"] = None
+            h = x
+            for layer in self.layers:
+                h = layer(h)
+            return h.sum()
 
-        self.layer = Layer
+        def named_weights(self):
+            """(engine name, parameter) in forward order."""
+            return [(n, layer.weight) for n, layer in zip(self.names, self.layers)]
 
-    def module(self):
-        """An nn.Module owning the parameters whose forward runs the timed passes (for DDP)."""
-        torch, model = self.torch, self
-
-        class Module(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.params = model.params
-
-            def forward(self, x):
-                return model.forward(x)
-        return Module()
-
-    def forward(self, x):
-        time.sleep(self.forward_s)
-        self.backward_start = None
-        h = x
-        for i, p in enumerate(self.params):
-            h = self.layer.apply(h, p, i)
-        return h.sum()
+    return SleepModel()
 
 
 class NoUpdate:
@@ -169,13 +195,14 @@ def wrap(args, torch, model, bc):
     from torch.nn.parallel import DistributedDataParallel as DDP
     optimizer_class = NoUpdate.make(torch)
     if args.comm == "local":
-        return model.forward, optimizer_class(model.params)
+        return model, optimizer_class(model.parameters())
     if args.comm == "bytecomp":
-        named = list(zip(model.names, model.params))
-        opt = bc.DistributedOptimizer(optimizer_class(model.params), named_parameters=named)
-        return model.forward, opt
+        opt = bc.DistributedOptimizer(optimizer_class(model.parameters()),
+                                      named_parameters=model.named_weights(), name_prefix="",
+                                      model=None if args.step_barrier else model)
+        return model, opt
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-    module = model.module()
+    module = model
     if args.comm == "powersgd":
         dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 34
         ddp = DDP(module, bucket_cap_mb=1 << 14)
@@ -187,7 +214,7 @@ def wrap(args, torch, model, bc):
         ddp = DDP(module, bucket_cap_mb=args.bucket_mb)
         if args.comm == "fp16":
             ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    return ddp, optimizer_class(model.params)
+    return ddp, optimizer_class(model.parameters())
 
 
 def run(args, bc):
@@ -198,10 +225,10 @@ def run(args, bc):
     rank, size = bc.rank(), bc.size()
     interface = interface_towards_scheduler()[1]
     forward_us, tensors = read_profile(args.profile)
-    model = SleepModel(torch, forward_us, tensors, rank, args.seed)
+    model = sleep_model(torch, forward_us, tensors, rank, args.seed)
     step_fn, opt = wrap(args, torch, model, bc)
     x = torch.zeros(1)
-    times = []
+    times, tails = [], []
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             engine0, nic0 = bc.stats(), nic_bytes(interface)
@@ -210,7 +237,11 @@ def run(args, bc):
         opt.zero_grad(set_to_none=True)
         step_fn(x).backward()
         opt.step()
-        times.append(time.perf_counter() - start)
+        end = time.perf_counter()
+        times.append(end - start)
+        tails.append(end - model.clock["backward_end"])
+    if hasattr(opt, "synchronize"):
+        opt.synchronize()  # cross-barrier: the last step's updates
     cpu = time.process_time() - cpu0
     engine, nic = bc.stats(), nic_bytes(interface)
     timed = sorted(times[args.warmup:])
@@ -219,6 +250,7 @@ def run(args, bc):
                 bytes=sum(e for _, e, _, _ in tensors) * 4,
                 step_ms=timed[len(timed) // 2] * 1e3,
                 step_ms_all=[round(t * 1e3, 2) for t in times[args.warmup:]],
+                tail_ms=sorted(tails[args.warmup:])[n // 2] * 1e3,
                 compute_ms=(forward_us + sum(g for _, _, _, g in tensors)) * 1e-3,
                 worker_cpu_s_per_step=cpu / n,
                 engine_bytes_per_step=(engine["pushed_bytes"] + engine["pulled_bytes"] -
