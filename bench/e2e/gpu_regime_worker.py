@@ -228,7 +228,7 @@ def run(args, bc):
     model = sleep_model(torch, forward_us, tensors, rank, args.seed)
     step_fn, opt = wrap(args, torch, model, bc)
     x = torch.zeros(1)
-    times, tails = [], []
+    times, tails, backwards = [], [], []
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             engine0, nic0 = bc.stats(), nic_bytes(interface)
@@ -240,6 +240,7 @@ def run(args, bc):
         end = time.perf_counter()
         times.append(end - start)
         tails.append(end - model.clock["backward_end"])
+        backwards.append(model.clock["backward_end"] - model.clock["backward_start"])
     if hasattr(opt, "synchronize"):
         opt.synchronize()  # cross-barrier: the last step's updates
     cpu = time.process_time() - cpu0
@@ -251,6 +252,7 @@ def run(args, bc):
                 step_ms=timed[len(timed) // 2] * 1e3,
                 step_ms_all=[round(t * 1e3, 2) for t in times[args.warmup:]],
                 tail_ms=sorted(tails[args.warmup:])[n // 2] * 1e3,
+                backward_ms=sorted(backwards[args.warmup:])[n // 2] * 1e3,
                 compute_ms=(forward_us + sum(g for _, _, _, g in tensors)) * 1e-3,
                 worker_cpu_s_per_step=cpu / n,
                 engine_bytes_per_step=(engine["pushed_bytes"] + engine["pulled_bytes"] -

@@ -1,7 +1,10 @@
 #include "bytecomp/scheduler/auto_planner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -180,6 +183,34 @@ absl::StatusOr<std::string> ApplyLinkFit(planner::PlannerInputs* inputs, const A
 
 }  // namespace
 
+proto::ModelProfile MergeReadyTimes(const std::vector<proto::ModelProfile>& profiles) {
+  // name -> every worker's ready offset (its gaps summed from its first gradient).
+  std::map<std::string, std::vector<double>> offsets;
+  for (const proto::ModelProfile& p : profiles) {
+    double offset = 0;
+    for (const proto::TensorProfile& t : p.tensors()) {
+      offset += t.ready_gap_us();
+      offsets[t.name()].push_back(offset);
+    }
+  }
+  std::vector<std::pair<double, int>> order;  // (median offset, index in profiles[0])
+  const proto::ModelProfile& first = profiles[0];
+  for (int i = 0; i < first.tensors_size(); ++i) {
+    order.emplace_back(Median(offsets[first.tensors(i).name()]), i);
+  }
+  std::stable_sort(order.begin(), order.end());
+  proto::ModelProfile merged = first;
+  merged.clear_tensors();
+  double previous = 0;
+  for (const auto& [offset, i] : order) {
+    proto::TensorProfile* t = merged.add_tensors();
+    *t = first.tensors(i);
+    t->set_ready_gap_us(TwoSignificantDigits(std::max(0.0, offset - previous)));
+    previous = offset;
+  }
+  return merged;
+}
+
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
                                           proto::ClusterDescription cluster,
                                           const proto::CostTable& costs, const AutoPlanJob& job,
@@ -187,15 +218,8 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
   if (profiles.empty() || profiles[0].tensors_size() == 0) {
     return absl::FailedPreconditionError("no profile with tensors was reported");
   }
-  std::map<std::string, std::vector<double>> gaps;  // name -> every worker's gap
-  for (const proto::ModelProfile& p : profiles) {
-    for (const proto::TensorProfile& t : p.tensors()) gaps[t.name()].push_back(t.ready_gap_us());
-  }
   planner::PlannerInputs inputs;
-  inputs.profile = profiles[0];
-  for (proto::TensorProfile& t : *inputs.profile.mutable_tensors()) {
-    t.set_ready_gap_us(TwoSignificantDigits(Median(gaps[t.name()])));
-  }
+  inputs.profile = MergeReadyTimes(profiles);
   // Medians over the workers that measured the value, to two significant digits.
   auto median = [&](auto field) {
     std::vector<double> values;

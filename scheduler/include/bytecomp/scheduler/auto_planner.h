@@ -38,6 +38,13 @@ struct AutoPlan {
 // gives the same plan unless a value moves across a rounding boundary.
 double TwoSignificantDigits(double x);
 
+// The workers' profiles as one: profiles[0] with each tensor's ready time the median over the
+// workers of its offset from the worker's first gradient, in the order of those medians, gaps
+// to two significant digits. (Medians of each gap would lose the backward's span wherever
+// tensors ready close together come in different orders on different workers: each gap is
+// then measured from a different predecessor.)
+proto::ModelProfile MergeReadyTimes(const std::vector<proto::ModelProfile>& profiles);
+
 // Where --strategy=auto takes the cluster's worker_link and server_link from
 // (--plan_links): kMeasured, the workers' link probes when at least one (worker, server) pair
 // measured latency and both bandwidths, else the --plan_cluster file's values; kFile, always
