@@ -14,8 +14,29 @@
 namespace bytecomp {
 namespace {
 
-// A Register's hostname and data address are logged and relayed: bounded.
+// A Register's hostname, machine and data address are logged, shown on the status page and
+// relayed: bounded, and printable ASCII only (a newline in a hostname would write a line of
+// the peer's choosing into the scheduler's log).
 constexpr size_t kMaxRegisterText = 256;
+
+absl::Status CheckRegisterText(const proto::Register& reg) {
+  for (const auto& [field, text] :
+       {std::pair<const char*, const std::string&>{"hostname", reg.hostname()},
+        {"machine", reg.machine()},
+        {"data_address", reg.data_address()}}) {
+    if (text.size() > kMaxRegisterText) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " longer than ", kMaxRegisterText, " bytes (", text.size(), ")"));
+    }
+    for (const unsigned char c : text) {
+      if (c < 0x20 || c > 0x7e) {
+        return absl::InvalidArgumentError(absl::StrCat(field, " '", Printable(text, 64),
+                                                       "' holds a byte outside printable ASCII"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -84,10 +105,7 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
     return reject(absl::StrCat("the Register carries no token (16 random bytes, not all zero; got ",
                                reg.token().size(), " bytes)"));
   }
-  if (reg.hostname().size() > kMaxRegisterText || reg.data_address().size() > kMaxRegisterText) {
-    return reject(
-        absl::StrCat("hostname or data_address longer than ", kMaxRegisterText, " bytes"));
-  }
+  if (absl::Status s = CheckRegisterText(reg); !s.ok()) return reject(std::string(s.message()));
   if (nodes_.all_registered()) {
     return reject(absl::StrCat("the job is full: all ", config_.num_workers(), " workers and ",
                                config_.num_servers(), " servers have registered"));
@@ -118,8 +136,8 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   const std::string role = RoleName(reg.role());
   if (!is_worker) {
     if (absl::StatusOr<HostPort> hp = ParseHostPort(reg.data_address()); !hp.ok()) {
-      return reject(
-          absl::StrCat("server data_address '", reg.data_address(), "' is not tcp://host:port"));
+      return reject(absl::StrCat("server data_address '", Printable(reg.data_address(), 64),
+                                 "' is not tcp://host:port"));
     }
   }
   int rank = reg.requested_rank();
@@ -197,10 +215,7 @@ absl::Status Registration::CheckReplacement(const std::string& identity,
   if (nodes_.FindByToken(*token) != nullptr) {
     return absl::AlreadyExistsError("the Register's token is a registered node's");
   }
-  if (reg.hostname().size() > kMaxRegisterText || reg.data_address().size() > kMaxRegisterText) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hostname or data_address longer than ", kMaxRegisterText, " bytes"));
-  }
+  if (absl::Status s = CheckRegisterText(reg); !s.ok()) return s;
   if (!ParseHostPort(reg.data_address()).ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "server data_address '", Printable(reg.data_address(), 64), "' is not tcp://host:port"));

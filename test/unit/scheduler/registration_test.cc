@@ -214,13 +214,36 @@ TEST_F(RegistrationTest, RefusesRegistrationsWithoutATokenOrWithOversizedFields)
   zero.set_token(std::string(16, '\0'));
   EXPECT_TRUE(Contains(Refusal("a", zero), "carries no token"));
   proto::Register long_host = Reg(ROLE_WORKER, 0, std::string(100000, 'h'));
-  EXPECT_TRUE(Contains(Refusal("a", long_host), "hostname or data_address longer than 256 bytes"));
+  EXPECT_TRUE(Contains(Refusal("a", long_host), "hostname longer than 256 bytes (100000)"));
   EXPECT_EQ(nodes_->size(), 0);
   // The refusal's log line is cut short, whatever the peer sent.
   Outbox out;
   Register("a", long_host, &out);
   ASSERT_EQ(out.refusals().size(), 1u);
   EXPECT_LT(out.refusals()[0].log_line.size(), 400u);
+}
+
+// Peer-supplied text is logged: a hostname holding a newline would forge a log line ("worker 0
+// failed: ..."). It is refused, and the refusal shows the bytes escaped.
+TEST_F(RegistrationTest, RefusesHostnamesAndAddressesWithControlBytes) {
+  Start(1, 1);
+  proto::Register forged =
+      Reg(ROLE_WORKER, 0, "host\nE 2026-11-27 [scheduler] worker 0 failed: FORGED LOG LINE");
+  EXPECT_TRUE(Contains(Refusal("a", forged),
+                       "hostname 'host\\x0aE 2026-11-27 [scheduler] worker 0 failed: FORGED LOG "
+                       "LINE' holds a byte outside printable ASCII"))
+      << Refusal("a", forged);
+  proto::Register machine = Reg(ROLE_WORKER, 0);
+  machine.set_machine("m\r1");
+  EXPECT_TRUE(Contains(Refusal("a", machine), "machine 'm\\x0d1' holds a byte"));
+  proto::Register address = Reg(ROLE_SERVER, 0);
+  address.set_data_address(std::string("tcp://h:1\0x", 11));
+  EXPECT_TRUE(Contains(Refusal("a", address), "data_address 'tcp://h:1\\x00x' holds a byte"));
+  EXPECT_EQ(nodes_->size(), 0);
+  Outbox out;
+  Register("a", forged, &out);
+  ASSERT_EQ(out.refusals().size(), 1u);
+  EXPECT_EQ(out.refusals()[0].log_line.find('\n'), std::string::npos);
 }
 
 // Local sizes and ranks are checked against the job before anything is sized by them: a
