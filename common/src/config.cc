@@ -78,18 +78,26 @@ absl::Status SetFromEnv(const EnvField& env, const char* text, proto::ClusterCon
     return absl::InvalidArgumentError(absl::StrCat("environment variable ", env.variable, "='",
                                                    text, "' is not an integer (", env.field, ")"));
   }
+  // 0 in the config means "the default", which a variable says by being unset: a variable
+  // set to 0 is a mistake (a timeout of 0 is no wait at all), refused before any connection.
+  if (parsed == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", env.variable,
+                                                   "='0': ", env.field,
+                                                   " must be at least 1 (unset the variable for "
+                                                   "the default)"));
+  }
   const google::protobuf::Reflection* reflection = c->GetReflection();
   if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_INT32) {
-    if (parsed < 0 || parsed > kInt32Max) {
+    if (parsed < 1 || parsed > kInt32Max) {
       return absl::InvalidArgumentError(absl::StrCat("environment variable ", env.variable, "='",
                                                      text, "' is out of range for ", env.field,
-                                                     " (0 .. ", kInt32Max, ")"));
+                                                     " (1 .. ", kInt32Max, ")"));
     }
     reflection->SetInt32(c, field, static_cast<int32_t>(parsed));
   } else {
-    if (parsed < 0) {
+    if (parsed < 1) {
       return absl::InvalidArgumentError(absl::StrCat("environment variable ", env.variable, "='",
-                                                     text, "' is negative (", env.field, ")"));
+                                                     text, "' is below 1 (", env.field, ")"));
     }
     reflection->SetInt64(c, field, parsed);
   }

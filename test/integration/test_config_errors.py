@@ -3,6 +3,8 @@ and field of a value out of range (also when a product would overflow), the envi
 variable of a value that does not fit, and a scheduler host that does not resolve."""
 import os
 
+import pytest
+
 import cluster
 
 
@@ -40,6 +42,24 @@ def test_an_environment_value_that_does_not_fit_names_the_variable(tmp_path):
     assert rc == 2, out
     assert ("environment variable BYTECOMP_NUM_WORKERS='4294967298' is out of range for "
             "num_workers") in out, out
+
+
+@pytest.mark.parametrize("variable, value, said", [
+    ("BYTECOMP_COMPRESS_THREADS", "100000", "BYTECOMP_COMPRESS_THREADS='100000' is not a thread "
+     "count in [1, 256]"),
+    ("BYTECOMP_PUSH_PULL_TIMEOUT_MS", "0", "environment variable BYTECOMP_PUSH_PULL_TIMEOUT_MS="
+     "'0': push_pull_timeout_ms must be at least 1"),
+])
+def test_a_workers_variable_is_checked_before_it_connects(variable, value, said):
+    """With no scheduler anywhere, the error names the variable, not the scheduler, at once."""
+    rc, out, seconds = cluster.run_command(
+        [cluster.binary("exact_sum_worker"), "--rounds", "1"],
+        env(**{variable: value, "BYTECOMP_SCHEDULER": "127.0.0.1:1",
+               "BYTECOMP_CONNECT_TIMEOUT_MS": "30000"}),
+        timeout_s=30)
+    assert rc != 0 and said in out, out
+    assert "no topology from the scheduler" not in out, out
+    assert seconds < 10, seconds
 
 
 def test_a_scheduler_host_that_does_not_resolve_is_said_at_once():

@@ -54,6 +54,10 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
   if (!requested_rank.ok()) return requested_rank.status();
   absl::StatusOr<MachineSlot> slot = MachineSlotFromEnv();
   if (!slot.ok()) return slot.status();
+  // Every variable is checked before the first connection, so that its error is not taken for
+  // a scheduler that cannot be reached.
+  absl::StatusOr<int> threads = CompressThreads();
+  if (!threads.ok()) return threads.status();
 
   absl::StatusOr<int> io_threads = ZmqIoThreads(2);
   if (!io_threads.ok()) return io_threads.status();
@@ -114,9 +118,6 @@ absl::StatusOr<JoinedJob> JoinJob(const std::string& config_path) {
                                        reducers.status().message())));
   }
   job.reducers = *std::move(reducers);
-
-  absl::StatusOr<int> threads = CompressThreads();
-  if (!threads.ok()) return threads.status();
   job.compress_threads = *threads;
   return job;
 }

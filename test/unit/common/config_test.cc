@@ -121,8 +121,14 @@ TEST_F(ConfigFileTest, EnvironmentValuesOutOfRangeNameTheVariable) {
   setenv("BYTECOMP_NUM_WORKERS", "4294967298", 1);
   EXPECT_EQ(Error(""),
             "environment variable BYTECOMP_NUM_WORKERS='4294967298' is out of range for "
-            "num_workers (0 .. 2147483647)");
+            "num_workers (1 .. 2147483647)");
   unsetenv("BYTECOMP_NUM_WORKERS");
+  // 0 means "the default" in a file; a variable says that by being unset.
+  setenv("BYTECOMP_PUSH_PULL_TIMEOUT_MS", "0", 1);
+  EXPECT_EQ(Error(""),
+            "environment variable BYTECOMP_PUSH_PULL_TIMEOUT_MS='0': push_pull_timeout_ms must "
+            "be at least 1 (unset the variable for the default)");
+  unsetenv("BYTECOMP_PUSH_PULL_TIMEOUT_MS");
   setenv("BYTECOMP_CONNECTIONS_PER_SERVER", "100", 1);
   EXPECT_EQ(Error(Write("connections_per_server: 4\n")),
             "invalid cluster config: BYTECOMP_CONNECTIONS_PER_SERVER='100': connections_per_server "
