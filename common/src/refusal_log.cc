@@ -38,25 +38,46 @@ std::optional<std::string> RefusalLog::Refuse(absl::string_view peer, absl::stri
       it->second.refilled_ms = now_ms;
     }
   }
-  Budget& b = it->second;
-  if (options_.interval_ms > 0 && now_ms > b.refilled_ms) {
-    b.lines =
-        std::min<double>(options_.burst, b.lines + static_cast<double>(now_ms - b.refilled_ms) /
-                                                       static_cast<double>(options_.interval_ms));
-    b.refilled_ms = now_ms;
+  if (!total_started_) {
+    total_.lines = options_.total_burst;
+    total_.refilled_ms = now_ms;
+    total_started_ = true;
   }
-  if (b.lines < 1) {
+  Budget& b = it->second;
+  // The peer's own budget first: a peer over its rate does not use the total's lines.
+  if (!Take(b, options_.burst, 1, now_ms)) {
     ++b.held_back;
     ++suppressed_;
     return std::nullopt;
   }
-  b.lines -= 1;
+  if (!Take(total_, options_.total_burst, options_.total_per_interval, now_ms)) {
+    b.lines += 1;  // not this peer's doing: its line stays its own
+    ++b.held_back;
+    ++total_.held_back;
+    ++suppressed_;
+    return std::nullopt;
+  }
   std::string out = Printable(line, options_.max_line_bytes);
   absl::StrAppend(&out, " (refusal ", refused_);
   if (b.held_back > 0) absl::StrAppend(&out, "; ", b.held_back, " lines from this peer not logged");
+  if (total_.held_back > 0) {
+    absl::StrAppend(&out, "; ", total_.held_back, " lines from all peers not logged");
+  }
   out.push_back(')');
   b.held_back = 0;
+  total_.held_back = 0;
   return out;
+}
+
+bool RefusalLog::Take(Budget& b, double burst, double per_interval, int64_t now_ms) const {
+  if (options_.interval_ms > 0 && now_ms > b.refilled_ms) {
+    b.lines = std::min(burst, b.lines + per_interval * static_cast<double>(now_ms - b.refilled_ms) /
+                                            static_cast<double>(options_.interval_ms));
+    b.refilled_ms = now_ms;
+  }
+  if (b.lines < 1) return false;
+  b.lines -= 1;
+  return true;
 }
 
 void RefusalLog::RefuseAndLog(absl::string_view peer, absl::string_view line, int64_t now_ms) {

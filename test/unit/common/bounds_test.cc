@@ -6,6 +6,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "bytecomp/common.h"
 
 namespace bytecomp {
@@ -50,6 +52,29 @@ TEST(RefusalLogTest, ManyIdentitiesShareOneBudgetBeyondTheTable) {
   }
   EXPECT_LE(log.peers(), 4u);
   EXPECT_EQ(logged, 4) << "3 peers of their own and 1 line for all the others";
+}
+
+// 200 peers each within their own rate would log at 200 times it (a hostile-peer run: a
+// sustained 45 KB/s of lines): the total is bounded too, and the next line says what was not
+// logged.
+TEST(RefusalLogTest, AllPeersTogetherLogABurstThenAFewLinesPerInterval) {
+  RefusalLogOptions options;
+  options.burst = 10;
+  options.total_burst = 50;
+  options.total_per_interval = 5;
+  RefusalLog log(options);
+  int logged = 0;
+  for (int second = 0; second < 10; ++second) {
+    for (int peer = 0; peer < 200; ++peer) {
+      if (log.Refuse(absl::StrCat("peer-", peer), "junk", second * 1000).has_value()) ++logged;
+    }
+  }
+  EXPECT_EQ(logged, 50 + 9 * 5);
+  EXPECT_EQ(log.suppressed(), 2000u - logged);
+  // Quiet for a while: the next line is logged and says what the total held back.
+  std::optional<std::string> next = log.Refuse("peer-7", "junk", 60000);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_TRUE(absl::StrContains(*next, "lines from all peers not logged")) << *next;
 }
 
 TEST(DeclarationBudgetTest, NamesCountsBytesAndPartitionsAreBounded) {

@@ -26,6 +26,10 @@ struct RefusalLogOptions {
   // table by using many identities).
   size_t max_peers = 4096;
   size_t max_line_bytes = 1024;  // a line is cut to this
+  // All peers together: a burst of lines, then this many per interval (many peers, each
+  // within its own rate, would otherwise fill the log at their sum).
+  int total_burst = 50;
+  int total_per_interval = 5;
 };
 
 class RefusalLog {
@@ -53,8 +57,14 @@ class RefusalLog {
     uint64_t held_back = 0;   // lines not logged since its last one
   };
 
+  // Tops `b` up for the time since its last refill (at `per_interval` lines per interval, to
+  // `burst`) and takes a line if one is there.
+  bool Take(Budget& b, double burst, double per_interval, int64_t now_ms) const;
+
   RefusalLogOptions options_;
   absl::flat_hash_map<std::string, Budget> budgets_;  // by peer; "" for the overflow
+  Budget total_;                                      // every peer's lines together
+  bool total_started_ = false;
   uint64_t refused_ = 0;
   uint64_t suppressed_ = 0;
 };
