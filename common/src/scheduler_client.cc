@@ -278,9 +278,19 @@ absl::Status SchedulerClient::Rejoin() {
 }
 
 absl::Status SchedulerClient::CheckSchedulerHeard() const {
-  const int64_t silent = MonotonicMs() - last_heard_ms_;
+  const int64_t now = MonotonicMs();
+  const int64_t stalled = last_checked_ms_ > 0 ? now - last_checked_ms_ : 0;
+  last_checked_ms_ = now;
+  const int64_t silent = now - last_heard_ms_;
   const int64_t limit = SchedulerTimeoutMs(config_);
   if (last_heard_ms_ == 0 || silent < limit) return absl::OkStatus();
+  if (2 * stalled >= silent) {
+    return absl::UnavailableError(absl::StrFormat(
+        "this process did not run for %.1f s (stopped, e.g. by SIGSTOP, or its host stalled) "
+        "and has not heard the scheduler at %s for %.1f s (scheduler_timeout_ms %d): the job "
+        "has gone on without it",
+        stalled / 1000.0, config_.scheduler_address(), silent / 1000.0, limit));
+  }
   return absl::UnavailableError(absl::StrFormat(
       "the scheduler at %s has been silent for %.1f s (scheduler_timeout_ms %d): it died, hangs "
       "or cannot be reached",

@@ -485,10 +485,10 @@ LAUNCHER = os.path.join(REPO, "deploy", "bytecomp-run")
 
 
 def launch_kill_and_finish(workdir, launcher_args, kill_pattern, taken_up, rounds=100,
-                           started="[worker 1] round 10/"):
+                           started="[worker 1] round 10/", sig=signal.SIGKILL):
     """Runs deploy/bytecomp-run with launcher_args (-np W among them) and exact_sum_worker for
     `rounds` rounds (held at the end until released), output to workdir/launcher.log. Once its
-    output holds `started`, kills with SIGKILL the process whose command line matches
+    output holds `started`, sends `sig` (SIGKILL) to the process whose command line matches
     kill_pattern (pgrep -f), waits for `taken_up` in the output, releases the workers and
     waits for the launcher. Asserts its exit status 0 and every worker's exact sums; returns
     its output. The whole job is killed whatever happens."""
@@ -511,7 +511,7 @@ def launch_kill_and_finish(workdir, launcher_args, kill_pattern, taken_up, round
         found = subprocess.run(["pgrep", "-f", kill_pattern], capture_output=True,
                                text=True).stdout.split()
         assert found, f"no process matches {kill_pattern!r}:\n" + output()
-        os.kill(int(found[0]), signal.SIGKILL)
+        os.kill(int(found[0]), sig)
         assert wait_for(lambda: taken_up in output(), 30), output()
         with open(hold_file, "w") as f:
             f.write("go")

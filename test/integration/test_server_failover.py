@@ -165,3 +165,40 @@ def test_bytecomp_run_restarts_a_killed_server_and_the_job_finishes(tmp_path):
         f"bytecomp-server --scheduler 127.0.0.1:{port} --rank 0", "server 0 is back")
     assert ("killed by SIGKILL; starting it again for its rank: it takes its keys over "
             "(restart 1 of 1)") in out, out
+
+
+def test_bytecomp_run_restarts_a_frozen_server_and_the_job_finishes(tmp_path):
+    """bytecomp-run --restart 1: server 0 stopped with SIGSTOP answers nothing; after
+    --frozen-after the launcher kills it and starts it again, and the job ends with exit status
+    0 and exact sums (not when the heartbeat timeout ends the job)."""
+    port = cluster.free_port()
+    out = cluster.launch_kill_and_finish(
+        tmp_path,
+        ["-np", "2", "--servers", "2", "--port", str(port), "--restart", "1", "--timeout", "150",
+         "--frozen-after", "1",
+         "--scheduler-args=--heartbeat_interval_ms=200 --heartbeat_timeout_ms=4000"],
+        f"bytecomp-server --scheduler 127.0.0.1:{port} --rank 0", "server 0 is back",
+        sig=signal.SIGSTOP)
+    assert "server 0 (pid" in out and "has been stopped (SIGSTOP) for" in out, out
+    assert "(restart 1 of 1)" in out, out
+
+
+def test_a_server_stopped_past_the_timeout_says_it_was_stopped_not_that_the_scheduler_died():
+    """SIGSTOP on a server for longer than the heartbeat timeout, then SIGCONT: the job went on
+    without it (its keys moved to the other server), and the server exits saying that it did
+    not run, rather than that the scheduler has been silent and died."""
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", "100000", "--max-bytes", "100000"]
+    with cluster.Cluster(workers=1, servers=2, worker_cmd=cmd,
+                         scheduler_args=["--server_replacement_timeout_ms=500"]) as c:
+        c.wait_workers_print("round 10/", timeout=60)
+        frozen = c.servers[1]
+        frozen.proc.send_signal(signal.SIGSTOP)
+        ok = cluster.wait_for(lambda: "its partitions move to server 0" in c.scheduler.output(),
+                              30)
+        frozen.proc.send_signal(signal.SIGCONT)
+        assert ok, c.dump()
+        assert c.wait_node(frozen, 15) is not None, c.dump()
+        out = frozen.output()
+        assert "this process did not run for" in out and "the job has gone on without it" in out, \
+            c.dump()
+        assert "it died, hangs or cannot be reached" not in out, c.dump()

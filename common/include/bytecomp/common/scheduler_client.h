@@ -54,7 +54,9 @@ class SchedulerClient {
   absl::StatusOr<std::optional<proto::ControlMessage>> Receive(int timeout_ms);
   // OK while the scheduler was heard from (any message, its heartbeats included) within
   // SchedulerTimeoutMs of now, counted from the topology; else Unavailable naming the
-  // scheduler and how long it has been silent.
+  // scheduler and how long it has been silent. Called from a loop: when this process itself
+  // did not run for most of the silence (stopped by SIGSTOP, a stalled host), the error says
+  // so instead of blaming the scheduler.
   absl::Status CheckSchedulerHeard() const;
 
   // This node's token: every message it sends carries it, and a worker's pushes and pulls too.
@@ -80,6 +82,7 @@ class SchedulerClient {
   std::optional<int> local_rank_, local_size_;
   int64_t last_sent_ms_ = 0;
   int64_t last_heard_ms_ = 0;  // 0: nothing yet
+  mutable int64_t last_checked_ms_ = 0;  // CheckSchedulerHeard's previous call
   uint64_t heartbeat_sequence_ = 0;
   std::shared_ptr<ClockOffset> clock_ = std::make_shared<ClockOffset>();
   static constexpr int kQuickClockProbes = 16;
