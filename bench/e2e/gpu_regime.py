@@ -14,6 +14,8 @@ So each model is shrunk (--shrink: every tensor's elements divided by it, the sm
 their size up to --keep-elements) and its compute stretched so that compute time over
 gradient bytes at --rate equals that of the real model on a --cluster-gbps cluster:
     stretch = (cluster Gbit/s / --rate) x (shrunk bytes / real bytes).
+DDP's buckets (25 MB, the first 1 MB) and ByteComp's partitions (4 MiB) shrink with the model,
+so that each pipelines a gradient in as many pieces as on the real one.
 The table's heading states both. The profiles' compute is that of a GPU at 10 TFLOP/s
 (gen_profiles.py).
 
@@ -162,6 +164,12 @@ def scaled_profile(model, args, cluster_gbps):
     return "\n".join(lines) + "\n", facts
 
 
+def partition_bytes(args):
+    """ByteComp's partition size scaled with the model (4 MiB / --shrink, at least 64 KiB), as
+    DDP's buckets are, so that both pipeline a tensor in as many pieces as on the real model."""
+    return max(64 << 10, int((4 << 20) / args.shrink) // 4096 * 4096)
+
+
 def cluster_text(args):
     gbps, w = rate_gbps(args.rate), args.workers
     layout = ("colocated_servers: false" if args.separate_servers else "colocated_servers: true")
@@ -169,7 +177,8 @@ def cluster_text(args):
             f"machines: {w}\ngpus_per_machine: 0\nservers: {w}\n"
             f"worker_link {{ bandwidth_gbps: {gbps} latency_us: 50 }}\n"
             f"server_link {{ bandwidth_gbps: {gbps} latency_us: 50 }}\n{layout}\n"
-            f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
+            f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n"
+            f"partition_bytes: {partition_bytes(args)}\n")
 
 
 def run(cmd, timeout, env=None):
@@ -297,7 +306,7 @@ def run_one(system, args, work, profile, strategy, use_netns):
     comm = (system[len("ddp-"):] if system in DDP_SYSTEMS else
             "local" if system == "local" else "bytecomp")
     bucket = 25.0 / args.shrink
-    sched = ["--heartbeat_timeout_ms=30000"]
+    sched = ["--heartbeat_timeout_ms=30000", f"--partition_bytes={partition_bytes(args)}"]
     warmup = args.warmup
     if system == "bc-auto":
         # The scheduler profiles PROFILE_ROUNDS rounds, plans with the links the workers
