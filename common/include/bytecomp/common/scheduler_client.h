@@ -81,7 +81,7 @@ class SchedulerClient {
   std::string machine_;
   std::optional<int> local_rank_, local_size_;
   int64_t last_sent_ms_ = 0;
-  int64_t last_heard_ms_ = 0;  // 0: nothing yet
+  int64_t last_heard_ms_ = 0;            // 0: nothing yet
   mutable int64_t last_checked_ms_ = 0;  // CheckSchedulerHeard's previous call
   uint64_t heartbeat_sequence_ = 0;
   std::shared_ptr<ClockOffset> clock_ = std::make_shared<ClockOffset>();
