@@ -243,14 +243,16 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     }
     const MatrixShape& sh = shape_;
     m_.resize(sh.rows * sh.cols);
-    std::copy(input.begin(), input.end(), m_.begin());
-    std::fill(m_.begin() + static_cast<std::ptrdiff_t>(n), m_.end(), 0.0f);  // zero padding
     PrepareWarmStart(ctx);
-    // P_k[i] = M_row_i . Q_k, row by row: one pass over M (a row stays in cache for its rank
-    // products).
+    // P_k[i] = M_row_i . Q_k, row by row: each row is copied into M (the last one zero-padded)
+    // and used for its rank products while it is in cache, one pass over the input.
     std::vector<float> p(sh.rows * sh.rank);
     for (size_t i = 0; i < sh.rows; ++i) {
-      const float* row = m_.data() + i * sh.cols;
+      float* row = m_.data() + i * sh.cols;
+      const size_t len = std::min(sh.cols, n - i * sh.cols);
+      std::copy(input.begin() + static_cast<std::ptrdiff_t>(i * sh.cols),
+                input.begin() + static_cast<std::ptrdiff_t>(i * sh.cols + len), row);
+      std::fill(row + len, row + sh.cols, 0.0f);
       for (size_t k = 0; k < sh.rank; ++k) {
         p[k * sh.rows + i] =
             static_cast<float>(DotDouble(row, q_warm_.data() + k * sh.cols, sh.cols));
