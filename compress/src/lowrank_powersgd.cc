@@ -447,7 +447,9 @@ class TwoRoundSumAggregator final : public Aggregator {
 
   void Reset(size_t n) override {
     n_ = n;
-    sum_.assign(n, 0.0f);  // zeros until a payload is added, as every aggregator's Finish
+    // Not zero-filled here: a stage 1 or 2 round sums only its factors (rows or cols x rank
+    // floats), and zeroing n floats every round was an eighth of a PowerSGD server's time.
+    sum_.clear();
     count_ = 0;
     stage_ = 0;
     started_ = true;
@@ -496,6 +498,7 @@ class TwoRoundSumAggregator final : public Aggregator {
 
   absl::StatusOr<absl::Span<const float>> Finish() override {
     if (!started_) return absl::FailedPreconditionError("two_round_sum: Finish before Reset");
+    if (count_ == 0) sum_.assign(n_, 0.0f);  // zeros until a payload is added, as every Finish
     return absl::MakeConstSpan(sum_);
   }
 
