@@ -67,6 +67,10 @@ def parse_args(argv=None):
                    help="ByteComp with its cluster key (CURVE: encrypted, authenticated). By "
                         "default it runs as DDP's gloo does, plain TCP (bytecomp-run --no-key), "
                         "so that both move the same unencrypted bytes")
+    p.add_argument("--base-dir", default=None,
+                   help="another build (its bin/ and lib/): a system named SYSTEM@base runs "
+                        "SYSTEM with that build's binaries and engine library, so that a "
+                        "change and its baseline are measured in the same session")
     p.add_argument("--profile", action="store_true",
                    help="also read, while each run goes, every process's CPU seconds, the tbf "
                         "queues' drops and the TCP retransmissions (netns_probe.py); per step")
@@ -74,10 +78,18 @@ def parse_args(argv=None):
     args.systems = [s for s in args.systems.split(",") if s]
     args.models = [m for m in args.models.split(",") if m]
     unknown = [s for s in args.systems
-               if s not in SYSTEMS + ("local",) and s[len("bc-"):] not in PRESETS]
+               if base_system(s) not in SYSTEMS + ("local",)
+               and base_system(s)[len("bc-"):] not in PRESETS]
+    if any(s.endswith("@base") for s in args.systems) and not args.base_dir:
+        p.error("a SYSTEM@base needs --base-dir")
     if unknown:
         p.error(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
     return args
+
+
+def base_system(system):
+    """The system a SYSTEM@base row runs (with --base-dir's build)."""
+    return system[:-len("@base")] if system.endswith("@base") else system
 
 
 def namespaces_usable():
@@ -127,12 +139,14 @@ def scheduler_args(system, args, work):
 
 def run_one(system, model, args, work, use_netns):
     """Trains one system once; returns rank 0's RESULT figures plus wall seconds."""
+    label, system = system, base_system(system)
+    bin_dir = os.path.join(args.base_dir, "bin") if label != system else args.bin_dir
     comm = (system[len("ddp-"):] if system in DDP_SYSTEMS else
             "local" if system == "local" else "bytecomp")
     train = [sys.executable, os.path.join(REPO, "examples", "train_ddp.py"), "--comm", comm,
              "--model", model, "--epochs", str(args.epochs), "--batch-size",
              str(args.batch_size), "--lr", str(args.lr)]
-    launch = ["--bin-dir", args.bin_dir, "--timeout", str(args.timeout),
+    launch = ["--bin-dir", bin_dir, "--timeout", str(args.timeout),
               "--scheduler-args=" + " ".join(scheduler_args(system, args, work))]
     if not args.cluster_key:
         launch.append("--no-key")
@@ -147,8 +161,11 @@ def run_one(system, model, args, work, use_netns):
     env = dict(os.environ)
     # Every emulated machine shares this host's cores: give each worker its share.
     env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // w))
-    env.setdefault("BYTECOMP_LIBRARY", os.path.join(os.path.dirname(args.bin_dir), "lib",
-                                                    "libbytecomp_worker.so"))
+    if label != system:
+        env["BYTECOMP_LIBRARY"] = os.path.join(args.base_dir, "lib", "libbytecomp_worker.so")
+    else:
+        env.setdefault("BYTECOMP_LIBRARY", os.path.join(os.path.dirname(args.bin_dir), "lib",
+                                                        "libbytecomp_worker.so"))
     start = time.monotonic()
     probe = NetnsProbe("bce-", w) if (args.profile and use_netns) else None
     if probe:
@@ -160,15 +177,15 @@ def run_one(system, model, args, work, use_netns):
         if probe:
             probe.__exit__(None, None, None)
     wall = time.monotonic() - start
-    log = os.path.join(work, f"{model}-{system}-{int(start)}.log")
+    log = os.path.join(work, f"{model}-{label}-{int(start)}.log")
     with open(log, "w") as f:
         f.write(res.stdout + res.stderr)
     found = RESULT.search(res.stdout)
     if res.returncode != 0 or found is None:
         tail = (res.stdout + res.stderr)[-3000:]
-        raise SystemExit(f"{system} on {model} failed (rc {res.returncode}, log {log}):\n{tail}")
+        raise SystemExit(f"{label} on {model} failed (rc {res.returncode}, log {log}):\n{tail}")
     result = json.loads(found.group(1))
-    result.update(system=system, wall_s=wall, log=log)
+    result.update(system=label, wall_s=wall, log=log)
     if probe:
         result["probe"] = probe.summary(args.epochs * result["steps_per_epoch"])
     plan = re.search(r"--strategy=auto: (planned [^\n]*)", res.stdout)

@@ -48,11 +48,38 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
       absl::StrCat("unknown dtype '", name, "'; valid: fp32, fp16, bf16"));
 }
 
-// Function multiversioning lets the same binary use AVX2/F16C where the CPU has them.
+// Function multiversioning lets the same binary use AVX2/F16C where the CPU has them. The
+// loops go in blocks of a fixed 16 elements: at -O2 GCC vectorises only a loop that needs no
+// scalar epilogue (the "very cheap" cost model), which a plain loop over n is not.
 __attribute__((target_clones("avx2", "default"))) void AddFloat32(float* __restrict dst,
                                                                   const float* __restrict src,
                                                                   size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (size_t k = 0; k < 16; ++k) dst[i + k] += src[i + k];
+  }
+  for (; i < n; ++i) dst[i] += src[i];
+}
+
+__attribute__((target_clones("avx2", "default"))) void DivideFloat32(const float* __restrict src,
+                                                                     float divisor,
+                                                                     float* __restrict dst,
+                                                                     size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (size_t k = 0; k < 16; ++k) dst[i + k] = src[i + k] / divisor;
+  }
+  for (; i < n; ++i) dst[i] = src[i] / divisor;
+}
+
+__attribute__((target_clones("avx2", "default"))) void DivideFloat32InPlace(float* values,
+                                                                            float divisor,
+                                                                            size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (size_t k = 0; k < 16; ++k) values[i + k] /= divisor;
+  }
+  for (; i < n; ++i) values[i] /= divisor;
 }
 
 __attribute__((target_clones("arch=haswell", "default"))) static void HalfToFloat(

@@ -253,8 +253,7 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
   if (!direct) {
     StoreSum(op, partition, pc.output.data());
   } else if (request.average) {
-    const float w = static_cast<float>(ctx_.num_workers);
-    for (float& x : out) x /= w;
+    DivideFloat32InPlace(out.data(), static_cast<float>(ctx_.num_workers), out.size());
   }
   return absl::OkStatus();
 }
@@ -270,12 +269,11 @@ void HostPipeline::StoreSum(const Operation& op, int64_t partition, const float*
   }
   const float w = static_cast<float>(ctx_.num_workers);
   if (dtype == proto::DTYPE_FLOAT32) {
-    float* d = reinterpret_cast<float*>(dst);
-    for (size_t i = 0; i < n; ++i) d[i] = sum[i] / w;
+    DivideFloat32(sum, w, reinterpret_cast<float*>(dst), n);
     return;
   }
-  std::vector<float> scaled(sum, sum + n);
-  for (float& x : scaled) x /= w;
+  std::vector<float> scaled(n);
+  DivideFloat32(sum, w, scaled.data(), n);
   FromFloat32(dtype, scaled.data(), dst, n);
 }
 

@@ -24,6 +24,11 @@ void ToFloat32(DType dtype, const void* src, float* dst, size_t n);
 void FromFloat32(DType dtype, const float* src, void* dst, size_t n);
 // dst[i] += src[i] for fp32, vectorised.
 void AddFloat32(float* dst, const float* src, size_t n);
+// dst[i] = src[i] / divisor (a true division, as DDP's average: the same bits), vectorised;
+// src and dst do not overlap.
+void DivideFloat32(const float* src, float divisor, float* dst, size_t n);
+// values[i] /= divisor, vectorised.
+void DivideFloat32InPlace(float* values, float divisor, size_t n);
 // dst[i] += widen(src[i]) for any dtype.
 void AddToFloat32(DType dtype, const void* src, float* dst, size_t n);
 
