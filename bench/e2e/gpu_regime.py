@@ -434,7 +434,7 @@ def plot(tables, path):
         return
     groups = [t for t in tables if any(r["vs_best_ddp"] for r in t["rows"])]
     systems = [s for s in SYSTEMS if any(r["system"] == s for t in groups for r in t["rows"])]
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 4.6))
     width = 0.8 / max(1, len(systems))
     for i, s in enumerate(systems):
         xs, ys = [], []
@@ -449,7 +449,7 @@ def plot(tables, path):
     ax.set_xticklabels([f"{t['model']}\n{t['cluster_gbps']:g} Gbit/s" for t in groups])
     ax.set_ylabel("speed-up over the best DDP variant")
     ax.set_title("GPU regime, emulated (compute as sleeps)")
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"written {path}")
