@@ -41,6 +41,7 @@ run, --plot FILE.png (speed-up over the best DDP, per model and cluster).
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -49,7 +50,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,7 +59,7 @@ sys.path.insert(0, HERE)
 
 from bytecomp.strategy import PRESETS, strategy_text  # noqa: E402
 from ddp_bench import namespaces_usable, rate_gbps  # noqa: E402
-from netns_probe import NetnsProbe  # noqa: E402
+from netns_probe import HostBusy, NetnsProbe  # noqa: E402
 
 PROFILES = os.path.join(REPO, "scheduler", "planner", "profiles")
 NOMINAL = os.path.join(REPO, "scheduler", "planner", "costs", "nominal.pbtxt")
@@ -264,44 +264,6 @@ def auto_inputs(runs):
     return None
 
 
-class HostBusy:
-    """The host's CPU busy fraction (all cores), sampled every second while a run goes: the
-    median of the samples (steady state; start-up's imports are brief) and the peak."""
-
-    def __init__(self):
-        self.samples, self._stop = [], threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    @staticmethod
-    def _read():
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-        idle = fields[3] + fields[4]
-        return sum(fields) - idle, sum(fields)
-
-    def _loop(self):
-        last = self._read()
-        while not self._stop.wait(1.0):
-            now = self._read()
-            if now[1] > last[1]:
-                self.samples.append((now[0] - last[0]) / (now[1] - last[1]))
-            last = now
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        return False
-
-    def summary(self):
-        if not self.samples:
-            return None, None
-        return statistics.median(self.samples), max(self.samples)
-
-
 def run_one(system, args, work, profile, strategy, use_netns):
     comm = (system[len("ddp-"):] if system in DDP_SYSTEMS else
             "local" if system == "local" else "bytecomp")
@@ -339,15 +301,9 @@ def run_one(system, args, work, profile, strategy, use_netns):
                                                     "libbytecomp_worker.so"))
     probe = NetnsProbe("bcg-", w) if (use_netns and not args.separate_servers) else None
     start = time.monotonic()
-    with HostBusy() as busy:
-        if probe:
-            probe.__enter__()
-        try:
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                                 timeout=args.timeout + 120)
-        finally:
-            if probe:
-                probe.__exit__(None, None, None)
+    with HostBusy() as busy, probe or contextlib.nullcontext():
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                             timeout=args.timeout + 120)
     with open(os.path.join(work, f"{os.path.basename(profile)}-{system}-{int(start)}.log"),
               "w") as f:
         f.write(res.stdout + res.stderr)

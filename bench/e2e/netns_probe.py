@@ -6,10 +6,12 @@ and drops and retransmissions say whether the links were driven into loss.
 
 Sampled every `interval` seconds by a thread; each counter keeps its last reading (processes
 and namespaces vanish when the run ends, so the last sample before that is what is reported).
+HostBusy (gpu_regime.py) samples the host's busy CPU share the same way, namespaces or not.
 """
 
 import json
 import os
+import statistics
 import subprocess
 import threading
 
@@ -56,16 +58,40 @@ def _retransmissions(ns):
     return None
 
 
-class NetnsProbe:
+class Sampler:
+    """A thread calling self._sample() every `interval` seconds while the with-block runs."""
+
+    def __init__(self, interval):
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self):
+        raise NotImplementedError
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+
+class NetnsProbe(Sampler):
     """with NetnsProbe("bce-", workers=4) as probe: ...; probe.summary()"""
 
     def __init__(self, prefix, workers, interval=1.0):
-        self.prefix, self.workers, self.interval = prefix, workers, interval
+        super().__init__(interval)
+        self.prefix, self.workers = prefix, workers
         self.cpu = {}        # (namespace, pid) -> (comm, seconds)
         self.queues = {}     # "w0 up" / "w0 down" -> tbf counters
         self.tcp = {}        # namespace -> retransmission counters
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _sample(self):
         bridge = self.prefix + "br"
@@ -83,19 +109,6 @@ class NetnsProbe:
             tcp = _retransmissions(ns)
             if tcp is not None:
                 self.tcp[ns] = tcp
-
-    def _loop(self):
-        while not self._stop.wait(self.interval):
-            self._sample()
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        return False
 
     def summary(self, steps):
         """Per training step, summed over machines: CPU seconds by process kind, tbf drops
@@ -116,3 +129,36 @@ class NetnsProbe:
             "tcp_out_segs_per_step": (sum(t["out_segs"] for t in self.tcp.values()) / steps
                                       if self.tcp else None),
         }
+
+
+class HostBusy(Sampler):
+    """The host's CPU busy fraction (all cores), sampled every second while a run goes: the
+    median of the samples (steady state; start-up's imports are brief) and the peak."""
+
+    def __init__(self, interval=1.0):
+        super().__init__(interval)
+        self.samples = []
+        self._last = None
+
+    @staticmethod
+    def _read():
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        idle = fields[3] + fields[4]
+        return sum(fields) - idle, sum(fields)
+
+    def _sample(self):
+        now = self._read()
+        if self._last is not None and now[1] > self._last[1]:
+            self.samples.append((now[0] - self._last[0]) / (now[1] - self._last[1]))
+        self._last = now
+
+    def __enter__(self):
+        self._last = self._read()
+        return super().__enter__()
+
+    def summary(self):
+        """(median, peak) busy fraction, or (None, None) without a sample."""
+        if not self.samples:
+            return None, None
+        return statistics.median(self.samples), max(self.samples)
