@@ -38,9 +38,15 @@ std::vector<int> LessLossyOptions(const PreparedProblem& problem, int tensor, in
 }  // namespace
 
 std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int> choice) {
-  const int n = static_cast<int>(choice.size());
   TimelineSimulator sim(&problem.sim);
-  const double planned_us = sim.Rebase(choice, 0);
+  sim.Rebase(choice, 0);
+  return PreferLessLoss(problem, std::move(choice), sim);
+}
+
+std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int> choice,
+                                TimelineSimulator& sim) {
+  const int n = static_cast<int>(choice.size());
+  const double planned_us = sim.baseline_us();
   const double budget_us = planned_us * (1 + problem.inputs.options.min_relative_gain());
   // Lossiest first; among equals the smallest first (whose compression saves least,
   // usually), then nearest the output.

@@ -169,8 +169,13 @@ class Search {
     Commit(change);
   }
 
+  // How many changes were committed: a move tried again with no commit since gives the same
+  // answer.
+  int64_t commits() const { return commits_; }
+
   void Commit(const std::vector<std::pair<int, int>>& change) {
     if (change.empty()) return;
+    ++commits_;
     int from = change[0].first;
     for (auto [t, o] : change) {
       from = std::min(from, t);
@@ -205,6 +210,7 @@ class Search {
   TimelineSimulator sim_;
   std::vector<int> choice_;
   double time_;
+  int64_t commits_ = 0;
   Work total_;
   std::vector<std::pair<double, int>> candidates_;
   std::vector<std::tuple<double, int, int>> pair_candidates_;
@@ -296,12 +302,16 @@ void OptimizeOffload(const PreparedProblem& problem, Search& search) {
 }
 
 // Every tensor takes the same kind of option (codec, placements, one/two-way, flat or
-// hierarchical; default partitioning) where it has it, none elsewhere; the `count` best of
-// these that beat no compression, best first.
-std::vector<std::vector<int>> BestUniformChoices(const PreparedProblem& problem,
-                                                 TimelineSimulator& sim, int count) {
+// hierarchical; default partitioning) where it has it, none elsewhere: those that beat no
+// compression, best first, with their times. A kind that cannot beat no compression is
+// dropped by its lower bound or as soon as its run passes that time.
+struct UniformChoice {
+  double time_us;
+  std::vector<int> choice;
+};
+std::vector<UniformChoice> UniformChoicesBestFirst(const PreparedProblem& problem,
+                                                   TimelineSimulator& sim) {
   const auto& tensors = problem.sim.tensors;
-  if (count == 0) return {};
   std::vector<TensorOption> kinds;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const int default_parts = tensors[i].options[problem.none_index[i]].option.partitions;
@@ -329,7 +339,8 @@ std::vector<std::vector<int>> BestUniformChoices(const PreparedProblem& problem,
       int index = FindOption(tensors[i], wanted);
       if (index >= 0) choice[i] = index;
     }
-    double t = sim.Simulate(choice);
+    if (sim.LowerBound(0, sim.TotalWork(choice)) >= none_time) continue;
+    double t = sim.Simulate(choice, nullptr, none_time);
     if (t < none_time) {
       scored.push_back(
           {t, LossOf(problem.inputs.costs.codecs(kind.codec)), static_cast<int>(k), choice});
@@ -348,11 +359,8 @@ std::vector<std::vector<int>> BestUniformChoices(const PreparedProblem& problem,
       return std::tie(a.loss, a.kind) < std::tie(b.loss, b.kind);
     });
   }
-  std::vector<std::vector<int>> best;
-  for (Scored& s : scored) {
-    if (static_cast<int>(best.size()) == count) break;
-    best.push_back(std::move(s.choice));
-  }
+  std::vector<UniformChoice> best;
+  for (Scored& s : scored) best.push_back({s.time, std::move(s.choice)});
   return best;
 }
 
@@ -481,11 +489,17 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
 
   // Ours: start from the best uniform assignment rather than from no compression (tensors
   // before the bubble stay uncompressed).
+  // The uniform assignments, simulated once: the warm start and the refinement's other starts.
+  std::vector<UniformChoice> uniform;
+  const bool other_starts =
+      !problem.inputs.options.skip_refinement() && problem.inputs.options.uniform_starts() > 0;
+  if (!problem.inputs.options.start_uncompressed() || other_starts) {
+    uniform = UniformChoicesBestFirst(problem, search.sim());
+  }
   std::vector<int> warm_start;
   if (!problem.inputs.options.start_uncompressed()) {
-    auto starts = BestUniformChoices(problem, search.sim(), 1);
-    if (!starts.empty()) {
-      warm_start = starts[0];
+    if (!uniform.empty()) {
+      warm_start = uniform[0].choice;
       for (int i = 0; i < first_kept; ++i) warm_start[i] = problem.none_index[i];
       search.SetChoice(warm_start);
     }
@@ -526,17 +540,32 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
     const bool pairwise = small;
     const int per_tensor = small ? 1 << 30 : 4;
     auto refine = [&](Search& s) {
+      // A move is tried again only when something was committed since it was last tried
+      // without success (the same state gives the same answer): the last pass, which only
+      // confirms, skips every move that came after the last change.
+      constexpr int64_t kNever = -1;
+      std::vector<int64_t> single_tried(n, kNever);
+      std::vector<int64_t> pair_tried(pairwise ? paired.size() * paired.size() : 0, kNever);
+      auto try_move = [&](int64_t& tried, auto move) {
+        if (tried == s.commits()) return false;
+        const bool committed = move();
+        tried = committed ? kNever : s.commits();
+        return committed;
+      };
       for (int pass = 0; pass < (small ? 4 : 2); ++pass) {
         bool changed = false;
         for (int i : order) {
-          allowed.resize(tensors[i].options.size());
-          std::iota(allowed.begin(), allowed.end(), 0);
-          changed |= s.ImproveTensor(i, allowed, per_tensor);
+          changed |= try_move(single_tried[i], [&] {
+            allowed.resize(tensors[i].options.size());
+            std::iota(allowed.begin(), allowed.end(), 0);
+            return s.ImproveTensor(i, allowed, per_tensor);
+          });
         }
         if (pairwise) {
           for (size_t a = 0; a < paired.size(); ++a) {
             for (size_t b = a + 1; b < paired.size(); ++b) {
-              changed |= s.ImprovePair(paired[a], paired[b]);
+              changed |= try_move(pair_tried[a * paired.size() + b],
+                                  [&] { return s.ImprovePair(paired[a], paired[b]); });
             }
           }
         }
@@ -544,16 +573,23 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
       }
     };
     refine(search);
-    for (const std::vector<int>& start : BestUniformChoices(
-             problem, search.sim(), std::max(0, problem.inputs.options.uniform_starts()))) {
-      Search other(problem);
-      std::vector<int> kept_start = start;
+    const size_t starts =
+        std::min(uniform.size(), static_cast<size_t>(std::max(0, problem.inputs.options.uniform_starts())));
+    for (size_t k = 0; k < starts; ++k) {
+      std::vector<int> kept_start = uniform[k].choice;
       for (int i = 0; i < first_kept; ++i) kept_start[i] = problem.none_index[i];
       if (kept_start == warm_start) continue;  // the main search started there
-      other.SetChoice(kept_start);
       // On large models refining costs as much as the search itself: only for a start that
-      // already beats the result.
-      if (small || other.time() < search.time()) refine(other);
+      // already beats the result (its time is known without a Search of its own).
+      if (!small) {
+        const double start_us = kept_start == uniform[k].choice
+                                    ? uniform[k].time_us
+                                    : search.sim().Simulate(kept_start, nullptr, search.time());
+        if (start_us >= search.time()) continue;
+      }
+      Search other(problem);
+      other.SetChoice(kept_start);
+      refine(other);
       simulations_elsewhere += other.sim().simulations();
       events_elsewhere += other.sim().events_processed();
       // Another start must win by the tolerance too (ties keep the main search's result).
@@ -563,8 +599,9 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   result.choice = search.choice();
   result.predicted_us = search.time();
   if (!problem.inputs.options.skip_less_loss()) {
-    result.choice = PreferLessLoss(problem, result.choice);
-    result.predicted_us = search.sim().Simulate(result.choice);
+    // The search's simulator has its choice as the baseline (its snapshots are reused).
+    result.choice = PreferLessLoss(problem, result.choice, search.sim());
+    result.predicted_us = search.sim().baseline_us();
   }
   result.simulations = search.sim().simulations() + simulations_elsewhere;
   result.events = search.sim().events_processed() + events_elsewhere;

@@ -249,7 +249,8 @@ uint64_t TimelineSimulator::StateHash(const State& s) const {
   return h;
 }
 
-double TimelineSimulator::Simulate(const std::vector<int>& choice, std::vector<TraceSpan>* trace) {
+double TimelineSimulator::Simulate(const std::vector<int>& choice, std::vector<TraceSpan>* trace,
+                                   double cutoff_us) {
   ++simulations_;
   State s;
   Reset(s);
@@ -258,7 +259,7 @@ double TimelineSimulator::Simulate(const std::vector<int>& choice, std::vector<T
   if (trace != nullptr) {
     trace->push_back(TraceSpan{kCompute, 255, 0, 0, 0, problem_->tensors[0].ready_gap_us});
   }
-  return Run(s, choice, n_, false, kAborted, trace, n_);
+  return Run(s, choice, n_, false, cutoff_us, trace, n_);
 }
 
 double TimelineSimulator::Rebase(const std::vector<int>& choice, int from) {

@@ -65,6 +65,10 @@ PlanResult PlanByteComp(const PreparedProblem& problem);
 // codec's gain must pay for its loss; a plan within the tolerance of the fastest is as good a
 // prediction (the model's own error is larger).
 std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int> choice);
+// The same on a simulator of `problem` whose baseline is `choice` already (the search's): it
+// is left with the result as its baseline, and baseline_us() its iteration time.
+std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int> choice,
+                                TimelineSimulator& sim);
 // Exhaustive search (branch and bound over backprop order); exact under the model. Returns
 // an error when the number of combinations exceeds `max_combinations`.
 absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem,

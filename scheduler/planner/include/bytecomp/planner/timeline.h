@@ -51,8 +51,10 @@ class TimelineSimulator {
 
   explicit TimelineSimulator(const SimProblem* problem);
 
-  // Full simulation of `choice` (option index per tensor); optional trace.
-  double Simulate(const std::vector<int>& choice, std::vector<TraceSpan>* trace = nullptr);
+  // Full simulation of `choice` (option index per tensor); optional trace. Returns kAborted
+  // as soon as the result is known to be >= cutoff_us.
+  double Simulate(const std::vector<int>& choice, std::vector<TraceSpan>* trace = nullptr,
+                  double cutoff_us = kAborted);
 
   // Makes `choice` the baseline: simulates from snapshot `from` (0: from the start) and
   // refreshes the snapshots of tensors after it. Snapshots before `from` must still hold,
