@@ -117,20 +117,34 @@ struct RoundCpu {
 };
 RoundCpu CpuOfRounds(const proto::ModelProfile& profile) {
   constexpr double kBusy = 0.85;
+  constexpr double kWaiting = 0.25;  // of the round, every thread's wait summed
   RoundCpu cpu;
   std::vector<std::string> seen;
-  if (profile.host_cpu_busy() > 0) {
-    cpu.reported = true;
-    cpu.bound = profile.host_cpu_busy() >= kBusy;
-    seen.push_back(absl::StrFormat("host CPUs %.0f%% busy", 100 * profile.host_cpu_busy()));
-  }
+  const bool wait_known = profile.has_measured_round_wait_us() && profile.measured_round_us() > 0;
   if (profile.measured_round_cpu_us() > 0 && profile.measured_round_us() > 0 &&
       profile.cpu_cores() > 0) {
     cpu.reported = true;
     const double cores = profile.measured_round_cpu_us() / profile.measured_round_us();
-    cpu.bound = cpu.bound || cores >= kBusy * profile.cpu_cores();
+    cpu.bound = cores >= kBusy * profile.cpu_cores();
     seen.push_back(
         absl::StrFormat("a worker process used %.2g of its %d cores", cores, profile.cpu_cores()));
+  }
+  if (wait_known) {
+    cpu.reported = true;
+    const double share = profile.measured_round_wait_us() / profile.measured_round_us();
+    cpu.bound = cpu.bound || share >= kWaiting;
+    seen.push_back(absl::StrFormat("its threads waited %.0f%% of the round for a CPU", 100 * share));
+  }
+  if (profile.host_cpu_busy() > 0) {
+    cpu.reported = true;
+    if (wait_known) {
+      seen.push_back(absl::StrFormat("host CPUs %.0f%% busy, other programs included",
+                                     100 * profile.host_cpu_busy()));
+    } else {
+      cpu.bound = cpu.bound || profile.host_cpu_busy() >= kBusy;
+      seen.insert(seen.begin(),
+                  absl::StrFormat("host CPUs %.0f%% busy", 100 * profile.host_cpu_busy()));
+    }
   }
   cpu.words = absl::StrJoin(seen, "; ");
   return cpu;
@@ -233,6 +247,13 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
   inputs.profile.set_measured_round_cpu_us(
       median([](const auto& p) { return p.measured_round_cpu_us(); }));
   inputs.profile.set_host_cpu_busy(median([](const auto& p) { return p.host_cpu_busy(); }));
+  {
+    std::vector<double> waits;  // 0 is a measurement here: absent is not
+    for (const proto::ModelProfile& p : profiles) {
+      if (p.has_measured_round_wait_us()) waits.push_back(p.measured_round_wait_us());
+    }
+    if (!waits.empty()) inputs.profile.set_measured_round_wait_us(TwoSignificantDigits(Median(waits)));
+  }
   inputs.profile.set_cpu_cores(
       static_cast<int>(median([](const auto& p) { return static_cast<double>(p.cpu_cores()); })));
   inputs.profile.set_source(absl::StrCat(profiles[0].source(), "; the medians over ",

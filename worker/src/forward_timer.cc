@@ -1,5 +1,6 @@
 #include "forward_timer.h"
 
+#include <dirent.h>
 #include <sched.h>
 #include <time.h>
 
@@ -8,12 +9,64 @@
 #include <functional>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "bytecomp/common/stats.h"
 
 namespace bytecomp::worker {
 
+double ProcessWaitUs() {
+  // Each line: "<ns on a CPU> <ns waiting on a run queue> <timeslices>".
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return -1;
+  double wait_ns = 0;
+  bool any = false;
+  while (const dirent* entry = readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", entry->d_name);
+    FILE* f = std::fopen(path, "r");
+    if (f == nullptr) continue;  // a thread that ended meanwhile
+    unsigned long long on_cpu = 0, waiting = 0;
+    if (std::fscanf(f, "%llu %llu", &on_cpu, &waiting) == 2) {
+      wait_ns += static_cast<double>(waiting);
+      any = true;
+    }
+    std::fclose(f);
+  }
+  closedir(tasks);
+  return any ? wait_ns / 1e3 : -1;
+}
+
+namespace {
+
+// ProcessWaitUs at most once a millisecond.
+class WaitCache {
+ public:
+  double Get(double now_us) {
+    absl::MutexLock lock(&mu_);
+    if (read_us_ < 0 || now_us - read_us_ >= 1000) {
+      value_us_ = ProcessWaitUs();
+      read_us_ = now_us;
+    }
+    return value_us_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  double read_us_ ABSL_GUARDED_BY(mu_) = -1;
+  double value_us_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+}  // namespace
+
 CpuSample SampleCpu() {
+  static WaitCache* const wait_cache = new WaitCache;
   CpuSample s;
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  s.process_wait_us =
+      wait_cache->Get(static_cast<double>(now.tv_sec) * 1e6 + static_cast<double>(now.tv_nsec) / 1e3);
   timespec ts{};
   if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0) {
     s.process_us = static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
@@ -89,6 +142,19 @@ double ForwardTimer::RoundCpuMedianUs() const {
   return RoundMedian(first_start_, last_done_, [](const Mark& a, const Mark& b) {
     return a.cpu.process_us > 0 ? b.cpu.process_us - a.cpu.process_us : -1;
   });
+}
+
+double ForwardTimer::RoundWaitMedianUs() const {
+  std::vector<double> waits;
+  for (const auto& [round, start] : first_start_) {
+    auto end = last_done_.find(round);
+    if (end == last_done_.end() || start.cpu.process_wait_us < 0 ||
+        end->second.cpu.process_wait_us < 0) {
+      continue;
+    }
+    waits.push_back(std::max(0.0, end->second.cpu.process_wait_us - start.cpu.process_wait_us));
+  }
+  return waits.empty() ? -1 : Median(std::move(waits));
 }
 
 double ForwardTimer::HostBusyMedian() const {

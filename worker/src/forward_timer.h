@@ -8,7 +8,9 @@
 //
 // It also keeps what the CPUs did during each round (its first push_pull call to its last
 // completion), so that the scheduler's link fit can tell rounds slowed by the CPU from rounds
-// slowed by the network (ModelProfile.measured_round_cpu_us, host_cpu_busy, cpu_cores).
+// slowed by the network (ModelProfile.measured_round_cpu_us, measured_round_wait_us,
+// host_cpu_busy, cpu_cores): what counts is the CPU this process got and how long its
+// threads waited for one, not how busy other programs keep the host.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +23,16 @@ struct CpuSample {
   double process_us = 0;          // this process's CPU time, every thread
   uint64_t host_busy_ticks = 0;   // /proc/stat: every CPU's time not idle (nor waiting on I/O)
   uint64_t host_total_ticks = 0;  // /proc/stat: every CPU's time
+  // The time this process's threads were runnable but waiting for a CPU, summed over its
+  // threads (/proc/self/task/*/schedstat); -1 where the kernel does not say.
+  double process_wait_us = -1;
 };
+// The counters now. The wait sum reads a file per thread, so it is read at most once a
+// millisecond (the engine samples at every push_pull of a profiled round) and otherwise the
+// last value is reused.
 CpuSample SampleCpu();
+// The wait sum alone, read now (every thread of this process); -1 where unknown.
+double ProcessWaitUs();
 // The CPUs this process may run on (its affinity mask); 0 when unknown.
 int CpuCores();
 
@@ -43,6 +53,8 @@ class ForwardTimer {
   // the host's CPU time that was busy; 0 when not sampled.
   double RoundCpuMedianUs() const;
   double HostBusyMedian() const;
+  // Median over the same rounds of the process's threads' wait for a CPU; -1 when not sampled.
+  double RoundWaitMedianUs() const;
 
   // One end of a round: when, and the CPU counters then.
   struct Mark {

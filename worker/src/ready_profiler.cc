@@ -67,12 +67,16 @@ proto::ModelProfile ReadyProfiler::Build() const {
       "round's last completion to the next round's first push_pull; measured_round_us: median "
       "time from a round's first push_pull to its last completion; measured_round_cpu_us and "
       "host_cpu_busy: medians of this process's CPU time and the host's busy CPU share in "
-      "those rounds"));
+      "those rounds; measured_round_wait_us: median of this process's threads' time waiting "
+      "for a CPU in them"));
   profile.set_forward_us(forward_.MedianUs());
   profile.set_measured_round_us(forward_.RoundMedianUs());
   profile.set_measured_round_cpu_us(forward_.RoundCpuMedianUs());
   profile.set_host_cpu_busy(std::clamp(forward_.HostBusyMedian(), 0.0, 1.0));
   profile.set_cpu_cores(CpuCores());
+  if (const double wait_us = forward_.RoundWaitMedianUs(); wait_us >= 0) {
+    profile.set_measured_round_wait_us(wait_us);
+  }
   double previous = 0;
   for (const auto& [offset, name] : order) {
     const Tensor& t = tensors_.at(name);

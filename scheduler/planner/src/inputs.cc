@@ -296,9 +296,11 @@ absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* 
     }
   }
   if (!FiniteAtLeastZero(m.measured_round_us()) || !FiniteAtLeastZero(m.measured_round_cpu_us()) ||
-      m.cpu_cores() < 0 || !FiniteAtLeastZero(m.host_cpu_busy()) || m.host_cpu_busy() > 1) {
+      m.cpu_cores() < 0 || !FiniteAtLeastZero(m.host_cpu_busy()) || m.host_cpu_busy() > 1 ||
+      !FiniteAtLeastZero(m.measured_round_wait_us())) {
     p.Add(tree, m, "host_cpu_busy", -1, TextPosition{},
-          "measured_round_us, measured_round_cpu_us, cpu_cores, host_cpu_busy",
+          "measured_round_us, measured_round_cpu_us, cpu_cores, host_cpu_busy, "
+          "measured_round_wait_us",
           "must be >= 0 and finite (host_cpu_busy a fraction, <= 1)");
   }
   return p.ToStatus();

@@ -223,6 +223,53 @@ TEST(AutoPlannerTest, CpuBoundRoundsDoNotFitTheLinks) {
   EXPECT_NE(unknown->summary.find("the workers did not report their CPU use"), std::string::npos);
 }
 
+TEST(AutoPlannerTest, CpuBoundIsJudgedFromTheJobsOwnProcessesNotTheHostsLoad) {
+  // The same slow rounds with the host's CPUs 98% busy: a program at low priority beside the
+  // job keeps them busy, but the worker's threads hardly waited for a CPU. The network was the
+  // limit, and the links are fitted.
+  auto model = PlanFromProfiles({Profile(1)}, Cluster(), {}, Job(true));
+  ASSERT_TRUE(model.ok());
+  proto::ModelProfile slow = Profile(1.6 * model->predicted_us);
+  slow.set_host_cpu_busy(0.98);
+  slow.set_cpu_cores(2);
+  slow.set_measured_round_cpu_us(0.3 * slow.measured_round_us());
+  slow.set_measured_round_wait_us(0.02 * slow.measured_round_us());
+  auto shared_host = PlanFromProfiles({slow}, Cluster(), {}, Job(true));
+  ASSERT_TRUE(shared_host.ok()) << shared_host.status();
+  EXPECT_FALSE(shared_host->cpu_bound) << shared_host->summary;
+  EXPECT_NEAR(shared_host->link_scale, 0.62, 1e-9);
+  EXPECT_NE(shared_host->summary.find(
+                "network-bound rounds (a worker process used 0.3 of its 2 cores; its threads "
+                "waited 2% of the round for a CPU; host CPUs 98% busy, other programs included)"),
+            std::string::npos)
+      << shared_host->summary;
+  // The job's own processes crowding the cores (servers beside the workers): its threads
+  // waited 40% of the round (41% once the merge rounds it to two digits). CPU-bound, whatever
+  // the rest of the host does.
+  slow.set_host_cpu_busy(0.5);
+  slow.set_measured_round_wait_us(0.4 * slow.measured_round_us());
+  auto crowded = PlanFromProfiles({slow}, Cluster(), {}, Job(true));
+  ASSERT_TRUE(crowded.ok());
+  EXPECT_TRUE(crowded->cpu_bound) << crowded->summary;
+  EXPECT_DOUBLE_EQ(crowded->link_scale, 1);
+  EXPECT_NE(crowded->summary.find("its threads waited 41% of the round for a CPU"),
+            std::string::npos)
+      << crowded->summary;
+  // Several workers: the wait is their median, and a worker that did not report it (an older
+  // engine) does not count as zero.
+  proto::ModelProfile quiet = slow, unreported = slow;
+  quiet.set_measured_round_wait_us(0);
+  unreported.clear_measured_round_wait_us();
+  AutoPlanJob three = Job(true);
+  three.workers = 3;
+  auto merged = PlanFromProfiles({slow, unreported, slow}, Cluster(), {}, three);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_TRUE(merged->cpu_bound) << merged->summary;
+  auto mostly_quiet = PlanFromProfiles({quiet, unreported, quiet}, Cluster(), {}, three);
+  ASSERT_TRUE(mostly_quiet.ok());
+  EXPECT_FALSE(mostly_quiet->cpu_bound) << mostly_quiet->summary;
+}
+
 TEST(AutoPlannerTest, MeasuredInputsAreRoundedToTwoSignificantDigits) {
   EXPECT_DOUBLE_EQ(TwoSignificantDigits(0.4437), 0.44);
   EXPECT_DOUBLE_EQ(TwoSignificantDigits(9.46), 9.5);

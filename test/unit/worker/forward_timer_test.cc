@@ -2,7 +2,11 @@
 // of round r-1 to the first push_pull of round r, median over the profiled rounds 1..N; and
 // the gradients' block density in the profile.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
 
+#include <thread>
 #include <vector>
 
 #include "forward_timer.h"
@@ -78,6 +82,55 @@ TEST(ForwardTimerTest, SamplesThisProcessAndTheHost) {
   EXPECT_GE(after.host_total_ticks, before.host_total_ticks);
   EXPECT_LE(after.host_busy_ticks, after.host_total_ticks);
   EXPECT_GE(CpuCores(), 1);
+}
+
+TEST(ForwardTimerTest, WaitForACpuOfEachRound) {
+  ForwardTimer t(2);
+  auto waited = [](double wait_us) {
+    CpuSample s;
+    s.process_wait_us = wait_us;
+    return s;
+  };
+  t.Started(1, 1000, waited(100));
+  t.Done(1, 2000, waited(400));
+  t.Started(2, 3000, waited(500));
+  t.Done(2, 4000, waited(1500));
+  EXPECT_DOUBLE_EQ(t.RoundWaitMedianUs(), 1000);  // 300 and 1000: the upper median
+  // Not sampled (a kernel without schedstat): unknown, not zero.
+  ForwardTimer bare(1);
+  bare.Started(1, 0);
+  bare.Done(1, 10);
+  EXPECT_DOUBLE_EQ(bare.RoundWaitMedianUs(), -1);
+}
+
+double ThreadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// Two threads of this process on one CPU: while one runs the other waits, and the process's
+// wait sum says so. A program beside the process would not count (its wait is its own).
+TEST(ForwardTimerTest, ThreadsSharingOneCpuWaitForIt) {
+  const double before = ProcessWaitUs();
+  if (before < 0) GTEST_SKIP() << "this kernel does not report schedstat";
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  auto spin = [&one] {
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    volatile double sink = 0;
+    const double start = ThreadCpuMs();
+    while (ThreadCpuMs() - start < 100) sink = sink + 1;  // 100 ms of CPU each
+  };
+  std::thread a(spin), b(spin);
+  a.join();
+  b.join();
+  // 200 ms of CPU through one CPU: each thread waited while the other ran, about 100 ms in all
+  // (schedulers hand out slices of a few ms; a loaded host only adds wait).
+  EXPECT_GT(ProcessWaitUs() - before, 40'000);
+  const CpuSample sample = SampleCpu();
+  EXPECT_GE(sample.process_wait_us, 0);
 }
 
 TEST(ReadyProfilerTest, ProfileCarriesTheMedianForwardTime) {

@@ -80,10 +80,14 @@ struct AutoPlanJob {
 // digits), sets the cluster's worker and server counts (and, hierarchical, machines) to the
 // job's, and plans with `options` (PlannerOptions: codecs, max_loss, ...).
 //
-// What bound the profiled rounds: CPU-bound when the host's CPUs were at least 85% busy
-// during them (ModelProfile.host_cpu_busy) or the worker processes used at least 85% of the
-// cores they may run on (measured_round_cpu_us over the round, cpu_cores); else
-// network-bound. The summary says which, or that the workers did not report it.
+// What bound the profiled rounds, judged from the CPU the job's own processes got: CPU-bound
+// when the worker processes used at least 85% of the cores they may run on
+// (measured_round_cpu_us over the round, cpu_cores) or their threads waited for a CPU at
+// least a quarter of the round (measured_round_wait_us: the job's processes crowd the cores;
+// a program at low priority beside the job does not make them wait); else network-bound.
+// How busy the host's CPUs were (host_cpu_busy) decides only for workers that do not report
+// their wait (at least 85% busy: CPU-bound), and is said beside it otherwise. The summary
+// says which, or that the workers did not report it.
 //
 // Link fit: when the profiled rounds ran uncompressed (job.profiled_uncompressed), were not
 // CPU-bound, and took longer than the model predicts for them, the links' bandwidth is
