@@ -96,8 +96,16 @@ inline __attribute__((always_inline)) void TimelineSimulator::Start(State& s, in
   auto& r = s.resources[resource];
   ++r.busy;
   r.started_work += duration;
-  s.events.push_back(Event{s.now + duration, s.seq++, job, static_cast<uint8_t>(resource)});
-  std::push_heap(s.events.begin(), s.events.end(), LaterEvent);
+  // Sorted latest first, so the next event is the last: a new event, usually among the latest,
+  // moves the few later ones up one place.
+  const Event e{s.now + duration, s.seq++, job, static_cast<uint8_t>(resource)};
+  s.events.push_back(e);
+  auto at = s.events.end() - 1;
+  while (at != s.events.begin() && LaterEvent(e, *(at - 1))) {
+    *at = *(at - 1);
+    --at;
+  }
+  *at = e;
   if (trace != nullptr) {
     TraceSpan span{static_cast<uint8_t>(resource), 255, ~job, 0, s.now, duration};
     if (job >= 0) {
@@ -198,8 +206,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       dispatch(kCompute);
     }
     if (s.events.empty()) break;
-    if (s.events.front().time + forward >= cutoff_us) return kAborted;
-    std::pop_heap(s.events.begin(), s.events.end(), LaterEvent);
+    if (s.events.back().time + forward >= cutoff_us) return kAborted;
     const Event e = s.events.back();
     s.events.pop_back();
     ++events_;

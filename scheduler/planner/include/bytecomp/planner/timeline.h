@@ -130,7 +130,7 @@ class TimelineSimulator {
     uint64_t seq = 0;
     int pending_ready = -1;  // tensor whose ready handling is due (state is its snapshot)
     int active_partitions = 0;
-    std::vector<Event> events;  // heap
+    std::vector<Event> events;  // the latest first: the next event is the last
     std::array<ResourceState, kNumResources> resources;
     std::vector<Partition> partitions;
     std::vector<int32_t> free_slots;
