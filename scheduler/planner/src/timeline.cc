@@ -9,7 +9,8 @@
 namespace bytecomp::planner {
 namespace {
 
-// Heaps: the earliest event first; the highest-priority (lowest value), earliest job first.
+// Orders kept sorted (the next at the back): the earliest event first; the highest-priority
+// (lowest value), earliest job first.
 struct LaterEventT {
   bool operator()(const TimelineSimulator::Event& a, const TimelineSimulator::Event& b) const {
     return a.time > b.time || (a.time == b.time && a.seq > b.seq);
@@ -126,8 +127,16 @@ inline __attribute__((always_inline)) void TimelineSimulator::Enqueue(
     Start(s, resource, job, duration, trace);
     return;
   }
-  r.queue.push_back(Waiting{priority, static_cast<uint32_t>(s.seq++), job, duration});
-  std::push_heap(r.queue.begin(), r.queue.end(), LowerPriority);
+  // Sorted lowest priority first, so the next job is the last: a new job, usually of a tensor
+  // nearer the input than those waiting, goes near the end.
+  const Waiting w{priority, static_cast<uint32_t>(s.seq++), job, duration};
+  r.queue.push_back(w);
+  auto at = r.queue.end() - 1;
+  while (at != r.queue.begin() && LowerPriority(w, *(at - 1))) {
+    *at = *(at - 1);
+    --at;
+  }
+  *at = w;
 }
 
 inline __attribute__((always_inline)) void TimelineSimulator::EnqueueStage(
@@ -167,7 +176,6 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
   auto dispatch = [&](int resource) {
     auto& r = s.resources[resource];
     while (r.busy < problem_->slots[resource] && !r.queue.empty()) {
-      std::pop_heap(r.queue.begin(), r.queue.end(), LowerPriority);
       Waiting w = r.queue.back();
       r.queue.pop_back();
       Start(s, resource, w.job, w.duration, trace);

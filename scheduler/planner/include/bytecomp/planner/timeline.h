@@ -116,7 +116,7 @@ class TimelineSimulator {
   struct ResourceState {
     int busy = 0;
     double started_work = 0;
-    std::vector<Waiting> queue;  // heap
+    std::vector<Waiting> queue;  // the lowest priority first: the next job is the last
   };
   struct Partition {
     const OptionCost* cost;  // the tensor's option, for its stages
