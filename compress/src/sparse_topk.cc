@@ -15,9 +15,12 @@
 namespace bytecomp::compress {
 namespace {
 
-// The k largest magnitudes in linear time: a histogram of the top 11 bits of |x| finds the
-// bin that holds the k-th largest; nth_element over that bin alone finds the exact threshold;
-// one compaction pass keeps every element above it and the first ties at it.
+// The k largest magnitudes in linear time, without sorting: a histogram of the top 11 bits of
+// |x| finds the bin that holds the k-th largest; one compaction pass gathers every element from
+// that bin up (the candidates, in index order); nth_element over the bin's few finds the exact
+// threshold; a pass over the candidates keeps every element above it and the first ties at it.
+// When the bin holds too many elements to gather (ties of a few values), the bin's magnitudes
+// alone are gathered and a second pass over the input keeps the selected ones.
 class TopkCodec final : public SparseCodec {
  public:
   explicit TopkCodec(double ratio) : ratio_(ratio) {}
@@ -50,18 +53,25 @@ class TopkCodec final : public SparseCodec {
       }
     }
 
+    if (k == 0) return FinishSparseMessage(out.data(), n, 0, nullptr);
+    auto bin_count_of = [&hist](uint32_t b) -> uint64_t {
+      return hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b];
+    };
+    uint64_t above = 0;
+    const uint32_t bin = topk::SelectBin(kBins - 1, k, bin_count_of, &above);
+    const size_t bin_count = bin_count_of(bin);
+    const uint32_t bin_lo = static_cast<uint32_t>(bin) << kShift;
+    const uint32_t bin_hi = bin_lo + ((1u << kShift) - 1);
+    if (above + bin_count <= 2 * k + kMaxExtraCandidates) {
+      return SelectFromCandidates(x, n, k, bin_lo, bin_hi, above + bin_count, out);
+    }
+    // The threshold's bin holds too many elements to gather them all (ties of a few values):
+    // its elements' magnitudes alone, then a second pass keeps the selected ones.
     uint32_t threshold = 0;
     size_t ties = 0;
     bool all_ties = false;
-    if (k > 0) {
-      auto bin_count_of = [&hist](uint32_t b) -> uint64_t {
-        return hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b];
-      };
-      uint64_t above = 0;
-      const uint32_t bin = topk::SelectBin(kBins - 1, k, bin_count_of, &above);
-      const size_t bin_count = bin_count_of(bin);
+    {
       candidates_.resize(bin_count + kCompactSlack);
-      const uint32_t bin_lo = static_cast<uint32_t>(bin) << kShift;
       const size_t c = CompactRange(x, n, bin_lo, bin_lo + ((1u << kShift) - 1),
                                     reinterpret_cast<uint8_t*>(candidates_.data()), nullptr);
       candidates_.resize(c);
@@ -142,8 +152,57 @@ class TopkCodec final : public SparseCodec {
   }
 
  private:
+  // Candidates beyond 2k that SelectFromCandidates may gather (its scratch, in elements).
+  static constexpr size_t kMaxExtraCandidates = size_t{1} << 16;
+
+  // One pass gathers every candidate, |x| from the threshold's bin [bin_lo, bin_hi] up, in
+  // index order (`count` of them: the histogram's count); the k-th largest among the bin's
+  // elements is the threshold; a pass over the candidates keeps those above it and the first
+  // ties at it, straight into the message.
+  absl::StatusOr<size_t> SelectFromCandidates(const float* x, size_t n, size_t k, uint32_t bin_lo,
+                                              uint32_t bin_hi, size_t count,
+                                              absl::Span<uint8_t> out) {
+    candidate_values_.resize(count + kCompactSlack);
+    candidate_indices_.resize(count + kCompactSlack);
+    const size_t c =
+        CompactRange(x, n, bin_lo, kNonFiniteAbsBits - 1,
+                     reinterpret_cast<uint8_t*>(candidate_values_.data()), candidate_indices_.data());
+    if (c != count) {
+      return absl::InternalError(absl::StrCat("topk: ", c, " candidates, histogram ", count));
+    }
+    candidates_.clear();
+    for (size_t i = 0; i < c; ++i) {
+      const uint32_t a = AbsBits(candidate_values_[i]);
+      if (a <= bin_hi) candidates_.push_back(a);
+    }
+    const size_t need = k - (c - candidates_.size());  // 1 <= need <= the bin's count
+    const uint32_t threshold = topk::NthLargest(candidates_, need);
+    size_t greater = 0;
+    for (uint32_t a : candidates_) greater += a > threshold ? 1 : 0;
+    size_t ties = need - greater;
+    // Writes every candidate at slot j and advances j past the kept ones: the value area has
+    // room for 2k >= k + 1 values, indices_ k + 1.
+    uint8_t* values = out.data() + sparse::kHeaderBytes;
+    indices_.resize(k + 1);
+    uint32_t* idx = indices_.data();
+    size_t j = 0;
+    for (size_t i = 0; i < c; ++i) {
+      const uint32_t a = AbsBits(candidate_values_[i]);
+      const bool tie = a == threshold && ties > 0;
+      const bool keep = a > threshold || tie;
+      std::memcpy(values + 4 * j, &candidate_values_[i], 4);
+      idx[j] = candidate_indices_[i];
+      j += keep ? 1 : 0;
+      ties -= tie ? 1 : 0;
+      if (j == k) break;
+    }
+    if (j != k) return absl::InternalError(absl::StrCat("topk selected ", j, " of ", k));
+    return FinishSparseMessage(out.data(), n, k, idx);
+  }
+
   double ratio_;
-  std::vector<uint32_t> candidates_, ties_;
+  std::vector<uint32_t> candidates_, ties_, candidate_indices_;
+  std::vector<float> candidate_values_;
   std::vector<float> tie_values_;
 };
 
@@ -163,12 +222,19 @@ class ThresholdCodec final : public SparseCodec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
-    if (auto s = CheckFinite(input, "codec 'threshold' input"); !s.ok()) return s;
     // |x| > threshold, compared as bit patterns (monotonic for non-negative floats).
-    if (threshold_bits_ >= kNonFiniteAbsBits - 1)
+    if (threshold_bits_ >= kNonFiniteAbsBits - 1) {
+      if (auto s = CheckFinite(input, "codec 'threshold' input"); !s.ok()) return s;
       return FinishSparseMessage(out.data(), n, 0, nullptr);
+    }
+    // NaN and Inf lie above every finite threshold: gathered with the kept elements, they are
+    // the finite check, done on the kept values instead of a pass of its own.
     indices_.resize(n + kCompactSlack);
-    const size_t k = Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data());
+    const size_t k = Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data(),
+                             /*hi=*/0x7fffffffu);
+    if (!sparse::ValuesFinite(out.data() + sparse::kHeaderBytes, k)) {
+      return CheckFinite(input, "codec 'threshold' input");
+    }
     return FinishSparseMessage(out.data(), n, k, indices_.data());
   }
 
