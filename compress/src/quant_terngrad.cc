@@ -67,7 +67,7 @@ __attribute__((target_clones("avx2", "default"))) bool HasTernaryCode3(const uin
 // Every byte (four codes, none of them 3: checked before) to its four values in one 16-byte
 // copy from a table of the 256 bytes' values: one pass over the codes, no code array.
 struct TernaryGroups {
-  float values[256][4];
+  alignas(16) float values[256][4];
   explicit TernaryGroups(float scale) {
     for (uint32_t b = 0; b < 256; ++b) {
       for (uint32_t j = 0; j < 4; ++j) {
@@ -84,7 +84,12 @@ void TernDecode(const uint8_t* __restrict codes, size_t n, float scale, float* _
   }
   const TernaryGroups table(scale);
   const size_t groups = n / 4;
-  for (size_t g = 0; g < groups; ++g) std::memcpy(out + 4 * g, table.values[codes[g]], 16);
+  if (StreamOutput(out, n)) {
+    for (size_t g = 0; g < groups; ++g) _mm_stream_ps(out + 4 * g, _mm_load_ps(table.values[codes[g]]));
+    StreamDone();
+  } else {
+    for (size_t g = 0; g < groups; ++g) std::memcpy(out + 4 * g, table.values[codes[g]], 16);
+  }
   for (size_t i = groups * 4; i < n; ++i) out[i] = table.values[codes[groups]][i % 4];
 }
 
