@@ -67,7 +67,9 @@ class TopkCodec final : public SparseCodec {
     const size_t bin_count = bin_count_of(bin);
     const uint32_t bin_lo = static_cast<uint32_t>(bin) << kShift;
     const uint32_t bin_hi = bin_lo + ((1u << kShift) - 1);
-    if (above + bin_count <= 2 * k + kMaxExtraCandidates) {
+    // Few candidates (small ratios): gathered once. Many: the picking pass (scalar) would cost
+    // more than the compaction kernels' second pass.
+    if (above + bin_count <= 2 * k + kMaxExtraCandidates && above + bin_count <= n / 16) {
       return SelectFromCandidates(x, n, k, bin_lo, bin_hi, above + bin_count, out);
     }
     // The threshold's bin holds too many elements to gather them all (ties of a few values):
@@ -223,7 +225,7 @@ class TopkCodec final : public SparseCodec {
     if (n < 64 * kSamples) return false;
     const double expected = static_cast<double>(k) * kSamples / static_cast<double>(n);
     const size_t m = static_cast<size_t>(expected + 4.0 * std::sqrt(expected) + 16.0);
-    if (m >= kSamples / 4) return false;  // large ratios: the histogram costs no more
+    if (m >= kSamples / 32) return false;  // ratios above ~2%: the histogram path
     const size_t stride = n / kSamples;
     candidates_.resize(kSamples);
     for (size_t i = 0; i < kSamples; ++i) candidates_[i] = AbsBits(x[i * stride + stride / 2]);
