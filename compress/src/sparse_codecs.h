@@ -13,7 +13,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/types/span.h"
 #include "bytecomp/compress/codec.h"
-#include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
 #include "param_specs.h"
@@ -67,11 +66,9 @@ template <bool kAbs = true>
 size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
                     uint32_t* indices, uint32_t base = 0);
 
-// Every lo <= |x| <= hi (by default every finite |x| >= lo) into the message's value area
-// (out + 16) and indices. The value area of a 16 + 8n byte buffer holds 2n values, enough for
-// the vector kernel's slack from n >= 16.
-size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices,
-               uint32_t hi = kNonFiniteAbsBits - 1);
+// Every |x| >= lo into the message's value area (out + 16) and indices. The value area of a
+// 16 + 8n byte buffer holds 2n values, enough for the vector kernel's slack from n >= 16.
+size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices);
 
 // ---- registration (sparse_codecs.cc calls these in its order)
 

@@ -132,11 +132,11 @@ template size_t CompactRange<true>(const float*, size_t, uint32_t, uint32_t, uin
 template size_t CompactRange<false>(const float*, size_t, uint32_t, uint32_t, uint8_t*, uint32_t*,
                                     uint32_t);
 
-size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices,
-               uint32_t hi) {
+size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices) {
   uint8_t* values = out + sparse::kHeaderBytes;
-  if (n < kCompactSlack) return CompactRangeScalar<true>(x, 0, n, lo, hi, values, indices);
-  return CompactRange(x, n, lo, hi, values, indices);
+  if (n < kCompactSlack)
+    return CompactRangeScalar<true>(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices);
+  return CompactRange(x, n, lo, kNonFiniteAbsBits - 1, values, indices);
 }
 
 }  // namespace bytecomp::compress

@@ -279,19 +279,12 @@ class ThresholdCodec final : public SparseCodec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
+    if (auto s = CheckFinite(input, "codec 'threshold' input"); !s.ok()) return s;
     // |x| > threshold, compared as bit patterns (monotonic for non-negative floats).
-    if (threshold_bits_ >= kNonFiniteAbsBits - 1) {
-      if (auto s = CheckFinite(input, "codec 'threshold' input"); !s.ok()) return s;
+    if (threshold_bits_ >= kNonFiniteAbsBits - 1)
       return FinishSparseMessage(out.data(), n, 0, nullptr);
-    }
-    // NaN and Inf lie above every finite threshold: gathered with the kept elements, they are
-    // the finite check, done on the kept values instead of a pass of its own.
     indices_.resize(n + kCompactSlack);
-    const size_t k = Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data(),
-                             /*hi=*/0x7fffffffu);
-    if (!sparse::ValuesFinite(out.data() + sparse::kHeaderBytes, k)) {
-      return CheckFinite(input, "codec 'threshold' input");
-    }
+    const size_t k = Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data());
     return FinishSparseMessage(out.data(), n, k, indices_.data());
   }
 
