@@ -7,7 +7,11 @@ Prints, per row, each build's median and after/before. For a change that must no
 (a restructuring): ratios within the spread between repetitions are noise.
 
   python3 bench/compare_builds.py --before /path/to/old/build/bin --after build/bin \\
-      [--reps 3] [--codecs topk,onebit,fp16,dgc] [--configs 0,1] [--out compare.json]
+      [--reps 3] [--codecs topk,onebit,fp16,dgc] [--size N] [--codec-args=--params=ratio=0.01]
+      [--configs 0,1] [--out compare.json]
+
+The codec rows come in pairs: against memcpy (the figure to compare) and in GB/s (which drifts
+with the machine's load). --configs= (empty) leaves the data plane out.
 """
 import argparse
 import json
@@ -27,16 +31,17 @@ DATA_CONFIGS = [  # (W, S, model, rounds)
 ]
 
 
-def codec_bench(bin_dir, codecs, size):
+def codec_bench(bin_dir, codecs, size, extra_args=()):
     out = subprocess.run([os.path.join(bin_dir, "bytecomp-codec-bench"), f"--codecs={codecs}",
-                          f"--sizes={size}", "--reps=5"], capture_output=True, text=True,
-                         timeout=600, check=True).stdout
+                          f"--sizes={size}", "--reps=5", *extra_args], capture_output=True,
+                         text=True, timeout=600, check=True).stdout
     rows = {}
     for line in out.splitlines():
         m = re.match(r"(\w+)\s+([\d.]+)\s+([\d.]+)%\s+([\d.]+)\s+([\d.]+)%", line)
         if m:  # codec, enc GB/s, enc/memcpy %, dec GB/s, dec/memcpy %
             rows[m.group(1)] = {"enc_vs_memcpy": float(m.group(3)) / 100,
-                                "dec_vs_memcpy": float(m.group(5)) / 100}
+                                "dec_vs_memcpy": float(m.group(5)) / 100,
+                                "enc_gbs": float(m.group(2)), "dec_gbs": float(m.group(4))}
     return rows
 
 
@@ -58,6 +63,9 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--codecs", default="fp16,topk,dgc,onebit,qsgd,randomk")
     p.add_argument("--size", type=int, default=4 * 1024 * 1024, help="floats per codec call")
+    p.add_argument("--codec-args", default="",
+                   help="more bytecomp-codec-bench arguments, space-separated "
+                        "(e.g. --codec-args=--params=ratio=0.01)")
     p.add_argument("--configs", default="0,1,2", help="indices into DATA_CONFIGS")
     p.add_argument("--out", default="compare-builds.json")
     args = p.parse_args()
@@ -73,9 +81,12 @@ def main():
         order = ("before", "after") if rep % 2 == 0 else ("after", "before")
         print(f"repetition {rep + 1}/{args.reps} ({order[0]} first)", flush=True)
         for build in order:
-            for codec, r in codec_bench(builds[build], args.codecs, args.size).items():
+            for codec, r in codec_bench(builds[build], args.codecs, args.size,
+                                        args.codec_args.split()).items():
                 add(f"codec {codec} encode / memcpy", build, r["enc_vs_memcpy"])
                 add(f"codec {codec} decode / memcpy", build, r["dec_vs_memcpy"])
+                add(f"codec {codec} encode GB/s", build, r["enc_gbs"])
+                add(f"codec {codec} decode GB/s", build, r["dec_gbs"])
         for w, s, model, rounds in configs:
             for build in order:
                 add(f"data plane W={w} S={s} {model}: round / reference", build,

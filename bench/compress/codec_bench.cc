@@ -7,9 +7,13 @@
 //                        [--params=ratio=0.01[,key=value...]]
 //   bytecomp-codec-bench --codec=topk --params=ratio=0.01
 //   bytecomp-codec-bench --list     every codec and memory with its parameters
+//   bytecomp-codec-bench --preset=grace [--codecs=...] [--sizes=...] [--reps=N]
 //
 // --params go to every codec benchmarked (a codec that has no such parameter fails with the
 // registry's error naming it); without them each codec runs with its defaults (--list).
+// --preset=grace: the parameters GRACE's benchmarks use where ours differ by default (ratio
+// 0.01 for topk, randomk and dgc), each codec with its own, on 64 MiB unless --sizes says
+// otherwise; the header prints each codec's parameters. --params add to every codec's.
 //
 // Targets (issue 3, each codec's CodecFacts::encode_target): codecs that code each element on
 // its own encode at >= 25% of memcpy; those that select elements (topk, dgc, threshold) at
@@ -19,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -97,6 +102,19 @@ double TargetFraction(const std::string& name) {
   return 0;
 }
 
+// --preset=grace: per-codec parameters comparable with GRACE's (sands-lab/grace) runs.
+std::map<std::string, bytecomp::compress::CodecParams> GracePreset() {
+  return {{"topk", {{"ratio", "0.01"}}},
+          {"randomk", {{"ratio", "0.01"}}},
+          {"dgc", {{"ratio", "0.01"}}}};
+}
+
+std::string Describe(const bytecomp::compress::CodecParams& params) {
+  std::string described;
+  for (const auto& [key, value] : params) described += " " + key + "=" + value;
+  return described;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,6 +122,8 @@ int main(int argc, char** argv) {
   std::vector<size_t> sizes = {size_t{1} << 20, size_t{64} << 20};
   int reps = 7;
   bytecomp::compress::CodecParams params;
+  std::map<std::string, bytecomp::compress::CodecParams> per_codec;  // --preset
+  bool sizes_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--list") {
@@ -131,7 +151,11 @@ int main(int argc, char** argv) {
         }
         params[p.first] = p.second;
       }
+    } else if (arg == "--preset=grace") {
+      per_codec = GracePreset();
+      if (!sizes_given) sizes = {size_t{64} << 20 >> 2};
     } else if (arg.rfind("--sizes=", 0) == 0) {
+      sizes_given = true;
       sizes.clear();
       for (absl::string_view s : absl::StrSplit(arg.substr(8), ',', absl::SkipEmpty())) {
         size_t v;
@@ -145,7 +169,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: %s [--codecs=a,b] [--params=k=v,...] [--sizes=n1,n2] [--reps=N] | --list\n",
+          "usage: %s [--preset=grace] [--codecs=a,b] [--params=k=v,...] [--sizes=n1,n2] "
+          "[--reps=N] | --list\n",
           argv[0]);
       return 2;
     }
@@ -156,17 +181,26 @@ int main(int argc, char** argv) {
     const std::vector<float> input = MakeInput(n);
     const int r = n >= (size_t{16} << 20) ? std::max(3, reps / 2) : reps;
     const double memcpy_gbs = MemcpyBandwidth(input, r * 2);
-    std::string described;
-    for (const auto& [key, value] : params) described += " " + key + "=" + value;
+    const std::string described = Describe(params);
     std::printf(
         "\n%zu floats (%.0f MiB), one thread, CPU time, median of %d; memcpy %.2f GB/s; "
         "params:%s\n",
         n, 4.0 * n / (1 << 20), r, memcpy_gbs,
         described.empty() ? " the codecs' defaults" : described.c_str());
+    if (!per_codec.empty()) {
+      std::printf("preset grace, per codec (the others: their defaults):");
+      for (const auto& [codec, codec_params] : per_codec) {
+        std::printf(" %s:%s", codec.c_str(), Describe(codec_params).c_str());
+      }
+      std::printf("\n");
+    }
     std::printf("%-10s %9s %8s %9s %8s %10s %7s %s\n", "codec", "enc GB/s", "enc/mcp", "dec GB/s",
                 "dec/mcp", "size ratio", "target", "met");
     for (const auto& name : codecs) {
-      auto codec_or = bytecomp::compress::CreateCodec(name, params);
+      bytecomp::compress::CodecParams codec_params;
+      if (auto it = per_codec.find(name); it != per_codec.end()) codec_params = it->second;
+      for (const auto& [key, value] : params) codec_params[key] = value;
+      auto codec_or = bytecomp::compress::CreateCodec(name, codec_params);
       if (!codec_or.ok()) {
         std::printf("%-10s %s\n", name.c_str(), std::string(codec_or.status().message()).c_str());
         ++failures;

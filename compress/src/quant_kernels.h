@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <xmmintrin.h>
+
 #include "bytecomp/compress/codec.h"
 #include "bytecomp/compress/elementwise.h"
 
@@ -41,6 +43,16 @@ SquaresAndMax SumOfSquaresAndMaxAbs(const float* x, size_t n);
 
 // The largest (code & level_mask) of n codes.
 uint32_t MaxCodeLevel(const uint16_t* codes, size_t n, uint32_t level_mask);
+
+// Whether a decode writes its output with non-temporal stores (SSE2, baseline x86-64): from
+// 16 MiB up the output does not stay in the caches, so its reader reads memory anyway, and such
+// stores skip reading each line before overwriting it (u8bit's decode, a table read per
+// element, went from below to above memcpy's speed). Needs 16-byte aligned output; the caller
+// ends with StreamDone.
+inline bool StreamOutput(const float* out, size_t n) {
+  return n * sizeof(float) >= (size_t{16} << 20) && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+}
+inline void StreamDone() { _mm_sfence(); }
 
 // The random stream of one encode call (elementwise.h).
 inline CounterRandom StreamOf(const CodecContext& ctx) {

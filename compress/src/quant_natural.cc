@@ -84,13 +84,21 @@ class NaturalCodec final : public Codec {
     FormatError e = CheckPayloadSize(encoded.size(), MaxEncodedBytes(n), n);
     const uint32_t exponent_low = e.ok() ? encoded[0] : 0;
     if (e.ok()) e = natural::CheckExponentLow(exponent_low);
-    if (e.ok()) {
-      bool negative_zero = false;
-      const uint32_t max_code = NaturalMaxCode(encoded.data() + 1, n, &negative_zero);
-      e = natural::CheckCodes(max_code, negative_zero, exponent_low);
-    }
     if (!e.ok()) return FormatErrorStatus(name(), e);
-    NaturalDecode(encoded.data() + 1, n, exponent_low, output.data());
+    // Blocks whose codes are checked and decoded while in L1: one pass over the payload. On a
+    // bad code the whole payload's check says what is wrong, as one pass would.
+    constexpr size_t kBlock = 4096;
+    const uint8_t* const codes = encoded.data() + 1;
+    for (size_t begin = 0; begin < n; begin += kBlock) {
+      const size_t len = std::min(kBlock, n - begin);
+      bool negative_zero = false;
+      const uint32_t max_code = NaturalMaxCode(codes + begin, len, &negative_zero);
+      if (!natural::CheckCodes(max_code, negative_zero, exponent_low).ok()) {
+        const uint32_t all_max = NaturalMaxCode(codes, n, &negative_zero);
+        return FormatErrorStatus(name(), natural::CheckCodes(all_max, negative_zero, exponent_low));
+      }
+      NaturalDecode(codes + begin, len, exponent_low, output.data() + begin);
+    }
     return absl::OkStatus();
   }
 };

@@ -69,10 +69,48 @@ __attribute__((target_clones("avx2", "default"))) bool QsgdEncode16(
   return QsgdEncodeAll(x, n, bucket, quantum_num, level_bits, random, norms, codes);
 }
 
+// The largest level (code & level_mask) of a bucket's codes.
+template <typename Code>
+__attribute__((always_inline)) inline uint32_t MaxLevelBody(const Code* __restrict codes,
+                                                            size_t len, uint32_t level_mask) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < len; ++i) {
+    const uint32_t level = codes[i] & level_mask;
+    m = level > m ? level : m;
+  }
+  return m;
+}
+
+template <typename Code>
+__attribute__((always_inline)) inline void DecodeBucketBody(const Code* __restrict codes,
+                                                            size_t len, uint32_t level_bits,
+                                                            uint32_t quantum_num, float norm,
+                                                            float* __restrict out) {
+  for (size_t i = 0; i < len; ++i) out[i] = QsgdValue(codes[i], level_bits, quantum_num, norm);
+}
+
+// Byte codes (the default): per bucket, its levels checked and its values written while the
+// bucket's codes are in L1; one pass over the payload, no code array. Returns the first
+// bucket whose largest level exceeds quantum_num (its values not written), or `buckets`.
+__attribute__((target_clones("avx2", "default"))) size_t QsgdDecode8(
+    const uint8_t* __restrict norms, const uint8_t* __restrict codes, size_t n, size_t bucket,
+    uint32_t level_bits, uint32_t quantum_num, float* __restrict out) {
+  const uint32_t level_mask = (1u << level_bits) - 1u;
+  const bool check = quantum_num < level_mask;  // otherwise every level is valid
+  size_t b = 0;
+  for (size_t begin = 0; begin < n; begin += bucket, ++b) {
+    const size_t len = n - begin < bucket ? n - begin : bucket;
+    if (check && MaxLevelBody(codes + begin, len, level_mask) > quantum_num) return b;
+    DecodeBucketBody(codes + begin, len, level_bits, quantum_num, GetF32(norms + 4 * b),
+                     out + begin);
+  }
+  return b;
+}
+
 __attribute__((target_clones("avx2", "default"))) void QsgdDecodeBucket(
     const uint16_t* __restrict codes, size_t len, uint32_t level_bits, uint32_t quantum_num,
     float norm, float* __restrict out) {
-  for (size_t i = 0; i < len; ++i) out[i] = QsgdValue(codes[i], level_bits, quantum_num, norm);
+  DecodeBucketBody(codes, len, level_bits, quantum_num, norm, out);
 }
 
 class QsgdCodec final : public Codec {
@@ -126,24 +164,53 @@ class QsgdCodec final : public Codec {
         return s;
       }
     }
-    codes_.resize(n);
-    if (!UnpackCodes(norms + 4 * buckets, n, level_bits_ + 1, codes_.data())) {
+    const uint8_t* const packed = norms + 4 * buckets;
+    const uint32_t bits = level_bits_ + 1;
+    if (!PaddingIsZero(packed, n, bits)) {
       return FormatErrorStatus(name(), MakeFormatError(FormatErrorCode::kCodePaddingNotZero));
     }
-    const uint32_t max_level = MaxCodeLevel(codes_.data(), n, (1u << level_bits_) - 1u);
-    if (auto s = FormatErrorStatus(name(), qsgd::CheckLevel(max_level, quantum_num_)); !s.ok()) {
-      return s;
+    if (bits == 8) {
+      if (QsgdDecode8(norms, packed, n, bucket_, level_bits_, quantum_num_, output.data()) !=
+          buckets) {
+        return LevelError(packed, n);
+      }
+      return absl::OkStatus();
     }
-    for (size_t b = 0; b < buckets; ++b) {
-      const size_t begin = b * bucket_;
-      const size_t len = std::min(bucket_, n - begin);
-      QsgdDecodeBucket(codes_.data() + begin, len, level_bits_, quantum_num_, GetF32(norms + 4 * b),
-                       output.data() + begin);
+    // Other widths: blocks of whole buckets (at least kBlock codes, a multiple of 8 so that
+    // each starts on a byte) unpacked into L1, checked, then decoded.
+    constexpr size_t kBlock = 2048;
+    const size_t per_block = std::max<size_t>(1, kBlock / bucket_);
+    const size_t block = per_block * bucket_ % 8 == 0 ? per_block * bucket_ : 8 * per_block * bucket_;
+    codes_.resize(std::min(n, block));
+    const uint32_t level_mask = (1u << level_bits_) - 1u;
+    for (size_t begin = 0; begin < n; begin += block) {
+      const size_t len = std::min(block, n - begin);
+      UnpackCodes(packed + begin * bits / 8, len, bits, codes_.data());
+      if (MaxCodeLevel(codes_.data(), len, level_mask) > quantum_num_) return LevelError(packed, n);
+      for (size_t offset = 0; offset < len; offset += bucket_) {
+        const size_t b = (begin + offset) / bucket_;
+        QsgdDecodeBucket(codes_.data() + offset, std::min(bucket_, len - offset), level_bits_,
+                         quantum_num_, GetF32(norms + 4 * b), output.data() + begin + offset);
+      }
     }
     return absl::OkStatus();
   }
 
  private:
+  // Whether the padding bits after the n codes of `bits` bits are 0.
+  static bool PaddingIsZero(const uint8_t* packed, size_t n, uint32_t bits) {
+    const uint32_t used_bits = static_cast<uint32_t>((n * bits) % 8);
+    return used_bits == 0 || (packed[PackedBytes(n, static_cast<int>(bits)) - 1] >> used_bits) == 0;
+  }
+
+  // The error for a level above quantum_num: the largest level of the whole payload.
+  absl::Status LevelError(const uint8_t* packed, size_t n) {
+    codes_.resize(n);
+    UnpackCodes(packed, n, level_bits_ + 1, codes_.data());
+    const uint32_t max_level = MaxCodeLevel(codes_.data(), n, (1u << level_bits_) - 1u);
+    return FormatErrorStatus(name(), qsgd::CheckLevel(max_level, quantum_num_));
+  }
+
   uint32_t quantum_num_;
   size_t bucket_;
   uint32_t level_bits_;

@@ -22,25 +22,37 @@
 namespace bytecomp::compress {
 namespace {
 
-// Four elements per output byte (PackTernary4's layout).
+// Four elements per output byte (PackTernary4's layout). In L1-sized blocks: the codes of
+// contiguous elements into a byte array (a plain vector loop), then four bytes at a time
+// packed into one (the same bits as PackTernary4). Code loads of x[4g + j] across groups would
+// gather element by element instead.
 __attribute__((target_clones("avx2", "default"))) void TernEncode(const float* __restrict x,
                                                                   size_t n, float clip, float scale,
                                                                   CounterRandom random,
                                                                   uint8_t* __restrict out) {
-  const uint32_t groups = static_cast<uint32_t>(n / 4);  // 32-bit counters: see qsgd
-  for (uint32_t g = 0; g < groups; ++g) {
-    const uint32_t i = 4 * g;
-    out[g] = PackTernary4(TernaryCode(x[i], clip, scale, UniformFloat(random, i)),
-                          TernaryCode(x[i + 1], clip, scale, UniformFloat(random, i + 1)),
-                          TernaryCode(x[i + 2], clip, scale, UniformFloat(random, i + 2)),
-                          TernaryCode(x[i + 3], clip, scale, UniformFloat(random, i + 3)));
-  }
-  if (n % 4 != 0) {
-    uint32_t c[4] = {0, 0, 0, 0};
-    for (size_t i = groups * 4; i < n; ++i) {
-      c[i % 4] = TernaryCode(x[i], clip, scale, UniformFloat(random, static_cast<uint32_t>(i)));
+  constexpr uint32_t kBlock = 2048;  // a multiple of 4: every block starts on a byte
+  alignas(64) uint8_t codes[kBlock];
+  const uint32_t count = static_cast<uint32_t>(n);  // 32-bit counters: see qsgd
+  for (uint32_t begin = 0; begin < count; begin += kBlock) {
+    const uint32_t len = count - begin < kBlock ? count - begin : kBlock;
+    const float* xb = x + begin;
+    for (uint32_t i = 0; i < len; ++i) {
+      codes[i] = static_cast<uint8_t>(
+          TernaryCode(xb[i], clip, scale, UniformFloat(random, begin + i)));
     }
-    out[groups] = PackTernary4(c[0], c[1], c[2], c[3]);
+    const uint32_t groups = len / 4;
+    uint8_t* ob = out + begin / 4;
+    for (uint32_t g = 0; g < groups; ++g) {
+      uint32_t w;  // codes 4g..4g+3 in bytes 0..3 (little-endian, as quant_pack.cc), each < 4
+      __builtin_memcpy(&w, codes + 4 * g, 4);
+      ob[g] = static_cast<uint8_t>((w & 0x3u) | ((w >> 6) & 0xcu) | ((w >> 12) & 0x30u) |
+                                   ((w >> 18) & 0xc0u));
+    }
+    if (len % 4 != 0) {
+      uint32_t c[4] = {0, 0, 0, 0};
+      for (uint32_t i = groups * 4; i < len; ++i) c[i % 4] = codes[i];
+      ob[groups] = PackTernary4(c[0], c[1], c[2], c[3]);
+    }
   }
 }
 
@@ -52,10 +64,33 @@ __attribute__((target_clones("avx2", "default"))) bool HasTernaryCode3(const uin
   return any != 0;
 }
 
-__attribute__((target_clones("avx2", "default"))) void TernDecode(const uint16_t* __restrict codes,
-                                                                  size_t n, float scale,
-                                                                  float* __restrict out) {
-  for (size_t i = 0; i < n; ++i) out[i] = TernaryValue(codes[i], scale);
+// Every byte (four codes, none of them 3: checked before) to its four values in one 16-byte
+// copy from a table of the 256 bytes' values: one pass over the codes, no code array.
+struct TernaryGroups {
+  alignas(16) float values[256][4];
+  explicit TernaryGroups(float scale) {
+    for (uint32_t b = 0; b < 256; ++b) {
+      for (uint32_t j = 0; j < 4; ++j) {
+        values[b][j] = TernaryValue(UnpackTernary(static_cast<uint8_t>(b), j), scale);
+      }
+    }
+  }
+};
+
+void TernDecode(const uint8_t* __restrict codes, size_t n, float scale, float* __restrict out) {
+  if (n < 4096) {  // the table would cost more than it saves
+    for (size_t i = 0; i < n; ++i) out[i] = TernaryValue(UnpackTernary(codes[i / 4], i % 4), scale);
+    return;
+  }
+  const TernaryGroups table(scale);
+  const size_t groups = n / 4;
+  if (StreamOutput(out, n)) {
+    for (size_t g = 0; g < groups; ++g) _mm_stream_ps(out + 4 * g, _mm_load_ps(table.values[codes[g]]));
+    StreamDone();
+  } else {
+    for (size_t g = 0; g < groups; ++g) std::memcpy(out + 4 * g, table.values[codes[g]], 16);
+  }
+  for (size_t i = groups * 4; i < n; ++i) out[i] = table.values[codes[groups]][i % 4];
 }
 
 class TernGradCodec final : public Codec {
@@ -97,14 +132,9 @@ class TernGradCodec final : public Codec {
     if (!terngrad::PaddingIsZero(codes, n)) {
       return FormatErrorStatus(name(), MakeFormatError(FormatErrorCode::kCodePaddingNotZero));
     }
-    codes_.resize(n);
-    UnpackCodes(codes, n, 2, codes_.data());
-    TernDecode(codes_.data(), n, *scale, output.data());
+    TernDecode(codes, n, *scale, output.data());
     return absl::OkStatus();
   }
-
- private:
-  std::vector<uint16_t> codes_;
 };
 
 }  // namespace

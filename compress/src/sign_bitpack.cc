@@ -5,6 +5,7 @@
 
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/memory_math.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -42,6 +43,44 @@ __attribute__((target("avx2"))) size_t PackAvx2(const float* x, size_t n, uint8_
   uint32_t m = 0;
   for (uint32_t l : lanes) m = l > m ? l : m;
   *max_abs_bits = m;
+  return i;
+}
+
+// signum's blend and pack, 32 elements a step; next + i is 32-byte aligned where stream is set
+// (the caller's check).
+template <bool kStream>
+__attribute__((target("avx2"))) size_t BlendPackAvx2(const float* g, const float* m, size_t n,
+                                                     float keep, float beta, float* next,
+                                                     uint8_t* out, uint32_t* max_abs_bits) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 vkeep = _mm256_set1_ps(keep);
+  const __m256 vbeta = _mm256_set1_ps(beta);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i max_bits = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    uint32_t word = 0;
+    for (int part = 0; part < 4; ++part) {
+      // SignumBlend: keep * g + beta * m, two products and a sum, each rounded.
+      const __m256 v = _mm256_add_ps(_mm256_mul_ps(vkeep, _mm256_loadu_ps(g + i + 8 * part)),
+                                     _mm256_mul_ps(vbeta, _mm256_loadu_ps(m + i + 8 * part)));
+      if constexpr (kStream) {
+        _mm256_stream_ps(next + i + 8 * part, v);
+      } else {
+        _mm256_storeu_ps(next + i + 8 * part, v);
+      }
+      max_bits = _mm256_max_epu32(max_bits, _mm256_and_si256(_mm256_castps_si256(v), abs_mask));
+      word |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)))
+              << (8 * part);
+    }
+    __builtin_memcpy(out + i / 8, &word, 4);
+  }
+  if constexpr (kStream) _mm_sfence();
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), max_bits);
+  uint32_t mx = 0;
+  for (uint32_t l : lanes) mx = l > mx ? l : mx;
+  *max_abs_bits = mx;
   return i;
 }
 
@@ -143,6 +182,24 @@ bool PackSignBits(const float* x, size_t n, uint8_t* out) {
     const uint32_t bits = FloatBits(x[i]) & 0x7fffffffu;
     max_bits = bits > max_bits ? bits : max_bits;
   }
+  return max_bits < 0x7f800000u;
+}
+
+bool BlendAndPackSignBits(const float* g, const float* m, size_t n, float keep, float beta,
+                          bool stream, float* next, uint8_t* out) {
+  size_t done = 0;
+  uint32_t max_bits = 0;
+  if (HaveAvx2()) {
+    done = stream && reinterpret_cast<uintptr_t>(next) % 32 == 0
+               ? BlendPackAvx2<true>(g, m, n, keep, beta, next, out, &max_bits)
+               : BlendPackAvx2<false>(g, m, n, keep, beta, next, out, &max_bits);
+  }
+  for (size_t i = done; i < n; ++i) {
+    next[i] = SignumBlend(g[i], m[i], keep, beta);
+    const uint32_t bits = FloatBits(next[i]) & 0x7fffffffu;
+    max_bits = bits > max_bits ? bits : max_bits;
+  }
+  PackScalar(next, done, n, out);
   return max_bits < 0x7f800000u;
 }
 

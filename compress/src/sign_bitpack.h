@@ -23,6 +23,14 @@ void UnpackSignBits(const uint8_t* bits, size_t n, float value_if_clear, float v
 void AddUnpackedSignBits(const uint8_t* bits, size_t n, float value_if_clear, float value_if_set,
                          float* acc);
 
+// signum's step in one pass: next[i] = memory_math.h SignumBlend(g[i], m[i], keep, beta), its
+// sign bits packed into out (sign::SignBytes(n) bytes). With `stream`, next is written with
+// non-temporal stores (for vectors larger than the caches, which the next round reads from
+// memory anyway): the momentum's lines are not read before they are overwritten. Returns
+// whether every next[i] was finite (equivalently every g[i], m being finite).
+bool BlendAndPackSignBits(const float* g, const float* m, size_t n, float keep, float beta,
+                          bool stream, float* next, uint8_t* out);
+
 // PackSignBits plus the sums, in one pass over x (the sign bits do not depend on the sums, so
 // efsignsgd and onebit read their input once). A NaN or Inf element makes a sum non-finite,
 // which is the caller's finite check.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <vector>
 #include "exact_float_math.h"  // first: see there
 
@@ -13,7 +14,6 @@
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
 #include "bytecomp/compress/format/sign_format.h"
-#include "bytecomp/compress/memory_math.h"
 #include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
 #include "codec_checks.h"
@@ -24,6 +24,20 @@ namespace bytecomp::compress {
 namespace {
 
 using sign::SignValues;
+
+// Cache-line aligned storage for a std::vector.
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  explicit CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const CacheLineAllocator&) const { return true; }
+};
 
 bool SumsFinite(const SignSums& sums) {
   return std::isfinite(sums.non_negative) && std::isfinite(sums.negative);
@@ -132,18 +146,16 @@ class SignumCodec final : public PlainSignCodec {
     if (restart) {
       if (!PackSignBits(input.data(), n, Bits(out))) return NonFinite(input);
     } else {
-      // The new momentum goes to a second buffer in L1-sized blocks, each packed right after
-      // it is blended; the state changes (a swap) only when the whole input was finite.
-      // Finite momentum <=> finite input: (1 - beta) > 0 times a NaN or Inf stays one.
+      // The new momentum goes to a second buffer in the same pass that packs its signs; the
+      // state changes (a swap) only when the whole input was finite. Finite momentum <=>
+      // finite input: (1 - beta) > 0 times a NaN or Inf stays one. A momentum larger than
+      // the caches is written around them (non-temporal stores), sparing the read of the
+      // buffer's old lines.
       next_momentum_.resize(n);
-      constexpr size_t kBlock = 2048;  // a multiple of 8: blocks start on a byte
-      bool finite = true;
-      for (size_t begin = 0; begin < n; begin += kBlock) {
-        const size_t len = std::min(kBlock, n - begin);
-        Blend(next_momentum_.data() + begin, input.data() + begin, momentum_vector_.data() + begin,
-              len, momentum_);
-        finite &= PackSignBits(next_momentum_.data() + begin, len, Bits(out) + begin / 8);
-      }
+      const bool stream = n * sizeof(float) >= kStreamBytes;
+      const bool finite =
+          BlendAndPackSignBits(input.data(), momentum_vector_.data(), n, 1.0f - momentum_,
+                               momentum_, stream, next_momentum_.data(), Bits(out));
       if (!finite) return NonFinite(input);
     }
     if (restart) {
@@ -155,18 +167,13 @@ class SignumCodec final : public PlainSignCodec {
   }
 
  private:
-  // next = (1 - beta) * g + beta * m (memory_math.h SignumBlend).
-  __attribute__((target_clones("avx2", "default"))) static void Blend(float* __restrict next,
-                                                                      const float* __restrict g,
-                                                                      const float* __restrict m,
-                                                                      size_t n, float beta) {
-    const float keep = 1.0f - beta;
-    for (size_t i = 0; i < n; ++i) next[i] = SignumBlend(g[i], m[i], keep, beta);
-  }
+  // Momentum vectors from this size up are written with non-temporal stores.
+  static constexpr size_t kStreamBytes = size_t{16} << 20;
 
   float momentum_;
-  std::vector<float> momentum_vector_;
-  std::vector<float> next_momentum_;
+  // 64-byte aligned: the non-temporal stores need 32.
+  std::vector<float, CacheLineAllocator<float>> momentum_vector_;
+  std::vector<float, CacheLineAllocator<float>> next_momentum_;
 };
 
 // EF-SignSGD's compressor: mean magnitude and signs. Its error feedback is the efsignsgd

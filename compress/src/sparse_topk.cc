@@ -1,6 +1,7 @@
 // topk (the k largest magnitudes, format/topk_select.h) and threshold (every magnitude above a
 // fixed threshold): the sparse message of format/sparse_format.h.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -15,9 +16,15 @@
 namespace bytecomp::compress {
 namespace {
 
-// The k largest magnitudes in linear time: a histogram of the top 11 bits of |x| finds the
-// bin that holds the k-th largest; nth_element over that bin alone finds the exact threshold;
-// one compaction pass keeps every element above it and the first ties at it.
+// The k largest magnitudes in linear time, without sorting. On large inputs a strided sample
+// bounds the k-th largest from below, one compaction pass gathers every |x| from that bound up
+// (in index order) and nth_element among the gathered finds the exact threshold
+// (SelectBySample). Otherwise, or when the bound misses: a histogram of the top 11 bits of |x|
+// finds the bin that holds the k-th largest; one compaction pass gathers every element from
+// that bin up; nth_element over the bin's few finds the threshold. Either way a pass over the
+// gathered keeps every element above it and the first ties at it. When the bin holds too many
+// elements to gather (ties of a few values), the bin's magnitudes alone are gathered and a
+// second pass over the input keeps the selected ones.
 class TopkCodec final : public SparseCodec {
  public:
   explicit TopkCodec(double ratio) : ratio_(ratio) {}
@@ -32,6 +39,7 @@ class TopkCodec final : public SparseCodec {
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
     const size_t k = sparse::KeptCount(ratio_, n);
     const float* x = input.data();
+    if (absl::StatusOr<size_t> r; k > 0 && SelectBySample(x, n, k, out, &r)) return r;
 
     constexpr int kBins = 2048, kShift = 20;
     uint32_t hist[4][kBins] = {};
@@ -50,18 +58,27 @@ class TopkCodec final : public SparseCodec {
       }
     }
 
+    if (k == 0) return FinishSparseMessage(out.data(), n, 0, nullptr);
+    auto bin_count_of = [&hist](uint32_t b) -> uint64_t {
+      return hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b];
+    };
+    uint64_t above = 0;
+    const uint32_t bin = topk::SelectBin(kBins - 1, k, bin_count_of, &above);
+    const size_t bin_count = bin_count_of(bin);
+    const uint32_t bin_lo = static_cast<uint32_t>(bin) << kShift;
+    const uint32_t bin_hi = bin_lo + ((1u << kShift) - 1);
+    // Few candidates (small ratios): gathered once. Many: the picking pass (scalar) would cost
+    // more than the compaction kernels' second pass.
+    if (above + bin_count <= 2 * k + kMaxExtraCandidates && above + bin_count <= n / 16) {
+      return SelectFromCandidates(x, n, k, bin_lo, bin_hi, above + bin_count, out);
+    }
+    // The threshold's bin holds too many elements to gather them all (ties of a few values):
+    // its elements' magnitudes alone, then a second pass keeps the selected ones.
     uint32_t threshold = 0;
     size_t ties = 0;
     bool all_ties = false;
-    if (k > 0) {
-      auto bin_count_of = [&hist](uint32_t b) -> uint64_t {
-        return hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b];
-      };
-      uint64_t above = 0;
-      const uint32_t bin = topk::SelectBin(kBins - 1, k, bin_count_of, &above);
-      const size_t bin_count = bin_count_of(bin);
+    {
       candidates_.resize(bin_count + kCompactSlack);
-      const uint32_t bin_lo = static_cast<uint32_t>(bin) << kShift;
       const size_t c = CompactRange(x, n, bin_lo, bin_lo + ((1u << kShift) - 1),
                                     reinterpret_cast<uint8_t*>(candidates_.data()), nullptr);
       candidates_.resize(c);
@@ -142,8 +159,107 @@ class TopkCodec final : public SparseCodec {
   }
 
  private:
+  // Candidates beyond 2k that SelectFromCandidates may gather (its scratch, in elements).
+  static constexpr size_t kMaxExtraCandidates = size_t{1} << 16;
+
+  // One pass gathers every candidate, |x| from the threshold's bin [bin_lo, bin_hi] up, in
+  // index order (`count` of them: the histogram's count); the k-th largest among the bin's
+  // elements is the threshold; a pass over the candidates keeps those above it and the first
+  // ties at it, straight into the message.
+  absl::StatusOr<size_t> SelectFromCandidates(const float* x, size_t n, size_t k, uint32_t bin_lo,
+                                              uint32_t bin_hi, size_t count,
+                                              absl::Span<uint8_t> out) {
+    candidate_values_.resize(count + kCompactSlack);
+    candidate_indices_.resize(count + kCompactSlack);
+    const size_t c =
+        CompactRange(x, n, bin_lo, kNonFiniteAbsBits - 1,
+                     reinterpret_cast<uint8_t*>(candidate_values_.data()), candidate_indices_.data());
+    if (c != count) {
+      return absl::InternalError(absl::StrCat("topk: ", c, " candidates, histogram ", count));
+    }
+    candidates_.clear();
+    for (size_t i = 0; i < c; ++i) {
+      const uint32_t a = AbsBits(candidate_values_[i]);
+      if (a <= bin_hi) candidates_.push_back(a);
+    }
+    const size_t need = k - (c - candidates_.size());  // 1 <= need <= the bin's count
+    const uint32_t threshold = topk::NthLargest(candidates_, need);
+    size_t greater = 0;
+    for (uint32_t a : candidates_) greater += a > threshold ? 1 : 0;
+    return PickFromCandidates(n, k, c, threshold, need - greater, out);
+  }
+
+  // From the c gathered candidates (index order), every one above threshold and the first
+  // `ties` equal to it, straight into the message. Writes every candidate at slot j and
+  // advances j past the kept ones: the value area has room for 2k >= k + 1 values, indices_
+  // k + 1.
+  absl::StatusOr<size_t> PickFromCandidates(size_t n, size_t k, size_t c, uint32_t threshold,
+                                            size_t ties, absl::Span<uint8_t> out) {
+    uint8_t* values = out.data() + sparse::kHeaderBytes;
+    indices_.resize(k + 1);
+    uint32_t* idx = indices_.data();
+    size_t j = 0;
+    for (size_t i = 0; i < c; ++i) {
+      const uint32_t a = AbsBits(candidate_values_[i]);
+      const bool tie = a == threshold && ties > 0;
+      const bool keep = a > threshold || tie;
+      std::memcpy(values + 4 * j, &candidate_values_[i], 4);
+      idx[j] = candidate_indices_[i];
+      j += keep ? 1 : 0;
+      ties -= tie ? 1 : 0;
+      if (j == k) break;
+    }
+    if (j != k) return absl::InternalError(absl::StrCat("topk selected ", j, " of ", k));
+    return FinishSparseMessage(out.data(), n, k, idx);
+  }
+
+  // The histogram's pass skipped: a strided sample of |x| estimates a bound below the k-th
+  // largest (its m-th largest, m a few standard deviations above the k * samples / n
+  // expected), one compaction pass gathers every |x| from that bound up, and the k-th largest
+  // among the gathered is the threshold. Returns false, having written nothing that counts,
+  // when the estimate misses: fewer than k gathered, more than the scratch takes, a bound of
+  // 0, or a NaN or Inf among them (the histogram path then selects, or reports the input).
+  bool SelectBySample(const float* x, size_t n, size_t k, absl::Span<uint8_t> out,
+                      absl::StatusOr<size_t>* result) {
+    constexpr size_t kSamples = 8192;
+    if (n < 64 * kSamples) return false;
+    const double expected = static_cast<double>(k) * kSamples / static_cast<double>(n);
+    const size_t m = static_cast<size_t>(expected + 4.0 * std::sqrt(expected) + 16.0);
+    if (m >= kSamples / 32) return false;  // ratios above ~2%: the histogram path
+    const size_t stride = n / kSamples;
+    candidates_.resize(kSamples);
+    for (size_t i = 0; i < kSamples; ++i) candidates_[i] = AbsBits(x[i * stride + stride / 2]);
+    const uint32_t lo = topk::NthLargest(candidates_, m);
+    if (lo == 0 || lo >= kNonFiniteAbsBits) return false;
+    const size_t cap = 2 * k + kMaxExtraCandidates;
+    constexpr size_t kBlock = size_t{1} << 16;
+    candidate_values_.resize(cap + kBlock + kCompactSlack);
+    candidate_indices_.resize(cap + kBlock + kCompactSlack);
+    size_t c = 0;
+    for (size_t begin = 0; begin < n; begin += kBlock) {  // NaN and Inf gathered too
+      c += CompactRange(x + begin, std::min(kBlock, n - begin), lo, 0xffffffffu,
+                        reinterpret_cast<uint8_t*>(candidate_values_.data() + c),
+                        candidate_indices_.data() + c, static_cast<uint32_t>(begin));
+      if (c > cap) return false;
+    }
+    if (c < k) return false;
+    candidates_.resize(c);
+    uint32_t max_bits = 0;
+    for (size_t i = 0; i < c; ++i) {
+      candidates_[i] = AbsBits(candidate_values_[i]);
+      max_bits = candidates_[i] > max_bits ? candidates_[i] : max_bits;
+    }
+    if (max_bits >= kNonFiniteAbsBits) return false;
+    const uint32_t threshold = topk::NthLargest(candidates_, k);
+    size_t greater = 0;
+    for (uint32_t a : candidates_) greater += a > threshold ? 1 : 0;
+    *result = PickFromCandidates(n, k, c, threshold, k - greater, out);
+    return true;
+  }
+
   double ratio_;
-  std::vector<uint32_t> candidates_, ties_;
+  std::vector<uint32_t> candidates_, ties_, candidate_indices_;
+  std::vector<float> candidate_values_;
   std::vector<float> tie_values_;
 };
 

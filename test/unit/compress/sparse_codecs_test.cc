@@ -75,6 +75,12 @@ TEST(TopkTest, KeepsExactlyTheKLargestAndMatchesTheSizeFormula) {
     for (size_t i = 0; i < few_values.size(); ++i)
       few_values[i] = static_cast<float>(i * 7919 % 13) - 6;
     inputs.push_back({"ties_50k", few_values});
+    // Large enough for the sampled bound (sparse_topk.cc SelectBySample): one where the sample
+    // estimates well, one where the largest lie between the sampled elements.
+    inputs.push_back({"heavy_1m", RandomHeavyTail(size_t{1} << 20, 22)});
+    std::vector<float> hidden = RandomNormal(size_t{1} << 20, 23);
+    for (size_t i = 0; i < hidden.size(); i += 128) hidden[i] *= 1000.0f;  // the stride is 128
+    inputs.push_back({"unsampled_1m", hidden});
     for (const auto& in : inputs) {
       const std::string what = absl::StrCat(in.name, " ratio ", ratio);
       const size_t k = ExpectedK(ratio, in.values.size());
@@ -414,6 +420,18 @@ TEST(SparseCodecsTest, MalformedMessagesAreRejected) {
   EXPECT_TRUE(topk->Decode(SparseMessage(0, 0, 10, {1, 2, 3}, RawIndices({3, 7, 9})), TestContext(),
                            absl::MakeSpan(out))
                   .ok());
+}
+
+TEST(TopkTest, NonFiniteLargeInputIsAnErrorNamingTheIndex) {  // past the sampled bound
+  auto codec = MustCreate("topk", {{"ratio", "0.01"}});
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    auto x = RandomNormal(size_t{1} << 20, 2);
+    x[777777] = bad;
+    auto enc = EncodeToVector(*codec, x, TestContext());
+    ASSERT_FALSE(enc.ok());
+    EXPECT_TRUE(absl::StrContains(enc.status().message(), "element 777777 of 1048576"))
+        << enc.status();
+  }
 }
 
 TEST(SparseCodecsTest, NonFiniteInputIsAnErrorNamingTheIndex) {

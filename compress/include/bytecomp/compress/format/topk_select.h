@@ -1,9 +1,9 @@
 // Which elements topk sends: the k = KeptCount(ratio, n) largest |x| bit patterns (|x| compares
 // like its bits with the sign cleared), and among the elements equal to the k-th largest the
 // first ones in index order; then the sparse message (sparse_format.h). The CPU codec
-// (compress/src/sparse_topk.cc) finds the threshold with one 2048-bin histogram, the CUDA one
-// (compress/cuda/src/sparse_kernels.cu) with four 256-bin radix passes; both walk their
-// histograms with SelectBin.
+// (compress/src/sparse_topk.cc) finds the threshold among the elements above a sampled bound,
+// or else with one 2048-bin histogram, the CUDA one (compress/cuda/src/sparse_kernels.cu) with
+// four 256-bin radix passes; both walk their histograms with SelectBin.
 #pragma once
 
 #include <algorithm>
