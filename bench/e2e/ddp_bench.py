@@ -137,6 +137,16 @@ def scheduler_args(system, args, work):
     return flags
 
 
+def run_checked(cmd, timeout, env=None, with_stderr=False):
+    """cmd's standard output (and its standard error after it, with_stderr); exits naming the
+    command and its last output when it fails."""
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed (rc {res.returncode}):\n"
+                         f"{(res.stdout + res.stderr)[-3000:]}")
+    return res.stdout + res.stderr if with_stderr else res.stdout
+
+
 def run_one(system, model, args, work, use_netns):
     """Trains one system once; returns rank 0's RESULT figures plus wall seconds."""
     label, system = system, base_system(system)

@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, HERE)
 
 from bytecomp.strategy import PRESETS, strategy_text  # noqa: E402
-from ddp_bench import namespaces_usable, rate_gbps  # noqa: E402
+from ddp_bench import namespaces_usable, rate_gbps, run_checked  # noqa: E402
 from netns_probe import HostBusy, NetnsProbe  # noqa: E402
 
 PROFILES = os.path.join(REPO, "scheduler", "planner", "profiles")
@@ -181,14 +181,6 @@ def cluster_text(args):
             f"partition_bytes: {partition_bytes(args)}\n")
 
 
-def run(cmd, timeout, env=None):
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed (rc {res.returncode}):\n"
-                         f"{(res.stdout + res.stderr)[-3000:]}")
-    return res.stdout + res.stderr
-
-
 def calibrate(args, work):
     """This host's codec costs (bytecomp-plan --calibrate): the nominal table's codecs, with
     PowerSGD at the rank its preset uses, so that bc-powersgd is predicted and auto may pick
@@ -198,9 +190,9 @@ def calibrate(args, work):
     rank = "".join(f' params {{ key: "{k}" value: "{v}" }}' for k, v in params.items())
     with open(template, "w") as f:
         f.write(open(NOMINAL).read().replace('name: "powersgd"', f'name: "powersgd"{rank}'))
-    out = run([os.path.join(args.bin_dir, "bytecomp-plan"), "--calibrate", f"--costs={costs}",
-               f"--calibrate_template={template}",
-               f"--calibrate_seconds={args.calibrate_seconds}"], 900)
+    out = run_checked([os.path.join(args.bin_dir, "bytecomp-plan"), "--calibrate",
+                       f"--costs={costs}", f"--calibrate_template={template}",
+                       f"--calibrate_seconds={args.calibrate_seconds}"], 900, with_stderr=True)
     print(out.strip().splitlines()[-1], flush=True)
     return costs
 
@@ -243,10 +235,11 @@ def predict(args, work, tag, profile, cluster, strategies):
     predicted = {}
     for system, path in strategies.items():
         try:
-            out = run([os.path.join(args.bin_dir, "bytecomp-plan"), f"--profile={profile}",
-                       f"--cluster={cluster}", f"--costs={args.costs}", f"--options={options}",
-                       f"--out={os.path.join(work, 'ignored.pbtxt')}", f"--evaluate={path}",
-                       "--table=false"], 300)
+            out = run_checked([os.path.join(args.bin_dir, "bytecomp-plan"), f"--profile={profile}",
+                               f"--cluster={cluster}", f"--costs={args.costs}",
+                               f"--options={options}",
+                               f"--out={os.path.join(work, 'ignored.pbtxt')}",
+                               f"--evaluate={path}", "--table=false"], 300, with_stderr=True)
             found = re.search(r"evaluated .*: ([\d.]+) ms", out)
             predicted[system] = float(found.group(1)) if found else None
         except SystemExit as e:

@@ -40,7 +40,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ddp_bench import namespaces_usable, rate_gbps  # noqa: E402
+from ddp_bench import namespaces_usable, rate_gbps, run_checked  # noqa: E402
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparse_train.py")
 SYSTEMS = ("none", "topk", "artopk", "blocksparse", "planned")
@@ -79,14 +79,6 @@ def parse_args(argv=None):
     args.models = [m for m in args.models.split(",") if m]
     args.systems = [s for s in args.systems.split(",") if s]
     return args
-
-
-def run(cmd, timeout, env=None):
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed (rc {res.returncode}):\n"
-                         f"{(res.stdout + res.stderr)[-3000:]}")
-    return res.stdout
 
 
 def local_steps(cmd, copies, timeout, env):
@@ -166,7 +158,7 @@ def train(args, model, strategy, work, use_netns):
     env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // w))
     env.setdefault("BYTECOMP_LIBRARY", os.path.join(os.path.dirname(args.bin_dir), "lib",
                                                     "libbytecomp_worker.so"))
-    out = run(cmd, args.timeout + 120, env)
+    out = run_checked(cmd, args.timeout + 120, env)
     found = RESULT.search(out)
     if found is None:
         raise SystemExit(f"no RESULT from {' '.join(cmd)}:\n{out[-3000:]}")
@@ -193,7 +185,7 @@ def main(argv=None):
     open(paths["cluster.pbtxt"], "w").write(cluster_text(args))
     open(paths["options.pbtxt"], "w").write(planner_options())
     open(paths["evaluate.pbtxt"], "w").write(planner_options(evaluate=True))
-    out = run([plan_bin, "--calibrate", f"--costs={paths['costs.pbtxt']}",
+    out = run_checked([plan_bin, "--calibrate", f"--costs={paths['costs.pbtxt']}",
                f"--calibrate_template={paths['template.pbtxt']}",
                f"--calibrate_seconds={0.002 if args.small else 0.02}"], 900)
     print(out.strip().splitlines()[-1], flush=True)
@@ -207,9 +199,9 @@ def main(argv=None):
     for model in args.models:
         profile = os.path.join(work, f"{model}-profile.pbtxt")
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.workers)))
-        run(train_cmd(args, model, ["--local", "--profile", profile]), args.timeout, env)
-        local = json.loads(RESULT.search(run(train_cmd(args, model, ["--local"]), args.timeout,
-                                             env)).group(1))
+        run_checked(train_cmd(args, model, ["--local", "--profile", profile]), args.timeout, env)
+        local = json.loads(RESULT.search(
+            run_checked(train_cmd(args, model, ["--local"]), args.timeout, env)).group(1))
         local_shared = local_steps(train_cmd(args, model, ["--local"]), args.workers,
                                    args.timeout, env)
         # The planner's own strategy, and its predictions of every system's.
@@ -223,7 +215,7 @@ def main(argv=None):
         plan_cmd = [plan_bin, f"--profile={profile}", f"--cluster={paths['cluster.pbtxt']}",
                     f"--costs={paths['costs.pbtxt']}", f"--options={paths['options.pbtxt']}",
                     f"--out={planned}"]
-        plan_out = run(plan_cmd, 300)
+        plan_out = run_checked(plan_cmd, 300)
         # The table's rows (explain.h, PlanTable): #, tensor, size (number and unit), the
         # chosen option ("topk(CPU,union:CPU)", then "hier" and "pN" when so), its settings, ...
         chosen = [(parts[1], " ".join(parts[4:5] + list(itertools.takewhile(
@@ -233,7 +225,7 @@ def main(argv=None):
         predicted = {}
         for system, path in strategies.items():
             try:
-                text = run(plan_cmd[:-2] + [f"--options={paths['evaluate.pbtxt']}",
+                text = run_checked(plan_cmd[:-2] + [f"--options={paths['evaluate.pbtxt']}",
                                             f"--out={os.path.join(work, 'ignored.pbtxt')}",
                                             f"--evaluate={path}", "--table=false"], 300)
                 predicted[system] = float(re.search(r"evaluated .*: ([\d.]+) ms", text).group(1))
