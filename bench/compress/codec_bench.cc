@@ -167,11 +167,10 @@ int main(int argc, char** argv) {
       }
     } else if (arg.rfind("--reps=", 0) == 0 && absl::SimpleAtoi(arg.substr(7), &reps) && reps > 0) {
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--preset=grace] [--codecs=a,b] [--params=k=v,...] [--sizes=n1,n2] "
-          "[--reps=N] | --list\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--preset=grace] [--codecs=a,b] [--params=k=v,...] [--sizes=n1,n2] "
+                   "[--reps=N] | --list\n",
+                   argv[0]);
       return 2;
     }
   }

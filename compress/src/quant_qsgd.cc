@@ -180,7 +180,8 @@ class QsgdCodec final : public Codec {
     // each starts on a byte) unpacked into L1, checked, then decoded.
     constexpr size_t kBlock = 2048;
     const size_t per_block = std::max<size_t>(1, kBlock / bucket_);
-    const size_t block = per_block * bucket_ % 8 == 0 ? per_block * bucket_ : 8 * per_block * bucket_;
+    const size_t block =
+        per_block * bucket_ % 8 == 0 ? per_block * bucket_ : 8 * per_block * bucket_;
     codes_.resize(std::min(n, block));
     const uint32_t level_mask = (1u << level_bits_) - 1u;
     for (size_t begin = 0; begin < n; begin += block) {

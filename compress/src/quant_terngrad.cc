@@ -37,8 +37,8 @@ __attribute__((target_clones("avx2", "default"))) void TernEncode(const float* _
     const uint32_t len = count - begin < kBlock ? count - begin : kBlock;
     const float* xb = x + begin;
     for (uint32_t i = 0; i < len; ++i) {
-      codes[i] = static_cast<uint8_t>(
-          TernaryCode(xb[i], clip, scale, UniformFloat(random, begin + i)));
+      codes[i] =
+          static_cast<uint8_t>(TernaryCode(xb[i], clip, scale, UniformFloat(random, begin + i)));
     }
     const uint32_t groups = len / 4;
     uint8_t* ob = out + begin / 4;
@@ -85,7 +85,8 @@ void TernDecode(const uint8_t* __restrict codes, size_t n, float scale, float* _
   const TernaryGroups table(scale);
   const size_t groups = n / 4;
   if (StreamOutput(out, n)) {
-    for (size_t g = 0; g < groups; ++g) _mm_stream_ps(out + 4 * g, _mm_load_ps(table.values[codes[g]]));
+    for (size_t g = 0; g < groups; ++g)
+      _mm_stream_ps(out + 4 * g, _mm_load_ps(table.values[codes[g]]));
     StreamDone();
   } else {
     for (size_t g = 0; g < groups; ++g) std::memcpy(out + 4 * g, table.values[codes[g]], 16);

@@ -181,8 +181,8 @@ class U8bitCodec final : public Codec {
       size_t i = 0;
       if (stream) {  // kBlock is a multiple of 4: every block starts 16-byte aligned
         for (; i + 4 <= len; i += 4) {
-          _mm_stream_ps(out + i, _mm_setr_ps(table[c[i]], table[c[i + 1]], table[c[i + 2]],
-                                             table[c[i + 3]]));
+          _mm_stream_ps(
+              out + i, _mm_setr_ps(table[c[i]], table[c[i + 1]], table[c[i + 2]], table[c[i + 3]]));
         }
       }
       for (; i < len; ++i) out[i] = table[c[i]];

@@ -171,9 +171,9 @@ class TopkCodec final : public SparseCodec {
                                               absl::Span<uint8_t> out) {
     candidate_values_.resize(count + kCompactSlack);
     candidate_indices_.resize(count + kCompactSlack);
-    const size_t c =
-        CompactRange(x, n, bin_lo, kNonFiniteAbsBits - 1,
-                     reinterpret_cast<uint8_t*>(candidate_values_.data()), candidate_indices_.data());
+    const size_t c = CompactRange(x, n, bin_lo, kNonFiniteAbsBits - 1,
+                                  reinterpret_cast<uint8_t*>(candidate_values_.data()),
+                                  candidate_indices_.data());
     if (c != count) {
       return absl::InternalError(absl::StrCat("topk: ", c, " candidates, histogram ", count));
     }

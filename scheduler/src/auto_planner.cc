@@ -133,7 +133,8 @@ RoundCpu CpuOfRounds(const proto::ModelProfile& profile) {
     cpu.reported = true;
     const double share = profile.measured_round_wait_us() / profile.measured_round_us();
     cpu.bound = cpu.bound || share >= kWaiting;
-    seen.push_back(absl::StrFormat("its threads waited %.0f%% of the round for a CPU", 100 * share));
+    seen.push_back(
+        absl::StrFormat("its threads waited %.0f%% of the round for a CPU", 100 * share));
   }
   if (profile.host_cpu_busy() > 0) {
     cpu.reported = true;
@@ -252,7 +253,8 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
     for (const proto::ModelProfile& p : profiles) {
       if (p.has_measured_round_wait_us()) waits.push_back(p.measured_round_wait_us());
     }
-    if (!waits.empty()) inputs.profile.set_measured_round_wait_us(TwoSignificantDigits(Median(waits)));
+    if (!waits.empty())
+      inputs.profile.set_measured_round_wait_us(TwoSignificantDigits(Median(waits)));
   }
   inputs.profile.set_cpu_cores(
       static_cast<int>(median([](const auto& p) { return static_cast<double>(p.cpu_cores()); })));

@@ -65,8 +65,8 @@ CpuSample SampleCpu() {
   CpuSample s;
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);
-  s.process_wait_us =
-      wait_cache->Get(static_cast<double>(now.tv_sec) * 1e6 + static_cast<double>(now.tv_nsec) / 1e3);
+  s.process_wait_us = wait_cache->Get(static_cast<double>(now.tv_sec) * 1e6 +
+                                      static_cast<double>(now.tv_nsec) / 1e3);
   timespec ts{};
   if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0) {
     s.process_us = static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;

@@ -573,8 +573,8 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
       }
     };
     refine(search);
-    const size_t starts =
-        std::min(uniform.size(), static_cast<size_t>(std::max(0, problem.inputs.options.uniform_starts())));
+    const size_t starts = std::min(
+        uniform.size(), static_cast<size_t>(std::max(0, problem.inputs.options.uniform_starts())));
     for (size_t k = 0; k < starts; ++k) {
       std::vector<int> kept_start = uniform[k].choice;
       for (int i = 0; i < first_kept; ++i) kept_start[i] = problem.none_index[i];
