@@ -21,9 +21,12 @@ void PackScalar(const float* x, size_t begin, size_t n, uint8_t* out) {
   }
 }
 
-// Also tracks the largest |x| bit pattern (the finite check rides along with the pack).
-__attribute__((target("avx2"))) size_t PackAvx2(const float* x, size_t n, uint8_t* out,
-                                                uint32_t* max_abs_bits) {
+// Packs the signs of the values `lane(at)` yields, 32 elements a step, and tracks the largest
+// |value| bit pattern (the finite check rides along with the pack). Returns how many
+// elements it packed (a multiple of 32).
+template <typename Lane>
+__attribute__((target("avx2"))) size_t PackLanesAvx2(size_t n, const Lane& lane, uint8_t* out,
+                                                     uint32_t* max_abs_bits) {
   const __m256 zero = _mm256_setzero_ps();
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   __m256i max_bits = _mm256_setzero_si256();
@@ -31,7 +34,7 @@ __attribute__((target("avx2"))) size_t PackAvx2(const float* x, size_t n, uint8_
   for (; i + 32 <= n; i += 32) {
     uint32_t word = 0;
     for (int part = 0; part < 4; ++part) {
-      const __m256 v = _mm256_loadu_ps(x + i + 8 * part);
+      const __m256 v = lane(i + 8 * part);
       max_bits = _mm256_max_epu32(max_bits, _mm256_and_si256(_mm256_castps_si256(v), abs_mask));
       word |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)))
               << (8 * part);
@@ -46,42 +49,46 @@ __attribute__((target("avx2"))) size_t PackAvx2(const float* x, size_t n, uint8_
   return i;
 }
 
-// signum's blend and pack, 32 elements a step; next + i is 32-byte aligned where stream is set
-// (the caller's check).
-template <bool kStream>
-__attribute__((target("avx2"))) size_t BlendPackAvx2(const float* g, const float* m, size_t n,
-                                                     float keep, float beta, float* next,
-                                                     uint8_t* out, uint32_t* max_abs_bits) {
-  const __m256 zero = _mm256_setzero_ps();
-  const __m256 vkeep = _mm256_set1_ps(keep);
-  const __m256 vbeta = _mm256_set1_ps(beta);
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-  __m256i max_bits = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    uint32_t word = 0;
-    for (int part = 0; part < 4; ++part) {
-      // SignumBlend: keep * g + beta * m, two products and a sum, each rounded.
-      const __m256 v = _mm256_add_ps(_mm256_mul_ps(vkeep, _mm256_loadu_ps(g + i + 8 * part)),
-                                     _mm256_mul_ps(vbeta, _mm256_loadu_ps(m + i + 8 * part)));
-      if constexpr (kStream) {
-        _mm256_stream_ps(next + i + 8 * part, v);
-      } else {
-        _mm256_storeu_ps(next + i + 8 * part, v);
-      }
-      max_bits = _mm256_max_epu32(max_bits, _mm256_and_si256(_mm256_castps_si256(v), abs_mask));
-      word |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)))
-              << (8 * part);
-    }
-    __builtin_memcpy(out + i / 8, &word, 4);
+// The input's own values.
+struct InputLane {
+  const float* x;
+  __attribute__((target("avx2"))) __m256 operator()(size_t at) const {
+    return _mm256_loadu_ps(x + at);
   }
-  if constexpr (kStream) _mm_sfence();
-  alignas(32) uint32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), max_bits);
-  uint32_t mx = 0;
-  for (uint32_t l : lanes) mx = l > mx ? l : mx;
-  *max_abs_bits = mx;
-  return i;
+};
+
+// signum's blend (memory_math.h SignumBlend: keep * g + beta * m, two products and a sum,
+// each rounded), stored to next (non-temporal where kStream: next must then be 32-byte
+// aligned, the caller's check).
+template <bool kStream>
+struct SignumBlendLane {
+  const float* g;
+  const float* m;
+  float* next;
+  float keep, beta;
+  __attribute__((target("avx2"))) __m256 operator()(size_t at) const {
+    const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(keep), _mm256_loadu_ps(g + at)),
+                                   _mm256_mul_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(m + at)));
+    if constexpr (kStream) {
+      _mm256_stream_ps(next + at, v);
+    } else {
+      _mm256_storeu_ps(next + at, v);
+    }
+    return v;
+  }
+};
+
+__attribute__((target("avx2"))) size_t BlendPackAvx2(const float* g, const float* m, size_t n,
+                                                     float keep, float beta, bool stream,
+                                                     float* next, uint8_t* out,
+                                                     uint32_t* max_abs_bits) {
+  if (!stream) {
+    return PackLanesAvx2(n, SignumBlendLane<false>{g, m, next, keep, beta}, out, max_abs_bits);
+  }
+  const size_t done =
+      PackLanesAvx2(n, SignumBlendLane<true>{g, m, next, keep, beta}, out, max_abs_bits);
+  _mm_sfence();
+  return done;
 }
 
 void UnpackScalar(const uint8_t* bits, size_t begin, size_t n, float v0, float v1, float* out) {
@@ -176,7 +183,7 @@ SignSums PackSignBitsWithSums(const float* x, size_t n, uint8_t* out) {
 
 bool PackSignBits(const float* x, size_t n, uint8_t* out) {
   uint32_t max_bits = 0;
-  const size_t done = HaveAvx2() ? PackAvx2(x, n, out, &max_bits) : 0;
+  const size_t done = HaveAvx2() ? PackLanesAvx2(n, InputLane{x}, out, &max_bits) : 0;
   PackScalar(x, done, n, out);
   for (size_t i = done; i < n; ++i) {
     const uint32_t bits = FloatBits(x[i]) & 0x7fffffffu;
@@ -190,9 +197,8 @@ bool BlendAndPackSignBits(const float* g, const float* m, size_t n, float keep, 
   size_t done = 0;
   uint32_t max_bits = 0;
   if (HaveAvx2()) {
-    done = stream && reinterpret_cast<uintptr_t>(next) % 32 == 0
-               ? BlendPackAvx2<true>(g, m, n, keep, beta, next, out, &max_bits)
-               : BlendPackAvx2<false>(g, m, n, keep, beta, next, out, &max_bits);
+    done = BlendPackAvx2(g, m, n, keep, beta, stream && reinterpret_cast<uintptr_t>(next) % 32 == 0,
+                         next, out, &max_bits);
   }
   for (size_t i = done; i < n; ++i) {
     next[i] = SignumBlend(g[i], m[i], keep, beta);
