@@ -23,8 +23,9 @@ struct CpuSample {
   double process_us = 0;          // this process's CPU time, every thread
   uint64_t host_busy_ticks = 0;   // /proc/stat: every CPU's time not idle (nor waiting on I/O)
   uint64_t host_total_ticks = 0;  // /proc/stat: every CPU's time
-  // The time this process's threads were runnable but waiting for a CPU, summed over its
-  // threads (/proc/self/task/*/schedstat); -1 where the kernel does not say.
+  // The time this process's threads were runnable but waiting for a CPU, summed over its live
+  // threads (/proc/self/task/*/schedstat: a thread that has ended no longer counts; the
+  // engine's threads live as long as it does); -1 where the kernel does not say.
   double process_wait_us = -1;
 };
 // The counters now. The wait sum reads a file per thread, so it is read at most once a

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "forward_timer.h"
 #include "ready_profiler.h"
 
@@ -117,20 +119,27 @@ TEST(ForwardTimerTest, ThreadsSharingOneCpuWaitForIt) {
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(sched_getcpu(), &one);
-  auto spin = [&one] {
+  // The sum covers live threads only: the spinners stay until it has been read.
+  absl::Notification read;
+  absl::BlockingCounter spun(2);
+  auto spin = [&] {
     ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
     volatile double sink = 0;
     const double start = ThreadCpuMs();
     while (ThreadCpuMs() - start < 100) sink = sink + 1;  // 100 ms of CPU each
+    spun.DecrementCount();
+    read.WaitForNotification();
   };
   std::thread a(spin), b(spin);
-  a.join();
-  b.join();
+  spun.Wait();
   // 200 ms of CPU through one CPU: each thread waited while the other ran, about 100 ms in all
   // (schedulers hand out slices of a few ms; a loaded host only adds wait).
-  EXPECT_GT(ProcessWaitUs() - before, 40'000);
-  const CpuSample sample = SampleCpu();
-  EXPECT_GE(sample.process_wait_us, 0);
+  const double waited = ProcessWaitUs() - before;
+  read.Notify();
+  a.join();
+  b.join();
+  EXPECT_GT(waited, 40'000);
+  EXPECT_GE(SampleCpu().process_wait_us, 0);
 }
 
 TEST(ReadyProfilerTest, ProfileCarriesTheMedianForwardTime) {
