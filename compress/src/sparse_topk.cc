@@ -84,14 +84,10 @@ class TopkCodec final : public SparseCodec {
       candidates_.resize(c);
       for (auto& a : candidates_) a &= 0x7fffffffu;  // stored as the values' bits
       const size_t need = k - above;                 // 1 <= need <= c
-      threshold = topk::NthLargest(candidates_, need);
-      size_t greater = 0, equal = 0;
-      for (uint32_t a : candidates_) {
-        greater += a > threshold ? 1 : 0;
-        equal += a == threshold ? 1 : 0;
-      }
-      ties = need - greater;
-      all_ties = ties == equal;
+      const topk::Cut cut = topk::CutForLargest(candidates_, need);
+      threshold = cut.threshold;
+      ties = cut.ties;
+      all_ties = cut.ties == cut.equal;
     }
 
     uint8_t* values = out.data() + sparse::kHeaderBytes;
@@ -183,10 +179,8 @@ class TopkCodec final : public SparseCodec {
       if (a <= bin_hi) candidates_.push_back(a);
     }
     const size_t need = k - (c - candidates_.size());  // 1 <= need <= the bin's count
-    const uint32_t threshold = topk::NthLargest(candidates_, need);
-    size_t greater = 0;
-    for (uint32_t a : candidates_) greater += a > threshold ? 1 : 0;
-    return PickFromCandidates(n, k, c, threshold, need - greater, out);
+    const topk::Cut cut = topk::CutForLargest(candidates_, need);
+    return PickFromCandidates(n, k, c, cut.threshold, cut.ties, out);
   }
 
   // From the c gathered candidates (index order), every one above threshold and the first
@@ -250,10 +244,8 @@ class TopkCodec final : public SparseCodec {
       max_bits = candidates_[i] > max_bits ? candidates_[i] : max_bits;
     }
     if (max_bits >= kNonFiniteAbsBits) return false;
-    const uint32_t threshold = topk::NthLargest(candidates_, k);
-    size_t greater = 0;
-    for (uint32_t a : candidates_) greater += a > threshold ? 1 : 0;
-    *result = PickFromCandidates(n, k, c, threshold, k - greater, out);
+    const topk::Cut cut = topk::CutForLargest(candidates_, k);
+    *result = PickFromCandidates(n, k, c, cut.threshold, cut.ties, out);
     return true;
   }
 

@@ -40,6 +40,23 @@ inline uint32_t NthLargest(std::vector<uint32_t>& values, size_t m) {
   return values[m - 1];
 }
 
+// The cut that keeps the `need` largest of `values` (1 <= need <= size): the threshold
+// (NthLargest), how many equal to it are kept (every one above it is), and how many equal it.
+struct Cut {
+  uint32_t threshold;
+  size_t ties;
+  size_t equal;
+};
+inline Cut CutForLargest(std::vector<uint32_t>& values, size_t need) {
+  const uint32_t threshold = NthLargest(values, need);
+  size_t greater = 0, equal = 0;
+  for (uint32_t a : values) {
+    greater += a > threshold ? 1 : 0;
+    equal += a == threshold ? 1 : 0;
+  }
+  return Cut{threshold, need - greater, equal};
+}
+
 // The GPU's radix select, 8 bits a pass from the top of the |x| bit pattern (shift 24, 16, 8,
 // 0): whether |x| bits a belong to this pass (its bits above the pass's digit match prefix).
 BYTECOMP_HD bool RadixMatches(uint32_t a, uint32_t prefix, int shift) {
