@@ -23,8 +23,9 @@
      torch    a two-worker PyTorch step through the installed shim (torch_step.py).
 
 Exits 77 (skipped, with the reason) when not root, when debootstrap, unshare or chroot is
-missing, when there is no cached root and Debian's mirror cannot be reached, or with
-BYTECOMP_SKIP_PACKAGE_TEST=1.
+missing, when there is no cached root and Debian's mirror cannot be reached, with
+BYTECOMP_SKIP_PACKAGE_TEST=1, and for a CUDA build unless BYTECOMP_TEST_DEPTH=deep (the second
+build in step 1 costs more than the test command's budget has: deploy/test.sh --deep runs it).
 Environment: BYTECOMP_DEBIAN_MIRROR (default http://deb.debian.org/debian),
 BYTECOMP_TEST_CACHE, BYTECOMP_PACKAGE_JOBS (build jobs, default 2).
 """
@@ -97,12 +98,15 @@ def cmake_cache_value(build_dir, name):
     return ""
 
 
+def needs_package_build(build_dir):
+    """Whether build_dir has CUDA code, which the package may not hold (cmake/Package.cmake)."""
+    with open(os.path.join(build_dir, "CPackConfig.cmake")) as f:
+        return "CPACK_BYTECOMP_REFUSE" in f.read()
+
+
 def make_package(source_dir, build_dir):
     """Makes the .deb with CPack; returns its path."""
-    cpack_config = os.path.join(build_dir, "CPackConfig.cmake")
-    with open(cpack_config) as f:
-        refused = "CPACK_BYTECOMP_REFUSE" in f.read()
-    if refused:
+    if needs_package_build(build_dir):
         # A CUDA build: a build of its own without CUDA, of the installed targets only.
         package_build = os.path.join(build_dir, "pkg-build")
         log("%s has CUDA code; the package is made from %s (BYTECOMP_CUDA=OFF)"
@@ -374,6 +378,12 @@ def main():
         for tool in ("debootstrap", "unshare", "chroot", "dpkg-deb", "dpkg-shlibdeps", "tar"):
             if shutil.which(tool) is None:
                 raise Skip("%s is not installed (deploy/setup.sh installs it)" % tool)
+        if (needs_package_build(args.build_dir)
+                and os.environ.get("BYTECOMP_TEST_DEPTH") != "deep"):
+            raise Skip("%s has CUDA code, so the package needs a second, CUDA-free build of "
+                       "its own (about 17 CPU-minutes here, over the test command's budget): "
+                       "deploy/test.sh --deep runs this test; a BYTECOMP_CUDA=OFF build runs "
+                       "it from its own files" % args.build_dir)
         os.makedirs(CACHE, exist_ok=True)
     except Skip as reason:
         print("SKIP: %s" % reason, flush=True)
