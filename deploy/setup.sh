@@ -41,6 +41,8 @@ packages=(
   libabsl-dev
   googletest libgtest-dev libgmock-dev
   libsodium-dev
+  # libcrypto's AES-256-GCM for sealed data frames (common/include/bytecomp/common/frame_seal.h).
+  libssl-dev
   # prometheus-cpp for the daemons' /metrics.
   prometheus-cpp-dev
   iproute2 procps psmisc

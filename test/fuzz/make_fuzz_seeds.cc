@@ -26,6 +26,7 @@
 #include "google/protobuf/descriptor.h"
 #include "planner.pb.h"
 #include "scheduler_fuzz_job.h"
+#include "sealed_frame_job.h"
 #include "seed_support.h"
 #include "server_fuzz_job.h"
 
@@ -554,6 +555,32 @@ void WriteDictionaries(const std::filesystem::path& dir) {
   WriteDict(dir / "server_request.dict", server);
 }
 
+// Frames sealed under the target's keys, each mode, empty to multi-block payloads.
+void WriteSealedFrameSeeds(SeedWriter& seeds) {
+  for (const uint8_t mode : {0, 1}) {
+    const DataProtection protection = SealedFrameProtection(mode);
+    for (const uint32_t key_id : {1u, 2u}) {
+      SealKey key(protection, SealedFrameKey(key_id), SealedFrameSender(key_id));
+      std::unique_ptr<FrameSealer> sealer = *FrameSealer::Create(&key);
+      for (const size_t n : {size_t{0}, size_t{1}, size_t{100}, size_t{4096}}) {
+        const std::vector<float> values = SeedValues(n / 4 + 1, n);
+        const std::vector<uint8_t> payload(reinterpret_cast<const uint8_t*>(values.data()),
+                                           reinterpret_cast<const uint8_t*>(values.data()) + n);
+        std::vector<uint8_t> frame(n + kSealOverheadBytes);
+        if (!sealer->Seal(payload, "conn", absl::MakeSpan(frame)).ok()) {
+          std::fprintf(stderr, "sealing a seed failed\n");
+          std::exit(1);
+        }
+        FuzzInputWriter w;
+        w.U8(mode).String("conn").U8(static_cast<uint8_t>(n)).Rest(frame);
+        seeds.Write("sealed_frame",
+                    absl::StrCat(DataProtectionName(protection), "-key", key_id, "-n", n),
+                    w.bytes());
+      }
+    }
+  }
+}
+
 }  // namespace bytecomp::fuzz
 
 int main(int argc, char** argv) {
@@ -568,6 +595,7 @@ int main(int argc, char** argv) {
   bytecomp::fuzz::WriteSchedulerSeeds(seeds);
   bytecomp::fuzz::WriteStrategySeeds(seeds);
   bytecomp::fuzz::WriteConfigSeeds(seeds);
+  bytecomp::fuzz::WriteSealedFrameSeeds(seeds);
   bytecomp::fuzz::WriteDictionaries(argv[2]);
   std::printf("wrote %d seeds under %s\n", seeds.written(), argv[1]);
   return 0;
