@@ -11,14 +11,14 @@
 #         and past findings), every C++ unit test (UBSan found a null memcpy there), and the
 #         cluster tests through the engine's distinct paths: every codec one- and two-way
 #         (integration.codecs, where UBSan found a misaligned read of pulled factors), exact
-#         sums, faults, bad input, hierarchical jobs, device placement, and through the
+#         sums, faults, bad input, device placement (hierarchical jobs in deep), and through the
 #         PyTorch shim (the Python tests preload the ASan runtime into each interpreter, leak
 #         checks off there: test/sanitizers/python_asan.sh) an adaptive two-round codec and
 #         the DDP comm hook. deep: the whole ctest suite but the packaging tests.
 #         BYTECOMP_SANITIZER=asan: the longest jobs run the same checks on less work there
 #         (cluster.sized, the planner's random models).
 #   fuzz  deploy/fuzz.sh in build-fuzz (ASan + UBSan + libFuzzer's coverage instrumentation,
-#         the fuzz targets only): every target of test/fuzz for FUZZ_SECONDS (ci 45, deep 300)
+#         the fuzz targets only): every target of test/fuzz for FUZZ_SECONDS (ci 30, deep 300)
 #         on its corpus, FUZZ_JOBS (2) at a time; a hard bound of targets x seconds / jobs.
 #   tsan  build-tsan: ThreadSanitizer, with Abseil's locks and libzmq's hand-offs of messages
 #         made visible to it (test/sanitizers/tsan_absl_sync.cc and tsan_zmq_sync.cc,
@@ -62,7 +62,7 @@ fi
 # daemons, the engine library, the test workers, the tools and the fuzz targets.
 asan_targets=(all)
 if [ "$scope" = ci ]; then
-  asan_tests=(-R '^(lint\.lock_rules|fuzz\..*\.corpus|unit\..*|integration\.(codecs|exact_sums|faults|bad_input|hierarchical|device_placement)|python\.cluster_(adaptive_ratio|ddp_comm_hook_equals))$')
+  asan_tests=(-R '^(lint\.lock_rules|fuzz\..*\.corpus|unit\..*|integration\.(codecs|exact_sums|faults|bad_input|device_placement)|python\.cluster_(adaptive_ratio|ddp_comm_hook_equals))$')
 else
   # Not the packaging tests: they install the build into fresh roots, where an ASan build's
   # binaries lack their runtime; what they check (layout, units) is not memory safety.
@@ -89,7 +89,7 @@ stage_asan() {
 }
 
 stage_fuzz() {
-  local seconds=${FUZZ_SECONDS:-$([ "$scope" = deep ] && echo 300 || echo 45)}
+  local seconds=${FUZZ_SECONDS:-$([ "$scope" = deep ] && echo 300 || echo 30)}
   log "fuzz: build the fuzz targets in $fuzz_build, then every target $seconds s"
   stage fuzz bash "$root/deploy/fuzz.sh" --build-dir "$fuzz_build" --seconds "$seconds" \
     --jobs "${FUZZ_JOBS:-2}"

@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   randombytes_buf(sodium_key, sizeof(sodium_key));
 
   FrameOpener encrypt_opener(DataProtection::kEncrypt), auth_opener(DataProtection::kAuthenticate);
-  if (!encrypt_opener.AddKey(*key, 1).ok() || !auth_opener.AddKey(*key, 2).ok()) Die("AddKey failed");
+  if (!encrypt_opener.AddKey(*key, 1).ok() || !auth_opener.AddKey(*key, 2).ok())
+    Die("AddKey failed");
 
   auto check = [](const absl::Status& s) {
     if (!s.ok()) Die(s.ToString());
@@ -95,37 +96,47 @@ int main(int argc, char** argv) {
   std::vector<Way> ways = {
       {"memcpy (the reference)", [&] { std::memcpy(copy.data(), payload.data(), n); }, {}},
       {"aes-256-gcm seal into the send buffer",
-       [&] { check(encrypt->Seal(payload, ad, absl::MakeSpan(frame))); }, {}},
+       [&] { check(encrypt->Seal(payload, ad, absl::MakeSpan(frame))); },
+       {}},
       {"aes-256-gcm seal in place",
-       [&] { check(encrypt->SealInPlace(absl::MakeSpan(frame), ad)); }, {}},
+       [&] { check(encrypt->SealInPlace(absl::MakeSpan(frame), ad)); },
+       {}},
       {"aes-256-gcm seal in place + open in place",
        [&] {
          check(encrypt->SealInPlace(absl::MakeSpan(frame), ad));
          check(encrypt_opener.OpenInPlace(absl::MakeSpan(frame), ad).status());
-       }, {}},
+       },
+       {}},
       {"gmac (authenticate) seal in place",
-       [&] { check(authenticate->SealInPlace(absl::MakeSpan(frame), ad)); }, {}},
+       [&] { check(authenticate->SealInPlace(absl::MakeSpan(frame), ad)); },
+       {}},
       {"gmac (authenticate) seal + open in place",
        [&] {
          check(authenticate->SealInPlace(absl::MakeSpan(frame), ad));
          check(auth_opener.OpenInPlace(absl::MakeSpan(frame), ad).status());
-       }, {}},
+       },
+       {}},
       {"xsalsa20-poly1305 seal (CURVE's cipher)",
        [&] {
          sodium_increment(nonce, sizeof(nonce));
          crypto_secretbox_easy(box.data(), payload.data(), n, nonce, sodium_key);
-       }, {}},
+       },
+       {}},
       {"xsalsa20-poly1305 seal + open",
        [&] {
          sodium_increment(nonce, sizeof(nonce));
          crypto_secretbox_easy(box.data(), payload.data(), n, nonce, sodium_key);
-         if (crypto_secretbox_open_easy(copy.data(), box.data(), box.size(), nonce, sodium_key) != 0) {
+         if (crypto_secretbox_open_easy(copy.data(), box.data(), box.size(), nonce, sodium_key) !=
+             0) {
            Die("crypto_secretbox_open_easy refused its own box");
          }
-       }, {}},
+       },
+       {}},
   };
-  std::fprintf(stderr, "bytecomp-seal-bench: %zu-byte payloads, %d runs of >= %d ms per way, "
-               "interleaved\n", n, reps, min_ms);
+  std::fprintf(stderr,
+               "bytecomp-seal-bench: %zu-byte payloads, %d runs of >= %d ms per way, "
+               "interleaved\n",
+               n, reps, min_ms);
   for (int r = 0; r < reps; ++r) {
     for (Way& w : ways) w.gbps.push_back(Run(w.op, n, min_ms));
     std::fprintf(stderr, "  run %d/%d\n", r + 1, reps);

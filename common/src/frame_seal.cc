@@ -66,10 +66,9 @@ bool Update(EVP_CIPHER_CTX* ctx, bool encrypt, uint8_t* out, const uint8_t* in, 
 absl::StatusOr<void*> NewContext(const DataKey& key, bool encrypt) {
   EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
   if (ctx == nullptr) return absl::InternalError(OpenSslError("EVP_CIPHER_CTX_new failed"));
-  const int ok = encrypt ? EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.bytes.data(),
-                                              nullptr)
-                         : EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.bytes.data(),
-                                              nullptr);
+  const int ok =
+      encrypt ? EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.bytes.data(), nullptr)
+              : EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.bytes.data(), nullptr);
   if (ok != 1) {
     EVP_CIPHER_CTX_free(ctx);
     return absl::InternalError(OpenSslError("setting up AES-256-GCM failed"));
@@ -125,7 +124,8 @@ absl::Status FrameSealer::SealAt(uint64_t counter, absl::Span<const uint8_t> pay
   const uint8_t* p = payload.data();
   const uint8_t* o = out.data();
   if (p < o + out.size() && o < p + payload.size()) {
-    return absl::InvalidArgumentError("Seal's payload and output overlap (SealInPlace seals in place)");
+    return absl::InvalidArgumentError(
+        "Seal's payload and output overlap (SealInPlace seals in place)");
   }
   return SealInto(counter, payload.data(), payload.size(), associated, out.data());
 }
@@ -154,8 +154,7 @@ absl::Status FrameSealer::SealInto(uint64_t counter, const uint8_t* payload, siz
              associated.size()) &&
       // encrypt: the payload through the cipher into the body; authenticate: the payload as
       // associated data (GMAC), copied into the body when it is not there already.
-      (encrypt ? Update(ctx, true, body, payload, n)
-               : Update(ctx, true, nullptr, payload, n)) &&
+      (encrypt ? Update(ctx, true, body, payload, n) : Update(ctx, true, nullptr, payload, n)) &&
       EVP_EncryptFinal_ex(ctx, body + n, &written) == 1 &&
       EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kSealTagBytes, body + n) == 1;
   if (!ok) return absl::InternalError(OpenSslError("AES-256-GCM sealing failed"));
@@ -194,9 +193,10 @@ void FrameOpener::DropKey(uint32_t id) {
 absl::Status FrameOpener::CheckCounter(const Window& w, uint64_t counter, uint32_t sender) {
   if (counter >= w.top) return absl::OkStatus();
   if (w.top - counter > kReplayWindow) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "frame ", counter, " from sender ", sender, " is older than the last ", kReplayWindow,
-        " this node opened from it (", w.top - 1, " is the newest): a replay or a frame held back"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("frame ", counter, " from sender ", sender, " is older than the last ",
+                     kReplayWindow, " this node opened from it (", w.top - 1,
+                     " is the newest): a replay or a frame held back"));
   }
   if ((w.seen[(counter % kReplayWindow) / 64] >> (counter % 64)) & 1) {
     return absl::PermissionDeniedError(
@@ -243,9 +243,9 @@ absl::Status FrameOpener::Open(absl::Span<const uint8_t> frame, absl::string_vie
   absl::StatusOr<Key*> key = Check(frame);
   if (!key.ok()) return Counted(key.status());
   if (out.size() != frame.size() - kSealOverheadBytes) {
-    return Counted(absl::InvalidArgumentError(
-        absl::StrCat("opening a frame of ", frame.size() - kSealOverheadBytes, " payload bytes into ",
-                     out.size())));
+    return Counted(absl::InvalidArgumentError(absl::StrCat("opening a frame of ",
+                                                           frame.size() - kSealOverheadBytes,
+                                                           " payload bytes into ", out.size())));
   }
   return Counted(Decrypt(**key, frame, associated, out.data()));
 }
@@ -263,20 +263,19 @@ absl::StatusOr<FrameOpener::Key*> FrameOpener::Check(absl::Span<const uint8_t> f
                                                    static_cast<int>(kSealMagic), ")"));
   }
   if (prefix[1] != kSealVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("a sealed frame of version ",
-                                                   static_cast<int>(prefix[1]),
-                                                   "; this build opens version ",
-                                                   static_cast<int>(kSealVersion)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a sealed frame of version ", static_cast<int>(prefix[1]),
+                     "; this build opens version ", static_cast<int>(kSealVersion)));
   }
   if (prefix[2] != static_cast<uint8_t>(protection_) || prefix[3] != 0) {
     const bool known = prefix[2] == static_cast<uint8_t>(DataProtection::kEncrypt) ||
                        prefix[2] == static_cast<uint8_t>(DataProtection::kAuthenticate);
-    return absl::PermissionDeniedError(absl::StrCat(
-        "a sealed frame with protection ",
-        known ? DataProtectionName(static_cast<DataProtection>(prefix[2]))
-              : absl::StrCat("byte ", static_cast<int>(prefix[2])),
-        prefix[3] != 0 ? " and a nonzero reserved byte" : "", " where the job's data_protection is ",
-        DataProtectionName(protection_)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("a sealed frame with protection ",
+                     known ? DataProtectionName(static_cast<DataProtection>(prefix[2]))
+                           : absl::StrCat("byte ", static_cast<int>(prefix[2])),
+                     prefix[3] != 0 ? " and a nonzero reserved byte" : "",
+                     " where the job's data_protection is ", DataProtectionName(protection_)));
   }
   const uint32_t key_id = GetLe32(prefix + 4);
   const uint32_t sender = GetLe32(prefix + 8);
@@ -321,13 +320,13 @@ absl::Status FrameOpener::Decrypt(Key& key, absl::Span<const uint8_t> frame,
   EVP_CIPHER_CTX* ctx = Context(key.context);
   const bool encrypt = protection_ == DataProtection::kEncrypt;
   int written = 0;
-  const bool fed =
-      EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce) == 1 &&
-      Update(ctx, false, nullptr, prefix, kSealPrefixBytes) &&
-      Update(ctx, false, nullptr, reinterpret_cast<const uint8_t*>(associated.data()),
-             associated.size()) &&
-      (encrypt ? Update(ctx, false, out, body, length) : Update(ctx, false, nullptr, body, length)) &&
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kSealTagBytes, tag) == 1;
+  const bool fed = EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce) == 1 &&
+                   Update(ctx, false, nullptr, prefix, kSealPrefixBytes) &&
+                   Update(ctx, false, nullptr, reinterpret_cast<const uint8_t*>(associated.data()),
+                          associated.size()) &&
+                   (encrypt ? Update(ctx, false, out, body, length)
+                            : Update(ctx, false, nullptr, body, length)) &&
+                   EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kSealTagBytes, tag) == 1;
   if (!fed) return absl::InternalError(OpenSslError("AES-256-GCM opening failed"));
   const uint32_t sender = GetLe32(prefix + 8);
   const uint64_t counter = GetLe64(prefix + 12);

@@ -282,13 +282,15 @@ proto::ControlMessage Registration::TopologyFor(const RegisteredNode& n) const {
   }
   *topology->mutable_config() = config_;
   *topology->mutable_strategy() = strategy_.current();
-  if (config_.hierarchical()) {
-    for (int root : local.roots) topology->add_pushers(root);
-  } else {
-    for (int r = 0; r < config_.num_workers(); ++r) topology->add_pushers(r);
-  }
   topology->set_your_rank(n.rank);
   if (n.role == proto::ROLE_SERVER) {
+    // Only servers count pushes; a worker's topology does not list the job's workers (at 4096
+    // workers that list made registration send 40 MB more).
+    if (config_.hierarchical()) {
+      for (int root : local.roots) topology->add_pushers(root);
+    } else {
+      for (int r = 0; r < config_.num_workers(); ++r) topology->add_pushers(r);
+    }
     // Servers check every push and pull against the token of the worker rank it names; no
     // worker learns another's.
     for (int r = 0; r < nodes_.num_workers(); ++r) {

@@ -41,9 +41,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The input as a frame.
   std::vector<uint8_t> frame(rest.begin(), rest.end());
-  absl::StatusOr<absl::Span<uint8_t>> opened = opener.OpenInPlace(absl::MakeSpan(frame), associated);
+  absl::StatusOr<absl::Span<uint8_t>> opened =
+      opener.OpenInPlace(absl::MakeSpan(frame), associated);
   if (opened.ok()) {
-    if (opened->data() < frame.data() || opened->data() + opened->size() > frame.data() + frame.size()) {
+    if (opened->data() < frame.data() ||
+        opened->data() + opened->size() > frame.data() + frame.size()) {
       Fail("an opened payload lies outside its frame");
     }
     std::vector<uint8_t> again(rest.begin(), rest.end());

@@ -57,7 +57,8 @@ TEST(FrameSealTest, EncryptedFramesOpenToTheirPayloadAndHideIt) {
       EXPECT_NE(0, std::memcmp(frame.data() + kSealPrefixBytes, payload.data(), n))
           << "the payload went out in the clear";
     }
-    absl::StatusOr<absl::Span<uint8_t>> opened = p.opener.OpenInPlace(absl::MakeSpan(frame), "conn");
+    absl::StatusOr<absl::Span<uint8_t>> opened =
+        p.opener.OpenInPlace(absl::MakeSpan(frame), "conn");
     ASSERT_TRUE(opened.ok()) << opened.status();
     EXPECT_EQ(std::vector<uint8_t>(opened->begin(), opened->end()), payload) << n;
   }
