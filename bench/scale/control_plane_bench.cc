@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
                   static_cast<long long>(s.waited_ms), static_cast<long long>(s.rss_growth_kb));
     }
   }
-  std::printf("sched ms: the scheduler's thread CPU over the step (its duration when the scheduler "
-              "is the limit); waits: virtual time the protocol waits by configuration\n");
+  std::printf(
+      "sched ms: the scheduler's thread CPU over the step (its duration when the scheduler "
+      "is the limit); waits: virtual time the protocol waits by configuration\n");
   return 0;
 }

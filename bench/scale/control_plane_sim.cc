@@ -51,8 +51,7 @@ struct SimNode {
 class Sim {
  public:
   Sim(proto::ClusterConfig config, StrategyKeeper strategy)
-      : config_(std::move(config)),
-        router_(config_, std::move(strategy), std::nullopt, 0) {}
+      : config_(std::move(config)), router_(config_, std::move(strategy), std::nullopt, 0) {}
 
   // Runs `body` as one step: what it sends and what the scheduler answers are counted.
   ControlStep Step(const std::string& name, const std::function<void()>& body) {
@@ -176,8 +175,10 @@ absl::StatusOr<std::vector<ControlStep>> RunControlPlaneSim(const ControlSimOpti
   };
 
   steps.push_back(sim->Step("registration", [&] {
-    for (int w = 0; w < W; ++w) workers[w] = sim->Register(proto::ROLE_WORKER, w, absl::StrCat("w", w));
-    for (int s = 0; s < S; ++s) servers[s] = sim->Register(proto::ROLE_SERVER, s, absl::StrCat("s", s));
+    for (int w = 0; w < W; ++w)
+      workers[w] = sim->Register(proto::ROLE_WORKER, w, absl::StrCat("w", w));
+    for (int s = 0; s < S; ++s)
+      servers[s] = sim->Register(proto::ROLE_SERVER, s, absl::StrCat("s", s));
     check(Expect("registration", sim->Count(Body::kTopology), W + S, "topologies sent"));
     sim->step_.outcome = absl::StrCat("topology to ", W + S, " nodes");
   }));
@@ -270,13 +271,14 @@ absl::StatusOr<std::vector<ControlStep>> RunControlPlaneSim(const ControlSimOpti
     sim->step_.outcome = absl::StrCat("server 0 replaced; ", W, " workers told");
   }));
   if (sim->job_end().has_value()) {
-    check(absl::InternalError(absl::StrCat("the simulated job ended: ",
-                                           sim->job_end()->ToString())));
+    check(
+        absl::InternalError(absl::StrCat("the simulated job ended: ", sim->job_end()->ToString())));
   }
   if (!failed.ok()) {
     if (sim->first_refusal().empty()) return failed;
-    return absl::Status(failed.code(), absl::StrCat(failed.message(), " (the scheduler refused: ",
-                                                    sim->first_refusal(), ")"));
+    return absl::Status(
+        failed.code(),
+        absl::StrCat(failed.message(), " (the scheduler refused: ", sim->first_refusal(), ")"));
   }
   return steps;
 }

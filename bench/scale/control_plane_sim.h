@@ -27,20 +27,20 @@ namespace bytecomp::scale {
 struct ControlSimOptions {
   int workers = 1024;
   int servers = 64;
-  int tensors = 16;             // declared by every worker
-  int heartbeat_intervals = 5;  // of the heartbeat step
+  int tensors = 16;                  // declared by every worker
+  int heartbeat_intervals = 5;       // of the heartbeat step
   std::string scratch_dir = "/tmp";  // for the strategy file the switch reloads
 };
 
 struct ControlStep {
   std::string name;
-  int64_t messages_in = 0;   // node -> scheduler
-  int64_t messages_out = 0;  // scheduler -> nodes
-  int64_t bytes_out = 0;     // serialized
+  int64_t messages_in = 0;      // node -> scheduler
+  int64_t messages_out = 0;     // scheduler -> nodes
+  int64_t bytes_out = 0;        // serialized
   double scheduler_cpu_ms = 0;  // the scheduler's thread, over the step's calls
-  int64_t waited_ms = 0;         // virtual time the protocol waits by configuration (timeouts)
-  int64_t rss_growth_kb = 0;     // the process's resident memory after the step minus before
-  std::string outcome;           // what completed ("topology to 1088 nodes")
+  int64_t waited_ms = 0;        // virtual time the protocol waits by configuration (timeouts)
+  int64_t rss_growth_kb = 0;    // the process's resident memory after the step minus before
+  std::string outcome;          // what completed ("topology to 1088 nodes")
 };
 
 // Runs the steps in order; an error names the step that did not complete and why.
