@@ -17,8 +17,9 @@
 #         the DDP comm hook. deep: the whole ctest suite but the packaging tests.
 #         BYTECOMP_SANITIZER=asan: the longest jobs run the same checks on less work there
 #         (cluster.sized, the planner's random models).
-#   fuzz  deploy/fuzz.sh in build-fuzz (ASan + UBSan + libFuzzer's coverage instrumentation,
-#         the fuzz targets only): every target of test/fuzz for FUZZ_SECONDS (ci 30, deep 300)
+#   fuzz  deep only (or SANITIZER_STAGES=fuzz): deploy/fuzz.sh in build-fuzz (ASan + UBSan +
+#         libFuzzer's coverage instrumentation, the fuzz targets only): every target of
+#         test/fuzz for FUZZ_SECONDS (deep 300, else 60)
 #         on its corpus, FUZZ_JOBS (2) at a time; a hard bound of targets x seconds / jobs.
 #   tsan  build-tsan: ThreadSanitizer, with Abseil's locks and libzmq's hand-offs of messages
 #         made visible to it (test/sanitizers/tsan_absl_sync.cc and tsan_zmq_sync.cc,
@@ -37,12 +38,19 @@
 # this script prints its own.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-stages=${SANITIZER_STAGES:-asan fuzz tsan}
 scope=${SANITIZER_SCOPE:-ci}
 case "$scope" in
   ci|deep) ;;
   *) echo "SANITIZER_SCOPE must be ci or deep, got '$scope'" >&2; exit 2 ;;
 esac
+# Fuzzing (a build of its own and minutes of search) is the deep run's: the test command
+# replays every target's corpus under ASan (fuzz.*.corpus), which keeps each past finding a
+# regression test; work on a decoder runs the deep run before it is resolved.
+if [ "$scope" = deep ]; then
+  stages=${SANITIZER_STAGES:-asan fuzz tsan}
+else
+  stages=${SANITIZER_STAGES:-asan tsan}
+fi
 jobs=${JOBS:-2} test_jobs=${TEST_JOBS:-2}
 asan_build=${ASAN_BUILD_DIR:-$root/build-asan}
 fuzz_build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
@@ -89,7 +97,7 @@ stage_asan() {
 }
 
 stage_fuzz() {
-  local seconds=${FUZZ_SECONDS:-$([ "$scope" = deep ] && echo 300 || echo 30)}
+  local seconds=${FUZZ_SECONDS:-$([ "$scope" = deep ] && echo 300 || echo 60)}
   log "fuzz: build the fuzz targets in $fuzz_build, then every target $seconds s"
   stage fuzz bash "$root/deploy/fuzz.sh" --build-dir "$fuzz_build" --seconds "$seconds" \
     --jobs "${FUZZ_JOBS:-2}"

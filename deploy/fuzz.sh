@@ -6,7 +6,7 @@
 # to reproduce and minimize it. New inputs the fuzzer finds go to a scratch directory, not
 # into the repository (test/fuzz/README.md: adding a finding to the corpus).
 #
-#   deploy/fuzz.sh                      every target for 60 s, 2 at a time (deploy/test.sh: 30)
+#   deploy/fuzz.sh                      every target for 60 s, 2 at a time (test.sh --deep: 300)
 #   deploy/fuzz.sh --seconds 3600 codec aggregator     longer, chosen targets
 #   deploy/fuzz.sh --work-dir ~/fuzz-work --seconds 0  until stopped; keeps what it found
 #

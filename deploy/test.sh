@@ -9,17 +9,17 @@
 #               source compiled with -Wthread-safety -Werror)
 #   asan-tests  the lock-rule canary, the fuzz corpora, every C++ unit test and every codec
 #               through a cluster under ASan + UBSan
-#   fuzz        every fuzz target for a minute (build-fuzz/, libFuzzer)
 #   tsan-build, tsan-tests   build-tsan/: ThreadSanitizer on the unit tests with threads of
 #               their own and the cluster tests where it found bugs
-# (deploy/check_sanitizers.sh runs the last five, docs/TESTING.md says what each covers.)
+# (deploy/check_sanitizers.sh runs the last four, docs/TESTING.md says what each covers.)
 # The budget, on a 2-core machine from a clean clone: the whole at most 40 minutes, ctest at
 # most 12; the table says where each stands.
 #
 #   bash deploy/test.sh           the test command
 #   bash deploy/test.sh --deep    what no longer fits the budget as well: the long jobs at full
 #                                 size (BYTECOMP_TEST_DEPTH=deep), the whole suite under ASan,
-#                                 the wider TSan scope, 5 minutes per fuzz target
+#                                 the wider TSan scope, 5 minutes of fuzzing per target
+#                                 (build-fuzz/, libFuzzer), the package on fresh Debian roots
 #                                 (docs/TESTING.md: about 50 minutes). Run it before resolving
 #                                 work that touches threads, sockets or decoders.
 # BYTECOMP_SKIP_SANITIZERS=1 leaves the sanitized and fuzz stages out (a quicker local run);
@@ -31,7 +31,7 @@ deep=0
 for arg in "$@"; do
   case "$arg" in
     --deep) deep=1 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "deploy/test.sh: unknown argument '$arg' (--deep, --help)" >&2; exit 2 ;;
   esac
 done
