@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The sanitized and fuzz stages of the test command (deploy/test.sh runs this after the plain
-# suite). Each builds with clang (CUDA off, -O1, line tables only, a unity build:
-# deploy/configure_sanitized.sh) into its own directory. SANITIZER_STAGES picks the stages,
-# SANITIZER_SCOPE how much each runs: `ci` (the default, what deploy/test.sh runs within its
-# budget) or `deep` (deploy/test.sh --deep). docs/TESTING.md gives what each takes.
+# The sanitized and fuzz stages of the test command and of the deep run (deploy/test.sh runs
+# this after the plain suite). Each builds with clang (CUDA off, -O1, line tables only, a
+# unity build: deploy/configure_sanitized.sh) into its own directory. SANITIZER_STAGES picks
+# the stages, SANITIZER_SCOPE how much each runs: `ci` (the default, what deploy/test.sh runs
+# within its budget) or `deep` (deploy/test.sh --deep). docs/TESTING.md gives what each takes.
 #   asan  build-asan: ASan + UBSan (a UBSan finding is fatal), LeakSanitizer on for the C++
 #         processes, and clang's lock-rule check (-Wthread-safety -Werror on every C++ source:
 #         this build compiles them all, and lint.lock_rules proves the check is in force).

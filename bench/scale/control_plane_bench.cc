@@ -48,8 +48,9 @@ int main(int argc, char** argv) {
                  workers.size(), servers.size());
     return 2;
   }
-  std::printf("%6s %5s  %-26s %9s %9s %11s %10s %9s %9s %8s\n", "W", "S", "step", "msgs in",
-              "msgs out", "bytes out", "sched ms", "us/node", "waits ms", "rss KB");
+  std::printf("%6s %5s  %-26s %9s %9s %11s %10s %9s %9s %8s %10s %8s\n", "W", "S", "step",
+              "msgs in", "msgs out", "bytes out", "sched ms", "us/node", "waits ms", "rss KB",
+              "max out B", "to 1 max");
   for (size_t i = 0; i < workers.size(); ++i) {
     bytecomp::scale::ControlSimOptions options;
     options.workers = workers[i];
@@ -66,15 +67,18 @@ int main(int argc, char** argv) {
     }
     const double nodes = workers[i] + servers[i];
     for (const bytecomp::scale::ControlStep& s : *steps) {
-      std::printf("%6d %5d  %-26s %9lld %9lld %11lld %10.1f %9.1f %9lld %8lld\n", workers[i],
-                  servers[i], s.name.c_str(), static_cast<long long>(s.messages_in),
+      std::printf("%6d %5d  %-26s %9lld %9lld %11lld %10.1f %9.1f %9lld %8lld %10lld %8lld\n",
+                  workers[i], servers[i], s.name.c_str(), static_cast<long long>(s.messages_in),
                   static_cast<long long>(s.messages_out), static_cast<long long>(s.bytes_out),
                   s.scheduler_cpu_ms, s.scheduler_cpu_ms * 1000 / nodes,
-                  static_cast<long long>(s.waited_ms), static_cast<long long>(s.rss_growth_kb));
+                  static_cast<long long>(s.waited_ms), static_cast<long long>(s.rss_growth_kb),
+                  static_cast<long long>(s.largest_out_bytes),
+                  static_cast<long long>(s.most_to_one_node));
     }
   }
   std::printf(
       "sched ms: the scheduler's thread CPU over the step (its duration when the scheduler "
-      "is the limit); waits: virtual time the protocol waits by configuration\n");
+      "is the limit); waits: virtual time the protocol waits by configuration; max out B: the "
+      "largest message sent; to 1 max: the most messages one node was sent\n");
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -59,6 +60,7 @@ class Sim {
     step_.name = name;
     const int64_t rss = ResidentKb();
     const int64_t start_ms = now_ms_;
+    to_node_.clear();
     body();
     step_.rss_growth_kb = ResidentKb() - rss;
     step_.waited_ms = now_ms_ - start_ms;
@@ -69,6 +71,8 @@ class Sim {
   void Send(const SimNode& node, proto::ControlMessage m) {
     m.set_token(node.token);
     ++step_.messages_in;
+    step_.largest_in_bytes =
+        std::max(step_.largest_in_bytes, static_cast<int64_t>(m.ByteSizeLong()));
     Outbox out;
     const double cpu = ThreadCpuMs();
     router_.Handle(node.identity, m, now_ms_, &out);
@@ -125,7 +129,10 @@ class Sim {
   void Take(const Outbox& out) {
     for (const OutgoingControl& m : out.messages()) {
       ++step_.messages_out;
-      step_.bytes_out += static_cast<int64_t>(m.message.ByteSizeLong());
+      const int64_t bytes = static_cast<int64_t>(m.message.ByteSizeLong());
+      step_.bytes_out += bytes;
+      step_.largest_out_bytes = std::max(step_.largest_out_bytes, bytes);
+      step_.most_to_one_node = std::max(step_.most_to_one_node, ++to_node_[m.to]);
       ++bodies_[static_cast<int>(m.message.body_case())];
     }
     for (const Refusal& r : out.refusals()) {
@@ -137,6 +144,7 @@ class Sim {
   const proto::ClusterConfig config_;
   ControlRouter router_;
   std::map<int, int64_t> bodies_;
+  std::map<std::string, int64_t> to_node_;  // messages to each node in the current step
   std::optional<absl::Status> job_end_;
   std::string first_refusal_;
 };

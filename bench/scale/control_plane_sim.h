@@ -34,13 +34,16 @@ struct ControlSimOptions {
 
 struct ControlStep {
   std::string name;
-  int64_t messages_in = 0;      // node -> scheduler
-  int64_t messages_out = 0;     // scheduler -> nodes
-  int64_t bytes_out = 0;        // serialized
-  double scheduler_cpu_ms = 0;  // the scheduler's thread, over the step's calls
-  int64_t waited_ms = 0;        // virtual time the protocol waits by configuration (timeouts)
-  int64_t rss_growth_kb = 0;    // the process's resident memory after the step minus before
-  std::string outcome;          // what completed ("topology to 1088 nodes")
+  int64_t messages_in = 0;        // node -> scheduler
+  int64_t messages_out = 0;       // scheduler -> nodes
+  int64_t bytes_out = 0;          // serialized
+  double scheduler_cpu_ms = 0;    // the scheduler's thread, over the step's calls
+  int64_t waited_ms = 0;          // virtual time the protocol waits by configuration (timeouts)
+  int64_t rss_growth_kb = 0;      // the process's resident memory after the step minus before
+  int64_t largest_out_bytes = 0;  // the largest message the scheduler sent (serialized)
+  int64_t largest_in_bytes = 0;   // the largest message a node sent
+  int64_t most_to_one_node = 0;   // the most messages one node was sent in the step
+  std::string outcome;            // what completed ("topology to 1088 nodes")
 };
 
 // Runs the steps in order; an error names the step that did not complete and why.

@@ -7,6 +7,8 @@
 
 #include <map>
 
+#include "bytecomp/common/config.h"
+#include "bytecomp/common/socket_limits.h"
 #include "control_plane_sim.h"
 
 namespace bytecomp::scale {
@@ -49,6 +51,32 @@ TEST(ControlPlaneScaleTest, EveryStepCompletesAt256WorkersAndItsWorkPerNodeDoesN
   // A replacement tells each worker once, with a message that does not list the job.
   const ControlStep& replaced = large.at("server lost and replaced");
   EXPECT_GE(replaced.waited_ms, 5000);
+}
+
+// The bounds every control socket holds (socket_limits.h) against what a job of 1024 workers
+// and 64 servers sends: every message of the scheduler's and of a node's, in every step, far
+// under the limit of the socket that receives it.
+TEST(ControlPlaneScaleTest, MessagesOfA1024WorkerJobFitTheSocketBounds) {
+  ControlSimOptions options;
+  options.workers = 1024;
+  options.servers = 64;
+  options.tensors = 2;
+  options.heartbeat_intervals = 1;
+  options.scratch_dir = ::testing::TempDir();
+  absl::StatusOr<std::vector<ControlStep>> steps = RunControlPlaneSim(options);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  proto::ClusterConfig config;
+  config.set_num_workers(1024);
+  config.set_num_servers(64);
+  config = WithClusterDefaults(config);
+  const int64_t to_scheduler = SchedulerSocketLimits(config).max_message_bytes;
+  const int64_t to_node = NodeControlSocketLimits().max_message_bytes;
+  for (const ControlStep& s : *steps) {
+    SCOPED_TRACE(s.name);
+    EXPECT_LT(s.largest_out_bytes, to_node / 100);  // the largest: a server's topology
+    EXPECT_LT(s.largest_in_bytes, to_scheduler / 100);
+    EXPECT_LT(s.most_to_one_node, kControlQueueMessages);
+  }
 }
 
 }  // namespace
