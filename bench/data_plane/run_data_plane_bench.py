@@ -21,6 +21,13 @@ and the medians of the runs' median round times are compared; every node writes 
 a temporary directory; --with-metrics: the 'on' runs also count and serve Prometheus metrics
 (every node). --configs picks CONFIGS by index (0: W=2 S=1 flat:100MB).
 
+  python3 bench/data_plane/run_data_plane_bench.py --protection-price [--quick] [--pairs N]
+      [--configs 0,1]
+
+--protection-price: each configuration without a key and with one under each data_protection
+(curve: the data sockets on CURVE; encrypt and authenticate: sealed messages on plain TCP),
+--pairs runs of each in rotating order; medians and their ratios to the unkeyed median.
+
   python3 bench/data_plane/run_data_plane_bench.py --failover-overhead [--quick] [--pairs N]
       [--configs 0]
 
@@ -162,6 +169,50 @@ def timeline_overhead(args):
           f"{counts['dropped']}")
 
 
+PROTECTIONS = ("plain", "curve", "encrypt", "authenticate")
+
+
+def protection_price(args):
+    """Median round time of each configuration without a key and with one under each
+    data_protection (curve: CURVE data sockets; encrypt, authenticate: sealed messages),
+    args.pairs runs of each, the order rotated every run so that no setting always goes
+    first; ratios against the unkeyed median of the same run."""
+    key_dir = tempfile.mkdtemp(prefix="bytecomp-bench-key-")
+    key_file = make_key(key_dir)
+    rows = []
+    print(f"{'W':>2} {'S':>2} {'model':<12} " + " ".join(f"{p + ' ms':>15}" for p in PROTECTIONS)
+          + "  " + " ".join(f"{p + '/plain':>18}" for p in PROTECTIONS[1:])
+          + f"  (medians of {args.pairs} runs each; loopback: the CPU is the limit)")
+    for workers, servers, model, rounds in selected_configs(args):
+        if args.rounds:
+            rounds = args.rounds
+        elif args.quick:
+            rounds = max(3, rounds // 4)
+        times = {p: [] for p in PROTECTIONS}
+        for run in range(args.pairs):
+            order = PROTECTIONS[run % 4:] + PROTECTIONS[:run % 4]
+            for protection in order:
+                keyed = protection != "plain"
+                env = {"BYTECOMP_DATA_PROTECTION": protection} if keyed else {}
+                result = run_bench(workers, servers, model, rounds,
+                                   key_file if keyed else None, extra_env=env)
+                times[protection].append(result["median_round_ms"])
+                print(f"  ... {protection}: {result['median_round_ms']:.1f} ms", flush=True)
+        medians = {p: statistics.median(t) for p, t in times.items()}
+        row = {"W": workers, "S": servers, "model": model, "rounds": rounds, "round_ms": times,
+               "median_round_ms": medians,
+               "ratio_to_plain": {p: medians[p] / medians["plain"] for p in PROTECTIONS[1:]}}
+        rows.append(row)
+        print(f"{workers:>2} {servers:>2} {model:<12} "
+              + " ".join(f"{medians[p]:>15.1f}" for p in PROTECTIONS) + "  "
+              + " ".join(f"{row['ratio_to_plain'][p]:>18.2f}" for p in PROTECTIONS[1:]),
+              flush=True)
+    shutil.rmtree(key_dir, ignore_errors=True)
+    with open(args.out, "w") as f:
+        json.dump({"data_protection_price": rows, "load_average": os.getloadavg()}, f, indent=1)
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}; written {args.out}")
+
+
 def print_header(header):
     print(header)
     print("-" * len(header))
@@ -186,6 +237,9 @@ def main():
     parser.add_argument("--pairs", type=int, default=3,
                         help="--timeline-overhead, --failover-overhead: off/on runs per "
                              "configuration")
+    parser.add_argument("--protection-price", action="store_true",
+                        help="each configuration without a key and with one under each "
+                             "data_protection (curve, encrypt, authenticate), --pairs runs each")
     parser.add_argument("--with-metrics", action="store_true",
                         help="--timeline-overhead: the 'on' runs also count and serve metrics")
     args = parser.parse_args()
@@ -193,6 +247,8 @@ def main():
         return timeline_overhead(args)
     if args.failover_overhead:
         return failover_overhead(args)
+    if args.protection_price:
+        return protection_price(args)
     configs = selected_configs(args)
     key_dir = tempfile.mkdtemp(prefix="bytecomp-bench-key-")
     key_file = None if args.no_key_rows else make_key(key_dir)

@@ -207,6 +207,16 @@ absl::Status ApplyClusterKeyEnv(proto::ClusterConfig* config) {
     }
     config->set_allow_insecure(value == "1");
   }
+  if (const char* v = std::getenv("BYTECOMP_DATA_PROTECTION"); v != nullptr && *v != '\0') {
+    proto::ClusterConfig::DataProtection protection;
+    if (!proto::ClusterConfig::DataProtection_Parse(v, &protection) ||
+        protection == proto::ClusterConfig::data_protection_default) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable BYTECOMP_DATA_PROTECTION='", v,
+                       "' must be encrypt, authenticate or curve"));
+    }
+    config->set_data_protection(protection);
+  }
   return absl::OkStatus();
 }
 

@@ -153,6 +153,9 @@ proto::ClusterConfig WithClusterDefaults(proto::ClusterConfig c) {
   if (c.max_declared_bytes() == 0) c.set_max_declared_bytes(int64_t{1} << 40);
   if (c.push_pull_timeout_ms() == 0) c.set_push_pull_timeout_ms(1800000);
   if (c.server_replacement_timeout_ms() == 0) c.set_server_replacement_timeout_ms(60000);
+  if (c.data_protection() == proto::ClusterConfig::data_protection_default) {
+    c.set_data_protection(proto::ClusterConfig::encrypt);
+  }
   return c;
 }
 

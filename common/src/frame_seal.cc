@@ -169,6 +169,11 @@ std::optional<uint64_t> SealedCounter(absl::Span<const uint8_t> frame) {
   return GetLe64(frame.data() + 12);
 }
 
+std::optional<uint32_t> SealedKeyId(absl::Span<const uint8_t> frame) {
+  if (frame.size() < kSealPrefixBytes) return std::nullopt;
+  return GetLe32(frame.data() + 4);
+}
+
 FrameOpener::~FrameOpener() {
   for (auto& [id, key] : keys_) EVP_CIPHER_CTX_free(Context(key.context));
 }

@@ -199,6 +199,9 @@ absl::StatusOr<proto::ProbeTurn> ZmqProbeExchange::RoundTrip(const ProbeRequest&
   std::vector<zmq::message_t> frames;
   frames.push_back(ProtoFrame(header));
   if (send_bytes > 0) frames.push_back(ProbePayload(send_bytes));
+  if (seals_ != nullptr) {
+    if (absl::Status s = seals_->Seal(frames); !s.ok()) return s;
+  }
   if (absl::Status s = SendFrames(socket_, frames); !s.ok()) return s;
   while (true) {
     const int64_t left_us = deadline_us - MonotonicUs();
@@ -209,6 +212,7 @@ absl::StatusOr<proto::ProbeTurn> ZmqProbeExchange::RoundTrip(const ProbeRequest&
         RecvFrames(socket_, std::chrono::milliseconds((left_us + 999) / 1000));
     if (!reply.ok()) return reply.status();
     if (reply->empty()) continue;
+    if (seals_ != nullptr && !seals_->Open(*reply).ok()) continue;  // not the server's
     proto::DataHeader answer;
     if (!answer.ParseFromArray((*reply)[0].data(), static_cast<int>((*reply)[0].size()))) {
       return absl::DataLossError("link probe: the reply header is not a DataHeader");

@@ -10,6 +10,7 @@
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
+#include "bytecomp/common/sealed_messages.h"
 #include "bytecomp/common/socket_limits.h"
 #include "bytecomp/common/transport.h"
 
@@ -66,6 +67,12 @@ absl::StatusOr<proto::Topology> SchedulerClient::Register(proto::Role role, int 
   reg->set_hostname(Hostname());
   reg->set_pid(getpid());
   reg->set_token(TokenBytes(token_));
+  if (SealsDataFrames(config_) && data_key_.empty()) {
+    absl::StatusOr<DataKey> key = NewDataKey(0);
+    if (!key.ok()) return key.status();
+    data_key_ = DataKeyBytes(*key);
+  }
+  reg->set_data_key(data_key_);
   if (role == proto::ROLE_WORKER) {
     reg->set_machine(machine_.empty() ? Hostname() : machine_);
     if (local_rank_.has_value()) reg->set_requested_local_rank(*local_rank_);

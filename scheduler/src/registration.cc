@@ -9,6 +9,7 @@
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
 #include "bytecomp/common/refusal_log.h"
+#include "bytecomp/common/sealed_messages.h"
 #include "log_format.h"
 
 namespace bytecomp {
@@ -18,6 +19,28 @@ namespace {
 // relayed: bounded, and printable ASCII only (a newline in a hostname would write a line of
 // the peer's choosing into the scheduler's log).
 constexpr size_t kMaxRegisterText = 256;
+
+// The data key a node must bring: 32 bytes (not all zero) where the job seals its data
+// messages, none where it does not. A node whose data_protection differs from the job's is
+// refused with the setting to change, rather than left to fail on its first push.
+absl::Status CheckDataKey(const proto::ClusterConfig& job, const proto::Register& reg) {
+  if (SealsDataFrames(job)) {
+    if (reg.data_key().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the job seals its data messages (data_protection: ", DataProtectionSetting(job),
+          ") and this node brings no data key: it runs with data_protection: curve; give every "
+          "node the job's data_protection (BYTECOMP_DATA_PROTECTION)"));
+    }
+    return DataKeyFromBytes(reg.data_key(), 0, "the Register").status();
+  }
+  if (!reg.data_key().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this node seals its data messages (it brings a data key) and the job does not (",
+        job.key_file().empty() ? "no cluster key" : "data_protection: curve",
+        "); give every node the job's data_protection (BYTECOMP_DATA_PROTECTION)"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CheckRegisterText(const proto::Register& reg) {
   for (const auto& [field, text] :
@@ -106,6 +129,7 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
                                reg.token().size(), " bytes)"));
   }
   if (absl::Status s = CheckRegisterText(reg); !s.ok()) return reject(std::string(s.message()));
+  if (absl::Status s = CheckDataKey(config_, reg); !s.ok()) return reject(std::string(s.message()));
   if (nodes_.all_registered()) {
     return reject(absl::StrCat("the job is full: all ", config_.num_workers(), " workers and ",
                                config_.num_servers(), " servers have registered"));
@@ -172,6 +196,7 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   node.hostname = reg.hostname();
   node.pid = reg.pid();
   node.token = *token;
+  node.data_key = reg.data_key();
   const std::string registered = absl::StrCat(
       NodeTable::Name(node), " (pid ", node.pid, " on ",
       node.hostname.empty() ? "?" : node.hostname,
@@ -216,6 +241,7 @@ absl::Status Registration::CheckReplacement(const std::string& identity,
     return absl::AlreadyExistsError("the Register's token is a registered node's");
   }
   if (absl::Status s = CheckRegisterText(reg); !s.ok()) return s;
+  if (absl::Status s = CheckDataKey(config_, reg); !s.ok()) return s;
   if (!ParseHostPort(reg.data_address()).ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "server data_address '", Printable(reg.data_address(), 64), "' is not tcp://host:port"));
@@ -234,6 +260,7 @@ absl::Status Registration::ReplaceServer(const std::string& identity, const prot
   node.hostname = reg.hostname();
   node.pid = reg.pid();
   node.token = *TokenFromBytes(reg.token());
+  node.data_key = reg.data_key();
   if (absl::Status s = nodes_.Replace(std::move(node)); !s.ok()) return s;
   const RegisteredNode& replacement = *nodes_.At(proto::ROLE_SERVER, rank);
   BC_LOG_INFO("server ", rank, " replaced by pid ", replacement.pid, " on ",
@@ -279,6 +306,7 @@ proto::ControlMessage Registration::TopologyFor(const RegisteredNode& n) const {
     proto::ServerInfo* info = topology->add_servers();
     info->set_rank(s);
     info->set_data_address(nodes_.At(proto::ROLE_SERVER, s)->data_address);
+    info->set_data_key(nodes_.At(proto::ROLE_SERVER, s)->data_key);
   }
   *topology->mutable_config() = config_;
   *topology->mutable_strategy() = strategy_.current();
@@ -295,6 +323,12 @@ proto::ControlMessage Registration::TopologyFor(const RegisteredNode& n) const {
     // worker learns another's.
     for (int r = 0; r < nodes_.num_workers(); ++r) {
       topology->add_worker_tokens(TokenBytes(nodes_.At(proto::ROLE_WORKER, r)->token));
+    }
+    // And open their data messages with their data keys, which no other worker learns.
+    if (SealsDataFrames(config_)) {
+      for (int r = 0; r < nodes_.num_workers(); ++r) {
+        topology->add_worker_data_keys(nodes_.At(proto::ROLE_WORKER, r)->data_key);
+      }
     }
   } else {
     topology->set_local_rank(local.local_rank[n.rank]);

@@ -134,6 +134,7 @@ bool ServerFailover::TryTakeOver(int rank, const Waiting& waiting, int64_t now_m
   replaced.mutable_server_replaced()->set_rank(rank);
   replaced.mutable_server_replaced()->set_data_address(replacement.data_address);
   replaced.mutable_server_replaced()->set_epoch(epoch);
+  replaced.mutable_server_replaced()->set_data_key(replacement.data_key);
   for (const std::string& id : nodes_.WorkerIdentities()) out->Send(id, replaced);
   BC_LOG_INFO("server ", rank, " is back: ", decided.size(),
               " declarations sent to it, and every worker told to push to it again what server ",

@@ -9,12 +9,20 @@
 
 namespace bytecomp::server {
 
-void SendOrLog(zmq::socket_t& socket, std::vector<zmq::message_t>& frames) {
-  if (absl::Status s = SendFrames(socket, frames); !s.ok()) BC_LOG_WARNING("send: ", s.ToString());
-}
+IoLoop::IoLoop(zmq::socket_t& router, RequestDispatcher dispatcher, ServerQueues& queues,
+               DataSeals seals)
+    : router_(router),
+      queues_(queues),
+      dispatcher_(std::move(dispatcher)),
+      seals_(std::move(seals)) {}
 
-IoLoop::IoLoop(zmq::socket_t& router, RequestDispatcher dispatcher, ServerQueues& queues)
-    : router_(router), queues_(queues), dispatcher_(std::move(dispatcher)) {}
+void IoLoop::SendToRouter(std::vector<zmq::message_t>& frames) {
+  if (absl::Status s = seals_.Seal(frames, /*skip=*/1); !s.ok()) {
+    BC_LOG_ERROR("cannot seal a reply: ", s.ToString());
+    return;
+  }
+  if (absl::Status s = SendFrames(router_, frames); !s.ok()) BC_LOG_WARNING("send: ", s.ToString());
+}
 
 void IoLoop::Run() {
   zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
@@ -58,10 +66,13 @@ void IoLoop::Run() {
     Send(out);
   }
   BC_LOG_INFO(dispatcher_.Summary());
+  if (unsealed_.refused() > 0) {
+    BC_LOG_WARNING("data messages not sealed under a worker's data key: ", unsealed_.Summary());
+  }
 }
 
 void IoLoop::Send(DispatchOutbox& out) {
-  for (std::vector<zmq::message_t>& frames : out.to_router) SendOrLog(router_, frames);
+  for (std::vector<zmq::message_t>& frames : out.to_router) SendToRouter(frames);
   for (auto& [shard, message] : out.to_shards) queues_.to_shards[shard]->Push(std::move(message));
   out.to_router.clear();
   out.to_shards.clear();
@@ -77,7 +88,7 @@ bool IoLoop::ShardsBehind() const {
 // At most 256 replies a turn (whole batches), so neither direction starves the other.
 void IoLoop::ForwardReplies() {
   for (size_t sent = 0; sent < 256 && !replies_.empty();) {
-    for (RouterMessage& frames : replies_.front()) SendOrLog(router_, frames);
+    for (RouterMessage& frames : replies_.front()) SendToRouter(frames);
     sent += replies_.front().size();
     replies_.pop_front();
   }
@@ -89,6 +100,15 @@ void IoLoop::DrainRequests() {
     absl::StatusOr<std::vector<zmq::message_t>> frames =
         RecvFrames(router_, std::chrono::milliseconds(0));
     if (!frames.ok() || frames->empty()) break;
+    if (absl::Status s = seals_.Open(*frames, /*skip=*/1); !s.ok()) {
+      const zmq::message_t& peer = frames->front();
+      unsealed_.RefuseAndLog(
+          absl::string_view(static_cast<const char*>(peer.data()), peer.size()),
+          absl::StrCat("refused a data message not sealed under a worker's data key (", s.message(),
+                       ")"),
+          MonotonicMs());
+      continue;
+    }
     dispatcher_.HandleRequest(*std::move(frames), MonotonicMs(), &out);
     Send(out);  // each request goes on at once, as it did before the next arrived
   }

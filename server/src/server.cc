@@ -72,6 +72,34 @@ absl::Status RebindWithLimits(zmq::socket_t& router, const SocketLimits& bound_w
   }
 }
 
+// The sealer of this server's replies (its own key, id = its rank) and the opener of the
+// workers' requests; none where the job does not seal (no worker keys in the topology).
+absl::StatusOr<DataSeals> MakeDataSeals(const ServerJob& job, const std::string& own_key,
+                                        std::unique_ptr<SealKey>& seal_key) {
+  DataSeals seals;
+  if (job.worker_data_keys.empty() && own_key.empty()) return seals;
+  if (job.worker_data_keys.empty() || own_key.empty()) {
+    return absl::FailedPreconditionError(
+        own_key.empty() ? "the job seals its data messages and this server does not: give every "
+                          "node the job's data_protection"
+                        : "this server seals its data messages and the job does not: give every "
+                          "node the job's data_protection");
+  }
+  const uint32_t rank = static_cast<uint32_t>(job.my_rank);
+  absl::StatusOr<DataKey> key = DataKeyFromBytes(own_key, rank, "this server");
+  if (!key.ok()) return key.status();
+  const DataProtection protection = DataProtectionOf(job.config);
+  seal_key = std::make_unique<SealKey>(protection, *key, rank);
+  absl::StatusOr<std::unique_ptr<MessageSealer>> sealer = MessageSealer::Create(seal_key.get());
+  if (!sealer.ok()) return sealer.status();
+  seals.sealer = *std::move(sealer);
+  seals.opener = std::make_unique<MessageOpener>(protection);
+  for (const DataKey& worker : job.worker_data_keys) {
+    if (absl::Status s = seals.opener->keys().AddKey(worker, worker.id); !s.ok()) return s;
+  }
+  return seals;
+}
+
 }  // namespace
 
 absl::Status AggregationServer::Run() {
@@ -105,7 +133,12 @@ absl::Status AggregationServer::Run() {
   const SocketLimits bound_with = DataSocketLimits(config);
   LimitSocket(router, bound_with);
   router.set(zmq::sockopt::router_mandatory, 0);
-  if (absl::Status s = (*security)->SecureListening(router); !s.ok()) return s;
+  // Sealed data messages (sealed_messages.h) need no CURVE below them: every message a peer
+  // without a worker's data key sends is refused by the I/O thread.
+  const bool sealed = SealsDataFrames(config);
+  if (!sealed) {
+    if (absl::Status s = (*security)->SecureListening(router); !s.ok()) return s;
+  }
   absl::StatusOr<int> port = BindTcp(router, *bind_host, options_.port);
   if (!port.ok()) return port.status();
   const std::string data_address = TcpEndpoint(host, *port);
@@ -129,7 +162,10 @@ absl::Status AggregationServer::Run() {
   }
   const size_t num_shards = static_cast<size_t>(std::max(1, job->config.key_shard_threads()));
   BC_LOG_INFO("serving data on ", data_address, " for ", job->num_workers, " workers with ",
-              num_shards, " key shard threads; ", (*security)->Describe());
+              num_shards, " key shard threads; ", (*security)->Describe(),
+              sealed ? absl::StrCat("; data messages sealed (data_protection: ",
+                                    DataProtectionSetting(job->config), ")")
+                     : "");
   if (job->replaces_lost_server) {
     BC_LOG_WARNING("this server replaces the lost server ", rank,
                    ": each key resumes once every worker told where it stands (its replays), "
@@ -140,8 +176,11 @@ absl::Status AggregationServer::Run() {
   ServerQueues queues(num_shards);
   WakeQueue<ServerCommand>& to_io = queues.commands;
   RequestDispatcher dispatcher(*job, num_shards);
+  std::unique_ptr<SealKey> seal_key;  // outlives the I/O thread's sealer
   dispatcher.Observe(telemetry.metrics.get());
-  IoLoop io(router, std::move(dispatcher), queues);
+  absl::StatusOr<DataSeals> seals = MakeDataSeals(*job, scheduler.data_key(), seal_key);
+  if (!seals.ok()) return seals.status();
+  IoLoop io(router, std::move(dispatcher), queues, *std::move(seals));
   std::vector<std::unique_ptr<KeyShard>> shards;
   std::vector<std::thread> shard_threads;
   for (size_t i = 0; i < num_shards; ++i) {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/config.h"
+#include "bytecomp/common/sealed_messages.h"
 
 namespace bytecomp::server {
 
@@ -26,6 +27,19 @@ absl::StatusOr<ServerJob> ServerJob::FromTopology(const proto::Topology& topolog
           absl::StrCat("the topology's token of worker ", r, " is not 16 bytes"));
     }
     job.worker_tokens.push_back(*token);
+  }
+  if (topology.worker_data_keys_size() != 0 &&
+      topology.worker_data_keys_size() != job.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the topology lists ", topology.worker_data_keys_size(),
+                     " worker data keys for ", job.num_workers, " workers"));
+  }
+  for (int r = 0; r < topology.worker_data_keys_size(); ++r) {
+    absl::StatusOr<DataKey> key =
+        DataKeyFromBytes(topology.worker_data_keys(r), static_cast<uint32_t>(r),
+                         absl::StrCat("the topology's worker ", r));
+    if (!key.ok()) return key.status();
+    job.worker_data_keys.push_back(*key);
   }
   return job;
 }

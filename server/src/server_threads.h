@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "bytecomp/common/refusal_log.h"
+#include "bytecomp/common/sealed_messages.h"
 #include "bytecomp/common/wake_queue.h"
 #include "bytecomp/server/key_shard.h"
 #include "bytecomp/server/request_dispatcher.h"
@@ -35,13 +37,12 @@ struct ServerQueues {
   WakeQueue<ShardReplies> replies;                                  // key shards -> I/O
 };
 
-// Sends without throwing; a failure here means the process is shutting down.
-void SendOrLog(zmq::socket_t& socket, std::vector<zmq::message_t>& frames);
-
 class IoLoop {
  public:
-  // Runs on the thread that calls Run() afterwards; `router` is that thread's.
-  IoLoop(zmq::socket_t& router, RequestDispatcher dispatcher, ServerQueues& queues);
+  // Runs on the thread that calls Run() afterwards; `router` is that thread's. `seals`: where
+  // the job seals its data messages, this server's sealer and the opener of every worker's key.
+  IoLoop(zmq::socket_t& router, RequestDispatcher dispatcher, ServerQueues& queues,
+         DataSeals seals = {});
 
   // Moves messages until the control thread sends StopCommand; the shards are told to stop
   // too.
@@ -49,6 +50,9 @@ class IoLoop {
 
  private:
   void Send(DispatchOutbox& out);
+  // Seals (where the job does) and sends one message; a failure here is logged (the process is
+  // shutting down, or a sealer error).
+  void SendToRouter(std::vector<zmq::message_t>& frames);
   void ForwardReplies();
   void DrainRequests();
   // Whether a key shard's queue holds kMaxShardBacklog messages or more: then the I/O thread
@@ -59,6 +63,10 @@ class IoLoop {
   zmq::socket_t& router_;
   ServerQueues& queues_;
   RequestDispatcher dispatcher_;
+  DataSeals seals_;
+  // Messages refused because they were not sealed under a worker's key (the dispatcher never
+  // sees them and nothing is answered).
+  RefusalLog unsealed_;
   // Taken from the queues and not handled yet: at most 256 of each a turn, so that neither
   // direction starves the other.
   std::deque<ServerCommand> commands_;

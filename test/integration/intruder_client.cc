@@ -38,6 +38,10 @@
 #include "data.pb.h"
 
 ABSL_FLAG(std::string, mode, "plain", "plain | own-key | other-job");
+ABSL_FLAG(bool, server_sealed, false,
+          "the job seals its data messages (data_protection encrypt or authenticate): the "
+          "server's data port is plain TCP and refuses every message not sealed under a "
+          "worker's data key, so the plain mode's NULL greeting is tried on the scheduler only");
 ABSL_FLAG(std::string, scheduler, "", "the scheduler's endpoint, tcp://host:port");
 ABSL_FLAG(std::string, server, "", "a server's data endpoint, tcp://host:port");
 ABSL_FLAG(std::string, job_public_key, "", "own-key: the job's public key (Z85)");
@@ -216,7 +220,9 @@ int main(int argc, char** argv) {
   if (mode == "plain") {
     for (const auto& [flag, target] : {std::pair{absl::GetFlag(FLAGS_scheduler), "scheduler"},
                                        std::pair{absl::GetFlag(FLAGS_server), "server"}}) {
-      if (!flag.empty()) replies += TryNullGreeting(flag, target);
+      if (flag.empty()) continue;
+      if (absl::GetFlag(FLAGS_server_sealed) && std::string(target) == "server") continue;
+      replies += TryNullGreeting(flag, target);
     }
   }
   std::printf("INTRUDER %s: %d replies\n", mode.c_str(), replies);

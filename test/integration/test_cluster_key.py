@@ -14,6 +14,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 import cluster
 
 LAUNCHER = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "bytecomp-run")
@@ -33,16 +35,18 @@ def make_key(directory):
     return path, public
 
 
-def intruders(targets, public_key, wait_ms=1000, repeat=1):
+def intruders(targets, public_key, wait_ms=1000, repeat=1, server_sealed=False):
     """Runs the three intruder modes at once against `targets` (intruder_client flags), each
     series `repeat` times (the plain mode then sends a raw NULL-mechanism greeting to each
-    target, which the target itself must refuse and log). Returns {mode: (rc, output)}."""
+    target, which the target itself must refuse and log; not to a server whose data messages
+    are sealed, which takes plain connections and refuses their messages). Returns
+    {mode: (rc, output)}."""
     procs = {}
     for mode in MODES:
         procs[mode] = subprocess.Popen(
             [cluster.binary("intruder_client"), f"--mode={mode}",
              f"--job_public_key={public_key}", f"--wait_ms={wait_ms}",
-             f"--repeat={repeat}"] + targets,
+             f"--repeat={repeat}", f"--server_sealed={str(server_sealed).lower()}"] + targets,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = {}
     for mode, proc in procs.items():
@@ -69,21 +73,28 @@ def finish_job(c, done, rounds_at_least):
         assert found and int(found.group(1)) >= rounds_at_least, c.dump()
 
 
-def test_clients_without_the_key_get_nothing_through_and_the_job_sums_exactly(tmp_path):
+@pytest.mark.parametrize("protection", ["encrypt", "authenticate", "curve"])
+def test_clients_without_the_key_get_nothing_through_and_the_job_sums_exactly(tmp_path,
+                                                                             protection):
+    # encrypt (the default) and authenticate seal the data messages under the nodes' data keys
+    # on plain TCP; curve runs the data sockets on CURVE as the control plane.
+    sealed = protection != "curve"
     key, public = make_key(str(tmp_path))
     cmd, done = keyed_job_worker(tmp_path, 300000)
     with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd,
-                         extra_env={"BYTECOMP_KEY_FILE": key}) as c:
+                         extra_env={"BYTECOMP_KEY_FILE": key,
+                                    "BYTECOMP_DATA_PROTECTION": protection}) as c:
         assert cluster.wait_for(lambda: "round 10/" in c.workers[0].output(), 90), c.dump()
         results = intruders([f"--scheduler=tcp://127.0.0.1:{c.port}",
-                             f"--server=tcp://127.0.0.1:{c.server_ports[0]}"], public)
+                             f"--server=tcp://127.0.0.1:{c.server_ports[0]}"], public,
+                            server_sealed=sealed)
         running = [w.proc.poll() is None for w in c.workers]
         for mode, (rc, out) in results.items():
             assert rc == 0, f"{mode} intruder got in:\n{out}\n" + c.dump()
             assert f"INTRUDER {mode}: 0 replies" in out, out
             assert out.count("no reply") == 7, out  # 3 to the scheduler, 4 to the server
         plain = results["plain"][1]
-        for target in ("scheduler", "server"):
+        for target in ("scheduler",) if sealed else ("scheduler", "server"):
             assert f"INTRUDER plain {target} NULL greeting: closed by the target" in plain, plain
         assert all(running), "the job ended before the intruders did: " + c.dump()
         finish_job(c, done, rounds_at_least=10)
@@ -92,7 +103,17 @@ def test_clients_without_the_key_get_nothing_through_and_the_job_sums_exactly(tm
         sched, server = c.scheduler.output(), c.servers[0].output()
     # The daemons never saw the intruders' messages: no refusal of a message, no stranger.
     assert "CURVE with the cluster key " + public in sched, sched
-    for text, name in ((sched, "scheduler"), (server, "server")):
+    if sealed:
+        # The plain intruder's messages reached the server's socket and were refused unopened;
+        # the CURVE intruders' handshakes failed on its plain socket.
+        assert f"data messages sealed (data_protection: {protection})" in server, server
+        assert "refused a data message not sealed under a worker's data key" in server, server
+        assert re.search(r"data messages not sealed under a worker's data key: refused \d+ "
+                         r"messages? from \d+ peers?", server), server
+    else:
+        assert "data messages sealed" not in server, server
+    for text, name in ((sched, "scheduler"),) if sealed else ((sched, "scheduler"),
+                                                              (server, "server")):
         for line in ("that does not speak CURVE (no cluster key)",
                      "127.0.0.1: a CURVE key that is not the cluster key",
                      "that speaks CURVE without this job's key"):

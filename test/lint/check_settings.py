@@ -39,17 +39,25 @@ def proto_fields():
     """{field: its comment} of message ClusterConfig."""
     text = open(PROTO).read()
     body = text[text.index("message ClusterConfig {"):]
-    fields, comment = {}, []
+    fields, comment, nested = {}, [], 0
     for line in body.splitlines()[1:]:
         line = line.strip()
         if line.startswith("//"):
             comment.append(line[2:].strip())
             continue
-        m = re.match(r"(?:optional\s+)?\w+\s+(\w+)\s*=\s*\d+\s*(?:\[[^\]]*\])?;", line)
+        if line.endswith("{"):  # a nested enum or message: its values are not fields
+            nested += 1
+            continue
+        if line == "}":
+            if nested == 0:
+                break
+            nested -= 1
+            comment = []
+            continue
+        m = None if nested else re.match(
+            r"(?:optional\s+)?\w+\s+(\w+)\s*=\s*\d+\s*(?:\[[^\]]*\])?;", line)
         if m:
             fields[m.group(1)] = " ".join(comment)
-        if line == "}":
-            break
         comment = [] if m or not line else comment
     return fields
 

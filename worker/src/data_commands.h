@@ -53,7 +53,8 @@ struct StopData {};
 struct ReconnectServer {
   int server = 0;
   std::string address;
-  uint64_t epoch = 0;  // DataHeader.server_epoch from now on
+  uint64_t epoch = 0;    // DataHeader.server_epoch from now on
+  std::string data_key;  // the replacement's (ServerReplaced.data_key; empty: nothing sealed)
 };
 
 // Server failover without a replacement (KeysMoved): partitions now on other servers.

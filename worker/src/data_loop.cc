@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/common/sealed_messages.h"
 #include "stage_pipeline.h"
 
 namespace bytecomp::worker {
@@ -19,6 +20,7 @@ constexpr absl::Duration kHeldPayloadsWait = absl::Seconds(5);
 
 absl::Status DataLoop::DealerSockets::Send(int server, int connection,
                                            std::vector<zmq::message_t>& frames) {
+  if (absl::Status s = seals_.Seal(frames); !s.ok()) return s;
   return SendFrames(sockets_[server][connection], frames);
 }
 
@@ -29,7 +31,7 @@ void DataLoop::DealerSockets::Open(int server, const std::string& address) {
   for (int c = 0; c < config.connections_per_server(); ++c) {
     sockets_[server].emplace_back(*w_.context, zmq::socket_type::dealer);
     ConfigureSocket(sockets_[server].back());
-    w_.security->SecureConnecting(sockets_[server].back());
+    if (!seals_.on()) w_.security->SecureConnecting(sockets_[server].back());
     LimitSocket(sockets_[server].back(), DataSocketLimits(config));
     sockets_[server].back().connect(address);
   }
@@ -41,11 +43,46 @@ void DataLoop::DealerSockets::Close(int server) {
   changed_ = true;
 }
 
+absl::Status DataLoop::StartSealing() {
+  if (w_.data_key.empty()) return absl::OkStatus();
+  const uint32_t rank = static_cast<uint32_t>(w_.rank);
+  absl::StatusOr<DataKey> key = DataKeyFromBytes(w_.data_key, rank, "this worker");
+  if (!key.ok()) return key.status();
+  const DataProtection protection = DataProtectionOf(*w_.config);
+  seal_key_ = std::make_unique<SealKey>(protection, *key, rank);
+  absl::StatusOr<std::unique_ptr<MessageSealer>> sealer = MessageSealer::Create(seal_key_.get());
+  if (!sealer.ok()) return sealer.status();
+  seals_.sealer = *std::move(sealer);
+  seals_.opener = std::make_unique<MessageOpener>(protection);
+  for (const proto::ServerInfo& server : w_.topology->servers()) {
+    absl::StatusOr<DataKey> theirs =
+        DataKeyFromBytes(server.data_key(), static_cast<uint32_t>(server.rank()),
+                         absl::StrCat("server ", server.rank()));
+    if (!theirs.ok()) return theirs.status();
+    if (absl::Status s = seals_.opener->keys().AddKey(*theirs, theirs->id); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+bool DataLoop::OpenReply(int server, std::vector<zmq::message_t>& frames) {
+  absl::Status s = seals_.Open(frames);
+  if (s.ok()) return true;
+  unsealed_.RefuseAndLog(
+      absl::StrCat("server ", server),
+      absl::StrCat("dropped a reply on server ", server,
+                   "'s connection not sealed under its data key (", s.message(), ")"),
+      MonotonicMs());
+  return false;
+}
+
 void DataLoop::Run() {
   const int servers = w_.topology->num_servers();
-  for (int s = 0; s < servers; ++s) sockets_.Open(s, w_.topology->servers(s).data_address());
+  const absl::Status sealing = StartSealing();
   uint64_t next_request = 1;
-  ProbeLinks(&next_request);
+  if (sealing.ok()) {
+    for (int s = 0; s < servers; ++s) sockets_.Open(s, w_.topology->servers(s).data_address());
+    ProbeLinks(&next_request);
+  }
   PartitionSender::Wiring wiring;
   wiring.config = w_.config;
   wiring.servers = servers;
@@ -58,6 +95,12 @@ void DataLoop::Run() {
   wiring.timeline = w_.timeline;
   wiring.first_request = next_request;
   PartitionSender sender(wiring);
+  if (!sealing.ok()) {
+    // Nothing can be sent: every operation fails naming why, until the engine stops.
+    BC_LOG_ERROR("cannot seal the data messages: ", sealing.ToString());
+    sender.FailAll(absl::Status(
+        sealing.code(), absl::StrCat("cannot seal the data messages: ", sealing.message())));
+  }
 
   std::vector<zmq::pollitem_t> items;
   std::vector<std::pair<int, zmq::socket_t*>> item_socket;  // (server, socket) per item
@@ -94,6 +137,21 @@ void DataLoop::Run() {
         if (std::holds_alternative<StopData>(command)) {
           stop = true;
         } else {
+          if (auto* reconnect = std::get_if<ReconnectServer>(&command);
+              reconnect != nullptr && seals_.on()) {
+            absl::StatusOr<DataKey> key =
+                DataKeyFromBytes(reconnect->data_key, static_cast<uint32_t>(reconnect->server),
+                                 absl::StrCat("replacement server ", reconnect->server));
+            absl::Status added =
+                key.ok() ? seals_.opener->keys().AddKey(*key, key->id) : key.status();
+            if (!added.ok()) {
+              sender.FailAll(
+                  absl::Status(added.code(), absl::StrCat("cannot open the replacement server's "
+                                                          "replies: ",
+                                                          added.message())));
+              continue;
+            }
+          }
           sender.Take(command);
         }
       }
@@ -111,6 +169,7 @@ void DataLoop::Run() {
         absl::StatusOr<std::vector<zmq::message_t>> frames =
             RecvFrames(*socket, std::chrono::milliseconds(0));
         if (!frames.ok() || frames->empty()) break;
+        if (!OpenReply(server, *frames)) continue;
         if (std::optional<PulledPartition> pulled = sender.HandleReply(server, *frames)) {
           pulled->op->stages->Pulled(pulled->op, pulled->partition, pulled->stage,
                                      std::move(pulled->payload), pulled->server);

@@ -30,9 +30,14 @@ class DataLoop {
     const proto::ClusterConfig* config = nullptr;  // connections, budget, link probes
     const proto::Topology* topology = nullptr;     // the servers' data addresses
     zmq::context_t* context = nullptr;
-    const SocketSecurity* security = nullptr;  // the cluster key (or none) for the DEALERs
+    // The cluster key (or none) for the DEALERs, where the data messages are not sealed.
+    const SocketSecurity* security = nullptr;
     int rank = 0;
     NodeToken token;  // carried by every push and pull: the server checks it
+    // This worker's data key (SchedulerClient::data_key): it seals every message to the
+    // servers, which open them with it; the servers' keys come with the topology. Empty: the
+    // job does not seal its data messages.
+    std::string data_key;
     WakeQueue<DataCommand>* commands = nullptr;
     WakeQueue<ControlCommand>* to_control = nullptr;  // the link probe report
     OperationTracker* tracker = nullptr;
@@ -43,7 +48,7 @@ class DataLoop {
     HeldPayloads* held = nullptr;
     telemetry::Timeline* timeline = nullptr;  // null: no timeline
   };
-  explicit DataLoop(Wiring wiring) : w_(wiring), sockets_(w_) {}
+  explicit DataLoop(Wiring wiring) : w_(wiring), sockets_(w_, seals_) {}
   // Until StopData: connects, probes the links, then moves messages.
   void Run();
 
@@ -51,8 +56,8 @@ class DataLoop {
   // The DEALER sockets, [server][connection], as the sender's ServerConnections.
   class DealerSockets : public ServerConnections {
    public:
-    explicit DealerSockets(const Wiring& wiring)
-        : w_(wiring), sockets_(wiring.topology->num_servers()) {}
+    DealerSockets(const Wiring& wiring, DataSeals& seals)
+        : w_(wiring), seals_(seals), sockets_(wiring.topology->num_servers()) {}
     absl::Status Send(int server, int connection, std::vector<zmq::message_t>& frames) override;
     void Open(int server, const std::string& address) override;
     void Close(int server) override;
@@ -62,15 +67,25 @@ class DataLoop {
 
    private:
     const Wiring& w_;
+    DataSeals& seals_;
     std::vector<std::vector<zmq::socket_t>> sockets_;
     bool changed_ = false;
   };
+
+  // Where the job seals its data messages: this worker's key and sealer, and the opener of the
+  // servers' replies (keys from the topology, a replacement's from ReconnectServer).
+  absl::Status StartSealing();
+  // Opens a reply (where sealed); false, with the refusal logged, for one that does not open.
+  bool OpenReply(int server, std::vector<zmq::message_t>& frames);
 
   // Before the first push: measures each server's link and reports it (link_probes.cc). Takes
   // request ids from `next_request` on.
   void ProbeLinks(uint64_t* next_request);
 
   const Wiring w_;
+  std::unique_ptr<SealKey> seal_key_;  // outlives seals_' sealer
+  DataSeals seals_;
+  RefusalLog unsealed_;  // replies that did not open
   DealerSockets sockets_;
 };
 

@@ -75,6 +75,7 @@ absl::Status Engine::Run() {
   wiring.security = security_.get();
   wiring.rank = info_.rank;
   wiring.token = client_->token();
+  wiring.data_key = client_->data_key();
   wiring.commands = &data_queue_;
   wiring.to_control = &control_queue_;
   wiring.tracker = &tracker_;

@@ -88,7 +88,8 @@ class Engine final : public WorkerEngine, private ControlEvents {
       ABSL_LOCKS_EXCLUDED(barrier_mu_);
   void OnJobFailed(const absl::Status& reason) override { FailEngine(reason); }
   void OnServerReplaced(const proto::ServerReplaced& replaced) override {
-    data_queue_.Push(ReconnectServer{replaced.rank(), replaced.data_address(), replaced.epoch()});
+    data_queue_.Push(ReconnectServer{replaced.rank(), replaced.data_address(), replaced.epoch(),
+                                     replaced.data_key()});
   }
   void OnKeysMoved(const proto::KeysMoved& moved) override {
     MoveKeys command{moved.from_rank(), {}};

@@ -14,7 +14,7 @@ void DataLoop::ProbeLinks(uint64_t* next_request) {
   std::vector<ZmqProbeExchange> exchanges;
   exchanges.reserve(sockets_.sockets().size());
   for (auto& conns : sockets_.sockets()) {
-    exchanges.emplace_back(conns.front(), w_.rank, next_request);
+    exchanges.emplace_back(conns.front(), w_.rank, next_request, &seals_);
   }
   std::vector<ProbeExchange*> servers;
   for (auto& e : exchanges) servers.push_back(&e);

@@ -111,6 +111,47 @@ TEST_F(RegistrationTest, AssignsRequestedAndFreeRanksAndSendsTheTopologyOnceComp
   EXPECT_EQ(nodes_->local()->machines, (std::vector<std::vector<int>>{{0}, {1, 2}}));
 }
 
+// A keyed job seals its data messages: each node brings its data key, the servers learn the
+// workers' and the workers the servers', and a node whose data_protection differs is refused.
+TEST_F(RegistrationTest, DataKeysGoToTheNodesThatOpenWhatTheyAreSealedWith) {
+  proto::ClusterConfig keyed;
+  keyed.set_key_file("/etc/bytecomp/cluster.key");
+  Start(2, 1, keyed);
+  auto with_key = [](proto::Register r, char fill) {
+    r.set_data_key(std::string(32, fill));
+    return r;
+  };
+  EXPECT_TRUE(Contains(Refusal("w?", Reg(ROLE_WORKER, 0)),
+                       "seals its data messages (data_protection: encrypt) and this node "
+                       "brings no data key"));
+  EXPECT_TRUE(Contains(Refusal("w?", with_key(Reg(ROLE_WORKER, 0), '\0')), "all zero"));
+  proto::Register short_key = Reg(ROLE_WORKER, 0);
+  short_key.set_data_key("short");
+  EXPECT_TRUE(Contains(Refusal("w?", short_key), "data key is 5 bytes, not 32"));
+  Outbox out;
+  EXPECT_FALSE(Register("w0", with_key(Reg(ROLE_WORKER, 0), 'a'), &out));
+  EXPECT_FALSE(Register("w1", with_key(Reg(ROLE_WORKER, 1), 'b'), &out));
+  EXPECT_TRUE(Register("s0", with_key(Reg(ROLE_SERVER, 0), 'c'), &out));
+  const proto::Topology server = testing::Only(out, "s0", ControlMessage::kTopology).topology();
+  ASSERT_EQ(server.worker_data_keys_size(), 2);
+  EXPECT_EQ(server.worker_data_keys(0), std::string(32, 'a'));
+  EXPECT_EQ(server.worker_data_keys(1), std::string(32, 'b'));
+  for (const char* w : {"w0", "w1"}) {
+    const proto::Topology worker = testing::Only(out, w, ControlMessage::kTopology).topology();
+    EXPECT_EQ(worker.worker_data_keys_size(), 0) << "no worker learns another's key";
+    EXPECT_EQ(worker.servers(0).data_key(), std::string(32, 'c'));
+  }
+
+  proto::ClusterConfig curve = keyed;
+  curve.set_data_protection(proto::ClusterConfig::curve);
+  Start(1, 1, curve);
+  EXPECT_TRUE(Contains(Refusal("w?", with_key(Reg(ROLE_WORKER, 0), 'a')),
+                       "this node seals its data messages (it brings a data key) and the job "
+                       "does not (data_protection: curve)"));
+  Start(1, 1);  // no cluster key: nothing sealed
+  EXPECT_TRUE(Contains(Refusal("w?", with_key(Reg(ROLE_WORKER, 0), 'a')), "(no cluster key)"));
+}
+
 TEST_F(RegistrationTest, RefusesRankConflictsDuplicatesBadAddressesAndLateNodes) {
   Start(2, 1);
   Outbox out;

@@ -47,7 +47,8 @@ absl::StatusOr<LoadedClusterKey> ReadClusterKeyFile(const std::string& path);
 // then atomically (a new file renamed over it).
 absl::Status WriteClusterKeyFile(const std::string& path, const ClusterKey& key, bool overwrite);
 
-// BYTECOMP_KEY_FILE (a path) and BYTECOMP_ALLOW_INSECURE (0 or 1) into `config`.
+// BYTECOMP_KEY_FILE (a path), BYTECOMP_ALLOW_INSECURE (0 or 1) and BYTECOMP_DATA_PROTECTION
+// (encrypt, authenticate or curve) into `config`.
 absl::Status ApplyClusterKeyEnv(proto::ClusterConfig* config);
 
 }  // namespace bytecomp

@@ -127,6 +127,9 @@ class FrameSealer {
 // The counter in a sealed frame's prefix, or nullopt when `frame` is too short to hold one
 // (not checked otherwise: OpenInPlace says whether the frame is sound).
 std::optional<uint64_t> SealedCounter(absl::Span<const uint8_t> frame);
+// The key id in a sealed frame's prefix, or nullopt when `frame` is too short (not checked
+// otherwise).
+std::optional<uint32_t> SealedKeyId(absl::Span<const uint8_t> frame);
 
 // Opens frames sealed under the keys it was given; one per thread. Keeps, per key, which
 // counters it has opened.

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bytecomp/common/sealed_messages.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "data.pb.h"
@@ -108,11 +109,13 @@ absl::Status AwaitOtherProbers(const std::vector<ProbeExchange*>& servers, int64
 
 // OP_PROBE exchanges over a DEALER socket connected to a server (the server knows the turn's
 // holder by this connection). Replies to other requests (a probe that timed out earlier) are
-// dropped. request ids come from *next_request_id.
+// dropped. request ids come from *next_request_id. Where the job seals its data messages,
+// `seals` seals the probes and opens the replies (a reply that does not open is dropped).
 class ZmqProbeExchange final : public ProbeExchange {
  public:
-  ZmqProbeExchange(zmq::socket_t& socket, int sender, uint64_t* next_request_id)
-      : socket_(socket), sender_(sender), next_request_id_(next_request_id) {}
+  ZmqProbeExchange(zmq::socket_t& socket, int sender, uint64_t* next_request_id,
+                   DataSeals* seals = nullptr)
+      : socket_(socket), sender_(sender), next_request_id_(next_request_id), seals_(seals) {}
   absl::StatusOr<proto::ProbeTurn> RoundTrip(const ProbeRequest& request,
                                              int64_t deadline_us) override;
 
@@ -120,6 +123,7 @@ class ZmqProbeExchange final : public ProbeExchange {
   zmq::socket_t& socket_;
   int sender_;
   uint64_t* next_request_id_;
+  DataSeals* seals_;
 };
 
 // A payload frame of `bytes` zeros, zero-copy from a static buffer (bytes <= kMaxProbeBytes).

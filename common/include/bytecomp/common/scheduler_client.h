@@ -1,7 +1,8 @@
 // A node's control connection to the scheduler: register, receive the topology, heartbeats
-// both ways. It draws the node's token (node_token.h), registers with it and puts it in every
-// later message; it keeps the time it last heard from the scheduler, so that its owner sees a
-// silent scheduler (SchedulerTimeoutMs) instead of waiting for it forever.
+// both ways. It draws the node's token (node_token.h) and, where data frames are sealed, its
+// data key (sealed_messages.h), registers with them and puts the token in every later message; it
+// keeps the time it last heard from the scheduler, so that its owner sees a silent scheduler
+// (SchedulerTimeoutMs) instead of waiting for it forever.
 //
 // A scheduler that restarts takes the running job up (scheduler/.../takeover.h): its answer
 // to this node's next message says it does not know the node (Error.not_registered), and
@@ -61,6 +62,9 @@ class SchedulerClient {
 
   // This node's token: every message it sends carries it, and a worker's pushes and pulls too.
   const NodeToken& token() const { return token_; }
+  // With sealed data frames (SealsDataFrames of the config): the key this node seals its data
+  // messages with, drawn by Register and sent in it (Register.data_key); empty otherwise.
+  const std::string& data_key() const { return data_key_; }
 
   zmq::socket_t& socket() { return socket_; }
   const proto::ClusterConfig& config() const { return config_; }
@@ -77,6 +81,7 @@ class SchedulerClient {
   proto::ClusterConfig config_;
   const SocketSecurity& security_;
   const NodeToken token_;
+  std::string data_key_;
   zmq::socket_t socket_;
   std::string machine_;
   std::optional<int> local_rank_, local_size_;

@@ -34,6 +34,8 @@ struct RegisteredNode {
   SlotRequest slot;  // workers: machine and local rank/size asked for
   // The token the node registered with: every later message from it must carry it.
   NodeToken token;
+  // Register.data_key: what the node seals its data messages with (empty: nothing sealed).
+  std::string data_key;
 
   RoleRank role_rank() const { return {role, rank}; }
 };

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bytecomp/common/frame_seal.h"
 #include "bytecomp/common/node_token.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
@@ -20,6 +21,9 @@ struct ServerJob {
   std::vector<int> pushers;
   // By worker rank (Topology.worker_tokens): a PUSH or PULL naming rank r must carry tokens[r].
   std::vector<NodeToken> worker_tokens;
+  // By worker rank (Topology.worker_data_keys), key id = rank: the keys the workers seal their
+  // data messages with; empty when the job does not seal them.
+  std::vector<DataKey> worker_data_keys;
   // This server replaces a lost one (Topology.replaces_lost_server): its keys resume from
   // the workers' replays (key_resume.h).
   bool replaces_lost_server = false;
