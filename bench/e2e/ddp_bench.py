@@ -64,9 +64,11 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
     p.add_argument("--out", default=None, help="JSON file for every run's figures")
     p.add_argument("--cluster-key", action="store_true",
-                   help="ByteComp with its cluster key (CURVE: encrypted, authenticated). By "
-                        "default it runs as DDP's gloo does, plain TCP (bytecomp-run --no-key), "
-                        "so that both move the same unencrypted bytes")
+                   help="ByteComp with its cluster key (CURVE control plane, sealed data "
+                        "messages). By default it runs as DDP's gloo does, plain TCP "
+                        "(bytecomp-run --no-key), so that both move the same unencrypted bytes; "
+                        "a system named bc-X+key (+curve) runs keyed (with CURVE data sockets) "
+                        "beside the others")
     p.add_argument("--base-dir", default=None,
                    help="another build (its bin/ and lib/): a system named SYSTEM@base runs "
                         "SYSTEM with that build's binaries and engine library, so that a "
@@ -80,15 +82,29 @@ def parse_args(argv=None):
     unknown = [s for s in args.systems
                if base_system(s) not in SYSTEMS + ("local",)
                and base_system(s)[len("bc-"):] not in PRESETS]
-    if any(s.endswith("@base") for s in args.systems) and not args.base_dir:
+    if any(key_setting(s)[0].endswith("@base") for s in args.systems) and not args.base_dir:
         p.error("a SYSTEM@base needs --base-dir")
     if unknown:
         p.error(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
     return args
 
 
+# A ByteComp system with one of these suffixes runs with the cluster key: +key under the
+# default data_protection (encrypt: sealed data messages), +curve with CURVE data sockets.
+KEY_SUFFIXES = {"+key": "encrypt", "+curve": "curve"}
+
+
+def key_setting(system):
+    """(system without a key suffix, its data_protection or None for no key)."""
+    for suffix, protection in KEY_SUFFIXES.items():
+        if system.endswith(suffix):
+            return system[:-len(suffix)], protection
+    return system, None
+
+
 def base_system(system):
-    """The system a SYSTEM@base row runs (with --base-dir's build)."""
+    """The system a SYSTEM@base or SYSTEM+key row runs (with --base-dir's build for @base)."""
+    system = key_setting(system)[0]
     return system[:-len("@base")] if system.endswith("@base") else system
 
 
@@ -150,7 +166,8 @@ def run_checked(cmd, timeout, env=None, with_stderr=False):
 def run_one(system, model, args, work, use_netns):
     """Trains one system once; returns rank 0's RESULT figures plus wall seconds."""
     label, system = system, base_system(system)
-    bin_dir = os.path.join(args.base_dir, "bin") if label != system else args.bin_dir
+    from_base = key_setting(label)[0].endswith("@base")
+    bin_dir = os.path.join(args.base_dir, "bin") if from_base else args.bin_dir
     comm = (system[len("ddp-"):] if system in DDP_SYSTEMS else
             "local" if system == "local" else "bytecomp")
     train = [sys.executable, os.path.join(REPO, "examples", "train_ddp.py"), "--comm", comm,
@@ -158,7 +175,8 @@ def run_one(system, model, args, work, use_netns):
              str(args.batch_size), "--lr", str(args.lr)]
     launch = ["--bin-dir", bin_dir, "--timeout", str(args.timeout),
               "--scheduler-args=" + " ".join(scheduler_args(system, args, work))]
-    if not args.cluster_key:
+    protection = key_setting(label)[1]
+    if not args.cluster_key and protection is None:
         launch.append("--no-key")
     w = args.workers
     if use_netns:
@@ -169,9 +187,11 @@ def run_one(system, model, args, work, use_netns):
         cmd = ([sys.executable, os.path.join(REPO, "deploy", "bytecomp-run"), "-np", str(w),
                 "--servers", str(w)] + launch + ["--"] + train)
     env = dict(os.environ)
+    if protection is not None:
+        env["BYTECOMP_DATA_PROTECTION"] = protection
     # Every emulated machine shares this host's cores: give each worker its share.
     env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // w))
-    if label != system:
+    if from_base:
         env["BYTECOMP_LIBRARY"] = os.path.join(args.base_dir, "lib", "libbytecomp_worker.so")
     else:
         env.setdefault("BYTECOMP_LIBRARY", os.path.join(os.path.dirname(args.bin_dir), "lib",
@@ -281,8 +301,9 @@ def main(argv=None):
         where = (f"LOOPBACK ({why}: no network namespaces): {args.workers} workers and servers "
                  "on this host without link limits, so communication is cheap and compression "
                  "shows little")
-    key = ("ByteComp with its cluster key (CURVE)" if args.cluster_key else
-           "ByteComp in plain TCP as gloo (no cluster key; --cluster-key for CURVE)")
+    key = ("ByteComp with its cluster key (data messages sealed)" if args.cluster_key else
+           "ByteComp in plain TCP as gloo unless a system says +key or +curve (no cluster key; "
+           "--cluster-key for all)")
     where += f"; {key}"
     print(f"ddp_bench: {where}; {args.epochs} epochs, batch {args.batch_size}/worker, "
           f"{args.reps} repetition(s) in alternating order", flush=True)

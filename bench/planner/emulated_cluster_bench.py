@@ -14,9 +14,9 @@ workers' namespaces: netns_cluster.sh --colocate), planned with colocated_server
 
 Every job runs with a fresh cluster key (bytecomp-run's default), as the calibration's do.
 
-The price of the cluster key (issue 13): at each rate, resnet50 uncompressed with the key
-(CURVE on every socket) right after the same job without one (bytecomp-run --no-key), as a
-ratio of median round times; with --key-connections C also both with C connections per server
+The price of the cluster key (issues 13, 32): at each rate, resnet50 uncompressed with the key
+(data_protection encrypt, the default: sealed data messages; then curve: CURVE data sockets)
+right after the same job without one (bytecomp-run --no-key), as ratios of median round times; with --key-connections C also both with C connections per server
 and C ZeroMQ I/O threads per process (one CURVE stream runs on one I/O thread). --key-only runs
 just these rows (no calibration, no planning).
 
@@ -73,9 +73,11 @@ def plan(profile, cluster, costs, out):
     return {"none": float(m.group(1)), "everything": float(m.group(2)), "planned": float(m.group(3))}
 
 
-def measure(rate, scheduler_args, rounds, warmup=1, keyed=True, io_threads=None):
+def measure(rate, scheduler_args, rounds, warmup=1, keyed=True, io_threads=None,
+            protection=None):
     """Runs bytecomp-bench on the emulated cluster; returns its JSON result and the output.
-    keyed: bytecomp-run's fresh cluster key (else --no-key); io_threads: BYTECOMP_IO_THREADS."""
+    keyed: bytecomp-run's fresh cluster key (else --no-key); io_threads: BYTECOMP_IO_THREADS;
+    protection: BYTECOMP_DATA_PROTECTION (None: the default, encrypt)."""
     cmd = ["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
            str(WORKERS), "--servers", str(SERVERS)] + (["--colocate"] if COLOCATE else []) + [
            "--rate", rate, "--prefix", "bcb-", "--bin-dir", BIN, "--timeout", "600"] + (
@@ -86,6 +88,8 @@ def measure(rate, scheduler_args, rounds, warmup=1, keyed=True, io_threads=None)
     env = dict(os.environ)
     if io_threads:
         env["BYTECOMP_IO_THREADS"] = str(io_threads)
+    if protection:
+        env["BYTECOMP_DATA_PROTECTION"] = protection
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     for line in res.stdout.splitlines():
         if "{" in line and '"bench":"bytecomp-bench"' in line:
@@ -123,30 +127,36 @@ def measure_auto(rate, cluster, costs, rounds, links_from):
 
 
 def key_rows(rates, rounds, extra_connections):
-    """Keyed against unkeyed, uncompressed, at each rate (and with more connections)."""
+    """Keyed (the default data_protection, encrypt: sealed messages; and curve: CURVE data
+    sockets) against unkeyed, uncompressed, at each rate (and with more connections), one
+    right after the other."""
     rows = []
     for rate in rates:
         for connections in [None] + ([extra_connections] if extra_connections else []):
             args = f"--connections_per_server={connections}" if connections else ""
             ms = {}
-            for keyed in (False, True):
-                print(f"{rate} key {'on' if keyed else 'off'}"
+            for setting in ("off", "encrypt", "curve"):
+                print(f"{rate} key {setting}"
                       f"{'' if connections is None else f', {connections} connections'} ...",
                       flush=True)
-                ms[keyed] = measure(rate, args, rounds, keyed=keyed,
-                                    io_threads=connections)[0]["median_round_ms"]
-            rows.append({"rate": rate, "connections": connections or 2, "plain_ms": ms[False],
-                         "keyed_ms": ms[True], "ratio": ms[True] / ms[False]})
+                ms[setting] = measure(rate, args, rounds, keyed=setting != "off",
+                                      io_threads=connections,
+                                      protection=None if setting == "off" else setting
+                                      )[0]["median_round_ms"]
+            rows.append({"rate": rate, "connections": connections or 2, "plain_ms": ms["off"],
+                         "keyed_ms": ms["encrypt"], "curve_ms": ms["curve"],
+                         "ratio": ms["encrypt"] / ms["off"], "curve_ratio": ms["curve"] / ms["off"]})
     return rows
 
 
 def print_key_rows(rows, rounds):
     print(f"\nthe price of the cluster key: resnet50 uncompressed, W={WORKERS} S={SERVERS}, "
-          f"median of {rounds} rounds, keyed right after unkeyed")
-    print(f"{'link':<7} {'conns':>5} {'no key ms':>10} {'key ms':>10} {'key/no key':>10}")
+          f"median of {rounds} rounds, one right after the other")
+    print(f"{'link':<7} {'conns':>5} {'no key ms':>10} {'encrypt ms':>10} {'curve ms':>10} "
+          f"{'encrypt/no key':>14} {'curve/no key':>12}")
     for r in rows:
         print(f"{r['rate']:<7} {r['connections']:>5} {r['plain_ms']:>10.1f} {r['keyed_ms']:>10.1f} "
-              f"{r['ratio']:>10.2f}")
+              f"{r['curve_ms']:>10.1f} {r['ratio']:>14.2f} {r['curve_ratio']:>12.2f}")
     load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
 

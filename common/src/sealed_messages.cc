@@ -18,6 +18,9 @@ std::string MessageBinding(uint64_t first, uint32_t index, uint32_t count) {
   return ad;
 }
 
+// Frames at least this large are opened in place rather than into a new message.
+constexpr size_t kOpenInPlaceBytes = 4096;
+
 absl::Span<const uint8_t> Bytes(const zmq::message_t& frame) {
   return {static_cast<const uint8_t*>(frame.data()), frame.size()};
 }
@@ -107,14 +110,31 @@ absl::StatusOr<uint32_t> MessageOpener::Open(std::vector<zmq::message_t>& frames
                                                      "sealed frame (",
                                                      kSealOverheadBytes, ")"));
     }
-    zmq::message_t payload(frame.size() - kSealOverheadBytes);
-    if (absl::Status s = opener_.Open(
-            Bytes(frame), MessageBinding(*first, i, count),
-            absl::Span<uint8_t>(static_cast<uint8_t*>(payload.data()), payload.size()));
-        !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("frame ", i, " of ", count, ": ", s.message()));
+    const std::string binding = MessageBinding(*first, i, count);
+    if (frame.size() < kOpenInPlaceBytes) {
+      zmq::message_t payload(frame.size() - kSealOverheadBytes);
+      if (absl::Status s = opener_.Open(
+              Bytes(frame), binding,
+              absl::Span<uint8_t>(static_cast<uint8_t*>(payload.data()), payload.size()));
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("frame ", i, " of ", count, ": ", s.message()));
+      }
+      frame = std::move(payload);
+      continue;
     }
-    frame = std::move(payload);
+    // A large frame opens where it lies: the payload becomes a message that points into the
+    // received one, which it keeps until ZeroMQ or the caller drops it.
+    auto* received = new zmq::message_t(std::move(frame));
+    absl::StatusOr<absl::Span<uint8_t>> payload = opener_.OpenInPlace(
+        absl::Span<uint8_t>(static_cast<uint8_t*>(received->data()), received->size()), binding);
+    if (!payload.ok()) {
+      delete received;
+      return absl::Status(payload.status().code(), absl::StrCat("frame ", i, " of ", count, ": ",
+                                                                payload.status().message()));
+    }
+    frame = zmq::message_t(
+        payload->data(), payload->size(),
+        [](void*, void* hint) { delete static_cast<zmq::message_t*>(hint); }, received);
   }
   return *key_id;
 }

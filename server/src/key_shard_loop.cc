@@ -4,7 +4,8 @@
 
 namespace bytecomp::server {
 
-void RunKeyShard(WakeQueue<ShardMessage>& in, WakeQueue<ShardReplies>& replies, KeyShard& shard) {
+void RunKeyShard(WakeQueue<ShardMessage>& in, WakeQueue<ShardReplies>& replies, KeyShard& shard,
+                 MessageSealer* sealer) {
   std::vector<OutgoingReply> out;
   bool running = true;
   while (running) {
@@ -19,6 +20,11 @@ void RunKeyShard(WakeQueue<ShardMessage>& in, WakeQueue<ShardReplies>& replies, 
           m.push_back(std::move(reply.identity));
           m.push_back(ProtoFrame(reply.header));
           if (reply.has_payload) m.push_back(std::move(reply.payload));
+          if (sealer == nullptr) continue;
+          if (absl::Status s = sealer->Seal(m, /*skip=*/1); !s.ok()) {
+            BC_LOG_ERROR("cannot seal a reply: ", s.ToString());
+            frames.pop_back();
+          }
         }
         replies.Push(std::move(frames));
         out.clear();

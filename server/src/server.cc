@@ -181,13 +181,21 @@ absl::Status AggregationServer::Run() {
   absl::StatusOr<DataSeals> seals = MakeDataSeals(*job, scheduler.data_key(), seal_key);
   if (!seals.ok()) return seals.status();
   IoLoop io(router, std::move(dispatcher), queues, *std::move(seals));
+  // Each shard thread seals its own replies (where the job seals): the work spreads over them.
+  std::vector<std::unique_ptr<MessageSealer>> shard_sealers(num_shards);
+  for (size_t i = 0; seal_key != nullptr && i < num_shards; ++i) {
+    absl::StatusOr<std::unique_ptr<MessageSealer>> sealer = MessageSealer::Create(seal_key.get());
+    if (!sealer.ok()) return sealer.status();
+    shard_sealers[i] = *std::move(sealer);
+  }
   std::vector<std::unique_ptr<KeyShard>> shards;
   std::vector<std::thread> shard_threads;
   for (size_t i = 0; i < num_shards; ++i) {
     shards.push_back(std::make_unique<KeyShard>(static_cast<int>(i), *job));
     shards.back()->Observe(telemetry.timeline.get(), telemetry.metrics.get());
     shard_threads.emplace_back(RunKeyShard, std::ref(*queues.to_shards[i]),
-                               std::ref(queues.replies), std::ref(*shards.back()));
+                               std::ref(queues.replies), std::ref(*shards.back()),
+                               shard_sealers[i].get());
   }
   std::thread io_thread([&io] { io.Run(); });
   to_io.Push(StrategyCommand{std::make_shared<const proto::Strategy>(topology->strategy())});

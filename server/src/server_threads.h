@@ -40,7 +40,8 @@ struct ServerQueues {
 class IoLoop {
  public:
   // Runs on the thread that calls Run() afterwards; `router` is that thread's. `seals`: where
-  // the job seals its data messages, this server's sealer and the opener of every worker's key.
+  // the job seals its data messages, this server's sealer and the opener of every worker's key
+  // (the key shards' replies come sealed).
   IoLoop(zmq::socket_t& router, RequestDispatcher dispatcher, ServerQueues& queues,
          DataSeals seals = {});
 
@@ -50,9 +51,9 @@ class IoLoop {
 
  private:
   void Send(DispatchOutbox& out);
-  // Seals (where the job does) and sends one message; a failure here is logged (the process is
-  // shutting down, or a sealer error).
-  void SendToRouter(std::vector<zmq::message_t>& frames);
+  // Seals (where the job does, unless `sealed` already) and sends one message; a failure here
+  // is logged (the process is shutting down, or a sealer error).
+  void SendToRouter(std::vector<zmq::message_t>& frames, bool sealed = false);
   void ForwardReplies();
   void DrainRequests();
   // Whether a key shard's queue holds kMaxShardBacklog messages or more: then the I/O thread
@@ -74,7 +75,10 @@ class IoLoop {
 };
 
 // A key shard's thread: hands each message from its queue to the shard and sends its replies
-// to the I/O thread, until StopCommand; then logs the shard's summary.
-void RunKeyShard(WakeQueue<ShardMessage>& in, WakeQueue<ShardReplies>& replies, KeyShard& shard);
+// to the I/O thread, until StopCommand; then logs the shard's summary. Where the job seals its
+// data messages, `sealer` (this thread's, under the server's key) seals the replies here, so
+// that the shards share the work; the I/O thread sends them as they are.
+void RunKeyShard(WakeQueue<ShardMessage>& in, WakeQueue<ShardReplies>& replies, KeyShard& shard,
+                 MessageSealer* sealer = nullptr);
 
 }  // namespace bytecomp::server

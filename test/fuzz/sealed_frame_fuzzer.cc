@@ -1,13 +1,15 @@
 // Fuzz target: a sealed data frame as a node opens it (FrameOpener::OpenInPlace, frame_seal.h),
 // with the job's two data keys (sealed_frame_job.h says what the input holds). Checks the
 // contract besides memory safety: a frame that opens gives a payload inside it and opens only
-// once; and the input's bytes, sealed as a payload, open to themselves and are refused once
-// any byte of the sealed frame is changed.
+// once; a two-frame message of the input's bytes opens at most once; and the input's bytes,
+// sealed as a payload, open to themselves and are refused once any byte of the sealed frame is
+// changed.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "bytecomp/common/sealed_messages.h"
 #include "fuzz_input.h"
 #include "sealed_frame_job.h"
 
@@ -50,6 +52,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     std::vector<uint8_t> again(rest.begin(), rest.end());
     if (opener.OpenInPlace(absl::MakeSpan(again), associated).ok()) Fail("a frame opened twice");
+  }
+  // The input as a two-frame message (cut where `flip` says), opened as a server opens a
+  // request (MessageOpener, sealed_messages.h): it opens at most once, each payload inside
+  // its frame's bounds.
+  {
+    const size_t cut = rest.empty() ? 0 : flip % rest.size();
+    std::vector<zmq::message_t> message;
+    message.emplace_back(rest.data(), cut);
+    message.emplace_back(rest.data() + cut, rest.size() - cut);
+    std::vector<zmq::message_t> copy;
+    for (const zmq::message_t& f : message) copy.emplace_back(f.data(), f.size());
+    bytecomp::MessageOpener messages(protection);
+    if (!messages.keys().AddKey(SealedFrameKey(1), SealedFrameSender(1)).ok() ||
+        !messages.keys().AddKey(SealedFrameKey(2), SealedFrameSender(2)).ok()) {
+      Fail("AddKey failed");
+    }
+    const size_t sizes[2] = {cut, rest.size() - cut};
+    if (messages.Open(message).ok()) {
+      for (int i = 0; i < 2; ++i) {
+        if (message[i].size() + bytecomp::kSealOverheadBytes != sizes[i]) {
+          Fail("an opened message's payload is not its frame less the seal");
+        }
+      }
+      if (messages.Open(copy).ok()) Fail("a message opened twice");
+    }
   }
   // The input as a payload: sealed, it opens to itself; changed anywhere, it is refused.
   SealKey key(protection, SealedFrameKey(2), SealedFrameSender(2));

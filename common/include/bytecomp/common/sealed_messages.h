@@ -58,7 +58,8 @@ class MessageOpener {
   explicit MessageOpener(DataProtection protection) : opener_(protection) {}
   // The peers' keys: AddKey, DropKey (frame_seal.h).
   FrameOpener& keys() { return opener_; }
-  // Replaces frames[skip..] by their payloads and returns the id of the key that sealed them.
+  // Replaces frames[skip..] by their payloads (a large frame opens in place: its payload message
+  // points into the received one) and returns the id of the key that sealed them.
   // On an error the message is not to be used, and the error says what was wrong with it.
   absl::StatusOr<uint32_t> Open(std::vector<zmq::message_t>& frames, size_t skip = 0);
 
