@@ -85,9 +85,11 @@ absl::Status MessageSealer::Seal(std::vector<zmq::message_t>& frames, size_t ski
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> MessageOpener::Open(std::vector<zmq::message_t>& frames, size_t skip) {
+absl::StatusOr<MessageOpener::Head> MessageOpener::CheckFrames(
+    const std::vector<zmq::message_t>& frames, size_t skip) const {
   if (skip >= frames.size()) return absl::InvalidArgumentError("an empty message");
-  const uint32_t count = static_cast<uint32_t>(frames.size() - skip);
+  Head head;
+  head.count = static_cast<uint32_t>(frames.size() - skip);
   const std::optional<uint64_t> first = SealedCounter(Bytes(frames[skip]));
   const std::optional<uint32_t> key_id = SealedKeyId(Bytes(frames[skip]));
   if (!first.has_value() || !key_id.has_value()) {
@@ -97,12 +99,14 @@ absl::StatusOr<uint32_t> MessageOpener::Open(std::vector<zmq::message_t>& frames
                                                    "a sealed frame's prefix (",
                                                    kSealPrefixBytes, ")"));
   }
-  for (uint32_t i = 0; i < count; ++i) {
-    zmq::message_t& frame = frames[skip + i];
-    if (i > 0 && SealedKeyId(Bytes(frame)) != key_id) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("frame ", i, " of a sealed message names another key than its first"));
-    }
+  if (Bytes(frames[skip])[0] != kSealMagic) {
+    return absl::InvalidArgumentError(
+        "not a sealed message: its first frame does not begin as a sealed frame does");
+  }
+  head.first = *first;
+  head.key_id = *key_id;
+  for (uint32_t i = 0; i < head.count; ++i) {
+    const zmq::message_t& frame = frames[skip + i];
     if (frame.size() < kSealOverheadBytes) {
       return absl::InvalidArgumentError(absl::StrCat("frame ", i, " of the message is ",
                                                      frame.size(),
@@ -110,33 +114,75 @@ absl::StatusOr<uint32_t> MessageOpener::Open(std::vector<zmq::message_t>& frames
                                                      "sealed frame (",
                                                      kSealOverheadBytes, ")"));
     }
-    const std::string binding = MessageBinding(*first, i, count);
-    if (frame.size() < kOpenInPlaceBytes) {
-      zmq::message_t payload(frame.size() - kSealOverheadBytes);
-      if (absl::Status s = opener_.Open(
-              Bytes(frame), binding,
-              absl::Span<uint8_t>(static_cast<uint8_t*>(payload.data()), payload.size()));
-          !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("frame ", i, " of ", count, ": ", s.message()));
-      }
-      frame = std::move(payload);
-      continue;
+    if (i == 0) continue;
+    if (SealedKeyId(Bytes(frame)) != head.key_id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("frame ", i, " of a sealed message names another key than its first"));
     }
-    // A large frame opens where it lies: the payload becomes a message that points into the
-    // received one, which it keeps until ZeroMQ or the caller drops it.
-    auto* received = new zmq::message_t(std::move(frame));
-    absl::StatusOr<absl::Span<uint8_t>> payload = opener_.OpenInPlace(
-        absl::Span<uint8_t>(static_cast<uint8_t*>(received->data()), received->size()), binding);
-    if (!payload.ok()) {
-      delete received;
-      return absl::Status(payload.status().code(), absl::StrCat("frame ", i, " of ", count, ": ",
-                                                                payload.status().message()));
+    // What the tag then proves: each frame was sealed as frame i of this message.
+    if (SealedCounter(Bytes(frame)) != head.first + i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "frame ", i, " of a sealed message does not follow its first frame's counter"));
     }
-    frame = zmq::message_t(
-        payload->data(), payload->size(),
-        [](void*, void* hint) { delete static_cast<zmq::message_t*>(hint); }, received);
   }
-  return *key_id;
+  return head;
+}
+
+absl::Status MessageOpener::OpenOne(zmq::message_t& frame, uint64_t first, uint32_t index,
+                                    uint32_t count) {
+  const std::string binding = MessageBinding(first, index, count);
+  if (frame.size() < kOpenInPlaceBytes) {
+    zmq::message_t payload(frame.size() - kSealOverheadBytes);
+    if (absl::Status s = opener_.Open(
+            Bytes(frame), binding,
+            absl::Span<uint8_t>(static_cast<uint8_t*>(payload.data()), payload.size()));
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("frame ", index, " of ", count, ": ", s.message()));
+    }
+    frame = std::move(payload);
+    return absl::OkStatus();
+  }
+  // A large frame opens where it lies: the payload becomes a message that points into the
+  // received one, which it keeps until ZeroMQ or the caller drops it.
+  auto* received = new zmq::message_t(std::move(frame));
+  absl::StatusOr<absl::Span<uint8_t>> payload = opener_.OpenInPlace(
+      absl::Span<uint8_t>(static_cast<uint8_t*>(received->data()), received->size()), binding);
+  if (!payload.ok()) {
+    delete received;
+    return absl::Status(payload.status().code(), absl::StrCat("frame ", index, " of ", count, ": ",
+                                                              payload.status().message()));
+  }
+  frame = zmq::message_t(
+      payload->data(), payload->size(),
+      [](void*, void* hint) { delete static_cast<zmq::message_t*>(hint); }, received);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> MessageOpener::Open(std::vector<zmq::message_t>& frames, size_t skip) {
+  absl::StatusOr<Head> head = CheckFrames(frames, skip);
+  if (!head.ok()) return head.status();
+  for (uint32_t i = 0; i < head->count; ++i) {
+    if (absl::Status s = OpenOne(frames[skip + i], head->first, i, head->count); !s.ok()) return s;
+  }
+  return head->key_id;
+}
+
+absl::StatusOr<uint32_t> MessageOpener::OpenFirst(std::vector<zmq::message_t>& frames,
+                                                  size_t skip) {
+  absl::StatusOr<Head> head = CheckFrames(frames, skip);
+  if (!head.ok()) return head.status();
+  if (absl::Status s = OpenOne(frames[skip], head->first, 0, head->count); !s.ok()) return s;
+  return head->key_id;
+}
+
+absl::Status MessageOpener::OpenFrame(zmq::message_t& frame, uint32_t index, uint32_t count) {
+  const std::optional<uint64_t> counter = SealedCounter(Bytes(frame));
+  if (frame.size() < kSealOverheadBytes || !counter.has_value() || *counter < index) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame ", index, " of ", count, " is not a sealed frame (", frame.size(), " bytes)"));
+  }
+  return OpenOne(frame, *counter - index, index, count);
 }
 
 }  // namespace bytecomp

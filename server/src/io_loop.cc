@@ -100,7 +100,8 @@ void IoLoop::DrainRequests() {
     absl::StatusOr<std::vector<zmq::message_t>> frames =
         RecvFrames(router_, std::chrono::milliseconds(0));
     if (!frames.ok() || frames->empty()) break;
-    if (absl::Status s = seals_.Open(*frames, /*skip=*/1); !s.ok()) {
+    // The header opens here; a payload stays sealed for its key shard, which opens it.
+    if (absl::Status s = seals_.OpenFirst(*frames, /*skip=*/1); !s.ok()) {
       const zmq::message_t& peer = frames->front();
       unsealed_.RefuseAndLog(
           absl::string_view(static_cast<const char*>(peer.data()), peer.size()),

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/frame_seal.h"
 #include "bytecomp/common/link_probe.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/transport.h"
@@ -14,6 +15,7 @@ namespace bytecomp::server {
 RequestDispatcher::RequestDispatcher(const ServerJob& job, size_t num_shards)
     : my_rank_(job.my_rank),
       num_shards_(num_shards),
+      payload_seal_bytes_(job.worker_data_keys.empty() ? 0 : kSealOverheadBytes),
       validator_(job),
       bandwidth_turn_(kProbeTurnQuietMs) {}
 
@@ -50,7 +52,8 @@ void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_pa
                   now_ms, out, "malformed");
   }
   const bool has_payload = frames.size() == 3;
-  const size_t payload_size = has_payload ? frames[2].size() : 0;
+  const size_t payload_size =
+      has_payload ? frames[2].size() - std::min(frames[2].size(), payload_seal_bytes_) : 0;
   if (header.op() == proto::OP_PROBE) {
     return AnswerProbe(frames[0], header, payload_size, has_payload, now_ms, out);
   }

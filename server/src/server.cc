@@ -72,8 +72,9 @@ absl::Status RebindWithLimits(zmq::socket_t& router, const SocketLimits& bound_w
   }
 }
 
-// The sealer of this server's replies (its own key, id = its rank) and the opener of the
-// workers' requests; none where the job does not seal (no worker keys in the topology).
+// One thread's sealer of this server's replies (its own key, id = its rank; `seal_key`, made
+// by the first call, shared by all) and opener of the workers' requests; none where the job
+// does not seal (no worker keys in the topology).
 absl::StatusOr<DataSeals> MakeDataSeals(const ServerJob& job, const std::string& own_key,
                                         std::unique_ptr<SealKey>& seal_key) {
   DataSeals seals;
@@ -89,7 +90,8 @@ absl::StatusOr<DataSeals> MakeDataSeals(const ServerJob& job, const std::string&
   absl::StatusOr<DataKey> key = DataKeyFromBytes(own_key, rank, "this server");
   if (!key.ok()) return key.status();
   const DataProtection protection = DataProtectionOf(job.config);
-  seal_key = std::make_unique<SealKey>(protection, *key, rank);
+  // One key, one counter: every thread's sealer shares it.
+  if (seal_key == nullptr) seal_key = std::make_unique<SealKey>(protection, *key, rank);
   absl::StatusOr<std::unique_ptr<MessageSealer>> sealer = MessageSealer::Create(seal_key.get());
   if (!sealer.ok()) return sealer.status();
   seals.sealer = *std::move(sealer);
@@ -180,13 +182,15 @@ absl::Status AggregationServer::Run() {
   dispatcher.Observe(telemetry.metrics.get());
   absl::StatusOr<DataSeals> seals = MakeDataSeals(*job, scheduler.data_key(), seal_key);
   if (!seals.ok()) return seals.status();
+  const bool sealing = seals->on();
   IoLoop io(router, std::move(dispatcher), queues, *std::move(seals));
-  // Each shard thread seals its own replies (where the job seals): the work spreads over them.
-  std::vector<std::unique_ptr<MessageSealer>> shard_sealers(num_shards);
-  for (size_t i = 0; seal_key != nullptr && i < num_shards; ++i) {
-    absl::StatusOr<std::unique_ptr<MessageSealer>> sealer = MessageSealer::Create(seal_key.get());
-    if (!sealer.ok()) return sealer.status();
-    shard_sealers[i] = *std::move(sealer);
+  // Each shard thread opens its requests' payloads and seals its replies (where the job seals):
+  // the work spreads over them.
+  std::vector<DataSeals> shard_seals(num_shards);
+  for (size_t i = 0; sealing && i < num_shards; ++i) {
+    absl::StatusOr<DataSeals> made = MakeDataSeals(*job, scheduler.data_key(), seal_key);
+    if (!made.ok()) return made.status();
+    shard_seals[i] = *std::move(made);
   }
   std::vector<std::unique_ptr<KeyShard>> shards;
   std::vector<std::thread> shard_threads;
@@ -195,7 +199,7 @@ absl::Status AggregationServer::Run() {
     shards.back()->Observe(telemetry.timeline.get(), telemetry.metrics.get());
     shard_threads.emplace_back(RunKeyShard, std::ref(*queues.to_shards[i]),
                                std::ref(queues.replies), std::ref(*shards.back()),
-                               shard_sealers[i].get());
+                               sealing ? &shard_seals[i] : nullptr);
   }
   std::thread io_thread([&io] { io.Run(); });
   to_io.Push(StrategyCommand{std::make_shared<const proto::Strategy>(topology->strategy())});

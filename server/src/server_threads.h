@@ -76,9 +76,10 @@ class IoLoop {
 
 // A key shard's thread: hands each message from its queue to the shard and sends its replies
 // to the I/O thread, until StopCommand; then logs the shard's summary. Where the job seals its
-// data messages, `sealer` (this thread's, under the server's key) seals the replies here, so
-// that the shards share the work; the I/O thread sends them as they are.
+// data messages, `seals` (this thread's: a sealer under the server's key, an opener of every
+// worker's) opens the requests' payloads and seals the replies here, so that the shards share
+// the work; the I/O thread opened the headers and sends the replies as they are.
 void RunKeyShard(WakeQueue<ShardMessage>& in, WakeQueue<ShardReplies>& replies, KeyShard& shard,
-                 MessageSealer* sealer = nullptr);
+                 DataSeals* seals = nullptr);
 
 }  // namespace bytecomp::server

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -85,7 +86,8 @@ TEST(SealedMessagesTest, AnUnsealedMessageIsRefusedNamingWhy) {
       Message({"id", std::string(200, 'h'), std::string(5000, 'p')});
   opened = link.opener.Open(long_plain, 1);
   ASSERT_FALSE(opened.ok());
-  EXPECT_THAT(std::string(opened.status().message()), HasSubstr("frame 0 of 2"));
+  EXPECT_THAT(std::string(opened.status().message()),
+              HasSubstr("not a sealed message: its first frame does not begin as a sealed"));
 }
 
 TEST(SealedMessagesTest, FramesCannotBeMovedDroppedReorderedOrRepeated) {
@@ -117,6 +119,48 @@ TEST(SealedMessagesTest, FramesCannotBeMovedDroppedReorderedOrRepeated) {
   absl::StatusOr<uint32_t> replayed = link.opener.Open(replay);
   ASSERT_FALSE(replayed.ok());
   EXPECT_THAT(std::string(replayed.status().message()), HasSubstr("opened before"));
+}
+
+// A server opens a request's header on its I/O thread and the payload on a key shard's.
+TEST(SealedMessagesTest, TheHeaderOpensFirstAndThePayloadOnAnotherThread) {
+  Link link;
+  MessageOpener shard(DataProtection::kEncrypt);
+  ASSERT_TRUE(shard.keys().AddKey(link.key, 2).ok());
+  const std::string big(10000, 'p');
+  std::vector<zmq::message_t> request = link.Sealed({"id", "header", big}, 1);
+  absl::StatusOr<uint32_t> key = link.opener.OpenFirst(request, 1);
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_EQ(*key, 2u);
+  EXPECT_EQ(request[1].to_string(), "header");
+  EXPECT_EQ(request[2].size(), big.size() + kSealOverheadBytes) << "the payload stays sealed";
+  zmq::message_t payload = CopyOf(request[2]);
+  ASSERT_TRUE(shard.OpenFrame(request[2], 1, 2).ok());
+  EXPECT_EQ(request[2].to_string(), big);
+  EXPECT_THAT(std::string(shard.OpenFrame(payload, 1, 2).message()), HasSubstr("opened before"));
+
+  // Another message's payload behind this header: refused before anything opens.
+  std::vector<zmq::message_t> a = link.Sealed({"id", "header A", "payload A"}, 1);
+  std::vector<zmq::message_t> b = link.Sealed({"id", "header B", "payload B"}, 1);
+  std::vector<zmq::message_t> spliced;
+  spliced.push_back(CopyOf(a[0]));
+  spliced.push_back(CopyOf(a[1]));
+  spliced.push_back(CopyOf(b[2]));
+  absl::StatusOr<uint32_t> refused = link.opener.OpenFirst(spliced, 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("does not follow"));
+  // The same with the payload's counter rewritten to follow: the I/O thread passes it, the
+  // shard's tag check does not.
+  zmq::message_t forged = CopyOf(b[2]);
+  std::memcpy(static_cast<uint8_t*>(forged.data()) + 12,
+              static_cast<const uint8_t*>(a[2].data()) + 12, 8);
+  spliced[2] = std::move(forged);
+  ASSERT_TRUE(link.opener.OpenFirst(spliced, 1).ok());
+  EXPECT_FALSE(shard.OpenFrame(spliced[2], 1, 2).ok());
+  // A payload opened as another index or count than it was sealed as does not open.
+  EXPECT_FALSE(shard.OpenFrame(b[2], 1, 3).ok());
+  zmq::message_t unsealed("plain", 5);
+  EXPECT_THAT(std::string(shard.OpenFrame(unsealed, 1, 2).message()),
+              HasSubstr("not a sealed frame"));
 }
 
 TEST(SealedMessagesTest, AnotherNodesKeyOrAnUnknownKeyIsRefused) {

@@ -444,7 +444,7 @@ TEST_F(PartitionSenderTest, FailAllLeavesAPushSentAgainItsFirstMessagesRelease) 
   Start(op);
   sender_->SendReady();
   // A replacement: the push is queued to go again; its first message is still in ZeroMQ.
-  Command(ReconnectServer{0, "tcp://replacement:1", 1});
+  Command(ReconnectServer{0, "tcp://replacement:1", 1, ""});
   ASSERT_EQ(connections_.dropped.size(), 2u);
   EXPECT_EQ(sender_->queued(0), 1);
   Command(FailEverything{absl::UnavailableError("gone")});
@@ -485,7 +485,7 @@ TEST_F(PartitionSenderTest, AReplacementGetsTheKeptResultsThenTheUnansweredReque
   EXPECT_EQ(connections_.Take(1).size(), 2u);
   Reply(0, ReplyTo(connections_.sent[2].header, proto::OP_PUSH_ACK));
 
-  Command(ReconnectServer{0, "tcp://replacement:1", 7});
+  Command(ReconnectServer{0, "tcp://replacement:1", 7, ""});
   EXPECT_EQ(connections_.opened,
             (std::vector<std::pair<int, std::string>>{{0, "tcp://replacement:1"}}));
   // First the kept result, as a replay, on its key's connection, with the new epoch.
@@ -584,7 +584,7 @@ TEST_F(PartitionSenderTest, MovedKeysGoToTheSurvivorsAfterTheirKeptResults) {
 
 TEST_F(PartitionSenderTest, RequestsCarryTheirServersEpochAndARefusalFromAnotherIsNoAnswer) {
   StartSender(/*servers=*/1, /*budget_bytes=*/1 << 30, /*failover=*/true);
-  Command(ReconnectServer{0, "tcp://replacement:1", 3});
+  Command(ReconnectServer{0, "tcp://replacement:1", 3, ""});
   std::shared_ptr<Operation> op = Tensor(1, {0}, 0);
   Start(op);
   sender_->SendReady();
@@ -599,7 +599,7 @@ TEST_F(PartitionSenderTest, RequestsCarryTheirServersEpochAndARefusalFromAnother
   EXPECT_TRUE(op->status().ok());
   EXPECT_EQ(sender_->inflight_pulls(0), 1);
   EXPECT_TRUE(connections_.sent.empty());  // no abort
-  Command(ReconnectServer{0, "tcp://replacement:2", 4});
+  Command(ReconnectServer{0, "tcp://replacement:2", 4, ""});
   sender_->SendReady();
   sent = connections_.Take();
   ASSERT_EQ(sent.size(), 2u);

@@ -62,8 +62,26 @@ class MessageOpener {
   // points into the received one) and returns the id of the key that sealed them.
   // On an error the message is not to be used, and the error says what was wrong with it.
   absl::StatusOr<uint32_t> Open(std::vector<zmq::message_t>& frames, size_t skip = 0);
+  // Opens the frame at `skip` alone (a request's header) and checks that every later frame
+  // names the same key and the counter that follows (frame i: the first's + i); those stay
+  // sealed, to be opened with OpenFrame, by this opener or another thread's holding the same
+  // keys (the tag then proves the frame belongs to this message). The same errors as Open.
+  absl::StatusOr<uint32_t> OpenFirst(std::vector<zmq::message_t>& frames, size_t skip = 0);
+  // Opens frame `index` of a `count`-frame message whose first frame OpenFirst opened (in
+  // place where large, as Open does).
+  absl::Status OpenFrame(zmq::message_t& frame, uint32_t index, uint32_t count);
 
  private:
+  struct Head {
+    uint64_t first = 0;  // the first frame's counter
+    uint32_t key_id = 0;
+    uint32_t count = 0;
+  };
+  // The first frame's counter and key; every frame long enough to be sealed, and each later
+  // one naming the same key and the counter that follows.
+  absl::StatusOr<Head> CheckFrames(const std::vector<zmq::message_t>& frames, size_t skip) const;
+  absl::Status OpenOne(zmq::message_t& frame, uint64_t first, uint32_t index, uint32_t count);
+
   FrameOpener opener_;
 };
 
@@ -81,6 +99,10 @@ struct DataSeals {
   // OK without an opener; else MessageOpener::Open's status.
   absl::Status Open(std::vector<zmq::message_t>& frames, size_t skip = 0) {
     return opener == nullptr ? absl::OkStatus() : opener->Open(frames, skip).status();
+  }
+  // OK without an opener; else MessageOpener::OpenFirst's status.
+  absl::Status OpenFirst(std::vector<zmq::message_t>& frames, size_t skip = 0) {
+    return opener == nullptr ? absl::OkStatus() : opener->OpenFirst(frames, skip).status();
   }
 };
 

@@ -54,7 +54,9 @@ struct DispatchOutbox {
 
 class RequestDispatcher {
  public:
-  // num_shards > 0.
+  // num_shards > 0. Where the job seals its data messages (job.worker_data_keys), a request's
+  // header comes opened and its payload still sealed (MessageOpener::OpenFirst): the key shard
+  // opens it, and its size here is the sealed frame's less kSealOverheadBytes.
   RequestDispatcher(const ServerJob& job, size_t num_shards);
 
   // A message from the ROUTER socket at now_ms.
@@ -100,6 +102,7 @@ class RequestDispatcher {
 
   int my_rank_;
   size_t num_shards_;
+  size_t payload_seal_bytes_;  // what a sealed payload adds to its size (0: not sealed)
   RequestValidator validator_;
   BandwidthTurn bandwidth_turn_;
   // Requests that arrived before their tensor's declaration (or their strategy version), per
