@@ -185,4 +185,16 @@ absl::Status MessageOpener::OpenFrame(zmq::message_t& frame, uint32_t index, uin
   return OpenOne(frame, *counter - index, index, count);
 }
 
+absl::StatusOr<DataSeals> NewDataSeals(SealKey* seal_key, const std::vector<DataKey>& peers) {
+  DataSeals seals;
+  absl::StatusOr<std::unique_ptr<MessageSealer>> sealer = MessageSealer::Create(seal_key);
+  if (!sealer.ok()) return sealer.status();
+  seals.sealer = *std::move(sealer);
+  seals.opener = std::make_unique<MessageOpener>(seal_key->protection());
+  for (const DataKey& peer : peers) {
+    if (absl::Status s = seals.opener->keys().AddKey(peer, peer.id); !s.ok()) return s;
+  }
+  return seals;
+}
+
 }  // namespace bytecomp

@@ -89,17 +89,11 @@ absl::StatusOr<DataSeals> MakeDataSeals(const ServerJob& job, const std::string&
   const uint32_t rank = static_cast<uint32_t>(job.my_rank);
   absl::StatusOr<DataKey> key = DataKeyFromBytes(own_key, rank, "this server");
   if (!key.ok()) return key.status();
-  const DataProtection protection = DataProtectionOf(job.config);
   // One key, one counter: every thread's sealer shares it.
-  if (seal_key == nullptr) seal_key = std::make_unique<SealKey>(protection, *key, rank);
-  absl::StatusOr<std::unique_ptr<MessageSealer>> sealer = MessageSealer::Create(seal_key.get());
-  if (!sealer.ok()) return sealer.status();
-  seals.sealer = *std::move(sealer);
-  seals.opener = std::make_unique<MessageOpener>(protection);
-  for (const DataKey& worker : job.worker_data_keys) {
-    if (absl::Status s = seals.opener->keys().AddKey(worker, worker.id); !s.ok()) return s;
+  if (seal_key == nullptr) {
+    seal_key = std::make_unique<SealKey>(DataProtectionOf(job.config), *key, rank);
   }
-  return seals;
+  return NewDataSeals(seal_key.get(), job.worker_data_keys);
 }
 
 }  // namespace

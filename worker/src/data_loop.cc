@@ -48,20 +48,28 @@ absl::Status DataLoop::StartSealing() {
   const uint32_t rank = static_cast<uint32_t>(w_.rank);
   absl::StatusOr<DataKey> key = DataKeyFromBytes(w_.data_key, rank, "this worker");
   if (!key.ok()) return key.status();
-  const DataProtection protection = DataProtectionOf(*w_.config);
-  seal_key_ = std::make_unique<SealKey>(protection, *key, rank);
-  absl::StatusOr<std::unique_ptr<MessageSealer>> sealer = MessageSealer::Create(seal_key_.get());
-  if (!sealer.ok()) return sealer.status();
-  seals_.sealer = *std::move(sealer);
-  seals_.opener = std::make_unique<MessageOpener>(protection);
+  std::vector<DataKey> servers;
   for (const proto::ServerInfo& server : w_.topology->servers()) {
     absl::StatusOr<DataKey> theirs =
         DataKeyFromBytes(server.data_key(), static_cast<uint32_t>(server.rank()),
                          absl::StrCat("server ", server.rank()));
     if (!theirs.ok()) return theirs.status();
-    if (absl::Status s = seals_.opener->keys().AddKey(*theirs, theirs->id); !s.ok()) return s;
+    servers.push_back(*theirs);
   }
+  seal_key_ = std::make_unique<SealKey>(DataProtectionOf(*w_.config), *key, rank);
+  absl::StatusOr<DataSeals> seals = NewDataSeals(seal_key_.get(), servers);
+  if (!seals.ok()) return seals.status();
+  seals_ = *std::move(seals);
   return absl::OkStatus();
+}
+
+absl::Status DataLoop::TakeReplacementKey(const ReconnectServer& reconnect) {
+  if (!seals_.on()) return absl::OkStatus();
+  absl::StatusOr<DataKey> key =
+      DataKeyFromBytes(reconnect.data_key, static_cast<uint32_t>(reconnect.server),
+                       absl::StrCat("replacement server ", reconnect.server));
+  if (!key.ok()) return key.status();
+  return seals_.opener->keys().AddKey(*key, key->id);
 }
 
 bool DataLoop::OpenReply(int server, std::vector<zmq::message_t>& frames) {
@@ -137,18 +145,11 @@ void DataLoop::Run() {
         if (std::holds_alternative<StopData>(command)) {
           stop = true;
         } else {
-          if (auto* reconnect = std::get_if<ReconnectServer>(&command);
-              reconnect != nullptr && seals_.on()) {
-            absl::StatusOr<DataKey> key =
-                DataKeyFromBytes(reconnect->data_key, static_cast<uint32_t>(reconnect->server),
-                                 absl::StrCat("replacement server ", reconnect->server));
-            absl::Status added =
-                key.ok() ? seals_.opener->keys().AddKey(*key, key->id) : key.status();
-            if (!added.ok()) {
-              sender.FailAll(
-                  absl::Status(added.code(), absl::StrCat("cannot open the replacement server's "
-                                                          "replies: ",
-                                                          added.message())));
+          if (auto* reconnect = std::get_if<ReconnectServer>(&command)) {
+            if (absl::Status s = TakeReplacementKey(*reconnect); !s.ok()) {
+              sender.FailAll(absl::Status(
+                  s.code(),
+                  absl::StrCat("cannot open the replacement server's replies: ", s.message())));
               continue;
             }
           }

@@ -75,6 +75,8 @@ class DataLoop {
   // Where the job seals its data messages: this worker's key and sealer, and the opener of the
   // servers' replies (keys from the topology, a replacement's from ReconnectServer).
   absl::Status StartSealing();
+  // Server failover: the replacement's key opens its replies from now on (where sealed).
+  absl::Status TakeReplacementKey(const ReconnectServer& reconnect);
   // Opens a reply (where sealed); false, with the refusal logged, for one that does not open.
   bool OpenReply(int server, std::vector<zmq::message_t>& frames);
 

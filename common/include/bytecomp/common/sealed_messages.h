@@ -106,4 +106,8 @@ struct DataSeals {
   }
 };
 
+// One thread's DataSeals: a sealer under `seal_key` (shared by the node's threads: one counter)
+// and an opener holding `peers` (each key's id is its sender's).
+absl::StatusOr<DataSeals> NewDataSeals(SealKey* seal_key, const std::vector<DataKey>& peers);
+
 }  // namespace bytecomp
