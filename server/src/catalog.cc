@@ -19,6 +19,9 @@ absl::Status Catalog::AddTensor(const proto::DeclareReply& declared) {
   absl::StatusOr<TensorLayout> layout = LayoutFromDeclareReply(declared, num_servers_);
   if (!layout.ok()) return layout.status();
   budget_.Take(layout->element_count, layout->dtype, layout->num_partitions());
+  for (int64_t p = 0; p < layout->num_partitions(); ++p) {
+    elements_on_[layout->partition_server[p]] += layout->range(p).count;
+  }
   tensors_[layout->tensor_id] = DeclaredTensor{declared.name(), *std::move(layout)};
   return absl::OkStatus();
 }
@@ -37,6 +40,8 @@ std::vector<uint64_t> Catalog::MoveTensor(const proto::DeclareReply& moved, int 
     if (layout.partition_server[p] == from_rank && moved.partition_server(p) == my_rank) {
       mine.push_back(MakeKey(layout.tensor_id, static_cast<uint32_t>(p)));
     }
+    elements_on_[layout.partition_server[p]] -= layout.range(p).count;
+    elements_on_[moved.partition_server(p)] += layout.range(p).count;
     layout.partition_server[p] = moved.partition_server(p);
   }
   return mine;

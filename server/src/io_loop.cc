@@ -14,11 +14,23 @@ IoLoop::IoLoop(zmq::socket_t& router, RequestDispatcher dispatcher, ServerQueues
     : router_(router),
       queues_(queues),
       dispatcher_(std::move(dispatcher)),
-      seals_(std::move(seals)) {}
+      seals_(std::move(seals)),
+      backlog_(dispatcher_.UnreadReplyBound()) {}
 
 void IoLoop::SendToRouter(std::vector<zmq::message_t>& frames, bool sealed) {
   if (absl::Status s = sealed ? absl::OkStatus() : seals_.Seal(frames, /*skip=*/1); !s.ok()) {
     BC_LOG_ERROR("cannot seal a reply: ", s.ToString());
+    return;
+  }
+  if (!backlog_.Track(frames)) {
+    const absl::string_view peer(static_cast<const char*>(frames[0].data()), frames[0].size());
+    const int64_t unread = backlog_.Unread(peer);
+    const std::string cut = backlog_.Cut(peer);
+    unread_.RefuseAndLog(
+        peer,
+        absl::StrCat("a peer left ", unread >> 20, " MiB of its replies unread (", "bound ",
+                     backlog_.bound() >> 20, " MiB): reply dropped, ", cut),
+        MonotonicMs());
     return;
   }
   if (absl::Status s = SendFrames(router_, frames); !s.ok()) BC_LOG_WARNING("send: ", s.ToString());
@@ -53,6 +65,7 @@ void IoLoop::Run() {
     for (int i = 0; running && i < 256 && !commands_.empty(); ++i) {
       running = dispatcher_.HandleCommand(commands_.front(), MonotonicMs(), &out);
       commands_.pop_front();
+      backlog_.set_bound(dispatcher_.UnreadReplyBound());  // declarations and moves grow it
     }
     Send(out);
     if (items[1].revents & ZMQ_POLLIN) {
@@ -68,6 +81,10 @@ void IoLoop::Run() {
   BC_LOG_INFO(dispatcher_.Summary());
   if (unsealed_.refused() > 0) {
     BC_LOG_WARNING("data messages not sealed under a worker's data key: ", unsealed_.Summary());
+  }
+  if (unread_.refused() > 0) {
+    BC_LOG_WARNING("replies dropped for peers that did not read theirs: ", unread_.Summary(), "; ",
+                   backlog_.cut(), " connections cut");
   }
 }
 
@@ -100,6 +117,9 @@ void IoLoop::DrainRequests() {
     absl::StatusOr<std::vector<zmq::message_t>> frames =
         RecvFrames(router_, std::chrono::milliseconds(0));
     if (!frames.ok() || frames->empty()) break;
+    // ZeroMQ names the connection on the frames the peer sent (not on the routing id it adds),
+    // before the header opens into a new frame.
+    const int connection = frames->size() > 1 ? zmq_msg_get((*frames)[1].handle(), ZMQ_SRCFD) : -1;
     // The header opens here; a payload stays sealed for its key shard, which opens it.
     if (absl::Status s = seals_.OpenFirst(*frames, /*skip=*/1); !s.ok()) {
       const zmq::message_t& peer = frames->front();
@@ -110,6 +130,9 @@ void IoLoop::DrainRequests() {
           MonotonicMs());
       continue;
     }
+    const zmq::message_t& peer = frames->front();
+    backlog_.Heard(absl::string_view(static_cast<const char*>(peer.data()), peer.size()),
+                   connection);
     dispatcher_.HandleRequest(*std::move(frames), MonotonicMs(), &out);
     Send(out);  // each request goes on at once, as it did before the next arrived
   }

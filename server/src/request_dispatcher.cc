@@ -6,18 +6,33 @@
 #include "bytecomp/common/frame_seal.h"
 #include "bytecomp/common/link_probe.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/common/socket_limits.h"
 #include "bytecomp/common/transport.h"
 #include "bytecomp/server/key_shard.h"
 #include "control.pb.h"
 
 namespace bytecomp::server {
 
+size_t ParkedBytesBound(const ServerJob& job) {
+  const proto::ClusterConfig& c = job.config;
+  const int64_t budget = c.max_inflight_bytes_per_server() > 0 ? c.max_inflight_bytes_per_server()
+                                                               : c.partition_bytes();
+  const int64_t per_worker = budget + MaxDataPayloadBytes(c.partition_bytes()) + kDataFrameSlack;
+  return std::max(kMinParkedBytes,
+                  static_cast<size_t>(2 * int64_t{std::max(1, job.num_workers)} * per_worker));
+}
+
 RequestDispatcher::RequestDispatcher(const ServerJob& job, size_t num_shards)
     : my_rank_(job.my_rank),
       num_shards_(num_shards),
       payload_seal_bytes_(job.worker_data_keys.empty() ? 0 : kSealOverheadBytes),
       validator_(job),
-      bandwidth_turn_(kProbeTurnQuietMs) {}
+      bandwidth_turn_(kProbeTurnQuietMs),
+      parked_bytes_bound_(ParkedBytesBound(job)) {}
+
+int64_t RequestDispatcher::UnreadReplyBound() {
+  return std::max(kMinUnreadReplyBytes, 2 * 8 * validator_.catalog().ElementsOn(my_rank_));
+}
 
 void RequestDispatcher::HandleRequest(std::vector<zmq::message_t> frames, int64_t now_ms,
                                       DispatchOutbox* out) {
@@ -67,7 +82,7 @@ void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_pa
   size_t bytes = 0;
   for (const zmq::message_t& f : frames) bytes += f.size();
   if (may_park && validator_.AwaitsDeclaration(header) && parked_count_ < kMaxParkedRequests &&
-      parked_bytes_ + bytes <= kMaxParkedBytes) {
+      parked_bytes_ + bytes <= parked_bytes_bound_) {
     Park(KeyTensor(header.key()), arrived_ms, bytes, std::move(frames));
     return;
   }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "bytecomp/common/peer_backlog.h"
 #include "bytecomp/common/refusal_log.h"
 #include "bytecomp/common/sealed_messages.h"
 #include "bytecomp/common/wake_queue.h"
@@ -52,7 +53,8 @@ class IoLoop {
  private:
   void Send(DispatchOutbox& out);
   // Seals (where the job does, unless `sealed` already) and sends one message; a failure here
-  // is logged (the process is shutting down, or a sealer error).
+  // is logged (the process is shutting down, or a sealer error). A message to a peer that left
+  // too much unread is dropped and the peer cut (backlog_).
   void SendToRouter(std::vector<zmq::message_t>& frames, bool sealed = false);
   void ForwardReplies();
   void DrainRequests();
@@ -68,6 +70,10 @@ class IoLoop {
   // Messages refused because they were not sealed under a worker's key (the dispatcher never
   // sees them and nothing is answered).
   RefusalLog unsealed_;
+  // What each peer has not read of its replies; one that leaves more than the dispatcher's
+  // UnreadReplyBound is cut (its reply dropped), and logged here.
+  PeerBacklog backlog_;
+  RefusalLog unread_;
   // Taken from the queues and not handled yet: at most 256 of each a turn, so that neither
   // direction starves the other.
   std::deque<ServerCommand> commands_;

@@ -236,12 +236,14 @@ TEST(RequestDispatcherTest, ParkingIsBoundedInRequestsAndBytes) {
   ASSERT_EQ(out.to_router.size(), 1u);  // the one beyond the bound is refused at once
   EXPECT_EQ(HeaderOf(out.to_router[0]).op(), proto::OP_ERROR);
 
-  // Pushes of 64 MiB (kN elements is not what they declare; they are refused once let through,
-  // but while their tensor is unknown they would wait): 8 fill the bytes, the 9th is refused.
+  // Pushes of 8 MiB (kN elements is not what they declare; they are refused once let through,
+  // but while their tensor is unknown they would wait) fill the bytes, the next is refused.
   RequestDispatcher big = Dispatcher();
   out = {};
-  const size_t each = size_t{64} << 20;
-  for (size_t i = 0; i < kMaxParkedBytes / each + 1; ++i) {
+  const size_t each = size_t{8} << 20;
+  const size_t bound = big.parked_bytes_bound();
+  const size_t sent = bound / each + 1;
+  for (size_t i = 0; i < sent; ++i) {
     proto::DataHeader h = server_test::Request(proto::OP_PUSH, 0, 0, kN);
     h.set_payload_bytes(each);
     std::vector<zmq::message_t> frames;
@@ -250,8 +252,18 @@ TEST(RequestDispatcherTest, ParkingIsBoundedInRequestsAndBytes) {
     frames.emplace_back(each);
     big.HandleRequest(std::move(frames), 1, &out);
   }
-  EXPECT_EQ(big.parked(), kMaxParkedBytes / each - 1);  // headers and identities take room too
-  EXPECT_EQ(out.to_router.size(), 2u);
+  EXPECT_LE(big.parked() * each, bound);
+  EXPECT_GE(big.parked() + 2, sent);                     // headers and identities take room too
+  EXPECT_EQ(out.to_router.size(), sent - big.parked());  // the rest refused at once
+}
+
+// The parked bytes are sized from the job: what its workers may have in flight to a server.
+TEST(RequestDispatcherTest, ParkingIsSizedFromTheJob) {
+  const size_t two = ParkedBytesBound(server_test::Job(/*workers=*/2));
+  const size_t sixty_four = ParkedBytesBound(server_test::Job(/*workers=*/64));
+  EXPECT_GE(two, kMinParkedBytes);
+  EXPECT_LT(two, size_t{128} << 20);  // 2 workers, 4 MiB partitions: about 82 MiB
+  EXPECT_EQ(sixty_four, two * 32);
 }
 
 // A declaration releases its own tensor's parked requests, not the others'.

@@ -43,6 +43,11 @@ class Catalog {
   bool OnLostServer(uint64_t key) const;
 
   const DeclaredTensor* Tensor(uint32_t tensor_id) const;
+  // Elements of the declared partitions that server `rank` holds now.
+  int64_t ElementsOn(int rank) const {
+    auto it = elements_on_.find(rank);
+    return it == elements_on_.end() ? 0 : it->second;
+  }
   bool HasVersion(uint64_t version) const { return history_.Version(version) != nullptr; }
   const proto::Strategy* Strategy(uint64_t version) const { return history_.Version(version); }
   // The tensor's plan under a known strategy version (version 0: raw).
@@ -52,6 +57,7 @@ class Catalog {
   int num_servers_;
   DeclarationBudget budget_;
   absl::flat_hash_map<uint32_t, DeclaredTensor> tensors_;
+  absl::flat_hash_map<int, int64_t> elements_on_;  // ElementsOn
   compress::StrategyHistory history_;
   absl::flat_hash_set<int> lost_servers_;
 };

@@ -37,12 +37,22 @@ namespace bytecomp::server {
 
 // How long a request for a key not yet declared waits for the scheduler's declaration.
 inline constexpr int64_t kUndeclaredGraceMs = 3000;
-// At most this many requests, of at most this many bytes in all, wait parked; beyond either a
-// request is validated (and refused) at once. Many: a burst of small tensors' declarations may
-// trail their requests by thousands (the scheduler's replies reach servers and workers on
-// separate connections); the bytes bound what that may hold.
+// At most this many requests, of at most ParkedBytesBound(job) bytes in all, wait parked;
+// beyond either a request is validated (and refused) at once. Many: a burst of small tensors'
+// declarations may trail their requests by thousands (the scheduler's replies reach servers and
+// workers on separate connections); the bytes bound what that may hold.
 inline constexpr size_t kMaxParkedRequests = 65536;
-inline constexpr size_t kMaxParkedBytes = size_t{512} << 20;
+// Twice what the job's workers may have in flight to one server unacknowledged (each its
+// max_inflight_bytes_per_server, or a partition, and one message beyond it: the largest a
+// partition encodes to), and at least kMinParkedBytes: a peer that sends requests for keys
+// never declared holds no more than the job's own workers could.
+size_t ParkedBytesBound(const ServerJob& job);
+inline constexpr size_t kMinParkedBytes = size_t{64} << 20;
+// What one peer may leave unread of the replies it is sent (PeerBacklog) before it is cut:
+// twice the largest replies one round of this server's keys sends a worker (8 bytes an element:
+// a codec at ratio 1 sends a value and an index each), and at least kMinUnreadReplyBytes (link
+// probe transfers, keys not declared yet).
+inline constexpr int64_t kMinUnreadReplyBytes = int64_t{64} << 20;
 
 // What to send, in order per destination.
 struct DispatchOutbox {
@@ -70,6 +80,10 @@ class RequestDispatcher {
   void Observe(telemetry::NodeMetrics* metrics);
 
   size_t parked() const { return parked_count_; }
+  size_t parked_bytes_bound() const { return parked_bytes_bound_; }
+  // What a peer may leave unread of its replies now (kMinUnreadReplyBytes); it grows with the
+  // keys declared on this server.
+  int64_t UnreadReplyBound();
   uint64_t requests() const { return requests_; }
   uint64_t rejected() const { return rejected_; }
   // Requests refused because they did not carry the token of the worker they named.
@@ -114,6 +128,7 @@ class RequestDispatcher {
   std::deque<std::pair<uint64_t, uint32_t>> parked_order_;
   size_t parked_count_ = 0;
   size_t parked_bytes_ = 0;  // of the parked requests' frames
+  size_t parked_bytes_bound_;
   uint64_t park_sequence_ = 0;
   RefusalLog refusals_;
   uint64_t requests_ = 0;
