@@ -83,4 +83,22 @@ std::string Hostname() {
   return buf;
 }
 
+std::string RemoteAddressOf(int fd, bool with_port) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (fd < 0 || getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
+  char host[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    return with_port ? absl::StrCat(host, ":", ntohs(in->sin_port)) : std::string(host);
+  }
+  if (address.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    return with_port ? absl::StrCat("[", host, "]:", ntohs(in6->sin6_port)) : std::string(host);
+  }
+  return "";
+}
+
 }  // namespace bytecomp

@@ -1,10 +1,9 @@
 #include "bytecomp/common/peer_backlog.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/net.h"
 
 namespace bytecomp {
 namespace {
@@ -23,24 +22,6 @@ void Release(void* /*data*/, void* hint) {
 }
 
 }  // namespace
-
-std::string RemoteAddressOf(int fd) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  if (fd < 0 || getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
-  char host[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    return absl::StrCat(host, ":", ntohs(in->sin_port));
-  }
-  if (address.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    return absl::StrCat("[", host, "]:", ntohs(in6->sin6_port));
-  }
-  return "";
-}
 
 PeerBacklog::Peer& PeerBacklog::Find(absl::string_view peer) {
   auto it = peers_.find(peer);

@@ -45,6 +45,18 @@ SocketLimits LocalReduceSocketLimits(const proto::ClusterConfig& config) {
   return limits;
 }
 
+ConnectionCaps DataConnectionCaps(const proto::ClusterConfig& config) {
+  const int per_address =
+      std::max(1, config.num_workers()) * (std::max(1, config.connections_per_server()) + 2) + 8;
+  return ConnectionCaps{per_address, 2 * per_address};
+}
+
+ConnectionCaps SchedulerConnectionCaps(const proto::ClusterConfig& config) {
+  const int per_address =
+      2 * (std::max(1, config.num_workers()) + std::max(1, config.num_servers())) + 8;
+  return ConnectionCaps{per_address, 2 * per_address};
+}
+
 void LimitSocket(zmq::socket_t& socket, const SocketLimits& limits) {
   socket.set(zmq::sockopt::maxmsgsize, limits.max_message_bytes);
   socket.set(zmq::sockopt::sndhwm, limits.send_queue);

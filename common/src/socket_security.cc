@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/common/net.h"
+#include "bytecomp/common/refusal_log.h"
 #include "bytecomp/common/transport.h"
 #include "bytecomp/common/zap.h"
 
@@ -153,9 +156,16 @@ std::optional<std::string> HandshakeWatch::Failure() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The gate: the ZAP handler and the watch on failed handshakes, on one thread.
+// The gate: the ZAP handler (with a key), the watch on failed handshakes and the connection
+// caps of listening sockets, on one thread.
 
 class SocketSecurity::Gate {
+  // A watched socket's monitor, and its connections where they are capped.
+  struct Watched {
+    zmq::socket_t monitor;
+    std::optional<ConnectionBook> book;
+  };
+
  public:
   Gate(zmq::context_t& context, std::string job_public_key)
       : context_(context),
@@ -168,39 +178,49 @@ class SocketSecurity::Gate {
     if (const std::string summary = log_.Summary(); !summary.empty()) {
       BC_LOG_WARNING("cluster key: ", summary);
     }
+    if (const std::string summary = capped_.Summary(); !summary.empty()) {
+      BC_LOG_WARNING("connections beyond the caps: ", summary);
+    }
   }
 
+  // The ZAP handler is bound only with a key (`job_public_key` not empty).
   absl::Status Start() {
     zap_.set(zmq::sockopt::linger, 0);
-    try {
-      zap_.bind(kZapEndpoint);
-    } catch (const zmq::error_t& e) {
-      return absl::InternalError(absl::StrCat("cannot start the cluster key's ZAP handler (",
-                                              kZapEndpoint, "): ", e.what()));
+    if (!job_public_key_.empty()) {
+      try {
+        zap_.bind(kZapEndpoint);
+      } catch (const zmq::error_t& e) {
+        return absl::InternalError(absl::StrCat("cannot start the cluster key's ZAP handler (",
+                                                kZapEndpoint, "): ", e.what()));
+      }
     }
     thread_ = std::thread([this] { Run(); });
     return absl::OkStatus();
   }
 
-  // Called on the socket's own thread, before it binds.
-  absl::Status Watch(zmq::socket_t& socket) {
+  // Called on the socket's own thread, before it binds: its failed handshakes (`handshakes`),
+  // and its connections against `caps`.
+  absl::Status Watch(zmq::socket_t& socket, bool handshakes, std::optional<ConnectionCaps> caps) {
     const std::string endpoint =
         absl::StrCat("inproc://bytecomp-handshakes-", reinterpret_cast<uintptr_t>(this), "-",
                      watched_.fetch_add(1));
     // Only protocol failures: a peer that connects and leaves (a TCP health check) is no
     // refusal, and ZAP's refusals are counted where they are decided.
-    if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+    const int events = (handshakes ? ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL : 0) |
+                       (caps.has_value() ? ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED : 0);
+    if (events == 0) return absl::OkStatus();
+    if (zmq_socket_monitor(socket.handle(), endpoint.c_str(), events) != 0) {
       return absl::InternalError(
           absl::StrCat("cannot watch a socket's handshakes: ", zmq_strerror(zmq_errno())));
     }
     // Connected here, before the socket binds, so that no event is lost (a monitor drops what
     // it cannot hand over); the gate's thread takes the socket over.
-    zmq::socket_t events(context_, zmq::socket_type::pair);
-    events.set(zmq::sockopt::linger, 0);
-    events.connect(endpoint);
+    zmq::socket_t monitor(context_, zmq::socket_type::pair);
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(endpoint);
     absl::MutexLock lock(&mu_);
-    new_monitors_.push_back(std::move(events));
+    new_monitors_.push_back(Watched{std::move(monitor), {}});
+    if (caps.has_value()) new_monitors_.back().book.emplace(*caps);
     return absl::OkStatus();
   }
 
@@ -208,15 +228,15 @@ class SocketSecurity::Gate {
 
  private:
   void Run() {
-    std::vector<zmq::socket_t> monitors;
+    std::vector<Watched> monitors;
     while (!stop_.load()) {
       {
         absl::MutexLock lock(&mu_);
-        for (zmq::socket_t& m : new_monitors_) monitors.push_back(std::move(m));
+        for (Watched& m : new_monitors_) monitors.push_back(std::move(m));
         new_monitors_.clear();
       }
       std::vector<zmq::pollitem_t> items{{zap_.handle(), 0, ZMQ_POLLIN, 0}};
-      for (zmq::socket_t& m : monitors) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
+      for (Watched& m : monitors) items.push_back({m.monitor.handle(), 0, ZMQ_POLLIN, 0});
       try {
         zmq::poll(items.data(), items.size(), std::chrono::milliseconds(kGatePollMs));
       } catch (const zmq::error_t& e) {
@@ -253,9 +273,24 @@ class SocketSecurity::Gate {
     }
   }
 
-  void Observe(zmq::socket_t& monitor) {
-    const std::optional<MonitorEvent> e = ReadMonitorEvent(monitor);
+  void Observe(Watched& watched) {
+    const std::optional<MonitorEvent> e = ReadMonitorEvent(watched.monitor);
     if (!e.has_value()) return;
+    const int fd = static_cast<int>(e->value);
+    if (e->event == ZMQ_EVENT_ACCEPTED && watched.book.has_value()) {
+      const std::string host = RemoteAddressOf(fd, /*with_port=*/false);
+      if (std::optional<std::string> why = watched.book->Accepted(fd, host); why.has_value()) {
+        shutdown(fd, SHUT_RDWR);  // ZeroMQ sees the connection end, and drops it
+        capped_.RefuseAndLog(
+            host, absl::StrCat("cut a connection from ", host, " on ", e->endpoint, ": ", *why),
+            MonotonicMs());
+      }
+      return;
+    }
+    if (e->event == ZMQ_EVENT_DISCONNECTED) {
+      if (watched.book.has_value()) watched.book->Closed(fd);
+      return;
+    }
     // libzmq names the listening endpoint here, not the peer's address: such refusals are
     // logged once per endpoint and kind.
     Refused(absl::StrCat("a peer on ", e->endpoint, " that ", HandshakeFailure(e->value)),
@@ -273,11 +308,12 @@ class SocketSecurity::Gate {
   const std::string job_public_key_;  // 32 bytes, binary
   zmq::socket_t zap_;                 // the thread's once it runs
   ConnectionRefusalLog log_;          // the thread's; read after it ended
+  RefusalLog capped_;                 // connections cut beyond the caps; the same
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
   std::atomic<int> watched_{0};
   absl::Mutex mu_;
-  std::vector<zmq::socket_t> new_monitors_ ABSL_GUARDED_BY(mu_);  // connected, not yet polled
+  std::vector<Watched> new_monitors_ ABSL_GUARDED_BY(mu_);  // connected, not yet polled
   std::thread thread_;
 };
 
@@ -323,20 +359,37 @@ void SocketSecurity::SecureConnecting(zmq::socket_t& socket) const {
   socket.set(zmq::sockopt::curve_secretkey, key_->secret_key);
 }
 
-absl::Status SocketSecurity::SecureListening(zmq::socket_t& socket) {
-  if (!keyed()) return absl::OkStatus();
-  absl::MutexLock lock(&gate_mu_);
-  if (gate_ == nullptr) {
+absl::Status SocketSecurity::StartGate() {
+  if (gate_ != nullptr) return absl::OkStatus();
+  std::string public_key;
+  if (keyed()) {
     uint8_t binary[32];
     zmq_z85_decode(binary, key_->public_key.c_str());
-    auto gate = std::make_unique<Gate>(context_, std::string(reinterpret_cast<char*>(binary), 32));
-    if (absl::Status s = gate->Start(); !s.ok()) return s;
-    gate_ = std::move(gate);
+    public_key.assign(reinterpret_cast<char*>(binary), 32);
   }
-  socket.set(zmq::sockopt::curve_server, true);
-  socket.set(zmq::sockopt::curve_secretkey, key_->secret_key);
-  socket.set(zmq::sockopt::zap_domain, kZapDomain);
-  return gate_->Watch(socket);
+  auto gate = std::make_unique<Gate>(context_, std::move(public_key));
+  if (absl::Status s = gate->Start(); !s.ok()) return s;
+  gate_ = std::move(gate);
+  return absl::OkStatus();
+}
+
+absl::Status SocketSecurity::SecureListening(zmq::socket_t& socket,
+                                             std::optional<ConnectionCaps> caps) {
+  if (!keyed() && !caps.has_value()) return absl::OkStatus();
+  absl::MutexLock lock(&gate_mu_);
+  if (absl::Status s = StartGate(); !s.ok()) return s;
+  if (keyed()) {
+    socket.set(zmq::sockopt::curve_server, true);
+    socket.set(zmq::sockopt::curve_secretkey, key_->secret_key);
+    socket.set(zmq::sockopt::zap_domain, kZapDomain);
+  }
+  return gate_->Watch(socket, /*handshakes=*/keyed(), caps);
+}
+
+absl::Status SocketSecurity::CapConnections(zmq::socket_t& socket, const ConnectionCaps& caps) {
+  absl::MutexLock lock(&gate_mu_);
+  if (absl::Status s = StartGate(); !s.ok()) return s;
+  return gate_->Watch(socket, /*handshakes=*/false, caps);
 }
 
 std::unique_ptr<HandshakeWatch> SocketSecurity::WatchHandshakes(zmq::socket_t& socket) const {

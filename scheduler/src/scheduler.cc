@@ -72,7 +72,11 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
   options.bind_host = *host;
   auto socket = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::router);
   ConfigureSocket(*socket);
-  if (absl::Status s = (*security)->SecureListening(*socket); !s.ok()) return s;
+  if (absl::Status s =
+          (*security)->SecureListening(*socket, SchedulerConnectionCaps(options.config));
+      !s.ok()) {
+    return s;
+  }
   LimitSocket(*socket, SchedulerSocketLimits(options.config));
   // A send to a node whose queue is full fails (EAGAIN) instead of vanishing: the message
   // waits in the node's backlog (Send). A send to a peer that has gone fails too (dropped).

@@ -132,8 +132,11 @@ absl::Status AggregationServer::Run() {
   // Sealed data messages (sealed_messages.h) need no CURVE below them: every message a peer
   // without a worker's data key sends is refused by the I/O thread.
   const bool sealed = SealsDataFrames(config);
-  if (!sealed) {
-    if (absl::Status s = (*security)->SecureListening(router); !s.ok()) return s;
+  // Connections are capped from the job either way (partial messages hold memory).
+  if (absl::Status s = sealed ? (*security)->CapConnections(router, DataConnectionCaps(config))
+                              : (*security)->SecureListening(router, DataConnectionCaps(config));
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<int> port = BindTcp(router, *bind_host, options_.port);
   if (!port.ok()) return port.status();

@@ -23,5 +23,8 @@ absl::Status ResolveHost(const std::string& host);
 // so nodes advertise an address their peers can reach without naming an interface.
 absl::StatusOr<std::string> LocalAddressToward(const std::string& remote_host);
 std::string Hostname();
+// The remote address of connected socket `fd` ("1.2.3.4:5678", or "1.2.3.4" without the
+// port), or "" when it has none (not connected, not TCP).
+std::string RemoteAddressOf(int fd, bool with_port = true);
 
 }  // namespace bytecomp

@@ -76,7 +76,4 @@ class PeerBacklog {
   uint64_t cut_ = 0;
 };
 
-// The remote address of connected socket `fd` ("1.2.3.4:5678"), or "" when it has none.
-std::string RemoteAddressOf(int fd);
-
 }  // namespace bytecomp

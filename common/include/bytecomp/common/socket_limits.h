@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "bytecomp/common/connection_book.h"
 #include "cluster_config.pb.h"
 #include "zmq.hpp"
 
@@ -55,6 +56,15 @@ SocketLimits DataSocketLimits(const proto::ClusterConfig& config);
 // carries a whole tensor (at most max_declared_bytes) plus kDataFrameSlack; each local rank has
 // at most one collective per tensor pending, so max_tensors + 1024 messages queue each way.
 SocketLimits LocalReduceSocketLimits(const proto::ClusterConfig& config);
+
+// The connections a server's data socket keeps (ConnectionBook): from one address, what the
+// whole job's workers open to a server (connections_per_server each, and room for a
+// reconnection and a link probe tool), plus 8; in all, twice that. With the largest message
+// (DataSocketLimits) this bounds what partial messages can hold.
+ConnectionCaps DataConnectionCaps(const proto::ClusterConfig& config);
+// The scheduler's: from one address, two per node of the job (a node and its reconnection)
+// plus 8 (tools asking for the status); in all, twice that.
+ConnectionCaps SchedulerConnectionCaps(const proto::ClusterConfig& config);
 
 // Sets the limits on `socket`; before it binds or connects (they apply to connections made
 // after).

@@ -31,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "bytecomp/common/cluster_key.h"
+#include "bytecomp/common/connection_book.h"
 #include "cluster_config.pb.h"
 #include "zmq.hpp"
 
@@ -87,8 +88,13 @@ class SocketSecurity {
   // Before connect(): a CURVE client with the job's keypair (nothing without a key).
   void SecureConnecting(zmq::socket_t& socket) const;
   // Before bind(): a CURVE server with the job's secret key; the first call starts the ZAP
-  // handler. Its failed handshakes are watched. Nothing without a key.
-  absl::Status SecureListening(zmq::socket_t& socket);
+  // handler. Its failed handshakes are watched. With `caps`, its connections are held to them
+  // (ConnectionBook: one beyond is cut when accepted), with or without a key.
+  absl::Status SecureListening(zmq::socket_t& socket,
+                               std::optional<ConnectionCaps> caps = std::nullopt);
+  // Before bind(): only the connection caps, for a socket without CURVE (sealed data frames
+  // authenticate each message instead).
+  absl::Status CapConnections(zmq::socket_t& socket, const ConnectionCaps& caps);
   // Before connect(): watches the socket's handshakes (with or without a key), so that a peer
   // with another key, or none, is reported instead of waited for.
   std::unique_ptr<HandshakeWatch> WatchHandshakes(zmq::socket_t& socket) const;
@@ -101,11 +107,13 @@ class SocketSecurity {
   // loopback, unless allow_insecure (a warning, logged once per process part).
   absl::Status CheckPlainHost(const std::string& host, absl::string_view what) const;
 
-  // Connections refused so far: by the ZAP handler, and failed handshakes on listening sockets.
+  // Connections refused so far: by the ZAP handler, and failed handshakes on listening sockets
+  // (not those cut beyond the connection caps).
   int64_t refused() const;
 
  private:
   class Gate;  // the ZAP handler's thread (socket_security.cc)
+  absl::Status StartGate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_mu_);
 
   zmq::context_t& context_;
   const std::optional<ClusterKey> key_;
