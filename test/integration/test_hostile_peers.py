@@ -8,11 +8,12 @@ sum, a value pushed as worker 1, a push with the error field set, a pull for a f
 error must not say the key's round), and the pulls of every new round never read; on the
 scheduler's port, a million one-byte messages never read, registering as a taken worker rank, as
 a server, and as worker 1 every millisecond (a rank thief), shutting the job down without its
-token; a frame announced as 1 GiB on either; 40 declarations of 2^40 elements and an 8 MiB
+token; a frame announced as 1 GiB on either; 300 connections to either; 40 declarations of 2^40 elements and an 8 MiB
 tensor name; and a local size of 2^31 - 1. (While the registration window is open, before the
 job is full, only the cluster key keeps impostors out.)"""
 import os
 import re
+import select
 import socket
 import struct
 import subprocess
@@ -63,6 +64,30 @@ def zmtp_big_frame(port, frame_bytes=1 << 30):
         s.close()
 
 
+def connections_cut(port, count, enough, seconds=10):
+    """Opens `count` TCP connections to 127.0.0.1:port and says how many the daemon closed
+    within `seconds`, or as soon as `enough` were (those beyond its connection caps are cut as they are accepted; what ZeroMQ
+    sends first, its greeting, is read and skipped). Closes them all."""
+    conns = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(count)]
+    cut, deadline = set(), time.monotonic() + seconds
+    try:
+        while len(cut) < enough and time.monotonic() < deadline:
+            live = [s for s in conns if s not in cut]
+            ready, _, _ = select.select(live, [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            for s in ready:
+                try:
+                    if not s.recv(4096):
+                        cut.add(s)
+                except OSError:
+                    cut.add(s)
+    finally:
+        for s in conns:
+            s.close()
+    return len(cut)
+
+
 def test_floods_big_frames_impostors_and_huge_declarations_change_nothing(tmp_path):
     # Both workers first declare 40 tensors of 2^40 elements and one with an 8 MiB name (the
     # job's limits refuse them), then sum 40 tensors until the attacks are over
@@ -105,6 +130,12 @@ def test_floods_big_frames_impostors_and_huge_declarations_change_nothing(tmp_pa
             # A frame announced as 1 GiB: the connection is dropped, nothing is held.
             assert zmtp_big_frame(c.server_ports[0]), "the server kept a 1 GiB frame's connection"
             assert zmtp_big_frame(c.port), "the scheduler kept a 1 GiB frame's connection"
+            # 300 connections to each port: beyond the job's caps (about 44 for this server's
+            # data socket, 28 for the scheduler's, its own connections included) they are cut
+            # when accepted, so partial messages cannot be held on all of them.
+            for port, cap in ((c.server_ports[0], 44), (c.port, 28)):
+                cut = connections_cut(port, 300, 300 - cap, seconds=cluster.sized(10, 30))
+                assert cut >= 300 - cap, (port, cut)
             impostor = subprocess.run([cluster.binary("hostile_peer"), "control-impostor",
                                        f"tcp://127.0.0.1:{c.port}"],
                                       capture_output=True, text=True, timeout=60)
