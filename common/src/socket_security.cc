@@ -217,6 +217,9 @@ class SocketSecurity::Gate {
     // it cannot hand over); the gate's thread takes the socket over.
     zmq::socket_t monitor(context_, zmq::socket_type::pair);
     monitor.set(zmq::sockopt::linger, 0);
+    // No high-water mark on the events (6 bytes and an endpoint each): a dropped accept or end
+    // would leave the connection caps counting wrong for good.
+    monitor.set(zmq::sockopt::rcvhwm, 0);
     monitor.connect(endpoint);
     absl::MutexLock lock(&mu_);
     new_monitors_.push_back(Watched{std::move(monitor), {}});
@@ -250,7 +253,10 @@ class SocketSecurity::Gate {
       }
       if (items[0].revents & ZMQ_POLLIN) Answer();
       for (size_t i = 1; i < items.size(); ++i) {
-        if (items[i].revents & ZMQ_POLLIN) Observe(monitors[i - 1]);
+        if (items[i].revents & ZMQ_POLLIN) {
+          while (Observe(monitors[i - 1])) {
+          }
+        }
       }
     }
     zap_.close();
@@ -273,9 +279,10 @@ class SocketSecurity::Gate {
     }
   }
 
-  void Observe(Watched& watched) {
+  // Handles one event of a watched socket; false when none was waiting.
+  bool Observe(Watched& watched) {
     const std::optional<MonitorEvent> e = ReadMonitorEvent(watched.monitor);
-    if (!e.has_value()) return;
+    if (!e.has_value()) return false;
     const int fd = static_cast<int>(e->value);
     if (e->event == ZMQ_EVENT_ACCEPTED && watched.book.has_value()) {
       const std::string host = RemoteAddressOf(fd, /*with_port=*/false);
@@ -285,16 +292,17 @@ class SocketSecurity::Gate {
             host, absl::StrCat("cut a connection from ", host, " on ", e->endpoint, ": ", *why),
             MonotonicMs());
       }
-      return;
+      return true;
     }
     if (e->event == ZMQ_EVENT_DISCONNECTED) {
       if (watched.book.has_value()) watched.book->Closed(fd);
-      return;
+      return true;
     }
     // libzmq names the listening endpoint here, not the peer's address: such refusals are
     // logged once per endpoint and kind.
     Refused(absl::StrCat("a peer on ", e->endpoint, " that ", HandshakeFailure(e->value)),
             "no handshake");
+    return true;
   }
 
   void Refused(const std::string& peer, const std::string& why) {
