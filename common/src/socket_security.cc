@@ -162,6 +162,7 @@ std::optional<std::string> HandshakeWatch::Failure() {
 class SocketSecurity::Gate {
   // A watched socket's monitor, and its connections where they are capped.
   struct Watched {
+    void* socket;  // the watched socket's handle (UpdateCaps names it)
     zmq::socket_t monitor;
     std::optional<ConnectionBook> book;
   };
@@ -222,9 +223,15 @@ class SocketSecurity::Gate {
     monitor.set(zmq::sockopt::rcvhwm, 0);
     monitor.connect(endpoint);
     absl::MutexLock lock(&mu_);
-    new_monitors_.push_back(Watched{std::move(monitor), {}});
+    new_monitors_.push_back(Watched{socket.handle(), std::move(monitor), {}});
     if (caps.has_value()) new_monitors_.back().book.emplace(*caps);
     return absl::OkStatus();
+  }
+
+  // New caps for a socket watched with caps (its connections are counted on, against them).
+  void UpdateCaps(zmq::socket_t& socket, const ConnectionCaps& caps) {
+    absl::MutexLock lock(&mu_);
+    new_caps_.emplace_back(socket.handle(), caps);
   }
 
   int64_t refused() const { return refused_.load(); }
@@ -250,6 +257,16 @@ class SocketSecurity::Gate {
                      "): no peer is admitted from now on");
         while (!stop_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(kGatePollMs));
         break;
+      }
+      {
+        // After the wait: caps updated before a connection's accept are in force for it.
+        absl::MutexLock lock(&mu_);
+        for (const auto& [socket, caps] : new_caps_) {
+          for (Watched& m : monitors) {
+            if (m.socket == socket && m.book.has_value()) m.book->set_caps(caps);
+          }
+        }
+        new_caps_.clear();
       }
       if (items[0].revents & ZMQ_POLLIN) Answer();
       for (size_t i = 1; i < items.size(); ++i) {
@@ -322,6 +339,7 @@ class SocketSecurity::Gate {
   std::atomic<int> watched_{0};
   absl::Mutex mu_;
   std::vector<Watched> new_monitors_ ABSL_GUARDED_BY(mu_);  // connected, not yet polled
+  std::vector<std::pair<void*, ConnectionCaps>> new_caps_ ABSL_GUARDED_BY(mu_);  // UpdateCaps
   std::thread thread_;
 };
 
@@ -392,6 +410,11 @@ absl::Status SocketSecurity::SecureListening(zmq::socket_t& socket,
     socket.set(zmq::sockopt::zap_domain, kZapDomain);
   }
   return gate_->Watch(socket, /*handshakes=*/keyed(), caps);
+}
+
+void SocketSecurity::UpdateConnectionCaps(zmq::socket_t& socket, const ConnectionCaps& caps) {
+  absl::MutexLock lock(&gate_mu_);
+  if (gate_ != nullptr) gate_->UpdateCaps(socket, caps);
 }
 
 absl::Status SocketSecurity::CapConnections(zmq::socket_t& socket, const ConnectionCaps& caps) {

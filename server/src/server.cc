@@ -150,6 +150,8 @@ absl::Status AggregationServer::Run() {
   if (!job.ok()) return job.status();
   const int rank = job->my_rank;
   SetLogIdentity(absl::StrCat("server ", rank));
+  // The caps were set from this server's own config; the job's worker count is the topology's.
+  (*security)->UpdateConnectionCaps(router, DataConnectionCaps(job->config));
   if (absl::Status s = RebindWithLimits(router, bound_with, DataSocketLimits(job->config));
       !s.ok()) {
     // Tell the others at once rather than let them wait for this server's heartbeats to stop.

@@ -100,7 +100,13 @@ TEST(ConnectionCapsTest, AListeningSocketCutsTheConnectionsBeyondItsCaps) {
     again = -1;
   }
   EXPECT_GE(again, 0) << "a closed connection never made room for another";
-  for (int fd : {a2, a3, b1, b2, again}) close(fd);
+  // Caps raised once the job is known: a fourth connection stays.
+  security.UpdateConnectionCaps(router, ConnectionCaps{4, 4});
+  const int b3 = ConnectFrom("127.0.0.2", *port);
+  const int b4 = ConnectFrom("127.0.0.2", *port);  // beyond the new 4 in all
+  EXPECT_TRUE(ClosedWithin(b4, 10000));
+  EXPECT_FALSE(ClosedWithin(b3, 0));
+  for (int fd : {a2, a3, b1, b2, again, b3, b4}) close(fd);
 }
 
 }  // namespace

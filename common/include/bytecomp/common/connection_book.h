@@ -31,6 +31,8 @@ class ConnectionBook {
   int open() const { return static_cast<int>(open_.size()); }
   int open_from(const std::string& address) const;
   const ConnectionCaps& caps() const { return caps_; }
+  // Later connections are held to `caps`; those open stay counted.
+  void set_caps(const ConnectionCaps& caps) { caps_ = caps; }
 
  private:
   ConnectionCaps caps_;

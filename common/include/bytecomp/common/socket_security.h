@@ -95,6 +95,9 @@ class SocketSecurity {
   // Before bind(): only the connection caps, for a socket without CURVE (sealed data frames
   // authenticate each message instead).
   absl::Status CapConnections(zmq::socket_t& socket, const ConnectionCaps& caps);
+  // The caps of a socket capped above, once the job is known (a server binds before it learns
+  // the job's worker count from the scheduler); from its next accepted connection on.
+  void UpdateConnectionCaps(zmq::socket_t& socket, const ConnectionCaps& caps);
   // Before connect(): watches the socket's handshakes (with or without a key), so that a peer
   // with another key, or none, is reported instead of waited for.
   std::unique_ptr<HandshakeWatch> WatchHandshakes(zmq::socket_t& socket) const;
