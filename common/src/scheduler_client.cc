@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bytecomp/common/config.h"
+#include "bytecomp/common/control_parts.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/net.h"
 #include "bytecomp/common/sealed_messages.h"
@@ -164,23 +165,32 @@ void SchedulerClient::SetMachineSlot(std::string machine, std::optional<int> loc
 }
 
 absl::Status SchedulerClient::Send(const proto::ControlMessage& message) {
-  std::vector<zmq::message_t> frames;
-  if (message.has_register_()) {
-    frames.push_back(ProtoFrame(message));
-  } else {
-    proto::ControlMessage signed_message = message;
-    signed_message.set_token(TokenBytes(token_));
-    frames.push_back(ProtoFrame(signed_message));
-  }
-  if (!message.has_register_()) record_.Sent(message);
   last_sent_ms_ = MonotonicMs();
+  if (message.has_register_()) {
+    // Register goes at once and alone (its caller watches the handshake), without a token.
+    std::vector<zmq::message_t> frames;
+    frames.push_back(ProtoFrame(message));
+    return SendFrames(socket_, frames, /*dont_wait=*/true);
+  }
+  record_.Sent(message);
+  // A message larger than the scheduler's frames (a profile or rejoin report of a large
+  // model) goes in parts, each with the token.
+  for (proto::ControlMessage& piece : SplitControlMessage(message, ++split_messages_)) {
+    piece.set_token(TokenBytes(token_));
+    if (absl::Status s = SendWaiting(piece); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerClient::SendWaiting(const proto::ControlMessage& message) {
+  std::vector<zmq::message_t> frames;
+  frames.push_back(ProtoFrame(message));
   // Never blocks without a bound: a DEALER whose only connection failed its handshake (a key
-  // mismatch) has no pipe left, and a blocking send would wait forever. Register goes at once
-  // (its caller watches the handshake); a later message whose queue is full (a burst of
-  // declarations beyond the socket's bounded queue) waits for room while the scheduler reads,
-  // at most the scheduler timeout.
+  // mismatch) has no pipe left, and a blocking send would wait forever. A message whose queue
+  // is full (a burst of declarations beyond the socket's bounded queue) waits for room while
+  // the scheduler reads, at most the scheduler timeout.
   absl::Status sent = SendFrames(socket_, frames, /*dont_wait=*/true);
-  if (message.has_register_() || !absl::IsResourceExhausted(sent)) return sent;
+  if (!absl::IsResourceExhausted(sent)) return sent;
   const int64_t deadline = MonotonicMs() + SchedulerTimeoutMs(config_);
   while (absl::IsResourceExhausted(sent)) {
     const int64_t left = deadline - MonotonicMs();
@@ -280,8 +290,12 @@ absl::Status SchedulerClient::Rejoin() {
   last_rejoin_ms_ = now;
   proto::ControlMessage msg;
   *msg.mutable_register_() = registration_;
-  *msg.mutable_register_()->mutable_rejoin() = record_.Report();
-  return Send(msg);
+  msg.mutable_register_()->set_rejoining(true);
+  if (absl::Status s = Send(msg); !s.ok()) return s;
+  // What this node knows follows on the same connection, after the Register.
+  proto::ControlMessage report;
+  *report.mutable_rejoin_report() = record_.Report();
+  return Send(report);
 }
 
 absl::Status SchedulerClient::CheckSchedulerHeard() const {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "bytecomp/common/declaration_limits.h"
+
 namespace bytecomp {
 
 int64_t MaxDataPayloadBytes(int64_t partition_bytes) {
@@ -9,11 +11,15 @@ int64_t MaxDataPayloadBytes(int64_t partition_bytes) {
   return 8 * elements + (int64_t{512} << 10);
 }
 
-SocketLimits SchedulerSocketLimits(const proto::ClusterConfig& config) {
+int64_t MaxControlReportBytes(const proto::ClusterConfig& config) {
+  return (int64_t{1} << 20) +
+         int64_t{config.max_tensors()} * (int64_t{config.max_tensor_name_bytes()} + 64) +
+         5 * kMaxJobPartitions + kMaxStrategyBytes;
+}
+
+SocketLimits SchedulerSocketLimits() {
   SocketLimits limits;
-  limits.max_message_bytes =
-      (int64_t{1} << 20) +
-      int64_t{config.max_tensors()} * (int64_t{config.max_tensor_name_bytes()} + 64);
+  limits.max_message_bytes = kMaxControlFrameBytes;
   limits.send_queue = kControlQueueMessages;
   limits.receive_queue = kControlQueueMessages;
   return limits;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/refusal_log.h"
+#include "bytecomp/common/socket_limits.h"
 #include "bytecomp/scheduler/takeover.h"
 #include "status_service.h"
 
@@ -31,7 +32,8 @@ ControlRouter::ControlRouter(const proto::ClusterConfig& config, StrategyKeeper 
       declarations_(config, nodes_),
       local_relay_(config, nodes_),
       liveness_(config, nodes_, start_ms),
-      failover_(config, nodes_, &registration_, &declarations_, &liveness_) {}
+      failover_(config, nodes_, &registration_, &declarations_, &liveness_),
+      max_report_bytes_(MaxControlReportBytes(config)) {}
 
 std::string ControlRouter::Who(const std::string& identity) const {
   const RegisteredNode* node = nodes_.Find(identity);
@@ -64,14 +66,7 @@ void ControlRouter::Handle(const std::string& identity, const proto::ControlMess
     if (failover_.Takes(message.register_())) {
       return failover_.HandleRegister(identity, message.register_(), now_ms, out);
     }
-    if (registration_.Handle(identity, message.register_(), now_ms, out)) {
-      if (registration_.takeover() == true &&
-          !TakeOver(registration_.rejoins(), nodes_, declarations_, strategy_, barriers_, out)) {
-        return;  // the job ended
-      }
-      liveness_.StartMonitoring(now_ms);
-      barriers_.ReleaseWaiting(out);
-    }
+    if (registration_.Handle(identity, message.register_(), now_ms, out)) Begin(now_ms, out);
     return;
   }
   // The routing id only routes: a message is the node's when it carries the node's token.
@@ -118,6 +113,33 @@ void ControlRouter::Handle(const std::string& identity, const proto::ControlMess
   Dispatch(*node, message, now_ms, out);
 }
 
+void ControlRouter::Begin(int64_t now_ms, Outbox* out) {
+  if (registration_.takeover() == true &&
+      !TakeOver(registration_.rejoins(), nodes_, declarations_, strategy_, barriers_, out)) {
+    return;  // the job ended
+  }
+  liveness_.StartMonitoring(now_ms);
+  barriers_.ReleaseWaiting(out);
+}
+
+void ControlRouter::Join(const RegisteredNode& node, const proto::ControlPart& part, int64_t now_ms,
+                         Outbox* out) {
+  ControlAssembly& assembly =
+      assemblies_.try_emplace(node.role_rank(), max_report_bytes_).first->second;
+  absl::StatusOr<std::optional<proto::ControlMessage>> whole = assembly.Add(part);
+  if (!whole.ok()) {
+    return out->Refuse(
+        node.identity, absl::StrCat("control message in parts refused: ", whole.status().message()),
+        absl::StrCat("parts from ", NodeTable::Name(node), " refused: ", whole.status().message()));
+  }
+  if (!whole->has_value()) return;
+  if ((*whole)->has_error()) {
+    return out->RefuseSilently(node.identity,
+                               absl::StrCat(NodeTable::Name(node), " sent an error in parts"));
+  }
+  Dispatch(node, **whole, now_ms, out);
+}
+
 void ControlRouter::Dispatch(const RegisteredNode& node, const proto::ControlMessage& message,
                              int64_t now_ms, Outbox* out) {
   switch (message.body_case()) {
@@ -147,6 +169,13 @@ void ControlRouter::Dispatch(const RegisteredNode& node, const proto::ControlMes
       return;
     case proto::ControlMessage::kShutdown:
       return liveness_.HandleShutdown(node, message.shutdown(), out);
+    case proto::ControlMessage::kPart:
+      return Join(node, message.part(), now_ms, out);
+    case proto::ControlMessage::kRejoinReport:
+      if (registration_.HandleRejoinReport(node, message.rejoin_report(), now_ms, out)) {
+        Begin(now_ms, out);
+      }
+      return;
     case proto::ControlMessage::BODY_NOT_SET:
       return out->Refuse(node.identity, "empty ControlMessage: no message body is set",
                          absl::StrCat("empty ControlMessage from ", NodeTable::Name(node)));

@@ -94,7 +94,7 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
                      reg.hostname().empty() ? "?" : Printable(reg.hostname(), 64), "): ", why));
     return false;
   };
-  if (reg.has_rejoin()) {
+  if (reg.rejoining()) {
     // A rejoin sent again (the node heard another not_registered before its first was
     // handled): the node is in already, perhaps on a new connection.
     const std::optional<NodeToken> again = TokenFromBytes(reg.token());
@@ -107,17 +107,17 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   if (const RegisteredNode* known = nodes_.Find(identity); known != nullptr) {
     return reject(absl::StrCat("this connection already registered as ", NodeTable::Name(*known)));
   }
-  if (reg.has_rejoin() && takeover_ == false) {
+  if (reg.rejoining() && takeover_ == false) {
     return reject(
         "this scheduler started a new job (nodes registered afresh): a node of another job "
         "cannot rejoin it");
   }
-  if (!reg.has_rejoin() && takeover_ == true) {
+  if (!reg.rejoining() && takeover_ == true) {
     return reject(
         "this scheduler is taking a running job over (its nodes are rejoining): a new node "
         "cannot register");
   }
-  if (reg.has_rejoin() && reg.requested_rank() < 0) {
+  if (reg.rejoining() && reg.requested_rank() < 0) {
     return reject("a rejoining node must name its rank");
   }
   if (reg.role() != proto::ROLE_WORKER && reg.role() != proto::ROLE_SERVER) {
@@ -201,25 +201,46 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
       NodeTable::Name(node), " (pid ", node.pid, " on ",
       node.hostname.empty() ? "?" : node.hostname,
       node.data_address.empty() ? "" : absl::StrCat(", data ", node.data_address), ")");
-  const RoleRank role_rank = node.role_rank();
   if (absl::Status s = nodes_.Add(std::move(node)); !s.ok())
     return reject(std::string(s.message()));
-  takeover_ = reg.has_rejoin();
-  if (reg.has_rejoin()) rejoins_[role_rank] = reg.rejoin();
-  BC_LOG_INFO(reg.has_rejoin() ? "rejoined " : "registered ", registered, "; ", nodes_.size(),
+  takeover_ = reg.rejoining();
+  BC_LOG_INFO(reg.rejoining() ? "rejoined " : "registered ", registered, "; ", nodes_.size(),
               " of ", config_.num_workers() + config_.num_servers(), " nodes");
   if (!nodes_.all_registered() || !GroupWorkers(out)) return false;
-  if (*takeover_) {
-    BC_LOG_INFO("all ", config_.num_workers(), " workers and ", config_.num_servers(),
-                " servers of the running job rejoined after ", Seconds(now_ms - start_ms_));
-    return true;  // the scheduler takes the job up (takeover.h); no topology: they have it
-  }
+  grouped_ = true;
+  // Taking a job over, the scheduler takes it up once every node also reported
+  // (HandleRejoinReport); no topology goes out: the nodes have it.
+  if (*takeover_) return TakeoverComplete(now_ms);
   return SendTopology(now_ms, out);
+}
+
+bool Registration::HandleRejoinReport(const RegisteredNode& node, const proto::Rejoin& report,
+                                      int64_t now_ms, Outbox* out) {
+  if (takeover_ != true) {
+    out->Refuse(
+        node.identity,
+        "this scheduler started a new job (nodes registered afresh): it takes no rejoin "
+        "report",
+        absl::StrCat("rejoin report from ", NodeTable::Name(node), ", which registered afresh"));
+    return false;
+  }
+  if (taken_over_) return false;  // sent again while the takeover was under way: it has it
+  rejoins_[node.role_rank()] = report;
+  return TakeoverComplete(now_ms);
+}
+
+bool Registration::TakeoverComplete(int64_t now_ms) {
+  if (taken_over_ || !grouped_ || rejoins_.size() != static_cast<size_t>(nodes_.size()))
+    return false;
+  taken_over_ = true;
+  BC_LOG_INFO("all ", config_.num_workers(), " workers and ", config_.num_servers(),
+              " servers of the running job rejoined after ", Seconds(now_ms - start_ms_));
+  return true;
 }
 
 absl::Status Registration::CheckReplacement(const std::string& identity,
                                             const proto::Register& reg) const {
-  if (reg.role() != proto::ROLE_SERVER || reg.has_rejoin()) {
+  if (reg.role() != proto::ROLE_SERVER || reg.rejoining()) {
     return absl::InvalidArgumentError("only a server registering afresh can replace a lost one");
   }
   if (nodes_.Find(identity) != nullptr) {

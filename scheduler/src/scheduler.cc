@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
       !s.ok()) {
     return s;
   }
-  LimitSocket(*socket, SchedulerSocketLimits(options.config));
+  LimitSocket(*socket, SchedulerSocketLimits());
   // A send to a node whose queue is full fails (EAGAIN) instead of vanishing: the message
   // waits in the node's backlog (Send). A send to a peer that has gone fails too (dropped).
   socket->set(zmq::sockopt::router_mandatory, 1);

@@ -29,7 +29,7 @@ int64_t ServerFailover::CheckEveryMs() const {
 }
 
 bool ServerFailover::Takes(const proto::Register& reg) const {
-  return ServerFailoverOn(config_) && reg.role() == proto::ROLE_SERVER && !reg.has_rejoin() &&
+  return ServerFailoverOn(config_) && reg.role() == proto::ROLE_SERVER && !reg.rejoining() &&
          registration_.takeover() == false && nodes_.all_registered();
 }
 

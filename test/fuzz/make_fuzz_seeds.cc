@@ -333,19 +333,22 @@ void WriteSchedulerSeeds(SeedWriter& seeds) {
     a.set_dtype(0);
     a.set_partition_elements(1 << 20);  // the default 4 MiB partitions of fp32
     a.add_partition_server(0);
-    auto rejoin = [&](proto::Role role, int rank, bool declared, uint64_t prepared) {
+    auto rejoin = [&](int sender, proto::Role role, int rank, bool declared, uint64_t prepared) {
       proto::ControlMessage m = RegisterMessage(role, rank, false);
-      proto::Rejoin* r = m.mutable_register_()->mutable_rejoin();
+      m.mutable_register_()->set_rejoining(true);
+      s.From(sender, m);
+      proto::ControlMessage reported;
+      proto::Rejoin* r = reported.mutable_rejoin_report();
       if (declared) *r->add_declarations() = a;
       r->mutable_strategy()->set_version(1);
       r->set_prepared_version(prepared);
       r->add_released()->set_group("all");
       r->mutable_released(0)->set_sequence(1);
-      return m;
+      s.From(sender, reported);
     };
-    s.From(2, rejoin(proto::ROLE_SERVER, 0, true, 0));
-    s.From(0, rejoin(proto::ROLE_WORKER, 0, true, 2));
-    s.From(1, rejoin(proto::ROLE_WORKER, 1, false, 0));
+    rejoin(2, proto::ROLE_SERVER, 0, true, 0);
+    rejoin(0, proto::ROLE_WORKER, 0, true, 2);
+    rejoin(1, proto::ROLE_WORKER, 1, false, 0);
     s.From(1, Declare("grad.a", 1000, 0)).From(1, Barrier("all", 1));
     s.FromWorkers(Declare("grad.b", 4096, 1)).FromWorkers(WorkerDone());
     seeds.Write("scheduler_control", "restart-takeover", s.bytes());

@@ -8,8 +8,9 @@ sum, a value pushed as worker 1, a push with the error field set, a pull for a f
 error must not say the key's round), and the pulls of every new round never read; on the
 scheduler's port, a million one-byte messages never read, registering as a taken worker rank, as
 a server, and as worker 1 every millisecond (a rank thief), shutting the job down without its
-token; a frame announced as 1 GiB on either; 300 connections to either; 40 declarations of 2^40 elements and an 8 MiB
-tensor name; and a local size of 2^31 - 1. (While the registration window is open, before the
+token; a frame announced as 1 GiB on either, and as 2 MiB on the scheduler's (it takes 1 MiB);
+300 connections to either; 40 declarations of 2^40 elements and an 8 MiB tensor name (sent in
+parts); and a local size of 2^31 - 1. (While the registration window is open, before the
 job is full, only the cluster key keeps impostors out.)"""
 import os
 import re
@@ -130,6 +131,9 @@ def test_floods_big_frames_impostors_and_huge_declarations_change_nothing(tmp_pa
             # A frame announced as 1 GiB: the connection is dropped, nothing is held.
             assert zmtp_big_frame(c.server_ports[0]), "the server kept a 1 GiB frame's connection"
             assert zmtp_big_frame(c.port), "the scheduler kept a 1 GiB frame's connection"
+            # The scheduler takes frames of at most 1 MiB from anyone (a node's larger reports
+            # come in parts, after it registered): a 2 MiB frame is refused as well.
+            assert zmtp_big_frame(c.port, 2 << 20), "the scheduler kept a 2 MiB frame's connection"
             # 300 connections to each port: beyond the job's caps (about 44 for this server's
             # data socket, 28 for the scheduler's, its own connections included) they are cut
             # when accepted, so partial messages cannot be held on all of them.

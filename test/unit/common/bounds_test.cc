@@ -131,12 +131,13 @@ TEST(SocketLimitsTest, AFrameAboveTheLimitDropsTheConnection) {
   EXPECT_TRUE(got->empty()) << "a frame above the limit must not arrive";
 }
 
-TEST(SocketLimitsTest, ControlLimitsFollowTheDeclarationLimits) {
+TEST(SocketLimitsTest, ControlReportsFollowTheDeclarationLimits) {
   proto::ClusterConfig config = WithClusterDefaults({});
-  EXPECT_EQ(SchedulerSocketLimits(config).max_message_bytes,
-            (1 << 20) + int64_t{65536} * (1024 + 64));
+  EXPECT_EQ(SchedulerSocketLimits().max_message_bytes, kMaxControlFrameBytes);
+  EXPECT_EQ(MaxControlReportBytes(config),
+            (1 << 20) + int64_t{65536} * (1024 + 64) + 5 * kMaxJobPartitions + kMaxStrategyBytes);
   EXPECT_EQ(NodeControlSocketLimits().max_message_bytes, kMaxSchedulerMessageBytes);
-  EXPECT_EQ(SchedulerSocketLimits(config).send_queue, kControlQueueMessages);
+  EXPECT_EQ(SchedulerSocketLimits().send_queue, kControlQueueMessages);
 }
 
 }  // namespace

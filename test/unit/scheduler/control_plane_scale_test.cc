@@ -65,11 +65,7 @@ TEST(ControlPlaneScaleTest, MessagesOfA1024WorkerJobFitTheSocketBounds) {
   options.scratch_dir = ::testing::TempDir();
   absl::StatusOr<std::vector<ControlStep>> steps = RunControlPlaneSim(options);
   ASSERT_TRUE(steps.ok()) << steps.status();
-  proto::ClusterConfig config;
-  config.set_num_workers(1024);
-  config.set_num_servers(64);
-  config = WithClusterDefaults(config);
-  const int64_t to_scheduler = SchedulerSocketLimits(config).max_message_bytes;
+  const int64_t to_scheduler = SchedulerSocketLimits().max_message_bytes;
   const int64_t to_node = NodeControlSocketLimits().max_message_bytes;
   for (const ControlStep& s : *steps) {
     SCOPED_TRACE(s.name);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <future>
 #include <memory>
@@ -11,6 +12,10 @@
 #include <thread>
 
 #include "bytecomp/common/config.h"
+#include "bytecomp/common/control_parts.h"
+#include "bytecomp/common/scheduler_client.h"
+#include "bytecomp/common/socket_limits.h"
+#include "bytecomp/common/socket_security.h"
 #include "bytecomp/common/transport.h"
 #include "protocol_test_util.h"
 #include "test_node.h"
@@ -27,7 +32,7 @@ using testing::TestNode;
 class SchedulerTest : public ::testing::Test {
  protected:
   void Start(int workers, int servers, proto::ClusterConfig overrides = {},
-             const std::string& strategy_path = "") {
+             const std::string& strategy_path = "", int port = 0) {
     proto::ClusterConfig config = overrides;
     config.set_scheduler_address("127.0.0.1:1");  // the port comes from options.port
     config.set_num_workers(workers);
@@ -35,7 +40,7 @@ class SchedulerTest : public ::testing::Test {
     SchedulerOptions options;
     options.config = WithClusterDefaults(config);
     options.bind_host = "127.0.0.1";
-    options.port = 0;
+    options.port = port;
     options.shutdown_linger_ms = 200;
     options.strategy_path = strategy_path;
     absl::StatusOr<std::unique_ptr<Scheduler>> created = Scheduler::Create(options);
@@ -303,6 +308,46 @@ TEST_F(SchedulerTest, MalformedFramesGetErrorRepliesAndServingContinues) {
   EXPECT_TRUE(Running());
 }
 
+// The scheduler takes frames of at most 1 MiB from anyone: a larger one (here from a peer
+// that has not registered) never arrives. A registered node's larger message comes in parts;
+// parts that do not follow each other are refused naming why, and the node goes on.
+TEST_F(SchedulerTest, FramesAreSmallAndLargerMessagesComeInPartsOnlyFromNodes) {
+  Start(1, 1);
+  auto stranger = Node();
+  stranger->SendRaw({std::string(kMaxControlFrameBytes + 1, 'x')});
+  auto other = Node();
+  other->SendRaw({std::string(kMaxControlFrameBytes - 1024, '\xff')});  // arrives: refused
+  EXPECT_TRUE(Contains(other->ExpectError(), "malformed"));
+  ControlMessage part;
+  part.mutable_part()->set_count(2);
+  other->Send(part);
+  EXPECT_TRUE(Contains(other->ExpectError(), "has not registered"));
+
+  auto w = Node(), s = Node();
+  w->Register(ROLE_WORKER, -1);
+  s->Register(ROLE_SERVER, -1);
+  w->Expect(ControlMessage::kTopology);
+  s->Expect(ControlMessage::kTopology);
+  ControlMessage large;
+  for (int g = 0; g < 30000; ++g) {
+    proto::BarrierRelease* r = large.mutable_rejoin_report()->add_released();
+    r->set_group(absl::StrCat("group", g));
+    r->set_sequence(1);
+  }
+  const std::vector<ControlMessage> parts = SplitControlMessage(large, 5);
+  ASSERT_GE(parts.size(), 2u);
+  w->Send(parts[1]);
+  EXPECT_TRUE(Contains(w->ExpectError(), "without its part 0"));
+  // Joined whole, it is a rejoin report, which a fresh job refuses.
+  for (const ControlMessage& p : parts) w->Send(p);
+  EXPECT_TRUE(Contains(w->ExpectError(), "takes no rejoin report"));
+  w->Barrier("all", 1);
+  s->Barrier("all", 1);
+  w->Expect(ControlMessage::kBarrierRelease);
+  s->Expect(ControlMessage::kBarrierRelease);
+  EXPECT_TRUE(Running());
+}
+
 // A node is its token, not its connection: the same node (its token) on a new connection, as
 // after a TCP reconnect, is still worker 0 at once, whether or not ZeroMQ dropped the old
 // connection yet, and what the scheduler sends the node goes to the new one. A barrier it
@@ -531,7 +576,8 @@ TEST_F(SchedulerTest, ANodeThatReadsSlowlyGetsEveryReplyInOrder) {
   EXPECT_TRUE(Running());
 }
 
-// The node (by its token) rejoins a restarted scheduler with what it knows (Register.rejoin).
+// The node (by its token) rejoins a restarted scheduler (Register.rejoining), then reports what
+// it knows.
 void Rejoin(TestNode& node, proto::Role role, int rank, const proto::Rejoin& report) {
   ControlMessage m;
   proto::Register* r = m.mutable_register_();
@@ -541,8 +587,12 @@ void Rejoin(TestNode& node, proto::Role role, int rank, const proto::Rejoin& rep
   r->set_pid(4242);
   if (role == ROLE_SERVER) r->set_data_address(absl::StrCat("tcp://127.0.0.1:", 7000 + rank));
   r->set_token(TokenBytes(node.token()));
-  *r->mutable_rejoin() = report;
+  r->set_rejoining(true);
   node.Send(m);
+  ControlMessage reported;
+  *reported.mutable_rejoin_report() = report;
+  // In parts when large, as SchedulerClient sends it.
+  for (const ControlMessage& piece : SplitControlMessage(reported, 1)) node.Send(piece);
 }
 
 // A scheduler that restarts takes the running job up from what its nodes report
@@ -586,6 +636,14 @@ TEST_F(SchedulerTest, ARestartedSchedulerTakesTheJobUpFromItsRejoiningNodes) {
     r->mutable_released(0)->set_sequence(1);
   }
   w0.set_prepared_version(2);  // a switch the old scheduler never committed
+  // Worker 1's report is larger than one of the scheduler's frames (a node that repeats
+  // itself): it goes in parts. Its last entry says barrier 2 of 'all' was released too.
+  for (int g = 0; g < 60000; ++g) {
+    proto::BarrierRelease* r = w1.add_released();
+    r->set_group("all");
+    r->set_sequence(g < 59999 ? 1 : 2);
+  }
+  ASSERT_GT(w1.ByteSizeLong(), static_cast<size_t>(kControlPartBytes));
   Rejoin(*nodes[0], ROLE_WORKER, 0, w0);
   Rejoin(*nodes[1], ROLE_WORKER, 1, w1);
   Rejoin(*nodes[2], ROLE_SERVER, 0, s0);
@@ -615,6 +673,8 @@ TEST_F(SchedulerTest, ARestartedSchedulerTakesTheJobUpFromItsRejoiningNodes) {
   EXPECT_EQ(a.partition_server_size(), declared[0].partition_server_size());
   nodes[1]->Barrier("all", 1);
   EXPECT_EQ(nodes[1]->Expect(ControlMessage::kBarrierRelease).barrier_release().sequence(), 1u);
+  nodes[1]->Barrier("all", 2);  // its report, joined from the parts, said so
+  EXPECT_EQ(nodes[1]->Expect(ControlMessage::kBarrierRelease).barrier_release().sequence(), 2u);
   // A new tensor takes the next id.
   nodes[0]->Declare("b", 16, proto::DTYPE_FLOAT32);
   nodes[1]->Declare("b", 16, proto::DTYPE_FLOAT32);
@@ -623,6 +683,83 @@ TEST_F(SchedulerTest, ARestartedSchedulerTakesTheJobUpFromItsRejoiningNodes) {
     EXPECT_TRUE(b.ok()) << b.error();
     EXPECT_EQ(b.tensor_id(), declared[0].tensor_id() + 1);
   }
+  EXPECT_TRUE(Running());
+}
+
+// A node's rejoin report names every tensor it declared; for a large model it is larger than
+// one of the scheduler's frames, and SchedulerClient sends it in parts after its Register. The
+// restarted scheduler (same port) joins them and takes the job up with every tensor.
+TEST_F(SchedulerTest, ALargeRejoinReportTravelsInPartsFromTheSchedulerClient) {
+  constexpr int kTensors = 1500;
+  proto::ClusterConfig config;
+  config.set_heartbeat_interval_ms(50);
+  Start(1, 1, config);
+  const int port = scheduler_->port();
+  proto::ClusterConfig client_config = config;
+  client_config.set_scheduler_address(absl::StrCat("127.0.0.1:", port));
+  client_config.set_num_workers(1);
+  client_config.set_num_servers(1);
+  client_config = WithClusterDefaults(client_config);
+  SocketSecurity unkeyed(context_, std::nullopt, false);
+  SchedulerClient client(context_, client_config, unkeyed);
+  std::future<absl::StatusOr<proto::Topology>> topology =
+      std::async(std::launch::async, [&] { return client.Register(ROLE_WORKER, 0, ""); });
+  auto server = Node();
+  server->Register(ROLE_SERVER, 0);
+  server->Expect(ControlMessage::kTopology);
+  ASSERT_TRUE(topology.get().ok());
+  const std::string pad(300, 'p');
+  for (int t = 0; t < kTensors; ++t) {
+    ControlMessage m;
+    m.mutable_declare_tensor()->set_name(absl::StrCat("t", t, pad));
+    m.mutable_declare_tensor()->set_element_count(16);
+    m.mutable_declare_tensor()->set_dtype(proto::DTYPE_FLOAT32);
+    ASSERT_TRUE(client.Send(m).ok());
+  }
+  int replies = 0;
+  const int64_t deadline = MonotonicMs() + 20000;
+  while (replies < kTensors && MonotonicMs() < deadline) {
+    absl::StatusOr<std::optional<ControlMessage>> m = client.Receive(100);
+    ASSERT_TRUE(m.ok()) << m.status();
+    if (m->has_value() && (*m)->has_declare_reply()) {
+      ASSERT_TRUE((*m)->declare_reply().ok()) << (*m)->declare_reply().error();
+      ++replies;
+    }
+  }
+  ASSERT_EQ(replies, kTensors);
+  const NodeToken server_token = server->token();
+  server.reset();
+
+  scheduler_->Stop();
+  result_.wait();
+  scheduler_.reset();
+  Start(1, 1, config, "", port);
+  // The client hears the new scheduler's not_registered and rejoins, its report in parts.
+  std::atomic<bool> rejoined{false};
+  std::future<void> client_loop = std::async(std::launch::async, [&] {
+    const int64_t until = MonotonicMs() + 20000;
+    while (!rejoined && MonotonicMs() < until) {
+      client.HeartbeatIfDue();
+      absl::StatusOr<std::optional<ControlMessage>> m = client.Receive(20);
+      if (!m.ok()) {
+        ADD_FAILURE() << m.status();
+        return;
+      }
+    }
+  });
+  TestNode again(context_, port, "", server_token);
+  proto::Rejoin lacking_everything;
+  lacking_everything.mutable_strategy()->set_version(1);
+  Rejoin(again, ROLE_SERVER, 0, lacking_everything);
+  // The server lacked every tensor: it gets them all from the worker's report, then Rejoined.
+  for (int t = 0; t < kTensors; ++t) {
+    const proto::DeclareReply r =
+        again.Expect(ControlMessage::kDeclareReply, 20000).declare_reply();
+    ASSERT_EQ(r.name(), absl::StrCat("t", t, pad));
+  }
+  again.Expect(ControlMessage::kRejoined, 5000);
+  rejoined = true;
+  client_loop.get();
   EXPECT_TRUE(Running());
 }
 

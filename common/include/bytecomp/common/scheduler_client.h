@@ -6,11 +6,11 @@
 //
 // A scheduler that restarts takes the running job up (scheduler/.../takeover.h): its answer
 // to this node's next message says it does not know the node (Error.not_registered), and
-// Receive rejoins (Register.rejoin: rank, token and what RejoinRecord kept of the job), then,
-// once the scheduler says Rejoined, sends again what the old one left unanswered. The owner
-// sees neither; a refused rejoin is an error from Receive. A restart is taken up when it
-// comes within SchedulerTimeoutMs of the last word from the old scheduler.
-// Owned by exactly one thread (the node's control thread), like its ZeroMQ socket.
+// Receive rejoins (Register.rejoining with its rank and token, then a rejoin report of what
+// RejoinRecord kept of the job), then, once the scheduler says Rejoined, sends again what the
+// old one left unanswered. The owner sees neither; a refused rejoin is an error from Receive. A
+// restart is taken up when it comes within SchedulerTimeoutMs of the last word from the old
+// scheduler. Owned by exactly one thread (the node's control thread), like its ZeroMQ socket.
 #pragma once
 
 #include <memory>
@@ -45,7 +45,8 @@ class SchedulerClient {
   void SetMachineSlot(std::string machine, std::optional<int> local_rank,
                       std::optional<int> local_size);
 
-  // Sends `message` with this node's token.
+  // Sends `message` with this node's token (Register without), in parts when it is larger than
+  // one of the scheduler's frames (control_parts.h).
   absl::Status Send(const proto::ControlMessage& message);
   // Sends a heartbeat (and a clock probe) when heartbeat_interval_ms passed since the last
   // message sent.
@@ -75,7 +76,10 @@ class SchedulerClient {
 
  private:
   void SendClockProbe();
-  // Sends Register{rejoin} (again once per heartbeat interval while not answered).
+  // Sends one frame, waiting for room in the socket's queue at most the scheduler timeout.
+  absl::Status SendWaiting(const proto::ControlMessage& message);
+  // Sends Register{rejoining} and the rejoin report (again once per heartbeat interval while
+  // not answered).
   absl::Status Rejoin();
 
   proto::ClusterConfig config_;
@@ -86,6 +90,7 @@ class SchedulerClient {
   std::string machine_;
   std::optional<int> local_rank_, local_size_;
   int64_t last_sent_ms_ = 0;
+  uint64_t split_messages_ = 0;          // ControlPart.message_id of the last message sent in parts
   int64_t last_heard_ms_ = 0;            // 0: nothing yet
   mutable int64_t last_checked_ms_ = 0;  // CheckSchedulerHeard's previous call
   uint64_t heartbeat_sequence_ = 0;

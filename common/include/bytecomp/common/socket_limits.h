@@ -42,9 +42,18 @@ inline constexpr int64_t kDataFrameSlack = int64_t{64} << 10;
 // checks every codec). Raw partitions and fp32 pull replies are smaller.
 int64_t MaxDataPayloadBytes(int64_t partition_bytes);
 
-// The scheduler's ROUTER: the largest message a node sends it is a worker's profile report,
-// which names every tensor: 1 MiB + max_tensors x (max_tensor_name_bytes + 64).
-SocketLimits SchedulerSocketLimits(const proto::ClusterConfig& config);
+// The largest frame the scheduler takes, from anyone: a node's messages are small but for the
+// reports that name every tensor, which a registered node sends in parts (ControlPart), so a
+// peer that has not registered holds at most this per connection in a partial frame.
+inline constexpr int64_t kMaxControlFrameBytes = int64_t{1} << 20;
+// The largest whole message a registered node may send in parts: a profile report (a name and
+// some numbers per tensor) or a rejoin report (a DeclareReply per tensor, naming the server of
+// each of the job's partitions, and the strategy in force): 1 MiB + max_tensors x
+// (max_tensor_name_bytes + 64) + 5 bytes x kMaxJobPartitions + kMaxStrategyBytes.
+int64_t MaxControlReportBytes(const proto::ClusterConfig& config);
+
+// The scheduler's ROUTER: frames of at most kMaxControlFrameBytes.
+SocketLimits SchedulerSocketLimits();
 // A node's DEALER to the scheduler (kMaxSchedulerMessageBytes).
 SocketLimits NodeControlSocketLimits();
 // Data sockets (a server's ROUTER, a worker's DEALERs to the servers, the host local reducer):

@@ -1,15 +1,18 @@
 // The scheduler's protocols behind its one socket, without the socket: the node table, each
 // protocol, and the routing of a node's message to the protocol that takes it (Register to
-// Registration, and on the last rejoin the takeover; anything else only from a registered node
-// and with its token, a node on a new connection moved there first). The Scheduler feeds it
+// Registration, and on the last rejoin report the takeover; anything else only from a
+// registered node and with its token, a node on a new connection moved there first; a node's
+// parts joined into the message they carry, control_parts.h). The Scheduler feeds it
 // what its ROUTER receives and sends what it appends to the Outbox; the scheduler fuzzer
 // (test/fuzz/scheduler_control_fuzzer.cc) drives the same object. One thread.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
+#include "bytecomp/common/control_parts.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/barriers.h"
 #include "bytecomp/scheduler/declarations.h"
@@ -76,6 +79,12 @@ class ControlRouter {
   // Hands a registered node's message to the protocol that takes its body.
   void Dispatch(const RegisteredNode& node, const proto::ControlMessage& message, int64_t now_ms,
                 Outbox* out);
+  // A part of a message of `node`'s: the message, once joined, is dispatched.
+  void Join(const RegisteredNode& node, const proto::ControlPart& part, int64_t now_ms,
+            Outbox* out);
+  // Every node is in (registered, or taking a job over: rejoined and reported): the job starts,
+  // or the takeover restores it.
+  void Begin(int64_t now_ms, Outbox* out);
 
   ControlObserver* observer_ = nullptr;
   // The protocols, and the node table they share. Declared in construction order: each is
@@ -88,6 +97,9 @@ class ControlRouter {
   LocalRelay local_relay_;
   Liveness liveness_;
   ServerFailover failover_;
+  // Each node's message in parts being joined, at most MaxControlReportBytes each.
+  const int64_t max_report_bytes_;
+  std::map<RoleRank, ControlAssembly> assemblies_;
 };
 
 }  // namespace bytecomp

@@ -8,10 +8,11 @@
 // workers already on that machine (local_groups.h). A refused node may try again.
 //
 // A scheduler that restarted takes a running job up instead when its first registration is a
-// rejoin (Register.rejoin): then only rejoins are taken, each for the rank and with the token
-// the node had, and once all are in no topology goes out (the nodes have it); the scheduler
-// restores the job from what they reported (rejoins(), takeover.h). A scheduler whose first
-// registration was fresh refuses rejoins.
+// rejoin (Register.rejoining): then only rejoins are taken, each for the rank and with the
+// token the node had, each followed by the node's rejoin report; once every node is in and
+// reported, no topology goes out (the nodes have it) and the scheduler restores the job from
+// the reports (rejoins(), takeover.h). A scheduler whose first registration was fresh refuses
+// rejoins and their reports.
 #pragma once
 
 #include <cstdint>
@@ -37,11 +38,15 @@ class Registration {
                int64_t start_ms);
 
   // A Register from `identity`, registered or not. True when this registration completed
-  // the job and the topology went to every node (or, taking a job over, every node rejoined);
-  // the scheduler then starts what waited for it (barriers asked for early, heartbeat
-  // monitoring, the takeover). When the workers cannot be grouped
-  // by machine, the job ends instead (FailedPrecondition) and this returns false.
+  // the job and the topology went to every node (or, taking a job over, every node rejoined
+  // and reported); the scheduler then starts what waited for it (barriers asked for early,
+  // heartbeat monitoring, the takeover). When the workers cannot be grouped by machine, the
+  // job ends instead (FailedPrecondition) and this returns false.
   bool Handle(const std::string& identity, const proto::Register& reg, int64_t now_ms, Outbox* out);
+  // The rejoin report of `node`, which rejoined. True, as Handle, when it was the last one the
+  // takeover waited for. Refused from a node of a fresh job; one sent again is ignored.
+  bool HandleRejoinReport(const RegisteredNode& node, const proto::Rejoin& report, int64_t now_ms,
+                          Outbox* out);
   // A message carrying the token of the registered `node` arrived on the connection
   // `identity`, which is no node's: the node reconnected (a TCP reconnect gives its DEALER a
   // new routing id, and ZeroMQ may drop the old connection much later, if ever). The node is
@@ -70,6 +75,8 @@ class Registration {
   // Every node is in: the workers' local ranks (or the job ends, and false).
   bool GroupWorkers(Outbox* out);
   bool SendTopology(int64_t now_ms, Outbox* out);
+  // Taking a job over: whether every node is in, grouped and reported, for the first time.
+  bool TakeoverComplete(int64_t now_ms);
   // The Topology for registered node `n` (every node is registered and grouped).
   proto::ControlMessage TopologyFor(const RegisteredNode& n) const;
 
@@ -79,6 +86,8 @@ class Registration {
   int64_t start_ms_;
   std::optional<bool> takeover_;
   std::map<RoleRank, proto::Rejoin> rejoins_;
+  bool grouped_ = false;     // every node is in, and the workers are grouped by machine
+  bool taken_over_ = false;  // TakeoverComplete said so
 };
 
 }  // namespace bytecomp

@@ -1,9 +1,10 @@
 // A restarted scheduler takes the running job up. The nodes hold the job's state, so the
 // scheduler keeps no journal: when it comes back on the same address, every node's next
-// message gets Error{not_registered}, and each rejoins (Register.rejoin, from its
-// RejoinRecord: rank, token, the declarations it was answered, the strategy committed to it,
-// a prepare still open, the barriers released to it). Once all W workers and S servers are in
-// (Registration, within connect_timeout_ms like a first registration), TakeOver:
+// message gets Error{not_registered}, and each rejoins (Register.rejoining with its rank and
+// token, then a rejoin report from its RejoinRecord: the declarations it was answered, the
+// strategy committed to it, a prepare still open, the barriers released to it). Once all W
+// workers and S servers are in and reported (Registration, within connect_timeout_ms like a
+// first registration), TakeOver:
 // - restores the declarations (the union of what the nodes report; they must agree on each
 //   tensor's id and partitions, and this scheduler must place them the same way: its config
 //   is the job's) and sends each server the ones it lacks;
