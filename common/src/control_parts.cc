@@ -8,7 +8,7 @@
 namespace bytecomp {
 
 std::vector<proto::ControlMessage> SplitControlMessage(const proto::ControlMessage& message,
-                                                      uint64_t message_id) {
+                                                       uint64_t message_id) {
   std::vector<proto::ControlMessage> out;
   if (static_cast<int64_t>(message.ByteSizeLong()) <= kControlPartBytes) {
     out.push_back(message);
@@ -40,8 +40,8 @@ absl::Status ControlAssembly::Check(const proto::ControlPart& part) const {
     }
     if (part.total_bytes() <= 0 || part.total_bytes() > max_bytes_) {
       return absl::InvalidArgumentError(
-          absl::StrCat("a message of ", part.total_bytes(), " bytes in parts; at most ",
-                       max_bytes_, " are taken (MaxControlReportBytes of the job's config)"));
+          absl::StrCat("a message of ", part.total_bytes(), " bytes in parts; at most ", max_bytes_,
+                       " are taken (MaxControlReportBytes of the job's config)"));
     }
     if (part.total_bytes() > int64_t{part.count()} * kControlPartBytes ||
         part.total_bytes() <= int64_t{part.count() - 1} * kControlPartBytes) {
@@ -55,17 +55,17 @@ absl::Status ControlAssembly::Check(const proto::ControlPart& part) const {
                      " without its part 0 (the node reconnected in between, or it skipped it)"));
   } else if (part.message_id() != message_id_ || part.index() != next_index_ ||
              part.count() != count_ || part.total_bytes() != total_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "part ", part.index(), " of ", part.count(), " of message ", part.message_id(), " (",
-        part.total_bytes(), " bytes) does not follow part ", next_index_ - 1, " of ", count_,
-        " of message ", message_id_, " (", total_bytes_, " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("part ", part.index(), " of ", part.count(), " of message ", part.message_id(),
+                     " (", part.total_bytes(), " bytes) does not follow part ", next_index_ - 1,
+                     " of ", count_, " of message ", message_id_, " (", total_bytes_, " bytes)"));
   }
   const int64_t begin = int64_t{part.index()} * kControlPartBytes;
   const int64_t expected = std::min(kControlPartBytes, part.total_bytes() - begin);
   if (static_cast<int64_t>(part.data().size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat("part ", part.index(), " of ", part.count(),
-                                                   " holds ", part.data().size(),
-                                                   " bytes, not ", expected));
+                                                   " holds ", part.data().size(), " bytes, not ",
+                                                   expected));
   }
   return absl::OkStatus();
 }
@@ -97,9 +97,9 @@ absl::StatusOr<std::optional<proto::ControlMessage>> ControlAssembly::Add(
                                                    " parts) is not a ControlMessage"));
   }
   if (whole.has_part() || whole.has_register_()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "message ", message_id_, " in parts holds a ", whole.has_part() ? "part" : "Register",
-        ", which travels in one frame"));
+    return absl::InvalidArgumentError(absl::StrCat("message ", message_id_, " in parts holds a ",
+                                                   whole.has_part() ? "part" : "Register",
+                                                   ", which travels in one frame"));
   }
   return std::optional<proto::ControlMessage>(std::move(whole));
 }

@@ -63,6 +63,11 @@ ConnectionCaps SchedulerConnectionCaps(const proto::ClusterConfig& config) {
   return ConnectionCaps{per_address, 2 * per_address};
 }
 
+ConnectionCaps LocalReduceConnectionCaps(int local_size) {
+  const int cap = 2 * std::max(1, local_size) + 8;
+  return ConnectionCaps{cap, cap};
+}
+
 void LimitSocket(zmq::socket_t& socket, const SocketLimits& limits) {
   socket.set(zmq::sockopt::maxmsgsize, limits.max_message_bytes);
   socket.set(zmq::sockopt::sndhwm, limits.send_queue);

@@ -99,8 +99,8 @@ TEST(ControlPartsTest, PartsThatDoNotFitAreRefusedAndDropTheMessage) {
     reg.mutable_register_()->set_hostname(std::string(300 << 10, 'h'));
     const std::string bytes = reg.SerializeAsString();
     ControlAssembly assembly(int64_t{64} << 20);
-    const int64_t count = (static_cast<int64_t>(bytes.size()) + kControlPartBytes - 1) /
-                          kControlPartBytes;
+    const int64_t count =
+        (static_cast<int64_t>(bytes.size()) + kControlPartBytes - 1) / kControlPartBytes;
     absl::StatusOr<std::optional<proto::ControlMessage>> got;
     for (int64_t i = 0; i < count; ++i) {
       proto::ControlPart part;

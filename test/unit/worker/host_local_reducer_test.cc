@@ -1,5 +1,10 @@
 // The host local reducer with real sockets on loopback, its ranks on threads of one process.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <future>
 #include <memory>
@@ -7,6 +12,9 @@
 #include <vector>
 
 #include "bytecomp/common/half.h"
+#include "bytecomp/common/net.h"
+#include "bytecomp/common/socket_limits.h"
+#include "bytecomp/common/socket_security.h"
 #include "bytecomp/common/transport.h"
 #include "bytecomp/worker/local_reducer.h"
 
@@ -211,6 +219,57 @@ TEST(HostLocalReducerSetupTest, AcceptAllNamesTheMissingLocalRanksAndATickErrorA
   EXPECT_FALSE(joined.get().ok()) << "local rank 2 was never welcomed";
   absl::Status aborted = (*root)->AcceptAll(5000, [] { return absl::CancelledError("shut down"); });
   EXPECT_EQ(aborted.message(), "shut down");
+}
+
+// The root's socket takes the connections of its local ranks and a few more
+// (LocalReduceConnectionCaps); another process on the host that opens many is cut beyond them,
+// and the machine's ranks still join.
+TEST(HostLocalReducerSetupTest, ConnectionsBeyondTheCapsAreCut) {
+  zmq::context_t context(1);
+  SocketSecurity unkeyed(context, std::nullopt, /*allow_insecure=*/false);
+  absl::StatusOr<std::unique_ptr<HostLocalReducer>> root =
+      HostLocalReducer::Listen(context, 2, &unkeyed);
+  ASSERT_TRUE(root.ok()) << root.status();
+  absl::StatusOr<HostPort> where = ParseHostPort((*root)->endpoint());
+  ASSERT_TRUE(where.ok()) << (*root)->endpoint();
+  const int cap = LocalReduceConnectionCaps(2).per_address;
+  std::vector<int> fds;
+  for (int i = 0; i < cap + 10; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(where->port));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    fds.push_back(fd);
+  }
+  // Each connection beyond the cap is closed: read() sees its end (the others get ZeroMQ's
+  // greeting and stay open).
+  int cut = 0;
+  const int64_t deadline = MonotonicMs() + 10000;
+  std::vector<bool> ended(fds.size(), false);
+  while (cut < 10 && MonotonicMs() < deadline) {
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (ended[i]) continue;
+      pollfd p{fds[i], POLLIN, 0};
+      if (poll(&p, 1, 10) <= 0) continue;
+      char buffer[256];
+      if (read(fds[i], buffer, sizeof(buffer)) <= 0) {
+        ended[i] = true;
+        ++cut;
+      }
+    }
+  }
+  EXPECT_EQ(cut, 10);
+  for (int fd : fds) close(fd);
+  auto joined = std::async(std::launch::async, [&] {
+    return HostLocalReducer::Join(context, (*root)->endpoint(), 1, 2, 5000, nullptr);
+  });
+  EXPECT_TRUE((*root)->AcceptAll(5000, nullptr).ok());
+  absl::StatusOr<std::unique_ptr<HostLocalReducer>> member = joined.get();
+  ASSERT_TRUE(member.ok()) << member.status();
+  (*member)->Stop();
+  (*root)->Stop();
 }
 
 }  // namespace

@@ -84,7 +84,11 @@ absl::StatusOr<std::unique_ptr<LoopbackReducer>> LoopbackReducer::Listen(zmq::co
   // A send to a local rank that is gone fails instead of vanishing.
   r->socket_.set(zmq::sockopt::router_mandatory, 1);
   if (security != nullptr) {
-    if (absl::Status s = security->SecureListening(r->socket_); !s.ok()) return s;
+    if (absl::Status s =
+            security->SecureListening(r->socket_, LocalReduceConnectionCaps(local_size));
+        !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<int> port = BindTcp(r->socket_, "127.0.0.1", 0);
   if (!port.ok()) {

@@ -25,7 +25,7 @@ inline constexpr int64_t kControlPartBytes = int64_t{256} << 10;
 // scheduler: itself when it serializes to at most kControlPartBytes, else parts of the
 // serialized bytes, in order, numbered `message_id`. The parts have no token.
 std::vector<proto::ControlMessage> SplitControlMessage(const proto::ControlMessage& message,
-                                                      uint64_t message_id);
+                                                       uint64_t message_id);
 
 // One node's message being joined.
 class ControlAssembly {

@@ -74,6 +74,9 @@ ConnectionCaps DataConnectionCaps(const proto::ClusterConfig& config);
 // The scheduler's: from one address, two per node of the job (a node and its reconnection)
 // plus 8 (tools asking for the status); in all, twice that.
 ConnectionCaps SchedulerConnectionCaps(const proto::ClusterConfig& config);
+// The host local reducer root's (loopback only, so one address): two per local rank (one and
+// its reconnection) plus 8.
+ConnectionCaps LocalReduceConnectionCaps(int local_size);
 
 // Sets the limits on `socket`; before it binds or connects (they apply to connections made
 // after).

@@ -76,7 +76,8 @@ class HostLocalReducer : public LocalReducer {
 
   // The root (local rank 0 of local_size): binds 127.0.0.1 on an ephemeral port. With a keyed
   // `security` (the cluster key of `context`; it must outlive the reducer) the socket speaks
-  // CURVE and admits only key holders; null or unkeyed: plain TCP.
+  // CURVE and admits only key holders; null or unkeyed: plain TCP. With `security`, keyed or
+  // not, connections beyond LocalReduceConnectionCaps are cut as they are accepted.
   static absl::StatusOr<std::unique_ptr<HostLocalReducer>> Listen(
       zmq::context_t& context, int local_size, SocketSecurity* security = nullptr);
   // A non-root local rank: connects to the root's endpoint and waits for its WELCOME.
