@@ -30,6 +30,24 @@ proto::ControlMessage ProfileOf(int tensors) {
   return m;
 }
 
+// `bytes` cut into parts as a node cuts a message; what the last part's Add returned.
+absl::StatusOr<std::optional<proto::ControlMessage>> AddInParts(ControlAssembly& assembly,
+                                                                const std::string& bytes) {
+  const int64_t total = static_cast<int64_t>(bytes.size());
+  const int64_t count = (total + kControlPartBytes - 1) / kControlPartBytes;
+  absl::StatusOr<std::optional<proto::ControlMessage>> got;
+  for (int64_t i = 0; i < count; ++i) {
+    proto::ControlPart part;
+    part.set_message_id(9);
+    part.set_index(static_cast<uint32_t>(i));
+    part.set_count(static_cast<uint32_t>(count));
+    part.set_total_bytes(total);
+    part.set_data(bytes.substr(i * kControlPartBytes, kControlPartBytes));
+    got = assembly.Add(part);
+  }
+  return got;
+}
+
 TEST(ControlPartsTest, ASmallMessageGoesWholeALargeOneInPartsUnderTheFrameLimit) {
   const proto::ControlMessage small = ProfileOf(10);
   std::vector<proto::ControlMessage> one = SplitControlMessage(small, 1);
@@ -97,32 +115,11 @@ TEST(ControlPartsTest, PartsThatDoNotFitAreRefusedAndDropTheMessage) {
   {  // parts whose bytes are not a ControlMessage, or hold a Register
     proto::ControlMessage reg;
     reg.mutable_register_()->set_hostname(std::string(300 << 10, 'h'));
-    const std::string bytes = reg.SerializeAsString();
     ControlAssembly assembly(int64_t{64} << 20);
-    const int64_t count =
-        (static_cast<int64_t>(bytes.size()) + kControlPartBytes - 1) / kControlPartBytes;
-    absl::StatusOr<std::optional<proto::ControlMessage>> got;
-    for (int64_t i = 0; i < count; ++i) {
-      proto::ControlPart part;
-      part.set_message_id(9);
-      part.set_index(static_cast<uint32_t>(i));
-      part.set_count(static_cast<uint32_t>(count));
-      part.set_total_bytes(static_cast<int64_t>(bytes.size()));
-      part.set_data(bytes.substr(i * kControlPartBytes, kControlPartBytes));
-      got = assembly.Add(part);
-    }
-    EXPECT_THAT(error(got), HasSubstr("holds a Register"));
-    std::string garbage(bytes.size(), '\xff');
-    for (int64_t i = 0; i < count; ++i) {
-      proto::ControlPart part;
-      part.set_message_id(10);
-      part.set_index(static_cast<uint32_t>(i));
-      part.set_count(static_cast<uint32_t>(count));
-      part.set_total_bytes(static_cast<int64_t>(garbage.size()));
-      part.set_data(garbage.substr(i * kControlPartBytes, kControlPartBytes));
-      got = assembly.Add(part);
-    }
-    EXPECT_THAT(error(got), HasSubstr("is not a ControlMessage"));
+    EXPECT_THAT(error(AddInParts(assembly, reg.SerializeAsString())),
+                HasSubstr("holds a Register"));
+    EXPECT_THAT(error(AddInParts(assembly, std::string(300 << 10, '\xff'))),
+                HasSubstr("is not a ControlMessage"));
     EXPECT_EQ(assembly.held_bytes(), 0);
   }
 }
