@@ -43,6 +43,7 @@ std::string ControlRouter::Who(const std::string& identity) const {
 
 void ControlRouter::OnTime(int64_t now_ms, Outbox* out) {
   liveness_.OnTime(now_ms, out);
+  if (!out->job_end().has_value()) registration_.OnTime(now_ms, out);
   if (!out->job_end().has_value()) failover_.OnTime(now_ms, out);
   if (!out->job_end().has_value()) declarations_.OnTime(now_ms, out);
   if (!out->job_end().has_value()) strategy_.OnTime(out);
@@ -51,8 +52,8 @@ void ControlRouter::OnTime(int64_t now_ms, Outbox* out) {
 int64_t ControlRouter::NextDeadlineMs(int64_t now_ms, int64_t latest) const {
   int64_t next = latest;
   for (const std::optional<int64_t>& due :
-       {liveness_.NextDeadline(), liveness_.NextHeartbeat(), declarations_.NextDeadline(),
-        failover_.NextDeadline(), strategy_.NextCheckMs(now_ms)}) {
+       {liveness_.NextDeadline(), liveness_.NextHeartbeat(), registration_.NextDeadline(),
+        declarations_.NextDeadline(), failover_.NextDeadline(), strategy_.NextCheckMs(now_ms)}) {
     if (due.has_value()) next = std::min(next, *due);
   }
   return next;

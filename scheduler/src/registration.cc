@@ -229,6 +229,25 @@ bool Registration::HandleRejoinReport(const RegisteredNode& node, const proto::R
   return TakeoverComplete(now_ms);
 }
 
+std::optional<int64_t> Registration::NextDeadline() const {
+  if (takeover_ != true || taken_over_ || !grouped_) return std::nullopt;
+  return start_ms_ + config_.connect_timeout_ms();
+}
+
+void Registration::OnTime(int64_t now_ms, Outbox* out) {
+  const std::optional<int64_t> due = NextDeadline();
+  if (!due.has_value() || now_ms < *due) return;
+  std::vector<std::string> silent;
+  for (const RegisteredNode* node : nodes_.Registered()) {
+    if (!rejoins_.contains(node->role_rank())) silent.push_back(NodeTable::Name(*node));
+  }
+  const std::string reason =
+      absl::StrCat("the takeover did not complete within ", Seconds(config_.connect_timeout_ms()),
+                   ": no rejoin report from ", absl::StrJoin(silent, ", "));
+  BC_LOG_ERROR(reason);
+  out->EndJob(absl::DeadlineExceededError(reason), reason, nodes_.AllIdentities());
+}
+
 bool Registration::TakeoverComplete(int64_t now_ms) {
   if (taken_over_ || !grouped_ || rejoins_.size() != static_cast<size_t>(nodes_.size()))
     return false;

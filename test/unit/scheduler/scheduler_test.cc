@@ -576,9 +576,8 @@ TEST_F(SchedulerTest, ANodeThatReadsSlowlyGetsEveryReplyInOrder) {
   EXPECT_TRUE(Running());
 }
 
-// The node (by its token) rejoins a restarted scheduler (Register.rejoining), then reports what
-// it knows.
-void Rejoin(TestNode& node, proto::Role role, int rank, const proto::Rejoin& report) {
+// The node (by its token) registers again with a restarted scheduler (Register.rejoining).
+void RegisterRejoining(TestNode& node, proto::Role role, int rank) {
   ControlMessage m;
   proto::Register* r = m.mutable_register_();
   r->set_role(role);
@@ -589,6 +588,11 @@ void Rejoin(TestNode& node, proto::Role role, int rank, const proto::Rejoin& rep
   r->set_token(TokenBytes(node.token()));
   r->set_rejoining(true);
   node.Send(m);
+}
+
+// The node rejoins a restarted scheduler, then reports what it knows.
+void Rejoin(TestNode& node, proto::Role role, int rank, const proto::Rejoin& report) {
+  RegisterRejoining(node, role, rank);
   ControlMessage reported;
   *reported.mutable_rejoin_report() = report;
   // In parts when large, as SchedulerClient sends it.
@@ -783,6 +787,22 @@ TEST_F(SchedulerTest, ATakeoverOfNodesThatDisagreeEndsTheJob) {
   EXPECT_TRUE(Contains(reason, "cannot take the job up: the nodes disagree on tensor 'a'"))
       << reason;
   EXPECT_EQ(Result().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A node that rejoined but never reports (it died in between) cannot hold the takeover up
+// forever: at the registration deadline the job ends, naming it.
+TEST_F(SchedulerTest, ATakeoverMissingAReportEndsAtTheRegistrationDeadline) {
+  proto::ClusterConfig config;
+  config.set_connect_timeout_ms(500);
+  Start(1, 1, config);
+  auto worker = Node(), server = Node();
+  proto::Rejoin report;
+  report.mutable_strategy()->set_version(1);
+  Rejoin(*worker, ROLE_WORKER, 0, report);
+  RegisterRejoining(*server, ROLE_SERVER, 0);
+  const absl::Status result = Result(5000);
+  EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded) << result;
+  EXPECT_TRUE(Contains(std::string(result.message()), "no rejoin report from server 0")) << result;
 }
 
 TEST(SchedulerCreateTest, RejectsInvalidConfigAndBusyPort) {

@@ -47,6 +47,11 @@ class Registration {
   // takeover waited for. Refused from a node of a fresh job; one sent again is ignored.
   bool HandleRejoinReport(const RegisteredNode& node, const proto::Rejoin& report, int64_t now_ms,
                           Outbox* out);
+  // Taking a job over: every node is in, and a report still missing once connect_timeout_ms
+  // passed since the start ends the job naming the nodes that did not report (Liveness ends it
+  // for nodes not in).
+  void OnTime(int64_t now_ms, Outbox* out);
+  std::optional<int64_t> NextDeadline() const;
   // A message carrying the token of the registered `node` arrived on the connection
   // `identity`, which is no node's: the node reconnected (a TCP reconnect gives its DEALER a
   // new routing id, and ZeroMQ may drop the old connection much later, if ever). The node is
