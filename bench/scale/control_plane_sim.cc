@@ -13,7 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/config.h"
+#include "bytecomp/common/control_parts.h"
 #include "bytecomp/common/node_token.h"
+#include "bytecomp/common/rejoin_record.h"
 #include "bytecomp/scheduler/control_router.h"
 #include "control.pb.h"
 
@@ -51,8 +53,11 @@ struct SimNode {
 
 class Sim {
  public:
-  Sim(proto::ClusterConfig config, StrategyKeeper strategy)
-      : config_(std::move(config)), router_(config_, std::move(strategy), std::nullopt, 0) {}
+  // `start_ms`: when this scheduler started, on the virtual clock.
+  Sim(proto::ClusterConfig config, StrategyKeeper strategy, int64_t start_ms = 0)
+      : now_ms_(start_ms),
+        config_(std::move(config)),
+        router_(config_, std::move(strategy), std::nullopt, start_ms) {}
 
   // Runs `body` as one step: what it sends and what the scheduler answers are counted.
   ControlStep Step(const std::string& name, const std::function<void()>& body) {
@@ -67,15 +72,21 @@ class Sim {
     return step_;
   }
 
-  // A node's message (its token set), as the scheduler's loop hands it over.
+  // A node's message (its token set), as the scheduler's loop hands it over; the node's
+  // RejoinRecord sees it, as a SchedulerClient's does.
   void Send(const SimNode& node, proto::ControlMessage m) {
     m.set_token(node.token);
+    Deliver(node.identity, m);
+  }
+  // A message from the connection `identity` as it is (a ControlPart carries no token).
+  void Deliver(const std::string& identity, const proto::ControlMessage& m) {
+    records_[identity].Sent(m);
     ++step_.messages_in;
     step_.largest_in_bytes =
         std::max(step_.largest_in_bytes, static_cast<int64_t>(m.ByteSizeLong()));
     Outbox out;
     const double cpu = ThreadCpuMs();
-    router_.Handle(node.identity, m, now_ms_, &out);
+    router_.Handle(identity, m, now_ms_, &out);
     step_.scheduler_cpu_ms += ThreadCpuMs() - cpu;
     Take(out);
   }
@@ -96,8 +107,13 @@ class Sim {
     Take(out);
   }
 
-  SimNode Register(proto::Role role, int rank, const std::string& identity) {
-    SimNode node{identity, TokenBytes(NewNodeToken())};
+  // The node registers: a new node with a new token, or (`rejoin_from`) a node of the job
+  // coming back to a restarted scheduler on a new connection, with its token and its record's
+  // report, in parts where large, as SchedulerClient::Rejoin sends them.
+  SimNode Register(proto::Role role, int rank, const std::string& identity,
+                   const std::optional<std::pair<SimNode, proto::Rejoin>>& rejoin_from = {}) {
+    SimNode node{identity,
+                 rejoin_from.has_value() ? rejoin_from->first.token : TokenBytes(NewNodeToken())};
     proto::ControlMessage m;
     proto::Register* r = m.mutable_register_();
     r->set_role(role);
@@ -108,8 +124,22 @@ class Sim {
     if (role == proto::ROLE_SERVER) {
       r->set_data_address(absl::StrCat("tcp://10.0.", rank / 250, ".", rank % 250, ":9000"));
     }
+    r->set_rejoining(rejoin_from.has_value());
     Send(node, m);
+    if (rejoin_from.has_value()) {
+      proto::ControlMessage reported;
+      *reported.mutable_rejoin_report() = rejoin_from->second;
+      reported.set_token(node.token);
+      for (const proto::ControlMessage& piece : SplitControlMessage(reported, 1)) {
+        Deliver(node.identity, piece);
+      }
+    }
     return node;
+  }
+  // What the node on `identity` would report to a restarted scheduler.
+  proto::Rejoin Report(const std::string& identity) const {
+    auto it = records_.find(identity);
+    return it == records_.end() ? proto::Rejoin{} : it->second.Report();
   }
 
   // Messages of the current step whose body is `field` (ControlMessage's oneof case).
@@ -134,6 +164,12 @@ class Sim {
       step_.largest_out_bytes = std::max(step_.largest_out_bytes, bytes);
       step_.most_to_one_node = std::max(step_.most_to_one_node, ++to_node_[m.to]);
       ++bodies_[static_cast<int>(m.message.body_case())];
+      RejoinRecord& record = records_[m.to];
+      if (m.message.has_topology()) {
+        record.Registered(m.message.topology());
+      } else {
+        record.Received(m.message);
+      }
     }
     for (const Refusal& r : out.refusals()) {
       if (first_refusal_.empty()) first_refusal_ = r.log_line;
@@ -144,7 +180,8 @@ class Sim {
   const proto::ClusterConfig config_;
   ControlRouter router_;
   std::map<int, int64_t> bodies_;
-  std::map<std::string, int64_t> to_node_;  // messages to each node in the current step
+  std::map<std::string, int64_t> to_node_;       // messages to each node in the current step
+  std::map<std::string, RejoinRecord> records_;  // each node's, by identity
   std::optional<absl::Status> job_end_;
   std::string first_refusal_;
 };
@@ -278,6 +315,33 @@ absl::StatusOr<std::vector<ControlStep>> RunControlPlaneSim(const ControlSimOpti
                  "topologies (the replacement's)"));
     sim->step_.outcome = absl::StrCat("server 0 replaced; ", W, " workers told");
   }));
+  sim->ClearCounts();
+
+  // The scheduler restarts: a new one (a new ControlRouter, the same config) takes the job
+  // over from every node's Register{rejoining} and rejoin report (takeover.h).
+  if (!sim->job_end().has_value() && failed.ok()) {
+    if (absl::Status s = WriteText(strategy_path, "seed: 7\n"); !s.ok()) return s;
+    StrategyKeeper restarted_keeper;
+    if (absl::Status s = restarted_keeper.LoadInitial(strategy_path); !s.ok()) return s;
+    std::remove(strategy_path.c_str());
+    std::vector<std::pair<SimNode, proto::Rejoin>> reports;
+    for (const SimNode& n : workers) reports.emplace_back(n, sim->Report(n.identity));
+    for (const SimNode& n : servers) reports.emplace_back(n, sim->Report(n.identity));
+    auto restarted = std::make_unique<Sim>(config, std::move(restarted_keeper), sim->now_ms_);
+    sim = std::move(restarted);
+    steps.push_back(sim->Step("scheduler restarted", [&] {
+      for (int w = 0; w < W; ++w) {
+        workers[w] =
+            sim->Register(proto::ROLE_WORKER, w, absl::StrCat("w", w, "-rejoined"), reports[w]);
+      }
+      for (int s = 0; s < S; ++s) {
+        servers[s] =
+            sim->Register(proto::ROLE_SERVER, s, absl::StrCat("s", s, "-rejoined"), reports[W + s]);
+      }
+      check(Expect("scheduler restarted", sim->Count(Body::kRejoined), W + S, "Rejoined messages"));
+      sim->step_.outcome = absl::StrCat("job taken over from ", W + S, " nodes' reports");
+    }));
+  }
   if (sim->job_end().has_value()) {
     check(
         absl::InternalError(absl::StrCat("the simulated job ended: ", sim->job_end()->ToString())));

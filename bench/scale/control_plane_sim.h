@@ -10,7 +10,9 @@
 // both directions), a barrier of the workers, a strategy switch (prepare to every worker,
 // their replies, the commit to all), a server lost (silent past heartbeat_timeout_ms) and
 // replaced (a new server registers for its rank: its topology, the declarations, and
-// ServerReplaced to the workers).
+// ServerReplaced to the workers), the scheduler restarted (a new ControlRouter takes the job
+// over: every node registers again, rejoining, and sends the report of its RejoinRecord, which
+// saw everything it sent and was sent).
 //
 // bench/scale/control_plane_bench.cc prints the table; test/unit/scheduler runs it at 256
 // nodes and checks each step completes with work linear in the nodes.

@@ -82,11 +82,13 @@ absl::StatusOr<LocalAssignment> AssignLocalRanks(const std::vector<SlotRequest>&
     }
     by_rank[w.rank] = &w;
   }
-  // Re-check in rank order, as registration did, so a caller that skipped it gets the same errors.
-  std::vector<SlotRequest> seen;
+  // Re-check in rank order, as registration did, so a caller that skipped it gets the same errors
+  // (a check looks only at the workers on the same machine).
+  std::map<std::string, std::vector<SlotRequest>> seen;
   for (const SlotRequest* w : by_rank) {
-    if (absl::Status s = CheckSlotRequest(seen, *w); !s.ok()) return s;
-    seen.push_back(*w);
+    std::vector<SlotRequest>& on_machine = seen[w->machine];
+    if (absl::Status s = CheckSlotRequest(on_machine, *w); !s.ok()) return s;
+    on_machine.push_back(*w);
   }
   LocalAssignment out;
   out.local_rank.assign(count, -1);

@@ -1,5 +1,7 @@
 #include "bytecomp/scheduler/node_table.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -90,6 +92,16 @@ std::vector<SlotRequest> NodeTable::WorkerSlots() const {
   return out;
 }
 
+std::vector<SlotRequest> NodeTable::WorkerSlotsOn(const std::string& machine) const {
+  std::vector<SlotRequest> out;
+  auto it = workers_by_machine_.find(machine);
+  if (it == workers_by_machine_.end()) return out;
+  for (int rank : it->second) out.push_back(workers_[rank].slot);
+  std::sort(out.begin(), out.end(),
+            [](const SlotRequest& a, const SlotRequest& b) { return a.rank < b.rank; });
+  return out;
+}
+
 std::string NodeTable::Missing() const {
   std::vector<std::string> parts;
   for (const auto& [role, by_rank] :
@@ -128,6 +140,7 @@ absl::Status NodeTable::Add(RegisteredNode node) {
         absl::StrCat(name, ": its identity is empty or registered already"));
   }
   by_identity_[node.identity] = {node.role, node.rank};
+  if (node.role == proto::ROLE_WORKER) workers_by_machine_[node.slot.machine].push_back(node.rank);
   by_rank[node.rank] = std::move(node);
   return absl::OkStatus();
 }

@@ -97,9 +97,10 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   if (reg.rejoining()) {
     // A rejoin sent again (the node heard another not_registered before its first was
     // handled): the node is in already, perhaps on a new connection.
+    // Looked up by the rank it names, not by searching every node's token.
     const std::optional<NodeToken> again = TokenFromBytes(reg.token());
-    if (const RegisteredNode* known = again ? nodes_.FindByToken(*again) : nullptr;
-        known != nullptr && known->role == reg.role() && known->rank == reg.requested_rank()) {
+    if (const RegisteredNode* known = nodes_.At(reg.role(), reg.requested_rank());
+        known != nullptr && again.has_value() && SameToken(known->token, *again)) {
       if (known->identity != identity) MoveConnection(identity, *known);
       return false;
     }
@@ -184,7 +185,7 @@ bool Registration::Handle(const std::string& identity, const proto::Register& re
   RegisteredNode node;
   if (is_worker) {
     slot.rank = rank;
-    if (absl::Status s = CheckSlotRequest(nodes_.WorkerSlots(), slot); !s.ok()) {
+    if (absl::Status s = CheckSlotRequest(nodes_.WorkerSlotsOn(slot.machine), slot); !s.ok()) {
       return reject(std::string(s.message()));
     }
     node.slot = slot;

@@ -32,11 +32,13 @@ std::map<std::string, ControlStep> Simulate(int workers, int servers) {
 
 TEST(ControlPlaneScaleTest, EveryStepCompletesAt256WorkersAndItsWorkPerNodeDoesNotGrow) {
   const std::map<std::string, ControlStep> small = Simulate(64, 4), large = Simulate(256, 16);
-  ASSERT_EQ(large.size(), 6u);
+  ASSERT_EQ(large.size(), 7u);
   EXPECT_EQ(large.at("registration").outcome, "topology to 272 nodes");
   EXPECT_EQ(large.at("server lost and replaced").outcome, "server 0 replaced; 256 workers told");
+  EXPECT_EQ(large.at("scheduler restarted").outcome, "job taken over from 272 nodes' reports");
   const double small_nodes = 68, large_nodes = 272;
-  for (const char* name : {"declarations", "heartbeats", "barrier", "strategy switch"}) {
+  for (const char* name :
+       {"declarations", "heartbeats", "barrier", "strategy switch", "scheduler restarted"}) {
     const ControlStep& s = small.at(name);
     const ControlStep& l = large.at(name);
     SCOPED_TRACE(name);

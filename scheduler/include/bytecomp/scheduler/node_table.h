@@ -65,6 +65,8 @@ class NodeTable {
   std::vector<std::string> AllIdentities() const;
   // The machine slots of the registered workers, by rank.
   std::vector<SlotRequest> WorkerSlots() const;
+  // Those of the registered workers on `machine` (SlotRequest.machine), by rank.
+  std::vector<SlotRequest> WorkerSlotsOn(const std::string& machine) const;
   // The ranks not yet registered, e.g. "worker ranks 0, 2 (1 of 3 workers registered);
   // server rank 1 (1 of 2 servers registered)"; empty when all are in.
   std::string Missing() const;
@@ -94,6 +96,8 @@ class NodeTable {
   std::vector<RegisteredNode> workers_;
   std::vector<RegisteredNode> servers_;
   absl::flat_hash_map<std::string, RoleRank> by_identity_;
+  // Registered workers' ranks by machine, in the order they registered.
+  absl::flat_hash_map<std::string, std::vector<int>> workers_by_machine_;
   std::optional<LocalAssignment> local_;
 };
 
