@@ -1,0 +1,167 @@
+// bytecomp-scaling-prediction: the data plane past this machine. For each shipped profile, a
+// cluster of M machines (one GPU each, S = M servers beside the workers as BytePS advises, the
+// links of --cluster) at each --machines and --partition_bytes:
+// - the planner's cost model: the iteration uncompressed and as planned (planner.h);
+// - the scheduler's placement of the partitions on the servers (the real PartitionAssigner,
+//   declarations in profile order): how many servers hold nothing, and the busiest machine's
+//   bytes through its NIC each way per round uncompressed, against the mean machine's. The
+//   cost model spreads every partition evenly over the machines, so where the busiest machine
+//   carries more than the mean its NIC is the limit the model does not see: the table gives
+//   that machine's NIC time as a lower bound on the uncompressed iteration.
+//
+//   bytecomp-scaling-prediction [--machines=8,16,32,64,128,256]
+//       [--partition_bytes=4194304,1048576,262144] [--models=resnet50,vgg16,bert-base,gpt2]
+//       [--cluster=8x1gpu-10g]
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bytecomp/planner/decision_tree.h"
+#include "bytecomp/planner/planner.h"
+#include "bytecomp/scheduler/partition_assigner.h"
+
+ABSL_FLAG(std::string, machines, "8,16,32,64,128,256", "machines of each cluster");
+ABSL_FLAG(std::string, partition_bytes, "4194304,1048576,262144",
+          "ClusterConfig.partition_bytes of each row");
+ABSL_FLAG(std::string, models, "resnet50,vgg16,bert-base,gpt2", "shipped profiles");
+ABSL_FLAG(std::string, cluster, "8x1gpu-10g",
+          "shipped cluster whose links and threads every row uses (machines, servers and "
+          "partitions replaced)");
+
+namespace {
+
+using namespace bytecomp;
+
+std::vector<int64_t> Ints(const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
+      std::fprintf(stderr, "bytecomp-scaling-prediction: '%s' is not a positive count\n",
+                   std::string(part).c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+struct Placement {
+  int64_t partitions = 0;
+  int empty_machines = 0;
+  double busiest_machine_bytes = 0;  // through its NIC, each way, per round uncompressed
+  double mean_machine_bytes = 0;
+};
+
+// Uncompressed, machine m (one worker, its servers holding L_m of the model's T bytes) sends
+// its worker's pushes to the other machines' servers (T - L_m) and its servers' sums to the
+// other M - 1 workers ((M - 1) L_m); it receives as much the other way.
+Placement Place(const proto::ModelProfile& profile, int machines, int64_t partition_bytes) {
+  PartitionAssigner assigner(machines, partition_bytes);
+  std::vector<double> held(machines, 0);
+  Placement out;
+  double total = 0;
+  for (const proto::TensorProfile& t : profile.tensors()) {
+    const int64_t bytes = planner::TensorBytes(t);  // element_bytes 0: fp32
+    const DType dtype = bytes == 2 * t.elements() ? proto::DTYPE_FLOAT16 : proto::DTYPE_FLOAT32;
+    absl::StatusOr<PartitionAssignment> a = assigner.Assign(t.elements(), dtype, 0);
+    if (!a.ok()) continue;
+    for (size_t p = 0; p < a->partition_server.size(); ++p) {
+      const int64_t elements = std::min(
+          a->partition_elements, t.elements() - static_cast<int64_t>(p) * a->partition_elements);
+      held[a->partition_server[p]] += static_cast<double>(elements * DTypeSize(dtype));
+      ++out.partitions;
+    }
+    total += static_cast<double>(bytes);
+  }
+  const double m = machines;
+  for (double l : held) {
+    if (l == 0) ++out.empty_machines;
+    const double bytes = (total - l) + (m - 1) * l;
+    out.busiest_machine_bytes = std::max(out.busiest_machine_bytes, bytes);
+    out.mean_machine_bytes += bytes / m;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string dir = BYTECOMP_PLANNER_DIR;
+  absl::StatusOr<proto::ClusterDescription> base =
+      planner::LoadClusterDescription(dir + "/clusters/" + absl::GetFlag(FLAGS_cluster) + ".pbtxt");
+  absl::StatusOr<proto::CostTable> costs = planner::LoadCostTable(dir + "/costs/nominal.pbtxt");
+  if (!base.ok() || !costs.ok()) {
+    std::fprintf(stderr, "bytecomp-scaling-prediction: %s %s\n", base.status().ToString().c_str(),
+                 costs.status().ToString().c_str());
+    return 1;
+  }
+  const double nic_bytes_per_us = base->worker_link().bandwidth_gbps() * 1e3 / 8;
+  std::printf(
+      "cluster %s's links (%.0f Gbit/s, %.0f us) and threads, M machines of one GPU, M servers "
+      "beside the workers; nominal costs; times in ms\n",
+      absl::GetFlag(FLAGS_cluster).c_str(), base->worker_link().bandwidth_gbps(),
+      base->worker_link().latency_us());
+  std::printf("%-10s %5s %9s %6s %8s | %9s %9s | %9s %9s %9s %9s | %s\n", "model", "M",
+              "partition", "parts", "empty", "none", "planned", "mean NIC", "busiest", "busiest/",
+              "busiest/", "limit");
+  std::printf("%-10s %5s %9s %6s %8s | %9s %9s | %9s %9s %9s %9s |\n", "", "", "KiB", "",
+              "servers", "(model)", "(model)", "ms", "NIC ms", "mean", "model none");
+  const std::vector<std::string> models =
+      absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
+  for (const std::string& model : models) {
+    absl::StatusOr<proto::ModelProfile> profile =
+        planner::LoadModelProfile(dir + "/profiles/" + model + ".pbtxt");
+    if (!profile.ok()) {
+      std::fprintf(stderr, "bytecomp-scaling-prediction: %s\n", profile.status().ToString().c_str());
+      return 1;
+    }
+    for (int64_t machines : Ints(absl::GetFlag(FLAGS_machines))) {
+      for (int64_t partition_bytes : Ints(absl::GetFlag(FLAGS_partition_bytes))) {
+        std::fprintf(stderr, "bytecomp-scaling-prediction: %s M=%lld partitions of %lld bytes\n",
+                     model.c_str(), static_cast<long long>(machines),
+                     static_cast<long long>(partition_bytes));
+        planner::PlannerInputs in;
+        in.profile = *profile;
+        in.cluster = *base;
+        in.cluster.set_machines(static_cast<int32_t>(machines));
+        in.cluster.set_gpus_per_machine(1);
+        in.cluster.set_workers(0);
+        in.cluster.set_servers(static_cast<int32_t>(machines));
+        in.cluster.set_colocated_servers(true);
+        in.cluster.set_partition_bytes(partition_bytes);
+        in.costs = *costs;
+        absl::StatusOr<planner::PreparedProblem> prepared = planner::Prepare(in);
+        if (!prepared.ok()) {
+          std::fprintf(stderr, "bytecomp-scaling-prediction: %s\n",
+                       prepared.status().ToString().c_str());
+          return 1;
+        }
+        const planner::PlanResult plan = planner::PlanByteComp(*prepared);
+        const Placement placed = Place(*profile, static_cast<int>(machines), partition_bytes);
+        const double mean_ms = placed.mean_machine_bytes / nic_bytes_per_us / 1e3;
+        const double busiest_ms = placed.busiest_machine_bytes / nic_bytes_per_us / 1e3;
+        const double none_ms = plan.no_compression_us / 1e3;
+        const double ratio = busiest_ms / none_ms;
+        std::printf("%-10s %5lld %9lld %6lld %8d | %9.1f %9.1f | %9.1f %9.1f %9.2f %9.2f | %s\n",
+                    model.c_str(), static_cast<long long>(machines),
+                    static_cast<long long>(partition_bytes >> 10),
+                    static_cast<long long>(placed.partitions), placed.empty_machines, none_ms,
+                    plan.predicted_us / 1e3, mean_ms, busiest_ms, busiest_ms / mean_ms, ratio,
+                    ratio > 1.1 ? "the busiest server's NIC (placement)" : "as modelled");
+      }
+    }
+  }
+  std::printf(
+      "none, planned: the cost model's iteration (it spreads every partition's bytes evenly over "
+      "the machines); mean / busiest NIC: one machine's bytes each way per round uncompressed "
+      "over its NIC, for the scheduler's placement of the partitions (PartitionAssigner); "
+      "busiest / model none > 1: the model is optimistic by at least that factor\n");
+  return 0;
+}
