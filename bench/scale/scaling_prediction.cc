@@ -108,18 +108,19 @@ int main(int argc, char** argv) {
       "beside the workers; nominal costs; times in ms\n",
       absl::GetFlag(FLAGS_cluster).c_str(), base->worker_link().bandwidth_gbps(),
       base->worker_link().latency_us());
-  std::printf("%-10s %5s %9s %6s %8s | %9s %9s | %9s %9s %9s %9s | %s\n", "model", "M",
-              "partition", "parts", "empty", "none", "planned", "mean NIC", "busiest", "busiest/",
-              "busiest/", "limit");
-  std::printf("%-10s %5s %9s %6s %8s | %9s %9s | %9s %9s %9s %9s |\n", "", "", "KiB", "",
-              "servers", "(model)", "(model)", "ms", "NIC ms", "mean", "model none");
+  std::printf("%-10s %5s %9s %6s %8s | %9s %9s | %9s %9s %9s %9s | %s\n", "model", "M", "partition",
+              "parts", "empty", "none", "planned", "mean NIC", "busiest", "busiest/", "busiest/",
+              "limit");
+  std::printf("%-10s %5s %9s %6s %8s | %9s %9s | %9s %9s %9s %9s |\n", "", "", "KiB", "", "servers",
+              "(model)", "(model)", "ms", "NIC ms", "mean", "model none");
   const std::vector<std::string> models =
       absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
   for (const std::string& model : models) {
     absl::StatusOr<proto::ModelProfile> profile =
         planner::LoadModelProfile(dir + "/profiles/" + model + ".pbtxt");
     if (!profile.ok()) {
-      std::fprintf(stderr, "bytecomp-scaling-prediction: %s\n", profile.status().ToString().c_str());
+      std::fprintf(stderr, "bytecomp-scaling-prediction: %s\n",
+                   profile.status().ToString().c_str());
       return 1;
     }
     for (int64_t machines : Ints(absl::GetFlag(FLAGS_machines))) {

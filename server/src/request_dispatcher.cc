@@ -28,7 +28,10 @@ RequestDispatcher::RequestDispatcher(const ServerJob& job, size_t num_shards)
       payload_seal_bytes_(job.worker_data_keys.empty() ? 0 : kSealOverheadBytes),
       validator_(job),
       bandwidth_turn_(kProbeTurnQuietMs),
-      parked_bytes_bound_(ParkedBytesBound(job)) {}
+      parked_bytes_bound_(ParkedBytesBound(job)),
+      parked_bytes_per_worker_(parked_bytes_bound_ /
+                               static_cast<size_t>(std::max(1, job.num_workers))),
+      parked_bytes_by_sender_(static_cast<size_t>(std::max(1, job.num_workers)), 0) {}
 
 int64_t RequestDispatcher::UnreadReplyBound() {
   return std::max(kMinUnreadReplyBytes, 2 * 8 * validator_.catalog().ElementsOn(my_rank_));
@@ -81,9 +84,11 @@ void RequestDispatcher::Dispatch(std::vector<zmq::message_t> frames, bool may_pa
   }
   size_t bytes = 0;
   for (const zmq::message_t& f : frames) bytes += f.size();
+  const size_t sender = static_cast<size_t>(header.sender());
   if (may_park && validator_.AwaitsDeclaration(header) && parked_count_ < kMaxParkedRequests &&
-      parked_bytes_ + bytes <= parked_bytes_bound_) {
-    Park(KeyTensor(header.key()), arrived_ms, bytes, std::move(frames));
+      parked_bytes_ + bytes <= parked_bytes_bound_ && sender < parked_bytes_by_sender_.size() &&
+      parked_bytes_by_sender_[sender] + bytes <= parked_bytes_per_worker_) {
+    Park(KeyTensor(header.key()), header.sender(), arrived_ms, bytes, std::move(frames));
     return;
   }
   absl::Status valid = validator_.Validate(header, has_payload, payload_size);
@@ -193,13 +198,14 @@ bool RequestDispatcher::HandleCommand(const ServerCommand& command, int64_t now_
   return true;
 }
 
-void RequestDispatcher::Park(uint32_t tensor, int64_t arrived_ms, size_t bytes,
+void RequestDispatcher::Park(uint32_t tensor, int sender, int64_t arrived_ms, size_t bytes,
                              std::vector<zmq::message_t> frames) {
   const uint64_t sequence = ++park_sequence_;
-  parked_[tensor].push_back(Parked{arrived_ms, sequence, bytes, std::move(frames)});
+  parked_[tensor].push_back(Parked{arrived_ms, sequence, bytes, sender, std::move(frames)});
   parked_order_.emplace_back(sequence, tensor);
   ++parked_count_;
   parked_bytes_ += bytes;
+  parked_bytes_by_sender_[static_cast<size_t>(sender)] += bytes;
   if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_count_));
 }
 
@@ -220,12 +226,17 @@ void RequestDispatcher::ReleaseParked(std::optional<uint32_t> tensor, int64_t no
     std::sort(waiting.begin(), waiting.end(),
               [](const Parked& a, const Parked& b) { return a.sequence < b.sequence; });
   }
-  parked_count_ -= waiting.size();
-  for (const Parked& p : waiting) parked_bytes_ -= p.bytes;
+  for (const Parked& p : waiting) Unparked(p);
   for (Parked& p : waiting) {
     Dispatch(std::move(p.frames), /*may_park=*/true, p.since_ms, now_ms, out);
   }
   if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_count_));
+}
+
+void RequestDispatcher::Unparked(const Parked& p) {
+  --parked_count_;
+  parked_bytes_ -= p.bytes;
+  parked_bytes_by_sender_[static_cast<size_t>(p.sender)] -= p.bytes;
 }
 
 void RequestDispatcher::ExpireParked(int64_t now_ms, DispatchOutbox* out) {
@@ -241,8 +252,7 @@ void RequestDispatcher::ExpireParked(int64_t now_ms, DispatchOutbox* out) {
     it->second.pop_front();
     if (it->second.empty()) parked_.erase(it);
     parked_order_.pop_front();
-    --parked_count_;
-    parked_bytes_ -= p.bytes;
+    Unparked(p);
     Dispatch(std::move(p.frames), /*may_park=*/false, p.since_ms, now_ms, out);
   }
   if (parked_gauge_ != nullptr) parked_gauge_->Set(static_cast<double>(parked_count_));

@@ -45,6 +45,17 @@ std::vector<zmq::message_t> APull(int sender = 0) {
   return Frames(server_test::Request(proto::OP_PULL, sender, 0, kN));
 }
 
+// A push of `bytes` for tensor 1, which no declaration has made known (it waits, parked).
+std::vector<zmq::message_t> ALargePush(int sender, size_t bytes) {
+  proto::DataHeader h = server_test::Request(proto::OP_PUSH, sender, 0, kN);
+  h.set_payload_bytes(static_cast<int64_t>(bytes));
+  std::vector<zmq::message_t> frames;
+  frames.push_back(server_test::Identity(sender));
+  frames.push_back(ProtoFrame(h));
+  frames.emplace_back(bytes);
+  return frames;
+}
+
 ServerCommand Declaration(const proto::DeclareReply& tensor = server_test::DeclareTensor(kN)) {
   return DeclareCommand{std::make_shared<const proto::DeclareReply>(tensor)};
 }
@@ -237,24 +248,42 @@ TEST(RequestDispatcherTest, ParkingIsBoundedInRequestsAndBytes) {
   EXPECT_EQ(HeaderOf(out.to_router[0]).op(), proto::OP_ERROR);
 
   // Pushes of 8 MiB (kN elements is not what they declare; they are refused once let through,
-  // but while their tensor is unknown they would wait) fill the bytes, the next is refused.
+  // but while their tensor is unknown they would wait) from both workers fill the bytes, the
+  // next is refused.
   RequestDispatcher big = Dispatcher();
   out = {};
   const size_t each = size_t{8} << 20;
   const size_t bound = big.parked_bytes_bound();
   const size_t sent = bound / each + 1;
-  for (size_t i = 0; i < sent; ++i) {
-    proto::DataHeader h = server_test::Request(proto::OP_PUSH, 0, 0, kN);
-    h.set_payload_bytes(each);
-    std::vector<zmq::message_t> frames;
-    frames.push_back(server_test::Identity(0));
-    frames.push_back(ProtoFrame(h));
-    frames.emplace_back(each);
-    big.HandleRequest(std::move(frames), 1, &out);
-  }
+  for (size_t i = 0; i < sent; ++i)
+    big.HandleRequest(ALargePush(static_cast<int>(i % 2), each), 1, &out);
   EXPECT_LE(big.parked() * each, bound);
-  EXPECT_GE(big.parked() + 2, sent);                     // headers and identities take room too
+  EXPECT_GE(big.parked() + 3, sent);                     // headers and identities take room too
   EXPECT_EQ(out.to_router.size(), sent - big.parked());  // the rest refused at once
+}
+
+// One worker holds at most its share of the parked bytes (ParkedBytesBound / workers): one
+// that sends requests for keys never declared leaves the others their room.
+TEST(RequestDispatcherTest, AWorkerParksAtMostItsShare) {
+  RequestDispatcher d = RequestDispatcher(server_test::Job(/*workers=*/4), kShards);
+  DispatchOutbox out;
+  const size_t each = size_t{1} << 20;
+  const size_t share = d.parked_bytes_bound() / 4;
+  const size_t sent = share / each + 8;
+  for (size_t i = 0; i < sent; ++i) d.HandleRequest(ALargePush(0, each), 1, &out);
+  const size_t held = d.parked();
+  EXPECT_LE(held * each, share);
+  EXPECT_GE(held + 2, share / each);
+  EXPECT_EQ(out.to_router.size(), sent - held);  // worker 0's beyond its share: refused
+  out = {};
+  for (int w = 1; w < 4; ++w) d.HandleRequest(ALargePush(w, each), 1, &out);
+  EXPECT_EQ(d.parked(), held + 3);  // the others still park
+  EXPECT_TRUE(out.to_router.empty());
+  // Released (here by the grace running out), worker 0's room is back.
+  d.ExpireParked(1 + kUndeclaredGraceMs + 1, &out);
+  EXPECT_EQ(d.parked(), 0u);
+  d.HandleRequest(ALargePush(0, each), kUndeclaredGraceMs + 10, &out);
+  EXPECT_EQ(d.parked(), 1u);
 }
 
 // The parked bytes are sized from the job: what its workers may have in flight to a server.

@@ -45,7 +45,10 @@ inline constexpr size_t kMaxParkedRequests = 65536;
 // Twice what the job's workers may have in flight to one server unacknowledged (each its
 // max_inflight_bytes_per_server, or a partition, and one message beyond it: the largest a
 // partition encodes to), and at least kMinParkedBytes: a peer that sends requests for keys
-// never declared holds no more than the job's own workers could.
+// never declared holds no more than the job's own workers could. Each worker (the sender a
+// request's token proves) may hold its share of it, ParkedBytesBound / workers, so one that
+// sends requests for keys never declared takes no other worker's room: at 1,024 workers the
+// bound is large (what they may all have in flight), a worker's share is not.
 size_t ParkedBytesBound(const ServerJob& job);
 inline constexpr size_t kMinParkedBytes = size_t{64} << 20;
 // What one peer may leave unread of the replies it is sent (PeerBacklog) before it is cut:
@@ -97,6 +100,7 @@ class RequestDispatcher {
     int64_t since_ms;
     uint64_t sequence;  // its place in parked_order_
     size_t bytes;
+    int sender;  // its worker rank, which CheckSender proved
     std::vector<zmq::message_t> frames;
   };
 
@@ -110,7 +114,9 @@ class RequestDispatcher {
   void Reject(zmq::message_t& identity, const proto::DataHeader& request, const std::string& why,
               int64_t now_ms, DispatchOutbox* out, const char* reason = "invalid request");
   void ToEveryShard(const ServerCommand& command, DispatchOutbox* out) const;
-  void Park(uint32_t tensor, int64_t arrived_ms, size_t bytes, std::vector<zmq::message_t> frames);
+  void Park(uint32_t tensor, int sender, int64_t arrived_ms, size_t bytes,
+            std::vector<zmq::message_t> frames);
+  void Unparked(const Parked& p);
   // Dispatches again, in arrival order, the requests parked for `tensor` (nullopt: all).
   void ReleaseParked(std::optional<uint32_t> tensor, int64_t now_ms, DispatchOutbox* out);
 
@@ -129,6 +135,8 @@ class RequestDispatcher {
   size_t parked_count_ = 0;
   size_t parked_bytes_ = 0;  // of the parked requests' frames
   size_t parked_bytes_bound_;
+  size_t parked_bytes_per_worker_;              // a worker's share of parked_bytes_bound_
+  std::vector<size_t> parked_bytes_by_sender_;  // by worker rank
   uint64_t park_sequence_ = 0;
   RefusalLog refusals_;
   uint64_t requests_ = 0;
