@@ -2,11 +2,16 @@
 // through the C API, checks every sum, prints per-round times, and ends with one JSON line:
 //   {"bench":"bytecomp-bench","model":...,"W":..,"S":..,"partition_bytes":..,
 //    "bytes_per_round":..,"median_round_ms":..,"goodput_gbytes_per_s":..,
-//    "strategy_versions":[first,last]}   (the strategy versions the timed rounds ran under)
+//    "strategy_versions":[first,last],"rank":..,"cpu_ms_per_round":..,"max_rss_kb":..}
+// (the strategy versions the timed rounds ran under; this process's CPU time, every thread,
+// over the timed rounds, per round; its peak resident memory). Rank 0 prints it first; with
+// --report_every_rank every rank prints its own.
 // goodput = the model's bytes per worker / median round time.
 //
 // Model: --preset flat:SIZE (SIZE in bytes, suffixes KB MB GB: one tensor) | resnet50 | vgg16 |
 // bert-base | ... (scheduler/planner/profiles/NAME.pbtxt) | --profile FILE (a ModelProfile).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,11 +44,21 @@ ABSL_FLAG(bool, barrier, true,
 ABSL_FLAG(std::string, key_file, "",
           "the job's cluster key file (sets BYTECOMP_KEY_FILE for the engine; default: the "
           "environment's)");
+ABSL_FLAG(bool, report_every_rank, false,
+          "every rank prints its JSON line (its CPU per round and memory), not only rank 0");
 ABSL_FLAG(int, forward_ms, 0,
           "sleep this long before each round's first push_pull, standing in for the forward "
           "pass (not counted in the round times)");
 
 namespace {
+
+// This process's CPU time, every thread, in ms.
+double ProcessCpuMs() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
 
 struct Tensor {
   std::string name;
@@ -136,6 +151,7 @@ int main(int argc, char** argv) {
   const int warmup = absl::GetFlag(FLAGS_warmup);
   std::vector<double> times_ms;
   int64_t first_version = -1, last_version = -1;  // strategy versions of the timed rounds
+  double timed_cpu_ms = 0;                        // this process's CPU time over the timed rounds
   std::vector<bytecomp_handle_t> handles(tensors.size());
   // A failed operation: shut down first, which ends the round's other operations, so that
   // none still uses a tensor's memory (ZeroMQ may hold a push of it) once it goes.
@@ -159,6 +175,7 @@ int main(int argc, char** argv) {
       }
     }
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = ProcessCpuMs();
     // Backprop order: the profile lists the output layer first; the input layer, needed first
     // by the next forward pass, gets the highest priority.
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -178,6 +195,7 @@ int main(int argc, char** argv) {
     }
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double cpu_ms = ProcessCpuMs() - cpu_start;
     if (absl::GetFlag(FLAGS_check)) {
       for (const Tensor& t : tensors) {
         for (size_t i = 0; i < t.data.size(); ++i) {
@@ -200,21 +218,26 @@ int main(int argc, char** argv) {
         last_version = std::max(last_version, version);
       }
       times_ms.push_back(ms);
+      timed_cpu_ms += cpu_ms;
       if (rank == 0) std::printf("round %3d: %8.2f ms\n", round - warmup, ms);
     }
   }
   std::vector<double> sorted = times_ms;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
-  if (rank == 0) {
+  if (rank == 0 || absl::GetFlag(FLAGS_report_every_rank)) {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
     std::printf(
         "{\"bench\":\"bytecomp-bench\",\"model\":\"%s\",\"tensors\":%zu,\"W\":%d,\"S\":%d,"
         "\"partition_bytes\":%lld,\"bytes_per_round\":%lld,\"median_round_ms\":%.3f,"
-        "\"goodput_gbytes_per_s\":%.3f,\"checked\":%s,\"strategy_versions\":[%lld,%lld]}\n",
+        "\"goodput_gbytes_per_s\":%.3f,\"checked\":%s,\"strategy_versions\":[%lld,%lld],"
+        "\"rank\":%d,\"cpu_ms_per_round\":%.3f,\"max_rss_kb\":%ld}\n",
         model.c_str(), tensors.size(), workers, bytecomp_num_servers(),
         static_cast<long long>(bytecomp_partition_bytes()), static_cast<long long>(bytes), median,
         bytes / median / 1e6, absl::GetFlag(FLAGS_check) ? "true" : "false",
-        static_cast<long long>(first_version), static_cast<long long>(last_version));
+        static_cast<long long>(first_version), static_cast<long long>(last_version), rank,
+        timed_cpu_ms / static_cast<double>(times_ms.size()), u.ru_maxrss);
   }
   std::fflush(stdout);
   return bytecomp_shutdown() == BYTECOMP_OK ? 0 : 2;
