@@ -9,7 +9,8 @@ how each grows with W (the exponent of a power law through the scaled rows, and 
 ratio against the W=4 row of the same run).
 
   python3 bench/scale/run_scale_bench.py [--jobs 2x1,4x1,8x2,16x4,32x8] [--sweep 16x1,16x2,16x4,16x8]
-      [--tensors 64] [--elements 4096] [--rounds 20] [--warmup 3] [--out bench-scale.json]
+      [--tensors 64] [--elements 4096] [--rounds 20] [--warmup 3] [--connections C] [--repeats N]
+      [--out bench-scale.json]
 
 --jobs: W x S of the rows scaled together (S = W/4 from W = 4: the same per-server fan-in of
 bytes); --sweep: more rows (S at one W). Each worker's model: --tensors tensors of --elements
@@ -85,7 +86,9 @@ def run_job(workers, servers, profile, args):
            f"--warmup={args.warmup}", "--check=true", "--report_every_rank=true"]
     with cluster.Cluster(workers=workers, servers=servers, worker_cmd=cmd,
                          heartbeat_timeout_ms=20000,
-                         scheduler_args=["--connect_timeout_ms=120000"]) as c:
+                         scheduler_args=["--connect_timeout_ms=120000"] +
+                         ([f"--connections_per_server={args.connections}"]
+                          if args.connections else [])) as c:
         with Sampler([c.scheduler] + c.servers) as sampler:
             codes = c.wait_workers(timeout=600)
             if codes != [0] * workers:
@@ -150,6 +153,9 @@ def main():
     ap.add_argument("--elements", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=0,
+                    help="connections each worker opens to each server (0: the config's, 5)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each job (medians)")
     ap.add_argument("--out", default="bench-scale.json")
     args = ap.parse_args()
     scaled, sweep = parse_jobs(args.jobs), parse_jobs(args.sweep)
@@ -163,9 +169,18 @@ def main():
               f"{'msgs/rnd':>9} {'wkr MB':>7} {'srv MB':>7} {'sched cpu':>10} {'sched MB':>9}")
     print(header)
     rows = []
-    for workers, servers in scaled + [j for j in sweep if j not in scaled]:
-        print(f"  ... W={workers} S={servers}", file=sys.stderr, flush=True)
-        r = run_job(workers, servers, profile, args)
+    jobs = scaled + [j for j in sweep if j not in scaled]
+    runs = {job: [] for job in jobs}
+    for repeat in range(args.repeats):  # every job once per pass: a drift in load hits them all
+        for workers, servers in jobs:
+            print(f"  ... W={workers} S={servers} (pass {repeat + 1} of {args.repeats})",
+                  file=sys.stderr, flush=True)
+            runs[(workers, servers)].append(run_job(workers, servers, profile, args))
+    for workers, servers in jobs:
+        done = runs[(workers, servers)]
+        r = {k: statistics.median(d[k] for d in done) for k in done[0]}
+        r["W"], r["S"] = workers, servers
+        r["round_ms_runs"] = [d["median_round_ms"] for d in done]
         r["scaled"] = (workers, servers) in scaled
         rows.append(r)
         print(f"{workers:>3} {servers:>2} {r['median_round_ms']:>9.2f} {r['ns_per_byte']:>8.3f} "
@@ -173,8 +188,8 @@ def main():
               f"{r['messages_per_round']:>9.0f} {r['worker_rss_kb'] / 1024:>7.1f} "
               f"{r['server_rss_kb'] / 1024:>7.1f} {r['scheduler_cpu_ms']:>10.0f} "
               f"{r['scheduler_rss_kb'] / 1024:>9.1f}", flush=True)
-    print("round ms: worker 0's median; ns/byte: per byte of all workers' models; wkr/srv cpu: "
-          "ms of one process's CPU per round (median over processes; servers over their whole "
+    print(f"medians of {args.repeats} run(s) of each job; round ms: worker 0's median; ns/byte: "
+          "per byte of all workers' models; wkr/srv cpu: ms of one process's CPU per round (median over processes; servers over their whole "
           "life); msgs/rnd: requests the servers served per round; sched cpu: ms over the job")
     fit = [r for r in rows if r["scaled"]]
     print("\ngrowth with W over the scaled rows (exponent of a power law; 1 = linear in W):")
