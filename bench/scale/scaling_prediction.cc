@@ -2,10 +2,10 @@
 // cluster of M machines (one GPU each, S = M servers beside the workers as BytePS advises, the
 // links of --cluster) at each --machines and --partition_bytes:
 // - the planner's cost model: the iteration uncompressed and as planned (planner.h);
-// - the scheduler's placement of the partitions on the servers (the real PartitionAssigner,
-//   declarations in profile order): how many servers hold nothing, and the busiest machine's
-//   bytes through its NIC each way per round uncompressed, against the mean machine's. The
-//   cost model spreads every partition evenly over the machines, so where the busiest machine
+// - the scheduler's placement of the partitions on the servers (planner/placement.h, with the
+//   scheduler's own PartitionAssigner): how many servers hold nothing, and the busiest
+//   machine's NIC time each way per round uncompressed, against the mean machine's. The cost
+//   model spreads every partition evenly over the machines, so where the busiest machine
 //   carries more than the mean its NIC is the limit the model does not see: the table gives
 //   that machine's NIC time as a lower bound on the uncompressed iteration.
 //
@@ -21,9 +21,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "bytecomp/planner/decision_tree.h"
+#include "bytecomp/planner/placement.h"
 #include "bytecomp/planner/planner.h"
-#include "bytecomp/scheduler/partition_assigner.h"
 
 ABSL_FLAG(std::string, machines, "8,16,32,64,128,256", "machines of each cluster");
 ABSL_FLAG(std::string, partition_bytes, "4194304,1048576,262144",
@@ -51,44 +50,6 @@ std::vector<int64_t> Ints(const std::string& text) {
   return out;
 }
 
-struct Placement {
-  int64_t partitions = 0;
-  int empty_machines = 0;
-  double busiest_machine_bytes = 0;  // through its NIC, each way, per round uncompressed
-  double mean_machine_bytes = 0;
-};
-
-// Uncompressed, machine m (one worker, its servers holding L_m of the model's T bytes) sends
-// its worker's pushes to the other machines' servers (T - L_m) and its servers' sums to the
-// other M - 1 workers ((M - 1) L_m); it receives as much the other way.
-Placement Place(const proto::ModelProfile& profile, int machines, int64_t partition_bytes) {
-  PartitionAssigner assigner(machines, partition_bytes);
-  std::vector<double> held(machines, 0);
-  Placement out;
-  double total = 0;
-  for (const proto::TensorProfile& t : profile.tensors()) {
-    const int64_t bytes = planner::TensorBytes(t);  // element_bytes 0: fp32
-    const DType dtype = bytes == 2 * t.elements() ? proto::DTYPE_FLOAT16 : proto::DTYPE_FLOAT32;
-    absl::StatusOr<PartitionAssignment> a = assigner.Assign(t.elements(), dtype, 0);
-    if (!a.ok()) continue;
-    for (size_t p = 0; p < a->partition_server.size(); ++p) {
-      const int64_t elements = std::min(
-          a->partition_elements, t.elements() - static_cast<int64_t>(p) * a->partition_elements);
-      held[a->partition_server[p]] += static_cast<double>(elements * DTypeSize(dtype));
-      ++out.partitions;
-    }
-    total += static_cast<double>(bytes);
-  }
-  const double m = machines;
-  for (double l : held) {
-    if (l == 0) ++out.empty_machines;
-    const double bytes = (total - l) + (m - 1) * l;
-    out.busiest_machine_bytes = std::max(out.busiest_machine_bytes, bytes);
-    out.mean_machine_bytes += bytes / m;
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,7 +63,6 @@ int main(int argc, char** argv) {
                  costs.status().ToString().c_str());
     return 1;
   }
-  const double nic_bytes_per_us = base->worker_link().bandwidth_gbps() * 1e3 / 8;
   std::printf(
       "cluster %s's links (%.0f Gbit/s, %.0f us) and threads, M machines of one GPU, M servers "
       "beside the workers; nominal costs; times in ms\n",
@@ -145,15 +105,15 @@ int main(int argc, char** argv) {
           return 1;
         }
         const planner::PlanResult plan = planner::PlanByteComp(*prepared);
-        const Placement placed = Place(*profile, static_cast<int>(machines), partition_bytes);
-        const double mean_ms = placed.mean_machine_bytes / nic_bytes_per_us / 1e3;
-        const double busiest_ms = placed.busiest_machine_bytes / nic_bytes_per_us / 1e3;
+        const planner::ServerPlacement placed = planner::PlaceOnServers(*profile, in.cluster);
+        const double mean_ms = placed.mean_link_ms;
+        const double busiest_ms = placed.busiest_link_ms;
         const double none_ms = plan.no_compression_us / 1e3;
         const double ratio = busiest_ms / none_ms;
         std::printf("%-10s %5lld %9lld %6lld %8d | %9.1f %9.1f | %9.1f %9.1f %9.2f %9.2f | %s\n",
                     model.c_str(), static_cast<long long>(machines),
                     static_cast<long long>(partition_bytes >> 10),
-                    static_cast<long long>(placed.partitions), placed.empty_machines, none_ms,
+                    static_cast<long long>(placed.partitions), placed.empty_servers, none_ms,
                     plan.predicted_us / 1e3, mean_ms, busiest_ms, busiest_ms / mean_ms, ratio,
                     ratio > 1.1 ? "the busiest server's NIC (placement)" : "as modelled");
       }

@@ -11,6 +11,7 @@
 #include "bytecomp/common/command_line.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/planner/explain.h"
+#include "bytecomp/planner/placement.h"
 #include "bytecomp/planner/planner.h"
 #ifdef BYTECOMP_PLAN_CALIBRATE
 #include "bytecomp/planner/calibrate.h"
@@ -194,6 +195,12 @@ int main(int argc, char** argv) {
       result.dropped_before_bubble);
   if (const std::string excluded = ExcludedCodecs(problem); !excluded.empty()) {
     std::printf("not considered: %s\n", excluded.c_str());
+  }
+  if (const std::string placement =
+          PlacementWarning(PlaceOnServers(problem.inputs.profile, problem.inputs.cluster),
+                           problem.inputs.profile, problem.inputs.cluster);
+      !placement.empty()) {
+    std::printf("%s\n", placement.c_str());
   }
   const std::vector<TensorExplanation> why = ExplainPlan(problem, result.choice);
   const std::string table = PlanTable(problem, result.choice, why, /*large_only=*/false,

@@ -22,9 +22,9 @@
 
 #include "absl/status/status.h"
 #include "bytecomp/common/declaration_limits.h"
+#include "bytecomp/common/partition_assigner.h"
 #include "bytecomp/scheduler/node_table.h"
 #include "bytecomp/scheduler/outbox.h"
-#include "bytecomp/scheduler/partition_assigner.h"
 #include "cluster_config.pb.h"
 #include "control.pb.h"
 

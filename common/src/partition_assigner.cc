@@ -1,4 +1,4 @@
-#include "bytecomp/scheduler/partition_assigner.h"
+#include "bytecomp/common/partition_assigner.h"
 
 #include <algorithm>
 
