@@ -24,54 +24,36 @@ import re
 import statistics
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "test", "harness"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
 import cluster  # noqa: E402
+from netns_probe import Sampler, _cpu_seconds  # noqa: E402
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-
-def proc_usage(pid):
-    """(CPU seconds, every thread; peak resident KiB) of a live process, or None."""
+def peak_rss_kb(pid):
+    """A live process's peak resident memory (VmHWM) in KiB, or None."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
         with open(f"/proc/{pid}/status") as f:
-            hwm = int(re.search(r"^VmHWM:\s+(\d+)", f.read(), re.M).group(1))
-        return cpu, hwm
-    except (OSError, AttributeError, IndexError, ValueError):
+            return int(re.search(r"^VmHWM:\s+(\d+)", f.read(), re.M).group(1))
+    except (OSError, AttributeError):
         return None
 
 
-class Sampler:
-    """Samples the scheduler's and servers' CPU time and peak memory until stopped; the last
-    sample of each process stands for its whole life (they exit when the job ends)."""
+class DaemonUsage(Sampler):
+    """The scheduler's and servers' CPU seconds and peak memory, sampled until the with-block
+    ends; the last sample of each stands for its whole life (they exit when the job ends)."""
 
     def __init__(self, nodes):
+        super().__init__(0.1)
         self.nodes = nodes
         self.last = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self):
-        while not self._stop.is_set():
-            for n in self.nodes:
-                usage = proc_usage(n.proc.pid)
-                if usage is not None:
-                    self.last[n.name] = usage
-            self._stop.wait(0.1)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        return False
+    def _sample(self):
+        for n in self.nodes:
+            cpu, rss = _cpu_seconds(n.proc.pid), peak_rss_kb(n.proc.pid)
+            if cpu is not None and rss is not None:
+                self.last[n.name] = (cpu[1], rss)
 
 
 def write_profile(path, tensors, elements):
@@ -89,7 +71,7 @@ def run_job(workers, servers, profile, args):
                          scheduler_args=["--connect_timeout_ms=120000"] +
                          ([f"--connections_per_server={args.connections}"]
                           if args.connections else [])) as c:
-        with Sampler([c.scheduler] + c.servers) as sampler:
+        with DaemonUsage([c.scheduler] + c.servers) as sampler:
             codes = c.wait_workers(timeout=600)
             if codes != [0] * workers:
                 raise RuntimeError(f"W={workers} S={servers}: workers ended {codes}\n{c.dump()}")

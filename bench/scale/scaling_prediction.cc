@@ -19,10 +19,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bytecomp/planner/placement.h"
 #include "bytecomp/planner/planner.h"
+#include "count_list.h"
 
 ABSL_FLAG(std::string, machines, "8,16,32,64,128,256", "machines of each cluster");
 ABSL_FLAG(std::string, partition_bytes, "4194304,1048576,262144",
@@ -32,25 +32,9 @@ ABSL_FLAG(std::string, cluster, "8x1gpu-10g",
           "shipped cluster whose links and threads every row uses (machines, servers and "
           "partitions replaced)");
 
-namespace {
-
 using namespace bytecomp;
 
-std::vector<int64_t> Ints(const std::string& text) {
-  std::vector<int64_t> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
-      std::fprintf(stderr, "bytecomp-scaling-prediction: '%s' is not a positive count\n",
-                   std::string(part).c_str());
-      std::exit(2);
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
-}  // namespace
+constexpr char kTool[] = "bytecomp-scaling-prediction";
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -83,8 +67,9 @@ int main(int argc, char** argv) {
                    profile.status().ToString().c_str());
       return 1;
     }
-    for (int64_t machines : Ints(absl::GetFlag(FLAGS_machines))) {
-      for (int64_t partition_bytes : Ints(absl::GetFlag(FLAGS_partition_bytes))) {
+    for (int64_t machines : scale::CountList(absl::GetFlag(FLAGS_machines), kTool)) {
+      for (int64_t partition_bytes :
+           scale::CountList(absl::GetFlag(FLAGS_partition_bytes), kTool)) {
         std::fprintf(stderr, "bytecomp-scaling-prediction: %s M=%lld partitions of %lld bytes\n",
                      model.c_str(), static_cast<long long>(machines),
                      static_cast<long long>(partition_bytes));

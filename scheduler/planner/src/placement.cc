@@ -18,10 +18,10 @@ double BytesPerMs(const proto::LinkSpec& link) { return link.bandwidth_gbps() * 
 
 double ModelBytes(const proto::ModelProfile& profile) {
   double total = 0;
-  for (const proto::TensorProfile& t : profile.tensors()) total += static_cast<double>(TensorBytes(t));
+  for (const proto::TensorProfile& t : profile.tensors())
+    total += static_cast<double>(TensorBytes(t));
   return total;
 }
-
 
 }  // namespace
 
@@ -53,7 +53,8 @@ ServerPlacement PlaceOnServers(const proto::ModelProfile& profile,
   if (cluster.colocated_servers()) {
     const int machines = cluster.machines();
     std::vector<double> on_machine(static_cast<size_t>(machines), 0);
-    for (size_t s = 0; s < held.size(); ++s) on_machine[s % static_cast<size_t>(machines)] += held[s];
+    for (size_t s = 0; s < held.size(); ++s)
+      on_machine[s % static_cast<size_t>(machines)] += held[s];
     const double local = workers / machines;  // workers per machine
     for (double l : on_machine) {
       const double bytes = local * (total - l) + (workers - local) * l;

@@ -15,9 +15,9 @@
 namespace bytecomp::planner {
 
 struct ServerPlacement {
-  int64_t partitions = 0;   // of the model at the cluster's partition_bytes
+  int64_t partitions = 0;  // of the model at the cluster's partition_bytes
   int servers = 0;
-  int empty_servers = 0;    // servers that hold no partition
+  int empty_servers = 0;  // servers that hold no partition
   // Bytes each way per round, uncompressed, through the busiest and the mean link that carries
   // servers' traffic: with colocated servers a machine's NIC (its workers' pushes to the other
   // machines' servers, and its servers' share of the other machines' workers: pushes in, sums
@@ -27,7 +27,9 @@ struct ServerPlacement {
   // The same at the link's bandwidth (ms).
   double busiest_link_ms = 0;
   double mean_link_ms = 0;
-  double imbalance() const { return mean_link_bytes > 0 ? busiest_link_bytes / mean_link_bytes : 1; }
+  double imbalance() const {
+    return mean_link_bytes > 0 ? busiest_link_bytes / mean_link_bytes : 1;
+  }
 };
 
 // The model's partitions placed as the scheduler places them (in profile order; the
@@ -44,8 +46,7 @@ int64_t EvenPartitionBytes(const proto::ModelProfile& profile,
 
 // A line for the plan's summary when the busiest link carries over 1.1x the mean ("" when
 // not): what the placement does and the partition_bytes that evens it out.
-std::string PlacementWarning(const ServerPlacement& placement,
-                             const proto::ModelProfile& profile,
+std::string PlacementWarning(const ServerPlacement& placement, const proto::ModelProfile& profile,
                              const proto::ClusterDescription& cluster);
 
 }  // namespace bytecomp::planner
