@@ -12,6 +12,7 @@
 #include "bytecomp/common/stats.h"
 #include "bytecomp/compress/strategy.h"
 #include "bytecomp/planner/explain.h"
+#include "bytecomp/planner/placement.h"
 #include "bytecomp/planner/planner.h"
 #include "bytecomp/planner/timeline.h"
 
@@ -268,6 +269,7 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
   }
   cluster.set_workers(job.workers);
   cluster.set_servers(job.servers);
+  if (job.partition_bytes > 0) cluster.set_partition_bytes(job.partition_bytes);
   std::string scheme = "flat";
   if (job.hierarchical_machines > 0) {
     cluster.set_machines(job.hierarchical_machines);
@@ -296,6 +298,8 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
     if (prepared->sim.tensors[i].options[plan.choice[i]].option.codec >= 0) ++compressed;
   }
   const std::string excluded = planner::ExcludedCodecs(*prepared);
+  const std::string placement = planner::PlacementWarning(
+      planner::PlaceOnServers(inputs.profile, inputs.cluster), inputs.profile, inputs.cluster);
   out.summary = absl::StrCat(
       "planned ", plan.choice.size(), " tensors (", scheme, ") in ",
       absl::StrFormat("%.1f", plan.planning_ms), " ms: ", compressed,
@@ -306,7 +310,8 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
       absl::StrFormat("%.3f", inputs.profile.forward_us() / 1000.0), " ms); ", *fit,
       excluded.empty() ? ""
                        : absl::StrCat("; not considered: ", excluded,
-                                      " (PlannerOptions.max_loss, --plan_options)"));
+                                      " (PlannerOptions.max_loss, --plan_options)"),
+      placement.empty() ? "" : absl::StrCat("; ", placement));
   return out;
 }
 

@@ -119,6 +119,7 @@ void StrategyControl::StartPlanning() {
     job.hierarchical_machines = static_cast<int>(nodes_.local()->machines.size());
   }
   job.profiled_uncompressed = IsUncompressed(keeper_.current());
+  job.partition_bytes = config_.partition_bytes();
   BC_LOG_INFO("--strategy=auto: every worker reported its profiled rounds; planning ",
               profiles.empty() ? 0 : profiles.front().tensors_size(),
               " tensors on a thread of its own (the job goes on, uncompressed, meanwhile)");

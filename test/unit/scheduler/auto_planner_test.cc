@@ -370,5 +370,25 @@ TEST(AutoPlannerTest, IsUncompressed) {
   EXPECT_FALSE(IsUncompressed(s));
 }
 
+// The plan partitions as the job does (its partition_bytes, not the cluster file's), and the
+// summary says when the scheduler's placement of those partitions loads some servers' links
+// more than the plan assumes (planner/placement.h).
+TEST(AutoPlannerTest, ThePlanPartitionsAsTheJobAndSaysWhereThePlacementIsUneven) {
+  AutoPlanJob job = Job(true);
+  job.servers = 4;
+  job.partition_bytes = int64_t{64} << 20;  // the 100 MB tensor in 2 partitions: 2 servers idle
+  auto coarse = PlanFromProfiles({Profile(1)}, Cluster(), {}, job);
+  ASSERT_TRUE(coarse.ok()) << coarse.status();
+  EXPECT_EQ(coarse->cluster.partition_bytes(), int64_t{64} << 20);
+  EXPECT_NE(coarse->summary.find("placement: the scheduler puts the model's 2 partitions"),
+            std::string::npos)
+      << coarse->summary;
+  EXPECT_NE(coarse->summary.find("(2 hold none)"), std::string::npos) << coarse->summary;
+  job.partition_bytes = int64_t{1} << 20;  // 96 partitions, 24 a server
+  auto fine = PlanFromProfiles({Profile(1)}, Cluster(), {}, job);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(fine->summary.find("placement:"), std::string::npos) << fine->summary;
+}
+
 }  // namespace
 }  // namespace bytecomp

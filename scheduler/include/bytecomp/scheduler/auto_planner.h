@@ -73,6 +73,9 @@ struct AutoPlanJob {
   int hierarchical_machines = 0;
   // The profiled rounds ran uncompressed (the link fit needs that).
   bool profiled_uncompressed = false;
+  // The job's ClusterConfig.partition_bytes: the plan's default partitioning and the
+  // placement of the partitions on the servers follow it (0: the cluster file's).
+  int64_t partition_bytes = 0;
 };
 
 // Merges the workers' profiles (worker 0's ready order; every tensor's gap, forward_us,
