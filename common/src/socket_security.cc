@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <thread>
 #include <vector>
 
@@ -271,8 +272,7 @@ class SocketSecurity::Gate {
       if (items[0].revents & ZMQ_POLLIN) Answer();
       for (size_t i = 1; i < items.size(); ++i) {
         if (items[i].revents & ZMQ_POLLIN) {
-          while (Observe(monitors[i - 1])) {
-          }
+          ObserveWaiting(monitors[i - 1]);
         }
       }
     }
@@ -296,30 +296,53 @@ class SocketSecurity::Gate {
     }
   }
 
-  // Handles one event of a watched socket; false when none was waiting.
-  bool Observe(Watched& watched) {
-    const std::optional<MonitorEvent> e = ReadMonitorEvent(watched.monitor);
-    if (!e.has_value()) return false;
-    const int fd = static_cast<int>(e->value);
-    if (e->event == ZMQ_EVENT_ACCEPTED && watched.book.has_value()) {
+  // Handles every event of a watched socket that is waiting, in order. A connection whose
+  // accept and end are both among them is over: it is neither counted nor cut, for its
+  // descriptor may already hold a newer connection, which a cut would hit (a burst of short
+  // connections did that to a peer reconnecting on the same host).
+  void ObserveWaiting(Watched& watched) {
+    std::vector<MonitorEvent> events;
+    while (std::optional<MonitorEvent> e = ReadMonitorEvent(watched.monitor)) {
+      events.push_back(*std::move(e));
+    }
+    std::vector<bool> over(events.size(), false);
+    if (watched.book.has_value()) {
+      std::vector<ConnectionEvent> connections;
+      for (const MonitorEvent& e : events) {
+        const bool accepted = e.event == ZMQ_EVENT_ACCEPTED;
+        // Other events (a failed handshake) are neither: a descriptor no connection has.
+        connections.push_back(ConnectionEvent{
+            accepted,
+            accepted || e.event == ZMQ_EVENT_DISCONNECTED ? static_cast<int>(e.value) : -1});
+      }
+      over = ConnectionsAlreadyOver(connections);
+    }
+    for (size_t i = 0; i < events.size(); ++i) {
+      if (!over[i]) Observe(watched, events[i]);
+    }
+  }
+
+  // Handles one event of a watched socket.
+  void Observe(Watched& watched, const MonitorEvent& e) {
+    const int fd = static_cast<int>(e.value);
+    if (e.event == ZMQ_EVENT_ACCEPTED && watched.book.has_value()) {
       const std::string host = RemoteAddressOf(fd, /*with_port=*/false);
       if (std::optional<std::string> why = watched.book->Accepted(fd, host); why.has_value()) {
         shutdown(fd, SHUT_RDWR);  // ZeroMQ sees the connection end, and drops it
         capped_.RefuseAndLog(
-            host, absl::StrCat("cut a connection from ", host, " on ", e->endpoint, ": ", *why),
+            host, absl::StrCat("cut a connection from ", host, " on ", e.endpoint, ": ", *why),
             MonotonicMs());
       }
-      return true;
+      return;
     }
-    if (e->event == ZMQ_EVENT_DISCONNECTED) {
+    if (e.event == ZMQ_EVENT_DISCONNECTED) {
       if (watched.book.has_value()) watched.book->Closed(fd);
-      return true;
+      return;
     }
     // libzmq names the listening endpoint here, not the peer's address: such refusals are
     // logged once per endpoint and kind.
-    Refused(absl::StrCat("a peer on ", e->endpoint, " that ", HandshakeFailure(e->value)),
+    Refused(absl::StrCat("a peer on ", e.endpoint, " that ", HandshakeFailure(e.value)),
             "no handshake");
-    return true;
   }
 
   void Refused(const std::string& peer, const std::string& why) {

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "bytecomp/common.h"
 
@@ -36,6 +37,51 @@ TEST(ConnectionBookTest, CapsPerAddressAndInAll) {
   EXPECT_FALSE(book.Accepted(14, "10.0.0.3").has_value());
   EXPECT_EQ(book.open(), 3);
   EXPECT_EQ(book.open_from("10.0.0.1"), 1);
+}
+
+// ZeroMQ reports an accept after handing the connection to an I/O thread, which may report its
+// end first. Such a connection counts nothing; the end of one that was cut leaves nothing
+// behind, so it cannot excuse a later connection from the caps.
+TEST(ConnectionBookTest, AConnectionWhoseEndIsHeardBeforeItsAcceptIsNotCounted) {
+  ConnectionBook book(ConnectionCaps{/*per_address=*/2, /*total=*/8});
+  book.Closed(20);  // its end first
+  EXPECT_FALSE(book.Accepted(20, "10.0.0.1").has_value());
+  EXPECT_EQ(book.open(), 0);
+  // A burst of short connections, each end heard before or after its accept, leaves the
+  // address with nothing counted.
+  for (int fd = 30; fd < 60; ++fd) {
+    if (fd % 2 == 0) {
+      book.Closed(fd);
+      EXPECT_FALSE(book.Accepted(fd, "10.0.0.1").has_value());
+    } else {
+      book.Accepted(fd, "10.0.0.1");
+      book.Closed(fd);
+    }
+  }
+  EXPECT_EQ(book.open_from("10.0.0.1"), 0);
+  EXPECT_FALSE(book.Accepted(70, "10.0.0.1").has_value());
+  EXPECT_FALSE(book.Accepted(71, "10.0.0.1").has_value());
+  // A cut connection's end is its own: the next connection beyond the cap is cut too.
+  ASSERT_TRUE(book.Accepted(72, "10.0.0.1").has_value());
+  book.Closed(72);
+  EXPECT_TRUE(book.Accepted(72, "10.0.0.1").has_value());
+  EXPECT_EQ(book.open_from("10.0.0.1"), 2);
+}
+
+// Events read together: an accept followed by its own end is a connection already over (a
+// cut would hit whatever holds its descriptor now); an end before an accept is an older one's.
+TEST(ConnectionBookTest, AnAcceptAndItsEndReadTogetherAreAConnectionAlreadyOver) {
+  const std::vector<ConnectionEvent> events = {
+      {true, 5},              // over: its end comes at 3
+      {false, 6},             // an older connection's end
+      {true, 6},              // open: no end of 6 follows
+      {false, 5}, {true, 5},  // the descriptor again: open
+      {true, 7},              // over: ends at 6
+      {false, 7},
+  };
+  EXPECT_EQ(ConnectionsAlreadyOver(events),
+            (std::vector<bool>{true, false, false, true, false, true, true}));
+  EXPECT_TRUE(ConnectionsAlreadyOver({}).empty());
 }
 
 // A raw TCP connection from `from` (a loopback address) to 127.0.0.1:port.
