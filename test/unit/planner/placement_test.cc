@@ -10,17 +10,15 @@
 namespace bytecomp::planner {
 namespace {
 
-using testing::Cluster;
-using testing::kPlannerDir;
-using testing::Tensor;
-
+// The shared builders by their full names: in a unity build this file shares its anonymous
+// namespace with the other planner tests, one of which has a Cluster() of its own.
 // Two tensors of one 4 MiB partition each on 8 separate servers, 4 workers: two servers hold
 // everything, each link carries 4 workers' pushes of 4 MiB; the mean server's is a quarter.
 TEST(PlacementTest, FewPartitionsOnManyServersLoadTheirLinks) {
   proto::ModelProfile model;
-  *model.add_tensors() = Tensor(1 << 20, "a");
-  *model.add_tensors() = Tensor(1 << 20, "b");
-  proto::ClusterDescription cluster = Cluster(4, 8, 8.0);  // 8 Gbit/s: 1e6 bytes a ms
+  *model.add_tensors() = testing::Tensor(1 << 20, "a");
+  *model.add_tensors() = testing::Tensor(1 << 20, "b");
+  proto::ClusterDescription cluster = testing::Cluster(4, 8, 8.0);  // 8 Gbit/s: 1e6 bytes a ms
   const ServerPlacement p = PlaceOnServers(model, cluster);
   EXPECT_EQ(p.partitions, 2);
   EXPECT_EQ(p.empty_servers, 6);
@@ -43,9 +41,9 @@ TEST(PlacementTest, FewPartitionsOnManyServersLoadTheirLinks) {
 // shipped 8-machine cluster is even.
 TEST(PlacementTest, Resnet50On256ColocatedMachines) {
   absl::StatusOr<proto::ModelProfile> resnet50 =
-      LoadModelProfile(kPlannerDir + "/profiles/resnet50.pbtxt");
+      LoadModelProfile(testing::kPlannerDir + "/profiles/resnet50.pbtxt");
   absl::StatusOr<proto::ClusterDescription> shipped =
-      LoadClusterDescription(kPlannerDir + "/clusters/8x1gpu-10g.pbtxt");
+      LoadClusterDescription(testing::kPlannerDir + "/clusters/8x1gpu-10g.pbtxt");
   ASSERT_TRUE(resnet50.ok() && shipped.ok());
   EXPECT_LE(PlaceOnServers(*resnet50, *shipped).imbalance(), 1.1);
   proto::ClusterDescription large = *shipped;
