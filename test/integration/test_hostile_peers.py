@@ -119,6 +119,13 @@ def test_floods_big_frames_impostors_and_huge_declarations_change_nothing(tmp_pa
         # The job's own working set, sampled while it sums.
         base_server = max(rss_mb(server) for _ in range(5) if time.sleep(0.1) is None)
         base_scheduler = max(rss_mb(scheduler) for _ in range(5) if time.sleep(0.1) is None)
+        # 300 connections to each port: beyond the job's caps (about 44 for this server's
+        # data socket, 28 for the scheduler's, its own connections included) they are cut when
+        # accepted, so partial messages cannot be held on all of them. Before the floods: from
+        # the same address they would take the floods' places while they last.
+        for port, cap in ((c.server_ports[0], 44), (c.port, 28)):
+            cut = connections_cut(port, 300, 300 - cap, seconds=cluster.sized(10, 30))
+            assert cut >= 300 - cap, (port, cut)
         floods = [
             subprocess.Popen([cluster.binary("hostile_peer"), "pull-flood",
                               f"tcp://127.0.0.1:{c.server_ports[0]}", str(ATTACK_S)],
@@ -134,12 +141,6 @@ def test_floods_big_frames_impostors_and_huge_declarations_change_nothing(tmp_pa
             # The scheduler takes frames of at most 1 MiB from anyone (a node's larger reports
             # come in parts, after it registered): a 2 MiB frame is refused as well.
             assert zmtp_big_frame(c.port, 2 << 20), "the scheduler kept a 2 MiB frame's connection"
-            # 300 connections to each port: beyond the job's caps (about 44 for this server's
-            # data socket, 28 for the scheduler's, its own connections included) they are cut
-            # when accepted, so partial messages cannot be held on all of them.
-            for port, cap in ((c.server_ports[0], 44), (c.port, 28)):
-                cut = connections_cut(port, 300, 300 - cap, seconds=cluster.sized(10, 30))
-                assert cut >= 300 - cap, (port, cut)
             impostor = subprocess.run([cluster.binary("hostile_peer"), "control-impostor",
                                        f"tcp://127.0.0.1:{c.port}"],
                                       capture_output=True, text=True, timeout=60)
