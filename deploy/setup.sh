@@ -43,6 +43,8 @@ packages=(
   libsodium-dev
   # libcrypto's AES-256-GCM for sealed data frames (common/include/bytecomp/common/frame_seal.h).
   libssl-dev
+  # gloo for the workers' collectives (allreduce, allgather over TCP).
+  libgloo-dev
   # prometheus-cpp for the daemons' /metrics.
   prometheus-cpp-dev
   iproute2 procps psmisc

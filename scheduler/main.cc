@@ -62,6 +62,9 @@ ABSL_FLAG(std::string, plan_out, "",
           "--strategy=auto: where the planned strategy is written, with a per-tensor table of "
           "what was chosen and why as comments (default: $TMPDIR or /tmp, "
           "bytecomp-auto-strategy-<pid>.pbtxt); --strategy=FILE runs it again");
+ABSL_FLAG(bool, collectives, false,
+          "Workers join gloo's collectives at start, so that strategy entries may name scheme "
+          "allreduce or allgather (ClusterConfig.collectives)");
 ABSL_FLAG(bool, hierarchical, false,
           "Reduce inside each machine first; only local roots push (ClusterConfig.hierarchical)");
 ABSL_FLAG(int, profile_rounds, 5, "--strategy=auto: rounds the workers profile before planning");
@@ -152,6 +155,7 @@ int main(int argc, char** argv) {
   const int connect = absl::GetFlag(FLAGS_connect_timeout_ms);
   from_flag("connect_timeout_ms", connect != 0, [&] { config.set_connect_timeout_ms(connect); });
   if (absl::GetFlag(FLAGS_hierarchical)) config.set_hierarchical(true);
+  if (absl::GetFlag(FLAGS_collectives)) config.set_collectives(true);
   const int declare = absl::GetFlag(FLAGS_declare_timeout_ms);
   from_flag("declare_timeout_ms", declare != 0, [&] { config.set_declare_timeout_ms(declare); });
   const int64_t inflight = absl::GetFlag(FLAGS_max_inflight_bytes_per_server);

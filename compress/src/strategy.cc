@@ -78,6 +78,37 @@ absl::Status CheckAdaptiveRatio(const proto::TensorStrategy& t) {
   return absl::OkStatus();
 }
 
+// A collective scheme's needs (strategy.proto, Scheme): one-way, not hierarchical, and a push
+// codec whose exchange it can carry.
+absl::Status CheckScheme(const proto::TensorStrategy& t) {
+  if (t.scheme() == proto::SCHEME_PS) return absl::OkStatus();
+  if (!IsNoneName(t.pull_codec().name())) {
+    return absl::InvalidArgumentError(
+        "a collective is one-way: every worker sums the others' pushes itself, so there is no "
+        "pull_codec to re-encode the sum with");
+  }
+  if (t.hierarchical()) {
+    return absl::InvalidArgumentError("a collective spans every worker; it is not hierarchical");
+  }
+  if (IsNoneName(t.push_codec().name())) return absl::OkStatus();
+  const CodecFacts* facts = CodecFactsOf(t.push_codec().name());
+  if (facts == nullptr) return absl::OkStatus();  // CheckCodec named the unknown codec
+  if (t.scheme() == proto::SCHEME_ALLREDUCE) {
+    if (CollectiveSums(*facts)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "codec '", t.push_codec().name(),
+        "''s encoded form does not sum element-wise (allreduce takes none, codecs whose "
+        "CodecFacts say summable_encoded, and two-round codecs' factors); use allgather or ps"));
+  }
+  if (facts->two_round || facts->exchange != CodecExchange::kPushPull) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("codec '", t.push_codec().name(),
+                     "' exchanges more than one payload per round; allgather takes one-round "
+                     "push-pull codecs (use allreduce or ps)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const proto::Strategy& s, absl::string_view source,
                       const TextProtoTree* tree) {
   if (s.min_compress_bytes() < 0) {
@@ -112,6 +143,11 @@ absl::Status Validate(const proto::Strategy& s, absl::string_view source,
           absl::StrCat(Where(source, tree, s, i, "pull_codec", "name"), entry,
                        ".pull_codec: two-way compression "
                        "needs a push_codec"));
+    }
+    if (absl::Status st = CheckScheme(t); !st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(source, tree, s, i, "push_codec", "name"), entry, ".scheme ",
+                       proto::Scheme_Name(t.scheme()), ": ", st.message()));
     }
     if (t.has_adaptive_ratio()) {
       if (absl::Status st = CheckAdaptiveRatio(t); !st.ok()) {
@@ -218,6 +254,7 @@ TensorPlan PlanFor(const proto::Strategy& strategy, absl::string_view tensor_nam
   plan.version = strategy.version();
   const proto::TensorStrategy* t = EntryFor(strategy, tensor_name);
   if (t == nullptr) return plan;
+  plan.scheme = t->scheme();  // small tensors too: the scheme is not a compression
   const int64_t min_bytes =
       strategy.min_compress_bytes() > 0 ? strategy.min_compress_bytes() : kDefaultMinCompressBytes;
   if (tensor_bytes < min_bytes && !t->force()) return plan;

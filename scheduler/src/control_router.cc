@@ -31,6 +31,7 @@ ControlRouter::ControlRouter(const proto::ClusterConfig& config, StrategyKeeper 
       barriers_(nodes_),
       declarations_(config, nodes_),
       local_relay_(config, nodes_),
+      collective_store_(config, nodes_),
       liveness_(config, nodes_, start_ms),
       failover_(config, nodes_, &registration_, &declarations_, &liveness_),
       max_report_bytes_(MaxControlReportBytes(config)) {}
@@ -152,6 +153,10 @@ void ControlRouter::Dispatch(const RegisteredNode& node, const proto::ControlMes
       return declarations_.Handle(node, message.declare_tensor(), now_ms, out);
     case proto::ControlMessage::kLocalCommunicator:
       return local_relay_.Handle(node, message.local_communicator(), out);
+    case proto::ControlMessage::kCollectiveStoreSet:
+      return collective_store_.HandleSet(node, message.collective_store_set(), out);
+    case proto::ControlMessage::kCollectiveStoreGet:
+      return collective_store_.HandleGet(node, message.collective_store_get(), out);
     case proto::ControlMessage::kStrategyPrepareReply:
       return strategy_.HandlePrepareReply(node, message.strategy_prepare_reply(), out);
     case proto::ControlMessage::kProfileReport:

@@ -42,7 +42,7 @@ std::string SignalName(int signal_number) {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options) {
   if (absl::Status s = ValidateClusterConfig(options.config); !s.ok()) return s;
-  StrategyKeeper strategy;
+  StrategyKeeper strategy(options.config);
   if (absl::Status s = strategy.LoadInitial(options.auto_strategy ? "" : options.strategy_path);
       !s.ok()) {
     return s;

@@ -28,6 +28,9 @@ absl::Status StrategyKeeper::LoadInitial(const std::string& path) {
     absl::StatusOr<proto::Strategy> loaded = compress::LoadStrategyFile(path);
     if (!loaded.ok()) return loaded.status();
     if (absl::Status s = CheckStrategySize(*loaded, path); !s.ok()) return s;
+    if (absl::Status s = JobRefuses(*loaded); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+    }
     current_ = *loaded;
   } else {
     current_.set_min_compress_bytes(compress::kDefaultMinCompressBytes);
@@ -54,6 +57,7 @@ absl::StatusOr<proto::ControlMessage> StrategyKeeper::BeginUpdate(proto::Strateg
   }
   if (absl::Status s = compress::ValidateStrategy(strategy); !s.ok()) return s;
   if (absl::Status s = CheckStrategySize(strategy, "the new strategy"); !s.ok()) return s;
+  if (absl::Status s = JobRefuses(strategy); !s.ok()) return s;
   strategy.set_version(current_.version() + 1);
   pending_ = std::move(strategy);
   highest_round_by_worker_.clear();
@@ -80,6 +84,29 @@ std::optional<proto::ControlMessage> StrategyKeeper::OnPrepareReply(
   BC_LOG_INFO("strategy version ", current_.version(), " applies from round ",
               current_.first_round(), " (", current_.tensors_size(), " entries)");
   return commit;
+}
+
+absl::Status StrategyKeeper::JobRefuses(const proto::Strategy& strategy) const {
+  for (int i = 0; i < strategy.tensors_size(); ++i) {
+    const proto::TensorStrategy& t = strategy.tensors(i);
+    if (t.scheme() == proto::SCHEME_PS) continue;
+    const std::string entry = absl::StrCat("tensors[", i, "] ('", t.name_pattern(), "') asks for ",
+                                           proto::Scheme_Name(t.scheme()));
+    if (!collectives_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(entry,
+                       ", but the job's ClusterConfig.collectives is off: the workers "
+                       "joined no collective (set collectives: true in the cluster config)"));
+    }
+    if (keyed_ && !strategy.allow_unencrypted_collectives()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          entry,
+          ", but the job has a cluster key and gloo's collectives travel unencrypted; "
+          "set allow_unencrypted_collectives: true in the strategy to accept that, or use "
+          "scheme SCHEME_PS"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void StrategyKeeper::Adopt(const proto::Strategy& strategy) {

@@ -67,6 +67,8 @@ void ControlLoop::Handle(const proto::ControlMessage& m) {
     engine_.OnStrategyCommit(m.strategy_commit().strategy());
   } else if (m.has_barrier_release()) {
     engine_.OnBarrierRelease(m.barrier_release());
+  } else if (m.has_collective_store_value()) {
+    engine_.OnCollectiveStoreValue(m.collective_store_value());
   } else if (m.has_node_failed() && m.node_failed().replacement_wait_ms() > 0) {
     // A lost server, with failover: its rounds wait for the replacement (ServerReplaced).
     const proto::NodeFailed& f = m.node_failed();

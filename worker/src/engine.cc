@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common.h"
+#include "bytecomp/common/net.h"
 #include "data_loop.h"
 
 namespace bytecomp::worker {
@@ -83,9 +84,46 @@ absl::Status Engine::Run() {
   wiring.held = &held_payloads_;
   wiring.timeline = observer_.timeline();
   data_thread_ = std::thread([wiring] { DataLoop(wiring).Run(); });
+  if (config_.collectives()) {
+    rendezvous_ = std::make_unique<SchedulerRendezvousStore>(
+        [this](proto::ControlMessage m) { control_queue_.Push(SendControl{std::move(m)}); },
+        std::chrono::milliseconds(config_.connect_timeout_ms()));
+  }
   control_thread_ = std::thread([this, client = std::move(client_)]() mutable {
     ControlLoop(std::move(client), control_queue_, *this).Run();
   });
+  if (config_.collectives()) return JoinCollectives();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::JoinCollectives() {
+  std::string host = config_.advertise_host();
+  if (host.empty()) {
+    absl::StatusOr<HostPort> scheduler = ParseHostPort(config_.scheduler_address());
+    if (!scheduler.ok()) return scheduler.status();
+    absl::StatusOr<std::string> local = LocalAddressToward(scheduler->host);
+    if (!local.ok()) return local.status();
+    host = *local;
+  }
+  if (absl::Status s = security_->CheckPlainHost(host, "the collectives' address (gloo)");
+      !s.ok()) {
+    return s;
+  }
+  CollectiveExchange::Options options;
+  options.rank = info_.rank;
+  options.size = info_.size;
+  options.timeout = std::chrono::milliseconds(config_.push_pull_timeout_ms());
+  absl::StatusOr<std::unique_ptr<CollectiveExchange>> joined =
+      CollectiveExchange::Connect(*rendezvous_, host, options);
+  if (!joined.ok()) return joined.status();
+  collectives_ = *std::move(joined);
+  host_stages_.SetCollectives(collectives_.get());
+  if (!config_.key_file().empty()) {
+    BC_LOG_WARNING("collectives (gloo, on ", host,
+                   ") carry no encryption: tensors whose strategy entries name allreduce or "
+                   "allgather travel in the clear (Strategy.allow_unencrypted_collectives)");
+  }
+  BC_LOG_DEBUG("joined the collectives of ", info_.size, " workers on ", host);
   return absl::OkStatus();
 }
 
@@ -391,6 +429,13 @@ absl::Status Engine::Shutdown() {
   data_queue_.Push(StopData{});
   // Device callbacks queue pool work and call into the engine: let them run out first.
   device_stages_.WaitForCallbacks(deadline);
+  // Collective results go to the pool: the exchange ends first (the leader tells the others).
+  if (collectives_ != nullptr) {
+    collectives_->Stop();
+    const CollectiveExchange::Counts c = collectives_->counts();
+    BC_LOG_INFO("collectives: ", c.items, " partition rounds summed or gathered in ", c.batches,
+                " batches (", c.collectives, " gloo collectives)");
+  }
   pool_->Shutdown();
   if (data_thread_.joinable()) data_thread_.join();
   if (control_thread_.joinable()) control_thread_.join();

@@ -21,6 +21,7 @@
 #include "bytecomp/cpu_offload.h"
 #include "bytecomp/worker/engine.h"
 #include "bytecomp/worker/wake_queue.h"
+#include "collective_exchange.h"
 #include "control_loop.h"
 #include "data_commands.h"
 #include "device_pipeline.h"
@@ -34,6 +35,7 @@
 #include "operation_tracker.h"
 #include "ratio_windows.h"
 #include "ready_profiler.h"
+#include "scheduler_rendezvous.h"
 #include "stage_pipeline.h"
 #include "strategy_switch.h"
 #include "tensor_table.h"
@@ -101,9 +103,16 @@ class Engine final : public WorkerEngine, private ControlEvents {
     }
     data_queue_.Push(std::move(command));
   }
+  void OnCollectiveStoreValue(const proto::CollectiveStoreValue& value) override {
+    if (rendezvous_ != nullptr) rendezvous_->OnValue(value);
+  }
   std::optional<proto::ControlMessage> DueReport() override {
     return observer_.DueReport(telemetry::Timeline::NowUs(), Stats());
   }
+
+  // ClusterConfig.collectives: joins the workers' gloo mesh through the scheduler (the control
+  // thread runs) and hands the exchange to the host stages.
+  absl::Status JoinCollectives();
 
   // --- failure
   // Marks the engine failed (the first reason wins) and fails every operation.
@@ -146,6 +155,10 @@ class Engine final : public WorkerEngine, private ControlEvents {
   HostPipeline host_stages_;
   DevicePipeline device_stages_;
   std::unique_ptr<Hierarchy> hierarchy_;  // hierarchical mode with other local ranks; else null
+  // ClusterConfig.collectives: the rendezvous (set before the control thread starts) and the
+  // exchange (after it joined); else null.
+  std::unique_ptr<SchedulerRendezvousStore> rendezvous_;
+  std::unique_ptr<CollectiveExchange> collectives_;
 
   absl::Mutex barrier_mu_;
   absl::CondVar barrier_cv_;  // a release arrived, or the engine failed

@@ -26,6 +26,10 @@ absl::Span<const float> Floats(const zmq::message_t& m, std::vector<float>& misa
 }  // namespace
 
 void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
+  if (op->plan().collective() && !op->plan().compressed()) {
+    StartCollective(op);
+    return;
+  }
   if (!op->plan().compressed()) {
     ctx_.to_data_thread->Push(StartOperation{op});
     return;
@@ -100,7 +104,7 @@ void HostPipeline::Encode(const std::shared_ptr<Operation>& op, int64_t partitio
     TraceStage(*ctx_.timeline, *op, partition, telemetry::Stage::kEncode, start_us,
                telemetry::Timeline::NowUs() - start_us, static_cast<int64_t>(push->payload.size()));
   }
-  ctx_.to_data_thread->Push(push);
+  Send(push);
 }
 
 void HostPipeline::MeasureKeptEnergy(const Operation& op, PartitionCodec& pc, size_t n) {
@@ -122,7 +126,7 @@ void HostPipeline::PushEncodeFailure(const std::shared_ptr<EncodedPush>& push,
   // (A pinned payload stays: a device copy may still be writing it. The data loop ignores it.)
   push->payload.clear();
   push->op->RecordError(absl::InvalidArgumentError(push->abort_error));
-  ctx_.to_data_thread->Push(push);
+  Send(push);
 }
 
 void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
@@ -150,17 +154,22 @@ void HostPipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partitio
 
 void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64_t partition,
                                      zmq::message_t payload) {
-  PartitionCodec& pc = op->codecs()->partitions[partition];
-  const size_t n = static_cast<size_t>(op->layout().range(partition).count);
   // The uncompressed size this round stands for is counted once, with the result (stage 2).
   ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()), 0, op->plan().push.name());
+  std::vector<float> misaligned;
+  EncodeSecondRound(op, partition, Floats(payload, misaligned));
+}
+
+void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64_t partition,
+                                     absl::Span<const float> summed_first) {
+  PartitionCodec& pc = op->codecs()->partitions[partition];
+  const size_t n = static_cast<size_t>(op->layout().range(partition).count);
   const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
   compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
   push->payload.resize(4 + 4 * two->SecondRoundFloats(n));
-  std::vector<float> misaligned;
   absl::StatusOr<size_t> bytes =
-      two->EncodeSecond(Floats(payload, misaligned), ctx, absl::MakeSpan(push->payload));
+      two->EncodeSecond(summed_first, ctx, absl::MakeSpan(push->payload));
   absl::Status status = bytes.status();
   if (status.ok() && pc.memory != nullptr) {
     pc.decoded.resize(n);
@@ -177,7 +186,7 @@ void HostPipeline::EncodeSecondRound(const std::shared_ptr<Operation>& op, int64
     push->payload.clear();
     op->RecordError(absl::InvalidArgumentError(push->abort_error));
   }
-  ctx_.to_data_thread->Push(push);  // the partition's result comes with stage 2's reply
+  Send(push);  // the partition's result comes with stage 2's reply
 }
 
 absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, uint32_t stage,
@@ -250,12 +259,16 @@ absl::Status HostPipeline::WriteResult(const Operation& op, int64_t partition, u
     return absl::Status(status.code(), absl::StrCat("decoding '", request.name, "' partition ",
                                                     partition, ": ", status.message()));
   }
-  if (!direct) {
-    StoreSum(op, partition, pc.output.data());
-  } else if (request.average) {
+  FinishSum(op, partition, out);
+  return absl::OkStatus();
+}
+
+void HostPipeline::FinishSum(const Operation& op, int64_t partition, absl::Span<float> out) const {
+  if (op.dtype() != proto::DTYPE_FLOAT32) {
+    StoreSum(op, partition, out.data());
+  } else if (op.request.average) {
     DivideFloat32InPlace(out.data(), static_cast<float>(ctx_.num_workers), out.size());
   }
-  return absl::OkStatus();
 }
 
 void HostPipeline::StoreSum(const Operation& op, int64_t partition, const float* sum) const {

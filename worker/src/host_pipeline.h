@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "collective_exchange.h"
 #include "data_commands.h"
 #include "partition_codec.h"
 #include "stage_pipeline.h"
@@ -24,6 +25,9 @@ namespace bytecomp::worker {
 class HostPipeline : public StagePipeline {
  public:
   explicit HostPipeline(StageContext context) : ctx_(context) {}
+  // The engine's collectives (ClusterConfig.collectives), set before the first operation;
+  // null: operations whose plan names a collective scheme fail.
+  void SetCollectives(CollectiveExchange* collectives) { collectives_ = collectives; }
 
   void Start(const std::shared_ptr<Operation>& op) override;
   void Pulled(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
@@ -37,6 +41,9 @@ class HostPipeline : public StagePipeline {
   // queues stage 2's push (or its abort).
   void EncodeSecondRound(const std::shared_ptr<Operation>& op, int64_t partition,
                          zmq::message_t payload);
+  // The same with the sum in hand (the collectives').
+  void EncodeSecondRound(const std::shared_ptr<Operation>& op, int64_t partition,
+                         absl::Span<const float> summed_first);
   // Writes the pulled partition into host_data(): decoded (an fp32 sum that is not averaged
   // straight into the tensor), or the raw sum copied; averaged when asked. The error names the
   // tensor and partition.
@@ -47,6 +54,19 @@ class HostPipeline : public StagePipeline {
   void PushEncodeFailure(const std::shared_ptr<EncodedPush>& push, const absl::Status& status);
 
  private:
+  // An encoded push (or its abort) leaves: to the data thread, or, when the plan names a
+  // collective scheme, to the collectives (SubmitCollective).
+  void Send(const std::shared_ptr<EncodedPush>& push);
+  // --- Collectives (collective_exchange.h): the partition's contribution (allreduce: its
+  // values that sum; allgather: its payload), and its result written into the tensor.
+  void StartCollective(const std::shared_ptr<Operation>& op);
+  void SubmitCollective(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
+                        std::vector<float> values, std::vector<uint8_t> payload, bool aborted);
+  absl::Status WriteCollectiveResult(const std::shared_ptr<Operation>& op, int64_t partition,
+                                     uint32_t stage, const CollectiveResult& result);
+  // The partition's fp32 sum in `out` (the tensor itself when fp32, else pc.output): averaged
+  // there, or stored into the tensor's dtype and averaged.
+  void FinishSum(const Operation& op, int64_t partition, absl::Span<float> out) const;
   // Adaptive ratio (ratio_windows.h): the energy of what the memory was updated with, the
   // compensated gradient and what was sent of it, into pc (-1: not measured).
   void MeasureKeptEnergy(const Operation& op, PartitionCodec& pc, size_t n);
@@ -54,6 +74,7 @@ class HostPipeline : public StagePipeline {
   void StoreSum(const Operation& op, int64_t partition, const float* sum) const;
 
   const StageContext ctx_;
+  CollectiveExchange* collectives_ = nullptr;
 };
 
 }  // namespace bytecomp::worker

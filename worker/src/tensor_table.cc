@@ -188,7 +188,8 @@ void TensorTable::StartNextLocked(const std::shared_ptr<Tensor>& tensor_ptr, Sta
     const compress::CodecFacts* facts = compress::CodecFactsOf(start.plan.push.name());
     start.two_round = facts != nullptr && facts->two_round;
   }
-  tensor.next_wire_round += start.two_round ? 2 : 1;
+  // A collective round is no exchange with the servers: the key's next round there stays.
+  if (!start.plan.collective()) tensor.next_wire_round += start.two_round ? 2 : 1;
   op->Start(std::move(start));
   started->push_back(std::move(op));
 }

@@ -30,6 +30,52 @@ TEST(StrategyFileTest, UnknownCodecNamesLineFieldAndValidCodecs) {
   EXPECT_TRUE(Has(s.status(), "qsgd")) << s.status();  // the valid names are listed
 }
 
+TEST(StrategyFileTest, ASchemeTakesTheCodecsItCanCarry) {
+  auto parse = [](const std::string& entry) {
+    return ParseStrategy("tensors {\n  name_pattern: \"fc\"\n" + entry + "}\n", "s.pbtxt");
+  };
+  // Allreduce: none, codecs whose encoded values sum, two-round factors.
+  for (const char* codec : {"none", "fp16", "bf16", "randomk", "powersgd"}) {
+    absl::StatusOr<proto::Strategy> s = parse(std::string("  push_codec { name: \"") + codec +
+                                              "\" }\n  scheme: SCHEME_ALLREDUCE\n");
+    EXPECT_TRUE(s.ok()) << codec << ": " << s.status();
+  }
+  for (const char* codec : {"topk", "signsgd", "artopk", "qsgd"}) {
+    absl::StatusOr<proto::Strategy> s = parse(std::string("  push_codec { name: \"") + codec +
+                                              "\" }\n  scheme: SCHEME_ALLREDUCE\n");
+    ASSERT_FALSE(s.ok()) << codec;
+    EXPECT_TRUE(Has(s.status(), "s.pbtxt:3:")) << s.status();
+    EXPECT_TRUE(Has(s.status(), "tensors[0].scheme SCHEME_ALLREDUCE")) << s.status();
+    EXPECT_TRUE(Has(s.status(), "does not sum element-wise")) << s.status();
+  }
+  // Allgather: any one-round push-pull codec; not two-round ones.
+  EXPECT_TRUE(parse("  push_codec { name: \"topk\" }\n  scheme: SCHEME_ALLGATHER\n").ok());
+  EXPECT_TRUE(parse("  push_codec { name: \"signsgd\" }\n  scheme: SCHEME_ALLGATHER\n").ok());
+  absl::StatusOr<proto::Strategy> two =
+      parse("  push_codec { name: \"powersgd\" }\n  scheme: SCHEME_ALLGATHER\n");
+  ASSERT_FALSE(two.ok());
+  EXPECT_TRUE(Has(two.status(), "more than one payload per round")) << two.status();
+  // A collective is one-way and flat.
+  absl::StatusOr<proto::Strategy> two_way = parse(
+      "  push_codec { name: \"fp16\" }\n  pull_codec { name: \"fp16\" }\n  scheme: "
+      "SCHEME_ALLREDUCE\n");
+  ASSERT_FALSE(two_way.ok());
+  EXPECT_TRUE(Has(two_way.status(), "one-way")) << two_way.status();
+  absl::StatusOr<proto::Strategy> hier =
+      parse("  hierarchical: true\n  scheme: SCHEME_ALLREDUCE\n");
+  ASSERT_FALSE(hier.ok());
+  EXPECT_TRUE(Has(hier.status(), "not hierarchical")) << hier.status();
+  // The plan carries the scheme, also for a tensor too small to compress.
+  absl::StatusOr<proto::Strategy> s =
+      parse("  push_codec { name: \"fp16\" }\n  scheme: SCHEME_ALLREDUCE\n");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(PlanFor(*s, "fc", 1 << 20).scheme, proto::SCHEME_ALLREDUCE);
+  const TensorPlan small = PlanFor(*s, "fc", 16);
+  EXPECT_EQ(small.scheme, proto::SCHEME_ALLREDUCE);
+  EXPECT_FALSE(small.compressed());
+  EXPECT_EQ(PlanFor(*s, "other", 1 << 20).scheme, proto::SCHEME_PS);
+}
+
 TEST(StrategyFileTest, BadParameterNamesLineAndParameter) {
   absl::StatusOr<proto::Strategy> s = ParseStrategy(
       "tensors { name_pattern: \"a\" }\ntensors {\n  name_pattern: \"b\"\n  pull_codec { name: "

@@ -173,6 +173,13 @@ struct CodecFacts {
   EncodeSpeedTarget encode_target = EncodeSpeedTarget::kNone;
 };
 
+// Whether an allreduce of the codec's payloads (Strategy scheme allreduce) sums them: its
+// encoded values add element-wise (summable_encoded), or each of its two rounds is a sum of
+// fp32 factors (two_round with the push-pull exchange: powersgd).
+inline bool CollectiveSums(const CodecFacts& facts) {
+  return facts.summable_encoded || (facts.two_round && facts.exchange == CodecExchange::kPushPull);
+}
+
 struct CodecSpec {
   std::string name;
   std::string summary;

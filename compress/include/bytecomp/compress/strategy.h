@@ -38,6 +38,8 @@ struct TensorPlan {
   // The entry adapts its ratio (TensorStrategy.adaptive_ratio): the rounds of a measurement
   // window the worker reports; 0: not adaptive.
   uint32_t ratio_window_rounds = 0;
+  proto::Scheme scheme = proto::SCHEME_PS;
+  bool collective() const { return scheme != proto::SCHEME_PS; }
   bool compressed() const { return !IsNoneName(push.name()); }
   bool two_way() const { return compressed() && !IsNoneName(pull.name()); }
 };

@@ -15,6 +15,7 @@
 #include "bytecomp/common/control_parts.h"
 #include "bytecomp/scheduler/auto_planner.h"
 #include "bytecomp/scheduler/barriers.h"
+#include "bytecomp/scheduler/collective_store.h"
 #include "bytecomp/scheduler/declarations.h"
 #include "bytecomp/scheduler/liveness.h"
 #include "bytecomp/scheduler/local_relay.h"
@@ -95,6 +96,7 @@ class ControlRouter {
   Barriers barriers_;
   Declarations declarations_;
   LocalRelay local_relay_;
+  CollectiveStore collective_store_;
   Liveness liveness_;
   ServerFailover failover_;
   // Each node's message in parts being joined, at most MaxControlReportBytes each.

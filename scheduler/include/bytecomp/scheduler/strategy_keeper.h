@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "cluster_config.pb.h"
 #include "control.pb.h"
 #include "strategy.pb.h"
 
@@ -15,6 +16,9 @@ namespace bytecomp {
 
 class StrategyKeeper {
  public:
+  // `job`: what a strategy must fit besides its own rules (JobRefuses).
+  explicit StrategyKeeper(const proto::ClusterConfig& job = {})
+      : collectives_(job.collectives()), keyed_(!job.key_file().empty()) {}
   // Loads the initial strategy (version 1, first round 0). An empty path: no compression.
   absl::Status LoadInitial(const std::string& path);
   const proto::Strategy& current() const { return current_; }
@@ -34,11 +38,17 @@ class StrategyKeeper {
   // A restarted scheduler taking the job up (takeover.h): `strategy` is in force (the latest
   // the nodes had committed); no update is pending, and the next one gets the next version.
   void Adopt(const proto::Strategy& strategy);
+  // Why this job cannot run `strategy`, naming the entry: a collective scheme where the job's
+  // ClusterConfig.collectives is off, or, on a job with a cluster key, one that the strategy
+  // does not allow unencrypted (Strategy.allow_unencrypted_collectives). OK when it can.
+  absl::Status JobRefuses(const proto::Strategy& strategy) const;
   std::optional<proto::ControlMessage> OnPrepareReply(int worker_rank,
                                                       const proto::StrategyPrepareReply& reply,
                                                       int num_workers);
 
  private:
+  bool collectives_ = false;
+  bool keyed_ = false;
   std::string path_;
   proto::Strategy current_;
   std::optional<proto::Strategy> previous_;

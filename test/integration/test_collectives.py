@@ -1,0 +1,117 @@
+"""Collectives among the workers (Strategy scheme allreduce and allgather, gloo over loopback),
+with real daemons:
+
+- A W=4 job whose strategy mixes the three schemes (uncompressed and fp16 allreduce, fp16
+  allgather, fp16 through the servers) sums every element exactly, round after round.
+- A strategy switch from ps to allreduce and back mid-training: every sum stays exact, every
+  worker uses the same version in each round, and the servers' rounds of the keys that left
+  them resume where they were (a collective round is no round on the servers).
+- A job with a cluster key refuses a strategy entry that names a collective unless the strategy
+  allows unencrypted collectives, naming the entry; so does a job without collectives.
+"""
+import os
+import re
+import signal
+import subprocess
+
+import cluster
+from test_cluster_key import make_key
+from test_strategy_switch import check_one_switch
+
+ROUNDS = 30
+MIXED = """seed: 7
+tensors { name_pattern: "fp32.1*" push_codec { name: "fp16" } force: true scheme: SCHEME_ALLREDUCE }
+tensors { name_pattern: "fp32.?.*" scheme: SCHEME_ALLREDUCE }
+tensors { name_pattern: "fp16.1*" push_codec { name: "fp16" } force: true }
+tensors { name_pattern: "fp16.*" push_codec { name: "fp16" } force: true scheme: SCHEME_ALLGATHER }
+"""
+PS = 'seed: 7\ntensors { name_pattern: "*" push_codec { name: "fp16" } force: true }\n'
+ALLREDUCE = ('seed: 7\ntensors { name_pattern: "*" push_codec { name: "fp16" } force: true '
+             'scheme: SCHEME_ALLREDUCE }\n')
+
+
+def collective_items(log):
+    """The partition rounds a worker's log says its collectives ran (at shutdown)."""
+    m = re.search(r"collectives: (\d+) partition rounds summed or gathered in (\d+) batches", log)
+    assert m, log[-3000:]
+    return int(m.group(1))
+
+
+def worker_cmd(rounds):
+    return [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--shuffle", "1",
+            "--max-bytes", str(cluster.sized(1000000, 250000))]
+
+
+def test_mixed_schemes_sum_exactly(tmp_path):
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write(MIXED)
+    with cluster.Cluster(workers=4, servers=2, worker_cmd=worker_cmd(ROUNDS),
+                         scheduler_args=["--collectives", f"--strategy={path}"]) as c:
+        codes = c.wait_workers(timeout=240)
+        assert codes == [0] * 4, c.dump()
+        for w in c.workers:
+            assert f"ALL SUMS EXACT: {ROUNDS} rounds" in w.output(), c.dump()
+            # 20 fp32 and 9 fp16 tensors a round (fp16.1* matches 11 of the 20 fp16: ps).
+            items = collective_items(w.output())
+            assert items >= 29 * ROUNDS, c.dump()
+
+
+def test_switch_ps_to_allreduce_and_back_keeps_sums_exact(tmp_path):
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write(PS)
+    rounds = 60
+    with cluster.Cluster(workers=3, servers=1, worker_cmd=worker_cmd(rounds) + ["--slow-rank",
+                                                                               "1", "--slow-ms",
+                                                                               "20"],
+                         scheduler_args=["--collectives", f"--strategy={path}"]) as c:
+        assert cluster.wait_for(lambda: "round 10/" in c.workers[0].output(), 120), c.dump()
+        with open(path, "w") as f:
+            f.write(ALLREDUCE)
+        c.scheduler.proc.send_signal(signal.SIGHUP)
+        assert cluster.wait_for(
+            lambda: "strategy version 2 applies" in c.scheduler.output(), 60), c.dump()
+        assert cluster.wait_for(lambda: "round 30/" in c.workers[0].output(), 120), c.dump()
+        with open(path, "w") as f:
+            f.write(PS)
+        c.scheduler.proc.send_signal(signal.SIGHUP)
+        codes = c.wait_workers(timeout=240)
+        assert codes == [0] * 3, c.dump()
+        versions = None
+        for w in c.workers:
+            out = w.output()
+            assert f"ALL SUMS EXACT: {rounds} rounds" in out, c.dump()
+            line = next(l for l in out.splitlines()
+                        if l.startswith("STRATEGY VERSIONS BY ROUND:"))
+            seq = [int(v) for v in line.split(":")[1].split()]
+            assert versions is None or seq == versions, (seq, versions)
+            versions = seq
+        assert versions[0] == 1 and versions[-1] == 3 and versions == sorted(versions), versions
+        allreduced = versions.count(2)
+        assert allreduced > 0, versions
+        for w in c.workers:
+            assert collective_items(w.output()) >= 40 * allreduced, c.dump()
+
+
+def run_scheduler(args, timeout=30):
+    port = cluster.free_port()
+    out = subprocess.run([cluster.binary("bytecomp-scheduler"), f"--port={port}",
+                          "--bind_host=127.0.0.1", "--num_workers=2", "--num_servers=1"] + args,
+                         capture_output=True, text=True, timeout=timeout)
+    return out.returncode, out.stdout + out.stderr
+
+
+def test_keyed_job_refuses_unencrypted_collectives_naming_the_entry(tmp_path):
+    key, _ = make_key(str(tmp_path))
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write(MIXED)
+    rc, out = run_scheduler([f"--key_file={key}", "--collectives", f"--strategy={path}"])
+    assert rc != 0, out
+    assert "tensors[0] ('fp32.1*') asks for SCHEME_ALLREDUCE" in out, out
+    assert "allow_unencrypted_collectives" in out, out
+    # Without collectives in the job, the same entry is refused for that.
+    rc, out = run_scheduler([f"--strategy={path}"])
+    assert rc != 0, out
+    assert "tensors[0] ('fp32.1*')" in out and "collectives is off" in out, out

@@ -1,0 +1,179 @@
+// CollectiveExchange (worker/src/collective_exchange.h) with gloo for real: W ranks on threads,
+// gloo's full mesh on loopback through its in-process HashStore. Items are given in different
+// orders on different ranks (the leader's batch decides), sums must be exact, many small
+// items fuse into few collectives, and a rank that aborts an item fails it everywhere.
+#include "collective_exchange.h"
+
+#include <algorithm>
+#include <future>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+
+namespace bytecomp::worker {
+namespace {
+
+using Exchanges = std::vector<std::unique_ptr<CollectiveExchange>>;
+
+Exchanges Connect(int size, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  gloo::rendezvous::HashStore store;
+  Exchanges exchanges(static_cast<size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      CollectiveExchange::Options options;
+      options.rank = r;
+      options.size = size;
+      options.timeout = timeout;
+      auto joined = CollectiveExchange::Connect(store, "127.0.0.1", options);
+      ASSERT_TRUE(joined.ok()) << joined.status();
+      exchanges[static_cast<size_t>(r)] = *std::move(joined);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return exchanges;
+}
+
+// The value rank r gives for element i of tensor t: small integers, so fp32 sums are exact.
+float Value(int r, int t, size_t i) { return static_cast<float>((r + 1) * (t + 1) + i % 7); }
+
+struct Outcome {
+  std::promise<absl::StatusOr<std::vector<float>>> promise;
+};
+
+// Submits tensor t's allreduce item on rank r; the future holds its sum.
+std::future<absl::StatusOr<std::vector<float>>> SubmitSum(CollectiveExchange& ex, int r, int t,
+                                                          size_t n, bool aborted = false) {
+  auto outcome = std::make_shared<Outcome>();
+  auto future = outcome->promise.get_future();
+  CollectiveItem item;
+  item.key = static_cast<uint64_t>(t) << 32;
+  item.round = 0;
+  item.scheme = proto::SCHEME_ALLREDUCE;
+  item.name = "t" + std::to_string(t);
+  item.values.resize(n);
+  for (size_t i = 0; i < n; ++i) item.values[i] = Value(r, t, i);
+  item.aborted = aborted;
+  item.done = [outcome](absl::StatusOr<CollectiveResult> result) {
+    if (!result.ok()) return outcome->promise.set_value(result.status());
+    absl::Span<const float> s = result->sum();
+    outcome->promise.set_value(std::vector<float>(s.begin(), s.end()));
+  };
+  ex.Submit(std::move(item));
+  return future;
+}
+
+TEST(CollectiveExchangeTest, ManySmallTensorsInDifferentOrdersSumExactlyInFewCollectives) {
+  constexpr int kWorkers = 3;
+  constexpr int kTensors = 1000;
+  Exchanges ex = Connect(kWorkers);
+  std::vector<std::vector<std::future<absl::StatusOr<std::vector<float>>>>> sums(kWorkers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<int> order(kTensors);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), std::mt19937(r));  // each rank its own order
+      sums[r].resize(kTensors);
+      for (int t : order) sums[r][t] = SubmitSum(*ex[r], r, t, 1 + t % 50);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kWorkers; ++r) {
+    for (int t = 0; t < kTensors; ++t) {
+      absl::StatusOr<std::vector<float>> got = sums[r][t].get();
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->size(), static_cast<size_t>(1 + t % 50));
+      for (size_t i = 0; i < got->size(); ++i) {
+        float want = 0;
+        for (int q = 0; q < kWorkers; ++q) want += Value(q, t, i);
+        ASSERT_EQ((*got)[i], want) << "rank " << r << " tensor " << t << " element " << i;
+      }
+    }
+  }
+  const CollectiveExchange::Counts counts = ex[0]->counts();
+  EXPECT_EQ(counts.items, kTensors);
+  // Fusion: one allreduce carries every item ready when the batch is cut.
+  EXPECT_LT(counts.collectives, kTensors / 5) << counts.batches << " batches";
+  for (auto& e : ex) e->Stop();
+}
+
+TEST(CollectiveExchangeTest, AllgatherGivesEveryRanksPayload) {
+  constexpr int kWorkers = 3;
+  Exchanges ex = Connect(kWorkers);
+  std::vector<std::future<std::vector<std::string>>> got;
+  for (int r = 0; r < kWorkers; ++r) {
+    auto promise = std::make_shared<std::promise<std::vector<std::string>>>();
+    got.push_back(promise->get_future());
+    CollectiveItem item;
+    item.key = 7;
+    item.scheme = proto::SCHEME_ALLGATHER;
+    item.name = "g";
+    const std::string mine(static_cast<size_t>(10 * (r + 1)), static_cast<char>('a' + r));
+    item.payload.assign(mine.begin(), mine.end());
+    item.done = [promise](absl::StatusOr<CollectiveResult> result) {
+      std::vector<std::string> payloads;
+      if (result.ok()) {
+        for (auto p : result->payloads) payloads.emplace_back(p.begin(), p.end());
+      }
+      promise->set_value(payloads);
+    };
+    ex[r]->Submit(std::move(item));
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    std::vector<std::string> payloads = got[r].get();
+    ASSERT_EQ(payloads.size(), static_cast<size_t>(kWorkers));
+    for (int q = 0; q < kWorkers; ++q) {
+      EXPECT_EQ(payloads[q], std::string(static_cast<size_t>(10 * (q + 1)), 'a' + q));
+    }
+  }
+  for (auto& e : ex) e->Stop();
+}
+
+TEST(CollectiveExchangeTest, AnItemAbortedOnOneRankFailsOnEveryRankAndTheNextRoundSums) {
+  constexpr int kWorkers = 2;
+  Exchanges ex = Connect(kWorkers);
+  auto a0 = SubmitSum(*ex[0], 0, 1, 8);
+  auto a1 = SubmitSum(*ex[1], 1, 1, 8, /*aborted=*/true);
+  for (auto* f : {&a0, &a1}) {
+    absl::StatusOr<std::vector<float>> got = f->get();
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kAborted);
+    EXPECT_NE(got.status().message().find("could not encode"), std::string::npos);
+  }
+  auto b0 = SubmitSum(*ex[0], 0, 2, 8);
+  auto b1 = SubmitSum(*ex[1], 1, 2, 8);
+  ASSERT_TRUE(b0.get().ok());
+  ASSERT_TRUE(b1.get().ok());
+  for (auto& e : ex) e->Stop();
+}
+
+TEST(CollectiveExchangeTest, AnItemMissingOnAFollowerFailsTheCollectivesNamingIt) {
+  Exchanges ex = Connect(2, std::chrono::milliseconds(1500));
+  auto only_leader = SubmitSum(*ex[0], 0, 3, 4);
+  // Rank 1 never gives tensor 3: it times out waiting for it, and ends the collectives.
+  absl::StatusOr<std::vector<float>> got = only_leader.get();
+  ASSERT_FALSE(got.ok());
+  auto later = SubmitSum(*ex[1], 1, 4, 4);
+  absl::StatusOr<std::vector<float>> refused = later.get();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("did not give"), std::string::npos)
+      << refused.status();
+  for (auto& e : ex) e->Stop();
+}
+
+TEST(CollectiveExchangeTest, StopEndsEveryRankAndFailsLaterItems) {
+  Exchanges ex = Connect(2);
+  ex[0]->Stop();  // the leader tells the other
+  auto late = SubmitSum(*ex[1], 1, 5, 4);
+  absl::StatusOr<std::vector<float>> got = late.get();
+  ASSERT_FALSE(got.ok());
+  ex[1]->Stop();
+}
+
+}  // namespace
+}  // namespace bytecomp::worker

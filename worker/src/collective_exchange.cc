@@ -1,0 +1,421 @@
+#include "collective_exchange.h"
+
+#include <cstring>
+#include <exception>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "bytecomp/common/logging.h"
+#include "gloo/allgather.h"
+#include "gloo/allgatherv.h"
+#include "gloo/allreduce.h"
+#include "gloo/broadcast.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace bytecomp::worker {
+
+// A batch's line, as the leader broadcasts it.
+struct CollectiveExchange::Entry {
+  uint64_t key = 0;
+  uint64_t round = 0;
+  uint32_t stage = 0;
+  uint32_t scheme = 0;
+  uint64_t elements = 0;  // allreduce: the values' count (every worker's must match)
+};
+
+namespace {
+
+constexpr uint32_t kMagic = 0x42434331;  // "BCC1"
+constexpr uint32_t kStop = 0xFFFFFFFFu;
+constexpr uint32_t kMaxBatch = 1u << 16;
+// gloo matches messages by tag; each step of a batch has its own.
+enum Tag : uint32_t { kHeaderTag = 1, kEntriesTag, kAllreduceTag, kSizesTag, kGatherTag };
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint32_t count = 0;  // entries; kStop: the leader stopped
+};
+
+template <typename T>
+void Broadcast(gloo::Context* context, T* data, size_t count, uint32_t tag,
+               std::chrono::milliseconds timeout) {
+  gloo::BroadcastOptions opts(std::shared_ptr<gloo::Context>(context, [](gloo::Context*) {}));
+  opts.setOutput(data, count);
+  opts.setRoot(0);
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  gloo::broadcast(opts);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CollectiveExchange>> CollectiveExchange::Connect(
+    gloo::rendezvous::Store& store, const std::string& host, Options options) {
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = host;
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    context->setTimeout(options.timeout);
+    context->connectFullMesh(store, device);
+    return std::make_unique<CollectiveExchange>(std::move(context), options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("worker ", options.rank, " of ", options.size,
+                                               " could not join the collectives' mesh on '", host,
+                                               "': ", e.what()));
+  }
+}
+
+CollectiveExchange::CollectiveExchange(std::shared_ptr<gloo::Context> context, Options options)
+    : context_(std::move(context)), options_(options) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+CollectiveExchange::~CollectiveExchange() { Stop(); }
+
+void CollectiveExchange::Submit(CollectiveItem item) {
+  absl::Status failed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_.ok() && !stop_) {
+      const Id id{item.key, item.round, item.stage};
+      if (ready_.emplace(id, std::move(item)).second) {
+        ready_order_.push_back(id);
+        changed_.SignalAll();
+        return;
+      }
+      failed = absl::InternalError(absl::StrCat("round ", std::get<1>(id), " of '", item.name,
+                                                "' was given to the collectives twice"));
+    } else {
+      failed = failed_.ok() ? absl::CancelledError("the collectives stopped (engine shutdown)")
+                            : failed_;
+    }
+  }
+  item.done(failed);
+}
+
+void CollectiveExchange::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    changed_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  Fail(absl::CancelledError("the collectives stopped (engine shutdown)"));
+}
+
+CollectiveExchange::Counts CollectiveExchange::counts() const {
+  absl::MutexLock lock(&mu_);
+  return counts_;
+}
+
+void CollectiveExchange::Fail(const absl::Status& reason) {
+  std::map<Id, CollectiveItem> left;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_.ok()) failed_ = reason;
+    left.swap(ready_);
+    ready_order_.clear();
+  }
+  for (auto& [id, item] : left) item.done(reason);
+}
+
+std::vector<CollectiveExchange::Entry> CollectiveExchange::NextBatch(bool* stop) {
+  absl::MutexLock lock(&mu_);
+  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !ready_order_.empty();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&has_work), absl::FromChrono(options_.keepalive));
+  std::vector<Entry> batch;
+  if (stop_ && ready_order_.empty()) {
+    *stop = true;
+    return batch;
+  }
+  size_t bytes = 0;
+  for (const Id& id : ready_order_) {
+    const CollectiveItem& item = ready_.at(id);
+    const size_t item_bytes = item.scheme == proto::SCHEME_ALLREDUCE
+                                  ? item.values.size() * sizeof(float)
+                                  : item.payload.size();
+    if (!batch.empty() && (bytes + item_bytes > options_.max_fused_bytes || batch.size() >= kMaxBatch)) {
+      break;
+    }
+    bytes += item_bytes;
+    batch.push_back(Entry{item.key, item.round, item.stage, static_cast<uint32_t>(item.scheme),
+                          item.scheme == proto::SCHEME_ALLREDUCE ? item.values.size() : 0});
+  }
+  return batch;
+}
+
+absl::StatusOr<std::vector<CollectiveItem>> CollectiveExchange::TakeItems(
+    const std::vector<Entry>& batch) {
+  std::vector<CollectiveItem> items;
+  items.reserve(batch.size());
+  // On an error the items taken so far get it too (outside the lock: done may call back).
+  struct FailTaken {
+    std::vector<CollectiveItem>* items;
+    absl::Status status;
+    ~FailTaken() {
+      if (status.ok()) return;
+      for (CollectiveItem& item : *items) item.done(status);
+    }
+  };
+  std::vector<CollectiveItem> taken_on_error;
+  FailTaken fail_taken{&taken_on_error, absl::OkStatus()};
+  auto failing = [&](absl::Status status) {
+    taken_on_error = std::move(items);
+    fail_taken.status = status;
+    return status;
+  };
+  const absl::Time deadline = absl::Now() + absl::FromChrono(options_.timeout);
+  absl::MutexLock lock(&mu_);  // released before fail_taken runs (declared after it)
+  for (const Entry& e : batch) {
+    const Id id{e.key, e.round, e.stage};
+    auto listed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return ready_.count(id) > 0 || !failed_.ok();
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&listed), deadline)) {
+      return failing(absl::DeadlineExceededError(absl::StrCat(
+          "worker 0 summed round ", e.round, " of key ", e.key >> 32, ":", e.key & 0xFFFFFFFFu,
+          " stage ", e.stage, ", which worker ", options_.rank, " did not give within ",
+          options_.timeout.count(), " ms (every worker must push each collective tensor every "
+          "round)")));
+    }
+    if (!failed_.ok()) return failing(failed_);
+    auto it = ready_.find(id);
+    CollectiveItem item = std::move(it->second);
+    ready_.erase(it);
+    for (auto o = ready_order_.begin(); o != ready_order_.end(); ++o) {
+      if (*o == id) {
+        ready_order_.erase(o);
+        break;
+      }
+    }
+    if (static_cast<uint32_t>(item.scheme) != e.scheme ||
+        (item.scheme == proto::SCHEME_ALLREDUCE && item.values.size() != e.elements)) {
+      const std::string why = absl::StrCat(
+          "round ", e.round, " of '", item.name, "': worker 0 has scheme ",
+          proto::Scheme_Name(static_cast<proto::Scheme>(e.scheme)), " with ", e.elements,
+          " values, worker ", options_.rank, " ", proto::Scheme_Name(item.scheme), " with ",
+          item.values.size());
+      items.push_back(std::move(item));
+      return failing(absl::InternalError(why));
+    }
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+absl::Status CollectiveExchange::RunBatch(std::vector<CollectiveItem> items) {
+  absl::Status status;
+  try {
+    status = SumAndGather(items);
+  } catch (const std::exception& e) {
+    status = absl::UnavailableError(
+        absl::StrCat("the collectives failed (a worker left, or gloo timed out): ", e.what()));
+  }
+  if (!status.ok()) {
+    for (CollectiveItem& item : items) item.done(status);
+  }
+  return status;
+}
+
+absl::Status CollectiveExchange::SumAndGather(std::vector<CollectiveItem>& items) {
+  const auto timeout = options_.timeout;
+  std::vector<size_t> reduced;
+  std::vector<size_t> gathered;
+  size_t total = 0;
+  std::vector<size_t> lengths(items.size(), 0);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].scheme == proto::SCHEME_ALLREDUCE) {
+      reduced.push_back(i);
+      lengths[i] = items[i].values.size();
+      total += lengths[i];
+    } else {
+      gathered.push_back(i);
+    }
+  }
+  int64_t collectives = 0;
+  std::vector<absl::StatusOr<CollectiveResult>> results(items.size(),
+                                                        absl::InternalError("not run"));
+  if (!reduced.empty()) {
+    // One item's values are summed in place; several are fused into one buffer. Behind the
+    // values, one flag per item: the workers that aborted it.
+    std::shared_ptr<std::vector<float>> sums;
+    if (reduced.size() == 1) {
+      sums = std::make_shared<std::vector<float>>(std::move(items[reduced[0]].values));
+    } else {
+      sums = std::make_shared<std::vector<float>>();
+      sums->reserve(total + reduced.size());
+      for (size_t i : reduced) {
+        sums->insert(sums->end(), items[i].values.begin(), items[i].values.end());
+        items[i].values = {};
+      }
+    }
+    for (size_t i : reduced) sums->push_back(items[i].aborted ? 1.0f : 0.0f);
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(sums->data(), sums->size());
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setTag(kAllreduceTag);
+    opts.setTimeout(timeout);
+    gloo::allreduce(opts);
+    ++collectives;
+    size_t at = 0;
+    for (size_t j = 0; j < reduced.size(); ++j) {
+      const size_t i = reduced[j];
+      const float aborted = (*sums)[total + j];
+      if (aborted > 0) {
+        results[i] = absl::AbortedError(absl::StrCat(
+            static_cast<int>(aborted), " worker(s) could not encode this round; it fails on "
+            "every worker"));
+      } else {
+        CollectiveResult r;
+        r.sums = sums;
+        r.offset = at;
+        r.count = lengths[i];
+        results[i] = std::move(r);
+      }
+      at += lengths[i];
+    }
+  }
+  if (!gathered.empty()) {
+    const size_t k = gathered.size();
+    const size_t w = static_cast<size_t>(options_.size);
+    std::vector<int64_t> mine(k);
+    for (size_t j = 0; j < k; ++j) {
+      const CollectiveItem& item = items[gathered[j]];
+      mine[j] = item.aborted ? -1 : static_cast<int64_t>(item.payload.size());
+      if (item.aborted) items[gathered[j]].payload.clear();
+    }
+    std::vector<int64_t> sizes(k * w);
+    {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(mine.data(), k);
+      opts.setOutput(sizes.data(), k * w);
+      opts.setTag(kSizesTag);
+      opts.setTimeout(timeout);
+      gloo::allgather(opts);
+    }
+    // -1: that worker aborted the item (it sends nothing for it).
+    std::vector<size_t> per_rank(w, 0);
+    std::vector<int> aborted(k, 0);
+    for (size_t r = 0; r < w; ++r) {
+      for (size_t j = 0; j < k; ++j) {
+        if (sizes[r * k + j] < 0) {
+          ++aborted[j];
+          sizes[r * k + j] = 0;
+        }
+        per_rank[r] += static_cast<size_t>(sizes[r * k + j]);
+      }
+    }
+    std::vector<uint8_t> input;
+    input.reserve(per_rank[static_cast<size_t>(options_.rank)]);
+    for (size_t j = 0; j < k; ++j) {
+      const std::vector<uint8_t>& p = items[gathered[j]].payload;
+      input.insert(input.end(), p.begin(), p.end());
+    }
+    auto all = std::make_shared<std::vector<uint8_t>>(std::accumulate(per_rank.begin(),
+                                                                      per_rank.end(), size_t{0}));
+    {
+      gloo::AllgathervOptions opts(context_);
+      opts.setInput(input.data(), input.size());
+      opts.setOutput(all->data(), per_rank);
+      opts.setTag(kGatherTag);
+      opts.setTimeout(timeout);
+      gloo::allgatherv(opts);
+    }
+    collectives += 2;
+    size_t base = 0;
+    std::vector<std::vector<absl::Span<const uint8_t>>> views(k, std::vector<absl::Span<const uint8_t>>(w));
+    for (size_t r = 0; r < w; ++r) {
+      size_t at = base;
+      for (size_t j = 0; j < k; ++j) {
+        const size_t n = static_cast<size_t>(sizes[r * k + j]);
+        views[j][r] = absl::MakeConstSpan(all->data() + at, n);
+        at += n;
+      }
+      base += per_rank[r];
+    }
+    for (size_t j = 0; j < k; ++j) {
+      if (aborted[j] > 0) {
+        results[gathered[j]] = absl::AbortedError(absl::StrCat(
+            aborted[j], " worker(s) could not encode this round; it fails on every worker"));
+        continue;
+      }
+      CollectiveResult r;
+      r.gathered = all;
+      r.payloads = std::move(views[j]);
+      results[gathered[j]] = std::move(r);
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++counts_.batches;
+    counts_.items += static_cast<int64_t>(items.size());
+    counts_.collectives += collectives;
+  }
+  for (size_t i = 0; i < items.size(); ++i) items[i].done(std::move(results[i]));
+  items.clear();
+  return absl::OkStatus();
+}
+
+void CollectiveExchange::Run() {
+  gloo::Context* context = context_.get();
+  const bool leader = options_.rank == 0;
+  while (true) {
+    std::vector<Entry> batch;
+    try {
+      Header header;
+      if (leader) {
+        bool stop = false;
+        batch = NextBatch(&stop);
+        header.count = stop ? kStop : static_cast<uint32_t>(batch.size());
+      }
+      // A follower waits for the leader's next batch, which comes within keepalive.
+      Broadcast(context, &header, 1, kHeaderTag, options_.timeout);
+      if (header.magic != kMagic || (header.count > kMaxBatch && header.count != kStop)) {
+        throw std::runtime_error(absl::StrCat("a batch header with magic ", header.magic,
+                                              " and ", header.count, " entries"));
+      }
+      if (header.count == kStop) {
+        Fail(absl::CancelledError("worker 0 stopped the collectives (its engine shut down)"));
+        return;
+      }
+      if (!leader) {
+        absl::MutexLock lock(&mu_);
+        if (stop_) return;  // Stop() fails what is left
+      }
+      if (header.count == 0) continue;
+      batch.resize(header.count);
+      Broadcast(context, batch.data(), batch.size(), kEntriesTag, options_.timeout);
+      absl::StatusOr<std::vector<CollectiveItem>> items = TakeItems(batch);
+      if (!items.ok()) {
+        Fail(items.status());
+        return;
+      }
+      if (absl::Status s = RunBatch(*std::move(items)); !s.ok()) {
+        Fail(s);
+        return;
+      }
+    } catch (const std::exception& e) {
+      bool stopping = false;
+      {
+        absl::MutexLock lock(&mu_);
+        stopping = stop_;
+      }
+      if (!stopping) BC_LOG_ERROR("collectives failed on worker ", options_.rank, ": ", e.what());
+      Fail(absl::UnavailableError(absl::StrCat("the collectives failed (a worker left, or gloo "
+                                               "timed out): ",
+                                               e.what())));
+      return;
+    }
+  }
+}
+
+}  // namespace bytecomp::worker

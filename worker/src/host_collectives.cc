@@ -1,0 +1,200 @@
+// HostPipeline's collective side (host_pipeline.h): a partition whose plan names scheme
+// allreduce or allgather goes to the engine's CollectiveExchange instead of the data thread,
+// and its result comes back from there.
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bytecomp/common.h"
+#include "bytecomp/common/partition.h"
+#include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/two_round.h"
+#include "host_pipeline.h"
+#include "partition_codec.h"
+
+namespace bytecomp::worker {
+
+void HostPipeline::Send(const std::shared_ptr<EncodedPush>& push) {
+  const Operation& op = *push->op;
+  if (!op.plan().collective()) {
+    ctx_.to_data_thread->Push(push);
+    return;
+  }
+  const int64_t partition = push->partition;
+  bool aborted = !push->abort_error.empty();
+  std::vector<float> values;
+  std::vector<uint8_t> payload;
+  if (op.plan().scheme == proto::SCHEME_ALLGATHER) {
+    payload = std::move(push->payload);
+  } else if (PartitionCodec& pc = op.codecs()->partitions[partition]; pc.push != nullptr) {
+    const size_t n = static_cast<size_t>(op.layout().range(partition).count);
+    if (push->stage != 0) {
+      // Two-round codecs: the stage's fp32 factors, after the payload's u32 stage.
+      compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
+      const size_t floats = push->stage == 1 ? two->FirstRoundFloats(n) : two->SecondRoundFloats(n);
+      values.assign(floats, 0.0f);
+      if (!aborted && push->payload.size() == 4 + 4 * floats) {
+        std::memcpy(values.data(), push->payload.data() + 4, 4 * floats);
+      } else {
+        aborted = true;
+      }
+    } else {
+      // A codec whose encoded values sum: its dense vector of them (randomk: the k values at
+      // the shared indices; fp16: all n).
+      const compress::CodecContext ctx = ctx_.ContextFor(op, partition, ctx_.rank);
+      values.assign(pc.push->SummedLength(n, ctx), 0.0f);
+      if (!aborted) {
+        absl::Status added =
+            pc.push->AddEncodedValues(push->payload, ctx, n, absl::MakeSpan(values));
+        if (!added.ok()) {
+          push->op->RecordError(added);
+          aborted = true;
+        }
+      }
+    }
+  } else {
+    aborted = true;  // no codec (EnsureCodecs failed): the collectives end on the mismatch
+  }
+  SubmitCollective(push->op, partition, push->stage, std::move(values), std::move(payload),
+                   aborted);
+}
+
+void HostPipeline::StartCollective(const std::shared_ptr<Operation>& op) {
+  for (int64_t p = 0; p < op->layout().num_partitions(); ++p) {
+    ctx_.RunOnPool(op, p, [this, op, p] {
+      const PartitionRange range = op->layout().range(p);
+      const size_t n = static_cast<size_t>(range.count);
+      const size_t elem = DTypeSize(op->dtype());
+      std::vector<float> values(n);
+      ToFloat32(op->dtype(), op->host_data() + range.offset * elem, values.data(), n);
+      // The values are copied: the caller's memory is no longer read.
+      ctx_.tracker->PayloadReleased(op, p);
+      ctx_.traffic->CountPush(static_cast<int64_t>(n * elem), static_cast<int64_t>(n * elem), "");
+      std::vector<uint8_t> payload;
+      if (op->plan().scheme == proto::SCHEME_ALLGATHER) {
+        payload.resize(n * sizeof(float));
+        std::memcpy(payload.data(), values.data(), payload.size());
+        values = {};
+      }
+      SubmitCollective(op, p, 0, std::move(values), std::move(payload), false);
+    });
+  }
+}
+
+void HostPipeline::SubmitCollective(const std::shared_ptr<Operation>& op, int64_t partition,
+                                    uint32_t stage, std::vector<float> values,
+                                    std::vector<uint8_t> payload, bool aborted) {
+  if (collectives_ == nullptr) {
+    ctx_.tracker->ResultFailed(
+        op, partition,
+        absl::FailedPreconditionError(absl::StrCat(
+            "tensor '", op->request.name, "': the strategy sums it with ",
+            proto::Scheme_Name(op->plan().scheme),
+            ", but this worker joined no collectives (the job's ClusterConfig.collectives is "
+            "off)")));
+    return;
+  }
+  CollectiveItem item;
+  item.key = MakeKey(op->layout().tensor_id, static_cast<uint32_t>(partition));
+  item.round = op->round();
+  item.stage = stage;
+  item.scheme = op->plan().scheme;
+  item.name = op->request.name;
+  item.values = std::move(values);
+  item.payload = std::move(payload);
+  item.aborted = aborted;
+  item.done = [this, op, partition, stage](absl::StatusOr<CollectiveResult> result) {
+    ctx_.RunOnPool(op, partition, [this, op, partition, stage, r = std::move(result)]() mutable {
+      if (!r.ok()) {
+        ctx_.tracker->ResultFailed(
+            op, partition,
+            absl::Status(r.status().code(),
+                         absl::StrCat("round ", op->round(), " of '", op->request.name,
+                                      "' partition ", partition, " (",
+                                      proto::Scheme_Name(op->plan().scheme),
+                                      "): ", r.status().message())));
+        return;
+      }
+      if (stage == 1) {
+        ctx_.traffic->CountPull(static_cast<int64_t>(r->count * sizeof(float)), 0,
+                                op->plan().push.name());
+        EncodeSecondRound(op, partition, r->sum());
+        return;
+      }
+      absl::Status written = WriteCollectiveResult(op, partition, stage, *r);
+      if (written.ok()) {
+        ctx_.tracker->ResultIn(op, partition);
+      } else {
+        ctx_.tracker->ResultFailed(op, partition, written);
+      }
+    });
+  };
+  collectives_->Submit(std::move(item));
+}
+
+absl::Status HostPipeline::WriteCollectiveResult(const std::shared_ptr<Operation>& op,
+                                                 int64_t partition, uint32_t stage,
+                                                 const CollectiveResult& result) {
+  const PartitionRange range = op->layout().range(partition);
+  const size_t n = static_cast<size_t>(range.count);
+  const size_t elem = DTypeSize(op->dtype());
+  const bool compressed = op->plan().compressed();
+  const bool gather = op->plan().scheme == proto::SCHEME_ALLGATHER;
+  int64_t received = 0;
+  if (gather) {
+    for (const auto& p : result.payloads) received += static_cast<int64_t>(p.size());
+  } else {
+    received = static_cast<int64_t>(result.count * sizeof(float));
+  }
+  ctx_.traffic->CountPull(received, static_cast<int64_t>(n * elem),
+                          compressed ? absl::string_view(op->plan().push.name()) : "");
+  auto error = [&](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("round ", op->round(), " of '", op->request.name,
+                                            "' partition ", partition, ": ", what));
+  };
+  if (!compressed && !gather) {  // the raw sum: one pass into the tensor, averaged if asked
+    if (result.count != n) return error(absl::StrCat("a sum of ", result.count, " values"));
+    StoreSum(*op, partition, result.sum().data());
+    return absl::OkStatus();
+  }
+  std::vector<float> scratch;
+  absl::Span<float> out;
+  if (op->dtype() == proto::DTYPE_FLOAT32) {
+    out = absl::MakeSpan(reinterpret_cast<float*>(op->host_data()) + range.offset, n);
+  } else {
+    scratch.resize(n);
+    out = absl::MakeSpan(scratch);
+  }
+  absl::Status status;
+  if (gather) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (size_t rank = 0; rank < result.payloads.size() && status.ok(); ++rank) {
+      absl::Span<const uint8_t> p = result.payloads[rank];
+      if (!compressed) {
+        if (p.size() != n * sizeof(float)) {
+          return error(absl::StrCat("worker ", rank, " gave ", p.size(), " bytes for ", n,
+                                    " fp32 values"));
+        }
+        std::vector<float> misaligned;
+        const float* v = compress::AlignedAs<float>(p, misaligned);
+        for (size_t i = 0; i < n; ++i) out[i] += v[i];
+      } else {
+        status = op->codecs()->partitions[partition].push->DecodeAdd(
+            p, ctx_.ContextFor(*op, partition, static_cast<uint32_t>(rank)), out);
+        if (!status.ok()) {
+          return error(absl::StrCat("decoding worker ", rank, "'s payload: ", status.message()));
+        }
+      }
+    }
+  } else {
+    PartitionCodec& pc = op->codecs()->partitions[partition];
+    const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
+    status = stage == 2 ? compress::AsTwoRound(*pc.push)->DecodeSecond(result.sum(), ctx, out)
+                        : pc.push->ExpandSum(result.sum(), ctx, out);
+    if (!status.ok()) return error(std::string(status.message()));
+  }
+  FinishSum(*op, partition, out);
+  return absl::OkStatus();
+}
+
+}  // namespace bytecomp::worker
