@@ -19,7 +19,9 @@ loopback (no slow links: compression can show little) and says so.
 
 Systems: ddp-gloo (no hook), ddp-fp16 (fp16_compress_hook), ddp-powersgd (PowerSGD hook, rank
 2, one bucket), bc-none, bc-fp16 (both ways), bc-topk (top-k 1% both ways, residual on the
-workers and the servers; any bc-<preset> of bytecomp.strategy likewise), bc-auto
+workers and the servers; any bc-<preset> of bytecomp.strategy likewise), bc-<preset>-ar and
+bc-<preset>-ag (the preset one-way, summed among the workers by gloo's allreduce or allgather
+instead of on the servers: bc-none-ar, bc-powersgd-ar, bc-topk-ag), bc-auto
 (--strategy=auto: the scheduler profiles, plans with the measured links and the VM's measured
 codec costs, switches every node).
 """
@@ -81,7 +83,7 @@ def parse_args(argv=None):
     args.models = [m for m in args.models.split(",") if m]
     unknown = [s for s in args.systems
                if base_system(s) not in SYSTEMS + ("local",)
-               and base_system(s)[len("bc-"):] not in PRESETS]
+               and scheme_setting(base_system(s))[0][len("bc-"):] not in PRESETS]
     if any(key_setting(s)[0].endswith("@base") for s in args.systems) and not args.base_dir:
         p.error("a SYSTEM@base needs --base-dir")
     if unknown:
@@ -99,6 +101,19 @@ def key_setting(system):
     for suffix, protection in KEY_SUFFIXES.items():
         if system.endswith(suffix):
             return system[:-len(suffix)], protection
+    return system, None
+
+
+# A ByteComp system bc-<preset> with one of these suffixes sums among the workers (Strategy
+# scheme) instead of on the servers.
+SCHEME_SUFFIXES = {"-ar": "allreduce", "-ag": "allgather"}
+
+
+def scheme_setting(system):
+    """(system without a scheme suffix, its scheme or None for the servers)."""
+    for suffix, scheme in SCHEME_SUFFIXES.items():
+        if system.startswith("bc-") and system.endswith(suffix):
+            return system[:-len(suffix)], scheme
     return system, None
 
 
@@ -130,8 +145,16 @@ def rate_gbps(rate):
 def scheduler_args(system, args, work):
     """The scheduler's flags for a system: its strategy (none for DDP and bc-none)."""
     flags = ["--heartbeat_timeout_ms=30000"]  # a loaded shared host stalls processes
-    codec = system[len("bc-"):]
-    if codec in PRESETS and codec != "none":
+    preset, scheme = scheme_setting(system)
+    codec = preset[len("bc-"):]
+    if scheme is not None:
+        # The preset one-way, every tensor summed among the workers by gloo.
+        params, memory = PRESETS[codec]
+        path = os.path.join(work, f"{system}.pbtxt")
+        with open(path, "w") as f:
+            f.write(strategy_text(codec, params=params, memory=memory, scheme=scheme))
+        flags += [f"--strategy={path}", "--collectives"]
+    elif codec in PRESETS and codec != "none":
         # The preset (topk: 1%, residual) both ways; the servers' re-encode gets the same
         # error-feedback memory as the workers' by default.
         params, memory = PRESETS[codec]

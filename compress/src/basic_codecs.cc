@@ -328,6 +328,11 @@ class HalfCodec final : public DenseSummableCodec {
   std::vector<uint16_t> out_scratch_;  // unaligned output buffers only
 };
 
+CodecFacts WithSummedWire(CodecFacts facts, SummedWire wire) {
+  facts.summed_wire = wire;
+  return facts;
+}
+
 }  // namespace
 
 void RegisterBasicCodecs(CodecRegistry& registry) {
@@ -354,7 +359,7 @@ void RegisterBasicCodecs(CodecRegistry& registry) {
                 .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
                   return std::make_unique<HalfCodec>(false);
                 },
-                .facts = half_facts});
+                .facts = WithSummedWire(half_facts, SummedWire::kFloat16)});
   MustRegister(registry,
                {.name = "bf16",
                 .summary = "bfloat16 (fp32's top 16 bits, rounded to nearest even)",
@@ -362,7 +367,7 @@ void RegisterBasicCodecs(CodecRegistry& registry) {
                 .factory = [](const CodecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
                   return std::make_unique<HalfCodec>(true);
                 },
-                .facts = half_facts});
+                .facts = WithSummedWire(half_facts, SummedWire::kBfloat16)});
 }
 
 }  // namespace bytecomp::compress

@@ -8,7 +8,8 @@
 namespace bytecomp {
 
 std::string CollectiveStore::Refusal(const RegisteredNode& node, const std::string& key) const {
-  if (node.role != proto::ROLE_WORKER) return absl::StrCat(NodeTable::Name(node), " is not a worker");
+  if (node.role != proto::ROLE_WORKER)
+    return absl::StrCat(NodeTable::Name(node), " is not a worker");
   if (!collectives_) {
     return "the job has no collectives (ClusterConfig.collectives is off)";
   }
@@ -27,8 +28,8 @@ void CollectiveStore::HandleSet(const RegisteredNode& node, const proto::Collect
   };
   if (std::string why = Refusal(node, set.key()); !why.empty()) return refuse(why);
   if (set.value().size() > kMaxValueBytes) {
-    return refuse(absl::StrCat("a value of ", set.value().size(), " bytes (at most ",
-                               kMaxValueBytes, ")"));
+    return refuse(
+        absl::StrCat("a value of ", set.value().size(), " bytes (at most ", kMaxValueBytes, ")"));
   }
   auto it = values_.find(set.key());
   if (it != values_.end() && it->second.owner != node.rank) {

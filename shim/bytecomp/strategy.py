@@ -38,7 +38,7 @@ def _codec_block(field, name, params, memory):
 
 def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_bytes=None,
                   force=False, seed=0, name_pattern="grad/*", pull_memory="",
-                  adaptive_ratio=None):
+                  adaptive_ratio=None, scheme=None):
     """A Strategy applying `codec` to every tensor matching name_pattern (by default every
     gradient of DistributedOptimizer; broadcasts and metrics stay exact). params/memory default
     to the preset for the name; two_way re-encodes pulls with the same codec on the servers;
@@ -46,7 +46,9 @@ def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_b
     error-feedback memory for the re-encode (two_way): "" gives them the push codec's memory
     (the nodes resolve it: compress/strategy.h, PlanFor), "none" none; adaptive_ratio, a dict of
     proto/strategy.proto AdaptiveRatio fields (min_ratio, max_ratio, window_rounds, ...), lets
-    the scheduler change the codec's ratio within bounds during training."""
+    the scheduler change the codec's ratio within bounds during training; scheme "allreduce" or
+    "allgather" sums the tensors among the workers with gloo instead of on the servers (the job
+    needs ClusterConfig.collectives: bytecomp-scheduler --collectives; one-way only)."""
     preset_params, preset_memory = PRESETS.get(codec, ({}, ""))
     params = preset_params if params is None else params
     memory = preset_memory if memory is None else memory
@@ -62,6 +64,10 @@ def strategy_text(codec, params=None, memory=None, two_way=False, min_compress_b
             lines += _codec_block("pull_codec", codec, params, pull_memory)
     if force:
         lines.append("  force: true")
+    if scheme and scheme != "ps":
+        if two_way:
+            raise ValueError(f"scheme {scheme} is one-way: two_way must be False")
+        lines.append(f"  scheme: SCHEME_{scheme.upper()}")
     if adaptive_ratio:
         lines.append("  adaptive_ratio {")
         for key in sorted(adaptive_ratio):

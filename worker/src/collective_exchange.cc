@@ -1,5 +1,6 @@
 #include "collective_exchange.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <numeric>
@@ -7,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "bytecomp/common/dtype.h"
 #include "bytecomp/common/logging.h"
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
@@ -26,6 +28,8 @@ struct CollectiveExchange::Entry {
   uint32_t stage = 0;
   uint32_t scheme = 0;
   uint64_t elements = 0;  // allreduce: the values' count (every worker's must match)
+  uint32_t wire = 0;      // allreduce: the DType they travel in
+  uint32_t reserved = 0;
 };
 
 namespace {
@@ -40,6 +44,9 @@ struct Header {
   uint32_t magic = kMagic;
   uint32_t count = 0;  // entries; kStop: the leader stopped
 };
+// A batch goes in one broadcast of its header and its first entries; a longer one's other
+// entries follow in a second.
+constexpr size_t kInlineEntries = 50;
 
 template <typename T>
 void Broadcast(gloo::Context* context, T* data, size_t count, uint32_t tag,
@@ -127,9 +134,8 @@ void CollectiveExchange::Fail(const absl::Status& reason) {
 
 std::vector<CollectiveExchange::Entry> CollectiveExchange::NextBatch(bool* stop) {
   absl::MutexLock lock(&mu_);
-  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stop_ || !ready_order_.empty();
-  };
+  auto has_work = [this]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !ready_order_.empty(); };
   mu_.AwaitWithTimeout(absl::Condition(&has_work), absl::FromChrono(options_.keepalive));
   std::vector<Entry> batch;
   if (stop_ && ready_order_.empty()) {
@@ -140,14 +146,16 @@ std::vector<CollectiveExchange::Entry> CollectiveExchange::NextBatch(bool* stop)
   for (const Id& id : ready_order_) {
     const CollectiveItem& item = ready_.at(id);
     const size_t item_bytes = item.scheme == proto::SCHEME_ALLREDUCE
-                                  ? item.values.size() * sizeof(float)
+                                  ? Length(item) * DTypeSize(item.wire)
                                   : item.payload.size();
-    if (!batch.empty() && (bytes + item_bytes > options_.max_fused_bytes || batch.size() >= kMaxBatch)) {
+    if (!batch.empty() &&
+        (bytes + item_bytes > options_.max_fused_bytes || batch.size() >= kMaxBatch)) {
       break;
     }
     bytes += item_bytes;
     batch.push_back(Entry{item.key, item.round, item.stage, static_cast<uint32_t>(item.scheme),
-                          item.scheme == proto::SCHEME_ALLREDUCE ? item.values.size() : 0});
+                          item.scheme == proto::SCHEME_ALLREDUCE ? Length(item) : 0,
+                          static_cast<uint32_t>(item.wire), 0});
   }
   return batch;
 }
@@ -180,11 +188,12 @@ absl::StatusOr<std::vector<CollectiveItem>> CollectiveExchange::TakeItems(
       return ready_.count(id) > 0 || !failed_.ok();
     };
     if (!mu_.AwaitWithDeadline(absl::Condition(&listed), deadline)) {
-      return failing(absl::DeadlineExceededError(absl::StrCat(
-          "worker 0 summed round ", e.round, " of key ", e.key >> 32, ":", e.key & 0xFFFFFFFFu,
-          " stage ", e.stage, ", which worker ", options_.rank, " did not give within ",
-          options_.timeout.count(), " ms (every worker must push each collective tensor every "
-          "round)")));
+      return failing(absl::DeadlineExceededError(
+          absl::StrCat("worker 0 summed round ", e.round, " of key ", e.key >> 32, ":",
+                       e.key & 0xFFFFFFFFu, " stage ", e.stage, ", which worker ", options_.rank,
+                       " did not give within ", options_.timeout.count(),
+                       " ms (every worker must push each collective tensor every "
+                       "round)")));
     }
     if (!failed_.ok()) return failing(failed_);
     auto it = ready_.find(id);
@@ -197,12 +206,14 @@ absl::StatusOr<std::vector<CollectiveItem>> CollectiveExchange::TakeItems(
       }
     }
     if (static_cast<uint32_t>(item.scheme) != e.scheme ||
-        (item.scheme == proto::SCHEME_ALLREDUCE && item.values.size() != e.elements)) {
-      const std::string why = absl::StrCat(
-          "round ", e.round, " of '", item.name, "': worker 0 has scheme ",
-          proto::Scheme_Name(static_cast<proto::Scheme>(e.scheme)), " with ", e.elements,
-          " values, worker ", options_.rank, " ", proto::Scheme_Name(item.scheme), " with ",
-          item.values.size());
+        (item.scheme == proto::SCHEME_ALLREDUCE &&
+         (Length(item) != e.elements || static_cast<uint32_t>(item.wire) != e.wire))) {
+      const std::string why =
+          absl::StrCat("round ", e.round, " of '", item.name, "': worker 0 has scheme ",
+                       proto::Scheme_Name(static_cast<proto::Scheme>(e.scheme)), " with ",
+                       e.elements, " values in ", DTypeName(static_cast<proto::DType>(e.wire)),
+                       ", worker ", options_.rank, " ", proto::Scheme_Name(item.scheme), " with ",
+                       Length(item), " in ", DTypeName(item.wire));
       items.push_back(std::move(item));
       return failing(absl::InternalError(why));
     }
@@ -213,76 +224,143 @@ absl::StatusOr<std::vector<CollectiveItem>> CollectiveExchange::TakeItems(
 
 absl::Status CollectiveExchange::RunBatch(std::vector<CollectiveItem> items) {
   absl::Status status;
+  std::vector<absl::StatusOr<CollectiveResult>> results(items.size(),
+                                                        absl::InternalError("not run"));
   try {
-    status = SumAndGather(items);
+    status = SumAndGather(items, results);
   } catch (const std::exception& e) {
     status = absl::UnavailableError(
         absl::StrCat("the collectives failed (a worker left, or gloo timed out): ", e.what()));
   }
-  if (!status.ok()) {
-    for (CollectiveItem& item : items) item.done(status);
+  // Borrowed values not yet read (a batch that failed early) are released too.
+  for (CollectiveItem& item : items) {
+    if (item.released) std::exchange(item.released, nullptr)();
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    items[i].done(status.ok() ? std::move(results[i]) : absl::StatusOr<CollectiveResult>(status));
   }
   return status;
 }
 
-absl::Status CollectiveExchange::SumAndGather(std::vector<CollectiveItem>& items) {
-  const auto timeout = options_.timeout;
-  std::vector<size_t> reduced;
-  std::vector<size_t> gathered;
+namespace {
+
+// gloo's reduce functions: c = a + b (c is a or b, or neither), n elements.
+void SumFloat32(void* c, const void* a, const void* b, size_t n) {
+  float* out = static_cast<float*>(c);
+  const float* other = static_cast<const float*>(c == a ? b : a);
+  if (c != a && c != b) std::memcpy(out, a, n * sizeof(float));
+  AddFloat32(out, other, n);
+}
+
+// 16-bit values widened, added and rounded back, a block at a time.
+template <proto::DType kType>
+void Sum16(void* c, const void* a, const void* b, size_t n) {
+  constexpr size_t kBlock = 2048;
+  float wa[kBlock];
+  float wb[kBlock];
+  for (size_t at = 0; at < n; at += kBlock) {
+    const size_t k = std::min(kBlock, n - at);
+    ToFloat32(kType, static_cast<const uint16_t*>(a) + at, wa, k);
+    ToFloat32(kType, static_cast<const uint16_t*>(b) + at, wb, k);
+    AddFloat32(wa, wb, k);
+    FromFloat32(kType, wa, static_cast<uint16_t*>(c) + at, k);
+  }
+}
+
+}  // namespace
+
+void CollectiveExchange::Allreduce(std::vector<CollectiveItem>& items,
+                                   const std::vector<size_t>& reduced, proto::DType wire,
+                                   std::vector<absl::StatusOr<CollectiveResult>>& results) {
+  // The items' values, then one flag per item: the workers that aborted it.
   size_t total = 0;
-  std::vector<size_t> lengths(items.size(), 0);
+  std::vector<size_t> lengths;
+  for (size_t i : reduced) {
+    lengths.push_back(Length(items[i]));
+    total += lengths.back();
+  }
+  const size_t elements = total + reduced.size();
+  // fp32 is summed in the result's own buffer; 16-bit types in `narrow`, widened after.
+  // (new[] without (): not zeroed, every element is written below.)
+  std::shared_ptr<float[]> sums(new float[elements]);
+  std::unique_ptr<uint16_t[]> narrow(wire == proto::DTYPE_FLOAT32 ? nullptr
+                                                                  : new uint16_t[elements]);
+  auto put = [&](const float* src, size_t at, size_t n) {
+    if (wire == proto::DTYPE_FLOAT32) {
+      std::memcpy(sums.get() + at, src, n * sizeof(float));
+    } else {
+      FromFloat32(wire, src, narrow.get() + at, n);
+    }
+  };
+  size_t at = 0;
+  for (size_t i : reduced) {
+    CollectiveItem& item = items[i];
+    const size_t n = Length(item);
+    put(item.values.empty() ? item.source.data() : item.values.data(), at, n);
+    at += n;
+    item.values = {};
+    item.source = {};
+    if (item.released) std::exchange(item.released, nullptr)();
+  }
+  for (size_t i : reduced) {
+    const float flag = items[i].aborted ? 1.0f : 0.0f;
+    put(&flag, at++, 1);
+  }
+  gloo::AllreduceOptions opts(context_);
+  opts.setTag(kAllreduceTag);
+  opts.setTimeout(options_.timeout);
+  const int w = options_.size;
+  if (elements * DTypeSize(wire) < options_.bcube_below_bytes && w > 2 && (w & (w - 1)) == 0) {
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
+  }
+  if (wire == proto::DTYPE_FLOAT32) {
+    opts.setOutput(sums.get(), elements);
+    opts.setReduceFunction(&SumFloat32);
+    gloo::allreduce(opts);
+  } else {
+    opts.setOutput(narrow.get(), elements);
+    opts.setReduceFunction(wire == proto::DTYPE_FLOAT16 ? &Sum16<proto::DTYPE_FLOAT16>
+                                                        : &Sum16<proto::DTYPE_BFLOAT16>);
+    gloo::allreduce(opts);
+    ToFloat32(wire, narrow.get(), sums.get(), elements);
+  }
+  at = 0;
+  for (size_t j = 0; j < reduced.size(); ++j) {
+    const size_t i = reduced[j];
+    const float aborted = sums[total + j];
+    const size_t length = lengths[j];
+    if (aborted > 0) {
+      results[i] =
+          absl::AbortedError(absl::StrCat(static_cast<int>(aborted),
+                                          " worker(s) could not encode this round; it fails on "
+                                          "every worker"));
+    } else {
+      CollectiveResult r;
+      r.sums = sums;
+      r.offset = at;
+      r.count = length;
+      results[i] = std::move(r);
+    }
+    at += length;
+  }
+}
+
+absl::Status CollectiveExchange::SumAndGather(
+    std::vector<CollectiveItem>& items, std::vector<absl::StatusOr<CollectiveResult>>& results) {
+  const auto timeout = options_.timeout;
+  std::map<proto::DType, std::vector<size_t>> reduced;  // by wire type
+  std::vector<size_t> gathered;
   for (size_t i = 0; i < items.size(); ++i) {
     if (items[i].scheme == proto::SCHEME_ALLREDUCE) {
-      reduced.push_back(i);
-      lengths[i] = items[i].values.size();
-      total += lengths[i];
+      reduced[items[i].wire].push_back(i);
     } else {
       gathered.push_back(i);
     }
   }
   int64_t collectives = 0;
-  std::vector<absl::StatusOr<CollectiveResult>> results(items.size(),
-                                                        absl::InternalError("not run"));
-  if (!reduced.empty()) {
-    // One item's values are summed in place; several are fused into one buffer. Behind the
-    // values, one flag per item: the workers that aborted it.
-    std::shared_ptr<std::vector<float>> sums;
-    if (reduced.size() == 1) {
-      sums = std::make_shared<std::vector<float>>(std::move(items[reduced[0]].values));
-    } else {
-      sums = std::make_shared<std::vector<float>>();
-      sums->reserve(total + reduced.size());
-      for (size_t i : reduced) {
-        sums->insert(sums->end(), items[i].values.begin(), items[i].values.end());
-        items[i].values = {};
-      }
-    }
-    for (size_t i : reduced) sums->push_back(items[i].aborted ? 1.0f : 0.0f);
-    gloo::AllreduceOptions opts(context_);
-    opts.setOutput(sums->data(), sums->size());
-    opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-    opts.setTag(kAllreduceTag);
-    opts.setTimeout(timeout);
-    gloo::allreduce(opts);
+  for (const auto& [wire, indices] : reduced) {
+    Allreduce(items, indices, wire, results);
     ++collectives;
-    size_t at = 0;
-    for (size_t j = 0; j < reduced.size(); ++j) {
-      const size_t i = reduced[j];
-      const float aborted = (*sums)[total + j];
-      if (aborted > 0) {
-        results[i] = absl::AbortedError(absl::StrCat(
-            static_cast<int>(aborted), " worker(s) could not encode this round; it fails on "
-            "every worker"));
-      } else {
-        CollectiveResult r;
-        r.sums = sums;
-        r.offset = at;
-        r.count = lengths[i];
-        results[i] = std::move(r);
-      }
-      at += lengths[i];
-    }
   }
   if (!gathered.empty()) {
     const size_t k = gathered.size();
@@ -320,8 +398,8 @@ absl::Status CollectiveExchange::SumAndGather(std::vector<CollectiveItem>& items
       const std::vector<uint8_t>& p = items[gathered[j]].payload;
       input.insert(input.end(), p.begin(), p.end());
     }
-    auto all = std::make_shared<std::vector<uint8_t>>(std::accumulate(per_rank.begin(),
-                                                                      per_rank.end(), size_t{0}));
+    auto all = std::make_shared<std::vector<uint8_t>>(
+        std::accumulate(per_rank.begin(), per_rank.end(), size_t{0}));
     {
       gloo::AllgathervOptions opts(context_);
       opts.setInput(input.data(), input.size());
@@ -332,7 +410,8 @@ absl::Status CollectiveExchange::SumAndGather(std::vector<CollectiveItem>& items
     }
     collectives += 2;
     size_t base = 0;
-    std::vector<std::vector<absl::Span<const uint8_t>>> views(k, std::vector<absl::Span<const uint8_t>>(w));
+    std::vector<std::vector<absl::Span<const uint8_t>>> views(
+        k, std::vector<absl::Span<const uint8_t>>(w));
     for (size_t r = 0; r < w; ++r) {
       size_t at = base;
       for (size_t j = 0; j < k; ++j) {
@@ -360,8 +439,6 @@ absl::Status CollectiveExchange::SumAndGather(std::vector<CollectiveItem>& items
     counts_.items += static_cast<int64_t>(items.size());
     counts_.collectives += collectives;
   }
-  for (size_t i = 0; i < items.size(); ++i) items[i].done(std::move(results[i]));
-  items.clear();
   return absl::OkStatus();
 }
 
@@ -371,17 +448,25 @@ void CollectiveExchange::Run() {
   while (true) {
     std::vector<Entry> batch;
     try {
-      Header header;
+      // The header and the first entries in one broadcast.
+      struct Schedule {
+        Header header;
+        Entry entries[kInlineEntries];
+      } schedule;
+      Header& header = schedule.header;
       if (leader) {
         bool stop = false;
         batch = NextBatch(&stop);
         header.count = stop ? kStop : static_cast<uint32_t>(batch.size());
+        std::memcpy(schedule.entries, batch.data(),
+                    std::min(batch.size(), kInlineEntries) * sizeof(Entry));
       }
       // A follower waits for the leader's next batch, which comes within keepalive.
-      Broadcast(context, &header, 1, kHeaderTag, options_.timeout);
+      Broadcast(context, reinterpret_cast<uint8_t*>(&schedule), sizeof(schedule), kHeaderTag,
+                options_.timeout);
       if (header.magic != kMagic || (header.count > kMaxBatch && header.count != kStop)) {
-        throw std::runtime_error(absl::StrCat("a batch header with magic ", header.magic,
-                                              " and ", header.count, " entries"));
+        throw std::runtime_error(absl::StrCat("a batch header with magic ", header.magic, " and ",
+                                              header.count, " entries"));
       }
       if (header.count == kStop) {
         Fail(absl::CancelledError("worker 0 stopped the collectives (its engine shut down)"));
@@ -392,8 +477,15 @@ void CollectiveExchange::Run() {
         if (stop_) return;  // Stop() fails what is left
       }
       if (header.count == 0) continue;
-      batch.resize(header.count);
-      Broadcast(context, batch.data(), batch.size(), kEntriesTag, options_.timeout);
+      if (!leader) {
+        batch.resize(header.count);
+        std::memcpy(batch.data(), schedule.entries,
+                    std::min(batch.size(), kInlineEntries) * sizeof(Entry));
+      }
+      if (batch.size() > kInlineEntries) {
+        Broadcast(context, batch.data() + kInlineEntries, batch.size() - kInlineEntries,
+                  kEntriesTag, options_.timeout);
+      }
       absl::StatusOr<std::vector<CollectiveItem>> items = TakeItems(batch);
       if (!items.ok()) {
         Fail(items.status());
@@ -410,9 +502,10 @@ void CollectiveExchange::Run() {
         stopping = stop_;
       }
       if (!stopping) BC_LOG_ERROR("collectives failed on worker ", options_.rank, ": ", e.what());
-      Fail(absl::UnavailableError(absl::StrCat("the collectives failed (a worker left, or gloo "
-                                               "timed out): ",
-                                               e.what())));
+      Fail(
+          absl::UnavailableError(absl::StrCat("the collectives failed (a worker left, or gloo "
+                                              "timed out): ",
+                                              e.what())));
       return;
     }
   }

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "data.pb.h"
 #include "strategy.pb.h"
 
 namespace gloo {
@@ -48,16 +49,14 @@ namespace bytecomp::worker {
 // What a collective gives back for one item.
 struct CollectiveResult {
   // Allreduce: the fused sum; the item's values are count floats from offset.
-  std::shared_ptr<const std::vector<float>> sums;
+  std::shared_ptr<const float[]> sums;
   size_t offset = 0;
   size_t count = 0;
   // Allgather: every worker's payload, by rank (views into `gathered`).
   std::shared_ptr<const std::vector<uint8_t>> gathered;
   std::vector<absl::Span<const uint8_t>> payloads;
 
-  absl::Span<const float> sum() const {
-    return absl::MakeConstSpan(sums->data() + offset, count);
-  }
+  absl::Span<const float> sum() const { return absl::MakeConstSpan(sums.get() + offset, count); }
 };
 
 // One partition's contribution to a round of a collective.
@@ -67,8 +66,15 @@ struct CollectiveItem {
   uint64_t round = 0;
   uint32_t stage = 0;
   proto::Scheme scheme = proto::SCHEME_ALLREDUCE;
-  std::string name;             // the tensor, for errors
-  std::vector<float> values;    // allreduce: this worker's values
+  std::string name;  // the tensor, for errors
+  // Allreduce: this worker's values, owned (values) or borrowed (source: the caller's memory,
+  // read when the batch runs, after which `released` is called).
+  std::vector<float> values;
+  absl::Span<const float> source;
+  absl::AnyInvocable<void()> released;
+  // The element type the values travel and are summed in (fp16 and bf16 halve the bytes: the
+  // sum is rounded to it at every step of the ring, as DDP's fp16 hook's allreduce is).
+  proto::DType wire = proto::DTYPE_FLOAT32;
   std::vector<uint8_t> payload;  // allgather: this worker's payload
   // This worker could not encode it (values or payload are placeholders): the round fails on
   // every worker, as a PS round with an aborted push does.
@@ -87,12 +93,16 @@ class CollectiveExchange {
     // A batch's bytes (values and payloads), except that a batch always takes one item.
     size_t max_fused_bytes = size_t{16} << 20;
     std::chrono::milliseconds keepalive{100};
+    // Fused allreduces of at most this many bytes run gloo's bcube (log2(W) steps each way, for
+    // a power-of-two W) instead of its ring (W - 1 steps each way): fewer latencies where
+    // latency is most of the time.
+    size_t bcube_below_bytes = 256 * 1024;
   };
 
   // Counts for tests and the benchmark (fusion: fewer collective calls than items).
   struct Counts {
-    int64_t batches = 0;     // non-empty batches run
-    int64_t items = 0;       // items summed or gathered
+    int64_t batches = 0;      // non-empty batches run
+    int64_t items = 0;        // items summed or gathered
     int64_t collectives = 0;  // gloo allreduce and allgatherv calls for them
   };
 
@@ -111,9 +121,14 @@ class CollectiveExchange {
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   Counts counts() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The values an allreduce item gives.
+  static size_t Length(const CollectiveItem& item) {
+    return item.values.empty() ? item.source.size() : item.values.size();
+  }
+
  private:
   using Id = std::tuple<uint64_t, uint64_t, uint32_t>;  // key, round, stage
-  struct Entry;  // a batch's line (collective_exchange.cc)
+  struct Entry;                                         // a batch's line (collective_exchange.cc)
 
   void Run();
   // Leader: the next batch from the items ready here (empty: a keepalive; stop: the end).
@@ -124,7 +139,11 @@ class CollectiveExchange {
   // Runs the batch; on failure every item gets the error.
   absl::Status RunBatch(std::vector<CollectiveItem> items);
   // The batch's collectives (gloo throws its errors); each item's done called on success.
-  absl::Status SumAndGather(std::vector<CollectiveItem>& items);
+  absl::Status SumAndGather(std::vector<CollectiveItem>& items,
+                            std::vector<absl::StatusOr<CollectiveResult>>& results);
+  // The allreduce items `reduced` of one wire type, fused into one gloo allreduce.
+  void Allreduce(std::vector<CollectiveItem>& items, const std::vector<size_t>& reduced,
+                 proto::DType wire, std::vector<absl::StatusOr<CollectiveResult>>& results);
   void Fail(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::shared_ptr<gloo::Context> context_;

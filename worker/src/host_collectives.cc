@@ -8,11 +8,27 @@
 #include "bytecomp/common.h"
 #include "bytecomp/common/partition.h"
 #include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/registry.h"
 #include "bytecomp/compress/two_round.h"
 #include "host_pipeline.h"
 #include "partition_codec.h"
 
 namespace bytecomp::worker {
+namespace {
+
+proto::DType WireOf(compress::SummedWire wire) {
+  switch (wire) {
+    case compress::SummedWire::kFloat16:
+      return proto::DTYPE_FLOAT16;
+    case compress::SummedWire::kBfloat16:
+      return proto::DTYPE_BFLOAT16;
+    case compress::SummedWire::kFloat32:
+      break;
+  }
+  return proto::DTYPE_FLOAT32;
+}
+
+}  // namespace
 
 void HostPipeline::Send(const std::shared_ptr<EncodedPush>& push) {
   const Operation& op = *push->op;
@@ -22,6 +38,7 @@ void HostPipeline::Send(const std::shared_ptr<EncodedPush>& push) {
   }
   const int64_t partition = push->partition;
   bool aborted = !push->abort_error.empty();
+  proto::DType wire = proto::DTYPE_FLOAT32;
   std::vector<float> values;
   std::vector<uint8_t> payload;
   if (op.plan().scheme == proto::SCHEME_ALLGATHER) {
@@ -42,6 +59,9 @@ void HostPipeline::Send(const std::shared_ptr<EncodedPush>& push) {
       // A codec whose encoded values sum: its dense vector of them (randomk: the k values at
       // the shared indices; fp16: all n).
       const compress::CodecContext ctx = ctx_.ContextFor(op, partition, ctx_.rank);
+      if (const compress::CodecFacts* facts = compress::CodecFactsOf(op.plan().push.name())) {
+        wire = WireOf(facts->summed_wire);
+      }
       values.assign(pc.push->SummedLength(n, ctx), 0.0f);
       if (!aborted) {
         absl::Status added =
@@ -55,36 +75,51 @@ void HostPipeline::Send(const std::shared_ptr<EncodedPush>& push) {
   } else {
     aborted = true;  // no codec (EnsureCodecs failed): the collectives end on the mismatch
   }
-  SubmitCollective(push->op, partition, push->stage, std::move(values), std::move(payload),
-                   aborted);
+  CollectiveItem item;
+  item.values = std::move(values);
+  item.payload = std::move(payload);
+  item.wire = wire;
+  item.aborted = aborted;
+  SubmitCollective(push->op, partition, push->stage, std::move(item));
 }
 
 void HostPipeline::StartCollective(const std::shared_ptr<Operation>& op) {
+  const size_t elem = DTypeSize(op->dtype());
+  const bool gather = op->plan().scheme == proto::SCHEME_ALLGATHER;
   for (int64_t p = 0; p < op->layout().num_partitions(); ++p) {
-    ctx_.RunOnPool(op, p, [this, op, p] {
-      const PartitionRange range = op->layout().range(p);
-      const size_t n = static_cast<size_t>(range.count);
-      const size_t elem = DTypeSize(op->dtype());
-      std::vector<float> values(n);
-      ToFloat32(op->dtype(), op->host_data() + range.offset * elem, values.data(), n);
-      // The values are copied: the caller's memory is no longer read.
-      ctx_.tracker->PayloadReleased(op, p);
-      ctx_.traffic->CountPush(static_cast<int64_t>(n * elem), static_cast<int64_t>(n * elem), "");
-      std::vector<uint8_t> payload;
-      if (op->plan().scheme == proto::SCHEME_ALLGATHER) {
-        payload.resize(n * sizeof(float));
-        std::memcpy(payload.data(), values.data(), payload.size());
-        values = {};
+    const PartitionRange range = op->layout().range(p);
+    const size_t n = static_cast<size_t>(range.count);
+    const char* src = op->host_data() + range.offset * elem;
+    ctx_.traffic->CountPush(static_cast<int64_t>(n * elem), static_cast<int64_t>(n * elem), "");
+    if (!gather && op->dtype() == proto::DTYPE_FLOAT32) {
+      // fp32 values are read from the tensor when their batch runs, into the fused buffer.
+      CollectiveItem item;
+      item.source = absl::MakeConstSpan(reinterpret_cast<const float*>(src), n);
+      item.released = [this, op, p] { ctx_.tracker->PayloadReleased(op, p); };
+      SubmitCollective(op, p, 0, std::move(item));
+      continue;
+    }
+    // Others are widened (or, to be gathered, copied) on the pool; an allreduce sums fp16 and
+    // bf16 tensors in their own type, as DDP does.
+    ctx_.RunOnPool(op, p, [this, op, p, src, n, elem, gather] {
+      CollectiveItem item;
+      if (gather) {
+        item.payload.assign(src, src + n * elem);
+      } else {
+        item.values.resize(n);
+        ToFloat32(op->dtype(), src, item.values.data(), n);
+        item.wire = op->dtype();
       }
-      SubmitCollective(op, p, 0, std::move(values), std::move(payload), false);
+      ctx_.tracker->PayloadReleased(op, p);  // copied: the caller's memory is no longer read
+      SubmitCollective(op, p, 0, std::move(item));
     });
   }
 }
 
 void HostPipeline::SubmitCollective(const std::shared_ptr<Operation>& op, int64_t partition,
-                                    uint32_t stage, std::vector<float> values,
-                                    std::vector<uint8_t> payload, bool aborted) {
+                                    uint32_t stage, CollectiveItem item) {
   if (collectives_ == nullptr) {
+    if (item.released) item.released();
     ctx_.tracker->ResultFailed(
         op, partition,
         absl::FailedPreconditionError(absl::StrCat(
@@ -94,25 +129,21 @@ void HostPipeline::SubmitCollective(const std::shared_ptr<Operation>& op, int64_
             "off)")));
     return;
   }
-  CollectiveItem item;
   item.key = MakeKey(op->layout().tensor_id, static_cast<uint32_t>(partition));
   item.round = op->round();
   item.stage = stage;
   item.scheme = op->plan().scheme;
   item.name = op->request.name;
-  item.values = std::move(values);
-  item.payload = std::move(payload);
-  item.aborted = aborted;
   item.done = [this, op, partition, stage](absl::StatusOr<CollectiveResult> result) {
     ctx_.RunOnPool(op, partition, [this, op, partition, stage, r = std::move(result)]() mutable {
       if (!r.ok()) {
         ctx_.tracker->ResultFailed(
             op, partition,
-            absl::Status(r.status().code(),
-                         absl::StrCat("round ", op->round(), " of '", op->request.name,
-                                      "' partition ", partition, " (",
-                                      proto::Scheme_Name(op->plan().scheme),
-                                      "): ", r.status().message())));
+            absl::Status(
+                r.status().code(),
+                absl::StrCat("round ", op->round(), " of '", op->request.name, "' partition ",
+                             partition, " (", proto::Scheme_Name(op->plan().scheme),
+                             "): ", r.status().message())));
         return;
       }
       if (stage == 1) {
@@ -171,13 +202,11 @@ absl::Status HostPipeline::WriteCollectiveResult(const std::shared_ptr<Operation
     for (size_t rank = 0; rank < result.payloads.size() && status.ok(); ++rank) {
       absl::Span<const uint8_t> p = result.payloads[rank];
       if (!compressed) {
-        if (p.size() != n * sizeof(float)) {
-          return error(absl::StrCat("worker ", rank, " gave ", p.size(), " bytes for ", n,
-                                    " fp32 values"));
+        if (p.size() != n * elem) {
+          return error(absl::StrCat("worker ", rank, " gave ", p.size(), " bytes for ", n, " ",
+                                    DTypeName(op->dtype()), " values"));
         }
-        std::vector<float> misaligned;
-        const float* v = compress::AlignedAs<float>(p, misaligned);
-        for (size_t i = 0; i < n; ++i) out[i] += v[i];
+        AddToFloat32(op->dtype(), p.data(), out.data(), n);
       } else {
         status = op->codecs()->partitions[partition].push->DecodeAdd(
             p, ctx_.ContextFor(*op, partition, static_cast<uint32_t>(rank)), out);

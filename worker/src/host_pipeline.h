@@ -60,8 +60,10 @@ class HostPipeline : public StagePipeline {
   // --- Collectives (collective_exchange.h): the partition's contribution (allreduce: its
   // values that sum; allgather: its payload), and its result written into the tensor.
   void StartCollective(const std::shared_ptr<Operation>& op);
+  // `item` brings the contribution (values, source or payload; its wire type; aborted); the
+  // rest is filled in here.
   void SubmitCollective(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
-                        std::vector<float> values, std::vector<uint8_t> payload, bool aborted);
+                        CollectiveItem item);
   absl::Status WriteCollectiveResult(const std::shared_ptr<Operation>& op, int64_t partition,
                                      uint32_t stage, const CollectiveResult& result);
   // The partition's fp32 sum in `out` (the tensor itself when fp32, else pc.output): averaged

@@ -73,10 +73,10 @@ TEST_F(CollectiveStoreTest, AGetIsAnsweredAtOnceOrWhenItsKeyIsSet) {
 TEST_F(CollectiveStoreTest, BoundsAreRefusedNamingThem) {
   EXPECT_NE(Refusal(Set(0, std::string(300, 'k'), "v"), WorkerId(0)).find("a key of 300 bytes"),
             std::string::npos);
-  EXPECT_NE(Refusal(Set(0, "big", std::string(CollectiveStore::kMaxValueBytes + 1, 'v')),
-                    WorkerId(0))
-                .find("a value of"),
-            std::string::npos);
+  EXPECT_NE(
+      Refusal(Set(0, "big", std::string(CollectiveStore::kMaxValueBytes + 1, 'v')), WorkerId(0))
+          .find("a value of"),
+      std::string::npos);
   for (int i = 0; i < CollectiveStore::kMaxKeysPerWorker; ++i) {
     EXPECT_TRUE(Set(1, "k" + std::to_string(i), "v").refusals().empty());
   }
@@ -116,8 +116,7 @@ TEST(StrategyKeeperJobTest, CollectiveEntriesNeedCollectivesAndOnAKeyedJobConsen
   proto::ClusterConfig plain;
   EXPECT_TRUE(StrategyKeeper(plain).JobRefuses(WithScheme(proto::SCHEME_PS, false)).ok());
   absl::Status off = StrategyKeeper(plain).JobRefuses(WithScheme(proto::SCHEME_ALLREDUCE, false));
-  EXPECT_NE(off.message().find("tensors[1] ('fc.*') asks for SCHEME_ALLREDUCE"),
-            std::string::npos)
+  EXPECT_NE(off.message().find("tensors[1] ('fc.*') asks for SCHEME_ALLREDUCE"), std::string::npos)
       << off;
   EXPECT_NE(off.message().find("collectives is off"), std::string::npos) << off;
 

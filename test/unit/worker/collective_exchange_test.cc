@@ -5,6 +5,7 @@
 #include "collective_exchange.h"
 
 #include <algorithm>
+#include <atomic>
 #include <future>
 #include <numeric>
 #include <random>
@@ -102,6 +103,64 @@ TEST(CollectiveExchangeTest, ManySmallTensorsInDifferentOrdersSumExactlyInFewCol
   for (auto& e : ex) e->Stop();
 }
 
+TEST(CollectiveExchangeTest, WireTypesAndBorrowedValuesSumExactlyOnRingAndBcube) {
+  constexpr int kWorkers = 4;  // a power of two: small batches run bcube, large ones the ring
+  Exchanges ex = Connect(kWorkers);
+  const std::vector<size_t> sizes = {5, 300, 200000};  // 200000 fp32: past bcube_below_bytes
+  const std::vector<proto::DType> wires = {proto::DTYPE_FLOAT32, proto::DTYPE_FLOAT16,
+                                           proto::DTYPE_BFLOAT16};
+  std::vector<std::vector<float>> borrowed(kWorkers);
+  std::vector<std::future<absl::StatusOr<std::vector<float>>>> got;
+  std::atomic<int> released{0};
+  for (int r = 0; r < kWorkers; ++r) {
+    int t = 0;
+    for (size_t n : sizes) {
+      for (proto::DType wire : wires) {
+        auto outcome = std::make_shared<Outcome>();
+        got.push_back(outcome->promise.get_future());
+        CollectiveItem item;
+        item.key = static_cast<uint64_t>(t) << 32;
+        item.scheme = proto::SCHEME_ALLREDUCE;
+        item.name = "w" + std::to_string(t);
+        item.wire = wire;
+        std::vector<float> values(n);
+        for (size_t i = 0; i < n; ++i) values[i] = Value(r, t, i);
+        if (wire == proto::DTYPE_FLOAT32 && n == sizes.back()) {
+          borrowed[r] = std::move(values);
+          item.source = borrowed[r];
+          item.released = [&released] { ++released; };
+        } else {
+          item.values = std::move(values);
+        }
+        item.done = [outcome](absl::StatusOr<CollectiveResult> result) {
+          if (!result.ok()) return outcome->promise.set_value(result.status());
+          absl::Span<const float> s = result->sum();
+          outcome->promise.set_value(std::vector<float>(s.begin(), s.end()));
+        };
+        ex[r]->Submit(std::move(item));
+        ++t;
+      }
+    }
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    int t = 0;
+    for (size_t n : sizes) {
+      for (size_t w = 0; w < wires.size(); ++w, ++t) {
+        absl::StatusOr<std::vector<float>> sum = got[r * 9 + t].get();
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        ASSERT_EQ(sum->size(), n);
+        for (size_t i = 0; i < n; ++i) {
+          float want = 0;
+          for (int q = 0; q < kWorkers; ++q) want += Value(q, t, i);
+          ASSERT_EQ((*sum)[i], want) << "tensor " << t << " element " << i;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(released.load(), kWorkers);  // each borrowed tensor was read, then let go
+  for (auto& e : ex) e->Stop();
+}
+
 TEST(CollectiveExchangeTest, AllgatherGivesEveryRanksPayload) {
   constexpr int kWorkers = 3;
   Exchanges ex = Connect(kWorkers);
@@ -161,8 +220,7 @@ TEST(CollectiveExchangeTest, AnItemMissingOnAFollowerFailsTheCollectivesNamingIt
   auto later = SubmitSum(*ex[1], 1, 4, 4);
   absl::StatusOr<std::vector<float>> refused = later.get();
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("did not give"), std::string::npos)
-      << refused.status();
+  EXPECT_NE(refused.status().message().find("did not give"), std::string::npos) << refused.status();
   for (auto& e : ex) e->Stop();
 }
 

@@ -147,6 +147,9 @@ enum class MemoryKind { kNone, kResidual, kDgcMomentum, kEfSignSgd, kPowerSgd };
 // codecs, randomk, none), kSelection 5% (finding which elements travel: topk, dgc, threshold).
 enum class EncodeSpeedTarget { kNone, kElementwise, kSelection };
 
+// The element type of a codec's summed values on an allreduce's wire (CodecFacts).
+enum class SummedWire : uint8_t { kFloat32, kFloat16, kBfloat16 };
+
 // What callers decide by without building an instance (the planner, calibration, the worker's
 // stage placement, compress/cuda's registry): true of the codec for every parameter value,
 // except lossless_when, which reads them. Nobody outside compress compares a codec's name to
@@ -171,6 +174,9 @@ struct CodecFacts {
   bool gpu_kernel = false;
   std::vector<MemoryKind> gpu_memories = {};
   EncodeSpeedTarget encode_target = EncodeSpeedTarget::kNone;
+  // Under an allreduce (Strategy scheme), the type its summed values travel and are summed in:
+  // fp16 and bf16 keep their own (half the bytes of fp32), the others fp32.
+  SummedWire summed_wire = SummedWire::kFloat32;
 };
 
 // Whether an allreduce of the codec's payloads (Strategy scheme allreduce) sums them: its
