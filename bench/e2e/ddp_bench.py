@@ -22,8 +22,9 @@ Systems: ddp-gloo (no hook), ddp-fp16 (fp16_compress_hook), ddp-powersgd (PowerS
 workers and the servers; any bc-<preset> of bytecomp.strategy likewise), bc-<preset>-ar and
 bc-<preset>-ag (the preset one-way, summed among the workers by gloo's allreduce or allgather
 instead of on the servers: bc-none-ar, bc-powersgd-ar, bc-topk-ag), bc-auto
-(--strategy=auto: the scheduler profiles, plans with the measured links and the VM's measured
-codec costs, switches every node).
+(--strategy=auto with collectives: the scheduler profiles, plans with the measured links and the
+VM's measured codec costs, per tensor over the servers, an allreduce or an allgather, and
+switches every node).
 """
 
 import argparse
@@ -172,7 +173,9 @@ def scheduler_args(system, args, work):
                     f"server_link {{ bandwidth_gbps: {rate_gbps(args.rate)} latency_us: 50 }}\n"
                     f"colocated_servers: true\n"
                     f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
-        flags += ["--strategy=auto", f"--plan_cluster={cluster}", f"--plan_costs={COSTS}"]
+        # With collectives: the plan may sum a tensor among the workers where that wins.
+        flags += ["--strategy=auto", f"--plan_cluster={cluster}", f"--plan_costs={COSTS}",
+                  "--collectives"]
     return flags
 
 

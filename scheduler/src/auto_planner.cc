@@ -270,12 +270,14 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
   cluster.set_workers(job.workers);
   cluster.set_servers(job.servers);
   if (job.partition_bytes > 0) cluster.set_partition_bytes(job.partition_bytes);
+  cluster.set_collectives(job.collectives);
   std::string scheme = "flat";
   if (job.hierarchical_machines > 0) {
     cluster.set_machines(job.hierarchical_machines);
     scheme = absl::StrCat("hierarchical, ", job.hierarchical_machines, " machines");
   }
   if (cluster.colocated_servers()) absl::StrAppend(&scheme, ", servers beside the workers");
+  if (cluster.collectives()) absl::StrAppend(&scheme, ", collectives among the workers");
   inputs.cluster = std::move(cluster);
   inputs.costs = costs;
   inputs.options = options;

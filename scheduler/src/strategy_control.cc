@@ -120,6 +120,7 @@ void StrategyControl::StartPlanning() {
   }
   job.profiled_uncompressed = IsUncompressed(keeper_.current());
   job.partition_bytes = config_.partition_bytes();
+  job.collectives = config_.collectives() && config_.key_file().empty();
   BC_LOG_INFO("--strategy=auto: every worker reported its profiled rounds; planning ",
               profiles.empty() ? 0 : profiles.front().tensors_size(),
               " tensors on a thread of its own (the job goes on, uncompressed, meanwhile)");

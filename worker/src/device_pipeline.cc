@@ -109,6 +109,16 @@ void DevicePipeline::WaitForCallbacks(int64_t deadline_ms) {
 }
 
 void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
+  if (op->plan().collective()) {
+    // gloo's collectives here take host memory; NCCL's for device tensors are not built in.
+    ctx_.tracker->FailAll(
+        op, absl::UnimplementedError(absl::StrCat(
+                "tensor '", op->request.name, "': the strategy sums it with ",
+                proto::Scheme_Name(op->plan().scheme),
+                ", which this engine runs for host tensors only (gloo); copy the gradient to "
+                "host memory (bytecomp_push_pull), or give it scheme SCHEME_PS")));
+    return;
+  }
   DeviceWork& d = *op->device;
   const bool compressed = op->plan().compressed();
   if (compressed) {

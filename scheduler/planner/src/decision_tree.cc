@@ -109,6 +109,66 @@ void AddSummedIndicesStages(const proto::CodecCost& codec, double part_bytes, do
 
 }  // namespace
 
+// A collective's stages (worker/src/collective_exchange.h: gloo among the workers, no server):
+// the leader's batch broadcast (one latency), then for an allreduce of b bytes a
+// reduce-scatter and an allgather that each move (W - 1) / W of b through every worker's link
+// each way, in W - 1 steps (the ring) or log2 W (bcube: a power-of-two W, under 256 KiB), the
+// adds on the workers' pool; for an allgather W - 1 payloads each way in W - 1 steps, and each
+// worker decodes all W. The machine's workers share its link (flat).
+template <typename TransportCpu, typename Add>
+void AddCollectiveStages(const TensorOption& option, const proto::CodecCost* codec,
+                         double part_bytes, double compressed,
+                         const proto::ClusterDescription& cluster, TransportCpu transport_cpu,
+                         Add add) {
+  const double w = std::max(2, cluster.workers());
+  const double share = std::max(1, cluster.workers() / std::max(1, cluster.machines()));
+  const double alpha = cluster.worker_link().latency_us();
+  const double us_per_byte = share / BytesPerUs(cluster.worker_link());
+  const double sum_speed = cluster.server_sum_gbytes_per_s() * 1e3;
+  const auto* cpu = codec != nullptr ? CostFor(*codec, proto::DEVICE_CPU) : nullptr;
+  auto allreduce = [&](double b) {
+    const int workers = static_cast<int>(w);
+    const bool bcube = b < 256 * 1024 && workers > 2 && (workers & (workers - 1)) == 0;
+    const double steps = bcube ? std::log2(w) : w - 1;
+    const double moved = b * (w - 1) / w * us_per_byte;
+    transport_cpu(b);
+    add(kNicUp, kPush, alpha * (steps + 1) + moved);
+    add(kNicDown, kPush, moved);
+    add(kCpuPool, kServerWork, b * (w - 1) / w / sum_speed);
+    add(kNicUp, kPull, alpha * steps + moved);
+    add(kNicDown, kPull, moved);
+    transport_cpu(b);
+  };
+  if (codec != nullptr) {
+    add(kCpuPool, kEncode, InterpolateCost(cpu->encode(), part_bytes));
+  }
+  if (option.scheme == proto::SCHEME_ALLGATHER) {
+    const double b = codec != nullptr ? compressed : part_bytes;
+    const double moved = b * (w - 1) * us_per_byte;
+    transport_cpu(b * (w - 1));
+    add(kNicUp, kPush, alpha * w + moved);
+    add(kNicDown, kPull, moved);
+    const double decode =
+        codec != nullptr ? InterpolateCost(cpu->decode(), part_bytes) : part_bytes / sum_speed;
+    add(kCpuPool, kDecode, w * decode);
+    return;
+  }
+  if (codec != nullptr && codec->two_round()) {
+    allreduce(compressed);
+    add(kCpuPool, kEncode, InterpolateCost(cpu->between_rounds(), part_bytes));
+    allreduce(compressed);
+    add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
+    return;
+  }
+  if (codec == nullptr) {
+    allreduce(part_bytes);
+    return;
+  }
+  allreduce(compressed);
+  // The summed values expanded into the tensor (ExpandSum: a decode).
+  add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
+}
+
 double CompressedBytes(const proto::CodecCost& codec, double bytes) {
   const double out =
       codec.sizes().empty()
@@ -164,7 +224,21 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
     hier_choices.push_back(true);
   }
 
+  // Collectives: host tensors only (the engine's collectives take host tensors), flat.
+  const bool collectives =
+      cluster.collectives() && cluster.gpus_per_machine() == 0 && cluster.workers() > 1;
   std::vector<TensorOption> out;
+  auto add_collective = [&](TensorOption o, proto::Scheme scheme) {
+    o.scheme = static_cast<uint8_t>(scheme);
+    o.hierarchical = false;
+    o.two_way = false;
+    o.decode_on = Where::kNone;
+    o.union_pull = false;
+    for (int32_t count : counts) {
+      o.partitions = count;
+      out.push_back(o);
+    }
+  };
   for (bool hier : hier_choices) {
     for (int32_t count : counts) {
       TensorOption none;
@@ -173,6 +247,7 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
       out.push_back(none);
     }
   }
+  if (collectives) add_collective(TensorOption(), proto::SCHEME_ALLREDUCE);
   if (!may_compress) return out;
   const proto::TensorAllowance* allowance = AllowanceFor(options, tensor.name());
   for (int c = 0; c < costs.codecs_size(); ++c) {
@@ -202,6 +277,16 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
     if (one_push && codec.union_pull() && codec.kept_fraction() > 0 && !options.disable_two_way() &&
         (has_cpu_pool || !has_gpu)) {
       pulls.push_back({true, Where::kCpu, true});
+    }
+    if (collectives && has_cpu_pool) {
+      TensorOption o;
+      o.codec = static_cast<int16_t>(c);
+      o.encode_on = Where::kCpu;
+      if (codec.summable() || (codec.two_round() && one_push)) {
+        add_collective(o, proto::SCHEME_ALLREDUCE);
+      } else if (one_push && !codec.two_round()) {
+        add_collective(o, proto::SCHEME_ALLGATHER);
+      }
     }
     for (Where encode : encode_places) {
       for (const Pull& pull : pulls) {
@@ -360,6 +445,10 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     transport_cpu(pulled);
   };
 
+  if (option.collective()) {
+    AddCollectiveStages(option, codec, part_bytes, compressed, cluster, transport_cpu, add);
+    return cost;
+  }
   if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes, true));
   if (exchange == proto::EXCHANGE_SUMMED_INDICES) {
     AddSummedIndicesStages(*codec, part_bytes, senders, cluster, costs, has_gpu, pcie, push_stages,
@@ -442,6 +531,8 @@ std::string DescribeOption(const TensorOption& option, const proto::CostTable& c
   }
   if (option.hierarchical) absl::StrAppend(&out, " hier");
   if (option.partitions > 1) absl::StrAppend(&out, " p", option.partitions);
+  if (option.scheme == proto::SCHEME_ALLREDUCE) absl::StrAppend(&out, " allreduce");
+  if (option.scheme == proto::SCHEME_ALLGATHER) absl::StrAppend(&out, " allgather");
   return out;
 }
 

@@ -21,6 +21,10 @@ std::string CodecSettings(const proto::CodecCost& codec) {
   return parts.empty() ? "-" : absl::StrJoin(parts, " ");
 }
 
+const char* SchemeWord(uint8_t scheme) {
+  return scheme == proto::SCHEME_ALLGATHER ? "allgather" : "allreduce";
+}
+
 bool AnyCodecOption(const SimTensor& tensor) {
   for (const OptionCost& o : tensor.options) {
     if (o.option.codec >= 0) return true;
@@ -42,6 +46,8 @@ const char* WhyText(Why why) {
       return "sent before a communication bubble";
     case Why::kNoGain:
       return "no option gains";
+    case Why::kCollective:
+      return "summed among the workers";
   }
   return "?";
 }
@@ -69,6 +75,26 @@ std::vector<TensorExplanation> ExplainPlan(const PreparedProblem& problem,
   for (int i = 0; i < n; ++i) {
     TensorExplanation& e = out[i];
     const SimTensor& t = tensors[i];
+    // The scheme: the same option on the servers, or as a collective.
+    const TensorOption& chosen = t.options[choice[i]].option;
+    for (int o = 0; o < static_cast<int>(t.options.size()); ++o) {
+      TensorOption twin = t.options[o].option;
+      if (twin.scheme == chosen.scheme || (chosen.collective() && twin.collective())) continue;
+      twin.scheme = chosen.scheme;
+      if (!(twin == chosen)) continue;
+      changed[i] = o;
+      e.scheme_twin = o;
+      e.scheme_saving_us = sim.Evaluate(changed, i) - planned_us;
+      changed[i] = choice[i];
+      break;
+    }
+    if (chosen.codec < 0 && chosen.collective()) {
+      e.why = Why::kCollective;
+      changed[i] = problem.none_index[i];
+      e.saving_us = sim.Evaluate(changed, i) - planned_us;
+      changed[i] = choice[i];
+      continue;
+    }
     if (t.options[choice[i]].option.codec >= 0) {
       e.why = Why::kCompressed;
       changed[i] = problem.none_index[i];
@@ -126,7 +152,15 @@ std::string PlanTable(const PreparedProblem& problem, const std::vector<int>& ch
       why = absl::StrCat("no option gains > ", problem.inputs.options.min_relative_gain() * 100,
                          "% (best: ", DescribeOption(t.options[e.best_option].option, costs), ")");
     }
-    const bool has_saving = e.why == Why::kCompressed || e.why == Why::kNoGain;
+    if (e.scheme_twin >= 0) {
+      const TensorOption& twin = t.options[e.scheme_twin].option;
+      absl::StrAppendFormat(&why, "; %s: %s would take %+.3f ms",
+                            option.collective() ? SchemeWord(option.scheme) : "servers",
+                            twin.collective() ? SchemeWord(twin.scheme) : "the servers",
+                            e.scheme_saving_us / 1e3);
+    }
+    const bool has_saving =
+        e.why == Why::kCompressed || e.why == Why::kNoGain || e.why == Why::kCollective;
     absl::StrAppendFormat(&out, "%-4d %-40s %10s  %-26s %-26s %-11s %10s", i, t.name,
                           HumanBytes(static_cast<double>(t.bytes)), DescribeOption(option, costs),
                           settings, loss,

@@ -317,7 +317,8 @@ std::vector<UniformChoice> UniformChoicesBestFirst(const PreparedProblem& proble
     const int default_parts = tensors[i].options[problem.none_index[i]].option.partitions;
     for (const auto& cost : tensors[i].options) {
       TensorOption kind = cost.option;
-      if (kind.partitions != default_parts || kind.codec < 0) continue;
+      // (An uncompressed collective is a kind too: every tensor allreduced.)
+      if (kind.partitions != default_parts || (kind.codec < 0 && !kind.collective())) continue;
       kind.partitions = 0;
       if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
     }
@@ -342,8 +343,9 @@ std::vector<UniformChoice> UniformChoicesBestFirst(const PreparedProblem& proble
     if (sim.LowerBound(0, sim.TotalWork(choice)) >= none_time) continue;
     double t = sim.Simulate(choice, nullptr, none_time);
     if (t < none_time) {
-      scored.push_back(
-          {t, LossOf(problem.inputs.costs.codecs(kind.codec)), static_cast<int>(k), choice});
+      const int loss =
+          kind.codec < 0 ? proto::LOSS_NONE : LossOf(problem.inputs.costs.codecs(kind.codec));
+      scored.push_back({t, loss, static_cast<int>(k), choice});
     }
   }
   // Fastest first; kinds within min_relative_gain of the fastest count as equal and go less
@@ -645,6 +647,7 @@ proto::Strategy ToStrategy(const PreparedProblem& problem, const std::vector<int
       ts->set_decompress_on(placement(o.decode_on));
     }
     ts->set_hierarchical(o.hierarchical);
+    ts->set_scheme(static_cast<proto::Scheme>(o.scheme));
     if (o.partitions != none.partitions) {
       const int64_t element =
           t.bytes / std::max<int64_t>(1, in.profile.tensors(static_cast<int>(i)).elements());

@@ -49,6 +49,7 @@ absl::StatusOr<std::vector<int>> ChoiceOf(const PreparedProblem& problem,
     TensorOption wanted = none;
     if (entry != nullptr) {
       wanted.hierarchical = entry->hierarchical();
+      wanted.scheme = static_cast<uint8_t>(entry->scheme());
       if (entry->partition_bytes() > 0) {
         wanted.partitions = static_cast<int32_t>(std::min<int64_t>(
             std::max<int64_t>(1,

@@ -76,6 +76,10 @@ struct AutoPlanJob {
   // The job's ClusterConfig.partition_bytes: the plan's default partitioning and the
   // placement of the partitions on the servers follow it (0: the cluster file's).
   int64_t partition_bytes = 0;
+  // The workers joined collectives (ClusterConfig.collectives) and the job has no cluster key:
+  // the plan may sum tensors among the workers (ClusterDescription.collectives). A keyed job's
+  // plan stays on the servers: its strategy would have to allow unencrypted collectives.
+  bool collectives = false;
 };
 
 // Merges the workers' profiles (worker 0's ready order; every tensor's gap, forward_us,

@@ -35,6 +35,8 @@ struct TensorOption {
   Where decode_on = Where::kNone;  // where the worker decodes pulls (two-way only)
   bool hierarchical = false;       // NCCL reduce inside the machine first
   int32_t partitions = 1;          // parts of equal size, each its own key
+  uint8_t scheme = 0;              // proto::Scheme: the servers, an allreduce, an allgather
+  bool collective() const { return scheme != 0; }
   bool uses_cpu() const { return encode_on == Where::kCpu || decode_on == Where::kCpu; }
   bool operator==(const TensorOption&) const = default;
 };
@@ -110,7 +112,11 @@ double CompressedBytes(const proto::CodecCost& codec, double bytes);
 //    (allowed_codecs.h: TwoWayAllowed);
 //  - hierarchical needs several GPUs per machine; with options.hierarchical_only every option
 //    is hierarchical (when a machine has several workers, GPUs or not);
-//  - partition counts are deduplicated, at most one per element, 1 for tiny tensors.
+//  - partition counts are deduplicated, at most one per element, 1 for tiny tensors;
+//  - collectives (cluster.collectives, no GPUs): an allreduce of the uncompressed tensor and of
+//    each one-way codec whose encoded values sum (summable) or whose two rounds are sums of
+//    factors (two_round, push-pull); an allgather of each other one-way push-pull codec; flat
+//    only (a collective spans every worker).
 std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
                                            const proto::ClusterDescription& cluster,
                                            const proto::CostTable& costs,
@@ -121,7 +127,8 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
                   const proto::ClusterDescription& cluster, const proto::CostTable& costs);
 
 int64_t TensorBytes(const proto::TensorProfile& tensor);
-// "none", "topk(GPU,2-way:GPU)", "fp16(CPU,1-way,hier,p4)", "topk(CPU,union:CPU)".
+// "none", "topk(GPU,2-way:GPU)", "fp16(CPU,1-way,hier,p4)", "topk(CPU,union:CPU)",
+// "fp16(CPU,1-way) allreduce", "none allreduce".
 std::string DescribeOption(const TensorOption& option, const proto::CostTable& costs);
 
 }  // namespace bytecomp::planner

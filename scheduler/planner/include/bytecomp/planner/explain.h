@@ -19,6 +19,7 @@ enum class Why : uint8_t {
   kNoAllowedCodec,  // no codec of the table may be used (PlannerOptions codecs, max_loss)
   kBeforeBubble,    // its communication ends before a bubble of the uncompressed timeline
   kNoGain,          // no option shortens the iteration by more than min_relative_gain
+  kCollective,      // uncompressed, summed by a collective among the workers, not the servers
 };
 // "under min_compress_bytes", ...
 const char* WhyText(Why why);
@@ -31,6 +32,11 @@ struct TensorExplanation {
   // Else 0.
   double saving_us = 0;
   int best_option = -1;  // kNoGain: that option (index into the tensor's options)
+  // Why the scheme (when the tensor has options of another): the option the same but for its
+  // scheme (a collective's on the servers; the servers' as the collective it may be), and how
+  // much longer the predicted iteration is with it instead.
+  int scheme_twin = -1;
+  double scheme_saving_us = 0;
 };
 
 // One explanation per tensor of `choice` (the plan), from one simulation per compressed tensor
