@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bytecomp/common/logging.h"
 #include "bytecomp/common/socket_limits.h"
 #include "bytecomp/compress/strategy.h"
@@ -87,6 +88,7 @@ std::optional<proto::ControlMessage> StrategyKeeper::OnPrepareReply(
 }
 
 absl::Status StrategyKeeper::JobRefuses(const proto::Strategy& strategy) const {
+  std::vector<std::string> unencrypted;
   for (int i = 0; i < strategy.tensors_size(); ++i) {
     const proto::TensorStrategy& t = strategy.tensors(i);
     if (t.scheme() == proto::SCHEME_PS) continue;
