@@ -100,6 +100,12 @@ absl::Status StrategyKeeper::JobRefuses(const proto::Strategy& strategy) const {
                        ", but the job's ClusterConfig.collectives is off: the workers "
                        "joined no collective (set collectives: true in the cluster config)"));
     }
+    if (hierarchical_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(entry,
+                       ", but the job is hierarchical: only each machine's local root "
+                       "reaches the network, and a collective spans every worker"));
+    }
     if (keyed_ && !strategy.allow_unencrypted_collectives()) {
       return absl::FailedPreconditionError(absl::StrCat(
           entry,

@@ -463,7 +463,7 @@ void CollectiveExchange::Run() {
       }
       // A follower waits for the leader's next batch, which comes within keepalive.
       Broadcast(context, reinterpret_cast<uint8_t*>(&schedule), sizeof(schedule), kHeaderTag,
-                options_.timeout);
+                leader ? options_.timeout : options_.leader_silence);
       if (header.magic != kMagic || (header.count > kMaxBatch && header.count != kStop)) {
         throw std::runtime_error(absl::StrCat("a batch header with magic ", header.magic, " and ",
                                               header.count, " entries"));
@@ -497,11 +497,20 @@ void CollectiveExchange::Run() {
       }
     } catch (const std::exception& e) {
       bool stopping = false;
+      bool waiting = false;
       {
         absl::MutexLock lock(&mu_);
         stopping = stop_;
+        waiting = !ready_.empty();
       }
-      if (!stopping) BC_LOG_ERROR("collectives failed on worker ", options_.rank, ": ", e.what());
+      // A worker that leaves at the job's end (its engine shut down first) is no error unless
+      // something here still waits for the collectives.
+      if (waiting && !stopping) {
+        BC_LOG_ERROR("collectives failed on worker ", options_.rank, ": ", e.what());
+      } else if (!stopping) {
+        BC_LOG_INFO("the collectives ended on worker ", options_.rank,
+                    " (a worker left): ", e.what());
+      }
       Fail(
           absl::UnavailableError(absl::StrCat("the collectives failed (a worker left, or gloo "
                                               "timed out): ",

@@ -93,6 +93,10 @@ class CollectiveExchange {
     // A batch's bytes (values and payloads), except that a batch always takes one item.
     size_t max_fused_bytes = size_t{16} << 20;
     std::chrono::milliseconds keepalive{100};
+    // How long a worker waits for the leader's next batch (an idle leader sends an empty one
+    // every keepalive) before it takes the leader for lost and ends the collectives; also what
+    // a worker's Stop waits at most when the leader is gone.
+    std::chrono::milliseconds leader_silence{10000};
     // Fused allreduces of at most this many bytes run gloo's bcube (log2(W) steps each way, for
     // a power-of-two W) instead of its ring (W - 1 steps each way): fewer latencies where
     // latency is most of the time.

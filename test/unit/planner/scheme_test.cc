@@ -73,10 +73,10 @@ TEST(SchemeTest, CollectivesAddAllreduceForSummingCodecsAndAllgatherForTheOthers
   EXPECT_FALSE(Has(with, "fp16(CPU,2-way:CPU) allreduce"));  // collectives are one-way
   // Without collectives, or with GPUs (the engine's collectives take host tensors), none.
   for (const auto& cluster : {CollectiveCluster(1, false), [] {
-         proto::ClusterDescription c = CollectiveCluster(1, true);
-         c.set_gpus_per_machine(1);
-         return WithDefaults(c);
-       }()}) {
+                                proto::ClusterDescription c = CollectiveCluster(1, true);
+                                c.set_gpus_per_machine(1);
+                                return WithDefaults(c);
+                              }()}) {
     for (const TensorOption& o :
          EnumerateOptions(testing::Tensor(1 << 20), cluster, costs, options)) {
       EXPECT_FALSE(o.collective()) << DescribeOption(o, costs);

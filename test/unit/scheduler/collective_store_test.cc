@@ -130,6 +130,14 @@ TEST(StrategyKeeperJobTest, CollectiveEntriesNeedCollectivesAndOnAKeyedJobConsen
       << refused;
   EXPECT_NE(refused.message().find("allow_unencrypted_collectives"), std::string::npos);
   EXPECT_TRUE(StrategyKeeper(keyed).JobRefuses(WithScheme(proto::SCHEME_ALLGATHER, true)).ok());
+  proto::ClusterConfig hierarchical;
+  hierarchical.set_collectives(true);
+  hierarchical.set_hierarchical(true);
+  EXPECT_NE(StrategyKeeper(hierarchical)
+                .JobRefuses(WithScheme(proto::SCHEME_ALLREDUCE, false))
+                .message()
+                .find("hierarchical"),
+            std::string::npos);
   // The update path refuses it too, and the current strategy stays.
   StrategyKeeper keeper(keyed);
   ASSERT_TRUE(keeper.LoadInitial("").ok());

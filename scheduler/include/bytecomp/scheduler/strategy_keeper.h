@@ -18,7 +18,9 @@ class StrategyKeeper {
  public:
   // `job`: what a strategy must fit besides its own rules (JobRefuses).
   explicit StrategyKeeper(const proto::ClusterConfig& job = {})
-      : collectives_(job.collectives()), keyed_(!job.key_file().empty()) {}
+      : collectives_(job.collectives()),
+        keyed_(!job.key_file().empty()),
+        hierarchical_(job.hierarchical()) {}
   // Loads the initial strategy (version 1, first round 0). An empty path: no compression.
   absl::Status LoadInitial(const std::string& path);
   const proto::Strategy& current() const { return current_; }
@@ -39,7 +41,8 @@ class StrategyKeeper {
   // the nodes had committed); no update is pending, and the next one gets the next version.
   void Adopt(const proto::Strategy& strategy);
   // Why this job cannot run `strategy`, naming the entry: a collective scheme where the job's
-  // ClusterConfig.collectives is off, or, on a job with a cluster key, one that the strategy
+  // ClusterConfig.collectives is off or that is hierarchical (only local roots reach the
+  // network there), or, on a job with a cluster key, one that the strategy
   // does not allow unencrypted (Strategy.allow_unencrypted_collectives). OK when it can.
   absl::Status JobRefuses(const proto::Strategy& strategy) const;
   std::optional<proto::ControlMessage> OnPrepareReply(int worker_rank,
@@ -49,6 +52,7 @@ class StrategyKeeper {
  private:
   bool collectives_ = false;
   bool keyed_ = false;
+  bool hierarchical_ = false;
   std::string path_;
   proto::Strategy current_;
   std::optional<proto::Strategy> previous_;
