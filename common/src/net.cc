@@ -77,6 +77,14 @@ absl::StatusOr<std::string> LocalAddressToward(const std::string& remote_host) {
   return result;
 }
 
+absl::StatusOr<std::string> AdvertisedHost(const std::string& advertise_host,
+                                           absl::string_view scheduler_address) {
+  if (!advertise_host.empty()) return advertise_host;
+  absl::StatusOr<HostPort> scheduler = ParseHostPort(scheduler_address);
+  if (!scheduler.ok()) return scheduler.status();
+  return LocalAddressToward(scheduler->host);
+}
+
 std::string Hostname() {
   char buf[256] = {0};
   gethostname(buf, sizeof(buf) - 1);

@@ -19,13 +19,22 @@ std::string CollectiveStore::Refusal(const RegisteredNode& node, const std::stri
   return "";
 }
 
+namespace {
+
+// Refuses `message` from `node`: its error reply and the scheduler's log name why.
+auto Refuser(const RegisteredNode& node, absl::string_view message, Outbox* out) {
+  return [&node, message, out](const std::string& why) {
+    out->Refuse(node.identity, absl::StrCat(message, " refused: ", why),
+                absl::StrCat(message, " from ", NodeTable::Name(node), " refused: ", why));
+  };
+}
+
+}  // namespace
+
 void CollectiveStore::HandleSet(const RegisteredNode& node, const proto::CollectiveStoreSet& set,
                                 Outbox* out) {
   const std::string name = NodeTable::Name(node);
-  auto refuse = [&](const std::string& why) {
-    out->Refuse(node.identity, absl::StrCat("CollectiveStoreSet refused: ", why),
-                absl::StrCat("CollectiveStoreSet from ", name, " refused: ", why));
-  };
+  auto refuse = Refuser(node, "CollectiveStoreSet", out);
   if (std::string why = Refusal(node, set.key()); !why.empty()) return refuse(why);
   if (set.value().size() > kMaxValueBytes) {
     return refuse(
@@ -61,10 +70,7 @@ void CollectiveStore::HandleSet(const RegisteredNode& node, const proto::Collect
 void CollectiveStore::HandleGet(const RegisteredNode& node, const proto::CollectiveStoreGet& get,
                                 Outbox* out) {
   const std::string name = NodeTable::Name(node);
-  auto refuse = [&](const std::string& why) {
-    out->Refuse(node.identity, absl::StrCat("CollectiveStoreGet refused: ", why),
-                absl::StrCat("CollectiveStoreGet from ", name, " refused: ", why));
-  };
+  auto refuse = Refuser(node, "CollectiveStoreGet", out);
   if (std::string why = Refusal(node, get.key()); !why.empty()) return refuse(why);
   if (auto it = values_.find(get.key()); it != values_.end()) {
     proto::ControlMessage reply;

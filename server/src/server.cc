@@ -111,14 +111,10 @@ absl::Status AggregationServer::Run() {
   absl::StatusOr<std::string> bind_host = (*security)->ListenHost(options_.bind_host, "server");
   if (!bind_host.ok()) return bind_host.status();
 
-  std::string host = config.advertise_host();
-  if (host.empty()) {
-    absl::StatusOr<HostPort> sched = ParseHostPort(config.scheduler_address());
-    if (!sched.ok()) return sched.status();
-    absl::StatusOr<std::string> local = LocalAddressToward(sched->host);
-    if (!local.ok()) return local.status();
-    host = *local;
-  }
+  absl::StatusOr<std::string> advertised =
+      AdvertisedHost(config.advertise_host(), config.scheduler_address());
+  if (!advertised.ok()) return advertised.status();
+  const std::string host = *advertised;
   if (absl::Status s = (*security)->CheckPlainHost(host, "server: the data address it advertises");
       !s.ok()) {
     return s;

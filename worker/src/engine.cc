@@ -97,14 +97,10 @@ absl::Status Engine::Run() {
 }
 
 absl::Status Engine::JoinCollectives() {
-  std::string host = config_.advertise_host();
-  if (host.empty()) {
-    absl::StatusOr<HostPort> scheduler = ParseHostPort(config_.scheduler_address());
-    if (!scheduler.ok()) return scheduler.status();
-    absl::StatusOr<std::string> local = LocalAddressToward(scheduler->host);
-    if (!local.ok()) return local.status();
-    host = *local;
-  }
+  absl::StatusOr<std::string> advertised =
+      AdvertisedHost(config_.advertise_host(), config_.scheduler_address());
+  if (!advertised.ok()) return advertised.status();
+  const std::string& host = *advertised;
   if (absl::Status s = security_->CheckPlainHost(host, "the collectives' address (gloo)");
       !s.ok()) {
     return s;

@@ -22,6 +22,10 @@ absl::Status ResolveHost(const std::string& host);
 // The local IPv4 address the kernel would use to reach `remote_host` (no packet is sent),
 // so nodes advertise an address their peers can reach without naming an interface.
 absl::StatusOr<std::string> LocalAddressToward(const std::string& remote_host);
+// The host a node advertises to its peers: `advertise_host` when set, else the local address
+// towards the scheduler at `scheduler_address` (ClusterConfig's fields of those names).
+absl::StatusOr<std::string> AdvertisedHost(const std::string& advertise_host,
+                                           absl::string_view scheduler_address);
 std::string Hostname();
 // The remote address of connected socket `fd` ("1.2.3.4:5678", or "1.2.3.4" without the
 // port), or "" when it has none (not connected, not TCP).
