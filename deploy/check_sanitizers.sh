@@ -110,14 +110,15 @@ stage_fuzz() {
 # bytecomp-scheduler (SchedulerBinaryTest).
 tsan_targets=(bytecomp-scheduler bytecomp-server bytecomp-keygen exact_sum_worker
               codec_cluster_worker bad_input_client hostile_peer intruder_client bytecomp-bench
-              server_test scheduler_test worker_test local_reduce_test bytecomp_tsan_absl_sync
+              server_test scheduler_test worker_test local_reduce_test collective_exchange_test
+              bytecomp_tsan_absl_sync
               bytecomp_tsan_zmq_sync tsan_zmq_sync_check)
 # ci leaves the two longest (hierarchical, server_failover: about 330 s of the stage's 740 s of
 # tests here) and hostile_peers (66 s) to deep; the local reducer's threads stay in unit.worker.local_reduce, the replay
 # after a lost node in scheduler_restart.
-tsan_integration='exact_sums|bad_input|codecs|strategy_switch|faults|scheduler_restart|cluster_key'
+tsan_integration='exact_sums|bad_input|codecs|strategy_switch|faults|scheduler_restart|cluster_key|collectives'
 if [ "$scope" = deep ]; then tsan_integration+='|hierarchical|server_failover|hostile_peers'; fi
-tsan_tests="^(sanitizers\.tsan_zmq_sync|unit\.(server|scheduler|worker|worker\.local_reduce)|integration\.($tsan_integration))\$"
+tsan_tests="^(sanitizers\.tsan_zmq_sync|unit\.(server|scheduler|worker|worker\.local_reduce|worker\.collectives)|integration\.($tsan_integration))\$"
 
 tsan_build_step() {
   bash "$root/deploy/configure_sanitized.sh" tsan "$tsan_build" &&

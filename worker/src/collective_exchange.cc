@@ -89,18 +89,18 @@ void CollectiveExchange::Submit(CollectiveItem item) {
   absl::Status failed;
   {
     absl::MutexLock lock(&mu_);
-    if (failed_.ok() && !stop_) {
-      const Id id{item.key, item.round, item.stage};
-      if (ready_.emplace(id, std::move(item)).second) {
-        ready_order_.push_back(id);
-        changed_.SignalAll();
-        return;
-      }
-      failed = absl::InternalError(absl::StrCat("round ", std::get<1>(id), " of '", item.name,
-                                                "' was given to the collectives twice"));
-    } else {
+    const Id id{item.key, item.round, item.stage};
+    if (!failed_.ok() || stop_) {
       failed = failed_.ok() ? absl::CancelledError("the collectives stopped (engine shutdown)")
                             : failed_;
+    } else if (ready_.count(id) > 0) {
+      failed = absl::InternalError(absl::StrCat("round ", item.round, " of '", item.name,
+                                                "' was given to the collectives twice"));
+    } else {
+      ready_.emplace(id, std::move(item));
+      ready_order_.push_back(id);
+      changed_.SignalAll();
+      return;
     }
   }
   item.done(failed);
@@ -126,6 +126,7 @@ void CollectiveExchange::Fail(const absl::Status& reason) {
   {
     absl::MutexLock lock(&mu_);
     if (failed_.ok()) failed_ = reason;
+    changed_.SignalAll();
     left.swap(ready_);
     ready_order_.clear();
   }
@@ -134,9 +135,12 @@ void CollectiveExchange::Fail(const absl::Status& reason) {
 
 std::vector<CollectiveExchange::Entry> CollectiveExchange::NextBatch(bool* stop) {
   absl::MutexLock lock(&mu_);
-  auto has_work = [this]()
-                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !ready_order_.empty(); };
-  mu_.AwaitWithTimeout(absl::Condition(&has_work), absl::FromChrono(options_.keepalive));
+  // (A CondVar loop, not Await: the condition is read here, after the wait, where ThreadSanitizer
+  // sees the lock taken; absl evaluates an Await's condition inside its own, uninstrumented code.)
+  const absl::Time deadline = absl::Now() + absl::FromChrono(options_.keepalive);
+  while (!stop_ && ready_order_.empty()) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
   std::vector<Entry> batch;
   if (stop_ && ready_order_.empty()) {
     *stop = true;
@@ -184,10 +188,11 @@ absl::StatusOr<std::vector<CollectiveItem>> CollectiveExchange::TakeItems(
   absl::MutexLock lock(&mu_);  // released before fail_taken runs (declared after it)
   for (const Entry& e : batch) {
     const Id id{e.key, e.round, e.stage};
-    auto listed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return ready_.count(id) > 0 || !failed_.ok();
-    };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&listed), deadline)) {
+    bool timed_out = false;
+    while (ready_.count(id) == 0 && failed_.ok() && !timed_out) {
+      timed_out = changed_.WaitWithDeadline(&mu_, deadline);
+    }
+    if (ready_.count(id) == 0 && failed_.ok()) {
       return failing(absl::DeadlineExceededError(
           absl::StrCat("worker 0 summed round ", e.round, " of key ", e.key >> 32, ":",
                        e.key & 0xFFFFFFFFu, " stage ", e.stage, ", which worker ", options_.rank,

@@ -38,7 +38,7 @@ class ControlEvents {
   // Server failover without a replacement: a lost server's partitions moved to others.
   virtual void OnKeysMoved(const proto::KeysMoved& moved) = 0;
   // The scheduler's answer to a collectives' rendezvous get (scheduler_rendezvous.h).
-  virtual void OnCollectiveStoreValue(const proto::CollectiveStoreValue& value) {}
+  virtual void OnCollectiveStoreValue(const proto::CollectiveStoreValue& /*value*/) {}
   // Asked every poll: a stats report that is due and has news (engine_observer.h).
   virtual std::optional<proto::ControlMessage> DueReport() { return std::nullopt; }
 };

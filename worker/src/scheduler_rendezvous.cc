@@ -34,7 +34,12 @@ void SchedulerRendezvousStore::wait(const std::vector<std::string>& keys,
     }
     return true;
   };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&all_here), absl::FromChrono(timeout))) {
+  // (A CondVar loop, not Await: collective_exchange.cc, NextBatch, says why.)
+  const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+  while (!all_here()) {
+    if (arrived_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (!all_here()) {
     std::vector<std::string> missing;
     for (const std::string& key : keys) {
       if (values_.count(key) == 0) missing.push_back(key);
@@ -55,6 +60,7 @@ std::vector<char> SchedulerRendezvousStore::get(const std::string& key) {
 void SchedulerRendezvousStore::OnValue(const proto::CollectiveStoreValue& value) {
   absl::MutexLock lock(&mu_);
   values_[value.key()] = value.value();
+  arrived_.SignalAll();
 }
 
 }  // namespace bytecomp::worker

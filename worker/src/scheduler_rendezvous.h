@@ -38,6 +38,7 @@ class SchedulerRendezvousStore : public gloo::rendezvous::Store {
   const SendControl send_;
   const std::chrono::milliseconds timeout_;
   absl::Mutex mu_;
+  absl::CondVar arrived_;  // a value came
   std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> asked_ ABSL_GUARDED_BY(mu_);
 };
