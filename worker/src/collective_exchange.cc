@@ -291,6 +291,7 @@ void CollectiveExchange::Allreduce(std::vector<CollectiveItem>& items,
   std::unique_ptr<uint16_t[]> narrow(wire == proto::DTYPE_FLOAT32 ? nullptr
                                                                   : new uint16_t[elements]);
   auto put = [&](const float* src, size_t at, size_t n) {
+    if (n == 0) return;  // an empty item's values may have no data()
     if (wire == proto::DTYPE_FLOAT32) {
       std::memcpy(sums.get() + at, src, n * sizeof(float));
     } else {
@@ -463,8 +464,10 @@ void CollectiveExchange::Run() {
         bool stop = false;
         batch = NextBatch(&stop);
         header.count = stop ? kStop : static_cast<uint32_t>(batch.size());
-        std::memcpy(schedule.entries, batch.data(),
-                    std::min(batch.size(), kInlineEntries) * sizeof(Entry));
+        if (!batch.empty()) {  // (a keepalive's batch has no data() to copy from)
+          std::memcpy(schedule.entries, batch.data(),
+                      std::min(batch.size(), kInlineEntries) * sizeof(Entry));
+        }
       }
       // A follower waits for the leader's next batch, which comes within keepalive.
       Broadcast(context, reinterpret_cast<uint8_t*>(&schedule), sizeof(schedule), kHeaderTag,

@@ -50,7 +50,7 @@ void HostPipeline::Send(const std::shared_ptr<EncodedPush>& push) {
       compress::TwoRoundCodec* two = compress::AsTwoRound(*pc.push);
       const size_t floats = push->stage == 1 ? two->FirstRoundFloats(n) : two->SecondRoundFloats(n);
       values.assign(floats, 0.0f);
-      if (!aborted && push->payload.size() == 4 + 4 * floats) {
+      if (!aborted && floats > 0 && push->payload.size() == 4 + 4 * floats) {
         std::memcpy(values.data(), push->payload.data() + 4, 4 * floats);
       } else {
         aborted = true;
