@@ -100,7 +100,7 @@ absl::Status CheckScheme(const proto::TensorStrategy& t) {
         "''s encoded form does not sum element-wise (allreduce takes none, codecs whose "
         "CodecFacts say summable_encoded, and two-round codecs' factors); use allgather or ps"));
   }
-  if (facts->two_round || facts->exchange != CodecExchange::kPushPull) {
+  if (!CollectiveGathers(*facts)) {
     return absl::InvalidArgumentError(
         absl::StrCat("codec '", t.push_codec().name(),
                      "' exchanges more than one payload per round; allgather takes one-round "

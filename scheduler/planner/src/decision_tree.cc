@@ -278,13 +278,16 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
         (has_cpu_pool || !has_gpu)) {
       pulls.push_back({true, Where::kCpu, true});
     }
-    if (collectives && has_cpu_pool) {
+    // The schemes the codec's facts allow (compress: CollectiveSums, CollectiveGathers, the
+    // rules the strategy's validation applies); an allgather only where no allreduce does.
+    const compress::CodecFacts* facts = compress::CodecFactsOf(codec.name());
+    if (collectives && has_cpu_pool && facts != nullptr) {
       TensorOption o;
       o.codec = static_cast<int16_t>(c);
       o.encode_on = Where::kCpu;
-      if (codec.summable() || (codec.two_round() && one_push)) {
+      if (compress::CollectiveSums(*facts)) {
         add_collective(o, proto::SCHEME_ALLREDUCE);
-      } else if (one_push && !codec.two_round()) {
+      } else if (compress::CollectiveGathers(*facts)) {
         add_collective(o, proto::SCHEME_ALLGATHER);
       }
     }

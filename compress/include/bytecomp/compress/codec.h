@@ -185,6 +185,11 @@ struct CodecFacts {
 inline bool CollectiveSums(const CodecFacts& facts) {
   return facts.summable_encoded || (facts.two_round && facts.exchange == CodecExchange::kPushPull);
 }
+// Whether an allgather (Strategy scheme allgather) carries the codec's round: one payload from
+// each worker, which every worker decodes (one round, the push-pull exchange).
+inline bool CollectiveGathers(const CodecFacts& facts) {
+  return !facts.two_round && facts.exchange == CodecExchange::kPushPull;
+}
 
 struct CodecSpec {
   std::string name;
