@@ -18,6 +18,7 @@
 #include "bytecomp/compress/format/half_format.h"
 #include "bytecomp/compress/registry.h"
 #include "codec_checks.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -61,8 +62,7 @@ __attribute__((target("avx2,f16c"))) uint32_t FloatToHalfF16C(const float* src, 
 }
 
 // Largest (h & 0x7fff): >= 0x7c00 means a NaN or Inf half.
-__attribute__((target_clones("avx2", "default"))) uint16_t MaxAbsHalfBits(const uint16_t* src,
-                                                                          size_t n) {
+BYTECOMP_SIMD_KERNEL(uint16_t, MaxAbsHalfBits, (const uint16_t* src, size_t n), (src, n)) {
   uint16_t lanes[32] = {};
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -162,12 +162,12 @@ __attribute__((always_inline)) inline void BF16ToFloatBody(const uint16_t* src, 
 }
 
 // Two functions rather than one template: clang does not multiversion templates.
-__attribute__((target_clones("avx2", "default"))) void BF16WidenTo(const uint16_t* src, float* dst,
-                                                                   size_t n) {
+BYTECOMP_SIMD_KERNEL(void, BF16WidenTo, (const uint16_t* src, float* dst, size_t n),
+                     (src, dst, n)) {
   BF16ToFloatBody<false>(src, dst, n);
 }
-__attribute__((target_clones("avx2", "default"))) void BF16WidenAdd(const uint16_t* src, float* dst,
-                                                                    size_t n) {
+BYTECOMP_SIMD_KERNEL(void, BF16WidenAdd, (const uint16_t* src, float* dst, size_t n),
+                     (src, dst, n)) {
   BF16ToFloatBody<true>(src, dst, n);
 }
 

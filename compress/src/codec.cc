@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/compress/codec_util.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 
@@ -35,7 +36,7 @@ absl::Status Codec::ExpandSum(absl::Span<const float>, const CodecContext&, absl
 }
 
 // Eight independent lanes so that the compiler keeps a vector of maxima.
-__attribute__((target_clones("avx2", "default"))) uint32_t MaxAbsBits(const float* data, size_t n) {
+BYTECOMP_SIMD_KERNEL(uint32_t, MaxAbsBits, (const float* data, size_t n), (data, n)) {
   uint32_t lanes[16] = {};
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -87,7 +88,12 @@ SimdLevel CpuSimdLevel() {
   static const SimdLevel level = [] {
     SimdLevel best = SimdLevel::kScalar;
     if (__builtin_cpu_supports("avx2") && CpuHasF16c()) best = SimdLevel::kAvx2;
-    if (best == SimdLevel::kAvx2 && __builtin_cpu_supports("avx512f")) best = SimdLevel::kAvx512;
+    // kAvx512: what x86-64-v4 (simd_kernel.h's variant) requires.
+    if (best == SimdLevel::kAvx2 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd")) {
+      best = SimdLevel::kAvx512;
+    }
     const char* cap = std::getenv("BYTECOMP_SIMD");
     if (cap != nullptr) {
       const std::string c(cap);

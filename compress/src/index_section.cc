@@ -5,15 +5,16 @@
 
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/format/format_error.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress::sparse {
 
 // Largest delta and total varint bytes of the deltas after the first; vectorises (no carried
 // state but the reductions: delta j reads indices j and j - 1).
-__attribute__((target_clones("avx2", "default"))) static void DeltaStats(const uint32_t* indices,
-                                                                         size_t k,
-                                                                         uint32_t* max_delta,
-                                                                         uint64_t* varint_bytes) {
+BYTECOMP_SIMD_KERNEL(void, DeltaStats,
+                     (const uint32_t* indices, size_t k, uint32_t* max_delta,
+                      uint64_t* varint_bytes),
+                     (indices, k, max_delta, varint_bytes)) {
   uint32_t m = 0;
   uint64_t bytes = 0;
   for (size_t j = 1; j < k; ++j) {

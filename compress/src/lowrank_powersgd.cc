@@ -40,6 +40,7 @@
 #include "bytecomp/compress/two_round.h"
 #include "codec_checks.h"
 #include "param_specs.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -74,8 +75,7 @@ MatrixShape ShapeFor(size_t n, size_t rank, size_t cols) {
 }
 
 // sum_j a[j] * b[j] in double, 8 lanes.
-__attribute__((target_clones("avx2", "default"))) double DotDouble(const float* a, const float* b,
-                                                                   size_t len) {
+BYTECOMP_SIMD_KERNEL(double, DotDouble, (const float* a, const float* b, size_t len), (a, b, len)) {
   double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t j = 0;
   for (; j + 8 <= len; j += 8) {
@@ -90,9 +90,9 @@ __attribute__((target_clones("avx2", "default"))) double DotDouble(const float* 
 }
 
 // acc[j] += a[j] * scale, in double.
-__attribute__((target_clones("avx2", "default"))) void AxpyDouble(double* __restrict acc,
-                                                                  const float* __restrict a,
-                                                                  double scale, size_t len) {
+BYTECOMP_SIMD_KERNEL(void, AxpyDouble,
+                     (double* __restrict acc, const float* __restrict a, double scale, size_t len),
+                     (acc, a, scale, len)) {
   size_t j = 0;
   for (; j + 8 <= len; j += 8) {
     for (size_t l = 0; l < 8; ++l) acc[j + l] += static_cast<double>(a[j + l]) * scale;
@@ -102,9 +102,10 @@ __attribute__((target_clones("avx2", "default"))) void AxpyDouble(double* __rest
 
 // out[j] = sum_k p[k] * q[k * stride + j] for j < len: one row of P Q^T. Eight columns at a
 // time (the same operations on each, in the same order: vector lanes give the scalar bits).
-__attribute__((target_clones("avx2", "default"))) void RowOfProduct(
-    const float* __restrict p_row_values, const float* __restrict q, size_t stride, size_t rank,
-    size_t len, float* __restrict out) {
+BYTECOMP_SIMD_KERNEL(void, RowOfProduct,
+                     (const float* __restrict p_row_values, const float* __restrict q,
+                      size_t stride, size_t rank, size_t len, float* __restrict out),
+                     (p_row_values, q, stride, rank, len, out)) {
   size_t j = 0;
   for (; j + 8 <= len; j += 8) {
     double v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -125,10 +126,10 @@ __attribute__((target_clones("avx2", "default"))) void RowOfProduct(
 }
 
 // out[i] = a[i] + sign * b[i] (sign 1 or -1: exact), vectorised in blocks of 16.
-__attribute__((target_clones("avx2", "default"))) void AddScaled(const float* __restrict a,
-                                                                 const float* __restrict b,
-                                                                 float sign, size_t n,
-                                                                 float* __restrict out) {
+BYTECOMP_SIMD_KERNEL(void, AddScaled,
+                     (const float* __restrict a, const float* __restrict b, float sign, size_t n,
+                      float* __restrict out),
+                     (a, b, sign, n, out)) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     for (size_t l = 0; l < 16; ++l) out[i + l] = a[i + l] + sign * b[i + l];

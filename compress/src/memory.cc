@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/memory_math.h"
 #include "bytecomp/compress/params.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 
@@ -51,25 +52,26 @@ absl::Status SizeMismatch(absl::string_view memory, size_t have, size_t got) {
 
 // The loops over memory_math.h's per-element updates (the CUDA kernels fuse the same ones).
 // Element-wise, so an output may alias an input.
-__attribute__((target_clones("avx2", "default"))) void ResidualCompensateAll(
-    const float* input, const float* residual, float beta, float gamma, float* compensated,
-    size_t n) {
+BYTECOMP_SIMD_KERNEL(void, ResidualCompensateAll,
+                     (const float* input, const float* residual, float beta, float gamma,
+                      float* compensated, size_t n),
+                     (input, residual, beta, gamma, compensated, n)) {
   for (size_t i = 0; i < n; ++i) {
     compensated[i] = ResidualCompensate(input[i], residual[i], beta, gamma);
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void ResidualUpdateAll(const float* compensated,
-                                                                         const float* decoded,
-                                                                         float* residual,
-                                                                         size_t n) {
+BYTECOMP_SIMD_KERNEL(void, ResidualUpdateAll,
+                     (const float* compensated, const float* decoded, float* residual, size_t n),
+                     (compensated, decoded, residual, n)) {
   for (size_t i = 0; i < n; ++i) residual[i] = ResidualUpdate(compensated[i], decoded[i]);
 }
 
 // next_u = m * u + x; compensated = v + next_u.
-__attribute__((target_clones("avx2", "default"))) void DgcMomentumAll(
-    const float* input, const float* u, const float* v, float momentum, float* next_u,
-    float* compensated, size_t n) {
+BYTECOMP_SIMD_KERNEL(void, DgcMomentumAll,
+                     (const float* input, const float* u, const float* v, float momentum,
+                      float* next_u, float* compensated, size_t n),
+                     (input, u, v, momentum, next_u, compensated, n)) {
   for (size_t i = 0; i < n; ++i) {
     const float un = DgcMomentumU(input[i], u[i], momentum);
     next_u[i] = un;
@@ -78,9 +80,9 @@ __attribute__((target_clones("avx2", "default"))) void DgcMomentumAll(
 }
 
 // v = compensated and u kept where nothing was sent (decoded == 0); both zero where sent.
-__attribute__((target_clones("avx2", "default"))) void MaskSent(const float* decoded,
-                                                                const float* compensated, float* u,
-                                                                float* v, size_t n) {
+BYTECOMP_SIMD_KERNEL(void, MaskSent,
+                     (const float* decoded, const float* compensated, float* u, float* v, size_t n),
+                     (decoded, compensated, u, v, n)) {
   for (size_t i = 0; i < n; ++i) {
     const bool sent = decoded[i] != 0.0f;
     v[i] = sent ? 0.0f : compensated[i];

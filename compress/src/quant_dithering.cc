@@ -22,6 +22,7 @@
 #include "quant_codecs.h"
 #include "quant_kernels.h"
 #include "quant_pack.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -37,22 +38,27 @@ __attribute__((always_inline)) inline void DitherEncodeBody(
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void DitherEncodeLinear(
-    const float* __restrict x, size_t n, float inverse_norm, uint32_t s, uint32_t level_bits,
-    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+BYTECOMP_SIMD_KERNEL(void, DitherEncodeLinear,
+                     (const float* __restrict x, size_t n, float inverse_norm, uint32_t s,
+                      uint32_t level_bits, CounterRandom random, uint32_t first_index,
+                      uint16_t* __restrict codes),
+                     (x, n, inverse_norm, s, level_bits, random, first_index, codes)) {
   DitherEncodeBody<false>(x, n, inverse_norm, s, level_bits, random, first_index, codes);
 }
 
-__attribute__((target_clones("avx2", "default"))) void DitherEncodeNatural(
-    const float* __restrict x, size_t n, float inverse_norm, uint32_t s, uint32_t level_bits,
-    CounterRandom random, uint32_t first_index, uint16_t* __restrict codes) {
+BYTECOMP_SIMD_KERNEL(void, DitherEncodeNatural,
+                     (const float* __restrict x, size_t n, float inverse_norm, uint32_t s,
+                      uint32_t level_bits, CounterRandom random, uint32_t first_index,
+                      uint16_t* __restrict codes),
+                     (x, n, inverse_norm, s, level_bits, random, first_index, codes)) {
   DitherEncodeBody<true>(x, n, inverse_norm, s, level_bits, random, first_index, codes);
 }
 
 // Decoded value of a code: sign * (level value * norm), level value j/k or 2^(j-k).
-__attribute__((target_clones("avx2", "default"))) void DitherDecodeLinear(
-    const uint16_t* __restrict codes, size_t n, uint32_t s, uint32_t level_bits, float norm,
-    float* __restrict out) {
+BYTECOMP_SIMD_KERNEL(void, DitherDecodeLinear,
+                     (const uint16_t* __restrict codes, size_t n, uint32_t s, uint32_t level_bits,
+                      float norm, float* __restrict out),
+                     (codes, n, s, level_bits, norm, out)) {
   const uint32_t mask = (1u << level_bits) - 1u;
   for (size_t i = 0; i < n; ++i) {
     const float magnitude = DitherLinearValue(codes[i] & mask, s) * norm;
@@ -60,9 +66,10 @@ __attribute__((target_clones("avx2", "default"))) void DitherDecodeLinear(
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void DitherDecodeNatural(
-    const uint16_t* __restrict codes, size_t n, uint32_t s, uint32_t level_bits, float norm,
-    float* __restrict out) {
+BYTECOMP_SIMD_KERNEL(void, DitherDecodeNatural,
+                     (const uint16_t* __restrict codes, size_t n, uint32_t s, uint32_t level_bits,
+                      float norm, float* __restrict out),
+                     (codes, n, s, level_bits, norm, out)) {
   const uint32_t mask = (1u << level_bits) - 1u;
   for (size_t i = 0; i < n; ++i) {
     const float magnitude = DitherNaturalValue(codes[i] & mask, s) * norm;

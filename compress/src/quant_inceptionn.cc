@@ -20,13 +20,15 @@
 #include "codec_checks.h"
 #include "param_specs.h"
 #include "quant_codecs.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
 
-__attribute__((target_clones("avx2", "default"))) void ComputeTags(const float* __restrict x,
-                                                                   size_t n, float error_bound,
-                                                                   uint8_t* __restrict tags) {
+BYTECOMP_SIMD_KERNEL(void, ComputeTags,
+                     (const float* __restrict x, size_t n, float error_bound,
+                      uint8_t* __restrict tags),
+                     (x, n, error_bound, tags)) {
   for (size_t i = 0; i < n; ++i) tags[i] = static_cast<uint8_t>(InceptionnTag(x[i], error_bound));
 }
 

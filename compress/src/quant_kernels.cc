@@ -3,17 +3,17 @@
 
 #include "bytecomp/common/half.h"
 #include "bytecomp/compress/codec_util.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 
-__attribute__((target_clones("avx2", "default"))) double SumOfSquares(const float* x, size_t n) {
+BYTECOMP_SIMD_KERNEL(double, SumOfSquares, (const float* x, size_t n), (x, n)) {
   return SumOfSquaresInline(x, n);
 }
 
 float MaxAbs(const float* x, size_t n) { return BitsToFloat(MaxAbsBits(x, n)); }
 
-__attribute__((target_clones("avx2", "default"))) SquaresAndMax SumOfSquaresAndMaxAbs(
-    const float* x, size_t n) {
+BYTECOMP_SIMD_KERNEL(SquaresAndMax, SumOfSquaresAndMaxAbs, (const float* x, size_t n), (x, n)) {
   double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   uint32_t max_lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t i = 0;
@@ -40,9 +40,8 @@ __attribute__((target_clones("avx2", "default"))) SquaresAndMax SumOfSquaresAndM
   return r;
 }
 
-__attribute__((target_clones("avx2", "default"))) uint32_t MaxCodeLevel(const uint16_t* codes,
-                                                                        size_t n,
-                                                                        uint32_t level_mask) {
+BYTECOMP_SIMD_KERNEL(uint32_t, MaxCodeLevel, (const uint16_t* codes, size_t n, uint32_t level_mask),
+                     (codes, n, level_mask)) {
   uint32_t m = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t level = codes[i] & level_mask;

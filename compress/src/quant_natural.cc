@@ -17,15 +17,15 @@
 #include "param_specs.h"
 #include "quant_codecs.h"
 #include "quant_kernels.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
 
-__attribute__((target_clones("avx2", "default"))) void NaturalEncode(const float* __restrict x,
-                                                                     size_t n,
-                                                                     uint32_t exponent_low,
-                                                                     CounterRandom random,
-                                                                     uint8_t* __restrict out) {
+BYTECOMP_SIMD_KERNEL(void, NaturalEncode,
+                     (const float* __restrict x, size_t n, uint32_t exponent_low,
+                      CounterRandom random, uint8_t* __restrict out),
+                     (x, n, exponent_low, random, out)) {
   const uint32_t count = static_cast<uint32_t>(n);  // 32-bit counters: see qsgd
   for (uint32_t i = 0; i < count; ++i) {
     out[i] = NaturalCode(x[i], exponent_low, RandomBits(random, i));
@@ -33,9 +33,8 @@ __attribute__((target_clones("avx2", "default"))) void NaturalEncode(const float
 }
 
 // Largest 7-bit code, and whether a "negative zero" byte (0x80, never written) is present.
-__attribute__((target_clones("avx2", "default"))) uint32_t NaturalMaxCode(const uint8_t* in,
-                                                                          size_t n,
-                                                                          bool* negative_zero) {
+BYTECOMP_SIMD_KERNEL(uint32_t, NaturalMaxCode, (const uint8_t* in, size_t n, bool* negative_zero),
+                     (in, n, negative_zero)) {
   uint8_t m = 0;
   uint8_t nz = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -47,10 +46,10 @@ __attribute__((target_clones("avx2", "default"))) uint32_t NaturalMaxCode(const 
   return m;
 }
 
-__attribute__((target_clones("avx2", "default"))) void NaturalDecode(const uint8_t* __restrict in,
-                                                                     size_t n,
-                                                                     uint32_t exponent_low,
-                                                                     float* __restrict out) {
+BYTECOMP_SIMD_KERNEL(void, NaturalDecode,
+                     (const uint8_t* __restrict in, size_t n, uint32_t exponent_low,
+                      float* __restrict out),
+                     (in, n, exponent_low, out)) {
   for (size_t i = 0; i < n; ++i) out[i] = NaturalValue(in[i], exponent_low);
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "bytecomp/compress/codec_util.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -44,9 +45,9 @@ __attribute__((always_inline)) inline void UnpackGroups8Body(const uint8_t* __re
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void PackGroups8(const uint16_t* codes,
-                                                                   size_t groups, uint32_t bits,
-                                                                   uint8_t* out) {
+BYTECOMP_SIMD_KERNEL(void, PackGroups8,
+                     (const uint16_t* codes, size_t groups, uint32_t bits, uint8_t* out),
+                     (codes, groups, bits, out)) {
   switch (bits) {
     case 1:
       PackGroups8Body<1>(codes, groups, out);
@@ -72,9 +73,9 @@ __attribute__((target_clones("avx2", "default"))) void PackGroups8(const uint16_
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void UnpackGroups8(const uint8_t* in,
-                                                                     size_t groups, uint32_t bits,
-                                                                     uint16_t* codes) {
+BYTECOMP_SIMD_KERNEL(void, UnpackGroups8,
+                     (const uint8_t* in, size_t groups, uint32_t bits, uint16_t* codes),
+                     (in, groups, bits, codes)) {
   switch (bits) {
     case 1:
       UnpackGroups8Body<1>(in, groups, codes);
@@ -100,13 +101,13 @@ __attribute__((target_clones("avx2", "default"))) void UnpackGroups8(const uint8
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void NarrowBytes(const uint16_t* codes, size_t n,
-                                                                   uint8_t* out) {
+BYTECOMP_SIMD_KERNEL(void, NarrowBytes, (const uint16_t* codes, size_t n, uint8_t* out),
+                     (codes, n, out)) {
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(codes[i]);
 }
 
-__attribute__((target_clones("avx2", "default"))) void WidenBytes(const uint8_t* in, size_t n,
-                                                                  uint16_t* codes) {
+BYTECOMP_SIMD_KERNEL(void, WidenBytes, (const uint8_t* in, size_t n, uint16_t* codes),
+                     (in, n, codes)) {
   for (size_t i = 0; i < n; ++i) codes[i] = in[i];
 }
 

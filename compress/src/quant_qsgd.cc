@@ -18,6 +18,7 @@
 #include "quant_codecs.h"
 #include "quant_kernels.h"
 #include "quant_pack.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -44,28 +45,44 @@ __attribute__((always_inline)) inline bool QsgdEncodeAll(const float* __restrict
                                                          uint32_t level_bits, CounterRandom random,
                                                          uint8_t* __restrict norms,
                                                          Code* __restrict codes) {
-  for (size_t begin = 0, b = 0; begin < n; begin += bucket, ++b) {
-    const size_t len = n - begin < bucket ? n - begin : bucket;
-    const double sum_of_squares = SumOfSquaresInline(x + begin, len);
-    if (!std::isfinite(sum_of_squares)) return false;
-    const float norm = qsgd::NormFromSumOfSquares(sum_of_squares);
-    PutF32(norms + 4 * b, norm);
-    QsgdEncodeBucketBody(x + begin, len, norm, quantum_num, level_bits, random,
-                         static_cast<uint32_t>(begin), codes + begin);
+  // Buckets in groups that stay in L1: the group's norms first, then its codes, so that one
+  // bucket's norm (a reduction, a square root: a chain of latencies) does not hold up the
+  // coding of the next bucket.
+  constexpr size_t kGroup = 16;
+  float group_norms[kGroup];
+  for (size_t first = 0, b0 = 0; first < n; first += kGroup * bucket, b0 += kGroup) {
+    size_t count = 0;
+    for (size_t begin = first; begin < n && count < kGroup; begin += bucket, ++count) {
+      const size_t len = n - begin < bucket ? n - begin : bucket;
+      const double sum_of_squares = SumOfSquaresInline(x + begin, len);
+      if (!std::isfinite(sum_of_squares)) return false;
+      group_norms[count] = qsgd::NormFromSumOfSquares(sum_of_squares);
+      PutF32(norms + 4 * (b0 + count), group_norms[count]);
+    }
+    for (size_t g = 0; g < count; ++g) {
+      const size_t begin = first + g * bucket;
+      const size_t len = n - begin < bucket ? n - begin : bucket;
+      QsgdEncodeBucketBody(x + begin, len, group_norms[g], quantum_num, level_bits, random,
+                           static_cast<uint32_t>(begin), codes + begin);
+    }
   }
   return true;
 }
 
 // 8-bit codes (quantum_num 64..127, the default) go straight to the payload.
-__attribute__((target_clones("avx2", "default"))) bool QsgdEncode8(
-    const float* __restrict x, size_t n, size_t bucket, uint32_t quantum_num, uint32_t level_bits,
-    CounterRandom random, uint8_t* __restrict norms, uint8_t* __restrict codes) {
+BYTECOMP_SIMD_KERNEL(bool, QsgdEncode8,
+                     (const float* __restrict x, size_t n, size_t bucket, uint32_t quantum_num,
+                      uint32_t level_bits, CounterRandom random, uint8_t* __restrict norms,
+                      uint8_t* __restrict codes),
+                     (x, n, bucket, quantum_num, level_bits, random, norms, codes)) {
   return QsgdEncodeAll(x, n, bucket, quantum_num, level_bits, random, norms, codes);
 }
 
-__attribute__((target_clones("avx2", "default"))) bool QsgdEncode16(
-    const float* __restrict x, size_t n, size_t bucket, uint32_t quantum_num, uint32_t level_bits,
-    CounterRandom random, uint8_t* __restrict norms, uint16_t* __restrict codes) {
+BYTECOMP_SIMD_KERNEL(bool, QsgdEncode16,
+                     (const float* __restrict x, size_t n, size_t bucket, uint32_t quantum_num,
+                      uint32_t level_bits, CounterRandom random, uint8_t* __restrict norms,
+                      uint16_t* __restrict codes),
+                     (x, n, bucket, quantum_num, level_bits, random, norms, codes)) {
   return QsgdEncodeAll(x, n, bucket, quantum_num, level_bits, random, norms, codes);
 }
 
@@ -92,9 +109,11 @@ __attribute__((always_inline)) inline void DecodeBucketBody(const Code* __restri
 // Byte codes (the default): per bucket, its levels checked and its values written while the
 // bucket's codes are in L1; one pass over the payload, no code array. Returns the first
 // bucket whose largest level exceeds quantum_num (its values not written), or `buckets`.
-__attribute__((target_clones("avx2", "default"))) size_t QsgdDecode8(
-    const uint8_t* __restrict norms, const uint8_t* __restrict codes, size_t n, size_t bucket,
-    uint32_t level_bits, uint32_t quantum_num, float* __restrict out) {
+BYTECOMP_SIMD_KERNEL(size_t, QsgdDecode8,
+                     (const uint8_t* __restrict norms, const uint8_t* __restrict codes, size_t n,
+                      size_t bucket, uint32_t level_bits, uint32_t quantum_num,
+                      float* __restrict out),
+                     (norms, codes, n, bucket, level_bits, quantum_num, out)) {
   const uint32_t level_mask = (1u << level_bits) - 1u;
   const bool check = quantum_num < level_mask;  // otherwise every level is valid
   size_t b = 0;
@@ -107,9 +126,10 @@ __attribute__((target_clones("avx2", "default"))) size_t QsgdDecode8(
   return b;
 }
 
-__attribute__((target_clones("avx2", "default"))) void QsgdDecodeBucket(
-    const uint16_t* __restrict codes, size_t len, uint32_t level_bits, uint32_t quantum_num,
-    float norm, float* __restrict out) {
+BYTECOMP_SIMD_KERNEL(void, QsgdDecodeBucket,
+                     (const uint16_t* __restrict codes, size_t len, uint32_t level_bits,
+                      uint32_t quantum_num, float norm, float* __restrict out),
+                     (codes, len, level_bits, quantum_num, norm, out)) {
   DecodeBucketBody(codes, len, level_bits, quantum_num, norm, out);
 }
 

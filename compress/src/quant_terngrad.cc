@@ -18,6 +18,7 @@
 #include "quant_codecs.h"
 #include "quant_kernels.h"
 #include "quant_pack.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -26,10 +27,10 @@ namespace {
 // contiguous elements into a byte array (a plain vector loop), then four bytes at a time
 // packed into one (the same bits as PackTernary4). Code loads of x[4g + j] across groups would
 // gather element by element instead.
-__attribute__((target_clones("avx2", "default"))) void TernEncode(const float* __restrict x,
-                                                                  size_t n, float clip, float scale,
-                                                                  CounterRandom random,
-                                                                  uint8_t* __restrict out) {
+BYTECOMP_SIMD_KERNEL(void, TernEncode,
+                     (const float* __restrict x, size_t n, float clip, float scale,
+                      CounterRandom random, uint8_t* __restrict out),
+                     (x, n, clip, scale, random, out)) {
   constexpr uint32_t kBlock = 2048;  // a multiple of 4: every block starts on a byte
   alignas(64) uint8_t codes[kBlock];
   const uint32_t count = static_cast<uint32_t>(n);  // 32-bit counters: see qsgd
@@ -57,8 +58,7 @@ __attribute__((target_clones("avx2", "default"))) void TernEncode(const float* _
 }
 
 // Whether any 2-bit code in the bytes is 3 (invalid).
-__attribute__((target_clones("avx2", "default"))) bool HasTernaryCode3(const uint8_t* in,
-                                                                       size_t bytes) {
+BYTECOMP_SIMD_KERNEL(bool, HasTernaryCode3, (const uint8_t* in, size_t bytes), (in, bytes)) {
   uint8_t any = 0;
   for (size_t i = 0; i < bytes; ++i) any |= in[i] & (in[i] >> 1) & 0x55u;  // terngrad::HasCode3
   return any != 0;

@@ -20,6 +20,7 @@
 #include "param_specs.h"
 #include "quant_codecs.h"
 #include "quant_kernels.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -122,15 +123,26 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
   return i;
 }
 
+// The same per element, 16 at a time: the compiler's AVX-512 vectorisation of the scalar code,
+// which reads the table element by element into the vector (on AMD Zen 4 faster than the AVX2
+// loop's hardware gather: 5.6 against 4.3 GB/s on 64 MiB).
+[[gnu::target("arch=x86-64-v4")]] void U8bitEncodeAvx512(const float* __restrict x, size_t n,
+                                                         float inverse_max,
+                                                         const U8bitTables& tables,
+                                                         uint8_t* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = U8bitCodeByTables(x[i], inverse_max, tables);
+}
+
 void U8bitEncode(const float* x, size_t n, float max_abs, const U8bitTables& tables, uint8_t* out) {
-  const bool have_avx2 = CpuSimdLevel() >= SimdLevel::kAvx2;  // honours BYTECOMP_SIMD
+  const SimdLevel level = CpuSimdLevel();  // honours BYTECOMP_SIMD
   const float inverse_max = 1.0f / max_abs;
-  const size_t done = have_avx2 ? U8bitEncodeAvx2(x, n, inverse_max, tables, out) : 0;
+  if (level == SimdLevel::kAvx512) return U8bitEncodeAvx512(x, n, inverse_max, tables, out);
+  const size_t done =
+      level == SimdLevel::kAvx2 ? U8bitEncodeAvx2(x, n, inverse_max, tables, out) : 0;
   for (size_t i = done; i < n; ++i) out[i] = U8bitCodeByTables(x[i], inverse_max, tables);
 }
 
-__attribute__((target_clones("avx2", "default"))) bool HasNegativeZero(const uint8_t* codes,
-                                                                       size_t n) {
+BYTECOMP_SIMD_KERNEL(bool, HasNegativeZero, (const uint8_t* codes, size_t n), (codes, n)) {
   uint8_t any = 0;
   for (size_t i = 0; i < n; ++i) any |= codes[i] == 0x80u ? 1u : 0u;
   return any != 0;

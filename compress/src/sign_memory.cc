@@ -9,9 +9,27 @@
 #include "bytecomp/compress/memory_math.h"
 #include "bytecomp/compress/params.h"
 #include "param_specs.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
+
+// The loops over memory_math.h's EfSignCompensate and EfSignResidual (compensated may alias
+// the input).
+BYTECOMP_SIMD_KERNEL(void, CompensateAll,
+                     (float* compensated, const float* input, const float* __restrict residual,
+                      float inverse_lr, size_t n),
+                     (compensated, input, residual, inverse_lr, n)) {
+  for (size_t i = 0; i < n; ++i) {
+    compensated[i] = EfSignCompensate(input[i], residual[i], inverse_lr);
+  }
+}
+BYTECOMP_SIMD_KERNEL(void, ResidualAll,
+                     (float* __restrict residual, const float* __restrict compensated,
+                      const float* __restrict decoded, float lr, size_t n),
+                     (residual, compensated, decoded, lr, n)) {
+  for (size_t i = 0; i < n; ++i) residual[i] = EfSignResidual(compensated[i], decoded[i], lr);
+}
 
 // EF-SignSGD's memory (Karimireddy et al.; GRACE EFSignSGDMemory): the residual e is kept in
 // learning-rate units, p = lr * g + e is what the paper compresses, e' = p - lr * decoded.
@@ -63,21 +81,6 @@ class EfSignSgdMemory final : public Memory {
   std::vector<std::vector<float>*> StateVectors() override { return {&residual_}; }
 
  private:
-  // The loops over memory_math.h's EfSignCompensate and EfSignResidual (compensated may
-  // alias the input).
-  __attribute__((target_clones("avx2", "default"))) static void CompensateAll(
-      float* compensated, const float* input, const float* __restrict residual, float inverse_lr,
-      size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      compensated[i] = EfSignCompensate(input[i], residual[i], inverse_lr);
-    }
-  }
-  __attribute__((target_clones("avx2", "default"))) static void ResidualAll(
-      float* __restrict residual, const float* __restrict compensated,
-      const float* __restrict decoded, float lr, size_t n) {
-    for (size_t i = 0; i < n; ++i) residual[i] = EfSignResidual(compensated[i], decoded[i], lr);
-  }
-
   float default_lr_;
   float lr_ = 0.1f;
   std::vector<float> residual_;

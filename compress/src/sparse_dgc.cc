@@ -9,14 +9,15 @@
 #include "bytecomp/compress/format/dgc_threshold.h"
 #include "bytecomp/compress/format/sparse_format.h"
 #include "codec_checks.h"
+#include "simd_kernel.h"
 #include "sparse_codecs.h"
 
 namespace bytecomp::compress {
 namespace {
 
 // The number of |x| >= the float with |bits| threshold_bits.
-__attribute__((target_clones("avx2", "default"))) size_t CountAtLeast(const float* x, size_t n,
-                                                                      int32_t threshold_bits) {
+BYTECOMP_SIMD_KERNEL(size_t, CountAtLeast, (const float* x, size_t n, int32_t threshold_bits),
+                     (x, n, threshold_bits)) {
   size_t count = 0;
   for (size_t i = 0; i < n; ++i) {
     int32_t b;

@@ -24,9 +24,10 @@ uint32_t MaxAbsBits(const float* data, size_t n);
 constexpr uint32_t kNonFiniteAbsBits = 0x7f800000u;
 inline bool IsFiniteBits(uint32_t abs_bits) { return abs_bits < kNonFiniteAbsBits; }
 
-// The hand-written vector kernels in use: the best the CPU has, capped by the environment
-// variable BYTECOMP_SIMD=scalar|avx2|avx512 (read once), so that tests and benchmarks can
-// exercise the fallbacks on a machine that has more. kAvx2 implies F16C here.
+// The vector kernels in use (hand-written ones and compress/src/simd_kernel.h's variants): the
+// best the CPU has, capped by the environment variable BYTECOMP_SIMD=scalar|avx2|avx512 (read
+// once), so that tests and benchmarks can exercise the fallbacks on a machine that has more.
+// kAvx2 implies F16C here; kAvx512 is x86-64-v4 (AVX-512 F, BW, VL, DQ and CD).
 enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 SimdLevel CpuSimdLevel();
 
