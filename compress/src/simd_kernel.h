@@ -16,24 +16,22 @@
 
 #include "bytecomp/compress/codec_util.h"  // CpuSimdLevel
 
-#define BYTECOMP_SIMD_KERNEL(ret, name, params, args)                                \
-  [[gnu::always_inline]] static inline ret name##Body params;                        \
-  [[gnu::target("arch=x86-64-v4"), gnu::noinline]] static ret name##Avx512 params {  \
-    return name##Body args;                                                          \
-  }                                                                                  \
-  [[gnu::target("avx2"), gnu::noinline]] static ret name##Avx2 params {              \
-    return name##Body args;                                                          \
-  }                                                                                  \
-  [[gnu::noinline]] static ret name##Baseline params { return name##Body args; }     \
-  ret name params {                                                                  \
-    switch (::bytecomp::compress::CpuSimdLevel()) {                                  \
-      case ::bytecomp::compress::SimdLevel::kAvx512:                                 \
-        return name##Avx512 args;                                                    \
-      case ::bytecomp::compress::SimdLevel::kAvx2:                                   \
-        return name##Avx2 args;                                                      \
-      case ::bytecomp::compress::SimdLevel::kScalar:                                 \
-        break;                                                                       \
-    }                                                                                \
-    return name##Baseline args;                                                      \
-  }                                                                                  \
+#define BYTECOMP_SIMD_KERNEL(ret, name, params, args)                                             \
+  [[gnu::always_inline]] static inline ret name##Body params;                                     \
+  [[gnu::target("arch=x86-64-v4"), gnu::noinline]] static ret name##Avx512 params {               \
+    return name##Body args;                                                                       \
+  }                                                                                               \
+  [[gnu::target("avx2"), gnu::noinline]] static ret name##Avx2 params { return name##Body args; } \
+  [[gnu::noinline]] static ret name##Baseline params { return name##Body args; }                  \
+  ret name params {                                                                               \
+    switch (::bytecomp::compress::CpuSimdLevel()) {                                               \
+      case ::bytecomp::compress::SimdLevel::kAvx512:                                              \
+        return name##Avx512 args;                                                                 \
+      case ::bytecomp::compress::SimdLevel::kAvx2:                                                \
+        return name##Avx2 args;                                                                   \
+      case ::bytecomp::compress::SimdLevel::kScalar:                                              \
+        break;                                                                                    \
+    }                                                                                             \
+    return name##Baseline args;                                                                   \
+  }                                                                                               \
   static inline ret name##Body params
