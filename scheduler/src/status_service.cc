@@ -15,7 +15,8 @@ void AnswerClockProbe(const RegisteredNode& node, const proto::ClockProbe& probe
 }
 
 StatusService::StatusService(const proto::ClusterConfig& config, int64_t start_ms)
-    : job_(config.num_workers(), config.num_servers(), config.heartbeat_timeout_ms(), start_ms),
+    : job_(config.num_workers(), config.num_servers(), config.heartbeat_timeout_ms(), start_ms,
+           !config.key_file().empty()),
       metrics_("scheduler", 0) {}
 
 absl::StatusOr<std::unique_ptr<StatusService>> StatusService::Start(

@@ -20,7 +20,29 @@ absl::Status CheckStrategySize(const proto::Strategy& strategy, absl::string_vie
                                                  kMaxStrategyBytes, " travel to the nodes"));
 }
 
+// Every entry that names a collective, as "tensors[i] ('pattern') SCHEME_X".
+std::vector<std::string> CollectiveEntries(const proto::Strategy& strategy) {
+  std::vector<std::string> entries;
+  for (int i = 0; i < strategy.tensors_size(); ++i) {
+    const proto::TensorStrategy& t = strategy.tensors(i);
+    if (t.scheme() == proto::SCHEME_PS) continue;
+    entries.push_back(absl::StrCat("tensors[", i, "] ('", t.name_pattern(), "') ",
+                                   proto::Scheme_Name(t.scheme())));
+  }
+  return entries;
+}
+
 }  // namespace
+
+void StrategyKeeper::LogUnencrypted(const proto::Strategy& strategy) const {
+  if (!keyed_) return;
+  const std::vector<std::string> entries = CollectiveEntries(strategy);
+  if (entries.empty()) return;
+  BC_LOG_WARNING("strategy version ", strategy.version(),
+                 ": the tensors of these entries travel unencrypted in this keyed job (gloo's "
+                 "collectives; the strategy sets allow_unencrypted_collectives): ",
+                 absl::StrJoin(entries, ", "));
+}
 
 absl::Status StrategyKeeper::LoadInitial(const std::string& path) {
   path_ = path;
@@ -38,6 +60,7 @@ absl::Status StrategyKeeper::LoadInitial(const std::string& path) {
   }
   current_.set_version(1);
   current_.set_first_round(0);
+  LogUnencrypted(current_);
   return absl::OkStatus();
 }
 
@@ -84,11 +107,11 @@ std::optional<proto::ControlMessage> StrategyKeeper::OnPrepareReply(
   *commit.mutable_strategy_commit()->mutable_strategy() = current_;
   BC_LOG_INFO("strategy version ", current_.version(), " applies from round ",
               current_.first_round(), " (", current_.tensors_size(), " entries)");
+  LogUnencrypted(current_);
   return commit;
 }
 
 absl::Status StrategyKeeper::JobRefuses(const proto::Strategy& strategy) const {
-  std::vector<std::string> unencrypted;
   for (int i = 0; i < strategy.tensors_size(); ++i) {
     const proto::TensorStrategy& t = strategy.tensors(i);
     if (t.scheme() == proto::SCHEME_PS) continue;

@@ -8,12 +8,17 @@ with real daemons:
   worker uses the same version in each round, and the servers' rounds of the keys that left
   them resume where they were (a collective round is no round on the servers).
 - A job with a cluster key refuses a strategy entry that names a collective unless the strategy
-  allows unencrypted collectives, naming the entry; so does a job without collectives.
+  allows unencrypted collectives, naming the entry; so does a job without collectives. A keyed
+  job whose strategy allows them names the tensors that travel unencrypted in the scheduler's
+  log and on its status page (and /status.json), and sums exactly.
 """
+import json
 import os
 import re
 import signal
 import subprocess
+import urllib.error
+import urllib.request
 
 import cluster
 from test_cluster_key import make_key
@@ -117,3 +122,59 @@ def test_keyed_job_refuses_unencrypted_collectives_naming_the_entry(tmp_path):
     rc, out = run_scheduler([f"--strategy={path}"])
     assert rc != 0, out
     assert "tensors[0] ('fp32.1*')" in out and "collectives is off" in out, out
+
+
+ALLOWED = """seed: 7
+allow_unencrypted_collectives: true
+tensors { name_pattern: "fp32.?.*" scheme: SCHEME_ALLREDUCE }
+tensors { name_pattern: "*" push_codec { name: "fp16" } force: true }
+"""
+
+
+def test_keyed_job_names_its_unencrypted_tensors_in_the_log_and_on_the_status_page(tmp_path):
+    key, _ = make_key(str(tmp_path))
+    path = os.path.join(tmp_path, "strategy.pbtxt")
+    with open(path, "w") as f:
+        f.write(ALLOWED)
+    hold = os.path.join(tmp_path, "go")  # the workers wait after their last round until it exists
+    with cluster.Cluster(workers=2, servers=1, worker_cmd=worker_cmd(6) + ["--hold-file", hold],
+                         extra_env={"BYTECOMP_KEY_FILE": key},
+                         scheduler_args=["--collectives", f"--strategy={path}",
+                                         "--http_address=0"]) as c:
+        def url():
+            m = re.search(r"status page and metrics on (http://[\d.]+:\d+)", c.scheduler.output())
+            return m.group(1) if m else None
+        assert cluster.wait_for(lambda: url() is not None, 30), c.dump()
+
+        def status():
+            try:
+                with urllib.request.urlopen(url() + "/status.json", timeout=5) as r:
+                    return json.loads(r.read().decode())
+            except urllib.error.HTTPError as e:  # 503 until the first snapshot
+                assert e.code == 503, e
+                return {"tensors": []}
+
+        def reported():  # both workers' reports of every round (they come every second or so)
+            tensors = status()["tensors"]
+            return len(tensors) > 0 and all(t["rounds"] >= 12 for t in tensors)
+        assert cluster.wait_for(reported, 120), c.dump()
+        s = status()
+        assert s["keyed"] is True, s
+        schemes = {t["name"]: (t["scheme"], t["unencrypted"]) for t in s["tensors"]}
+        summed = [n for n in schemes if re.match(r"fp32\.\d\.", n)]
+        assert summed and len(summed) < len(schemes), schemes
+        for name, (scheme, unencrypted) in schemes.items():
+            expected = name in summed
+            assert (scheme == "allreduce") == expected and unencrypted == expected, schemes
+        with urllib.request.urlopen(url() + "/", timeout=5) as r:
+            page = r.read().decode()
+        assert f"{len(summed)} tensors travel unencrypted</b> in this keyed job" in page, page
+        assert "<td>allreduce (unencrypted)</td>" in page, page
+        open(hold, "w").close()
+        codes = c.wait_workers(timeout=120)
+        assert codes == [0, 0], c.dump()
+        for w in c.workers:
+            assert "ALL SUMS EXACT: 6 rounds" in w.output(), c.dump()
+        log = c.scheduler.output()
+    assert ("strategy version 1: the tensors of these entries travel unencrypted in this keyed job"
+            in log and "tensors[0] ('fp32.?.*') SCHEME_ALLREDUCE" in log), log

@@ -22,13 +22,26 @@ std::string PlacementName(proto::Placement p) {
   }
 }
 
+std::string SchemeName(proto::Scheme scheme) {
+  switch (scheme) {
+    case proto::SCHEME_ALLREDUCE:
+      return "allreduce";
+    case proto::SCHEME_ALLGATHER:
+      return "allgather";
+    default:
+      return "ps";
+  }
+}
+
 }  // namespace
 
-JobStatus::JobStatus(int num_workers, int num_servers, int heartbeat_timeout_ms, int64_t start_ms)
+JobStatus::JobStatus(int num_workers, int num_servers, int heartbeat_timeout_ms, int64_t start_ms,
+                     bool keyed)
     : num_workers_(num_workers),
       num_servers_(num_servers),
       heartbeat_timeout_ms_(heartbeat_timeout_ms),
-      start_ms_(start_ms) {}
+      start_ms_(start_ms),
+      keyed_(keyed) {}
 
 void JobStatus::Seen(const std::string& node_name, int64_t now_ms) {
   last_seen_ms_[node_name] = now_ms;
@@ -58,6 +71,7 @@ StatusSnapshot JobStatus::Snapshot(const std::vector<NodeView>& nodes,
   s.uptime_s = (now_ms - start_ms_) / 1000.0;
   s.num_workers = num_workers_;
   s.num_servers = num_servers_;
+  s.keyed = keyed_;
   s.bad_messages = bad_messages;
   for (const NodeView& node : nodes) {
     NodeHealth h;
@@ -97,6 +111,8 @@ StatusSnapshot JobStatus::Snapshot(const std::vector<NodeView>& nodes,
         row.codec = plan.compressed() ? plan.push.name() : "none";
         if (plan.two_way()) row.pull_codec = plan.pull.name();
         row.compress_on = plan.compressed() ? PlacementName(plan.compress_on) : "-";
+        row.scheme = SchemeName(plan.scheme);
+        row.unencrypted = keyed_ && plan.collective();
         s.tensors.push_back(row);
       }
       TensorRow& row = s.tensors[it->second];

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "bytecomp/compress/strategy.h"
 
 namespace bytecomp::status {
@@ -79,6 +81,7 @@ th{background:#eef1f6;font-weight:600}td.n{text-align:right;font-variant-numeric
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;color:#fff}
 .ok{background:#2e8b57}.late{background:#d08a00}.silent{background:#c0392b}.done{background:#6c7a89}
 .chart{background:#fff;border:1px solid #dde2ea;border-radius:8px}
+.warn{background:#fff4e0;border:1px solid #d08a00;border-radius:8px;padding:8px 12px;font-size:13px}
 )";
 
 }  // namespace
@@ -210,22 +213,35 @@ std::string StatusPageHtml(const StatusSnapshot& s) {
   }
   html += "</table>";
 
+  html += "<h2>Tensors</h2>";
+  std::vector<std::string> unencrypted;
+  for (const TensorRow& t : s.tensors) {
+    if (t.unencrypted) unencrypted.push_back(Escape(t.name));
+  }
+  if (!unencrypted.empty()) {
+    absl::StrAppend(&html, "<p class=\"warn\" id=\"unencrypted\"><b>", unencrypted.size(),
+                    unencrypted.size() == 1 ? " tensor travels" : " tensors travel",
+                    " unencrypted</b> in this keyed job: gloo's collectives sum them without "
+                    "CURVE (the strategy sets allow_unencrypted_collectives): ",
+                    absl::StrJoin(unencrypted, ", "), "</p>");
+  }
   html +=
-      "<h2>Tensors</h2><table id=\"tensors\"><tr><th>tensor</th><th>codec</th><th>way</th>"
-      "<th>compressed on</th><th>rounds (all workers)</th><th>raw</th><th>pushed</th><th>ratio</th>"
-      "<th>last round</th></tr>";
+      "<table id=\"tensors\"><tr><th>tensor</th><th>codec</th><th>way</th>"
+      "<th>compressed on</th><th>scheme</th><th>rounds (all workers)</th><th>raw</th>"
+      "<th>pushed</th><th>ratio</th><th>last round</th></tr>";
   for (const TensorRow& t : s.tensors) {
     absl::StrAppend(
         &html, "<tr><td>", Escape(t.name), "</td><td>", Escape(t.codec), "</td><td>",
         compress::IsNoneName(t.codec)
             ? "-"
             : (t.pull_codec.empty() ? "one-way" : "two-way (" + Escape(t.pull_codec) + ")"),
-        "</td><td>", Escape(t.compress_on), "</td><td class=\"n\">", t.rounds,
+        "</td><td>", Escape(t.compress_on), "</td><td>", Escape(t.scheme),
+        t.unencrypted ? " (unencrypted)" : "", "</td><td class=\"n\">", t.rounds,
         "</td><td class=\"n\">", Bytes(t.raw_bytes), "</td><td class=\"n\">", Bytes(t.pushed_bytes),
         "</td><td class=\"n\">", t.ratio > 0 ? absl::StrFormat("%.2fx", t.ratio) : "-",
         "</td><td class=\"n\">", absl::StrFormat("%.2f ms", t.last_round_ms), "</td></tr>");
   }
-  if (s.tensors.empty()) html += "<tr><td colspan=\"9\">no worker has reported yet</td></tr>";
+  if (s.tensors.empty()) html += "<tr><td colspan=\"10\">no worker has reported yet</td></tr>";
   absl::StrAppend(&html, "</table><p class=\"sub\">bad control messages so far: ", s.bad_messages,
                   " &middot; <a href=\"/metrics\">/metrics</a> &middot; "
                   "<a href=\"/status.json\">/status.json</a></p></body></html>\n");
@@ -235,7 +251,8 @@ std::string StatusPageHtml(const StatusSnapshot& s) {
 std::string StatusJson(const StatusSnapshot& s) {
   std::string j =
       absl::StrCat("{\"uptime_s\":", s.uptime_s, ",\"num_workers\":", s.num_workers,
-                   ",\"num_servers\":", s.num_servers, ",\"strategy_version\":", s.strategy_version,
+                   ",\"num_servers\":", s.num_servers, ",\"keyed\":", s.keyed ? "true" : "false",
+                   ",\"strategy_version\":", s.strategy_version,
                    ",\"strategy_source\":", Json(s.strategy_source), ",\"nodes\":[");
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     const NodeHealth& n = s.nodes[i];
@@ -249,7 +266,8 @@ std::string StatusJson(const StatusSnapshot& s) {
     const TensorRow& t = s.tensors[i];
     absl::StrAppend(&j, i ? "," : "", "{\"name\":", Json(t.name), ",\"codec\":", Json(t.codec),
                     ",\"pull_codec\":", Json(t.pull_codec),
-                    ",\"compress_on\":", Json(t.compress_on), ",\"rounds\":", t.rounds,
+                    ",\"compress_on\":", Json(t.compress_on), ",\"scheme\":", Json(t.scheme),
+                    ",\"unencrypted\":", t.unencrypted ? "true" : "false", ",\"rounds\":", t.rounds,
                     ",\"raw_bytes\":", t.raw_bytes, ",\"pushed_bytes\":", t.pushed_bytes,
                     ",\"ratio\":", t.ratio, ",\"last_round_ms\":", t.last_round_ms, "}");
   }

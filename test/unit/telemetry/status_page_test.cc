@@ -42,7 +42,8 @@ proto::Strategy TopKStrategy() {
 }
 
 TEST(StatusPageTest, ShowsNodesStrategyBytesRoundsAndPrediction) {
-  JobStatus job(/*workers=*/2, /*servers=*/1, /*heartbeat_timeout_ms=*/2000, /*start_ms=*/0);
+  JobStatus job(/*workers=*/2, /*servers=*/1, /*heartbeat_timeout_ms=*/2000, /*start_ms=*/0,
+                /*keyed=*/false);
   std::vector<NodeView> nodes = {{"worker 0", "worker", 0, "h0", 11, ""},
                                  {"worker 1", "worker", 1, "h1", 12, ""},
                                  {"server 0", "server", 0, "h2", 13, "tcp://10.0.0.1:9"}};
@@ -72,9 +73,11 @@ TEST(StatusPageTest, ShowsNodesStrategyBytesRoundsAndPrediction) {
   const std::string html = StatusPageHtml(s);
   EXPECT_NE(html.find("<td>server 0</td><td>h2</td>"), std::string::npos) << html;
   EXPECT_NE(html.find("badge silent"), std::string::npos);
-  EXPECT_NE(html.find("<td>fc.weight</td><td>topk</td><td>two-way (fp16)</td><td>cpu pool</td>"),
+  EXPECT_NE(html.find("<td>fc.weight</td><td>topk</td><td>two-way (fp16)</td><td>cpu pool</td>"
+                      "<td>ps</td>"),
             std::string::npos)
       << html;
+  EXPECT_EQ(html.find("unencrypted"), std::string::npos);  // no key: no warning
   EXPECT_NE(html.find("<td class=\"n\">4.00x</td>"), std::string::npos);
   EXPECT_NE(html.find("fc.bias&lt;script&gt;"), std::string::npos);  // escaped
   EXPECT_EQ(html.find("<script>"), std::string::npos);
@@ -87,8 +90,37 @@ TEST(StatusPageTest, ShowsNodesStrategyBytesRoundsAndPrediction) {
   EXPECT_NE(json.find("\"predicted_ms\":36"), std::string::npos) << json;
 }
 
+// A keyed job whose strategy sums some tensors by gloo's allreduce (allowed): the page warns and
+// names exactly those, the table marks them, the JSON says so per tensor.
+TEST(StatusPageTest, AKeyedJobNamesTheTensorsThatTravelUnencrypted) {
+  JobStatus job(2, 1, 2000, 0, /*keyed=*/true);
+  proto::Strategy strategy = TopKStrategy();
+  strategy.set_allow_unencrypted_collectives(true);
+  proto::TensorStrategy* ar = strategy.mutable_tensors()->Add();
+  ar->set_name_pattern("fc.weight");
+  ar->set_scheme(proto::SCHEME_ALLREDUCE);
+  strategy.mutable_tensors()->SwapElements(0, 1);  // the exact name first: it wins
+  job.Stats(0, Report(4000000, 20));
+  const StatusSnapshot s = job.Snapshot({}, strategy, "strategy.pbtxt", std::nullopt, 0, 1000);
+  ASSERT_EQ(s.tensors.size(), 2u);
+  EXPECT_EQ(s.tensors[0].scheme, "allreduce");
+  EXPECT_TRUE(s.tensors[0].unencrypted);
+  EXPECT_EQ(s.tensors[1].scheme, "ps");
+  EXPECT_FALSE(s.tensors[1].unencrypted);
+  const std::string html = StatusPageHtml(s);
+  EXPECT_NE(html.find("<p class=\"warn\" id=\"unencrypted\"><b>1 tensor travels unencrypted</b>"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("allow_unencrypted_collectives): fc.weight</p>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<td>allreduce (unencrypted)</td>"), std::string::npos) << html;
+  const std::string json = StatusJson(s);
+  EXPECT_NE(json.find("\"keyed\":true"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"scheme\":\"allreduce\",\"unencrypted\":true"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"scheme\":\"ps\",\"unencrypted\":false"), std::string::npos) << json;
+}
+
 TEST(StatusPageTest, OversizedReportsAreCutToTheBounds) {
-  JobStatus job(1, 1, 2000, 0);
+  JobStatus job(1, 1, 2000, 0, /*keyed=*/false);
   proto::StatsReport r;
   for (int i = 0; i < 1000; ++i) r.add_tensors()->set_name("t" + std::to_string(i));
   for (int i = 0; i < 1000; ++i) {

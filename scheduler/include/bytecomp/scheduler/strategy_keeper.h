@@ -50,6 +50,9 @@ class StrategyKeeper {
                                                       int num_workers);
 
  private:
+  // In a keyed job: a warning naming the entries whose tensors collectives sum unencrypted.
+  void LogUnencrypted(const proto::Strategy& strategy) const;
+
   bool collectives_ = false;
   bool keyed_ = false;
   bool hierarchical_ = false;

@@ -44,12 +44,17 @@ struct TensorRow {
   std::string codec = "none";  // the strategy in force for it
   std::string pull_codec;      // two-way: the pull codec; empty: one-way
   std::string compress_on;     // "cpu pool", "inline", "gpu", "default"
+  std::string scheme = "ps";   // "ps", "allreduce", "allgather" (TensorStrategy.scheme)
+  // Summed by a collective in a job with a cluster key: gloo's collectives carry it
+  // unencrypted (the strategy allowed it: Strategy.allow_unencrypted_collectives).
+  bool unencrypted = false;
 };
 
 struct StatusSnapshot {
   int64_t taken_at_us = 0;  // wall clock
   double uptime_s = 0;
   int num_workers = 0, num_servers = 0;
+  bool keyed = false;  // the job has a cluster key (CURVE on every ZeroMQ socket)
   std::vector<NodeHealth> nodes;
   uint64_t strategy_version = 0;
   std::string strategy_source;  // the file, "auto", or "none"
@@ -65,7 +70,10 @@ struct StatusSnapshot {
 
 class JobStatus {
  public:
-  JobStatus(int num_workers, int num_servers, int heartbeat_timeout_ms, int64_t start_ms);
+  // keyed: the job has a cluster key, so the tensors that collectives sum travel unencrypted
+  // where everything else is encrypted (the page names them).
+  JobStatus(int num_workers, int num_servers, int heartbeat_timeout_ms, int64_t start_ms,
+            bool keyed);
 
   // Any message from `node_name` (heartbeats and all).
   void Seen(const std::string& node_name, int64_t now_ms);
@@ -84,6 +92,7 @@ class JobStatus {
  private:
   int num_workers_, num_servers_, heartbeat_timeout_ms_;
   int64_t start_ms_;
+  bool keyed_;
   std::map<std::string, int64_t> last_seen_ms_;
   std::map<std::string, bool> done_;
   std::map<int, proto::StatsReport> reports_;  // latest per worker rank
