@@ -10,7 +10,8 @@ with real daemons:
 - A job with a cluster key refuses a strategy entry that names a collective unless the strategy
   allows unencrypted collectives, naming the entry; so does a job without collectives. A keyed
   job whose strategy allows them names the tensors that travel unencrypted in the scheduler's
-  log and on its status page (and /status.json), and sums exactly.
+  log and on its status page (and /status.json), and sums exactly; once the mesh is formed, its
+  workers listen on no port (gloo's listeners are gone, ZeroMQ connects out).
 """
 import json
 import os
@@ -124,6 +125,26 @@ def test_keyed_job_refuses_unencrypted_collectives_naming_the_entry(tmp_path):
     assert "tensors[0] ('fp32.1*')" in out and "collectives is off" in out, out
 
 
+def listening_ports(pid):
+    """The TCP ports process pid listens on (its socket inodes in /proc/net/tcp{,6})."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            m = re.match(r"socket:\[(\d+)\]", os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            continue
+        if m:
+            inodes.add(m.group(1))
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.read().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.append(int(fields[1].split(":")[1], 16))
+    return ports
+
+
 ALLOWED = """seed: 7
 allow_unencrypted_collectives: true
 tensors { name_pattern: "fp32.?.*" scheme: SCHEME_ALLREDUCE }
@@ -166,6 +187,11 @@ def test_keyed_job_names_its_unencrypted_tensors_in_the_log_and_on_the_status_pa
         for name, (scheme, unencrypted) in schemes.items():
             expected = name in summed
             assert (scheme == "allreduce") == expected and unencrypted == expected, schemes
+        # gloo listens only while the mesh forms: a running worker has no port a stranger
+        # could reach (its ZeroMQ sockets connect out).
+        assert c.port in listening_ports(c.scheduler.proc.pid)  # the check sees listeners
+        for w in c.workers:
+            assert listening_ports(w.proc.pid) == [], c.dump()
         with urllib.request.urlopen(url() + "/", timeout=5) as r:
             page = r.read().decode()
         assert f"{len(summed)} tensors travel unencrypted</b> in this keyed job" in page, page
