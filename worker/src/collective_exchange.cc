@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/compress/codec_util.h"
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
@@ -274,9 +275,9 @@ void Sum16(void* c, const void* a, const void* b, size_t n) {
 
 }  // namespace
 
-void CollectiveExchange::Allreduce(std::vector<CollectiveItem>& items,
-                                   const std::vector<size_t>& reduced, proto::DType wire,
-                                   std::vector<absl::StatusOr<CollectiveResult>>& results) {
+int CollectiveExchange::Allreduce(std::vector<CollectiveItem>& items,
+                                  const std::vector<size_t>& reduced, proto::DType wire,
+                                  std::vector<absl::StatusOr<CollectiveResult>>& results) {
   // The items' values, then one flag per item: the workers that aborted it.
   size_t total = 0;
   std::vector<size_t> lengths;
@@ -312,23 +313,46 @@ void CollectiveExchange::Allreduce(std::vector<CollectiveItem>& items,
     const float flag = items[i].aborted ? 1.0f : 0.0f;
     put(&flag, at++, 1);
   }
-  gloo::AllreduceOptions opts(context_);
-  opts.setTag(kAllreduceTag);
-  opts.setTimeout(options_.timeout);
   const int w = options_.size;
-  if (elements * DTypeSize(wire) < options_.bcube_below_bytes && w > 2 && (w & (w - 1)) == 0) {
-    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
-  }
-  if (wire == proto::DTYPE_FLOAT32) {
+  auto options = [&](proto::DType type) {
+    gloo::AllreduceOptions opts(context_);
+    opts.setTag(kAllreduceTag);
+    opts.setTimeout(options_.timeout);
+    if (elements * DTypeSize(type) < options_.bcube_below_bytes && w > 2 && (w & (w - 1)) == 0) {
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
+    }
+    return opts;
+  };
+  auto sum_fp32 = [&] {
+    gloo::AllreduceOptions opts = options(proto::DTYPE_FLOAT32);
     opts.setOutput(sums.get(), elements);
     opts.setReduceFunction(&SumFloat32);
     gloo::allreduce(opts);
+  };
+  int collectives = 1;
+  if (wire == proto::DTYPE_FLOAT32) {
+    sum_fp32();
   } else {
+    // An fp16 sum past 65504 is inf where every value was finite (DDP's fp16 hook divides by
+    // W first and loses precision on small values instead). Such a batch is summed again in
+    // fp32 from a copy of its values: every worker sees the same inf, so all of them do.
+    // bf16 has fp32's range.
+    std::unique_ptr<uint16_t[]> values;
+    if (wire == proto::DTYPE_FLOAT16) {
+      values.reset(new uint16_t[elements]);
+      std::memcpy(values.get(), narrow.get(), elements * sizeof(uint16_t));
+    }
+    gloo::AllreduceOptions opts = options(wire);
     opts.setOutput(narrow.get(), elements);
     opts.setReduceFunction(wire == proto::DTYPE_FLOAT16 ? &Sum16<proto::DTYPE_FLOAT16>
                                                         : &Sum16<proto::DTYPE_BFLOAT16>);
     gloo::allreduce(opts);
     ToFloat32(wire, narrow.get(), sums.get(), elements);
+    if (values != nullptr && !compress::IsFiniteBits(compress::MaxAbsBits(sums.get(), elements))) {
+      ToFloat32(wire, values.get(), sums.get(), elements);
+      sum_fp32();
+      ++collectives;
+    }
   }
   at = 0;
   for (size_t j = 0; j < reduced.size(); ++j) {
@@ -349,6 +373,7 @@ void CollectiveExchange::Allreduce(std::vector<CollectiveItem>& items,
     }
     at += length;
   }
+  return collectives;
 }
 
 absl::Status CollectiveExchange::SumAndGather(
@@ -364,9 +389,11 @@ absl::Status CollectiveExchange::SumAndGather(
     }
   }
   int64_t collectives = 0;
+  int64_t fp16_overflows = 0;
   for (const auto& [wire, indices] : reduced) {
-    Allreduce(items, indices, wire, results);
-    ++collectives;
+    const int run = Allreduce(items, indices, wire, results);
+    collectives += run;
+    fp16_overflows += run - 1;
   }
   if (!gathered.empty()) {
     const size_t k = gathered.size();
@@ -444,6 +471,7 @@ absl::Status CollectiveExchange::SumAndGather(
     ++counts_.batches;
     counts_.items += static_cast<int64_t>(items.size());
     counts_.collectives += collectives;
+    counts_.fp16_overflows += fp16_overflows;
   }
   return absl::OkStatus();
 }

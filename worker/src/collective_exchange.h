@@ -105,9 +105,10 @@ class CollectiveExchange {
 
   // Counts for tests and the benchmark (fusion: fewer collective calls than items).
   struct Counts {
-    int64_t batches = 0;      // non-empty batches run
-    int64_t items = 0;        // items summed or gathered
-    int64_t collectives = 0;  // gloo allreduce and allgatherv calls for them
+    int64_t batches = 0;         // non-empty batches run
+    int64_t items = 0;           // items summed or gathered
+    int64_t collectives = 0;     // gloo allreduce and allgatherv calls for them
+    int64_t fp16_overflows = 0;  // fp16 batches whose sum overflowed, summed again in fp32
   };
 
   // Joins gloo's full mesh over TCP on `host` through `store` (every worker of the job calls
@@ -145,9 +146,11 @@ class CollectiveExchange {
   // The batch's collectives (gloo throws its errors); each item's done called on success.
   absl::Status SumAndGather(std::vector<CollectiveItem>& items,
                             std::vector<absl::StatusOr<CollectiveResult>>& results);
-  // The allreduce items `reduced` of one wire type, fused into one gloo allreduce.
-  void Allreduce(std::vector<CollectiveItem>& items, const std::vector<size_t>& reduced,
-                 proto::DType wire, std::vector<absl::StatusOr<CollectiveResult>>& results);
+  // The allreduce items `reduced` of one wire type, fused into one gloo allreduce; returns
+  // the gloo allreduces run: 2 when an fp16 sum overflowed and the batch was summed again in
+  // fp32.
+  int Allreduce(std::vector<CollectiveItem>& items, const std::vector<size_t>& reduced,
+                proto::DType wire, std::vector<absl::StatusOr<CollectiveResult>>& results);
   void Fail(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::shared_ptr<gloo::Context> context_;

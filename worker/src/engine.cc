@@ -430,7 +430,10 @@ absl::Status Engine::Shutdown() {
     collectives_->Stop();
     const CollectiveExchange::Counts c = collectives_->counts();
     BC_LOG_INFO("collectives: ", c.items, " partition rounds summed or gathered in ", c.batches,
-                " batches (", c.collectives, " gloo collectives)");
+                " batches (", c.collectives, " gloo collectives)",
+                c.fp16_overflows > 0 ? absl::StrCat("; ", c.fp16_overflows,
+                                                    " fp16 sums overflowed and ran again in fp32")
+                                     : "");
   }
   pool_->Shutdown();
   if (data_thread_.joinable()) data_thread_.join();

@@ -161,6 +161,48 @@ TEST(CollectiveExchangeTest, WireTypesAndBorrowedValuesSumExactlyOnRingAndBcube)
   for (auto& e : ex) e->Stop();
 }
 
+// fp16 values whose sum passes fp16's largest (65504) are summed again in fp32, on every rank:
+// the sums are exact, not inf. A batch that stays in range takes one allreduce.
+TEST(CollectiveExchangeTest, AnFp16SumThatOverflowsIsSummedAgainInFp32) {
+  constexpr int kWorkers = 2;
+  Exchanges ex = Connect(kWorkers);
+  auto submit = [&](int r, int t, float value, size_t n) {
+    auto outcome = std::make_shared<Outcome>();
+    auto future = outcome->promise.get_future();
+    CollectiveItem item;
+    item.key = static_cast<uint64_t>(t) << 32;
+    item.scheme = proto::SCHEME_ALLREDUCE;
+    item.name = "h" + std::to_string(t);
+    item.wire = proto::DTYPE_FLOAT16;
+    item.values.assign(n, value);
+    item.values[0] = -value;  // a negative sum past -65504 too
+    item.done = [outcome](absl::StatusOr<CollectiveResult> result) {
+      if (!result.ok()) return outcome->promise.set_value(result.status());
+      absl::Span<const float> s = result->sum();
+      outcome->promise.set_value(std::vector<float>(s.begin(), s.end()));
+    };
+    ex[r]->Submit(std::move(item));
+    return future;
+  };
+  // 40000 is an fp16 value (a multiple of 32 there); two of them are 80000.
+  for (const auto& [t, value] : std::vector<std::pair<int, float>>{{0, 40000.0f}, {1, 30000.0f}}) {
+    std::vector<std::future<absl::StatusOr<std::vector<float>>>> got;
+    for (int r = 0; r < kWorkers; ++r) got.push_back(submit(r, t, value, 1000));
+    for (auto& f : got) {
+      absl::StatusOr<std::vector<float>> sum = f.get();
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      EXPECT_EQ((*sum)[0], -2 * value);
+      for (size_t i = 1; i < sum->size(); ++i) ASSERT_EQ((*sum)[i], 2 * value) << i;
+    }
+  }
+  for (auto& e : ex) {
+    const CollectiveExchange::Counts c = e->counts();
+    EXPECT_EQ(c.fp16_overflows, 1);  // 80000 overflowed; 60000 did not
+    EXPECT_EQ(c.collectives, c.batches + 1);
+    e->Stop();
+  }
+}
+
 TEST(CollectiveExchangeTest, AllgatherGivesEveryRanksPayload) {
   constexpr int kWorkers = 3;
   Exchanges ex = Connect(kWorkers);
