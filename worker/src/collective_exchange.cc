@@ -10,7 +10,6 @@
 #include "absl/time/time.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/logging.h"
-#include "bytecomp/compress/codec_util.h"
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
@@ -273,6 +272,13 @@ void Sum16(void* c, const void* a, const void* b, size_t n) {
   }
 }
 
+// Whether no fp16 value is Inf or NaN (exponent bits all set).
+bool HalfsFinite(const uint16_t* h, size_t n) {
+  uint16_t largest = 0;
+  for (size_t i = 0; i < n; ++i) largest = std::max<uint16_t>(largest, h[i] & 0x7fffu);
+  return largest < 0x7c00u;
+}
+
 }  // namespace
 
 int CollectiveExchange::Allreduce(std::vector<CollectiveItem>& items,
@@ -337,21 +343,19 @@ int CollectiveExchange::Allreduce(std::vector<CollectiveItem>& items,
     // W first and loses precision on small values instead). Such a batch is summed again in
     // fp32 from a copy of its values: every worker sees the same inf, so all of them do.
     // bf16 has fp32's range.
-    std::unique_ptr<uint16_t[]> values;
-    if (wire == proto::DTYPE_FLOAT16) {
-      values.reset(new uint16_t[elements]);
-      std::memcpy(values.get(), narrow.get(), elements * sizeof(uint16_t));
-    }
+    const bool fp16 = wire == proto::DTYPE_FLOAT16;
+    if (fp16) fp16_values_.assign(narrow.get(), narrow.get() + elements);  // kept: no new pages
     gloo::AllreduceOptions opts = options(wire);
     opts.setOutput(narrow.get(), elements);
     opts.setReduceFunction(wire == proto::DTYPE_FLOAT16 ? &Sum16<proto::DTYPE_FLOAT16>
                                                         : &Sum16<proto::DTYPE_BFLOAT16>);
     gloo::allreduce(opts);
-    ToFloat32(wire, narrow.get(), sums.get(), elements);
-    if (values != nullptr && !compress::IsFiniteBits(compress::MaxAbsBits(sums.get(), elements))) {
-      ToFloat32(wire, values.get(), sums.get(), elements);
+    if (fp16 && !HalfsFinite(narrow.get(), elements)) {
+      ToFloat32(wire, fp16_values_.data(), sums.get(), elements);
       sum_fp32();
       ++collectives;
+    } else {
+      ToFloat32(wire, narrow.get(), sums.get(), elements);
     }
   }
   at = 0;

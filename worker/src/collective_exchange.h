@@ -158,6 +158,9 @@ class CollectiveExchange {
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // an item came, or Stop
   std::map<Id, CollectiveItem> ready_ ABSL_GUARDED_BY(mu_);
+  // The exchange thread's copy of an fp16 batch's values, for a sum that overflows (Allreduce),
+  // kept from batch to batch so that its pages stay mapped.
+  std::vector<uint16_t> fp16_values_;
   std::deque<Id> ready_order_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
