@@ -1,5 +1,10 @@
 #include "bytecomp/compress/strategy.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -109,6 +114,46 @@ absl::Status CheckScheme(const proto::TensorStrategy& t) {
   return absl::OkStatus();
 }
 
+// Fusion groups: named, not empty, within kMaxFusionMembers members; a name (group or
+// member) in one place only; a group's tensor travels over the parameter servers.
+absl::Status CheckFusionGroups(const proto::Strategy& s) {
+  absl::flat_hash_map<std::string, std::string> seen;  // name -> where
+  for (int g = 0; g < s.fusion_groups_size(); ++g) {
+    const proto::FusionGroup& group = s.fusion_groups(g);
+    const std::string where = absl::StrCat("fusion_groups[", g, "]");
+    if (group.name().empty())
+      return absl::InvalidArgumentError(absl::StrCat(where, ".name: empty"));
+    if (group.tensors().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " ('", group.name(), "'): no tensors"));
+    }
+    if (group.tensors_size() > kMaxFusionMembers) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " ('", group.name(),
+                                                     "'): ", group.tensors_size(),
+                                                     " tensors; at most ", kMaxFusionMembers));
+    }
+    std::vector<std::pair<std::string, std::string>> names = {{group.name(), where + ".name"}};
+    for (int m = 0; m < group.tensors_size(); ++m) {
+      names.emplace_back(group.tensors(m), absl::StrCat(where, ".tensors[", m, "]"));
+    }
+    for (const auto& [name, at] : names) {
+      if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(at, ": empty"));
+      auto [it, added] = seen.emplace(name, at);
+      if (!added) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": '", name, "' is also ", it->second, " (a tensor joins one group)"));
+      }
+    }
+    const proto::TensorStrategy* entry = EntryFor(s, group.name());
+    if (entry != nullptr && entry->scheme() != proto::SCHEME_PS) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " ('", group.name(), "'): its entry asks for ",
+                       proto::Scheme_Name(entry->scheme()),
+                       "; a fusion group travels over the parameter servers"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const proto::Strategy& s, absl::string_view source,
                       const TextProtoTree* tree) {
   if (s.min_compress_bytes() < 0) {
@@ -156,6 +201,9 @@ absl::Status Validate(const proto::Strategy& s, absl::string_view source,
                          ".adaptive_ratio: ", st.message()));
       }
     }
+  }
+  if (absl::Status st = CheckFusionGroups(s); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
   }
   return absl::OkStatus();
 }

@@ -32,6 +32,16 @@ std::vector<std::string> CollectiveEntries(const proto::Strategy& strategy) {
   return entries;
 }
 
+bool SameFusionGroups(const proto::Strategy& a, const proto::Strategy& b) {
+  if (a.fusion_groups_size() != b.fusion_groups_size()) return false;
+  for (int g = 0; g < a.fusion_groups_size(); ++g) {
+    if (a.fusion_groups(g).SerializeAsString() != b.fusion_groups(g).SerializeAsString()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void StrategyKeeper::LogUnencrypted(const proto::Strategy& strategy) const {
@@ -82,6 +92,11 @@ absl::StatusOr<proto::ControlMessage> StrategyKeeper::BeginUpdate(proto::Strateg
   if (absl::Status s = compress::ValidateStrategy(strategy); !s.ok()) return s;
   if (absl::Status s = CheckStrategySize(strategy, "the new strategy"); !s.ok()) return s;
   if (absl::Status s = JobRefuses(strategy); !s.ok()) return s;
+  if (!SameFusionGroups(strategy, current_)) {
+    return absl::FailedPreconditionError(
+        "the new strategy's fusion_groups differ from the job's: they are fixed for the job "
+        "(the workers pack their members' rounds from the first strategy)");
+  }
   strategy.set_version(current_.version() + 1);
   pending_ = std::move(strategy);
   highest_round_by_worker_.clear();
@@ -112,6 +127,11 @@ std::optional<proto::ControlMessage> StrategyKeeper::OnPrepareReply(
 }
 
 absl::Status StrategyKeeper::JobRefuses(const proto::Strategy& strategy) const {
+  if (hierarchical_ && strategy.fusion_groups_size() > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("fusion_groups[0] ('", strategy.fusion_groups(0).name(),
+                     "'): the job is hierarchical, and fusion groups run on flat jobs only"));
+  }
   for (int i = 0; i < strategy.tensors_size(); ++i) {
     const proto::TensorStrategy& t = strategy.tensors(i);
     if (t.scheme() == proto::SCHEME_PS) continue;

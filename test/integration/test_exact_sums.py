@@ -43,3 +43,29 @@ def test_save_state_right_after_each_wait_finds_the_tensor_idle():
     # A checkpoint taken as soon as the step's waits return: the engine must have marked each
     # tensor idle before its wait returned (a race once failed a PyTorch checkpoint test).
     run(["--save-after-wait", "1", "--max-bytes", "1000000"], rounds=cluster.sized(40, 6))
+
+
+def test_fusion_groups_of_1000_tiny_tensors_sum_exactly_in_fewer_rounds(tmp_path):
+    # 1,000 one-element tensors in 4 fusion groups of 250 (Strategy.fusion_groups), the groups'
+    # tensors fp16-coded: every worker pushes its tensors in its own order, so each group's
+    # round starts when its last member comes; W=2, S=2, every sum exact, and the servers see
+    # 4 rounds a step where there were 1,000 tensors.
+    groups = "".join(
+        'fusion_groups { name: "fused.%d" %s }\n'
+        % (g, " ".join('tensors: "tiny.%d"' % i for i in range(250 * g, 250 * (g + 1))))
+        for g in range(4))
+    path = tmp_path / "strategy.pbtxt"
+    path.write_text('seed: 7\ntensors { name_pattern: "fused.*" push_codec { name: "fp16" } '
+                    'force: true }\n' + groups)
+    rounds = cluster.sized(20, 5)
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--tiny-tensors", "1000",
+           "--shuffle", "1"]
+    with cluster.Cluster(workers=2, servers=2, worker_cmd=cmd,
+                         scheduler_args=[f"--strategy={path}"]) as c:
+        codes = c.wait_workers(timeout=300)
+        assert codes == [0, 0], c.dump()
+        for w in c.workers:
+            out = w.output()
+            assert f"ALL SUMS EXACT: {rounds} rounds x 1000 tensors, W=2" in out, c.dump()
+            assert (f"tensor fusion: {1000 * rounds} push_pulls of fusion groups' members in "
+                    f"{4 * rounds} rounds of their groups") in out, c.dump()

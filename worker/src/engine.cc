@@ -62,6 +62,10 @@ Engine::Engine(JoinedJob job)
         },
         [this](const absl::Status& reason) { FailEngine(reason); });
   }
+  // (The scheduler refuses fusion groups in a hierarchical job.)
+  if (topology_.strategy().fusion_groups_size() > 0 && hierarchy_ == nullptr) {
+    fusion_ = std::make_unique<TensorFusion>(topology_.strategy());
+  }
 }
 
 Engine::~Engine() { Shutdown().IgnoreError(); }
@@ -141,10 +145,17 @@ absl::StatusOr<int64_t> Engine::PushPull(const PushPullRequest& request) {
   if (hierarchy_ != nullptr) {
     if (absl::Status s = hierarchy_->Check(request); !s.ok()) return s;
   }
+  if (fusion_ != nullptr && fusion_->IsGroup(request.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", request.name,
+                     "' is the name of a fusion group (Strategy.fusion_groups): its members' "
+                     "push_pulls make its rounds"));
+  }
   absl::StatusOr<std::shared_ptr<Operation>> made = NewOperation(request);
   if (!made.ok()) return made.status();
   std::shared_ptr<Operation> op = *std::move(made);
   if (hierarchy_ != nullptr) return PushPullInMachine(op);
+  if (fusion_ != nullptr && fusion_->Fuses(request.name)) return PushPullFused(op);
   TensorTable::Started started;
   if (absl::Status s = tensors_.Queue(
           op, [&] { Accept(op); }, &started);
@@ -200,6 +211,48 @@ absl::Status Engine::PushPullMachineSum(const std::shared_ptr<Operation>& outer,
   }
   StartStages(started);
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Engine::PushPullFused(const std::shared_ptr<Operation>& member) {
+  absl::StatusOr<std::optional<TensorFusion::GroupRound>> group = fusion_->Add(member);
+  if (!group.ok()) return group.status();
+  Accept(member);  // its handle, and its ready time for the profile
+  ++operations_;
+  if (group->has_value()) StartGroupRound(**std::move(group));
+  return member->handle;
+}
+
+void Engine::StartGroupRound(TensorFusion::GroupRound round) {
+  // An internal operation (no handle): its members are the caller's.
+  const std::string name = round.request.name;
+  const uint64_t index = round.round;
+  absl::StatusOr<std::shared_ptr<Operation>> made = NewOperation(round.request);
+  if (!made.ok()) return FinishGroupRound(name, index, made.status());
+  std::shared_ptr<Operation> group = *std::move(made);
+  // The end queues the copies out to the members on the pool (an operation's on-done work
+  // only queues); a stopped pool runs the task at once.
+  group->SetOnDone([this, name, index, priority = round.request.priority](absl::Status status) {
+    pool_
+        ->Submit(priority, [this, name, index,
+                            status](absl::Status) { FinishGroupRound(name, index, status); })
+        .IgnoreError();
+  });
+  TensorTable::Started started;
+  if (absl::Status s = tensors_.Queue(
+          group, [] {}, &started);
+      !s.ok()) {
+    group->SetOnDone(nullptr);
+    return FinishGroupRound(name, index, s);
+  }
+  StartStages(started);
+}
+
+void Engine::FinishGroupRound(const std::string& group, uint64_t round,
+                              const absl::Status& status) {
+  for (const std::shared_ptr<Operation>& member : fusion_->Finish(group, round, status)) {
+    if (!status.ok()) member->RecordError(status);
+    member->MarkDone();
+  }
 }
 
 void Engine::Accept(const std::shared_ptr<Operation>& op) {
@@ -317,14 +370,30 @@ EngineStats Engine::Stats() const {
 }
 
 absl::Status Engine::TensorStrategy(const std::string& name, int64_t* round, int64_t* version) {
-  return tensors_.TensorStrategy(name, /*machine_rounds=*/hierarchy_ != nullptr, round, version);
+  // A fusion group's member: its group's (the group's round k carries every member's k-th).
+  const std::string& tensor = fusion_ != nullptr ? fusion_->GroupOf(name) : name;
+  return tensors_.TensorStrategy(tensor, /*machine_rounds=*/hierarchy_ != nullptr, round, version);
 }
 
+namespace {
+
+// A member's error-feedback state is its group's (one codec compresses them together).
+absl::Status MemberState(const TensorFusion* fusion, const std::string& name) {
+  if (fusion == nullptr || !fusion->Fuses(name)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor '", name, "' is a member of fusion group '", fusion->GroupOf(name),
+                   "': save and load the group's state"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> Engine::SaveTensorState(const std::string& name) {
+  if (absl::Status s = MemberState(fusion_.get(), name); !s.ok()) return s;
   return tensors_.SaveState(name);
 }
 
 absl::Status Engine::LoadTensorState(const std::string& name, absl::string_view state) {
+  if (absl::Status s = MemberState(fusion_.get(), name); !s.ok()) return s;
   return tensors_.LoadState(name, state);
 }
 
@@ -402,6 +471,11 @@ void Engine::FailEngine(const absl::Status& reason) {
   if (!shutting_down_) BC_LOG_ERROR(reason.message());
   // Operations not yet handed to the data thread fail here; those in flight fail there.
   for (const std::shared_ptr<Operation>& op : tensors_.FailAll(reason)) op->FailBeforeStart(reason);
+  if (fusion_ != nullptr) {
+    for (const std::shared_ptr<Operation>& member : fusion_->TakeWaiting()) {
+      member->FailBeforeStart(reason);
+    }
+  }
   reducers_.Fail(reason);
   data_queue_.Push(FailEverything{reason});
   absl::MutexLock lock(&barrier_mu_);
@@ -434,6 +508,11 @@ absl::Status Engine::Shutdown() {
                 c.fp16_overflows > 0 ? absl::StrCat("; ", c.fp16_overflows,
                                                     " fp16 sums overflowed and ran again in fp32")
                                      : "");
+  }
+  if (fusion_ != nullptr) {
+    const TensorFusion::Counts c = fusion_->counts();
+    BC_LOG_INFO("tensor fusion: ", c.members, " push_pulls of fusion groups' members in ",
+                c.group_rounds, " rounds of their groups");
   }
   pool_->Shutdown();
   if (data_thread_.joinable()) data_thread_.join();

@@ -38,6 +38,7 @@
 #include "scheduler_rendezvous.h"
 #include "stage_pipeline.h"
 #include "strategy_switch.h"
+#include "tensor_fusion.h"
 #include "tensor_table.h"
 
 namespace bytecomp::worker {
@@ -72,6 +73,11 @@ class Engine final : public WorkerEngine, private ControlEvents {
   absl::StatusOr<int64_t> PushPullInMachine(const std::shared_ptr<Operation>& op);
   absl::Status PushPullMachineSum(const std::shared_ptr<Operation>& outer,
                                   absl::AnyInvocable<void(absl::Status)> done);
+  // Strategy.fusion_groups: a member's push_pull joins its group's round (tensor_fusion.h);
+  // the round's last member starts the group's push_pull, whose end completes the members.
+  absl::StatusOr<int64_t> PushPullFused(const std::shared_ptr<Operation>& member);
+  void StartGroupRound(TensorFusion::GroupRound round);
+  void FinishGroupRound(const std::string& group, uint64_t round, const absl::Status& status);
   // The operation passed the tensor table's checks: it gets its handle and its ready time.
   void Accept(const std::shared_ptr<Operation>& op) ABSL_LOCKS_EXCLUDED(profile_mu_);
   // Operations the tensor table started: their events are expected, their stages start.
@@ -159,6 +165,8 @@ class Engine final : public WorkerEngine, private ControlEvents {
   // exchange (after it joined); else null.
   std::unique_ptr<SchedulerRendezvousStore> rendezvous_;
   std::unique_ptr<CollectiveExchange> collectives_;
+  // The fusion groups of the job's first strategy (fixed for the job); null when none.
+  std::unique_ptr<TensorFusion> fusion_;
 
   absl::Mutex barrier_mu_;
   absl::CondVar barrier_cv_;  // a release arrived, or the engine failed

@@ -112,6 +112,34 @@ TEST(StrategyFileTest, TwoWayNeedsAPushCodecAndMemoryNeedsACodec) {
           .ok());
 }
 
+TEST(StrategyFileTest, FusionGroupsAreNamedDisjointAndOnTheServers) {
+  auto parse = [](const std::string& text) { return ParseStrategy(text, "f.pbtxt"); };
+  EXPECT_TRUE(parse("fusion_groups { name: \"g\" tensors: \"a\" tensors: \"b\" }\n"
+                    "fusion_groups { name: \"h\" tensors: \"c\" }\n")
+                  .ok());
+  absl::StatusOr<proto::Strategy> twice = parse(
+      "fusion_groups { name: \"g\" tensors: \"a\" }\n"
+      "fusion_groups { name: \"h\" tensors: \"b\" tensors: \"a\" }\n");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_TRUE(
+      Has(twice.status(), "fusion_groups[1].tensors[1]: 'a' is also fusion_groups[0].tensors[0]"))
+      << twice.status();
+  absl::StatusOr<proto::Strategy> member_as_group =
+      parse("fusion_groups { name: \"a\" tensors: \"a\" }\n");
+  ASSERT_FALSE(member_as_group.ok());
+  EXPECT_TRUE(Has(member_as_group.status(), "is also fusion_groups[0].name"))
+      << member_as_group.status();
+  absl::StatusOr<proto::Strategy> empty = parse("fusion_groups { name: \"g\" }\n");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_TRUE(Has(empty.status(), "fusion_groups[0] ('g'): no tensors")) << empty.status();
+  absl::StatusOr<proto::Strategy> collective = parse(
+      "tensors { name_pattern: \"g\" scheme: SCHEME_ALLREDUCE }\n"
+      "fusion_groups { name: \"g\" tensors: \"a\" }\n");
+  ASSERT_FALSE(collective.ok());
+  EXPECT_TRUE(Has(collective.status(), "travels over the parameter servers"))
+      << collective.status();
+}
+
 TEST(StrategyFileTest, AdaptiveRatioIsCheckedAgainstTheCodecsRatio) {
   auto parse = [](const std::string& codec, const std::string& adaptive) {
     return ParseStrategy("tensors {\n  name_pattern: \"x\"\n  push_codec { " + codec +

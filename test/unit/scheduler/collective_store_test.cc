@@ -145,5 +145,31 @@ TEST(StrategyKeeperJobTest, CollectiveEntriesNeedCollectivesAndOnAKeyedJobConsen
   EXPECT_FALSE(keeper.update_pending());
 }
 
+// Fusion groups: refused in a hierarchical job, and fixed for the job (an update that changes
+// them is refused, naming why; one that keeps them goes).
+TEST(StrategyKeeperJobTest, FusionGroupsAreFlatOnlyAndFixedForTheJob) {
+  proto::Strategy fused;
+  proto::FusionGroup* g = fused.add_fusion_groups();
+  g->set_name("fused.0");
+  g->add_tensors("b0");
+  g->add_tensors("b1");
+  proto::ClusterConfig hierarchical;
+  hierarchical.set_hierarchical(true);
+  absl::Status refused = StrategyKeeper(hierarchical).JobRefuses(fused);
+  EXPECT_NE(refused.message().find("fusion_groups[0] ('fused.0'): the job is hierarchical"),
+            std::string::npos)
+      << refused;
+  EXPECT_TRUE(StrategyKeeper(proto::ClusterConfig()).JobRefuses(fused).ok());
+
+  StrategyKeeper keeper{proto::ClusterConfig()};
+  ASSERT_TRUE(keeper.LoadInitial("").ok());  // no groups
+  absl::StatusOr<proto::ControlMessage> changed = keeper.BeginUpdate(fused);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_NE(changed.status().message().find("fusion_groups differ"), std::string::npos)
+      << changed.status();
+  EXPECT_FALSE(keeper.update_pending());
+  EXPECT_TRUE(keeper.BeginUpdate(proto::Strategy()).ok());  // the same (none): goes
+}
+
 }  // namespace
 }  // namespace bytecomp

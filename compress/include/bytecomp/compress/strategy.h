@@ -19,6 +19,8 @@ inline bool IsNoneName(absl::string_view name) { return name.empty() || name == 
 
 // Tensors smaller than this stay uncompressed unless their entry forces it (as BytePS).
 constexpr int64_t kDefaultMinCompressBytes = 65536;
+// Members of one fusion group (Strategy.fusion_groups) at most.
+constexpr int kMaxFusionMembers = 65536;
 
 // Parses and validates a strategy file: syntax errors, unknown fields, unknown codec or memory
 // names and bad parameters are InvalidArgument errors of the form

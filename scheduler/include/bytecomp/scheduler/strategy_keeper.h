@@ -43,7 +43,9 @@ class StrategyKeeper {
   // Why this job cannot run `strategy`, naming the entry: a collective scheme where the job's
   // ClusterConfig.collectives is off or that is hierarchical (only local roots reach the
   // network there), or, on a job with a cluster key, one that the strategy
-  // does not allow unencrypted (Strategy.allow_unencrypted_collectives). OK when it can.
+  // does not allow unencrypted (Strategy.allow_unencrypted_collectives); fusion groups in a
+  // hierarchical job. OK when it can. (An update may not change the fusion groups either:
+  // BeginUpdate.)
   absl::Status JobRefuses(const proto::Strategy& strategy) const;
   std::optional<proto::ControlMessage> OnPrepareReply(int worker_rank,
                                                       const proto::StrategyPrepareReply& reply,
