@@ -23,9 +23,7 @@ TensorFusion::TensorFusion(const proto::Strategy& strategy) {
   }
 }
 
-bool TensorFusion::IsGroup(const std::string& name) const {
-  return by_group_name_.contains(name);
-}
+bool TensorFusion::IsGroup(const std::string& name) const { return by_group_name_.contains(name); }
 
 const std::string& TensorFusion::GroupOf(const std::string& name) const {
   auto it = group_of_.find(name);

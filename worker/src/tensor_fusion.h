@@ -87,7 +87,7 @@ class TensorFusion {
   struct Group {
     std::string name;
     std::vector<std::string> tensors;
-    std::vector<int64_t> counts;  // each member's elements once known (-1: not yet)
+    std::vector<int64_t> counts;                // each member's elements once known (-1: not yet)
     std::deque<std::unique_ptr<Round>> rounds;  // oldest first
     uint64_t next_round = 0;
   };

@@ -11,6 +11,7 @@
 #include "bytecomp/common/command_line.h"
 #include "bytecomp/common/config.h"
 #include "bytecomp/planner/explain.h"
+#include "bytecomp/planner/fusion.h"
 #include "bytecomp/planner/placement.h"
 #include "bytecomp/planner/planner.h"
 #ifdef BYTECOMP_PLAN_CALIBRATE
@@ -28,6 +29,10 @@ ABSL_FLAG(std::string, out, "strategy.pbtxt", "Where to write the Strategy");
 ABSL_FLAG(std::string, trace, "", "Where to write the Chrome trace JSON of the plan; optional");
 ABSL_FLAG(std::string, all_codec, "",
           "Codec of the compress-everything reference (default: the table's first)");
+ABSL_FLAG(int64_t, fusion_below, 0,
+          "Also plan the model with consecutive tensors under this many bytes fused into groups "
+          "(Strategy.fusion_groups) of at most --fusion_cap bytes; keep the faster plan. 0: off");
+ABSL_FLAG(int64_t, fusion_cap, 4 << 20, "A fusion group's bytes at most (--fusion_below)");
 ABSL_FLAG(bool, exhaustive, false, "Exhaustive search instead of the algorithm (small models)");
 ABSL_FLAG(bool, table, true,
           "Print the per-tensor table (chosen option, loss class, predicted saving, why); the "
@@ -126,18 +131,49 @@ int main(int argc, char** argv) {
     if (!options.ok()) return Fail(std::string(options.status().message()));
     inputs.options = *std::move(options);
   }
+  auto plan = [](const PreparedProblem& problem) -> absl::StatusOr<PlanResult> {
+    if (absl::GetFlag(FLAGS_exhaustive)) return PlanExhaustive(problem);
+    return PlanByteComp(problem);
+  };
   auto prepared = Prepare(inputs);
   if (!prepared.ok()) return Fail(std::string(prepared.status().message()));
-  const PreparedProblem& problem = *prepared;
+  auto planned = plan(*prepared);
+  if (!planned.ok()) return Fail(std::string(planned.status().message()));
+  PlanResult result = *std::move(planned);
+  const PreparedProblem* chosen = &*prepared;
 
-  PlanResult result;
-  if (absl::GetFlag(FLAGS_exhaustive)) {
-    auto exhaustive = PlanExhaustive(problem);
-    if (!exhaustive.ok()) return Fail(std::string(exhaustive.status().message()));
-    result = *std::move(exhaustive);
-  } else {
-    result = PlanByteComp(problem);
+  // Tensor fusion: the model again with its small tensors in groups, planned the same way;
+  // the faster plan is kept.
+  std::vector<bytecomp::proto::FusionGroup> fusion_groups;
+  absl::StatusOr<PreparedProblem> fused_prepared = absl::UnknownError("not planned");
+  if (const int64_t below = absl::GetFlag(FLAGS_fusion_below); below > 0) {
+    const FusedModel fused = FuseProfile(inputs.profile, below, absl::GetFlag(FLAGS_fusion_cap));
+    if (fused.groups.empty()) {
+      std::printf("fusion: no two consecutive tensors under %lld bytes\n",
+                  static_cast<long long>(below));
+    } else {
+      PlannerInputs fused_inputs = inputs;
+      fused_inputs.profile = fused.profile;
+      fused_prepared = Prepare(fused_inputs);
+      if (!fused_prepared.ok()) return Fail(std::string(fused_prepared.status().message()));
+      auto fused_result = plan(*fused_prepared);
+      if (!fused_result.ok()) return Fail(std::string(fused_result.status().message()));
+      const bool keep = fused_result->predicted_us < result.predicted_us;
+      std::printf(
+          "fusion: %d tensors under %lld bytes in %zu groups: predicted %.3f ms against %.3f ms "
+          "unfused: %s\n",
+          fused.members, static_cast<long long>(below), fused.groups.size(),
+          fused_result->predicted_us / 1e3, result.predicted_us / 1e3,
+          keep ? "fused" : "not fused");
+      if (keep) {
+        result = *std::move(fused_result);
+        chosen = &*fused_prepared;
+        inputs.profile = fused.profile;  // the references below compare like with like
+        fusion_groups = fused.groups;
+      }
+    }
   }
+  const PreparedProblem& problem = *chosen;
   // The compress-everything reference is simulated over every option: dropping dominated ones
   // (which the search may) can remove the reference codec's options altogether.
   const std::string all_codec = absl::GetFlag(FLAGS_all_codec);
@@ -215,7 +251,9 @@ int main(int argc, char** argv) {
         "ms). The saving of a tensor is how much longer the predicted iteration is when it "
         "alone goes uncompressed.",
         problem.inputs.profile.model(), result.predicted_us / 1e3, result.no_compression_us / 1e3);
-    file << StrategyFileText(ToStrategy(problem, result.choice), header, table);
+    bytecomp::proto::Strategy strategy = ToStrategy(problem, result.choice);
+    for (const auto& group : fusion_groups) *strategy.add_fusion_groups() = group;
+    file << StrategyFileText(strategy, header, table);
   }
   std::printf("strategy: %s\n", out.c_str());
   if (const std::string trace_path = absl::GetFlag(FLAGS_trace); !trace_path.empty()) {

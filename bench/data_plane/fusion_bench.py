@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Tensor fusion on the parameter servers (Strategy.fusion_groups): a shipped profile's model
+pushed by bytecomp-bench on a local cluster with and without fusion groups, alternating which
+goes first; prints rounds on the servers per iteration (from the profile: every partition of
+every tensor, a group counting as one tensor) and the median round time of each, with their
+ratio. The groups pack consecutive tensors (in the profile's order, the order they become
+ready) under --below bytes into groups of at most --cap bytes, as `bytecomp-plan --fusion_below`
+does.
+
+  python3 bench/data_plane/fusion_bench.py [--model resnet50] [--workers 2] [--servers 1]
+      [--below 1048576] [--cap 4194304] [--rounds 20] [--pairs 3] [--codec none]
+  python3 bench/data_plane/fusion_bench.py --tiny 1000 [--group 250] [--rounds 200]
+
+--tiny N: exact_sum_worker's N one-element tensors instead (every sum checked), plain and in
+groups of --group; the time is each job's wall time over its rounds (start-up included).
+
+On this machine every process of a job shares its 2 cores: the CPU is the limit on loopback.
+"""
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import run_data_plane_bench as data_plane  # noqa: E402
+
+PROFILES = os.path.join(os.path.dirname(__file__), "..", "..", "scheduler", "planner", "profiles")
+PARTITION_BYTES = 4 << 20  # the cluster's default partition size
+
+
+def profile_tensors(model):
+    with open(os.path.join(PROFILES, model + ".pbtxt")) as f:
+        return [(m.group(1), int(m.group(2))) for m in
+                re.finditer(r'tensors \{ name: "([^"]+)" elements: (\d+)', f.read())]
+
+
+def fusion_groups(tensors, below, cap):
+    """Consecutive tensors under `below` bytes, packed into groups of at most `cap` bytes."""
+    groups, current, size = [], [], 0
+    for name, elements in tensors:
+        nbytes = 4 * elements
+        if nbytes >= below or size + nbytes > cap:
+            if len(current) > 1:
+                groups.append(current)
+            current, size = [], 0
+        if nbytes < below:
+            current.append((name, elements))
+            size += nbytes
+    if len(current) > 1:
+        groups.append(current)
+    return groups
+
+
+def rounds_per_iteration(tensors, groups):
+    fused = {name for g in groups for name, _ in g}
+    sizes = [4 * e for n, e in tensors if n not in fused]
+    sizes += [4 * sum(e for _, e in g) for g in groups]
+    return sum(max(1, -(-s // PARTITION_BYTES)) for s in sizes)
+
+
+def strategy_text(groups, codec):
+    lines = ["seed: 7"]
+    if codec != "none":
+        lines.append(f'tensors {{ name_pattern: "*" push_codec {{ name: "{codec}" }} }}')
+    for i, g in enumerate(groups):
+        members = " ".join(f'tensors: "{name}"' for name, _ in g)
+        lines.append(f'fusion_groups {{ name: "fused.{i}" {members} }}')
+    return "\n".join(lines) + "\n"
+
+
+def tiny_job(args, path):
+    """Seconds for one exact_sum_worker job of --tiny one-element tensors."""
+    cmd = [data_plane.cluster.binary("exact_sum_worker"), "--rounds", str(args.rounds),
+           "--tiny-tensors", str(args.tiny), "--print-every", str(args.rounds)]
+    start = time.monotonic()
+    with data_plane.cluster.Cluster(workers=args.workers, servers=args.servers, worker_cmd=cmd,
+                                    scheduler_args=[f"--strategy={path}"]) as c:
+        codes = c.wait_workers(timeout=900)
+        if codes != [0] * args.workers:
+            raise RuntimeError(f"job failed: {codes}\n{c.dump()}")
+    return time.monotonic() - start
+
+
+def main_tiny(args):
+    names = [(f"tiny.{i}", 1) for i in range(args.tiny)]
+    groups = [names[i:i + args.group] for i in range(0, len(names), args.group)]
+    with tempfile.TemporaryDirectory(prefix="bytecomp-fusion-") as tmp:
+        paths = {}
+        for label, g in (("plain", []), ("fused", groups)):
+            paths[label] = os.path.join(tmp, f"{label}.pbtxt")
+            with open(paths[label], "w") as f:
+                f.write(strategy_text(g, args.codec))
+        times = {"plain": [], "fused": []}
+        for pair in range(args.pairs):
+            order = ("plain", "fused") if pair % 2 == 0 else ("fused", "plain")
+            for label in order:
+                times[label].append(tiny_job(args, paths[label]))
+                print(f"pair {pair + 1}/{args.pairs} {label}: {times[label][-1]:.2f} s", flush=True)
+    plain, fused = statistics.median(times["plain"]), statistics.median(times["fused"])
+    print(f"\n{args.tiny} one-element tensors, W={args.workers} S={args.servers}, loopback (the "
+          f"CPU is the limit), {args.rounds} rounds a job, start-up included; medians of "
+          f"{args.pairs}")
+    print(f"{'':8} {'rounds/iteration':>17} {'ms/round':>9}")
+    print(f"{'plain':8} {args.tiny:17d} {1000 * plain / args.rounds:9.2f}")
+    print(f"{'fused':8} {len(groups):17d} {1000 * fused / args.rounds:9.2f}")
+    print(f"{'ratio':8} {args.tiny / len(groups):16.2f}x {plain / fused:8.2f}x (plain / fused)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--servers", type=int, default=1)
+    p.add_argument("--below", type=int, default=1 << 20)
+    p.add_argument("--cap", type=int, default=PARTITION_BYTES)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--codec", default="none")
+    p.add_argument("--tiny", type=int, default=0)
+    p.add_argument("--group", type=int, default=250)
+    args = p.parse_args()
+    if args.tiny:
+        return main_tiny(args)
+
+    tensors = profile_tensors(args.model)
+    groups = fusion_groups(tensors, args.below, args.cap)
+    plain_rounds = rounds_per_iteration(tensors, [])
+    fused_rounds = rounds_per_iteration(tensors, groups)
+    members = sum(len(g) for g in groups)
+    with tempfile.TemporaryDirectory(prefix="bytecomp-fusion-") as tmp:
+        paths = {}
+        for label, g in (("plain", []), ("fused", groups)):
+            paths[label] = os.path.join(tmp, f"{label}.pbtxt")
+            with open(paths[label], "w") as f:
+                f.write(strategy_text(g, args.codec))
+        times = {"plain": [], "fused": []}
+        for pair in range(args.pairs):
+            order = ("plain", "fused") if pair % 2 == 0 else ("fused", "plain")
+            for label in order:
+                row = data_plane.run_bench(args.workers, args.servers, args.model, args.rounds,
+                                           extra_scheduler_args=[f"--strategy={paths[label]}"])
+                times[label].append(row["median_round_ms"])
+                print(f"pair {pair + 1}/{args.pairs} {label}: {row['median_round_ms']:.1f} ms",
+                      flush=True)
+    plain, fused = statistics.median(times["plain"]), statistics.median(times["fused"])
+    print(f"\n{args.model}, W={args.workers} S={args.servers}, codec {args.codec}, loopback "
+          f"(the CPU is the limit); {members} of {len(tensors)} tensors (under {args.below} "
+          f"bytes) in {len(groups)} groups of at most {args.cap} bytes; medians of {args.pairs}")
+    print(f"{'':8} {'rounds/iteration':>17} {'round ms':>9}")
+    print(f"{'plain':8} {plain_rounds:17d} {plain:9.1f}")
+    print(f"{'fused':8} {fused_rounds:17d} {fused:9.1f}")
+    print(f"{'ratio':8} {plain_rounds / fused_rounds:16.2f}x {plain / fused:8.2f}x "
+          "(plain / fused)")
+
+
+if __name__ == "__main__":
+    main()
