@@ -2,7 +2,8 @@
 // or the format headers: every function defined after it, inline ones from headers included
 // later too, rounds as the CUDA kernels do.
 // - fp-contract off: elementwise.h's a*b+c must round twice on every side (the kernels are
-//   built with --fmad=false), also in the target_clones AVX2 variants.
+//   built with --fmad=false), also in simd_kernel.h's AVX2 and AVX-512 variants (FMA is
+//   part of both targets).
 // - GCC: -O2 keeps GCC 12 to its "very cheap" vectoriser cost model, which refuses the codec
 //   loops (vect-cost-model=dynamic); no-trapping-math (results unchanged) lets it if-convert
 //   selects around divisions. Clang vectorises these loops at -O2 as they are.

@@ -6,8 +6,7 @@
 
 namespace bytecomp::planner {
 
-FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes,
-                       int64_t cap_bytes) {
+FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, int64_t cap_bytes) {
   FusedModel fused;
   fused.profile = profile;
   fused.profile.clear_tensors();

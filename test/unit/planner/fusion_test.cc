@@ -34,7 +34,7 @@ proto::ModelProfile Model() {
   add("s5", 60000, 5);
   add("s6", 60000, 6);
   add("s7", 60000, 7);
-  add("half", 100, 1)->set_element_bytes(2);  // not fp32: not fused
+  add("half", 100, 1)->set_element_bytes(2);    // not fp32: not fused
   add("rows", 100, 1)->set_block_density(0.1);  // block-sparse: not fused
   return m;
 }
@@ -44,9 +44,9 @@ TEST(FusionTest, ConsecutiveSmallTensorsFormGroupsReadyWithTheirLastMember) {
   ASSERT_EQ(fused.groups.size(), 3u);
   EXPECT_EQ(fused.members, 6);
   EXPECT_EQ(fused.groups[0].name(), "fused.0");
-  EXPECT_EQ(std::vector<std::string>(fused.groups[0].tensors().begin(),
-                                     fused.groups[0].tensors().end()),
-            (std::vector<std::string>{"s1", "s2"}));
+  EXPECT_EQ(
+      std::vector<std::string>(fused.groups[0].tensors().begin(), fused.groups[0].tensors().end()),
+      (std::vector<std::string>{"s1", "s2"}));
   EXPECT_EQ(fused.groups[1].tensors_size(), 2);  // s4, s5
   EXPECT_EQ(fused.groups[2].tensors(1), "s7");
   std::vector<std::string> order;

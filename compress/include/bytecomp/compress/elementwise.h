@@ -7,9 +7,10 @@
 //   but some expressions have the shape a*b+c, which compilers fuse into one FMA (one
 //   rounding) when allowed. So: CUDA kernels that use this header are built with
 //   --fmad=false, and CPU files with fp-contract off (the codec sources include
-//   compress/src/exact_float_math.h before anything else, because the target_clones
-//   AVX2/FMA variants would otherwise fuse where the default variant does not). With GCC they
-//   use no-trapping-math too: it changes no result and lets GCC vectorise the selects.
+//   compress/src/exact_float_math.h before anything else, because the AVX2 and AVX-512
+//   variants (compress/src/simd_kernel.h) would otherwise fuse where the baseline does not).
+//   With GCC they use no-trapping-math too: it changes no result and lets GCC vectorise the
+//   selects.
 // - Reductions (norms, maxima, means) are the caller's business: the CPU codecs accumulate
 //   sums of squares and magnitudes in double over 8 interleaved partial sums and round once
 //   to float, so another summation order changes the float only in rare rounding ties; a

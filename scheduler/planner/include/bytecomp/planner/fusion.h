@@ -14,14 +14,13 @@
 namespace bytecomp::planner {
 
 struct FusedModel {
-  proto::ModelProfile profile;              // groups as tensors "fused.<k>", in ready order
-  std::vector<proto::FusionGroup> groups;   // for the strategy
-  int members = 0;                          // tensors that joined a group
+  proto::ModelProfile profile;             // groups as tensors "fused.<k>", in ready order
+  std::vector<proto::FusionGroup> groups;  // for the strategy
+  int members = 0;                         // tensors that joined a group
 };
 
 // Groups of at least two consecutive fp32 tensors each under below_bytes, of at most
 // cap_bytes together. No groups: the profile as it is.
-FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes,
-                       int64_t cap_bytes);
+FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, int64_t cap_bytes);
 
 }  // namespace bytecomp::planner
