@@ -62,28 +62,36 @@ class Search {
   }
 
   // Best option for `tensor` among `allowed` with the others fixed; commits it if it is
-  // better. Options are tried in order of their lower bound; the loop stops at the first
-  // bound that cannot beat the best time found.
+  // better. Options are tried in order of their chain bound; the loop stops at the first
+  // such bound that cannot beat the best time found, and skips (without simulating, but
+  // counting it in max_simulations) an option whose tail bound (TailBounds) cannot.
   bool ImproveTensor(int tensor, const std::vector<int>& allowed, int max_simulations = 1 << 30) {
     const int current = choice_[tensor];
     candidates_.clear();
-    const double later_tail =
-        tensor + 1 < static_cast<int>(tail_max_.size()) ? tail_max_[tensor + 1] - gaps_[tensor] : 0;
+    const double later_tail = tail_max_[tensor + 1] - gaps_[tensor];
+    // Later tensors keep their options; they are ready later by this one's stream time.
+    const double later_bound =
+        bounds_.latest[tensor + 1] - bounds_.offset[tensor] - Stream(tensor, current);
     for (int o : allowed) {
       if (o == current) continue;
-      double tail = std::max(later_tail, Chain(tensor, o));
-      double lb =
-          sim_.LowerBound(tensor, WithSwap(total_, work(tensor, current), work(tensor, o)), tail);
-      if (lb < time_ * keep_) candidates_.push_back({lb, o});
+      const Work total = WithSwap(total_, work(tensor, current), work(tensor, o));
+      const double lb = sim_.LowerBound(tensor, total, std::max(later_tail, Chain(tensor, o)));
+      if (lb >= time_ * keep_) continue;
+      const double bound = sim_.LowerBound(
+          tensor, total, std::max(later_bound + Stream(tensor, o), Span(tensor, o)));
+      candidates_.push_back({lb, o, bound});
     }
-    std::sort(candidates_.begin(), candidates_.end());
+    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+      return std::tie(a.lb, a.option) < std::tie(b.lb, b.option);
+    });
     double best_time = time_ * keep_;
     int best = current;
-    for (auto [lb, o] : candidates_) {
+    for (const auto& [lb, o, bound] : candidates_) {
       if (lb >= best_time || max_simulations-- == 0) break;
+      if (bound >= best_time) continue;
       choice_[tensor] = o;
       const Work total = WithSwap(total_, work(tensor, current), work(tensor, o));
-      double t = sim_.Evaluate(choice_, tensor, best_time, tensor, &total, &tail_after_);
+      double t = sim_.Evaluate(choice_, tensor, best_time, tensor, &total, &bounds_.after);
       if (t < best_time) {
         best_time = t;
         best = o;
@@ -108,13 +116,16 @@ class Search {
       undo.push_back({t, choice_[t]});
       choice_[t] = o;
     }
-    double tail = 0;
-    for (int k = from; k < static_cast<int>(choice_.size()); ++k) {
-      tail = std::max(tail, gaps_[k] - gaps_[from] + Chain(k, choice_[k]));
+    // The changed tensors' spans; after the last of them, the baseline's tail bounds, later
+    // by the change of stream time.
+    double tail = bounds_.latest[last + 1] - bounds_.offset[from];
+    for (auto [t, o] : undo) tail += Stream(t, choice_[t]) - Stream(t, o);
+    for (int k = from; k <= last; ++k) {
+      tail = std::max(tail, gaps_[k] - gaps_[from] + Span(k, choice_[k]));
     }
     double result = TimelineSimulator::kAborted;
     if (sim_.LowerBound(from, total, tail) < cutoff) {
-      result = sim_.Evaluate(choice_, from, cutoff, last, &total, &tail_after_);
+      result = sim_.Evaluate(choice_, from, cutoff, last, &total, &bounds_.after);
     }
     for (auto [t, o] : undo) choice_[t] = o;
     return result;
@@ -127,29 +138,39 @@ class Search {
     const int na = static_cast<int>(problem_.sim.tensors[a].options.size());
     const int nb = static_cast<int>(problem_.sim.tensors[b].options.size());
     const int n = static_cast<int>(choice_.size());
-    // Tail bound pieces that do not depend on the pair: tensors after a other than b.
-    double others = -1e300;
+    // Tail bound pieces that do not depend on the pair: tensors after a other than b (the
+    // chain bounds order the pairs; the spans and tail bounds skip simulations).
+    double others = -1e300, others_span = -1e300;
     for (int k = a + 1; k < n; ++k) {
       if (k != b) others = std::max(others, gaps_[k] + Chain(k, choice_[k]));
+      if (k < b) others_span = std::max(others_span, gaps_[k] + Span(k, choice_[k]));
     }
+    const double after_b = bounds_.latest[b + 1] - bounds_.offset[a] + gaps_[a] -
+                           Stream(a, choice_[a]) - Stream(b, choice_[b]);
     pair_candidates_.clear();
     for (int x = 0; x < na; ++x) {
       if (x == choice_[a]) continue;  // single moves are tried elsewhere
       const Work with_x = WithSwap(total_, work(a, choice_[a]), work(a, x));
       for (int y = 0; y < nb; ++y) {
         if (y == choice_[b]) continue;
+        const Work total = WithSwap(with_x, work(b, choice_[b]), work(b, y));
         const double tail =
             std::max({others, gaps_[a] + Chain(a, x), gaps_[b] + Chain(b, y)}) - gaps_[a];
-        const double lb =
-            sim_.LowerBound(a, WithSwap(with_x, work(b, choice_[b]), work(b, y)), tail);
-        if (lb < target()) pair_candidates_.push_back({lb, x, y});
+        const double lb = sim_.LowerBound(a, total, tail);
+        if (lb >= target()) continue;
+        const double bound_tail =
+            std::max({others_span, gaps_[a] + Span(a, x), gaps_[b] + Span(b, y),
+                      after_b + Stream(a, x) + Stream(b, y)}) -
+            gaps_[a];
+        pair_candidates_.push_back({lb, x, y, sim_.LowerBound(a, total, bound_tail)});
       }
     }
     std::sort(pair_candidates_.begin(), pair_candidates_.end());
     double best_time = target();
     std::pair<int, int> best = {choice_[a], choice_[b]};
-    for (const auto& [lb, x, y] : pair_candidates_) {
+    for (const auto& [lb, x, y, bound] : pair_candidates_) {
       if (lb >= best_time) break;
+      if (bound >= best_time) continue;
       double t = EvaluateChange({{a, x}, {b, y}}, best_time);
       if (t < best_time) {
         best_time = t;
@@ -190,30 +211,41 @@ class Search {
   double Chain(int tensor, int option) const {
     return problem_.sim.tensors[tensor].options[option].chain_us;
   }
+  double Span(int tensor, int option) const {
+    return problem_.sim.tensors[tensor].options[option].span_us;
+  }
+  double Stream(int tensor, int option) const {
+    return StreamUs(problem_.sim.tensors[tensor].options[option]);
+  }
   // tail_max_[k]: the latest, over tensors j >= k, of (gaps to j + j's chain bound), so that
-  // a tensor j ready no earlier than snapshot k plus those gaps ends no earlier than that.
+  // a tensor j ready no earlier than snapshot k plus those gaps ends no earlier than that
+  // (the order in which candidates are tried); bounds_: the tighter bounds that skip them.
   void RefreshTails() {
     const int n = static_cast<int>(choice_.size());
     tail_max_.assign(n + 1, -1e300);
-    tail_after_.assign(n, 0);
     for (int k = n - 1; k >= 0; --k) {
       tail_max_[k] = std::max(tail_max_[k + 1], gaps_[k] + Chain(k, choice_[k]));
-      tail_after_[k] = tail_max_[k] - gaps_[k];
     }
+    ComputeTailBounds(problem_.sim, choice_, &bounds_);
   }
 
   double keep_;               // 1 - min_relative_gain
   std::vector<double> gaps_;  // sum of ready gaps of tensors 1..k
   std::vector<double> tail_max_;
-  std::vector<double> tail_after_;  // tail_max_[k] - gaps_[k]: bound after tensor k is ready
+  TailBounds bounds_;
   const PreparedProblem& problem_;
   TimelineSimulator sim_;
   std::vector<int> choice_;
   double time_;
   int64_t commits_ = 0;
   Work total_;
-  std::vector<std::pair<double, int>> candidates_;
-  std::vector<std::tuple<double, int, int>> pair_candidates_;
+  struct Candidate {
+    double lb;  // the chain bound (the order)
+    int option;
+    double bound;  // the tail bound (skips)
+  };
+  std::vector<Candidate> candidates_;
+  std::vector<std::tuple<double, int, int, double>> pair_candidates_;
 };
 
 // Step 4: move GPU-compressed tensors to the CPU pool by groups of (size, option).
@@ -455,6 +487,27 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
           busiest = std::max<double>(busiest, stage.duration_us);
       }
       cost.chain_us = chain + (cost.partitions - 1) * busiest;
+      double turns = 0;
+      std::array<bool, kNumResources> seen{};
+      double before = 0;
+      for (int k = 0; k < cost.num_stages; ++k) {
+        const Stage& stage = cost.stages[k];
+        const int slots = p.sim.slots[stage.resource];
+        const int waves = (cost.partitions + slots - 1) / slots;
+        turns = std::max(turns, (waves - 1) * static_cast<double>(stage.duration_us));
+        if (!seen[stage.resource]) cost.before_us[stage.resource] = before;
+        seen[stage.resource] = true;
+        before += stage.duration_us;
+      }
+      cost.span_us = chain + turns;
+      seen = {};
+      double after = 0;
+      for (int k = cost.num_stages - 1; k >= 0; --k) {
+        const Stage& stage = cost.stages[k];
+        if (!seen[stage.resource]) cost.after_us[stage.resource] = after;
+        seen[stage.resource] = true;
+        after += stage.duration_us;
+      }
       st.options.push_back(cost);
     }
     st.tree_options = static_cast<int>(st.options.size());

@@ -335,6 +335,57 @@ double TimelineSimulator::StackLowerBound(int depth,
   return BoundFrom(stack_[depth], *problem_, total_work, tail_us);
 }
 
+double StreamUs(const OptionCost& cost) {
+  return cost.num_stages > 0 && cost.stages[0].resource == kCompute
+             ? static_cast<double>(cost.stages[0].duration_us) * cost.partitions
+             : 0;
+}
+
+void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice,
+                       TailBounds* bounds) {
+  const int n = static_cast<int>(problem.tensors.size());
+  bounds->offset.resize(n);
+  bounds->latest.assign(n + 1, -1e300);
+  bounds->after.resize(n);
+  // (Gaps as the simulator adds them: float durations.)
+  std::vector<double> gaps(n, 0);
+  double offset = 0;
+  for (int k = 0; k < n; ++k) {
+    if (k > 0) {
+      const float gap = static_cast<float>(problem.tensors[k].ready_gap_us);
+      gaps[k] = gaps[k - 1] + gap;
+      offset += gap;
+    }
+    bounds->offset[k] = offset;
+    offset += StreamUs(problem.tensors[k].options[choice[k]]);
+  }
+  std::array<double, kNumResources> suffix{}, least_before, least_after;
+  least_before.fill(1e300);
+  least_after.fill(1e300);
+  for (int k = n - 1; k >= 0; --k) {
+    const OptionCost& cost = problem.tensors[k].options[choice[k]];
+    double bound = cost.span_us;
+    for (int r = 0; r < kNumResources; ++r) {
+      if (cost.work_us[r] <= 0) continue;
+      suffix[r] += cost.work_us[r];
+      least_before[r] = std::min(least_before[r], cost.before_us[r]);
+      least_after[r] = std::min(least_after[r], cost.after_us[r]);
+    }
+    for (int r = 0; r < kNumResources; ++r) {
+      if (suffix[r] <= 0) continue;
+      if (r == kCompute) {
+        // The stream's own work after tensor k is ready: the later backward segments and
+        // the compute stages of tensors >= k.
+        bound = std::max(bound, gaps[n - 1] - gaps[k] + suffix[r]);
+        continue;
+      }
+      bound = std::max(bound, least_before[r] + suffix[r] / problem.slots[r] + least_after[r]);
+    }
+    bounds->latest[k] = std::max(bounds->latest[k + 1], bounds->offset[k] + bound);
+    bounds->after[k] = bounds->latest[k] - bounds->offset[k];
+  }
+}
+
 double TimelineSimulator::ready_time_us(int tensor) const { return snapshots_[tensor].now; }
 bool TimelineSimulator::idle_before(int tensor) const { return idle_before_[tensor] != 0; }
 

@@ -166,6 +166,31 @@ class TimelineSimulator {
   int64_t events_ = 0;
 };
 
+// Lower bounds on what must still happen after each tensor is ready, for a choice (the
+// search's baseline), valid for any choice equal to it on the tensors they cover:
+//  - tensor j is ready no earlier than tensor k < j plus offset[j] - offset[k]: the backward
+//    segments between them and the encodes the choice queues on the compute stream ahead of
+//    them (StreamUs);
+//  - tensor j's last partition is done no earlier than its readiness plus its span_us;
+//  - per resource, none of the work of tensors >= j starts before tensor j is ready plus the
+//    least time their partitions spend before reaching it, it takes at least that work over
+//    the slots, and the last of it is followed by the least time they spend after it (on a
+//    communication-bound timeline the end is close to this bound, where chains alone are far
+//    from it).
+// latest[k]: the largest of offset[j] plus these bounds over tensors j >= k (-1e300 past the
+// last tensor); after[k] = latest[k] - offset[k], the bound from tensor k's ready time to the
+// last job's end, the forward pass excluded (Evaluate's tail_us).
+struct TailBounds {
+  std::vector<double> offset;
+  std::vector<double> latest;  // n + 1 entries
+  std::vector<double> after;
+};
+void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice,
+                       TailBounds* bounds);
+// The compute-stream time an option queues ahead of the next backward segment when its tensor
+// is ready: its partitions' GPU encodes (their first stage).
+double StreamUs(const OptionCost& cost);
+
 // Chrome trace JSON (chrome://tracing, Perfetto) of simulated spans; one row per resource
 // slot, names from the tensors.
 std::string ChromeTraceJson(const SimProblem& problem, const std::vector<TraceSpan>& spans);
