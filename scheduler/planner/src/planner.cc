@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <tuple>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/strategy.h"
@@ -30,13 +31,60 @@ bool HasGpu(const PlannerInputs& in) {
   return in.cluster.gpus_per_machine() > 0 && !in.options.disable_gpu();
 }
 
+// A choice's key: the sum over tensors of a 64-bit mix of (tensor, option), updated in O(1)
+// when a tensor's option changes.
+uint64_t OptionKey(int tensor, int option) {
+  uint64_t x =
+      (static_cast<uint64_t>(tensor) << 24) + static_cast<uint64_t>(option) + 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// What simulations found, by the choice's key, for every search of one plan (the main one
+// and the other starts): a choice's time does not depend on which baseline it was simulated
+// from. A run that ended gives the exact time; a run cut off at a cutoff, that the time is
+// at least the cutoff. Refinement passes, pairs and the other starts try many choices
+// again.
+class Memo {
+ public:
+  // The answer of Evaluate(choice, cutoff) when it is known: the time, or kAborted.
+  bool Find(uint64_t key, double cutoff, double* result) const {
+    auto it = known_.find(key);
+    if (it == known_.end()) return false;
+    if (it->second.exact) {
+      *result = it->second.us < cutoff ? it->second.us : TimelineSimulator::kAborted;
+      return true;
+    }
+    if (it->second.us < cutoff) return false;
+    *result = TimelineSimulator::kAborted;
+    return true;
+  }
+  void Store(uint64_t key, double cutoff, double result) {
+    Known& known = known_[key];
+    if (result != TimelineSimulator::kAborted) {
+      known = {result, true};
+    } else if (!known.exact) {
+      known.us = std::max(known.us, cutoff);
+    }
+  }
+
+ private:
+  struct Known {
+    double us = -1e300;  // exact, else a lower bound
+    bool exact = false;
+  };
+  std::unordered_map<uint64_t, Known> known_;
+};
+
 // The search state shared by the algorithm's steps: the current choice, its simulated
 // iteration time (the simulator's baseline) and its total work per resource.
 class Search {
  public:
-  explicit Search(const PreparedProblem& problem)
+  Search(const PreparedProblem& problem, Memo* memo)
       : keep_(1 - problem.inputs.options.min_relative_gain()),
         problem_(problem),
+        memo_(memo),
         sim_(&problem.sim),
         choice_(problem.none_index) {
     const int n = static_cast<int>(problem.sim.tensors.size());
@@ -48,6 +96,7 @@ class Search {
     }
     time_ = sim_.Rebase(choice_, 0);
     total_ = sim_.TotalWork(choice_);
+    for (int i = 0; i < n; ++i) key_ += OptionKey(i, choice_[i]);
     RefreshTails();
   }
 
@@ -89,9 +138,14 @@ class Search {
     for (const auto& [lb, o, bound] : candidates_) {
       if (lb >= best_time || max_simulations-- == 0) break;
       if (bound >= best_time) continue;
-      choice_[tensor] = o;
-      const Work total = WithSwap(total_, work(tensor, current), work(tensor, o));
-      double t = sim_.Evaluate(choice_, tensor, best_time, tensor, &total, &bounds_.after);
+      const uint64_t key = key_ - OptionKey(tensor, current) + OptionKey(tensor, o);
+      double t;
+      if (!memo_->Find(key, best_time, &t)) {
+        choice_[tensor] = o;
+        const Work total = WithSwap(total_, work(tensor, current), work(tensor, o));
+        t = sim_.Evaluate(choice_, tensor, best_time, tensor, &total, &bounds_.after);
+        memo_->Store(key, best_time, t);
+      }
       if (t < best_time) {
         best_time = t;
         best = o;
@@ -108,10 +162,12 @@ class Search {
     if (change.empty()) return time_;
     int from = change[0].first, last = change[0].first;
     Work total = total_;
+    uint64_t key = key_;
     std::vector<std::pair<int, int>> undo;
     for (auto [t, o] : change) {
       from = std::min(from, t);
       last = std::max(last, t);
+      key += OptionKey(t, o) - OptionKey(t, choice_[t]);
       total = WithSwap(total, work(t, choice_[t]), work(t, o));
       undo.push_back({t, choice_[t]});
       choice_[t] = o;
@@ -124,8 +180,9 @@ class Search {
       tail = std::max(tail, gaps_[k] - gaps_[from] + Span(k, choice_[k]));
     }
     double result = TimelineSimulator::kAborted;
-    if (sim_.LowerBound(from, total, tail) < cutoff) {
+    if (sim_.LowerBound(from, total, tail) < cutoff && !memo_->Find(key, cutoff, &result)) {
       result = sim_.Evaluate(choice_, from, cutoff, last, &total, &bounds_.after);
+      memo_->Store(key, cutoff, result);
     }
     for (auto [t, o] : undo) choice_[t] = o;
     return result;
@@ -201,6 +258,7 @@ class Search {
     for (auto [t, o] : change) {
       from = std::min(from, t);
       total_ = WithSwap(total_, work(t, choice_[t]), work(t, o));
+      key_ += OptionKey(t, o) - OptionKey(t, choice_[t]);
       choice_[t] = o;
     }
     time_ = sim_.Rebase(choice_, from);
@@ -234,10 +292,12 @@ class Search {
   std::vector<double> tail_max_;
   TailBounds bounds_;
   const PreparedProblem& problem_;
+  Memo* memo_;
   TimelineSimulator sim_;
   std::vector<int> choice_;
   double time_;
   int64_t commits_ = 0;
+  uint64_t key_ = 0;  // of choice_
   Work total_;
   struct Candidate {
     double lb;  // the chain bound (the order)
@@ -523,7 +583,8 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   const auto& tensors = problem.sim.tensors;
   const int n = static_cast<int>(tensors.size());
   PlanResult result;
-  Search search(problem);
+  Memo memo;
+  Search search(problem, &memo);
   result.no_compression_us = search.time();
   int64_t simulations_elsewhere = 0, events_elsewhere = 0;
 
@@ -642,7 +703,7 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
                                     : search.sim().Simulate(kept_start, nullptr, search.time());
         if (start_us >= search.time()) continue;
       }
-      Search other(problem);
+      Search other(problem, &memo);
       other.SetChoice(kept_start);
       refine(other);
       simulations_elsewhere += other.sim().simulations();
