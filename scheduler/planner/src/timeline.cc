@@ -1,6 +1,7 @@
 #include "bytecomp/planner/timeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -62,8 +63,8 @@ void AppendJsonString(std::string& out, const std::string& text) {
 TimelineSimulator::TimelineSimulator(const SimProblem* problem)
     : problem_(problem), n_(static_cast<int>(problem->tensors.size())) {
   snapshots_.resize(n_);
-  snapshot_hash_.assign(n_, 0);
-  snapshot_hash_valid_.assign(n_, 0);
+  snapshot_hash_.assign(2 * n_, 0);
+  snapshot_hash_valid_.assign(2 * n_, 0);
   idle_before_.assign(n_, 0);
   stack_.resize(n_ + 1);
   if (n_ > 0) {
@@ -173,6 +174,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
                               int same_as_baseline_after) {
   const double forward = problem_->forward_us;
   const int from = s.pending_ready;
+  bool shifted_below_cutoff = false;
   auto dispatch = [&](int resource) {
     auto& r = s.resources[resource];
     while (r.busy < problem_->slots[resource] && !r.queue.empty()) {
@@ -192,11 +194,21 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       // The same state as the baseline's at this ready time, and the baseline's choice from
       // here on: the rest of the run is the baseline's. States are compared by a 64-bit
       // order-independent hash of every pending job (time, resource, tensor, option, stage).
-      if (record && j > from) snapshot_hash_valid_[j] = 0;
-      if (j > same_as_baseline_after && s.now == snapshots_[j].now &&
-          s.active_partitions == snapshots_[j].active_partitions &&
-          StateHash(s) == SnapshotHash(j)) {
-        return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
+      if (record && j > from) snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
+      if (j > same_as_baseline_after && s.active_partitions == snapshots_[j].active_partitions) {
+        if (s.now == snapshots_[j].now) {
+          if (StateHash(s, false) == SnapshotHash(j, false)) {
+            return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
+          }
+        } else if (!shifted_below_cutoff && StateHash(s, true) == SnapshotHash(j, true)) {
+          // The baseline's state shifted in time: the rest of the run is the baseline's,
+          // shifted too (the simulation depends on durations only), up to the rounding of
+          // the shifted times. Cut when that is surely at or past the cutoff; else run on for
+          // the exact time (a rare winner).
+          const double shifted = baseline_us_ + (s.now - snapshots_[j].now);
+          if (shifted >= cutoff_us * (1 + 1e-9) + 1e-6) return kAborted;
+          shifted_below_cutoff = true;
+        }
       }
       // A bound from here: the work not started yet, and after the last change the tail
       // the caller knows for the baseline's choice.
@@ -237,24 +249,27 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
   return s.now + forward;
 }
 
-uint64_t TimelineSimulator::SnapshotHash(int tensor) {
-  if (!snapshot_hash_valid_[tensor]) {
-    snapshot_hash_[tensor] = StateHash(snapshots_[tensor]);
-    snapshot_hash_valid_[tensor] = 1;
+uint64_t TimelineSimulator::SnapshotHash(int tensor, bool relative) {
+  const int at = 2 * tensor + (relative ? 1 : 0);
+  if (!snapshot_hash_valid_[at]) {
+    snapshot_hash_[at] = StateHash(snapshots_[tensor], relative);
+    snapshot_hash_valid_[at] = 1;
   }
-  return snapshot_hash_[tensor];
+  return snapshot_hash_[at];
 }
 
-uint64_t TimelineSimulator::StateHash(const State& s) const {
+uint64_t TimelineSimulator::StateHash(const State& s, bool relative) const {
   auto job_key = [&](int32_t job) -> uint64_t {
     if (job < 0) return 0xC0FFEEULL ^ (static_cast<uint64_t>(~job) << 20);
     const Partition& p = s.partitions[job];
     return (static_cast<uint64_t>(p.tensor) << 40) ^ (static_cast<uint64_t>(p.option) << 24) ^
            (static_cast<uint64_t>(p.part) << 8) ^ static_cast<uint64_t>(p.stage);
   };
-  uint64_t h = Mix(Bits(s.now));
+  uint64_t h = relative ? 0x7e1a71e5ULL : Mix(Bits(s.now));
   for (const Event& e : s.events) {
-    h += Mix(Bits(e.time) ^ Mix(job_key(e.job) + e.resource));
+    const uint64_t time =
+        relative ? static_cast<uint64_t>(std::llround((e.time - s.now) * 1e6)) : Bits(e.time);
+    h += Mix(time ^ Mix(job_key(e.job) + e.resource));
   }
   for (int r = 0; r < kNumResources; ++r) {
     for (const Waiting& w : s.resources[r].queue) {

@@ -150,11 +150,13 @@ class TimelineSimulator {
 
   const SimProblem* problem_;
   int n_;
-  uint64_t StateHash(const State& s) const;
-  uint64_t SnapshotHash(int tensor);  // computed when first needed
+  // `relative`: of the pending events' times less the state's time (to a picosecond), so
+  // that a state equals another shifted in time.
+  uint64_t StateHash(const State& s, bool relative) const;
+  uint64_t SnapshotHash(int tensor, bool relative);  // computed when first needed
 
-  std::vector<State> snapshots_;  // snapshots_[i]: the state when tensor i becomes ready
-  std::vector<uint64_t> snapshot_hash_;
+  std::vector<State> snapshots_;         // snapshots_[i]: the state when tensor i becomes ready
+  std::vector<uint64_t> snapshot_hash_;  // [2 * tensor + relative]
   std::vector<uint8_t> snapshot_hash_valid_;
   std::vector<uint8_t> idle_before_;
   std::vector<State> stack_;  // exhaustive search
