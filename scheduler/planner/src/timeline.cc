@@ -25,8 +25,14 @@ struct LowerPriorityT {
 constexpr LaterEventT LaterEvent;
 constexpr LowerPriorityT LowerPriority;
 
-double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
+template <typename StartedWork>
+double BoundFrom(double now, StartedWork started_work, const SimProblem& problem,
                  const std::array<double, kNumResources>& total_work, double tail_us);
+double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
+                 const std::array<double, kNumResources>& total_work, double tail_us) {
+  return BoundFrom(
+      s.now, [&](int r) { return s.resources[r].started_work; }, problem, total_work, tail_us);
+}
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
   x += 0x9e3779b97f4a7c15ULL;
@@ -62,7 +68,9 @@ void AppendJsonString(std::string& out, const std::string& text) {
 
 TimelineSimulator::TimelineSimulator(const SimProblem* problem)
     : problem_(problem), n_(static_cast<int>(problem->tensors.size())) {
+  stride_ = n_ < 128 ? 1 : n_ / 64;
   snapshots_.resize(n_);
+  summaries_.resize(n_);
   snapshot_hash_.assign(2 * n_, 0);
   snapshot_hash_valid_.assign(2 * n_, 0);
   idle_before_.assign(n_, 0);
@@ -70,9 +78,16 @@ TimelineSimulator::TimelineSimulator(const SimProblem* problem)
   if (n_ > 0) {
     Reset(snapshots_[0]);
     Run(snapshots_[0], {}, 0, false, kAborted, nullptr, n_);
+    Summarize(snapshots_[0], &summaries_[0]);
     idle_before_[0] = 1;
     stack_[0] = snapshots_[0];
   }
+}
+
+void TimelineSimulator::Summarize(const State& s, Summary* summary) {
+  summary->now = s.now;
+  summary->active_partitions = s.active_partitions;
+  for (int r = 0; r < kNumResources; ++r) summary->started_work[r] = s.resources[r].started_work;
 }
 
 void TimelineSimulator::Reset(State& s) const {
@@ -187,16 +202,22 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     if (s.pending_ready >= 0) {
       const int j = s.pending_ready;
       if (j == stop_tensor) return s.now;
+      const bool checkpoint = j % stride_ == 0;
       if (record && j > from) {
-        snapshots_[j] = s;
+        Summarize(s, &summaries_[j]);
         idle_before_[j] = s.active_partitions == 0;
+        if (checkpoint) {
+          snapshots_[j] = s;
+          snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
+        }
       }
-      // The same state as the baseline's at this ready time, and the baseline's choice from
-      // here on: the rest of the run is the baseline's. States are compared by a 64-bit
-      // order-independent hash of every pending job (time, resource, tensor, option, stage).
-      if (record && j > from) snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
-      if (j > same_as_baseline_after && s.active_partitions == snapshots_[j].active_partitions) {
-        if (s.now == snapshots_[j].now) {
+      // The same state as the baseline's at this ready time (a checkpoint's), and the
+      // baseline's choice from here on: the rest of the run is the baseline's. States are
+      // compared by a 64-bit order-independent hash of every pending job (time, resource,
+      // tensor, option, stage).
+      if (checkpoint && j > same_as_baseline_after &&
+          s.active_partitions == summaries_[j].active_partitions) {
+        if (s.now == summaries_[j].now) {
           if (StateHash(s, false) == SnapshotHash(j, false)) {
             return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
           }
@@ -205,7 +226,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
           // shifted too (the simulation depends on durations only), up to the rounding of
           // the shifted times. Cut when that is surely at or past the cutoff; else run on for
           // the exact time (a rare winner).
-          const double shifted = baseline_us_ + (s.now - snapshots_[j].now);
+          const double shifted = baseline_us_ + (s.now - summaries_[j].now);
           if (shifted >= cutoff_us * (1 + 1e-9) + 1e-6) return kAborted;
           shifted_below_cutoff = true;
         }
@@ -294,7 +315,7 @@ double TimelineSimulator::Simulate(const std::vector<int>& choice, std::vector<T
 
 double TimelineSimulator::Rebase(const std::vector<int>& choice, int from) {
   ++simulations_;
-  scratch_ = snapshots_[from];
+  scratch_ = snapshots_[Checkpoint(from)];
   baseline_us_ = Run(scratch_, choice, n_, true, kAborted, nullptr, n_);
   return baseline_us_;
 }
@@ -304,7 +325,7 @@ double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, dou
                                    const std::array<double, kNumResources>* total_work,
                                    const std::vector<double>* tail_us) {
   ++simulations_;
-  scratch_ = snapshots_[from];
+  scratch_ = snapshots_[Checkpoint(from)];  // the baseline's choice up to tensor `from`
   bound_work_ = total_work;
   bound_tail_ = tail_us;
   double result =
@@ -327,12 +348,13 @@ std::array<double, kNumResources> TimelineSimulator::TotalWork(
 }
 
 namespace {
-double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
+template <typename StartedWork>
+double BoundFrom(double now, StartedWork started_work, const SimProblem& problem,
                  const std::array<double, kNumResources>& total_work, double tail_us) {
-  double lb = s.now + tail_us;
+  double lb = now + tail_us;
   for (int r = 0; r < kNumResources; ++r) {
-    double remaining = total_work[r] - s.resources[r].started_work;
-    if (remaining > 0) lb = std::max(lb, s.now + remaining / problem.slots[r]);
+    double remaining = total_work[r] - started_work(r);
+    if (remaining > 0) lb = std::max(lb, now + remaining / problem.slots[r]);
   }
   // Float rounding of durations must not make the bound exceed the true time.
   return (lb + problem.forward_us) * (1 - 1e-9) - 1e-6;
@@ -341,7 +363,9 @@ double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
 
 double TimelineSimulator::LowerBound(int from, const std::array<double, kNumResources>& total_work,
                                      double tail_us) const {
-  return BoundFrom(snapshots_[from], *problem_, total_work, tail_us);
+  const Summary& s = summaries_[from];
+  return BoundFrom(
+      s.now, [&](int r) { return s.started_work[r]; }, *problem_, total_work, tail_us);
 }
 
 double TimelineSimulator::StackLowerBound(int depth,
@@ -401,7 +425,7 @@ void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice
   }
 }
 
-double TimelineSimulator::ready_time_us(int tensor) const { return snapshots_[tensor].now; }
+double TimelineSimulator::ready_time_us(int tensor) const { return summaries_[tensor].now; }
 bool TimelineSimulator::idle_before(int tensor) const { return idle_before_[tensor] != 0; }
 
 double TimelineSimulator::ExtendStack(const std::vector<int>& choice, int depth) {

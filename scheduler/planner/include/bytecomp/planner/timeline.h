@@ -8,8 +8,10 @@
 // the last job ends, plus the forward pass.
 //
 // Incremental use: what happens before tensor i is ready cannot depend on the options of
-// tensors >= i, so the simulator keeps a snapshot of its state at every tensor's ready time
-// and evaluates a change to tensor i by resuming from snapshot i.
+// tensors >= i, so the simulator keeps a snapshot of its state at the ready time of every
+// stride-th tensor (1 up to 127 tensors, n / 64 above: a change of the baseline copies
+// n / stride states) and of every tensor its time and work started, and evaluates a change to
+// tensor i by resuming from the snapshot at or before i.
 #pragma once
 
 #include <array>
@@ -125,6 +127,12 @@ class TimelineSimulator {
     int16_t part;
     int8_t stage;
   };
+  // Of the baseline's state at a tensor's ready time: what bounds and checks need.
+  struct Summary {
+    double now = 0;
+    int active_partitions = 0;
+    std::array<double, kNumResources> started_work{};
+  };
   struct State {
     double now = 0;
     uint64_t seq = 0;
@@ -138,6 +146,7 @@ class TimelineSimulator {
 
  private:
   void Reset(State& state) const;
+  static void Summarize(const State& state, Summary* summary);
   // Runs until tensor `stop_tensor` is ready (its snapshot) or to the end (returns the end).
   // Records snapshots of tensors in (from, n) when `record`.
   double Run(State& state, const std::vector<int>& choice, int stop_tensor, bool record,
@@ -155,7 +164,11 @@ class TimelineSimulator {
   uint64_t StateHash(const State& s, bool relative) const;
   uint64_t SnapshotHash(int tensor, bool relative);  // computed when first needed
 
-  std::vector<State> snapshots_;         // snapshots_[i]: the state when tensor i becomes ready
+  int Checkpoint(int tensor) const { return tensor - tensor % stride_; }
+  int stride_ = 1;
+  // snapshots_[i]: the state when tensor i becomes ready, for i a multiple of stride_.
+  std::vector<State> snapshots_;
+  std::vector<Summary> summaries_;       // of every tensor
   std::vector<uint64_t> snapshot_hash_;  // [2 * tensor + relative]
   std::vector<uint8_t> snapshot_hash_valid_;
   std::vector<uint8_t> idle_before_;
