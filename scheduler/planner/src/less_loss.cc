@@ -81,7 +81,7 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
       if (t <= budget_us) {
         choice = std::move(changed);
         total = changed_total;
-        sim.Rebase(choice, i);
+        sim.Rebase(choice, i, i);
         ComputeTailBounds(problem.sim, choice, &bounds);
         break;
       }

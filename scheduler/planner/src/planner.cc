@@ -254,14 +254,15 @@ class Search {
   void Commit(const std::vector<std::pair<int, int>>& change) {
     if (change.empty()) return;
     ++commits_;
-    int from = change[0].first;
+    int from = change[0].first, last = change[0].first;
     for (auto [t, o] : change) {
       from = std::min(from, t);
+      last = std::max(last, t);
       total_ = WithSwap(total_, work(t, choice_[t]), work(t, o));
       key_ += OptionKey(t, o) - OptionKey(t, choice_[t]);
       choice_[t] = o;
     }
-    time_ = sim_.Rebase(choice_, from);
+    time_ = sim_.Rebase(choice_, from, last);
     RefreshTails();
   }
 

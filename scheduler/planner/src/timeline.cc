@@ -90,6 +90,19 @@ void TimelineSimulator::Summarize(const State& s, Summary* summary) {
   for (int r = 0; r < kNumResources; ++r) summary->started_work[r] = s.resources[r].started_work;
 }
 
+void TimelineSimulator::KeepSnapshotsFrom(int tensor, const State& s) {
+  std::array<double, kNumResources> delta;
+  for (int r = 0; r < kNumResources; ++r) {
+    delta[r] = s.resources[r].started_work - summaries_[tensor].started_work[r];
+  }
+  for (int j = tensor; j < n_; ++j) {
+    for (int r = 0; r < kNumResources; ++r) {
+      summaries_[j].started_work[r] += delta[r];
+      if (j % stride_ == 0) snapshots_[j].resources[r].started_work += delta[r];
+    }
+  }
+}
+
 void TimelineSimulator::Reset(State& s) const {
   s.now = 0;
   s.seq = 0;
@@ -203,25 +216,21 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       const int j = s.pending_ready;
       if (j == stop_tensor) return s.now;
       const bool checkpoint = j % stride_ == 0;
-      if (record && j > from) {
-        Summarize(s, &summaries_[j]);
-        idle_before_[j] = s.active_partitions == 0;
-        if (checkpoint) {
-          snapshots_[j] = s;
-          snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
-        }
-      }
       // The same state as the baseline's at this ready time (a checkpoint's), and the
-      // baseline's choice from here on: the rest of the run is the baseline's. States are
+      // baseline's choice from here on: the rest of the run is the baseline's (when
+      // recording a new baseline: its snapshots from here on are the old ones). States are
       // compared by a 64-bit order-independent hash of every pending job (time, resource,
       // tensor, option, stage).
       if (checkpoint && j > same_as_baseline_after &&
           s.active_partitions == summaries_[j].active_partitions) {
         if (s.now == summaries_[j].now) {
           if (StateHash(s, false) == SnapshotHash(j, false)) {
+            // (The work started so far differs by the change's: so does the rest's.)
+            if (record) KeepSnapshotsFrom(j, s);
             return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
           }
-        } else if (!shifted_below_cutoff && StateHash(s, true) == SnapshotHash(j, true)) {
+        } else if (!record && !shifted_below_cutoff &&
+                   StateHash(s, true) == SnapshotHash(j, true)) {
           // The baseline's state shifted in time: the rest of the run is the baseline's,
           // shifted too (the simulation depends on durations only), up to the rounding of
           // the shifted times. Cut when that is surely at or past the cutoff; else run on for
@@ -229,6 +238,14 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
           const double shifted = baseline_us_ + (s.now - summaries_[j].now);
           if (shifted >= cutoff_us * (1 + 1e-9) + 1e-6) return kAborted;
           shifted_below_cutoff = true;
+        }
+      }
+      if (record && j > from) {
+        Summarize(s, &summaries_[j]);
+        idle_before_[j] = s.active_partitions == 0;
+        if (checkpoint) {
+          snapshots_[j] = s;
+          snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
         }
       }
       // A bound from here: the work not started yet, and after the last change the tail
@@ -313,10 +330,11 @@ double TimelineSimulator::Simulate(const std::vector<int>& choice, std::vector<T
   return Run(s, choice, n_, false, cutoff_us, trace, n_);
 }
 
-double TimelineSimulator::Rebase(const std::vector<int>& choice, int from) {
+double TimelineSimulator::Rebase(const std::vector<int>& choice, int from, int last_changed) {
   ++simulations_;
   scratch_ = snapshots_[Checkpoint(from)];
-  baseline_us_ = Run(scratch_, choice, n_, true, kAborted, nullptr, n_);
+  baseline_us_ =
+      Run(scratch_, choice, n_, true, kAborted, nullptr, last_changed < 0 ? n_ : last_changed);
   return baseline_us_;
 }
 

@@ -61,7 +61,10 @@ class TimelineSimulator {
   // Makes `choice` the baseline: simulates from snapshot `from` (0: from the start) and
   // refreshes the snapshots of tensors after it. Snapshots before `from` must still hold,
   // i.e. `choice` equals the previous baseline on tensors < from. Returns the iteration time.
-  double Rebase(const std::vector<int>& choice, int from = 0);
+  // With `last_changed` (the last tensor where `choice` differs from the previous baseline):
+  // once the run, after it, reaches a checkpoint in the previous baseline's state, the rest
+  // and its snapshots are the previous baseline's.
+  double Rebase(const std::vector<int>& choice, int from = 0, int last_changed = -1);
   double baseline_us() const { return baseline_us_; }
 
   // Iteration time of `choice`, which equals the baseline on tensors < from, resuming from
@@ -147,6 +150,9 @@ class TimelineSimulator {
  private:
   void Reset(State& state) const;
   static void Summarize(const State& state, Summary* summary);
+  // A new baseline in the previous one's state `s` at tensor's ready time: the snapshots
+  // and summaries from there on stay, with the work started so far moved to `s`'s.
+  void KeepSnapshotsFrom(int tensor, const State& s);
   // Runs until tensor `stop_tensor` is ready (its snapshot) or to the end (returns the end).
   // Records snapshots of tensors in (from, n) when `record`.
   double Run(State& state, const std::vector<int>& choice, int stop_tensor, bool record,
