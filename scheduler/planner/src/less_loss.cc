@@ -59,23 +59,30 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
   }
   std::sort(order.begin(), order.end());
   std::array<double, kNumResources> total = sim.TotalWork(choice);
+  TailBounds bounds;
+  ComputeTailBounds(problem.sim, choice, &bounds);
   for (const auto& [neg_loss, bytes, i] : order) {
     const auto& options = problem.sim.tensors[i].options;
+    // Later tensors keep their options: ready later by this one's stream time.
+    const double later = bounds.latest[i + 1] - bounds.offset[i] - StreamUs(options[choice[i]]);
     for (int o : LessLossyOptions(problem, i, choice[i])) {
       std::array<double, kNumResources> changed_total = total;
       for (int r = 0; r < kNumResources; ++r) {
         changed_total[r] += options[o].work_us[r] - options[choice[i]].work_us[r];
       }
-      // Most changes of a communication-bound plan fail on the work alone.
-      if (sim.LowerBound(i, changed_total) > budget_us) continue;
+      // Most changes of a communication-bound plan fail on the work and tails alone.
+      const double tail = std::max(later + StreamUs(options[o]), options[o].span_us);
+      if (sim.LowerBound(i, changed_total, tail) > budget_us) continue;
       std::vector<int> changed = choice;
       changed[i] = o;
       // Evaluate stops as soon as the run is known to end after the budget.
-      const double t = sim.Evaluate(changed, i, budget_us * (1 + 1e-12), i, &changed_total);
+      const double t =
+          sim.Evaluate(changed, i, budget_us * (1 + 1e-12), i, &changed_total, &bounds.after);
       if (t <= budget_us) {
         choice = std::move(changed);
         total = changed_total;
-        sim.Rebase(choice, i);
+        sim.Rebase(choice, i, i);
+        ComputeTailBounds(problem.sim, choice, &bounds);
         break;
       }
     }

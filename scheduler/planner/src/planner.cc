@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <tuple>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/strategy.h"
@@ -30,13 +31,60 @@ bool HasGpu(const PlannerInputs& in) {
   return in.cluster.gpus_per_machine() > 0 && !in.options.disable_gpu();
 }
 
+// A choice's key: the sum over tensors of a 64-bit mix of (tensor, option), updated in O(1)
+// when a tensor's option changes.
+uint64_t OptionKey(int tensor, int option) {
+  uint64_t x =
+      (static_cast<uint64_t>(tensor) << 24) + static_cast<uint64_t>(option) + 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// What simulations found, by the choice's key, for every search of one plan (the main one
+// and the other starts): a choice's time does not depend on which baseline it was simulated
+// from. A run that ended gives the exact time; a run cut off at a cutoff, that the time is
+// at least the cutoff. Refinement passes, pairs and the other starts try many choices
+// again.
+class Memo {
+ public:
+  // The answer of Evaluate(choice, cutoff) when it is known: the time, or kAborted.
+  bool Find(uint64_t key, double cutoff, double* result) const {
+    auto it = known_.find(key);
+    if (it == known_.end()) return false;
+    if (it->second.exact) {
+      *result = it->second.us < cutoff ? it->second.us : TimelineSimulator::kAborted;
+      return true;
+    }
+    if (it->second.us < cutoff) return false;
+    *result = TimelineSimulator::kAborted;
+    return true;
+  }
+  void Store(uint64_t key, double cutoff, double result) {
+    Known& known = known_[key];
+    if (result != TimelineSimulator::kAborted) {
+      known = {result, true};
+    } else if (!known.exact) {
+      known.us = std::max(known.us, cutoff);
+    }
+  }
+
+ private:
+  struct Known {
+    double us = -1e300;  // exact, else a lower bound
+    bool exact = false;
+  };
+  std::unordered_map<uint64_t, Known> known_;
+};
+
 // The search state shared by the algorithm's steps: the current choice, its simulated
 // iteration time (the simulator's baseline) and its total work per resource.
 class Search {
  public:
-  explicit Search(const PreparedProblem& problem)
+  Search(const PreparedProblem& problem, Memo* memo)
       : keep_(1 - problem.inputs.options.min_relative_gain()),
         problem_(problem),
+        memo_(memo),
         sim_(&problem.sim),
         choice_(problem.none_index) {
     const int n = static_cast<int>(problem.sim.tensors.size());
@@ -48,6 +96,7 @@ class Search {
     }
     time_ = sim_.Rebase(choice_, 0);
     total_ = sim_.TotalWork(choice_);
+    for (int i = 0; i < n; ++i) key_ += OptionKey(i, choice_[i]);
     RefreshTails();
   }
 
@@ -62,28 +111,41 @@ class Search {
   }
 
   // Best option for `tensor` among `allowed` with the others fixed; commits it if it is
-  // better. Options are tried in order of their lower bound; the loop stops at the first
-  // bound that cannot beat the best time found.
+  // better. Options are tried in order of their chain bound; the loop stops at the first
+  // such bound that cannot beat the best time found, and skips (without simulating, but
+  // counting it in max_simulations) an option whose tail bound (TailBounds) cannot.
   bool ImproveTensor(int tensor, const std::vector<int>& allowed, int max_simulations = 1 << 30) {
     const int current = choice_[tensor];
     candidates_.clear();
-    const double later_tail =
-        tensor + 1 < static_cast<int>(tail_max_.size()) ? tail_max_[tensor + 1] - gaps_[tensor] : 0;
+    const double later_tail = tail_max_[tensor + 1] - gaps_[tensor];
+    // Later tensors keep their options; they are ready later by this one's stream time.
+    const double later_bound =
+        bounds_.latest[tensor + 1] - bounds_.offset[tensor] - Stream(tensor, current);
     for (int o : allowed) {
       if (o == current) continue;
-      double tail = std::max(later_tail, Chain(tensor, o));
-      double lb =
-          sim_.LowerBound(tensor, WithSwap(total_, work(tensor, current), work(tensor, o)), tail);
-      if (lb < time_ * keep_) candidates_.push_back({lb, o});
+      const Work total = WithSwap(total_, work(tensor, current), work(tensor, o));
+      const double lb = sim_.LowerBound(tensor, total, std::max(later_tail, Chain(tensor, o)));
+      if (lb >= time_ * keep_) continue;
+      const double bound = sim_.LowerBound(
+          tensor, total, std::max(later_bound + Stream(tensor, o), Span(tensor, o)));
+      candidates_.push_back({lb, o, bound});
     }
-    std::sort(candidates_.begin(), candidates_.end());
+    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+      return std::tie(a.lb, a.option) < std::tie(b.lb, b.option);
+    });
     double best_time = time_ * keep_;
     int best = current;
-    for (auto [lb, o] : candidates_) {
+    for (const auto& [lb, o, bound] : candidates_) {
       if (lb >= best_time || max_simulations-- == 0) break;
-      choice_[tensor] = o;
-      const Work total = WithSwap(total_, work(tensor, current), work(tensor, o));
-      double t = sim_.Evaluate(choice_, tensor, best_time, tensor, &total, &tail_after_);
+      if (bound >= best_time) continue;
+      const uint64_t key = key_ - OptionKey(tensor, current) + OptionKey(tensor, o);
+      double t;
+      if (!memo_->Find(key, best_time, &t)) {
+        choice_[tensor] = o;
+        const Work total = WithSwap(total_, work(tensor, current), work(tensor, o));
+        t = sim_.Evaluate(choice_, tensor, best_time, tensor, &total, &bounds_.after);
+        memo_->Store(key, best_time, t);
+      }
       if (t < best_time) {
         best_time = t;
         best = o;
@@ -100,21 +162,27 @@ class Search {
     if (change.empty()) return time_;
     int from = change[0].first, last = change[0].first;
     Work total = total_;
+    uint64_t key = key_;
     std::vector<std::pair<int, int>> undo;
     for (auto [t, o] : change) {
       from = std::min(from, t);
       last = std::max(last, t);
+      key += OptionKey(t, o) - OptionKey(t, choice_[t]);
       total = WithSwap(total, work(t, choice_[t]), work(t, o));
       undo.push_back({t, choice_[t]});
       choice_[t] = o;
     }
-    double tail = 0;
-    for (int k = from; k < static_cast<int>(choice_.size()); ++k) {
-      tail = std::max(tail, gaps_[k] - gaps_[from] + Chain(k, choice_[k]));
+    // The changed tensors' spans; after the last of them, the baseline's tail bounds, later
+    // by the change of stream time.
+    double tail = bounds_.latest[last + 1] - bounds_.offset[from];
+    for (auto [t, o] : undo) tail += Stream(t, choice_[t]) - Stream(t, o);
+    for (int k = from; k <= last; ++k) {
+      tail = std::max(tail, gaps_[k] - gaps_[from] + Span(k, choice_[k]));
     }
     double result = TimelineSimulator::kAborted;
-    if (sim_.LowerBound(from, total, tail) < cutoff) {
-      result = sim_.Evaluate(choice_, from, cutoff, last, &total, &tail_after_);
+    if (sim_.LowerBound(from, total, tail) < cutoff && !memo_->Find(key, cutoff, &result)) {
+      result = sim_.Evaluate(choice_, from, cutoff, last, &total, &bounds_.after);
+      memo_->Store(key, cutoff, result);
     }
     for (auto [t, o] : undo) choice_[t] = o;
     return result;
@@ -127,29 +195,39 @@ class Search {
     const int na = static_cast<int>(problem_.sim.tensors[a].options.size());
     const int nb = static_cast<int>(problem_.sim.tensors[b].options.size());
     const int n = static_cast<int>(choice_.size());
-    // Tail bound pieces that do not depend on the pair: tensors after a other than b.
-    double others = -1e300;
+    // Tail bound pieces that do not depend on the pair: tensors after a other than b (the
+    // chain bounds order the pairs; the spans and tail bounds skip simulations).
+    double others = -1e300, others_span = -1e300;
     for (int k = a + 1; k < n; ++k) {
       if (k != b) others = std::max(others, gaps_[k] + Chain(k, choice_[k]));
+      if (k < b) others_span = std::max(others_span, gaps_[k] + Span(k, choice_[k]));
     }
+    const double after_b = bounds_.latest[b + 1] - bounds_.offset[a] + gaps_[a] -
+                           Stream(a, choice_[a]) - Stream(b, choice_[b]);
     pair_candidates_.clear();
     for (int x = 0; x < na; ++x) {
       if (x == choice_[a]) continue;  // single moves are tried elsewhere
       const Work with_x = WithSwap(total_, work(a, choice_[a]), work(a, x));
       for (int y = 0; y < nb; ++y) {
         if (y == choice_[b]) continue;
+        const Work total = WithSwap(with_x, work(b, choice_[b]), work(b, y));
         const double tail =
             std::max({others, gaps_[a] + Chain(a, x), gaps_[b] + Chain(b, y)}) - gaps_[a];
-        const double lb =
-            sim_.LowerBound(a, WithSwap(with_x, work(b, choice_[b]), work(b, y)), tail);
-        if (lb < target()) pair_candidates_.push_back({lb, x, y});
+        const double lb = sim_.LowerBound(a, total, tail);
+        if (lb >= target()) continue;
+        const double bound_tail =
+            std::max({others_span, gaps_[a] + Span(a, x), gaps_[b] + Span(b, y),
+                      after_b + Stream(a, x) + Stream(b, y)}) -
+            gaps_[a];
+        pair_candidates_.push_back({lb, x, y, sim_.LowerBound(a, total, bound_tail)});
       }
     }
     std::sort(pair_candidates_.begin(), pair_candidates_.end());
     double best_time = target();
     std::pair<int, int> best = {choice_[a], choice_[b]};
-    for (const auto& [lb, x, y] : pair_candidates_) {
+    for (const auto& [lb, x, y, bound] : pair_candidates_) {
       if (lb >= best_time) break;
+      if (bound >= best_time) continue;
       double t = EvaluateChange({{a, x}, {b, y}}, best_time);
       if (t < best_time) {
         best_time = t;
@@ -176,13 +254,15 @@ class Search {
   void Commit(const std::vector<std::pair<int, int>>& change) {
     if (change.empty()) return;
     ++commits_;
-    int from = change[0].first;
+    int from = change[0].first, last = change[0].first;
     for (auto [t, o] : change) {
       from = std::min(from, t);
+      last = std::max(last, t);
       total_ = WithSwap(total_, work(t, choice_[t]), work(t, o));
+      key_ += OptionKey(t, o) - OptionKey(t, choice_[t]);
       choice_[t] = o;
     }
-    time_ = sim_.Rebase(choice_, from);
+    time_ = sim_.Rebase(choice_, from, last);
     RefreshTails();
   }
 
@@ -190,30 +270,43 @@ class Search {
   double Chain(int tensor, int option) const {
     return problem_.sim.tensors[tensor].options[option].chain_us;
   }
+  double Span(int tensor, int option) const {
+    return problem_.sim.tensors[tensor].options[option].span_us;
+  }
+  double Stream(int tensor, int option) const {
+    return StreamUs(problem_.sim.tensors[tensor].options[option]);
+  }
   // tail_max_[k]: the latest, over tensors j >= k, of (gaps to j + j's chain bound), so that
-  // a tensor j ready no earlier than snapshot k plus those gaps ends no earlier than that.
+  // a tensor j ready no earlier than snapshot k plus those gaps ends no earlier than that
+  // (the order in which candidates are tried); bounds_: the tighter bounds that skip them.
   void RefreshTails() {
     const int n = static_cast<int>(choice_.size());
     tail_max_.assign(n + 1, -1e300);
-    tail_after_.assign(n, 0);
     for (int k = n - 1; k >= 0; --k) {
       tail_max_[k] = std::max(tail_max_[k + 1], gaps_[k] + Chain(k, choice_[k]));
-      tail_after_[k] = tail_max_[k] - gaps_[k];
     }
+    ComputeTailBounds(problem_.sim, choice_, &bounds_);
   }
 
   double keep_;               // 1 - min_relative_gain
   std::vector<double> gaps_;  // sum of ready gaps of tensors 1..k
   std::vector<double> tail_max_;
-  std::vector<double> tail_after_;  // tail_max_[k] - gaps_[k]: bound after tensor k is ready
+  TailBounds bounds_;
   const PreparedProblem& problem_;
+  Memo* memo_;
   TimelineSimulator sim_;
   std::vector<int> choice_;
   double time_;
   int64_t commits_ = 0;
+  uint64_t key_ = 0;  // of choice_
   Work total_;
-  std::vector<std::pair<double, int>> candidates_;
-  std::vector<std::tuple<double, int, int>> pair_candidates_;
+  struct Candidate {
+    double lb;  // the chain bound (the order)
+    int option;
+    double bound;  // the tail bound (skips)
+  };
+  std::vector<Candidate> candidates_;
+  std::vector<std::tuple<double, int, int, double>> pair_candidates_;
 };
 
 // Step 4: move GPU-compressed tensors to the CPU pool by groups of (size, option).
@@ -455,6 +548,27 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
           busiest = std::max<double>(busiest, stage.duration_us);
       }
       cost.chain_us = chain + (cost.partitions - 1) * busiest;
+      double turns = 0;
+      std::array<bool, kNumResources> seen{};
+      double before = 0;
+      for (int k = 0; k < cost.num_stages; ++k) {
+        const Stage& stage = cost.stages[k];
+        const int slots = p.sim.slots[stage.resource];
+        const int waves = (cost.partitions + slots - 1) / slots;
+        turns = std::max(turns, (waves - 1) * static_cast<double>(stage.duration_us));
+        if (!seen[stage.resource]) cost.before_us[stage.resource] = before;
+        seen[stage.resource] = true;
+        before += stage.duration_us;
+      }
+      cost.span_us = chain + turns;
+      seen = {};
+      double after = 0;
+      for (int k = cost.num_stages - 1; k >= 0; --k) {
+        const Stage& stage = cost.stages[k];
+        if (!seen[stage.resource]) cost.after_us[stage.resource] = after;
+        seen[stage.resource] = true;
+        after += stage.duration_us;
+      }
       st.options.push_back(cost);
     }
     st.tree_options = static_cast<int>(st.options.size());
@@ -470,7 +584,8 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   const auto& tensors = problem.sim.tensors;
   const int n = static_cast<int>(tensors.size());
   PlanResult result;
-  Search search(problem);
+  Memo memo;
+  Search search(problem, &memo);
   result.no_compression_us = search.time();
   int64_t simulations_elsewhere = 0, events_elsewhere = 0;
 
@@ -589,7 +704,7 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
                                     : search.sim().Simulate(kept_start, nullptr, search.time());
         if (start_us >= search.time()) continue;
       }
-      Search other(problem);
+      Search other(problem, &memo);
       other.SetChoice(kept_start);
       refine(other);
       simulations_elsewhere += other.sim().simulations();

@@ -34,12 +34,12 @@ absl::StatusOr<PlanResult> PlanExhaustive(const PreparedProblem& problem, double
     }
   }
   // Tail bounds: tensor k is ready no earlier than the gaps after the current snapshot, and
-  // then needs at least its cheapest option's chain.
+  // then needs at least its cheapest option's span.
   std::vector<double> gaps(n, 0), tail_max(n + 1, -1e300);
   for (int i = 1; i < n; ++i) gaps[i] = gaps[i - 1] + static_cast<float>(tensors[i].ready_gap_us);
   for (int k = n - 1; k >= 0; --k) {
-    double least = tensors[k].options[0].chain_us;
-    for (const auto& o : tensors[k].options) least = std::min(least, o.chain_us);
+    double least = tensors[k].options[0].span_us;
+    for (const auto& o : tensors[k].options) least = std::min(least, o.span_us);
     tail_max[k] = std::max(tail_max[k + 1], gaps[k] + least);
   }
   std::vector<int> choice(n, 0);

@@ -1,6 +1,7 @@
 #include "bytecomp/planner/timeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -24,8 +25,14 @@ struct LowerPriorityT {
 constexpr LaterEventT LaterEvent;
 constexpr LowerPriorityT LowerPriority;
 
-double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
+template <typename StartedWork>
+double BoundFrom(double now, StartedWork started_work, const SimProblem& problem,
                  const std::array<double, kNumResources>& total_work, double tail_us);
+double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
+                 const std::array<double, kNumResources>& total_work, double tail_us) {
+  return BoundFrom(
+      s.now, [&](int r) { return s.resources[r].started_work; }, problem, total_work, tail_us);
+}
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
   x += 0x9e3779b97f4a7c15ULL;
@@ -61,16 +68,38 @@ void AppendJsonString(std::string& out, const std::string& text) {
 
 TimelineSimulator::TimelineSimulator(const SimProblem* problem)
     : problem_(problem), n_(static_cast<int>(problem->tensors.size())) {
+  stride_ = n_ < 128 ? 1 : n_ / 64;
   snapshots_.resize(n_);
-  snapshot_hash_.assign(n_, 0);
-  snapshot_hash_valid_.assign(n_, 0);
+  summaries_.resize(n_);
+  snapshot_hash_.assign(2 * n_, 0);
+  snapshot_hash_valid_.assign(2 * n_, 0);
   idle_before_.assign(n_, 0);
   stack_.resize(n_ + 1);
   if (n_ > 0) {
     Reset(snapshots_[0]);
     Run(snapshots_[0], {}, 0, false, kAborted, nullptr, n_);
+    Summarize(snapshots_[0], &summaries_[0]);
     idle_before_[0] = 1;
     stack_[0] = snapshots_[0];
+  }
+}
+
+void TimelineSimulator::Summarize(const State& s, Summary* summary) {
+  summary->now = s.now;
+  summary->active_partitions = s.active_partitions;
+  for (int r = 0; r < kNumResources; ++r) summary->started_work[r] = s.resources[r].started_work;
+}
+
+void TimelineSimulator::KeepSnapshotsFrom(int tensor, const State& s) {
+  std::array<double, kNumResources> delta;
+  for (int r = 0; r < kNumResources; ++r) {
+    delta[r] = s.resources[r].started_work - summaries_[tensor].started_work[r];
+  }
+  for (int j = tensor; j < n_; ++j) {
+    for (int r = 0; r < kNumResources; ++r) {
+      summaries_[j].started_work[r] += delta[r];
+      if (j % stride_ == 0) snapshots_[j].resources[r].started_work += delta[r];
+    }
   }
 }
 
@@ -173,6 +202,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
                               int same_as_baseline_after) {
   const double forward = problem_->forward_us;
   const int from = s.pending_ready;
+  bool shifted_below_cutoff = false;
   auto dispatch = [&](int resource) {
     auto& r = s.resources[resource];
     while (r.busy < problem_->slots[resource] && !r.queue.empty()) {
@@ -185,18 +215,38 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     if (s.pending_ready >= 0) {
       const int j = s.pending_ready;
       if (j == stop_tensor) return s.now;
-      if (record && j > from) {
-        snapshots_[j] = s;
-        idle_before_[j] = s.active_partitions == 0;
+      const bool checkpoint = j % stride_ == 0;
+      // The same state as the baseline's at this ready time (a checkpoint's), and the
+      // baseline's choice from here on: the rest of the run is the baseline's (when
+      // recording a new baseline: its snapshots from here on are the old ones). States are
+      // compared by a 64-bit order-independent hash of every pending job (time, resource,
+      // tensor, option, stage).
+      if (checkpoint && j > same_as_baseline_after &&
+          s.active_partitions == summaries_[j].active_partitions) {
+        if (s.now == summaries_[j].now) {
+          if (StateHash(s, false) == SnapshotHash(j, false)) {
+            // (The work started so far differs by the change's: so does the rest's.)
+            if (record) KeepSnapshotsFrom(j, s);
+            return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
+          }
+        } else if (!record && !shifted_below_cutoff &&
+                   StateHash(s, true) == SnapshotHash(j, true)) {
+          // The baseline's state shifted in time: the rest of the run is the baseline's,
+          // shifted too (the simulation depends on durations only), up to the rounding of
+          // the shifted times. Cut when that is surely at or past the cutoff; else run on for
+          // the exact time (a rare winner).
+          const double shifted = baseline_us_ + (s.now - summaries_[j].now);
+          if (shifted >= cutoff_us * (1 + 1e-9) + 1e-6) return kAborted;
+          shifted_below_cutoff = true;
+        }
       }
-      // The same state as the baseline's at this ready time, and the baseline's choice from
-      // here on: the rest of the run is the baseline's. States are compared by a 64-bit
-      // order-independent hash of every pending job (time, resource, tensor, option, stage).
-      if (record && j > from) snapshot_hash_valid_[j] = 0;
-      if (j > same_as_baseline_after && s.now == snapshots_[j].now &&
-          s.active_partitions == snapshots_[j].active_partitions &&
-          StateHash(s) == SnapshotHash(j)) {
-        return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
+      if (record && j > from) {
+        Summarize(s, &summaries_[j]);
+        idle_before_[j] = s.active_partitions == 0;
+        if (checkpoint) {
+          snapshots_[j] = s;
+          snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
+        }
       }
       // A bound from here: the work not started yet, and after the last change the tail
       // the caller knows for the baseline's choice.
@@ -237,24 +287,27 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
   return s.now + forward;
 }
 
-uint64_t TimelineSimulator::SnapshotHash(int tensor) {
-  if (!snapshot_hash_valid_[tensor]) {
-    snapshot_hash_[tensor] = StateHash(snapshots_[tensor]);
-    snapshot_hash_valid_[tensor] = 1;
+uint64_t TimelineSimulator::SnapshotHash(int tensor, bool relative) {
+  const int at = 2 * tensor + (relative ? 1 : 0);
+  if (!snapshot_hash_valid_[at]) {
+    snapshot_hash_[at] = StateHash(snapshots_[tensor], relative);
+    snapshot_hash_valid_[at] = 1;
   }
-  return snapshot_hash_[tensor];
+  return snapshot_hash_[at];
 }
 
-uint64_t TimelineSimulator::StateHash(const State& s) const {
+uint64_t TimelineSimulator::StateHash(const State& s, bool relative) const {
   auto job_key = [&](int32_t job) -> uint64_t {
     if (job < 0) return 0xC0FFEEULL ^ (static_cast<uint64_t>(~job) << 20);
     const Partition& p = s.partitions[job];
     return (static_cast<uint64_t>(p.tensor) << 40) ^ (static_cast<uint64_t>(p.option) << 24) ^
            (static_cast<uint64_t>(p.part) << 8) ^ static_cast<uint64_t>(p.stage);
   };
-  uint64_t h = Mix(Bits(s.now));
+  uint64_t h = relative ? 0x7e1a71e5ULL : Mix(Bits(s.now));
   for (const Event& e : s.events) {
-    h += Mix(Bits(e.time) ^ Mix(job_key(e.job) + e.resource));
+    const uint64_t time =
+        relative ? static_cast<uint64_t>(std::llround((e.time - s.now) * 1e6)) : Bits(e.time);
+    h += Mix(time ^ Mix(job_key(e.job) + e.resource));
   }
   for (int r = 0; r < kNumResources; ++r) {
     for (const Waiting& w : s.resources[r].queue) {
@@ -277,10 +330,11 @@ double TimelineSimulator::Simulate(const std::vector<int>& choice, std::vector<T
   return Run(s, choice, n_, false, cutoff_us, trace, n_);
 }
 
-double TimelineSimulator::Rebase(const std::vector<int>& choice, int from) {
+double TimelineSimulator::Rebase(const std::vector<int>& choice, int from, int last_changed) {
   ++simulations_;
-  scratch_ = snapshots_[from];
-  baseline_us_ = Run(scratch_, choice, n_, true, kAborted, nullptr, n_);
+  scratch_ = snapshots_[Checkpoint(from)];
+  baseline_us_ =
+      Run(scratch_, choice, n_, true, kAborted, nullptr, last_changed < 0 ? n_ : last_changed);
   return baseline_us_;
 }
 
@@ -289,7 +343,7 @@ double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, dou
                                    const std::array<double, kNumResources>* total_work,
                                    const std::vector<double>* tail_us) {
   ++simulations_;
-  scratch_ = snapshots_[from];
+  scratch_ = snapshots_[Checkpoint(from)];  // the baseline's choice up to tensor `from`
   bound_work_ = total_work;
   bound_tail_ = tail_us;
   double result =
@@ -312,12 +366,13 @@ std::array<double, kNumResources> TimelineSimulator::TotalWork(
 }
 
 namespace {
-double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
+template <typename StartedWork>
+double BoundFrom(double now, StartedWork started_work, const SimProblem& problem,
                  const std::array<double, kNumResources>& total_work, double tail_us) {
-  double lb = s.now + tail_us;
+  double lb = now + tail_us;
   for (int r = 0; r < kNumResources; ++r) {
-    double remaining = total_work[r] - s.resources[r].started_work;
-    if (remaining > 0) lb = std::max(lb, s.now + remaining / problem.slots[r]);
+    double remaining = total_work[r] - started_work(r);
+    if (remaining > 0) lb = std::max(lb, now + remaining / problem.slots[r]);
   }
   // Float rounding of durations must not make the bound exceed the true time.
   return (lb + problem.forward_us) * (1 - 1e-9) - 1e-6;
@@ -326,7 +381,9 @@ double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
 
 double TimelineSimulator::LowerBound(int from, const std::array<double, kNumResources>& total_work,
                                      double tail_us) const {
-  return BoundFrom(snapshots_[from], *problem_, total_work, tail_us);
+  const Summary& s = summaries_[from];
+  return BoundFrom(
+      s.now, [&](int r) { return s.started_work[r]; }, *problem_, total_work, tail_us);
 }
 
 double TimelineSimulator::StackLowerBound(int depth,
@@ -335,7 +392,58 @@ double TimelineSimulator::StackLowerBound(int depth,
   return BoundFrom(stack_[depth], *problem_, total_work, tail_us);
 }
 
-double TimelineSimulator::ready_time_us(int tensor) const { return snapshots_[tensor].now; }
+double StreamUs(const OptionCost& cost) {
+  return cost.num_stages > 0 && cost.stages[0].resource == kCompute
+             ? static_cast<double>(cost.stages[0].duration_us) * cost.partitions
+             : 0;
+}
+
+void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice,
+                       TailBounds* bounds) {
+  const int n = static_cast<int>(problem.tensors.size());
+  bounds->offset.resize(n);
+  bounds->latest.assign(n + 1, -1e300);
+  bounds->after.resize(n);
+  // (Gaps as the simulator adds them: float durations.)
+  std::vector<double> gaps(n, 0);
+  double offset = 0;
+  for (int k = 0; k < n; ++k) {
+    if (k > 0) {
+      const float gap = static_cast<float>(problem.tensors[k].ready_gap_us);
+      gaps[k] = gaps[k - 1] + gap;
+      offset += gap;
+    }
+    bounds->offset[k] = offset;
+    offset += StreamUs(problem.tensors[k].options[choice[k]]);
+  }
+  std::array<double, kNumResources> suffix{}, least_before, least_after;
+  least_before.fill(1e300);
+  least_after.fill(1e300);
+  for (int k = n - 1; k >= 0; --k) {
+    const OptionCost& cost = problem.tensors[k].options[choice[k]];
+    double bound = cost.span_us;
+    for (int r = 0; r < kNumResources; ++r) {
+      if (cost.work_us[r] <= 0) continue;
+      suffix[r] += cost.work_us[r];
+      least_before[r] = std::min(least_before[r], cost.before_us[r]);
+      least_after[r] = std::min(least_after[r], cost.after_us[r]);
+    }
+    for (int r = 0; r < kNumResources; ++r) {
+      if (suffix[r] <= 0) continue;
+      if (r == kCompute) {
+        // The stream's own work after tensor k is ready: the later backward segments and
+        // the compute stages of tensors >= k.
+        bound = std::max(bound, gaps[n - 1] - gaps[k] + suffix[r]);
+        continue;
+      }
+      bound = std::max(bound, least_before[r] + suffix[r] / problem.slots[r] + least_after[r]);
+    }
+    bounds->latest[k] = std::max(bounds->latest[k + 1], bounds->offset[k] + bound);
+    bounds->after[k] = bounds->latest[k] - bounds->offset[k];
+  }
+}
+
+double TimelineSimulator::ready_time_us(int tensor) const { return summaries_[tensor].now; }
 bool TimelineSimulator::idle_before(int tensor) const { return idle_before_[tensor] != 0; }
 
 double TimelineSimulator::ExtendStack(const std::vector<int>& choice, int depth) {

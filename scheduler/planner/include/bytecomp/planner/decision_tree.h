@@ -77,6 +77,15 @@ struct OptionCost {
   // (its stages in a row, plus the other partitions' turns on the busiest one-slot
   // resource). Filled by Prepare(), which knows the slots.
   double chain_us = 0;
+  // A tighter bound of the same: its stages in a row, plus the turns of the stage whose
+  // partitions wait longest for a slot (ceil(partitions / slots) - 1 of its durations, on a
+  // resource of any number of slots). Filled by Prepare(). chain_us orders the search's
+  // candidates (which decides among equal times); span_us only skips simulations.
+  double span_us = 0;
+  // Per resource, for one partition: its stages before its first stage there and after its
+  // last one (0 where it has none). Filled by Prepare(); TailBounds (timeline.h) uses them.
+  std::array<double, kNumResources> before_us{};
+  std::array<double, kNumResources> after_us{};
 };
 
 // The codec's LossClass: the table's, else from the codec's facts (compress CodecFacts: loss,

@@ -8,8 +8,10 @@
 // the last job ends, plus the forward pass.
 //
 // Incremental use: what happens before tensor i is ready cannot depend on the options of
-// tensors >= i, so the simulator keeps a snapshot of its state at every tensor's ready time
-// and evaluates a change to tensor i by resuming from snapshot i.
+// tensors >= i, so the simulator keeps a snapshot of its state at the ready time of every
+// stride-th tensor (1 up to 127 tensors, n / 64 above: a change of the baseline copies
+// n / stride states) and of every tensor its time and work started, and evaluates a change to
+// tensor i by resuming from the snapshot at or before i.
 #pragma once
 
 #include <array>
@@ -59,7 +61,10 @@ class TimelineSimulator {
   // Makes `choice` the baseline: simulates from snapshot `from` (0: from the start) and
   // refreshes the snapshots of tensors after it. Snapshots before `from` must still hold,
   // i.e. `choice` equals the previous baseline on tensors < from. Returns the iteration time.
-  double Rebase(const std::vector<int>& choice, int from = 0);
+  // With `last_changed` (the last tensor where `choice` differs from the previous baseline):
+  // once the run, after it, reaches a checkpoint in the previous baseline's state, the rest
+  // and its snapshots are the previous baseline's.
+  double Rebase(const std::vector<int>& choice, int from = 0, int last_changed = -1);
   double baseline_us() const { return baseline_us_; }
 
   // Iteration time of `choice`, which equals the baseline on tensors < from, resuming from
@@ -125,6 +130,12 @@ class TimelineSimulator {
     int16_t part;
     int8_t stage;
   };
+  // Of the baseline's state at a tensor's ready time: what bounds and checks need.
+  struct Summary {
+    double now = 0;
+    int active_partitions = 0;
+    std::array<double, kNumResources> started_work{};
+  };
   struct State {
     double now = 0;
     uint64_t seq = 0;
@@ -138,6 +149,10 @@ class TimelineSimulator {
 
  private:
   void Reset(State& state) const;
+  static void Summarize(const State& state, Summary* summary);
+  // A new baseline in the previous one's state `s` at tensor's ready time: the snapshots
+  // and summaries from there on stay, with the work started so far moved to `s`'s.
+  void KeepSnapshotsFrom(int tensor, const State& s);
   // Runs until tensor `stop_tensor` is ready (its snapshot) or to the end (returns the end).
   // Records snapshots of tensors in (from, n) when `record`.
   double Run(State& state, const std::vector<int>& choice, int stop_tensor, bool record,
@@ -150,11 +165,17 @@ class TimelineSimulator {
 
   const SimProblem* problem_;
   int n_;
-  uint64_t StateHash(const State& s) const;
-  uint64_t SnapshotHash(int tensor);  // computed when first needed
+  // `relative`: of the pending events' times less the state's time (to a picosecond), so
+  // that a state equals another shifted in time.
+  uint64_t StateHash(const State& s, bool relative) const;
+  uint64_t SnapshotHash(int tensor, bool relative);  // computed when first needed
 
-  std::vector<State> snapshots_;  // snapshots_[i]: the state when tensor i becomes ready
-  std::vector<uint64_t> snapshot_hash_;
+  int Checkpoint(int tensor) const { return tensor - tensor % stride_; }
+  int stride_ = 1;
+  // snapshots_[i]: the state when tensor i becomes ready, for i a multiple of stride_.
+  std::vector<State> snapshots_;
+  std::vector<Summary> summaries_;       // of every tensor
+  std::vector<uint64_t> snapshot_hash_;  // [2 * tensor + relative]
   std::vector<uint8_t> snapshot_hash_valid_;
   std::vector<uint8_t> idle_before_;
   std::vector<State> stack_;  // exhaustive search
@@ -165,6 +186,31 @@ class TimelineSimulator {
   int64_t simulations_ = 0;
   int64_t events_ = 0;
 };
+
+// Lower bounds on what must still happen after each tensor is ready, for a choice (the
+// search's baseline), valid for any choice equal to it on the tensors they cover:
+//  - tensor j is ready no earlier than tensor k < j plus offset[j] - offset[k]: the backward
+//    segments between them and the encodes the choice queues on the compute stream ahead of
+//    them (StreamUs);
+//  - tensor j's last partition is done no earlier than its readiness plus its span_us;
+//  - per resource, none of the work of tensors >= j starts before tensor j is ready plus the
+//    least time their partitions spend before reaching it, it takes at least that work over
+//    the slots, and the last of it is followed by the least time they spend after it (on a
+//    communication-bound timeline the end is close to this bound, where chains alone are far
+//    from it).
+// latest[k]: the largest of offset[j] plus these bounds over tensors j >= k (-1e300 past the
+// last tensor); after[k] = latest[k] - offset[k], the bound from tensor k's ready time to the
+// last job's end, the forward pass excluded (Evaluate's tail_us).
+struct TailBounds {
+  std::vector<double> offset;
+  std::vector<double> latest;  // n + 1 entries
+  std::vector<double> after;
+};
+void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice,
+                       TailBounds* bounds);
+// The compute-stream time an option queues ahead of the next backward segment when its tensor
+// is ready: its partitions' GPU encodes (their first stage).
+double StreamUs(const OptionCost& cost);
 
 // Chrome trace JSON (chrome://tracing, Perfetto) of simulated spans; one row per resource
 // slot, names from the tensors.
