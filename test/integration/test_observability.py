@@ -285,8 +285,9 @@ def test_status_page_in_a_headless_browser():
             # Bytes and ratio: the fp16-compressed tensor moved half its bytes.
             # Every round of both workers reported (the last ones within a heartbeat interval).
             assert re.search(r"<td>fp32\.19\.750000</td><td>fp16</td><td>two-way \(fp16\)</td><td>"
-                             r"default[^<]*</td><td class=\"n\">12</td><td class=\"n\">34\.3 MiB</td>"
-                             r"<td class=\"n\">17\.2 MiB</td><td class=\"n\">2\.00x</td>", html), html
+                             r"default[^<]*</td><td>ps</td><td class=\"n\">12</td>"
+                             r"<td class=\"n\">34\.3 MiB</td><td class=\"n\">17\.2 MiB</td>"
+                             r"<td class=\"n\">2\.00x</td>", html), html
             # The round-time chart, with a point per reported round.
             assert '<svg id="round-chart"' in html
             assert html.count("<circle") >= 4, html
