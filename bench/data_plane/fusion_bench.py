@@ -71,6 +71,24 @@ def strategy_text(groups, codec):
     return "\n".join(lines) + "\n"
 
 
+def alternate(args, groups, run, unit):
+    """run(strategy path) for the plain and the fused strategy, --pairs times each, which goes
+    first alternating; their medians (plain, fused)."""
+    times = {"plain": [], "fused": []}
+    with tempfile.TemporaryDirectory(prefix="bytecomp-fusion-") as tmp:
+        paths = {}
+        for label, g in (("plain", []), ("fused", groups)):
+            paths[label] = os.path.join(tmp, f"{label}.pbtxt")
+            with open(paths[label], "w") as f:
+                f.write(strategy_text(g, args.codec))
+        for pair in range(args.pairs):
+            for label in ("plain", "fused") if pair % 2 == 0 else ("fused", "plain"):
+                times[label].append(run(paths[label]))
+                print(f"pair {pair + 1}/{args.pairs} {label}: {times[label][-1]:.2f} {unit}",
+                      flush=True)
+    return statistics.median(times["plain"]), statistics.median(times["fused"])
+
+
 def tiny_job(args, path):
     """Seconds for one exact_sum_worker job of --tiny one-element tensors."""
     cmd = [data_plane.cluster.binary("exact_sum_worker"), "--rounds", str(args.rounds),
@@ -87,19 +105,7 @@ def tiny_job(args, path):
 def main_tiny(args):
     names = [(f"tiny.{i}", 1) for i in range(args.tiny)]
     groups = [names[i:i + args.group] for i in range(0, len(names), args.group)]
-    with tempfile.TemporaryDirectory(prefix="bytecomp-fusion-") as tmp:
-        paths = {}
-        for label, g in (("plain", []), ("fused", groups)):
-            paths[label] = os.path.join(tmp, f"{label}.pbtxt")
-            with open(paths[label], "w") as f:
-                f.write(strategy_text(g, args.codec))
-        times = {"plain": [], "fused": []}
-        for pair in range(args.pairs):
-            order = ("plain", "fused") if pair % 2 == 0 else ("fused", "plain")
-            for label in order:
-                times[label].append(tiny_job(args, paths[label]))
-                print(f"pair {pair + 1}/{args.pairs} {label}: {times[label][-1]:.2f} s", flush=True)
-    plain, fused = statistics.median(times["plain"]), statistics.median(times["fused"])
+    plain, fused = alternate(args, groups, lambda path: tiny_job(args, path), "s")
     print(f"\n{args.tiny} one-element tensors, W={args.workers} S={args.servers}, loopback (the "
           f"CPU is the limit), {args.rounds} rounds a job, start-up included; medians of "
           f"{args.pairs}")
@@ -131,22 +137,11 @@ def main():
     plain_rounds = rounds_per_iteration(tensors, [])
     fused_rounds = rounds_per_iteration(tensors, groups)
     members = sum(len(g) for g in groups)
-    with tempfile.TemporaryDirectory(prefix="bytecomp-fusion-") as tmp:
-        paths = {}
-        for label, g in (("plain", []), ("fused", groups)):
-            paths[label] = os.path.join(tmp, f"{label}.pbtxt")
-            with open(paths[label], "w") as f:
-                f.write(strategy_text(g, args.codec))
-        times = {"plain": [], "fused": []}
-        for pair in range(args.pairs):
-            order = ("plain", "fused") if pair % 2 == 0 else ("fused", "plain")
-            for label in order:
-                row = data_plane.run_bench(args.workers, args.servers, args.model, args.rounds,
-                                           extra_scheduler_args=[f"--strategy={paths[label]}"])
-                times[label].append(row["median_round_ms"])
-                print(f"pair {pair + 1}/{args.pairs} {label}: {row['median_round_ms']:.1f} ms",
-                      flush=True)
-    plain, fused = statistics.median(times["plain"]), statistics.median(times["fused"])
+    plain, fused = alternate(
+        args, groups,
+        lambda path: data_plane.run_bench(args.workers, args.servers, args.model, args.rounds,
+                                          extra_scheduler_args=[f"--strategy={path}"])
+        ["median_round_ms"], "ms")
     print(f"\n{args.model}, W={args.workers} S={args.servers}, codec {args.codec}, loopback "
           f"(the CPU is the limit); {members} of {len(tensors)} tensors (under {args.below} "
           f"bytes) in {len(groups)} groups of at most {args.cap} bytes; medians of {args.pairs}")
