@@ -219,6 +219,13 @@ absl::StatusOr<int64_t> Engine::PushPullFused(const std::shared_ptr<Operation>& 
   Accept(member);  // its handle, and its ready time for the profile
   ++operations_;
   if (group->has_value()) StartGroupRound(**std::move(group));
+  // An engine that failed since the check above has already taken the waiting members
+  // (FailEngine): this one may have come after, so take it now.
+  if (absl::Status failed = EngineStatus(); !failed.ok()) {
+    for (const std::shared_ptr<Operation>& waiting : fusion_->TakeWaiting()) {
+      waiting->FailBeforeStart(failed);
+    }
+  }
   return member->handle;
 }
 
