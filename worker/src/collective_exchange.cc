@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "bytecomp/common/dtype.h"
 #include "bytecomp/common/logging.h"
+#include "bytecomp/compress/format/half_format.h"
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
@@ -272,11 +273,11 @@ void Sum16(void* c, const void* a, const void* b, size_t n) {
   }
 }
 
-// Whether no fp16 value is Inf or NaN (exponent bits all set).
+// Whether no fp16 value is Inf or NaN (the largest magnitude's bits below the format's bound).
 bool HalfsFinite(const uint16_t* h, size_t n) {
   uint16_t largest = 0;
   for (size_t i = 0; i < n; ++i) largest = std::max<uint16_t>(largest, h[i] & 0x7fffu);
-  return largest < 0x7c00u;
+  return largest < compress::half::kHalfNonFinite;
 }
 
 }  // namespace
