@@ -71,7 +71,6 @@ absl::StatusOr<std::optional<TensorFusion::GroupRound>> TensorFusion::Add(
   if (++round->arrived < static_cast<int>(group.tensors.size())) return std::nullopt;
   // Rounds start in order: a complete round behind an incomplete one cannot be (a member comes
   // to the first round that lacks it).
-  round->started = true;
   ++counts_.group_rounds;
   return GroupRound{Pack(group, *round), round->index};
 }
@@ -113,7 +112,7 @@ std::vector<std::shared_ptr<Operation>> TensorFusion::Finish(const std::string& 
     absl::MutexLock lock(&mu_);
     auto it = std::find_if(group.rounds.begin(), group.rounds.end(),
                            [&](const std::unique_ptr<Round>& r) { return r->index == index; });
-    if (it == group.rounds.end() || !(*it)->started) return {};
+    if (it == group.rounds.end() || !(*it)->started()) return {};
     round = std::move(*it);
     group.rounds.erase(it);
   }
@@ -135,7 +134,7 @@ std::vector<std::shared_ptr<Operation>> TensorFusion::TakeWaiting() {
   absl::MutexLock lock(&mu_);
   for (const std::unique_ptr<Group>& group : groups_) {
     for (auto it = group->rounds.begin(); it != group->rounds.end();) {
-      if ((*it)->started) {
+      if ((*it)->started()) {
         ++it;
         continue;
       }
