@@ -181,10 +181,12 @@ def cluster_text(args):
             f"partition_bytes: {partition_bytes(args)}\n")
 
 
-def calibrate(args, work):
+def calibrate(args, work, use_netns):
     """This host's codec costs (bytecomp-plan --calibrate): the nominal table's codecs, with
     PowerSGD at the rank its preset uses, so that bc-powersgd is predicted and auto may pick
-    it. Returns the cost table's path."""
+    it; then the CPU that moving a message costs the host (calibrate_transport.py: real jobs,
+    plain TCP as these run, on 10 Gbit/s emulated links so that the rate does not limit them),
+    which the planner charges to the shared cores (host_cores). Returns the table's path."""
     template, costs = os.path.join(work, "template.pbtxt"), os.path.join(work, "costs.pbtxt")
     params, _ = PRESETS["powersgd"]
     rank = "".join(f' params {{ key: "{k}" value: "{v}" }}' for k, v in params.items())
@@ -194,6 +196,13 @@ def calibrate(args, work):
                        f"--costs={costs}", f"--calibrate_template={template}",
                        f"--calibrate_seconds={args.calibrate_seconds}"], 900, with_stderr=True)
     print(out.strip().splitlines()[-1], flush=True)
+    transport = [sys.executable, os.path.join(REPO, "scheduler", "planner", "tools",
+                                              "calibrate_transport.py"),
+                 f"--costs={costs}", f"--out={costs}", f"--workers={args.workers}",
+                 f"--bin-dir={args.bin_dir}", "--no-key"]
+    out = run_checked(transport + (["--netns-rate=10gbit"] if use_netns else []), 900,
+                      with_stderr=True)
+    print(out.strip().splitlines()[0], flush=True)
     return costs
 
 
@@ -419,7 +428,7 @@ def main(argv=None):
     with open(os.path.join(work, "cluster.pbtxt"), "w") as f:
         f.write(cluster_text(args))
     if args.costs is None and any(s.startswith("bc-") for s in args.systems):
-        args.costs = calibrate(args, work)
+        args.costs = calibrate(args, work, use_netns)
     tables = []
     for model in args.models:
         for cluster in args.clusters:

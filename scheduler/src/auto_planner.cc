@@ -137,6 +137,12 @@ RoundCpu CpuOfRounds(const proto::ModelProfile& profile) {
     seen.push_back(
         absl::StrFormat("its threads waited %.0f%% of the round for a CPU", 100 * share));
   }
+  if (profile.has_measured_training_wait_us() && profile.measured_round_us() > 0) {
+    cpu.reported = true;
+    seen.push_back(
+        absl::StrFormat("its training thread %.0f%% (left out of the ready gaps)",
+                        100 * profile.measured_training_wait_us() / profile.measured_round_us()));
+  }
   if (profile.host_cpu_busy() > 0) {
     cpu.reported = true;
     if (wait_known) {
@@ -249,13 +255,27 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
   inputs.profile.set_measured_round_cpu_us(
       median([](const auto& p) { return p.measured_round_cpu_us(); }));
   inputs.profile.set_host_cpu_busy(median([](const auto& p) { return p.host_cpu_busy(); }));
-  {
-    std::vector<double> waits;  // 0 is a measurement here: absent is not
+  inputs.profile.set_measured_training_cpu_us(
+      median([](const auto& p) { return p.measured_training_cpu_us(); }));
+  // Medians of optional fields over the workers that reported them (0 is a measurement
+  // there: absent is not); unset when none did.
+  auto optional_median = [&](auto has, auto field) -> std::optional<double> {
+    std::vector<double> values;
     for (const proto::ModelProfile& p : profiles) {
-      if (p.has_measured_round_wait_us()) waits.push_back(p.measured_round_wait_us());
+      if (has(p)) values.push_back(field(p));
     }
-    if (!waits.empty())
-      inputs.profile.set_measured_round_wait_us(TwoSignificantDigits(Median(waits)));
+    if (values.empty()) return std::nullopt;
+    return TwoSignificantDigits(Median(values));
+  };
+  if (std::optional<double> wait =
+          optional_median([](const auto& p) { return p.has_measured_round_wait_us(); },
+                          [](const auto& p) { return p.measured_round_wait_us(); })) {
+    inputs.profile.set_measured_round_wait_us(*wait);
+  }
+  if (std::optional<double> wait =
+          optional_median([](const auto& p) { return p.has_measured_training_wait_us(); },
+                          [](const auto& p) { return p.measured_training_wait_us(); })) {
+    inputs.profile.set_measured_training_wait_us(*wait);
   }
   inputs.profile.set_cpu_cores(
       static_cast<int>(median([](const auto& p) { return static_cast<double>(p.cpu_cores()); })));

@@ -315,7 +315,10 @@ void Engine::Complete(const std::shared_ptr<Operation>& op) {
   if (profiler_ != nullptr && status.ok()) {
     absl::MutexLock lock(&profile_mu_);
     const int64_t round = static_cast<int64_t>(op->round());
-    if (profiler_->Wants(round)) profiler_->RecordDone(round, done_us, SampleCpu());
+    if (profiler_->Wants(round)) {
+      // The training thread's wait, for the forward time's (forward_timer.h).
+      profiler_->RecordDone(round, done_us, SampleCpu(profiler_->caller_tid()));
+    }
   }
   if (op->plan().ratio_window_rounds > 0 && status.ok()) RecordRatioRound(*op, done_us);
   // The tensor is idle before the caller sees the operation done: a save_state right after the

@@ -2,7 +2,9 @@
 
 #include <dirent.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -38,6 +40,22 @@ double ProcessWaitUs() {
   return any ? wait_ns / 1e3 : -1;
 }
 
+bool ThreadSchedUs(int64_t tid, double* cpu_us, double* wait_us) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%lld/schedstat", static_cast<long long>(tid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  unsigned long long on_cpu = 0, waiting = 0;
+  const bool read = std::fscanf(f, "%llu %llu", &on_cpu, &waiting) == 2;
+  std::fclose(f);
+  if (!read) return false;
+  *cpu_us = static_cast<double>(on_cpu) / 1e3;
+  *wait_us = static_cast<double>(waiting) / 1e3;
+  return true;
+}
+
+int64_t ThisThreadId() { return static_cast<int64_t>(syscall(SYS_gettid)); }
+
 namespace {
 
 // ProcessWaitUs at most once a millisecond.
@@ -60,9 +78,13 @@ class WaitCache {
 
 }  // namespace
 
-CpuSample SampleCpu() {
+CpuSample SampleCpu(int64_t tid) {
   static WaitCache* const wait_cache = new WaitCache;
   CpuSample s;
+  s.tid = tid != 0 ? tid : ThisThreadId();
+  if (!ThreadSchedUs(s.tid, &s.thread_cpu_us, &s.thread_wait_us)) {
+    s.thread_cpu_us = s.thread_wait_us = -1;
+  }
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);
   s.process_wait_us = wait_cache->Get(static_cast<double>(now.tv_sec) * 1e6 +
@@ -108,7 +130,13 @@ double ForwardTimer::MedianUs() const {
   for (const auto& [round, start] : first_start_) {
     auto end = last_done_.find(round - 1);
     if (end == last_done_.end()) continue;
-    gaps.push_back(static_cast<double>(std::max<int64_t>(0, start.time_us - end->second.time_us)));
+    double gap = static_cast<double>(start.time_us - end->second.time_us);
+    const CpuSample& a = end->second.cpu;
+    const CpuSample& b = start.cpu;
+    if (a.tid == b.tid && a.tid != 0 && a.thread_wait_us >= 0 && b.thread_wait_us >= 0) {
+      gap -= std::max(0.0, b.thread_wait_us - a.thread_wait_us);
+    }
+    gaps.push_back(std::max(0.0, gap));
   }
   return Median(std::move(gaps));
 }

@@ -4,7 +4,10 @@
 // end of round r-1 (the last of its push_pulls completed in the engine) to the start of round
 // r's backward pass (its first push_pull call), median over rounds 1..N. It holds whatever the
 // training loop does in between: the optimizer step, the forward pass, the backward pass up to
-// the first gradient. A round that starts before the previous one ended counts as 0.
+// the first gradient. A round that starts before the previous one ended counts as 0. The
+// time the training thread (the one that calls push_pull) spent waiting for a CPU in that
+// interval is left out: on a host whose cores the job's communication keeps busy, the wait is
+// contention, which the planner's CPU model charges on its own, not the model's compute.
 //
 // It also keeps what the CPUs did during each round (its first push_pull call to its last
 // completion), so that the scheduler's link fit can tell rounds slowed by the CPU from rounds
@@ -27,11 +30,21 @@ struct CpuSample {
   // threads (/proc/self/task/*/schedstat: a thread that has ended no longer counts; the
   // engine's threads live as long as it does); -1 where the kernel does not say.
   double process_wait_us = -1;
+  // One thread's time on a CPU and runnable but waiting for one (/proc/self/task/<tid>/
+  // schedstat): the training thread's, which calls push_pull; -1 where not read.
+  int64_t tid = 0;
+  double thread_cpu_us = -1;
+  double thread_wait_us = -1;
 };
 // The counters now. The wait sum reads a file per thread, so it is read at most once a
 // millisecond (the engine samples at every push_pull of a profiled round) and otherwise the
-// last value is reused.
-CpuSample SampleCpu();
+// last value is reused. `tid`: the thread whose own wait to read (0: the calling thread).
+CpuSample SampleCpu(int64_t tid = 0);
+// This process's thread `tid`'s time on a CPU and waiting for one so far, in us; false where
+// the kernel does not say (or the thread has ended).
+bool ThreadSchedUs(int64_t tid, double* cpu_us, double* wait_us);
+// The calling thread's id (gettid).
+int64_t ThisThreadId();
 // The wait sum alone, read now (every thread of this process); -1 where unknown.
 double ProcessWaitUs();
 // The CPUs this process may run on (its affinity mask); 0 when unknown.
@@ -45,7 +58,8 @@ class ForwardTimer {
   void Started(int64_t round, int64_t time_us, const CpuSample& cpu = {});
   // A push_pull of `round` completed at time_us.
   void Done(int64_t round, int64_t time_us, const CpuSample& cpu = {});
-  // Median over rounds 1..N with both ends known; 0 when there is none.
+  // Median over rounds 1..N with both ends known, less the training thread's wait for a CPU
+  // between them (where both ends sampled that thread's wait); 0 when there is none.
   double MedianUs() const;
   // Median over rounds 1..N of the round itself: its first push_pull call to its last
   // completion (ModelProfile.measured_round_us); 0 when no round has both.

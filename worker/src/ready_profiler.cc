@@ -35,7 +35,10 @@ std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name
   t.element_bytes = element_bytes;
   const int64_t round = t.calls++;
   forward_.Started(round, time_us, cpu);
-  if (round >= 1 && round <= rounds_) t.ready_us.push_back(time_us);
+  if (cpu.tid != 0) caller_tid_ = cpu.tid;
+  if (round >= 1 && round <= rounds_) {
+    t.calls_in_rounds.push_back(Call{time_us, cpu.tid, cpu.thread_cpu_us, cpu.thread_wait_us});
+  }
   if (block_density >= 0) t.block_density = block_density;
   if (round <= rounds_) return std::nullopt;
   done_ = true;
@@ -43,20 +46,46 @@ std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name
 }
 
 proto::ModelProfile ReadyProfiler::Build() const {
-  // Per round, each tensor's offset from the round's first ready gradient; then per tensor the
-  // median offset; the order of the medians is the ready order.
+  // Per round, its first and last call (every tensor's r-th call is of round r + 1).
+  std::vector<Call> first, last;  // by round - 1
+  for (const auto& [name, t] : tensors_) {
+    for (size_t r = 0; r < t.calls_in_rounds.size(); ++r) {
+      const Call& c = t.calls_in_rounds[r];
+      if (r >= first.size()) {
+        first.resize(r + 1, c);
+        last.resize(r + 1, c);
+      }
+      if (c.time_us < first[r].time_us) first[r] = c;
+      if (c.time_us > last[r].time_us) last[r] = c;
+    }
+  }
+  // The training thread's wait for a CPU and its own CPU time from call a to call b: known
+  // when one thread made both and the kernel said (-1 otherwise).
+  auto waited = [](const Call& a, const Call& b) {
+    if (a.tid != b.tid || a.tid == 0 || a.wait_us < 0 || b.wait_us < 0) return -1.0;
+    return std::max(0.0, b.wait_us - a.wait_us);
+  };
+  auto ran = [](const Call& a, const Call& b) {
+    if (a.tid != b.tid || a.tid == 0 || a.cpu_us < 0 || b.cpu_us < 0) return -1.0;
+    return std::max(0.0, b.cpu_us - a.cpu_us);
+  };
+  // Each tensor's offset from its round's first ready gradient, less the training thread's
+  // wait in between; per tensor the median offset; the order of the medians is the ready order.
   std::vector<std::pair<double, std::string>> order;
   for (const auto& [name, t] : tensors_) {
-    if (t.ready_us.empty()) continue;
+    if (t.calls_in_rounds.empty()) continue;
     std::vector<double> offsets;
-    for (size_t r = 0; r < t.ready_us.size(); ++r) {
-      int64_t first = t.ready_us[r];
-      for (const auto& [other_name, o] : tensors_) {
-        if (r < o.ready_us.size()) first = std::min(first, o.ready_us[r]);
-      }
-      offsets.push_back(static_cast<double>(t.ready_us[r] - first));
+    for (size_t r = 0; r < t.calls_in_rounds.size(); ++r) {
+      const Call& c = t.calls_in_rounds[r];
+      const double wait = std::max(0.0, waited(first[r], c));
+      offsets.push_back(std::max(0.0, static_cast<double>(c.time_us - first[r].time_us) - wait));
     }
     order.emplace_back(Median(offsets), name);
+  }
+  std::vector<double> round_wait, round_cpu;  // the training thread's, per round
+  for (size_t r = 0; r < first.size(); ++r) {
+    if (const double w = waited(first[r], last[r]); w >= 0) round_wait.push_back(w);
+    if (const double c = ran(first[r], last[r]); c >= 0) round_cpu.push_back(c);
   }
   std::sort(order.begin(), order.end());
   proto::ModelProfile profile;
@@ -68,7 +97,10 @@ proto::ModelProfile ReadyProfiler::Build() const {
       "time from a round's first push_pull to its last completion; measured_round_cpu_us and "
       "host_cpu_busy: medians of this process's CPU time and the host's busy CPU share in "
       "those rounds; measured_round_wait_us: median of this process's threads' time waiting "
-      "for a CPU in them"));
+      "for a CPU in them; the ready offsets and forward_us leave out the time the training "
+      "thread (the push_pull caller) waited for a CPU; measured_training_wait_us and "
+      "measured_training_cpu_us: medians of that thread's wait and CPU time from a round's "
+      "first push_pull to its last"));
   profile.set_forward_us(forward_.MedianUs());
   profile.set_measured_round_us(forward_.RoundMedianUs());
   profile.set_measured_round_cpu_us(forward_.RoundCpuMedianUs());
@@ -77,6 +109,8 @@ proto::ModelProfile ReadyProfiler::Build() const {
   if (const double wait_us = forward_.RoundWaitMedianUs(); wait_us >= 0) {
     profile.set_measured_round_wait_us(wait_us);
   }
+  if (!round_wait.empty()) profile.set_measured_training_wait_us(Median(std::move(round_wait)));
+  if (!round_cpu.empty()) profile.set_measured_training_cpu_us(Median(std::move(round_cpu)));
   double previous = 0;
   for (const auto& [offset, name] : order) {
     const Tensor& t = tensors_.at(name);

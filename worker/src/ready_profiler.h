@@ -29,7 +29,9 @@ class ReadyProfiler {
   // 256-element blocks holding a non-zero (BlockDensity), or -1 when not measured. Returns the
   // profile once, when the first tensor starts round rounds + 1 (every tensor has had its
   // rounds 1..N by then). A tensor's measured density goes into the profile.
-  // `cpu`: the CPU counters at the call (SampleCpu), for the profile's CPU fields.
+  // `cpu`: the CPU counters at the call (SampleCpu, on the calling thread), for the profile's
+  // CPU fields. A gap between two calls of one round on the same thread leaves out the time
+  // that thread waited for a CPU between them (ModelProfile.measured_training_wait_us).
   std::optional<proto::ModelProfile> Record(const std::string& name, int64_t elements,
                                             int element_bytes, int64_t time_us,
                                             double block_density = -1, const CpuSample& cpu = {});
@@ -43,20 +45,32 @@ class ReadyProfiler {
   bool Wants(int64_t round) const { return !done_ && round <= rounds_; }
 
   bool done() const { return done_; }
+  // The thread of the latest push_pull call: the training thread, whose wait the completions
+  // sample (RecordDone's `cpu`, SampleCpu(caller_tid())).
+  int64_t caller_tid() const { return caller_tid_; }
 
  private:
+  // A push_pull call: when, and the calling thread's CPU and wait for a CPU so far (-1:
+  // unknown).
+  struct Call {
+    int64_t time_us = 0;
+    int64_t tid = 0;
+    double cpu_us = -1;
+    double wait_us = -1;
+  };
   struct Tensor {
     int64_t elements = 0;
     int element_bytes = 4;
     int64_t calls = 0;
-    std::vector<int64_t> ready_us;  // by round - 1
-    double block_density = -1;      // measured in round 1; -1: not measured
+    std::vector<Call> calls_in_rounds;  // by round - 1
+    double block_density = -1;          // measured in round 1; -1: not measured
   };
   proto::ModelProfile Build() const;
 
   int rounds_;
   ForwardTimer forward_;
   bool done_ = false;
+  int64_t caller_tid_ = 0;
   std::map<std::string, Tensor> tensors_;
 };
 

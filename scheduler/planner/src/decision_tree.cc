@@ -187,9 +187,10 @@ const char* ResourceName(int resource) {
 }
 
 const char* StageKindName(int kind) {
-  static const char* kNames[] = {"reduce", "encode", "d2h",    "push",      "server",
-                                 "pull",   "h2d",    "decode", "broadcast", "transport cpu"};
-  return kind >= 0 && kind <= kTransport ? kNames[kind] : "backward";
+  static const char* kNames[] = {"reduce",    "encode",        "d2h",         "push",
+                                 "server",    "pull",          "h2d",         "decode",
+                                 "broadcast", "transport cpu", "training cpu"};
+  return kind >= 0 && kind <= kTrainingCpu ? kNames[kind] : "backward";
 }
 
 int64_t TensorBytes(const proto::TensorProfile& tensor) {
@@ -312,8 +313,22 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
   return out;
 }
 
+std::vector<double> TrainingCpuUs(const proto::ModelProfile& profile) {
+  std::vector<double> out(profile.tensors_size(), 0.0);
+  double gaps = 0;
+  for (const proto::TensorProfile& t : profile.tensors()) gaps += t.ready_gap_us();
+  if (!(profile.measured_training_cpu_us() > 0)) return out;
+  for (int i = 0; i < profile.tensors_size(); ++i) {
+    out[i] = gaps > 0
+                 ? profile.measured_training_cpu_us() * profile.tensors(i).ready_gap_us() / gaps
+                 : profile.measured_training_cpu_us() / profile.tensors_size();
+  }
+  return out;
+}
+
 OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor,
-                  const proto::ClusterDescription& cluster, const proto::CostTable& costs) {
+                  const proto::ClusterDescription& cluster, const proto::CostTable& costs,
+                  double training_cpu_us) {
   OptionCost cost;
   cost.option = option;
   cost.partitions = option.partitions;
@@ -394,6 +409,15 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
       add(kCpuPool, kTransport, InterpolateCost(costs.transfer_cpu(), static_cast<int64_t>(b)));
     }
   };
+  // The W training threads' CPU before this tensor's push, spread over min(host_cores, W)
+  // cores, a partition's share each (not with GPUs: their first stage may be the GPU stream).
+  if (host_cores > 0 && !has_gpu && training_cpu_us > 0) {
+    const double threads = cluster.workers();
+    const double us =
+        training_cpu_us / option.partitions * threads / std::min<double>(host_cores, threads);
+    cost.stages[cost.num_stages++] = Stage{kCpuPool, kTrainingCpu, static_cast<float>(us)};
+    cost.work_us[kCpuPool] += static_cast<double>(static_cast<float>(us)) * option.partitions;
+  }
   // The server: the first fp32 push becomes the sum, the others are added. Compressed: the
   // codec's aggregator adds every push (measured, or modelled as decode and add), and
   // two-way re-encodes the sum with the server's memory. A two-round codec's stages are f32

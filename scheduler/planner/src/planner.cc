@@ -533,13 +533,15 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
                  1,
                  in.cluster.servers() * in.cluster.server_threads(),
                  1};
-  for (const auto& t : in.profile.tensors()) {
+  const std::vector<double> training_cpu = TrainingCpuUs(in.profile);
+  for (int i = 0; i < in.profile.tensors_size(); ++i) {
+    const proto::TensorProfile& t = in.profile.tensors(i);
     SimTensor st;
     st.name = t.name();
     st.bytes = TensorBytes(t);
     st.ready_gap_us = t.ready_gap_us();
     for (const TensorOption& o : EnumerateOptions(t, in.cluster, in.costs, in.options)) {
-      OptionCost cost = CostOf(o, t, in.cluster, in.costs);
+      OptionCost cost = CostOf(o, t, in.cluster, in.costs, training_cpu[i]);
       double chain = 0, busiest = 0;
       for (int k = 0; k < cost.num_stages; ++k) {
         const Stage& stage = cost.stages[k];

@@ -17,7 +17,10 @@ engine's threads and copies. With --netns-rate the jobs run on an emulated clust
 host more than loopback does; the rate should not limit the small-tensor job.
 
   calibrate_transport.py --costs IN.pbtxt --out OUT.pbtxt [--workers 4] [--bin-dir build/bin]
-                         [--netns-rate 10gbit]
+                         [--netns-rate 10gbit] [--no-key]
+
+The jobs run with a cluster key (sealed data messages), as bytecomp-run starts them; --no-key
+measures plain TCP, for jobs that run without one.
 
 OUT is IN with its transfer_cpu points replaced. Prints what it measured.
 """
@@ -41,13 +44,14 @@ def children_cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-def launcher(bin_dir, workers, netns_rate):
+def launcher(bin_dir, workers, netns_rate, no_key=False):
+    key = ["--no-key"] if no_key else []
     if netns_rate:
         return ["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
                 str(workers), "--servers", "1", "--rate", netns_rate, "--prefix", "bct-",
-                "--bin-dir", bin_dir, "--timeout", "120"]
+                "--bin-dir", bin_dir, "--timeout", "120"] + key
     return [sys.executable, os.path.join(REPO, "deploy", "bytecomp-run"), "-np", str(workers),
-            "--servers", "1", "--bin-dir", bin_dir, "--timeout", "120"]
+            "--servers", "1", "--bin-dir", bin_dir, "--timeout", "120"] + key
 
 
 def job_cpu_seconds(launch, bin_dir, bench_args, rounds):
@@ -77,9 +81,9 @@ def summing_gbytes_per_s(costs_text):
     return float(m.group(1)) if m else 8.0  # the planner's default summing speed
 
 
-def measure(bin_dir, workers, costs_text, netns_rate=None):
+def measure(bin_dir, workers, costs_text, netns_rate=None, no_key=False):
     """Returns (us per message, ns per byte), both ends and every process together."""
-    launch = launcher(bin_dir, workers, netns_rate)
+    launch = launcher(bin_dir, workers, netns_rate, no_key)
     with tempfile.TemporaryDirectory(prefix="bytecomp-transport-") as work:
         small = os.path.join(work, "small.pbtxt")
         with open(small, "w") as f:
@@ -117,6 +121,8 @@ def main():
     parser.add_argument("--bin-dir", default=os.path.join(REPO, "build", "bin"))
     parser.add_argument("--netns-rate", help="measure on an emulated cluster with links of this "
                         "tc rate (e.g. 10gbit; needs root) instead of loopback")
+    parser.add_argument("--no-key", action="store_true",
+                        help="jobs without a cluster key (plain TCP), as the measured ones run")
     args = parser.parse_args()
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
@@ -124,8 +130,10 @@ def main():
         costs_text = open(args.costs).read()
     except OSError as e:
         raise SystemExit(f"calibrate_transport: cannot read --costs: {e}")
-    per_message_us, per_byte_ns = measure(args.bin_dir, args.workers, costs_text, args.netns_rate)
+    per_message_us, per_byte_ns = measure(args.bin_dir, args.workers, costs_text, args.netns_rate,
+                                          args.no_key)
     where = f"emulated {args.netns_rate} links" if args.netns_rate else "loopback"
+    where += ", no cluster key" if args.no_key else ", cluster key"
     print(f"transport on this host (W={args.workers}, S=1, {where}, both ends): "
           f"{per_message_us:.1f} us CPU per message + {per_byte_ns:.3f} ns CPU per byte")
     with open(args.out, "w") as f:

@@ -316,6 +316,39 @@ TEST(CostModelTest, OneHostChargesMovingEachPushAndPullToItsCores) {
   EXPECT_EQ(CostOf(TensorOption{}, t, cluster, costs).num_stages, 3);
 }
 
+TEST(CostModelTest, OneHostChargesTheTrainingThreadsCpuBeforeThePush) {
+  // 4 workers on 2 cores: each training thread runs 300 us of CPU before this tensor is ready;
+  // the four take 4 x 300 / 2 us of the shared cores, a partition's share each.
+  proto::TensorProfile t = Tensor(1 << 18);
+  proto::ClusterDescription cluster = Cluster(0);
+  cluster.set_host_cores(2);
+  TensorOption o;
+  o.partitions = 3;
+  const OptionCost none = CostOf(o, t, cluster, TwoCodecs(), 300);
+  ASSERT_EQ(none.num_stages, 4);  // training cpu, push, server, pull
+  EXPECT_EQ(none.stages[0].resource, kCpuPool);
+  EXPECT_EQ(none.stages[0].kind, kTrainingCpu);
+  EXPECT_STREQ(StageKindName(kTrainingCpu), "training cpu");
+  EXPECT_NEAR(none.stages[0].duration_us, 4 * 300 / 2.0 / 3, 1e-3);
+  EXPECT_EQ(none.stages[1].kind, kPush);
+  // 8 cores: each thread has a core of its own.
+  cluster.set_host_cores(8);
+  EXPECT_NEAR(CostOf(o, t, cluster, TwoCodecs(), 300).stages[0].duration_us, 300 / 3.0, 1e-3);
+  // Machines of their own: training does not take the communication's cores.
+  cluster.set_host_cores(0);
+  EXPECT_EQ(CostOf(o, t, cluster, TwoCodecs(), 300).num_stages, 3);
+}
+
+TEST(CostModelTest, TrainingCpuIsSharedByTheTensorsInProportionToTheirGaps) {
+  proto::ModelProfile profile;
+  for (double gap : {0.0, 100.0, 300.0}) profile.add_tensors()->set_ready_gap_us(gap);
+  EXPECT_EQ(TrainingCpuUs(profile), (std::vector<double>{0, 0, 0}));  // not measured
+  profile.set_measured_training_cpu_us(80);
+  EXPECT_EQ(TrainingCpuUs(profile), (std::vector<double>{0, 20, 60}));
+  for (proto::TensorProfile& t : *profile.mutable_tensors()) t.set_ready_gap_us(0);
+  EXPECT_EQ(TrainingCpuUs(profile), (std::vector<double>{80 / 3.0, 80 / 3.0, 80 / 3.0}));
+}
+
 TEST(DecisionTreeTest, HierarchicalJobsGetOnlyHierarchicalOptionsWithOrWithoutGpus) {
   // 4 machines of 2 CPU workers each (a hierarchical job, --strategy=auto).
   proto::ClusterDescription cluster = Cluster(0);

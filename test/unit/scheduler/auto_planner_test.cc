@@ -270,6 +270,39 @@ TEST(AutoPlannerTest, CpuBoundIsJudgedFromTheJobsOwnProcessesNotTheHostsLoad) {
   EXPECT_FALSE(mostly_quiet->cpu_bound) << mostly_quiet->summary;
 }
 
+// The training thread's CPU and wait, as the workers measured them (ready_profiler.h): the
+// medians over the workers that reported them, logged, and on one host (host_cores) the
+// training threads' CPU competes with the communication's for the cores.
+TEST(AutoPlannerTest, TheTrainingThreadsCpuIsMergedAndTakesTheSharedCores) {
+  proto::ModelProfile a = Profile(2e6), b = Profile(2e6), old = Profile(2e6);
+  a.set_measured_training_cpu_us(1e6);
+  b.set_measured_training_cpu_us(3e6);
+  a.set_measured_training_wait_us(4e5);
+  b.set_measured_training_wait_us(6e5);
+  AutoPlanJob three = Job(false);
+  three.workers = 3;
+  proto::ClusterDescription host = Cluster();
+  host.set_machines(3);
+  host.set_host_cores(1);
+  auto merged = PlanFromProfiles({a, old, b}, host, {}, three);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_DOUBLE_EQ(merged->profile.measured_training_cpu_us(), 3e6);  // 1 and 3 s: the upper
+  EXPECT_DOUBLE_EQ(merged->profile.measured_training_wait_us(), 6e5);
+  EXPECT_NE(merged->summary.find("its training thread 30% (left out of the ready gaps)"),
+            std::string::npos)
+      << merged->summary;
+  // Three threads' 3 s each on one core before the push: at least 9 s.
+  EXPECT_GT(merged->predicted_us, 9e6);
+  auto untrained = PlanFromProfiles({old}, host, {}, three);
+  ASSERT_TRUE(untrained.ok());
+  EXPECT_LT(untrained->predicted_us, 3e6);
+  // Machines of their own: training has its own cores.
+  host.set_host_cores(0);
+  auto own = PlanFromProfiles({a, old, b}, host, {}, three);
+  ASSERT_TRUE(own.ok());
+  EXPECT_DOUBLE_EQ(own->predicted_us, untrained->predicted_us);
+}
+
 TEST(AutoPlannerTest, MeasuredInputsAreRoundedToTwoSignificantDigits) {
   EXPECT_DOUBLE_EQ(TwoSignificantDigits(0.4437), 0.44);
   EXPECT_DOUBLE_EQ(TwoSignificantDigits(9.46), 9.5);

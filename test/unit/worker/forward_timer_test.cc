@@ -167,6 +167,96 @@ TEST(ReadyProfilerTest, ProfileCarriesTheMedianForwardTime) {
             std::string::npos);
 }
 
+// The training thread (tid 7) waits for a CPU while the communication keeps the cores busy:
+// that wait is contention, not the model's compute, and is left out of the gaps and forward.
+TEST(ReadyProfilerTest, TheTrainingThreadsWaitForACpuIsLeftOutOfGapsAndForward) {
+  auto on = [](int64_t tid, double cpu_us, double wait_us) {
+    CpuSample s;
+    s.tid = tid;
+    s.thread_cpu_us = cpu_us;
+    s.thread_wait_us = wait_us;
+    return s;
+  };
+  ReadyProfiler p(3);
+  int64_t now = 0;
+  double cpu = 0, wait = 0;
+  std::optional<proto::ModelProfile> profile;
+  for (int round = 0; round <= 4 && !profile.has_value(); ++round) {
+    now += 5000;  // the forward pass: 1000 us of it waiting for a CPU
+    wait += 1000;
+    profile = p.Record("fc", 100, 4, now, -1, on(7, cpu, wait));
+    EXPECT_EQ(p.caller_tid(), 7);
+    if (profile.has_value()) break;
+    now += 700;  // 400 us of it waiting, 250 us on a CPU
+    wait += 400;
+    cpu += 250;
+    profile = p.Record("conv", 1000, 4, now, -1, on(7, cpu, wait));
+    // A thread of its own (another autograd device thread): its wait is not the caller's.
+    now += 500;
+    profile = p.Record("emb", 1000, 4, now, -1, on(8, 99999, 99999));
+    now += 2000;
+    p.RecordDone(round, now, on(7, cpu, wait));
+  }
+  ASSERT_TRUE(profile.has_value());
+  ASSERT_EQ(profile->tensors_size(), 3);
+  EXPECT_EQ(profile->tensors(1).name(), "conv");
+  EXPECT_DOUBLE_EQ(profile->tensors(1).ready_gap_us(), 300);  // 700 less 400 waiting
+  EXPECT_EQ(profile->tensors(2).name(), "emb");
+  EXPECT_DOUBLE_EQ(profile->tensors(2).ready_gap_us(), 900);  // 1200 from fc, less 0
+  EXPECT_DOUBLE_EQ(profile->forward_us(), 4000);              // 5000 less 1000 waiting
+  // The round's first call to its last (emb's, another thread): not one thread's, so unknown.
+  EXPECT_FALSE(profile->has_measured_training_wait_us());
+  EXPECT_EQ(profile->measured_training_cpu_us(), 0);
+}
+
+TEST(ReadyProfilerTest, TheTrainingThreadsWaitAndCpuOfEachRound) {
+  ReadyProfiler p(2);
+  std::optional<proto::ModelProfile> profile;
+  for (int round = 0; round <= 3 && !profile.has_value(); ++round) {
+    CpuSample s;
+    s.tid = 7;
+    s.thread_cpu_us = 100 * round;
+    s.thread_wait_us = 1000 * round;
+    profile = p.Record("fc", 10, 4, 10000 * round, -1, s);
+    if (profile.has_value()) break;
+    s.thread_cpu_us += 300 + round;  // 301 and 302 us of CPU in rounds 1 and 2
+    s.thread_wait_us += 600;
+    profile = p.Record("conv", 10, 4, 10000 * round + 2000, -1, s);
+  }
+  ASSERT_TRUE(profile.has_value());
+  EXPECT_DOUBLE_EQ(profile->tensors(1).ready_gap_us(), 1400);
+  EXPECT_DOUBLE_EQ(profile->measured_training_wait_us(), 600);
+  EXPECT_DOUBLE_EQ(profile->measured_training_cpu_us(), 302);  // the upper median
+  // Without the thread's counters the profile is as before: raw gaps, nothing claimed.
+  ReadyProfiler bare(1);
+  std::optional<proto::ModelProfile> raw;
+  for (int round = 0; round <= 2 && !raw.has_value(); ++round) {
+    raw = bare.Record("fc", 10, 4, 10000 * round);
+    if (!raw.has_value()) raw = bare.Record("conv", 10, 4, 10000 * round + 2000);
+  }
+  ASSERT_TRUE(raw.has_value());
+  EXPECT_DOUBLE_EQ(raw->tensors(1).ready_gap_us(), 2000);
+  EXPECT_FALSE(raw->has_measured_training_wait_us());
+  EXPECT_EQ(raw->measured_training_cpu_us(), 0);
+}
+
+TEST(ForwardTimerTest, SamplesTheCallingThreadOrAnother) {
+  const CpuSample mine = SampleCpu();
+  EXPECT_EQ(mine.tid, ThisThreadId());
+  if (mine.thread_wait_us < 0) GTEST_SKIP() << "this kernel does not report schedstat";
+  volatile double sink = 0;
+  const double start = ThreadCpuMs();
+  while (ThreadCpuMs() - start < 20) sink = sink + 1;  // 20 ms of this thread's CPU
+  // Read from another thread, as the engine's completions read the training thread's.
+  CpuSample later;
+  std::thread([&] { later = SampleCpu(mine.tid); }).join();
+  EXPECT_EQ(later.tid, mine.tid);
+  EXPECT_GE(later.thread_cpu_us - mine.thread_cpu_us, 15'000);
+  EXPECT_GE(later.thread_wait_us, mine.thread_wait_us);
+  double cpu = 0, wait = 0;
+  EXPECT_FALSE(ThreadSchedUs(-1, &cpu, &wait));
+}
+
 TEST(ReadyProfilerTest, BlockDensityIsMeasuredOnceInTheFirstProfiledRound) {
   std::vector<float> x(1000, 0.0f);  // 4 blocks of 256 (the last holds 232)
   EXPECT_DOUBLE_EQ(BlockDensity(x.data(), x.size()), 0);

@@ -57,13 +57,15 @@ enum StageKind : uint8_t {
   kCopyH2D,
   kDecode,
   kBroadcast,
-  kTransport  // CPU spent moving a push or pull (ZeroMQ, kernel) on a shared host
+  kTransport,   // CPU spent moving a push or pull (ZeroMQ, kernel) on a shared host
+  kTrainingCpu  // the training threads' own CPU before the push, on a shared host
 };
 const char* StageKindName(int kind);
 
 // The most stages an option has: a two-round codec or artopk's two exchanges, hierarchical,
-// on a GPU, on a shared host, colocated servers (pushes and pulls on both directions of the NIC).
-inline constexpr int kMaxStages = 24;
+// on a GPU, on a shared host (the transport and the training threads' CPU), colocated servers
+// (pushes and pulls on both directions of the NIC).
+inline constexpr int kMaxStages = 25;
 
 // What an option costs: the stages of each of its (identical) partitions, and the total work
 // it puts on each resource (used for lower bounds).
@@ -132,8 +134,18 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
                                            const proto::PlannerOptions& options);
 
 // The cost of one option for one tensor (cluster and options with defaults applied).
+// `training_cpu_us`: one worker's training thread's CPU time from the previous tensor's ready
+// time to this one's (TrainingCpuUs). On one host (host_cores, no GPUs) every worker's
+// training thread takes it from the shared cores before the push (kTrainingCpu), so the
+// options' CPU work competes with training for them as it does on that host.
 OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor,
-                  const proto::ClusterDescription& cluster, const proto::CostTable& costs);
+                  const proto::ClusterDescription& cluster, const proto::CostTable& costs,
+                  double training_cpu_us = 0);
+
+// Each tensor's share of the profile's measured training CPU (ModelProfile.
+// measured_training_cpu_us, the backward pass's: in proportion to the tensor's ready gap);
+// zeros when the profile has none.
+std::vector<double> TrainingCpuUs(const proto::ModelProfile& profile);
 
 int64_t TensorBytes(const proto::TensorProfile& tensor);
 // "none", "topk(GPU,2-way:GPU)", "fp16(CPU,1-way,hier,p4)", "topk(CPU,union:CPU)",
