@@ -139,9 +139,9 @@ RoundCpu CpuOfRounds(const proto::ModelProfile& profile) {
   }
   if (profile.has_measured_training_wait_us() && profile.measured_round_us() > 0) {
     cpu.reported = true;
-    seen.push_back(
-        absl::StrFormat("its training thread %.0f%% (left out of the ready gaps)",
-                        100 * profile.measured_training_wait_us() / profile.measured_round_us()));
+    seen.push_back(absl::StrFormat(
+        "its training thread %.0f%% (what that added is left out of the ready gaps)",
+        100 * profile.measured_training_wait_us() / profile.measured_round_us()));
   }
   if (profile.host_cpu_busy() > 0) {
     cpu.reported = true;

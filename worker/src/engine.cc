@@ -365,8 +365,18 @@ absl::Status WithDefaultBound(absl::Status status, bool defaulted) {
 
 absl::Status Engine::Wait(int64_t handle, int64_t timeout_ms) {
   const bool defaulted = timeout_ms < 0;
-  return WithDefaultBound(handles_.Wait(handle, defaulted ? info_.wait_timeout_ms : timeout_ms),
-                          defaulted);
+  const int64_t start_us = profiler_ != nullptr ? MonotonicUs() : 0;
+  absl::Status status = WithDefaultBound(
+      handles_.Wait(handle, defaulted ? info_.wait_timeout_ms : timeout_ms), defaulted);
+  if (profiler_ != nullptr) {
+    // The training thread's waits, for the profile's forward time (forward_timer.h).
+    const int64_t end_us = MonotonicUs();
+    absl::MutexLock lock(&profile_mu_);
+    if (!profiler_->done() && ThisThreadId() == profiler_->caller_tid()) {
+      profiler_->RecordWait(start_us, end_us);
+    }
+  }
+  return status;
 }
 
 EngineStats Engine::Stats() const {

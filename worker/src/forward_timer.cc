@@ -56,6 +56,11 @@ bool ThreadSchedUs(int64_t tid, double* cpu_us, double* wait_us) {
 
 int64_t ThisThreadId() { return static_cast<int64_t>(syscall(SYS_gettid)); }
 
+double ContendedUs(double elapsed_us, double cpu_us, double wait_us) {
+  const double off_cpu = std::max(0.0, elapsed_us - cpu_us - wait_us);
+  return std::max(0.0, wait_us - off_cpu);
+}
+
 namespace {
 
 // ProcessWaitUs at most once a millisecond.
@@ -114,9 +119,17 @@ int CpuCores() {
 }
 
 void ForwardTimer::Started(int64_t round, int64_t time_us, const CpuSample& cpu) {
-  if (round < 1 || round > rounds_) return;
-  auto [it, inserted] = first_start_.emplace(round, Mark{time_us, cpu});
-  if (!inserted && time_us < it->second.time_us) it->second = Mark{time_us, cpu};
+  if (round < 0 || round > rounds_) return;
+  if (round >= 1) {
+    auto [it, inserted] = first_start_.emplace(round, Mark{time_us, cpu});
+    if (!inserted && time_us < it->second.time_us) it->second = Mark{time_us, cpu};
+  }
+  auto [last, inserted] = last_start_.emplace(round, Mark{time_us, cpu});
+  if (!inserted && time_us > last->second.time_us) last->second = Mark{time_us, cpu};
+}
+
+void ForwardTimer::Waited(int64_t start_us, int64_t end_us) {
+  if (waits_.size() < kMaxWaits && end_us > start_us) waits_.emplace_back(start_us, end_us);
 }
 
 void ForwardTimer::Done(int64_t round, int64_t time_us, const CpuSample& cpu) {
@@ -126,17 +139,37 @@ void ForwardTimer::Done(int64_t round, int64_t time_us, const CpuSample& cpu) {
 }
 
 double ForwardTimer::MedianUs() const {
+  // What the training thread's wait for a CPU added from mark a to mark b, `blocked_us` of
+  // which it spent waiting in the engine (not slack that absorbs a wait); 0 when unknown.
+  auto contended = [](const Mark& a, const Mark& b, double blocked_us) {
+    if (a.cpu.tid != b.cpu.tid || a.cpu.tid == 0 || a.cpu.thread_wait_us < 0 ||
+        b.cpu.thread_wait_us < 0 || a.cpu.thread_cpu_us < 0 || b.cpu.thread_cpu_us < 0) {
+      return 0.0;
+    }
+    return ContendedUs(static_cast<double>(b.time_us - a.time_us) - blocked_us,
+                       std::max(0.0, b.cpu.thread_cpu_us - a.cpu.thread_cpu_us),
+                       std::max(0.0, b.cpu.thread_wait_us - a.cpu.thread_wait_us));
+  };
   std::vector<double> gaps;
   for (const auto& [round, start] : first_start_) {
+    auto previous = last_start_.find(round - 1);
+    double waited = 0;
+    if (previous != last_start_.end()) {
+      for (const auto& [from, to] : waits_) {
+        waited += static_cast<double>(std::max<int64_t>(
+            0, std::min(to, start.time_us) - std::max(from, previous->second.time_us)));
+      }
+    }
+    if (waited > 0) {  // the training loop's own time: the interval less its waits
+      const double own =
+          std::max(0.0, static_cast<double>(start.time_us - previous->second.time_us) - waited);
+      gaps.push_back(std::max(0.0, own - contended(previous->second, start, waited)));
+      continue;
+    }
     auto end = last_done_.find(round - 1);
     if (end == last_done_.end()) continue;
-    double gap = static_cast<double>(start.time_us - end->second.time_us);
-    const CpuSample& a = end->second.cpu;
-    const CpuSample& b = start.cpu;
-    if (a.tid == b.tid && a.tid != 0 && a.thread_wait_us >= 0 && b.thread_wait_us >= 0) {
-      gap -= std::max(0.0, b.thread_wait_us - a.thread_wait_us);
-    }
-    gaps.push_back(std::max(0.0, gap));
+    const double gap = static_cast<double>(start.time_us - end->second.time_us);
+    gaps.push_back(std::max(0.0, gap - contended(end->second, start, 0)));
   }
   return Median(std::move(gaps));
 }

@@ -4,9 +4,9 @@
 // end of round r-1 (the last of its push_pulls completed in the engine) to the start of round
 // r's backward pass (its first push_pull call), median over rounds 1..N. It holds whatever the
 // training loop does in between: the optimizer step, the forward pass, the backward pass up to
-// the first gradient. A round that starts before the previous one ended counts as 0. The
-// time the training thread (the one that calls push_pull) spent waiting for a CPU in that
-// interval is left out: on a host whose cores the job's communication keeps busy, the wait is
+// the first gradient. A round that starts before the previous one ended counts as 0. What the
+// training thread's (the push_pull caller's) wait for a CPU added to that interval
+// (ContendedUs) is left out: on a host whose cores the job's communication keeps busy, that is
 // contention, which the planner's CPU model charges on its own, not the model's compute.
 //
 // It also keeps what the CPUs did during each round (its first push_pull call to its last
@@ -16,8 +16,11 @@
 // threads waited for one, not how busy other programs keep the host.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
+#include <utility>
+#include <vector>
 
 namespace bytecomp::worker {
 
@@ -45,6 +48,13 @@ CpuSample SampleCpu(int64_t tid = 0);
 bool ThreadSchedUs(int64_t tid, double* cpu_us, double* wait_us);
 // The calling thread's id (gettid).
 int64_t ThisThreadId();
+
+// Of `elapsed_us` of the training thread's time, in which it ran `cpu_us` and waited `wait_us`
+// for a CPU, what the wait added: the wait less the time the thread spent off the CPU and not
+// waiting (asleep, blocked on the GPU or a lock). A thread that never blocks (compute on the
+// CPU) lost all of its wait; one that slept had slack that absorbed waits (a thread that
+// hands work to a GPU, or the benchmarks' sleeping compute, catches up by sleeping less).
+double ContendedUs(double elapsed_us, double cpu_us, double wait_us);
 // The wait sum alone, read now (every thread of this process); -1 where unknown.
 double ProcessWaitUs();
 // The CPUs this process may run on (its affinity mask); 0 when unknown.
@@ -58,8 +68,17 @@ class ForwardTimer {
   void Started(int64_t round, int64_t time_us, const CpuSample& cpu = {});
   // A push_pull of `round` completed at time_us.
   void Done(int64_t round, int64_t time_us, const CpuSample& cpu = {});
-  // Median over rounds 1..N with both ends known, less the training thread's wait for a CPU
-  // between them (where both ends sampled that thread's wait); 0 when there is none.
+  // The training thread waited in the engine (Engine::Wait) from start_us to end_us for a
+  // push_pull to complete. The first kMaxWaits are kept.
+  void Waited(int64_t start_us, int64_t end_us);
+  static constexpr size_t kMaxWaits = 1 << 16;
+  // Median over rounds 1..N with both ends known, less what the training thread's wait for a
+  // CPU added between them (ContendedUs, where both ends sampled that thread); 0 when there is
+  // none. Where the training thread waited in the engine between round r-1's last push_pull
+  // call and round r's first (an optimizer that waits for every pull in step(), or one that
+  // waits for each layer's as the next forward reaches it: cross-barrier, whose pulls
+  // complete during the forward, after the forward began), the forward is that interval less
+  // those waits instead: the time the training loop itself took.
   double MedianUs() const;
   // Median over rounds 1..N of the round itself: its first push_pull call to its last
   // completion (ModelProfile.measured_round_us); 0 when no round has both.
@@ -79,8 +98,10 @@ class ForwardTimer {
 
  private:
   int rounds_;
-  std::map<int64_t, Mark> first_start_;  // round -> earliest push_pull call
-  std::map<int64_t, Mark> last_done_;    // round -> latest completion
+  std::map<int64_t, Mark> first_start_;             // round -> earliest push_pull call
+  std::map<int64_t, Mark> last_start_;              // round -> latest push_pull call
+  std::map<int64_t, Mark> last_done_;               // round -> latest completion
+  std::vector<std::pair<int64_t, int64_t>> waits_;  // the engine waits: (start, end)
 };
 
 }  // namespace bytecomp::worker

@@ -69,16 +69,44 @@ proto::ModelProfile ReadyProfiler::Build() const {
     if (a.tid != b.tid || a.tid == 0 || a.cpu_us < 0 || b.cpu_us < 0) return -1.0;
     return std::max(0.0, b.cpu_us - a.cpu_us);
   };
-  // Each tensor's offset from its round's first ready gradient, less the training thread's
-  // wait in between; per tensor the median offset; the order of the medians is the ready order.
+  // Per round, its calls in time order and, at each, what the training thread's wait for a
+  // CPU had added since the round's first call: summed over consecutive calls made by one
+  // thread (ContendedUs).
+  std::map<const Call*, double> contended;
+  {
+    std::vector<std::vector<const Call*>> calls(first.size());
+    for (const auto& [name, t] : tensors_) {
+      for (size_t r = 0; r < t.calls_in_rounds.size(); ++r)
+        calls[r].push_back(&t.calls_in_rounds[r]);
+    }
+    for (size_t r = 0; r < calls.size(); ++r) {
+      std::stable_sort(calls[r].begin(), calls[r].end(),
+                       [](const Call* a, const Call* b) { return a->time_us < b->time_us; });
+      double sum = 0;
+      for (size_t k = 0; k < calls[r].size(); ++k) {
+        const Call* c = calls[r][k];
+        if (k > 0) {
+          const Call* p = calls[r][k - 1];
+          const double wait = waited(*p, *c), cpu = ran(*p, *c);
+          if (wait >= 0 && cpu >= 0) {
+            sum += ContendedUs(static_cast<double>(c->time_us - p->time_us), cpu, wait);
+          }
+        }
+        contended[c] = sum;
+      }
+    }
+  }
+  // Each tensor's offset from its round's first ready gradient, less what the training
+  // thread's wait added in between; per tensor the median offset; the order of the medians is
+  // the ready order.
   std::vector<std::pair<double, std::string>> order;
   for (const auto& [name, t] : tensors_) {
     if (t.calls_in_rounds.empty()) continue;
     std::vector<double> offsets;
     for (size_t r = 0; r < t.calls_in_rounds.size(); ++r) {
       const Call& c = t.calls_in_rounds[r];
-      const double wait = std::max(0.0, waited(first[r], c));
-      offsets.push_back(std::max(0.0, static_cast<double>(c.time_us - first[r].time_us) - wait));
+      const double lost = contended.at(&c);
+      offsets.push_back(std::max(0.0, static_cast<double>(c.time_us - first[r].time_us) - lost));
     }
     order.emplace_back(Median(offsets), name);
   }
@@ -97,8 +125,9 @@ proto::ModelProfile ReadyProfiler::Build() const {
       "time from a round's first push_pull to its last completion; measured_round_cpu_us and "
       "host_cpu_busy: medians of this process's CPU time and the host's busy CPU share in "
       "those rounds; measured_round_wait_us: median of this process's threads' time waiting "
-      "for a CPU in them; the ready offsets and forward_us leave out the time the training "
-      "thread (the push_pull caller) waited for a CPU; measured_training_wait_us and "
+      "for a CPU in them; the ready offsets and forward_us leave out what the training "
+      "thread's (the push_pull caller's) wait for a CPU added to them (its wait less its time "
+      "asleep or blocked in between); measured_training_wait_us and "
       "measured_training_cpu_us: medians of that thread's wait and CPU time from a round's "
       "first push_pull to its last"));
   profile.set_forward_us(forward_.MedianUs());

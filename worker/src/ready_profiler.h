@@ -41,6 +41,11 @@ class ReadyProfiler {
   void RecordDone(int64_t round, int64_t time_us, const CpuSample& cpu = {}) {
     forward_.Done(round, time_us, cpu);
   }
+  // The training thread waited in the engine for a push_pull from start_us to end_us (the
+  // forward time leaves such waits out: forward_timer.h).
+  void RecordWait(int64_t start_us, int64_t end_us) {
+    if (!done_) forward_.Waited(start_us, end_us);
+  }
   // Whether a completion of `round` still matters (the engine samples the CPU only then).
   bool Wants(int64_t round) const { return !done_ && round <= rounds_; }
 

@@ -288,7 +288,8 @@ TEST(AutoPlannerTest, TheTrainingThreadsCpuIsMergedAndTakesTheSharedCores) {
   ASSERT_TRUE(merged.ok()) << merged.status();
   EXPECT_DOUBLE_EQ(merged->profile.measured_training_cpu_us(), 3e6);  // 1 and 3 s: the upper
   EXPECT_DOUBLE_EQ(merged->profile.measured_training_wait_us(), 6e5);
-  EXPECT_NE(merged->summary.find("its training thread 30% (left out of the ready gaps)"),
+  EXPECT_NE(merged->summary.find(
+                "its training thread 30% (what that added is left out of the ready gaps)"),
             std::string::npos)
       << merged->summary;
   // Three threads' 3 s each on one core before the push: at least 9 s.

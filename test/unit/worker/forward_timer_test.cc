@@ -41,6 +41,36 @@ TEST(ForwardTimerTest, GapFromLastCompletionToNextFirstCall) {
   EXPECT_DOUBLE_EQ(t.RoundMedianUs(), 120);
 }
 
+// Cross-barrier: step() returns at once and the next forward waits in the engine for each
+// layer's pull as it reaches the layer, so round 0's last completion (at 9000) comes after
+// round 1's forward began. The forward is the time from round 0's last push_pull call to
+// round 1's first, less the training thread's waits in the engine.
+TEST(ForwardTimerTest, TheTrainingThreadsWaitsInTheEngineAreLeftOutOfTheForward) {
+  ForwardTimer cross(1);
+  cross.Started(0, 0);
+  cross.Started(0, 1000);    // the backward's last gradient
+  cross.Waited(3000, 4400);  // two layers' pulls
+  cross.Waited(4500, 5000);
+  cross.Waited(7900, 8100);    // only its part before round 1 began counts
+  cross.Waited(20000, 21000);  // after round 1 began: not the forward's
+  cross.Done(0, 9000);
+  cross.Started(1, 8000);
+  EXPECT_DOUBLE_EQ(cross.MedianUs(), 7000 - 1400 - 500 - 100);
+  // An optimizer that waits for every pull in step(): the waits come first; the same rule.
+  ForwardTimer step(1);
+  step.Started(0, 1000);
+  step.Waited(1000, 4000);
+  step.Done(0, 4000);
+  step.Started(1, 9000);
+  EXPECT_DOUBLE_EQ(step.MedianUs(), 5000);
+  // No wait in the engine (a comm hook's futures): from the last completion, as before.
+  ForwardTimer hook(1);
+  hook.Started(0, 1000);
+  hook.Done(0, 4000);
+  hook.Started(1, 9000);
+  EXPECT_DOUBLE_EQ(hook.MedianUs(), 5000);
+}
+
 TEST(ForwardTimerTest, OverlappingRoundsCountZeroAndMissingEndsAreSkipped) {
   ForwardTimer t(3);
   t.Done(0, 500);
@@ -167,9 +197,17 @@ TEST(ReadyProfilerTest, ProfileCarriesTheMedianForwardTime) {
             std::string::npos);
 }
 
+TEST(ForwardTimerTest, ContentionIsTheWaitNotMadeUpBySleeping) {
+  EXPECT_DOUBLE_EQ(ContendedUs(1000, 600, 400), 400);  // never off the CPU: all of the wait
+  EXPECT_DOUBLE_EQ(ContendedUs(1000, 100, 300), 0);    // 600 us asleep absorbed it
+  EXPECT_DOUBLE_EQ(ContendedUs(1000, 500, 400), 300);  // 100 us asleep absorbed a part
+  EXPECT_DOUBLE_EQ(ContendedUs(0, 0, 0), 0);
+}
+
 // The training thread (tid 7) waits for a CPU while the communication keeps the cores busy:
-// that wait is contention, not the model's compute, and is left out of the gaps and forward.
-TEST(ReadyProfilerTest, TheTrainingThreadsWaitForACpuIsLeftOutOfGapsAndForward) {
+// what the wait added is contention, not the model's compute, and is left out of the gaps and
+// the forward time; a wait that the thread made up by sleeping less added nothing.
+TEST(ReadyProfilerTest, WhatTheTrainingThreadsWaitAddedIsLeftOutOfGapsAndForward) {
   auto on = [](int64_t tid, double cpu_us, double wait_us) {
     CpuSample s;
     s.tid = tid;
@@ -182,15 +220,20 @@ TEST(ReadyProfilerTest, TheTrainingThreadsWaitForACpuIsLeftOutOfGapsAndForward) 
   double cpu = 0, wait = 0;
   std::optional<proto::ModelProfile> profile;
   for (int round = 0; round <= 4 && !profile.has_value(); ++round) {
-    now += 5000;  // the forward pass: 1000 us of it waiting for a CPU
+    now += 5000;  // the forward pass on the CPU: 4000 us running, 1000 waiting
+    cpu += 4000;
     wait += 1000;
     profile = p.Record("fc", 100, 4, now, -1, on(7, cpu, wait));
     EXPECT_EQ(p.caller_tid(), 7);
     if (profile.has_value()) break;
-    now += 700;  // 400 us of it waiting, 250 us on a CPU
+    now += 700;  // 300 us running, 400 waiting, never asleep
+    cpu += 300;
     wait += 400;
-    cpu += 250;
     profile = p.Record("conv", 1000, 4, now, -1, on(7, cpu, wait));
+    now += 1000;  // 100 us running, 300 waiting, 600 asleep: the sleep made up the wait
+    cpu += 100;
+    wait += 300;
+    profile = p.Record("bias", 10, 4, now, -1, on(7, cpu, wait));
     // A thread of its own (another autograd device thread): its wait is not the caller's.
     now += 500;
     profile = p.Record("emb", 1000, 4, now, -1, on(8, 99999, 99999));
@@ -198,12 +241,14 @@ TEST(ReadyProfilerTest, TheTrainingThreadsWaitForACpuIsLeftOutOfGapsAndForward) 
     p.RecordDone(round, now, on(7, cpu, wait));
   }
   ASSERT_TRUE(profile.has_value());
-  ASSERT_EQ(profile->tensors_size(), 3);
+  ASSERT_EQ(profile->tensors_size(), 4);
   EXPECT_EQ(profile->tensors(1).name(), "conv");
-  EXPECT_DOUBLE_EQ(profile->tensors(1).ready_gap_us(), 300);  // 700 less 400 waiting
-  EXPECT_EQ(profile->tensors(2).name(), "emb");
-  EXPECT_DOUBLE_EQ(profile->tensors(2).ready_gap_us(), 900);  // 1200 from fc, less 0
-  EXPECT_DOUBLE_EQ(profile->forward_us(), 4000);              // 5000 less 1000 waiting
+  EXPECT_DOUBLE_EQ(profile->tensors(1).ready_gap_us(), 300);  // 700 less 400
+  EXPECT_EQ(profile->tensors(2).name(), "bias");
+  EXPECT_DOUBLE_EQ(profile->tensors(2).ready_gap_us(), 1000);
+  EXPECT_EQ(profile->tensors(3).name(), "emb");
+  EXPECT_DOUBLE_EQ(profile->tensors(3).ready_gap_us(), 500);
+  EXPECT_DOUBLE_EQ(profile->forward_us(), 4000);  // 5000 less 1000
   // The round's first call to its last (emb's, another thread): not one thread's, so unknown.
   EXPECT_FALSE(profile->has_measured_training_wait_us());
   EXPECT_EQ(profile->measured_training_cpu_us(), 0);
@@ -215,18 +260,18 @@ TEST(ReadyProfilerTest, TheTrainingThreadsWaitAndCpuOfEachRound) {
   for (int round = 0; round <= 3 && !profile.has_value(); ++round) {
     CpuSample s;
     s.tid = 7;
-    s.thread_cpu_us = 100 * round;
+    s.thread_cpu_us = 10000 * round;
     s.thread_wait_us = 1000 * round;
     profile = p.Record("fc", 10, 4, 10000 * round, -1, s);
     if (profile.has_value()) break;
-    s.thread_cpu_us += 300 + round;  // 301 and 302 us of CPU in rounds 1 and 2
+    s.thread_cpu_us += 1400 + round;  // 1401 and 1402 us of CPU in rounds 1 and 2
     s.thread_wait_us += 600;
     profile = p.Record("conv", 10, 4, 10000 * round + 2000, -1, s);
   }
   ASSERT_TRUE(profile.has_value());
-  EXPECT_DOUBLE_EQ(profile->tensors(1).ready_gap_us(), 1400);
+  EXPECT_DOUBLE_EQ(profile->tensors(1).ready_gap_us(), 1400);  // never asleep: 2000 less 600
   EXPECT_DOUBLE_EQ(profile->measured_training_wait_us(), 600);
-  EXPECT_DOUBLE_EQ(profile->measured_training_cpu_us(), 302);  // the upper median
+  EXPECT_DOUBLE_EQ(profile->measured_training_cpu_us(), 1402);  // the upper median
   // Without the thread's counters the profile is as before: raw gaps, nothing claimed.
   ReadyProfiler bare(1);
   std::optional<proto::ModelProfile> raw;
