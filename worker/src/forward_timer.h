@@ -4,10 +4,14 @@
 // end of round r-1 (the last of its push_pulls completed in the engine) to the start of round
 // r's backward pass (its first push_pull call), median over rounds 1..N. It holds whatever the
 // training loop does in between: the optimizer step, the forward pass, the backward pass up to
-// the first gradient. A round that starts before the previous one ended counts as 0. What the
-// training thread's (the push_pull caller's) wait for a CPU added to that interval
-// (ContendedUs) is left out: on a host whose cores the job's communication keeps busy, that is
-// contention, which the planner's CPU model charges on its own, not the model's compute.
+// the first gradient. A round that starts before the previous one ended counts as 0. Where
+// the training thread waited in the engine for pulls in between (an optimizer step that waits
+// for them, or cross-barrier: the next forward waits for each layer's, and the round's last
+// completion comes during that forward), the interval is from round r-1's last push_pull call
+// instead, less those waits. What the training thread's (the push_pull caller's) wait for a CPU
+// added to the interval (ContendedUs) is left out: on a host whose cores the job's
+// communication keeps busy, that is contention, which the planner's CPU model charges on its
+// own, not the model's compute.
 //
 // It also keeps what the CPUs did during each round (its first push_pull call to its last
 // completion), so that the scheduler's link fit can tell rounds slowed by the CPU from rounds

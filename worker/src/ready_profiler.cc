@@ -121,7 +121,9 @@ proto::ModelProfile ReadyProfiler::Build() const {
   profile.set_source(absl::StrCat(
       "measured by the worker engine: push_pull call times of rounds 1..", rounds_,
       ", median offsets from each round's first gradient; forward_us: median time from a "
-      "round's last completion to the next round's first push_pull; measured_round_us: median "
+      "round's last completion (where the training thread waited in the engine in between: "
+      "from its last push_pull, less those waits) to the next round's first push_pull; "
+      "measured_round_us: median "
       "time from a round's first push_pull to its last completion; measured_round_cpu_us and "
       "host_cpu_busy: medians of this process's CPU time and the host's busy CPU share in "
       "those rounds; measured_round_wait_us: median of this process's threads' time waiting "

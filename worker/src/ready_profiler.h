@@ -30,8 +30,9 @@ class ReadyProfiler {
   // profile once, when the first tensor starts round rounds + 1 (every tensor has had its
   // rounds 1..N by then). A tensor's measured density goes into the profile.
   // `cpu`: the CPU counters at the call (SampleCpu, on the calling thread), for the profile's
-  // CPU fields. A gap between two calls of one round on the same thread leaves out the time
-  // that thread waited for a CPU between them (ModelProfile.measured_training_wait_us).
+  // CPU fields. A gap between two calls of one round on the same thread leaves out what that
+  // thread's wait for a CPU added between them (ContendedUs; ModelProfile.
+  // measured_training_wait_us).
   std::optional<proto::ModelProfile> Record(const std::string& name, int64_t elements,
                                             int element_bytes, int64_t time_us,
                                             double block_density = -1, const CpuSample& cpu = {});
