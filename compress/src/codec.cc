@@ -107,6 +107,12 @@ SimdLevel CpuSimdLevel() {
   return level;
 }
 
+bool CpuHasAvx512Vbmi() {
+  static const bool has =
+      CpuSimdLevel() == SimdLevel::kAvx512 && __builtin_cpu_supports("avx512vbmi");
+  return has;
+}
+
 absl::Status MalformedError(absl::string_view codec, absl::string_view detail) {
   return absl::InvalidArgumentError(
       absl::StrCat("codec '", codec, "': malformed payload: ", detail));

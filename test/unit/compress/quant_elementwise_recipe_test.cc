@@ -157,6 +157,37 @@ TEST(ElementwiseRecipeTest, DitheringPayloads) {
   }
 }
 
+// Every packed code width dithering writes (2 to 7 bits, the vector packing's widths, and 9):
+// the payload is the recipe's codes packed LSB first, and decoding gives each code's value.
+TEST(ElementwiseRecipeTest, DitheringEveryCodeWidthPacksAndUnpacks) {
+  const auto x = RecipeInput();
+  const float norm = MaxAbsOf(x);
+  for (uint32_t k : {1u, 3u, 7u, 15u, 31u, 63u, 255u}) {
+    const CodecContext ctx = TestContext(9, 1);
+    const CounterRandom r = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
+    const uint32_t level_bits = BitsFor(k);
+    std::vector<uint8_t> expected = Header(static_cast<uint32_t>(x.size()));
+    AppendFloat(expected, norm);
+    std::vector<uint32_t> codes(x.size());
+    std::vector<float> values(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      codes[i] = DitherCode(x[i], 1.0f / norm, k, level_bits, false,
+                            UniformFloat(r, static_cast<uint32_t>(i)));
+      const float magnitude = DitherLinearValue(codes[i] & ((1u << level_bits) - 1u), k) * norm;
+      values[i] = (codes[i] >> level_bits) ? -magnitude : magnitude;
+    }
+    const auto packed = PackLsb(codes, level_bits + 1);
+    expected.insert(expected.end(), packed.begin(), packed.end());
+    auto codec = MustCreate("dithering", {{"k", std::to_string(k)}});
+    auto enc = EncodeToVector(*codec, x, ctx);
+    ASSERT_TRUE(enc.ok());
+    EXPECT_EQ(*enc, expected) << "k=" << k;
+    std::vector<float> decoded(x.size());
+    ASSERT_TRUE(codec->Decode(*enc, ctx, absl::MakeSpan(decoded)).ok()) << "k=" << k;
+    EXPECT_EQ(decoded, values) << "k=" << k;
+  }
+}
+
 TEST(ElementwiseRecipeTest, U8bitAndSignPayloads) {
   const auto x = RecipeInput();
   const float max_abs = MaxAbsOf(x);

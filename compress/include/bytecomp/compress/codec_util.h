@@ -30,6 +30,9 @@ inline bool IsFiniteBits(uint32_t abs_bits) { return abs_bits < kNonFiniteAbsBit
 // kAvx2 implies F16C here; kAvx512 is x86-64-v4 (AVX-512 F, BW, VL, DQ and CD).
 enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 SimdLevel CpuSimdLevel();
+// kAvx512 and AVX-512 VBMI (byte permutes across the register: Ice Lake, Zen 4 and later), for
+// the kernels written for it (the code packing of compress/src/quant_pack.cc).
+bool CpuHasAvx512Vbmi();
 
 // OK, or InvalidArgument "input element 12 of 100 is NaN" naming the first bad index.
 // `what` says whose input ("codec 'topk' input").
