@@ -61,14 +61,17 @@ constexpr size_t kCompactSlack = 16;
 // |x|'s bit pattern (sign cleared); otherwise the raw bit pattern (positive values in
 // [0, 0x7f800000), negative ones from 0x80000000 up, ordered by magnitude). With AVX-512 it
 // stores 16 lanes at a time, so both outputs need room for the count plus kCompactSlack
-// elements. Returns the count.
+// elements. Returns the count. above_hi (may be null) is set to true when some element lies
+// above hi (and left as it is otherwise).
 template <bool kAbs = true>
 size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
-                    uint32_t* indices, uint32_t base = 0);
+                    uint32_t* indices, uint32_t base = 0, bool* above_hi = nullptr);
 
-// Every |x| >= lo into the message's value area (out + 16) and indices. The value area of a
-// 16 + 8n byte buffer holds 2n values, enough for the vector kernel's slack from n >= 16.
-size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices);
+// Every finite |x| >= lo into the message's value area (out + 16) and indices. The value area
+// of a 16 + 8n byte buffer holds 2n values, enough for the vector kernel's slack from n >= 16.
+// non_finite (may be null): whether x holds a NaN or an Inf, found in the same pass.
+size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices,
+               bool* non_finite = nullptr);
 
 // ---- registration (sparse_codecs.cc calls these in its order)
 

@@ -14,10 +14,12 @@ namespace {
 // kAbs: compare |x|'s bit pattern (sign cleared); otherwise the raw bit pattern (positive
 // values in [0, 0x7f800000), negative ones from 0x80000000 up, ordered by magnitude).
 // values may be null (indices only).
+// above_hi (may be null) is set when some element lies above hi (left as it is otherwise).
 template <bool kAbs>
 size_t CompactRangeScalar(const float* x, size_t begin, size_t end, uint32_t lo, uint32_t hi,
-                          uint8_t* values, uint32_t* indices, uint32_t base = 0) {
+                          uint8_t* values, uint32_t* indices, uint32_t base, bool* above_hi) {
   size_t j = 0;
+  bool above = false;
   for (size_t i = begin; i < end; ++i) {
     uint32_t a;
     std::memcpy(&a, x + i, 4);
@@ -25,14 +27,17 @@ size_t CompactRangeScalar(const float* x, size_t begin, size_t end, uint32_t lo,
     if (values != nullptr) std::memcpy(values + 4 * j, x + i, 4);
     if (indices != nullptr) indices[j] = base + static_cast<uint32_t>(i);
     j += (a >= lo && a <= hi) ? 1 : 0;
+    above |= a > hi;
   }
+  if (above && above_hi != nullptr) *above_hi = true;
   return j;
 }
 
 template <bool kAbs>
 __attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, size_t n, uint32_t lo,
                                                              uint32_t hi, uint8_t* values,
-                                                             uint32_t* indices, uint32_t base) {
+                                                             uint32_t* indices, uint32_t base,
+                                                             bool* above_hi) {
   const __m512i abs_mask = _mm512_set1_epi32(kAbs ? 0x7fffffff : -1);
   const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
   const __m512i vhi = _mm512_set1_epi32(static_cast<int>(hi));
@@ -41,18 +46,22 @@ __attribute__((target("avx512f"))) size_t CompactRangeAvx512(const float* x, siz
                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   const __m512i sixteen = _mm512_set1_epi32(16);
   size_t j = 0, i = 0;
+  __mmask16 above = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
     const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
-    const __mmask16 keep = _mm512_cmpge_epu32_mask(a, vlo) & _mm512_cmple_epu32_mask(a, vhi);
+    const __mmask16 at_most_hi = _mm512_cmple_epu32_mask(a, vhi);
+    above |= static_cast<__mmask16>(~at_most_hi);
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(a, vlo) & at_most_hi;
     if (values != nullptr) _mm512_storeu_ps(values + 4 * j, _mm512_maskz_compress_ps(keep, v));
     if (indices != nullptr)
       _mm512_storeu_si512(indices + j, _mm512_maskz_compress_epi32(keep, iota));
     iota = _mm512_add_epi32(iota, sixteen);
     j += static_cast<size_t>(__builtin_popcount(keep));
   }
+  if (above != 0 && above_hi != nullptr) *above_hi = true;
   return j + CompactRangeScalar<kAbs>(x, i, n, lo, hi, values != nullptr ? values + 4 * j : nullptr,
-                                      indices != nullptr ? indices + j : nullptr, base);
+                                      indices != nullptr ? indices + j : nullptr, base, above_hi);
 }
 
 // AVX2 has no compress instruction: a table gives, for each 8-lane mask, the kept lanes
@@ -78,7 +87,8 @@ const CompressTable& CompressLanes() {
 template <bool kAbs>
 __attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n, uint32_t lo,
                                                         uint32_t hi, uint8_t* values,
-                                                        uint32_t* indices, uint32_t base) {
+                                                        uint32_t* indices, uint32_t base,
+                                                        bool* above_hi) {
   const CompressTable& table = CompressLanes();
   const __m256i abs_mask = _mm256_set1_epi32(kAbs ? 0x7fffffff : -1);
   // lo <= a <= hi (unsigned) is (a - lo) <= (hi - lo) unsigned, a signed compare after
@@ -89,12 +99,16 @@ __attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n
   __m256i iota = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(base)),
                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const __m256i eight = _mm256_set1_epi32(8);
+  // a > hi: a - lo > hi - lo unsigned, or a < lo with (a - lo) wrapped; the first only.
+  const __m256i above_span = _mm256_set1_epi32(static_cast<int>(hi ^ 0x80000000u));
+  __m256i above = _mm256_setzero_si256();
   size_t j = 0, i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), abs_mask);
     const __m256i outside =
         _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_sub_epi32(a, vlo), bias), span);
+    above = _mm256_or_si256(above, _mm256_cmpgt_epi32(_mm256_xor_si256(a, bias), above_span));
     const int keep = ~_mm256_movemask_ps(_mm256_castsi256_ps(outside)) & 0xff;
     const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.perm[keep]));
     if (values != nullptr)
@@ -106,37 +120,45 @@ __attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n
     iota = _mm256_add_epi32(iota, eight);
     j += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(keep)));
   }
+  if (!_mm256_testz_si256(above, above) && above_hi != nullptr) *above_hi = true;
   return j + CompactRangeScalar<kAbs>(x, i, n, lo, hi, values != nullptr ? values + 4 * j : nullptr,
-                                      indices != nullptr ? indices + j : nullptr, base);
+                                      indices != nullptr ? indices + j : nullptr, base, above_hi);
 }
 
 }  // namespace
 
 template <bool kAbs>
 size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,
-                    uint32_t* indices, uint32_t base) {
-  if (lo > hi) return 0;
+                    uint32_t* indices, uint32_t base, bool* above_hi) {
+  if (lo > hi) {
+    if (above_hi != nullptr && n > 0) *above_hi = MaxAbsBits(x, n) > hi;  // kAbs only (Compact)
+    return 0;
+  }
   switch (CpuSimdLevel()) {
     case SimdLevel::kAvx512:
-      return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base);
+      return CompactRangeAvx512<kAbs>(x, n, lo, hi, values, indices, base, above_hi);
     case SimdLevel::kAvx2:
-      return CompactRangeAvx2<kAbs>(x, n, lo, hi, values, indices, base);
+      return CompactRangeAvx2<kAbs>(x, n, lo, hi, values, indices, base, above_hi);
     case SimdLevel::kScalar:
       break;
   }
-  return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base);
+  return CompactRangeScalar<kAbs>(x, 0, n, lo, hi, values, indices, base, above_hi);
 }
 
 template size_t CompactRange<true>(const float*, size_t, uint32_t, uint32_t, uint8_t*, uint32_t*,
-                                   uint32_t);
+                                   uint32_t, bool*);
 template size_t CompactRange<false>(const float*, size_t, uint32_t, uint32_t, uint8_t*, uint32_t*,
-                                    uint32_t);
+                                    uint32_t, bool*);
 
-size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices) {
+size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices,
+               bool* non_finite) {
   uint8_t* values = out + sparse::kHeaderBytes;
-  if (n < kCompactSlack)
-    return CompactRangeScalar<true>(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices);
-  return CompactRange(x, n, lo, kNonFiniteAbsBits - 1, values, indices);
+  if (non_finite != nullptr) *non_finite = false;
+  if (n < kCompactSlack) {
+    return CompactRangeScalar<true>(x, 0, n, lo, kNonFiniteAbsBits - 1, values, indices, 0,
+                                    non_finite);
+  }
+  return CompactRange(x, n, lo, kNonFiniteAbsBits - 1, values, indices, 0, non_finite);
 }
 
 }  // namespace bytecomp::compress

@@ -271,12 +271,13 @@ class ThresholdCodec final : public SparseCodec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
-    if (auto s = CheckFinite(input, "codec 'threshold' input"); !s.ok()) return s;
-    // |x| > threshold, compared as bit patterns (monotonic for non-negative floats).
-    if (threshold_bits_ >= kNonFiniteAbsBits - 1)
-      return FinishSparseMessage(out.data(), n, 0, nullptr);
+    // |x| > threshold, compared as bit patterns (monotonic for non-negative floats); the
+    // finite check in the same pass.
     indices_.resize(n + kCompactSlack);
-    const size_t k = Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data());
+    bool non_finite = false;
+    const size_t k =
+        Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data(), &non_finite);
+    if (non_finite) return NonFiniteError(input, "codec 'threshold' input");
     return FinishSparseMessage(out.data(), n, k, indices_.data());
   }
 

@@ -117,6 +117,27 @@ TEST(ThresholdTest, SendsExactlyTheMagnitudesAboveTheThreshold) {
   }
 }
 
+// The finite check runs in the compaction's pass, also where no element can pass (a threshold
+// at the float maximum) and for NaN and Inf among kept and dropped elements.
+TEST(ThresholdTest, NonFiniteInputIsFoundAtAnyThreshold) {
+  for (const char* threshold : {"0", "0.5", "3.4028235e38"}) {
+    auto codec = MustCreate("threshold", {{"threshold", threshold}});
+    for (size_t n : {size_t{5}, size_t{300}}) {
+      for (size_t at : {size_t{0}, n / 2, n - 1}) {
+        auto x = RandomNormal(n, 9);
+        x[at] = at % 2 ? -std::numeric_limits<float>::infinity()
+                       : std::numeric_limits<float>::quiet_NaN();
+        auto enc = EncodeToVector(*codec, x, TestContext());
+        ASSERT_FALSE(enc.ok()) << threshold << " n=" << n << " at " << at;
+        EXPECT_TRUE(absl::StrContains(enc.status().message(), absl::StrCat("element ", at, " of")))
+            << enc.status();
+      }
+      auto clean = EncodeToVector(*codec, RandomNormal(n, 9), TestContext());
+      EXPECT_TRUE(clean.ok()) << clean.status();
+    }
+  }
+}
+
 TEST(ThresholdTest, DefaultIsGraces001) {
   auto codec = MustCreate("threshold");
   std::vector<float> in = {0.02f, -0.005f, 0.0100001f, 0.01f, -0.5f};
