@@ -45,6 +45,7 @@ Engine::Engine(JoinedJob job)
       profiler_(config_.profile_rounds() > 0
                     ? std::make_unique<ReadyProfiler>(config_.profile_rounds())
                     : nullptr),
+      profiling_(profiler_ != nullptr),
       pool_(CodecPool(job.compress_threads)),
       stage_context_{info_.rank,   info_.size, &strategies_, &learning_rate_,     pool_.get(),
                      &data_queue_, &tracker_,  &traffic_,    observer_.timeline()},
@@ -262,9 +263,13 @@ void Engine::FinishGroupRound(const std::string& group, uint64_t round,
   }
 }
 
+void Engine::NoteProfileDone() {
+  if (profiler_->done()) profiling_.store(false, std::memory_order_release);
+}
+
 void Engine::Accept(const std::shared_ptr<Operation>& op) {
   handles_.Register(op);
-  if (profiler_ == nullptr) return;
+  if (!profiling_.load(std::memory_order_acquire)) return;
   const int64_t now_us = MonotonicUs();
   const PushPullRequest& r = op->request;
   bool measure_density = false;
@@ -284,6 +289,7 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
     if (profiler_->done()) return;
     profile = profiler_->Record(r.name, r.element_count, static_cast<int>(DTypeSize(op->dtype())),
                                 now_us, density, SampleCpu());
+    NoteProfileDone();
   }
   if (profile.has_value()) {
     proto::ControlMessage report;
@@ -312,7 +318,7 @@ void Engine::Complete(const std::shared_ptr<Operation>& op) {
       control_queue_.Push(SendControl{*std::move(report)});
     }
   }
-  if (profiler_ != nullptr && status.ok()) {
+  if (profiling_.load(std::memory_order_acquire) && status.ok()) {
     absl::MutexLock lock(&profile_mu_);
     const int64_t round = static_cast<int64_t>(op->round());
     if (profiler_->Wants(round)) {
@@ -365,10 +371,11 @@ absl::Status WithDefaultBound(absl::Status status, bool defaulted) {
 
 absl::Status Engine::Wait(int64_t handle, int64_t timeout_ms) {
   const bool defaulted = timeout_ms < 0;
-  const int64_t start_us = profiler_ != nullptr ? MonotonicUs() : 0;
+  const bool profiling = profiling_.load(std::memory_order_acquire);
+  const int64_t start_us = profiling ? MonotonicUs() : 0;
   absl::Status status = WithDefaultBound(
       handles_.Wait(handle, defaulted ? info_.wait_timeout_ms : timeout_ms), defaulted);
-  if (profiler_ != nullptr) {
+  if (profiling) {
     // The training thread's waits, for the profile's forward time (forward_timer.h).
     const int64_t end_us = MonotonicUs();
     absl::MutexLock lock(&profile_mu_);

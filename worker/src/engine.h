@@ -153,6 +153,11 @@ class Engine final : public WorkerEngine, private ControlEvents {
   // Set when the scheduler asked for a profile (profile_rounds); its contents are guarded.
   absl::Mutex profile_mu_;
   const std::unique_ptr<ReadyProfiler> profiler_ ABSL_PT_GUARDED_BY(profile_mu_);
+  // Whether there is a profiler still measuring: once its profile is built (or with none), the
+  // push_pull calls, completions and waits skip profile_mu_.
+  std::atomic<bool> profiling_{false};
+  // Clears profiling_ once the profiler is done.
+  void NoteProfileDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(profile_mu_);
 
   RatioWindows ratio_windows_;  // the adaptive ratio's measurements
 
