@@ -1,5 +1,9 @@
 #include "bytecomp/common/link_probe.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -96,31 +100,105 @@ absl::Status AwaitTurn(ProbeExchange& exchange, int64_t deadline_us,
   return s;
 }
 
+// Both turns: the machine's server's first, then the probed server's, asked once; when that
+// one is busy, the machine's turn is given back for the wait (two probers each holding the
+// other's machine turn would otherwise wait for each other until the time limit).
+absl::Status AwaitBothTurns(ProbeExchange& exchange, ProbeExchange& machine, int64_t deadline_us,
+                            const std::function<int64_t()>& clock, LinkSamples* samples) {
+  const int64_t start = clock();
+  int64_t wait_us = kProbeTurnFirstWaitUs;
+  while (true) {
+    int64_t waited_us = 0;
+    absl::Status s = AskUntil(
+        machine, ProbeRequest{0, 0, proto::PROBE_TURN_BEGIN}, proto::PROBE_TURN_GRANTED,
+        deadline_us, clock,
+        "link probe: no bandwidth turn of this machine's server before the time limit", &waited_us);
+    samples->turn_wait_us = clock() - start;
+    if (!s.ok()) return s;
+    ProbeRequest begin{0, 0, proto::PROBE_TURN_BEGIN};
+    begin.turn_ms = std::clamp<int64_t>((deadline_us - clock() + 999) / 1000, 1, kMaxProbeTurnMs);
+    absl::StatusOr<proto::ProbeTurn> answer = exchange.RoundTrip(begin, deadline_us);
+    samples->turn_wait_us = clock() - start;
+    if (answer.ok() && *answer == proto::PROBE_TURN_GRANTED) {
+      samples->got_turn = true;
+      return absl::OkStatus();
+    }
+    // Given back before anything else, also when the ask failed.
+    absl::StatusOr<proto::ProbeTurn> end =
+        machine.RoundTrip(ProbeRequest{0, 0, proto::PROBE_TURN_END}, deadline_us);
+    if (!answer.ok()) return answer.status();
+    if (*answer != proto::PROBE_TURN_BUSY) {
+      return absl::DataLossError(absl::StrCat("link probe: the reply to PROBE_TURN_BEGIN says ",
+                                              proto::ProbeTurn_Name(*answer),
+                                              ", not PROBE_TURN_GRANTED or PROBE_TURN_BUSY"));
+    }
+    if (!end.ok()) return end.status();
+    const int64_t left = deadline_us - clock();
+    if (left <= 0) break;
+    exchange.Wait(std::min(wait_us, left));
+    wait_us = std::min(2 * wait_us, kProbeTurnMaxWaitUs);
+    if (clock() >= deadline_us) break;
+  }
+  samples->turn_wait_us = clock() - start;
+  return absl::DeadlineExceededError(
+      "link probe: no bandwidth turn before the time limit (another prober held it)");
+}
+
 }  // namespace
 
 absl::Status CollectLinkSamples(ProbeExchange& exchange, const LinkProbeOptions& o,
                                 int64_t deadline_us, const std::function<int64_t()>& clock,
-                                LinkSamples* samples) {
+                                LinkSamples* samples, ProbeExchange* machine_turn) {
   auto timed = [&](const ProbeRequest& request, std::vector<int64_t>* into) -> absl::Status {
     const int64_t start = clock();
     absl::StatusOr<proto::ProbeTurn> answer = exchange.RoundTrip(request, deadline_us);
     if (answer.ok() && into != nullptr) into->push_back(clock() - start);
     return answer.status();
   };
+  if (machine_turn == &exchange) machine_turn = nullptr;  // the machine's own server: one turn
   const ProbeRequest small{o.latency_bytes, o.latency_bytes};
   if (absl::Status s = timed(small, nullptr); !s.ok()) return s;
+  const bool both = machine_turn != nullptr && o.transfers > 0;
+  if (both) {
+    if (absl::Status s = AwaitBothTurns(exchange, *machine_turn, deadline_us, clock, samples);
+        !s.ok()) {
+      return s;
+    }
+  }
+  // Gives back what is held (the probed server's turn once the last reply arrived, not with the
+  // last request: the next holder's first transfer must not meet that reply on the link).
+  auto end = [&](absl::Status status) {
+    if (samples->got_turn) {
+      absl::Status s = timed({0, 0, proto::PROBE_TURN_END}, nullptr);
+      if (status.ok()) status = s;
+    }
+    if (both) {
+      absl::StatusOr<proto::ProbeTurn> s =
+          machine_turn->RoundTrip(ProbeRequest{0, 0, proto::PROBE_TURN_END}, deadline_us);
+      if (status.ok()) status = s.status();
+    }
+    return status;
+  };
+  // A failed exchange: with both turns, they are given back (a prober's own machine would
+  // otherwise stay closed to the others until its server takes the turn back); with one,
+  // the server takes it back (kProbeTurnQuietMs).
+  auto fail = [&](absl::Status status) { return both ? end(std::move(status)) : status; };
   for (int i = 0; i < o.latency_probes; ++i) {
-    if (absl::Status s = timed(small, &samples->latency_us); !s.ok()) return s;
+    if (absl::Status s = timed(small, &samples->latency_us); !s.ok()) return fail(s);
   }
   if (o.transfers <= 0) return absl::OkStatus();
-  if (absl::Status s = AwaitTurn(exchange, deadline_us, clock, samples); !s.ok()) return s;
-  for (int i = 0; i < o.transfers; ++i) {
-    if (absl::Status s = timed({o.transfer_bytes, 0}, &samples->up_us); !s.ok()) return s;
-    if (absl::Status s = timed({0, o.transfer_bytes}, &samples->down_us); !s.ok()) return s;
+  if (!both) {
+    if (absl::Status s = AwaitTurn(exchange, deadline_us, clock, samples); !s.ok()) return s;
   }
-  // Given back once the last reply arrived, not with the last request: the next holder's first
-  // transfer must not meet that reply on the server's link.
-  return timed({0, 0, proto::PROBE_TURN_END}, nullptr);
+  for (int i = 0; i < o.transfers; ++i) {
+    if (absl::Status s = timed({o.transfer_bytes, 0}, &samples->up_us); !s.ok()) return fail(s);
+    if (absl::Status s = timed({0, o.transfer_bytes}, &samples->down_us); !s.ok()) return fail(s);
+    if (both) {  // the machine's server hears from its holder (kProbeTurnQuietMs)
+      absl::StatusOr<proto::ProbeTurn> s = machine_turn->RoundTrip(ProbeRequest{0, 0}, deadline_us);
+      if (!s.ok()) return fail(s.status());
+    }
+  }
+  return end(absl::OkStatus());
 }
 
 proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,
@@ -139,7 +217,8 @@ proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,
 
 proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
                                   const LinkProbeOptions& options,
-                                  const std::function<int64_t()>& clock, int first_server) {
+                                  const std::function<int64_t()>& clock, int first_server,
+                                  int machine_server) {
   proto::LinkProbeReport report;
   const int64_t start = clock();
   const int64_t end = start + options.timeout_ms * 1000;
@@ -149,7 +228,11 @@ proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
     const int64_t now = clock();
     const int64_t share = std::max<int64_t>(0, end - now) / static_cast<int64_t>(n - i);
     LinkSamples samples;
-    absl::Status s = CollectLinkSamples(*servers[server], options, now + share, clock, &samples);
+    ProbeExchange* machine_turn = machine_server >= 0 && static_cast<size_t>(machine_server) < n
+                                      ? servers[machine_server]
+                                      : nullptr;
+    absl::Status s =
+        CollectLinkSamples(*servers[server], options, now + share, clock, &samples, machine_turn);
     proto::LinkProbe* link = report.add_links();
     *link = SummarizeLinkSamples(static_cast<int>(server), samples, options.transfer_bytes);
     if (!s.ok()) {
@@ -166,6 +249,73 @@ proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
   }
   report.set_elapsed_ms(static_cast<double>(clock() - start) / 1000);
   return report;
+}
+
+namespace {
+
+// A numeric address in one spelling (inet_ntop's), or "" when it is not one.
+std::string CanonicalAddress(std::string host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  in_addr v4;
+  in6_addr v6;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    return inet_ntop(AF_INET, &v4, text, sizeof(text)) != nullptr ? text : "";
+  }
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    return inet_ntop(AF_INET6, &v6, text, sizeof(text)) != nullptr ? text : "";
+  }
+  return "";
+}
+
+// The host of tcp://host:port.
+std::string EndpointHost(const std::string& endpoint) {
+  const size_t scheme = endpoint.find("://");
+  const size_t begin = scheme == std::string::npos ? 0 : scheme + 3;
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon < begin) return endpoint.substr(begin);
+  return endpoint.substr(begin, colon - begin);
+}
+
+}  // namespace
+
+int ServerOnThisMachine(const std::vector<std::string>& server_addresses,
+                        const std::vector<std::string>& local_addresses) {
+  std::vector<std::string> local;
+  for (const std::string& a : local_addresses) {
+    if (std::string c = CanonicalAddress(a); !c.empty()) local.push_back(std::move(c));
+  }
+  int found = -1;
+  for (size_t i = 0; i < server_addresses.size(); ++i) {
+    const std::string host = CanonicalAddress(EndpointHost(server_addresses[i]));
+    if (host.empty() || std::find(local.begin(), local.end(), host) == local.end()) continue;
+    if (found >= 0) return -1;  // several: one machine's job
+    found = static_cast<int>(i);
+  }
+  return found;
+}
+
+std::vector<std::string> LocalInterfaceAddresses() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (a->ifa_addr->sa_family == AF_INET) {
+      const in_addr& v4 = reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr;
+      if ((ntohl(v4.s_addr) >> 24) == 127) continue;
+      if (inet_ntop(AF_INET, &v4, text, sizeof(text)) != nullptr) out.emplace_back(text);
+    } else if (a->ifa_addr->sa_family == AF_INET6) {
+      const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr;
+      if (IN6_IS_ADDR_LOOPBACK(&v6)) continue;
+      if (inet_ntop(AF_INET6, &v6, text, sizeof(text)) != nullptr) out.emplace_back(text);
+    }
+  }
+  freeifaddrs(list);
+  return out;
 }
 
 absl::Status AwaitOtherProbers(const std::vector<ProbeExchange*>& servers, int64_t deadline_us,

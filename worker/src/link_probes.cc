@@ -2,7 +2,8 @@
 // (operations queue meanwhile; the engine's callers are not held up), bounded by
 // ClusterConfig.link_probe_timeout_ms. The report goes to the scheduler. Every worker starts at
 // server (rank mod S), so that with several servers they wait for different servers' bandwidth
-// turns (common/link_probe.h).
+// turns (common/link_probe.h). Where a server runs on this worker's machine (the colocated
+// layout), its turn is held too, so that no other prober shares this machine's link.
 #include "absl/strings/str_cat.h"
 #include "data_loop.h"
 
@@ -21,7 +22,19 @@ void DataLoop::ProbeLinks(uint64_t* next_request) {
   proto::ControlMessage message;
   proto::LinkProbeReport* report = message.mutable_link_probe_report();
   const int64_t deadline_us = MonotonicUs() + options.timeout_ms * 1000;
-  *report = bytecomp::ProbeLinks(servers, options, &MonotonicUs, w_.rank);
+  std::vector<std::string> addresses;
+  for (const proto::ServerInfo& server : w_.topology->servers()) {
+    if (server.rank() >= 0 && static_cast<size_t>(server.rank()) >= addresses.size()) {
+      addresses.resize(static_cast<size_t>(server.rank()) + 1);
+    }
+    if (server.rank() >= 0) addresses[static_cast<size_t>(server.rank())] = server.data_address();
+  }
+  const int machine_server = ServerOnThisMachine(addresses, LocalInterfaceAddresses());
+  if (machine_server >= 0) {
+    BC_LOG_DEBUG("link probes: server ", machine_server,
+                 " runs on this machine; its bandwidth turn is held with each probed server's");
+  }
+  *report = bytecomp::ProbeLinks(servers, options, &MonotonicUs, w_.rank, machine_server);
   // Our pushes would cross the links of workers still measuring: wait for them (they are
   // needed for the first round anyway), within the same time limit.
   if (absl::Status s = AwaitOtherProbers(servers, deadline_us, &MonotonicUs); !s.ok()) {

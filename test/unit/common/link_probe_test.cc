@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <thread>
 
 #include "bytecomp/common/config.h"
@@ -24,6 +26,13 @@ class FakeLink : public ProbeExchange {
   absl::StatusOr<proto::ProbeTurn> RoundTrip(const ProbeRequest& r, int64_t deadline_us) override {
     ++calls;
     turns.push_back(r.turn);
+    if (log != nullptr) {
+      const std::string what = r.turn != proto::PROBE_TURN_NONE ? proto::ProbeTurn_Name(r.turn)
+                               : r.send_bytes > 1000            ? "up"
+                               : r.reply_bytes > 1000           ? "down"
+                                                                : "small";
+      log->push_back(name + " " + what);
+    }
     double t = rtt_ + r.send_bytes / up_ + r.reply_bytes / down_;
     if (calls == slow_call) t *= 10;
     const int64_t done = *now_ + static_cast<int64_t>(t);
@@ -57,6 +66,9 @@ class FakeLink : public ProbeExchange {
   int busy_answers = 0;
   int64_t busy_until_us = 0;
   bool held = false;  // granted and not ended
+  // Where set: every round trip as "<name> <BEGIN|END|up|down|small|...>", in call order.
+  std::vector<std::string>* log = nullptr;
+  std::string name;
   std::vector<proto::ProbeTurn> turns;
   std::vector<int64_t> turn_ms;
   std::vector<int64_t> waits;
@@ -243,6 +255,106 @@ TEST(LinkProbeTest, AWorkerDoneProbingWaitsUntilEveryServerIsIdle) {
             "link probe: server 1: other probers still measuring at the time limit (waited "
             "99 ms)");
   EXPECT_EQ(now, 100000);
+}
+
+// A colocated layout: the prober holds its machine's server's turn and the probed server's
+// from its latency probes to its last transfer; while the probed server is busy it gives its
+// machine's turn back, so that a prober probing this machine's server can go on.
+TEST(LinkProbeTest, TheMachinesServerTurnIsHeldWithTheProbedServersAndGivenBackWhileWaiting) {
+  int64_t now = 0;
+  std::vector<std::string> log;
+  FakeLink probed(&now, 100, 125, 125), machine(&now, 20, 1000, 1000);
+  probed.log = machine.log = &log;
+  probed.name = "probed";
+  machine.name = "machine";
+  probed.busy_answers = 2;
+  LinkProbeOptions o = Options();
+  o.latency_probes = 2;
+  o.transfers = 2;
+  LinkSamples samples;
+  ASSERT_TRUE(CollectLinkSamples(
+                  probed, o, 1 << 30, [&] { return now; }, &samples, &machine)
+                  .ok());
+  const std::vector<std::string> expected = {"probed small",  // the uncounted first probe
+                                             "machine PROBE_TURN_BEGIN",
+                                             "probed PROBE_TURN_BEGIN",
+                                             "machine PROBE_TURN_END",  // busy
+                                             "machine PROBE_TURN_BEGIN",
+                                             "probed PROBE_TURN_BEGIN",
+                                             "machine PROBE_TURN_END",  // busy
+                                             "machine PROBE_TURN_BEGIN",
+                                             "probed PROBE_TURN_BEGIN",  // both
+                                             "probed small",
+                                             "probed small",  // latency, under both turns
+                                             "probed up",
+                                             "probed down",
+                                             "machine small",  // the machine's turn kept alive
+                                             "probed up",
+                                             "probed down",
+                                             "machine small",
+                                             "probed PROBE_TURN_END",
+                                             "machine PROBE_TURN_END"};
+  EXPECT_EQ(log, expected);
+  EXPECT_EQ(machine.waits, std::vector<int64_t>{});
+  EXPECT_EQ(probed.waits, (std::vector<int64_t>{2000, 4000}));
+  EXPECT_TRUE(samples.got_turn);
+  EXPECT_FALSE(probed.held);
+  EXPECT_FALSE(machine.held);
+  const proto::LinkProbe p = SummarizeLinkSamples(0, samples, o.transfer_bytes);
+  EXPECT_NEAR(p.latency_us(), 100, 1e-9);
+  EXPECT_NEAR(p.up_gbps(), 1.0, 1e-9);
+
+  // The machine's own server: one turn, as without.
+  log.clear();
+  LinkSamples own;
+  ASSERT_TRUE(CollectLinkSamples(
+                  machine, o, 1 << 30, [&] { return now; }, &own, &machine)
+                  .ok());
+  EXPECT_EQ(std::count(log.begin(), log.end(), "machine PROBE_TURN_BEGIN"), 1);
+  EXPECT_EQ(log.back(), "machine PROBE_TURN_END");
+}
+
+// A failure under both turns gives both back; the time limit while the machine's turn is taken
+// by another prober is reported as such.
+TEST(LinkProbeTest, BothTurnsAreGivenBackOnAFailureAndTheTimeLimitIsReported) {
+  int64_t now = 0;
+  FakeLink probed(&now, 100, 125, 125), machine(&now, 20, 1000, 1000);
+  probed.fail_call = 6;  // after the first probe, a BEGIN and three latency probes
+  LinkProbeOptions o = Options();
+  LinkSamples samples;
+  absl::Status s = CollectLinkSamples(
+      probed, o, 1 << 30, [&] { return now; }, &samples, &machine);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(probed.turns.back(), proto::PROBE_TURN_END);
+  EXPECT_FALSE(probed.held);
+  EXPECT_FALSE(machine.held);
+
+  now = 0;
+  FakeLink probed2(&now, 100, 125, 125), taken(&now, 20, 1000, 1000);
+  taken.busy_until_us = 1 << 30;
+  LinkSamples waited;
+  s = CollectLinkSamples(
+      probed2, o, 100000, [&] { return now; }, &waited, &taken);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(),
+            "link probe: no bandwidth turn of this machine's server before the time limit");
+  EXPECT_FALSE(waited.got_turn);
+  EXPECT_EQ(probed2.turn_ms.size(), 0u);  // the probed server was never asked
+}
+
+TEST(LinkProbeTest, TheServerOnThisMachineIsTheOneWhoseAddressIsLocal) {
+  const std::vector<std::string> servers = {"tcp://10.213.2.1:4001", "tcp://10.213.2.2:4002",
+                                            "tcp://[fd00::3]:4003", "tcp://node7:4004"};
+  EXPECT_EQ(ServerOnThisMachine(servers, {"10.213.2.2"}), 1);
+  EXPECT_EQ(ServerOnThisMachine(servers, {"192.168.0.9", "fd00:0::3"}), 2);
+  EXPECT_EQ(ServerOnThisMachine(servers, {"192.168.0.9"}), -1);
+  EXPECT_EQ(ServerOnThisMachine(servers, {"10.213.2.1", "10.213.2.2"}), -1);  // one machine
+  EXPECT_EQ(ServerOnThisMachine(servers, {"node7"}), -1);  // names are not compared
+  EXPECT_EQ(ServerOnThisMachine({}, {"10.213.2.2"}), -1);
+  for (const std::string& a : LocalInterfaceAddresses()) {
+    EXPECT_NE(a.rfind("127.", 0), 0u) << a;
+    EXPECT_NE(a, "::1");
+  }
 }
 
 TEST(LinkProbeTest, NoTurnIsAskedForWithoutTransfers) {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -86,9 +87,18 @@ struct LinkSamples {
 // Runs one server's probes, stopping at deadline_us or the first failed exchange (returned;
 // the samples hold what completed). The transfers wait for the server's bandwidth turn, asked
 // for until deadline_us. clock() gives the time in us.
+//
+// machine_turn: the server on the prober's own machine (null: none, or not known). A machine
+// that runs a server beside a worker (BytePS's colocated layout) carries on its one link both
+// the worker's probes and the replies of its server to other probers: measured at once, each
+// saw a share (0.04-0.11 of a 0.1 Gbit/s link, 4 workers and 4 colocated servers). With
+// machine_turn, the prober holds that server's turn too (asked for first, given back while it
+// waits for the other), from the latency probes to its last transfer, so that no other prober
+// uses either machine's link meanwhile; a small probe after each transfer pair keeps that turn
+// alive. The machine's own server (machine_turn == &exchange) takes one turn, as without.
 absl::Status CollectLinkSamples(ProbeExchange& exchange, const LinkProbeOptions& options,
                                 int64_t deadline_us, const std::function<int64_t()>& clock,
-                                LinkSamples* samples);
+                                LinkSamples* samples, ProbeExchange* machine_turn = nullptr);
 
 // Latency and bandwidths from samples (0 where a kind has none).
 proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,
@@ -96,10 +106,22 @@ proto::LinkProbe SummarizeLinkSamples(int server, const LinkSamples& samples,
 
 // Probes servers[i] (server i) in turn, from first_server on (workers start at their rank, so
 // that W <= S workers probe distinct servers at a time); each gets an equal share of the time
-// still left. A server whose probes did not all complete carries the error.
+// still left. A server whose probes did not all complete carries the error. machine_server:
+// the index of the server on the prober's machine (CollectLinkSamples' machine_turn), or -1.
 proto::LinkProbeReport ProbeLinks(const std::vector<ProbeExchange*>& servers,
                                   const LinkProbeOptions& options,
-                                  const std::function<int64_t()>& clock, int first_server = 0);
+                                  const std::function<int64_t()>& clock, int first_server = 0,
+                                  int machine_server = -1);
+
+// The server that runs on this machine: the one server whose data address (tcp://host:port,
+// host a numeric IPv4 or IPv6 address) is one of local_addresses (this machine's interface
+// addresses, loopback left out by the caller), or -1 when none or several are (a job on one
+// machine: every link is local).
+int ServerOnThisMachine(const std::vector<std::string>& server_addresses,
+                        const std::vector<std::string>& local_addresses);
+
+// This machine's interface addresses, numeric, loopback left out (getifaddrs).
+std::vector<std::string> LocalInterfaceAddresses();
 
 // Waits until no prober holds or waits for the bandwidth turn of any server (PROBE_TURN_QUERY
 // until PROBE_TURN_IDLE), or deadline_us: a worker done with its probes calls it before its
