@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "bytecomp/compress/codec_util.h"
 #include "simd_kernel.h"
@@ -197,45 +198,39 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) size_t UnpackGroups8Vbmi(
 
 #pragma GCC diagnostic pop
 
-// The VBMI kernel for bits in [1, 8) over whole steps of 8 groups; returns the groups done.
-size_t PackGroups8Fast(const uint16_t* codes, size_t groups, uint32_t bits, uint8_t* out) {
-  if (!CpuHasAvx512Vbmi()) return 0;
+// f(std::integral_constant<uint32_t, bits>) for bits in [1, 8) (7 for any other).
+template <typename F>
+size_t WithBits(uint32_t bits, F&& f) {
   switch (bits) {
     case 1:
-      return PackGroups8Vbmi<1>(codes, groups, out);
+      return f(std::integral_constant<uint32_t, 1>{});
     case 2:
-      return PackGroups8Vbmi<2>(codes, groups, out);
+      return f(std::integral_constant<uint32_t, 2>{});
     case 3:
-      return PackGroups8Vbmi<3>(codes, groups, out);
+      return f(std::integral_constant<uint32_t, 3>{});
     case 4:
-      return PackGroups8Vbmi<4>(codes, groups, out);
+      return f(std::integral_constant<uint32_t, 4>{});
     case 5:
-      return PackGroups8Vbmi<5>(codes, groups, out);
+      return f(std::integral_constant<uint32_t, 5>{});
     case 6:
-      return PackGroups8Vbmi<6>(codes, groups, out);
+      return f(std::integral_constant<uint32_t, 6>{});
     default:
-      return PackGroups8Vbmi<7>(codes, groups, out);
+      return f(std::integral_constant<uint32_t, 7>{});
   }
+}
+
+// The VBMI kernels for bits in [1, 8) over whole steps of 8 groups; they return the groups
+// done (none without VBMI).
+size_t PackGroups8Fast(const uint16_t* codes, size_t groups, uint32_t bits, uint8_t* out) {
+  if (!CpuHasAvx512Vbmi()) return 0;
+  return WithBits(bits,
+                  [&](auto b) { return PackGroups8Vbmi<decltype(b)::value>(codes, groups, out); });
 }
 
 size_t UnpackGroups8Fast(const uint8_t* in, size_t groups, uint32_t bits, uint16_t* codes) {
   if (!CpuHasAvx512Vbmi()) return 0;
-  switch (bits) {
-    case 1:
-      return UnpackGroups8Vbmi<1>(in, groups, codes);
-    case 2:
-      return UnpackGroups8Vbmi<2>(in, groups, codes);
-    case 3:
-      return UnpackGroups8Vbmi<3>(in, groups, codes);
-    case 4:
-      return UnpackGroups8Vbmi<4>(in, groups, codes);
-    case 5:
-      return UnpackGroups8Vbmi<5>(in, groups, codes);
-    case 6:
-      return UnpackGroups8Vbmi<6>(in, groups, codes);
-    default:
-      return UnpackGroups8Vbmi<7>(in, groups, codes);
-  }
+  return WithBits(bits,
+                  [&](auto b) { return UnpackGroups8Vbmi<decltype(b)::value>(in, groups, codes); });
 }
 
 }  // namespace
