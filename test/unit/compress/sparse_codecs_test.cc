@@ -349,6 +349,44 @@ TEST(SparseCodecsTest, DecodeAddIsASparseAdd) {
   }
 }
 
+// Bit-packed deltas of every width up to 9, over more than one 2048-index block (widths 1-8
+// are packed as 16-bit codes in blocks, 9 bit by bit): the section is the LSB-first stream of
+// the deltas, and the message decodes to the kept elements.
+TEST(SparseCodecsTest, BitPackedDeltasOfEveryWidthAcrossBlocks) {
+  auto codec = MustCreate("threshold", {{"threshold", "0.5"}});
+  for (uint32_t width = 1; width <= 9; ++width) {
+    std::vector<float> x(5000u << width, 0.0f);
+    std::vector<uint32_t> kept;
+    uint32_t seed = 12345u + width;
+    for (size_t i = 0; i < x.size();) {
+      x[i] = (seed & 1u) ? -1.0f : 1.0f;
+      kept.push_back(static_cast<uint32_t>(i));
+      seed = seed * 1664525u + 1013904223u;
+      i += 1 + (seed >> 8) % (1u << width);  // deltas 0 .. 2^width - 1
+    }
+    auto enc = EncodeToVector(*codec, x, TestContext());
+    ASSERT_TRUE(enc.ok());
+    ASSERT_EQ((*enc)[1], 1) << "width " << width;  // bit-packed
+    ASSERT_EQ((*enc)[2], width);
+    const size_t section = 16 + 4 * kept.size();
+    std::vector<uint8_t> stream((kept.size() * width + 7) / 8, 0);
+    for (size_t j = 0; j < kept.size(); ++j) {
+      const uint32_t delta = kept[j] - (j == 0 ? 0u : kept[j - 1] + 1u);
+      for (uint32_t b = 0; b < width; ++b) {
+        if ((delta >> b) & 1u) {
+          stream[(j * width + b) / 8] |= static_cast<uint8_t>(1u << ((j * width + b) % 8));
+        }
+      }
+    }
+    ASSERT_EQ(enc->size(), section + stream.size()) << "width " << width;
+    EXPECT_TRUE(std::equal(stream.begin(), stream.end(), enc->begin() + section))
+        << "width " << width;
+    auto dec = DecodeToVector(*codec, *enc, TestContext(), x.size());
+    ASSERT_TRUE(dec.ok()) << dec.status();
+    EXPECT_EQ(*dec, x) << "width " << width;
+  }
+}
+
 TEST(SparseCodecsTest, IndexEncodingsRoundTrip) {
   // Dense selection: bit-packed deltas of width 0 (no index bytes at all).
   auto all = MustCreate("threshold", {{"threshold", "0"}});
