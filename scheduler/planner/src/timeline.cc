@@ -28,10 +28,15 @@ constexpr LowerPriorityT LowerPriority;
 template <typename StartedWork>
 double BoundFrom(double now, StartedWork started_work, const SimProblem& problem,
                  const std::array<double, kNumResources>& total_work, double tail_us);
-// From a running state: a job started on a resource holds its slot until its event, so what
-// it has left counts as work not started yet.
 double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
                  const std::array<double, kNumResources>& total_work, double tail_us) {
+  return BoundFrom(
+      s.now, [&](int r) { return s.resources[r].started_work; }, problem, total_work, tail_us);
+}
+// Tighter, at the cost of a pass over the pending events: a job started on a resource holds
+// its slot until its event, so what it has left counts as work not started yet.
+double RunningBound(const TimelineSimulator::State& s, const SimProblem& problem,
+                    const std::array<double, kNumResources>& total_work, double tail_us) {
   std::array<double, kNumResources> left_running{};
   for (const TimelineSimulator::Event& e : s.events) left_running[e.resource] += e.time - s.now;
   return BoundFrom(
@@ -208,10 +213,11 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
   const double forward = problem_->forward_us;
   const int from = s.pending_ready;
   bool shifted_below_cutoff = false;
-  // Between ready times the bound on the work left is checked every kBoundEvery events:
-  // after the last tensor is ready it is the only cut besides the cutoff itself.
+  // After the last tensor is ready, where no ready time checks the bound any more, the bound
+  // on the work left is checked every kBoundEvery events.
   constexpr int kBoundEvery = 8;
   int until_bound = kBoundEvery;
+  bool all_ready = false;
   auto dispatch = [&](int resource) {
     auto& r = s.resources[resource];
     while (r.busy < problem_->slots[resource] && !r.queue.empty()) {
@@ -266,6 +272,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       }
       s.pending_ready = -1;
       ExpandTensor(s, j, choice[j], trace);
+      all_ready = j + 1 == n_;
       if (j + 1 < n_) {
         Enqueue(s, kCompute, ~(j + 1), 0, static_cast<float>(problem_->tensors[j + 1].ready_gap_us),
                 trace);
@@ -292,9 +299,9 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       s.free_slots.push_back(e.job);
     }
     dispatch(e.resource);
-    if (bound_work_ != nullptr && --until_bound == 0) {
+    if (all_ready && bound_work_ != nullptr && --until_bound == 0) {
       until_bound = kBoundEvery;
-      if (BoundFrom(s, *problem_, *bound_work_, 0) >= cutoff_us) return kAborted;
+      if (RunningBound(s, *problem_, *bound_work_, 0) >= cutoff_us) return kAborted;
     }
   }
   return s.now + forward;
