@@ -265,7 +265,7 @@ class Search {
       choice_[t] = o;
     }
     time_ = sim_.Rebase(choice_, from, last);
-    RefreshTails();
+    RefreshTails(last);
   }
 
  private:
@@ -281,13 +281,18 @@ class Search {
   // tail_max_[k]: the latest, over tensors j >= k, of (gaps to j + j's chain bound), so that
   // a tensor j ready no earlier than snapshot k plus those gaps ends no earlier than that
   // (the order in which candidates are tried); bounds_: the tighter bounds that skip them.
-  void RefreshTails() {
+  // After a change of tensors <= last_changed (-1: anything), the later ones' stay.
+  void RefreshTails(int last_changed = -1) {
     const int n = static_cast<int>(choice_.size());
-    tail_max_.assign(n + 1, -1e300);
-    for (int k = n - 1; k >= 0; --k) {
+    int top = last_changed;
+    if (top < 0 || static_cast<int>(tail_max_.size()) != n + 1) {
+      tail_max_.assign(n + 1, -1e300);
+      top = n - 1;
+    }
+    for (int k = top; k >= 0; --k) {
       tail_max_[k] = std::max(tail_max_[k + 1], gaps_[k] + Chain(k, choice_[k]));
     }
-    ComputeTailBounds(problem_.sim, choice_, &bounds_);
+    ComputeTailBounds(problem_.sim, choice_, &bounds_, last_changed);
   }
 
   double keep_;               // 1 - min_relative_gain

@@ -465,27 +465,46 @@ double StreamUs(const OptionCost& cost) {
 }
 
 void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice,
-                       TailBounds* bounds) {
+                       TailBounds* bounds, int last_changed) {
   const int n = static_cast<int>(problem.tensors.size());
-  bounds->offset.resize(n);
-  bounds->latest.assign(n + 1, -1e300);
-  bounds->after.resize(n);
-  // (Gaps as the simulator adds them: float durations.)
-  std::vector<double> gaps(n, 0);
-  double offset = 0;
-  for (int k = 0; k < n; ++k) {
-    if (k > 0) {
-      const float gap = static_cast<float>(problem.tensors[k].ready_gap_us);
-      gaps[k] = gaps[k - 1] + gap;
-      offset += gap;
-    }
-    bounds->offset[k] = offset;
-    offset += StreamUs(problem.tensors[k].options[choice[k]]);
+  auto stream = [&](int k) { return StreamUs(problem.tensors[k].options[choice[k]]); };
+  // Tensors computed again: all, or those up to the last changed one when the bounds are of a
+  // choice that differs from `choice` only there, with the same stream times (the offsets
+  // stay; the bounds of later tensors depend on later tensors only).
+  int top = n - 1;
+  if (last_changed >= 0 && last_changed < n - 1 && static_cast<int>(bounds->stream.size()) == n) {
+    bool same = true;
+    for (int k = 0; k <= last_changed && same; ++k) same = stream(k) == bounds->stream[k];
+    if (same) top = last_changed;
   }
-  std::array<double, kNumResources> suffix{}, least_before, least_after;
-  least_before.fill(1e300);
-  least_after.fill(1e300);
-  for (int k = n - 1; k >= 0; --k) {
+  if (top == n - 1) {
+    bounds->offset.resize(n);
+    bounds->latest.assign(n + 1, -1e300);
+    bounds->after.resize(n);
+    bounds->stream.resize(n);
+    bounds->suffix.resize(n + 1);
+    // (Gaps as the simulator adds them: float durations.)
+    bounds->gaps.assign(n, 0);
+    double offset = 0;
+    for (int k = 0; k < n; ++k) {
+      if (k > 0) {
+        const float gap = static_cast<float>(problem.tensors[k].ready_gap_us);
+        bounds->gaps[k] = bounds->gaps[k - 1] + gap;
+        offset += gap;
+      }
+      bounds->offset[k] = offset;
+      bounds->stream[k] = stream(k);
+      offset += bounds->stream[k];
+    }
+    TailBounds::Suffix& none = bounds->suffix[n];
+    none.work.fill(0);
+    none.least_before.fill(1e300);
+    none.least_after.fill(1e300);
+  }
+  const std::vector<double>& gaps = bounds->gaps;
+  TailBounds::Suffix acc = bounds->suffix[top + 1];
+  auto& [suffix, least_before, least_after] = acc;
+  for (int k = top; k >= 0; --k) {
     const OptionCost& cost = problem.tensors[k].options[choice[k]];
     double bound = cost.span_us;
     for (int r = 0; r < kNumResources; ++r) {
@@ -494,6 +513,7 @@ void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice
       least_before[r] = std::min(least_before[r], cost.before_us[r]);
       least_after[r] = std::min(least_after[r], cost.after_us[r]);
     }
+    bounds->suffix[k] = acc;
     for (int r = 0; r < kNumResources; ++r) {
       if (suffix[r] <= 0) continue;
       if (r == kCompute) {
@@ -502,7 +522,9 @@ void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice
         bound = std::max(bound, gaps[n - 1] - gaps[k] + suffix[r]);
         continue;
       }
-      bound = std::max(bound, least_before[r] + suffix[r] / problem.slots[r] + least_after[r]);
+      // (x / 1 is x: one slot needs no division.)
+      const double per_slot = problem.slots[r] == 1 ? suffix[r] : suffix[r] / problem.slots[r];
+      bound = std::max(bound, least_before[r] + per_slot + least_after[r]);
     }
     bounds->latest[k] = std::max(bounds->latest[k + 1], bounds->offset[k] + bound);
     bounds->after[k] = bounds->latest[k] - bounds->offset[k];
