@@ -77,7 +77,7 @@ void AppendJsonString(std::string& out, const std::string& text) {
 }  // namespace
 
 TimelineSimulator::TimelineSimulator(const SimProblem* problem)
-    : problem_(problem), n_(static_cast<int>(problem->tensors.size())), slots_(problem->slots) {
+    : problem_(problem), n_(static_cast<int>(problem->tensors.size())) {
   stride_ = n_ < 128 ? 1 : n_ / 64;
   snapshots_.resize(n_);
   summaries_.resize(n_);
@@ -162,7 +162,7 @@ inline __attribute__((always_inline)) void TimelineSimulator::Enqueue(
     State& s, int resource, int32_t job, int32_t priority, float duration,
     std::vector<TraceSpan>* trace) {
   auto& r = s.resources[resource];
-  if (r.busy < slots_[resource] && r.queue.empty()) {
+  if (r.busy < problem_->slots[resource] && r.queue.empty()) {
     Start(s, resource, job, duration, trace);
     return;
   }
@@ -183,14 +183,15 @@ inline __attribute__((always_inline)) void TimelineSimulator::EnqueueStage(
   const Partition& p = s.partitions[slot];
   const Stage& stage = p.cost->stages[p.stage];
   // The compute stream is in order; elsewhere the tensor nearest the input goes first.
-  Enqueue(s, stage.resource, slot, stage.resource == kCompute ? 0 : p.priority, stage.duration_us,
-          trace);
+  int32_t priority =
+      stage.resource == kCompute ? 0 : (n_ - p.tensor) * 4096 + std::min<int>(p.part, 4095);
+  Enqueue(s, stage.resource, slot, priority, stage.duration_us, trace);
 }
 
 void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
                                      std::vector<TraceSpan>* trace) {
   const OptionCost& cost = problem_->tensors[tensor].options[option];
-  auto add_partition = [&](int part) {
+  for (int part = 0; part < cost.partitions; ++part) {
     int32_t slot;
     if (s.free_slots.empty()) {
       slot = static_cast<int32_t>(s.partitions.size());
@@ -199,51 +200,10 @@ void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
       slot = s.free_slots.back();
       s.free_slots.pop_back();
     }
-    s.partitions[slot] = Partition{&cost,
-                                   tensor,
-                                   static_cast<int16_t>(option),
-                                   static_cast<int16_t>(std::min(part, 32767)),
-                                   0,
-                                   cost.num_stages,
-                                   (n_ - tensor) * 4096 + std::min(part, 4095)};
+    s.partitions[slot] = Partition{&cost, tensor, static_cast<int16_t>(option),
+                                   static_cast<int16_t>(std::min(part, 32767)), 0};
     ++s.active_partitions;
-    return slot;
-  };
-  // Every partition's first stage is on the same resource: as many as find a free slot start,
-  // in order, and the others wait. A later part waits behind an earlier one (its priority and
-  // its sequence number are not lower), so they join the queue as one block, the first
-  // waiting part at its back: where one pass puts the block when nothing waiting falls between
-  // its ends (always, but for a tie broken by sequence numbers), one job at a time otherwise.
-  const int resource = cost.stages[0].resource;
-  const float duration = cost.stages[0].duration_us;
-  auto& r = s.resources[resource];
-  int part = 0;
-  for (; part < cost.partitions && r.busy < slots_[resource] && r.queue.empty(); ++part) {
-    Start(s, resource, add_partition(part), duration, trace);
-  }
-  if (part == cost.partitions) return;
-  block_.clear();
-  for (; part < cost.partitions; ++part) {
-    const int32_t slot = add_partition(part);
-    block_.push_back(Waiting{resource == kCompute ? 0 : s.partitions[slot].priority,
-                             static_cast<uint32_t>(s.seq++), slot, duration});
-  }
-  const Waiting& first = block_.front();  // the next of the block
-  const Waiting& last = block_.back();
-  auto at = r.queue.end();
-  while (at != r.queue.begin() && LowerPriority(last, *(at - 1))) --at;
-  if (at == r.queue.end() || LowerPriority(first, *at)) {
-    r.queue.insert(at, block_.rbegin(), block_.rend());
-    return;
-  }
-  for (const Waiting& w : block_) {
-    r.queue.push_back(w);
-    auto to = r.queue.end() - 1;
-    while (to != r.queue.begin() && LowerPriority(w, *(to - 1))) {
-      *to = *(to - 1);
-      --to;
-    }
-    *to = w;
+    EnqueueStage(s, slot, trace);
   }
 }
 
@@ -252,12 +212,6 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
                               int same_as_baseline_after) {
   const double forward = problem_->forward_us;
   const int from = s.pending_ready;
-  // Counted in a local (kept in a register), added to events_ on every return.
-  struct Count {
-    int64_t& total;
-    int64_t events = 0;
-    ~Count() { total += events; }
-  } count{events_};
   bool shifted_below_cutoff = false;
   // After the last tensor is ready, where no ready time checks the bound any more, the bound
   // on the work left is checked every kBoundEvery events.
@@ -266,7 +220,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
   bool all_ready = false;
   auto dispatch = [&](int resource) {
     auto& r = s.resources[resource];
-    while (r.busy < slots_[resource] && !r.queue.empty()) {
+    while (r.busy < problem_->slots[resource] && !r.queue.empty()) {
       Waiting w = r.queue.back();
       r.queue.pop_back();
       Start(s, resource, w.job, w.duration, trace);
@@ -329,7 +283,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     if (s.events.back().time + forward >= cutoff_us) return kAborted;
     const Event e = s.events.back();
     s.events.pop_back();
-    ++count.events;
+    ++events_;
     s.now = e.time;
     --s.resources[e.resource].busy;
     if (e.job < 0) {
@@ -338,7 +292,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     }
     Partition& p = s.partitions[e.job];
     ++p.stage;
-    if (p.stage < p.num_stages) {
+    if (p.stage < p.cost->num_stages) {
       EnqueueStage(s, e.job, trace);
     } else {
       --s.active_partitions;

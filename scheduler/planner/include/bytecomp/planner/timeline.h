@@ -129,8 +129,6 @@ class TimelineSimulator {
     int16_t option;
     int16_t part;
     int8_t stage;
-    int8_t num_stages;  // cost->num_stages
-    int32_t priority;   // on every resource but the compute stream: nearest the input first
   };
   // Of the baseline's state at a tensor's ready time: what bounds and checks need.
   struct Summary {
@@ -167,7 +165,6 @@ class TimelineSimulator {
 
   const SimProblem* problem_;
   int n_;
-  std::array<int, kNumResources> slots_;  // problem_->slots
   // `relative`: of the pending events' times less the state's time (to a picosecond), so
   // that a state equals another shifted in time.
   uint64_t StateHash(const State& s, bool relative) const;
@@ -183,7 +180,6 @@ class TimelineSimulator {
   std::vector<uint8_t> idle_before_;
   std::vector<State> stack_;  // exhaustive search
   State scratch_;
-  std::vector<Waiting> block_;  // ExpandTensor's waiting partitions
   const std::array<double, kNumResources>* bound_work_ = nullptr;
   const std::vector<double>* bound_tail_ = nullptr;
   double baseline_us_ = 0;
