@@ -82,7 +82,7 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
         choice = std::move(changed);
         total = changed_total;
         sim.Rebase(choice, i, i);
-        ComputeTailBounds(problem.sim, choice, &bounds);
+        ComputeTailBounds(problem.sim, choice, &bounds, i);
         break;
       }
     }

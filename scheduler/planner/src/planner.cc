@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/strategy.h"
+#include "bytecomp/planner/allowed_codecs.h"
 
 namespace bytecomp::planner {
 namespace {
@@ -263,7 +265,7 @@ class Search {
       choice_[t] = o;
     }
     time_ = sim_.Rebase(choice_, from, last);
-    RefreshTails();
+    RefreshTails(last);
   }
 
  private:
@@ -279,13 +281,18 @@ class Search {
   // tail_max_[k]: the latest, over tensors j >= k, of (gaps to j + j's chain bound), so that
   // a tensor j ready no earlier than snapshot k plus those gaps ends no earlier than that
   // (the order in which candidates are tried); bounds_: the tighter bounds that skip them.
-  void RefreshTails() {
+  // After a change of tensors <= last_changed (-1: anything), the later ones' stay.
+  void RefreshTails(int last_changed = -1) {
     const int n = static_cast<int>(choice_.size());
-    tail_max_.assign(n + 1, -1e300);
-    for (int k = n - 1; k >= 0; --k) {
+    int top = last_changed;
+    if (top < 0 || static_cast<int>(tail_max_.size()) != n + 1) {
+      tail_max_.assign(n + 1, -1e300);
+      top = n - 1;
+    }
+    for (int k = top; k >= 0; --k) {
       tail_max_[k] = std::max(tail_max_[k + 1], gaps_[k] + Chain(k, choice_[k]));
     }
-    ComputeTailBounds(problem_.sim, choice_, &bounds_);
+    ComputeTailBounds(problem_.sim, choice_, &bounds_, last_changed);
   }
 
   double keep_;               // 1 - min_relative_gain
@@ -475,23 +482,29 @@ bool Dominates(const OptionCost& a, const OptionCost& b) {
 // replace a less lossy one); the first option (uncompressed, default partitioning) always
 // stays first.
 void DropDominated(std::vector<OptionCost>& options, const proto::CostTable& costs) {
-  auto loss = [&](const OptionCost& o) {
-    return o.option.codec < 0 ? proto::LOSS_NONE : LossOf(costs.codecs(o.option.codec));
-  };
-  std::vector<OptionCost> kept;
-  for (size_t b = 0; b < options.size(); ++b) {
-    bool dominated = false;
-    for (size_t a = 0; a < options.size() && !dominated; ++a) {
-      if (a == b || loss(options[a]) > loss(options[b]) || !Dominates(options[a], options[b])) {
-        continue;
-      }
-      // Equal options: keep the less lossy, else the first of them.
-      dominated =
-          !Dominates(options[b], options[a]) || loss(options[a]) < loss(options[b]) || a < b;
-    }
-    if (!dominated || b == 0) kept.push_back(options[b]);
+  const size_t m = options.size();
+  std::vector<int> loss(m);
+  for (size_t o = 0; o < m; ++o) {
+    const int codec = options[o].option.codec;
+    loss[o] = codec < 0 ? proto::LOSS_NONE : LossOf(costs.codecs(codec));
   }
-  options = std::move(kept);
+  std::vector<uint8_t> keep(m);
+  for (size_t b = 0; b < m; ++b) {
+    bool dominated = false;
+    for (size_t a = 0; a < m && !dominated; ++a) {
+      if (a == b || loss[a] > loss[b] || !Dominates(options[a], options[b])) continue;
+      // Equal options: keep the less lossy, else the first of them.
+      dominated = !Dominates(options[b], options[a]) || loss[a] < loss[b] || a < b;
+    }
+    keep[b] = !dominated || b == 0;
+  }
+  size_t kept = 0;
+  for (size_t b = 0; b < m; ++b) {
+    if (!keep[b]) continue;
+    if (kept != b) options[kept] = options[b];
+    ++kept;
+  }
+  options.resize(kept);
 }
 
 }  // namespace
@@ -534,13 +547,43 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
                  in.cluster.servers() * in.cluster.server_threads(),
                  1};
   const std::vector<double> training_cpu = TrainingCpuUs(in.profile);
+  p.sim.tensors.reserve(in.profile.tensors_size());
+  p.none_index.reserve(in.profile.tensors_size());
+  // A tensor's options and their costs follow from its size (elements, element bytes, block
+  // density), its share of the training CPU and the user's allowance for its name: tensors
+  // alike in these (a model's repeated layers) share them, computed once.
+  // (Doubles by their bits: equal bits, equal costs.)
+  using Alike =
+      std::tuple<const proto::TensorAllowance*, int64_t, int32_t, bool, uint64_t, uint64_t>;
+  auto bits = [](double v) {
+    uint64_t b;
+    std::memcpy(&b, &v, sizeof b);
+    return b;
+  };
+  std::map<Alike, int> first_alike;
   for (int i = 0; i < in.profile.tensors_size(); ++i) {
     const proto::TensorProfile& t = in.profile.tensors(i);
     SimTensor st;
     st.name = t.name();
     st.bytes = TensorBytes(t);
     st.ready_gap_us = t.ready_gap_us();
-    for (const TensorOption& o : EnumerateOptions(t, in.cluster, in.costs, in.options)) {
+    const Alike alike{AllowanceFor(in.options, t.name()),
+                      t.elements(),
+                      t.element_bytes(),
+                      t.has_block_density(),
+                      bits(t.block_density()),
+                      bits(training_cpu[i])};
+    if (auto [it, first] = first_alike.emplace(alike, i); !first) {
+      const SimTensor& same = p.sim.tensors[it->second];
+      st.options = same.options;
+      st.tree_options = same.tree_options;
+      p.none_index.push_back(0);
+      p.sim.tensors.push_back(std::move(st));
+      continue;
+    }
+    const std::vector<TensorOption> tree = EnumerateOptions(t, in.cluster, in.costs, in.options);
+    st.options.reserve(tree.size());
+    for (const TensorOption& o : tree) {
       OptionCost cost = CostOf(o, t, in.cluster, in.costs, training_cpu[i]);
       double chain = 0, busiest = 0;
       for (int k = 0; k < cost.num_stages; ++k) {

@@ -33,6 +33,16 @@ double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
   return BoundFrom(
       s.now, [&](int r) { return s.resources[r].started_work; }, problem, total_work, tail_us);
 }
+// Tighter, at the cost of a pass over the pending events: a job started on a resource holds
+// its slot until its event, so what it has left counts as work not started yet.
+double RunningBound(const TimelineSimulator::State& s, const SimProblem& problem,
+                    const std::array<double, kNumResources>& total_work, double tail_us) {
+  std::array<double, kNumResources> left_running{};
+  for (const TimelineSimulator::Event& e : s.events) left_running[e.resource] += e.time - s.now;
+  return BoundFrom(
+      s.now, [&](int r) { return s.resources[r].started_work - left_running[r]; }, problem,
+      total_work, tail_us);
+}
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
   x += 0x9e3779b97f4a7c15ULL;
@@ -203,6 +213,11 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
   const double forward = problem_->forward_us;
   const int from = s.pending_ready;
   bool shifted_below_cutoff = false;
+  // After the last tensor is ready, where no ready time checks the bound any more, the bound
+  // on the work left is checked every kBoundEvery events.
+  constexpr int kBoundEvery = 8;
+  int until_bound = kBoundEvery;
+  bool all_ready = false;
   auto dispatch = [&](int resource) {
     auto& r = s.resources[resource];
     while (r.busy < problem_->slots[resource] && !r.queue.empty()) {
@@ -257,6 +272,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       }
       s.pending_ready = -1;
       ExpandTensor(s, j, choice[j], trace);
+      all_ready = j + 1 == n_;
       if (j + 1 < n_) {
         Enqueue(s, kCompute, ~(j + 1), 0, static_cast<float>(problem_->tensors[j + 1].ready_gap_us),
                 trace);
@@ -283,6 +299,10 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       s.free_slots.push_back(e.job);
     }
     dispatch(e.resource);
+    if (all_ready && bound_work_ != nullptr && --until_bound == 0) {
+      until_bound = kBoundEvery;
+      if (RunningBound(s, *problem_, *bound_work_, 0) >= cutoff_us) return kAborted;
+    }
   }
   return s.now + forward;
 }
@@ -399,27 +419,46 @@ double StreamUs(const OptionCost& cost) {
 }
 
 void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice,
-                       TailBounds* bounds) {
+                       TailBounds* bounds, int last_changed) {
   const int n = static_cast<int>(problem.tensors.size());
-  bounds->offset.resize(n);
-  bounds->latest.assign(n + 1, -1e300);
-  bounds->after.resize(n);
-  // (Gaps as the simulator adds them: float durations.)
-  std::vector<double> gaps(n, 0);
-  double offset = 0;
-  for (int k = 0; k < n; ++k) {
-    if (k > 0) {
-      const float gap = static_cast<float>(problem.tensors[k].ready_gap_us);
-      gaps[k] = gaps[k - 1] + gap;
-      offset += gap;
-    }
-    bounds->offset[k] = offset;
-    offset += StreamUs(problem.tensors[k].options[choice[k]]);
+  auto stream = [&](int k) { return StreamUs(problem.tensors[k].options[choice[k]]); };
+  // Tensors computed again: all, or those up to the last changed one when the bounds are of a
+  // choice that differs from `choice` only there, with the same stream times (the offsets
+  // stay; the bounds of later tensors depend on later tensors only).
+  int top = n - 1;
+  if (last_changed >= 0 && last_changed < n - 1 && static_cast<int>(bounds->stream.size()) == n) {
+    bool same = true;
+    for (int k = 0; k <= last_changed && same; ++k) same = stream(k) == bounds->stream[k];
+    if (same) top = last_changed;
   }
-  std::array<double, kNumResources> suffix{}, least_before, least_after;
-  least_before.fill(1e300);
-  least_after.fill(1e300);
-  for (int k = n - 1; k >= 0; --k) {
+  if (top == n - 1) {
+    bounds->offset.resize(n);
+    bounds->latest.assign(n + 1, -1e300);
+    bounds->after.resize(n);
+    bounds->stream.resize(n);
+    bounds->suffix.resize(n + 1);
+    // (Gaps as the simulator adds them: float durations.)
+    bounds->gaps.assign(n, 0);
+    double offset = 0;
+    for (int k = 0; k < n; ++k) {
+      if (k > 0) {
+        const float gap = static_cast<float>(problem.tensors[k].ready_gap_us);
+        bounds->gaps[k] = bounds->gaps[k - 1] + gap;
+        offset += gap;
+      }
+      bounds->offset[k] = offset;
+      bounds->stream[k] = stream(k);
+      offset += bounds->stream[k];
+    }
+    TailBounds::Suffix& none = bounds->suffix[n];
+    none.work.fill(0);
+    none.least_before.fill(1e300);
+    none.least_after.fill(1e300);
+  }
+  const std::vector<double>& gaps = bounds->gaps;
+  TailBounds::Suffix acc = bounds->suffix[top + 1];
+  auto& [suffix, least_before, least_after] = acc;
+  for (int k = top; k >= 0; --k) {
     const OptionCost& cost = problem.tensors[k].options[choice[k]];
     double bound = cost.span_us;
     for (int r = 0; r < kNumResources; ++r) {
@@ -428,6 +467,7 @@ void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice
       least_before[r] = std::min(least_before[r], cost.before_us[r]);
       least_after[r] = std::min(least_after[r], cost.after_us[r]);
     }
+    bounds->suffix[k] = acc;
     for (int r = 0; r < kNumResources; ++r) {
       if (suffix[r] <= 0) continue;
       if (r == kCompute) {
@@ -436,7 +476,9 @@ void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice
         bound = std::max(bound, gaps[n - 1] - gaps[k] + suffix[r]);
         continue;
       }
-      bound = std::max(bound, least_before[r] + suffix[r] / problem.slots[r] + least_after[r]);
+      // (x / 1 is x: one slot needs no division.)
+      const double per_slot = problem.slots[r] == 1 ? suffix[r] : suffix[r] / problem.slots[r];
+      bound = std::max(bound, least_before[r] + per_slot + least_after[r]);
     }
     bounds->latest[k] = std::max(bounds->latest[k + 1], bounds->offset[k] + bound);
     bounds->after[k] = bounds->latest[k] - bounds->offset[k];

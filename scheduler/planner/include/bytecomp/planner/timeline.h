@@ -201,13 +201,25 @@ class TimelineSimulator {
 // latest[k]: the largest of offset[j] plus these bounds over tensors j >= k (-1e300 past the
 // last tensor); after[k] = latest[k] - offset[k], the bound from tensor k's ready time to the
 // last job's end, the forward pass excluded (Evaluate's tail_us).
+// With `last_changed`, `bounds` holds (from this function) the bounds of a choice that
+// differs from `choice` at most on tensors <= last_changed: where those tensors' stream times
+// are the same, only the bounds of tensors <= last_changed are computed again, from what the
+// later ones' left (the same numbers as computing them all).
 struct TailBounds {
   std::vector<double> offset;
   std::vector<double> latest;  // n + 1 entries
   std::vector<double> after;
+  // Of the choice, for a later update: each tensor's stream time, the gaps before it, and per
+  // resource the work, least time before and least time after of tensors >= k (n + 1).
+  struct Suffix {
+    std::array<double, kNumResources> work, least_before, least_after;
+  };
+  std::vector<double> stream;
+  std::vector<double> gaps;
+  std::vector<Suffix> suffix;
 };
 void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice,
-                       TailBounds* bounds);
+                       TailBounds* bounds, int last_changed = -1);
 // The compute-stream time an option queues ahead of the next backward segment when its tensor
 // is ready: its partitions' GPU encodes (their first stage).
 double StreamUs(const OptionCost& cost);
