@@ -189,6 +189,18 @@ def run_checked(cmd, timeout, env=None, with_stderr=False):
     return res.stdout + res.stderr if with_stderr else res.stdout
 
 
+def calibrate_transport(costs, workers, bin_dir, use_netns):
+    """Adds to the cost table `costs` the CPU that moving a message costs this host
+    (scheduler/planner/tools/calibrate_transport.py: real jobs of `workers` workers, plain TCP
+    as the benchmarks run, on 10 Gbit/s emulated links where namespaces are usable so that the
+    rate does not limit them), which the planner charges to the shared cores (host_cores).
+    Returns the tool's summary line."""
+    tool = os.path.join(REPO, "scheduler", "planner", "tools", "calibrate_transport.py")
+    cmd = [sys.executable, tool, f"--costs={costs}", f"--out={costs}", f"--workers={workers}",
+           f"--bin-dir={bin_dir}", "--no-key"] + (["--netns-rate=10gbit"] if use_netns else [])
+    return run_checked(cmd, 900, with_stderr=True).strip().splitlines()[0]
+
+
 def run_one(system, model, args, work, use_netns):
     """Trains one system once; returns rank 0's RESULT figures plus wall seconds."""
     label, system = system, base_system(system)

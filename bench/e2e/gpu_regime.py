@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, HERE)
 
 from bytecomp.strategy import PRESETS, strategy_text  # noqa: E402
-from ddp_bench import namespaces_usable, rate_gbps, run_checked  # noqa: E402
+from ddp_bench import calibrate_transport, namespaces_usable, rate_gbps, run_checked  # noqa: E402
 from netns_probe import HostBusy, NetnsProbe  # noqa: E402
 
 PROFILES = os.path.join(REPO, "scheduler", "planner", "profiles")
@@ -196,13 +196,7 @@ def calibrate(args, work, use_netns):
                        f"--costs={costs}", f"--calibrate_template={template}",
                        f"--calibrate_seconds={args.calibrate_seconds}"], 900, with_stderr=True)
     print(out.strip().splitlines()[-1], flush=True)
-    transport = [sys.executable, os.path.join(REPO, "scheduler", "planner", "tools",
-                                              "calibrate_transport.py"),
-                 f"--costs={costs}", f"--out={costs}", f"--workers={args.workers}",
-                 f"--bin-dir={args.bin_dir}", "--no-key"]
-    out = run_checked(transport + (["--netns-rate=10gbit"] if use_netns else []), 900,
-                      with_stderr=True)
-    print(out.strip().splitlines()[0], flush=True)
+    print(calibrate_transport(costs, args.workers, args.bin_dir, use_netns), flush=True)
     return costs
 
 

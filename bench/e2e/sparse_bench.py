@@ -40,7 +40,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ddp_bench import namespaces_usable, rate_gbps, run_checked  # noqa: E402
+from ddp_bench import calibrate_transport, namespaces_usable, rate_gbps, run_checked  # noqa: E402
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparse_train.py")
 SYSTEMS = ("none", "topk", "artopk", "blocksparse", "planned")
@@ -118,11 +118,14 @@ def strategy_text(system):
 
 
 def cluster_text(args):
+    """A server beside each worker (netns_cluster.sh --colocate; on loopback every process
+    shares the one host anyway): colocated_servers, so that each machine's link carries its
+    server's traffic beside its worker's."""
     gbps = rate_gbps(args.rate)
     return (f"machines: {args.workers}\ngpus_per_machine: 0\nservers: {args.workers}\n"
             f"worker_link {{ bandwidth_gbps: {gbps} latency_us: {args.latency_us} }}\n"
             f"server_link {{ bandwidth_gbps: {gbps} latency_us: {args.latency_us} }}\n"
-            f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
+            f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\ncolocated_servers: true\n")
 
 
 def planner_options(evaluate=False):
@@ -189,6 +192,8 @@ def main(argv=None):
                f"--calibrate_template={paths['template.pbtxt']}",
                f"--calibrate_seconds={0.002 if args.small else 0.02}"], 900)
     print(out.strip().splitlines()[-1], flush=True)
+    print(calibrate_transport(paths["costs.pbtxt"], args.workers, args.bin_dir, use_netns),
+          flush=True)
     # A codec this build lacks (calibrate leaves it out and says so) has no system.
     left_out = re.search(r"left out: ([^\"]*)", open(paths["costs.pbtxt"]).read())
     missing = {c.strip() for c in left_out.group(1).split(",")} if left_out else set()

@@ -77,28 +77,46 @@ def block_density(grad):
 
 
 def write_profile(path, model, args, torch):
-    """Ready order and gaps from gradient hooks, averaged over the timed steps."""
+    """Ready order and gaps from gradient hooks, averaged over the timed steps, as the engine
+    profiles a round: the forward time is everything between the last gradient and the next
+    step's backward (the optimizer's step, the next batch, the forward), and
+    measured_training_cpu_us the thread's CPU from the first gradient to the last (the
+    planner charges it, every worker's, to the host's shared cores)."""
     import torch.nn.functional as F
     params = dict(model.named_parameters())
-    ready, density = {}, {}
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    ready, cpu, density = {}, {}, {}
+
+    def hook(name):
+        def record(_):
+            ready.setdefault(name, time.perf_counter())
+            cpu.setdefault(name, time.thread_time())
+        return record
+
     for name, p in params.items():
-        p.register_hook(lambda g, name=name: ready.setdefault(name, time.perf_counter()) and None)
-    gaps, forward = {}, []
+        p.register_hook(hook(name))
+    gaps, forward, training_cpu = {}, [], []
     order = None
     for step in range(args.warmup + args.steps):
-        x, y = batch(args, torch, step, 0)
         ready.clear()
+        cpu.clear()
         t0 = time.perf_counter()
+        x, y = batch(args, torch, step, 0)
         loss = F.cross_entropy(model(x), y)
         t1 = time.perf_counter()
         loss.backward()
-        for name, p in params.items():
+        t2 = time.perf_counter()
+        for name, p in params.items():  # (not timed: the training step does not do it)
             density.setdefault(name, []).append(block_density(p.grad))
-            p.grad = None
+        t3 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        t4 = time.perf_counter()
         if step < args.warmup:
             continue
-        forward.append(t1 - t0)
         order = sorted(ready, key=ready.get)
+        forward.append((t1 - t0) + (t2 - ready[order[-1]]) + (t4 - t3))
+        training_cpu.append(cpu[order[-1]] - cpu[order[0]])
         previous = t1
         for name in order:
             gaps.setdefault(name, []).append(ready[name] - previous)
@@ -106,7 +124,8 @@ def write_profile(path, model, args, torch):
     mean = lambda v: sum(v) / len(v)  # noqa: E731
     lines = [f'model: "{args.model}"',
              f'source: "sparse_train.py --local: gradient hooks, {args.steps} steps, batch '
-             f'{args.batch_size}"', f"forward_us: {1e6 * mean(forward):.1f}"]
+             f'{args.batch_size}"', f"forward_us: {1e6 * mean(forward):.1f}",
+             f"measured_training_cpu_us: {1e6 * mean(training_cpu):.1f}"]
     for name in order:
         lines += ["tensors {", f'  name: "grad/{name}"', f"  elements: {params[name].numel()}",
                   f"  ready_gap_us: {1e6 * mean(gaps[name]):.1f}",
