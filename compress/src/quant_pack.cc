@@ -122,8 +122,10 @@ BYTECOMP_SIMD_KERNEL(void, WidenBytes, (const uint8_t* in, size_t n, uint16_t* c
 // store writes the 8b bytes. Unpacking runs the same steps backwards.
 // (GCC 12 warns that the immediate shifts' undefined pass-through operand "may be used
 // uninitialized", a false positive of its intrinsic headers.)
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 struct VbmiTables {
   alignas(64) uint8_t low_bytes[64];   // byte p: the low byte of code p (of two registers)
   alignas(64) uint8_t gather[8][64];   // [b]: byte p = byte p % b of lane p / b
@@ -196,7 +198,9 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) size_t UnpackGroups8Vbmi(
   return g;
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 // f(std::integral_constant<uint32_t, bits>) for bits in [1, 8) (7 for any other).
 template <typename F>
