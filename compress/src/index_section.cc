@@ -79,10 +79,34 @@ size_t WriteIndices(const uint32_t* indices, size_t k, const IndexPlan& plan, ui
   return 0;
 }
 
+// Bit-packed deltas of 1-8 bits (the section's size checked), the way WriteNarrowDeltas wrote
+// them: 2048 at a time unpacked as 16-bit codes (quant_pack.h), then summed into indices.
+// Returns false where ReadIndexSection would find something to say (an index >= n), or the
+// padding bits are not zero (which it accepts): the caller then runs it for its verdict.
+bool ReadNarrowDeltas(const uint8_t* data, size_t k, size_t n, uint32_t width, uint32_t* idx) {
+  constexpr size_t kBlock = 2048;
+  uint16_t deltas[kBlock];
+  uint64_t next = 0;  // the smallest index the next one may take
+  for (size_t begin = 0; begin < k; begin += kBlock) {
+    const size_t len = std::min(kBlock, k - begin);
+    if (!UnpackCodes(data + begin / 8 * width, len, width, deltas)) return false;
+    for (size_t j = 0; j < len; ++j) {
+      const uint64_t i = next + deltas[j];
+      idx[begin + j] = static_cast<uint32_t>(i);
+      next = i + 1;
+    }
+  }
+  return k == 0 || next <= n;  // increasing: the last index is the largest
+}
+
 absl::Status ReadIndices(absl::string_view codec, const uint8_t* data, size_t bytes, size_t k,
                          size_t n, uint8_t encoding, uint8_t width,
                          std::vector<uint32_t>& indices) {
   indices.resize(k);
+  if (encoding == kBitPack && width >= 1 && width <= 8 && bytes == PackedBytes(k, width) &&
+      ReadNarrowDeltas(data, k, n, width, indices.data())) {
+    return absl::OkStatus();
+  }
   return FormatErrorStatus(codec,
                            ReadIndexSection(data, bytes, k, n, encoding, width, indices.data()));
 }

@@ -354,6 +354,7 @@ TEST(SparseCodecsTest, DecodeAddIsASparseAdd) {
 // the deltas, and the message decodes to the kept elements.
 TEST(SparseCodecsTest, BitPackedDeltasOfEveryWidthAcrossBlocks) {
   auto codec = MustCreate("threshold", {{"threshold", "0.5"}});
+  int refusals = 0;
   for (uint32_t width = 1; width <= 9; ++width) {
     std::vector<float> x(5000u << width, 0.0f);
     std::vector<uint32_t> kept;
@@ -364,6 +365,7 @@ TEST(SparseCodecsTest, BitPackedDeltasOfEveryWidthAcrossBlocks) {
       seed = seed * 1664525u + 1013904223u;
       i += 1 + (seed >> 8) % (1u << width);  // deltas 0 .. 2^width - 1
     }
+    x.resize(kept.back() + 1);  // ends at the last kept element: a larger last delta is past it
     auto enc = EncodeToVector(*codec, x, TestContext());
     ASSERT_TRUE(enc.ok());
     ASSERT_EQ((*enc)[1], 1) << "width " << width;  // bit-packed
@@ -384,7 +386,23 @@ TEST(SparseCodecsTest, BitPackedDeltasOfEveryWidthAcrossBlocks) {
     auto dec = DecodeToVector(*codec, *enc, TestContext(), x.size());
     ASSERT_TRUE(dec.ok()) << dec.status();
     EXPECT_EQ(*dec, x) << "width " << width;
+    // The last delta at its largest: an index past the end, named as the format reader does.
+    std::vector<uint8_t> bad = *enc;
+    const size_t last_bit = (kept.size() - 1) * width;
+    for (uint32_t b = 0; b < width; ++b) {
+      bad[section + (last_bit + b) / 8] |= static_cast<uint8_t>(1u << ((last_bit + b) % 8));
+    }
+    const uint32_t last = kept[kept.size() - 2] + 1 + ((1u << width) - 1);
+    auto refused = DecodeToVector(*codec, bad, TestContext(), x.size());
+    if (last >= x.size()) {  // (the last delta was not already the largest)
+      ++refusals;
+      ASSERT_FALSE(refused.ok()) << "width " << width;
+      EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                    absl::StrCat("index ", last, " >= ", x.size())))
+          << refused.status();
+    }
   }
+  EXPECT_GE(refusals, 5);
 }
 
 TEST(SparseCodecsTest, IndexEncodingsRoundTrip) {
