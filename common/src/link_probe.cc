@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/common/net.h"
 #include "bytecomp/common/stats.h"
 #include "bytecomp/common/transport.h"
 #include "data.pb.h"
@@ -270,15 +271,6 @@ std::string CanonicalAddress(std::string host) {
   return "";
 }
 
-// The host of tcp://host:port.
-std::string EndpointHost(const std::string& endpoint) {
-  const size_t scheme = endpoint.find("://");
-  const size_t begin = scheme == std::string::npos ? 0 : scheme + 3;
-  const size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon < begin) return endpoint.substr(begin);
-  return endpoint.substr(begin, colon - begin);
-}
-
 }  // namespace
 
 int ServerOnThisMachine(const std::vector<std::string>& server_addresses,
@@ -289,7 +281,9 @@ int ServerOnThisMachine(const std::vector<std::string>& server_addresses,
   }
   int found = -1;
   for (size_t i = 0; i < server_addresses.size(); ++i) {
-    const std::string host = CanonicalAddress(EndpointHost(server_addresses[i]));
+    absl::StatusOr<HostPort> endpoint = ParseHostPort(server_addresses[i]);
+    if (!endpoint.ok()) continue;
+    const std::string host = CanonicalAddress(endpoint->host);
     if (host.empty() || std::find(local.begin(), local.end(), host) == local.end()) continue;
     if (found >= 0) return -1;  // several: one machine's job
     found = static_cast<int>(i);

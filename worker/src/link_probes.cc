@@ -22,12 +22,9 @@ void DataLoop::ProbeLinks(uint64_t* next_request) {
   proto::ControlMessage message;
   proto::LinkProbeReport* report = message.mutable_link_probe_report();
   const int64_t deadline_us = MonotonicUs() + options.timeout_ms * 1000;
-  std::vector<std::string> addresses;
+  std::vector<std::string> addresses;  // by server index, as Run opened the sockets
   for (const proto::ServerInfo& server : w_.topology->servers()) {
-    if (server.rank() >= 0 && static_cast<size_t>(server.rank()) >= addresses.size()) {
-      addresses.resize(static_cast<size_t>(server.rank()) + 1);
-    }
-    if (server.rank() >= 0) addresses[static_cast<size_t>(server.rank())] = server.data_address();
+    addresses.push_back(server.data_address());
   }
   const int machine_server = ServerOnThisMachine(addresses, LocalInterfaceAddresses());
   if (machine_server >= 0) {
