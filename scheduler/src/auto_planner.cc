@@ -6,12 +6,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bytecomp/common/stats.h"
 #include "bytecomp/compress/strategy.h"
 #include "bytecomp/planner/explain.h"
+#include "bytecomp/planner/fusion.h"
 #include "bytecomp/planner/placement.h"
 #include "bytecomp/planner/planner.h"
 #include "bytecomp/planner/timeline.h"
@@ -65,6 +67,11 @@ bool IsUncompressed(const proto::Strategy& strategy) {
 }
 
 namespace {
+
+// The sizes below which --strategy=auto tries fusing small tensors, and the gain a fused plan
+// must be predicted to bring (a group's copies in and out are not in the cost model).
+constexpr int64_t kFusionBelow[] = {int64_t{64} << 10, int64_t{1} << 20};
+constexpr double kFusionMinGain = 0.02;
 
 // Multiplies both links' bandwidth by `scale`.
 void ScaleLinks(proto::ClusterDescription* cluster, double scale) {
@@ -307,29 +314,70 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
   if (!fit.ok()) return fit.status();
   absl::StatusOr<planner::PreparedProblem> prepared = planner::Prepare(inputs);
   if (!prepared.ok()) return prepared.status();
-  const planner::PlanResult plan = planner::PlanByteComp(*prepared);
-  out.strategy = planner::ToStrategy(*prepared, plan.choice);
+  planner::PlanResult plan = planner::PlanByteComp(*prepared);
+  const planner::PreparedProblem* problem = &*prepared;
+  const int model_tensors = inputs.profile.tensors_size();
+  double planning_ms = plan.planning_ms;
+  // Fusion groups (a flat job's host fp32 tensors): the model planned again with its small
+  // tensors fused below each size of kFusionBelow, kept where predicted faster.
+  std::optional<planner::FusedPlan> fused;
+  std::string fusion;
+  if (job.hierarchical_machines == 0 && !inputs.options.disable_fusion()) {
+    const int64_t cap =
+        inputs.cluster.partition_bytes() > 0 ? inputs.cluster.partition_bytes() : int64_t{4} << 20;
+    absl::StatusOr<std::optional<planner::FusedPlan>> planned = planner::PlanWithFusion(
+        inputs, kFusionBelow, cap, plan.predicted_us, kFusionMinGain,
+        [](const planner::PreparedProblem& p) -> absl::StatusOr<planner::PlanResult> {
+          return planner::PlanByteComp(p);
+        });
+    if (!planned.ok()) return planned.status();
+    fused = *std::move(planned);
+    if (fused.has_value()) {
+      planning_ms += fused->result.planning_ms;
+      fusion = absl::StrFormat(
+          "; %s %d small tensors in %zu fusion groups (under %lld bytes: predicted %.3f ms "
+          "against %.3f ms unfused)",
+          fused->faster ? "fused" : "did not fuse", fused->model.members,
+          fused->model.groups.size(), static_cast<long long>(fused->below_bytes),
+          fused->result.predicted_us / 1000.0, plan.predicted_us / 1000.0);
+    }
+    if (fused.has_value() && fused->faster) {
+      plan = fused->result;
+      problem = &fused->problem;
+      inputs.profile = fused->model.profile;
+    }
+  }
+  out.strategy = planner::ToStrategy(*problem, plan.choice);
+  if (fused.has_value() && fused->faster) {
+    for (const proto::FusionGroup& g : fused->model.groups) *out.strategy.add_fusion_groups() = g;
+  }
   out.profile = inputs.profile;
   out.cluster = inputs.cluster;
   out.options = inputs.options;
   out.predicted_us = plan.predicted_us;
-  out.table = planner::PlanTable(*prepared, plan.choice,
-                                 planner::ExplainPlan(*prepared, plan.choice), /*large_only=*/true);
+  out.table = planner::PlanTable(*problem, plan.choice, planner::ExplainPlan(*problem, plan.choice),
+                                 /*large_only=*/true);
+  // The model's tensors compressed (a fused group's members count).
+  absl::flat_hash_map<std::string, int> members;
+  for (const proto::FusionGroup& g : out.strategy.fusion_groups())
+    members[g.name()] = g.tensors_size();
   int compressed = 0;
   for (size_t i = 0; i < plan.choice.size(); ++i) {
-    if (prepared->sim.tensors[i].options[plan.choice[i]].option.codec >= 0) ++compressed;
+    if (problem->sim.tensors[i].options[plan.choice[i]].option.codec < 0) continue;
+    auto group = members.find(problem->inputs.profile.tensors(static_cast<int>(i)).name());
+    compressed += group == members.end() ? 1 : group->second;
   }
-  const std::string excluded = planner::ExcludedCodecs(*prepared);
+  const std::string excluded = planner::ExcludedCodecs(*problem);
   const std::string placement = planner::PlacementWarning(
       planner::PlaceOnServers(inputs.profile, inputs.cluster), inputs.profile, inputs.cluster);
   out.summary = absl::StrCat(
-      "planned ", plan.choice.size(), " tensors (", scheme, ") in ",
-      absl::StrFormat("%.1f", plan.planning_ms), " ms: ", compressed,
+      "planned ", model_tensors, " tensors (", scheme, ") in ",
+      absl::StrFormat("%.1f", planning_ms), " ms: ", compressed,
       " compressed; predicted iteration ", absl::StrFormat("%.3f", plan.predicted_us / 1000.0),
       " ms against ", absl::StrFormat("%.3f", plan.no_compression_us / 1000.0),
       " ms uncompressed and ", absl::StrFormat("%.3f", plan.compress_everything_us / 1000.0),
       " ms compressing everything (measured forward ",
-      absl::StrFormat("%.3f", inputs.profile.forward_us() / 1000.0), " ms); ", *fit,
+      absl::StrFormat("%.3f", inputs.profile.forward_us() / 1000.0), " ms); ", *fit, fusion,
       excluded.empty() ? ""
                        : absl::StrCat("; not considered: ", excluded,
                                       " (PlannerOptions.max_loss, --plan_options)"),

@@ -92,11 +92,7 @@ absl::StatusOr<proto::ControlMessage> StrategyKeeper::BeginUpdate(proto::Strateg
   if (absl::Status s = compress::ValidateStrategy(strategy); !s.ok()) return s;
   if (absl::Status s = CheckStrategySize(strategy, "the new strategy"); !s.ok()) return s;
   if (absl::Status s = JobRefuses(strategy); !s.ok()) return s;
-  if (!SameFusionGroups(strategy, current_)) {
-    return absl::FailedPreconditionError(
-        "the new strategy's fusion_groups differ from the job's: they are fixed for the job "
-        "(the workers pack their members' rounds from the first strategy)");
-  }
+  if (absl::Status s = FusionGroupsChange(strategy); !s.ok()) return s;
   strategy.set_version(current_.version() + 1);
   pending_ = std::move(strategy);
   highest_round_by_worker_.clear();
@@ -124,6 +120,33 @@ std::optional<proto::ControlMessage> StrategyKeeper::OnPrepareReply(
               current_.first_round(), " (", current_.tensors_size(), " entries)");
   LogUnencrypted(current_);
   return commit;
+}
+
+absl::Status StrategyKeeper::FusionGroupsChange(const proto::Strategy& strategy) const {
+  if (SameFusionGroups(strategy, current_)) return absl::OkStatus();
+  if (current_.fusion_groups_size() > 0) {
+    return absl::FailedPreconditionError(
+        "the new strategy's fusion_groups differ from the job's: once set they are fixed for "
+        "the job (the workers pack their members' rounds into the groups' from the round they "
+        "were set)");
+  }
+  // Groups set now: a member's own error feedback (what its codec left out so far) would be
+  // dropped when its rounds move into its group's.
+  for (const proto::FusionGroup& group : strategy.fusion_groups()) {
+    for (const std::string& member : group.tensors()) {
+      const proto::TensorStrategy* entry = compress::EntryFor(current_, member);
+      if (entry == nullptr ||
+          (entry->push_codec().memory().empty() && entry->pull_codec().memory().empty())) {
+        continue;
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "fusion group '", group.name(), "': its member '", member,
+          "' has error-feedback memory under the job's strategy (entry '", entry->name_pattern(),
+          "'), which its group's rounds would drop: fusion groups may be set at a switch only "
+          "over tensors without it"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status StrategyKeeper::JobRefuses(const proto::Strategy& strategy) const {

@@ -31,10 +31,14 @@ def strategy_entries(text):
 
 
 def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan(tmp_path):
+    # Every tensor planned alone (fusion: the last test), so that the file lists all 162.
     plan_out = str(tmp_path / "plan.pbtxt")
+    options = tmp_path / "options.pbtxt"
+    options.write_text("disable_fusion: true\n")
     args = ["--strategy=auto", "--profile_rounds=3", f"--plan_out={plan_out}",
             f"--plan_cluster={os.path.join(PLANNER, 'clusters', '4x1gpu-1g.pbtxt')}",
-            f"--plan_costs={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}"]
+            f"--plan_costs={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}",
+            f"--plan_options={options}"]
     with cluster.Cluster(workers=2, servers=1, worker_cmd=BENCH, scheduler_args=args) as c:
         codes = c.wait_workers(timeout=240)
         assert codes == [0, 0], c.dump()
@@ -123,3 +127,45 @@ def test_auto_strategy_sums_top_k_where_gathering_would_cost_more(tmp_path):
     assert summed, log[log.index("the plan per tensor"):]
     print(f"planned: {len(summed)} tensors artopk, {codecs.count('topk')} topk, "
           f"{len(entries) - len(codecs)} uncompressed")
+
+
+def test_auto_strategy_fuses_small_tensors_at_the_switch_and_sums_stay_exact(tmp_path):
+    """400 one-element tensors (W=2, S=1): profiled alone, each is a round of its own; the plan
+    for 1 Gbit/s links with their latency fuses them into groups (Strategy.fusion_groups, set by
+    the switch), from the switch round on every member travels in its group's round, and every
+    sum stays exact through the switch (fp16 is all the user allows: exact on these values)."""
+    rounds = 24
+    plan_out = str(tmp_path / "plan.pbtxt")
+    options = tmp_path / "options.pbtxt"
+    options.write_text('allowed { name_pattern: "*" codecs { name: "fp16" } }\n')
+    args = ["--strategy=auto", "--profile_rounds=3", f"--plan_out={plan_out}",
+            f"--plan_cluster={os.path.join(PLANNER, 'clusters', '4x1gpu-1g.pbtxt')}",
+            f"--plan_costs={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}",
+            f"--plan_options={options}"]
+    cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--tiny-tensors", "400",
+           "--shuffle", "1"]
+    with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd, scheduler_args=args) as c:
+        codes = c.wait_workers(timeout=240)
+        assert codes == [0, 0], c.dump()
+        assert c.wait_node(c.scheduler, 15) == 0, c.dump()
+        log = c.scheduler.output()
+        fused = re.search(r"; fused 400 small tensors in (\d+) fusion groups", log)
+        assert fused, log
+        groups = int(fused.group(1))
+        switch = re.search(r"strategy version 2 applies from round (\d+)", log)
+        assert switch and int(switch.group(1)) <= rounds - 4, log
+        fused_rounds = rounds - int(switch.group(1))
+        for w in c.workers:
+            out = w.output()
+            assert f"ALL SUMS EXACT: {rounds} rounds x 400 tensors, W=2" in out, c.dump()
+            assert (f"tensor fusion: {400 * fused_rounds} push_pulls of fusion groups' members "
+                    f"in {groups * fused_rounds} rounds of their groups") in out, c.dump()
+    with open(plan_out) as f:
+        assert f.read().count("fusion_groups {") == groups
+    # The written plan runs again as a file: its groups from the first round on.
+    with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd,
+                         scheduler_args=[f"--strategy={plan_out}"]) as again:
+        assert again.wait_workers(timeout=240) == [0, 0], again.dump()
+        for w in again.workers:
+            assert (f"tensor fusion: {400 * rounds} push_pulls of fusion groups' members "
+                    f"in {groups * rounds} rounds of their groups") in w.output(), again.dump()

@@ -63,10 +63,6 @@ Engine::Engine(JoinedJob job)
         },
         [this](const absl::Status& reason) { FailEngine(reason); });
   }
-  // (The scheduler refuses fusion groups in a hierarchical job.)
-  if (topology_.strategy().fusion_groups_size() > 0 && hierarchy_ == nullptr) {
-    fusion_ = std::make_unique<TensorFusion>(topology_.strategy());
-  }
 }
 
 Engine::~Engine() { Shutdown().IgnoreError(); }
@@ -146,7 +142,8 @@ absl::StatusOr<int64_t> Engine::PushPull(const PushPullRequest& request) {
   if (hierarchy_ != nullptr) {
     if (absl::Status s = hierarchy_->Check(request); !s.ok()) return s;
   }
-  if (fusion_ != nullptr && fusion_->IsGroup(request.name)) {
+  if (const auto groups = strategies_.fusion_groups();
+      groups != nullptr && groups->by_name.contains(request.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", request.name,
                      "' is the name of a fusion group (Strategy.fusion_groups): its members' "
@@ -156,7 +153,6 @@ absl::StatusOr<int64_t> Engine::PushPull(const PushPullRequest& request) {
   if (!made.ok()) return made.status();
   std::shared_ptr<Operation> op = *std::move(made);
   if (hierarchy_ != nullptr) return PushPullInMachine(op);
-  if (fusion_ != nullptr && fusion_->Fuses(request.name)) return PushPullFused(op);
   TensorTable::Started started;
   if (absl::Status s = tensors_.Queue(
           op, [&] { Accept(op); }, &started);
@@ -214,20 +210,33 @@ absl::Status Engine::PushPullMachineSum(const std::shared_ptr<Operation>& outer,
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> Engine::PushPullFused(const std::shared_ptr<Operation>& member) {
-  absl::StatusOr<std::optional<TensorFusion::GroupRound>> group = fusion_->Add(member);
-  if (!group.ok()) return group.status();
-  Accept(member);  // its handle, and its ready time for the profile
-  ++operations_;
-  if (group->has_value()) StartGroupRound(**std::move(group));
-  // An engine that failed since the check above has already taken the waiting members
+void Engine::JoinGroupRound(const std::shared_ptr<Operation>& member) {
+  const std::shared_ptr<const StrategySwitch::FusionGroups> groups = strategies_.fusion_groups();
+  const proto::FusionGroup* group =
+      groups != nullptr ? groups->Named(member->plan().fusion_group) : nullptr;
+  if (group == nullptr) {  // the switch planned it so: it knows the group
+    return CompleteMember(member, absl::InternalError(absl::StrCat(
+                                      "fusion group '", member->plan().fusion_group, "' unknown")));
+  }
+  absl::StatusOr<std::optional<TensorFusion::GroupRound>> round = fusion_.Add(member, *group);
+  if (!round.ok()) return CompleteMember(member, round.status());
+  if (round->has_value()) StartGroupRound(**std::move(round));
+  // An engine that failed since this member started has already taken the waiting members
   // (FailEngine): this one may have come after, so take it now.
   if (absl::Status failed = EngineStatus(); !failed.ok()) {
-    for (const std::shared_ptr<Operation>& waiting : fusion_->TakeWaiting()) {
-      waiting->FailBeforeStart(failed);
+    for (const std::shared_ptr<Operation>& waiting : fusion_.TakeWaiting()) {
+      CompleteMember(waiting, failed);
     }
   }
-  return member->handle;
+}
+
+void Engine::CompleteMember(const std::shared_ptr<Operation>& member, const absl::Status& status) {
+  if (!status.ok()) member->RecordError(status);
+  // Its tensor is idle before the caller sees it done (as Complete does).
+  TensorTable::Started started;
+  tensors_.Finished(*member, status, &started);
+  member->MarkDone();
+  StartStages(started);
 }
 
 void Engine::StartGroupRound(TensorFusion::GroupRound round) {
@@ -237,6 +246,7 @@ void Engine::StartGroupRound(TensorFusion::GroupRound round) {
   absl::StatusOr<std::shared_ptr<Operation>> made = NewOperation(round.request);
   if (!made.ok()) return FinishGroupRound(name, index, made.status());
   std::shared_ptr<Operation> group = *std::move(made);
+  group->members_round = index;
   // The end queues the copies out to the members on the pool (an operation's on-done work
   // only queues); a stopped pool runs the task at once.
   group->SetOnDone([this, name, index, priority = round.request.priority](absl::Status status) {
@@ -257,9 +267,8 @@ void Engine::StartGroupRound(TensorFusion::GroupRound round) {
 
 void Engine::FinishGroupRound(const std::string& group, uint64_t round,
                               const absl::Status& status) {
-  for (const std::shared_ptr<Operation>& member : fusion_->Finish(group, round, status)) {
-    if (!status.ok()) member->RecordError(status);
-    member->MarkDone();
+  for (const std::shared_ptr<Operation>& member : fusion_.Finish(group, round, status)) {
+    CompleteMember(member, status);
   }
 }
 
@@ -288,7 +297,7 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
     absl::MutexLock lock(&profile_mu_);
     if (profiler_->done()) return;
     profile = profiler_->Record(r.name, r.element_count, static_cast<int>(DTypeSize(op->dtype())),
-                                now_us, density, SampleCpu());
+                                now_us, density, SampleCpu(), r.on_device);
     NoteProfileDone();
   }
   if (profile.has_value()) {
@@ -300,6 +309,10 @@ void Engine::Accept(const std::shared_ptr<Operation>& op) {
 
 void Engine::StartStages(const TensorTable::Started& started) {
   for (const std::shared_ptr<Operation>& op : started) {
+    if (op->plan().fused()) {
+      JoinGroupRound(op);
+      continue;
+    }
     if (op->plan().ratio_window_rounds > 0) {
       ratio_windows_.Started(op->request.name, op->round(), MonotonicUs());
     }
@@ -397,30 +410,31 @@ EngineStats Engine::Stats() const {
 }
 
 absl::Status Engine::TensorStrategy(const std::string& name, int64_t* round, int64_t* version) {
-  // A fusion group's member: its group's (the group's round k carries every member's k-th).
-  const std::string& tensor = fusion_ != nullptr ? fusion_->GroupOf(name) : name;
-  return tensors_.TensorStrategy(tensor, /*machine_rounds=*/hierarchy_ != nullptr, round, version);
+  return tensors_.TensorStrategy(name, /*machine_rounds=*/hierarchy_ != nullptr, round, version);
 }
 
 namespace {
 
 // A member's error-feedback state is its group's (one codec compresses them together).
-absl::Status MemberState(const TensorFusion* fusion, const std::string& name) {
-  if (fusion == nullptr || !fusion->Fuses(name)) return absl::OkStatus();
+absl::Status MemberState(const StrategySwitch::FusionGroups* groups, const std::string& name) {
+  if (groups == nullptr) return absl::OkStatus();
+  auto it = groups->group_of.find(name);
+  if (it == groups->group_of.end()) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat("tensor '", name, "' is a member of fusion group '", fusion->GroupOf(name),
+      absl::StrCat("tensor '", name, "' is a member of fusion group '",
+                   groups->groups[static_cast<size_t>(it->second)].name(),
                    "': save and load the group's state"));
 }
 
 }  // namespace
 
 absl::StatusOr<std::string> Engine::SaveTensorState(const std::string& name) {
-  if (absl::Status s = MemberState(fusion_.get(), name); !s.ok()) return s;
+  if (absl::Status s = MemberState(strategies_.fusion_groups().get(), name); !s.ok()) return s;
   return tensors_.SaveState(name);
 }
 
 absl::Status Engine::LoadTensorState(const std::string& name, absl::string_view state) {
-  if (absl::Status s = MemberState(fusion_.get(), name); !s.ok()) return s;
+  if (absl::Status s = MemberState(strategies_.fusion_groups().get(), name); !s.ok()) return s;
   return tensors_.LoadState(name, state);
 }
 
@@ -498,10 +512,8 @@ void Engine::FailEngine(const absl::Status& reason) {
   if (!shutting_down_) BC_LOG_ERROR(reason.message());
   // Operations not yet handed to the data thread fail here; those in flight fail there.
   for (const std::shared_ptr<Operation>& op : tensors_.FailAll(reason)) op->FailBeforeStart(reason);
-  if (fusion_ != nullptr) {
-    for (const std::shared_ptr<Operation>& member : fusion_->TakeWaiting()) {
-      member->FailBeforeStart(reason);
-    }
+  for (const std::shared_ptr<Operation>& member : fusion_.TakeWaiting()) {
+    CompleteMember(member, reason);
   }
   reducers_.Fail(reason);
   data_queue_.Push(FailEverything{reason});
@@ -536,8 +548,7 @@ absl::Status Engine::Shutdown() {
                                                     " fp16 sums overflowed and ran again in fp32")
                                      : "");
   }
-  if (fusion_ != nullptr) {
-    const TensorFusion::Counts c = fusion_->counts();
+  if (const TensorFusion::Counts c = fusion_.counts(); c.members > 0) {
     BC_LOG_INFO("tensor fusion: ", c.members, " push_pulls of fusion groups' members in ",
                 c.group_rounds, " rounds of their groups");
   }

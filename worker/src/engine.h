@@ -73,9 +73,11 @@ class Engine final : public WorkerEngine, private ControlEvents {
   absl::StatusOr<int64_t> PushPullInMachine(const std::shared_ptr<Operation>& op);
   absl::Status PushPullMachineSum(const std::shared_ptr<Operation>& outer,
                                   absl::AnyInvocable<void(absl::Status)> done);
-  // Strategy.fusion_groups: a member's push_pull joins its group's round (tensor_fusion.h);
-  // the round's last member starts the group's push_pull, whose end completes the members.
-  absl::StatusOr<int64_t> PushPullFused(const std::shared_ptr<Operation>& member);
+  // Strategy.fusion_groups: a member's push_pull, started at a round where its plan names its
+  // group, joins that round of the group (tensor_fusion.h); the round's last member starts the
+  // group's push_pull, whose end completes them.
+  void JoinGroupRound(const std::shared_ptr<Operation>& member);
+  void CompleteMember(const std::shared_ptr<Operation>& member, const absl::Status& status);
   void StartGroupRound(TensorFusion::GroupRound round);
   void FinishGroupRound(const std::string& group, uint64_t round, const absl::Status& status);
   // The operation passed the tensor table's checks: it gets its handle and its ready time.
@@ -170,8 +172,8 @@ class Engine final : public WorkerEngine, private ControlEvents {
   // exchange (after it joined); else null.
   std::unique_ptr<SchedulerRendezvousStore> rendezvous_;
   std::unique_ptr<CollectiveExchange> collectives_;
-  // The fusion groups of the job's first strategy (fixed for the job); null when none.
-  std::unique_ptr<TensorFusion> fusion_;
+  // The rounds of the fusion groups (Strategy.fusion_groups; strategies_ knows the groups).
+  TensorFusion fusion_;
 
   absl::Mutex barrier_mu_;
   absl::CondVar barrier_cv_;  // a release arrived, or the engine failed

@@ -69,6 +69,10 @@ class Operation {
   int64_t handle = 0;
   StagePipeline* stages = nullptr;     // the host or the device stages
   std::unique_ptr<DeviceWork> device;  // null: a host tensor
+  // A fusion group's push_pull (tensor_fusion.h): the round of its members it carries, which
+  // is the group's round too (so the strategy in force is theirs). Unset for any other. Set
+  // before the operation is queued.
+  std::optional<uint64_t> members_round;
 
   // The request's element type as the wire and the codecs name it.
   proto::DType dtype() const { return WireDType(request.dtype); }

@@ -27,12 +27,13 @@ bool ReadyProfiler::WantsBlockDensity(const std::string& name) const {
 
 std::optional<proto::ModelProfile> ReadyProfiler::Record(const std::string& name, int64_t elements,
                                                          int element_bytes, int64_t time_us,
-                                                         double block_density,
-                                                         const CpuSample& cpu) {
+                                                         double block_density, const CpuSample& cpu,
+                                                         bool on_device) {
   if (done_ || rounds_ <= 0) return std::nullopt;
   Tensor& t = tensors_[name];
   t.elements = elements;
   t.element_bytes = element_bytes;
+  t.on_device = on_device;
   const int64_t round = t.calls++;
   forward_.Started(round, time_us, cpu);
   if (cpu.tid != 0) caller_tid_ = cpu.tid;
@@ -151,6 +152,7 @@ proto::ModelProfile ReadyProfiler::Build() const {
     tp->set_element_bytes(t.element_bytes);
     tp->set_ready_gap_us(std::max(0.0, offset - previous));
     if (t.block_density >= 0) tp->set_block_density(t.block_density);
+    if (t.on_device) tp->set_on_device(true);
     previous = offset;
   }
   return profile;

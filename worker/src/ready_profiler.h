@@ -32,10 +32,12 @@ class ReadyProfiler {
   // `cpu`: the CPU counters at the call (SampleCpu, on the calling thread), for the profile's
   // CPU fields. A gap between two calls of one round on the same thread leaves out what that
   // thread's wait for a CPU added between them (ContendedUs; ModelProfile.
-  // measured_training_wait_us).
+  // measured_training_wait_us). `on_device`: a GPU tensor's gradient (the profile says so: the
+  // planner fuses host tensors only).
   std::optional<proto::ModelProfile> Record(const std::string& name, int64_t elements,
                                             int element_bytes, int64_t time_us,
-                                            double block_density = -1, const CpuSample& cpu = {});
+                                            double block_density = -1, const CpuSample& cpu = {},
+                                            bool on_device = false);
 
   // A push_pull of `round` (its tensor's call count, from 0) completed at time_us: the last
   // completion of a round ends it, for the profile's forward_us (forward_timer.h).
@@ -70,6 +72,7 @@ class ReadyProfiler {
     int64_t calls = 0;
     std::vector<Call> calls_in_rounds;  // by round - 1
     double block_density = -1;          // measured in round 1; -1: not measured
+    bool on_device = false;
   };
   proto::ModelProfile Build() const;
 

@@ -2,13 +2,63 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "bytecomp/common/logging.h"
 
 namespace bytecomp::worker {
 
+const proto::FusionGroup* StrategySwitch::FusionGroups::Named(const std::string& name) const {
+  auto it = by_name.find(name);
+  return it == by_name.end() ? nullptr : &groups[static_cast<size_t>(it->second)];
+}
+
+namespace {
+
+bool SameGroups(const proto::Strategy& strategy, const std::vector<proto::FusionGroup>& groups) {
+  if (strategy.fusion_groups_size() != static_cast<int>(groups.size())) return false;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const proto::FusionGroup& a = strategy.fusion_groups(static_cast<int>(g));
+    if (a.name() != groups[g].name() ||
+        !std::equal(a.tensors().begin(), a.tensors().end(), groups[g].tensors().begin(),
+                    groups[g].tensors().end())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status StrategySwitch::Add(const proto::Strategy& strategy) {
   absl::MutexLock lock(&mu_);
-  return history_.Add(strategy);
+  return AddLocked(strategy);
+}
+
+absl::Status StrategySwitch::AddLocked(const proto::Strategy& strategy) {
+  if (fusion_ != nullptr && !SameGroups(strategy, fusion_->groups)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("strategy version ", strategy.version(),
+                     " names other fusion groups than those in force since round ",
+                     fusion_->first_round, " (they are fixed once set)"));
+  }
+  if (absl::Status s = history_.Add(strategy); !s.ok()) return s;
+  if (fusion_ != nullptr || strategy.fusion_groups_size() == 0) return absl::OkStatus();
+  auto groups = std::make_shared<FusionGroups>();
+  groups->first_round = strategy.first_round();
+  groups->groups.assign(strategy.fusion_groups().begin(), strategy.fusion_groups().end());
+  for (size_t g = 0; g < groups->groups.size(); ++g) {
+    groups->by_name[groups->groups[g].name()] = static_cast<int>(g);
+    for (const std::string& member : groups->groups[g].tensors()) {
+      groups->group_of[member] = static_cast<int>(g);
+    }
+  }
+  fusion_ = std::move(groups);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const StrategySwitch::FusionGroups> StrategySwitch::fusion_groups() const {
+  absl::MutexLock lock(&mu_);
+  return fusion_;
 }
 
 std::optional<compress::TensorPlan> StrategySwitch::Admit(uint64_t round, absl::string_view tensor,
@@ -19,6 +69,14 @@ std::optional<compress::TensorPlan> StrategySwitch::Admit(uint64_t round, absl::
   highest_started_round_ = std::max(highest_started_round_, round);
   const proto::Strategy* strategy = history_.ForRound(round);
   if (strategy == nullptr) return compress::TensorPlan{};
+  if (fusion_ != nullptr && round >= fusion_->first_round) {
+    if (auto it = fusion_->group_of.find(tensor); it != fusion_->group_of.end()) {
+      compress::TensorPlan fused;
+      fused.version = strategy->version();
+      fused.fusion_group = fusion_->groups[static_cast<size_t>(it->second)].name();
+      return fused;
+    }
+  }
   return compress::PlanFor(*strategy, tensor, tensor_bytes, row_elements);
 }
 
@@ -42,7 +100,7 @@ void StrategySwitch::Commit(const proto::Strategy& strategy) {
     hold_after_round_.reset();
     return;
   }
-  if (absl::Status s = history_.Add(strategy); !s.ok()) {
+  if (absl::Status s = AddLocked(strategy); !s.ok()) {
     BC_LOG_ERROR("strategy update refused: ", s.message());
   }
   hold_after_round_.reset();

@@ -9,56 +9,46 @@
 
 namespace bytecomp::worker {
 
-TensorFusion::TensorFusion(const proto::Strategy& strategy) {
-  for (const proto::FusionGroup& g : strategy.fusion_groups()) {
-    auto group = std::make_unique<Group>();
-    group->name = g.name();
-    group->tensors.assign(g.tensors().begin(), g.tensors().end());
-    group->counts.assign(group->tensors.size(), -1);
-    for (size_t m = 0; m < group->tensors.size(); ++m) {
-      group_of_[group->tensors[m]] = Member{group.get(), static_cast<int>(m)};
-    }
-    by_group_name_[group->name] = group.get();
-    groups_.push_back(std::move(group));
-  }
-}
-
-bool TensorFusion::IsGroup(const std::string& name) const { return by_group_name_.contains(name); }
-
-const std::string& TensorFusion::GroupOf(const std::string& name) const {
-  auto it = group_of_.find(name);
-  return it == group_of_.end() ? name : it->second.group->name;
-}
-
 absl::StatusOr<std::optional<TensorFusion::GroupRound>> TensorFusion::Add(
-    const std::shared_ptr<Operation>& member) {
+    const std::shared_ptr<Operation>& member, const proto::FusionGroup& definition) {
   const PushPullRequest& r = member->request;
-  const Member& m = group_of_.at(r.name);
-  Group& group = *m.group;
   auto refuse = [&](const std::string& why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", r.name, "' of fusion group '", group.name, "': ", why));
+        absl::StrCat("tensor '", r.name, "' of fusion group '", definition.name(), "': ", why));
   };
   if (r.on_device || r.dtype != ElementType::kFloat32) {
     return refuse("a fusion group takes host fp32 tensors only");
   }
   absl::MutexLock lock(&mu_);
-  int64_t& count = group.counts[static_cast<size_t>(m.position)];
+  std::unique_ptr<Group>& slot = groups_[definition.name()];
+  if (slot == nullptr) {
+    slot = std::make_unique<Group>();
+    slot->name = definition.name();
+    slot->size = static_cast<size_t>(definition.tensors_size());
+    for (int m = 0; m < definition.tensors_size(); ++m) slot->position[definition.tensors(m)] = m;
+    slot->counts.assign(slot->size, -1);
+  }
+  Group& group = *slot;
+  auto at = group.position.find(r.name);
+  if (at == group.position.end()) return refuse("not one of its members");
+  const size_t position = static_cast<size_t>(at->second);
+  int64_t& count = group.counts[position];
   if (count >= 0 && count != r.element_count) {
     return refuse(absl::StrCat(r.element_count, " elements, where it had ", count));
   }
+  const uint64_t index = member->round();
   Round* round = nullptr;
   for (const std::unique_ptr<Round>& candidate : group.rounds) {
-    if (candidate->members[static_cast<size_t>(m.position)] == nullptr) {
-      round = candidate.get();
-      break;
-    }
+    if (candidate->index == index) round = candidate.get();
   }
   if (round == nullptr) {
     group.rounds.push_back(std::make_unique<Round>());
     round = group.rounds.back().get();
-    round->index = group.next_round++;
-    round->members.resize(group.tensors.size());
+    round->index = index;
+    round->members.resize(group.size);
+  }
+  if (round->members[position] != nullptr) {
+    return refuse(absl::StrCat("a second push_pull in round ", index));
   }
   for (const std::shared_ptr<Operation>& other : round->members) {
     if (other != nullptr && other->request.average != r.average) {
@@ -66,11 +56,9 @@ absl::StatusOr<std::optional<TensorFusion::GroupRound>> TensorFusion::Add(
     }
   }
   count = r.element_count;
-  round->members[static_cast<size_t>(m.position)] = member;
+  round->members[position] = member;
   ++counts_.members;
-  if (++round->arrived < static_cast<int>(group.tensors.size())) return std::nullopt;
-  // Rounds start in order: a complete round behind an incomplete one cannot be (a member comes
-  // to the first round that lacks it).
+  if (++round->arrived < static_cast<int>(group.size)) return std::nullopt;
   ++counts_.group_rounds;
   return GroupRound{Pack(group, *round), round->index};
 }
@@ -104,12 +92,12 @@ PushPullRequest TensorFusion::Pack(Group& group, Round& round) {
 std::vector<std::shared_ptr<Operation>> TensorFusion::Finish(const std::string& group_name,
                                                              uint64_t index,
                                                              const absl::Status& status) {
-  auto found = by_group_name_.find(group_name);
-  if (found == by_group_name_.end()) return {};
-  Group& group = *found->second;
   std::unique_ptr<Round> round;
   {
     absl::MutexLock lock(&mu_);
+    auto found = groups_.find(group_name);
+    if (found == groups_.end()) return {};
+    Group& group = *found->second;
     auto it = std::find_if(group.rounds.begin(), group.rounds.end(),
                            [&](const std::unique_ptr<Round>& r) { return r->index == index; });
     if (it == group.rounds.end() || !(*it)->started()) return {};
@@ -132,7 +120,7 @@ std::vector<std::shared_ptr<Operation>> TensorFusion::Finish(const std::string& 
 std::vector<std::shared_ptr<Operation>> TensorFusion::TakeWaiting() {
   std::vector<std::shared_ptr<Operation>> waiting;
   absl::MutexLock lock(&mu_);
-  for (const std::unique_ptr<Group>& group : groups_) {
+  for (auto& [name, group] : groups_) {
     for (auto it = group->rounds.begin(); it != group->rounds.end();) {
       if ((*it)->started()) {
         ++it;

@@ -5,12 +5,14 @@
 // keeps the rounds, each member's place in the buffer and the copies in and out, so that it is
 // tested without them (test/unit/worker/tensor_fusion_test.cc).
 //
-// A member's push_pull (an Operation with a handle, never queued on a tensor) waits in its
-// group's first round that lacks it. When every member of that round has come, Add packs them
-// in the group's order and returns the group's own push_pull (an internal operation). Its end
-// (Finish, in the group's round order: the group's tensor runs its rounds one at a time) copies
-// the sums out to the members and returns them, to be completed with its status. A member that
-// never comes holds its round: its group's other push_pulls wait until their wait's bound.
+// A member's push_pull is queued on its own tensor like any; when the tensor table starts its
+// round r and the strategy switch's plan names its group (strategy_switch.h: from the round
+// the groups were set), the engine hands it here and it waits in its group's round r. When
+// every member of that round has come, Add packs them in the group's order and returns the
+// group's own push_pull of round r (an internal operation). Its end (Finish) copies the sums
+// out to the members and returns them, to be completed with its status (which ends their
+// tensors' rounds). A member that never comes holds its round: its group's other push_pulls
+// wait until their wait's bound.
 #pragma once
 
 #include <cstdint>
@@ -34,28 +36,19 @@ class Operation;
 
 class TensorFusion {
  public:
-  // The groups of the job's strategy (validated: compress::ValidateStrategy).
-  explicit TensorFusion(const proto::Strategy& strategy);
-
-  bool empty() const { return group_of_.empty(); }
-  // Whether `name` is a member of a group.
-  bool Fuses(const std::string& name) const { return group_of_.contains(name); }
-  // Whether `name` is a group's own tensor (a caller's push_pull of it is refused).
-  bool IsGroup(const std::string& name) const;
-  // The group of member `name`; `name` itself when it is no member.
-  const std::string& GroupOf(const std::string& name) const;
-
   // A group's push_pull for one of its rounds (its data: the round's buffer, alive until
   // Finish).
   struct GroupRound {
     PushPullRequest request;
-    uint64_t round = 0;  // the group's rounds counted from 0
+    uint64_t round = 0;  // its members' round
   };
-  // A member's push_pull joins its group's round. InvalidArgument when it cannot be fused (not
-  // host fp32, its size changed, averaging unlike the round's other members): the caller fails
-  // it. On success, the group's push_pull to start when this member completed a round, else
-  // nullopt.
-  absl::StatusOr<std::optional<GroupRound>> Add(const std::shared_ptr<Operation>& member)
+  // A member's push_pull, started at its round, joins that round of `group` (the strategy's
+  // definition: the members in their order in the buffer). InvalidArgument when it cannot be
+  // fused (not host fp32, its size changed, averaging unlike the round's other members, not a
+  // member): the caller fails it. On success, the group's push_pull to start when this member
+  // completed the round, else nullopt.
+  absl::StatusOr<std::optional<GroupRound>> Add(const std::shared_ptr<Operation>& member,
+                                                const proto::FusionGroup& group)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The group's push_pull of `round` ended with `status`: on success the sums are copied out to
@@ -87,24 +80,18 @@ class TensorFusion {
   };
   struct Group {
     std::string name;
-    std::vector<std::string> tensors;
+    size_t size = 0;                                 // members
+    absl::flat_hash_map<std::string, int> position;  // a member's place in the buffer
     std::vector<int64_t> counts;                // each member's elements once known (-1: not yet)
     std::deque<std::unique_ptr<Round>> rounds;  // oldest first
-    uint64_t next_round = 0;
-  };
-  struct Member {
-    Group* group;
-    int position;
   };
 
   // Packs a complete round; returns the group's push_pull.
   PushPullRequest Pack(Group& group, Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::vector<std::unique_ptr<Group>> groups_;  // fixed after construction
-  absl::flat_hash_map<std::string, Member> group_of_;
-  absl::flat_hash_map<std::string, Group*> by_group_name_;
-
   mutable absl::Mutex mu_;
+  // By name, made when their first member comes.
+  absl::flat_hash_map<std::string, std::unique_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
   Counts counts_ ABSL_GUARDED_BY(mu_);
 };
 

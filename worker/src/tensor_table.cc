@@ -166,6 +166,10 @@ absl::Status TensorTable::BeginMachineRound(const std::shared_ptr<Operation>& op
 void TensorTable::StartNextLocked(const std::shared_ptr<Tensor>& tensor_ptr, Started* started) {
   Tensor& tensor = *tensor_ptr;
   if (tensor.waiting.empty()) return;
+  // A fusion group's rounds are its members' (they start at the round the groups were set).
+  if (const std::optional<uint64_t>& r = tensor.waiting.front()->members_round; r.has_value()) {
+    tensor.next_round = *r;
+  }
   const int64_t bytes = tensor.element_count * static_cast<int64_t>(DTypeSize(tensor.dtype));
   std::optional<compress::TensorPlan> plan =
       strategies_.Admit(tensor.next_round, tensor.name, bytes, tensor.layout.row_elements);
@@ -182,6 +186,8 @@ void TensorTable::StartNextLocked(const std::shared_ptr<Tensor>& tensor_ptr, Sta
                        .plan = *std::move(plan),
                        .codecs = tensor.codecs};
   tensor.last_version = start.plan.version;
+  // A fused member's round is its group's: no exchange of its own, no codec.
+  const bool fused = start.plan.fused();
   if (start.plan.compressed()) {
     tensor.codecs->Resize(static_cast<size_t>(start.layout.num_partitions()));
     // Two exchanges with the servers a round (PowerSGD, artopk): the codec's facts say.
@@ -189,7 +195,7 @@ void TensorTable::StartNextLocked(const std::shared_ptr<Tensor>& tensor_ptr, Sta
     start.two_round = facts != nullptr && facts->two_round;
   }
   // A collective round is no exchange with the servers: the key's next round there stays.
-  if (!start.plan.collective()) tensor.next_wire_round += start.two_round ? 2 : 1;
+  if (!start.plan.collective() && !fused) tensor.next_wire_round += start.two_round ? 2 : 1;
   op->Start(std::move(start));
   started->push_back(std::move(op));
 }

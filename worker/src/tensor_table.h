@@ -6,7 +6,10 @@
 // Starting an operation means setting what it needs to travel (Operation::Start: layout,
 // round, wire round, the strategy's plan) and handing it back to the caller in `started`, who
 // starts its stages once the table's lock is released. A strategy switch (strategy_switch.h)
-// may hold a round; the table keeps the held tensors and restarts them on ReleaseHeld.
+// may hold a round; the table keeps the held tensors and restarts them on ReleaseHeld. A
+// fusion group's member whose plan names its group (plan().fused()) starts without an exchange
+// of its own key; the caller hands it to its group (tensor_fusion.h), whose operation carries
+// the members' round (Operation::members_round) on the group's key.
 //
 // Only the table's own code runs under its lock. What is not the table's (the send of a
 // declaration, the caller's `accepted`, the on-done work of an operation it fails) is left in

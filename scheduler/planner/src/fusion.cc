@@ -38,7 +38,10 @@ FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, 
   for (const proto::TensorProfile& t : profile.tensors()) {
     const int64_t element_bytes = t.element_bytes() > 0 ? t.element_bytes() : 4;
     const int64_t bytes = t.elements() * element_bytes;
-    const bool small = element_bytes == 4 && bytes < below_bytes && !t.has_block_density();
+    // A tensor with blocks of zeros (its measured block density below 1) stays alone: the
+    // block-sparse exchange may send it in fewer bytes, which a group would hide.
+    const bool sparse = t.has_block_density() && t.block_density() < 1;
+    const bool small = element_bytes == 4 && !t.on_device() && bytes < below_bytes && !sparse;
     if (!small || run_bytes + bytes > cap_bytes) flush();
     if (small) {
       run.push_back(&t);
@@ -49,6 +52,30 @@ FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, 
   }
   flush();
   return fused;
+}
+
+absl::StatusOr<std::optional<FusedPlan>> PlanWithFusion(
+    const PlannerInputs& inputs, absl::Span<const int64_t> below_bytes, int64_t cap_bytes,
+    double unfused_us, double min_gain,
+    absl::FunctionRef<absl::StatusOr<PlanResult>(const PreparedProblem&)> plan) {
+  std::optional<FusedPlan> best;
+  int64_t last_members = -1;
+  for (const int64_t below : below_bytes) {
+    FusedModel model = FuseProfile(inputs.profile, below, cap_bytes);
+    // A larger size that fuses no more tensors makes the same groups.
+    if (model.groups.empty() || model.members == last_members) continue;
+    last_members = model.members;
+    PlannerInputs fused_inputs = inputs;
+    fused_inputs.profile = model.profile;
+    absl::StatusOr<PreparedProblem> problem = Prepare(fused_inputs);
+    if (!problem.ok()) return problem.status();
+    absl::StatusOr<PlanResult> result = plan(*problem);
+    if (!result.ok()) return result.status();
+    if (best.has_value() && result->predicted_us >= best->result.predicted_us) continue;
+    best = FusedPlan{std::move(model), below, *std::move(problem), *std::move(result)};
+  }
+  if (best.has_value()) best->faster = best->result.predicted_us < unfused_us * (1 - min_gain);
+  return best;
 }
 
 }  // namespace bytecomp::planner

@@ -145,31 +145,27 @@ int main(int argc, char** argv) {
   // Tensor fusion: the model again with its small tensors in groups, planned the same way;
   // the faster plan is kept.
   std::vector<bytecomp::proto::FusionGroup> fusion_groups;
-  absl::StatusOr<PreparedProblem> fused_prepared = absl::UnknownError("not planned");
+  std::optional<FusedPlan> fused;
   if (const int64_t below = absl::GetFlag(FLAGS_fusion_below); below > 0) {
-    const FusedModel fused = FuseProfile(inputs.profile, below, absl::GetFlag(FLAGS_fusion_cap));
-    if (fused.groups.empty()) {
+    auto planned_fused = PlanWithFusion(inputs, {below}, absl::GetFlag(FLAGS_fusion_cap),
+                                        result.predicted_us, /*min_gain=*/0, plan);
+    if (!planned_fused.ok()) return Fail(std::string(planned_fused.status().message()));
+    fused = *std::move(planned_fused);
+    if (!fused.has_value()) {
       std::printf("fusion: no two consecutive tensors under %lld bytes\n",
                   static_cast<long long>(below));
     } else {
-      PlannerInputs fused_inputs = inputs;
-      fused_inputs.profile = fused.profile;
-      fused_prepared = Prepare(fused_inputs);
-      if (!fused_prepared.ok()) return Fail(std::string(fused_prepared.status().message()));
-      auto fused_result = plan(*fused_prepared);
-      if (!fused_result.ok()) return Fail(std::string(fused_result.status().message()));
-      const bool keep = fused_result->predicted_us < result.predicted_us;
       std::printf(
           "fusion: %d tensors under %lld bytes in %zu groups: predicted %.3f ms against %.3f ms "
           "unfused: %s\n",
-          fused.members, static_cast<long long>(below), fused.groups.size(),
-          fused_result->predicted_us / 1e3, result.predicted_us / 1e3,
-          keep ? "fused" : "not fused");
-      if (keep) {
-        result = *std::move(fused_result);
-        chosen = &*fused_prepared;
-        inputs.profile = fused.profile;  // the references below compare like with like
-        fusion_groups = fused.groups;
+          fused->model.members, static_cast<long long>(below), fused->model.groups.size(),
+          fused->result.predicted_us / 1e3, result.predicted_us / 1e3,
+          fused->faster ? "fused" : "not fused");
+      if (fused->faster) {
+        result = fused->result;
+        chosen = &fused->problem;
+        inputs.profile = fused->model.profile;  // the references below compare like with like
+        fusion_groups = fused->model.groups;
       }
     }
   }

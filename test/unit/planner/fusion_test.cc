@@ -24,8 +24,8 @@ proto::ModelProfile Model() {
     t->set_ready_gap_us(gap);
     return t;
   };
-  add("big.a", 1 << 20, 10);  // 4 MiB: not fused
-  add("s1", 100, 1);
+  add("big.a", 1 << 20, 10);                // 4 MiB: not fused
+  add("s1", 100, 1)->set_block_density(1);  // measured dense: fused like any
   add("s2", 200, 2);
   add("big.b", 1 << 20, 10);
   add("s3", 300, 3);  // alone between two big ones: stays as it is
@@ -36,6 +36,7 @@ proto::ModelProfile Model() {
   add("s7", 60000, 7);
   add("half", 100, 1)->set_element_bytes(2);    // not fp32: not fused
   add("rows", 100, 1)->set_block_density(0.1);  // block-sparse: not fused
+  add("gpu", 100, 1)->set_on_device(true);      // a GPU tensor: not fused
   return m;
 }
 
@@ -52,7 +53,7 @@ TEST(FusionTest, ConsecutiveSmallTensorsFormGroupsReadyWithTheirLastMember) {
   std::vector<std::string> order;
   for (const auto& t : fused.profile.tensors()) order.push_back(t.name());
   EXPECT_EQ(order, (std::vector<std::string>{"big.a", "fused.0", "big.b", "s3", "big.c", "fused.1",
-                                             "fused.2", "half", "rows"}));
+                                             "fused.2", "half", "rows", "gpu"}));
   EXPECT_EQ(fused.profile.tensors(1).elements(), 300);
   EXPECT_DOUBLE_EQ(fused.profile.tensors(1).ready_gap_us(), 3);  // s1's gap + s2's
   EXPECT_DOUBLE_EQ(fused.profile.tensors(5).ready_gap_us(), 9);

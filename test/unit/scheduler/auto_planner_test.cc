@@ -184,6 +184,49 @@ TEST(AutoPlannerTest, HierarchicalJobsArePlannedPerMachine) {
   EXPECT_GT(flat->predicted_us, 1.8 * hier->predicted_us);
 }
 
+// 300 host tensors of 1 KiB, each a round of its own unfused (the links' 50 us latency each):
+// the plan fuses them into groups, which its strategy lists and whose entries it plans; with
+// fusion disabled, or on a GPU, every tensor travels alone.
+TEST(AutoPlannerTest, SmallTensorsAreFusedWhereThatIsPredictedFaster) {
+  proto::ModelProfile tiny;
+  tiny.set_model("tiny");
+  for (int i = 0; i < 300; ++i) {
+    proto::TensorProfile* t = tiny.add_tensors();
+    t->set_name("t" + std::to_string(i));
+    t->set_elements(256);
+    t->set_ready_gap_us(1);
+  }
+  proto::ClusterDescription cluster = Cluster();
+  cluster.mutable_worker_link()->set_latency_us(50);
+  cluster.mutable_server_link()->set_latency_us(50);
+  auto fused = PlanFromProfiles({tiny}, cluster, {}, Job(true));
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_GE(fused->strategy.fusion_groups_size(), 1) << fused->summary;
+  int members = 0;
+  for (const proto::FusionGroup& g : fused->strategy.fusion_groups()) {
+    members += g.tensors_size();
+    bool planned = false;  // each group is a tensor of the plan: its entry names it
+    for (const auto& t : fused->strategy.tensors()) planned |= t.name_pattern() == g.name();
+    EXPECT_TRUE(planned) << g.name();
+  }
+  EXPECT_EQ(members, 300);
+  EXPECT_NE(fused->summary.find("; fused 300 small tensors in "), std::string::npos)
+      << fused->summary;
+  EXPECT_LT(fused->profile.tensors_size(), 300);  // the plan's profile is the fused model
+
+  proto::PlannerOptions off;
+  off.set_disable_fusion(true);
+  auto alone = PlanFromProfiles({tiny}, cluster, {}, Job(true), off);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->strategy.fusion_groups_size(), 0);
+  EXPECT_GT(alone->predicted_us, 2 * fused->predicted_us);
+
+  for (proto::TensorProfile& t : *tiny.mutable_tensors()) t.set_on_device(true);
+  auto device = PlanFromProfiles({tiny}, cluster, {}, Job(true));
+  ASSERT_TRUE(device.ok()) << device.status();
+  EXPECT_EQ(device->strategy.fusion_groups_size(), 0) << device->summary;
+}
+
 TEST(AutoPlannerTest, CpuBoundRoundsDoNotFitTheLinks) {
   // The same rounds 1.6 times as long as the model's, once with the host's CPUs busy: a slow
   // CPU (reference BLAS, a shared host) is not a slow network.

@@ -145,9 +145,10 @@ TEST(StrategyKeeperJobTest, CollectiveEntriesNeedCollectivesAndOnAKeyedJobConsen
   EXPECT_FALSE(keeper.update_pending());
 }
 
-// Fusion groups: refused in a hierarchical job, and fixed for the job (an update that changes
-// them is refused, naming why; one that keeps them goes).
-TEST(StrategyKeeperJobTest, FusionGroupsAreFlatOnlyAndFixedForTheJob) {
+// Fusion groups: refused in a hierarchical job; set once (an update to a job without any may
+// set them, as --strategy=auto's plan does, unless a member keeps error-feedback memory) and
+// then fixed (an update that changes them is refused, naming why; one that keeps them goes).
+TEST(StrategyKeeperJobTest, FusionGroupsAreFlatOnlySetOnceAndThenFixed) {
   proto::Strategy fused;
   proto::FusionGroup* g = fused.add_fusion_groups();
   g->set_name("fused.0");
@@ -161,14 +162,50 @@ TEST(StrategyKeeperJobTest, FusionGroupsAreFlatOnlyAndFixedForTheJob) {
       << refused;
   EXPECT_TRUE(StrategyKeeper(proto::ClusterConfig()).JobRefuses(fused).ok());
 
+  // A member with error-feedback memory under the strategy in force: refused.
+  {
+    StrategyKeeper keeper{proto::ClusterConfig()};
+    ASSERT_TRUE(keeper.LoadInitial("").ok());
+    proto::Strategy with_memory;
+    proto::TensorStrategy* t = with_memory.add_tensors();
+    t->set_name_pattern("b*");
+    t->mutable_push_codec()->set_name("topk");
+    t->mutable_push_codec()->set_memory("residual");
+    absl::StatusOr<proto::ControlMessage> prepare = keeper.BeginUpdate(with_memory);
+    ASSERT_TRUE(prepare.ok()) << prepare.status();
+    proto::StrategyPrepareReply reply;
+    reply.set_version(prepare->strategy_prepare().version());
+    ASSERT_TRUE(keeper.OnPrepareReply(0, reply, 1).has_value());
+    absl::StatusOr<proto::ControlMessage> dropped = keeper.BeginUpdate(fused);
+    ASSERT_FALSE(dropped.ok());
+    EXPECT_NE(dropped.status().message().find(
+                  "its member 'b0' has error-feedback memory under the job's strategy (entry "
+                  "'b*')"),
+              std::string::npos)
+        << dropped.status();
+  }
+
   StrategyKeeper keeper{proto::ClusterConfig()};
   ASSERT_TRUE(keeper.LoadInitial("").ok());  // no groups
-  absl::StatusOr<proto::ControlMessage> changed = keeper.BeginUpdate(fused);
+  absl::StatusOr<proto::ControlMessage> set = keeper.BeginUpdate(fused);
+  ASSERT_TRUE(set.ok()) << set.status();
+  proto::StrategyPrepareReply reply;
+  reply.set_version(set->strategy_prepare().version());
+  reply.set_highest_started_round(4);
+  std::optional<proto::ControlMessage> commit = keeper.OnPrepareReply(0, reply, 1);
+  ASSERT_TRUE(commit.has_value());
+  EXPECT_EQ(commit->strategy_commit().strategy().fusion_groups_size(), 1);
+  EXPECT_EQ(commit->strategy_commit().strategy().first_round(), 6u);
+
+  proto::Strategy other = fused;
+  other.mutable_fusion_groups(0)->add_tensors("b2");
+  absl::StatusOr<proto::ControlMessage> changed = keeper.BeginUpdate(other);
   ASSERT_FALSE(changed.ok());
   EXPECT_NE(changed.status().message().find("fusion_groups differ"), std::string::npos)
       << changed.status();
+  EXPECT_FALSE(keeper.BeginUpdate(proto::Strategy()).ok()) << "dropping them is a change too";
   EXPECT_FALSE(keeper.update_pending());
-  EXPECT_TRUE(keeper.BeginUpdate(proto::Strategy()).ok());  // the same (none): goes
+  EXPECT_TRUE(keeper.BeginUpdate(fused).ok());  // the same: goes
 }
 
 }  // namespace

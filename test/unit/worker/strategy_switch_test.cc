@@ -78,5 +78,41 @@ TEST(StrategySwitchTest, ARefusedCommitKeepsTheOldVersionAndEndsTheHold) {
   EXPECT_EQ(plan->push.name(), "topk");
 }
 
+TEST(StrategySwitchTest, FusionGroupsSetAtASwitchFuseTheirMembersFromItsRoundAndStay) {
+  StrategySwitch strategies;
+  ASSERT_TRUE(strategies.Add(Version(1, 0, "topk")).ok());
+  EXPECT_EQ(strategies.fusion_groups(), nullptr);
+  proto::Strategy fused = Version(2, 4, "fp16");
+  proto::FusionGroup* group = fused.add_fusion_groups();
+  group->set_name("fused.0");
+  group->add_tensors("b0");
+  group->add_tensors("w1");
+  strategies.Commit(fused);
+  // Before the switch round the members travel alone, by their own entries; from it their
+  // plans name the group and nothing else.
+  EXPECT_FALSE(strategies.Admit(3, "w1", kBytes)->fused());
+  EXPECT_EQ(strategies.Admit(3, "w1", kBytes)->push.name(), "topk");
+  std::optional<compress::TensorPlan> plan = strategies.Admit(4, "w1", kBytes);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->fusion_group, "fused.0");
+  EXPECT_EQ(plan->version, 2u);
+  EXPECT_FALSE(plan->compressed());
+  EXPECT_FALSE(strategies.Admit(4, "w2", kBytes)->fused());  // not a member
+  const auto groups = strategies.fusion_groups();
+  ASSERT_NE(groups, nullptr);
+  EXPECT_EQ(groups->first_round, 4u);
+  ASSERT_NE(groups->Named("fused.0"), nullptr);
+  EXPECT_EQ(groups->Named("fused.0")->tensors_size(), 2);
+  // Fixed once set: a version without them, or with others, is refused (the commit logs it).
+  absl::Status refused = strategies.Add(Version(3, 6, "fp16"));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("fixed once set"), std::string::npos) << refused;
+  proto::Strategy same = fused;
+  same.set_version(3);
+  same.set_first_round(6);
+  ASSERT_TRUE(strategies.Add(same).ok());
+  EXPECT_EQ(strategies.Admit(7, "b0", kBytes)->fusion_group, "fused.0");
+}
+
 }  // namespace
 }  // namespace bytecomp::worker

@@ -267,6 +267,42 @@ TEST_F(TensorTableTest, AStrategySwitchHoldsTheNextRoundUntilReleased) {
   EXPECT_EQ(r2->plan().push.name(), "fp16");
 }
 
+TEST_F(TensorTableTest, FusionGroupsSetAtASwitchCarryTheMembersRoundsOnTheGroupsOwnKey) {
+  ASSERT_TRUE(table_.Declare("w", kCount, proto::DTYPE_FLOAT32).ok());
+  Declared("w");
+  std::shared_ptr<Operation> r0 = Op("w"), r1 = Op("w"), r2 = Op("w");
+  Queue(r0);
+  absl::StatusOr<proto::Strategy> v2 = compress::ParseStrategy(
+      "tensors { name_pattern: \"fused.0\" push_codec { name: \"fp16\" } force: true }\n"
+      "fusion_groups { name: \"fused.0\" tensors: \"w\" tensors: \"b\" }",
+      "v2");
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  v2->set_version(2);
+  v2->set_first_round(1);
+  strategies_.Commit(*v2);
+  Queue(r1);
+  ASSERT_EQ(Finished(*r0, absl::OkStatus()).size(), 1u);
+  // Round 1 is the group's: the member travels in it, its own key's next round stays.
+  EXPECT_EQ(r1->round(), 1u);
+  EXPECT_EQ(r1->plan().fusion_group, "fused.0");
+  EXPECT_FALSE(r1->plan().compressed());
+  Queue(r2);
+  ASSERT_EQ(Finished(*r1, absl::OkStatus()).size(), 1u);
+  EXPECT_EQ(r2->round(), 2u);
+  EXPECT_EQ(r2->wire_round(), 1u) << "a fused round is no exchange of the member's key";
+  // The group's push_pull of round 1, a new tensor: its first round is its members' round 1,
+  // its first exchange its key's round 0, planned by the version in force at round 1.
+  ASSERT_TRUE(table_.Declare("fused.0", kCount, proto::DTYPE_FLOAT32).ok());
+  Declared("fused.0", 9);
+  std::shared_ptr<Operation> group = Op("fused.0");
+  group->members_round = 1;
+  ASSERT_EQ(Queue(group).size(), 1u);
+  EXPECT_EQ(group->round(), 1u);
+  EXPECT_EQ(group->wire_round(), 0u);
+  EXPECT_EQ(group->plan().version, 2u);
+  EXPECT_EQ(group->plan().push.name(), "fp16");
+}
+
 TEST_F(TensorTableTest, FailAllFailsEveryTensorAndReturnsTheWaitingOperations) {
   std::shared_ptr<Operation> waiting = Op("w");
   Queue(waiting);

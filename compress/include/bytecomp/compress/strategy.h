@@ -41,6 +41,11 @@ struct TensorPlan {
   // window the worker reports; 0: not adaptive.
   uint32_t ratio_window_rounds = 0;
   proto::Scheme scheme = proto::SCHEME_PS;
+  // A member of a fusion group (Strategy.fusion_groups) at this round: the group's own
+  // push_pull carries its values, and nothing else here applies. Set by the worker's strategy
+  // switch (PlanFor does not: it plans one tensor's entry).
+  std::string fusion_group;
+  bool fused() const { return !fusion_group.empty(); }
   bool collective() const { return scheme != proto::SCHEME_PS; }
   bool compressed() const { return !IsNoneName(push.name()); }
   bool two_way() const { return compressed() && !IsNoneName(pull.name()); }

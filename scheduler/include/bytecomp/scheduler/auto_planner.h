@@ -104,6 +104,10 @@ struct AutoPlanJob {
 // the compute must be at least a quarter of the measured excess over the compute. Links carry
 // less than a probe's lone transfer when every worker sends at once (W-way incast, both
 // directions full); a slow CPU is not a slow link. The summary says what was fitted.
+// A flat job's model is planned again with its small host fp32 tensors fused (fusion.h:
+// PlanWithFusion, unless PlannerOptions.disable_fusion); a fused plan predicted at least 2%
+// faster is kept, its groups in the strategy (Strategy.fusion_groups, set at the switch), and
+// the summary says which was kept.
 absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>& profiles,
                                           proto::ClusterDescription cluster,
                                           const proto::CostTable& costs, const AutoPlanJob& job,

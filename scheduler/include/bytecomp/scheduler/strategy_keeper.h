@@ -45,8 +45,13 @@ class StrategyKeeper {
   // network there), or, on a job with a cluster key, one that the strategy
   // does not allow unencrypted (Strategy.allow_unencrypted_collectives); fusion groups in a
   // hierarchical job. OK when it can. (An update may not change the fusion groups either:
-  // BeginUpdate.)
+  // FusionGroupsChange.)
   absl::Status JobRefuses(const proto::Strategy& strategy) const;
+  // Why an update may not bring `strategy`'s fusion groups: a job's groups are set once (by
+  // its first strategy, or by an update to a job without any, such as --strategy=auto's plan)
+  // and then fixed; an update that sets them may not fuse a tensor whose entry in force keeps
+  // error-feedback memory (its group's rounds would drop it). OK when it may.
+  absl::Status FusionGroupsChange(const proto::Strategy& strategy) const;
   std::optional<proto::ControlMessage> OnPrepareReply(int worker_rank,
                                                       const proto::StrategyPrepareReply& reply,
                                                       int num_workers);
