@@ -413,28 +413,13 @@ absl::Status Engine::TensorStrategy(const std::string& name, int64_t* round, int
   return tensors_.TensorStrategy(name, /*machine_rounds=*/hierarchy_ != nullptr, round, version);
 }
 
-namespace {
-
-// A member's error-feedback state is its group's (one codec compresses them together).
-absl::Status MemberState(const StrategySwitch::FusionGroups* groups, const std::string& name) {
-  if (groups == nullptr) return absl::OkStatus();
-  auto it = groups->group_of.find(name);
-  if (it == groups->group_of.end()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("tensor '", name, "' is a member of fusion group '",
-                   groups->groups[static_cast<size_t>(it->second)].name(),
-                   "': save and load the group's state"));
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> Engine::SaveTensorState(const std::string& name) {
-  if (absl::Status s = MemberState(strategies_.fusion_groups().get(), name); !s.ok()) return s;
+  // A fusion group's member has its own state (none of its rounds in its group's adds to
+  // it); the group's error feedback is the group's tensor's, saved by the group's name.
   return tensors_.SaveState(name);
 }
 
 absl::Status Engine::LoadTensorState(const std::string& name, absl::string_view state) {
-  if (absl::Status s = MemberState(strategies_.fusion_groups().get(), name); !s.ok()) return s;
   return tensors_.LoadState(name, state);
 }
 

@@ -1,6 +1,7 @@
 #include "ready_profiler.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/common/stats.h"
@@ -74,11 +75,17 @@ proto::ModelProfile ReadyProfiler::Build() const {
   // CPU had added since the round's first call: summed over consecutive calls made by one
   // thread (ContendedUs).
   std::map<const Call*, double> contended;
+  // Tensors called, in some round, after a wait of the training thread that began after the
+  // round's previous call (ProfileTensor.after_wait).
+  std::set<std::string> after_wait;
   {
     std::vector<std::vector<const Call*>> calls(first.size());
+    std::map<const Call*, std::string> tensor_of;
     for (const auto& [name, t] : tensors_) {
-      for (size_t r = 0; r < t.calls_in_rounds.size(); ++r)
+      for (size_t r = 0; r < t.calls_in_rounds.size(); ++r) {
         calls[r].push_back(&t.calls_in_rounds[r]);
+        tensor_of[&t.calls_in_rounds[r]] = name;
+      }
     }
     for (size_t r = 0; r < calls.size(); ++r) {
       std::stable_sort(calls[r].begin(), calls[r].end(),
@@ -88,6 +95,11 @@ proto::ModelProfile ReadyProfiler::Build() const {
         const Call* c = calls[r][k];
         if (k > 0) {
           const Call* p = calls[r][k - 1];
+          auto next_wait = std::lower_bound(waits_.begin(), waits_.end(),
+                                            std::make_pair(p->time_us, int64_t{0}));
+          if (next_wait != waits_.end() && next_wait->first < c->time_us) {
+            after_wait.insert(tensor_of[c]);
+          }
           const double wait = waited(*p, *c), cpu = ran(*p, *c);
           if (wait >= 0 && cpu >= 0) {
             sum += ContendedUs(static_cast<double>(c->time_us - p->time_us), cpu, wait);
@@ -153,6 +165,8 @@ proto::ModelProfile ReadyProfiler::Build() const {
     tp->set_ready_gap_us(std::max(0.0, offset - previous));
     if (t.block_density >= 0) tp->set_block_density(t.block_density);
     if (t.on_device) tp->set_on_device(true);
+    if (after_wait.contains(name)) tp->set_after_wait(true);
+    if (static_cast<int>(t.calls_in_rounds.size()) < rounds_) tp->set_some_rounds_only(true);
     previous = offset;
   }
   return profile;

@@ -47,7 +47,11 @@ class ReadyProfiler {
   // The training thread waited in the engine for a push_pull from start_us to end_us (the
   // forward time leaves such waits out: forward_timer.h).
   void RecordWait(int64_t start_us, int64_t end_us) {
-    if (!done_) forward_.Waited(start_us, end_us);
+    if (done_) return;
+    forward_.Waited(start_us, end_us);
+    if (waits_.size() < ForwardTimer::kMaxWaits && end_us > start_us) {
+      waits_.emplace_back(start_us, end_us);
+    }
   }
   // Whether a completion of `round` still matters (the engine samples the CPU only then).
   bool Wants(int64_t round) const { return !done_ && round <= rounds_; }
@@ -81,6 +85,9 @@ class ReadyProfiler {
   bool done_ = false;
   int64_t caller_tid_ = 0;
   std::map<std::string, Tensor> tensors_;
+  // The training thread's waits in the engine (start, end), in time order: a tensor called
+  // after one that came after the previous tensor's call is after_wait.
+  std::vector<std::pair<int64_t, int64_t>> waits_;
 };
 
 }  // namespace bytecomp::worker

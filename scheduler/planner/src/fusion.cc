@@ -41,8 +41,9 @@ FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, 
     // A tensor with blocks of zeros (its measured block density below 1) stays alone: the
     // block-sparse exchange may send it in fewer bytes, which a group would hide.
     const bool sparse = t.has_block_density() && t.block_density() < 1;
-    const bool small = element_bytes == 4 && !t.on_device() && bytes < below_bytes && !sparse;
-    if (!small || run_bytes + bytes > cap_bytes) flush();
+    const bool small = element_bytes == 4 && !t.on_device() && !t.some_rounds_only() &&
+                       bytes < below_bytes && !sparse;
+    if (!small || t.after_wait() || run_bytes + bytes > cap_bytes) flush();
     if (small) {
       run.push_back(&t);
       run_bytes += bytes;

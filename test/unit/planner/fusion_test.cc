@@ -37,23 +37,29 @@ proto::ModelProfile Model() {
   add("half", 100, 1)->set_element_bytes(2);    // not fp32: not fused
   add("rows", 100, 1)->set_block_density(0.1);  // block-sparse: not fused
   add("gpu", 100, 1)->set_on_device(true);      // a GPU tensor: not fused
+  add("s8", 100, 1);
+  add("s9", 100, 1)->set_after_wait(true);  // the training thread waited before it: apart
+  add("s10", 100, 1);
+  add("odd", 100, 1)->set_some_rounds_only(true);  // not pushed every round: not fused
   return m;
 }
 
 TEST(FusionTest, ConsecutiveSmallTensorsFormGroupsReadyWithTheirLastMember) {
   const FusedModel fused = FuseProfile(Model(), /*below_bytes=*/1 << 20, /*cap_bytes=*/512000);
-  ASSERT_EQ(fused.groups.size(), 3u);
-  EXPECT_EQ(fused.members, 6);
+  ASSERT_EQ(fused.groups.size(), 4u);
+  EXPECT_EQ(fused.members, 8);
   EXPECT_EQ(fused.groups[0].name(), "fused.0");
   EXPECT_EQ(
       std::vector<std::string>(fused.groups[0].tensors().begin(), fused.groups[0].tensors().end()),
       (std::vector<std::string>{"s1", "s2"}));
   EXPECT_EQ(fused.groups[1].tensors_size(), 2);  // s4, s5
   EXPECT_EQ(fused.groups[2].tensors(1), "s7");
+  EXPECT_EQ(fused.groups[3].tensors(0), "s9");  // s8 alone before the wait
   std::vector<std::string> order;
   for (const auto& t : fused.profile.tensors()) order.push_back(t.name());
-  EXPECT_EQ(order, (std::vector<std::string>{"big.a", "fused.0", "big.b", "s3", "big.c", "fused.1",
-                                             "fused.2", "half", "rows", "gpu"}));
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"big.a", "fused.0", "big.b", "s3", "big.c", "fused.1",
+                                      "fused.2", "half", "rows", "gpu", "s8", "fused.3", "odd"}));
   EXPECT_EQ(fused.profile.tensors(1).elements(), 300);
   EXPECT_DOUBLE_EQ(fused.profile.tensors(1).ready_gap_us(), 3);  // s1's gap + s2's
   EXPECT_DOUBLE_EQ(fused.profile.tensors(5).ready_gap_us(), 9);

@@ -2,10 +2,12 @@
 // of round r-1 to the first push_pull of round r, median over the profiled rounds 1..N; and
 // the gradients' block density in the profile.
 #include <gtest/gtest.h>
+
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -195,6 +197,36 @@ TEST(ReadyProfilerTest, ProfileCarriesTheMedianForwardTime) {
   EXPECT_DOUBLE_EQ(profile->tensors(1).ready_gap_us(), 300);
   EXPECT_NE(profile->source().find("forward_us: median time from a round's last completion"),
             std::string::npos);
+}
+
+// What fusion must know: the training thread waited for a push_pull between two tensors'
+// calls of a round ("sync" waits on "barrier" before pushing "w1"), and a tensor pushed in
+// rounds 0 and 1 only ("once": its second call is its only one in the profiled rounds).
+TEST(ReadyProfilerTest, WaitsBetweenCallsAndTensorsOfSomeRoundsAreMarked) {
+  ReadyProfiler p(3);
+  int64_t now = 0;
+  std::optional<proto::ModelProfile> profile;
+  for (int round = 0; round <= 4 && !profile.has_value(); ++round) {
+    now += 1000;
+    profile = p.Record("barrier", 1, 4, now);
+    if (profile.has_value()) break;
+    p.RecordWait(now + 10, now + 200);
+    now += 300;
+    p.Record("w1", 100, 4, now);
+    now += 50;
+    p.Record("w2", 100, 4, now);
+    if (round <= 1) p.Record("once", 100, 4, now + 10);  // its calls 0 and 1
+    now += 1000;
+  }
+  ASSERT_TRUE(profile.has_value());
+  std::map<std::string, proto::TensorProfile> by_name;
+  for (const auto& t : profile->tensors()) by_name[t.name()] = t;
+  ASSERT_EQ(by_name.size(), 4u);
+  EXPECT_TRUE(by_name["w1"].after_wait());
+  EXPECT_FALSE(by_name["w2"].after_wait());
+  EXPECT_FALSE(by_name["barrier"].after_wait());
+  EXPECT_TRUE(by_name["once"].some_rounds_only());
+  EXPECT_FALSE(by_name["w2"].some_rounds_only());
 }
 
 TEST(ForwardTimerTest, ContentionIsTheWaitNotMadeUpBySleeping) {

@@ -26,7 +26,8 @@ struct FusedModel {
 };
 
 // Groups of at least two consecutive host fp32 tensors each under below_bytes, of at most
-// cap_bytes together; tensors with blocks of zeros (block_density below 1) stay alone. No groups:
+// cap_bytes together; tensors with blocks of zeros (block_density below 1) or pushed in some
+// rounds only stay alone, and no group spans a wait of the training thread (after_wait). No groups:
 // the profile as it is.
 FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, int64_t cap_bytes);
 
