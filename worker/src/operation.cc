@@ -6,7 +6,7 @@
 
 namespace bytecomp::worker {
 
-void Operation::Start(OperationStart start) {
+void Operation::Start(OperationStart&& start) {
   if (started_) {
     BC_LOG_ERROR("push_pull of '", request.name, "' started twice (round ", start_.round, ", then ",
                  start.round, ")");

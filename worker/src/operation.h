@@ -80,7 +80,7 @@ class Operation {
   // Sets what the operation travels with: once, by the tensor table when the operation starts
   // (or by a test), before any other thread sees it. A second start aborts: a programming error,
   // found by the first test that runs.
-  void Start(OperationStart start);
+  void Start(OperationStart&& start);
   // What the start set (the defaults before it), read-only.
   const TensorLayout& layout() const { return start_.layout; }
   uint64_t round() const { return start_.round; }

@@ -50,10 +50,10 @@ absl::StatusOr<std::optional<TensorFusion::GroupRound>> TensorFusion::Add(
   if (round->members[position] != nullptr) {
     return refuse(absl::StrCat("a second push_pull in round ", index));
   }
-  for (const std::shared_ptr<Operation>& other : round->members) {
-    if (other != nullptr && other->request.average != r.average) {
-      return refuse("averaged unlike the other members of its round (one push_pull sums them)");
-    }
+  if (round->arrived == 0) {
+    round->average = r.average;
+  } else if (round->average != r.average) {
+    return refuse("averaged unlike the other members of its round (one push_pull sums them)");
   }
   count = r.element_count;
   round->members[position] = member;
@@ -85,7 +85,7 @@ PushPullRequest TensorFusion::Pack(Group& group, Round& round) {
   request.element_count = total;
   request.dtype = ElementType::kFloat32;
   request.priority = priority;
-  request.average = round.members.front()->request.average;
+  request.average = round.average;
   return request;
 }
 

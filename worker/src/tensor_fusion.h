@@ -74,6 +74,7 @@ class TensorFusion {
     uint64_t index = 0;
     std::vector<std::shared_ptr<Operation>> members;  // by position in the group; null: not yet
     int arrived = 0;
+    bool average = false;  // its first member's (the others must match)
     std::vector<float> buffer;
     // Every member came: its group's push_pull started (Add returned it).
     bool started() const { return arrived == static_cast<int>(members.size()); }
