@@ -33,6 +33,7 @@ import run_data_plane_bench as data_plane  # noqa: E402
 PLANNER = os.path.join(os.path.dirname(__file__), "..", "..", "scheduler", "planner")
 PROFILES = os.path.join(PLANNER, "profiles")
 PARTITION_BYTES = 4 << 20  # the cluster's default partition size
+PLANNED_GROUPS = []  # --auto: the fusion groups of each fused job's plan
 
 
 def profile_tensors(model):
@@ -116,6 +117,8 @@ def tiny_job(args, scheduler_args):
             switch = re.search(r"strategy version 2 applies from round (\d+)", log)
             print(f"  {m.group(0)[2:] if m else 'fusion not planned'}; switched at round "
                   f"{switch.group(1) if switch else '-'}", flush=True)
+            if m and m.group(1) == "fused":
+                PLANNED_GROUPS.append(int(m.group(2)))
     return time.monotonic() - start
 
 
@@ -138,6 +141,8 @@ def main_tiny(args):
           f"{args.pairs}{'; --strategy=auto, fused as planned' if args.auto else ''}")
     print(f"{'':8} {'rounds/iteration':>17} {'ms/round':>9}")
     print(f"{'plain':8} {args.tiny:17d} {1000 * plain / args.rounds:9.2f}")
+    if args.auto:  # the plan's groups (the rounds before the switch: every tensor alone)
+        groups = [None] * int(statistics.median(PLANNED_GROUPS) if PLANNED_GROUPS else args.tiny)
     print(f"{'fused':8} {len(groups):17d} {1000 * fused / args.rounds:9.2f}")
     print(f"{'ratio':8} {args.tiny / len(groups):16.2f}x {plain / fused:8.2f}x (plain / fused)")
 

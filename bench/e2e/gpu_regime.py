@@ -26,7 +26,8 @@ bc-none, bc-fp16, bc-topk, bc-powersgd (the
 presets of bytecomp.strategy, both ways where the servers can re-encode, as ddp_bench.py),
 bc-auto (--strategy=auto: the scheduler profiles the workers' first rounds, fits the links from
 their probes, plans with this host's codec costs, calibrated first, and switches every node
-before the timed steps). Each ByteComp system's step is also predicted: bc-auto's by the
+before the timed steps), bc-auto-nofuse (the same with PlannerOptions.disable_fusion: every
+tensor planned alone). Each ByteComp system's step is also predicted: bc-auto's by the
 scheduler, the fixed strategies' by bytecomp-plan --evaluate with the profile and links the
 scheduler planned with; both beside the measurement.
 
@@ -67,7 +68,8 @@ WORKER = os.path.join(HERE, "gpu_regime_worker.py")
 MODELS = ("resnet50", "vgg16", "bert-base", "gpt2")
 DDP_SYSTEMS = ("ddp-gloo", "ddp-fp16", "ddp-powersgd")
 SYSTEMS = ("local",) + DDP_SYSTEMS + ("bc-none", "bc-fp16", "bc-topk", "bc-powersgd",
-                                      "bc-auto")
+                                      "bc-auto", "bc-auto-nofuse")
+AUTO_SYSTEMS = ("bc-auto", "bc-auto-nofuse")  # planned by the scheduler (--strategy=auto)
 RESULT = re.compile(r"RESULT (\{.*\})")
 PROFILE_ROUNDS = 5  # bc-auto: the rounds the scheduler profiles before it plans
 
@@ -75,7 +77,7 @@ PROFILE_ROUNDS = 5  # bc-auto: the rounds the scheduler profiles before it plans
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "bc-auto-nofuse"))
     p.add_argument("--clusters", default="10,25,100",
                    help="Gbit/s of the clusters whose compute:network ratio is reproduced")
     p.add_argument("--rate", default="1gbit", help="the emulated links, each way (tc tbf)")
@@ -215,7 +217,7 @@ def write_strategies(args, work, tag):
     (--strategy=auto)."""
     strategies = {}
     two_way = reencodable_codecs(args.costs) if args.costs else set()
-    for system in [s for s in args.systems if s.startswith("bc-") and s != "bc-auto"]:
+    for system in [s for s in args.systems if s.startswith("bc-") and s not in AUTO_SYSTEMS]:
         codec = system[len("bc-"):]
         path = os.path.join(work, f"{tag}-{system}.pbtxt")
         params, memory = PRESETS[codec]
@@ -266,13 +268,18 @@ def run_one(system, args, work, profile, strategy, use_netns):
     bucket = 25.0 / args.shrink
     sched = ["--heartbeat_timeout_ms=30000", f"--partition_bytes={partition_bytes(args)}"]
     warmup = args.warmup
-    if system == "bc-auto":
+    if system in AUTO_SYSTEMS:
         # The scheduler profiles PROFILE_ROUNDS rounds, plans with the links the workers
         # probed and this host's codec costs, and switches every node: all before the timed
         # steps.
         sched += ["--strategy=auto", f"--plan_cluster={os.path.join(work, 'cluster.pbtxt')}",
                   f"--plan_costs={args.costs}", f"--profile_rounds={PROFILE_ROUNDS}",
                   f"--plan_out={os.path.join(work, os.path.basename(profile))}.auto.pbtxt"]
+        if system == "bc-auto-nofuse":
+            options = os.path.join(work, "nofuse-options.pbtxt")
+            with open(options, "w") as f:
+                f.write("disable_fusion: true\n")
+            sched.append(f"--plan_options={options}")
         warmup += PROFILE_ROUNDS + 3
     elif strategy:
         sched.append(f"--strategy={strategy}")
@@ -337,7 +344,7 @@ def summarize(runs, systems, predicted, facts):
         mean = lambda key: (statistics.mean(r[key] for r in rs)  # noqa: E731
                             if all(r.get(key) is not None for r in rs) else None)
         pred = predicted.get(s)
-        if s == "bc-auto":  # the scheduler's own prediction, from its log
+        if s in AUTO_SYSTEMS:  # the scheduler's own prediction, from its log
             preds = [r["predicted_ms"] for r in rs if r.get("predicted_ms")]
             pred = statistics.median(preds) if preds else None
         rows.append(dict(

@@ -344,7 +344,6 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
     if (fused.has_value() && fused->faster) {
       plan = fused->result;
       problem = &fused->problem;
-      inputs.profile = fused->model.profile;
     }
   }
   out.strategy = planner::ToStrategy(*problem, plan.choice);
@@ -368,8 +367,9 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
     compressed += group == members.end() ? 1 : group->second;
   }
   const std::string excluded = planner::ExcludedCodecs(*problem);
-  const std::string placement = planner::PlacementWarning(
-      planner::PlaceOnServers(inputs.profile, inputs.cluster), inputs.profile, inputs.cluster);
+  const std::string placement =
+      planner::PlacementWarning(planner::PlaceOnServers(problem->inputs.profile, inputs.cluster),
+                                problem->inputs.profile, inputs.cluster);
   out.summary = absl::StrCat(
       "planned ", model_tensors, " tensors (", scheme, ") in ",
       absl::StrFormat("%.1f", planning_ms), " ms: ", compressed,

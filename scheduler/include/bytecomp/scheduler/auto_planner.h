@@ -22,9 +22,9 @@ struct AutoPlan {
   // Per tensor of at least min_compress_bytes: the option chosen, its loss class, its
   // predicted saving, and why (planner/explain.h); the smaller ones counted.
   std::string table;
-  // What was planned with (the merged, rounded profile; the cluster with the job's counts and
-  // the fitted links; the options): bytecomp-plan with these and the cost table gives the
-  // same plan.
+  // What was planned with (the merged, rounded profile, unfused; the cluster with the job's
+  // counts and the fitted links; the options): bytecomp-plan with these and the cost table
+  // gives the same plan (a fused one with --fusion_below at the size the summary names).
   proto::ModelProfile profile;
   proto::ClusterDescription cluster;
   proto::PlannerOptions options;
