@@ -30,15 +30,21 @@ def strategy_entries(text):
     return entries
 
 
-def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan(tmp_path):
-    # Every tensor planned alone (fusion: the last test), so that the file lists all 162.
+def auto_args(tmp_path, options):
+    """(the scheduler's flags for --strategy=auto on the shipped 4x1gpu-1g cluster with the
+    nominal costs and PlannerOptions `options`, the path its plan is written to)."""
     plan_out = str(tmp_path / "plan.pbtxt")
-    options = tmp_path / "options.pbtxt"
-    options.write_text("disable_fusion: true\n")
-    args = ["--strategy=auto", "--profile_rounds=3", f"--plan_out={plan_out}",
+    options_file = tmp_path / "options.pbtxt"
+    options_file.write_text(options)
+    return ["--strategy=auto", "--profile_rounds=3", f"--plan_out={plan_out}",
             f"--plan_cluster={os.path.join(PLANNER, 'clusters', '4x1gpu-1g.pbtxt')}",
             f"--plan_costs={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}",
-            f"--plan_options={options}"]
+            f"--plan_options={options_file}"], plan_out
+
+
+def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan(tmp_path):
+    # Every tensor planned alone (fusion: the last test), so that the file lists all 162.
+    args, plan_out = auto_args(tmp_path, "disable_fusion: true\n")
     with cluster.Cluster(workers=2, servers=1, worker_cmd=BENCH, scheduler_args=args) as c:
         codes = c.wait_workers(timeout=240)
         assert codes == [0, 0], c.dump()
@@ -135,13 +141,7 @@ def test_auto_strategy_fuses_small_tensors_at_the_switch_and_sums_stay_exact(tmp
     the switch), from the switch round on every member travels in its group's round, and every
     sum stays exact through the switch (fp16 is all the user allows: exact on these values)."""
     rounds = 24
-    plan_out = str(tmp_path / "plan.pbtxt")
-    options = tmp_path / "options.pbtxt"
-    options.write_text('allowed { name_pattern: "*" codecs { name: "fp16" } }\n')
-    args = ["--strategy=auto", "--profile_rounds=3", f"--plan_out={plan_out}",
-            f"--plan_cluster={os.path.join(PLANNER, 'clusters', '4x1gpu-1g.pbtxt')}",
-            f"--plan_costs={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}",
-            f"--plan_options={options}"]
+    args, plan_out = auto_args(tmp_path, 'allowed { name_pattern: "*" codecs { name: "fp16" } }\n')
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--tiny-tensors", "400",
            "--shuffle", "1"]
     with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd, scheduler_args=args) as c:
