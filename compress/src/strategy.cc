@@ -325,6 +325,16 @@ TensorPlan PlanFor(const proto::Strategy& strategy, absl::string_view tensor_nam
   return plan;
 }
 
+bool SameFusionGroups(const proto::Strategy& a, const proto::Strategy& b) {
+  if (a.fusion_groups_size() != b.fusion_groups_size()) return false;
+  for (int g = 0; g < a.fusion_groups_size(); ++g) {
+    if (a.fusion_groups(g).SerializeAsString() != b.fusion_groups(g).SerializeAsString()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::Status StrategyHistory::Add(const proto::Strategy& strategy) {
   if (!versions_.empty()) {
     const proto::Strategy& last = versions_.back();

@@ -32,16 +32,6 @@ std::vector<std::string> CollectiveEntries(const proto::Strategy& strategy) {
   return entries;
 }
 
-bool SameFusionGroups(const proto::Strategy& a, const proto::Strategy& b) {
-  if (a.fusion_groups_size() != b.fusion_groups_size()) return false;
-  for (int g = 0; g < a.fusion_groups_size(); ++g) {
-    if (a.fusion_groups(g).SerializeAsString() != b.fusion_groups(g).SerializeAsString()) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 void StrategyKeeper::LogUnencrypted(const proto::Strategy& strategy) const {
@@ -123,7 +113,7 @@ std::optional<proto::ControlMessage> StrategyKeeper::OnPrepareReply(
 }
 
 absl::Status StrategyKeeper::FusionGroupsChange(const proto::Strategy& strategy) const {
-  if (SameFusionGroups(strategy, current_)) return absl::OkStatus();
+  if (compress::SameFusionGroups(strategy, current_)) return absl::OkStatus();
   if (current_.fusion_groups_size() > 0) {
     return absl::FailedPreconditionError(
         "the new strategy's fusion_groups differ from the job's: once set they are fixed for "

@@ -9,25 +9,8 @@ namespace bytecomp::worker {
 
 const proto::FusionGroup* StrategySwitch::FusionGroups::Named(const std::string& name) const {
   auto it = by_name.find(name);
-  return it == by_name.end() ? nullptr : &groups[static_cast<size_t>(it->second)];
+  return it == by_name.end() ? nullptr : &set_by.fusion_groups(it->second);
 }
-
-namespace {
-
-bool SameGroups(const proto::Strategy& strategy, const std::vector<proto::FusionGroup>& groups) {
-  if (strategy.fusion_groups_size() != static_cast<int>(groups.size())) return false;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const proto::FusionGroup& a = strategy.fusion_groups(static_cast<int>(g));
-    if (a.name() != groups[g].name() ||
-        !std::equal(a.tensors().begin(), a.tensors().end(), groups[g].tensors().begin(),
-                    groups[g].tensors().end())) {
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
 
 absl::Status StrategySwitch::Add(const proto::Strategy& strategy) {
   absl::MutexLock lock(&mu_);
@@ -35,7 +18,7 @@ absl::Status StrategySwitch::Add(const proto::Strategy& strategy) {
 }
 
 absl::Status StrategySwitch::AddLocked(const proto::Strategy& strategy) {
-  if (fusion_ != nullptr && !SameGroups(strategy, fusion_->groups)) {
+  if (fusion_ != nullptr && !compress::SameFusionGroups(strategy, fusion_->set_by)) {
     return absl::FailedPreconditionError(
         absl::StrCat("strategy version ", strategy.version(),
                      " names other fusion groups than those in force since round ",
@@ -45,11 +28,11 @@ absl::Status StrategySwitch::AddLocked(const proto::Strategy& strategy) {
   if (fusion_ != nullptr || strategy.fusion_groups_size() == 0) return absl::OkStatus();
   auto groups = std::make_shared<FusionGroups>();
   groups->first_round = strategy.first_round();
-  groups->groups.assign(strategy.fusion_groups().begin(), strategy.fusion_groups().end());
-  for (size_t g = 0; g < groups->groups.size(); ++g) {
-    groups->by_name[groups->groups[g].name()] = static_cast<int>(g);
-    for (const std::string& member : groups->groups[g].tensors()) {
-      groups->group_of[member] = static_cast<int>(g);
+  *groups->set_by.mutable_fusion_groups() = strategy.fusion_groups();
+  for (int g = 0; g < groups->set_by.fusion_groups_size(); ++g) {
+    groups->by_name[groups->set_by.fusion_groups(g).name()] = g;
+    for (const std::string& member : groups->set_by.fusion_groups(g).tensors()) {
+      groups->group_of[member] = g;
     }
   }
   fusion_ = std::move(groups);
@@ -73,7 +56,7 @@ std::optional<compress::TensorPlan> StrategySwitch::Admit(uint64_t round, absl::
     if (auto it = fusion_->group_of.find(tensor); it != fusion_->group_of.end()) {
       compress::TensorPlan fused;
       fused.version = strategy->version();
-      fused.fusion_group = fusion_->groups[static_cast<size_t>(it->second)].name();
+      fused.fusion_group = fusion_->set_by.fusion_groups(it->second).name();
       return fused;
     }
   }

@@ -16,7 +16,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -33,7 +32,7 @@ class StrategySwitch {
   // The job's fusion groups, from the round of the version that set them; fixed once set.
   struct FusionGroups {
     uint64_t first_round = 0;
-    std::vector<proto::FusionGroup> groups;
+    proto::Strategy set_by;  // the version that set them (its fusion_groups are the groups)
     absl::flat_hash_map<std::string, int> group_of;  // a member's name -> its group's index
     absl::flat_hash_map<std::string, int> by_name;   // a group's name -> its index
     // The group named `name`; null if none.

@@ -76,6 +76,9 @@ proto::CodecConfig SparseUnionPullCodec();
 // Whether `pull` is that codec (its threshold given, read as a number).
 bool IsSparseUnionPull(const proto::CodecConfig& pull);
 
+// Whether `a` and `b` name the same fusion groups: names, members and their order.
+bool SameFusionGroups(const proto::Strategy& a, const proto::Strategy& b);
+
 // The versions a node knows, each from its first_round on.
 class StrategyHistory {
  public:
