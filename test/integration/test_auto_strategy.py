@@ -30,16 +30,17 @@ def strategy_entries(text):
     return entries
 
 
-def auto_args(tmp_path, options):
+def auto_args(tmp_path, options, links="measured"):
     """(the scheduler's flags for --strategy=auto on the shipped 4x1gpu-1g cluster with the
-    nominal costs and PlannerOptions `options`, the path its plan is written to)."""
+    nominal costs, PlannerOptions `options` and --plan_links=`links`, the path its plan is
+    written to)."""
     plan_out = str(tmp_path / "plan.pbtxt")
     options_file = tmp_path / "options.pbtxt"
     options_file.write_text(options)
     return ["--strategy=auto", "--profile_rounds=3", f"--plan_out={plan_out}",
             f"--plan_cluster={os.path.join(PLANNER, 'clusters', '4x1gpu-1g.pbtxt')}",
             f"--plan_costs={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}",
-            f"--plan_options={options_file}"], plan_out
+            f"--plan_options={options_file}", f"--plan_links={links}"], plan_out
 
 
 def test_auto_strategy_plans_from_measured_profiles_switches_and_writes_the_plan(tmp_path):
@@ -110,8 +111,10 @@ def test_auto_strategy_sums_top_k_where_gathering_would_cost_more(tmp_path):
                                           servers=2)
     options = os.path.join(work, "options.pbtxt")
     with open(options, "w") as f:
+        # Fusion (the last test) not tried: one plan instead of three before the switch.
         f.write('allowed { name_pattern: "*" codecs { name: "topk" '
-                'params { key: "ratio" value: "0.01" } memory: "residual" } }\n')
+                'params { key: "ratio" value: "0.01" } memory: "residual" } }\n'
+                'disable_fusion: true\n')
     args = ["--strategy=auto", "--profile_rounds=3", f"--plan_out={plan_out}",
             f"--plan_cluster={machines}", "--plan_links=file", f"--plan_options={options}",
             f"--plan_costs={os.path.join(PLANNER, 'costs', 'nominal.pbtxt')}"]
@@ -139,9 +142,12 @@ def test_auto_strategy_fuses_small_tensors_at_the_switch_and_sums_stay_exact(tmp
     """400 one-element tensors (W=2, S=1): profiled alone, each is a round of its own; the plan
     for 1 Gbit/s links with their latency fuses them into groups (Strategy.fusion_groups, set by
     the switch), from the switch round on every member travels in its group's round, and every
-    sum stays exact through the switch (fp16 is all the user allows: exact on these values)."""
+    sum stays exact through the switch (fp16 is all the user allows: exact on these values).
+    The cluster file's links, not the probes': loopback's measure (10-20 Gbit/s, a 13 us link)
+    leaves the 400 rounds' latency below the 2% gain the planner asks of a fused plan."""
     rounds = 24
-    args, plan_out = auto_args(tmp_path, 'allowed { name_pattern: "*" codecs { name: "fp16" } }\n')
+    args, plan_out = auto_args(tmp_path, 'allowed { name_pattern: "*" codecs { name: "fp16" } }\n',
+                               links="file")
     cmd = [cluster.binary("exact_sum_worker"), "--rounds", str(rounds), "--tiny-tensors", "400",
            "--shuffle", "1"]
     with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd, scheduler_args=args) as c:
