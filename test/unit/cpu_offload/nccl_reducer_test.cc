@@ -1,6 +1,12 @@
-// Host-side logic of the NCCL reducer (no GPU here): shard arithmetic and argument checks.
-// The collectives themselves are compile-checked only.
+// The NCCL reducer: shard arithmetic and argument checks everywhere; on a machine with a GPU
+// (deploy/gpu_check.sh), a communicator of one rank, which is all one GPU allows, running
+// every collective (elsewhere that test skips).
 #include "bytecomp/worker/nccl_reducer.h"
+
+#include <cuda_runtime_api.h>
+
+#include <numeric>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -36,6 +42,40 @@ TEST(NcclLocalReducer, RejectsAMalformedUniqueIdOrRank) {
   EXPECT_NE(bad_id.status().message().find("5 bytes; expected 128"), absl::string_view::npos);
   auto bad_rank = NcclLocalReducer::Create(std::string(kNcclUniqueIdBytes, '\0'), 2, 2, 0);
   EXPECT_EQ(bad_rank.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NcclLocalReducerOnGpu, ASingleRankCommunicatorRunsEveryCollectiveInPlace) {
+  absl::StatusOr<int> device = CurrentNcclDevice();
+  if (!device.ok()) GTEST_SKIP() << device.status();
+  absl::StatusOr<std::string> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto reducer = NcclLocalReducer::Create(*id, 0, 1, *device);
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  const size_t n = 100003;
+  std::vector<float> host(n);
+  std::iota(host.begin(), host.end(), 0.5f);
+  float* buffer = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&buffer), n * sizeof(float)), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(buffer, host.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  // One rank: each collective leaves the buffer as it was (its sum, its shard, its broadcast).
+  const LocalShard shard = ShardOf(n, 0, 1);
+  EXPECT_EQ(shard.padded_elements, n);
+  EXPECT_TRUE((*reducer)->ReduceScatterInPlace(buffer, n, proto::DTYPE_FLOAT32, stream).ok());
+  EXPECT_TRUE((*reducer)->AllGatherInPlace(buffer, n, proto::DTYPE_FLOAT32, stream).ok());
+  EXPECT_TRUE((*reducer)->GroupStart().ok());
+  EXPECT_TRUE((*reducer)->ReduceToRoot(buffer, n, proto::DTYPE_FLOAT32, 0, stream).ok());
+  EXPECT_TRUE((*reducer)->GroupEnd().ok());
+  EXPECT_TRUE((*reducer)->BroadcastFromRoot(buffer, n, proto::DTYPE_FLOAT32, 0, stream).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<float> back(n);
+  ASSERT_EQ(cudaMemcpy(back.data(), buffer, n * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(back, host);
+  cudaStreamDestroy(stream);
+  cudaFree(buffer);
 }
 
 }  // namespace

@@ -10,6 +10,9 @@
 
 #include "bytecomp/cpu_offload.h"
 #include "gtest/gtest.h"
+#if BYTECOMP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace bytecomp::cpu_offload {
 namespace {
@@ -198,6 +201,38 @@ TEST(PinnedMemoryPool, MlockRefusedFallsBackToUnlocked) {
   std::memset(buffer->data(), 1, buffer->size());
   if (mlock_works) GTEST_SKIP() << "could not make mlock fail here; the fallback went untested";
 }
+
+#if BYTECOMP_HAVE_CUDA
+// On a machine with a GPU (deploy/gpu_check.sh; elsewhere it skips): the pool's blocks come from
+// cudaHostAlloc, the driver knows them as host memory, and they copy to a device and back.
+TEST(PinnedMemoryPool, OnAGpuMachineBlocksAreCudaHostMemoryThatCopiesToTheDevice) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    GTEST_SKIP() << "no CUDA device";
+  }
+  PinnedPoolOptions options;
+  options.max_total_bytes = 8 << 20;
+  PinnedMemoryPool pool(options);
+  EXPECT_EQ(pool.kind(), PinnedMemoryKind::kCudaHost);
+  const size_t bytes = (1 << 20) + 3;
+  auto buffer = pool.Acquire(bytes);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_EQ(buffer->kind(), PinnedMemoryKind::kCudaHost);
+  cudaPointerAttributes attributes{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, buffer->data()), cudaSuccess);
+  EXPECT_EQ(attributes.type, cudaMemoryTypeHost);
+  for (size_t i = 0; i < bytes; ++i) buffer->data()[i] = static_cast<uint8_t>(i * 7);
+  void* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device, buffer->data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  std::memset(buffer->data(), 0, bytes);
+  ASSERT_EQ(cudaMemcpy(buffer->data(), device, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(device);
+  size_t wrong = 0;
+  for (size_t i = 0; i < bytes; ++i) wrong += buffer->data()[i] != static_cast<uint8_t>(i * 7);
+  EXPECT_EQ(wrong, 0u);
+}
+#endif
 
 }  // namespace
 }  // namespace bytecomp::cpu_offload
