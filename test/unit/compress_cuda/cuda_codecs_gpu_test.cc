@@ -11,9 +11,11 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/cuda_codecs.h"
 #include "bytecomp/compress/gpu_codecs.h"
@@ -107,46 +109,57 @@ TEST(CudaCodecRegistry, FusesTheMemoriesTheFactsNameAndNoOther) {
   }
 }
 
+// Odd sizes, and partitions: a slice of a larger tensor starting at an odd element (the
+// engine encodes each partition from inside the tensor, so inputs are not 16-byte aligned).
 TEST(CudaCodecsOnGpu, SameBytesAsTheCpuCodecsAndRoundTrip) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  const size_t n = 100003;
+  const size_t total = 300007;
   compress::CodecContext ctx;
   ctx.seed = 5;
   ctx.key = 9;
   ctx.round = 2;
-  const std::vector<float> x = Gradient(n, 1);
-  DeviceArray<float> d_x(n), d_out(n);
-  ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
+  const std::vector<float> x = Gradient(total, 1);
+  DeviceArray<float> d_x(total), d_out(total);
+  ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * total, cudaMemcpyHostToDevice), cudaSuccess);
+  // (offset, elements): whole inputs of odd sizes, then partitions inside the tensor.
+  const std::pair<size_t, size_t> inputs[] = {{0, 1},        {0, 37},         {0, 4099},
+                                              {0, 100003},   {0, total},      {4099, 65536},
+                                              {70001, 4097}, {200003, 100004}};
   for (const std::string& name : compress::cuda::CudaCodecNames()) {
-    auto gpu = CudaCodec::Create(name, {});
-    ASSERT_TRUE(gpu.ok()) << gpu.status();
-    auto cpu = compress::CreateCodec(name);
-    ASSERT_TRUE(cpu.ok()) << cpu.status();
-    const size_t capacity = (*gpu)->MaxEncodedBytes(n);
-    ASSERT_EQ(capacity, (*cpu)->MaxEncodedBytes(n)) << name;
-    DeviceArray<uint8_t> d_payload(capacity);
-    auto bytes = (*gpu)->Encode(d_x.data, n, ctx, d_payload.data, capacity, nullptr);
-    ASSERT_TRUE(bytes.ok()) << name << ": " << bytes.status();
-    std::vector<uint8_t> payload(*bytes);
-    ASSERT_EQ(cudaMemcpy(payload.data(), d_payload.data, *bytes, cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    std::vector<uint8_t> expected(capacity);
-    auto m = (*cpu)->Encode(x, ctx, absl::MakeSpan(expected));
-    ASSERT_TRUE(m.ok());
-    expected.resize(*m);
-    EXPECT_EQ(payload, expected) << name;
-    const absl::Status decoded =
-        (*gpu)->Decode(d_payload.data, *bytes, ctx, d_out.data, n, nullptr);
-    EXPECT_TRUE(decoded.ok()) << name << ": " << decoded;
-    std::vector<float> gpu_values(n), cpu_values(n);
-    ASSERT_EQ(cudaMemcpy(gpu_values.data(), d_out.data, 4 * n, cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    ASSERT_TRUE((*cpu)->Decode(payload, ctx, absl::MakeSpan(cpu_values)).ok());
-    EXPECT_EQ(std::memcmp(gpu_values.data(), cpu_values.data(), 4 * n), 0) << name;
-    // A payload one byte short is refused, as on the CPU.
-    EXPECT_EQ((*gpu)->Decode(d_payload.data, *bytes - 1, ctx, d_out.data, n, nullptr).code(),
-              absl::StatusCode::kInvalidArgument)
-        << name;
+    for (const auto& [offset, n] : inputs) {
+      SCOPED_TRACE(absl::StrCat(name, ": ", n, " elements from ", offset));
+      ctx.key = (uint64_t{9} << 32) | (offset % 7);  // each partition its own key
+      auto gpu = CudaCodec::Create(name, {});
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      auto cpu = compress::CreateCodec(name);
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      const size_t capacity = (*gpu)->MaxEncodedBytes(n);
+      ASSERT_EQ(capacity, (*cpu)->MaxEncodedBytes(n));
+      DeviceArray<uint8_t> d_payload(capacity);
+      auto bytes = (*gpu)->Encode(d_x.data + offset, n, ctx, d_payload.data, capacity, nullptr);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      std::vector<uint8_t> payload(*bytes);
+      ASSERT_EQ(cudaMemcpy(payload.data(), d_payload.data, *bytes, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      std::vector<uint8_t> expected(capacity);
+      auto m =
+          (*cpu)->Encode(absl::MakeConstSpan(x).subspan(offset, n), ctx, absl::MakeSpan(expected));
+      ASSERT_TRUE(m.ok()) << m.status();
+      expected.resize(*m);
+      EXPECT_EQ(payload, expected);
+      const absl::Status decoded =
+          (*gpu)->Decode(d_payload.data, *bytes, ctx, d_out.data + offset, n, nullptr);
+      EXPECT_TRUE(decoded.ok()) << decoded;
+      std::vector<float> gpu_values(n), cpu_values(n);
+      ASSERT_EQ(cudaMemcpy(gpu_values.data(), d_out.data + offset, 4 * n, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      ASSERT_TRUE((*cpu)->Decode(payload, ctx, absl::MakeSpan(cpu_values)).ok());
+      EXPECT_EQ(std::memcmp(gpu_values.data(), cpu_values.data(), 4 * n), 0);
+      // A payload one byte short is refused, as on the CPU.
+      EXPECT_EQ(
+          (*gpu)->Decode(d_payload.data, *bytes - 1, ctx, d_out.data + offset, n, nullptr).code(),
+          absl::StatusCode::kInvalidArgument);
+    }
   }
 }
 
