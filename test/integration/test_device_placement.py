@@ -9,6 +9,7 @@ gradient is written by work queued on its stream just before the call, so an eng
 it early would push NaN. The emulated device's codec call counts show which stages ran on the
 device."""
 import os
+import re
 
 import cluster
 from test_codecs import codec_block
@@ -50,7 +51,18 @@ def tensors():
     out.append(("plain.dev", None, GPU, False))
     out.append(("plain.dev.avg", None, GPU, False))
     out.append(("plain.host", None, GPU, False))
+    # Collectives (COLLECTIVES): summed among the workers through the pinned host copy.
+    out.append(("allreduce.plain.dev", None, GPU, False))
+    out.append(("allgather.topk.gpu.dev", CODECS[0], GPU, False))
+    out.append(("allgather.topk.default.dev", CODECS[0], DEFAULT, False))
     return out
+
+
+# A collective's sum of W=2 contributions is the servers' (fp32 addition of two terms does not
+# depend on their order), so the reference holds for them too.
+COLLECTIVES = {"allreduce.plain.dev": "SCHEME_ALLREDUCE",
+               "allgather.topk.gpu.dev": "SCHEME_ALLGATHER",
+               "allgather.topk.default.dev": "SCHEME_ALLGATHER"}
 
 
 def strategy_text():
@@ -67,6 +79,8 @@ def strategy_text():
             if decode_on != DEFAULT:
                 lines.append(f"  decompress_on: {decode_on}")
             lines.append("  force: true")
+        if name in COLLECTIVES:
+            lines.append(f"  scheme: {COLLECTIVES[name]}")
         lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -81,7 +95,7 @@ def expected_device_calls():
     encodes = decodes = 0
     for name, codec, placement, two_way in tensors():
         if (codec is None or ".dev" not in name or name.endswith(".f16")
-                or codec[0] in NO_DEVICE_KERNELS):
+                or codec[0] in NO_DEVICE_KERNELS or name in COLLECTIVES):
             continue
         encode_on, decode_on = stages(placement)
         if encode_on != CPU:
@@ -98,7 +112,8 @@ def expected_state_saves():
     for name, codec, placement, _ in tensors():
         if codec is None or ".dev" not in name:
             continue
-        on_device = stages(placement)[0] != CPU and codec[0] not in NO_DEVICE_KERNELS
+        on_device = (stages(placement)[0] != CPU and codec[0] not in NO_DEVICE_KERNELS
+                     and name not in COLLECTIVES)
         if on_device and codec[2] and not name.endswith(".f16"):
             refused += 1
         else:
@@ -113,7 +128,7 @@ def test_device_tensors_on_the_emulated_device_match_the_reference(tmp_path):
     cmd = [cluster.binary("codec_cluster_worker"), f"--strategy={path}", f"--rounds={ROUNDS}",
            f"--elements={ELEMENTS}", f"--partition_elements={PARTITION_BYTES // 4}", "--device"]
     with cluster.Cluster(workers=2, servers=1, worker_cmd=cmd, partition_bytes=PARTITION_BYTES,
-                         scheduler_args=[f"--strategy={path}"],
+                         scheduler_args=["--collectives", f"--strategy={path}"],
                          extra_env={"BYTECOMP_DEVICE_BACKEND": "emulated"}) as c:
         codes = c.wait_workers(timeout=120)
         assert codes == [0, 0], c.dump()
@@ -122,6 +137,9 @@ def test_device_tensors_on_the_emulated_device_match_the_reference(tmp_path):
             out = w.output()
             assert f"ALL {len(tensors())} TENSORS MATCH THE REFERENCE for {ROUNDS} rounds" in out, c.dump()
             assert f"EMULATED DEVICE: encodes={encodes} decodes={decodes}" in out, c.dump()
+            # The collectives summed every partition of every round of their tensors.
+            summed = re.search(r"collectives: (\d+) partition rounds summed or gathered", out)
+            assert summed and int(summed.group(1)) == len(COLLECTIVES) * ROUNDS * PARTS, out
             refused, saved = expected_state_saves()
             assert f"DEVICE STATE: refused={refused} saved={saved}" in out, c.dump()
             # Once per tensor, not silently and not every round.

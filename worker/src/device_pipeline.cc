@@ -110,13 +110,7 @@ void DevicePipeline::WaitForCallbacks(int64_t deadline_ms) {
 
 void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
   if (op->plan().collective()) {
-    // gloo's collectives here take host memory; NCCL's for device tensors are not built in.
-    ctx_.tracker->FailAll(
-        op, absl::UnimplementedError(absl::StrCat(
-                "tensor '", op->request.name, "': the strategy sums it with ",
-                proto::Scheme_Name(op->plan().scheme),
-                ", which this engine runs for host tensors only (gloo); copy the gradient to "
-                "host memory (bytecomp_push_pull), or give it scheme SCHEME_PS")));
+    StartCollective(op);
     return;
   }
   DeviceWork& d = *op->device;
@@ -169,6 +163,42 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
       }
     });
   }
+  if (!status.ok()) {
+    Abort(op,
+          absl::Status(status.code(), absl::StrCat("copying '", op->request.name, "' from device ",
+                                                   d.device, ": ", status.message())));
+  }
+}
+
+void DevicePipeline::StartCollective(const std::shared_ptr<Operation>& op) {
+  DeviceWork& d = *op->device;
+  d.encode_on_device = false;
+  d.decode_on_device = false;
+  const compress::TensorPlan& plan = op->plan();
+  if (plan.compressed() &&
+      (plan.compress_on == proto::PLACEMENT_GPU || plan.decompress_on == proto::PLACEMENT_GPU) &&
+      !op->codecs()->placement_logged.exchange(true)) {
+    BC_LOG_WARNING("tensor '", op->request.name,
+                   "': the strategy places its compression on the "
+                   "GPU, but its scheme ",
+                   proto::Scheme_Name(plan.scheme),
+                   " sums in host memory (gloo), so it is encoded and decoded on the CPU pool "
+                   "through a pinned copy");
+  }
+  const size_t bytes = static_cast<size_t>(op->request.element_count) * DTypeSize(op->dtype());
+  absl::StatusOr<cpu_offload::PinnedBuffer> host = d.pinned->Acquire(bytes);
+  if (!host.ok()) {
+    Abort(op,
+          absl::Status(host.status().code(), absl::StrCat("pinned host copy of '", op->request.name,
+                                                          "': ", host.status().message())));
+    return;
+  }
+  d.host = *std::move(host);
+  absl::Status status =
+      d.backend->CopyToHost(d.device, d.stream, d.host.data(), op->request.data, bytes);
+  // From the host copy on, the host stages: the collectives' contribution, then (through
+  // ResultWritten) the copy back.
+  if (status.ok()) status = AfterDevice(d, [this, op] { host_.Start(op); });
   if (!status.ok()) {
     Abort(op,
           absl::Status(status.code(), absl::StrCat("copying '", op->request.name, "' from device ",

@@ -36,6 +36,10 @@ class DevicePipeline : public StagePipeline {
   void Start(const std::shared_ptr<Operation>& op) override;
   void Pulled(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
               zmq::message_t payload, int server) override;
+  // Copies the result to the device, then reports it.
+  void ResultWritten(const std::shared_ptr<Operation>& op, int64_t partition) override {
+    CopyResultToDevice(op, partition);
+  }
 
   // DeviceBackend::WhenReached, counted so that shutdown can wait for the callbacks (they call
   // into the engine) before it goes.
@@ -49,6 +53,9 @@ class DevicePipeline : public StagePipeline {
                       zmq::message_t payload, int server);
   // The partition's result is in the pinned host copy: copy it to the device, then report it.
   void CopyResultToDevice(const std::shared_ptr<Operation>& op, int64_t partition);
+  // A plan with a collective scheme: the collectives (gloo) take host memory, so the tensor
+  // goes through its pinned host copy, and the host stages encode, sum and decode it there.
+  void StartCollective(const std::shared_ptr<Operation>& op);
   // Fails every partition of an operation that could not start, pushing aborts so that the
   // round completes on the servers.
   void Abort(const std::shared_ptr<Operation>& op, const absl::Status& status);

@@ -154,7 +154,7 @@ void HostPipeline::SubmitCollective(const std::shared_ptr<Operation>& op, int64_
       }
       absl::Status written = WriteCollectiveResult(op, partition, stage, *r);
       if (written.ok()) {
-        ctx_.tracker->ResultIn(op, partition);
+        op->stages->ResultWritten(op, partition);
       } else {
         ctx_.tracker->ResultFailed(op, partition, written);
       }

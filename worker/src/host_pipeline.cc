@@ -34,7 +34,9 @@ void HostPipeline::Start(const std::shared_ptr<Operation>& op) {
     ctx_.to_data_thread->Push(StartOperation{op});
     return;
   }
-  if ((op->plan().compress_on == proto::PLACEMENT_GPU ||
+  // (A device tensor comes here for its collectives, DevicePipeline saying why.)
+  if (op->device == nullptr &&
+      (op->plan().compress_on == proto::PLACEMENT_GPU ||
        op->plan().decompress_on == proto::PLACEMENT_GPU) &&
       !op->codecs()->placement_logged.exchange(true)) {
     BC_LOG_WARNING("tensor '", op->request.name,
@@ -114,6 +116,10 @@ void HostPipeline::MeasureKeptEnergy(const Operation& op, PartitionCodec& pc, si
       pc.memory != nullptr && pc.compensated.size() == n && pc.decoded.size() == n;
   pc.sent_energy = measured ? SquaredNorm(pc.decoded) : -1;
   pc.compensated_energy = measured ? SquaredNorm(pc.compensated) : 0;
+}
+
+void HostPipeline::ResultWritten(const std::shared_ptr<Operation>& op, int64_t partition) {
+  ctx_.tracker->ResultIn(op, partition);
 }
 
 void HostPipeline::PushEncodeFailure(const std::shared_ptr<EncodedPush>& push,

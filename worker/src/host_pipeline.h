@@ -32,6 +32,7 @@ class HostPipeline : public StagePipeline {
   void Start(const std::shared_ptr<Operation>& op) override;
   void Pulled(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
               zmq::message_t payload, int server) override;
+  void ResultWritten(const std::shared_ptr<Operation>& op, int64_t partition) override;
 
   // The host stages (each on one partition, one task at a time):
   // Encodes the partition with its error-feedback memory and queues the push (or its abort).

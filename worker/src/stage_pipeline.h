@@ -68,6 +68,10 @@ class StagePipeline {
   // the partition's result (or, after PowerSGD's stage 1, push stage 2).
   virtual void Pulled(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
                       zmq::message_t payload, int server) = 0;
+  // The partition's result is in the host stages' memory (Operation::host_data; the
+  // collectives' sums are written there on the codec pool): report it, for a device tensor
+  // once it is copied back to the device.
+  virtual void ResultWritten(const std::shared_ptr<Operation>& op, int64_t partition) = 0;
 };
 
 }  // namespace bytecomp::worker
