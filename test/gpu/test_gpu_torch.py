@@ -3,8 +3,8 @@ these on the GPU machine; without a CUDA device they skip, and the suite does no
 
 W=2 workers sharing the one GPU, S=1 server, on loopback:
 - every GPU codec (the GPU placement forced by the strategy) on CUDA tensors gives the same bits
-  as the same job on host tensors (CPU codecs), over rounds with error feedback, and integer
-  sums are exact;
+  as the same job on host tensors (CPU codecs), over rounds with error feedback, and so do CUDA
+  tensors summed by the collectives (allreduce, and top-k allgather); integer sums are exact;
 - DistributedDataParallel on CUDA with bytecomp.torch.ddp_comm_hook ends where DDP's own
   allreduce (gloo) ends."""
 import os
@@ -36,8 +36,14 @@ GPU_CODECS = [
 ]
 
 
+# Tensors summed among the workers by the collectives (gloo, through the pinned host copy).
+COLLECTIVES = ['tensors { name_pattern: "allreduce.*" force: true scheme: SCHEME_ALLREDUCE }',
+               'tensors { name_pattern: "allgather.*" push_codec { name: "topk" params { key: '
+               '"ratio" value: "0.01" } memory: "residual" } force: true scheme: SCHEME_ALLGATHER }']
+
+
 def strategy_text():
-    lines = ["version: 1", "first_round: 0", "seed: 1234"]
+    lines = ["version: 1", "first_round: 0", "seed: 1234"] + COLLECTIVES
     for name, params, memory in GPU_CODECS:
         lines += ["tensors {", f'  name_pattern: "{name}.*"', "  push_codec {", f'    name: "{name}"']
         lines += [f'    params {{ key: "{k}" value: "{v}" }}' for k, v in params.items()]
@@ -52,7 +58,8 @@ def run_job(tmp_path, device, codecs):
     strategy = tmp_path / "strategy.pbtxt"
     strategy.write_text(strategy_text())
     with python_cluster(tmp_path / device, workers=2, servers=1, partition_bytes=65536,
-                        extra_scheduler_flags=[f"--strategy={strategy}"]) as cluster:
+                        extra_scheduler_flags=["--collectives",
+                                               f"--strategy={strategy}"]) as cluster:
         cluster.run_workers([os.path.join(HERE, "workers", "gpu_codecs_worker.py"),
                              str(tmp_path), device, ",".join(codecs)], timeout_s=150)
         cluster.check_workers_ok()
@@ -61,7 +68,7 @@ def run_job(tmp_path, device, codecs):
 
 @needs_gpu
 def test_cuda_tensors_through_every_gpu_codec_match_the_cpu_codecs_bit_for_bit(tmp_path):
-    codecs = [c for c, _, _ in GPU_CODECS]
+    codecs = [c for c, _, _ in GPU_CODECS] + ["allreduce", "allgather"]
     (tmp_path / "cuda").mkdir()
     (tmp_path / "cpu").mkdir()
     outputs = run_job(tmp_path, "cuda", codecs)
