@@ -8,6 +8,7 @@ W=2 workers sharing the one GPU, S=1 server, on loopback:
 - DistributedDataParallel on CUDA with bytecomp.torch.ddp_comm_hook ends where DDP's own
   allreduce (gloo) ends."""
 import os
+import re
 import sys
 
 import pytest
@@ -60,8 +61,13 @@ def run_job(tmp_path, device, codecs):
     with python_cluster(tmp_path / device, workers=2, servers=1, partition_bytes=65536,
                         extra_scheduler_flags=["--collectives",
                                                f"--strategy={strategy}"]) as cluster:
+        # The uncompressed allreduce of CUDA tensors runs through NCCL. Both workers share the
+        # one GPU, which NCCL refuses within a host: another host id each makes them two
+        # "machines", so NCCL takes its network transport, as across real machines.
         cluster.run_workers([os.path.join(HERE, "workers", "gpu_codecs_worker.py"),
-                             str(tmp_path), device, ",".join(codecs)], timeout_s=150)
+                             str(tmp_path), device, ",".join(codecs)], timeout_s=150,
+                            per_worker_env={r: {"NCCL_HOSTID": f"bytecomp-gpu-check-{r}"}
+                                            for r in range(2)})
         cluster.check_workers_ok()
         return [w.output() for w in cluster.workers]
 
@@ -76,6 +82,8 @@ def test_cuda_tensors_through_every_gpu_codec_match_the_cpu_codecs_bit_for_bit(t
     # Every codec ran on the GPU: a GPU placement the engine cannot honour is logged.
     for out in outputs:
         assert "so it runs on the CPU pool" not in out, out[-4000:]
+        # The allreduce tensors went through NCCL.
+        assert re.search(r"; (\d+) summed in device memory \(NCCL\)", out), out[-4000:]
     for rank in range(2):
         gpu = torch.load(tmp_path / f"rank{rank}.cuda.pt")
         cpu = torch.load(tmp_path / f"rank{rank}.cpu.pt")

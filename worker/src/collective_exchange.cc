@@ -28,9 +28,9 @@ struct CollectiveExchange::Entry {
   uint64_t round = 0;
   uint32_t stage = 0;
   uint32_t scheme = 0;
-  uint64_t elements = 0;  // allreduce: the values' count (every worker's must match)
-  uint32_t wire = 0;      // allreduce: the DType they travel in
-  uint32_t reserved = 0;
+  uint64_t elements = 0;   // allreduce: the values' count (every worker's must match)
+  uint32_t wire = 0;       // allreduce: the DType they travel in
+  uint32_t on_device = 0;  // 1: device values (DeviceSummer), on every worker
 };
 
 namespace {
@@ -39,7 +39,14 @@ constexpr uint32_t kMagic = 0x42434331;  // "BCC1"
 constexpr uint32_t kStop = 0xFFFFFFFFu;
 constexpr uint32_t kMaxBatch = 1u << 16;
 // gloo matches messages by tag; each step of a batch has its own.
-enum Tag : uint32_t { kHeaderTag = 1, kEntriesTag, kAllreduceTag, kSizesTag, kGatherTag };
+enum Tag : uint32_t {
+  kHeaderTag = 1,
+  kEntriesTag,
+  kAllreduceTag,
+  kSizesTag,
+  kGatherTag,
+  kDeviceTag,  // DeviceSummer's broadcasts (a communicator's id)
+};
 
 struct Header {
   uint32_t magic = kMagic;
@@ -160,7 +167,7 @@ std::vector<CollectiveExchange::Entry> CollectiveExchange::NextBatch(bool* stop)
     bytes += item_bytes;
     batch.push_back(Entry{item.key, item.round, item.stage, static_cast<uint32_t>(item.scheme),
                           item.scheme == proto::SCHEME_ALLREDUCE ? Length(item) : 0,
-                          static_cast<uint32_t>(item.wire), 0});
+                          static_cast<uint32_t>(item.wire), item.device.has_value() ? 1u : 0u});
   }
   return batch;
 }
@@ -211,15 +218,17 @@ absl::StatusOr<std::vector<CollectiveItem>> CollectiveExchange::TakeItems(
         break;
       }
     }
-    if (static_cast<uint32_t>(item.scheme) != e.scheme ||
+    const uint32_t on_device = item.device.has_value() ? 1 : 0;
+    if (static_cast<uint32_t>(item.scheme) != e.scheme || on_device != e.on_device ||
         (item.scheme == proto::SCHEME_ALLREDUCE &&
          (Length(item) != e.elements || static_cast<uint32_t>(item.wire) != e.wire))) {
-      const std::string why =
-          absl::StrCat("round ", e.round, " of '", item.name, "': worker 0 has scheme ",
-                       proto::Scheme_Name(static_cast<proto::Scheme>(e.scheme)), " with ",
-                       e.elements, " values in ", DTypeName(static_cast<proto::DType>(e.wire)),
-                       ", worker ", options_.rank, " ", proto::Scheme_Name(item.scheme), " with ",
-                       Length(item), " in ", DTypeName(item.wire));
+      auto where = [](uint32_t device) { return device ? " in device memory" : " in host memory"; };
+      const std::string why = absl::StrCat(
+          "round ", e.round, " of '", item.name, "': worker 0 has scheme ",
+          proto::Scheme_Name(static_cast<proto::Scheme>(e.scheme)), " with ", e.elements,
+          " values in ", DTypeName(static_cast<proto::DType>(e.wire)), where(e.on_device),
+          ", worker ", options_.rank, " ", proto::Scheme_Name(item.scheme), " with ", Length(item),
+          " in ", DTypeName(item.wire), where(on_device));
       items.push_back(std::move(item));
       return failing(absl::InternalError(why));
     }
@@ -386,8 +395,11 @@ absl::Status CollectiveExchange::SumAndGather(
   const auto timeout = options_.timeout;
   std::map<proto::DType, std::vector<size_t>> reduced;  // by wire type
   std::vector<size_t> gathered;
+  std::vector<size_t> on_device;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (items[i].scheme == proto::SCHEME_ALLREDUCE) {
+    if (items[i].device.has_value()) {
+      on_device.push_back(i);
+    } else if (items[i].scheme == proto::SCHEME_ALLREDUCE) {
       reduced[items[i].wire].push_back(i);
     } else {
       gathered.push_back(i);
@@ -395,6 +407,12 @@ absl::Status CollectiveExchange::SumAndGather(
   }
   int64_t collectives = 0;
   int64_t fp16_overflows = 0;
+  if (!on_device.empty()) {
+    // A device sum that failed on one worker may have left the others' undone: the
+    // collectives end, as after a gloo error.
+    if (absl::Status s = SumOnDevice(items, on_device, results); !s.ok()) return s;
+    ++collectives;
+  }
   for (const auto& [wire, indices] : reduced) {
     const int run = Allreduce(items, indices, wire, results);
     collectives += run;
@@ -477,6 +495,43 @@ absl::Status CollectiveExchange::SumAndGather(
     counts_.items += static_cast<int64_t>(items.size());
     counts_.collectives += collectives;
     counts_.fp16_overflows += fp16_overflows;
+    counts_.device_items += static_cast<int64_t>(on_device.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CollectiveExchange::SumOnDevice(
+    std::vector<CollectiveItem>& items, const std::vector<size_t>& summed,
+    std::vector<absl::StatusOr<CollectiveResult>>& results) {
+  absl::Status status;
+  if (options_.device_summer == nullptr) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat("'", items[summed[0]].name, "' came as device values, but worker ",
+                     options_.rank, " sums none in device memory (an engine built without NCCL)"));
+  } else {
+    // Every worker took the batch before any waits in NCCL, which has no timeout: one that
+    // refused it (TakeItems) has left, and this allreduce throws after options_.timeout.
+    float present = 1.0f;
+    gloo::AllreduceOptions agree(context_);
+    agree.setTag(kDeviceTag);
+    agree.setTimeout(options_.timeout);
+    agree.setOutput(&present, 1);
+    agree.setReduceFunction(&SumFloat32);
+    gloo::allreduce(agree);
+    std::vector<DeviceValues> values;
+    for (size_t i : summed) values.push_back(*items[i].device);
+    gloo::Context* context = context_.get();
+    status = options_.device_summer->SumInPlace(values, [&](std::string* bytes) {
+      Broadcast(context, reinterpret_cast<uint8_t*>(bytes->data()), bytes->size(), kDeviceTag,
+                options_.timeout);
+    });
+  }
+  if (!status.ok()) return status;
+  for (size_t i : summed) {
+    CollectiveResult r;
+    r.count = items[i].device->count;
+    r.in_place = true;
+    results[i] = std::move(r);
   }
   return absl::OkStatus();
 }

@@ -21,8 +21,10 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -56,7 +58,35 @@ struct CollectiveResult {
   std::shared_ptr<const std::vector<uint8_t>> gathered;
   std::vector<absl::Span<const uint8_t>> payloads;
 
+  // Device values (CollectiveItem::device): the sum (or mean) is in the item's own memory.
+  bool in_place = false;
+
   absl::Span<const float> sum() const { return absl::MakeConstSpan(sums.get() + offset, count); }
+};
+
+// An allreduce contribution in device memory (an uncompressed device tensor's partition),
+// summed in place by the exchange's DeviceSummer.
+struct DeviceValues {
+  void* data = nullptr;
+  size_t count = 0;
+  proto::DType dtype = proto::DTYPE_FLOAT32;
+  int device = 0;
+  void* stream = nullptr;  // the tensor's stream (cudaStream_t): the sum queues behind its writes
+  bool average = false;    // the mean over the workers rather than the sum
+};
+
+// Sums device memory in place among the workers: NCCL across machines
+// (nccl_device_summer.cc). Called on the exchange's thread with a batch's device items, in the
+// batch's order, which every worker shares; returns once the sums are done or failed (every
+// worker then fails the batch alike).
+class DeviceSummer {
+ public:
+  // Fills `bytes` (its size the same on every worker) with worker 0's, over the exchange's
+  // own mesh: what a communicator's set-up needs (NCCL's unique id).
+  using BroadcastFromLeader = std::function<void(std::string* bytes)>;
+  virtual ~DeviceSummer() = default;
+  virtual absl::Status SumInPlace(const std::vector<DeviceValues>& items,
+                                  const BroadcastFromLeader& broadcast) = 0;
 };
 
 // One partition's contribution to a round of a collective.
@@ -76,6 +106,9 @@ struct CollectiveItem {
   // sum is rounded to it at every step of the ring, as DDP's fp16 hook's allreduce is).
   proto::DType wire = proto::DTYPE_FLOAT32;
   std::vector<uint8_t> payload;  // allgather: this worker's payload
+  // Allreduce of device memory (instead of values or source): summed in place by the
+  // DeviceSummer, its result `in_place`. Every worker must give the item as device values.
+  std::optional<DeviceValues> device;
   // This worker could not encode it (values or payload are placeholders): the round fails on
   // every worker, as a PS round with an aborted push does.
   bool aborted = false;
@@ -101,6 +134,8 @@ class CollectiveExchange {
     // a power-of-two W) instead of its ring (W - 1 steps each way): fewer latencies where
     // latency is most of the time.
     size_t bcube_below_bytes = 256 * 1024;
+    // Sums the items given as device values; null: such items fail, naming why.
+    std::shared_ptr<DeviceSummer> device_summer;
   };
 
   // Counts for tests and the benchmark (fusion: fewer collective calls than items).
@@ -109,6 +144,7 @@ class CollectiveExchange {
     int64_t items = 0;           // items summed or gathered
     int64_t collectives = 0;     // gloo allreduce and allgatherv calls for them
     int64_t fp16_overflows = 0;  // fp16 batches whose sum overflowed, summed again in fp32
+    int64_t device_items = 0;    // items summed in device memory (DeviceSummer)
   };
 
   // Joins gloo's full mesh over TCP on `host` through `store` (every worker of the job calls
@@ -125,9 +161,12 @@ class CollectiveExchange {
   // Ends the thread (the leader tells the others); items not run fail.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   Counts counts() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether items may be given as device values.
+  bool sums_device_memory() const { return options_.device_summer != nullptr; }
 
   // The values an allreduce item gives.
   static size_t Length(const CollectiveItem& item) {
+    if (item.device.has_value()) return item.device->count;
     return item.values.empty() ? item.source.size() : item.values.size();
   }
 
@@ -151,6 +190,9 @@ class CollectiveExchange {
   // fp32.
   int Allreduce(std::vector<CollectiveItem>& items, const std::vector<size_t>& reduced,
                 proto::DType wire, std::vector<absl::StatusOr<CollectiveResult>>& results);
+  // The device items `summed`, through options_.device_summer; an error ends the collectives.
+  absl::Status SumOnDevice(std::vector<CollectiveItem>& items, const std::vector<size_t>& summed,
+                           std::vector<absl::StatusOr<CollectiveResult>>& results);
   void Fail(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::shared_ptr<gloo::Context> context_;

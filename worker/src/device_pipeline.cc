@@ -172,6 +172,23 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
 
 void DevicePipeline::StartCollective(const std::shared_ptr<Operation>& op) {
   DeviceWork& d = *op->device;
+  if (SumsInPlace(*op)) {
+    // NCCL sums each partition in place on the device, queued behind the gradient's writes on
+    // the tensor's stream.
+    const size_t elem = DTypeSize(op->dtype());
+    for (int64_t p = 0; p < op->layout().num_partitions(); ++p) {
+      const PartitionRange range = op->layout().range(p);
+      DeviceValues values;
+      values.data = static_cast<char*>(op->request.data) + static_cast<size_t>(range.offset) * elem;
+      values.count = static_cast<size_t>(range.count);
+      values.dtype = op->dtype();
+      values.device = d.device;
+      values.stream = d.stream;
+      values.average = op->request.average;
+      host_.SubmitDeviceCollective(op, p, values);
+    }
+    return;
+  }
   d.encode_on_device = false;
   d.decode_on_device = false;
   const compress::TensorPlan& plan = op->plan();
@@ -204,6 +221,15 @@ void DevicePipeline::StartCollective(const std::shared_ptr<Operation>& op) {
           absl::Status(status.code(), absl::StrCat("copying '", op->request.name, "' from device ",
                                                    d.device, ": ", status.message())));
   }
+}
+
+bool DevicePipeline::SumsInPlace(const Operation& op) const {
+  const compress::TensorPlan& plan = op.plan();
+  const proto::DType dtype = op.dtype();
+  return !plan.compressed() && plan.scheme == proto::SCHEME_ALLREDUCE &&
+         op.device->backend->name() == "cuda" && host_.SumsDeviceMemory() &&
+         (dtype == proto::DTYPE_FLOAT32 || dtype == proto::DTYPE_FLOAT16 ||
+          dtype == proto::DTYPE_BFLOAT16);
 }
 
 void DevicePipeline::Abort(const std::shared_ptr<Operation>& op, const absl::Status& status) {

@@ -53,9 +53,13 @@ class DevicePipeline : public StagePipeline {
                       zmq::message_t payload, int server);
   // The partition's result is in the pinned host copy: copy it to the device, then report it.
   void CopyResultToDevice(const std::shared_ptr<Operation>& op, int64_t partition);
-  // A plan with a collective scheme: the collectives (gloo) take host memory, so the tensor
-  // goes through its pinned host copy, and the host stages encode, sum and decode it there.
+  // A plan with a collective scheme: summed in place on the device where SumsInPlace says so
+  // (NCCL); otherwise through the tensor's pinned host copy, where the host stages encode, sum
+  // (gloo) and decode it.
   void StartCollective(const std::shared_ptr<Operation>& op);
+  // An uncompressed allreduce of an fp32, fp16 or bf16 tensor on a CUDA device, with
+  // collectives that sum device memory (an engine built with NCCL).
+  bool SumsInPlace(const Operation& op) const;
   // Fails every partition of an operation that could not start, pushing aborts so that the
   // round completes on the servers.
   void Abort(const std::shared_ptr<Operation>& op, const absl::Status& status);

@@ -6,6 +6,7 @@
 #include "bytecomp/common.h"
 #include "bytecomp/common/net.h"
 #include "data_loop.h"
+#include "nccl_device_summer.h"
 
 namespace bytecomp::worker {
 
@@ -110,6 +111,7 @@ absl::Status Engine::JoinCollectives() {
   options.rank = info_.rank;
   options.size = info_.size;
   options.timeout = std::chrono::milliseconds(config_.push_pull_timeout_ms());
+  options.device_summer = MakeNcclDeviceSummer(info_.rank, info_.size);
   absl::StatusOr<std::unique_ptr<CollectiveExchange>> joined =
       CollectiveExchange::Connect(*rendezvous_, host, options);
   if (!joined.ok()) return joined.status();
@@ -527,11 +529,14 @@ absl::Status Engine::Shutdown() {
   if (collectives_ != nullptr) {
     collectives_->Stop();
     const CollectiveExchange::Counts c = collectives_->counts();
-    BC_LOG_INFO("collectives: ", c.items, " partition rounds summed or gathered in ", c.batches,
-                " batches (", c.collectives, " gloo collectives)",
-                c.fp16_overflows > 0 ? absl::StrCat("; ", c.fp16_overflows,
-                                                    " fp16 sums overflowed and ran again in fp32")
-                                     : "");
+    BC_LOG_INFO(
+        "collectives: ", c.items, " partition rounds summed or gathered in ", c.batches,
+        " batches (", c.collectives, " collectives)",
+        c.device_items > 0 ? absl::StrCat("; ", c.device_items, " summed in device memory (NCCL)")
+                           : "",
+        c.fp16_overflows > 0
+            ? absl::StrCat("; ", c.fp16_overflows, " fp16 sums overflowed and ran again in fp32")
+            : "");
   }
   if (const TensorFusion::Counts c = fusion_.counts(); c.members > 0) {
     BC_LOG_INFO("tensor fusion: ", c.members, " push_pulls of fusion groups' members in ",

@@ -116,6 +116,18 @@ void HostPipeline::StartCollective(const std::shared_ptr<Operation>& op) {
   }
 }
 
+void HostPipeline::SubmitDeviceCollective(const std::shared_ptr<Operation>& op, int64_t partition,
+                                          DeviceValues values) {
+  const size_t bytes = values.count * DTypeSize(values.dtype);
+  ctx_.traffic->CountPush(static_cast<int64_t>(bytes), static_cast<int64_t>(bytes), "");
+  CollectiveItem item;
+  item.wire = values.dtype;
+  item.device = values;
+  // The device memory is read until the sum is done.
+  item.released = [this, op, partition] { ctx_.tracker->PayloadReleased(op, partition); };
+  SubmitCollective(op, partition, 0, std::move(item));
+}
+
 void HostPipeline::SubmitCollective(const std::shared_ptr<Operation>& op, int64_t partition,
                                     uint32_t stage, CollectiveItem item) {
   if (collectives_ == nullptr) {
@@ -144,6 +156,12 @@ void HostPipeline::SubmitCollective(const std::shared_ptr<Operation>& op, int64_
                 absl::StrCat("round ", op->round(), " of '", op->request.name, "' partition ",
                              partition, " (", proto::Scheme_Name(op->plan().scheme),
                              "): ", r.status().message())));
+        return;
+      }
+      if (r->in_place) {  // summed (and averaged) in the device tensor itself
+        const int64_t bytes = static_cast<int64_t>(r->count * DTypeSize(op->dtype()));
+        ctx_.traffic->CountPull(bytes, bytes, "");
+        ctx_.tracker->ResultIn(op, partition);
         return;
       }
       if (stage == 1) {

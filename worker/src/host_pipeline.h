@@ -50,6 +50,15 @@ class HostPipeline : public StagePipeline {
   // tensor and partition.
   absl::Status WriteResult(const Operation& op, int64_t partition, uint32_t stage,
                            const zmq::message_t& payload, int server);
+  // Whether the collectives sum device memory in place (CollectiveExchange::sums_device_memory:
+  // NCCL), so that DevicePipeline may give a device tensor's partitions as they are.
+  bool SumsDeviceMemory() const {
+    return collectives_ != nullptr && collectives_->sums_device_memory();
+  }
+  // A device tensor's partition for an uncompressed allreduce, summed in place on the device;
+  // its result is reported from there (no copy back).
+  void SubmitDeviceCollective(const std::shared_ptr<Operation>& op, int64_t partition,
+                              DeviceValues values);
   // A partition that could not be encoded: the round still has to complete on the server for
   // the other workers, so push an abort, whose error every worker then receives for this round.
   void PushEncodeFailure(const std::shared_ptr<EncodedPush>& push, const absl::Status& status);

@@ -1,14 +1,20 @@
 // CollectiveExchange (worker/src/collective_exchange.h) with gloo for real: W ranks on threads,
 // gloo's full mesh on loopback through its in-process HashStore. Items are given in different
 // orders on different ranks (the leader's batch decides), sums must be exact, many small
-// items fuse into few collectives, and a rank that aborts an item fails it everywhere.
+// items fuse into few collectives, and a rank that aborts an item fails it everywhere. Device
+// values go to a DeviceSummer (here a fake over host memory standing in for NCCL's).
 #include "collective_exchange.h"
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <future>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -20,7 +26,8 @@ namespace {
 
 using Exchanges = std::vector<std::unique_ptr<CollectiveExchange>>;
 
-Exchanges Connect(int size, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+Exchanges Connect(int size, std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                  std::function<std::shared_ptr<DeviceSummer>(int rank)> summer = nullptr) {
   gloo::rendezvous::HashStore store;
   Exchanges exchanges(static_cast<size_t>(size));
   std::vector<std::thread> threads;
@@ -30,6 +37,7 @@ Exchanges Connect(int size, std::chrono::milliseconds timeout = std::chrono::sec
       options.rank = r;
       options.size = size;
       options.timeout = timeout;
+      if (summer) options.device_summer = summer(r);
       auto joined = CollectiveExchange::Connect(store, "127.0.0.1", options);
       ASSERT_TRUE(joined.ok()) << joined.status();
       exchanges[static_cast<size_t>(r)] = *std::move(joined);
@@ -273,6 +281,188 @@ TEST(CollectiveExchangeTest, StopEndsEveryRankAndFailsLaterItems) {
   absl::StatusOr<std::vector<float>> got = late.get();
   ASSERT_FALSE(got.ok());
   ex[1]->Stop();
+}
+
+// NCCL's part, over host memory: the W ranks' summers meet at each call, the last to come sums
+// every rank's buffers in place (and averages where asked); each rank's first call receives
+// worker 0's broadcast, as a communicator's id. Each rank records the keys it summed, in order.
+class FakeDeviceSummers {
+ public:
+  explicit FakeDeviceSummers(int size) : size_(size), order_(static_cast<size_t>(size)) {}
+
+  class Rank final : public DeviceSummer {
+   public:
+    Rank(FakeDeviceSummers* all, int rank) : all_(all), rank_(rank) {}
+    absl::Status SumInPlace(const std::vector<DeviceValues>& items,
+                            const BroadcastFromLeader& broadcast) override {
+      if (!joined_) {
+        std::string id = rank_ == 0 ? std::string("id of worker 0") : std::string(14, '?');
+        broadcast(&id);
+        if (id != "id of worker 0") return absl::InternalError("broadcast gave '" + id + "'");
+        joined_ = true;
+      }
+      return all_->Meet(rank_, items);
+    }
+
+   private:
+    FakeDeviceSummers* all_;
+    int rank_;
+    bool joined_ = false;
+  };
+
+  std::shared_ptr<DeviceSummer> For(int rank) { return std::make_shared<Rank>(this, rank); }
+  // The data pointers each rank summed, in its calls' order.
+  std::vector<std::vector<void*>> order() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return order_;
+  }
+
+ private:
+  absl::Status Meet(int rank, const std::vector<DeviceValues>& items) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t call = calls_[static_cast<size_t>(rank)]++;
+    for (const DeviceValues& v : items) order_[static_cast<size_t>(rank)].push_back(v.data);
+    pending_[call].push_back(items);
+    if (static_cast<int>(pending_[call].size()) == size_) {
+      const auto& all = pending_[call];
+      for (size_t j = 0; j < items.size(); ++j) {
+        std::vector<float> sum(items[j].count, 0.0f);
+        for (const auto& rank_items : all) {
+          const float* x = static_cast<const float*>(rank_items[j].data);
+          for (size_t i = 0; i < sum.size(); ++i) sum[i] += x[i];
+        }
+        for (const auto& rank_items : all) {
+          float* x = static_cast<float*>(rank_items[j].data);
+          for (size_t i = 0; i < sum.size(); ++i) {
+            x[i] = rank_items[j].average ? sum[i] / static_cast<float>(size_) : sum[i];
+          }
+        }
+      }
+      done_.insert(call);
+      changed_.notify_all();
+    }
+    changed_.wait(lock, [&] { return done_.count(call) > 0; });
+    return absl::OkStatus();
+  }
+
+  const int size_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<int, uint64_t> calls_;
+  std::map<uint64_t, std::vector<std::vector<DeviceValues>>> pending_;
+  std::set<uint64_t> done_;
+  std::vector<std::vector<void*>> order_;
+};
+
+// Submits tensor t's allreduce as device values (`data`, host memory for the fake) on `ex`.
+std::future<absl::StatusOr<CollectiveResult>> SubmitDevice(CollectiveExchange& ex, int t,
+                                                           std::vector<float>& data, bool average) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<CollectiveResult>>>();
+  auto future = promise->get_future();
+  CollectiveItem item;
+  item.key = static_cast<uint64_t>(t) << 32;
+  item.scheme = proto::SCHEME_ALLREDUCE;
+  item.name = "dev" + std::to_string(t);
+  DeviceValues values;
+  values.data = data.data();
+  values.count = data.size();
+  values.average = average;
+  item.device = values;
+  item.done = [promise](absl::StatusOr<CollectiveResult> result) {
+    promise->set_value(std::move(result));
+  };
+  ex.Submit(std::move(item));
+  return future;
+}
+
+TEST(CollectiveExchangeTest, DeviceValuesAreSummedInPlaceInTheLeadersOrderBesideHostValues) {
+  constexpr int kWorkers = 3, kTensors = 6;
+  FakeDeviceSummers summers(kWorkers);
+  Exchanges ex =
+      Connect(kWorkers, std::chrono::seconds(20), [&](int rank) { return summers.For(rank); });
+  for (auto& e : ex) EXPECT_TRUE(e->sums_device_memory());
+  std::vector<std::vector<std::vector<float>>> data(kWorkers);
+  std::vector<std::future<absl::StatusOr<CollectiveResult>>> device;
+  std::vector<std::future<absl::StatusOr<std::vector<float>>>> host;
+  for (int r = 0; r < kWorkers; ++r) {
+    data[r].resize(kTensors);
+    for (int t = 0; t < kTensors; ++t) {
+      data[r][t].resize(100 + t);
+      for (size_t i = 0; i < data[r][t].size(); ++i) data[r][t][i] = Value(r, t, i);
+    }
+  }
+  // Each rank gives its device tensors in another order, with a host tensor among them.
+  for (int r = 0; r < kWorkers; ++r) {
+    std::vector<int> order(kTensors);
+    std::iota(order.begin(), order.end(), 0);
+    std::rotate(order.begin(), order.begin() + r, order.end());
+    for (int t : order) {
+      device.push_back(SubmitDevice(*ex[r], t, data[r][t], /*average=*/t % 2 == 1));
+      if (t == 2) host.push_back(SubmitSum(*ex[r], r, 100, 16));
+    }
+  }
+  for (auto& f : device) {
+    absl::StatusOr<CollectiveResult> got = f.get();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(got->in_place);
+  }
+  for (auto& f : host) ASSERT_TRUE(f.get().ok());
+  for (int r = 0; r < kWorkers; ++r) {
+    for (int t = 0; t < kTensors; ++t) {
+      for (size_t i = 0; i < data[r][t].size(); ++i) {
+        float want = 0;
+        for (int q = 0; q < kWorkers; ++q) want += Value(q, t, i);
+        if (t % 2 == 1) want /= kWorkers;
+        ASSERT_EQ(data[r][t][i], want) << "rank " << r << " tensor " << t << " element " << i;
+      }
+    }
+  }
+  // Every rank summed the tensors in the same order (the leader's).
+  const std::vector<std::vector<void*>> order = summers.order();
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_EQ(order[r].size(), static_cast<size_t>(kTensors));
+    for (int j = 0; j < kTensors; ++j) {
+      const auto t0 = std::find_if(data[0].begin(), data[0].end(),
+                                   [&](auto& d) { return d.data() == order[0][j]; }) -
+                      data[0].begin();
+      EXPECT_EQ(order[r][j], data[r][t0].data()) << "rank " << r << " position " << j;
+    }
+  }
+  EXPECT_EQ(ex[0]->counts().device_items, kTensors);
+  for (auto& e : ex) e->Stop();
+}
+
+TEST(CollectiveExchangeTest, DeviceValuesOnOneRankAndHostValuesOnAnotherFailNamingBoth) {
+  FakeDeviceSummers summers(2);
+  Exchanges ex =
+      Connect(2, std::chrono::milliseconds(1500), [&](int rank) { return summers.For(rank); });
+  std::vector<float> mine(8, 1.0f);
+  auto on_device = SubmitDevice(*ex[0], 5, mine, false);
+  auto on_host = SubmitSum(*ex[1], 1, 5, 8);
+  absl::StatusOr<CollectiveResult> a = on_device.get();
+  absl::StatusOr<std::vector<float>> b = on_host.get();
+  ASSERT_FALSE(a.ok());
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("in device memory, worker 1"), std::string::npos)
+      << b.status();
+  EXPECT_NE(b.status().message().find("in host memory"), std::string::npos) << b.status();
+  for (auto& e : ex) e->Stop();
+}
+
+TEST(CollectiveExchangeTest, DeviceValuesWithoutADeviceSummerEndTheCollectivesNamingWhy) {
+  Exchanges ex = Connect(2);
+  EXPECT_FALSE(ex[0]->sums_device_memory());
+  std::vector<float> d0(8, 1.0f), d1(8, 2.0f);
+  auto a = SubmitDevice(*ex[0], 6, d0, false);
+  auto b = SubmitDevice(*ex[1], 6, d1, false);
+  for (auto* f : {&a, &b}) {
+    absl::StatusOr<CollectiveResult> got = f->get();
+    ASSERT_FALSE(got.ok());
+    EXPECT_NE(got.status().message().find("'dev6' came as device values"), std::string::npos)
+        << got.status();
+    EXPECT_NE(got.status().message().find("built without NCCL"), std::string::npos);
+  }
+  for (auto& e : ex) e->Stop();
 }
 
 }  // namespace

@@ -153,6 +153,16 @@ absl::Status NcclLocalReducer::BroadcastFromRoot(void* buffer, size_t elements, 
   return rc == ncclSuccess ? absl::OkStatus() : NcclError("ncclBroadcast", rc);
 }
 
+absl::Status NcclLocalReducer::AllReduceInPlace(void* buffer, size_t elements, DType dtype,
+                                                bool average, void* stream) {
+  absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
+  if (!type.ok()) return type.status();
+  const ncclResult_t rc =
+      ncclAllReduce(buffer, buffer, elements, *type, average ? ncclAvg : ncclSum,
+                    static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream));
+  return rc == ncclSuccess ? absl::OkStatus() : NcclError("ncclAllReduce", rc);
+}
+
 absl::Status NcclLocalReducer::GroupStart() {
   const ncclResult_t rc = ncclGroupStart();
   return rc == ncclSuccess ? absl::OkStatus() : NcclError("ncclGroupStart", rc);

@@ -66,6 +66,7 @@ class NcclLocalReducer {
 
   int local_rank() const { return rank_; }
   int local_size() const { return size_; }
+  int device() const { return device_; }
 
   // In place on `buffer` (device memory of padded_elements = ShardOf(...).padded_elements
   // elements of dtype): afterwards this rank's shard [offset, offset + shard_elements) holds
@@ -79,6 +80,12 @@ class NcclLocalReducer {
   absl::Status ReduceToRoot(void* buffer, size_t elements, DType dtype, int root, void* stream);
   absl::Status BroadcastFromRoot(void* buffer, size_t elements, DType dtype, int root,
                                  void* stream);
+
+  // In place on `buffer` (elements of dtype, device memory): every rank's sum (average: the
+  // mean, NCCL's ncclAvg). Also across machines: a communicator of a job's W workers on W hosts
+  // runs over NCCL's network transport (worker/src/nccl_device_summer.cc).
+  absl::Status AllReduceInPlace(void* buffer, size_t elements, DType dtype, bool average,
+                                void* stream);
 
   // Calls between GroupStart and GroupEnd are fused into one NCCL launch (many partitions).
   absl::Status GroupStart();
