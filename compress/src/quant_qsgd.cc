@@ -186,7 +186,7 @@ class QsgdCodec final : public Codec {
     }
     const uint8_t* const packed = norms + 4 * buckets;
     const uint32_t bits = level_bits_ + 1;
-    if (!PaddingIsZero(packed, n, bits)) {
+    if (!PaddingBitsZero(packed, n, static_cast<int>(bits))) {
       return FormatErrorStatus(name(), MakeFormatError(FormatErrorCode::kCodePaddingNotZero));
     }
     if (bits == 8) {
@@ -218,12 +218,6 @@ class QsgdCodec final : public Codec {
   }
 
  private:
-  // Whether the padding bits after the n codes of `bits` bits are 0.
-  static bool PaddingIsZero(const uint8_t* packed, size_t n, uint32_t bits) {
-    const uint32_t used_bits = static_cast<uint32_t>((n * bits) % 8);
-    return used_bits == 0 || (packed[PackedBytes(n, static_cast<int>(bits)) - 1] >> used_bits) == 0;
-  }
-
   // The error for a level above quantum_num: the largest level of the whole payload.
   absl::Status LevelError(const uint8_t* packed, size_t n) {
     codes_.resize(n);

@@ -25,6 +25,48 @@ BYTECOMP_HD size_t PackedBytes(size_t count, int bits) {
   return (count * static_cast<size_t>(bits) + 7) / 8;
 }
 
+// Whether the padding bits after `count` values of `bits` bits (the rest of the last byte) are 0.
+BYTECOMP_HD bool PaddingBitsZero(const uint8_t* packed, size_t count, int bits) {
+  const uint32_t used_bits = static_cast<uint32_t>((count * static_cast<size_t>(bits)) % 8);
+  return used_bits == 0 || (packed[PackedBytes(count, bits) - 1] >> used_bits) == 0;
+}
+
+// ---- groups of 8 codes, the GPU's unit of the fixed-width formats (qsgd, dithering, sketch):
+// 8 codes of `bits` bits (1..16) fill exactly `bits` bytes, group g the bytes from g * bits.
+// The last group holds the codes below n and only the bytes that exist. The host tests run
+// the groups one after another against the CPU codecs.
+
+// Writes group g of the n codes code_of(i) into the PackedBytes(n, bits) bytes at packed.
+BYTECOMP_HD_TEMPLATE
+template <typename CodeOf>
+BYTECOMP_HD void PutCodeGroup(size_t n, size_t g, uint32_t bits, uint8_t* packed, CodeOf code_of) {
+  unsigned __int128 acc = 0;
+  for (uint32_t j = 0; j < 8; ++j) {
+    const size_t i = 8 * g + j;
+    if (i >= n) break;
+    acc |= static_cast<unsigned __int128>(code_of(i)) << (j * bits);
+  }
+  const size_t first_byte = g * bits;
+  const size_t total_bytes = PackedBytes(n, static_cast<int>(bits));
+  for (uint32_t k = 0; k < bits && first_byte + k < total_bytes; ++k) {
+    packed[first_byte + k] = static_cast<uint8_t>(acc >> (8 * k));
+  }
+}
+
+// Reads group g: codes[j] is the code of element 8g + j; for 8g + j >= n, the padding bits
+// there (0 in a valid stream).
+BYTECOMP_HD void GetCodeGroup(const uint8_t* packed, size_t n, size_t g, uint32_t bits,
+                              uint32_t codes[8]) {
+  const size_t first_byte = g * bits;
+  const size_t total_bytes = PackedBytes(n, static_cast<int>(bits));
+  unsigned __int128 acc = 0;
+  for (uint32_t k = 0; k < bits && first_byte + k < total_bytes; ++k) {
+    acc |= static_cast<unsigned __int128>(packed[first_byte + k]) << (8 * k);
+  }
+  const uint32_t mask = (1u << bits) - 1u;
+  for (uint32_t j = 0; j < 8; ++j) codes[j] = static_cast<uint32_t>(acc >> (j * bits)) & mask;
+}
+
 // Writes the stream; flushes 8 bytes at a time.
 class BitWriter {
  public:

@@ -53,8 +53,8 @@ BYTECOMP_HD FormatError CheckLevel(uint32_t level, uint32_t quantum_num) {
   return MakeFormatError(FormatErrorCode::kLevelAboveQuantum, level, quantum_num);
 }
 
-// ---- the GPU's decomposition: one thread a group of 8 codes, which fill exactly b bytes (the
-// last group fewer). The host tests replay them against the CPU codec.
+// ---- the GPU's decomposition: one thread a group of 8 codes (bit_stream.h PutCodeGroup), which
+// fill exactly b bytes (the last group fewer). The host tests replay them against the CPU codec.
 
 // Encodes group g; update(i, x_i, decoded_i) receives each element's decoded value, for a fused
 // memory (a no-op when there is none).
@@ -63,42 +63,26 @@ template <typename Update>
 BYTECOMP_HD void EncodeGroup(const float* x, size_t n, size_t g, size_t bucket, const float* norms,
                              uint32_t quantum_num, uint32_t level_bits, CounterRandom random,
                              uint8_t* packed, Update update) {
-  const uint32_t code_bits = level_bits + 1;
-  unsigned __int128 acc = 0;
-  for (uint32_t j = 0; j < 8; ++j) {
-    const size_t i = 8 * g + j;
-    if (i >= n) break;
+  PutCodeGroup(n, g, level_bits + 1, packed, [&](size_t i) {
     const float norm = norms[i / bucket];
     const float c = x[i];
     const uint32_t code =
         QsgdCode(c, norm, quantum_num, level_bits, UniformFloat(random, static_cast<uint32_t>(i)));
-    acc |= static_cast<unsigned __int128>(code) << (j * code_bits);
     update(i, c, QsgdValue(code, level_bits, quantum_num, norm));
-  }
-  const size_t first_byte = g * code_bits;
-  const size_t total_bytes = PackedBytes(n, static_cast<int>(code_bits));
-  for (uint32_t k = 0; k < code_bits && first_byte + k < total_bytes; ++k) {
-    packed[first_byte + k] = static_cast<uint8_t>(acc >> (8 * k));
-  }
+    return code;
+  });
 }
 
 // Decodes group g of the payload after its u32 n (the norms, then the codes) into out. Checks
 // the group's norms, levels and padding bits.
 BYTECOMP_HD FormatError DecodeGroup(const uint8_t* payload, size_t n, size_t g, size_t bucket,
                                     uint32_t quantum_num, uint32_t level_bits, float* out) {
-  const uint32_t code_bits = level_bits + 1;
-  const uint8_t* packed = payload + 4 * Buckets(n, bucket);
-  const size_t total_bytes = PackedBytes(n, static_cast<int>(code_bits));
-  unsigned __int128 acc = 0;
-  const size_t first_byte = g * code_bits;
-  for (uint32_t k = 0; k < code_bits && first_byte + k < total_bytes; ++k) {
-    acc |= static_cast<unsigned __int128>(packed[first_byte + k]) << (8 * k);
-  }
-  const uint32_t mask = (1u << code_bits) - 1u;
+  uint32_t codes[8];
+  GetCodeGroup(payload + 4 * Buckets(n, bucket), n, g, level_bits + 1, codes);
   FormatError error;
   for (uint32_t j = 0; j < 8; ++j) {
     const size_t i = 8 * g + j;
-    const uint32_t code = static_cast<uint32_t>(acc >> (j * code_bits)) & mask;
+    const uint32_t code = codes[j];
     if (i >= n) {
       if (code != 0 && error.ok()) error = MakeFormatError(FormatErrorCode::kCodePaddingNotZero);
       continue;

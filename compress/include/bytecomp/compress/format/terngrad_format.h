@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/format/bit_stream.h"
 #include "bytecomp/compress/format/format_error.h"
 #include "bytecomp/compress/format/host_device.h"
 
@@ -40,7 +41,7 @@ BYTECOMP_HD ClipScale ClipAndScale(double sum_of_squares, size_t n, uint32_t max
 
 // Whether the padding codes after element n in the last byte are 0.
 BYTECOMP_HD bool PaddingIsZero(const uint8_t* codes, size_t n) {
-  return n % 4 == 0 || (codes[CodeBytes(n) - 1] >> (2 * (n % 4))) == 0;
+  return PaddingBitsZero(codes, n, 2);
 }
 
 // Whether a byte holds the invalid code 3 (in any of its four codes).
