@@ -76,6 +76,22 @@ std::string FormatErrorText(const FormatError& e) {
       return absl::StrCat("code ", e.a, " with exponent_low ", e.b, " exceeds the float range");
     case C::kNaturalNegativeZero:
       return "byte 0x80 (negative zero) is not a code";
+    case C::kLevelAboveK:
+      return absl::StrCat("level ", e.a, " exceeds k ", e.b);
+    case C::kU8bitNegativeZero:
+      return absl::StrCat("byte 0x80 (negative zero) at element ", e.a);
+    case C::kTagPaddingNotZero:
+      return "padding bits after the last tag are not zero";
+    case C::kFp32ValueNotFinite:
+      return absl::StrCat("fp32 value ", e.a, " is not finite");
+    case C::kMultipleOverflows:
+      return "a stored multiple overflows the float range";
+    case C::kBucketMeanNotFinite:
+      return absl::StrCat("mean ", e.a, " is not finite");
+    case C::kIdPaddingNotZero:
+      return "padding bits after the last id are not zero";
+    case C::kBucketIdRange:
+      return absl::StrCat("bucket id ", e.a, " at element ", e.b, " (quantiles ", e.c, ")");
     case C::kKAboveN:
       return absl::StrCat("k = ", e.a, " > n = ", e.b);
     case C::kWrongK:

@@ -1,9 +1,5 @@
 // dithering (BytePS): stochastic rounding of |x| / norm to k levels, linear or natural spacing.
-// Payload (little-endian): u32 n, f32 norm (max |x| or L2 norm), then n codes of
-// b = BitsFor(k) + 1 bits, the level below a sign bit, an LSB-first bit stream with padding bits
-// 0; level j stands for j/k (linear) or 2^(j-k) (natural; 0 for j = 0) of the norm; the level
-// of |x| * (1/norm) is drawn (elementwise.h DitherCode). Size: 8 + ceil(n*b/8). Decode rejects
-// a wrong size or count, a non-finite or negative norm, a level above k and padding bits.
+// Payload: format/dithering_format.h, shared with the CUDA codec.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,10 +7,9 @@
 #include <vector>
 #include "exact_float_math.h"  // first: see there
 
-#include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
-#include "bytecomp/compress/format/qsgd_format.h"  // NormFromSumOfSquares
+#include "bytecomp/compress/format/dithering_format.h"
 #include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
 #include "codec_checks.h"
@@ -54,27 +49,19 @@ BYTECOMP_SIMD_KERNEL(void, DitherEncodeNatural,
   DitherEncodeBody<true>(x, n, inverse_norm, s, level_bits, random, first_index, codes);
 }
 
-// Decoded value of a code: sign * (level value * norm), level value j/k or 2^(j-k).
+// Decoded value of a code (dithering::Value), the partition a constant of each loop.
 BYTECOMP_SIMD_KERNEL(void, DitherDecodeLinear,
                      (const uint16_t* __restrict codes, size_t n, uint32_t s, uint32_t level_bits,
                       float norm, float* __restrict out),
                      (codes, n, s, level_bits, norm, out)) {
-  const uint32_t mask = (1u << level_bits) - 1u;
-  for (size_t i = 0; i < n; ++i) {
-    const float magnitude = DitherLinearValue(codes[i] & mask, s) * norm;
-    out[i] = (codes[i] >> level_bits) ? -magnitude : magnitude;
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = dithering::Value(codes[i], level_bits, s, false, norm);
 }
 
 BYTECOMP_SIMD_KERNEL(void, DitherDecodeNatural,
                      (const uint16_t* __restrict codes, size_t n, uint32_t s, uint32_t level_bits,
                       float norm, float* __restrict out),
                      (codes, n, s, level_bits, norm, out)) {
-  const uint32_t mask = (1u << level_bits) - 1u;
-  for (size_t i = 0; i < n; ++i) {
-    const float magnitude = DitherNaturalValue(codes[i] & mask, s) * norm;
-    out[i] = (codes[i] >> level_bits) ? -magnitude : magnitude;
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = dithering::Value(codes[i], level_bits, s, true, norm);
 }
 
 class DitheringCodec final : public Codec {
@@ -88,7 +75,7 @@ class DitheringCodec final : public Codec {
     return p;
   }
   size_t MaxEncodedBytes(size_t n) const override {
-    return 8 + PackedBytes(n, static_cast<int>(level_bits_ + 1));
+    return dithering::PayloadBytes(n, level_bits_);
   }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
@@ -96,18 +83,13 @@ class DitheringCodec final : public Codec {
     const size_t n = input.size();
     const size_t bytes = MaxEncodedBytes(n);
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
-    float norm = 0.0f;
-    if (l2_) {
-      const double sum_of_squares = SumOfSquares(input.data(), n);  // NaN/Inf iff x has one
-      if (!std::isfinite(sum_of_squares)) {
-        return NonFiniteError(input, codec_checks::InputWhat(name()));
-      }
-      norm = qsgd::NormFromSumOfSquares(sum_of_squares);
-    } else {
-      const uint32_t max_bits = MaxAbsBits(input.data(), n);
-      if (!IsFiniteBits(max_bits)) return NonFiniteError(input, codec_checks::InputWhat(name()));
-      norm = BitsToFloat(max_bits);
+    // One reduction: the sum of squares (NaN/Inf iff x has one) or the largest |x| bits.
+    const double sum_of_squares = l2_ ? SumOfSquares(input.data(), n) : 0.0;
+    const uint32_t max_bits = l2_ ? 0u : MaxAbsBits(input.data(), n);
+    if (!std::isfinite(sum_of_squares) || !IsFiniteBits(max_bits)) {
+      return NonFiniteError(input, codec_checks::InputWhat(name()));
     }
+    const float norm = dithering::Norm(l2_, sum_of_squares, max_bits);
     PutU32(out.data(), static_cast<uint32_t>(n));
     PutF32(out.data() + 4, norm);
     const float inverse_norm = 1.0f / norm;
@@ -128,7 +110,7 @@ class DitheringCodec final : public Codec {
                            first, codes_.data());
       }
       PackCodes(codes_.data(), len, level_bits_ + 1,
-                out.data() + 8 + begin * (level_bits_ + 1) / 8);
+                out.data() + dithering::kHeaderBytes + begin * (level_bits_ + 1) / 8);
     }
     return bytes;
   }
@@ -147,12 +129,13 @@ class DitheringCodec final : public Codec {
     codes_.resize(std::min(n, kBlock));
     for (size_t begin = 0; begin < n; begin += kBlock) {
       const size_t len = std::min(kBlock, n - begin);
-      if (!UnpackCodes(encoded.data() + 8 + begin * bits / 8, len, bits, codes_.data())) {
+      if (!UnpackCodes(encoded.data() + dithering::kHeaderBytes + begin * bits / 8, len, bits,
+                       codes_.data())) {
         return FormatErrorStatus(name(), MakeFormatError(FormatErrorCode::kCodePaddingNotZero));
       }
       const uint32_t max_level = MaxCodeLevel(codes_.data(), len, level_mask);
-      if (max_level > levels_) {
-        return MalformedError(name(), absl::StrCat("level ", max_level, " exceeds k ", levels_));
+      if (auto s = FormatErrorStatus(name(), dithering::CheckLevel(max_level, levels_)); !s.ok()) {
+        return s;
       }
       if (natural_) {
         DitherDecodeNatural(codes_.data(), len, levels_, level_bits_, norm, output.data() + begin);
@@ -191,11 +174,7 @@ void RegisterDitheringCodec(CodecRegistry& registry) {
     const std::string normalize = r.String("normalize");
     if (!r.ok()) return r.status();
     const bool natural = partition == "natural";
-    if (natural && k > 127) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "codec 'dithering': k = ", k,
-          " is out of range for partition=natural (levels 2^(j-k) need k in [1, 127])"));
-    }
+    if (auto s = dithering::CheckParams(k, natural); !s.ok()) return s;
     return std::unique_ptr<Codec>(
         new DitheringCodec(static_cast<uint32_t>(k), natural, normalize == "l2"));
   };

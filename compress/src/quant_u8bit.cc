@@ -1,7 +1,6 @@
-// u8bit: Dettmers' 8-bit dynamic tree code of x / max |x| (elementwise.h).
-// Payload (little-endian): f32 max |x|, then n bytes of codes; decoded: max * table value.
-// Size: 4 + n. Decode rejects a wrong size, a non-finite or negative max and the byte 0x80 (a
-// negative zero, never written).
+// u8bit: Dettmers' 8-bit dynamic tree code of x / max |x| (elementwise.h). Payload:
+// format/u8bit_format.h, shared with the CUDA codec, which codes by elementwise.h's definition
+// (U8bitCode); this one counts the same midpoints with a table (below).
 #include <immintrin.h>
 #include "exact_float_math.h"  // first: see there
 
@@ -11,9 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/format/u8bit_format.h"
 #include "bytecomp/compress/params.h"
 #include "bytecomp/compress/registry.h"
 #include "codec_checks.h"
@@ -144,7 +143,7 @@ void U8bitEncode(const float* x, size_t n, float max_abs, const U8bitTables& tab
 
 BYTECOMP_SIMD_KERNEL(bool, HasNegativeZero, (const uint8_t* codes, size_t n), (codes, n)) {
   uint8_t any = 0;
-  for (size_t i = 0; i < n; ++i) any |= codes[i] == 0x80u ? 1u : 0u;
+  for (size_t i = 0; i < n; ++i) any |= codes[i] == u8bit::kNegativeZero ? 1u : 0u;
   return any != 0;
 }
 
@@ -152,7 +151,7 @@ class U8bitCodec final : public Codec {
  public:
   absl::string_view name() const override { return "u8bit"; }
   CodecProperties properties() const override { return {}; }
-  size_t MaxEncodedBytes(size_t n) const override { return 4 + n; }
+  size_t MaxEncodedBytes(size_t n) const override { return u8bit::PayloadBytes(n); }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext&,
                                 absl::Span<uint8_t> out) override {
@@ -164,18 +163,19 @@ class U8bitCodec final : public Codec {
     }
     const float max_abs = BitsToFloat(max_bits);
     PutF32(out.data(), max_abs);
-    U8bitEncode(input.data(), n, max_abs, GetU8bitTables(), out.data() + 4);
-    return 4 + n;
+    U8bitEncode(input.data(), n, max_abs, GetU8bitTables(), out.data() + u8bit::kHeaderBytes);
+    return u8bit::PayloadBytes(n);
   }
 
   absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
                       absl::Span<float> output) override {
     const size_t n = output.size();
-    FormatError e = CheckPayloadSize(encoded.size(), MaxEncodedBytes(n), n);
-    const float max_abs = e.ok() ? GetF32(encoded.data()) : 0.0f;
-    if (e.ok()) e = CheckHeaderValue(max_abs, kMaxAbsValue, true);
-    if (!e.ok()) return FormatErrorStatus(name(), e);
-    const uint8_t* codes = encoded.data() + 4;
+    if (auto s = FormatErrorStatus(name(), u8bit::CheckHeader(encoded.data(), encoded.size(), n));
+        !s.ok()) {
+      return s;
+    }
+    const float max_abs = GetF32(encoded.data());
+    const uint8_t* codes = encoded.data() + u8bit::kHeaderBytes;
     float table[256];
     for (uint32_t c = 0; c < 256; ++c) table[c] = U8bitValue(static_cast<uint8_t>(c), max_abs);
     // Blocks checked (a vectorised test for 0x80) and decoded while in L1: one pass.
@@ -185,8 +185,8 @@ class U8bitCodec final : public Codec {
       const size_t len = std::min(kBlock, n - begin);
       if (HasNegativeZero(codes + begin, len)) {
         const size_t i = static_cast<size_t>(
-            std::find(codes + begin, codes + begin + len, uint8_t{0x80}) - codes);
-        return MalformedError(name(), absl::StrCat("byte 0x80 (negative zero) at element ", i));
+            std::find(codes + begin, codes + begin + len, u8bit::kNegativeZero) - codes);
+        return FormatErrorStatus(name(), u8bit::CheckCode(codes[i], i));
       }
       float* out = output.data() + begin;
       const uint8_t* c = codes + begin;

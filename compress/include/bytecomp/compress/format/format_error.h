@@ -41,6 +41,14 @@ enum class FormatErrorCode : uint32_t {
   kExponentLowRange,     // exponent_low a outside 1..254
   kNaturalCodeRange,     // code a with exponent_low b exceeds the float range
   kNaturalNegativeZero,  // byte 0x80 (negative zero) is not a code
+  kLevelAboveK,          // level a exceeds k b (dithering)
+  kU8bitNegativeZero,    // byte 0x80 (negative zero) at element a
+  kTagPaddingNotZero,    // padding bits after the last tag are not zero (inceptionn)
+  kFp32ValueNotFinite,   // fp32 value a is not finite (inceptionn: the a-th of tag 3)
+  kMultipleOverflows,    // a stored multiple overflows the float range (inceptionn)
+  kBucketMeanNotFinite,  // mean a is not finite (sketch)
+  kIdPaddingNotZero,     // padding bits after the last id are not zero (sketch)
+  kBucketIdRange,        // bucket id a at element b (quantiles c) (sketch)
   // Sparse messages and their index sections.
   kKAboveN,               // k = a > n = b
   kWrongK,                // k = a, expected b
