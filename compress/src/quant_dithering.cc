@@ -178,7 +178,9 @@ void RegisterDitheringCodec(CodecRegistry& registry) {
     return std::unique_ptr<Codec>(
         new DitheringCodec(static_cast<uint32_t>(k), natural, normalize == "l2"));
   };
-  spec.facts.encode_target = EncodeSpeedTarget::kElementwise;
+  spec.facts = {.gpu_kernel = true,
+                .gpu_memories = {MemoryKind::kResidual},
+                .encode_target = EncodeSpeedTarget::kElementwise};
   MustRegister(registry, std::move(spec));
 }
 

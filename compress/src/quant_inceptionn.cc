@@ -102,6 +102,7 @@ void RegisterInceptionnCodec(CodecRegistry& registry) {
     if (auto s = inceptionn::CheckParams(error_bound); !s.ok()) return s;
     return std::unique_ptr<Codec>(new InceptionnCodec(static_cast<float>(error_bound)));
   };
+  spec.facts = {.gpu_kernel = true, .gpu_memories = {MemoryKind::kResidual}};
   MustRegister(registry, std::move(spec));
 }
 

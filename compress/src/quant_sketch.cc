@@ -111,6 +111,7 @@ void RegisterSketchCodec(CodecRegistry& registry) {
     if (!r.ok()) return r.status();
     return std::unique_ptr<Codec>(new SketchCodec(static_cast<uint32_t>(quantiles)));
   };
+  spec.facts = {.gpu_kernel = true, .gpu_memories = {MemoryKind::kResidual}};
   MustRegister(registry, std::move(spec));
 }
 

@@ -209,7 +209,9 @@ class U8bitCodec final : public Codec {
 void RegisterU8bitCodec(CodecRegistry& registry) {
   CodecSpec spec = ParameterlessSpec<U8bitCodec>(
       "u8bit", "8-bit dynamic tree quantisation (Dettmers) of x / max |x|");
-  spec.facts.encode_target = EncodeSpeedTarget::kElementwise;
+  spec.facts = {.gpu_kernel = true,
+                .gpu_memories = {MemoryKind::kResidual},
+                .encode_target = EncodeSpeedTarget::kElementwise};
   MustRegister(registry, std::move(spec));
 }
 

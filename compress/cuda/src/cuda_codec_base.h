@@ -18,11 +18,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bytecomp/compress/cuda_codecs.h"
+#include "bytecomp/compress/elementwise.h"
 #include "bytecomp/compress/format/format_error.h"
 #include "cuda_support.h"
 #include "fused_memory.h"
 
 namespace bytecomp::compress::cuda {
+
+// The random stream of one encode call, as the CPU codecs draw it (elementwise.h).
+inline CounterRandom StreamOf(const CodecContext& ctx) {
+  return MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
+}
 
 // What the reduction pass sums besides the largest |x| bit pattern.
 enum class Reduction {

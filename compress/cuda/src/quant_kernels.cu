@@ -14,10 +14,6 @@
 namespace bytecomp::compress::cuda {
 namespace {
 
-CounterRandom StreamOf(const CodecContext& ctx) {
-  return MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
-}
-
 // ---- qsgd: per-bucket norms (one block a bucket), then 8 codes (code_bits bytes) a thread.
 
 __global__ void QsgdNormKernel(const float* __restrict__ x, size_t n, size_t bucket,

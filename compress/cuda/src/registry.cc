@@ -20,8 +20,9 @@ namespace bytecomp::compress::cuda {
 
 const CudaCodecRegistry& CudaCodecRegistry::Global() {
   static const CudaCodecRegistry* const registry = [] {
-    auto* r = BuildRegistry<CudaCodecRegistry>({RegisterBasicCudaCodecs, RegisterSignCudaCodecs,
-                                                RegisterQuantCudaCodecs, RegisterSparseCudaCodecs});
+    auto* r = BuildRegistry<CudaCodecRegistry>(
+        {RegisterBasicCudaCodecs, RegisterSignCudaCodecs, RegisterQuantCudaCodecs,
+         RegisterMoreQuantCudaCodecs, RegisterSparseCudaCodecs});
     // The facts (gpu_codecs.h) promise exactly these (the worker places stages by them);
     // MustRegisterLikeCpu refused any other.
     for (const std::string& name : GpuCodecNames()) {
