@@ -171,6 +171,16 @@ absl::StatusOr<const uint8_t*> CudaCodecBase::ReadCountedHeader(const uint8_t* e
   return header;
 }
 
+absl::StatusOr<float> CudaCodecBase::ReadCountedHeaderValue(const uint8_t* encoded, size_t bytes,
+                                                            size_t header_bytes, size_t n,
+                                                            HeaderValue what, cudaStream_t stream) {
+  const uint8_t* header = nullptr;
+  BC_ASSIGN(header, ReadCountedHeader(encoded, bytes, header_bytes, n, stream));
+  const float value = GetF32(header + 4);
+  if (auto s = Malformed(CheckHeaderValue(value, what, true)); !s.ok()) return s;
+  return value;
+}
+
 cudaError_t CudaCodecBase::WriteHeader(uint8_t* out, size_t bytes, cudaStream_t stream) {
   return cudaMemcpyAsync(out, header_scratch_, bytes, cudaMemcpyHostToDevice, stream);
 }

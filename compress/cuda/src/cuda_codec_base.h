@@ -87,6 +87,11 @@ class CudaCodecBase : public CudaCodec {
   absl::StatusOr<const uint8_t*> ReadCountedHeader(const uint8_t* encoded, size_t bytes,
                                                    size_t header_bytes, size_t n,
                                                    cudaStream_t stream);
+  // ... and then the f32 header value at offset 4, which must be finite and not negative (the
+  // CPU codecs' codec_checks::ReadHeaderValueAfterCount).
+  absl::StatusOr<float> ReadCountedHeaderValue(const uint8_t* encoded, size_t bytes,
+                                               size_t header_bytes, size_t n, HeaderValue what,
+                                               cudaStream_t stream);
   // Copies `bytes` (<= 16) header bytes that the caller wrote into header_scratch() to out. The
   // source is pageable, so cudaMemcpyAsync has staged it before returning and the scratch may
   // be reused at once.

@@ -133,10 +133,8 @@ class TernGradCudaCodec final : public CudaCodecBase {
 
   absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext&, float* output,
                       size_t n, cudaStream_t stream) override {
-    const uint8_t* header = nullptr;
-    BC_ASSIGN(header, ReadCountedHeader(encoded, bytes, 8, n, stream));
-    const float scale = GetF32(header + 4);
-    if (auto s = Malformed(CheckHeaderValue(scale, kScaleValue, true)); !s.ok()) return s;
+    float scale = 0.0f;
+    BC_ASSIGN(scale, ReadCountedHeaderValue(encoded, bytes, 8, n, kScaleValue, stream));
     if (auto s = ResetStats(stream); !s.ok()) return s;
     TernDecodeKernel<<<Blocks(terngrad::CodeBytes(n)), kThreads, 0, stream>>>(encoded + 8, n, scale,
                                                                               output, stats());

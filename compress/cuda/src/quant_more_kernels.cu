@@ -67,8 +67,8 @@ class U8bitCudaCodec final : public CudaCodecBase {
     const float max_abs = BitsToFloat(st.max_abs_bits);
     PutF32(header_scratch(), max_abs);
     BC_CUDA_TRY(WriteHeader(out, u8bit::kHeaderBytes, stream));
-    U8bitEncodeKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, max_abs,
-                                                          out + u8bit::kHeaderBytes, fb);
+    U8bitEncodeKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, max_abs, out + u8bit::kHeaderBytes,
+                                                          fb);
     return Launched(u8bit::PayloadBytes(n));
   }
 };
@@ -92,8 +92,7 @@ __global__ void DitherEncodeKernel(const float* __restrict__ x, size_t n, float 
 }
 
 __global__ void DitherDecodeKernel(const uint8_t* __restrict__ packed, size_t n, float norm,
-                                   DitherShape shape, float* __restrict__ out,
-                                   DeviceStats* stats) {
+                                   DitherShape shape, float* __restrict__ out, DeviceStats* stats) {
   const size_t groups = (n + 7) / 8;
   for (size_t g = GridStart(); g < groups; g += GridStride()) {
     RecordError(stats, dithering::DecodeGroup(packed, n, g, norm, shape.k, shape.level_bits,
@@ -112,10 +111,9 @@ class DitheringCudaCodec final : public CudaCodecBase {
 
   absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext&, float* output,
                       size_t n, cudaStream_t stream) override {
-    const uint8_t* header = nullptr;
-    BC_ASSIGN(header, ReadCountedHeader(encoded, bytes, dithering::kHeaderBytes, n, stream));
-    const float norm = GetF32(header + 4);
-    if (auto s = Malformed(CheckHeaderValue(norm, kNormValue, true)); !s.ok()) return s;
+    float norm = 0.0f;
+    BC_ASSIGN(norm, ReadCountedHeaderValue(encoded, bytes, dithering::kHeaderBytes, n, kNormValue,
+                                           stream));
     if (auto s = ResetStats(stream); !s.ok()) return s;
     DitherDecodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
         encoded + dithering::kHeaderBytes, n, norm, shape_, output, stats());
@@ -265,8 +263,8 @@ class InceptionnCudaCodec final : public CudaCodecBase {
   // The totals that CountAndScan left after the last tag byte (waits for the stream).
   absl::StatusOr<TagCounts> Totals(size_t n, cudaStream_t stream) {
     const uint8_t* host = nullptr;
-    const auto* last = reinterpret_cast<const uint8_t*>(before_.as<TagCounts>() +
-                                                        inceptionn::TagBytes(n));
+    const auto* last =
+        reinterpret_cast<const uint8_t*>(before_.as<TagCounts>() + inceptionn::TagBytes(n));
     BC_ASSIGN(host, ReadHeader(last, sizeof(TagCounts), sizeof(TagCounts), stream));
     TagCounts totals;
     std::memcpy(&totals, host, sizeof(totals));
@@ -287,7 +285,8 @@ constexpr uint32_t kSharedBuckets = 2048;
 
 __global__ void SketchSampleKernel(const float* __restrict__ x, size_t n, size_t m,
                                    float* __restrict__ sample) {
-  for (size_t s = GridStart(); s < m; s += GridStride()) sample[s] = x[sketch::SampleIndex(s, n, m)];
+  for (size_t s = GridStart(); s < m; s += GridStride())
+    sample[s] = x[sketch::SampleIndex(s, n, m)];
 }
 
 __global__ void SketchSearchKernel(const float* __restrict__ sorted, size_t m, uint32_t quantiles,
@@ -299,9 +298,8 @@ __global__ void SketchSearchKernel(const float* __restrict__ sorted, size_t m, u
 
 template <bool kShared>
 __global__ void SketchIdsKernel(const float* __restrict__ x, size_t n,
-                                const float* __restrict__ table, size_t padded,
-                                uint32_t quantiles, uint8_t* __restrict__ packed,
-                                double* __restrict__ sums,
+                                const float* __restrict__ table, size_t padded, uint32_t quantiles,
+                                uint8_t* __restrict__ packed, double* __restrict__ sums,
                                 unsigned long long* __restrict__ counts) {
   extern __shared__ double shared_sums[];  // kShared: q sums, then q counts
   double* bucket_sums = sums;
@@ -335,8 +333,8 @@ __global__ void SketchIdsKernel(const float* __restrict__ x, size_t n,
 }
 
 __global__ void SketchMeansKernel(const double* __restrict__ sums,
-                                  const unsigned long long* __restrict__ counts,
-                                  uint32_t quantiles, uint8_t* __restrict__ means) {
+                                  const unsigned long long* __restrict__ counts, uint32_t quantiles,
+                                  uint8_t* __restrict__ means) {
   for (size_t b = GridStart(); b < quantiles; b += GridStride()) {
     PutF32(means + 4 * b, sketch::BucketMean(sums[b], counts[b]));
   }
@@ -386,8 +384,8 @@ class SketchCudaCodec final : public CudaCodecBase {
     // The means first: a bad mean is reported before a bad id, as on the CPU.
     SketchCheckMeansKernel<<<Blocks(quantiles_), kThreads, 0, stream>>>(encoded, quantiles_,
                                                                         stats());
-    SketchDecodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(encoded, n, quantiles_,
-                                                                     output, stats());
+    SketchDecodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(encoded, n, quantiles_, output,
+                                                                     stats());
     return CheckDecode(stream);
   }
 
@@ -430,8 +428,8 @@ class SketchCudaCodec final : public CudaCodecBase {
       SketchIdsKernel<true><<<blocks, kThreads, shared, stream>>>(x, n, table, padded, quantiles_,
                                                                   packed, sums, counts);
     } else {
-      SketchIdsKernel<false><<<blocks, kThreads, 0, stream>>>(x, n, table, padded, quantiles_,
-                                                              packed, sums, counts);
+      SketchIdsKernel<false>
+          <<<blocks, kThreads, 0, stream>>>(x, n, table, padded, quantiles_, packed, sums, counts);
     }
     SketchMeansKernel<<<Blocks(quantiles_), kThreads, 0, stream>>>(sums, counts, quantiles_,
                                                                    out + 4);
