@@ -33,7 +33,8 @@ GPU_CODECS = [
     ("topk", {"ratio": "0.01"}, "residual"), ("randomk", {"ratio": "0.1"}, "residual"),
     ("dgc", {"ratio": "0.01"}, "dgc_momentum"), ("qsgd", {}, ""), ("terngrad", {}, ""),
     ("natural", {}, ""), ("signsgd", {}, ""), ("efsignsgd", {}, "efsignsgd"), ("signum", {}, ""),
-    ("onebit", {}, "residual"),
+    ("onebit", {}, "residual"), ("u8bit", {}, "residual"), ("dithering", {}, "residual"),
+    ("inceptionn", {}, "residual"), ("sketch", {}, "residual"),
 ]
 
 
