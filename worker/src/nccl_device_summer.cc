@@ -29,7 +29,8 @@ class NcclDeviceSummer final : public DeviceSummer {
     for (const DeviceValues& v : items) {
       if (v.device != comm_->device()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("device values on GPU ", v.device, ", but this worker's NCCL "
+            absl::StrCat("device values on GPU ", v.device,
+                         ", but this worker's NCCL "
                          "communicator for the collectives is on GPU ",
                          comm_->device(), " (one GPU per worker process)"));
       }
@@ -72,17 +73,16 @@ class NcclDeviceSummer final : public DeviceSummer {
     }
     broadcast(&id);
     if (id[0] != 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the collectives' NCCL communicator: worker 0 could not make its id",
-          made.ok() ? "" : absl::StrCat(" (", made.message(), ")")));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the collectives' NCCL communicator: worker 0 could not make its id",
+                       made.ok() ? "" : absl::StrCat(" (", made.message(), ")")));
     }
     absl::StatusOr<std::unique_ptr<NcclLocalReducer>> comm =
         NcclLocalReducer::Create(absl::string_view(id).substr(1), rank_, size_, device);
     if (!comm.ok()) {
       return absl::Status(comm.status().code(),
-                          absl::StrCat("the collectives' NCCL communicator (worker ", rank_,
-                                       " of ", size_, ", GPU ", device,
-                                       "): ", comm.status().message()));
+                          absl::StrCat("the collectives' NCCL communicator (worker ", rank_, " of ",
+                                       size_, ", GPU ", device, "): ", comm.status().message()));
     }
     comm_ = *std::move(comm);
     return absl::OkStatus();
