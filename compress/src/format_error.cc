@@ -142,6 +142,14 @@ std::string FormatErrorText(const FormatError& e) {
                           ", index_bytes ", e.d,
                           " (the flag is 0 or 1; without a candidate "
                           "the index fields are 0)");
+    case C::kSinglePayloadStage:
+      return absl::StrCat("stage ", e.a,
+                          " in a single payload (expected 0; stage 1 and 2 payloads are summed, "
+                          "not decoded)");
+    case C::kFactorsNotFinite:
+      return "non-finite factor values";
+    case C::kFactorProductOverflow:
+      return "the factors' product overflows the float range";
   }
   return absl::StrCat("format error ", static_cast<uint32_t>(e.code));
 }

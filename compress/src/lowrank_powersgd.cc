@@ -22,8 +22,12 @@
 // column that became zero, is standard normal from CounterRandom(seed, key, round, node 0),
 // the same on every worker. Payload sizes: 4 + 4 * rows * rank_eff and 4 + 4 * cols *
 // rank_eff bytes; for n = 2^20, rank 1: 4 KiB each against 4 MiB of fp32.
+//
+// Shared with a CUDA codec, so that both write the same bytes: the formats, the shape, the
+// summation order of each product and the decode checks (format/powersgd_format.h), and
+// everything done on the factors (the warm start, the orthonormalisation, the call order and
+// its errors: powersgd_round.h).
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -33,9 +37,11 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/aggregator.h"
 #include "bytecomp/compress/codec_util.h"
-#include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/format/powersgd_format.h"
 #include "bytecomp/compress/memory.h"
+#include "bytecomp/compress/memory_math.h"
 #include "bytecomp/compress/params.h"
+#include "bytecomp/compress/powersgd_round.h"
 #include "bytecomp/compress/registry.h"
 #include "bytecomp/compress/two_round.h"
 #include "codec_checks.h"
@@ -46,62 +52,34 @@ namespace bytecomp::compress {
 namespace {
 
 constexpr absl::string_view kName = "powersgd";
+using powersgd::Shape;
 
 // memcpy that accepts the null pointers of empty vectors (n = 0 partitions).
 void CopyBytes(void* to, const void* from, size_t bytes) {
   if (bytes != 0) std::memcpy(to, from, bytes);
 }
 
-struct MatrixShape {
-  size_t rows = 0;
-  size_t cols = 0;
-  size_t rank = 0;
-};
+// The loops below are powersgd_format.h's sums (the CUDA kernels' order), written so that the
+// compiler vectorises them: each vector lane runs the scalar steps of one output.
 
-// `cols`: the matrix's row length, 0 for the near-square matrix.
-MatrixShape ShapeFor(size_t n, size_t rank, size_t cols) {
-  MatrixShape s;
-  if (n == 0) return s;
-  size_t c = cols;
-  if (c == 0 || c > n) {
-    c = static_cast<size_t>(std::sqrt(static_cast<double>(n)));
-    while (c * c < n) ++c;
-    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
-  }
-  s.cols = c;
-  s.rows = (n + c - 1) / c;
-  s.rank = std::min({rank, s.rows, s.cols});
-  return s;
-}
-
-// sum_j a[j] * b[j] in double, 8 lanes.
+// powersgd::Dot: 8 lanes.
 BYTECOMP_SIMD_KERNEL(double, DotDouble, (const float* a, const float* b, size_t len), (a, b, len)) {
-  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  size_t j = 0;
-  for (; j + 8 <= len; j += 8) {
-    for (size_t l = 0; l < 8; ++l) {
-      lanes[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
-    }
-  }
-  double tail = 0;
-  for (; j < len; ++j) tail += static_cast<double>(a[j]) * static_cast<double>(b[j]);
-  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail;
+  return powersgd::Dot(a, b, len);
 }
 
-// acc[j] += a[j] * scale, in double.
+// acc[j] += a[j] * scale in double: one row's step of Q = M^T P^ for every column j.
 BYTECOMP_SIMD_KERNEL(void, AxpyDouble,
-                     (double* __restrict acc, const float* __restrict a, double scale, size_t len),
+                     (double* __restrict acc, const float* __restrict a, float scale, size_t len),
                      (acc, a, scale, len)) {
   size_t j = 0;
   for (; j + 8 <= len; j += 8) {
-    for (size_t l = 0; l < 8; ++l) acc[j + l] += static_cast<double>(a[j + l]) * scale;
+    for (size_t l = 0; l < 8; ++l) acc[j + l] = powersgd::AddProduct(acc[j + l], a[j + l], scale);
   }
-  for (; j < len; ++j) acc[j] += static_cast<double>(a[j]) * scale;
+  for (; j < len; ++j) acc[j] = powersgd::AddProduct(acc[j], a[j], scale);
 }
 
-// out[j] = sum_k p[k] * q[k * stride + j] for j < len: one row of P Q^T. Eight columns at a
-// time (the same operations on each, in the same order: vector lanes give the scalar bits).
+// out[j] = sum_k p[k] * q[k * stride + j] for j < len: one row of P Q^T
+// (powersgd::ProductEntry), eight columns at a time.
 BYTECOMP_SIMD_KERNEL(void, RowOfProduct,
                      (const float* __restrict p_row_values, const float* __restrict q,
                       size_t stride, size_t rank, size_t len, float* __restrict out),
@@ -110,40 +88,36 @@ BYTECOMP_SIMD_KERNEL(void, RowOfProduct,
   for (; j + 8 <= len; j += 8) {
     double v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (size_t k = 0; k < rank; ++k) {
-      const double p = p_row_values[k];
       const float* qk = q + k * stride + j;
-      for (size_t l = 0; l < 8; ++l) v[l] += p * static_cast<double>(qk[l]);
+      for (size_t l = 0; l < 8; ++l) v[l] = powersgd::AddProduct(v[l], p_row_values[k], qk[l]);
     }
     for (size_t l = 0; l < 8; ++l) out[j + l] = static_cast<float>(v[l]);
   }
   for (; j < len; ++j) {
     double v = 0;
-    for (size_t k = 0; k < rank; ++k) {
-      v += static_cast<double>(p_row_values[k]) * static_cast<double>(q[k * stride + j]);
-    }
+    for (size_t k = 0; k < rank; ++k)
+      v = powersgd::AddProduct(v, p_row_values[k], q[k * stride + j]);
     out[j] = static_cast<float>(v);
   }
 }
 
-// out[i] = a[i] + sign * b[i] (sign 1 or -1: exact), vectorised in blocks of 16.
-BYTECOMP_SIMD_KERNEL(void, AddScaled,
-                     (const float* __restrict a, const float* __restrict b, float sign, size_t n,
+// The powersgd memory's loops (memory_math.h).
+BYTECOMP_SIMD_KERNEL(void, PowerSgdCompensateAll,
+                     (const float* __restrict g, const float* __restrict r, size_t n,
                       float* __restrict out),
-                     (a, b, sign, n, out)) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (size_t l = 0; l < 16; ++l) out[i + l] = a[i + l] + sign * b[i + l];
-  }
-  for (; i < n; ++i) out[i] = a[i] + sign * b[i];
+                     (g, r, n, out)) {
+  for (size_t i = 0; i < n; ++i) out[i] = PowerSgdCompensate(g[i], r[i]);
 }
-
-absl::Status CheckFiniteVector(absl::Span<const float> v, absl::string_view what) {
-  return CheckFinite(v, absl::StrCat("codec 'powersgd' ", what));
+BYTECOMP_SIMD_KERNEL(void, ResidualUpdateAll,
+                     (const float* __restrict compensated, const float* __restrict approximation,
+                      size_t n, float* __restrict out),
+                     (compensated, approximation, n, out)) {
+  for (size_t i = 0; i < n; ++i) out[i] = ResidualUpdate(compensated[i], approximation[i]);
 }
 
 class PowerSgdCodec final : public Codec, public TwoRoundCodec {
  public:
-  PowerSgdCodec(size_t rank, size_t cols) : rank_(rank), cols_(cols) {}
+  PowerSgdCodec(size_t rank, size_t cols) : round_(rank, cols) {}
 
   absl::string_view name() const override { return kName; }
   CodecProperties properties() const override {
@@ -154,8 +128,7 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
   }
   // The single payload (the largest of the three formats).
   size_t MaxEncodedBytes(size_t n) const override {
-    const MatrixShape s = ShapeFor(n, rank_, cols_);
-    return 8 + 4 * (s.rows + s.cols) * s.rank;
+    return powersgd::SinglePayloadBytes(round_.ShapeOf(n));
   }
 
   // Single-payload mode, for the pull direction (the server re-encodes the round's sum) and
@@ -171,59 +144,45 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     std::vector<uint8_t> first(FirstRoundBytes(n));
     auto first_bytes = EncodeFirst(input, ctx, absl::MakeSpan(first));
     if (!first_bytes.ok()) return first_bytes.status();
-    const MatrixShape& sh = shape_;
-    std::vector<float> p(sh.rows * sh.rank);
+    std::vector<float> p(powersgd::FirstRoundFloats(round_.shape()));
     CopyBytes(p.data(), first.data() + 4, 4 * p.size());
     std::vector<uint8_t> second(SecondRoundBytes(n));
     auto second_bytes = EncodeSecond(p, ctx, absl::MakeSpan(second));
     if (!second_bytes.ok()) return second_bytes.status();
+    const std::vector<float>& p_hat = round_.p_hat();
     PutU32(out.data(), 0);
     PutU32(out.data() + 4, static_cast<uint32_t>(n));
-    CopyBytes(out.data() + 8, p_hat_.data(), 4 * p_hat_.size());
-    CopyBytes(out.data() + 8 + 4 * p_hat_.size(), q_local_.data(), 4 * q_local_.size());
-    q_warm_ = q_local_;
-    have_warm_ = true;
-    stage_ = 3;
+    CopyBytes(out.data() + 8, p_hat.data(), 4 * p_hat.size());
+    CopyBytes(out.data() + 8 + 4 * p_hat.size(), q_local_.data(), 4 * q_local_.size());
+    round_.FinishSingle(q_local_);
     return bytes;
   }
 
   absl::Status Decode(absl::Span<const uint8_t> encoded, const CodecContext&,
                       absl::Span<float> output) override {
     const size_t n = output.size();
-    const MatrixShape sh = ShapeFor(n, rank_, cols_);
-    const size_t expected = MaxEncodedBytes(n);
-    if (encoded.size() != expected) {
-      return MalformedError(kName, absl::StrCat(encoded.size(), " bytes for ", n,
-                                                " elements (expected ", expected, ")"));
-    }
-    if (GetU32(encoded.data()) != 0) {
-      return MalformedError(kName, absl::StrCat("stage ", GetU32(encoded.data()),
-                                                " in a single payload (expected 0; stage 1 and "
-                                                "2 payloads are summed, not decoded)"));
-    }
-    if (GetU32(encoded.data() + 4) != n) {
-      return MalformedError(kName, absl::StrCat("payload for ", GetU32(encoded.data() + 4),
-                                                " elements decoded into ", n));
+    const Shape sh = round_.ShapeOf(n);
+    if (auto s = FormatErrorStatus(
+            kName, powersgd::CheckSinglePayload(encoded.data(), encoded.size(), sh, n));
+        !s.ok()) {
+      return s;
     }
     std::vector<float> factors((sh.rows + sh.cols) * sh.rank);
     CopyBytes(factors.data(), encoded.data() + 8, 4 * factors.size());
-    if (!IsFiniteBits(MaxAbsBits(factors.data(), factors.size()))) {
-      return MalformedError(kName, "non-finite factor values");
+    if (auto s = FormatErrorStatus(
+            kName, powersgd::CheckFactors(MaxAbsBits(factors.data(), factors.size())));
+        !s.ok()) {
+      return s;
     }
     ProductOf(sh, n, factors.data(), factors.data() + sh.rows * sh.rank, output);
-    if (!IsFiniteBits(MaxAbsBits(output.data(), n))) {
-      return MalformedError(kName, "the factors' product overflows the float range");
-    }
-    return absl::OkStatus();
+    return FormatErrorStatus(kName, powersgd::CheckProduct(MaxAbsBits(output.data(), n)));
   }
 
   size_t FirstRoundFloats(size_t n) const override {
-    const MatrixShape s = ShapeFor(n, rank_, cols_);
-    return s.rows * s.rank;
+    return powersgd::FirstRoundFloats(round_.ShapeOf(n));
   }
   size_t SecondRoundFloats(size_t n) const override {
-    const MatrixShape s = ShapeFor(n, rank_, cols_);
-    return s.cols * s.rank;
+    return powersgd::SecondRoundFloats(round_.ShapeOf(n));
   }
 
   absl::StatusOr<size_t> EncodeFirst(absl::Span<const float> input, const CodecContext& ctx,
@@ -232,22 +191,13 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     const size_t bytes = FirstRoundBytes(n);
     if (auto s = codec_checks::CheckEncodeCall(kName, n, out.size(), bytes); !s.ok()) return s;
     if (auto s = CheckFinite(input, "codec 'powersgd' input"); !s.ok()) return s;
-    // Another length means another partition layout (a new strategy): the state restarts.
-    if (n_ != n) {
-      n_ = 0;
-      have_warm_ = false;
-    }
-    if (n_ == 0) {
-      n_ = n;
-      shape_ = ShapeFor(n, rank_, cols_);
-      q_warm_.assign(shape_.cols * shape_.rank, 0.0f);
-    }
-    const MatrixShape& sh = shape_;
+    round_.Start(n, ctx);
+    const Shape& sh = round_.shape();
+    const float* q = round_.q().data();
     m_.resize(sh.rows * sh.cols);
-    PrepareWarmStart(ctx);
     // P_k[i] = M_row_i . Q_k, row by row: each row is copied into M (the last one zero-padded)
     // and used for its rank products while it is in cache, one pass over the input.
-    std::vector<float> p(sh.rows * sh.rank);
+    std::vector<float> p(powersgd::FirstRoundFloats(sh));
     for (size_t i = 0; i < sh.rows; ++i) {
       float* row = m_.data() + i * sh.cols;
       const size_t len = std::min(sh.cols, n - i * sh.cols);
@@ -255,35 +205,22 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
                 input.begin() + static_cast<std::ptrdiff_t>(i * sh.cols + len), row);
       std::fill(row + len, row + sh.cols, 0.0f);
       for (size_t k = 0; k < sh.rank; ++k) {
-        p[k * sh.rows + i] =
-            static_cast<float>(DotDouble(row, q_warm_.data() + k * sh.cols, sh.cols));
+        p[k * sh.rows + i] = static_cast<float>(DotDouble(row, q + k * sh.cols, sh.cols));
       }
     }
-    if (!IsFiniteBits(MaxAbsBits(p.data(), p.size()))) {
-      return absl::InvalidArgumentError(
-          "codec 'powersgd': input magnitudes overflow the float range in P = M Q");
-    }
+    if (auto s = round_.FinishFirst(MaxAbsBits(p.data(), p.size()), ctx); !s.ok()) return s;
     PutU32(out.data(), 1);
     CopyBytes(out.data() + 4, p.data(), 4 * p.size());
-    stage_ = 1;
-    round_key_ = ctx.key;
-    round_ = ctx.round;
     return bytes;
   }
 
   absl::StatusOr<size_t> EncodeSecond(absl::Span<const float> summed_first, const CodecContext& ctx,
                                       absl::Span<uint8_t> out) override {
-    if (auto s = CheckStage(1, ctx, "EncodeSecond"); !s.ok()) return s;
-    const MatrixShape& sh = shape_;
-    if (summed_first.size() != sh.rows * sh.rank) {
-      return absl::InvalidArgumentError(absl::StrCat("codec 'powersgd': summed P has ",
-                                                     summed_first.size(), " values, expected ",
-                                                     sh.rows * sh.rank));
-    }
-    if (auto s = CheckFiniteVector(summed_first, "summed P"); !s.ok()) return s;
-    const size_t bytes = SecondRoundBytes(n_);
+    if (auto s = round_.Orthonormalise(summed_first, ctx); !s.ok()) return s;
+    const size_t bytes = SecondRoundBytes(round_.n());
     if (auto s = codec_checks::OutputFits(kName, out.size(), bytes); !s.ok()) return s;
-    Orthonormalise(summed_first);
+    const Shape& sh = round_.shape();
+    const std::vector<float>& p_hat = round_.p_hat();
     // Q_k = M^T P^_k, accumulated row by row in double: one pass over M, each row added to
     // every Q_k while it is in cache (each Q_k sums the rows in the same order as alone).
     std::vector<double> acc(sh.cols * sh.rank, 0.0);
@@ -291,128 +228,36 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     for (size_t i = 0; i < sh.rows; ++i) {
       const float* row = m_.data() + i * sh.cols;
       for (size_t k = 0; k < sh.rank; ++k) {
-        const double p = p_hat_[k * sh.rows + i];
-        if (p != 0.0) AxpyDouble(acc.data() + k * sh.cols, row, p, sh.cols);
+        const float p = p_hat[k * sh.rows + i];
+        if (p != 0.0f) AxpyDouble(acc.data() + k * sh.cols, row, p, sh.cols);
       }
     }
     for (size_t j = 0; j < acc.size(); ++j) q_local_[j] = static_cast<float>(acc[j]);
-    if (!IsFiniteBits(MaxAbsBits(q_local_.data(), q_local_.size()))) {
-      return absl::InvalidArgumentError(
-          "codec 'powersgd': input magnitudes overflow the float range in Q = M^T P");
+    if (auto s = round_.FinishSecond(MaxAbsBits(q_local_.data(), q_local_.size())); !s.ok()) {
+      return s;
     }
     PutU32(out.data(), 2);
     CopyBytes(out.data() + 4, q_local_.data(), 4 * q_local_.size());
-    stage_ = 2;
     return bytes;
   }
 
   absl::Status LocalApproximation(absl::Span<float> output) const override {
-    if (stage_ != 2) {
-      return absl::FailedPreconditionError(
-          "codec 'powersgd': LocalApproximation before EncodeSecond of the round");
-    }
-    if (output.size() != n_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("codec 'powersgd': output has ", output.size(), " elements, expected ", n_));
-    }
-    Product(q_local_.data(), output);
+    if (auto s = round_.CheckLocalApproximation(output.size()); !s.ok()) return s;
+    ProductOf(round_.shape(), round_.n(), round_.p_hat().data(), q_local_.data(), output);
     return absl::OkStatus();
   }
 
   absl::Status DecodeSecond(absl::Span<const float> summed_second, const CodecContext& ctx,
                             absl::Span<float> output) override {
-    if (auto s = CheckStage(2, ctx, "DecodeSecond"); !s.ok()) return s;
-    const MatrixShape& sh = shape_;
-    if (summed_second.size() != sh.cols * sh.rank) {
-      return absl::InvalidArgumentError(absl::StrCat("codec 'powersgd': summed Q has ",
-                                                     summed_second.size(), " values, expected ",
-                                                     sh.cols * sh.rank));
-    }
-    if (auto s = CheckFiniteVector(summed_second, "summed Q"); !s.ok()) return s;
-    if (output.size() != n_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("codec 'powersgd': output has ", output.size(), " elements, expected ", n_));
-    }
-    Product(summed_second.data(), output);
-    if (!IsFiniteBits(MaxAbsBits(output.data(), n_))) {
-      return absl::InvalidArgumentError(
-          "codec 'powersgd': the approximation of the summed gradients overflows the float "
-          "range");
-    }
-    std::copy(summed_second.begin(), summed_second.end(), q_warm_.begin());
-    have_warm_ = true;
-    stage_ = 3;  // round over; LocalApproximation is no longer valid
-    return absl::OkStatus();
+    if (auto s = round_.CheckDecodeSecond(summed_second, ctx, output.size()); !s.ok()) return s;
+    const size_t n = round_.n();
+    ProductOf(round_.shape(), n, round_.p_hat().data(), summed_second.data(), output);
+    return round_.FinishDecodeSecond(summed_second, MaxAbsBits(output.data(), n));
   }
 
  private:
-  absl::Status CheckStage(int expected, const CodecContext& ctx, absl::string_view call) const {
-    if (stage_ != expected) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "codec 'powersgd': ", call, " out of order (",
-          expected == 1 ? "EncodeFirst" : "EncodeSecond", " of this round has not run)"));
-    }
-    if (ctx.key != round_key_ || ctx.round != round_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("codec 'powersgd': ", call, " for key ", ctx.key, " round ", ctx.round,
-                       " but the open round is key ", round_key_, " round ", round_));
-    }
-    return absl::OkStatus();
-  }
-
-  // Unit columns for Q; a zero (or first) column is drawn standard normal, alike everywhere.
-  void PrepareWarmStart(const CodecContext& ctx) {
-    const MatrixShape& sh = shape_;
-    for (size_t k = 0; k < sh.rank; ++k) {
-      float* q = q_warm_.data() + k * sh.cols;
-      double norm = have_warm_ ? std::sqrt(DotDouble(q, q, sh.cols)) : 0.0;
-      if (norm == 0.0) {
-        const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, 0);
-        for (size_t j = 0; j < sh.cols; ++j) {
-          const uint32_t index = static_cast<uint32_t>(2 * (k * sh.cols + j));
-          const double u1 = 1.0 - UniformFloat(random, index);  // (0, 1]
-          const double u2 = UniformFloat(random, index + 1);
-          q[j] =
-              static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-        }
-        norm = std::sqrt(DotDouble(q, q, sh.cols));
-        if (norm == 0.0) continue;  // cols == 1 and a zero draw: P_k stays 0 this round
-      }
-      const double inverse = 1.0 / norm;
-      for (size_t j = 0; j < sh.cols; ++j) q[j] = static_cast<float>(q[j] * inverse);
-    }
-  }
-
-  // Modified Gram-Schmidt in double, sequential (the same bits on every worker).
-  void Orthonormalise(absl::Span<const float> p) {
-    const MatrixShape& sh = shape_;
-    std::vector<double> basis(sh.rows * sh.rank);
-    for (size_t k = 0; k < sh.rank; ++k) {
-      double* v = basis.data() + k * sh.rows;
-      for (size_t i = 0; i < sh.rows; ++i) v[i] = p[k * sh.rows + i];
-      for (size_t l = 0; l < k; ++l) {
-        const double* u = basis.data() + l * sh.rows;
-        double dot = 0;
-        for (size_t i = 0; i < sh.rows; ++i) dot += u[i] * v[i];
-        for (size_t i = 0; i < sh.rows; ++i) v[i] -= dot * u[i];
-      }
-      double norm = 0;
-      for (size_t i = 0; i < sh.rows; ++i) norm += v[i] * v[i];
-      norm = std::sqrt(norm);
-      // A zero (dependent) column contributes nothing this round.
-      const double inverse = norm > 0.0 ? 1.0 / norm : 0.0;
-      for (size_t i = 0; i < sh.rows; ++i) v[i] *= inverse;
-    }
-    p_hat_.resize(basis.size());
-    for (size_t i = 0; i < basis.size(); ++i) p_hat_[i] = static_cast<float>(basis[i]);
-  }
-
-  // output = P^ q^T, the first n_ entries of the rows x cols product.
-  void Product(const float* q, absl::Span<float> output) const {
-    ProductOf(shape_, n_, p_hat_.data(), q, output);
-  }
-
-  static void ProductOf(const MatrixShape& sh, size_t n, const float* p_hat, const float* q,
+  // output = P^ q^T, the first n entries of the rows x cols product.
+  static void ProductOf(const Shape& sh, size_t n, const float* p_hat, const float* q,
                         absl::Span<float> output) {
     std::vector<float> row(std::max<size_t>(sh.rank, 1));
     for (size_t i = 0; i < sh.rows; ++i) {
@@ -423,18 +268,9 @@ class PowerSgdCodec final : public Codec, public TwoRoundCodec {
     }
   }
 
-  size_t rank_;
-  size_t cols_;  // the matrix's row length; 0: near-square
-  size_t n_ = 0;
-  MatrixShape shape_;
-  std::vector<float> m_;       // this round's input, rows x cols, zero-padded
-  std::vector<float> q_warm_;  // cols x rank, column-major
-  bool have_warm_ = false;
-  std::vector<float> p_hat_;    // rows x rank, orthonormal columns
+  powersgd::RoundState round_;  // shape, warm start, P^, the call order
+  std::vector<float> m_;        // this round's input, rows x cols, zero-padded
   std::vector<float> q_local_;  // cols x rank: M^T P^
-  int stage_ = 0;               // 1 after EncodeFirst, 2 after EncodeSecond, 3 after decode
-  uint64_t round_key_ = 0;
-  uint64_t round_ = 0;
 };
 
 // Sums the stage payloads of one round as f32 vectors (stages 1 and 2 alike; Finish returns
@@ -546,7 +382,7 @@ class PowerSgdMemory final : public Memory {
     if (residual_.empty()) {
       CopyBytes(compensated.data(), input.data(), n * sizeof(float));
     } else {
-      AddScaled(input.data(), residual_.data(), 1.0f, n, compensated.data());
+      PowerSgdCompensateAll(input.data(), residual_.data(), n, compensated.data());
     }
     return absl::OkStatus();
   }
@@ -557,7 +393,7 @@ class PowerSgdMemory final : public Memory {
           "memory 'powersgd': decoded and compensated differ in size");
     }
     residual_.resize(compensated.size());
-    AddScaled(compensated.data(), decoded.data(), -1.0f, compensated.size(), residual_.data());
+    ResidualUpdateAll(compensated.data(), decoded.data(), compensated.size(), residual_.data());
     return absl::OkStatus();
   }
   void Reset() override { residual_.clear(); }

@@ -196,17 +196,7 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
   size_t K(size_t n) const { return sparse::KeptCount(params_.ratio, n); }
 
   absl::Status CheckStage(int expected, const CodecContext& ctx, absl::string_view call) const {
-    if (stage_ != expected) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "codec 'artopk': ", call, " out of order (",
-          expected == 1 ? "EncodeFirst" : "EncodeSecond", " of this round has not run)"));
-    }
-    if (ctx.key != round_key_ || ctx.round != round_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("codec 'artopk': ", call, " for key ", ctx.key, " round ", ctx.round,
-                       " but the open round is key ", round_key_, " round ", round_));
-    }
-    return absl::OkStatus();
+    return CheckTwoRoundStage("artopk", stage_, expected, round_key_, round_, ctx, call);
   }
 
   const ArtopkParams params_;

@@ -26,6 +26,10 @@ BYTECOMP_HD float EfSignResidual(float compensated, float decoded, float lr) {
   return lr * (compensated - decoded);
 }
 
+// powersgd memory: compensated = g + r (compensated = g in the first round); after the round's
+// second encode, r = compensated - the worker's local approximation (ResidualUpdate).
+BYTECOMP_HD float PowerSgdCompensate(float gradient, float residual) { return gradient + residual; }
+
 // dgc_momentum memory: u = momentum * u + g; v = v + u; compensated = v; u and v are zeroed
 // where the encoded message carries the coordinate.
 BYTECOMP_HD float DgcMomentumU(float gradient, float u, float momentum) {

@@ -33,14 +33,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "bytecomp/compress/codec.h"
 
 namespace bytecomp::compress {
 
-class TwoRoundCodec {
+// The stage payloads' sizes: TwoRoundCodec's, and compress/cuda's CudaTwoRoundCodec's.
+class TwoRoundSizes {
  public:
-  virtual ~TwoRoundCodec() = default;
+  virtual ~TwoRoundSizes() = default;
 
   // f32 values in the stage payloads and sums, for an n-element partition.
   virtual size_t FirstRoundFloats(size_t n) const = 0;
@@ -48,7 +51,10 @@ class TwoRoundCodec {
   // Payload sizes in bytes: 4 + 4 * floats.
   size_t FirstRoundBytes(size_t n) const { return 4 + 4 * FirstRoundFloats(n); }
   size_t SecondRoundBytes(size_t n) const { return 4 + 4 * SecondRoundFloats(n); }
+};
 
+class TwoRoundCodec : public TwoRoundSizes {
+ public:
   // Starts a round with this worker's (compensated) input; writes payload 1. Non-finite
   // input is an InvalidArgument error naming the index.
   virtual absl::StatusOr<size_t> EncodeFirst(absl::Span<const float> input, const CodecContext& ctx,
@@ -65,6 +71,25 @@ class TwoRoundCodec {
   virtual absl::Status DecodeSecond(absl::Span<const float> summed_second, const CodecContext& ctx,
                                     absl::Span<float> output) = 0;
 };
+
+// The call-order check of the two-round codecs (artopk, powersgd): FailedPrecondition unless
+// `call` finds the stage it needs (expected: 1 after EncodeFirst, 2 after EncodeSecond) open,
+// and for ctx's key and round (the open round's: open_key, open_round).
+inline absl::Status CheckTwoRoundStage(absl::string_view codec, int stage, int expected,
+                                       uint64_t open_key, uint64_t open_round,
+                                       const CodecContext& ctx, absl::string_view call) {
+  if (stage != expected) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "codec '", codec, "': ", call, " out of order (",
+        expected == 1 ? "EncodeFirst" : "EncodeSecond", " of this round has not run)"));
+  }
+  if (ctx.key != open_key || ctx.round != open_round) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("codec '", codec, "': ", call, " for key ", ctx.key, " round ", ctx.round,
+                     " but the open round is key ", open_key, " round ", open_round));
+  }
+  return absl::OkStatus();
+}
 
 // The two-round side of a codec, or nullptr if it has none.
 inline TwoRoundCodec* AsTwoRound(Codec& codec) { return dynamic_cast<TwoRoundCodec*>(&codec); }

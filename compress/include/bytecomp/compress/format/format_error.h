@@ -74,6 +74,10 @@ enum class FormatErrorCode : uint32_t {
   kWrongStage,       // stage a payload, expected stage b
   kCandidateFields,  // candidate flag a, index encoding b, width c, index_bytes d: not a
                      // candidate's nor an empty push's
+  // PowerSGD's single payload (powersgd_format.h).
+  kSinglePayloadStage,     // stage a in a single payload
+  kFactorsNotFinite,       // non-finite factor values
+  kFactorProductOverflow,  // the factors' product overflows the float range
 };
 
 // The header values that kHeaderValueNotFinite / kHeaderValueNegative name (their a).
