@@ -23,10 +23,10 @@
 // the same on every worker. Payload sizes: 4 + 4 * rows * rank_eff and 4 + 4 * cols *
 // rank_eff bytes; for n = 2^20, rank 1: 4 KiB each against 4 MiB of fp32.
 //
-// Shared with a CUDA codec, so that both write the same bytes: the formats, the shape, the
-// summation order of each product and the decode checks (format/powersgd_format.h), and
-// everything done on the factors (the warm start, the orthonormalisation, the call order and
-// its errors: powersgd_round.h).
+// Shared with the CUDA codec (compress/cuda/src/lowrank_kernels.cu), so that both write the
+// same bytes: the formats, the shape, the summation order of each product and the decode
+// checks (format/powersgd_format.h), and everything done on the factors (the warm start, the
+// orthonormalisation, the call order and its errors: powersgd_round.h).
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -432,6 +432,9 @@ void RegisterLowRankCodecs(CodecRegistry& registry) {
     return std::unique_ptr<Aggregator>(new TwoRoundSumAggregator(std::move(codec)));
   };
   spec.facts.two_round = true;  // P, then Q; with its memory, compensated
+  // compress/cuda/src/lowrank_kernels.cu, with the powersgd memory fused.
+  spec.facts.gpu_kernel = true;
+  spec.facts.gpu_memories = {MemoryKind::kPowerSgd};
   MustRegister(registry, std::move(spec));
 }
 

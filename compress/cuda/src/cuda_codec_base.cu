@@ -87,39 +87,47 @@ absl::StatusOr<const float*> CudaCodecBase::Compensate(const float* g, size_t n,
 
 absl::StatusOr<size_t> CudaCodecBase::Encode(const float* input, size_t n, const CodecContext& ctx,
                                              uint8_t* out, size_t capacity, cudaStream_t stream) {
-  const size_t need = MaxEncodedBytes(n);
-  if (capacity < need) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda codec '", name_, "': output buffer has ",
-                                                   capacity, " bytes, encoding needs ", need));
-  }
+  PreparedInput p;
+  BC_ASSIGN(p, PrepareInput(input, n, ctx, capacity, MaxEncodedBytes(n), stream));
+  return EncodeChecked(p.x, n, ctx, p.stats, p.fb, out, stream);
+}
+
+absl::StatusOr<CudaCodecBase::PreparedInput> CudaCodecBase::PrepareInput(
+    const float* input, size_t n, const CodecContext& ctx, size_t capacity, size_t need,
+    cudaStream_t stream) {
+  if (auto s = CheckCapacity(capacity, need); !s.ok()) return s;
   if (n > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda codec '", name_, "': ", n, " elements exceed the 2^31-1 supported"));
   }
   // A new length restarts the state (momentum, residual), as the CPU's stateful codecs do.
   const bool first = rounds_ == 0 || state_n_ != n;
-  Feedback fb;
-  const float* x = input;
-  BC_ASSIGN(x, Compensate(input, n, ctx, first, stream, &fb));
+  PreparedInput p;
+  BC_ASSIGN(p.x, Compensate(input, n, ctx, first, stream, &p.fb));
   state_n_ = n;
   ++rounds_;
 
   BC_CUDA_TRY(cudaMemsetAsync(stats_, 0, sizeof(DeviceStats), stream));
   switch (reduction()) {
     case Reduction::kSigns:
-      ReduceStatsKernel<true, false><<<Blocks(n), kThreads, 0, stream>>>(x, n, stats_);
+      ReduceStatsKernel<true, false><<<Blocks(n), kThreads, 0, stream>>>(p.x, n, stats_);
       break;
     case Reduction::kSquares:
-      ReduceStatsKernel<false, true><<<Blocks(n), kThreads, 0, stream>>>(x, n, stats_);
+      ReduceStatsKernel<false, true><<<Blocks(n), kThreads, 0, stream>>>(p.x, n, stats_);
       break;
     case Reduction::kMaxAbs:
-      ReduceStatsKernel<false, false><<<Blocks(n), kThreads, 0, stream>>>(x, n, stats_);
+      ReduceStatsKernel<false, false><<<Blocks(n), kThreads, 0, stream>>>(p.x, n, stats_);
       break;
   }
-  DeviceStats st;
-  BC_ASSIGN(st, ReadStats(stream));
-  if (st.max_abs_bits >= 0x7f800000u) return NonFiniteError(x, n, stream);
-  return EncodeChecked(x, n, ctx, st, fb, out, stream);
+  BC_ASSIGN(p.stats, ReadStats(stream));
+  if (p.stats.max_abs_bits >= 0x7f800000u) return NonFiniteError(p.x, n, stream);
+  return p;
+}
+
+absl::Status CudaCodecBase::CheckCapacity(size_t capacity, size_t need) const {
+  if (capacity >= need) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("cuda codec '", name_, "': output buffer has ",
+                                                 capacity, " bytes, encoding needs ", need));
 }
 
 absl::StatusOr<size_t> CudaCodecBase::Launched(size_t bytes) {

@@ -68,6 +68,19 @@ class CudaCodecBase : public CudaCodec {
 
   // ---- helpers
 
+  // What an encode's first steps give (PrepareInput).
+  struct PreparedInput {
+    const float* x = nullptr;  // what to encode: the compensated input, or the input itself
+    DeviceStats stats;         // the reduction pass
+    Feedback fb;               // how the kernels update the fused memory
+  };
+  // Encode's steps before EncodeChecked, for a payload of `need` bytes: the call checks, the
+  // fused memory's compensation, the reduction pass, its readback and the finite check. For
+  // the codecs with encodes of their own besides Encode (the two-round codecs' stages).
+  absl::StatusOr<PreparedInput> PrepareInput(const float* input, size_t n, const CodecContext& ctx,
+                                             size_t capacity, size_t need, cudaStream_t stream);
+  // "cuda codec 'x': output buffer has ... bytes, encoding needs ..." unless capacity >= need.
+  absl::Status CheckCapacity(size_t capacity, size_t need) const;
   // The payload size, after checking that the launches were accepted.
   absl::StatusOr<size_t> Launched(size_t bytes);
   // Zeroes the device statistics (before the kernels that record into them).

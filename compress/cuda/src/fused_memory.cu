@@ -18,6 +18,13 @@ __global__ void EfSignCompensateKernel(const float* __restrict__ g, float* __res
   }
 }
 
+__global__ void PowerSgdCompensateKernel(const float* __restrict__ g, float* __restrict__ r,
+                                         size_t n, bool first_round) {
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    r[i] = first_round ? g[i] : PowerSgdCompensate(g[i], r[i]);
+  }
+}
+
 __global__ void DgcMomentumKernel(const float* __restrict__ g, float* __restrict__ u,
                                   float* __restrict__ v, size_t n, float momentum) {
   for (size_t i = GridStart(); i < n; i += GridStride()) {
@@ -67,8 +74,14 @@ absl::StatusOr<const float*> FusedMemory::Compensate(const float* g, size_t n,
       DgcMomentumKernel<<<blocks, kThreads, 0, stream>>>(g, u, v, n, settings_.momentum);
       return v;
     }
-    case MemoryKind::kPowerSgd:  // ReadFusedMemory refuses it
-      break;
+    case MemoryKind::kPowerSgd: {
+      float* r = nullptr;
+      BC_ASSIGN(r, a_.Reserve<float>(n));
+      PowerSgdCompensateKernel<<<blocks, kThreads, 0, stream>>>(g, r, n, first);
+      fb->kind = MemoryKind::kPowerSgd;
+      fb->state = r;
+      return r;
+    }
   }
   return absl::InternalError("a fused memory without GPU kernels");
 }

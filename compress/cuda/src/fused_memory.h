@@ -18,13 +18,14 @@
 namespace bytecomp::compress::cuda {
 
 // How the encode kernels update a memory from (compensated, decoded): residual and efsignsgd
-// keep an error; dgc_momentum is updated by the sparse compaction (zeroed where sent).
+// keep an error, powersgd too (decoded: the local approximation, lowrank_kernels.cu);
+// dgc_momentum is updated by the sparse compaction (zeroed where sent).
 struct Feedback {
   MemoryKind kind = MemoryKind::kNone;
   float* state = nullptr;  // the residual / error; holds the compensated input on entry
   float lr = 0.0f;         // efsignsgd
   __device__ void Update(size_t i, float compensated, float decoded) const {
-    if (kind == MemoryKind::kResidual) {
+    if (kind == MemoryKind::kResidual || kind == MemoryKind::kPowerSgd) {
       state[i] = ResidualUpdate(compensated, decoded);
     } else if (kind == MemoryKind::kEfSignSgd) {
       state[i] = EfSignResidual(compensated, decoded, lr);

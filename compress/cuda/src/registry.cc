@@ -22,7 +22,7 @@ const CudaCodecRegistry& CudaCodecRegistry::Global() {
   static const CudaCodecRegistry* const registry = [] {
     auto* r = BuildRegistry<CudaCodecRegistry>(
         {RegisterBasicCudaCodecs, RegisterSignCudaCodecs, RegisterQuantCudaCodecs,
-         RegisterMoreQuantCudaCodecs, RegisterSparseCudaCodecs});
+         RegisterMoreQuantCudaCodecs, RegisterSparseCudaCodecs, RegisterLowRankCudaCodecs});
     // The facts (gpu_codecs.h) promise exactly these (the worker places stages by them);
     // MustRegisterLikeCpu refused any other.
     for (const std::string& name : GpuCodecNames()) {
@@ -75,8 +75,8 @@ absl::StatusOr<FusedMemorySettings> ReadFusedMemory(absl::string_view memory,
     case MemoryKind::kDgcMomentum:
       s.momentum = static_cast<float>(r.Double("momentum"));
       break;
-    case MemoryKind::kPowerSgd:  // no codec fuses it (gpu_codecs.h)
-      return absl::InvalidArgumentError(absl::StrCat("memory '", memory, "' has no GPU kernels"));
+    case MemoryKind::kPowerSgd:  // no parameters
+      break;
   }
   if (!r.ok()) return r.status();
   return s;
@@ -89,6 +89,10 @@ bool CudaMemorySupported(absl::string_view codec, absl::string_view memory) {
 }
 
 CudaCodec::~CudaCodec() = default;
+
+CudaTwoRoundCodec* AsCudaTwoRound(CudaCodec& codec) {
+  return dynamic_cast<CudaTwoRoundCodec*>(&codec);
+}
 
 absl::StatusOr<std::unique_ptr<CudaCodec>> CudaCodec::Create(absl::string_view codec,
                                                              const CodecParams& params,

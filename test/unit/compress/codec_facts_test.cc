@@ -127,13 +127,15 @@ TEST(CodecFactsTest, GpuKernelsAndTheMemoriesTheyFuse) {
   }
   EXPECT_EQ(gpu, (std::set<std::string>{"fp16", "bf16", "signsgd", "efsignsgd", "signum", "onebit",
                                         "topk", "randomk", "qsgd", "terngrad", "natural", "dgc",
-                                        "u8bit", "dithering", "inceptionn", "sketch"}));
+                                        "u8bit", "dithering", "inceptionn", "sketch",
+                                        "powersgd"}));
   const std::vector<std::string> names = GpuCodecNames();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), gpu);
   EXPECT_EQ(FactsOf("efsignsgd").gpu_memories,
             (std::vector<MemoryKind>{MemoryKind::kResidual, MemoryKind::kEfSignSgd}));
   EXPECT_EQ(FactsOf("dgc").gpu_memories, (std::vector<MemoryKind>{MemoryKind::kDgcMomentum}));
   EXPECT_TRUE(FactsOf("signum").gpu_memories.empty());
+  EXPECT_EQ(FactsOf("powersgd").gpu_memories, (std::vector<MemoryKind>{MemoryKind::kPowerSgd}));
 }
 
 TEST(CodecFactsTest, EveryMemoryHasItsOwnKind) {

@@ -10,12 +10,13 @@ namespace {
 
 TEST(GpuCodecsTest, EveryGpuCodecIsACpuCodec) {
   const std::vector<std::string> names = GpuCodecNames();
-  EXPECT_EQ(names.size(), 16u);
+  EXPECT_EQ(names.size(), 17u);
   for (const std::string& name : names) {
     EXPECT_TRUE(HasGpuCodec(name));
     EXPECT_NE(CodecRegistry::Global().Find(name), nullptr) << name;
   }
-  EXPECT_FALSE(HasGpuCodec("powersgd"));
+  EXPECT_TRUE(HasGpuCodec("powersgd"));
+  EXPECT_FALSE(HasGpuCodec("artopk"));
   EXPECT_FALSE(HasGpuCodec("none"));
 }
 
@@ -23,18 +24,21 @@ TEST(GpuCodecsTest, FusableMemories) {
   for (const std::string& name : GpuCodecNames()) {
     EXPECT_TRUE(GpuMemorySupported(name, "none")) << name;
     EXPECT_TRUE(GpuMemorySupported(name, "")) << name;
-    EXPECT_EQ(GpuMemorySupported(name, "residual"), name != "signum" && name != "dgc") << name;
+    EXPECT_EQ(GpuMemorySupported(name, "residual"),
+              name != "signum" && name != "dgc" && name != "powersgd")
+        << name;
     EXPECT_EQ(GpuMemorySupported(name, "efsignsgd"), name == "efsignsgd") << name;
     EXPECT_EQ(GpuMemorySupported(name, "dgc_momentum"), name == "dgc") << name;
-    EXPECT_FALSE(GpuMemorySupported(name, "powersgd")) << name;
+    EXPECT_EQ(GpuMemorySupported(name, "powersgd"), name == "powersgd") << name;
   }
-  EXPECT_FALSE(GpuMemorySupported("powersgd", "none"));
+  EXPECT_TRUE(GpuMemorySupported("powersgd", "none"));
+  EXPECT_FALSE(GpuMemorySupported("artopk", "none"));
   EXPECT_FALSE(GpuMemorySupported("topk", "nosuchmemory"));
   // The memories in the memory registry's order, the codecs in the codec registry's.
   EXPECT_EQ(GpuMemoriesText(),
             "residual: fp16, bf16, topk, randomk, qsgd, terngrad, natural, u8bit, dithering, "
             "sketch, inceptionn, signsgd, efsignsgd, onebit; dgc_momentum: dgc; efsignsgd: "
-            "efsignsgd");
+            "efsignsgd; powersgd: powersgd");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -18,8 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/cuda_codecs.h"
+#include "bytecomp/compress/format/little_endian.h"
 #include "bytecomp/compress/gpu_codecs.h"
 #include "bytecomp/compress/strategy.h"
+#include "bytecomp/compress/two_round.h"
 #include "cuda_registry.h"  // compress/cuda/src: the registry the facts are checked against
 #include "gtest/gtest.h"
 
@@ -55,7 +58,7 @@ struct DeviceArray {
 };
 
 TEST(CudaCodecRegistry, RefusesWhatTheCpuRegistryRefuses) {
-  auto unknown = CudaCodec::Create("powersgd", {});
+  auto unknown = CudaCodec::Create("dithering", {});
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
   EXPECT_TRUE(absl::StrContains(unknown.status().message(), "topk")) << unknown.status();
   // The CPU codecs' parameter ranges: ratio in (0, 1], signum's momentum below 1.
@@ -88,7 +91,7 @@ TEST(CudaCodecRegistry, HoldsExactlyTheCodecsWhoseFactsSayGpuKernel) {
   for (const std::string& name : compress::CodecRegistry::Global().Names()) {
     if (compress::CodecFactsOf(name)->gpu_kernel) declared.insert(name);
   }
-  EXPECT_EQ(declared.size(), 16u);
+  EXPECT_EQ(declared.size(), 17u);
   const std::vector<std::string> registered = compress::cuda::CudaCodecRegistry::Global().Names();
   EXPECT_EQ(std::set<std::string>(registered.begin(), registered.end()), declared);
   const std::vector<std::string> names = compress::cuda::CudaCodecNames();
@@ -177,7 +180,7 @@ TEST(CudaCodecsOnGpu, FusedMemoriesMatchEncodeWithMemory) {
   const size_t n = 20011;
   DeviceArray<float> d_x(n);
   for (const std::string& name : compress::cuda::CudaCodecNames()) {
-    for (const char* memory_name : {"residual", "efsignsgd", "dgc_momentum"}) {
+    for (const char* memory_name : {"residual", "efsignsgd", "dgc_momentum", "powersgd"}) {
       if (!compress::GpuMemorySupported(name, memory_name)) continue;
       auto gpu = CudaCodec::Create(name, {}, memory_name);
       ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -205,6 +208,91 @@ TEST(CudaCodecsOnGpu, FusedMemoriesMatchEncodeWithMemory) {
         expected.resize(*m);
         EXPECT_EQ(payload, expected) << name << " with " << memory_name << ", round " << round;
       }
+    }
+  }
+}
+
+// powersgd's two rounds (CudaTwoRoundCodec) with two workers, its memory fused, at an odd
+// shape: the CPU codec's payloads for both stages, its decoded values, over rounds.
+TEST(CudaCodecsOnGpu, PowerSgdTwoRoundsMatchTheCpuCodec) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const size_t n = 20011;
+  const compress::CodecParams params = {{"rank", "3"}, {"cols", "300"}};
+  constexpr size_t kWorkers = 2;
+  std::vector<std::unique_ptr<CudaCodec>> gpu;
+  std::vector<std::unique_ptr<compress::Codec>> cpu;
+  std::vector<std::unique_ptr<compress::Memory>> memory;
+  for (size_t w = 0; w < kWorkers; ++w) {
+    auto g = CudaCodec::Create("powersgd", params, "powersgd");
+    auto c = compress::CreateCodec("powersgd", params);
+    auto m = compress::CreateMemory("powersgd");
+    ASSERT_TRUE(g.ok() && c.ok() && m.ok()) << g.status();
+    ASSERT_NE(compress::cuda::AsCudaTwoRound(**g), nullptr);
+    gpu.push_back(std::move(*g));
+    cpu.push_back(std::move(*c));
+    memory.push_back(std::move(*m));
+  }
+  compress::cuda::CudaTwoRoundCodec& probe = *compress::cuda::AsCudaTwoRound(*gpu[0]);
+  const size_t p_floats = probe.FirstRoundFloats(n), q_floats = probe.SecondRoundFloats(n);
+  DeviceArray<float> d_x(n), d_out(n), d_sum(std::max(p_floats, q_floats));
+  DeviceArray<uint8_t> d_payload(probe.FirstRoundBytes(n) + probe.SecondRoundBytes(n));
+  auto fetch = [&](size_t bytes) {
+    std::vector<uint8_t> p(bytes);
+    EXPECT_EQ(cudaMemcpy(p.data(), d_payload.data, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return p;
+  };
+  auto upload_sum = [&](const std::vector<float>& sum) {
+    EXPECT_EQ(cudaMemcpy(d_sum.data, sum.data(), 4 * sum.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  };
+  std::vector<std::vector<float>> compensated(kWorkers, std::vector<float>(n));
+  for (uint64_t round = 0; round < 3; ++round) {
+    compress::CodecContext ctx;
+    ctx.key = 6;
+    ctx.round = round;
+    std::vector<float> sum_p(p_floats, 0.0f), sum_q(q_floats, 0.0f);
+    for (size_t w = 0; w < kWorkers; ++w) {
+      const std::vector<float> x = Gradient(n, 30 + static_cast<uint32_t>(round * kWorkers + w));
+      ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
+      auto bytes = compress::cuda::AsCudaTwoRound(*gpu[w])->EncodeFirst(
+          d_x.data, n, ctx, d_payload.data, probe.FirstRoundBytes(n), nullptr);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      const std::vector<uint8_t> payload = fetch(*bytes);
+      ASSERT_TRUE(memory[w]->Compensate(x, ctx, absl::MakeSpan(compensated[w])).ok());
+      std::vector<uint8_t> expected(probe.FirstRoundBytes(n));
+      ASSERT_TRUE(compress::AsTwoRound(*cpu[w])
+                      ->EncodeFirst(compensated[w], ctx, absl::MakeSpan(expected))
+                      .ok());
+      EXPECT_EQ(payload, expected) << "payload 1, worker " << w << ", round " << round;
+      for (size_t i = 0; i < p_floats; ++i) sum_p[i] += compress::GetF32(&expected[4 + 4 * i]);
+    }
+    for (size_t w = 0; w < kWorkers; ++w) {
+      upload_sum(sum_p);
+      auto bytes = compress::cuda::AsCudaTwoRound(*gpu[w])->EncodeSecond(
+          d_sum.data, p_floats, ctx, d_payload.data, probe.SecondRoundBytes(n), nullptr);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      const std::vector<uint8_t> payload = fetch(*bytes);
+      compress::TwoRoundCodec* two = compress::AsTwoRound(*cpu[w]);
+      std::vector<uint8_t> expected(probe.SecondRoundBytes(n));
+      ASSERT_TRUE(two->EncodeSecond(sum_p, ctx, absl::MakeSpan(expected)).ok());
+      std::vector<float> approximation(n);
+      ASSERT_TRUE(two->LocalApproximation(absl::MakeSpan(approximation)).ok());
+      ASSERT_TRUE(memory[w]->Update(compensated[w], approximation, ctx).ok());
+      EXPECT_EQ(payload, expected) << "payload 2, worker " << w << ", round " << round;
+      for (size_t i = 0; i < q_floats; ++i) sum_q[i] += compress::GetF32(&expected[4 + 4 * i]);
+    }
+    for (size_t w = 0; w < kWorkers; ++w) {
+      upload_sum(sum_q);
+      ASSERT_TRUE(compress::cuda::AsCudaTwoRound(*gpu[w])
+                      ->DecodeSecond(d_sum.data, q_floats, ctx, d_out.data, n, nullptr)
+                      .ok());
+      std::vector<float> gpu_values(n), cpu_values(n);
+      ASSERT_EQ(cudaMemcpy(gpu_values.data(), d_out.data, 4 * n, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      ASSERT_TRUE(
+          compress::AsTwoRound(*cpu[w])->DecodeSecond(sum_q, ctx, absl::MakeSpan(cpu_values)).ok());
+      EXPECT_EQ(std::memcmp(gpu_values.data(), cpu_values.data(), 4 * n), 0)
+          << "worker " << w << ", round " << round;
     }
   }
 }

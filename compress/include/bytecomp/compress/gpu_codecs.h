@@ -11,16 +11,17 @@
 namespace bytecomp::compress {
 
 // In registration order: fp16, bf16, topk, randomk, dgc, qsgd, terngrad, natural, u8bit,
-// dithering, sketch, inceptionn, signsgd, efsignsgd, signum, onebit.
+// dithering, sketch, inceptionn, signsgd, efsignsgd, signum, onebit, powersgd.
 std::vector<std::string> GpuCodecNames();
 bool HasGpuCodec(absl::string_view codec);
 
 // The memories that can be fused with each codec: "none" (or "") always; "residual" with
-// every codec but signum and dgc; "efsignsgd" with efsignsgd; "dgc_momentum" with dgc. False
-// for a codec without GPU kernels.
+// every codec but signum, dgc and powersgd; "efsignsgd" with efsignsgd; "dgc_momentum" with
+// dgc; "powersgd" with powersgd. False for a codec without GPU kernels.
 bool GpuMemorySupported(absl::string_view codec, absl::string_view memory);
 
-// "residual: fp16, bf16, ...; dgc_momentum: dgc; efsignsgd: efsignsgd", for error messages.
+// "residual: fp16, bf16, ...; dgc_momentum: dgc; efsignsgd: efsignsgd; powersgd: powersgd",
+// for error messages.
 std::string GpuMemoriesText();
 
 }  // namespace bytecomp::compress

@@ -26,16 +26,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "bytecomp/compress/codec.h"
+#include "bytecomp/compress/two_round.h"  // TwoRoundSizes
 
 namespace bytecomp::compress::cuda {
 
 // The codecs with GPU kernels: fp16, bf16, signsgd, efsignsgd, signum, onebit, topk, randomk,
-// qsgd, terngrad, natural, u8bit, dithering, sketch, inceptionn, dgc.
+// qsgd, terngrad, natural, u8bit, dithering, sketch, inceptionn, dgc, powersgd.
 std::vector<std::string> CudaCodecNames();
 
 // The memories that can be fused with each codec (gpu_codecs.h GpuMemorySupported): "none"
-// always; "residual" with every codec but signum and dgc; "efsignsgd" with efsignsgd;
-// "dgc_momentum" with dgc.
+// always; "residual" with every codec but signum, dgc and powersgd; "efsignsgd" with
+// efsignsgd; "dgc_momentum" with dgc; "powersgd" with powersgd.
 bool CudaMemorySupported(absl::string_view codec, absl::string_view memory);
 
 class CudaCodec {
@@ -66,8 +67,43 @@ class CudaCodec {
   virtual absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext& ctx,
                               float* output, size_t n, cudaStream_t stream) = 0;
 
-  // Drops the memory and momentum state.
+  // Drops the memory and momentum state (and a two-round codec's warm start).
   virtual void ResetState() = 0;
 };
+
+// The two-round side of a CUDA codec (powersgd), compress/two_round.h's sequence on device
+// buffers; AsCudaTwoRound finds it. Per partition and training round, with the same ctx:
+//
+//   EncodeFirst(gradient, n, ctx, out, ...)  -> payload 1 (u32 1, P); compensates into the
+//                                              fused memory's state first
+//   EncodeSecond(sum_1, floats, ctx, out, ...) -> payload 2 (u32 2, Q); updates the fused
+//                                              memory with the local approximation (so there
+//                                              is no LocalApproximation call)
+//   DecodeSecond(sum_2, floats, ctx, output, n, ...) -> the approximation of the workers' sum
+//
+// sum_1 and sum_2 are the servers' (or an allreduce's) fp32 sums of the stage payloads' floats,
+// in device memory (FirstRoundFloats(n) and SecondRoundFloats(n) of them, 4-byte aligned).
+// The payloads are the CPU codec's bytes, so GPU and CPU workers may share a round. Each call
+// synchronises the stream: the factors' steps (the orthonormalisation, the warm start, the
+// checks) run on the host with the CPU codec's code. The worker engine does not drive this yet
+// (worker/src/device_pipeline.cc runs two-round codecs on the host); Encode and Decode are the
+// single-payload form (two_round.h), which calibration and the tests use.
+class CudaTwoRoundCodec : public TwoRoundSizes {
+ public:
+  // Errors as the CPU codec's (two_round.h), word for word where they are about the round
+  // (call order, lengths, NaN/Inf in the sums, overflow).
+  virtual absl::StatusOr<size_t> EncodeFirst(const float* input, size_t n, const CodecContext& ctx,
+                                             uint8_t* out, size_t capacity,
+                                             cudaStream_t stream) = 0;
+  virtual absl::StatusOr<size_t> EncodeSecond(const float* summed_first, size_t floats,
+                                              const CodecContext& ctx, uint8_t* out,
+                                              size_t capacity, cudaStream_t stream) = 0;
+  virtual absl::Status DecodeSecond(const float* summed_second, size_t floats,
+                                    const CodecContext& ctx, float* output, size_t n,
+                                    cudaStream_t stream) = 0;
+};
+
+// The two-round side of a codec, or nullptr if it has none.
+CudaTwoRoundCodec* AsCudaTwoRound(CudaCodec& codec);
 
 }  // namespace bytecomp::compress::cuda
