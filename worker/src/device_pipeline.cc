@@ -11,10 +11,14 @@
 namespace bytecomp::worker {
 namespace {
 
+constexpr absl::string_view kTwoRoundOnHost =
+    " is two-round, and the device pipeline runs two-round codecs on the host";
+
 // Why a stage cannot run on the device ("" when it can).
 std::string EncodeOnDeviceBlocker(const Operation& op) {
   const compress::TensorPlan& plan = op.plan();
-  if (op.two_round()) return absl::StrCat(plan.push.name(), " has no device kernels");
+  // compress/cuda's CudaTwoRoundCodec has the stages; this pipeline does not drive them yet.
+  if (op.two_round()) return absl::StrCat(plan.push.name(), kTwoRoundOnHost);
   if (!compress::HasGpuCodec(plan.push.name())) {
     return absl::StrCat("codec ", plan.push.name(), " has no device kernels");
   }
@@ -31,7 +35,7 @@ std::string EncodeOnDeviceBlocker(const Operation& op) {
 std::string DecodeOnDeviceBlocker(const Operation& op) {
   const compress::TensorPlan& plan = op.plan();
   if (!plan.two_way()) return "one-way: the server returns the fp32 sum";
-  if (op.two_round()) return absl::StrCat(plan.push.name(), " has no device kernels");
+  if (op.two_round()) return absl::StrCat(plan.push.name(), kTwoRoundOnHost);
   if (!compress::HasGpuCodec(plan.pull.name())) {
     return absl::StrCat("codec ", plan.pull.name(), " has no device kernels");
   }

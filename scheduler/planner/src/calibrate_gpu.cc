@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress/cuda_codecs.h"
+#include "bytecomp/compress/registry.h"
 #include "bytecomp/planner/calibrate.h"
 
 namespace bytecomp::planner {
@@ -97,6 +98,12 @@ absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table, const Calibration
     if (std::find(gpu_codecs.begin(), gpu_codecs.end(), entry.name()) == gpu_codecs.end() ||
         !compress::cuda::CudaMemorySupported(entry.name(), memory)) {
       continue;  // no kernel: the template's GPU costs (if any) stay
+    }
+    const compress::CodecFacts* facts = compress::CodecFactsOf(entry.name());
+    if (facts != nullptr && facts->two_round) {
+      // powersgd: the worker runs two-round codecs on the host (worker/src/device_pipeline.cc),
+      // and a single-payload Encode is not what its rounds cost; no GPU costs until it does.
+      continue;
     }
     compress::CodecParams params(entry.params().begin(), entry.params().end());
     proto::DeviceCost gpu;
