@@ -60,6 +60,6 @@ void RegisterMoreQuantCudaCodecs(CudaCodecRegistry& registry);  // u8bit, dither
                                                                 // quant_more_kernels.cu
 void RegisterSparseCudaCodecs(CudaCodecRegistry& registry);     // topk, randomk, dgc:
                                                                 // sparse_kernels.cu
-void RegisterLowRankCudaCodecs(CudaCodecRegistry& registry);      // powersgd: lowrank_kernels.cu
+void RegisterLowRankCudaCodecs(CudaCodecRegistry& registry);    // powersgd: lowrank_kernels.cu
 
 }  // namespace bytecomp::compress::cuda
