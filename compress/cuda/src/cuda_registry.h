@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "bytecomp/compress/codec.h"
 #include "bytecomp/compress/cuda_codecs.h"
+#include "bytecomp/compress/params.h"
 #include "bytecomp/compress/spec_registry.h"
 #include "fused_memory_settings.h"
 
@@ -47,6 +48,19 @@ absl::StatusOr<std::unique_ptr<CudaCodec>> MakeCudaCodec(Args&&... args) {
   auto codec = std::make_unique<CodecT>(std::forward<Args>(args)...);
   if (absl::Status s = codec->Init(); !s.ok()) return s;
   return std::unique_ptr<CudaCodec>(std::move(codec));
+}
+
+// The factory of a codec whose one parameter is the ratio: reads it and makes
+// CodecT(memory, ratio).
+template <typename CodecT>
+CudaCodecRegistry::Factory RatioFactory() {
+  return [](const CodecParams& params,
+            const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
+    ParamReader r(params);
+    const double ratio = r.Double("ratio");
+    if (!r.ok()) return r.status();
+    return MakeCudaCodec<CodecT>(m, ratio);
+  };
 }
 
 // Registration hooks, one per family source, called by CudaCodecRegistry::Global().

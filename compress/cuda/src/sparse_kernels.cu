@@ -3,8 +3,6 @@
 // sample, the threshold search) and randomk (format/randomk_format.h: host-drawn shared
 // indices, as the CPU codec's sequential generator draws them). topk and dgc send the sparse
 // message (sparse_message.h).
-#include <cub/block/block_reduce.cuh>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -113,32 +111,6 @@ class TopkCudaCodec final : public SparseMessageCudaCodec {
 
 // ---- dgc
 
-__global__ void GatherAbsBitsKernel(const float* __restrict__ x, const uint32_t* __restrict__ idx,
-                                    size_t s, uint32_t* __restrict__ out) {
-  for (size_t j = GridStart(); j < s; j += GridStride()) {
-    out[j] = FloatBits(x[idx[j]]) & 0x7fffffffu;
-  }
-}
-
-__global__ void CountAtLeastKernel(const float* __restrict__ x, size_t n, uint32_t t,
-                                   unsigned long long* count) {
-  using BlockReduceL = cub::BlockReduce<unsigned long long, kThreads>;
-  __shared__ typename BlockReduceL::TempStorage temp;
-  unsigned long long c = 0;
-  for (size_t i = GridStart(); i < n; i += GridStride()) {
-    c += (FloatBits(x[i]) & 0x7fffffffu) >= t ? 1u : 0u;
-  }
-  const unsigned long long total = BlockReduceL(temp).Sum(c);
-  if (threadIdx.x == 0) atomicAdd(count, total);
-}
-
-__global__ void ThresholdFlagsKernel(const float* __restrict__ x, size_t n, uint32_t t,
-                                     uint32_t* __restrict__ flags) {
-  for (size_t i = GridStart(); i < n; i += GridStride()) {
-    flags[i] = (FloatBits(x[i]) & 0x7fffffffu) >= t ? 1u : 0u;
-  }
-}
-
 class DgcCudaCodec final : public SparseMessageCudaCodec {
  public:
   DgcCudaCodec(FusedMemorySettings memory, double ratio)
@@ -151,52 +123,24 @@ class DgcCudaCodec final : public SparseMessageCudaCodec {
                                        const DeviceStats&, const Feedback& fb, uint8_t* out,
                                        cudaStream_t stream) override {
     if (n == 0) return EmptyMessage(out, n, stream);
-    // The sample: positions drawn on the host, |x| gathered on the device, read back.
-    const size_t s = dgc::SampleSize(n);
-    void* host = nullptr;
-    BC_ASSIGN(host, host_sample_.Reserve(8 * s));
-    auto* positions = static_cast<uint32_t*>(host);
-    uint32_t* sampled = positions + s;
-    dgc::ForEachSamplePosition(n, NodeSeed(ctx, dgc::kDgcSalt), [&](size_t j, size_t i) {
-      positions[j] = static_cast<uint32_t>(i);
-    });
-    uint32_t* d = nullptr;
-    BC_ASSIGN(d, sample_.Reserve<uint32_t>(2 * s));
-    BC_CUDA_TRY(cudaMemcpyAsync(d, positions, 4 * s, cudaMemcpyHostToDevice, stream));
-    GatherAbsBitsKernel<<<Blocks(s), kThreads, 0, stream>>>(x, d, s, d + s);
-    BC_CUDA_TRY(cudaMemcpyAsync(sampled, d + s, 4 * s, cudaMemcpyDeviceToHost, stream));
-    BC_CUDA_TRY(cudaStreamSynchronize(stream));
-    std::vector<uint32_t> sample(sampled, sampled + s);
+    std::vector<uint32_t> sample;
+    BC_ASSIGN(sample, sample_.Read(x, n, NodeSeed(ctx, dgc::kDgcSalt), stream));
+    for (uint32_t& bits : sample) bits &= 0x7fffffffu;  // |x|
     float threshold = dgc::SampleThreshold(sample, ratio_);
     // The search: count, adjust, count again.
     const double target = dgc::Target(ratio_, n);
     size_t count = 0;
-    BC_ASSIGN(count, CountAtLeast(x, n, threshold, stream));
+    BC_ASSIGN(count, CountAtLeast(x, n, dgc::ThresholdBits(threshold), stream));
     for (int step = 0; step < dgc::kMaxSteps && dgc::AdjustThreshold(count, target, &threshold);
          ++step) {
-      BC_ASSIGN(count, CountAtLeast(x, n, threshold, stream));
+      BC_ASSIGN(count, CountAtLeast(x, n, dgc::ThresholdBits(threshold), stream));
     }
-    uint32_t* flags = nullptr;
-    BC_ASSIGN(flags, flags_.Reserve<uint32_t>(n));
-    ThresholdFlagsKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, dgc::ThresholdBits(threshold),
-                                                             flags);
-    return FinishMessage(x, n, count, flags, out, fb, stream);
+    return FinishMessageAtLeast(x, n, count, dgc::ThresholdBits(threshold), out, fb, stream);
   }
 
  private:
-  absl::StatusOr<size_t> CountAtLeast(const float* x, size_t n, float threshold,
-                                      cudaStream_t stream) {
-    if (auto s = ResetStats(stream); !s.ok()) return s;
-    CountAtLeastKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, dgc::ThresholdBits(threshold),
-                                                           &stats()->count);
-    DeviceStats st;
-    BC_ASSIGN(st, ReadStats(stream));
-    return static_cast<size_t>(st.count);
-  }
-
   double ratio_;
-  HostBuffer host_sample_;
-  DeviceBuffer sample_, flags_;
+  DeviceSample sample_;
 };
 
 // ---- randomk
@@ -292,18 +236,6 @@ class RandomkCudaCodec final : public CudaCodecBase {
   HostBuffer host_indices_;
   DeviceBuffer indices_;
 };
-
-// The ratio codecs' factory: reads the ratio (and randomk's scale) and makes CodecT.
-template <typename CodecT>
-CudaCodecRegistry::Factory RatioFactory() {
-  return [](const CodecParams& params,
-            const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
-    ParamReader r(params);
-    const double ratio = r.Double("ratio");
-    if (!r.ok()) return r.status();
-    return MakeCudaCodec<CodecT>(m, ratio);
-  };
-}
 
 }  // namespace
 

@@ -6,8 +6,10 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/format/dgc_threshold.h"
 #include "bytecomp/compress/format/little_endian.h"
 #include "bytecomp/compress/format/sparse_format.h"
 
@@ -31,6 +33,30 @@ __global__ void CompactKernel(const float* __restrict__ x, size_t n,
       dgc_u[i] = 0.0f;
       dgc_v[i] = 0.0f;
     }
+  }
+}
+
+__global__ void GatherBitsKernel(const float* __restrict__ x, const uint32_t* __restrict__ idx,
+                                 size_t s, uint32_t* __restrict__ out) {
+  for (size_t j = GridStart(); j < s; j += GridStride()) out[j] = FloatBits(x[idx[j]]);
+}
+
+__global__ void CountAtLeastKernel(const float* __restrict__ x, size_t n, uint32_t from_bits,
+                                   unsigned long long* count) {
+  using BlockReduceL = cub::BlockReduce<unsigned long long, kThreads>;
+  __shared__ typename BlockReduceL::TempStorage temp;
+  unsigned long long c = 0;
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    c += (FloatBits(x[i]) & 0x7fffffffu) >= from_bits ? 1u : 0u;
+  }
+  const unsigned long long total = BlockReduceL(temp).Sum(c);
+  if (threadIdx.x == 0) atomicAdd(count, total);
+}
+
+__global__ void FlagAtLeastKernel(const float* __restrict__ x, size_t n, uint32_t from_bits,
+                                  uint32_t* __restrict__ flags) {
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    flags[i] = (FloatBits(x[i]) & 0x7fffffffu) >= from_bits ? 1u : 0u;
   }
 }
 
@@ -111,6 +137,82 @@ void LaunchScatterValues(const uint8_t* values, const uint32_t* idx, size_t k, f
   ScatterValuesKernel<<<Blocks(k), kThreads, 0, stream>>>(values, idx, k, output, stats);
 }
 
+absl::StatusOr<std::vector<uint32_t>> DeviceSample::Read(const float* x, size_t n, uint64_t seed,
+                                                         cudaStream_t stream) {
+  const size_t s = dgc::SampleSize(n);
+  void* host = nullptr;
+  BC_ASSIGN(host, host_.Reserve(8 * std::max<size_t>(s, 1)));
+  auto* positions = static_cast<uint32_t*>(host);
+  uint32_t* sampled = positions + s;
+  dgc::ForEachSamplePosition(n, seed,
+                             [&](size_t j, size_t i) { positions[j] = static_cast<uint32_t>(i); });
+  uint32_t* d = nullptr;
+  BC_ASSIGN(d, device_.Reserve<uint32_t>(2 * s));
+  if (s > 0) {
+    BC_CUDA_TRY(cudaMemcpyAsync(d, positions, 4 * s, cudaMemcpyHostToDevice, stream));
+    GatherBitsKernel<<<Blocks(s), kThreads, 0, stream>>>(x, d, s, d + s);
+    BC_CUDA_TRY(cudaMemcpyAsync(sampled, d + s, 4 * s, cudaMemcpyDeviceToHost, stream));
+  }
+  BC_CUDA_TRY(cudaStreamSynchronize(stream));
+  return std::vector<uint32_t>(sampled, sampled + s);
+}
+
+absl::StatusOr<sparse::IndexPlan> IndexSectionCudaCodec::WriteIndexSection(const uint32_t* idx,
+                                                                           size_t k,
+                                                                           uint8_t* section,
+                                                                           cudaStream_t stream) {
+  if (k == 0) return sparse::IndexPlan();  // ChooseIndexPlan's plan for no index: no bytes
+  uint32_t* lens = nullptr;
+  BC_ASSIGN(lens, lengths_.Reserve<uint32_t>(k));
+  if (auto s = ResetStats(stream); !s.ok()) return s;
+  DeltaStatsKernel<<<Blocks(k), kThreads, 0, stream>>>(idx, k, lens, stats());
+  DeviceStats st;
+  BC_ASSIGN(st, ReadStats(stream));
+  const sparse::IndexPlan plan =
+      sparse::ChooseIndexPlan(k, st.max_abs_bits, static_cast<size_t>(st.count));
+  if (plan.encoding == sparse::kRaw) {
+    BC_CUDA_TRY(cudaMemcpyAsync(section, idx, 4 * k, cudaMemcpyDeviceToDevice, stream));
+  } else if (plan.encoding == sparse::kBitPack) {
+    // The threads OR their bits into 32-bit words: in place when the section is aligned,
+    // else in a scratch copied behind.
+    const size_t words = (plan.bytes + 3) / 4;
+    const bool aligned = reinterpret_cast<uintptr_t>(section) % 4 == 0;
+    uint32_t* packed = reinterpret_cast<uint32_t*>(section);
+    if (!aligned) BC_ASSIGN(packed, packed_.Reserve<uint32_t>(words));
+    BC_CUDA_TRY(cudaMemsetAsync(packed, 0, 4 * words, stream));
+    if (plan.width > 0) {
+      BitPackDeltasKernel<<<Blocks(k), kThreads, 0, stream>>>(idx, k, plan.width, packed);
+    }
+    if (!aligned) {
+      BC_CUDA_TRY(cudaMemcpyAsync(section, packed, plan.bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+  } else {
+    uint32_t* offsets = nullptr;
+    BC_ASSIGN(offsets, offsets_.Reserve<uint32_t>(k));
+    BC_CUDA_TRY(ExclusiveSum(lens, offsets, k, stream));
+    VarintDeltasKernel<<<Blocks(k), kThreads, 0, stream>>>(idx, k, offsets, section);
+  }
+  return plan;
+}
+
+void IndexSectionCudaCodec::LaunchReadIndexSection(const uint8_t* section, size_t bytes, size_t k,
+                                                   size_t n, uint8_t encoding, uint8_t width,
+                                                   uint32_t* idx, cudaStream_t stream) {
+  ReadIndicesKernel<<<1, 1, 0, stream>>>(section, bytes, k, n, encoding, width, idx, stats());
+}
+
+cudaError_t IndexSectionCudaCodec::ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count,
+                                                cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  size_t temp_bytes = 0;
+  cudaError_t rc =
+      cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, in, out, static_cast<int>(count), stream);
+  if (rc != cudaSuccess) return rc;
+  auto temp = cub_temp_.Reserve(temp_bytes);
+  if (!temp.ok()) return cudaErrorMemoryAllocation;
+  return cub::DeviceScan::ExclusiveSum(*temp, temp_bytes, in, out, static_cast<int>(count), stream);
+}
+
 absl::StatusOr<size_t> SparseMessageCudaCodec::EmptyMessage(uint8_t* out, size_t n,
                                                             cudaStream_t stream) {
   WriteHeaderKernel<<<1, 1, 0, stream>>>(out, static_cast<uint32_t>(n), 0, sparse::IndexPlan());
@@ -121,47 +223,38 @@ absl::StatusOr<size_t> SparseMessageCudaCodec::FinishMessage(const float* x, siz
                                                              const uint32_t* flags, uint8_t* out,
                                                              const Feedback& fb,
                                                              cudaStream_t stream) {
-  uint32_t *pos = nullptr, *idx = nullptr, *lens = nullptr;
+  uint32_t *pos = nullptr, *idx = nullptr;
   BC_ASSIGN(pos, scan_.Reserve<uint32_t>(n));
   BC_ASSIGN(idx, indices_.Reserve<uint32_t>(k));
-  BC_ASSIGN(lens, lengths_.Reserve<uint32_t>(k));
   BC_CUDA_TRY(ExclusiveSum(flags, pos, n, stream));
   CompactKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, flags, pos, out + sparse::kHeaderBytes,
                                                     idx, fb, memory().dgc_u(), memory().dgc_v());
-  if (auto s = ResetStats(stream); !s.ok()) return s;
-  DeltaStatsKernel<<<Blocks(k), kThreads, 0, stream>>>(idx, k, lens, stats());
-  DeviceStats st;
-  BC_ASSIGN(st, ReadStats(stream));
-  const sparse::IndexPlan plan =
-      sparse::ChooseIndexPlan(k, st.max_abs_bits, static_cast<size_t>(st.count));
-  uint8_t* section = out + sparse::kHeaderBytes + 4 * k;
-  if (plan.encoding == sparse::kRaw) {
-    BC_CUDA_TRY(cudaMemcpyAsync(section, idx, 4 * k, cudaMemcpyDeviceToDevice, stream));
-  } else if (plan.encoding == sparse::kBitPack) {
-    BC_CUDA_TRY(cudaMemsetAsync(section, 0, (plan.bytes + 3) / 4 * 4, stream));
-    if (plan.width > 0) {
-      BitPackDeltasKernel<<<Blocks(k), kThreads, 0, stream>>>(idx, k, plan.width,
-                                                              reinterpret_cast<uint32_t*>(section));
-    }
-  } else {
-    BC_CUDA_TRY(ExclusiveSum(lens, pos, k, stream));  // pos is free again: k <= n
-    VarintDeltasKernel<<<Blocks(k), kThreads, 0, stream>>>(idx, k, pos, section);
-  }
+  sparse::IndexPlan plan;
+  BC_ASSIGN(plan, WriteIndexSection(idx, k, out + sparse::kHeaderBytes + 4 * k, stream));
   WriteHeaderKernel<<<1, 1, 0, stream>>>(out, static_cast<uint32_t>(n), static_cast<uint32_t>(k),
                                          plan);
   return Launched(sparse::kHeaderBytes + 4 * k + plan.bytes);
 }
 
-cudaError_t SparseMessageCudaCodec::ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count,
-                                                 cudaStream_t stream) {
-  if (count == 0) return cudaSuccess;
-  size_t temp_bytes = 0;
-  cudaError_t rc =
-      cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, in, out, static_cast<int>(count), stream);
-  if (rc != cudaSuccess) return rc;
-  auto temp = cub_temp_.Reserve(temp_bytes);
-  if (!temp.ok()) return cudaErrorMemoryAllocation;
-  return cub::DeviceScan::ExclusiveSum(*temp, temp_bytes, in, out, static_cast<int>(count), stream);
+absl::StatusOr<size_t> SparseMessageCudaCodec::CountAtLeast(const float* x, size_t n,
+                                                            uint32_t from_bits,
+                                                            cudaStream_t stream) {
+  if (auto s = ResetStats(stream); !s.ok()) return s;
+  CountAtLeastKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, from_bits, &stats()->count);
+  DeviceStats st;
+  BC_ASSIGN(st, ReadStats(stream));
+  return static_cast<size_t>(st.count);
+}
+
+absl::StatusOr<size_t> SparseMessageCudaCodec::FinishMessageAtLeast(const float* x, size_t n,
+                                                                    size_t k, uint32_t from_bits,
+                                                                    uint8_t* out,
+                                                                    const Feedback& fb,
+                                                                    cudaStream_t stream) {
+  uint32_t* flags = nullptr;
+  BC_ASSIGN(flags, at_least_flags_.Reserve<uint32_t>(n));
+  FlagAtLeastKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, from_bits, flags);
+  return FinishMessage(x, n, k, flags, out, fb, stream);
 }
 
 absl::Status SparseMessageCudaCodec::Decode(const uint8_t* encoded, size_t bytes,
@@ -175,8 +268,8 @@ absl::Status SparseMessageCudaCodec::Decode(const uint8_t* encoded, size_t bytes
   uint32_t* idx = nullptr;
   BC_ASSIGN(idx, indices_.Reserve<uint32_t>(k));
   if (auto s = ResetStats(stream); !s.ok()) return s;
-  ReadIndicesKernel<<<1, 1, 0, stream>>>(encoded + sparse::kHeaderBytes + 4 * k, header.index_bytes,
-                                         k, n, header.encoding, header.width, idx, stats());
+  LaunchReadIndexSection(encoded + sparse::kHeaderBytes + 4 * k, header.index_bytes, k, n,
+                         header.encoding, header.width, idx, stream);
   BC_CUDA_TRY(cudaMemsetAsync(output, 0, 4 * n, stream));
   LaunchScatterValues(encoded + sparse::kHeaderBytes, idx, k, output, stats(), stream);
   return CheckDecode(stream);

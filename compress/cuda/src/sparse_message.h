@@ -1,7 +1,8 @@
-// The sparse message of topk and dgc on the GPU (private to compress/cuda):
+// The sparse message of topk, threshold and dgc on the GPU (private to compress/cuda):
 // format/sparse_format.h's header, index plan and index sections, written from a flag per
-// element and read back into a dense output. SparseMessageCudaCodec is the base of the codecs
-// that send it; ScatterValues also serves randomk.
+// element and read back into a dense output. IndexSectionCudaCodec writes and reads the index
+// sections (adaq sends two of them); SparseMessageCudaCodec, the base of the codecs that send
+// the message, adds the values and the header. ScatterValues also serves randomk.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,9 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bytecomp/compress/format/sparse_format.h"
 #include "cuda_codec_base.h"
 #include "cuda_support.h"
 
@@ -23,9 +26,47 @@ namespace bytecomp::compress::cuda {
 void LaunchScatterValues(const uint8_t* values, const uint32_t* idx, size_t k, float* output,
                          DeviceStats* stats, cudaStream_t stream);
 
-class SparseMessageCudaCodec : public CudaCodecBase {
+// dgc's and adaq's sample (format/dgc_threshold.h): the positions drawn on the host as the CPU
+// codecs draw them, the values gathered on the device and read back.
+class DeviceSample {
+ public:
+  // The bit patterns of x at the dgc::SampleSize(n) positions dgc::ForEachSamplePosition(n,
+  // seed) draws, in draw order; waits for the stream.
+  absl::StatusOr<std::vector<uint32_t>> Read(const float* x, size_t n, uint64_t seed,
+                                             cudaStream_t stream);
+
+ private:
+  HostBuffer host_;
+  DeviceBuffer device_;
+};
+
+// The index sections of format/sparse_format.h on the device.
+class IndexSectionCudaCodec : public CudaCodecBase {
  public:
   using CudaCodecBase::CudaCodecBase;
+
+ protected:
+  // Writes the smallest section for the k strictly increasing indices idx (device) at section
+  // (device, any alignment) and returns its plan; waits for the stream once (the deltas'
+  // statistics). May write up to 3 zero bytes past the section when section is 4-aligned.
+  absl::StatusOr<sparse::IndexPlan> WriteIndexSection(const uint32_t* idx, size_t k,
+                                                      uint8_t* section, cudaStream_t stream);
+
+  // Reads a section of `bytes` bytes holding k indices < n into idx (device), in one thread,
+  // with the CPU reader's checks; an error is recorded into stats() (reset it before).
+  void LaunchReadIndexSection(const uint8_t* section, size_t bytes, size_t k, size_t n,
+                              uint8_t encoding, uint8_t width, uint32_t* idx, cudaStream_t stream);
+
+  // out = the exclusive prefix sums of in (count words), with CUB.
+  cudaError_t ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count, cudaStream_t stream);
+
+ private:
+  DeviceBuffer lengths_, offsets_, packed_, cub_temp_;
+};
+
+class SparseMessageCudaCodec : public IndexSectionCudaCodec {
+ public:
+  using IndexSectionCudaCodec::IndexSectionCudaCodec;
 
   absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext& ctx, float* output,
                       size_t n, cudaStream_t stream) override;
@@ -43,13 +84,19 @@ class SparseMessageCudaCodec : public CudaCodecBase {
   absl::StatusOr<size_t> FinishMessage(const float* x, size_t n, size_t k, const uint32_t* flags,
                                        uint8_t* out, const Feedback& fb, cudaStream_t stream);
 
-  // out = the exclusive prefix sums of in (count words), with CUB.
-  cudaError_t ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count, cudaStream_t stream);
+  // How many |x| bit patterns are at least from_bits (waits for the stream).
+  absl::StatusOr<size_t> CountAtLeast(const float* x, size_t n, uint32_t from_bits,
+                                      cudaStream_t stream);
+  // FinishMessage for the k elements whose |x| bit patterns are at least from_bits (dgc,
+  // threshold).
+  absl::StatusOr<size_t> FinishMessageAtLeast(const float* x, size_t n, size_t k,
+                                              uint32_t from_bits, uint8_t* out, const Feedback& fb,
+                                              cudaStream_t stream);
 
   DeviceBuffer indices_;  // the message's indices (decode too)
 
  private:
-  DeviceBuffer scan_, lengths_, cub_temp_;
+  DeviceBuffer scan_, at_least_flags_;
 };
 
 }  // namespace bytecomp::compress::cuda
