@@ -118,6 +118,12 @@ std::string FormatErrorText(const FormatError& e) {
       return "varint index longer than 5 bytes";
     case C::kVarintTrailingBytes:
       return absl::StrCat(e.a, " bytes left after ", e.b, " varint indices");
+    case C::kSignedKAboveN:
+      return absl::StrCat("k_pos + k_neg = ", e.a, " > n = ", e.b);
+    case C::kMeansNotFinite:
+      return "means are NaN or Inf";
+    case C::kIndexBothSigns:
+      return absl::StrCat("index ", e.a, " is both positive and negative");
     case C::kBlockSize:
       return absl::StrCat("block size ", e.a, ", expected ", e.b);
     case C::kBlocksCarried:

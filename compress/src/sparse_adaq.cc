@@ -1,21 +1,14 @@
 // adaq (AdaComp style): per sign, a threshold from a sample; the message carries the indices
-// of the kept positive and negative elements and one mean per sign. CPU only.
-//
-// Format: u8 version 1, u8 positive index encoding, u8 its width, u8 negative index encoding,
-//   u8 its width, 3 zero bytes; u32 n, u32 k_pos, u32 k_neg, u32 pos_index_bytes,
-//   u32 neg_index_bytes; f32 mean_pos, f32 mean_neg (36-byte header); then the positive and the
-//   negative index sections (format/sparse_format.h). Decode: mean_pos at the positive indices,
-//   mean_neg at the negative ones (the two sets must be disjoint), 0 elsewhere.
-#include <cmath>
+// of the kept positive and negative elements and one mean per sign (format/adaq_format.h, whose
+// steps the CUDA codec takes too).
 #include <cstring>
 #include <memory>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/format/adaq_format.h"
 #include "bytecomp/compress/format/dgc_threshold.h"
 #include "bytecomp/compress/format/sparse_format.h"
-#include "bytecomp/compress/format/topk_select.h"
 #include "codec_checks.h"
 #include "index_section.h"
 #include "sparse_codecs.h"
@@ -24,9 +17,6 @@ namespace bytecomp::compress {
 namespace {
 
 using sparse::IndexPlan;
-
-constexpr size_t kAdaqHeader = 36;
-constexpr uint64_t kAdaqSalt = 0x61646171ull;
 
 // AdaComp style: per sign, a threshold from a sample (the ratio-th top fraction of the sampled
 // positive values, and of the negative ones); the message carries the indices of the kept
@@ -40,7 +30,7 @@ class AdaqCodec final : public Codec {
     p.sparse = true;
     return p;
   }
-  size_t MaxEncodedBytes(size_t n) const override { return kAdaqHeader + 4 * n; }
+  size_t MaxEncodedBytes(size_t n) const override { return adaq::kHeaderBytes + 4 * n; }
 
   absl::StatusOr<size_t> Encode(absl::Span<const float> input, const CodecContext& ctx,
                                 absl::Span<uint8_t> out) override {
@@ -48,46 +38,33 @@ class AdaqCodec final : public Codec {
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
     if (auto s = CheckFinite(input, "codec 'adaq' input"); !s.ok()) return s;
     const float* x = input.data();
-    // Thresholds per sign, as bit patterns of the magnitude; UINT32_MAX keeps nothing.
-    uint32_t pos_t = 0xffffffffu, neg_t = 0xffffffffu;
+    // Thresholds per sign, as bit patterns of the magnitude (adaq::kKeepNone keeps nothing).
+    uint32_t pos_t = adaq::kKeepNone, neg_t = adaq::kKeepNone;
     if (n > 0) {
-      SampleSigned(x, n, NodeSeed(ctx, kAdaqSalt));
-      if (!pos_sample_.empty()) pos_t = NthLargestFraction(pos_sample_);
-      if (!neg_sample_.empty()) neg_t = NthLargestFraction(neg_sample_);
+      SampleSigned(x, n, NodeSeed(ctx, adaq::kAdaqSalt));
+      pos_t = adaq::SignThreshold(pos_sample_, ratio_);
+      neg_t = adaq::SignThreshold(neg_sample_, ratio_);
     }
-    // Thresholds compared on the raw bit pattern: a positive x has bits in [pos_t, max finite];
-    // a negative one has bits 0x80000000 | |x|, so |x| >= neg_t is bits >= 0x80000000 | neg_t.
-    size_t kp = 0, kn = 0;
+    // Compared on the raw bit pattern (an empty range for kKeepNone returns at once).
     pos_.resize(n + kCompactSlack);
     neg_.resize(n + kCompactSlack);
-    if (pos_t != 0xffffffffu) {
-      kp = CompactRange<false>(x, n, pos_t, kNonFiniteAbsBits - 1, nullptr, pos_.data());
-    }
-    if (neg_t != 0xffffffffu) {
-      kn = CompactRange<false>(x, n, 0x80000000u | neg_t, 0x80000000u | (kNonFiniteAbsBits - 1),
-                               nullptr, neg_.data());
-    }
-    const float mean_p = kp ? static_cast<float>(SumAt(x, pos_.data(), kp) / kp) : 0.0f;
-    const float mean_n = kn ? static_cast<float>(SumAt(x, neg_.data(), kn) / kn) : 0.0f;
-    const IndexPlan plan_p = sparse::PlanIndices(pos_.data(), kp);
-    const IndexPlan plan_n = sparse::PlanIndices(neg_.data(), kn);
+    const adaq::BitRange pos_range = adaq::PositiveRange(pos_t);
+    const adaq::BitRange neg_range = adaq::NegativeRange(neg_t);
+    const size_t kp = CompactRange<false>(x, n, pos_range.lo, pos_range.hi, nullptr, pos_.data());
+    const size_t kn = CompactRange<false>(x, n, neg_range.lo, neg_range.hi, nullptr, neg_.data());
+    adaq::Header h;
+    h.n = static_cast<uint32_t>(n);
+    h.k_pos = static_cast<uint32_t>(kp);
+    h.k_neg = static_cast<uint32_t>(kn);
+    h.mean_pos = adaq::Mean(SumAt(x, pos_.data(), kp), kp);
+    h.mean_neg = adaq::Mean(SumAt(x, neg_.data(), kn), kn);
+    h.pos = sparse::PlanIndices(pos_.data(), kp);
+    h.neg = sparse::PlanIndices(neg_.data(), kn);
     uint8_t* p = out.data();
-    std::memset(p, 0, kAdaqHeader);
-    p[0] = 1;
-    p[1] = plan_p.encoding;
-    p[2] = plan_p.width;
-    p[3] = plan_n.encoding;
-    p[4] = plan_n.width;
-    PutU32(p + 8, static_cast<uint32_t>(n));
-    PutU32(p + 12, static_cast<uint32_t>(kp));
-    PutU32(p + 16, static_cast<uint32_t>(kn));
-    PutU32(p + 20, static_cast<uint32_t>(plan_p.bytes));
-    PutU32(p + 24, static_cast<uint32_t>(plan_n.bytes));
-    PutF32(p + 28, mean_p);
-    PutF32(p + 32, mean_n);
-    size_t size = kAdaqHeader;
-    size += sparse::WriteIndices(pos_.data(), kp, plan_p, p + size);
-    size += sparse::WriteIndices(neg_.data(), kn, plan_n, p + size);
+    adaq::WriteHeader(p, h);
+    size_t size = adaq::kHeaderBytes;
+    size += sparse::WriteIndices(pos_.data(), kp, h.pos, p + size);
+    size += sparse::WriteIndices(neg_.data(), kn, h.neg, p + size);
     return size;
   }
 
@@ -122,74 +99,35 @@ class AdaqCodec final : public Codec {
     return (s[0] + s[1]) + (s[2] + s[3]);
   }
 
-  // The ratio-th top fraction's smallest value (reorders values).
-  uint32_t NthLargestFraction(std::vector<uint32_t>& values) const {
-    return topk::NthLargest(values, sparse::KeptCount(ratio_, values.size()));
-  }
-
   // The sample of dgc's threshold (format/dgc_threshold.h), split by sign.
   void SampleSigned(const float* x, size_t n, uint64_t seed) {
     pos_sample_.clear();
     neg_sample_.clear();
-    dgc::ForEachSamplePosition(n, seed, [&](size_t, size_t i) {
-      const float v = x[i];
-      if (v > 0) pos_sample_.push_back(AbsBits(v));
-      if (v < 0) neg_sample_.push_back(AbsBits(v));
-    });
+    dgc::ForEachSamplePosition(
+        n, seed, [&](size_t, size_t i) { adaq::AddSampled(x[i], pos_sample_, neg_sample_); });
   }
 
   absl::Status Parse(absl::Span<const uint8_t> encoded, size_t n, float* mean_p, float* mean_n) {
     const uint8_t* p = encoded.data();
-    if (encoded.size() < kAdaqHeader) {
-      return FormatErrorStatus(
-          name(), MakeFormatError(FormatErrorCode::kShorterThanHeader, encoded.size()));
+    if (FormatError e = adaq::CheckHeader(p, encoded.size(), n); !e.ok()) {
+      return FormatErrorStatus(name(), e);
     }
-    if (p[0] != 1) {
-      return FormatErrorStatus(name(), MakeFormatError(FormatErrorCode::kUnknownVersion, p[0]));
-    }
-    const uint32_t msg_n = GetU32(p + 8), kp = GetU32(p + 12), kn = GetU32(p + 16);
-    const uint32_t bytes_p = GetU32(p + 20), bytes_n = GetU32(p + 24);
-    if (msg_n != n) {
-      return FormatErrorStatus(name(),
-                               MakeFormatError(FormatErrorCode::kMessageElementCount, msg_n, n));
-    }
-    if (static_cast<uint64_t>(kp) + kn > n) {
-      return MalformedError(name(),
-                            absl::StrCat("k_pos + k_neg = ", uint64_t{kp} + kn, " > n = ", n));
-    }
-    const uint64_t expected = kAdaqHeader + uint64_t{bytes_p} + bytes_n;
-    if (encoded.size() != expected) {
-      return FormatErrorStatus(
-          name(), MakeFormatError(FormatErrorCode::kSizeVsHeader, encoded.size(), expected));
-    }
-    *mean_p = GetF32(p + 28);
-    *mean_n = GetF32(p + 32);
-    if (!std::isfinite(*mean_p) || !std::isfinite(*mean_n)) {
-      return MalformedError(name(), "means are NaN or Inf");
-    }
-    if (auto s = sparse::ReadIndices(name(), p + kAdaqHeader, bytes_p, kp, n, p[1], p[2], pos_);
+    const adaq::Header h = adaq::ReadHeader(p);
+    *mean_p = h.mean_pos;
+    *mean_n = h.mean_neg;
+    const uint8_t* pos_section = p + adaq::kHeaderBytes;
+    if (auto s = sparse::ReadIndices(name(), pos_section, h.pos.bytes, h.k_pos, n, h.pos.encoding,
+                                     h.pos.width, pos_);
         !s.ok()) {
       return s;
     }
-    if (auto s = sparse::ReadIndices(name(), p + kAdaqHeader + bytes_p, bytes_n, kn, n, p[3], p[4],
-                                     neg_);
+    if (auto s = sparse::ReadIndices(name(), pos_section + h.pos.bytes, h.neg.bytes, h.k_neg, n,
+                                     h.neg.encoding, h.neg.width, neg_);
         !s.ok()) {
       return s;
     }
-    // Disjoint sets, checked by a merge of the two sorted lists.
-    size_t a = 0, b = 0;
-    while (a < pos_.size() && b < neg_.size()) {
-      if (pos_[a] == neg_[b]) {
-        return MalformedError(name(),
-                              absl::StrCat("index ", pos_[a], " is both positive and negative"));
-      }
-      if (pos_[a] < neg_[b]) {
-        ++a;
-      } else {
-        ++b;
-      }
-    }
-    return absl::OkStatus();
+    return FormatErrorStatus(
+        name(), adaq::CheckDisjoint(pos_.data(), pos_.size(), neg_.data(), neg_.size()));
   }
 
   double ratio_;
@@ -203,6 +141,8 @@ void RegisterAdaqCodec(CodecRegistry& registry) {
   CodecSpec spec = RatioSpecOf<AdaqCodec>(
       "adaq", "AdaComp style: per-sign sampled thresholds, indices and one mean per sign");
   spec.facts.sparse = true;
+  spec.facts.gpu_kernel = true;
+  spec.facts.gpu_memories = {MemoryKind::kResidual};
   MustRegister(registry, std::move(spec));
 }
 

@@ -258,11 +258,11 @@ class TopkCodec final : public SparseCodec {
 class ThresholdCodec final : public SparseCodec {
  public:
   explicit ThresholdCodec(double threshold)
-      : threshold_bits_(AbsBits(static_cast<float>(threshold))) {}
+      : kept_from_bits_(sparse::ThresholdKeptFromBits(threshold)) {}
   absl::string_view name() const override { return "threshold"; }
   CodecProperties properties() const override {
     CodecProperties p = SparseCodec::properties();
-    p.lossless = threshold_bits_ == 0;  // drops only zeros
+    p.lossless = kept_from_bits_ == 1;  // drops only zeros
     return p;
   }
   size_t MaxEncodedBytes(size_t n) const override { return sparse::MaxMessageBytes(n); }
@@ -271,18 +271,17 @@ class ThresholdCodec final : public SparseCodec {
                                 absl::Span<uint8_t> out) override {
     const size_t n = input.size();
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
-    // |x| > threshold, compared as bit patterns (monotonic for non-negative floats); the
-    // finite check in the same pass.
+    // |x| > threshold, compared as bit patterns; the finite check in the same pass.
     indices_.resize(n + kCompactSlack);
     bool non_finite = false;
     const size_t k =
-        Compact(input.data(), n, threshold_bits_ + 1, out.data(), indices_.data(), &non_finite);
+        Compact(input.data(), n, kept_from_bits_, out.data(), indices_.data(), &non_finite);
     if (non_finite) return NonFiniteError(input, "codec 'threshold' input");
     return FinishSparseMessage(out.data(), n, k, indices_.data());
   }
 
  private:
-  uint32_t threshold_bits_;
+  uint32_t kept_from_bits_;  // sparse::ThresholdKeptFromBits
 };
 
 }  // namespace
@@ -315,6 +314,8 @@ void RegisterThresholdCodec(CodecRegistry& registry) {
                 },
                 .facts = {.lossless_when = ThresholdIsZero,
                           .sparse = true,
+                          .gpu_kernel = true,
+                          .gpu_memories = {MemoryKind::kResidual},
                           .encode_target = EncodeSpeedTarget::kSelection}});
 }
 

@@ -75,5 +75,7 @@ void RegisterMoreQuantCudaCodecs(CudaCodecRegistry& registry);  // u8bit, dither
 void RegisterSparseCudaCodecs(CudaCodecRegistry& registry);     // topk, randomk, dgc:
                                                                 // sparse_kernels.cu
 void RegisterLowRankCudaCodecs(CudaCodecRegistry& registry);    // powersgd: lowrank_kernels.cu
+void RegisterMoreSparseCudaCodecs(CudaCodecRegistry& registry);  // threshold, adaq:
+                                                                 // sparse_more_kernels.cu
 
 }  // namespace bytecomp::compress::cuda

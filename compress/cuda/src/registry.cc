@@ -22,7 +22,8 @@ const CudaCodecRegistry& CudaCodecRegistry::Global() {
   static const CudaCodecRegistry* const registry = [] {
     auto* r = BuildRegistry<CudaCodecRegistry>(
         {RegisterBasicCudaCodecs, RegisterSignCudaCodecs, RegisterQuantCudaCodecs,
-         RegisterMoreQuantCudaCodecs, RegisterSparseCudaCodecs, RegisterLowRankCudaCodecs});
+         RegisterMoreQuantCudaCodecs, RegisterSparseCudaCodecs, RegisterMoreSparseCudaCodecs,
+         RegisterLowRankCudaCodecs});
     // The facts (gpu_codecs.h) promise exactly these (the worker places stages by them);
     // MustRegisterLikeCpu refused any other.
     for (const std::string& name : GpuCodecNames()) {

@@ -21,83 +21,13 @@
 #include "bytecomp/compress/format/topk_select.h"
 #include "bytecomp/compress/memory_math.h"
 #include "gtest/gtest.h"
+#include "shared_math_sparse_util.h"
 #include "shared_math_util.h"
 
 namespace bytecomp::compress {
 namespace {
 
 using namespace shared_math;
-
-// sparse_message.cu's writer: values and indices of the flagged elements in index order, the
-// deltas' statistics, the plan, the section by the per-thread writers, the header.
-std::vector<uint8_t> HostSparseMessage(const std::vector<float>& x, const std::vector<bool>& keep) {
-  std::vector<uint32_t> idx;
-  std::vector<uint8_t> values;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!keep[i]) continue;
-    idx.push_back(static_cast<uint32_t>(i));
-    AppendF32(values, x[i]);
-  }
-  const size_t k = idx.size();
-  uint32_t max_delta = 0;
-  size_t varint_bytes = 0;
-  for (size_t j = 0; j < k; ++j) {
-    max_delta = std::max(max_delta, sparse::IndexDelta(idx.data(), j));
-    varint_bytes += sparse::VarintLength(sparse::IndexDelta(idx.data(), j));
-  }
-  const sparse::IndexPlan plan = sparse::ChooseIndexPlan(k, max_delta, varint_bytes);
-  std::vector<uint8_t> section;
-  if (plan.encoding == sparse::kRaw) {
-    for (uint32_t i : idx) AppendU32(section, i);
-  } else if (plan.encoding == sparse::kBitPack) {
-    std::vector<uint32_t> words((plan.bytes + 3) / 4 + 1, 0u);
-    for (size_t j = 0; j < k && plan.width > 0; ++j) {
-      size_t word;
-      uint32_t low, high;
-      sparse::BitPackDeltaWords(j, plan.width, sparse::IndexDelta(idx.data(), j), &word, &low,
-                                &high);
-      words[word] |= low;
-      if (high != 0) words[word + 1] |= high;
-    }
-    section.resize(plan.bytes);
-    if (plan.bytes > 0)
-      std::memcpy(section.data(), words.data(), plan.bytes);  // data() may be null
-  } else {
-    section.resize(varint_bytes);
-    uint8_t* p = section.data();
-    for (size_t j = 0; j < k; ++j) p = sparse::WriteVarint(p, sparse::IndexDelta(idx.data(), j));
-    EXPECT_EQ(p, section.data() + section.size());
-  }
-  std::vector<uint8_t> out(sparse::kHeaderBytes);
-  sparse::WriteHeader(out.data(), static_cast<uint32_t>(x.size()), static_cast<uint32_t>(k), plan);
-  out.insert(out.end(), values.begin(), values.end());
-  out.insert(out.end(), section.begin(), section.end());
-  return out;
-}
-
-// sparse_message.cu's reader: the header checked on the host, the section read by one thread,
-// the values scattered (not when the indices were bad).
-absl::StatusOr<std::vector<float>> HostSparseDecode(absl::string_view codec,
-                                                    const std::vector<uint8_t>& m, size_t n,
-                                                    int64_t required_k) {
-  FormatError e = sparse::CheckHeader(m.data(), m.size(), n, required_k);
-  if (!e.ok()) return FormatErrorStatus(codec, e);
-  const sparse::Header h = sparse::ReadHeader(m.data());
-  std::vector<uint32_t> idx(h.k);
-  const uint8_t* values = m.data() + sparse::kHeaderBytes;
-  e = sparse::ReadIndexSection(values + 4 * h.k, h.index_bytes, h.k, n, h.encoding, h.width,
-                               idx.data());
-  if (!e.ok()) return FormatErrorStatus(codec, e);
-  std::vector<float> out(n, 0.0f);
-  for (size_t j = 0; j < h.k; ++j) {
-    const float v = GetF32(values + 4 * j);
-    if (!IsFiniteFloat(v)) {
-      return FormatErrorStatus(codec, MakeFormatError(FormatErrorCode::kValuesNotFinite));
-    }
-    out[idx[j]] = v;
-  }
-  return out;
-}
 
 // topk on the host: the four radix passes over the host's histograms, then the flags.
 std::vector<bool> HostTopkFlags(const std::vector<float>& x, size_t k) {

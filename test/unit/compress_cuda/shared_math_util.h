@@ -80,18 +80,23 @@ inline void ExpectSameBits(const std::vector<float>& a, const std::vector<float>
 }
 
 // The GPU's double sums run in another order: 256 threads striding, then the threads' sums.
-// sign: 0 all elements, 1 those >= 0, -1 those < 0.
-inline double GpuOrderSum(const std::vector<float>& x, bool squares, int sign) {
+// Sums f(x[i]) over the elements where keep(x[i]).
+template <typename Keep, typename Term>
+double GpuOrderSumOf(const std::vector<float>& x, Keep keep, Term f) {
   double threads[256] = {};
   for (size_t i = 0; i < x.size(); ++i) {
-    if (sign == 1 && x[i] < 0.0f) continue;
-    if (sign == -1 && !(x[i] < 0.0f)) continue;
-    const double d = x[i];
-    threads[i % 256] += squares ? d * d : d;
+    if (keep(x[i])) threads[i % 256] += f(static_cast<double>(x[i]));
   }
   double total = 0.0;
   for (double t : threads) total += t;
   return total;
+}
+
+// sign: 0 all elements, 1 those >= 0, -1 those < 0.
+inline double GpuOrderSum(const std::vector<float>& x, bool squares, int sign) {
+  return GpuOrderSumOf(
+      x, [sign](float v) { return sign == 0 || (sign == 1 ? !(v < 0.0f) : v < 0.0f); },
+      [squares](double d) { return squares ? d * d : d; });
 }
 
 inline uint32_t MaxAbsBitsOf(const std::vector<float>& x) {

@@ -62,6 +62,10 @@ enum class FormatErrorCode : uint32_t {
   kVarintEndsEarly,       // varint index section ends early
   kVarintTooLong,         // varint index longer than 5 bytes
   kVarintTrailingBytes,   // a bytes left after b varint indices
+  // adaq's messages (adaq_format.h).
+  kSignedKAboveN,   // k_pos + k_neg = a > n = b
+  kMeansNotFinite,  // means are NaN or Inf
+  kIndexBothSigns,  // index a is both positive and negative
   // Block-sparse messages (blocksparse_format.h).
   kBlockSize,                 // block size a, expected b
   kBlocksCarried,             // a blocks carried, the tensor has b

@@ -1,6 +1,6 @@
 // The sparse message of topk, threshold and dgc (and the index sections of adaq), written and
 // read by the CPU codecs (compress/src/sparse_*.cc) and the CUDA kernels
-// (compress/cuda/src/sparse_kernels.cu) through these functions. Little-endian:
+// (compress/cuda/src/sparse_*.cu) through these functions. Little-endian:
 //   offset 0   u8   version, 1
 //   offset 1   u8   index encoding (below: 0 raw, 1 bit-packed deltas, 2 varint deltas)
 //   offset 2   u8   bit width of the deltas (bit-packed only, else 0)
@@ -47,6 +47,12 @@ BYTECOMP_HD size_t KeptCount(double ratio, size_t n) {
 
 // The largest message that carries k values (its index section raw).
 BYTECOMP_HD size_t MaxMessageBytes(size_t k) { return kHeaderBytes + 8 * k; }
+
+// threshold's selection: every |x| > threshold (its parameter, rounded to float) is sent, i.e.
+// every |x| bit pattern (which orders like the magnitude) from this one up.
+BYTECOMP_HD uint32_t ThresholdKeptFromBits(double threshold) {
+  return (FloatBits(static_cast<float>(threshold)) & 0x7fffffffu) + 1u;
+}
 
 // ---- index sections
 
