@@ -50,17 +50,21 @@ absl::StatusOr<std::unique_ptr<CudaCodec>> MakeCudaCodec(Args&&... args) {
   return std::unique_ptr<CudaCodec>(std::move(codec));
 }
 
-// The factory of a codec whose one parameter is the ratio: reads it and makes
-// CodecT(memory, ratio).
+// The factory of a codec whose one parameter is a double (the ratio of topk, dgc, adaq;
+// threshold's threshold): reads it and makes CodecT(memory, value).
+template <typename CodecT>
+CudaCodecRegistry::Factory DoubleParamFactory(std::string param) {
+  return [param](const CodecParams& params,
+                 const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
+    ParamReader r(params);
+    const double value = r.Double(param);
+    if (!r.ok()) return r.status();
+    return MakeCudaCodec<CodecT>(m, value);
+  };
+}
 template <typename CodecT>
 CudaCodecRegistry::Factory RatioFactory() {
-  return [](const CodecParams& params,
-            const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
-    ParamReader r(params);
-    const double ratio = r.Double("ratio");
-    if (!r.ok()) return r.status();
-    return MakeCudaCodec<CodecT>(m, ratio);
-  };
+  return DoubleParamFactory<CodecT>("ratio");
 }
 
 // Registration hooks, one per family source, called by CudaCodecRegistry::Global().

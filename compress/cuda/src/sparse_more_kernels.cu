@@ -12,7 +12,6 @@
 #include "bytecomp/compress/format/adaq_format.h"
 #include "bytecomp/compress/format/dgc_threshold.h"
 #include "bytecomp/compress/format/sparse_format.h"
-#include "bytecomp/compress/params.h"
 #include "cuda_registry.h"
 #include "sparse_message.h"
 
@@ -233,15 +232,7 @@ class AdaqCudaCodec final : public IndexSectionCudaCodec {
 }  // namespace
 
 void RegisterMoreSparseCudaCodecs(CudaCodecRegistry& registry) {
-  registry.MustRegisterLikeCpu(
-      "threshold",
-      [](const CodecParams& params,
-         const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
-        ParamReader r(params);
-        const double threshold = r.Double("threshold");
-        if (!r.ok()) return r.status();
-        return MakeCudaCodec<ThresholdCudaCodec>(m, threshold);
-      });
+  registry.MustRegisterLikeCpu("threshold", DoubleParamFactory<ThresholdCudaCodec>("threshold"));
   registry.MustRegisterLikeCpu("adaq", RatioFactory<AdaqCudaCodec>());
 }
 

@@ -192,20 +192,14 @@ TEST_P(SharedMathSparseMore, FusedResidualMatchesEncodeWithMemory) {
           }
         }
       }
-      std::vector<uint8_t> cpu(codec->MaxEncodedBytes(n));
-      auto bytes = EncodeWithMemory(*codec, memory->get(), g, ctx, absl::MakeSpan(cpu),
-                                    cpu_compensated, cpu_decoded);
-      ASSERT_TRUE(bytes.ok()) << bytes.status();
-      cpu.resize(*bytes);
-      ASSERT_EQ(host, cpu) << name << ", round " << round;
+      ASSERT_EQ(host, CpuEncodeWithMemory(*codec, **memory, g, ctx, cpu_compensated, cpu_decoded))
+          << name << ", round " << round;
     }
     // The residual the CPU memory holds after the last round is the fused one: a round of
     // zeros compensates to it.
-    std::vector<float> zeros(n, 0.0f), last_compensated;
-    std::vector<uint8_t> out(codec->MaxEncodedBytes(n));
-    ASSERT_TRUE(EncodeWithMemory(*codec, memory->get(), zeros, Context(9), absl::MakeSpan(out),
-                                 last_compensated, cpu_decoded)
-                    .ok());
+    std::vector<float> last_compensated;
+    CpuEncodeWithMemory(*codec, **memory, std::vector<float>(n, 0.0f), Context(9), last_compensated,
+                        cpu_decoded);
     for (size_t i = 0; i < n; ++i) compensated[i] = ResidualCompensate(0.0f, residual[i], 1, 1);
     ExpectSameBits(last_compensated, compensated);
   }
@@ -238,12 +232,8 @@ TEST(SharedMathSparseMoreDecode, MalformedAdaqMessagesAreReportedAsTheCpuCodecRe
     for (uint32_t i : neg) AppendU32(m, i);
     return m;
   };
-  struct Case {
-    const char* what;
-    std::function<void(std::vector<uint8_t>&)> apply;
-  };
   const float nan = std::nanf("");
-  const std::vector<Case> cases = {
+  const std::vector<Malformation> cases = {
       {"shorter than the header", [](auto& m) { m.resize(35); }},
       {"version 2", [](auto& m) { m[0] = 2; }},
       {"another n", [n](auto& m) { PutU32(m.data() + 8, n + 1); }},
@@ -269,13 +259,8 @@ TEST(SharedMathSparseMoreDecode, MalformedAdaqMessagesAreReportedAsTheCpuCodecRe
          m = raw_message({3, 5000}, {});
        }},
   };
-  for (const Case& c : cases) {
-    std::vector<uint8_t> m = good;
-    c.apply(m);
-    const std::string cpu = CpuDecodeStatus(*codec, m, n, Context());
-    EXPECT_NE(cpu, "OK") << c.what;
-    EXPECT_EQ(HostAdaqDecode(m, n).status().ToString(), cpu) << c.what;
-  }
+  ExpectTheCpuErrors(*codec, good, n, cases,
+                     [n](const std::vector<uint8_t>& m) { return HostAdaqDecode(m, n); });
   // Disjoint hand-made sections decode as on the CPU.
   const std::vector<uint8_t> fine = raw_message({3, 8}, {7, 9});
   auto decoded = HostAdaqDecode(fine, n);

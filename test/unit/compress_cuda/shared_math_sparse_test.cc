@@ -164,12 +164,8 @@ TEST_P(SharedMathSparse, FusedMemoriesMatchEncodeWithMemory) {
         v[i] = dgc_codec ? 0.0f : ResidualUpdate(compensated[i], compensated[i]);
         if (dgc_codec) u[i] = 0.0f;
       }
-      std::vector<uint8_t> cpu(codec->MaxEncodedBytes(n));
-      auto bytes = EncodeWithMemory(*codec, memory->get(), g, ctx, absl::MakeSpan(cpu),
-                                    cpu_compensated, cpu_decoded);
-      ASSERT_TRUE(bytes.ok()) << bytes.status();
-      cpu.resize(*bytes);
-      ASSERT_EQ(host, cpu) << name << ", round " << round;
+      ASSERT_EQ(host, CpuEncodeWithMemory(*codec, **memory, g, ctx, cpu_compensated, cpu_decoded))
+          << name << ", round " << round;
     }
   }
 }
@@ -216,12 +212,8 @@ TEST(SharedMathSparseDecode, MalformedMessagesAreReportedAsTheCpuCodecsReportThe
   auto dense = Make("topk", {{"ratio", "0.9"}});  // deltas of 0: a bit-packed section
   const std::vector<uint8_t> packed = CpuEncode(*topk, x, Context());
   const int64_t k = static_cast<int64_t>(sparse::KeptCount(0.01, n));
-  struct Case {
-    const char* what;
-    std::function<void(std::vector<uint8_t>&)> apply;
-  };
   const float nan = std::nanf("");
-  const std::vector<Case> cases = {
+  const std::vector<Malformation> cases = {
       {"shorter than the header", [](auto& m) { m.resize(9); }},
       {"version 2", [](auto& m) { m[0] = 2; }},
       {"another n", [](auto& m) { PutU32(m.data() + 4, 4999); }},
@@ -232,13 +224,9 @@ TEST(SharedMathSparseDecode, MalformedMessagesAreReportedAsTheCpuCodecsReportThe
       {"width 33", [](auto& m) { m[1] = sparse::kBitPack, m[2] = 33; }},
       {"a raw section of the wrong size", [](auto& m) { m[1] = sparse::kRaw; }},
   };
-  for (const Case& c : cases) {
-    std::vector<uint8_t> m = packed;
-    c.apply(m);
-    const std::string cpu = CpuDecodeStatus(*topk, m, n, Context());
-    EXPECT_NE(cpu, "OK") << c.what;
-    EXPECT_EQ(HostSparseDecode("topk", m, n, k).status().ToString(), cpu) << c.what;
-  }
+  ExpectTheCpuErrors(*topk, packed, n, cases, [&](const std::vector<uint8_t>& m) {
+    return HostSparseDecode("topk", m, n, k);
+  });
   // Index sections: raw indices out of order or out of range, varints that end early or leave
   // bytes, bit-packed deltas that run past n.
   const std::vector<uint32_t> raw_bad[] = {{3, 2}, {0, 5000}};

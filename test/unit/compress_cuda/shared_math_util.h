@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -70,6 +71,20 @@ inline std::vector<float> CpuDecode(Codec& codec, const std::vector<uint8_t>& by
   return out;
 }
 
+// EncodeWithMemory's payload; compensated and decoded are its scratch (compensated is left
+// holding the round's compensated input).
+inline std::vector<uint8_t> CpuEncodeWithMemory(Codec& codec, Memory& memory,
+                                                const std::vector<float>& g,
+                                                const CodecContext& ctx,
+                                                std::vector<float>& compensated,
+                                                std::vector<float>& decoded) {
+  std::vector<uint8_t> out(codec.MaxEncodedBytes(g.size()));
+  auto bytes = EncodeWithMemory(codec, &memory, g, ctx, absl::MakeSpan(out), compensated, decoded);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  out.resize(bytes.ok() ? *bytes : 0);
+  return out;
+}
+
 // Bitwise equality of float vectors (0.0 vs -0.0 and NaN payloads count).
 inline void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b) {
   ASSERT_EQ(a.size(), b.size());
@@ -122,6 +137,26 @@ inline std::string CpuDecodeStatus(Codec& codec, const std::vector<uint8_t>& byt
                                    const CodecContext& ctx) {
   std::vector<float> out(n);
   return codec.Decode(bytes, ctx, absl::MakeSpan(out)).ToString();
+}
+
+// A malformed payload: what it is, and how it is made from a good one.
+struct Malformation {
+  const char* what;
+  std::function<void(std::vector<uint8_t>&)> apply;
+};
+
+// Makes each malformation of `good` and expects host_decode (the GPU decoder's checks on the
+// host, returning a StatusOr) to report what the CPU decoder reports, word for word.
+template <typename HostDecode>
+void ExpectTheCpuErrors(Codec& codec, const std::vector<uint8_t>& good, size_t n,
+                        const std::vector<Malformation>& cases, HostDecode host_decode) {
+  for (const Malformation& c : cases) {
+    std::vector<uint8_t> m = good;
+    c.apply(m);
+    const std::string cpu = CpuDecodeStatus(codec, m, n, Context());
+    EXPECT_NE(cpu, "OK") << c.what;
+    EXPECT_EQ(host_decode(m).status().ToString(), cpu) << c.what;
+  }
 }
 
 }  // namespace bytecomp::compress::shared_math
