@@ -60,7 +60,7 @@ class BlocksparseCodec final : public Codec {
 
  private:
   uint32_t block_;
-  uint32_t threshold_bits_;        // |x| as bits must exceed it
+  uint32_t kept_from_bits_;        // sparse::ThresholdKeptFromBits of the threshold
   std::vector<uint32_t> carried_;  // encode's and decode's scratch
 };
 

@@ -1,6 +1,7 @@
 // blocksparse (OmniReduce): the blocks of `block` elements that hold some |x| > threshold, with
-// their positions as an index list or a bitmap (format/blocksparse_format.h). The server sums
-// block-sparse and answers pulls with the block-sparse sum (blocksparse_aggregator.cc).
+// their positions as an index list or a bitmap (format/blocksparse_format.h, which the CUDA
+// codec shares). The server sums block-sparse and answers pulls with the block-sparse sum
+// (blocksparse_aggregator.cc).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -16,12 +17,12 @@
 namespace bytecomp::compress {
 
 BlocksparseCodec::BlocksparseCodec(uint32_t block, double threshold)
-    : block_(block), threshold_bits_(AbsBits(static_cast<float>(threshold))) {}
+    : block_(block), kept_from_bits_(sparse::ThresholdKeptFromBits(threshold)) {}
 
 CodecProperties BlocksparseCodec::properties() const {
   CodecProperties p;
   p.sparse = true;
-  p.lossless = threshold_bits_ == 0;
+  p.lossless = kept_from_bits_ == 1;  // drops only all-zero blocks
   p.unbiased = p.lossless;
   p.sum_in_push_format = true;
   return p;
@@ -47,7 +48,7 @@ absl::StatusOr<size_t> BlocksparseCodec::Encode(absl::Span<const float> input, c
     const size_t len = blocksparse::BlockLength(n, block_, b);
     const uint32_t max_bits = MaxAbsBits(x, len);
     if (!IsFiniteBits(max_bits)) return NonFiniteError(input, codec_checks::InputWhat(name()));
-    if (max_bits <= threshold_bits_) continue;
+    if (!blocksparse::Carries(max_bits, kept_from_bits_)) continue;
     carried_.push_back(static_cast<uint32_t>(b));
     std::memcpy(out.data() + staged + values_bytes, x, 4 * len);
     values_bytes += 4 * len;
@@ -133,7 +134,9 @@ void RegisterBlocksparseCodec(CodecRegistry& registry) {
        },
        .facts = {.lossless_when = ThresholdIsZero,
                  .exchange = CodecExchange::kBlockSparse,
-                 .sparse = true}});
+                 .sparse = true,
+                 .gpu_kernel = true,
+                 .gpu_memories = {MemoryKind::kResidual}}});
 }
 
 }  // namespace bytecomp::compress

@@ -79,7 +79,8 @@ void RegisterMoreQuantCudaCodecs(CudaCodecRegistry& registry);  // u8bit, dither
 void RegisterSparseCudaCodecs(CudaCodecRegistry& registry);     // topk, randomk, dgc:
                                                                 // sparse_kernels.cu
 void RegisterLowRankCudaCodecs(CudaCodecRegistry& registry);    // powersgd: lowrank_kernels.cu
-void RegisterMoreSparseCudaCodecs(CudaCodecRegistry& registry);  // threshold, adaq:
+void RegisterMoreSparseCudaCodecs(CudaCodecRegistry& registry);  // threshold, adaq,
+                                                                 // blocksparse:
                                                                  // sparse_more_kernels.cu
 
 }  // namespace bytecomp::compress::cuda

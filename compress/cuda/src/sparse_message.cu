@@ -201,14 +201,14 @@ void IndexSectionCudaCodec::LaunchReadIndexSection(const uint8_t* section, size_
   ReadIndicesKernel<<<1, 1, 0, stream>>>(section, bytes, k, n, encoding, width, idx, stats());
 }
 
-cudaError_t IndexSectionCudaCodec::ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count,
-                                                cudaStream_t stream) {
+cudaError_t PrefixSums::ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count,
+                                     cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   size_t temp_bytes = 0;
   cudaError_t rc =
       cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, in, out, static_cast<int>(count), stream);
   if (rc != cudaSuccess) return rc;
-  auto temp = cub_temp_.Reserve(temp_bytes);
+  auto temp = temp_.Reserve(temp_bytes);
   if (!temp.ok()) return cudaErrorMemoryAllocation;
   return cub::DeviceScan::ExclusiveSum(*temp, temp_bytes, in, out, static_cast<int>(count), stream);
 }

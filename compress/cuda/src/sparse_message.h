@@ -40,6 +40,16 @@ class DeviceSample {
   DeviceBuffer device_;
 };
 
+// Exclusive prefix sums with CUB, its scratch kept between calls.
+class PrefixSums {
+ public:
+  // out = the exclusive prefix sums of in (count words).
+  cudaError_t ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count, cudaStream_t stream);
+
+ private:
+  DeviceBuffer temp_;
+};
+
 // The index sections of format/sparse_format.h on the device.
 class IndexSectionCudaCodec : public CudaCodecBase {
  public:
@@ -58,10 +68,13 @@ class IndexSectionCudaCodec : public CudaCodecBase {
                               uint8_t encoding, uint8_t width, uint32_t* idx, cudaStream_t stream);
 
   // out = the exclusive prefix sums of in (count words), with CUB.
-  cudaError_t ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count, cudaStream_t stream);
+  cudaError_t ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count, cudaStream_t stream) {
+    return prefix_sums_.ExclusiveSum(in, out, count, stream);
+  }
 
  private:
-  DeviceBuffer lengths_, offsets_, packed_, cub_temp_;
+  PrefixSums prefix_sums_;
+  DeviceBuffer lengths_, offsets_, packed_;
 };
 
 class SparseMessageCudaCodec : public IndexSectionCudaCodec {

@@ -1,7 +1,9 @@
 // More sparsification codecs on the GPU: threshold (every |x| above a fixed threshold:
-// sparse_format.h's ThresholdKeptFromBits; the sparse message, sparse_message.h) and adaq
+// sparse_format.h's ThresholdKeptFromBits; the sparse message, sparse_message.h), adaq
 // (format/adaq_format.h: the host-drawn sample split by sign, a threshold per sign, the kept
-// indices of each sign in two index sections and one mean per sign).
+// indices of each sign in two index sections and one mean per sign) and blocksparse
+// (format/blocksparse_format.h: the blocks holding some |x| above the threshold, their
+// positions as an index list or a bitmap, their values).
 #include <cub/block/block_reduce.cuh>
 
 #include <cstring>
@@ -10,8 +12,10 @@
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
 #include "bytecomp/compress/format/adaq_format.h"
+#include "bytecomp/compress/format/blocksparse_format.h"
 #include "bytecomp/compress/format/dgc_threshold.h"
 #include "bytecomp/compress/format/sparse_format.h"
+#include "bytecomp/compress/params.h"
 #include "cuda_registry.h"
 #include "sparse_message.h"
 
@@ -229,11 +233,172 @@ class AdaqCudaCodec final : public IndexSectionCudaCodec {
   HostBuffer host_sums_;
 };
 
+// ---- blocksparse
+
+// Marks the blocks that hold some |x| blocksparse::Carries (flags zeroed before: any element
+// may write its block's 1).
+__global__ void MarkCarriedBlocksKernel(const float* __restrict__ x, size_t n, uint32_t block,
+                                        uint32_t kept_from, uint32_t* __restrict__ flags) {
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    if (blocksparse::Carries(FloatBits(x[i]) & 0x7fffffffu, kept_from)) flags[i / block] = 1u;
+  }
+}
+
+// The positions section of the carried blocks (rank: the flags' exclusive sums): their indices,
+// or their bits ORed into the zeroed bitmap (4-aligned: it follows the 16-byte header).
+__global__ void WritePositionsKernel(const uint32_t* __restrict__ flags,
+                                     const uint32_t* __restrict__ rank, size_t blocks, bool bitmap,
+                                     uint8_t* __restrict__ section) {
+  for (size_t b = GridStart(); b < blocks; b += GridStride()) {
+    if (!flags[b]) continue;
+    const auto block_index = static_cast<uint32_t>(b);
+    if (bitmap) {
+      atomicOr(reinterpret_cast<uint32_t*>(section) + blocksparse::BitmapWord(block_index),
+               blocksparse::BitmapBit(block_index));
+    } else {
+      blocksparse::WriteListedPosition(section, rank[b], block_index);
+    }
+  }
+}
+
+// The carried blocks' values in block order; the residual forgets what is sent.
+__global__ void CarriedValuesKernel(const float* __restrict__ x, size_t n, uint32_t block,
+                                    const uint32_t* __restrict__ flags,
+                                    const uint32_t* __restrict__ rank, float* __restrict__ values,
+                                    Feedback fb) {
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    const size_t b = i / block;
+    if (!flags[b]) continue;
+    const float c = x[i];
+    values[blocksparse::CarriedValueIndex(rank[b], block, i - b * block)] = c;
+    fb.Update(i, c, c);
+  }
+}
+
+// The decoder's position check in one thread (O(m), or O(B / 32 + m) for a bitmap).
+__global__ void ReadPositionsKernel(const uint8_t* __restrict__ p, size_t bytes,
+                                    blocksparse::Header h, uint32_t* __restrict__ carried,
+                                    DeviceStats* stats) {
+  RecordError(stats, blocksparse::ReadPositions(p, bytes, h, carried));
+}
+
+// After the positions: the values are finite (sparse::ValuesFinite, a value a thread).
+__global__ void CheckValuesKernel(const uint8_t* __restrict__ values, size_t count,
+                                  DeviceStats* stats) {
+  if (stats->error_code != 0) return;
+  for (size_t v = GridStart(); v < count; v += GridStride()) {
+    if (!sparse::ValuesFinite(values + 4 * v, 1)) {
+      RecordError(stats, MakeFormatError(FormatErrorCode::kValuesNotFinite));
+    }
+  }
+}
+
+// The carried values into the zeroed output, unless a check failed.
+__global__ void ScatterBlocksKernel(const uint8_t* __restrict__ values, size_t count,
+                                    uint32_t block, const uint32_t* __restrict__ carried,
+                                    float* __restrict__ out, const DeviceStats* stats) {
+  if (stats->error_code != 0) return;
+  for (size_t v = GridStart(); v < count; v += GridStride()) {
+    out[blocksparse::ElementOfValue(v, block, carried)] = GetF32(values + 4 * v);
+  }
+}
+
+class BlocksparseCudaCodec final : public CudaCodecBase {
+ public:
+  BlocksparseCudaCodec(FusedMemorySettings memory, uint32_t block, double threshold)
+      : CudaCodecBase("blocksparse", memory),
+        block_(block),
+        kept_from_bits_(sparse::ThresholdKeptFromBits(threshold)) {}
+
+  size_t MaxEncodedBytes(size_t n) const override {
+    return blocksparse::MaxPayloadBytes(n, block_);
+  }
+
+  absl::Status Decode(const uint8_t* encoded, size_t bytes, const CodecContext&, float* output,
+                      size_t n, cudaStream_t stream) override {
+    const uint8_t* p = nullptr;
+    BC_ASSIGN(p, ReadHeader(encoded, bytes, blocksparse::kHeaderBytes, stream));
+    blocksparse::Header h;
+    if (auto s = Malformed(blocksparse::CheckHeader(p, bytes, n, block_, &h)); !s.ok()) return s;
+    uint32_t* carried = nullptr;
+    BC_ASSIGN(carried, carried_.Reserve<uint32_t>(h.m));
+    if (auto s = ResetStats(stream); !s.ok()) return s;
+    // The CPU's check order: the positions, then the values (CheckHeader sized them).
+    ReadPositionsKernel<<<1, 1, 0, stream>>>(encoded, bytes, h, carried, stats());
+    const size_t offset = blocksparse::ValuesOffset(n, block_, h.m);
+    const size_t count = (bytes - offset) / 4;
+    CheckValuesKernel<<<Blocks(count), kThreads, 0, stream>>>(encoded + offset, count, stats());
+    BC_CUDA_TRY(cudaMemsetAsync(output, 0, 4 * n, stream));
+    ScatterBlocksKernel<<<Blocks(count), kThreads, 0, stream>>>(encoded + offset, count, block_,
+                                                                carried, output, stats());
+    return CheckDecode(stream);
+  }
+
+ protected:
+  absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext&,
+                                       const DeviceStats& st, const Feedback& fb, uint8_t* out,
+                                       cudaStream_t stream) override {
+    const size_t blocks = blocksparse::BlockCount(n, block_);
+    // The carried blocks' count m and whether the tensor's last block is one: none when the
+    // reduction's largest |x| is below the threshold, else the flags' sums read back.
+    uint32_t m = 0;
+    bool last_carried = false;
+    uint32_t *flags = nullptr, *rank = nullptr;
+    if (blocks > 0 && blocksparse::Carries(st.max_abs_bits, kept_from_bits_)) {
+      BC_ASSIGN(flags, flags_.Reserve<uint32_t>(blocks));
+      BC_ASSIGN(rank, rank_.Reserve<uint32_t>(blocks));
+      BC_CUDA_TRY(cudaMemsetAsync(flags, 0, 4 * blocks, stream));
+      MarkCarriedBlocksKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, block_, kept_from_bits_,
+                                                                  flags);
+      BC_CUDA_TRY(prefix_sums_.ExclusiveSum(flags, rank, blocks, stream));
+      uint32_t* host = nullptr;
+      BC_ASSIGN(host, host_last_.Reserve<uint32_t>(2));
+      BC_CUDA_TRY(cudaMemcpyAsync(host, rank + blocks - 1, 4, cudaMemcpyDeviceToHost, stream));
+      BC_CUDA_TRY(cudaMemcpyAsync(host + 1, flags + blocks - 1, 4, cudaMemcpyDeviceToHost, stream));
+      BC_CUDA_TRY(cudaStreamSynchronize(stream));
+      m = host[0] + host[1];
+      last_carried = host[1] != 0;
+    }
+    if (m > 0) {
+      uint8_t* section = out + blocksparse::kHeaderBytes;
+      const bool bitmap = blocksparse::PositionsFor(blocks, m) == blocksparse::kBitmap;
+      if (bitmap) {
+        BC_CUDA_TRY(cudaMemsetAsync(section, 0, blocksparse::BitmapBytes(blocks), stream));
+      }
+      WritePositionsKernel<<<Blocks(blocks), kThreads, 0, stream>>>(flags, rank, blocks, bitmap,
+                                                                    section);
+      auto* values = reinterpret_cast<float*>(out + blocksparse::ValuesOffset(n, block_, m));
+      CarriedValuesKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, block_, flags, rank, values,
+                                                              fb);
+    }
+    blocksparse::WriteHeader(header_scratch(), static_cast<uint32_t>(n), block_, m);
+    BC_CUDA_TRY(WriteHeader(out, blocksparse::kHeaderBytes, stream));
+    return Launched(blocksparse::PayloadBytes(n, block_, m, last_carried));
+  }
+
+ private:
+  uint32_t block_;
+  uint32_t kept_from_bits_;
+  PrefixSums prefix_sums_;
+  DeviceBuffer flags_, rank_, carried_;
+  HostBuffer host_last_;
+};
+
 }  // namespace
 
 void RegisterMoreSparseCudaCodecs(CudaCodecRegistry& registry) {
   registry.MustRegisterLikeCpu("threshold", DoubleParamFactory<ThresholdCudaCodec>("threshold"));
   registry.MustRegisterLikeCpu("adaq", RatioFactory<AdaqCudaCodec>());
+  registry.MustRegisterLikeCpu(
+      "blocksparse",
+      [](const CodecParams& params,
+         const FusedMemorySettings& m) -> absl::StatusOr<std::unique_ptr<CudaCodec>> {
+        ParamReader r(params);
+        const int64_t block = r.Int("block");
+        const double threshold = r.Double("threshold");
+        if (!r.ok()) return r.status();
+        return MakeCudaCodec<BlocksparseCudaCodec>(m, static_cast<uint32_t>(block), threshold);
+      });
 }
 
 }  // namespace bytecomp::compress::cuda

@@ -126,9 +126,9 @@ TEST(CodecFactsTest, GpuKernelsAndTheMemoriesTheyFuse) {
     }
   }
   EXPECT_EQ(gpu, (std::set<std::string>{"fp16", "bf16", "signsgd", "efsignsgd", "signum", "onebit",
-                                        "topk", "randomk", "threshold", "adaq", "qsgd", "terngrad",
-                                        "natural", "dgc", "u8bit", "dithering", "inceptionn",
-                                        "sketch", "powersgd"}));
+                                        "topk", "randomk", "threshold", "adaq", "blocksparse",
+                                        "qsgd", "terngrad", "natural", "dgc", "u8bit", "dithering",
+                                        "inceptionn", "sketch", "powersgd"}));
   const std::vector<std::string> names = GpuCodecNames();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), gpu);
   EXPECT_EQ(FactsOf("efsignsgd").gpu_memories,

@@ -10,7 +10,7 @@ namespace {
 
 TEST(GpuCodecsTest, EveryGpuCodecIsACpuCodec) {
   const std::vector<std::string> names = GpuCodecNames();
-  EXPECT_EQ(names.size(), 19u);
+  EXPECT_EQ(names.size(), 20u);
   for (const std::string& name : names) {
     EXPECT_TRUE(HasGpuCodec(name));
     EXPECT_NE(CodecRegistry::Global().Find(name), nullptr) << name;
@@ -36,9 +36,9 @@ TEST(GpuCodecsTest, FusableMemories) {
   EXPECT_FALSE(GpuMemorySupported("topk", "nosuchmemory"));
   // The memories in the memory registry's order, the codecs in the codec registry's.
   EXPECT_EQ(GpuMemoriesText(),
-            "residual: fp16, bf16, topk, randomk, threshold, adaq, qsgd, terngrad, natural, "
-            "u8bit, dithering, sketch, inceptionn, signsgd, efsignsgd, onebit; dgc_momentum: dgc; "
-            "efsignsgd: efsignsgd; powersgd: powersgd");
+            "residual: fp16, bf16, topk, randomk, threshold, adaq, blocksparse, qsgd, terngrad, "
+            "natural, u8bit, dithering, sketch, inceptionn, signsgd, efsignsgd, onebit; "
+            "dgc_momentum: dgc; efsignsgd: efsignsgd; powersgd: powersgd");
 }
 
 }  // namespace

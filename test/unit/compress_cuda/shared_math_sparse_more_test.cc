@@ -13,6 +13,7 @@
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/format/adaq_format.h"
+#include "bytecomp/compress/format/blocksparse_format.h"
 #include "bytecomp/compress/format/dgc_threshold.h"
 #include "bytecomp/compress/format/sparse_format.h"
 #include "bytecomp/compress/memory_math.h"
@@ -126,6 +127,87 @@ absl::StatusOr<std::vector<float>> HostAdaqDecode(const std::vector<uint8_t>& m,
   return out;
 }
 
+// ---- blocksparse
+
+// BlocksparseCudaCodec's encode: no block when the reduction's largest |x| is below the
+// threshold, else a flag per block that any of its elements may set, the flags' exclusive sums
+// (rank); the header; the positions by each block's thread (an entry, or a bit ORed into its
+// word); the values by each element's thread.
+std::vector<uint8_t> HostBlocksparseEncode(const std::vector<float>& x, uint32_t block,
+                                           double threshold) {
+  const size_t n = x.size(), blocks = blocksparse::BlockCount(n, block);
+  const uint32_t from = sparse::ThresholdKeptFromBits(threshold);
+  std::vector<uint32_t> flags(blocks, 0u), rank(blocks, 0u);
+  uint32_t m = 0;
+  bool last_carried = false;
+  if (blocks > 0 && blocksparse::Carries(MaxAbsBitsOf(x), from)) {
+    for (size_t i = 0; i < n; ++i) {
+      if (blocksparse::Carries(FloatBits(x[i]) & 0x7fffffffu, from)) flags[i / block] = 1u;
+    }
+    for (size_t b = 1; b < blocks; ++b) rank[b] = rank[b - 1] + flags[b - 1];
+    m = rank[blocks - 1] + flags[blocks - 1];
+    last_carried = flags[blocks - 1] != 0;
+  }
+  std::vector<uint8_t> out(blocksparse::PayloadBytes(n, block, m, last_carried));
+  blocksparse::WriteHeader(out.data(), static_cast<uint32_t>(n), block, m);
+  if (m == 0) return out;
+  uint8_t* section = out.data() + blocksparse::kHeaderBytes;
+  const bool bitmap = blocksparse::PositionsFor(blocks, m) == blocksparse::kBitmap;
+  for (size_t b = 0; b < blocks; ++b) {
+    if (!flags[b]) continue;
+    const auto index = static_cast<uint32_t>(b);
+    if (bitmap) {
+      uint8_t* word = section + 4 * blocksparse::BitmapWord(index);
+      PutU32(word, GetU32(word) | blocksparse::BitmapBit(index));
+    } else {
+      blocksparse::WriteListedPosition(section, rank[b], index);
+    }
+  }
+  uint8_t* values = out.data() + blocksparse::ValuesOffset(n, block, m);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t b = i / block;
+    if (flags[b])
+      PutF32(values + 4 * blocksparse::CarriedValueIndex(rank[b], block, i - b * block), x[i]);
+  }
+  return out;
+}
+
+// BlocksparseCudaCodec::Decode: the header checked on the host, the positions read by one
+// thread, the values checked and scattered by a thread each.
+absl::StatusOr<std::vector<float>> HostBlocksparseDecode(const std::vector<uint8_t>& p, size_t n,
+                                                         uint32_t block) {
+  blocksparse::Header h;
+  FormatError e = blocksparse::CheckHeader(p.data(), p.size(), n, block, &h);
+  if (!e.ok()) return FormatErrorStatus("blocksparse", e);
+  std::vector<uint32_t> carried(h.m);
+  e = blocksparse::ReadPositions(p.data(), p.size(), h, carried.data());
+  const size_t offset = blocksparse::ValuesOffset(n, block, h.m);
+  const size_t count = (p.size() - offset) / 4;
+  for (size_t v = 0; v < count && e.ok(); ++v) {
+    if (!sparse::ValuesFinite(p.data() + offset + 4 * v, 1)) {
+      e = MakeFormatError(FormatErrorCode::kValuesNotFinite);
+    }
+  }
+  if (!e.ok()) return FormatErrorStatus("blocksparse", e);
+  std::vector<float> out(n, 0.0f);
+  for (size_t v = 0; v < count; ++v) {
+    out[blocksparse::ElementOfValue(v, block, carried.data())] = GetF32(p.data() + offset + 4 * v);
+  }
+  return out;
+}
+
+// Block-sparse gradients: every block but about one in `keep_one_in` (by a hash of its index)
+// zeroed, so that both positions sections (an index list for few blocks) occur.
+std::vector<float> BlockSparseGradient(size_t n, uint32_t block, uint32_t keep_one_in,
+                                       uint32_t seed) {
+  std::vector<float> x = RandomGradient(n, seed);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t b = i / block;
+    if ((b * 2654435761u + seed) % keep_one_in != 0) x[i] = 0.0f;
+  }
+  return x;
+}
+
 class SharedMathSparseMore : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(SharedMathSparseMore, ThresholdMessageAsTheCpuCodec) {
@@ -160,12 +242,33 @@ TEST_P(SharedMathSparseMore, AdaqMessageAsTheCpuCodec) {
   }
 }
 
+TEST_P(SharedMathSparseMore, BlocksparseMessageAsTheCpuCodec) {
+  const size_t n = GetParam();
+  for (uint32_t block : {1u, 7u, 256u}) {
+    std::vector<std::vector<float>> inputs = Inputs(n, 61);
+    inputs.push_back(BlockSparseGradient(n, block, 40, 62));  // m <= B / 32: an index list
+    inputs.push_back(BlockSparseGradient(n, block, 3, 63));
+    for (const std::vector<float>& x : inputs) {
+      for (const char* threshold : {"0", "0.25", "1e9"}) {
+        const std::string block_text = std::to_string(block);
+        auto codec = Make("blocksparse", {{"block", block_text}, {"threshold", threshold}});
+        const std::vector<uint8_t> cpu = CpuEncode(*codec, x, Context());
+        ASSERT_EQ(HostBlocksparseEncode(x, block, std::stod(threshold)), cpu)
+            << "block " << block << ", threshold " << threshold;
+        auto decoded = HostBlocksparseDecode(cpu, n, block);
+        ASSERT_TRUE(decoded.ok()) << decoded.status();
+        ExpectSameBits(*decoded, CpuDecode(*codec, cpu, n, Context()));
+      }
+    }
+  }
+}
+
 // The residual fused into both encodes over rounds: kept elements keep their error against
 // what decoding gives them (the value itself; adaq: its sign's mean), the others all of it.
 TEST_P(SharedMathSparseMore, FusedResidualMatchesEncodeWithMemory) {
   const size_t n = GetParam();
-  for (const char* name : {"threshold", "adaq"}) {
-    const bool adaq_codec = std::string(name) == "adaq";
+  for (const std::string name : {"threshold", "adaq", "blocksparse"}) {
+    const bool adaq_codec = name == "adaq";
     auto codec = adaq_codec ? Make(name, {{"ratio", "0.05"}}) : Make(name, {{"threshold", "0.3"}});
     auto memory = CreateMemory("residual");
     ASSERT_TRUE(memory.ok()) << memory.status();
@@ -183,7 +286,7 @@ TEST_P(SharedMathSparseMore, FusedResidualMatchesEncodeWithMemory) {
         for (size_t i = 0; i < n; ++i) {
           if (r.decoded[i] != 0.0f) residual[i] = ResidualUpdate(compensated[i], r.decoded[i]);
         }
-      } else {
+      } else if (name == "threshold") {
         host = HostThresholdMessage(compensated, 0.3);
         const uint32_t from = sparse::ThresholdKeptFromBits(0.3);
         for (size_t i = 0; i < n; ++i) {
@@ -191,6 +294,13 @@ TEST_P(SharedMathSparseMore, FusedResidualMatchesEncodeWithMemory) {
             residual[i] = ResidualUpdate(compensated[i], compensated[i]);
           }
         }
+      } else {  // blocksparse's default block, 256: the elements of carried blocks are sent
+        host = HostBlocksparseEncode(compensated, 256, 0.3);
+        const auto decoded = HostBlocksparseDecode(host, n, 256);
+        ASSERT_TRUE(decoded.ok()) << decoded.status();
+        // The kernel updates the sent elements (to c - c); the others keep c, which is
+        // c - 0 to the bit.
+        for (size_t i = 0; i < n; ++i) residual[i] = ResidualUpdate(compensated[i], (*decoded)[i]);
       }
       ASSERT_EQ(host, CpuEncodeWithMemory(*codec, **memory, g, ctx, cpu_compensated, cpu_decoded))
           << name << ", round " << round;
@@ -266,6 +376,56 @@ TEST(SharedMathSparseMoreDecode, MalformedAdaqMessagesAreReportedAsTheCpuCodecRe
   auto decoded = HostAdaqDecode(fine, n);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ExpectSameBits(*decoded, CpuDecode(*codec, fine, n, Context()));
+}
+
+// A malformed blocksparse message, each positions form: the GPU decoder's checks report what
+// the CPU decoder reports.
+TEST(SharedMathSparseMoreDecode, MalformedBlocksparseMessagesAreReportedAsTheCpuCodecReportsThem) {
+  const size_t n = 5000;  // 313 blocks of 16, the last one of 8
+  const uint32_t block = 16;
+  auto codec = Make("blocksparse", {{"block", "16"}});
+  const float nan = std::nanf("");
+  const std::vector<Malformation> common = {
+      {"shorter than the header", [](auto& m) { m.resize(15); }},
+      {"another n", [](auto& m) { PutU32(m.data(), 4999); }},
+      {"another block size", [](auto& m) { PutU32(m.data() + 4, 32); }},
+      {"more blocks than the tensor has", [](auto& m) { PutU32(m.data() + 8, 1000); }},
+      {"positions 2", [](auto& m) { PutU32(m.data() + 12, 2); }},
+      {"the other positions section",
+       [](auto& m) { PutU32(m.data() + 12, 1 - GetU32(m.data() + 12)); }},
+      {"a byte too many", [](auto& m) { m.push_back(0); }},
+      {"a byte too few", [](auto& m) { m.pop_back(); }},
+      {"a NaN value", [nan](auto& m) { PutF32(m.data() + m.size() - 4, nan); }},
+  };
+  // An index list (few blocks): entries out of order or out of range; a bitmap (many):
+  // padding bits, a count that is not m.
+  const std::vector<float> few = BlockSparseGradient(n, block, 40, 71);
+  const std::vector<float> many = RandomGradient(n, 72);
+  for (const std::vector<float>* x : {&few, &many}) {
+    const std::vector<uint8_t> good = CpuEncode(*codec, *x, Context());
+    const bool bitmap = GetU32(good.data() + 12) == blocksparse::kBitmap;
+    ASSERT_EQ(bitmap, x == &many);
+    ASSERT_GE(GetU32(good.data() + 8), 2u);
+    std::vector<Malformation> cases = common;
+    if (bitmap) {
+      const size_t blocks = blocksparse::BlockCount(n, block);
+      cases.push_back({"a padding bit", [blocks](auto& m) {
+                         uint8_t* last = m.data() + 16 + 4 * ((blocks - 1) / 32);
+                         PutU32(last, GetU32(last) | (1u << (blocks % 32)));
+                       }});
+      cases.push_back({"a block missing from the bitmap", [](auto& m) { m[16] = 0; }});
+    } else {
+      cases.push_back({"entries out of order", [](auto& m) {
+                         const uint32_t a = GetU32(m.data() + 16), b = GetU32(m.data() + 20);
+                         PutU32(m.data() + 16, b);
+                         PutU32(m.data() + 20, a);
+                       }});
+      cases.push_back({"an entry out of range", [](auto& m) { PutU32(m.data() + 16, 5000); }});
+    }
+    ExpectTheCpuErrors(*codec, good, n, cases, [n, block](const std::vector<uint8_t>& m) {
+      return HostBlocksparseDecode(m, n, block);
+    });
+  }
 }
 
 TEST(SharedMathSparseMoreFormat, AdaqRangesAndThresholdBits) {

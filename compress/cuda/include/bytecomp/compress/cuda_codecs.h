@@ -31,7 +31,8 @@
 namespace bytecomp::compress::cuda {
 
 // The codecs with GPU kernels: fp16, bf16, signsgd, efsignsgd, signum, onebit, topk, randomk,
-// threshold, adaq, qsgd, terngrad, natural, u8bit, dithering, sketch, inceptionn, dgc, powersgd.
+// threshold, adaq, blocksparse, qsgd, terngrad, natural, u8bit, dithering, sketch, inceptionn,
+// dgc, powersgd.
 std::vector<std::string> CudaCodecNames();
 
 // The memories that can be fused with each codec (gpu_codecs.h GpuMemorySupported): "none"

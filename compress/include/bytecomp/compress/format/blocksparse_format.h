@@ -1,8 +1,9 @@
 // The block-sparse message of blocksparse (OmniReduce): the tensor is cut into blocks of `block`
 // elements and only the blocks holding some |x| > threshold travel, with their positions.
-// Written by the CPU codec (compress/src/sparse_blocksparse.cc) for a push and by its server
-// aggregator (compress/src/blocksparse_aggregator.cc) for the summed pull; read by both. A GPU
-// codec would include this header too. Little-endian:
+// Written by the CPU codec (compress/src/sparse_blocksparse.cc) and the CUDA one
+// (compress/cuda/src/sparse_more_kernels.cu) for a push and by the server aggregator
+// (compress/src/blocksparse_aggregator.cc) for the summed pull; read by all three.
+// Little-endian:
 //   offset 0   u32  n, the element count (must equal the decode length)
 //   offset 4   u32  block, elements per block (must equal the codec's block parameter)
 //   offset 8   u32  m, the number of blocks carried, at most B = ceil(n / block)
@@ -36,6 +37,7 @@
 #include "bytecomp/compress/format/format_error.h"
 #include "bytecomp/compress/format/host_device.h"
 #include "bytecomp/compress/format/little_endian.h"
+#include "bytecomp/compress/format/sparse_format.h"
 
 namespace bytecomp::compress::blocksparse {
 
@@ -97,26 +99,52 @@ BYTECOMP_HD size_t ValuesOffset(size_t n, size_t block, size_t m) {
   return kHeaderBytes + PositionBytes(BlockCount(n, block), m);
 }
 
+// The push's selection: a block travels when some |x| bit pattern in it is at least kept_from
+// (sparse::ThresholdKeptFromBits of the "threshold" parameter: |x| > threshold); asked of the
+// block's largest |x| (the CPU) or of each element (the GPU: any one marks its block).
+BYTECOMP_HD bool Carries(uint32_t abs_bits, uint32_t kept_from) { return abs_bits >= kept_from; }
+
+// The header of m carried blocks (its positions field the smaller section's).
+BYTECOMP_HD void WriteHeader(uint8_t* out, uint32_t n, uint32_t block, uint32_t m) {
+  PutU32(out, n);
+  PutU32(out + 4, block);
+  PutU32(out + 8, m);
+  PutU32(out + 12, PositionsFor(BlockCount(n, block), m));
+}
+
+// The positions section's entry of the j-th carried block, block b. An index list: a u32 each
+// (WriteListedPosition). A bitmap, zeroed first: bit b % 8 of byte b / 8 is bit b % 32 of the
+// little-endian u32 word b / 32, which a GPU thread ORs in (BitmapWord, BitmapBit).
+BYTECOMP_HD void WriteListedPosition(uint8_t* section, uint32_t j, uint32_t b) {
+  PutU32(section + 4 * size_t{j}, b);
+}
+BYTECOMP_HD size_t BitmapWord(uint32_t b) { return b / 32; }
+BYTECOMP_HD uint32_t BitmapBit(uint32_t b) { return 1u << (b % 32); }
+
+// Where element e of the j-th carried block lies among the values: every carried block but
+// the tensor's last is whole, so j * block + e. Read back: value v is element v % block of the
+// (v / block)-th carried block, the tensor's element carried[v / block] * block + v % block.
+BYTECOMP_HD size_t CarriedValueIndex(size_t j, uint32_t block, size_t e) { return j * block + e; }
+BYTECOMP_HD size_t ElementOfValue(size_t v, uint32_t block, const uint32_t* carried) {
+  return size_t{carried[v / block]} * block + v % block;
+}
+
 // Writes the header and the positions section of the m carried blocks (increasing block
 // indices); returns ValuesOffset, where the caller puts the values.
 BYTECOMP_HD size_t WriteHeaderAndPositions(uint8_t* out, uint32_t n, uint32_t block,
                                            const uint32_t* carried, uint32_t m) {
   const size_t blocks = BlockCount(n, block);
-  const Positions positions = PositionsFor(blocks, m);
-  PutU32(out, n);
-  PutU32(out + 4, block);
-  PutU32(out + 8, m);
-  PutU32(out + 12, positions);
+  WriteHeader(out, n, block, m);
   uint8_t* section = out + kHeaderBytes;
-  if (positions == kIndexList) {
-    for (uint32_t j = 0; j < m; ++j) PutU32(section + 4 * j, carried[j]);
+  if (PositionsFor(blocks, m) == kIndexList) {
+    for (uint32_t j = 0; j < m; ++j) WriteListedPosition(section, j, carried[j]);
     return kHeaderBytes + 4 * size_t{m};
   }
   const size_t bytes = BitmapBytes(blocks);
   for (size_t i = 0; i < bytes; ++i) section[i] = 0;
   for (uint32_t j = 0; j < m; ++j) {
-    section[carried[j] / 8] =
-        static_cast<uint8_t>(section[carried[j] / 8] | (1u << (carried[j] % 8)));
+    uint8_t* word = section + 4 * BitmapWord(carried[j]);
+    PutU32(word, GetU32(word) | BitmapBit(carried[j]));
   }
   return kHeaderBytes + bytes;
 }
