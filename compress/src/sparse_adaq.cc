@@ -16,8 +16,6 @@
 namespace bytecomp::compress {
 namespace {
 
-using sparse::IndexPlan;
-
 // AdaComp style: per sign, a threshold from a sample (the ratio-th top fraction of the sampled
 // positive values, and of the negative ones); the message carries the indices of the kept
 // positive and negative elements and one mean per sign.

@@ -3,11 +3,20 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "bytecomp/compress/registry.h"
 #include "bytecomp/compress/strategy.h"
 
 namespace bytecomp::worker {
 
 namespace {
+
+// Whether a one-way sum comes back in the push codec's format (blocksparse: the block-sparse
+// sum), which the host decodes with the push codec.
+bool OneWaySumInPushFormat(const compress::TensorPlan& plan) {
+  const compress::CodecFacts* facts = compress::CodecFactsOf(plan.push.name());
+  return !plan.two_way() && facts != nullptr &&
+         facts->exchange == compress::CodecExchange::kBlockSparse;
+}
 
 // The push codec's name, its memory and memory parameters, and the partition's length.
 std::string MemoryIdentity(const proto::CodecConfig& push, size_t elements) {
@@ -56,6 +65,13 @@ absl::Status EnsureCodecs(const Operation& op, int64_t partition) {
         if (!loaded.ok()) return loaded;
       }
     }
+  }
+  if (encode_on_device && pc.push == nullptr && OneWaySumInPushFormat(plan)) {
+    // Decodes the pulled sum only: the device encodes, with the device's memory.
+    absl::StatusOr<std::unique_ptr<compress::Codec>> push =
+        compress::CreateCodec(plan.push.name(), compress::ParamsOf(plan.push));
+    if (!push.ok()) return push.status();
+    pc.push = *std::move(push);
   }
   if (encode_on_device && pc.device_push == nullptr) {
     if (!restored.empty()) {

@@ -22,6 +22,8 @@ namespace bytecomp::worker {
 // and the decoder of two-way pulls. Made for one strategy version.
 struct PartitionCodec {
   uint64_t version = 0;
+  // Encodes on the host; where the device encodes, made only to decode a one-way sum in its
+  // format (blocksparse).
   std::unique_ptr<compress::Codec> push;
   std::unique_ptr<compress::Memory> memory;
   std::unique_ptr<compress::Codec> pull;                   // two-way only
