@@ -34,7 +34,8 @@ GPU_CODECS = [
     ("dgc", {"ratio": "0.01"}, "dgc_momentum"), ("qsgd", {}, ""), ("terngrad", {}, ""),
     ("natural", {}, ""), ("signsgd", {}, ""), ("efsignsgd", {}, "efsignsgd"), ("signum", {}, ""),
     ("onebit", {}, "residual"), ("u8bit", {}, "residual"), ("dithering", {}, "residual"),
-    ("inceptionn", {}, "residual"), ("sketch", {}, "residual"),
+    ("inceptionn", {}, "residual"), ("sketch", {}, "residual"), ("threshold", {}, "residual"),
+    ("adaq", {}, "residual"), ("blocksparse", {}, "residual"),
 ]
 
 

@@ -68,17 +68,17 @@ CudaCodecRegistry::Factory RatioFactory() {
 }
 
 // Registration hooks, one per family source, called by CudaCodecRegistry::Global().
-void RegisterBasicCudaCodecs(CudaCodecRegistry& registry);      // fp16, bf16: basic_kernels.cu
-void RegisterSignCudaCodecs(CudaCodecRegistry& registry);       // signsgd, efsignsgd, signum,
-                                                                // onebit: sign_kernels.cu
-void RegisterQuantCudaCodecs(CudaCodecRegistry& registry);      // qsgd, terngrad, natural:
-                                                                // quant_kernels.cu
-void RegisterMoreQuantCudaCodecs(CudaCodecRegistry& registry);  // u8bit, dithering,
-                                                                // inceptionn, sketch:
-                                                                // quant_more_kernels.cu
-void RegisterSparseCudaCodecs(CudaCodecRegistry& registry);     // topk, randomk, dgc:
-                                                                // sparse_kernels.cu
-void RegisterLowRankCudaCodecs(CudaCodecRegistry& registry);    // powersgd: lowrank_kernels.cu
+void RegisterBasicCudaCodecs(CudaCodecRegistry& registry);       // fp16, bf16: basic_kernels.cu
+void RegisterSignCudaCodecs(CudaCodecRegistry& registry);        // signsgd, efsignsgd, signum,
+                                                                 // onebit: sign_kernels.cu
+void RegisterQuantCudaCodecs(CudaCodecRegistry& registry);       // qsgd, terngrad, natural:
+                                                                 // quant_kernels.cu
+void RegisterMoreQuantCudaCodecs(CudaCodecRegistry& registry);   // u8bit, dithering,
+                                                                 // inceptionn, sketch:
+                                                                 // quant_more_kernels.cu
+void RegisterSparseCudaCodecs(CudaCodecRegistry& registry);      // topk, randomk, dgc:
+                                                                 // sparse_kernels.cu
+void RegisterLowRankCudaCodecs(CudaCodecRegistry& registry);     // powersgd: lowrank_kernels.cu
 void RegisterMoreSparseCudaCodecs(CudaCodecRegistry& registry);  // threshold, adaq,
                                                                  // blocksparse:
                                                                  // sparse_more_kernels.cu

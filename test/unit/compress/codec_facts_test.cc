@@ -125,10 +125,11 @@ TEST(CodecFactsTest, GpuKernelsAndTheMemoriesTheyFuse) {
       EXPECT_NE(kind, MemoryKind::kNone) << name << ": none is always fused";
     }
   }
-  EXPECT_EQ(gpu, (std::set<std::string>{"fp16", "bf16", "signsgd", "efsignsgd", "signum", "onebit",
-                                        "topk", "randomk", "threshold", "adaq", "blocksparse",
-                                        "qsgd", "terngrad", "natural", "dgc", "u8bit", "dithering",
-                                        "inceptionn", "sketch", "powersgd"}));
+  EXPECT_EQ(gpu,
+            (std::set<std::string>{
+                "fp16",    "bf16",      "signsgd",   "efsignsgd",   "signum", "onebit",   "topk",
+                "randomk", "threshold", "adaq",      "blocksparse", "qsgd",   "terngrad", "natural",
+                "dgc",     "u8bit",     "dithering", "inceptionn",  "sketch", "powersgd"}));
   const std::vector<std::string> names = GpuCodecNames();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), gpu);
   EXPECT_EQ(FactsOf("efsignsgd").gpu_memories,
