@@ -58,7 +58,7 @@ struct DeviceArray {
 };
 
 TEST(CudaCodecRegistry, RefusesWhatTheCpuRegistryRefuses) {
-  auto unknown = CudaCodec::Create("dithering", {});
+  auto unknown = CudaCodec::Create("artopk", {});  // two rounds, no kernels
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
   EXPECT_TRUE(absl::StrContains(unknown.status().message(), "topk")) << unknown.status();
   // The CPU codecs' parameter ranges: ratio in (0, 1], signum's momentum below 1.

@@ -130,7 +130,7 @@ TEST(EmulatedDevice, EncodeReadsTheGradientAfterTheStreamProducedIt) {
 
 TEST(EmulatedDevice, OffersTheGpuCodecsOnly) {
   EmulatedDeviceBackend device;
-  EXPECT_EQ(device.CreateCodec(0, "dithering", {}, "", {}).status().code(),
+  EXPECT_EQ(device.CreateCodec(0, "artopk", {}, "", {}).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(device.CreateCodec(0, "signum", {}, "residual", {}).status().code(),
             absl::StatusCode::kNotFound);
