@@ -321,8 +321,6 @@ struct Corruption {
   uint32_t quantum = 127;  // qsgd
 };
 
-void SetF32(std::vector<uint8_t>& p, size_t at, float v) { std::memcpy(p.data() + at, &v, 4); }
-
 TEST(SharedMathDecode, MalformedPayloadsAreReportedAsTheCpuCodecsReportThem) {
   const float nan = std::nanf("");
   const size_t norms = 4 + 4 * ((1001 + 127) / 128);  // qsgd's codes start there

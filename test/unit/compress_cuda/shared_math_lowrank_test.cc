@@ -426,8 +426,6 @@ TEST(SharedMathPowerSgdOrder, QAndTheProductSumInTheCpuCodecsOrder) {
   ExpectSameBits(*host_decoded, cpu_decoded);
 }
 
-void SetF32(std::vector<uint8_t>& p, size_t at, float v) { std::memcpy(p.data() + at, &v, 4); }
-
 // A malformed single payload: the GPU decoder's host checks and kernel report what the CPU
 // decoder reports, word for word.
 TEST(SharedMathPowerSgdDecode, MalformedPayloadsAreReportedAsTheCpuCodecReportsThem) {

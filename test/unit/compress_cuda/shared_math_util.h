@@ -126,6 +126,11 @@ inline void AppendF32(std::vector<uint8_t>& out, float v) {
   out.insert(out.end(), b, b + 4);
 }
 
+// Overwrites the 4 bytes at `at` with v (a malformed payload's value).
+inline void SetF32(std::vector<uint8_t>& p, size_t at, float v) {
+  std::memcpy(p.data() + at, &v, 4);
+}
+
 inline void AppendU32(std::vector<uint8_t>& out, uint32_t v) {
   uint8_t b[4];
   std::memcpy(b, &v, 4);
