@@ -327,7 +327,7 @@ TEST(SharedMathSparseMoreDecode, MalformedAdaqMessagesAreReportedAsTheCpuCodecRe
   ASSERT_GT(h.k_neg, 2u);
   ASSERT_NE(h.pos.encoding, sparse::kRaw);  // "positive indices claimed raw" below
   // A message whose sections are raw, built by hand: positive {3, 7}, negative {7, 9}.
-  auto raw_message = [n](std::vector<uint32_t> pos, std::vector<uint32_t> neg) {
+  auto raw_message = [&](std::vector<uint32_t> pos, std::vector<uint32_t> neg) {
     adaq::Header r;
     r.n = static_cast<uint32_t>(n);
     r.k_pos = static_cast<uint32_t>(pos.size());
@@ -370,7 +370,7 @@ TEST(SharedMathSparseMoreDecode, MalformedAdaqMessagesAreReportedAsTheCpuCodecRe
        }},
   };
   ExpectTheCpuErrors(*codec, good, n, cases,
-                     [n](const std::vector<uint8_t>& m) { return HostAdaqDecode(m, n); });
+                     [&](const std::vector<uint8_t>& m) { return HostAdaqDecode(m, n); });
   // Disjoint hand-made sections decode as on the CPU.
   const std::vector<uint8_t> fine = raw_message({3, 8}, {7, 9});
   auto decoded = HostAdaqDecode(fine, n);
@@ -422,7 +422,7 @@ TEST(SharedMathSparseMoreDecode, MalformedBlocksparseMessagesAreReportedAsTheCpu
                        }});
       cases.push_back({"an entry out of range", [](auto& m) { PutU32(m.data() + 16, 5000); }});
     }
-    ExpectTheCpuErrors(*codec, good, n, cases, [n, block](const std::vector<uint8_t>& m) {
+    ExpectTheCpuErrors(*codec, good, n, cases, [&](const std::vector<uint8_t>& m) {
       return HostBlocksparseDecode(m, n, block);
     });
   }
