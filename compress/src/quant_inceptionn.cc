@@ -60,7 +60,8 @@ class InceptionnCodec final : public Codec {
     const size_t n = output.size();
     const uint8_t* payload = encoded.data();
     FormatError e = inceptionn::CheckHeader(payload, encoded.size(), n);
-    const uint8_t* tags = payload + 4;
+    // (No offset from an empty payload's null data(): the header check refused it.)
+    const uint8_t* tags = e.ok() ? payload + 4 : nullptr;
     if (e.ok()) e = inceptionn::CheckPadding(tags, n);
     inceptionn::TagCounts totals;
     for (size_t g = 0; e.ok() && g < inceptionn::TagBytes(n); ++g) {
