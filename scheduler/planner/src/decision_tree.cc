@@ -109,36 +109,13 @@ void AddSummedIndicesStages(const proto::CodecCost& codec, double part_bytes, do
 
 }  // namespace
 
-// A collective's stages (worker/src/collective_exchange.h: gloo among the workers, no server):
-// the leader's batch broadcast (one latency), then for an allreduce of b bytes a
-// reduce-scatter and an allgather that each move (W - 1) / W of b through every worker's link
-// each way, in W - 1 steps (the ring) or log2 W (bcube: a power-of-two W, under 256 KiB), the
-// adds on the workers' pool; for an allgather W - 1 payloads each way in W - 1 steps, and each
-// worker decodes all W. The machine's workers share its link (flat).
-template <typename TransportCpu, typename Add>
-void AddCollectiveStages(const TensorOption& option, const proto::CodecCost* codec,
-                         double part_bytes, double compressed,
-                         const proto::ClusterDescription& cluster, TransportCpu transport_cpu,
-                         Add add) {
-  const double w = std::max(2, cluster.workers());
-  const double share = std::max(1, cluster.workers() / std::max(1, cluster.machines()));
-  const double alpha = cluster.worker_link().latency_us();
-  const double us_per_byte = share / BytesPerUs(cluster.worker_link());
-  const double sum_speed = cluster.server_sum_gbytes_per_s() * 1e3;
-  const auto* cpu = codec != nullptr ? CostFor(*codec, proto::DEVICE_CPU) : nullptr;
-  auto allreduce = [&](double b) {
-    const int workers = static_cast<int>(w);
-    const bool bcube = b < 256 * 1024 && workers > 2 && (workers & (workers - 1)) == 0;
-    const double steps = bcube ? std::log2(w) : w - 1;
-    const double moved = b * (w - 1) / w * us_per_byte;
-    transport_cpu(b);
-    add(kNicUp, kPush, alpha * (steps + 1) + moved);
-    add(kNicDown, kPush, moved);
-    add(kCpuPool, kServerWork, b * (w - 1) / w / sum_speed);
-    add(kNicUp, kPull, alpha * steps + moved);
-    add(kNicDown, kPull, moved);
-    transport_cpu(b);
-  };
+// gloo's part of a collective on host values (AddCollectiveStages): the encode, the allreduce
+// or allgather, the decode.
+template <typename Allreduce, typename TransportCpu, typename Add>
+void AddHostCollectiveStages(const TensorOption& option, const proto::CodecCost* codec,
+                             const proto::DeviceCost* cpu, double part_bytes, double compressed,
+                             double w, double us_per_byte, double alpha, double sum_speed,
+                             Allreduce allreduce, TransportCpu transport_cpu, Add add) {
   if (codec != nullptr) {
     add(kCpuPool, kEncode, InterpolateCost(cpu->encode(), part_bytes));
   }
@@ -169,6 +146,56 @@ void AddCollectiveStages(const TensorOption& option, const proto::CodecCost* cod
   add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
 }
 
+// A collective's stages (worker/src/collective_exchange.h: gloo among the workers, no server):
+// the leader's batch broadcast (one latency), then for an allreduce of b bytes a
+// reduce-scatter and an allgather that each move (W - 1) / W of b through every worker's link
+// each way, in W - 1 steps (the ring) or log2 W (bcube: a power-of-two W, under 256 KiB), the
+// adds on the workers' pool; for an allgather W - 1 payloads each way in W - 1 steps, and each
+// worker decodes all W. The machine's workers share its link (flat).
+// With GPUs (`path`): an uncompressed allreduce of an fp32/fp16/bf16 tensor is NCCL's, in place
+// on the GPU (worker/src/nccl_device_summer.cc): its ring crosses each machine's NIC once, in
+// W - 1 steps, and adds on the GPU, where the NCCL kernels take no compute-stream time (a
+// stream of their own) nor the host's CPU; the machine's own hops (intra_machine_link) are not
+// charged. Every other collective of a device tensor goes through its pinned host copy
+// (DevicePipeline::StartCollective): copied to the host, gloo's stages as above, copied back.
+enum class CollectivePath { kHost, kNcclInPlace, kPinnedCopy };
+
+template <typename Pcie, typename TransportCpu, typename Add>
+void AddCollectiveStages(const TensorOption& option, const proto::CodecCost* codec,
+                         double part_bytes, double compressed,
+                         const proto::ClusterDescription& cluster, CollectivePath path, Pcie pcie,
+                         TransportCpu transport_cpu, Add add) {
+  const bool nccl = path == CollectivePath::kNcclInPlace;
+  const double w = std::max(2, cluster.workers());
+  const double share =
+      nccl ? 1.0 : std::max(1, cluster.workers() / std::max(1, cluster.machines()));
+  const double alpha = cluster.worker_link().latency_us();
+  const double us_per_byte = share / BytesPerUs(cluster.worker_link());
+  const double sum_speed = cluster.server_sum_gbytes_per_s() * 1e3;
+  const auto* cpu = codec != nullptr ? CostFor(*codec, proto::DEVICE_CPU) : nullptr;
+  auto allreduce = [&](double b) {
+    const int workers = static_cast<int>(w);
+    const bool bcube = !nccl && b < 256 * 1024 && workers > 2 && (workers & (workers - 1)) == 0;
+    const double steps = bcube ? std::log2(w) : w - 1;
+    const double moved = b * (w - 1) / w * us_per_byte;
+    if (!nccl) transport_cpu(b);
+    add(kNicUp, kPush, alpha * (steps + 1) + moved);
+    add(kNicDown, kPush, moved);
+    if (!nccl) add(kCpuPool, kServerWork, b * (w - 1) / w / sum_speed);
+    add(kNicUp, kPull, alpha * steps + moved);
+    add(kNicDown, kPull, moved);
+    if (!nccl) transport_cpu(b);
+  };
+  if (nccl) {
+    allreduce(part_bytes);
+    return;
+  }
+  const bool copied = path == CollectivePath::kPinnedCopy;
+  if (copied) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
+  AddHostCollectiveStages(option, codec, cpu, part_bytes, compressed, w, us_per_byte, alpha,
+                          sum_speed, allreduce, transport_cpu, add);
+  if (copied) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
+}
 double CompressedBytes(const proto::CodecCost& codec, double bytes) {
   const double out =
       codec.sizes().empty()
@@ -225,9 +252,12 @@ std::vector<TensorOption> EnumerateOptions(const proto::TensorProfile& tensor,
     hier_choices.push_back(true);
   }
 
-  // Collectives: host tensors only (the engine's collectives take host tensors), flat.
+  // Collectives, flat: gloo among the workers; with GPUs an uncompressed allreduce by NCCL in
+  // place, every other collective through the tensor's pinned host copy (AddCollectiveStages).
+  // (A hierarchical job, hierarchical_only, has none: only each machine's root reaches the
+  // network there.)
   const bool collectives =
-      cluster.collectives() && cluster.gpus_per_machine() == 0 && cluster.workers() > 1;
+      cluster.collectives() && cluster.workers() > 1 && !options.hierarchical_only();
   std::vector<TensorOption> out;
   auto add_collective = [&](TensorOption o, proto::Scheme scheme) {
     o.scheme = static_cast<uint8_t>(scheme);
@@ -473,7 +503,15 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   };
 
   if (option.collective()) {
-    AddCollectiveStages(option, codec, part_bytes, compressed, cluster, transport_cpu, add);
+    const int element_bytes = tensor.element_bytes() > 0 ? tensor.element_bytes() : 4;
+    const CollectivePath path =
+        !has_gpu ? CollectivePath::kHost
+        : codec == nullptr && option.scheme == proto::SCHEME_ALLREDUCE &&
+                (element_bytes == 4 || element_bytes == 2)
+            ? CollectivePath::kNcclInPlace
+            : CollectivePath::kPinnedCopy;
+    AddCollectiveStages(option, codec, part_bytes, compressed, cluster, path, pcie, transport_cpu,
+                        add);
     return cost;
   }
   if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes, true));

@@ -48,6 +48,16 @@ proto::ClusterDescription CollectiveCluster(int servers, bool collectives) {
   return WithDefaults(c);
 }
 
+// The same 4 machines with 2 GPUs each (8 workers), 100 Gbit/s PCIe (12,500 bytes/us) and 5 us.
+proto::ClusterDescription GpuCollectiveCluster(int servers) {
+  proto::ClusterDescription c = CollectiveCluster(servers, true);
+  c.set_gpus_per_machine(2);
+  c.clear_workers();  // a worker per GPU
+  c.mutable_pcie_link()->set_bandwidth_gbps(100);
+  c.mutable_pcie_link()->set_latency_us(5);
+  return WithDefaults(c);
+}
+
 std::vector<std::string> Described(const std::vector<TensorOption>& options,
                                    const proto::CostTable& costs) {
   std::vector<std::string> out;
@@ -71,17 +81,23 @@ TEST(SchemeTest, CollectivesAddAllreduceForSummingCodecsAndAllgatherForTheOthers
   EXPECT_TRUE(Has(with, "topk(CPU,1-way) allgather"));
   EXPECT_FALSE(Has(with, "topk(CPU,1-way) allreduce"));
   EXPECT_FALSE(Has(with, "fp16(CPU,2-way:CPU) allreduce"));  // collectives are one-way
-  // Without collectives, or with GPUs (the engine's collectives take host tensors), none.
-  for (const auto& cluster : {CollectiveCluster(1, false), [] {
-                                proto::ClusterDescription c = CollectiveCluster(1, true);
-                                c.set_gpus_per_machine(1);
-                                return WithDefaults(c);
-                              }()}) {
+  // Without collectives, or in a hierarchical job (only each machine's root reaches the
+  // network), none.
+  proto::PlannerOptions hierarchical = options;
+  hierarchical.set_hierarchical_only(true);
+  for (const auto& [cluster, opts] : {std::pair{CollectiveCluster(1, false), options},
+                                      std::pair{CollectiveCluster(1, true), hierarchical}}) {
     for (const TensorOption& o :
-         EnumerateOptions(testing::Tensor(1 << 20), cluster, costs, options)) {
+         EnumerateOptions(testing::Tensor(1 << 20), cluster, costs, opts)) {
       EXPECT_FALSE(o.collective()) << DescribeOption(o, costs);
     }
   }
+  // With GPUs the same schemes: device tensors take NCCL or their pinned host copy.
+  const auto gpu = Described(
+      EnumerateOptions(testing::Tensor(1 << 20), GpuCollectiveCluster(1), costs, options), costs);
+  EXPECT_TRUE(Has(gpu, "none allreduce"));
+  EXPECT_TRUE(Has(gpu, "fp16(CPU,1-way) allreduce"));
+  EXPECT_TRUE(Has(gpu, "topk(CPU,1-way) allgather"));
   // A small tensor (not compressed) still gets the uncompressed allreduce.
   const auto small = Described(
       EnumerateOptions(testing::Tensor(100), CollectiveCluster(1, true), costs, options), costs);
@@ -119,6 +135,47 @@ TEST(SchemeTest, AnAllreduceMovesTwiceThreeQuartersOfTheBytesThroughEveryLinkAnd
   EXPECT_NEAR(topk.work_us[kNicDown], 3 * payload / 1000, 1e-3);
   EXPECT_NEAR(topk.work_us[kNicUp], 3 * payload / 1000 + 10 * 4, 1e-3);
   EXPECT_DOUBLE_EQ(topk.work_us[kServer], 0);
+}
+
+TEST(SchemeTest, OnGpusAnUncompressedAllreduceIsNcclsRingAndTheRestGoesThroughThePinnedCopy) {
+  const proto::ClusterDescription cluster = GpuCollectiveCluster(4);
+  ASSERT_EQ(cluster.workers(), 8);
+  const proto::CostTable costs = SchemeCodecs();
+  const double bytes = 4 << 20;
+  TensorOption ring;
+  ring.scheme = proto::SCHEME_ALLREDUCE;
+  // NCCL: one ring over the 8 GPUs crosses each machine's NIC once (not once per GPU, as
+  // gloo's flat mesh of host copies does), 7 steps each way plus the batch's broadcast; the
+  // adds on the GPU: no CPU pool, no PCIe, no server.
+  const OptionCost nccl = CostOf(ring, testing::Tensor(1 << 20), cluster, costs);
+  const double moved = bytes * 7 / 8 / 1000;
+  EXPECT_NEAR(nccl.work_us[kNicUp], 2 * moved + 10 * 15, 1e-3);
+  EXPECT_NEAR(nccl.work_us[kNicDown], 2 * moved, 1e-3);
+  for (Resource r : {kCpuPool, kPcieD2H, kPcieH2D, kServer, kCompute}) {
+    EXPECT_DOUBLE_EQ(nccl.work_us[r], 0) << ResourceName(r);
+  }
+  // fp16 gradients too (NCCL sums them); 8-byte elements are not NCCL's here: the pinned copy,
+  // and gloo's flat mesh, where the machine's two workers share its link.
+  proto::TensorProfile half = testing::Tensor(2 << 20);
+  half.set_element_bytes(2);
+  EXPECT_NEAR(CostOf(ring, half, cluster, costs).work_us[kNicDown], 2 * moved, 1e-3);
+  proto::TensorProfile wide = testing::Tensor(1 << 19);
+  wide.set_element_bytes(8);
+  const OptionCost copied = CostOf(ring, wide, cluster, costs);
+  EXPECT_NEAR(copied.work_us[kPcieD2H], 5 + bytes / 12500, 1e-3);
+  EXPECT_NEAR(copied.work_us[kPcieH2D], 5 + bytes / 12500, 1e-3);
+  EXPECT_NEAR(copied.work_us[kNicDown], 2 * 2 * moved, 1e-3);
+  EXPECT_GT(copied.work_us[kCpuPool], 0);
+  // A compressed collective: copied out, encoded on the pool, gloo, decoded, copied back.
+  TensorOption fp16 = ring;
+  fp16.codec = 0;
+  fp16.encode_on = Where::kCpu;
+  const OptionCost pinned = CostOf(fp16, testing::Tensor(1 << 20), cluster, costs);
+  EXPECT_EQ(pinned.stages[0].kind, kCopyD2H);
+  EXPECT_EQ(pinned.stages[1].kind, kEncode);
+  EXPECT_EQ(pinned.stages[pinned.num_stages - 2].kind, kDecode);
+  EXPECT_EQ(pinned.stages[pinned.num_stages - 1].kind, kCopyH2D);
+  EXPECT_NEAR(pinned.work_us[kNicDown], 2 * 2 * moved / 2, 1e-3);  // half the bytes, shared link
 }
 
 PlannerInputs UncompressedModel(int servers, bool collectives) {
@@ -160,6 +217,21 @@ TEST(SchemeTest, OneServerApartForFourWorkersLosesToTheRingAndThePlanSaysSo) {
   auto without = Prepare(UncompressedModel(/*servers=*/4, /*collectives=*/false));
   ASSERT_TRUE(spread.ok() && without.ok());
   EXPECT_LE(PlanByteComp(*spread).predicted_us, PlanByteComp(*without).predicted_us * 1.001);
+}
+
+TEST(SchemeTest, OnGpusTheRingOfNcclBeatsOneServerAndThePlanPicksIt) {
+  PlannerInputs in = UncompressedModel(/*servers=*/1, /*collectives=*/true);
+  in.cluster = GpuCollectiveCluster(1);
+  auto problem = Prepare(in);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const PlanResult plan = PlanByteComp(*problem);
+  // One server takes 8 workers' pushes; NCCL's ring moves 2 x 7/8 of the bytes per NIC.
+  EXPECT_LT(plan.predicted_us, 0.3 * plan.no_compression_us);
+  const proto::Strategy strategy = ToStrategy(*problem, plan.choice);
+  for (const proto::TensorStrategy& t : strategy.tensors()) {
+    EXPECT_EQ(t.scheme(), proto::SCHEME_ALLREDUCE) << t.name_pattern();
+    EXPECT_TRUE(t.push_codec().name().empty()) << t.name_pattern();
+  }
 }
 
 }  // namespace
