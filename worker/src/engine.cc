@@ -111,7 +111,7 @@ absl::Status Engine::JoinCollectives() {
   options.rank = info_.rank;
   options.size = info_.size;
   options.timeout = std::chrono::milliseconds(config_.push_pull_timeout_ms());
-  options.device_summer = MakeNcclDeviceSummer(info_.rank, info_.size);
+  options.device_summer = MakeNcclDeviceSummer(info_.rank, info_.size, options.timeout);
   absl::StatusOr<std::unique_ptr<CollectiveExchange>> joined =
       CollectiveExchange::Connect(*rendezvous_, host, options);
   if (!joined.ok()) return joined.status();

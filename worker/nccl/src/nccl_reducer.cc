@@ -105,6 +105,11 @@ NcclLocalReducer::~NcclLocalReducer() {
   if (comm_ != nullptr) ncclCommDestroy(static_cast<ncclComm_t>(comm_));
 }
 
+void NcclLocalReducer::Abort() {
+  if (comm_ != nullptr) ncclCommAbort(static_cast<ncclComm_t>(comm_));
+  comm_ = nullptr;
+}
+
 absl::Status NcclLocalReducer::ReduceScatterInPlace(void* buffer, size_t padded_elements,
                                                     DType dtype, void* stream) {
   if (absl::Status s = CheckPadded(padded_elements, size_, "reduce-scatter"); !s.ok()) return s;

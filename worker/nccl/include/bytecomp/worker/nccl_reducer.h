@@ -87,6 +87,10 @@ class NcclLocalReducer {
   absl::Status AllReduceInPlace(void* buffer, size_t elements, DType dtype, bool average,
                                 void* stream);
 
+  // Ends the communicator at once (ncclCommAbort), its operations in flight too: for a peer
+  // that will not come. Nothing may be called on the reducer afterwards but its destructor.
+  void Abort();
+
   // Calls between GroupStart and GroupEnd are fused into one NCCL launch (many partitions).
   absl::Status GroupStart();
   absl::Status GroupEnd();
