@@ -86,7 +86,8 @@ struct RandomBits16 {
 };
 
 // UniformFromBits of 16 lanes.
-[[gnu::target("arch=x86-64-v4"), gnu::always_inline]] inline __m512 UniformFromBits16(__m512i bits) {
+[[gnu::target("arch=x86-64-v4"), gnu::always_inline]] inline __m512 UniformFromBits16(
+    __m512i bits) {
   return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(bits, 8)),
                        _mm512_set1_ps(1.0f / 16777216.0f));
 }

@@ -62,9 +62,9 @@ BYTECOMP_SIMD_KERNEL(void, TernEncode,
 // 32 bits (a bit deposit each for the +1 and -1 codes), no code array. The same IEEE
 // operations as TernaryCode, so the same bytes.
 [[gnu::target("arch=x86-64-v4")]] void TernEncodeAvx512Masks(const float* __restrict x, size_t n,
-                                                           float clip, float scale,
-                                                           CounterRandom random,
-                                                           uint8_t* __restrict out) {
+                                                             float clip, float scale,
+                                                             CounterRandom random,
+                                                             uint8_t* __restrict out) {
   RandomBits16 bits(random, 0);
   const __m512 clip16 = _mm512_set1_ps(clip);
   const __m512 scale16 = _mm512_set1_ps(scale);
