@@ -248,6 +248,32 @@ TEST(NaturalTest, UnbiasedOverSeedsIncludingBelowTheFloor) {
   ExpectUnbiased(*codec, x, 400, [](int t) { return TestContext(t); });
 }
 
+// The payload is elementwise.h's recipe byte for byte, also where the largest |x| grows along
+// the tensor (the AVX-512 encoder codes chunks with the base so far and recodes the early ones)
+// and with zeros, subnormals and values below the floor.
+TEST(NaturalTest, PayloadIsTheRecipeWhileTheMaximumGrows) {
+  auto codec = MustCreate("natural");
+  for (size_t n : {size_t{15}, size_t{4096}, size_t{50013}}) {
+    auto x = RandomNormal(n, 17);
+    for (size_t i = 0; i < n; ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(i / 3000));
+    for (size_t i = 0; i < n; i += 7) x[i] *= 1e-38f;  // some subnormal, some below the floor
+    for (size_t i = 3; i < n; i += 11) x[i] = (i % 2) ? 0.0f : -0.0f;
+    if (n > 40000) x[40000] = 3e38f;  // the base moves late
+    const CodecContext ctx = TestContext(3);
+    auto enc = EncodeToVector(*codec, x, ctx);
+    ASSERT_TRUE(enc.ok()) << enc.status();
+    uint32_t max_exponent = 0;
+    for (float v : x) max_exponent = std::max(max_exponent, (FloatBits(v) & 0x7fffffffu) >> 23);
+    const uint32_t low = NaturalExponentLow(max_exponent);
+    ASSERT_EQ((*enc)[0], low) << n;
+    const CounterRandom random = MakeCounterRandom(ctx.seed, ctx.key, ctx.round, ctx.node);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ((*enc)[1 + i], NaturalCode(x[i], low, RandomBits(random, static_cast<uint32_t>(i))))
+          << n << " " << i;
+    }
+  }
+}
+
 // ---- u8bit ----
 
 TEST(U8bitTest, SizeAndNearestTableValue) {
