@@ -60,20 +60,13 @@ BYTECOMP_SIMD_KERNEL(void, DitherEncodeNatural,
   const __m512 inverse = _mm512_set1_ps(inverse_norm);
   const __m512 levels = _mm512_set1_ps(static_cast<float>(s));  // DitherLinearLevel's product
   const __m512 top = _mm512_set1_ps(static_cast<float>(static_cast<int32_t>(s)));
-  const __m512 zero = _mm512_setzero_ps();
-  const __m512i one = _mm512_set1_epi32(1);
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(1u << level_bits));
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 uniform = UniformFromBits16(bits16.Next());
     const __m512 v = _mm512_loadu_ps(x + i);
     const __m512 scaled = _mm512_mul_ps(_mm512_mul_ps(_mm512_abs_ps(v), inverse), levels);
-    const __m512 clamped = _mm512_min_ps(_mm512_max_ps(scaled, zero), top);
-    const __m512i lower = _mm512_cvttps_epi32(clamped);
-    const __m512 fraction = _mm512_sub_ps(clamped, _mm512_cvtepi32_ps(lower));
-    __m512i code =
-        _mm512_mask_add_epi32(lower, _mm512_cmp_ps_mask(uniform, fraction, _CMP_LT_OQ), lower, one);
-    code = _mm512_mask_or_epi32(code, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), code, sign);
+    const __m512i code = StochasticCode16(scaled, top, uniform, v, sign);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), _mm512_cvtepi32_epi16(code));
   }
   for (; i < n; ++i) {

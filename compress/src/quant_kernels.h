@@ -92,6 +92,20 @@ struct RandomBits16 {
                        _mm512_set1_ps(1.0f / 16777216.0f));
 }
 
+// StochasticLevel of 16 lanes with the sign bit: `scaled` (|v| on the level scale) clamped to
+// [0, top], rounded up where `uniform` falls below its fraction, `sign` or'ed in where v < 0.
+// vmaxps and vminps give StochasticLevel's selects, NaN included, so the same codes.
+[[gnu::target("arch=x86-64-v4"), gnu::always_inline]] inline __m512i StochasticCode16(
+    __m512 scaled, __m512 top, __m512 uniform, __m512 v, __m512i sign) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 clamped = _mm512_min_ps(_mm512_max_ps(scaled, zero), top);
+  const __m512i lower = _mm512_cvttps_epi32(clamped);
+  const __m512 fraction = _mm512_sub_ps(clamped, _mm512_cvtepi32_ps(lower));
+  const __m512i code = _mm512_mask_add_epi32(
+      lower, _mm512_cmp_ps_mask(uniform, fraction, _CMP_LT_OQ), lower, _mm512_set1_epi32(1));
+  return _mm512_mask_or_epi32(code, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), code, sign);
+}
+
 // Asks for the next block's input ahead of use: the hardware prefetcher alone falls behind
 // these compute-heavy loops on large tensors (measured: up to 2x at 64M floats).
 // Prefetches x[begin, begin + count) clipped to n.

@@ -36,6 +36,23 @@ __attribute__((always_inline)) inline void QsgdEncodeBucketBody(
   }
 }
 
+// The norms of the buckets from `first` on, at most `group` of them (*count), into the payload
+// (`norms`) and `group_norms`; false where a sum of squares is not finite.
+__attribute__((always_inline)) inline bool GroupNorms(const float* __restrict x, size_t n,
+                                                      size_t first, size_t bucket, size_t group,
+                                                      uint8_t* __restrict norms, float* group_norms,
+                                                      size_t* count) {
+  *count = 0;
+  for (size_t begin = first; begin < n && *count < group; begin += bucket, ++*count) {
+    const size_t len = n - begin < bucket ? n - begin : bucket;
+    const double sum_of_squares = SumOfSquaresInline(x + begin, len);
+    if (!std::isfinite(sum_of_squares)) return false;
+    group_norms[*count] = qsgd::NormFromSumOfSquares(sum_of_squares);
+    PutF32(norms + 4 * *count, group_norms[*count]);
+  }
+  return true;
+}
+
 // All buckets in one call: norm (the bucket's sum of squares, which doubles as the finite
 // check: NaN or Inf exactly when an element is, as finite floats squared cannot overflow a
 // double sum), then the codes while the bucket is in L1. Returns false on a non-finite input.
@@ -52,12 +69,8 @@ __attribute__((always_inline)) inline bool QsgdEncodeAll(const float* __restrict
   float group_norms[kGroup];
   for (size_t first = 0, b0 = 0; first < n; first += kGroup * bucket, b0 += kGroup) {
     size_t count = 0;
-    for (size_t begin = first; begin < n && count < kGroup; begin += bucket, ++count) {
-      const size_t len = n - begin < bucket ? n - begin : bucket;
-      const double sum_of_squares = SumOfSquaresInline(x + begin, len);
-      if (!std::isfinite(sum_of_squares)) return false;
-      group_norms[count] = qsgd::NormFromSumOfSquares(sum_of_squares);
-      PutF32(norms + 4 * (b0 + count), group_norms[count]);
+    if (!GroupNorms(x, n, first, bucket, kGroup, norms + 4 * b0, group_norms, &count)) {
+      return false;
     }
     for (size_t g = 0; g < count; ++g) {
       const size_t begin = first + g * bucket;
@@ -90,17 +103,11 @@ BYTECOMP_SIMD_KERNEL(bool, QsgdEncode8,
   float group_norms[kGroup];
   RandomBits16 bits16(random, 0);
   const __m512 levels = _mm512_set1_ps(static_cast<float>(static_cast<int32_t>(quantum_num)));
-  const __m512 zero = _mm512_setzero_ps();
-  const __m512i one = _mm512_set1_epi32(1);
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(1u << level_bits));
   for (size_t first = 0, b0 = 0; first < n; first += kGroup * bucket, b0 += kGroup) {
     size_t count = 0;
-    for (size_t begin = first; begin < n && count < kGroup; begin += bucket, ++count) {
-      const size_t len = n - begin < bucket ? n - begin : bucket;
-      const double sum_of_squares = SumOfSquaresInline(x + begin, len);
-      if (!std::isfinite(sum_of_squares)) return false;
-      group_norms[count] = qsgd::NormFromSumOfSquares(sum_of_squares);
-      PutF32(norms + 4 * (b0 + count), group_norms[count]);
+    if (!GroupNorms(x, n, first, bucket, kGroup, norms + 4 * b0, group_norms, &count)) {
+      return false;
     }
     for (size_t g = 0; g < count; ++g) {
       const size_t begin = first + g * bucket;
@@ -113,12 +120,7 @@ BYTECOMP_SIMD_KERNEL(bool, QsgdEncode8,
         const __m512 uniform = UniformFromBits16(bits16.Next());
         const __m512 v = _mm512_loadu_ps(xb + i);
         const __m512 scaled = _mm512_mul_ps(_mm512_div_ps(_mm512_abs_ps(v), norm), levels);
-        const __m512 clamped = _mm512_min_ps(_mm512_max_ps(scaled, zero), levels);
-        const __m512i lower = _mm512_cvttps_epi32(clamped);
-        const __m512 fraction = _mm512_sub_ps(clamped, _mm512_cvtepi32_ps(lower));
-        __m512i code = _mm512_mask_add_epi32(
-            lower, _mm512_cmp_ps_mask(uniform, fraction, _CMP_LT_OQ), lower, one);
-        code = _mm512_mask_or_epi32(code, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), code, sign);
+        const __m512i code = StochasticCode16(scaled, levels, uniform, v, sign);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(cb + i), _mm512_cvtepi32_epi8(code));
       }
       for (; i < len; ++i) {  // the last bucket's last elements
