@@ -112,8 +112,9 @@ class NcclDeviceSummer final : public DeviceSummer {
     }
     comm_ = *std::move(comm);
     // The communicator's stream and its batch's end, on its device (Create set it current).
-    cudaError_t rc = stream_ != nullptr ? cudaSuccess
-                                        : cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    cudaError_t rc = stream_ != nullptr
+                         ? cudaSuccess
+                         : cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
     if (rc == cudaSuccess && done_ == nullptr) {
       rc = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
     }

@@ -504,12 +504,11 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
 
   if (option.collective()) {
     const int element_bytes = tensor.element_bytes() > 0 ? tensor.element_bytes() : 4;
-    const CollectivePath path =
-        !has_gpu ? CollectivePath::kHost
-        : codec == nullptr && option.scheme == proto::SCHEME_ALLREDUCE &&
-                (element_bytes == 4 || element_bytes == 2)
-            ? CollectivePath::kNcclInPlace
-            : CollectivePath::kPinnedCopy;
+    const CollectivePath path = !has_gpu ? CollectivePath::kHost
+                                : codec == nullptr && option.scheme == proto::SCHEME_ALLREDUCE &&
+                                        (element_bytes == 4 || element_bytes == 2)
+                                    ? CollectivePath::kNcclInPlace
+                                    : CollectivePath::kPinnedCopy;
     AddCollectiveStages(option, codec, part_bytes, compressed, cluster, path, pcie, transport_cpu,
                         add);
     return cost;

@@ -87,8 +87,7 @@ TEST(SchemeTest, CollectivesAddAllreduceForSummingCodecsAndAllgatherForTheOthers
   hierarchical.set_hierarchical_only(true);
   for (const auto& [cluster, opts] : {std::pair{CollectiveCluster(1, false), options},
                                       std::pair{CollectiveCluster(1, true), hierarchical}}) {
-    for (const TensorOption& o :
-         EnumerateOptions(testing::Tensor(1 << 20), cluster, costs, opts)) {
+    for (const TensorOption& o : EnumerateOptions(testing::Tensor(1 << 20), cluster, costs, opts)) {
       EXPECT_FALSE(o.collective()) << DescribeOption(o, costs);
     }
   }
