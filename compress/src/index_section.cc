@@ -1,5 +1,7 @@
 #include "index_section.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -77,6 +79,62 @@ size_t WriteIndices(const uint32_t* indices, size_t k, const IndexPlan& plan, ui
     }
   }
   return 0;
+}
+
+namespace {
+
+uint64_t ByteLaneMask(uint32_t width) { return 0x0101010101010101ull * ((1ull << width) - 1); }
+
+}  // namespace
+
+__attribute__((target("bmi2"))) size_t WriteByteDeltas(uint8_t* deltas, size_t k, uint32_t width,
+                                                       uint8_t* out) {
+  const size_t bytes = PackedBytes(k, static_cast<int>(width));
+  std::memset(deltas + k, 0, 8);
+  const uint64_t mask = ByteLaneMask(width);
+  // Group g's width bytes at out + g * width; each step stores 8 bytes, the next overwriting
+  // the excess, up to the last group whose 8 bytes would pass the section's end.
+  size_t g = 0;
+  const size_t groups = (k + 7) / 8;
+  for (; g < groups && g * width + 8 <= bytes; ++g) {
+    uint64_t codes;
+    std::memcpy(&codes, deltas + 8 * g, 8);
+    const uint64_t packed = _pext_u64(codes, mask);
+    std::memcpy(out + g * width, &packed, 8);
+  }
+  for (; g < groups; ++g) {
+    uint64_t codes;
+    std::memcpy(&codes, deltas + 8 * g, 8);
+    const uint64_t packed = _pext_u64(codes, mask);
+    std::memcpy(out + g * width, &packed, bytes - g * width);
+  }
+  return bytes;
+}
+
+__attribute__((target("bmi2"))) void ReadByteDeltas(const uint8_t* section, size_t bytes,
+                                                    size_t first, size_t count, uint32_t width,
+                                                    uint8_t* deltas) {
+  const uint64_t mask = ByteLaneMask(width);
+  const size_t g0 = first / 8, groups = (count + 7) / 8;
+  for (size_t g = 0; g < groups; ++g) {
+    const size_t at = (g0 + g) * width;
+    uint64_t packed = 0;
+    if (at + 8 <= bytes) {
+      std::memcpy(&packed, section + at, 8);
+    } else if (at < bytes) {
+      std::memcpy(&packed, section + at, bytes - at);
+    }
+    const uint64_t codes = _pdep_u64(packed, mask);
+    std::memcpy(deltas + 8 * g, &codes, 8);
+  }
+}
+
+void IndicesFromByteDeltas(const uint8_t* deltas, size_t k, uint32_t* indices) {
+  uint32_t next = 0;
+  for (size_t j = 0; j < k; ++j) {
+    indices[j] = next + deltas[j];
+    next = indices[j] + 1;
+  }
 }
 
 // Bit-packed deltas of 1-8 bits (the section's size checked), the way WriteNarrowDeltas wrote

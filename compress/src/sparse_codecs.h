@@ -31,6 +31,11 @@ inline uint32_t AbsBits(float x) {
 // the message size.
 size_t FinishSparseMessage(uint8_t* out, size_t n, size_t k, const uint32_t* indices);
 
+// FinishSparseMessage for k indices given as their deltas, one a byte (delta_bits: their OR),
+// as CompactByteDeltas leaves them; deltas needs 8 bytes of room past k. The same bytes.
+size_t FinishByteDeltaMessage(uint8_t* out, size_t n, size_t k, uint8_t* deltas,
+                              uint32_t delta_bits);
+
 // Base of topk, threshold and dgc: decode and the sparse add.
 class SparseCodec : public Codec {
  public:
@@ -72,6 +77,24 @@ size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t*
 // non_finite (may be null): whether x holds a NaN or an Inf, found in the same pass.
 size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices,
                bool* non_finite = nullptr);
+
+// Whether the byte-delta paths (CompactByteDeltas, the sparse decode's) run: AVX-512 and BMI2.
+bool ByteDeltaPaths();
+
+// threshold's one pass where ByteDeltaPaths() (the caller checks): Compact's
+// selection from lo (1 <= lo < kNonFiniteAbsBits) with the index deltas as bytes instead of the
+// indices, while every delta fits a byte. deltas needs room for the count plus kCompactSlack
+// bytes. Stops at the first 16-element step holding a delta above 255: the first `done`
+// elements are compacted then (k values at out + 16, their k deltas), the rest is not.
+struct ByteDeltaCompaction {
+  size_t k = 0;
+  size_t done = 0;
+  bool stopped = false;
+  uint32_t delta_bits = 0;  // the OR of the k deltas (its bit width is the largest's)
+  bool non_finite = false;  // a NaN or an Inf among the first `done` elements (or a few more)
+};
+ByteDeltaCompaction CompactByteDeltas(const float* x, size_t n, uint32_t lo, uint8_t* out,
+                                      uint8_t* deltas);
 
 // ---- registration (sparse_codecs.cc calls these in its order)
 

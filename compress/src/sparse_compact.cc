@@ -125,7 +125,78 @@ __attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n
                                       indices != nullptr ? indices + j : nullptr, base, above_hi);
 }
 
+// (GCC 12 warns that intrinsics' undefined pass-through operands "may be used uninitialized"
+// or "are used uninitialized", a false positive of its headers.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// CompactByteDeltas's AVX-512 loop: 16 elements a step; the kept values compressed into
+// values, their positions compressed (lanes past the kept ones filled with the last kept
+// position) and shifted by one lane against the last kept position of the steps before, which
+// gives the deltas; a step whose deltas do not all fit a byte ends the loop before it writes
+// anything that counts. The last partial step loads its lanes masked (zeros are never kept).
+__attribute__((target("avx512f,avx512bw,avx512vl,bmi,bmi2"))) ByteDeltaCompaction
+CompactByteDeltasAvx512(const float* x, size_t n, uint32_t lo, uint8_t* values, uint8_t* deltas) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
+  const __m512i vhi = _mm512_set1_epi32(static_cast<int>(kNonFiniteAbsBits - 1));
+  const __m512i byte_max = _mm512_set1_epi32(0xff);
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i delta_bits = _mm512_setzero_si512();
+  __mmask16 above = 0;
+  uint32_t last = 0xffffffffu;  // the last kept position; "-1" makes the first delta i_0
+  size_t j = 0, i = 0;
+  ByteDeltaCompaction r;
+  for (; i < n; i += 16) {
+    const __mmask16 in = n - i >= 16 ? 0xffff : static_cast<__mmask16>(_bzhi_u32(0xffff, n - i));
+    const __m512 v = _mm512_maskz_loadu_ps(in, x + i);
+    const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
+    const __mmask16 at_most_hi = _mm512_cmple_epu32_mask(a, vhi);
+    const __mmask16 keep = _mm512_mask_cmpge_epu32_mask(at_most_hi, a, vlo);
+    above |= static_cast<__mmask16>(~at_most_hi);
+    const __m512i last_v = _mm512_set1_epi32(static_cast<int>(last));
+    const __m512i iota = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)), lanes);
+    const __m512i pos = _mm512_mask_compress_epi32(last_v, keep, iota);
+    const __m512i prev = _mm512_alignr_epi32(pos, last_v, 15);
+    const unsigned c = static_cast<unsigned>(__builtin_popcount(keep));
+    const __mmask16 valid = static_cast<__mmask16>(_bzhi_u32(0xffff, c));
+    const __m512i d = _mm512_sub_epi32(_mm512_sub_epi32(pos, prev), _mm512_set1_epi32(1));
+    if (_mm512_mask_cmpgt_epu32_mask(valid, d, byte_max) != 0) {
+      r.stopped = true;
+      break;
+    }
+    delta_bits = _mm512_mask_or_epi32(delta_bits, valid, delta_bits, d);
+    _mm512_storeu_ps(values + 4 * j, _mm512_maskz_compress_ps(keep, v));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(deltas + j), _mm512_cvtepi32_epi8(d));
+    j += c;
+    if (keep != 0)
+      last = static_cast<uint32_t>(i) + 31u - static_cast<uint32_t>(__builtin_clz(keep));
+  }
+  r.k = j;
+  r.done = r.stopped ? i : n;
+  r.delta_bits = static_cast<uint32_t>(_mm512_reduce_or_epi32(delta_bits));
+  r.non_finite = (above & 0xffff) != 0;
+  return r;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 }  // namespace
+
+bool ByteDeltaPaths() {
+  static const bool available =
+      CpuSimdLevel() == SimdLevel::kAvx512 && __builtin_cpu_supports("bmi2");
+  return available;
+}
+
+ByteDeltaCompaction CompactByteDeltas(const float* x, size_t n, uint32_t lo, uint8_t* out,
+                                      uint8_t* deltas) {
+  return CompactByteDeltasAvx512(x, n, lo, out + sparse::kHeaderBytes, deltas);
+}
 
 template <bool kAbs>
 size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t* values,

@@ -11,6 +11,7 @@
 #include "bytecomp/compress/format/sparse_format.h"
 #include "bytecomp/compress/format/topk_select.h"
 #include "codec_checks.h"
+#include "index_section.h"
 #include "sparse_codecs.h"
 
 namespace bytecomp::compress {
@@ -272,6 +273,27 @@ class ThresholdCodec final : public SparseCodec {
     const size_t n = input.size();
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
     // |x| > threshold, compared as bit patterns; the finite check in the same pass.
+    const uint32_t hi = kNonFiniteAbsBits - 1;
+    if (n >= kCompactSlack && kept_from_bits_ <= hi && ByteDeltaPaths()) {
+      // The deltas as bytes while they fit (one pass; their section packed after it), else
+      // from the first step that holds a larger one on, the indices as below.
+      deltas_.resize(n + kCompactSlack);
+      const ByteDeltaCompaction r =
+          CompactByteDeltas(input.data(), n, kept_from_bits_, out.data(), deltas_.data());
+      if (!r.stopped) {
+        if (r.non_finite) return NonFiniteError(input, "codec 'threshold' input");
+        return FinishByteDeltaMessage(out.data(), n, r.k, deltas_.data(), r.delta_bits);
+      }
+      indices_.resize(n + kCompactSlack);
+      sparse::IndicesFromByteDeltas(deltas_.data(), r.k, indices_.data());
+      bool non_finite = r.non_finite;
+      const size_t k =
+          r.k + CompactRange(input.data() + r.done, n - r.done, kept_from_bits_, hi,
+                             out.data() + sparse::kHeaderBytes + 4 * r.k, indices_.data() + r.k,
+                             static_cast<uint32_t>(r.done), &non_finite);
+      if (non_finite) return NonFiniteError(input, "codec 'threshold' input");
+      return FinishSparseMessage(out.data(), n, k, indices_.data());
+    }
     indices_.resize(n + kCompactSlack);
     bool non_finite = false;
     const size_t k =
@@ -281,7 +303,8 @@ class ThresholdCodec final : public SparseCodec {
   }
 
  private:
-  uint32_t kept_from_bits_;  // sparse::ThresholdKeptFromBits
+  uint32_t kept_from_bits_;      // sparse::ThresholdKeptFromBits
+  std::vector<uint8_t> deltas_;  // encode's index deltas (CompactByteDeltas)
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "codec_test_util.h"
 
 namespace bytecomp::compress {
@@ -405,6 +406,106 @@ TEST(SparseCodecsTest, BitPackedDeltasOfEveryWidthAcrossBlocks) {
   EXPECT_GE(refusals, 5);
 }
 
+// threshold's message for x, built from the format's text alone: header, the kept values, the
+// smallest index section (ties to the earlier encoding).
+std::vector<uint8_t> ReferenceThresholdMessage(const std::vector<float>& x, float threshold) {
+  std::vector<uint32_t> idx;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::fabs(x[i]) > threshold) idx.push_back(static_cast<uint32_t>(i));
+  }
+  std::vector<uint32_t> deltas;
+  uint32_t max_delta = 0;
+  for (size_t j = 0; j < idx.size(); ++j) {
+    deltas.push_back(idx[j] - (j == 0 ? 0u : idx[j - 1] + 1u));
+    max_delta = std::max(max_delta, deltas.back());
+  }
+  const uint32_t width = max_delta == 0 ? 0 : 32 - __builtin_clz(max_delta);
+  std::vector<uint8_t> raw(4 * idx.size()), packed((idx.size() * width + 7) / 8, 0), varint;
+  if (!idx.empty()) std::memcpy(raw.data(), idx.data(), raw.size());
+  for (size_t j = 0; j < deltas.size(); ++j) {
+    for (uint32_t b = 0; b < width; ++b) {
+      const size_t bit = j * width + b;
+      if ((deltas[j] >> b) & 1u) packed[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
+    }
+    uint32_t d = deltas[j];
+    for (; d >= 0x80; d >>= 7) varint.push_back(static_cast<uint8_t>(d | 0x80));
+    varint.push_back(static_cast<uint8_t>(d));
+  }
+  uint8_t encoding = 0;
+  const std::vector<uint8_t>* section = &raw;
+  if (!idx.empty() && packed.size() < section->size()) encoding = 1, section = &packed;
+  if (!idx.empty() && varint.size() < section->size()) encoding = 2, section = &varint;
+  std::vector<uint8_t> m(16);
+  m[0] = 1;
+  m[1] = encoding;
+  m[2] = encoding == 1 ? static_cast<uint8_t>(width) : 0;
+  const uint32_t header[3] = {static_cast<uint32_t>(x.size()), static_cast<uint32_t>(idx.size()),
+                              static_cast<uint32_t>(section->size())};
+  std::memcpy(m.data() + 4, header, 12);
+  for (uint32_t i : idx) {
+    uint8_t v[4];
+    std::memcpy(v, &x[i], 4);
+    m.insert(m.end(), v, v + 4);
+  }
+  m.insert(m.end(), section->begin(), section->end());
+  return m;
+}
+
+// threshold's encode keeps the index deltas as bytes while they fit one (the AVX-512 path) and
+// goes on with the indices from the first 16 elements that hold a larger one: the same bytes
+// as the format says, wherever that happens (never, in the first, a middle or the last, partial
+// step), and at every SIMD level.
+TEST(ThresholdTest, MessageBytesMatchTheFormatWhereverADeltaOutgrowsAByte) {
+  auto codec = MustCreate("threshold", {{"threshold", "0.5"}});
+  for (size_t n : {size_t{17}, size_t{40}, size_t{1000}, size_t{4099}, size_t{70001}}) {
+    for (size_t gap_at : {size_t{0}, size_t{5}, n / 2, n - 3, n}) {  // n: no large gap
+      for (size_t gap : {size_t{255}, size_t{256}, size_t{300}, size_t{5000}}) {
+        std::vector<float> x = RandomNormal(n, static_cast<uint32_t>(n + gap_at + gap));
+        for (size_t i = gap_at; i < std::min(n, gap_at + gap); ++i) x[i] *= 0.1f;  // dropped
+        for (size_t i = 0; i < n; i += 97) x[i] = 0.0f;                            // zeros too
+        auto enc = EncodeToVector(*codec, x, TestContext());
+        ASSERT_TRUE(enc.ok()) << enc.status();
+        const std::string what = absl::StrCat("n=", n, " gap at ", gap_at, " of ", gap);
+        ASSERT_EQ(*enc, ReferenceThresholdMessage(x, 0.5f)) << what;
+        auto dec = DecodeToVector(*codec, *enc, TestContext(), n);
+        ASSERT_TRUE(dec.ok()) << dec.status();
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ((*dec)[i], std::fabs(x[i]) > 0.5f ? x[i] : 0.0f) << what << " at " << i;
+        }
+      }
+    }
+  }
+  // Every element kept (width 0) and a threshold no finite value passes.
+  const std::vector<float> ones(100, 1.0f);
+  EXPECT_EQ(*EncodeToVector(*codec, ones, TestContext()), ReferenceThresholdMessage(ones, 0.5f));
+  const std::vector<float> small(100, 0.25f);
+  EXPECT_EQ(*EncodeToVector(*codec, small, TestContext()), ReferenceThresholdMessage(small, 0.5f));
+}
+
+// The decode writes the dense output front to back in cache-line windows: every element and
+// none past the output, wherever the output starts in a cache line and ends in a window.
+TEST(SparseCodecsTest, DecodeWritesExactlyTheOutputAtAnyAlignment) {
+  auto codec = MustCreate("threshold", {{"threshold", "0.5"}});
+  for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{2047}, size_t{2048},
+                   size_t{2049}, size_t{4113}, size_t{20000}}) {
+    std::vector<float> x = RandomNormal(n, static_cast<uint32_t>(n));
+    if (n > 9000) std::fill(x.begin() + 3000, x.begin() + 9000, 0.0f);  // empty windows
+    auto enc = EncodeToVector(*codec, x, TestContext());
+    ASSERT_TRUE(enc.ok()) << enc.status();
+    alignas(64) static float buffer[20000 + 64];
+    for (size_t at = 0; at <= 16; ++at) {
+      std::fill(std::begin(buffer), std::end(buffer), 7.0f);
+      ASSERT_TRUE(codec->Decode(*enc, TestContext(), absl::MakeSpan(buffer + at, n)).ok());
+      for (size_t i = 0; i < n + 32; ++i) {
+        const float want = i < at || i >= at + n         ? 7.0f
+                           : std::fabs(x[i - at]) > 0.5f ? x[i - at]
+                                                         : 0.0f;
+        ASSERT_EQ(buffer[i], want) << "n=" << n << " at " << at << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(SparseCodecsTest, IndexEncodingsRoundTrip) {
   // Dense selection: bit-packed deltas of width 0 (no index bytes at all).
   auto all = MustCreate("threshold", {{"threshold", "0"}});
@@ -470,9 +571,12 @@ TEST(SparseCodecsTest, MalformedMessagesAreRejected) {
       SparseMessage(7, 0, 10, {1, 2}, RawIndices({3, 7})),            // unknown encoding
       SparseMessage(1, 33, 10, {1, 2}, {0, 0, 0, 0, 0, 0, 0, 0, 0}),  // width > 32
       SparseMessage(1, 4, 10, {1, 2}, {0x73, 0x00}),                  // bit-packed, one byte extra
-      SparseMessage(1, 4, 10, {1, 2}, {0xf3}),     // bit-packed 3 then 3+1+15 >= 10
-      SparseMessage(2, 0, 10, {1, 2}, {3, 3, 0}),  // varint, bytes left over
-      SparseMessage(2, 0, 10, {1, 2}, {3}),        // varint ends early
+      SparseMessage(1, 4, 10, {1, 2}, {0xf3}),           // bit-packed 3 then 3+1+15 >= 10
+      SparseMessage(1, 4, 10, {1, NAN}, {0x23}),         // bit-packed, NaN value
+      SparseMessage(1, 8, 10, {1, 2}, {9, 0}),           // bit-packed bytes, 9 then 10 >= 10
+      SparseMessage(1, 4, 10, {1, 2, 3}, {0x00, 0x08}),  // 0, 1, then 1+1+8 >= 10
+      SparseMessage(2, 0, 10, {1, 2}, {3, 3, 0}),        // varint, bytes left over
+      SparseMessage(2, 0, 10, {1, 2}, {3}),              // varint ends early
       SparseMessage(2, 0, 10, {1, 2}, {0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),  // varint too long
       SparseMessage(0, 0, 10, std::vector<float>(11, 1.0f),
                     RawIndices({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})),  // k > n
@@ -484,6 +588,9 @@ TEST(SparseCodecsTest, MalformedMessagesAreRejected) {
     EXPECT_FALSE(codec->DecodeAdd(bad[c], TestContext(), absl::MakeSpan(acc)).ok());
     EXPECT_EQ(acc, std::vector<float>(10, 1.0f)) << "case " << c << " touched the accumulator";
   }
+  // Padding bits past the last delta are not checked (the format reader ignores them).
+  EXPECT_TRUE(decode(SparseMessage(1, 4, 10, {1}, {0xf3})).ok());
+  EXPECT_EQ(out[3], 1.0f);
   // A header claiming k = 4e9 must not allocate or read out of bounds.
   auto huge = SparseMessage(1, 0, 10, {}, {});
   const uint32_t big_k = 4000000000u;
