@@ -87,25 +87,28 @@ uint64_t ByteLaneMask(uint32_t width) { return 0x0101010101010101ull * ((1ull <<
 
 }  // namespace
 
-__attribute__((target("bmi2"))) size_t WriteByteDeltas(uint8_t* deltas, size_t k, uint32_t width,
-                                                       uint8_t* out) {
+__attribute__((target("bmi2"))) size_t WriteByteSteps(uint8_t* steps, size_t k, uint32_t width,
+                                                      uint8_t* out) {
   const size_t bytes = PackedBytes(k, static_cast<int>(width));
-  std::memset(deltas + k, 0, 8);
+  std::memset(steps + k, 1, 8);  // delta 0
   const uint64_t mask = ByteLaneMask(width);
   // Group g's width bytes at out + g * width; each step stores 8 bytes, the next overwriting
   // the excess, up to the last group whose 8 bytes would pass the section's end.
+  auto deltas = [&](size_t g) {
+    uint64_t s;
+    std::memcpy(&s, steps + 8 * g, 8);
+    // Each byte less 1, without borrows between them: the high bit set first, taken back after.
+    const uint64_t high = 0x8080808080808080ull;
+    return ((s | high) - 0x0101010101010101ull) ^ (~s & high);
+  };
   size_t g = 0;
   const size_t groups = (k + 7) / 8;
   for (; g < groups && g * width + 8 <= bytes; ++g) {
-    uint64_t codes;
-    std::memcpy(&codes, deltas + 8 * g, 8);
-    const uint64_t packed = _pext_u64(codes, mask);
+    const uint64_t packed = _pext_u64(deltas(g), mask);
     std::memcpy(out + g * width, &packed, 8);
   }
   for (; g < groups; ++g) {
-    uint64_t codes;
-    std::memcpy(&codes, deltas + 8 * g, 8);
-    const uint64_t packed = _pext_u64(codes, mask);
+    const uint64_t packed = _pext_u64(deltas(g), mask);
     std::memcpy(out + g * width, &packed, bytes - g * width);
   }
   return bytes;
@@ -129,10 +132,10 @@ __attribute__((target("bmi2"))) void ReadByteDeltas(const uint8_t* section, size
   }
 }
 
-void IndicesFromByteDeltas(const uint8_t* deltas, size_t k, uint32_t* indices) {
+void IndicesFromByteSteps(const uint8_t* steps, size_t k, uint32_t* indices) {
   uint32_t next = 0;
   for (size_t j = 0; j < k; ++j) {
-    indices[j] = next + deltas[j];
+    indices[j] = next + static_cast<uint8_t>(steps[j] - 1);
     next = indices[j] + 1;
   }
 }

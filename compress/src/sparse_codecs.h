@@ -31,10 +31,10 @@ inline uint32_t AbsBits(float x) {
 // the message size.
 size_t FinishSparseMessage(uint8_t* out, size_t n, size_t k, const uint32_t* indices);
 
-// FinishSparseMessage for k indices given as their deltas, one a byte (delta_bits: their OR),
-// as CompactByteDeltas leaves them; deltas needs 8 bytes of room past k. The same bytes.
-size_t FinishByteDeltaMessage(uint8_t* out, size_t n, size_t k, uint8_t* deltas,
-                              uint32_t delta_bits);
+// FinishSparseMessage for k indices given as their steps, one a byte, as CompactByteSteps
+// leaves them (max_delta: the largest delta); steps needs 8 bytes of room past k. The same
+// bytes.
+size_t FinishByteStepMessage(uint8_t* out, size_t n, size_t k, uint8_t* steps, uint32_t max_delta);
 
 // Base of topk, threshold and dgc: decode and the sparse add.
 class SparseCodec : public Codec {
@@ -78,23 +78,26 @@ size_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint8_t*
 size_t Compact(const float* x, size_t n, uint32_t lo, uint8_t* out, uint32_t* indices,
                bool* non_finite = nullptr);
 
-// Whether the byte-delta paths (CompactByteDeltas, the sparse decode's) run: AVX-512 and BMI2.
+// Whether the byte paths (CompactByteSteps, the sparse decode's byte deltas) run: AVX-512 and
+// BMI2.
 bool ByteDeltaPaths();
 
-// threshold's one pass where ByteDeltaPaths() (the caller checks): Compact's
-// selection from lo (1 <= lo < kNonFiniteAbsBits) with the index deltas as bytes instead of the
-// indices, while every delta fits a byte. deltas needs room for the count plus kCompactSlack
-// bytes. Stops at the first 16-element step holding a delta above 255: the first `done`
-// elements are compacted then (k values at out + 16, their k deltas), the rest is not.
-struct ByteDeltaCompaction {
+// threshold's one pass where ByteDeltaPaths() (the caller checks; n < 2^31): Compact's
+// selection from lo (1 <= lo < kNonFiniteAbsBits) with each kept index's step from the one
+// before, i_j - i_{j-1} (i_{-1} = -1: the delta + 1, 1..256), as a byte (256 as 0) instead of
+// the indices, while every step fits. steps needs room for the count plus kCompactSlack bytes.
+// Where a step above 256 turns up, the result stops before the block of 1024 elements that
+// holds it: the first `done` elements are compacted then (k values at out + 16, their k steps),
+// the rest is not.
+struct ByteStepCompaction {
   size_t k = 0;
   size_t done = 0;
   bool stopped = false;
-  uint32_t delta_bits = 0;  // the OR of the k deltas (its bit width is the largest's)
+  uint32_t max_delta = 0;   // the largest delta (step - 1) of the k
   bool non_finite = false;  // a NaN or an Inf among the first `done` elements (or a few more)
 };
-ByteDeltaCompaction CompactByteDeltas(const float* x, size_t n, uint32_t lo, uint8_t* out,
-                                      uint8_t* deltas);
+ByteStepCompaction CompactByteSteps(const float* x, size_t n, uint32_t lo, uint8_t* out,
+                                    uint8_t* steps);
 
 // ---- registration (sparse_codecs.cc calls these in its order)
 

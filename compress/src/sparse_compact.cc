@@ -2,6 +2,7 @@
 // (a permutation table) and AVX-512 (the compress instruction), chosen by CpuSimdLevel.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "bytecomp/compress/codec_util.h"
@@ -132,52 +133,82 @@ __attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-// CompactByteDeltas's AVX-512 loop: 16 elements a step; the kept values compressed into
-// values, their positions compressed (lanes past the kept ones filled with the last kept
-// position) and shifted by one lane against the last kept position of the steps before, which
-// gives the deltas; a step whose deltas do not all fit a byte ends the loop before it writes
-// anything that counts. The last partial step loads its lanes masked (zeros are never kept).
-__attribute__((target("avx512f,avx512bw,avx512vl,bmi,bmi2"))) ByteDeltaCompaction
-CompactByteDeltasAvx512(const float* x, size_t n, uint32_t lo, uint8_t* values, uint8_t* deltas) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+#define BYTECOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,bmi,bmi2")))
+
+// CompactByteSteps's state between its steps of 16 elements.
+struct StepState {
+  __m512i iota1;     // the step's positions + 1
+  __m512i max_step;  // the largest step so far (signed; the lanes past the kept ones are <= 0)
+  uint32_t next;     // the last kept position + 1 (0 before the first)
+  __mmask16 finite = 0xffff;
+  size_t j = 0;  // kept so far
+};
+
+// One step: the kept values compressed into values; the kept positions + 1 compressed (the
+// lanes past them filled with `next`) and less the same shifted up a lane (lane 0: `next`),
+// which gives each kept element's step, and <= 0 in the lanes past them. The tail's lanes past
+// n load as zeros, which are never kept (lo >= 1).
+template <bool kTail>
+[[gnu::always_inline]] BYTECOMP_AVX512 inline void CompactStep(const float* x, __mmask16 in,
+                                                               uint32_t i, __m512i lo,
+                                                               uint8_t* values, uint8_t* steps,
+                                                               StepState& s) {
+  const __m512 v = kTail ? _mm512_maskz_loadu_ps(in, x) : _mm512_loadu_ps(x);
+  const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 finite =
+      _mm512_cmple_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(kNonFiniteAbsBits - 1)));
+  const __mmask16 keep = _mm512_mask_cmpge_epu32_mask(finite, a, lo);
+  s.finite &= finite;
+  const __m512i next = _mm512_set1_epi32(static_cast<int>(s.next));
+  const __m512i q = _mm512_mask_compress_epi32(next, keep, s.iota1);
+  const __m512i step = _mm512_sub_epi32(q, _mm512_alignr_epi32(q, next, 15));
+  s.max_step = _mm512_max_epi32(s.max_step, step);
+  _mm512_storeu_ps(values + 4 * s.j, _mm512_maskz_compress_ps(keep, v));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(steps + s.j), _mm512_cvtepi32_epi8(step));
+  s.j += static_cast<size_t>(__builtin_popcount(keep));
+  if (keep != 0) s.next = i + 32u - static_cast<uint32_t>(__builtin_clz(keep));
+  s.iota1 = _mm512_add_epi32(s.iota1, _mm512_set1_epi32(16));
+}
+
+// CompactByteSteps with AVX-512: blocks of 64 steps, each checked for a step above 256 at its
+// end (then the block does not count: the result stops at its start).
+BYTECOMP_AVX512 ByteStepCompaction CompactByteStepsAvx512(const float* x, size_t n, uint32_t lo,
+                                                          uint8_t* values, uint8_t* steps) {
+  constexpr size_t kBlock = 64 * 16;
   const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
-  const __m512i vhi = _mm512_set1_epi32(static_cast<int>(kNonFiniteAbsBits - 1));
-  const __m512i byte_max = _mm512_set1_epi32(0xff);
-  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512i delta_bits = _mm512_setzero_si512();
-  __mmask16 above = 0;
-  uint32_t last = 0xffffffffu;  // the last kept position; "-1" makes the first delta i_0
-  size_t j = 0, i = 0;
-  ByteDeltaCompaction r;
-  for (; i < n; i += 16) {
-    const __mmask16 in = n - i >= 16 ? 0xffff : static_cast<__mmask16>(_bzhi_u32(0xffff, n - i));
-    const __m512 v = _mm512_maskz_loadu_ps(in, x + i);
-    const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
-    const __mmask16 at_most_hi = _mm512_cmple_epu32_mask(a, vhi);
-    const __mmask16 keep = _mm512_mask_cmpge_epu32_mask(at_most_hi, a, vlo);
-    above |= static_cast<__mmask16>(~at_most_hi);
-    const __m512i last_v = _mm512_set1_epi32(static_cast<int>(last));
-    const __m512i iota = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)), lanes);
-    const __m512i pos = _mm512_mask_compress_epi32(last_v, keep, iota);
-    const __m512i prev = _mm512_alignr_epi32(pos, last_v, 15);
-    const unsigned c = static_cast<unsigned>(__builtin_popcount(keep));
-    const __mmask16 valid = static_cast<__mmask16>(_bzhi_u32(0xffff, c));
-    const __m512i d = _mm512_sub_epi32(_mm512_sub_epi32(pos, prev), _mm512_set1_epi32(1));
-    if (_mm512_mask_cmpgt_epu32_mask(valid, d, byte_max) != 0) {
+  const __m512i limit = _mm512_set1_epi32(256);
+  StepState s;
+  s.iota1 = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+  s.max_step = _mm512_setzero_si512();
+  s.next = 0;
+  ByteStepCompaction r;
+  size_t i = 0;
+  const size_t full = n / 16 * 16;
+  while (i < n) {
+    const StepState before = s;
+    const size_t begin = i;
+    if (i < full) {
+      const size_t end = std::min(full, i + kBlock);
+      for (; i < end; i += 16) {
+        CompactStep<false>(x + i, 0xffff, static_cast<uint32_t>(i), vlo, values, steps, s);
+      }
+    } else {
+      const __mmask16 in = static_cast<__mmask16>(_bzhi_u32(0xffff, static_cast<uint32_t>(n - i)));
+      CompactStep<true>(x + i, in, static_cast<uint32_t>(i), vlo, values, steps, s);
+      i = n;
+    }
+    if (_mm512_cmpgt_epi32_mask(s.max_step, limit) != 0) {
+      s = before;
       r.stopped = true;
+      i = begin;
       break;
     }
-    delta_bits = _mm512_mask_or_epi32(delta_bits, valid, delta_bits, d);
-    _mm512_storeu_ps(values + 4 * j, _mm512_maskz_compress_ps(keep, v));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(deltas + j), _mm512_cvtepi32_epi8(d));
-    j += c;
-    if (keep != 0)
-      last = static_cast<uint32_t>(i) + 31u - static_cast<uint32_t>(__builtin_clz(keep));
   }
-  r.k = j;
-  r.done = r.stopped ? i : n;
-  r.delta_bits = static_cast<uint32_t>(_mm512_reduce_or_epi32(delta_bits));
-  r.non_finite = (above & 0xffff) != 0;
+  r.k = s.j;
+  r.done = i;
+  const int max_step = _mm512_reduce_max_epi32(s.max_step);
+  r.max_delta = r.k == 0 ? 0 : static_cast<uint32_t>(max_step - 1);
+  r.non_finite = s.finite != 0xffff;
   return r;
 }
 
@@ -193,9 +224,9 @@ bool ByteDeltaPaths() {
   return available;
 }
 
-ByteDeltaCompaction CompactByteDeltas(const float* x, size_t n, uint32_t lo, uint8_t* out,
-                                      uint8_t* deltas) {
-  return CompactByteDeltasAvx512(x, n, lo, out + sparse::kHeaderBytes, deltas);
+ByteStepCompaction CompactByteSteps(const float* x, size_t n, uint32_t lo, uint8_t* out,
+                                    uint8_t* steps) {
+  return CompactByteStepsAvx512(x, n, lo, out + sparse::kHeaderBytes, steps);
 }
 
 template <bool kAbs>

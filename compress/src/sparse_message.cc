@@ -134,14 +134,13 @@ size_t FinishSparseMessage(uint8_t* out, size_t n, size_t k, const uint32_t* ind
   return sparse::kHeaderBytes + 4 * k + written;
 }
 
-size_t FinishByteDeltaMessage(uint8_t* out, size_t n, size_t k, uint8_t* deltas,
-                              uint32_t delta_bits) {
+size_t FinishByteStepMessage(uint8_t* out, size_t n, size_t k, uint8_t* steps, uint32_t max_delta) {
   // Deltas of at most 8 bits pack into at most k bytes, which no varint section (k bytes and
   // more) undercuts: k stands for the varint bytes.
-  const sparse::IndexPlan plan = sparse::ChooseIndexPlan(k, delta_bits, k);
+  const sparse::IndexPlan plan = sparse::ChooseIndexPlan(k, max_delta, k);
   sparse::WriteHeader(out, static_cast<uint32_t>(n), static_cast<uint32_t>(k), plan);
   uint8_t* section = out + sparse::kHeaderBytes + 4 * k;
-  const size_t written = k == 0 ? 0 : sparse::WriteByteDeltas(deltas, k, plan.width, section);
+  const size_t written = k == 0 ? 0 : sparse::WriteByteSteps(steps, k, plan.width, section);
   return sparse::kHeaderBytes + 4 * k + written;
 }
 

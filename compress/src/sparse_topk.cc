@@ -274,18 +274,18 @@ class ThresholdCodec final : public SparseCodec {
     if (auto s = codec_checks::CheckEncodeCall(*this, n, out.size()); !s.ok()) return s;
     // |x| > threshold, compared as bit patterns; the finite check in the same pass.
     const uint32_t hi = kNonFiniteAbsBits - 1;
-    if (n >= kCompactSlack && kept_from_bits_ <= hi && ByteDeltaPaths()) {
-      // The deltas as bytes while they fit (one pass; their section packed after it), else
-      // from the first step that holds a larger one on, the indices as below.
-      deltas_.resize(n + kCompactSlack);
-      const ByteDeltaCompaction r =
-          CompactByteDeltas(input.data(), n, kept_from_bits_, out.data(), deltas_.data());
+    if (n >= kCompactSlack && n < (size_t{1} << 31) && kept_from_bits_ <= hi && ByteDeltaPaths()) {
+      // The index steps as bytes while they fit (one pass; their section packed after it),
+      // else from the block that holds a larger one on, the indices as below.
+      steps_.resize(n + kCompactSlack);
+      const ByteStepCompaction r =
+          CompactByteSteps(input.data(), n, kept_from_bits_, out.data(), steps_.data());
       if (!r.stopped) {
         if (r.non_finite) return NonFiniteError(input, "codec 'threshold' input");
-        return FinishByteDeltaMessage(out.data(), n, r.k, deltas_.data(), r.delta_bits);
+        return FinishByteStepMessage(out.data(), n, r.k, steps_.data(), r.max_delta);
       }
       indices_.resize(n + kCompactSlack);
-      sparse::IndicesFromByteDeltas(deltas_.data(), r.k, indices_.data());
+      sparse::IndicesFromByteSteps(steps_.data(), r.k, indices_.data());
       bool non_finite = r.non_finite;
       const size_t k =
           r.k + CompactRange(input.data() + r.done, n - r.done, kept_from_bits_, hi,
@@ -303,8 +303,8 @@ class ThresholdCodec final : public SparseCodec {
   }
 
  private:
-  uint32_t kept_from_bits_;      // sparse::ThresholdKeptFromBits
-  std::vector<uint8_t> deltas_;  // encode's index deltas (CompactByteDeltas)
+  uint32_t kept_from_bits_;     // sparse::ThresholdKeptFromBits
+  std::vector<uint8_t> steps_;  // encode's index steps (CompactByteSteps)
 };
 
 }  // namespace
