@@ -99,11 +99,9 @@ BYTECOMP_AVX512 bool DecodeByteDeltas(const uint8_t* values, const uint8_t* sect
           max_bits, lanes, max_bits,
           _mm512_and_si512(_mm512_maskz_loadu_epi32(lanes, v + 4 * l), abs_mask));
     }
-    // Scalar stores: the scatter instruction is slower on AMD Zen 4, and so are vector
-    // positions stored and read back lane by lane.
-    for (size_t l = 0; l < len; ++l) {
-      const uint32_t p = next + deltas[l];  // < 2^32: next <= end < 2^31 + 16
-      next = p + 1;
+    // Scalar stores (the scatter instruction is slower on AMD Zen 4), four positions at a time
+    // from `next` (one add a group carried from the last) and one window check for the four.
+    auto place = [&](uint32_t p, size_t l) -> bool {
       if (p - start >= kWindow) {
         if (p >= end) return false;
         do {
@@ -112,6 +110,30 @@ BYTECOMP_AVX512 bool DecodeByteDeltas(const uint8_t* values, const uint8_t* sect
         } while (p - start >= kWindow);
       }
       buf[p - start] = GetF32(v + 4 * l);
+      return true;
+    };
+    size_t l = 0;
+    for (; l + 4 <= len; l += 4) {
+      const uint32_t a1 = deltas[l] + 1u + deltas[l + 1];
+      const uint32_t a2 = a1 + 1u + deltas[l + 2];
+      const uint32_t a3 = a2 + 1u + deltas[l + 3];
+      const uint32_t p0 = next + deltas[l];  // < 2^32: next <= end + kWindow + 256 < 2^31 + 8192
+      const uint32_t p3 = next + a3;
+      if (p3 - start < kWindow) {
+        buf[p0 - start] = GetF32(v + 4 * l);
+        buf[next + a1 - start] = GetF32(v + 4 * l + 4);
+        buf[next + a2 - start] = GetF32(v + 4 * l + 8);
+        buf[p3 - start] = GetF32(v + 4 * l + 12);
+      } else if (!place(p0, l) || !place(next + a1, l + 1) || !place(next + a2, l + 2) ||
+                 !place(p3, l + 3)) {
+        return false;
+      }
+      next = p3 + 1;
+    }
+    for (; l < len; ++l) {
+      const uint32_t p = next + deltas[l];
+      next = p + 1;
+      if (!place(p, l)) return false;
     }
   }
   FinishWindows(w);
