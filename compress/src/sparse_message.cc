@@ -40,6 +40,18 @@ struct DenseWindows {
 BYTECOMP_AVX512 void FlushWindow(DenseWindows& w) {
   const __m512 zero = _mm512_setzero_ps();
   const int64_t end = static_cast<int64_t>(w.n + w.off);  // the output's end, from line0
+  if (w.start >= w.off && static_cast<int64_t>(w.start + kWindow) <= end) {  // whole lines only
+    float* out = w.line0 + w.start;
+    for (size_t l = 0; l < kWindow; l += 32) {
+      const __m512 a = _mm512_load_ps(w.buf + l), b = _mm512_load_ps(w.buf + l + 16);
+      _mm512_store_ps(w.buf + l, zero);
+      _mm512_store_ps(w.buf + l + 16, zero);
+      _mm512_stream_ps(out + l, a);
+      _mm512_stream_ps(out + l + 16, b);
+    }
+    w.start += kWindow;
+    return;
+  }
   for (size_t l = 0; l < kWindow; l += 16) {
     const int64_t q = static_cast<int64_t>(w.start + l);
     if (q >= end) break;
