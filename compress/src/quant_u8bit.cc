@@ -132,9 +132,168 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
   for (size_t i = 0; i < n; ++i) out[i] = U8bitCodeByTables(x[i], inverse_max, tables);
 }
 
+// With AVX-512 VBMI: the code computed 16 lanes at a time, with no per-element memory read.
+// elementwise.h's guess, from v's bits: the decade e (the number of thresholds 10^-k at or
+// above v) is the octave's count of thresholds above it plus one compare with the threshold
+// inside it (a 32-entry table by the exponent's low 5 bits); g = floor(v * slope(e) -
+// offset(e)) (an FMA: only the guess rounds it) is then the count of midpoints at or below v,
+// or one less (offset has a margin of a quarter code each way; checked over every float in
+// [0, 1] when written, the unit test checks a stride of them and the midpoints'
+// neighbourhoods). One exact compare with U8bitMidpoint(g) settles it: the
+// midpoints' bit patterns as four 128-entry byte tables (vpermi2b, 64 codes a step).
+// v is clamped to [2^-22, 1] first (no code changes: see U8bitTables), so g is in [0, 127];
+// entry 127 of the midpoints is +inf. Needs a finite 1 / max |x|.
+// (GCC 12 warns that intrinsics' undefined pass-through operands "may be used uninitialized",
+// a false positive of its headers, as in quant_pack.cc.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+struct U8bitRegisterTables {
+  static constexpr uint32_t kFloorBits = U8bitTables::kFloorBits;
+  alignas(64) float threshold[32] = {};  // by the exponent's low 5 bits; 0: none inside
+  alignas(64) int32_t decades_above[32] = {};
+  alignas(64) float slope[16] = {};  // by e (0..6)
+  alignas(64) float offset[16] = {};
+  alignas(64) uint8_t midpoint_byte[4][128];  // byte b of U8bitMidpoint(c)'s bits
+
+  U8bitRegisterTables() {
+    for (uint32_t exponent = kFloorBits >> 23; exponent <= 127; ++exponent) {
+      const float low = BitsToFloat(exponent << 23), high = BitsToFloat((exponent + 1) << 23);
+      for (uint32_t k = 1; k <= 6; ++k) {
+        const float scale = U8bitDecadeScale(k);
+        if (scale >= high) ++decades_above[exponent & 31];
+        if (scale >= low && scale < high) threshold[exponent & 31] = scale;
+      }
+    }
+    for (uint32_t e = 0; e <= 6; ++e) {
+      // c = 2^f + floor(t - 1/2) for t = (v 10^e - 0.1) 2^f / 0.9 (elementwise.h), less a
+      // quarter code.
+      const double grid = static_cast<double>(1u << (6 - e));
+      slope[e] = static_cast<float>(std::pow(10.0, e) * grid / 0.9);
+      offset[e] = static_cast<float>(0.1 * grid / 0.9 - grid + 0.75);
+    }
+    for (uint32_t c = 0; c < 128; ++c) {
+      const uint32_t bits = c < 127 ? FloatBits(U8bitMidpoint(c)) : 0x7f800000u;
+      for (uint32_t b = 0; b < 4; ++b) midpoint_byte[b][c] = static_cast<uint8_t>(bits >> (8 * b));
+    }
+  }
+};
+
+const U8bitRegisterTables& GetU8bitRegisterTables() {
+  static const U8bitRegisterTables* const tables = new U8bitRegisterTables();
+  return *tables;
+}
+
+// 64 elements a step (whole steps only; returns how many it coded). kStream: out + i must be
+// 64-byte aligned at i = 0, the codes bypass the caches.
+template <bool kStream>
+[[gnu::target("arch=x86-64-v4,avx512vbmi")]] size_t U8bitEncodeVbmi(const float* x, size_t n,
+                                                                    float inverse_max,
+                                                                    const U8bitRegisterTables& t,
+                                                                    uint8_t* out) {
+  const __m512 inv = _mm512_set1_ps(inverse_max);
+  const __m512 floor_v = _mm512_castsi512_ps(_mm512_set1_epi32(U8bitRegisterTables::kFloorBits));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512i one_i = _mm512_set1_epi32(1);
+  const __m512 threshold_lo = _mm512_load_ps(t.threshold);
+  const __m512 threshold_hi = _mm512_load_ps(t.threshold + 16);
+  const __m512i above_lo = _mm512_load_si512(t.decades_above);
+  const __m512i above_hi = _mm512_load_si512(t.decades_above + 16);
+  const __m512 slope = _mm512_load_ps(t.slope);
+  const __m512 offset = _mm512_load_ps(t.offset);
+  __m512i mid_lo[4], mid_hi[4];
+  for (int b = 0; b < 4; ++b) {
+    mid_lo[b] = _mm512_load_si512(t.midpoint_byte[b]);
+    mid_hi[b] = _mm512_load_si512(t.midpoint_byte[b] + 64);
+  }
+  // Four vectors' codes packed with vpackus (per 128-bit lane): byte 16L + 4k + j is lane
+  // 4L + j of vector k. `order` puts them back: byte 16k + 4L + j from 16L + 4k + j.
+  alignas(64) uint8_t order_bytes[64];
+  for (int k = 0; k < 4; ++k) {
+    for (int l = 0; l < 4; ++l) {
+      for (int j = 0; j < 4; ++j) order_bytes[16 * k + 4 * l + j] = 16 * l + 4 * k + j;
+    }
+  }
+  const __m512i order = _mm512_load_si512(order_bytes);
+  const __m512i sign_bit = _mm512_set1_epi8(-128);
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512i guess[4], v_bits[4], x_bits[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512 xv = _mm512_loadu_ps(x + i + 16 * k);
+      x_bits[k] = _mm512_castps_si512(xv);
+      // max(|x * inv|, 2^-22) (vrangeps: the larger magnitude, sign cleared), then min 1.
+      const __m512 v = _mm512_min_ps(_mm512_range_ps(_mm512_mul_ps(xv, inv), floor_v, 0x0b), one);
+      v_bits[k] = _mm512_castps_si512(v);
+      const __m512i exponent = _mm512_srli_epi32(v_bits[k], 23);
+      const __m512 threshold = _mm512_permutex2var_ps(threshold_lo, exponent, threshold_hi);
+      __m512i e = _mm512_permutex2var_epi32(above_lo, exponent, above_hi);
+      e = _mm512_mask_add_epi32(e, _mm512_cmp_ps_mask(v, threshold, _CMP_LE_OQ), e, one_i);
+      const __m512 position =
+          _mm512_fmsub_ps(v, _mm512_permutexvar_ps(e, slope), _mm512_permutexvar_ps(e, offset));
+      guess[k] = _mm512_cvt_roundps_epi32(position, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    }
+    const __m512i g = _mm512_packus_epi16(_mm512_packus_epi32(guess[0], guess[1]),
+                                          _mm512_packus_epi32(guess[2], guess[3]));
+    const __m512i m0 = _mm512_permutex2var_epi8(mid_lo[0], g, mid_hi[0]);
+    const __m512i m1 = _mm512_permutex2var_epi8(mid_lo[1], g, mid_hi[1]);
+    const __m512i m2 = _mm512_permutex2var_epi8(mid_lo[2], g, mid_hi[2]);
+    const __m512i m3 = _mm512_permutex2var_epi8(mid_lo[3], g, mid_hi[3]);
+    // The byte planes back to 32-bit midpoints, vector k's from bytes 4k..4k+3 of each lane.
+    const __m512i lo01 = _mm512_unpacklo_epi8(m0, m1), hi01 = _mm512_unpackhi_epi8(m0, m1);
+    const __m512i lo23 = _mm512_unpacklo_epi8(m2, m3), hi23 = _mm512_unpackhi_epi8(m2, m3);
+    const __m512i midpoint[4] = {
+        _mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+        _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __mmask16 passed = _mm512_cmp_epu32_mask(v_bits[k], midpoint[k], _MM_CMPINT_NLT);
+      guess[k] = _mm512_mask_add_epi32(guess[k], passed, guess[k], one_i);
+    }
+    __m512i c = _mm512_packus_epi16(_mm512_packus_epi32(guess[0], guess[1]),
+                                    _mm512_packus_epi32(guess[2], guess[3]));
+    // The sign: x's bits packed alike with signed saturation keep their sign (-0 codes 0).
+    const __m512i sign = _mm512_packs_epi16(_mm512_packs_epi32(x_bits[0], x_bits[1]),
+                                            _mm512_packs_epi32(x_bits[2], x_bits[3]));
+    const __mmask64 negative = _mm512_mask_test_epi8_mask(_mm512_movepi8_mask(sign), c, c);
+    c = _mm512_mask_add_epi8(c, negative, c, sign_bit);  // c <= 127: + 0x80 sets bit 7
+    c = _mm512_permutexvar_epi8(order, c);
+    if constexpr (kStream) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + i), c);
+    } else {
+      _mm512_storeu_si512(out + i, c);
+    }
+  }
+  return i;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// Inputs from this size up (larger than the last-level cache: the max pass before has read
+// them from memory) have their codes written with non-temporal stores.
+constexpr size_t kStreamInputBytes = size_t{32} << 20;
+
 void U8bitEncode(const float* x, size_t n, float max_abs, const U8bitTables& tables, uint8_t* out) {
   const SimdLevel level = CpuSimdLevel();  // honours BYTECOMP_SIMD
   const float inverse_max = 1.0f / max_abs;
+  if (CpuHasAvx512Vbmi() && std::isfinite(inverse_max)) {
+    const U8bitRegisterTables& registers = GetU8bitRegisterTables();
+    size_t done = 0;
+    if (n * sizeof(float) >= kStreamInputBytes) {
+      // Up to the first 64-byte boundary of the codes by table, then streamed.
+      const size_t head = std::min(n, (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64);
+      U8bitEncodeAvx512(x, head, inverse_max, tables, out);
+      done = head + U8bitEncodeVbmi<true>(x + head, n - head, inverse_max, registers, out + head);
+      _mm_sfence();
+    } else {
+      done = U8bitEncodeVbmi<false>(x, n, inverse_max, registers, out);
+    }
+    return U8bitEncodeAvx512(x + done, n - done, inverse_max, tables, out + done);
+  }
   if (level == SimdLevel::kAvx512) return U8bitEncodeAvx512(x, n, inverse_max, tables, out);
   const size_t done =
       level == SimdLevel::kAvx2 ? U8bitEncodeAvx2(x, n, inverse_max, tables, out) : 0;

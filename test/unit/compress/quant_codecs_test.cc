@@ -344,6 +344,44 @@ TEST(U8bitTest, CodecBytesEqualTheElementwiseDefinition) {
   }
 }
 
+TEST(U8bitTest, EveryStrideOfFloatsAndMidpointNeighbourhoodsMatchTheDefinition) {
+  // The AVX-512 VBMI encoder guesses the code from v's bits and settles it with one midpoint
+  // compare: floats across [0, 1] (max |x| = 1, so v = |x|) at a stride, and every float
+  // within 300 ulps of each midpoint and each decade threshold; odd elements negative.
+  std::vector<float> x;
+  for (uint32_t bits = 0; bits <= 0x3f800000u; bits += 509) x.push_back(BitsToFloat(bits));
+  std::vector<float> centres;
+  for (uint32_t c = 0; c < 127; ++c) centres.push_back(U8bitMidpoint(c));
+  for (uint32_t k = 1; k <= 6; ++k) centres.push_back(U8bitDecadeScale(k));
+  for (float centre : centres) {
+    for (int32_t d = -300; d <= 300; ++d) x.push_back(BitsToFloat(FloatBits(centre) + d));
+  }
+  x.push_back(1.0f);
+  for (size_t i = 1; i < x.size(); i += 2) x[i] = -x[i];
+  auto enc = EncodeToVector(*MustCreate("u8bit"), x, TestContext());
+  ASSERT_TRUE(enc.ok());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ((*enc)[4 + i], U8bitCode(x[i], 1.0f)) << "element " << i << " = " << x[i];
+  }
+}
+
+TEST(U8bitTest, LargeInputStreamedCodesMatchTheDefinition) {
+  // From 32 MiB of input the codes are written with non-temporal stores from their first
+  // 64-byte boundary on: the head before it, the streamed middle and the tail (n not a
+  // multiple of 64) must all match.
+  const size_t n = (size_t{8} << 20) + 37;
+  std::vector<float> x = RandomNormal(n, 5);
+  x[n / 2] = 0.0f;
+  x[n / 2 + 1] = -0.0f;
+  auto enc = EncodeToVector(*MustCreate("u8bit"), x, TestContext());
+  ASSERT_TRUE(enc.ok());
+  float header;
+  std::memcpy(&header, enc->data(), 4);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ((*enc)[4 + i], U8bitCode(x[i], header)) << "element " << i << " = " << x[i];
+  }
+}
+
 // ---- dithering ----
 
 TEST(DitheringTest, SizesAndErrorBoundsForEveryPartitionAndNorm) {
