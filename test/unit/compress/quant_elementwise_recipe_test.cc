@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "bytecomp/compress/elementwise.h"
+#include "bytecomp/compress/memory_math.h"
 #include "codec_test_util.h"
 
 namespace bytecomp::compress {
@@ -206,6 +207,33 @@ TEST(ElementwiseRecipeTest, U8bitAndSignPayloads) {
   auto sign_enc = EncodeToVector(*MustCreate("signsgd"), x, TestContext());
   ASSERT_TRUE(sign_enc.ok());
   EXPECT_EQ(*sign_enc, expected);
+}
+
+TEST(ElementwiseRecipeTest, SignumPayloadsOverRounds) {
+  // signum's one-pass blend and packing (AVX-512: 64 elements a step; from 16 MiB the momentum
+  // is streamed) against memory_math.h's SignumBlend and SignBit: sizes not a multiple of 64,
+  // one above the streaming size.
+  for (size_t n : {size_t{1000} + 13, (size_t{4} << 20) + 45}) {
+    auto codec = MustCreate("signum", {{"momentum", "0.9"}});
+    std::vector<float> momentum;
+    const float beta = 0.9f, keep = 1.0f - beta;  // as the codec computes them
+    for (uint32_t round = 0; round < 3; ++round) {
+      const auto g = RandomNormal(n, 100 + round);
+      if (round == 0) {
+        momentum = g;
+      } else {
+        for (size_t i = 0; i < n; ++i) momentum[i] = SignumBlend(g[i], momentum[i], keep, beta);
+      }
+      std::vector<uint32_t> signs(n);
+      for (size_t i = 0; i < n; ++i) signs[i] = SignBit(momentum[i]);
+      std::vector<uint8_t> expected = Header(static_cast<uint32_t>(n));
+      const auto packed = PackLsb(signs, 1);
+      expected.insert(expected.end(), packed.begin(), packed.end());
+      auto enc = EncodeToVector(*codec, g, TestContext(round));
+      ASSERT_TRUE(enc.ok());
+      ASSERT_EQ(*enc, expected) << "n " << n << " round " << round;
+    }
+  }
 }
 
 }  // namespace
