@@ -17,15 +17,15 @@ from test_codecs import codec_block
 ELEMENTS, PARTITION_BYTES, ROUNDS = 4099, 8192, 3
 PARTS = -(-ELEMENTS // (PARTITION_BYTES // 4))
 
-# (codec, params, memory); all but powersgd (two-round: the device pipeline runs it on the
-# host) have device kernels.
+# (codec, params, memory); every one has device kernels (powersgd two rounds of them: each round
+# an encode on the device, then its decode there).
 CODECS = [
     ("topk", {"ratio": "0.01"}, "residual"), ("randomk", {"ratio": "0.1"}, "residual"),
     ("qsgd", {}, ""), ("efsignsgd", {}, "efsignsgd"), ("dgc", {"ratio": "0.01"}, "dgc_momentum"),
     ("fp16", {}, ""), ("powersgd", {"rank": "2"}, "powersgd"), ("blocksparse", {}, ""),
     ("u8bit", {}, ""),
 ]
-NO_DEVICE_KERNELS = ("powersgd",)
+TWO_ROUND = ("powersgd",)
 GPU, CPU, DEFAULT = "PLACEMENT_GPU", "PLACEMENT_CPU_POOL", "PLACEMENT_DEFAULT"
 
 
@@ -48,6 +48,8 @@ def tensors():
     out.append(("topk.twoway.gpu.host", CODECS[0], GPU, True))
     # fp16 tensors: the device codecs take fp32, so a GPU placement runs on the pool (logged).
     out.append(("topk.twoway.gpu.dev.f16", CODECS[0], GPU, True))
+    # A two-round codec's decode follows its encode; averaged, both run on the pool (logged).
+    out.append(("powersgd.oneway.gpu.dev.avg", CODECS[6], GPU, False))
     out.append(("plain.dev.f16", None, GPU, False))
     out.append(("plain.dev.avg.f16", None, GPU, False))
     out.append(("plain.dev", None, GPU, False))
@@ -93,13 +95,19 @@ def stages(placement):
 
 def expected_device_calls():
     """Device codec calls: device tensors whose stage the strategy puts on the GPU (or leaves
-    at the default), except those of codecs without device kernels."""
+    at the default); a two-round codec's where its encode is (two encodes and a decode a
+    round), averaged ones on the pool."""
     encodes = decodes = 0
     for name, codec, placement, two_way in tensors():
         if (codec is None or ".dev" not in name or name.endswith(".f16")
-                or codec[0] in NO_DEVICE_KERNELS or name in COLLECTIVES):
+                or name in COLLECTIVES):
             continue
         encode_on, decode_on = stages(placement)
+        if codec[0] in TWO_ROUND:
+            if encode_on != CPU and ".avg" not in name:
+                encodes += 2 * ROUNDS * PARTS
+                decodes += ROUNDS * PARTS
+            continue
         if encode_on != CPU:
             encodes += ROUNDS * PARTS
         if two_way and decode_on != CPU:
@@ -114,8 +122,8 @@ def expected_state_saves():
     for name, codec, placement, _ in tensors():
         if codec is None or ".dev" not in name:
             continue
-        on_device = (stages(placement)[0] != CPU and codec[0] not in NO_DEVICE_KERNELS
-                     and name not in COLLECTIVES)
+        on_device = (stages(placement)[0] != CPU and name not in COLLECTIVES
+                     and not (codec[0] in TWO_ROUND and ".avg" in name))
         if on_device and codec[2] and not name.endswith(".f16"):
             refused += 1
         else:
@@ -147,9 +155,10 @@ def test_device_tensors_on_the_emulated_device_match_the_reference(tmp_path):
             # Once per tensor, not silently and not every round.
             assert out.count("'topk.twoway.gpu.host': the strategy places its compression on "
                              "the GPU, but it was given in host memory") == 1, out
-            assert out.count("'powersgd.oneway.gpu.dev': the strategy places its encode on the "
-                             "GPU, but powersgd is two-round, and the device pipeline runs "
-                             "two-round codecs on the host") == 1, out
+            assert out.count("'powersgd.oneway.gpu.dev.avg': the strategy places its encode on "
+                             "the GPU, but powersgd is two-round, its decode follows its encode, "
+                             "and averaging (BYTECOMP_FLAG_AVERAGE) is done on the host") == 1, out
+            assert "'powersgd.oneway.gpu.dev':" not in out, out
             assert out.count("'topk.twoway.gpu.dev.f16': the strategy places its encode on the "
                              "GPU, but fp16 tensors are converted to fp32 on the host") == 1, out
 

@@ -11,14 +11,13 @@
 namespace bytecomp::worker {
 namespace {
 
-constexpr absl::string_view kTwoRoundOnHost =
-    " is two-round, and the device pipeline runs two-round codecs on the host";
+constexpr absl::string_view kAveragedOnHost =
+    "averaging (BYTECOMP_FLAG_AVERAGE) is done on the host";
 
-// Why a stage cannot run on the device ("" when it can).
+// Why a stage cannot run on the device ("" when it can). A two-round codec's rounds and its
+// decode run where its first round does (the device codec holds the round).
 std::string EncodeOnDeviceBlocker(const Operation& op) {
   const compress::TensorPlan& plan = op.plan();
-  // compress/cuda's CudaTwoRoundCodec has the stages; this pipeline does not drive them yet.
-  if (op.two_round()) return absl::StrCat(plan.push.name(), kTwoRoundOnHost);
   if (!compress::HasGpuCodec(plan.push.name())) {
     return absl::StrCat("codec ", plan.push.name(), " has no device kernels");
   }
@@ -29,17 +28,20 @@ std::string EncodeOnDeviceBlocker(const Operation& op) {
   if (op.dtype() != proto::DTYPE_FLOAT32) {
     return absl::StrCat(DTypeName(op.dtype()), " tensors are converted to fp32 on the host");
   }
+  if (op.two_round() && op.request.average) {
+    return absl::StrCat(plan.push.name(), " is two-round, its decode follows its encode, and ",
+                        kAveragedOnHost);
+  }
   return "";
 }
 
 std::string DecodeOnDeviceBlocker(const Operation& op) {
   const compress::TensorPlan& plan = op.plan();
   if (!plan.two_way()) return "one-way: the server returns the fp32 sum";
-  if (op.two_round()) return absl::StrCat(plan.push.name(), kTwoRoundOnHost);
   if (!compress::HasGpuCodec(plan.pull.name())) {
     return absl::StrCat("codec ", plan.pull.name(), " has no device kernels");
   }
-  if (op.request.average) return "averaging (BYTECOMP_FLAG_AVERAGE) is done on the host";
+  if (op.request.average) return std::string(kAveragedOnHost);
   if (op.dtype() != proto::DTYPE_FLOAT32) {
     return absl::StrCat(DTypeName(op.dtype()), " tensors are converted from fp32 on the host");
   }
@@ -123,11 +125,13 @@ void DevicePipeline::Start(const std::shared_ptr<Operation>& op) {
     const std::string encode_blocker = EncodeOnDeviceBlocker(*op);
     const std::string decode_blocker = DecodeOnDeviceBlocker(*op);
     d.encode_on_device = WantsDevice(op->plan().compress_on) && encode_blocker.empty();
-    d.decode_on_device = WantsDevice(op->plan().decompress_on) && decode_blocker.empty();
+    d.decode_on_device = op->two_round()
+                             ? d.encode_on_device
+                             : WantsDevice(op->plan().decompress_on) && decode_blocker.empty();
     const bool encode_refused =
         op->plan().compress_on == proto::PLACEMENT_GPU && !d.encode_on_device;
     const bool decode_refused = op->plan().decompress_on == proto::PLACEMENT_GPU &&
-                                !d.decode_on_device && op->plan().two_way();
+                                !d.decode_on_device && op->plan().two_way() && !op->two_round();
     if ((encode_refused || decode_refused) && !op->codecs()->placement_logged.exchange(true)) {
       BC_LOG_WARNING("tensor '", op->request.name, "': the strategy places its ",
                      encode_refused ? "encode" : "decode", " on the GPU, but ",
@@ -253,8 +257,15 @@ void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_
   std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition);
   absl::Status status = EnsureCodecs(*op, partition);
   absl::StatusOr<size_t> bytes = size_t{0};
+  DeviceTwoRound* two = status.ok() && op->two_round() ? pc.device_push->two_round() : nullptr;
+  if (status.ok() && op->two_round() && two == nullptr) {
+    status = absl::InternalError(
+        absl::StrCat("the device codec ", op->plan().push.name(), " has no two rounds"));
+  }
+  if (two != nullptr) push->stage = 1;
   if (status.ok()) {
-    const size_t capacity = pc.device_push->MaxEncodedBytes(n);
+    const size_t capacity =
+        two != nullptr ? two->FirstRoundBytes(n) : pc.device_push->MaxEncodedBytes(n);
     if (pc.device_encoded == nullptr || pc.device_encoded_bytes < capacity) {
       absl::StatusOr<DeviceAllocation> buffer = d.backend->Allocate(d.device, capacity);
       if (buffer.ok()) {
@@ -266,22 +277,15 @@ void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_
     if (status.ok()) {
       const float* input = reinterpret_cast<const float*>(
           static_cast<const char*>(op->request.data) + range.offset * sizeof(float));
-      bytes = pc.device_push->Encode(input, n, ctx_.ContextFor(*op, partition, ctx_.rank),
-                                     pc.device_encoded.get(), capacity, d.stream);
+      const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
+      bytes =
+          two != nullptr
+              ? two->EncodeFirst(input, n, ctx, pc.device_encoded.get(), capacity, d.stream)
+              : pc.device_push->Encode(input, n, ctx, pc.device_encoded.get(), capacity, d.stream);
       status = bytes.status();
     }
   }
-  if (status.ok()) {
-    absl::StatusOr<cpu_offload::PinnedBuffer> pinned =
-        d.pinned->Acquire(std::max<size_t>(*bytes, 1));
-    status = pinned.status();
-    if (status.ok()) {
-      push->pinned = *std::move(pinned);
-      push->pinned_bytes = *bytes;
-      status = d.backend->CopyToHost(d.device, d.stream, push->pinned.data(),
-                                     pc.device_encoded.get(), *bytes);
-    }
-  }
+  if (status.ok()) status = CopyPushToHost(d, pc, *push, *bytes);
   if (status.ok()) {
     status = AfterDevice(d, [this, push] { ctx_.to_data_thread->Push(push); });
   }
@@ -297,6 +301,12 @@ void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_
 
 void DevicePipeline::Pulled(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
                             zmq::message_t payload, int server) {
+  if (op->device->encode_on_device && op->two_round()) {
+    ctx_.RunOnPool(op, partition, [this, op, partition, stage, p = std::move(payload)]() mutable {
+      SumOnDevice(op, partition, stage, std::move(p));
+    });
+    return;
+  }
   if (op->device->decode_on_device && stage == 0) {
     ctx_.RunOnPool(op, partition, [this, op, partition, server, p = std::move(payload)]() mutable {
       DecodeOnDevice(op, partition, std::move(p), server);
@@ -368,6 +378,111 @@ void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_
       absl::Status(status.code(),
                    absl::StrCat("decoding '", op->request.name, "' partition ", partition,
                                 " on device ", d.device, ": ", status.message())));
+}
+
+void DevicePipeline::SumOnDevice(const std::shared_ptr<Operation>& op, int64_t partition,
+                                 uint32_t stage, zmq::message_t payload) {
+  DeviceWork& d = *op->device;
+  PartitionCodec& pc = op->codecs()->partitions[partition];
+  const size_t n = static_cast<size_t>(op->layout().range(partition).count);
+  const compress::CodecContext ctx = ctx_.ContextFor(*op, partition, ctx_.rank);
+  // Stage 1's sum is counted without the uncompressed size it stands for: that goes once,
+  // with the result (as the host pipeline counts).
+  ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()),
+                          stage == 2 ? static_cast<int64_t>(n * sizeof(float)) : 0,
+                          op->plan().push.name());
+  DeviceTwoRound* two = pc.device_push != nullptr ? pc.device_push->two_round() : nullptr;
+  absl::Status status =
+      two != nullptr ? absl::OkStatus() : absl::InternalError("the device codec has no two rounds");
+  if (status.ok() && payload.size() % sizeof(float) != 0) {
+    status = absl::DataLossError(absl::StrCat("the servers' stage ", stage, " sum has ",
+                                              payload.size(), " bytes, not whole f32 values"));
+  }
+  // The sum to the device, through pinned memory kept until the stream has read it.
+  auto staged = std::make_shared<cpu_offload::PinnedBuffer>();
+  if (status.ok()) {
+    absl::StatusOr<cpu_offload::PinnedBuffer> pinned =
+        d.pinned->Acquire(std::max<size_t>(payload.size(), 1));
+    status = pinned.status();
+    if (status.ok()) {
+      *staged = *std::move(pinned);
+      std::memcpy(staged->data(), payload.data(), payload.size());
+    }
+  }
+  if (status.ok() && (pc.device_pulled == nullptr || pc.device_pulled_bytes < payload.size())) {
+    absl::StatusOr<DeviceAllocation> buffer =
+        d.backend->Allocate(d.device, std::max<size_t>(payload.size(), 1));
+    if (buffer.ok()) {
+      pc.device_pulled = *std::move(buffer);
+      pc.device_pulled_bytes = payload.size();
+    }
+    status = buffer.status();
+  }
+  if (status.ok()) {
+    status = d.backend->CopyToDevice(d.device, d.stream, pc.device_pulled.get(), staged->data(),
+                                     payload.size());
+  }
+  const float* sum = reinterpret_cast<const float*>(pc.device_pulled.get());
+  const size_t floats = payload.size() / sizeof(float);
+  if (stage == 1) {
+    // The second round: encoded on the device from the first sum, pushed as stage 2.
+    std::shared_ptr<EncodedPush> push = EncodedPush::For(op, partition, 2);
+    absl::StatusOr<size_t> bytes = size_t{0};
+    if (status.ok()) {
+      const size_t capacity = two->SecondRoundBytes(n);
+      if (pc.device_encoded_bytes < capacity) {
+        absl::StatusOr<DeviceAllocation> buffer = d.backend->Allocate(d.device, capacity);
+        if (buffer.ok()) {
+          pc.device_encoded = *std::move(buffer);
+          pc.device_encoded_bytes = capacity;
+        }
+        status = buffer.status();
+      }
+      if (status.ok()) {
+        bytes = two->EncodeSecond(sum, floats, ctx, pc.device_encoded.get(), capacity, d.stream);
+        status = bytes.status();
+      }
+    }
+    if (status.ok()) status = CopyPushToHost(d, pc, *push, *bytes);
+    if (status.ok()) {
+      status = AfterDevice(d, [this, push, staged] { ctx_.to_data_thread->Push(push); });
+    }
+    ctx_.traffic->CountPush(status.ok() ? static_cast<int64_t>(*bytes) : 0, 0,
+                            op->plan().push.name());
+    if (!status.ok()) {
+      host_.PushEncodeFailure(
+          push,
+          absl::Status(status.code(), absl::StrCat(op->plan().push.name(), " stage 2 on device ",
+                                                   d.device, ": ", status.message())));
+    }
+    return;
+  }
+  // The second sum: the approximation of the workers' sum, written into the tensor.
+  if (status.ok()) {
+    float* output = reinterpret_cast<float*>(static_cast<char*>(op->request.data) +
+                                             op->layout().range(partition).offset * sizeof(float));
+    status = two->DecodeSecond(sum, floats, ctx, output, n, d.stream);
+  }
+  if (status.ok()) {
+    status =
+        AfterDevice(d, [this, op, partition, staged] { ctx_.tracker->ResultIn(op, partition); });
+    if (status.ok()) return;
+  }
+  ctx_.tracker->ResultFailed(
+      op, partition,
+      absl::Status(status.code(),
+                   absl::StrCat("decoding '", op->request.name, "' partition ", partition,
+                                " on device ", d.device, ": ", status.message())));
+}
+
+absl::Status DevicePipeline::CopyPushToHost(const DeviceWork& d, const PartitionCodec& pc,
+                                            EncodedPush& push, size_t bytes) {
+  absl::StatusOr<cpu_offload::PinnedBuffer> pinned = d.pinned->Acquire(std::max<size_t>(bytes, 1));
+  if (!pinned.ok()) return pinned.status();
+  push.pinned = *std::move(pinned);
+  push.pinned_bytes = bytes;
+  return d.backend->CopyToHost(d.device, d.stream, push.pinned.data(), pc.device_encoded.get(),
+                               bytes);
 }
 
 void DevicePipeline::CopyResultToDevice(const std::shared_ptr<Operation>& op, int64_t partition) {

@@ -5,6 +5,9 @@
 //         (uncompressed push, or encode on the pool)
 //   pull: copy the payload to the device -> decode there into the tensor;  or the host stages
 //         (decode on the pool, or the uncompressed sum) -> copy the partition to the device
+//   a two-round codec encoded on the device (DeviceTwoRound): payload 1 as above; the first
+//         sum copied to the device -> EncodeSecond -> payload 2 pushed; the second sum copied
+//         to the device -> DecodeSecond into the tensor
 // Every device step is queued on the caller's stream, after the work that produced the
 // gradient; the host steps that follow one start from DeviceBackend::WhenReached.
 #pragma once
@@ -51,6 +54,14 @@ class DevicePipeline : public StagePipeline {
   void EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_t partition);
   void DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_t partition,
                       zmq::message_t payload, int server);
+  // A two-round codec on the device: the servers' stage 1 sum (encode stage 2, push it) or
+  // stage 2 sum (decode into the tensor).
+  void SumOnDevice(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
+                   zmq::message_t payload);
+  // The device payload of `bytes` (pc.device_encoded) to a pinned buffer of the push, queued on
+  // the stream.
+  absl::Status CopyPushToHost(const DeviceWork& d, const PartitionCodec& pc, EncodedPush& push,
+                              size_t bytes);
   // The partition's result is in the pinned host copy: copy it to the device, then report it.
   void CopyResultToDevice(const std::shared_ptr<Operation>& op, int64_t partition);
   // A plan with a collective scheme: summed in place on the device where SumsInPlace says so

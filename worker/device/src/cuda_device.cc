@@ -35,10 +35,38 @@ class ScopedDevice {
   cudaError_t status_ = cudaSuccess;
 };
 
-class CudaDeviceCodec : public DeviceCodec {
+class CudaDeviceCodec : public DeviceCodec, public DeviceTwoRound {
  public:
   CudaDeviceCodec(int device, std::unique_ptr<compress::cuda::CudaCodec> codec)
-      : device_(device), codec_(std::move(codec)) {}
+      : device_(device), codec_(std::move(codec)), two_(compress::cuda::AsCudaTwoRound(*codec_)) {}
+
+  // A two-round codec's rounds: compress/cuda's CudaTwoRoundCodec, its memory fused.
+  DeviceTwoRound* two_round() override { return two_ != nullptr ? this : nullptr; }
+  size_t FirstRoundBytes(size_t n) const override { return two_->FirstRoundBytes(n); }
+  size_t SecondRoundBytes(size_t n) const override { return two_->SecondRoundBytes(n); }
+  absl::StatusOr<size_t> EncodeFirst(const float* input, size_t n,
+                                     const compress::CodecContext& ctx, uint8_t* out,
+                                     size_t capacity, DeviceStream stream) override {
+    ScopedDevice scoped(device_);
+    if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", scoped.status());
+    return two_->EncodeFirst(input, n, ctx, out, capacity, static_cast<cudaStream_t>(stream));
+  }
+  absl::StatusOr<size_t> EncodeSecond(const float* summed_first, size_t floats,
+                                      const compress::CodecContext& ctx, uint8_t* out,
+                                      size_t capacity, DeviceStream stream) override {
+    ScopedDevice scoped(device_);
+    if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", scoped.status());
+    return two_->EncodeSecond(summed_first, floats, ctx, out, capacity,
+                              static_cast<cudaStream_t>(stream));
+  }
+  absl::Status DecodeSecond(const float* summed_second, size_t floats,
+                            const compress::CodecContext& ctx, float* output, size_t n,
+                            DeviceStream stream) override {
+    ScopedDevice scoped(device_);
+    if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", scoped.status());
+    return two_->DecodeSecond(summed_second, floats, ctx, output, n,
+                              static_cast<cudaStream_t>(stream));
+  }
   size_t MaxEncodedBytes(size_t n) const override { return codec_->MaxEncodedBytes(n); }
   absl::StatusOr<size_t> Encode(const float* input, size_t n, const compress::CodecContext& ctx,
                                 uint8_t* out, size_t capacity, DeviceStream stream) override {
@@ -56,6 +84,7 @@ class CudaDeviceCodec : public DeviceCodec {
  private:
   int device_;
   std::unique_ptr<compress::cuda::CudaCodec> codec_;
+  compress::cuda::CudaTwoRoundCodec* two_;  // codec_'s two-round side, or null
 };
 
 class CudaDeviceBackend : public DeviceBackend {

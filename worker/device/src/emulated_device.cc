@@ -9,17 +9,77 @@
 #include "bytecomp/compress.h"
 #include "bytecomp/compress/gpu_codecs.h"
 #include "bytecomp/compress/strategy.h"
+#include "bytecomp/compress/two_round.h"
 
 namespace bytecomp::worker {
 namespace {
 
-// The CPU codec and memory, called on the executor thread in stream order.
-class EmulatedDeviceCodec : public DeviceCodec {
+// The CPU codec and memory, called on the executor thread in stream order. A two-round codec's
+// rounds run as the host pipeline runs them (memory Compensate, EncodeFirst; EncodeSecond,
+// LocalApproximation, memory Update; DecodeSecond).
+class EmulatedDeviceCodec : public DeviceCodec, public DeviceTwoRound {
  public:
   EmulatedDeviceCodec(EmulatedDeviceBackend* backend, int device,
                       std::unique_ptr<compress::Codec> codec,
                       std::unique_ptr<compress::Memory> memory)
-      : backend_(backend), device_(device), codec_(std::move(codec)), memory_(std::move(memory)) {}
+      : backend_(backend),
+        device_(device),
+        codec_(std::move(codec)),
+        memory_(std::move(memory)),
+        two_(compress::AsTwoRound(*codec_)) {}
+
+  DeviceTwoRound* two_round() override { return two_ != nullptr ? this : nullptr; }
+  size_t FirstRoundBytes(size_t n) const override { return two_->FirstRoundBytes(n); }
+  size_t SecondRoundBytes(size_t n) const override { return two_->SecondRoundBytes(n); }
+
+  absl::StatusOr<size_t> EncodeFirst(const float* input, size_t n,
+                                     const compress::CodecContext& ctx, uint8_t* out,
+                                     size_t capacity, DeviceStream stream) override {
+    backend_->CountCodecCall(true);
+    absl::StatusOr<size_t> result = absl::InternalError("emulated encode did not run");
+    absl::Status queued = backend_->RunAndWait(device_, stream, [&] {
+      compensated_.assign(input, input + n);
+      absl::Status s = absl::OkStatus();
+      if (memory_ != nullptr) {
+        s = memory_->Compensate(absl::MakeConstSpan(input, n), ctx, absl::MakeSpan(compensated_));
+      }
+      result = s.ok() ? two_->EncodeFirst(compensated_, ctx, absl::MakeSpan(out, capacity))
+                      : absl::StatusOr<size_t>(s);
+    });
+    if (!queued.ok()) return queued;
+    return result;
+  }
+
+  absl::StatusOr<size_t> EncodeSecond(const float* summed_first, size_t floats,
+                                      const compress::CodecContext& ctx, uint8_t* out,
+                                      size_t capacity, DeviceStream stream) override {
+    backend_->CountCodecCall(true);
+    absl::StatusOr<size_t> result = absl::InternalError("emulated encode did not run");
+    absl::Status queued = backend_->RunAndWait(device_, stream, [&] {
+      result = two_->EncodeSecond(absl::MakeConstSpan(summed_first, floats), ctx,
+                                  absl::MakeSpan(out, capacity));
+      if (result.ok() && memory_ != nullptr) {
+        decoded_.resize(compensated_.size());
+        absl::Status s = two_->LocalApproximation(absl::MakeSpan(decoded_));
+        if (s.ok()) s = memory_->Update(compensated_, decoded_, ctx);
+        if (!s.ok()) result = s;
+      }
+    });
+    if (!queued.ok()) return queued;
+    return result;
+  }
+
+  absl::Status DecodeSecond(const float* summed_second, size_t floats,
+                            const compress::CodecContext& ctx, float* output, size_t n,
+                            DeviceStream stream) override {
+    backend_->CountCodecCall(false);
+    absl::Status result = absl::InternalError("emulated decode did not run");
+    absl::Status queued = backend_->RunAndWait(device_, stream, [&] {
+      result = two_->DecodeSecond(absl::MakeConstSpan(summed_second, floats), ctx,
+                                  absl::MakeSpan(output, n));
+    });
+    return queued.ok() ? result : queued;
+  }
 
   size_t MaxEncodedBytes(size_t n) const override { return codec_->MaxEncodedBytes(n); }
 
@@ -51,6 +111,7 @@ class EmulatedDeviceCodec : public DeviceCodec {
   int device_;
   std::unique_ptr<compress::Codec> codec_;
   std::unique_ptr<compress::Memory> memory_;
+  compress::TwoRoundCodec* two_;  // codec_'s two-round side, or null
   std::vector<float> compensated_, decoded_;
 };
 

@@ -86,9 +86,9 @@ class CudaCodec {
 // in device memory (FirstRoundFloats(n) and SecondRoundFloats(n) of them, 4-byte aligned).
 // The payloads are the CPU codec's bytes, so GPU and CPU workers may share a round. Each call
 // synchronises the stream: the factors' steps (the orthonormalisation, the warm start, the
-// checks) run on the host with the CPU codec's code. The worker engine does not drive this yet
-// (worker/src/device_pipeline.cc runs two-round codecs on the host); Encode and Decode are the
-// single-payload form (two_round.h), which calibration and the tests use.
+// checks) run on the host with the CPU codec's code. The worker engine drives the stages
+// (worker/device's DeviceTwoRound); Encode and Decode are the single-payload form
+// (two_round.h).
 class CudaTwoRoundCodec : public TwoRoundSizes {
  public:
   // Errors as the CPU codec's (two_round.h), word for word where they are about the round

@@ -24,6 +24,29 @@ using DeviceStream = void*;  // cudaStream_t; null is the legacy default stream
 // Device memory from DeviceBackend::Allocate; freed (by the backend) on destruction.
 using DeviceAllocation = std::unique_ptr<uint8_t, std::function<void(uint8_t*)>>;
 
+// The two rounds of a two-round codec (compress/two_round.h: PowerSGD's P, then Q) on the
+// device, its error-feedback memory fused: EncodeFirst compensates the input and writes payload
+// 1; EncodeSecond takes the servers' sum of payload 1 (f32 in device memory) and writes payload
+// 2, updating the memory with this worker's own approximation; DecodeSecond takes the sum of
+// payload 2 and writes the approximation of the workers' sum. Each returns once queued on
+// stream (EncodeFirst and EncodeSecond: once the payload's size is known); errors as the CPU
+// codec's. Not thread-safe (one task at a time).
+class DeviceTwoRound {
+ public:
+  virtual ~DeviceTwoRound() = default;
+  virtual size_t FirstRoundBytes(size_t n) const = 0;
+  virtual size_t SecondRoundBytes(size_t n) const = 0;
+  virtual absl::StatusOr<size_t> EncodeFirst(const float* input, size_t n,
+                                             const compress::CodecContext& ctx, uint8_t* out,
+                                             size_t capacity, DeviceStream stream) = 0;
+  virtual absl::StatusOr<size_t> EncodeSecond(const float* summed_first, size_t floats,
+                                              const compress::CodecContext& ctx, uint8_t* out,
+                                              size_t capacity, DeviceStream stream) = 0;
+  virtual absl::Status DecodeSecond(const float* summed_second, size_t floats,
+                                    const compress::CodecContext& ctx, float* output, size_t n,
+                                    DeviceStream stream) = 0;
+};
+
 // One partition's codec in one direction, running on the device, with its error-feedback
 // memory fused (its state lives on the device). Not thread-safe (one task at a time).
 class DeviceCodec {
@@ -40,6 +63,8 @@ class DeviceCodec {
   virtual absl::Status Decode(const uint8_t* encoded, size_t bytes,
                               const compress::CodecContext& ctx, float* output, size_t n,
                               DeviceStream stream) = 0;
+  // The codec's two rounds, for a two-round codec (the push goes through them); else null.
+  virtual DeviceTwoRound* two_round() { return nullptr; }
 };
 
 class DeviceBackend {
