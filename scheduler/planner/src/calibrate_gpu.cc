@@ -63,6 +63,64 @@ absl::StatusOr<double> TimeOnStream(cudaStream_t stream, double seconds, Call ca
   return times[times.size() / 2];
 }
 
+// A two-round codec's stages (CudaTwoRoundCodec), each call synchronising the stream: median
+// us of EncodeFirst, of EncodeSecond (its first sum: this worker's own payload 1, as from one
+// worker) and of DecodeSecond, over whole rounds repeated for `seconds` (at least 3).
+struct RoundCosts {
+  double encode_us = 0, between_us = 0, decode_us = 0;
+};
+absl::StatusOr<RoundCosts> TimeRounds(compress::cuda::CudaCodec& codec, const float* input,
+                                      size_t n, cudaStream_t stream, double seconds) {
+  compress::cuda::CudaTwoRoundCodec* two = compress::cuda::AsCudaTwoRound(codec);
+  if (two == nullptr) return absl::InternalError("no two-round side");
+  const size_t first = two->FirstRoundBytes(n), second = two->SecondRoundBytes(n);
+  DeviceBuffer payload1, payload2, output;
+  absl::Status status = Check(cudaMalloc(&payload1.ptr, first), "cudaMalloc");
+  if (status.ok()) status = Check(cudaMalloc(&payload2.ptr, second), "cudaMalloc");
+  if (status.ok())
+    status = Check(cudaMalloc(&output.ptr, std::max<size_t>(n, 1) * 4), "cudaMalloc");
+  if (!status.ok()) return status;
+  // The sums' floats follow the payloads' 4-byte stage word.
+  const float* sum1 = reinterpret_cast<const float*>(static_cast<uint8_t*>(payload1.ptr) + 4);
+  const float* sum2 = reinterpret_cast<const float*>(static_cast<uint8_t*>(payload2.ptr) + 4);
+  std::vector<double> encode, between, decode;
+  compress::CodecContext ctx;
+  ctx.key = 1;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto us_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+  };
+  while (encode.size() < 3 ||
+         (std::chrono::duration<double>(Clock::now() - start).count() < seconds &&
+          encode.size() < 10000)) {
+    ++ctx.round;
+    auto t = Clock::now();
+    absl::StatusOr<size_t> sized =
+        two->EncodeFirst(input, n, ctx, static_cast<uint8_t*>(payload1.ptr), first, stream);
+    if (sized.ok()) status = Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (!sized.ok() || !status.ok()) return sized.ok() ? status : sized.status();
+    encode.push_back(us_since(t));
+    t = Clock::now();
+    sized = two->EncodeSecond(sum1, two->FirstRoundFloats(n), ctx,
+                              static_cast<uint8_t*>(payload2.ptr), second, stream);
+    if (sized.ok()) status = Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (!sized.ok() || !status.ok()) return sized.ok() ? status : sized.status();
+    between.push_back(us_since(t));
+    t = Clock::now();
+    status = two->DecodeSecond(sum2, two->SecondRoundFloats(n), ctx,
+                               static_cast<float*>(output.ptr), n, stream);
+    if (status.ok()) status = Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (!status.ok()) return status;
+    decode.push_back(us_since(t));
+  }
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return RoundCosts{median(encode), median(between), median(decode)};
+}
+
 }  // namespace
 
 absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table, const CalibrationOptions& options) {
@@ -100,11 +158,7 @@ absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table, const Calibration
       continue;  // no kernel: the template's GPU costs (if any) stay
     }
     const compress::CodecFacts* facts = compress::CodecFactsOf(entry.name());
-    if (facts != nullptr && facts->two_round) {
-      // powersgd: the worker runs two-round codecs on the host (worker/src/device_pipeline.cc),
-      // and a single-payload Encode is not what its rounds cost; no GPU costs until it does.
-      continue;
-    }
+    const bool two_round = facts != nullptr && facts->two_round;
     compress::CodecParams params(entry.params().begin(), entry.params().end());
     proto::DeviceCost gpu;
     gpu.set_device(proto::DEVICE_GPU);
@@ -115,6 +169,23 @@ absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table, const Calibration
         status = absl::InvalidArgumentError(
             absl::StrCat("GPU calibration of '", entry.name(), "': ", codec.status().message()));
         break;
+      }
+      if (two_round) {
+        // The worker's rounds (worker/src/device_pipeline.cc): encode, between rounds, decode.
+        absl::StatusOr<RoundCosts> round = TimeRounds(**codec, static_cast<const float*>(input.ptr),
+                                                      n, stream, options.seconds_per_point);
+        if (!round.ok()) {
+          status = absl::InternalError(
+              absl::StrCat("GPU calibration of '", entry.name(), "': ", round.status().message()));
+          break;
+        }
+        for (auto [curve, us] : {std::pair{gpu.add_encode(), round->encode_us},
+                                 std::pair{gpu.add_between_rounds(), round->between_us},
+                                 std::pair{gpu.add_decode(), round->decode_us}}) {
+          curve->set_bytes(bytes);
+          curve->set_us(us);
+        }
+        continue;
       }
       const size_t capacity = (*codec)->MaxEncodedBytes(n);
       DeviceBuffer out;
