@@ -506,6 +506,95 @@ TEST(SparseCodecsTest, DecodeWritesExactlyTheOutputAtAnyAlignment) {
   }
 }
 
+// Dense messages (one element in 8 or more kept) of byte deltas: every element and none past
+// the output at any alignment, with kept elements at a 16-float block's last lane, runs across
+// the 256-element chunks and the windows, gaps of 256 (16 elements over more than 256 lanes),
+// long empty stretches, and the last kept element at the tensor's last index or before it. An
+// index past the end and a NaN are refused as the format reader refuses them.
+TEST(SparseCodecsTest, DenseByteDeltaDecodeAtEveryPatternAndAlignment) {
+  auto codec = MustCreate("threshold", {{"threshold", "0.5"}});
+  struct Pattern {
+    const char* what;
+    std::vector<uint32_t> kept;
+    size_t n;
+  };
+  std::vector<Pattern> patterns;
+  auto add = [&](const char* what, size_t n, auto keep) {
+    Pattern p{what, {}, n};
+    for (uint32_t i = 0; i < n; ++i) {
+      if (keep(i)) p.kept.push_back(i);
+    }
+    patterns.push_back(std::move(p));
+  };
+  uint32_t seed = 99;
+  auto coin = [&](uint32_t one_in) {
+    seed = seed * 1664525u + 1013904223u;
+    return (seed >> 8) % one_in == 0;
+  };
+  add("all", 1000, [](uint32_t) { return true; });
+  add("every other", 4099, [](uint32_t i) { return i % 2 == 1; });
+  add("last lanes", 6000, [](uint32_t i) { return i % 16 == 15 || i % 5 == 0; });
+  add("dense to the last index", 3001, [&](uint32_t i) { return i == 3000 || coin(3); });
+  add("dense, empty tail", 4000, [&](uint32_t i) { return i < 1200 && coin(2); });
+  add("empty head", 5000, [&](uint32_t i) { return i > 250 && coin(2); });
+  add("gaps of 256", 20000, [&](uint32_t i) {
+    return i % 256 == 255 || ((i / 4096) % 2 == 0 && coin(2));  // dense, then 16 in 4096
+  });
+  add("gaps of 256 from 0", 9000,
+      [&](uint32_t i) { return i < 4096 ? i % 256 == 0 : i % 256 == 0 || coin(2); });
+  add("runs across chunks", 40000, [&](uint32_t i) { return (i / 200) % 3 != 2 && coin(2); });
+  add("a run of 200 ones", 1700, [&](uint32_t i) { return (i >= 500 && i < 700) || coin(5); });
+  add("one element", 5, [](uint32_t i) { return i == 4; });
+  for (const Pattern& p : patterns) {
+    std::vector<float> x(p.n, 0.25f);
+    for (size_t j = 0; j < p.kept.size(); ++j) x[p.kept[j]] = 1.0f + static_cast<float>(j);
+    auto enc = EncodeToVector(*codec, x, TestContext());
+    ASSERT_TRUE(enc.ok()) << enc.status();
+    ASSERT_EQ((*enc)[1], 1) << p.what;  // bit-packed
+    ASSERT_LE((*enc)[2], 8) << p.what;
+    ASSERT_GE(8 * p.kept.size(), p.n) << p.what;  // dense
+    std::vector<float> buffer(p.n + 64);
+    for (size_t at = 0; at <= 16; ++at) {
+      std::fill(buffer.begin(), buffer.end(), 7.0f);
+      float* out = buffer.data() + at + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / 4 % 16);
+      const size_t lead = static_cast<size_t>(out - buffer.data());
+      ASSERT_TRUE(codec->Decode(*enc, TestContext(), absl::MakeSpan(out, p.n)).ok()) << p.what;
+      for (size_t i = 0; i < buffer.size(); ++i) {
+        const float want = i < lead || i >= lead + p.n ? 7.0f
+                           : x[i - lead] > 0.5f        ? x[i - lead]
+                                                       : 0.0f;
+        ASSERT_EQ(buffer[i], want) << p.what << " at " << at << " element " << i;
+      }
+    }
+    // The last delta at its largest, past the end, and a NaN: the same refusal as the format
+    // reader's.
+    std::vector<uint8_t> bad = *enc;
+    const size_t section = 16 + 4 * p.kept.size();
+    const uint32_t width = (*enc)[2];
+    if (width > 0) {
+      const size_t last_bit = (p.kept.size() - 1) * width;
+      for (uint32_t b = 0; b < width; ++b) {
+        bad[section + (last_bit + b) / 8] |= static_cast<uint8_t>(1u << ((last_bit + b) % 8));
+      }
+      const uint32_t last =
+          (p.kept.size() >= 2 ? p.kept[p.kept.size() - 2] + 1 : 0) + ((1u << width) - 1);
+      std::vector<float> out(p.n), acc(p.n);
+      const absl::Status s = codec->Decode(bad, TestContext(), absl::MakeSpan(out));
+      if (last >= p.n) {
+        EXPECT_FALSE(s.ok()) << p.what;
+        EXPECT_EQ(s, codec->DecodeAdd(bad, TestContext(), absl::MakeSpan(acc))) << p.what;
+      }
+    }
+    bad = *enc;
+    const float nan = NAN;
+    std::memcpy(bad.data() + 16 + 4 * (p.kept.size() / 2), &nan, 4);
+    std::vector<float> out(p.n), acc(p.n);
+    const absl::Status s = codec->Decode(bad, TestContext(), absl::MakeSpan(out));
+    EXPECT_FALSE(s.ok()) << p.what;
+    EXPECT_EQ(s, codec->DecodeAdd(bad, TestContext(), absl::MakeSpan(acc))) << p.what;
+  }
+}
+
 TEST(SparseCodecsTest, IndexEncodingsRoundTrip) {
   // Dense selection: bit-packed deltas of width 0 (no index bytes at all).
   auto all = MustCreate("threshold", {{"threshold", "0"}});
