@@ -266,14 +266,7 @@ void DevicePipeline::EncodeOnDevice(const std::shared_ptr<Operation>& op, int64_
   if (status.ok()) {
     const size_t capacity =
         two != nullptr ? two->FirstRoundBytes(n) : pc.device_push->MaxEncodedBytes(n);
-    if (pc.device_encoded == nullptr || pc.device_encoded_bytes < capacity) {
-      absl::StatusOr<DeviceAllocation> buffer = d.backend->Allocate(d.device, capacity);
-      if (buffer.ok()) {
-        pc.device_encoded = *std::move(buffer);
-        pc.device_encoded_bytes = capacity;
-      }
-      status = buffer.status();
-    }
+    status = EnsureDeviceBuffer(d, capacity, pc.device_encoded, pc.device_encoded_bytes);
     if (status.ok()) {
       const float* input = reinterpret_cast<const float*>(
           static_cast<const char*>(op->request.data) + range.offset * sizeof(float));
@@ -338,27 +331,7 @@ void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_
                           static_cast<int64_t>(n * sizeof(float)), PullCodecName(op->plan()));
   absl::Status status = EnsureCodecs(*op, partition);
   cpu_offload::PinnedBuffer staged;
-  if (status.ok()) {
-    absl::StatusOr<cpu_offload::PinnedBuffer> pinned =
-        d.pinned->Acquire(std::max<size_t>(payload.size(), 1));
-    status = pinned.status();
-    if (status.ok()) {
-      staged = *std::move(pinned);
-      std::memcpy(staged.data(), payload.data(), payload.size());
-    }
-  }
-  if (status.ok() && (pc.device_pulled == nullptr || pc.device_pulled_bytes < payload.size())) {
-    absl::StatusOr<DeviceAllocation> buffer = d.backend->Allocate(d.device, payload.size());
-    if (buffer.ok()) {
-      pc.device_pulled = *std::move(buffer);
-      pc.device_pulled_bytes = payload.size();
-    }
-    status = buffer.status();
-  }
-  if (status.ok()) {
-    status = d.backend->CopyToDevice(d.device, d.stream, pc.device_pulled.get(), staged.data(),
-                                     payload.size());
-  }
+  if (status.ok()) status = PayloadToDevice(d, pc, payload, staged);
   if (status.ok()) {
     float* output = reinterpret_cast<float*>(static_cast<char*>(op->request.data) +
                                              range.offset * sizeof(float));
@@ -400,28 +373,7 @@ void DevicePipeline::SumOnDevice(const std::shared_ptr<Operation>& op, int64_t p
   }
   // The sum to the device, through pinned memory kept until the stream has read it.
   auto staged = std::make_shared<cpu_offload::PinnedBuffer>();
-  if (status.ok()) {
-    absl::StatusOr<cpu_offload::PinnedBuffer> pinned =
-        d.pinned->Acquire(std::max<size_t>(payload.size(), 1));
-    status = pinned.status();
-    if (status.ok()) {
-      *staged = *std::move(pinned);
-      std::memcpy(staged->data(), payload.data(), payload.size());
-    }
-  }
-  if (status.ok() && (pc.device_pulled == nullptr || pc.device_pulled_bytes < payload.size())) {
-    absl::StatusOr<DeviceAllocation> buffer =
-        d.backend->Allocate(d.device, std::max<size_t>(payload.size(), 1));
-    if (buffer.ok()) {
-      pc.device_pulled = *std::move(buffer);
-      pc.device_pulled_bytes = payload.size();
-    }
-    status = buffer.status();
-  }
-  if (status.ok()) {
-    status = d.backend->CopyToDevice(d.device, d.stream, pc.device_pulled.get(), staged->data(),
-                                     payload.size());
-  }
+  if (status.ok()) status = PayloadToDevice(d, pc, payload, *staged);
   const float* sum = reinterpret_cast<const float*>(pc.device_pulled.get());
   const size_t floats = payload.size() / sizeof(float);
   if (stage == 1) {
@@ -430,14 +382,7 @@ void DevicePipeline::SumOnDevice(const std::shared_ptr<Operation>& op, int64_t p
     absl::StatusOr<size_t> bytes = size_t{0};
     if (status.ok()) {
       const size_t capacity = two->SecondRoundBytes(n);
-      if (pc.device_encoded_bytes < capacity) {
-        absl::StatusOr<DeviceAllocation> buffer = d.backend->Allocate(d.device, capacity);
-        if (buffer.ok()) {
-          pc.device_encoded = *std::move(buffer);
-          pc.device_encoded_bytes = capacity;
-        }
-        status = buffer.status();
-      }
+      status = EnsureDeviceBuffer(d, capacity, pc.device_encoded, pc.device_encoded_bytes);
       if (status.ok()) {
         bytes = two->EncodeSecond(sum, floats, ctx, pc.device_encoded.get(), capacity, d.stream);
         status = bytes.status();
@@ -473,6 +418,31 @@ void DevicePipeline::SumOnDevice(const std::shared_ptr<Operation>& op, int64_t p
       absl::Status(status.code(),
                    absl::StrCat("decoding '", op->request.name, "' partition ", partition,
                                 " on device ", d.device, ": ", status.message())));
+}
+
+absl::Status DevicePipeline::EnsureDeviceBuffer(const DeviceWork& d, size_t bytes,
+                                                DeviceAllocation& buffer, size_t& held) {
+  if (buffer != nullptr && held >= bytes) return absl::OkStatus();
+  absl::StatusOr<DeviceAllocation> made = d.backend->Allocate(d.device, std::max<size_t>(bytes, 1));
+  if (!made.ok()) return made.status();
+  buffer = *std::move(made);
+  held = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status DevicePipeline::PayloadToDevice(const DeviceWork& d, PartitionCodec& pc,
+                                             const zmq::message_t& payload,
+                                             cpu_offload::PinnedBuffer& staged) {
+  absl::StatusOr<cpu_offload::PinnedBuffer> pinned =
+      d.pinned->Acquire(std::max<size_t>(payload.size(), 1));
+  if (!pinned.ok()) return pinned.status();
+  staged = *std::move(pinned);
+  std::memcpy(staged.data(), payload.data(), payload.size());
+  absl::Status status =
+      EnsureDeviceBuffer(d, payload.size(), pc.device_pulled, pc.device_pulled_bytes);
+  if (!status.ok()) return status;
+  return d.backend->CopyToDevice(d.device, d.stream, pc.device_pulled.get(), staged.data(),
+                                 payload.size());
 }
 
 absl::Status DevicePipeline::CopyPushToHost(const DeviceWork& d, const PartitionCodec& pc,

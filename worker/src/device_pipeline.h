@@ -58,6 +58,14 @@ class DevicePipeline : public StagePipeline {
   // stage 2 sum (decode into the tensor).
   void SumOnDevice(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
                    zmq::message_t payload);
+  // `buffer` (holding `held` bytes) made at least `bytes` long on the device.
+  static absl::Status EnsureDeviceBuffer(const DeviceWork& d, size_t bytes,
+                                         DeviceAllocation& buffer, size_t& held);
+  // A pulled payload copied into `staged` (pinned; keep it until the stream has passed the
+  // copy) and from there to pc.device_pulled, queued on the stream.
+  static absl::Status PayloadToDevice(const DeviceWork& d, PartitionCodec& pc,
+                                      const zmq::message_t& payload,
+                                      cpu_offload::PinnedBuffer& staged);
   // The device payload of `bytes` (pc.device_encoded) to a pinned buffer of the push, queued on
   // the stream.
   absl::Status CopyPushToHost(const DeviceWork& d, const PartitionCodec& pc, EncodedPush& push,
