@@ -330,8 +330,8 @@ void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_
   ctx_.traffic->CountPull(static_cast<int64_t>(payload.size()),
                           static_cast<int64_t>(n * sizeof(float)), PullCodecName(op->plan()));
   absl::Status status = EnsureCodecs(*op, partition);
-  cpu_offload::PinnedBuffer staged;
-  if (status.ok()) status = PayloadToDevice(d, pc, payload, staged);
+  auto staged = std::make_shared<cpu_offload::PinnedBuffer>();
+  if (status.ok()) status = PayloadToDevice(d, pc, payload, *staged);
   if (status.ok()) {
     float* output = reinterpret_cast<float*>(static_cast<char*>(op->request.data) +
                                              range.offset * sizeof(float));
@@ -339,18 +339,7 @@ void DevicePipeline::DecodeOnDevice(const std::shared_ptr<Operation>& op, int64_
                                     ctx_.ContextFor(*op, partition, static_cast<uint32_t>(server)),
                                     output, n, d.stream);
   }
-  if (status.ok()) {
-    status = AfterDevice(d, [this, op, partition, staged = std::move(staged)]() mutable {
-      staged.Reset();
-      ctx_.tracker->ResultIn(op, partition);
-    });
-    if (status.ok()) return;
-  }
-  ctx_.tracker->ResultFailed(
-      op, partition,
-      absl::Status(status.code(),
-                   absl::StrCat("decoding '", op->request.name, "' partition ", partition,
-                                " on device ", d.device, ": ", status.message())));
+  ReportDecodedOnDevice(op, partition, status, std::move(staged));
 }
 
 void DevicePipeline::SumOnDevice(const std::shared_ptr<Operation>& op, int64_t partition,
@@ -408,9 +397,18 @@ void DevicePipeline::SumOnDevice(const std::shared_ptr<Operation>& op, int64_t p
                                              op->layout().range(partition).offset * sizeof(float));
     status = two->DecodeSecond(sum, floats, ctx, output, n, d.stream);
   }
+  ReportDecodedOnDevice(op, partition, status, std::move(staged));
+}
+
+void DevicePipeline::ReportDecodedOnDevice(const std::shared_ptr<Operation>& op, int64_t partition,
+                                           absl::Status status,
+                                           std::shared_ptr<cpu_offload::PinnedBuffer> staged) {
+  const DeviceWork& d = *op->device;
   if (status.ok()) {
-    status =
-        AfterDevice(d, [this, op, partition, staged] { ctx_.tracker->ResultIn(op, partition); });
+    status = AfterDevice(d, [this, op, partition, staged = std::move(staged)]() mutable {
+      staged.reset();
+      ctx_.tracker->ResultIn(op, partition);
+    });
     if (status.ok()) return;
   }
   ctx_.tracker->ResultFailed(

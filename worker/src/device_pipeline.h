@@ -58,6 +58,12 @@ class DevicePipeline : public StagePipeline {
   // stage 2 sum (decode into the tensor).
   void SumOnDevice(const std::shared_ptr<Operation>& op, int64_t partition, uint32_t stage,
                    zmq::message_t payload);
+  // After a decode into the tensor was queued on the stream (`status`: whether it was): the
+  // result reported once the stream has passed it (`staged`, the payload's pinned copy, held
+  // until then), or the partition failed.
+  void ReportDecodedOnDevice(const std::shared_ptr<Operation>& op, int64_t partition,
+                             absl::Status status,
+                             std::shared_ptr<cpu_offload::PinnedBuffer> staged);
   // `buffer` (holding `held` bytes) made at least `bytes` long on the device.
   static absl::Status EnsureDeviceBuffer(const DeviceWork& d, size_t bytes,
                                          DeviceAllocation& buffer, size_t& held);
