@@ -36,6 +36,7 @@ GPU_CODECS = [
     ("onebit", {}, "residual"), ("u8bit", {}, "residual"), ("dithering", {}, "residual"),
     ("inceptionn", {}, "residual"), ("sketch", {}, "residual"), ("threshold", {}, "residual"),
     ("adaq", {}, "residual"), ("blocksparse", {}, "residual"),
+    ("powersgd", {"rank": "2"}, "powersgd"),  # two rounds on the device (DeviceTwoRound)
 ]
 
 
