@@ -61,6 +61,8 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
   std::array<double, kNumResources> total = sim.TotalWork(choice);
   TailBounds bounds;
   ComputeTailBounds(problem.sim, choice, &bounds);
+  // Same-shaped tensors' changes often leave the same backlog: their runs meet.
+  sim.UseRunMemo(true);
   for (const auto& [neg_loss, bytes, i] : order) {
     const auto& options = problem.sim.tensors[i].options;
     // Later tensors keep their options: ready later by this one's stream time.
@@ -87,6 +89,7 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
       }
     }
   }
+  sim.UseRunMemo(false);
   return choice;
 }
 

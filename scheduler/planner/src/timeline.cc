@@ -79,6 +79,9 @@ void AppendJsonString(std::string& out, const std::string& text) {
 TimelineSimulator::TimelineSimulator(const SimProblem* problem)
     : problem_(problem), n_(static_cast<int>(problem->tensors.size())) {
   stride_ = n_ < 128 ? 1 : n_ / 64;
+  // About 16 memo checkpoints in a run over the whole model: hashing a state costs about as
+  // much as a few dozen events.
+  memo_every_ = std::max(1, n_ / stride_ / 16);
   snapshots_.resize(n_);
   summaries_.resize(n_);
   snapshot_hash_.assign(2 * n_, 0);
@@ -236,10 +239,25 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       // recording a new baseline: its snapshots from here on are the old ones). States are
       // compared by a 64-bit order-independent hash of every pending job (time, resource,
       // tensor, option, stage).
+      uint64_t hash = 0;
+      bool hashed = false;
+      if (checkpoint && j > same_as_baseline_after && run_memo_on_ && j > from &&
+          (j / stride_) % memo_every_ == 0) {
+        // Another run of this baseline in this state here: its end is this run's.
+        hash = StateHash(s, false);
+        hashed = true;
+        const uint64_t key = Mix(hash ^ (static_cast<uint64_t>(j) * 0x9e3779b97f4a7c15ULL));
+        auto known = run_memo_.find(key);
+        if (known != run_memo_.end() && (known->second.exact || known->second.us >= cutoff_us)) {
+          ++memo_hits_;
+          return known->second.exact && known->second.us < cutoff_us ? known->second.us : kAborted;
+        }
+        run_keys_.push_back(key);
+      }
       if (checkpoint && j > same_as_baseline_after &&
           s.active_partitions == summaries_[j].active_partitions) {
         if (s.now == summaries_[j].now) {
-          if (StateHash(s, false) == SnapshotHash(j, false)) {
+          if ((hashed ? hash : StateHash(s, false)) == SnapshotHash(j, false)) {
             // (The work started so far differs by the change's: so does the rest's.)
             if (record) KeepSnapshotsFrom(j, s);
             return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
@@ -352,6 +370,7 @@ double TimelineSimulator::Simulate(const std::vector<int>& choice, std::vector<T
 
 double TimelineSimulator::Rebase(const std::vector<int>& choice, int from, int last_changed) {
   ++simulations_;
+  run_memo_.clear();
   scratch_ = snapshots_[Checkpoint(from)];
   baseline_us_ =
       Run(scratch_, choice, n_, true, kAborted, nullptr, last_changed < 0 ? n_ : last_changed);
@@ -366,11 +385,29 @@ double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, dou
   scratch_ = snapshots_[Checkpoint(from)];  // the baseline's choice up to tensor `from`
   bound_work_ = total_work;
   bound_tail_ = tail_us;
+  run_memo_on_ = run_memo_wanted_;
+  run_keys_.clear();
   double result =
       Run(scratch_, choice, n_, false, cutoff_us, nullptr, last_changed < 0 ? from : last_changed);
+  run_memo_on_ = false;
+  RecordRunOutcome(result, cutoff_us);
   bound_work_ = nullptr;
   bound_tail_ = nullptr;
   return result;
+}
+
+void TimelineSimulator::RecordRunOutcome(double result, double cutoff_us) {
+  // A run that ended gives its end; one that was cut (by the cutoff, a bound, or the
+  // baseline's shifted end), that the end is at least the cutoff.
+  for (uint64_t key : run_keys_) {
+    RunOutcome& known = run_memo_[key];
+    if (result != kAborted) {
+      known = {result, true};
+    } else if (!known.exact) {
+      known.us = std::max(known.us, cutoff_us);
+    }
+  }
+  run_keys_.clear();
 }
 
 std::array<double, kNumResources> TimelineSimulator::TotalWork(

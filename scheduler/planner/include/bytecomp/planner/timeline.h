@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "bytecomp/planner/decision_tree.h"
@@ -102,6 +103,16 @@ class TimelineSimulator {
   double StackLowerBound(int depth, const std::array<double, kNumResources>& total_work,
                          double tail_us = 0) const;
 
+  // Evaluate remembers, per baseline, each run's end (or that it was cut) at some of its
+  // checkpoint states after its change, and a run that reaches one of those states takes that
+  // end (the same state and the same choice from there: the same rest). It pays when many
+  // single changes of one baseline are tried whose runs meet after their changes
+  // (PreferLessLoss: changes of same-shaped tensors that leave the same backlog); elsewhere
+  // the hashing costs more than it saves, so it is off unless asked for.
+  void UseRunMemo(bool on) { run_memo_wanted_ = on; }
+  // Evaluate runs that took their end from the memo.
+  int64_t memo_hits() const { return memo_hits_; }
+
   int64_t simulations() const { return simulations_; }
   int64_t events_processed() const { return events_; }
 
@@ -180,6 +191,21 @@ class TimelineSimulator {
   std::vector<uint8_t> idle_before_;
   std::vector<State> stack_;  // exhaustive search
   State scratch_;
+  // What Evaluate runs of the current baseline found from a checkpoint's state on (after their
+  // changes, where the rest of the choice is the baseline's): the same state at the same
+  // checkpoint has the same rest, so the same end. Keyed by (checkpoint, StateHash); the end
+  // exactly, or a lower bound (the cutoff that cut the run). Cleared by Rebase.
+  struct RunOutcome {
+    double us = -1e300;
+    bool exact = false;
+  };
+  std::unordered_map<uint64_t, RunOutcome> run_memo_;
+  std::vector<uint64_t> run_keys_;  // the current Evaluate run's checkpoint keys
+  bool run_memo_wanted_ = false;    // UseRunMemo
+  bool run_memo_on_ = false;        // during Evaluate, where wanted
+  int memo_every_ = 1;              // the memo's checkpoints: every memo_every_-th one
+  int64_t memo_hits_ = 0;
+  void RecordRunOutcome(double result, double cutoff_us);
   const std::array<double, kNumResources>* bound_work_ = nullptr;
   const std::vector<double>* bound_tail_ = nullptr;
   double baseline_us_ = 0;
