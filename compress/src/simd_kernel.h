@@ -35,3 +35,7 @@
     return name##Baseline args;                                                                   \
   }                                                                                               \
   static inline ret name##Body params
+
+// The target of hand-written AVX-512 loops that also use BMI2 (the sparse codecs' byte steps
+// and deltas); run only where CpuSimdLevel() is kAvx512 and the CPU has BMI2.
+#define BYTECOMP_TARGET_AVX512_BMI2 __attribute__((target("avx512f,avx512bw,avx512vl,bmi,bmi2")))

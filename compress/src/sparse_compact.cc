@@ -7,6 +7,7 @@
 
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/format/sparse_format.h"
+#include "simd_kernel.h"
 #include "sparse_codecs.h"
 
 namespace bytecomp::compress {
@@ -133,8 +134,6 @@ __attribute__((target("avx2"))) size_t CompactRangeAvx2(const float* x, size_t n
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#define BYTECOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,bmi,bmi2")))
-
 // CompactByteSteps's state between its steps of 16 elements.
 struct StepState {
   __m512i iota1;     // the step's positions + 1
@@ -149,10 +148,9 @@ struct StepState {
 // which gives each kept element's step, and <= 0 in the lanes past them. The tail's lanes past
 // n load as zeros, which are never kept (lo >= 1).
 template <bool kTail>
-[[gnu::always_inline]] BYTECOMP_AVX512 inline void CompactStep(const float* x, __mmask16 in,
-                                                               uint32_t i, __m512i lo,
-                                                               uint8_t* values, uint8_t* steps,
-                                                               StepState& s) {
+[[gnu::always_inline]] BYTECOMP_TARGET_AVX512_BMI2 inline void CompactStep(
+    const float* x, __mmask16 in, uint32_t i, __m512i lo, uint8_t* values, uint8_t* steps,
+    StepState& s) {
   const __m512 v = kTail ? _mm512_maskz_loadu_ps(in, x) : _mm512_loadu_ps(x);
   const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
   const __mmask16 finite =
@@ -172,8 +170,9 @@ template <bool kTail>
 
 // CompactByteSteps with AVX-512: blocks of 64 steps, each checked for a step above 256 at its
 // end (then the block does not count: the result stops at its start).
-BYTECOMP_AVX512 ByteStepCompaction CompactByteStepsAvx512(const float* x, size_t n, uint32_t lo,
-                                                          uint8_t* values, uint8_t* steps) {
+BYTECOMP_TARGET_AVX512_BMI2 ByteStepCompaction CompactByteStepsAvx512(const float* x, size_t n,
+                                                                      uint32_t lo, uint8_t* values,
+                                                                      uint8_t* steps) {
   constexpr size_t kBlock = 64 * 16;
   const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
   const __m512i limit = _mm512_set1_epi32(256);

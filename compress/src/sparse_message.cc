@@ -9,6 +9,7 @@
 #include "bytecomp/compress/format/sparse_format.h"
 #include "codec_checks.h"
 #include "index_section.h"
+#include "simd_kernel.h"
 #include "sparse_codecs.h"
 
 namespace bytecomp::compress {
@@ -35,9 +36,7 @@ struct DenseWindows {
   alignas(64) float buf[kWindow];
 };
 
-#define BYTECOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,bmi,bmi2")))
-
-BYTECOMP_AVX512 void FlushWindow(DenseWindows& w) {
+BYTECOMP_TARGET_AVX512_BMI2 void FlushWindow(DenseWindows& w) {
   const __m512 zero = _mm512_setzero_ps();
   const int64_t end = static_cast<int64_t>(w.n + w.off);  // the output's end, from line0
   if (w.start >= w.off && static_cast<int64_t>(w.start + kWindow) <= end) {  // whole lines only
@@ -72,7 +71,7 @@ BYTECOMP_AVX512 void FlushWindow(DenseWindows& w) {
   w.start += kWindow;
 }
 
-BYTECOMP_AVX512 void FinishWindows(DenseWindows& w) {
+BYTECOMP_TARGET_AVX512_BMI2 void FinishWindows(DenseWindows& w) {
   while (w.start < w.n + w.off) FlushWindow(w);
   _mm_sfence();
 }
@@ -84,8 +83,9 @@ BYTECOMP_AVX512 void FinishWindows(DenseWindows& w) {
 // the output unspecified, where the message is not one the checks pass (a non-finite value,
 // an index >= n) or its padding bits are not zero: the caller's full decode then says why, or
 // decodes it.
-BYTECOMP_AVX512 bool DecodeByteDeltas(const uint8_t* values, const uint8_t* section, size_t bytes,
-                                      size_t k, uint32_t width, float* out, size_t n) {
+BYTECOMP_TARGET_AVX512_BMI2 bool DecodeByteDeltas(const uint8_t* values, const uint8_t* section,
+                                                  size_t bytes, size_t k, uint32_t width,
+                                                  float* out, size_t n) {
   if (k > 0 && !PaddingBitsZero(section, k, static_cast<int>(width))) return false;
   DenseWindows w;
   w.off = (reinterpret_cast<uintptr_t>(out) & 63) / 4;
