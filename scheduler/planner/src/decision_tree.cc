@@ -109,43 +109,6 @@ void AddSummedIndicesStages(const proto::CodecCost& codec, double part_bytes, do
 
 }  // namespace
 
-// gloo's part of a collective on host values (AddCollectiveStages): the encode, the allreduce
-// or allgather, the decode.
-template <typename Allreduce, typename TransportCpu, typename Add>
-void AddHostCollectiveStages(const TensorOption& option, const proto::CodecCost* codec,
-                             const proto::DeviceCost* cpu, double part_bytes, double compressed,
-                             double w, double us_per_byte, double alpha, double sum_speed,
-                             Allreduce allreduce, TransportCpu transport_cpu, Add add) {
-  if (codec != nullptr) {
-    add(kCpuPool, kEncode, InterpolateCost(cpu->encode(), part_bytes));
-  }
-  if (option.scheme == proto::SCHEME_ALLGATHER) {
-    const double b = codec != nullptr ? compressed : part_bytes;
-    const double moved = b * (w - 1) * us_per_byte;
-    transport_cpu(b * (w - 1));
-    add(kNicUp, kPush, alpha * w + moved);
-    add(kNicDown, kPull, moved);
-    const double decode =
-        codec != nullptr ? InterpolateCost(cpu->decode(), part_bytes) : part_bytes / sum_speed;
-    add(kCpuPool, kDecode, w * decode);
-    return;
-  }
-  if (codec != nullptr && codec->two_round()) {
-    allreduce(compressed);
-    add(kCpuPool, kEncode, InterpolateCost(cpu->between_rounds(), part_bytes));
-    allreduce(compressed);
-    add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
-    return;
-  }
-  if (codec == nullptr) {
-    allreduce(part_bytes);
-    return;
-  }
-  allreduce(compressed);
-  // The summed values expanded into the tensor (ExpandSum: a decode).
-  add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
-}
-
 // A collective's stages (worker/src/collective_exchange.h: gloo among the workers, no server):
 // the leader's batch broadcast (one latency), then for an allreduce of b bytes a
 // reduce-scatter and an allgather that each move (W - 1) / W of b through every worker's link
@@ -192,10 +155,31 @@ void AddCollectiveStages(const TensorOption& option, const proto::CodecCost* cod
   }
   const bool copied = path == CollectivePath::kPinnedCopy;
   if (copied) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
-  AddHostCollectiveStages(option, codec, cpu, part_bytes, compressed, w, us_per_byte, alpha,
-                          sum_speed, allreduce, transport_cpu, add);
+  if (codec != nullptr) add(kCpuPool, kEncode, InterpolateCost(cpu->encode(), part_bytes));
+  if (option.scheme == proto::SCHEME_ALLGATHER) {
+    const double b = codec != nullptr ? compressed : part_bytes;
+    const double moved = b * (w - 1) * us_per_byte;
+    transport_cpu(b * (w - 1));
+    add(kNicUp, kPush, alpha * w + moved);
+    add(kNicDown, kPull, moved);
+    const double decode =
+        codec != nullptr ? InterpolateCost(cpu->decode(), part_bytes) : part_bytes / sum_speed;
+    add(kCpuPool, kDecode, w * decode);
+  } else if (codec != nullptr && codec->two_round()) {
+    allreduce(compressed);
+    add(kCpuPool, kEncode, InterpolateCost(cpu->between_rounds(), part_bytes));
+    allreduce(compressed);
+    add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
+  } else if (codec == nullptr) {
+    allreduce(part_bytes);
+  } else {
+    allreduce(compressed);
+    // The summed values expanded into the tensor (ExpandSum: a decode).
+    add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
+  }
   if (copied) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
 }
+
 double CompressedBytes(const proto::CodecCost& codec, double bytes) {
   const double out =
       codec.sizes().empty()
