@@ -38,10 +38,12 @@ class EmulatedDeviceCodec : public DeviceCodec, public DeviceTwoRound {
     backend_->CountCodecCall(true);
     absl::StatusOr<size_t> result = absl::InternalError("emulated encode did not run");
     absl::Status queued = backend_->RunAndWait(device_, stream, [&] {
-      compensated_.assign(input, input + n);
       absl::Status s = absl::OkStatus();
       if (memory_ != nullptr) {
+        compensated_.resize(n);
         s = memory_->Compensate(absl::MakeConstSpan(input, n), ctx, absl::MakeSpan(compensated_));
+      } else {
+        compensated_.assign(input, input + n);
       }
       result = s.ok() ? two_->EncodeFirst(compensated_, ctx, absl::MakeSpan(out, capacity))
                       : absl::StatusOr<size_t>(s);
