@@ -47,41 +47,49 @@ class CudaDeviceCodec : public DeviceCodec, public DeviceTwoRound {
   absl::StatusOr<size_t> EncodeFirst(const float* input, size_t n,
                                      const compress::CodecContext& ctx, uint8_t* out,
                                      size_t capacity, DeviceStream stream) override {
-    ScopedDevice scoped(device_);
-    if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", scoped.status());
-    return two_->EncodeFirst(input, n, ctx, out, capacity, static_cast<cudaStream_t>(stream));
+    return OnDevice([&] {
+      return two_->EncodeFirst(input, n, ctx, out, capacity, static_cast<cudaStream_t>(stream));
+    });
   }
   absl::StatusOr<size_t> EncodeSecond(const float* summed_first, size_t floats,
                                       const compress::CodecContext& ctx, uint8_t* out,
                                       size_t capacity, DeviceStream stream) override {
-    ScopedDevice scoped(device_);
-    if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", scoped.status());
-    return two_->EncodeSecond(summed_first, floats, ctx, out, capacity,
-                              static_cast<cudaStream_t>(stream));
+    return OnDevice([&] {
+      return two_->EncodeSecond(summed_first, floats, ctx, out, capacity,
+                                static_cast<cudaStream_t>(stream));
+    });
   }
   absl::Status DecodeSecond(const float* summed_second, size_t floats,
                             const compress::CodecContext& ctx, float* output, size_t n,
                             DeviceStream stream) override {
-    ScopedDevice scoped(device_);
-    if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", scoped.status());
-    return two_->DecodeSecond(summed_second, floats, ctx, output, n,
-                              static_cast<cudaStream_t>(stream));
+    return OnDevice([&] {
+      return two_->DecodeSecond(summed_second, floats, ctx, output, n,
+                                static_cast<cudaStream_t>(stream));
+    });
   }
   size_t MaxEncodedBytes(size_t n) const override { return codec_->MaxEncodedBytes(n); }
   absl::StatusOr<size_t> Encode(const float* input, size_t n, const compress::CodecContext& ctx,
                                 uint8_t* out, size_t capacity, DeviceStream stream) override {
-    ScopedDevice scoped(device_);
-    if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", scoped.status());
-    return codec_->Encode(input, n, ctx, out, capacity, static_cast<cudaStream_t>(stream));
+    return OnDevice([&] {
+      return codec_->Encode(input, n, ctx, out, capacity, static_cast<cudaStream_t>(stream));
+    });
   }
   absl::Status Decode(const uint8_t* encoded, size_t bytes, const compress::CodecContext& ctx,
                       float* output, size_t n, DeviceStream stream) override {
-    ScopedDevice scoped(device_);
-    if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", scoped.status());
-    return codec_->Decode(encoded, bytes, ctx, output, n, static_cast<cudaStream_t>(stream));
+    return OnDevice([&] {
+      return codec_->Decode(encoded, bytes, ctx, output, n, static_cast<cudaStream_t>(stream));
+    });
   }
 
  private:
+  // `call` with the codec's device current (its result, or why the device could not be set).
+  template <typename Call>
+  auto OnDevice(Call call) -> decltype(call()) {
+    ScopedDevice scoped(device_);
+    if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", scoped.status());
+    return call();
+  }
+
   int device_;
   std::unique_ptr<compress::cuda::CudaCodec> codec_;
   compress::cuda::CudaTwoRoundCodec* two_;  // codec_'s two-round side, or null
