@@ -1,4 +1,5 @@
-// fp16 and bf16 on the GPU: format/half_format.h's conversions, one element a thread.
+// fp16 and bf16 on the GPU: format/half_format.h's conversions, an element a thread a step; the
+// encode checks the input's finiteness in its pass (FusesReduction).
 #include "bytecomp/compress/format/half_format.h"
 #include "cuda_codec_base.h"
 #include "cuda_registry.h"
@@ -6,15 +7,19 @@
 namespace bytecomp::compress::cuda {
 namespace {
 
+// Four elements a thread a step (their loads issued together), the largest |x| bits into stats
+// (the fused finite check).
 template <bool kBFloat>
 __global__ void HalfEncodeKernel(const float* __restrict__ x, size_t n, uint16_t* __restrict__ out,
-                                 Feedback fb) {
-  for (size_t i = GridStart(); i < n; i += GridStride()) {
-    const float c = x[i];
+                                 Feedback fb, DeviceStats* stats) {
+  unsigned int max_bits = 0;
+  ForEachLoaded(x, n, [&](size_t i, float c) {
     const uint16_t h = kBFloat ? half::SaturatingBFloat16Bits(c) : half::SaturatingHalfBits(c);
     out[i] = h;
     fb.Update(i, c, kBFloat ? BFloat16BitsToFloat(h) : HalfBitsToFloat(h));
-  }
+    max_bits = MaxOp()(max_bits, FloatBits(c) & 0x7fffffffu);
+  });
+  RecordBlockMaxAbsBits(max_bits, stats);
 }
 
 template <bool kBFloat>
@@ -50,10 +55,12 @@ class HalfCudaCodec final : public CudaCodecBase {
   absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext&,
                                        const DeviceStats&, const Feedback& fb, uint8_t* out,
                                        cudaStream_t stream) override {
-    HalfEncodeKernel<kBFloat>
-        <<<Blocks(n), kThreads, 0, stream>>>(x, n, reinterpret_cast<uint16_t*>(out), fb);
+    HalfEncodeKernel<kBFloat><<<ReduceBlocks(n), kThreads, 0, stream>>>(
+        x, n, reinterpret_cast<uint16_t*>(out), fb, stats());
+    if (auto s = FinishFusedPass(x, n, stream); !s.ok()) return s;
     return Launched(half::PayloadBytes(n));
   }
+  bool FusesReduction() const override { return true; }
 };
 
 }  // namespace

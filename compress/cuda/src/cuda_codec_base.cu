@@ -25,23 +25,15 @@ __global__ void ReduceStatsKernel(const float* __restrict__ x, size_t n, DeviceS
   unsigned int max_bits = 0;
   double pos = 0.0, neg = 0.0, squares = 0.0;
   unsigned long long neg_count = 0;
-  for (size_t i = GridStart(); i < n; i += GridStride()) {
-    const float v = x[i];
+  ForEachLoaded(x, n, [&](size_t, float v) {
     const unsigned int a = FloatBits(v) & 0x7fffffffu;
     max_bits = a > max_bits ? a : max_bits;
-    if constexpr (kSigns) {
-      if (v < 0.0f) {
-        neg += static_cast<double>(v);
-        ++neg_count;
-      } else {
-        pos += static_cast<double>(v);
-      }
-    }
+    if constexpr (kSigns) AddSignSums(v, &pos, &neg, &neg_count);
     if constexpr (kSquares) {
       const double d = static_cast<double>(v);
       squares += d * d;
     }
-  }
+  });
   const unsigned int block_max = BlockReduceU(temp.u).Reduce(max_bits, MaxOp());
   if (threadIdx.x == 0) atomicMax(&stats->max_abs_bits, block_max);
   if constexpr (kSigns) {
@@ -88,13 +80,26 @@ absl::StatusOr<const float*> CudaCodecBase::Compensate(const float* g, size_t n,
 absl::StatusOr<size_t> CudaCodecBase::Encode(const float* input, size_t n, const CodecContext& ctx,
                                              uint8_t* out, size_t capacity, cudaStream_t stream) {
   PreparedInput p;
-  BC_ASSIGN(p, PrepareInput(input, n, ctx, capacity, MaxEncodedBytes(n), stream));
+  BC_ASSIGN(p, PrepareInput(input, n, ctx, capacity, MaxEncodedBytes(n), stream, true));
   return EncodeChecked(p.x, n, ctx, p.stats, p.fb, out, stream);
+}
+
+absl::Status CudaCodecBase::FinishFusedPass(const float* x, size_t n, cudaStream_t stream) {
+  if (!fused_pass_) return absl::OkStatus();
+  DeviceStats st;
+  BC_ASSIGN(st, ReadStats(stream));
+  return CheckFusedStats(st, x, n, stream);
+}
+
+absl::Status CudaCodecBase::CheckFusedStats(const DeviceStats& st, const float* x, size_t n,
+                                            cudaStream_t stream) {
+  if (!fused_pass_ || st.max_abs_bits < 0x7f800000u) return absl::OkStatus();
+  return NonFiniteError(x, n, stream);
 }
 
 absl::StatusOr<CudaCodecBase::PreparedInput> CudaCodecBase::PrepareInput(
     const float* input, size_t n, const CodecContext& ctx, size_t capacity, size_t need,
-    cudaStream_t stream) {
+    cudaStream_t stream, bool fuse) {
   if (auto s = CheckCapacity(capacity, need); !s.ok()) return s;
   if (n > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError(
@@ -108,15 +113,18 @@ absl::StatusOr<CudaCodecBase::PreparedInput> CudaCodecBase::PrepareInput(
   ++rounds_;
 
   BC_CUDA_TRY(cudaMemsetAsync(stats_, 0, sizeof(DeviceStats), stream));
+  fused_pass_ =
+      fuse && FusesReduction() && (p.fb.kind == MemoryKind::kNone || ChecksBeforeMemoryUpdates());
+  if (fused_pass_) return p;  // the encode kernels record into the zeroed statistics
   switch (reduction()) {
     case Reduction::kSigns:
-      ReduceStatsKernel<true, false><<<Blocks(n), kThreads, 0, stream>>>(p.x, n, stats_);
+      ReduceStatsKernel<true, false><<<ReduceBlocks(n), kThreads, 0, stream>>>(p.x, n, stats_);
       break;
     case Reduction::kSquares:
-      ReduceStatsKernel<false, true><<<Blocks(n), kThreads, 0, stream>>>(p.x, n, stats_);
+      ReduceStatsKernel<false, true><<<ReduceBlocks(n), kThreads, 0, stream>>>(p.x, n, stats_);
       break;
     case Reduction::kMaxAbs:
-      ReduceStatsKernel<false, false><<<Blocks(n), kThreads, 0, stream>>>(p.x, n, stats_);
+      ReduceStatsKernel<false, false><<<ReduceBlocks(n), kThreads, 0, stream>>>(p.x, n, stats_);
       break;
   }
   BC_ASSIGN(p.stats, ReadStats(stream));

@@ -2,7 +2,9 @@
 //   the call checks -> [the fused memory's compensation into its device state] -> one
 //   reduction pass (max |x| bits for the finite check, and the sums the codec asks for) ->
 //   one readback -> EncodeChecked: the scalars, computed on the host with the format headers'
-//   expressions, and the element kernels, which also write the memory's update.
+//   expressions, and the element kernels, which also write the memory's update. A codec whose
+//   kernels compute the pass's statistics themselves (FusesReduction) skips the pass where no
+//   memory is updated.
 // Reductions in double are summed in another order than on the CPU; the rounded float (a norm,
 // a mean) is the same unless the double sums straddle a float rounding boundary, which is rare
 // but possible. Decode is each codec's; the helpers below read a payload's header to the host
@@ -37,6 +39,18 @@ enum class Reduction {
   kSquares,  // the sum of squares
 };
 
+// Adds v to the sign sums of Reduction::kSigns: the negative elements' sum and count, the
+// others' sum (-0.0 among them).
+__device__ inline void AddSignSums(float v, double* non_negative, double* negative,
+                                   unsigned long long* negative_count) {
+  if (v < 0.0f) {
+    *negative += static_cast<double>(v);
+    ++*negative_count;
+  } else {
+    *non_negative += static_cast<double>(v);
+  }
+}
+
 class CudaCodecBase : public CudaCodec {
  public:
   CudaCodecBase(std::string name, FusedMemorySettings memory)
@@ -54,6 +68,18 @@ class CudaCodecBase : public CudaCodec {
 
  protected:
   virtual Reduction reduction() const { return Reduction::kMaxAbs; }
+
+  // Whether EncodeChecked's kernels can compute the reduction pass's statistics themselves (the
+  // largest |x| bits, RecordBlockMaxAbsBits, and the sums reduction() names). Where there is no
+  // memory to update (or ChecksBeforeMemoryUpdates), Encode then skips the pass and its wait
+  // (fused_pass() is true, the statistics zeroed, EncodeChecked's `stats` zeros): the kernels
+  // record them, and EncodeChecked reads them back and checks them (FinishFusedPass,
+  // CheckFusedStats) before it returns. One pass over x instead of two.
+  virtual bool FusesReduction() const { return false; }
+  // Whether such a codec's EncodeChecked checks before its kernels update the memory (its
+  // fused pass then runs with a memory too).
+  virtual bool ChecksBeforeMemoryUpdates() const { return false; }
+  bool fused_pass() const { return fused_pass_; }
 
   // The input to encode, from the gradient g: the fused memory's compensation by default
   // (signum blends its momentum instead). first: a first round or a new length.
@@ -77,8 +103,17 @@ class CudaCodecBase : public CudaCodec {
   // Encode's steps before EncodeChecked, for a payload of `need` bytes: the call checks, the
   // fused memory's compensation, the reduction pass, its readback and the finite check. For
   // the codecs with encodes of their own besides Encode (the two-round codecs' stages).
+  // fuse: the pass may be left to EncodeChecked's kernels where FusesReduction says so (Encode).
   absl::StatusOr<PreparedInput> PrepareInput(const float* input, size_t n, const CodecContext& ctx,
-                                             size_t capacity, size_t need, cudaStream_t stream);
+                                             size_t capacity, size_t need, cudaStream_t stream,
+                                             bool fuse = false);
+  // A fused pass's end: where the pass was fused, waits for the stream, reads the statistics
+  // back and checks them (CheckFusedStats); else nothing.
+  absl::Status FinishFusedPass(const float* x, size_t n, cudaStream_t stream);
+  // Where the pass was fused: the error for a non-finite x (its first such element), given the
+  // statistics the kernels recorded.
+  absl::Status CheckFusedStats(const DeviceStats& st, const float* x, size_t n,
+                               cudaStream_t stream);
   // "cuda codec 'x': output buffer has ... bytes, encoding needs ..." unless capacity >= need.
   absl::Status CheckCapacity(size_t capacity, size_t need) const;
   // The payload size, after checking that the launches were accepted.
@@ -124,6 +159,7 @@ class CudaCodecBase : public CudaCodec {
   uint8_t header_scratch_[16] = {};
   size_t state_n_ = 0;
   uint64_t rounds_ = 0;
+  bool fused_pass_ = false;
 };
 
 }  // namespace bytecomp::compress::cuda

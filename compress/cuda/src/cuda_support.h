@@ -40,11 +40,45 @@ inline unsigned Blocks(size_t work, int threads = kThreads) {
   return static_cast<unsigned>(std::clamp<size_t>(b, 1, 65535));
 }
 
+// Blocks for a grid-stride kernel that adds one atomic per block into a few words (the
+// statistics, a histogram): a few resident blocks a multiprocessor, so that the atomics on one
+// address stay about a thousand; 65535 blocks' atomics on one word cost more than the pass.
+inline unsigned ReduceBlocks(size_t work, int threads = kThreads) {
+  static const unsigned limit = [] {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        sms <= 0) {
+      cudaGetLastError();  // clear it: the kernels' launch checks must not see it
+      return 1024u;
+    }
+    return static_cast<unsigned>(sms) * 8u;
+  }();
+  return std::min(Blocks(work, threads), limit);
+}
+
 // A grid-stride loop: for (size_t i = GridStart(); i < n; i += GridStride()).
 __device__ inline size_t GridStart() {
   return blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
 }
 __device__ inline size_t GridStride() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
+
+// A grid-stride loop over x[0, n) that keeps four loads a thread in flight (for the grids of a
+// few blocks a multiprocessor, ReduceBlocks): each(i, x[i]) for every i, the loads of a step
+// issued before its calls.
+template <typename Each>
+__device__ inline void ForEachLoaded(const float* __restrict__ x, size_t n, Each each) {
+  const size_t stride = GridStride();
+  size_t i = GridStart();
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const float v0 = x[i], v1 = x[i + stride], v2 = x[i + 2 * stride], v3 = x[i + 3 * stride];
+    each(i, v0);
+    each(i + stride, v1);
+    each(i + 2 * stride, v2);
+    each(i + 3 * stride, v3);
+  }
+  for (; i < n; i += stride) each(i, x[i]);
+}
 
 // A growable CUDA allocation; Alloc/Free are cudaMalloc/cudaFree (device) or
 // cudaMallocHost/cudaFreeHost (pinned host memory, for readbacks and index uploads).
@@ -96,6 +130,7 @@ struct DeviceStats {
   double non_negative_sum;
   double negative_sum;
   double sum_of_squares;
+  unsigned int suspect;     // a parallel reader's doubt, which the serial reader settles
   unsigned int error_code;  // the first FormatErrorCode a kernel recorded, 0: none
   FormatError error;        // ... and its numbers
 };
@@ -111,5 +146,41 @@ __device__ inline void RecordError(DeviceStats* stats, const FormatError& e) {
 struct MaxOp {
   __device__ unsigned int operator()(unsigned int a, unsigned int b) const { return a > b ? a : b; }
 };
+
+// The block's sum of each thread's v, in thread 0 (blockDim.x a multiple of 32, at most 1024).
+// Every thread of the block calls it.
+template <typename T>
+__device__ inline T BlockSum(T v) {
+  __shared__ T warp_sum[32];
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  __syncthreads();  // an earlier call's readers are done with warp_sum
+  if ((threadIdx.x & 31u) == 0) warp_sum[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < blockDim.x / 32 ? warp_sum[threadIdx.x] : T(0);
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// Adds the block's largest |x| bit pattern (each thread's max_bits) into stats->max_abs_bits,
+// one atomic a block: the finite check of the encode kernels that fuse the pass
+// (FusesReduction).
+// Every thread of the block calls it (blockDim.x a multiple of 32, at most 1024).
+__device__ inline void RecordBlockMaxAbsBits(unsigned int max_bits, DeviceStats* stats) {
+  __shared__ unsigned int warp_max[32];
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    max_bits = MaxOp()(max_bits, __shfl_xor_sync(0xffffffffu, max_bits, offset));
+  }
+  if ((threadIdx.x & 31u) == 0) warp_max[threadIdx.x >> 5] = max_bits;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    max_bits = threadIdx.x < blockDim.x / 32 ? warp_max[threadIdx.x] : 0u;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      max_bits = MaxOp()(max_bits, __shfl_xor_sync(0xffffffffu, max_bits, offset));
+    }
+    if (threadIdx.x == 0 && max_bits != 0) atomicMax(&stats->max_abs_bits, max_bits);
+  }
+}
 
 }  // namespace bytecomp::compress::cuda

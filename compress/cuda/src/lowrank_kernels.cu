@@ -241,7 +241,7 @@ class PowerSgdCudaCodec final : public CudaCodecBase, public CudaTwoRoundCodec {
   absl::StatusOr<uint32_t> ProductOf(const Shape& s, size_t n, const float* p_hat, const float* q,
                                      float* out, const Feedback& fb, cudaStream_t stream) {
     if (auto e = ResetStats(stream); !e.ok()) return e;
-    ProductKernel<<<Blocks(n), kThreads, 0, stream>>>(p_hat, q, s, n, out, fb, stats());
+    ProductKernel<<<ReduceBlocks(n), kThreads, 0, stream>>>(p_hat, q, s, n, out, fb, stats());
     DeviceStats st;
     BC_ASSIGN(st, ReadStats(stream));
     return st.max_abs_bits;

@@ -1,6 +1,6 @@
 // The quantisation codecs on the GPU (qsgd, terngrad, natural): format/qsgd_format.h,
 // terngrad_format.h and natural_format.h's payloads, scalars and per-thread work (a group of 8
-// qsgd codes, a byte of 4 ternary codes, one natural code a thread).
+// qsgd codes or one 8-bit code, a byte of 4 ternary codes, one natural code a thread).
 #include <cub/block/block_reduce.cuh>
 
 #include "bytecomp/compress/elementwise.h"
@@ -14,7 +14,8 @@
 namespace bytecomp::compress::cuda {
 namespace {
 
-// ---- qsgd: per-bucket norms (one block a bucket), then 8 codes (code_bits bytes) a thread.
+// ---- qsgd: per-bucket norms (a warp a bucket up to kWarpBucket elements, else a block), then
+// 8 codes (code_bits bytes) a thread, or one 8-bit code a thread.
 
 __global__ void QsgdNormKernel(const float* __restrict__ x, size_t n, size_t bucket,
                                float* __restrict__ norms_out, uint8_t* __restrict__ norms_wire) {
@@ -39,6 +40,56 @@ __global__ void QsgdNormKernel(const float* __restrict__ x, size_t n, size_t buc
   }
 }
 
+// Norms a warp a bucket (buckets up to a few thousand elements: the defaults' 128 fill a
+// block's worth of work per warp instead of a block per bucket), the largest |x| bits into stats
+// (the fused pass's finite check).
+__global__ void QsgdNormWarpKernel(const float* __restrict__ x, size_t n, size_t bucket,
+                                   float* __restrict__ norms_out, uint8_t* __restrict__ norms_wire,
+                                   DeviceStats* stats) {
+  const unsigned lane = threadIdx.x & 31u;
+  const size_t buckets = qsgd::Buckets(n, bucket);
+  unsigned int max_bits = 0;
+  for (size_t b = GridStart() / 32; b < buckets; b += GridStride() / 32) {  // the warp's
+    const size_t begin = b * bucket;
+    const size_t end = begin + bucket < n ? begin + bucket : n;
+    double squares = 0.0;
+    for (size_t i = begin + lane; i < end; i += 32) {
+      const float v = x[i];
+      max_bits = MaxOp()(max_bits, FloatBits(v) & 0x7fffffffu);
+      const double d = static_cast<double>(v);
+      squares += d * d;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    }
+    if (lane == 0) {
+      const float norm = qsgd::NormFromSumOfSquares(squares);
+      norms_out[b] = norm;
+      PutF32(norms_wire + 4 * b, norm);
+    }
+  }
+  RecordBlockMaxAbsBits(max_bits, stats);
+}
+
+// 8-bit codes (qsgd::CodesAreBytes): a thread an element.
+__global__ void QsgdByteKernel(const float* __restrict__ x, size_t n, size_t bucket,
+                               const float* __restrict__ norms, uint32_t quantum_num,
+                               CounterRandom random, uint8_t* __restrict__ codes, Feedback fb) {
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    codes[i] =
+        qsgd::EncodeByte(x, i, bucket, norms, quantum_num, random,
+                         [&](size_t e, float c, float decoded) { fb.Update(e, c, decoded); });
+  }
+}
+
+__global__ void QsgdDecodeByteKernel(const uint8_t* __restrict__ payload, size_t n, size_t bucket,
+                                     uint32_t quantum_num, float* __restrict__ out,
+                                     DeviceStats* stats) {
+  for (size_t i = GridStart(); i < n; i += GridStride()) {
+    RecordError(stats, qsgd::DecodeByte(payload, n, i, bucket, quantum_num, out));
+  }
+}
+
 __global__ void QsgdCodeKernel(const float* __restrict__ x, size_t n, size_t bucket,
                                const float* __restrict__ norms, uint32_t quantum_num,
                                uint32_t level_bits, CounterRandom random,
@@ -59,6 +110,9 @@ __global__ void QsgdDecodeKernel(const uint8_t* __restrict__ payload, size_t n, 
   }
 }
 
+// Buckets up to this many elements take a warp each for their norm (QsgdNormWarpKernel).
+constexpr size_t kWarpBucket = 4096;
+
 class QsgdCudaCodec final : public CudaCodecBase {
  public:
   QsgdCudaCodec(FusedMemorySettings memory, uint32_t quantum_num, size_t bucket)
@@ -77,8 +131,13 @@ class QsgdCudaCodec final : public CudaCodecBase {
       return header.status();
     }
     if (auto s = ResetStats(stream); !s.ok()) return s;
-    QsgdDecodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
-        encoded + 4, n, bucket_, quantum_num_, level_bits_, output, stats());
+    if (qsgd::CodesAreBytes(level_bits_)) {
+      QsgdDecodeByteKernel<<<Blocks(n), kThreads, 0, stream>>>(encoded + 4, n, bucket_,
+                                                               quantum_num_, output, stats());
+    } else {
+      QsgdDecodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
+          encoded + 4, n, bucket_, quantum_num_, level_bits_, output, stats());
+    }
     return CheckDecode(stream);
   }
 
@@ -91,12 +150,28 @@ class QsgdCudaCodec final : public CudaCodecBase {
     BC_ASSIGN(norms, norms_.Reserve<float>(buckets));
     PutU32(header_scratch(), static_cast<uint32_t>(n));
     BC_CUDA_TRY(WriteHeader(out, 4, stream));
-    QsgdNormKernel<<<Blocks(buckets * kThreads), kThreads, 0, stream>>>(x, n, bucket_, norms,
-                                                                        out + 4);
-    QsgdCodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
-        x, n, bucket_, norms, quantum_num_, level_bits_, StreamOf(ctx), out + 4 + 4 * buckets, fb);
+    if (bucket_ <= kWarpBucket) {
+      QsgdNormWarpKernel<<<ReduceBlocks(buckets * 32), kThreads, 0, stream>>>(x, n, bucket_, norms,
+                                                                              out + 4, stats());
+    } else {
+      QsgdNormKernel<<<Blocks(buckets * kThreads), kThreads, 0, stream>>>(x, n, bucket_, norms,
+                                                                          out + 4);
+    }
+    // Where the reduction pass was fused, the norms' pass checked x; the memory is updated only
+    // by the codes, after the check.
+    if (auto s = FinishFusedPass(x, n, stream); !s.ok()) return s;
+    uint8_t* codes = out + 4 + 4 * buckets;
+    if (qsgd::CodesAreBytes(level_bits_)) {
+      QsgdByteKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, bucket_, norms, quantum_num_,
+                                                         StreamOf(ctx), codes, fb);
+    } else {
+      QsgdCodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, stream>>>(
+          x, n, bucket_, norms, quantum_num_, level_bits_, StreamOf(ctx), codes, fb);
+    }
     return Launched(MaxEncodedBytes(n));
   }
+  bool FusesReduction() const override { return bucket_ <= kWarpBucket; }
+  bool ChecksBeforeMemoryUpdates() const override { return true; }
 
  private:
   uint32_t quantum_num_;

@@ -422,7 +422,7 @@ class SketchCudaCodec final : public CudaCodecBase {
     BC_CUDA_TRY(cudaMemsetAsync(sums, 0, quantiles_ * sizeof(double), stream));
     BC_CUDA_TRY(cudaMemsetAsync(counts, 0, quantiles_ * sizeof(unsigned long long), stream));
     uint8_t* packed = out + sketch::IdsStart(quantiles_);
-    const unsigned blocks = Blocks((n + 7) / 8);
+    const unsigned blocks = ReduceBlocks((n + 7) / 8);
     if (quantiles_ <= kSharedBuckets) {
       const size_t shared = quantiles_ * (sizeof(double) + sizeof(unsigned long long));
       SketchIdsKernel<true><<<blocks, kThreads, shared, stream>>>(x, n, table, padded, quantiles_,

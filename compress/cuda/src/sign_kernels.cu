@@ -12,17 +12,48 @@ namespace {
 
 using sign::SignValues;
 
+// Four words a warp a step (their loads issued together); the largest |x| bits into stats, and
+// with kSums the reduction's sign sums (ReduceStatsKernel's): the fused pass.
+template <bool kSums>
 __global__ void SignPackKernel(const float* __restrict__ x, size_t n, uint8_t* __restrict__ bits,
-                               SignValues values, Feedback fb) {
+                               SignValues values, Feedback fb, DeviceStats* stats) {
   const unsigned lane = threadIdx.x & 31u;
-  for (size_t base = GridStart() - lane; base < n; base += GridStride()) {
+  unsigned int max_bits = 0;
+  double pos = 0.0, neg = 0.0;
+  unsigned long long neg_count = 0;
+  auto load = [&](size_t base) { return base + lane < n ? x[base + lane] : 0.0f; };
+  auto pack = [&](size_t base, float c) {
     const size_t i = base + lane;
     const bool valid = i < n;
-    const float c = valid ? x[i] : 0.0f;
     // Bit `lane` of the ballot is sign::WordBit(c, lane): the word the host tests build.
     const uint32_t word = __ballot_sync(0xffffffffu, valid && SignBit(c) != 0u);
-    if (valid) fb.Update(i, c, sign::Decoded(c, values));
+    if (valid) {
+      fb.Update(i, c, sign::Decoded(c, values));
+      max_bits = MaxOp()(max_bits, FloatBits(c) & 0x7fffffffu);
+      if constexpr (kSums) AddSignSums(c, &pos, &neg, &neg_count);
+    }
     if (lane == 0) sign::StoreWord(bits, n, base, word);
+  };
+  const size_t stride = GridStride();
+  size_t base = GridStart() - lane;  // the same for the whole warp
+  for (; base + 3 * stride < n; base += 4 * stride) {
+    const float c0 = load(base), c1 = load(base + stride), c2 = load(base + 2 * stride),
+                c3 = load(base + 3 * stride);
+    pack(base, c0);
+    pack(base + stride, c1);
+    pack(base + 2 * stride, c2);
+    pack(base + 3 * stride, c3);
+  }
+  for (; base < n; base += stride) pack(base, load(base));
+  RecordBlockMaxAbsBits(max_bits, stats);
+  if constexpr (kSums) {
+    const double p = BlockSum(pos), q = BlockSum(neg);
+    const unsigned long long c = BlockSum(neg_count);
+    if (threadIdx.x == 0) {
+      atomicAdd(&stats->non_negative_sum, p);
+      atomicAdd(&stats->negative_sum, q);
+      atomicAdd(&stats->count, c);
+    }
   }
 }
 
@@ -78,6 +109,21 @@ class SignCudaCodec final : public CudaCodecBase {
   Reduction reduction() const override {
     return values_ > 0 ? Reduction::kSigns : Reduction::kMaxAbs;
   }
+  bool FusesReduction() const override { return true; }
+
+  // The header's values from the reduction's sums (efsignsgd's scale, onebit's two values).
+  SignValues ValuesFrom(const DeviceStats& st, size_t n) const {
+    sign::SignSums sums;
+    sums.non_negative = st.non_negative_sum;
+    sums.negative = st.negative_sum;
+    sums.negative_count = static_cast<size_t>(st.count);
+    if (kind_ == SignKind::kEfSignSgd) {
+      const float scale = sign::EfSignScale(sums, n);
+      return SignValues{scale, -scale};
+    }
+    if (kind_ == SignKind::kOnebit) return sign::OnebitValues(scaling_, sums, n);
+    return SignValues{};
+  }
 
   absl::StatusOr<const float*> Compensate(const float* g, size_t n, const CodecContext& ctx,
                                           bool first, cudaStream_t stream, Feedback* fb) override {
@@ -94,21 +140,32 @@ class SignCudaCodec final : public CudaCodecBase {
   absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext&,
                                        const DeviceStats& st, const Feedback& fb, uint8_t* out,
                                        cudaStream_t stream) override {
-    sign::SignSums sums;
-    sums.non_negative = st.non_negative_sum;
-    sums.negative = st.negative_sum;
-    sums.negative_count = static_cast<size_t>(st.count);
-    SignValues values;  // +-1: signsgd, signum, onebit without scaling
-    if (kind_ == SignKind::kEfSignSgd) {
-      const float scale = sign::EfSignScale(sums, n);
-      values = SignValues{scale, -scale};
-    } else if (kind_ == SignKind::kOnebit) {
-      values = sign::OnebitValues(scaling_, sums, n);
-    }
     const size_t header_bytes = sign::HeaderBytes(values_);
+    uint8_t* bits = out + header_bytes;
+    SignValues values;  // +-1: signsgd, signum, onebit without scaling
+    if (fused_pass()) {
+      // No memory to update: the bits first, the pack kernel adding the sums that the values
+      // (the header) come from.
+      if (values_ > 0) {
+        SignPackKernel<true>
+            <<<ReduceBlocks(n), kThreads, 0, stream>>>(x, n, bits, values, fb, stats());
+      } else {
+        SignPackKernel<false>
+            <<<ReduceBlocks(n), kThreads, 0, stream>>>(x, n, bits, values, fb, stats());
+      }
+      DeviceStats fused;
+      BC_ASSIGN(fused, ReadStats(stream));
+      if (auto s = CheckFusedStats(fused, x, n, stream); !s.ok()) return s;
+      values = ValuesFrom(fused, n);
+      sign::WriteHeader(header_scratch(), static_cast<uint32_t>(n), values_, values);
+      BC_CUDA_TRY(WriteHeader(out, header_bytes, stream));
+      return Launched(sign::PayloadBytes(values_, n));
+    }
+    values = ValuesFrom(st, n);
     sign::WriteHeader(header_scratch(), static_cast<uint32_t>(n), values_, values);
     BC_CUDA_TRY(WriteHeader(out, header_bytes, stream));
-    SignPackKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, out + header_bytes, values, fb);
+    SignPackKernel<false>
+        <<<ReduceBlocks(n), kThreads, 0, stream>>>(x, n, bits, values, fb, stats());
     return Launched(sign::PayloadBytes(values_, n));
   }
 

@@ -1,8 +1,7 @@
 // The sparsification codecs on the GPU: topk (format/topk_select.h: a four-pass radix select of
 // the k-th largest |x|, ties in index order), dgc (format/dgc_threshold.h: the host-drawn
-// sample, the threshold search) and randomk (format/randomk_format.h: host-drawn shared
-// indices, as the CPU codec's sequential generator draws them). topk and dgc send the sparse
-// message (sparse_message.h).
+// sample, the threshold search) and randomk (format/randomk_format.h: the shared indices, a
+// thread drawing each from its counter). topk and dgc send the sparse message (sparse_message.h).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -25,27 +24,42 @@ namespace {
 struct RadixState {
   uint32_t prefix;  // the bits of the threshold found so far
   uint32_t need;    // how many of the elements matching prefix are still to be taken
+  uint32_t equal;   // how many elements match prefix (after the last pass: equal the threshold)
 };
 
+// One radix pass's 256-bin histogram of the |x| bit patterns that match the prefix so far,
+// four loads a thread in flight; with stats (the first pass) the largest bits into stats too,
+// the finite check of a fused reduction pass.
 __global__ void RadixHistogramKernel(const float* __restrict__ x, size_t n, int shift,
-                                     const RadixState* state, uint32_t* __restrict__ hist) {
+                                     const RadixState* state, uint32_t* __restrict__ hist,
+                                     DeviceStats* stats) {
   __shared__ uint32_t local[256];
   for (int b = threadIdx.x; b < 256; b += blockDim.x) local[b] = 0;
   __syncthreads();
   const uint32_t prefix = state->prefix;
-  for (size_t i = GridStart(); i < n; i += GridStride()) {
-    const uint32_t a = FloatBits(x[i]) & 0x7fffffffu;
+  unsigned int max_bits = 0;
+  ForEachLoaded(x, n, [&](size_t, float v) {
+    const uint32_t a = FloatBits(v) & 0x7fffffffu;
+    max_bits = MaxOp()(max_bits, a);
     if (topk::RadixMatches(a, prefix, shift)) atomicAdd(&local[(a >> shift) & 255u], 1u);
-  }
+  });
   __syncthreads();
   for (int b = threadIdx.x; b < 256; b += blockDim.x) {
     if (local[b] != 0) atomicAdd(&hist[b], local[b]);
   }
+  if (stats != nullptr) RecordBlockMaxAbsBits(max_bits, stats);
 }
 
+// The pass's digit (one thread, on the histogram copied into shared memory by 256 threads: a
+// walk over 256 global words would take a dozen microseconds).
 __global__ void RadixSelectDigitKernel(const uint32_t* __restrict__ hist, int shift,
                                        RadixState* state) {
-  topk::RadixSelectDigit(hist, shift, &state->prefix, &state->need);
+  __shared__ uint32_t bins[256];
+  for (int b = threadIdx.x; b < 256; b += blockDim.x) bins[b] = hist[b];
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  topk::RadixSelectDigit(bins, shift, &state->prefix, &state->need);
+  state->equal = bins[(state->prefix >> shift) & 255u];
 }
 
 // flags[i] for topk: |x| > threshold, or == threshold among the first `need` such elements
@@ -77,6 +91,9 @@ class TopkCudaCodec final : public SparseMessageCudaCodec {
   int64_t RequiredK(size_t n) const override {
     return static_cast<int64_t>(sparse::KeptCount(ratio_, n));
   }
+  // The first radix pass checks; the memory is updated only after the threshold's readback.
+  bool FusesReduction() const override { return true; }
+  bool ChecksBeforeMemoryUpdates() const override { return true; }
 
   absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext&,
                                        const DeviceStats&, const Feedback& fb, uint8_t* out,
@@ -86,17 +103,34 @@ class TopkCudaCodec final : public SparseMessageCudaCodec {
     if (radix_ == nullptr) BC_CUDA_TRY(cudaMalloc(&radix_, sizeof(RadixState)));
     uint32_t *hist = nullptr, *flags = nullptr, *ranks = nullptr;
     BC_ASSIGN(hist, hist_.Reserve<uint32_t>(256));
-    BC_ASSIGN(flags, flags_.Reserve<uint32_t>(n));
-    BC_ASSIGN(ranks, ranks_.Reserve<uint32_t>(n));
-    const RadixState initial{0u, static_cast<uint32_t>(k)};
+    const RadixState initial{0u, static_cast<uint32_t>(k), 0u};
     std::memcpy(header_scratch(), &initial, sizeof(initial));
     BC_CUDA_TRY(
         cudaMemcpyAsync(radix_, header_scratch(), sizeof(initial), cudaMemcpyHostToDevice, stream));
+    // Four passes over x, the first also the finite check where the reduction pass was fused.
     for (int shift = 24; shift >= 0; shift -= 8) {
       BC_CUDA_TRY(cudaMemsetAsync(hist, 0, 256 * sizeof(uint32_t), stream));
-      RadixHistogramKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, shift, radix_, hist);
-      RadixSelectDigitKernel<<<1, 1, 0, stream>>>(hist, shift, radix_);
+      RadixHistogramKernel<<<ReduceBlocks(n), kThreads, 0, stream>>>(
+          x, n, shift, radix_, hist, shift == 24 ? stats() : nullptr);
+      RadixSelectDigitKernel<<<1, 256, 0, stream>>>(hist, shift, radix_);
     }
+    // The threshold and the finite check read back together.
+    RadixState* found_host = nullptr;
+    BC_ASSIGN(found_host, found_.Reserve<RadixState>(1));
+    BC_CUDA_TRY(
+        cudaMemcpyAsync(found_host, radix_, sizeof(RadixState), cudaMemcpyDeviceToHost, stream));
+    DeviceStats st;
+    BC_ASSIGN(st, ReadStats(stream));
+    if (auto s = CheckFusedStats(st, x, n, stream); !s.ok()) return s;
+    const RadixState found = *found_host;
+    // Every element equal to the threshold kept (no tie to rank: the usual case for float
+    // gradients): the k elements at least the threshold, selected in one pass.
+    if (found.need == found.equal) {
+      return FinishMessageAtLeast(x, n, k, found.prefix, out, fb, stream);
+    }
+    // Ties ranked in index order: the first `need` of them.
+    BC_ASSIGN(flags, flags_.Reserve<uint32_t>(n));
+    BC_ASSIGN(ranks, ranks_.Reserve<uint32_t>(n));
     TopkFlagsKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, radix_, nullptr, flags, true);
     BC_CUDA_TRY(ExclusiveSum(flags, ranks, n, stream));
     TopkFlagsKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, radix_, ranks, flags, false);
@@ -107,6 +141,7 @@ class TopkCudaCodec final : public SparseMessageCudaCodec {
   double ratio_;
   RadixState* radix_ = nullptr;
   DeviceBuffer hist_, flags_, ranks_;
+  HostBuffer found_;
 };
 
 // ---- dgc
@@ -149,18 +184,60 @@ __global__ void WriteRandomkHeaderKernel(uint8_t* out, uint32_t n, uint32_t k) {
   randomk::WriteHeader(out, n, k);
 }
 
-// Gathers the values at the shared indices, optionally scaled by the stratum size.
-__global__ void RandomkGatherKernel(const float* __restrict__ x, const uint32_t* __restrict__ idx,
-                                    const uint32_t* __restrict__ sizes, size_t k, bool scale,
+// A block a tile of kStrataPerThread * kThreads strata at a time, a thread kStrataPerThread of
+// them: with `check` the block reads the tile's elements (its strata, contiguous) for the
+// largest |x| bits (the fused pass's finite check), and each thread gathers its strata's picks
+// (randomk_format.h's draw, from its counter), scaled by the stratum size with `scale`.
+constexpr int kStrataPerThread = 4;
+__global__ void RandomkGatherKernel(const float* __restrict__ x, size_t n, randomk::Strata strata,
+                                    uint64_t seed, bool scale, bool check,
                                     uint8_t* __restrict__ values, Feedback fb, DeviceStats* stats) {
-  for (size_t j = GridStart(); j < k; j += GridStride()) {
-    const uint32_t i = idx[j];
-    const float c = x[i];
-    const float v = scale ? c * static_cast<float>(sizes[j]) : c;
-    // x * n/k overflowed
+  const size_t k = strata.k;
+  const size_t per_tile = static_cast<size_t>(kStrataPerThread) * blockDim.x;
+  unsigned int max_bits = 0;
+  for (size_t first = blockIdx.x * per_tile; first < k; first += gridDim.x * per_tile) {
+    size_t begin = 0, end = n;
+    uint32_t size = 0;
+    randomk::StratumOf(strata, first, &begin, &size);
+    if (first + per_tile < k) randomk::StratumOf(strata, first + per_tile, &end, &size);
+    size_t i = check ? begin + threadIdx.x : end;
+    for (; i + 3 * blockDim.x < end; i += 4 * blockDim.x) {
+      const float v0 = x[i], v1 = x[i + blockDim.x], v2 = x[i + 2 * blockDim.x],
+                  v3 = x[i + 3 * blockDim.x];
+      max_bits = MaxOp()(max_bits, FloatBits(v0) & 0x7fffffffu);
+      max_bits = MaxOp()(max_bits, FloatBits(v1) & 0x7fffffffu);
+      max_bits = MaxOp()(max_bits, FloatBits(v2) & 0x7fffffffu);
+      max_bits = MaxOp()(max_bits, FloatBits(v3) & 0x7fffffffu);
+    }
+    for (; i < end; i += blockDim.x) max_bits = MaxOp()(max_bits, FloatBits(x[i]) & 0x7fffffffu);
+    for (int u = 0; u < kStrataPerThread; ++u) {
+      const size_t j = first + static_cast<size_t>(u) * blockDim.x + threadIdx.x;
+      if (j >= k) break;
+      size_t start;
+      const size_t pick = randomk::RandomIndexAt(strata, seed, j, &start, &size);
+      const float c = x[pick];
+      const float v = scale ? c * static_cast<float>(size) : c;
+      // x * n/k overflowed (or x was not finite: the finite check tells which)
+      if (!IsFiniteFloat(v)) {
+        RecordError(stats, MakeFormatError(FormatErrorCode::kValuesNotFinite));
+      }
+      reinterpret_cast<float*>(values)[j] = v;
+      fb.Update(pick, c, v);
+    }
+  }
+  RecordBlockMaxAbsBits(max_bits, stats);
+}
+
+// output[shared index j] = value j, unless a check failed; the output was zeroed.
+__global__ void RandomkScatterKernel(const uint8_t* __restrict__ values, randomk::Strata strata,
+                                     uint64_t seed, float* __restrict__ out, DeviceStats* stats) {
+  for (size_t j = GridStart(); j < strata.k; j += GridStride()) {
+    size_t start;
+    uint32_t size;
+    const size_t i = randomk::RandomIndexAt(strata, seed, j, &start, &size);
+    const float v = GetF32(values + 4 * j);
     if (!IsFiniteFloat(v)) RecordError(stats, MakeFormatError(FormatErrorCode::kValuesNotFinite));
-    reinterpret_cast<float*>(values)[j] = v;
-    fb.Update(i, c, v);
+    out[i] = v;
   }
 }
 
@@ -179,11 +256,13 @@ class RandomkCudaCodec final : public CudaCodecBase {
     const uint8_t* header = nullptr;
     BC_ASSIGN(header, ReadHeader(encoded, bytes, randomk::kHeaderBytes, stream));
     if (auto s = Malformed(randomk::CheckHeader(header, bytes, n, k)); !s.ok()) return s;
-    uint32_t* idx = nullptr;
-    BC_ASSIGN(idx, UploadIndices(n, k, ctx, stream));
     if (auto s = ResetStats(stream); !s.ok()) return s;
     BC_CUDA_TRY(cudaMemsetAsync(output, 0, 4 * n, stream));
-    LaunchScatterValues(encoded + randomk::kHeaderBytes, idx, k, output, stats(), stream);
+    if (k > 0) {
+      RandomkScatterKernel<<<Blocks(k), kThreads, 0, stream>>>(
+          encoded + randomk::kHeaderBytes, randomk::StrataOf(n, k),
+          SharedSeed(ctx, randomk::kRandomkSalt), output, stats());
+    }
     return CheckDecode(stream);
   }
 
@@ -195,46 +274,30 @@ class RandomkCudaCodec final : public CudaCodecBase {
     WriteRandomkHeaderKernel<<<1, 1, 0, stream>>>(out, static_cast<uint32_t>(n),
                                                   static_cast<uint32_t>(k));
     if (k > 0) {
-      uint32_t* idx = nullptr;
-      BC_ASSIGN(idx, UploadIndices(n, k, ctx, stream));
-      if (auto s = ResetStats(stream); !s.ok()) return s;
-      RandomkGatherKernel<<<Blocks(k), kThreads, 0, stream>>>(
-          x, idx, idx + k, k, scale_, out + randomk::kHeaderBytes, fb, stats());
-      // Also waits for the index upload, whose host buffer the next call reuses.
+      if (!fused_pass()) {
+        if (auto s = ResetStats(stream); !s.ok()) return s;
+      }
+      RandomkGatherKernel<<<ReduceBlocks(k, kThreads * kStrataPerThread), kThreads, 0, stream>>>(
+          x, n, randomk::StrataOf(n, k), SharedSeed(ctx, randomk::kRandomkSalt), scale_,
+          fused_pass(), out + randomk::kHeaderBytes, fb, stats());
       DeviceStats st;
       BC_ASSIGN(st, ReadStats(stream));
+      if (auto s = CheckFusedStats(st, x, n, stream); !s.ok()) return s;
       if (st.error_code != 0) {
         return absl::InvalidArgumentError(
             "codec 'randomk': a value times its scale n/k overflows fp32 (|x| near 3.4e38)");
       }
     }
+    if (k == 0) {
+      if (auto s = FinishFusedPass(x, n, stream); !s.ok()) return s;
+    }
     return Launched(randomk::PayloadBytes(k));
   }
+  bool FusesReduction() const override { return true; }
 
  private:
-  // The k shared indices of (n, ctx) then their strata's sizes, drawn on the host exactly as
-  // the CPU codec draws them, on the device.
-  absl::StatusOr<uint32_t*> UploadIndices(size_t n, size_t k, const CodecContext& ctx,
-                                          cudaStream_t stream) {
-    void* host = nullptr;
-    BC_ASSIGN(host, host_indices_.Reserve(8 * std::max<size_t>(k, 1)));
-    auto* idx = static_cast<uint32_t*>(host);
-    uint32_t* sizes = idx + k;
-    randomk::ForEachRandomIndex(n, k, SharedSeed(ctx, randomk::kRandomkSalt),
-                                [&](size_t j, size_t i, size_t, uint32_t size) {
-                                  idx[j] = static_cast<uint32_t>(i);
-                                  sizes[j] = size;
-                                });
-    uint32_t* d = nullptr;
-    BC_ASSIGN(d, indices_.Reserve<uint32_t>(2 * k));
-    BC_CUDA_TRY(cudaMemcpyAsync(d, idx, 8 * k, cudaMemcpyHostToDevice, stream));
-    return d;
-  }
-
   double ratio_;
   bool scale_;
-  HostBuffer host_indices_;
-  DeviceBuffer indices_;
 };
 
 }  // namespace

@@ -45,8 +45,13 @@ class PrefixSums {
  public:
   // out = the exclusive prefix sums of in (count words).
   cudaError_t ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count, cudaStream_t stream);
+  // out = the inclusive prefix sums of in (count words; in place allowed).
+  cudaError_t InclusiveSum(const uint64_t* in, uint64_t* out, size_t count, cudaStream_t stream);
 
  private:
+  template <typename Scan>
+  cudaError_t WithScratch(Scan scan);
+
   DeviceBuffer temp_;
 };
 
@@ -62,10 +67,12 @@ class IndexSectionCudaCodec : public CudaCodecBase {
   absl::StatusOr<sparse::IndexPlan> WriteIndexSection(const uint32_t* idx, size_t k,
                                                       uint8_t* section, cudaStream_t stream);
 
-  // Reads a section of `bytes` bytes holding k indices < n into idx (device), in one thread,
-  // with the CPU reader's checks; an error is recorded into stats() (reset it before).
-  void LaunchReadIndexSection(const uint8_t* section, size_t bytes, size_t k, size_t n,
-                              uint8_t encoding, uint8_t width, uint32_t* idx, cudaStream_t stream);
+  // Reads a section of `bytes` bytes holding k indices < n into idx (device): a thread per
+  // index, and where that doubts, the serial reader with the CPU reader's checks; an error is
+  // recorded into stats() (reset it before; a recorded one stays).
+  absl::Status LaunchReadIndexSection(const uint8_t* section, size_t bytes, size_t k, size_t n,
+                                      uint8_t encoding, uint8_t width, uint32_t* idx,
+                                      cudaStream_t stream);
 
   // out = the exclusive prefix sums of in (count words), with CUB.
   cudaError_t ExclusiveSum(const uint32_t* in, uint32_t* out, size_t count, cudaStream_t stream) {
@@ -74,7 +81,7 @@ class IndexSectionCudaCodec : public CudaCodecBase {
 
  private:
   PrefixSums prefix_sums_;
-  DeviceBuffer lengths_, offsets_, packed_;
+  DeviceBuffer lengths_, offsets_, packed_, steps_;
 };
 
 class SparseMessageCudaCodec : public IndexSectionCudaCodec {
@@ -101,7 +108,7 @@ class SparseMessageCudaCodec : public IndexSectionCudaCodec {
   absl::StatusOr<size_t> CountAtLeast(const float* x, size_t n, uint32_t from_bits,
                                       cudaStream_t stream);
   // FinishMessage for the k elements whose |x| bit patterns are at least from_bits (dgc,
-  // threshold).
+  // threshold, topk without partial ties; exactly k of them): selected in one pass over x.
   absl::StatusOr<size_t> FinishMessageAtLeast(const float* x, size_t n, size_t k,
                                               uint32_t from_bits, uint8_t* out, const Feedback& fb,
                                               cudaStream_t stream);
@@ -109,7 +116,11 @@ class SparseMessageCudaCodec : public IndexSectionCudaCodec {
   DeviceBuffer indices_;  // the message's indices (decode too)
 
  private:
-  DeviceBuffer scan_, at_least_flags_;
+  // The index section of the k increasing indices idx after the values, and the header.
+  absl::StatusOr<size_t> FinishIndexSectionAndHeader(const uint32_t* idx, size_t n, size_t k,
+                                                     uint8_t* out, cudaStream_t stream);
+
+  DeviceBuffer scan_, selected_, select_temp_;
 };
 
 }  // namespace bytecomp::compress::cuda

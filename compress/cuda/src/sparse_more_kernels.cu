@@ -116,10 +116,32 @@ __global__ void AdaqIndicesKernel(const float* __restrict__ x, size_t n,
 __global__ void WriteAdaqHeaderKernel(uint8_t* out, adaq::Header h) { adaq::WriteHeader(out, h); }
 
 // The decoder's last check, in one thread, after both sections were read (not when one was bad).
+// Each negative index looked up among the positive ones (both increasing once read): one found
+// is a doubt, which the serial check (AdaqDisjointKernel) turns into its error.
+__global__ void AdaqSharedIndexKernel(const uint32_t* __restrict__ pos, size_t k_pos,
+                                      const uint32_t* __restrict__ neg, size_t k_neg,
+                                      DeviceStats* stats) {
+  if (stats->error_code != 0) return;
+  for (size_t j = GridStart(); j < k_neg; j += GridStride()) {
+    const uint32_t i = neg[j];
+    size_t lo = 0, hi = k_pos;
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (pos[mid] < i) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo < k_pos && pos[lo] == i) stats->suspect = 1u;
+  }
+}
+
+// The merge of the CPU decoder (its error names the first shared index), where a doubt was.
 __global__ void AdaqDisjointKernel(const uint32_t* __restrict__ pos, size_t k_pos,
                                    const uint32_t* __restrict__ neg, size_t k_neg,
                                    DeviceStats* stats) {
-  if (stats->error_code != 0) return;
+  if (stats->error_code != 0 || stats->suspect == 0u) return;
   RecordError(stats, adaq::CheckDisjoint(pos, k_pos, neg, k_neg));
 }
 
@@ -150,10 +172,19 @@ class AdaqCudaCodec final : public IndexSectionCudaCodec {
     const uint8_t* pos_section = encoded + adaq::kHeaderBytes;
     // The CPU's check order: the positive section, the negative one, then disjointness (the
     // first error recorded is reported).
-    LaunchReadIndexSection(pos_section, h.pos.bytes, h.k_pos, n, h.pos.encoding, h.pos.width, pos,
-                           stream);
-    LaunchReadIndexSection(pos_section + h.pos.bytes, h.neg.bytes, h.k_neg, n, h.neg.encoding,
-                           h.neg.width, neg, stream);
+    if (auto s = LaunchReadIndexSection(pos_section, h.pos.bytes, h.k_pos, n, h.pos.encoding,
+                                        h.pos.width, pos, stream);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = LaunchReadIndexSection(pos_section + h.pos.bytes, h.neg.bytes, h.k_neg, n,
+                                        h.neg.encoding, h.neg.width, neg, stream);
+        !s.ok()) {
+      return s;
+    }
+    BC_CUDA_TRY(cudaMemsetAsync(&stats()->suspect, 0, sizeof(unsigned), stream));
+    AdaqSharedIndexKernel<<<Blocks(h.k_neg), kThreads, 0, stream>>>(pos, h.k_pos, neg, h.k_neg,
+                                                                    stats());
     AdaqDisjointKernel<<<1, 1, 0, stream>>>(pos, h.k_pos, neg, h.k_neg, stats());
     BC_CUDA_TRY(cudaMemsetAsync(output, 0, 4 * n, stream));
     AdaqScatterKernel<<<Blocks(h.k_pos), kThreads, 0, stream>>>(pos, h.k_pos, h.mean_pos, output,
@@ -185,7 +216,7 @@ class AdaqCudaCodec final : public IndexSectionCudaCodec {
     BC_ASSIGN(scan, scan_.Reserve<uint32_t>(n));
     BC_ASSIGN(sums, sums_.Reserve<AdaqSums>(1));
     BC_CUDA_TRY(cudaMemsetAsync(sums, 0, sizeof(AdaqSums), stream));
-    AdaqFlagsKernel<<<Blocks(n), kThreads, 0, stream>>>(
+    AdaqFlagsKernel<<<ReduceBlocks(n), kThreads, 0, stream>>>(
         x, n, adaq::PositiveRange(pos_t), adaq::NegativeRange(neg_t), flags, flags + n, sums);
     void* host = nullptr;
     BC_ASSIGN(host, host_sums_.Reserve(sizeof(AdaqSums)));

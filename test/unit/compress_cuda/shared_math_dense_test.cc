@@ -104,9 +104,16 @@ std::vector<uint8_t> HostEncode(absl::string_view name, const std::vector<float>
       PutF32(out.data() + 4 + 4 * b, norms[b]);
     }
     uint8_t* packed = out.data() + 4 + 4 * norms.size();
-    for (size_t g = 0; g < (n + 7) / 8; ++g) {
-      qsgd::EncodeGroup(x.data(), n, g, p.bucket, norms.data(), p.quantum, level_bits, random,
-                        packed, update);
+    if (qsgd::CodesAreBytes(level_bits)) {  // a thread an element
+      for (size_t i = 0; i < n; ++i) {
+        packed[i] =
+            qsgd::EncodeByte(x.data(), i, p.bucket, norms.data(), p.quantum, random, update);
+      }
+    } else {
+      for (size_t g = 0; g < (n + 7) / 8; ++g) {
+        qsgd::EncodeGroup(x.data(), n, g, p.bucket, norms.data(), p.quantum, level_bits, random,
+                          packed, update);
+      }
     }
   } else if (name == "terngrad") {
     const terngrad::ClipScale cs = terngrad::ClipAndScale(GpuOrderSum(x, true, 0), n, max_bits);
@@ -166,8 +173,14 @@ absl::StatusOr<std::vector<float>> HostDecode(absl::string_view name,
   } else if (name == "qsgd") {
     const uint32_t level_bits = BitsFor(p.quantum);
     record(CheckSizeAndCount(in, bytes, qsgd::PayloadBytes(n, p.bucket, level_bits), n));
-    for (size_t g = 0; e.ok() && g < (n + 7) / 8; ++g) {
-      record(qsgd::DecodeGroup(in + 4, n, g, p.bucket, p.quantum, level_bits, out.data()));
+    if (qsgd::CodesAreBytes(level_bits)) {
+      for (size_t i = 0; e.ok() && i < n; ++i) {
+        record(qsgd::DecodeByte(in + 4, n, i, p.bucket, p.quantum, out.data()));
+      }
+    } else {
+      for (size_t g = 0; e.ok() && g < (n + 7) / 8; ++g) {
+        record(qsgd::DecodeGroup(in + 4, n, g, p.bucket, p.quantum, level_bits, out.data()));
+      }
     }
   } else if (name == "terngrad") {
     record(CheckSizeAndCount(in, bytes, terngrad::PayloadBytes(n), n));
@@ -252,7 +265,7 @@ TEST_P(SharedMath, QsgdLevelsAndBuckets) {
   const size_t n = GetParam();
   const std::vector<float> x = RandomGradient(n, 4);
   for (auto [quantum, bucket] :
-       {std::pair<uint32_t, size_t>{127, 128}, {5, 100}, {300, 64}, {1, 7}}) {
+       {std::pair<uint32_t, size_t>{127, 128}, {64, 33}, {5, 100}, {300, 64}, {1, 7}}) {
     auto codec = Make("qsgd", {{"quantum_num", std::to_string(quantum)},
                                {"bucket_size", std::to_string(bucket)}});
     Params p;

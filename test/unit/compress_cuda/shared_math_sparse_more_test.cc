@@ -105,21 +105,26 @@ HostAdaq HostAdaqEncode(const std::vector<float>& x, double ratio, const CodecCo
   return r;
 }
 
-// AdaqCudaCodec::Decode: the header checked on the host, each section read by one thread, the
-// disjointness by one thread, the means scattered.
+// AdaqCudaCodec::Decode: the header checked on the host, each section read by the parallel
+// reader, the disjointness by a lookup per negative index (the merge where one is shared), the
+// means scattered.
 absl::StatusOr<std::vector<float>> HostAdaqDecode(const std::vector<uint8_t>& m, size_t n) {
   FormatError e = adaq::CheckHeader(m.data(), m.size(), n);
   if (!e.ok()) return FormatErrorStatus("adaq", e);
   const adaq::Header h = adaq::ReadHeader(m.data());
   std::vector<uint32_t> pos(h.k_pos), neg(h.k_neg);
   const uint8_t* section = m.data() + adaq::kHeaderBytes;
-  e = sparse::ReadIndexSection(section, h.pos.bytes, h.k_pos, n, h.pos.encoding, h.pos.width,
-                               pos.data());
+  e = HostReadIndexSection(section, h.pos.bytes, h.k_pos, n, h.pos.encoding, h.pos.width,
+                           pos.data());
   if (e.ok()) {
-    e = sparse::ReadIndexSection(section + h.pos.bytes, h.neg.bytes, h.k_neg, n, h.neg.encoding,
-                                 h.neg.width, neg.data());
+    e = HostReadIndexSection(section + h.pos.bytes, h.neg.bytes, h.k_neg, n, h.neg.encoding,
+                             h.neg.width, neg.data());
   }
-  if (e.ok()) e = adaq::CheckDisjoint(pos.data(), pos.size(), neg.data(), neg.size());
+  // AdaqSharedIndexKernel, then AdaqDisjointKernel where it found a shared index.
+  const bool shared = std::any_of(neg.begin(), neg.end(), [&pos](uint32_t i) {
+    return std::binary_search(pos.begin(), pos.end(), i);
+  });
+  if (e.ok() && shared) e = adaq::CheckDisjoint(pos.data(), pos.size(), neg.data(), neg.size());
   if (!e.ok()) return FormatErrorStatus("adaq", e);
   std::vector<float> out(n, 0.0f);
   for (uint32_t i : pos) out[i] = h.mean_pos;

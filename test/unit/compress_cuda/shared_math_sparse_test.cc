@@ -1,5 +1,6 @@
 // The CUDA sparse codecs' arithmetic without a GPU: topk's radix select, dgc's sample and
-// threshold search, randomk's host-drawn indices, and the sparse message's writers and reader,
+// threshold search, randomk's indices (each from its counter), and the sparse message's writers
+// and readers (the parallel one against the serial one),
 // run on the host with the format headers' functions in the order
 // compress/cuda/src/sparse_*.cu calls them, against the CPU codecs: the same bytes, the same
 // decoded values, the same errors for malformed messages.
@@ -29,9 +30,10 @@ namespace {
 
 using namespace shared_math;
 
-// topk on the host: the four radix passes over the host's histograms, then the flags.
+// topk on the host: the four radix passes over the host's histograms, then the selection: every
+// element at least the threshold where all its ties are kept, else the flags with tie ranks.
 std::vector<bool> HostTopkFlags(const std::vector<float>& x, size_t k) {
-  uint32_t prefix = 0, need = static_cast<uint32_t>(k);
+  uint32_t prefix = 0, need = static_cast<uint32_t>(k), equal = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     uint32_t hist[256] = {};
     for (float v : x) {
@@ -39,8 +41,13 @@ std::vector<bool> HostTopkFlags(const std::vector<float>& x, size_t k) {
       if (topk::RadixMatches(a, prefix, shift)) ++hist[(a >> shift) & 255u];
     }
     topk::RadixSelectDigit(hist, shift, &prefix, &need);
+    equal = hist[(prefix >> shift) & 255u];
   }
   std::vector<bool> keep(x.size());
+  if (need == equal) {
+    for (size_t i = 0; i < x.size(); ++i) keep[i] = (FloatBits(x[i]) & 0x7fffffffu) >= prefix;
+    return keep;
+  }
   uint32_t tie_rank = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const uint32_t a = FloatBits(x[i]) & 0x7fffffffu;
@@ -259,6 +266,127 @@ TEST(SharedMathSparseDecode, MalformedMessagesAreReportedAsTheCpuCodecsReportThe
   auto decoded = HostSparseDecode("topk", bitpacked, n, -1);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ExpectSameBits(*decoded, CpuDecode(*dense, bitpacked, n, Context()));
+}
+
+// The parallel index reader against the serial one on valid sections of every encoding and on
+// their corruptions (a byte changed, cut, added; another k or n): the same indices where the
+// section is valid, the same error where it is not.
+TEST(SharedMathSparseDecode, TheParallelIndexReaderReadsAsTheSerialOne) {
+  std::mt19937 rng(31);
+  int valid = 0, invalid = 0;
+  for (size_t k : {1u, 2u, 7u, 64u, 1000u}) {
+    for (uint32_t spread : {1u, 2u, 130u, 20000u, 300000000u}) {
+      std::vector<uint32_t> idx(k);
+      uint64_t next = 0;
+      for (size_t j = 0; j < k; ++j) {
+        next += rng() % spread;
+        idx[j] = static_cast<uint32_t>(std::min<uint64_t>(next, 0xfffffff0u - k + j));
+        next = idx[j] + 1;
+      }
+      const size_t n = static_cast<size_t>(next);
+      for (uint8_t encoding : {sparse::kRaw, sparse::kBitPack, sparse::kVarint}) {
+        std::vector<uint8_t> section;
+        uint8_t width = 0;
+        if (encoding == sparse::kRaw) {
+          for (uint32_t i : idx) AppendU32(section, i);
+        } else {
+          uint32_t max_delta = 0;
+          for (size_t j = 0; j < k; ++j) {
+            max_delta = std::max(max_delta, sparse::IndexDelta(idx.data(), j));
+          }
+          width = static_cast<uint8_t>(BitWidth(max_delta));
+          if (encoding == sparse::kBitPack) {
+            section.assign(PackedBytes(k, width) + 8, 0);  // room for BitWriter's last word
+            BitWriter w(section.data());
+            for (size_t j = 0; j < k; ++j) w.Put(sparse::IndexDelta(idx.data(), j), width);
+            w.Finish();
+            section.resize(PackedBytes(k, width));
+          } else {
+            section.resize(5 * k);
+            uint8_t* p = section.data();
+            for (size_t j = 0; j < k; ++j)
+              p = sparse::WriteVarint(p, sparse::IndexDelta(idx.data(), j));
+            section.resize(p - section.data());
+          }
+        }
+        auto compare = [&](const std::vector<uint8_t>& m, size_t mk, size_t mn, uint8_t mwidth) {
+          std::vector<uint32_t> serial(mk + 1, 0), parallel(mk + 1, 0);
+          const FormatError want =
+              sparse::ReadIndexSection(m.data(), m.size(), mk, mn, encoding, mwidth, serial.data());
+          const FormatError got =
+              HostReadIndexSection(m.data(), m.size(), mk, mn, encoding, mwidth, parallel.data());
+          ASSERT_EQ(FormatErrorStatus("s", got).ToString(), FormatErrorStatus("s", want).ToString())
+              << "encoding " << int{encoding} << " k " << mk << " n " << mn;
+          if (want.ok()) {
+            EXPECT_EQ(parallel, serial);
+            ++valid;
+          } else {
+            ++invalid;
+          }
+        };
+        compare(section, k, n, width);
+        compare(section, k, n - 1, width);
+        compare(section, k + 1, n, width);
+        if (k > 1) compare(section, k - 1, n, width);
+        for (int trial = 0; trial < 20; ++trial) {
+          std::vector<uint8_t> m = section;
+          switch (trial % 4) {
+            case 0:
+              if (!m.empty()) m[rng() % m.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+              break;
+            case 1:
+              if (!m.empty()) m.pop_back();
+              break;
+            case 2:
+              m.push_back(static_cast<uint8_t>(rng()));
+              break;
+            default:
+              if (!m.empty()) m[rng() % m.size()] = static_cast<uint8_t>(rng() | 0x80u);
+          }
+          compare(m, k, n, width);
+        }
+      }
+    }
+  }
+  EXPECT_GT(valid, 100);
+  EXPECT_GT(invalid, 100);
+}
+
+// floor(j r / k) through a double, settled in integers, at the edges of its range.
+TEST(SharedMathSparseFormat, RandomkFloorMulDivIsExact) {
+  std::mt19937_64 rng(5);
+  for (int t = 0; t < 200000; ++t) {
+    const uint64_t k = 1 + rng() % (t % 2 == 0 ? (uint64_t{1} << 31) : 1000u);
+    const uint64_t j = rng() % (k + 1), r = rng() % k;
+    ASSERT_EQ(randomk::FloorMulDiv(j, r, k, 1.0 / static_cast<double>(k)), j * r / k)
+        << j << " " << r << " " << k;
+  }
+  const uint64_t k = (uint64_t{1} << 31) - 1;
+  const double inverse = 1.0 / static_cast<double>(k);
+  EXPECT_EQ(randomk::FloorMulDiv(k, k - 1, k, inverse), k - 1);
+  EXPECT_EQ(randomk::FloorMulDiv(k - 1, k - 1, k, inverse), (k - 1) * (k - 1) / k);
+}
+
+// Each randomk index drawn on its own (RandomIndexAt, a GPU thread's) is the sequential walk's.
+TEST(SharedMathSparseFormat, RandomkIndexAtIsTheWalksIndex) {
+  for (size_t n : {1u, 7u, 1000u, 4099u, 1000003u, 2147483647u}) {
+    for (double ratio : {0.001, 0.01, 0.3, 0.999, 1.0}) {
+      if (n > 1000003u && ratio > 0.001) continue;  // 2^31 - 1: the large products, once
+      const size_t k = sparse::KeptCount(ratio, n);
+      size_t checked = 0;
+      randomk::ForEachRandomIndex(n, k, 77, [&](size_t j, size_t i, size_t start, uint32_t size) {
+        size_t s = 0;
+        uint32_t z = 0;
+        ASSERT_EQ(randomk::RandomIndexAt(randomk::StrataOf(n, k), 77, j, &s, &z), i)
+            << n << " " << k << " " << j;
+        ASSERT_EQ(s, start);
+        ASSERT_EQ(z, size);
+        ASSERT_LT(i - start, size);
+        ++checked;
+      });
+      EXPECT_EQ(checked, k);
+    }
+  }
 }
 
 // The randomk header checks against the CPU decoder's.

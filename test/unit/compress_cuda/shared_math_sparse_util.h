@@ -77,8 +77,53 @@ inline std::vector<uint8_t> HostSparseMessage(const std::vector<float>& x,
   return out;
 }
 
-// sparse_message.cu's reader: the header checked on the host, the section read by one thread,
-// the values scattered (not when the indices were bad).
+// IndexSectionCudaCodec::LaunchReadIndexSection: a thread per index (or per byte of varints),
+// the steps' prefix sums, the doubts; where any doubt was, the serial reader's pass and error.
+inline FormatError HostReadIndexSection(const uint8_t* data, size_t bytes, size_t k, size_t n,
+                                        uint8_t encoding, uint8_t width, uint32_t* idx) {
+  bool doubt = !((encoding == sparse::kRaw && bytes == 4 * k) ||
+                 (encoding == sparse::kBitPack && width <= 32 && bytes == PackedBytes(k, width)) ||
+                 (encoding == sparse::kVarint && (bytes == 0) == (k == 0)));
+  if (!doubt && k > 0 && encoding == sparse::kRaw) {
+    for (size_t j = 0; j < k; ++j) {  // RawIndicesKernel
+      idx[j] = GetU32(data + 4 * j);
+      if (idx[j] >= n || (j > 0 && GetU32(data + 4 * (j - 1)) >= idx[j])) doubt = true;
+    }
+  } else if (!doubt && k > 0) {
+    std::vector<uint64_t> steps(k, 0);
+    if (encoding == sparse::kBitPack) {
+      for (size_t j = 0; j < k; ++j) steps[j] = sparse::BitPackedDelta(data, bytes, j, width) + 1u;
+    } else {
+      std::vector<uint32_t> ordinal(bytes);  // VarintEndsKernel, then the exclusive sums
+      uint32_t ended = 0;
+      for (size_t b = 0; b < bytes; ++b) {
+        ordinal[b] = ended;
+        ended += (data[b] & 0x80u) ? 0u : 1u;
+      }
+      for (size_t b = 0; b < bytes; ++b) {  // VarintStepsKernel
+        if (b == bytes - 1 && ((data[b] & 0x80u) != 0 || ordinal[b] + 1u != k)) doubt = true;
+        if (!sparse::BeginsVarint(data, b)) continue;
+        uint64_t d = 0;
+        if (ordinal[b] >= k || !sparse::VarintAt(data, bytes, b, &d)) {
+          doubt = true;
+          continue;
+        }
+        steps[ordinal[b]] = d + 1u;
+      }
+    }
+    uint64_t sum = 0;
+    for (size_t j = 0; j < k; ++j) {  // the inclusive sums, IndicesFromStepsKernel
+      sum += steps[j];
+      idx[j] = static_cast<uint32_t>(sum - 1u);
+    }
+    if (sum - 1u >= n) doubt = true;
+  }
+  if (!doubt) return FormatError();
+  return sparse::ReadIndexSection(data, bytes, k, n, encoding, width, idx);  // ReadIndicesKernel
+}
+
+// sparse_message.cu's reader: the header checked on the host, the section read by the parallel
+// reader, the values scattered (not when the indices were bad).
 inline absl::StatusOr<std::vector<float>> HostSparseDecode(absl::string_view codec,
                                                            const std::vector<uint8_t>& m, size_t n,
                                                            int64_t required_k) {
@@ -87,8 +132,8 @@ inline absl::StatusOr<std::vector<float>> HostSparseDecode(absl::string_view cod
   const sparse::Header h = sparse::ReadHeader(m.data());
   std::vector<uint32_t> idx(h.k);
   const uint8_t* values = m.data() + sparse::kHeaderBytes;
-  e = sparse::ReadIndexSection(values + 4 * h.k, h.index_bytes, h.k, n, h.encoding, h.width,
-                               idx.data());
+  e = HostReadIndexSection(values + 4 * h.k, h.index_bytes, h.k, n, h.encoding, h.width,
+                           idx.data());
   if (!e.ok()) return FormatErrorStatus(codec, e);
   std::vector<float> out(n, 0.0f);
   for (size_t j = 0; j < h.k; ++j) {

@@ -31,6 +31,17 @@ BYTECOMP_HD bool PaddingBitsZero(const uint8_t* packed, size_t count, int bits) 
   return used_bits == 0 || (packed[PackedBytes(count, bits) - 1] >> used_bits) == 0;
 }
 
+// The `bits` bits (0..32) from bit position `bit` of a stream of `size` bytes, as BitReader
+// reads them there (bytes past the end read as 0): random access, for a thread per value.
+BYTECOMP_HD uint32_t BitsAt(const uint8_t* data, size_t size, uint64_t bit, int bits) {
+  const size_t first = static_cast<size_t>(bit / 8);
+  uint64_t acc = 0;
+  for (size_t t = 0; t < 5; ++t) {
+    if (first + t < size) acc |= static_cast<uint64_t>(data[first + t]) << (8 * t);
+  }
+  return static_cast<uint32_t>((acc >> (bit % 8)) & ((uint64_t{1} << bits) - 1));
+}
+
 // ---- groups of 8 codes, the GPU's unit of the fixed-width formats (qsgd, dithering, sketch):
 // 8 codes of `bits` bits (1..16) fill exactly `bits` bytes, group g the bytes from g * bits.
 // The last group holds the codes below n and only the bytes that exist. The host tests run

@@ -95,4 +95,33 @@ BYTECOMP_HD FormatError DecodeGroup(const uint8_t* payload, size_t n, size_t g, 
   return error;
 }
 
+// ---- 8-bit codes (level_bits == 7: quantum_num 64..127, the default 127 among them): byte i is
+// element i's code, the bytes the groups write too, so that a GPU thread takes an element.
+
+BYTECOMP_HD bool CodesAreBytes(uint32_t level_bits) { return level_bits == 7; }
+
+// Element i's code byte; update(i, x_i, decoded_i) as EncodeGroup's.
+BYTECOMP_HD_TEMPLATE
+template <typename Update>
+BYTECOMP_HD uint8_t EncodeByte(const float* x, size_t i, size_t bucket, const float* norms,
+                               uint32_t quantum_num, CounterRandom random, Update update) {
+  const float norm = norms[i / bucket];
+  const float c = x[i];
+  const uint32_t code =
+      QsgdCode(c, norm, quantum_num, 7, UniformFloat(random, static_cast<uint32_t>(i)));
+  update(i, c, QsgdValue(code, 7, quantum_num, norm));
+  return static_cast<uint8_t>(code);
+}
+
+// Decodes element i of the payload after its u32 n into out[i], with DecodeGroup's checks.
+BYTECOMP_HD FormatError DecodeByte(const uint8_t* payload, size_t n, size_t i, size_t bucket,
+                                   uint32_t quantum_num, float* out) {
+  const uint32_t code = payload[4 * Buckets(n, bucket) + i];
+  const float norm = GetF32(payload + 4 * (i / bucket));
+  FormatError error = CheckNorm(norm, i / bucket);
+  if (error.ok()) error = CheckLevel(code & 0x7fu, quantum_num);
+  out[i] = QsgdValue(code, 7, quantum_num, norm);
+  return error;
+}
+
 }  // namespace bytecomp::compress::qsgd

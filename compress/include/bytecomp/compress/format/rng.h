@@ -1,7 +1,7 @@
-// The sequential generator behind the positions the sparse codecs draw (randomk's shared
-// indices, dgc's and adaq's samples): xoshiro256** seeded through SplitMix64. Deterministic
-// everywhere; __host__ __device__, though the GPU codecs draw on the host (the draws are
-// sequential) with exactly the CPU codecs' calls (randomk_format.h, dgc_threshold.h).
+// The sequential generator behind the positions dgc and adaq sample: xoshiro256** seeded
+// through SplitMix64 (Mix64, which randomk_format.h also draws from as a counter). Deterministic
+// everywhere; __host__ __device__, though the GPU codecs draw the samples on the host (the draws
+// are sequential) with exactly the CPU codecs' calls (dgc_threshold.h).
 #pragma once
 
 #include <cstdint>

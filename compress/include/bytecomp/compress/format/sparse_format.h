@@ -184,6 +184,37 @@ BYTECOMP_HD FormatError ReadIndexSection(const uint8_t* data, size_t bytes, size
   return MakeFormatError(FormatErrorCode::kUnknownIndexEncoding, encoding);
 }
 
+// ---- the parallel reader (the GPU's): a thread per delta, the indices the prefix sums of the
+// steps d_j + 1, minus one. A valid section reads exactly as ReadIndexSection reads it; what
+// these cannot vouch for (a size, a varint's end, an index out of range) the caller leaves to
+// ReadIndexSection, whose checks and errors are the format's.
+
+// Delta j of a bit-packed section of `bytes` bytes.
+BYTECOMP_HD uint32_t BitPackedDelta(const uint8_t* data, size_t bytes, size_t j, int width) {
+  return BitsAt(data, bytes, static_cast<uint64_t>(j) * static_cast<uint64_t>(width), width);
+}
+
+// Whether byte b of a varint section begins a varint: the first byte, or one after a last byte.
+BYTECOMP_HD bool BeginsVarint(const uint8_t* data, size_t b) {
+  return b == 0 || (data[b - 1] & 0x80u) == 0;
+}
+
+// The varint that begins at byte b of a section of `bytes` bytes into *d, as ReadIndexSection
+// reads it; false where ReadIndexSection fails (it runs past the end, or past 5 bytes).
+BYTECOMP_HD bool VarintAt(const uint8_t* data, size_t bytes, size_t b, uint64_t* d) {
+  uint64_t v = 0;
+  for (size_t t = 0; t < 5; ++t) {
+    if (b + t >= bytes) return false;
+    const uint8_t byte = data[b + t];
+    v |= static_cast<uint64_t>(byte & 0x7fu) << (7 * t);
+    if ((byte & 0x80u) == 0) {
+      *d = v;
+      return true;
+    }
+  }
+  return false;
+}
+
 // ---- the message
 
 // Writes the 16-byte header for n elements, k values and the planned index section.
