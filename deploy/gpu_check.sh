@@ -2,8 +2,10 @@
 # The GPU check: runs on the GPU machine (one H100 or H200, CUDA 13, python3 with torch; no
 # package installs, no network) from the bundle deploy/gpu_bundle.sh made here, in at most 8
 # minutes, and writes what it found into OUTDIR: gpu_check.log (every step's output),
-# gpu_check.json (a summary: the GPU, each step's result, seconds and figures), the cost table
-# measured on the GPU (costs-gpu.pbtxt) and the measured model profiles (profile-*.pbtxt).
+# gpu_check.json (a summary: the GPU, each step's result, seconds and figures), the cost tables
+# measured on the GPU (costs-gpu.pbtxt: every codec's defaults; costs-gpu-nominal.pbtxt: the
+# shipped table's codecs), each codec's speed (gpu_speed.txt) and the measured model profiles
+# (MODEL-GPU.pbtxt).
 #
 #   bash deploy/gpu_check.sh OUTDIR [--steps env,codecs,...]
 #
@@ -20,7 +22,8 @@
 #               tensors through every GPU codec against host tensors, bit for bit; DDP on CUDA
 #               with bytecomp's comm hook against DDP's own allreduce (test/gpu)
 #   calibrate   bytecomp-plan --calibrate on the GPU, then a plan with that table; each GPU
-#               codec's encode speed on 64 MiB next to a device-to-device copy in this run
+#               codec's encode and decode speed on 64 MiB next to a device-to-device copy, and
+#               top-k next to torch.topk, in this run
 #   profiles    resnet50, vgg16 and bert-base's forward and ready gaps measured on the GPU
 #               (bench/e2e/gpu_profiles.py)
 # Exit status: 0 when every step that ran passed.
@@ -102,14 +105,22 @@ env_step() {
 }
 
 calibrate_step() {
-  # Every registered codec with its default parameters: CPU costs on this host, GPU costs
-  # of each one with a kernel.
+  # Every registered codec with its default parameters, then the shipped table's codecs (the
+  # parameters and memories the planner plans with): CPU costs on this host, GPU costs of
+  # each one with a kernel.
   bytecomp-plan --calibrate --costs="$outdir/costs-gpu.pbtxt" || return 1
-  grep -q "DEVICE_GPU" "$outdir/costs-gpu.pbtxt" || { echo "no GPU costs in the table"; return 1; }
+  bytecomp-plan --calibrate --calibrate_template="$root/scheduler/planner/costs/nominal.pbtxt" \
+    --costs="$outdir/costs-gpu-nominal.pbtxt" || return 1
+  local table
+  for table in costs-gpu costs-gpu-nominal; do
+    grep -q "DEVICE_GPU" "$outdir/$table.pbtxt" || { echo "no GPU costs in $table"; return 1; }
+  done
   bytecomp-plan --profile="$root/scheduler/planner/profiles/resnet50.pbtxt" \
     --cluster="$root/scheduler/planner/clusters/8x1gpu-10g.pbtxt" \
-    --costs="$outdir/costs-gpu.pbtxt" --out=/tmp/bytecomp-plan-resnet50.pbtxt --table=false || return 1
-  "$python" "$root/deploy/gpu_speed.py" "$outdir/costs-gpu.pbtxt" | tee "$outdir/gpu_speed.txt"
+    --costs="$outdir/costs-gpu-nominal.pbtxt" --out=/tmp/bytecomp-plan-resnet50.pbtxt \
+    --table=false || return 1
+  "$python" "$root/deploy/gpu_speed.py" "$outdir/costs-gpu.pbtxt" \
+    "$outdir/costs-gpu-nominal.pbtxt" | tee "$outdir/gpu_speed.txt"
 }
 
 # The steps' shell functions run under timeout in a child bash.

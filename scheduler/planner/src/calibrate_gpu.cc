@@ -142,7 +142,7 @@ absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table, const Calibration
   }
   cudaStream_t stream;
   if (absl::Status s = Check(cudaStreamCreate(&stream), "cudaStreamCreate"); !s.ok()) return s;
-  const size_t max_n = static_cast<size_t>(options.sizes.back() / 4);
+  const size_t max_n = static_cast<size_t>(options.gpu_sizes.back() / 4);
   std::vector<float> host(max_n);
   std::mt19937 rng(12345);
   std::normal_distribution<float> normal(0, 1);
@@ -168,7 +168,7 @@ absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table, const Calibration
     compress::CodecParams params(entry.params().begin(), entry.params().end());
     proto::DeviceCost gpu;
     gpu.set_device(proto::DEVICE_GPU);
-    for (int64_t bytes : options.sizes) {
+    for (int64_t bytes : options.gpu_sizes) {
       const size_t n = static_cast<size_t>(bytes / 4);
       auto codec = compress::cuda::CudaCodec::Create(entry.name(), params, memory);
       if (!codec.ok()) {

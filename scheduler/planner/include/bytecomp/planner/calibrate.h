@@ -14,6 +14,9 @@ namespace bytecomp::planner {
 struct CalibrationOptions {
   // Input sizes in bytes (fp32 inputs of size/4 elements), increasing.
   std::vector<int64_t> sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20};
+  // The GPU's (CalibrateGpuCosts), up to 64 MiB: on a GPU 16 MiB takes little more than the
+  // fixed costs of a call, so its curve needs a larger point to show the device's speed.
+  std::vector<int64_t> gpu_sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
   // Each point repeats encode (and decode) until this much time has passed, at least 3
   // times; the median is kept.
   double seconds_per_point = 0.02;
@@ -46,7 +49,8 @@ absl::StatusOr<proto::CostTable> CalibrateCpuCosts(const proto::CostTable& templ
                                                    const CalibrationOptions& options = {});
 
 // Replaces the GPU costs of every codec of `table` that has a CUDA kernel (compress/cuda) with
-// times measured on CUDA device 0 (encode with the fused memory, decode; CUDA events, median).
+// times measured on CUDA device 0 at `gpu_sizes` (encode with the fused memory, decode; CUDA
+// events, median).
 // Returns how many codecs were measured. Unavailable when there is no device or the build has
 // no CUDA (the table is then unchanged). Compile-checked only: no GPU runs in our CI.
 absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table,
