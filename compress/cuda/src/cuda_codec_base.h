@@ -4,7 +4,7 @@
 //   one readback -> EncodeChecked: the scalars, computed on the host with the format headers'
 //   expressions, and the element kernels, which also write the memory's update. A codec whose
 //   kernels compute the pass's statistics themselves (FusesReduction) skips the pass where no
-//   memory is updated.
+//   memory is updated before its check.
 // Reductions in double are summed in another order than on the CPU; the rounded float (a norm,
 // a mean) is the same unless the double sums straddle a float rounding boundary, which is rare
 // but possible. Decode is each codec's; the helpers below read a payload's header to the host
