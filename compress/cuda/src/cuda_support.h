@@ -63,21 +63,27 @@ __device__ inline size_t GridStart() {
 }
 __device__ inline size_t GridStride() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
 
-// A grid-stride loop over x[0, n) that keeps four loads a thread in flight (for the grids of a
-// few blocks a multiprocessor, ReduceBlocks): each(i, x[i]) for every i, the loads of a step
-// issued before its calls.
+// A strided loop over x[begin, end), i = begin, begin + stride, ..., that keeps four loads a
+// thread in flight (for the grids of a few blocks a multiprocessor, ReduceBlocks): each(i, x[i])
+// for every such i, the loads of a step issued before its calls.
 template <typename Each>
-__device__ inline void ForEachLoaded(const float* __restrict__ x, size_t n, Each each) {
-  const size_t stride = GridStride();
-  size_t i = GridStart();
-  for (; i + 3 * stride < n; i += 4 * stride) {
+__device__ inline void ForEachLoadedStrided(const float* __restrict__ x, size_t begin, size_t end,
+                                            size_t stride, Each each) {
+  size_t i = begin;
+  for (; i + 3 * stride < end; i += 4 * stride) {
     const float v0 = x[i], v1 = x[i + stride], v2 = x[i + 2 * stride], v3 = x[i + 3 * stride];
     each(i, v0);
     each(i + stride, v1);
     each(i + 2 * stride, v2);
     each(i + 3 * stride, v3);
   }
-  for (; i < n; i += stride) each(i, x[i]);
+  for (; i < end; i += stride) each(i, x[i]);
+}
+
+// The grid's strided loop over x[0, n).
+template <typename Each>
+__device__ inline void ForEachLoaded(const float* __restrict__ x, size_t n, Each each) {
+  ForEachLoadedStrided(x, GridStart(), n, GridStride(), each);
 }
 
 // A growable CUDA allocation; Alloc/Free are cudaMalloc/cudaFree (device) or

@@ -200,16 +200,11 @@ __global__ void RandomkGatherKernel(const float* __restrict__ x, size_t n, rando
     uint32_t size = 0;
     randomk::StratumOf(strata, first, &begin, &size);
     if (first + per_tile < k) randomk::StratumOf(strata, first + per_tile, &end, &size);
-    size_t i = check ? begin + threadIdx.x : end;
-    for (; i + 3 * blockDim.x < end; i += 4 * blockDim.x) {
-      const float v0 = x[i], v1 = x[i + blockDim.x], v2 = x[i + 2 * blockDim.x],
-                  v3 = x[i + 3 * blockDim.x];
-      max_bits = MaxOp()(max_bits, FloatBits(v0) & 0x7fffffffu);
-      max_bits = MaxOp()(max_bits, FloatBits(v1) & 0x7fffffffu);
-      max_bits = MaxOp()(max_bits, FloatBits(v2) & 0x7fffffffu);
-      max_bits = MaxOp()(max_bits, FloatBits(v3) & 0x7fffffffu);
+    if (check) {
+      ForEachLoadedStrided(x, begin + threadIdx.x, end, blockDim.x, [&](size_t, float v) {
+        max_bits = MaxOp()(max_bits, FloatBits(v) & 0x7fffffffu);
+      });
     }
-    for (; i < end; i += blockDim.x) max_bits = MaxOp()(max_bits, FloatBits(x[i]) & 0x7fffffffu);
     for (int u = 0; u < kStrataPerThread; ++u) {
       const size_t j = first + static_cast<size_t>(u) * blockDim.x + threadIdx.x;
       if (j >= k) break;
@@ -287,9 +282,8 @@ class RandomkCudaCodec final : public CudaCodecBase {
         return absl::InvalidArgumentError(
             "codec 'randomk': a value times its scale n/k overflows fp32 (|x| near 3.4e38)");
       }
-    }
-    if (k == 0) {
-      if (auto s = FinishFusedPass(x, n, stream); !s.ok()) return s;
+    } else if (auto s = FinishFusedPass(x, n, stream); !s.ok()) {
+      return s;
     }
     return Launched(randomk::PayloadBytes(k));
   }

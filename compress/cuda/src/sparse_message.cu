@@ -44,20 +44,8 @@ __global__ void GatherBitsKernel(const float* __restrict__ x, const uint32_t* __
   for (size_t j = GridStart(); j < s; j += GridStride()) out[j] = FloatBits(x[idx[j]]);
 }
 
-__global__ void CountAtLeastKernel(const float* __restrict__ x, size_t n, uint32_t from_bits,
-                                   unsigned long long* count) {
-  using BlockReduceL = cub::BlockReduce<unsigned long long, kThreads>;
-  __shared__ typename BlockReduceL::TempStorage temp;
-  unsigned long long c = 0;
-  for (size_t i = GridStart(); i < n; i += GridStride()) {
-    c += (FloatBits(x[i]) & 0x7fffffffu) >= from_bits ? 1u : 0u;
-  }
-  const unsigned long long total = BlockReduceL(temp).Sum(c);
-  if (threadIdx.x == 0) atomicAdd(count, total);
-}
-
-// The selection of FinishMessageAtLeast: element i when its |x| bit pattern is at least
-// from_bits (cub::DeviceSelect::If over the indices keeps them in index order).
+// Whether element i's |x| bit pattern is at least from_bits: what CountAtLeast counts and
+// FinishMessageAtLeast selects (cub::DeviceSelect::If over the indices keeps index order).
 struct AtLeastBits {
   const float* x;
   uint32_t from_bits;
@@ -65,6 +53,17 @@ struct AtLeastBits {
     return (FloatBits(x[i]) & 0x7fffffffu) >= from_bits;
   }
 };
+
+__global__ void CountAtLeastKernel(const float* __restrict__ x, size_t n, uint32_t from_bits,
+                                   unsigned long long* count) {
+  using BlockReduceL = cub::BlockReduce<unsigned long long, kThreads>;
+  __shared__ typename BlockReduceL::TempStorage temp;
+  const AtLeastBits at_least{x, from_bits};
+  unsigned long long c = 0;
+  for (size_t i = GridStart(); i < n; i += GridStride()) c += at_least(i) ? 1u : 0u;
+  const unsigned long long total = BlockReduceL(temp).Sum(c);
+  if (threadIdx.x == 0) atomicAdd(count, total);
+}
 
 // Gathers the values of the k selected indices (in index order); the memory forgets what is
 // sent, as CompactKernel does.
