@@ -4,15 +4,14 @@
 // ("artopk_choose_sum") is here. Error feedback: memory "residual" (the engine updates it with
 // LocalApproximation, the compensated input at the chosen indices).
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bytecomp/compress/aggregator.h"
+#include "bytecomp/compress/artopk_round.h"
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/format/artopk_format.h"
 #include "bytecomp/compress/format/sparse_format.h"
@@ -27,33 +26,21 @@ namespace {
 
 constexpr absl::string_view kName = "artopk";
 
-enum class Chooser { kRoundRobin, kLargestNorm };
-
-struct ArtopkParams {
-  double ratio = 0.3;
-  Chooser chooser = Chooser::kRoundRobin;
-  double norm_smoothing = 0.9;
-};
+using artopk::Chooser;
+using ArtopkParams = artopk::Params;
 
 // The 4-byte words of a reply (the engine hands a pulled sum over as floats) as bytes.
 absl::Span<const uint8_t> BytesOf(absl::Span<const float> words) {
   return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(words.data()), 4 * words.size());
 }
 
-// ||x||_2 as a float, saturated at the largest float (a sum of squares beyond it is still
-// ordered, and the norm only ranks workers).
-float NormOf(const float* x, size_t n) {
-  const double norm = std::sqrt(SumOfSquares(x, n));
-  return static_cast<float>(std::min<double>(norm, std::numeric_limits<float>::max()));
-}
-
 class ArtopkCodec final : public Codec, public TwoRoundCodec {
  public:
   ArtopkCodec(const ArtopkParams& params, std::unique_ptr<Codec> topk)
-      : params_(params), topk_(std::move(topk)) {}
+      : round_state_(params), topk_(std::move(topk)) {}
 
   absl::string_view name() const override { return kName; }
-  const ArtopkParams& params() const { return params_; }
+  const ArtopkParams& params() const { return round_state_.params(); }
   CodecProperties properties() const override {
     CodecProperties p;
     p.two_round = true;
@@ -77,10 +64,10 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
   }
 
   size_t FirstRoundFloats(size_t n) const override {
-    return (artopk::MaxFirstPushBytes(K(n)) - 4) / 4;
+    return (artopk::MaxFirstPushBytes(round_state_.K(n)) - 4) / 4;
   }
   size_t SecondRoundFloats(size_t n) const override {
-    return (artopk::SecondPushBytes(K(n)) - 4) / 4;
+    return (artopk::SecondPushBytes(round_state_.K(n)) - 4) / 4;
   }
 
   absl::StatusOr<size_t> EncodeFirst(absl::Span<const float> input, const CodecContext& ctx,
@@ -92,23 +79,10 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
     if (!IsFiniteBits(MaxAbsBits(input.data(), n))) {
       return NonFiniteError(input, codec_checks::InputWhat(kName));
     }
-    const size_t k = K(n);
     x_.assign(input.begin(), input.end());  // stage 2 sends its values at the chosen indices
-    if (params_.chooser == Chooser::kLargestNorm) {
-      const float norm = NormOf(x_.data(), n);
-      const double s = params_.norm_smoothing;
-      smoothed_norm_ = have_norm_ ? static_cast<float>(s * smoothed_norm_ + (1 - s) * norm) : norm;
-      have_norm_ = true;
-    }
-    artopk::FirstPush h;
-    h.n = static_cast<uint32_t>(n);
-    h.k = static_cast<uint32_t>(k);
-    h.norm = smoothed_norm_;
-    h.expected_chooser = next_known_ && next_key_ == ctx.key && next_round_ == ctx.round
-                             ? next_chooser_
-                             : artopk::kUnknownChooser;
-    h.has_candidate =
-        k > 0 && (h.expected_chooser == artopk::kUnknownChooser || h.expected_chooser == ctx.node);
+    const float norm =
+        round_state_.uses_norm() ? artopk::NormFromSumOfSquares(SumOfSquares(x_.data(), n)) : 0.0f;
+    artopk::FirstPush h = round_state_.Start(n, norm, ctx);
     if (h.has_candidate) {
       // topk's own selection: its message's index section is the candidate.
       message_.resize(topk_->MaxEncodedBytes(n));
@@ -122,16 +96,13 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
                   message_.data() + sparse::kHeaderBytes + 4 * size_t{m.k}, m.index_bytes);
     }
     artopk::WriteFirstPushHeader(out.data(), h);
-    stage_ = 1;
-    round_key_ = ctx.key;
-    round_ = ctx.round;
     return artopk::kFirstPushHeaderBytes + h.index_bytes;
   }
 
   absl::StatusOr<size_t> EncodeSecond(absl::Span<const float> summed_first, const CodecContext& ctx,
                                       absl::Span<uint8_t> out) override {
-    if (auto s = CheckStage(1, ctx, "EncodeSecond"); !s.ok()) return s;
-    const size_t n = x_.size(), k = K(n);
+    if (auto s = round_state_.CheckStage(1, ctx, "EncodeSecond"); !s.ok()) return s;
+    const size_t n = round_state_.n(), k = round_state_.k();
     const absl::Span<const uint8_t> reply = BytesOf(summed_first);
     if (auto s = FormatErrorStatus(kName, artopk::CheckFirstReply(reply.data(), reply.size(), k));
         !s.ok()) {
@@ -146,22 +117,15 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
     const size_t bytes = artopk::SecondPushBytes(k);
     if (auto s = codec_checks::OutputFits(kName, out.size(), bytes); !s.ok()) return s;
     PutU32(out.data(), 2);
-    PutF32(out.data() + 4, smoothed_norm_);
+    PutF32(out.data() + 4, round_state_.smoothed_norm());
     uint8_t* values = out.data() + artopk::kSecondPushHeaderBytes;
     for (size_t j = 0; j < k; ++j) PutF32(values + 4 * j, x_[indices_[j]]);
-    stage_ = 2;
+    round_state_.FinishSecond();
     return bytes;
   }
 
   absl::Status LocalApproximation(absl::Span<float> output) const override {
-    if (stage_ != 2) {
-      return absl::FailedPreconditionError(
-          "codec 'artopk': LocalApproximation before EncodeSecond of the round");
-    }
-    if (output.size() != x_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("codec 'artopk': output has ", output.size(),
-                                                     " elements, expected ", x_.size()));
-    }
+    if (auto s = round_state_.CheckLocalApproximation(output.size()); !s.ok()) return s;
     std::fill(output.begin(), output.end(), 0.0f);
     for (uint32_t i : indices_) output[i] = x_[i];
     return absl::OkStatus();
@@ -169,48 +133,26 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
 
   absl::Status DecodeSecond(absl::Span<const float> summed_second, const CodecContext& ctx,
                             absl::Span<float> output) override {
-    if (auto s = CheckStage(2, ctx, "DecodeSecond"); !s.ok()) return s;
-    const size_t n = x_.size(), k = indices_.size();
-    if (4 * summed_second.size() != artopk::SecondReplyBytes(k)) {
-      return MalformedError(kName, absl::StrCat("stage 2 reply of ", 4 * summed_second.size(),
-                                                " bytes, expected ", artopk::SecondReplyBytes(k)));
+    if (auto s = round_state_.CheckStage(2, ctx, "DecodeSecond"); !s.ok()) return s;
+    const size_t k = round_state_.k();
+    if (auto s = round_state_.CheckSecondReply(4 * summed_second.size(), output.size()); !s.ok()) {
+      return s;
     }
     if (!IsFiniteBits(MaxAbsBits(summed_second.data(), k))) {
-      return MalformedError(kName, "the summed values hold NaN or Inf");
-    }
-    if (output.size() != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("codec 'artopk': output has ", output.size(), " elements, expected ", n));
+      return MalformedError(kName, artopk::kSumsNotFinite);
     }
     std::fill(output.begin(), output.end(), 0.0f);
     for (size_t j = 0; j < k; ++j) output[indices_[j]] = summed_second[j];
-    next_chooser_ = GetU32(BytesOf(summed_second).data() + 4 * k);
-    next_key_ = ctx.key;
-    next_round_ = ctx.round + 1;
-    next_known_ = true;
-    stage_ = 3;  // round over
+    round_state_.FinishDecodeSecond(GetU32(BytesOf(summed_second).data() + 4 * k), ctx);
     return absl::OkStatus();
   }
 
  private:
-  size_t K(size_t n) const { return sparse::KeptCount(params_.ratio, n); }
-
-  absl::Status CheckStage(int expected, const CodecContext& ctx, absl::string_view call) const {
-    return CheckTwoRoundStage("artopk", stage_, expected, round_key_, round_, ctx, call);
-  }
-
-  const ArtopkParams params_;
+  artopk::RoundState round_state_;
   std::unique_ptr<Codec> topk_;    // selects the candidate; the single payload's codec
   std::vector<float> x_;           // this round's input
   std::vector<uint8_t> message_;   // topk's message of the candidate
   std::vector<uint32_t> indices_;  // this round's chosen indices
-  float smoothed_norm_ = 0.0f;
-  bool have_norm_ = false;
-  bool next_known_ = false;  // the chooser of (next_key_, next_round_) is next_chooser_
-  uint64_t next_key_ = 0, next_round_ = 0;
-  uint32_t next_chooser_ = 0;
-  int stage_ = 0;  // 1 after EncodeFirst, 2 after EncodeSecond, 3 after DecodeSecond
-  uint64_t round_key_ = 0, round_ = 0;
 };
 
 // The servers' side: stage 1 picks the chooser's index section, stage 2 sums the value vectors
@@ -399,18 +341,8 @@ class ArtopkAggregator final : public Aggregator {
   std::vector<uint32_t> scratch_;
 };
 
-absl::StatusOr<ArtopkParams> ReadParams(const CodecParams& params) {
-  ParamReader r(params);
-  ArtopkParams p;
-  p.ratio = r.Double("ratio");
-  p.chooser = r.String("chooser") == "largest_norm" ? Chooser::kLargestNorm : Chooser::kRoundRobin;
-  p.norm_smoothing = r.Double("norm_smoothing");
-  if (!r.ok()) return r.status();
-  return p;
-}
-
 absl::StatusOr<std::unique_ptr<Codec>> MakeArtopk(const CodecParams& params) {
-  absl::StatusOr<ArtopkParams> p = ReadParams(params);
+  absl::StatusOr<ArtopkParams> p = artopk::ReadParams(params);
   if (!p.ok()) return p.status();
   // %.17g: the ratio reaches topk exactly, so both keep the same k.
   absl::StatusOr<std::unique_ptr<Codec>> topk =
@@ -450,7 +382,11 @@ void RegisterArtopkCodec(CodecRegistry& registry) {
   };
   // Its two stages are one exchange of summed indices, not a second round trip of the sum; it
   // keeps what topk keeps.
-  spec.facts = {.exchange = CodecExchange::kSummedIndices, .two_round = true, .selection = "top-k"};
+  spec.facts = {.exchange = CodecExchange::kSummedIndices,
+                .two_round = true,
+                .selection = "top-k",
+                .gpu_kernel = true,
+                .gpu_memories = {MemoryKind::kResidual}};
   MustRegister(registry, std::move(spec));
 }
 

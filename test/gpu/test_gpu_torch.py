@@ -37,6 +37,7 @@ GPU_CODECS = [
     ("inceptionn", {}, "residual"), ("sketch", {}, "residual"), ("threshold", {}, "residual"),
     ("adaq", {}, "residual"), ("blocksparse", {}, "residual"),
     ("powersgd", {"rank": "2"}, "powersgd"),  # two rounds on the device (DeviceTwoRound)
+    ("artopk", {"ratio": "0.01"}, "residual"),  # two rounds, the chooser's indices
 ]
 
 

@@ -17,15 +17,15 @@ from test_codecs import codec_block
 ELEMENTS, PARTITION_BYTES, ROUNDS = 4099, 8192, 3
 PARTS = -(-ELEMENTS // (PARTITION_BYTES // 4))
 
-# (codec, params, memory); every one has device kernels (powersgd two rounds of them: each round
-# an encode on the device, then its decode there).
+# (codec, params, memory); every one has device kernels (powersgd and artopk two rounds of them:
+# each round two encodes on the device, then its decode there).
 CODECS = [
     ("topk", {"ratio": "0.01"}, "residual"), ("randomk", {"ratio": "0.1"}, "residual"),
     ("qsgd", {}, ""), ("efsignsgd", {}, "efsignsgd"), ("dgc", {"ratio": "0.01"}, "dgc_momentum"),
     ("fp16", {}, ""), ("powersgd", {"rank": "2"}, "powersgd"), ("blocksparse", {}, ""),
-    ("u8bit", {}, ""),
+    ("u8bit", {}, ""), ("artopk", {"ratio": "0.01"}, "residual"),
 ]
-TWO_ROUND = ("powersgd",)
+TWO_ROUND = ("powersgd", "artopk")
 GPU, CPU, DEFAULT = "PLACEMENT_GPU", "PLACEMENT_CPU_POOL", "PLACEMENT_DEFAULT"
 
 

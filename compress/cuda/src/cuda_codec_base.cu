@@ -84,6 +84,15 @@ absl::StatusOr<size_t> CudaCodecBase::Encode(const float* input, size_t n, const
   return EncodeChecked(p.x, n, ctx, p.stats, p.fb, out, stream);
 }
 
+absl::StatusOr<const float*> CudaCodecBase::KeepInput(const PreparedInput& p, size_t n,
+                                                      DeviceBuffer& copy, cudaStream_t stream) {
+  if (p.fb.state != nullptr) return p.x;
+  float* kept = nullptr;
+  BC_ASSIGN(kept, copy.Reserve<float>(n));
+  BC_CUDA_TRY(cudaMemcpyAsync(kept, p.x, 4 * n, cudaMemcpyDeviceToDevice, stream));
+  return kept;
+}
+
 absl::Status CudaCodecBase::FinishFusedPass(const float* x, size_t n, cudaStream_t stream) {
   if (!fused_pass_) return absl::OkStatus();
   DeviceStats st;

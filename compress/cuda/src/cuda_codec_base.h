@@ -107,6 +107,10 @@ class CudaCodecBase : public CudaCodec {
   absl::StatusOr<PreparedInput> PrepareInput(const float* input, size_t n, const CodecContext& ctx,
                                              size_t capacity, size_t need, cudaStream_t stream,
                                              bool fuse = false);
+  // A two-round codec's input, kept until its second stage: the fused memory's state where
+  // there is one (nothing writes it before then), else a copy of the caller's buffer in `copy`.
+  absl::StatusOr<const float*> KeepInput(const PreparedInput& p, size_t n, DeviceBuffer& copy,
+                                         cudaStream_t stream);
   // A fused pass's end: where the pass was fused, waits for the stream, reads the statistics
   // back and checks them (CheckFusedStats); else nothing.
   absl::Status FinishFusedPass(const float* x, size_t n, cudaStream_t stream);
@@ -140,7 +144,7 @@ class CudaCodecBase : public CudaCodec {
   absl::StatusOr<float> ReadCountedHeaderValue(const uint8_t* encoded, size_t bytes,
                                                size_t header_bytes, size_t n, HeaderValue what,
                                                cudaStream_t stream);
-  // Copies `bytes` (<= 16) header bytes that the caller wrote into header_scratch() to out. The
+  // Copies `bytes` (<= 32) header bytes that the caller wrote into header_scratch() to out. The
   // source is pageable, so cudaMemcpyAsync has staged it before returning and the scratch may
   // be reused at once.
   uint8_t* header_scratch() { return header_scratch_; }
@@ -156,7 +160,7 @@ class CudaCodecBase : public CudaCodec {
   FusedMemory memory_;
   DeviceStats* stats_ = nullptr;
   HostBuffer host_stats_;  // readbacks: the statistics, payload headers
-  uint8_t header_scratch_[16] = {};
+  uint8_t header_scratch_[32] = {};
   size_t state_n_ = 0;
   uint64_t rounds_ = 0;
   bool fused_pass_ = false;

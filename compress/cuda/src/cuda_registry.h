@@ -82,5 +82,6 @@ void RegisterLowRankCudaCodecs(CudaCodecRegistry& registry);     // powersgd: lo
 void RegisterMoreSparseCudaCodecs(CudaCodecRegistry& registry);  // threshold, adaq,
                                                                  // blocksparse:
                                                                  // sparse_more_kernels.cu
+void RegisterArtopkCudaCodec(CudaCodecRegistry& registry);       // artopk_kernels.cu
 
 }  // namespace bytecomp::compress::cuda

@@ -99,13 +99,7 @@ class PowerSgdCudaCodec final : public CudaCodecBase, public CudaTwoRoundCodec {
     PreparedInput p;
     BC_ASSIGN(p, PrepareInput(input, n, ctx, capacity, FirstRoundBytes(n), stream));
     fb_ = p.fb;
-    m_ = p.x;
-    if (fb_.state == nullptr) {  // M is the caller's buffer: kept until EncodeSecond
-      float* copy = nullptr;
-      BC_ASSIGN(copy, m_copy_.Reserve<float>(n));
-      BC_CUDA_TRY(cudaMemcpyAsync(copy, p.x, 4 * n, cudaMemcpyDeviceToDevice, stream));
-      m_ = copy;
-    }
+    BC_ASSIGN(m_, KeepInput(p, n, m_copy_, stream));  // M, until EncodeSecond
     PutU32(header_scratch(), 1);
     BC_CUDA_TRY(WriteHeader(out, 4, stream));
     if (auto p = MultiplyByQ(n, ctx, out + 4, stream); !p.ok()) return p.status();

@@ -23,7 +23,7 @@ const CudaCodecRegistry& CudaCodecRegistry::Global() {
     auto* r = BuildRegistry<CudaCodecRegistry>(
         {RegisterBasicCudaCodecs, RegisterSignCudaCodecs, RegisterQuantCudaCodecs,
          RegisterMoreQuantCudaCodecs, RegisterSparseCudaCodecs, RegisterMoreSparseCudaCodecs,
-         RegisterLowRankCudaCodecs});
+         RegisterLowRankCudaCodecs, RegisterArtopkCudaCodec});
     // The facts (gpu_codecs.h) promise exactly these (the worker places stages by them);
     // MustRegisterLikeCpu refused any other.
     for (const std::string& name : GpuCodecNames()) {

@@ -15,17 +15,12 @@
 #include "bytecomp/compress/params.h"
 #include "cuda_registry.h"
 #include "sparse_message.h"
+#include "topk_codec.h"
 
 namespace bytecomp::compress::cuda {
 namespace {
 
 // ---- topk
-
-struct RadixState {
-  uint32_t prefix;  // the bits of the threshold found so far
-  uint32_t need;    // how many of the elements matching prefix are still to be taken
-  uint32_t equal;   // how many elements match prefix (after the last pass: equal the threshold)
-};
 
 // One radix pass's 256-bin histogram of the |x| bit patterns that match the prefix so far,
 // four loads a thread in flight; with stats (the first pass) the largest bits into stats too,
@@ -76,73 +71,6 @@ __global__ void TopkFlagsKernel(const float* __restrict__ x, size_t n, const Rad
         ties_pass ? (a == t ? 1u : 0u) : ((a > t || (a == t && tie_rank[i] < ties)) ? 1u : 0u);
   }
 }
-
-class TopkCudaCodec final : public SparseMessageCudaCodec {
- public:
-  TopkCudaCodec(FusedMemorySettings memory, double ratio)
-      : SparseMessageCudaCodec("topk", memory), ratio_(ratio) {}
-  ~TopkCudaCodec() override { cudaFree(radix_); }
-
-  size_t MaxEncodedBytes(size_t n) const override {
-    return sparse::MaxMessageBytes(sparse::KeptCount(ratio_, n));
-  }
-
- protected:
-  int64_t RequiredK(size_t n) const override {
-    return static_cast<int64_t>(sparse::KeptCount(ratio_, n));
-  }
-  // The first radix pass checks; the memory is updated only after the threshold's readback.
-  bool FusesReduction() const override { return true; }
-  bool ChecksBeforeMemoryUpdates() const override { return true; }
-
-  absl::StatusOr<size_t> EncodeChecked(const float* x, size_t n, const CodecContext&,
-                                       const DeviceStats&, const Feedback& fb, uint8_t* out,
-                                       cudaStream_t stream) override {
-    const size_t k = sparse::KeptCount(ratio_, n);
-    if (k == 0) return EmptyMessage(out, n, stream);
-    if (radix_ == nullptr) BC_CUDA_TRY(cudaMalloc(&radix_, sizeof(RadixState)));
-    uint32_t *hist = nullptr, *flags = nullptr, *ranks = nullptr;
-    BC_ASSIGN(hist, hist_.Reserve<uint32_t>(256));
-    const RadixState initial{0u, static_cast<uint32_t>(k), 0u};
-    std::memcpy(header_scratch(), &initial, sizeof(initial));
-    BC_CUDA_TRY(
-        cudaMemcpyAsync(radix_, header_scratch(), sizeof(initial), cudaMemcpyHostToDevice, stream));
-    // Four passes over x, the first also the finite check where the reduction pass was fused.
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      BC_CUDA_TRY(cudaMemsetAsync(hist, 0, 256 * sizeof(uint32_t), stream));
-      RadixHistogramKernel<<<ReduceBlocks(n), kThreads, 0, stream>>>(
-          x, n, shift, radix_, hist, shift == 24 ? stats() : nullptr);
-      RadixSelectDigitKernel<<<1, 256, 0, stream>>>(hist, shift, radix_);
-    }
-    // The threshold and the finite check read back together.
-    RadixState* found_host = nullptr;
-    BC_ASSIGN(found_host, found_.Reserve<RadixState>(1));
-    BC_CUDA_TRY(
-        cudaMemcpyAsync(found_host, radix_, sizeof(RadixState), cudaMemcpyDeviceToHost, stream));
-    DeviceStats st;
-    BC_ASSIGN(st, ReadStats(stream));
-    if (auto s = CheckFusedStats(st, x, n, stream); !s.ok()) return s;
-    const RadixState found = *found_host;
-    // Every element equal to the threshold kept (no tie to rank: the usual case for float
-    // gradients): the k elements at least the threshold, selected in one pass.
-    if (found.need == found.equal) {
-      return FinishMessageAtLeast(x, n, k, found.prefix, out, fb, stream);
-    }
-    // Ties ranked in index order: the first `need` of them.
-    BC_ASSIGN(flags, flags_.Reserve<uint32_t>(n));
-    BC_ASSIGN(ranks, ranks_.Reserve<uint32_t>(n));
-    TopkFlagsKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, radix_, nullptr, flags, true);
-    BC_CUDA_TRY(ExclusiveSum(flags, ranks, n, stream));
-    TopkFlagsKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, radix_, ranks, flags, false);
-    return FinishMessage(x, n, k, flags, out, fb, stream);
-  }
-
- private:
-  double ratio_;
-  RadixState* radix_ = nullptr;
-  DeviceBuffer hist_, flags_, ranks_;
-  HostBuffer found_;
-};
 
 // ---- dgc
 
@@ -295,6 +223,58 @@ class RandomkCudaCodec final : public CudaCodecBase {
 };
 
 }  // namespace
+
+TopkCudaCodec::~TopkCudaCodec() { cudaFree(radix_); }
+
+size_t TopkCudaCodec::MaxEncodedBytes(size_t n) const {
+  return sparse::MaxMessageBytes(sparse::KeptCount(ratio_, n));
+}
+
+int64_t TopkCudaCodec::RequiredK(size_t n) const {
+  return static_cast<int64_t>(sparse::KeptCount(ratio_, n));
+}
+
+absl::StatusOr<size_t> TopkCudaCodec::EncodeChecked(const float* x, size_t n, const CodecContext&,
+                                                    const DeviceStats&, const Feedback& fb,
+                                                    uint8_t* out, cudaStream_t stream) {
+  const size_t k = sparse::KeptCount(ratio_, n);
+  if (k == 0) return EmptyMessage(out, n, stream);
+  if (radix_ == nullptr) BC_CUDA_TRY(cudaMalloc(&radix_, sizeof(RadixState)));
+  uint32_t *hist = nullptr, *flags = nullptr, *ranks = nullptr;
+  BC_ASSIGN(hist, hist_.Reserve<uint32_t>(256));
+  const RadixState initial{0u, static_cast<uint32_t>(k), 0u};
+  std::memcpy(header_scratch(), &initial, sizeof(initial));
+  BC_CUDA_TRY(
+      cudaMemcpyAsync(radix_, header_scratch(), sizeof(initial), cudaMemcpyHostToDevice, stream));
+  // Four passes over x, the first also the finite check where the reduction pass was fused.
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    BC_CUDA_TRY(cudaMemsetAsync(hist, 0, 256 * sizeof(uint32_t), stream));
+    RadixHistogramKernel<<<ReduceBlocks(n), kThreads, 0, stream>>>(x, n, shift, radix_, hist,
+                                                                   shift == 24 ? stats() : nullptr);
+    RadixSelectDigitKernel<<<1, 256, 0, stream>>>(hist, shift, radix_);
+  }
+  // The threshold and the finite check read back together.
+  RadixState* found_host = nullptr;
+  BC_ASSIGN(found_host, found_.Reserve<RadixState>(1));
+  BC_CUDA_TRY(
+      cudaMemcpyAsync(found_host, radix_, sizeof(RadixState), cudaMemcpyDeviceToHost, stream));
+  DeviceStats st;
+  BC_ASSIGN(st, ReadStats(stream));
+  if (auto s = CheckFusedStats(st, x, n, stream); !s.ok()) return s;
+  const RadixState found = *found_host;
+  // Every element equal to the threshold kept (no tie to rank: the usual case for float
+  // gradients): the k elements at least the threshold, selected in one pass.
+  if (found.need == found.equal) {
+    return FinishMessageAtLeast(x, n, k, found.prefix, out, fb, stream);
+  }
+  // Ties ranked in index order: the first `need` of them.
+  BC_ASSIGN(flags, flags_.Reserve<uint32_t>(n));
+  BC_ASSIGN(ranks, ranks_.Reserve<uint32_t>(n));
+  TopkFlagsKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, radix_, nullptr, flags, true);
+  BC_CUDA_TRY(ExclusiveSum(flags, ranks, n, stream));
+  TopkFlagsKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, radix_, ranks, flags, false);
+  return FinishMessage(x, n, k, flags, out, fb, stream);
+}
 
 void RegisterSparseCudaCodecs(CudaCodecRegistry& registry) {
   registry.MustRegisterLikeCpu("topk", RatioFactory<TopkCudaCodec>());

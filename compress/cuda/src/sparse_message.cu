@@ -395,9 +395,15 @@ absl::StatusOr<size_t> SparseMessageCudaCodec::FinishMessageAtLeast(const float*
   BC_ASSIGN(temp, select_temp_.Reserve(temp_bytes));
   BC_CUDA_TRY(cub::DeviceSelect::If(temp, temp_bytes, all, idx, selected, static_cast<int64_t>(n),
                                     keep, stream));
-  GatherSelectedKernel<<<Blocks(k), kThreads, 0, stream>>>(x, idx, k, out + sparse::kHeaderBytes,
-                                                           fb, memory().dgc_u(), memory().dgc_v());
+  LaunchGatherSelected(x, idx, k, out + sparse::kHeaderBytes, fb, stream);
   return FinishIndexSectionAndHeader(idx, n, k, out, stream);
+}
+
+void SparseMessageCudaCodec::LaunchGatherSelected(const float* x, const uint32_t* idx, size_t k,
+                                                  uint8_t* values, const Feedback& fb,
+                                                  cudaStream_t stream) {
+  GatherSelectedKernel<<<Blocks(k), kThreads, 0, stream>>>(x, idx, k, values, fb, memory().dgc_u(),
+                                                           memory().dgc_v());
 }
 
 absl::Status SparseMessageCudaCodec::Decode(const uint8_t* encoded, size_t bytes,

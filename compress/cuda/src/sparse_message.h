@@ -113,6 +113,11 @@ class SparseMessageCudaCodec : public IndexSectionCudaCodec {
                                               uint32_t from_bits, uint8_t* out, const Feedback& fb,
                                               cudaStream_t stream);
 
+  // Gathers x at the k indices idx into values (fp32, 4-byte aligned), in their order; the
+  // memory forgets what is sent (as FinishMessage's).
+  void LaunchGatherSelected(const float* x, const uint32_t* idx, size_t k, uint8_t* values,
+                            const Feedback& fb, cudaStream_t stream);
+
   DeviceBuffer indices_;  // the message's indices (decode too)
 
  private:

@@ -164,7 +164,10 @@ absl::StatusOr<int> CalibrateGpuCosts(proto::CostTable* table, const Calibration
       continue;  // no kernel: the template's GPU costs (if any) stay
     }
     const compress::CodecFacts* facts = compress::CodecFactsOf(entry.name());
-    const bool two_round = facts != nullptr && facts->two_round;
+    // artopk's two stages are its exchange's (EXCHANGE_SUMMED_INDICES): timed, as on the CPU
+    // (calibrate.cc), by its single payload, topk's message.
+    const bool two_round = facts != nullptr && facts->two_round &&
+                           facts->exchange == compress::CodecExchange::kPushPull;
     compress::CodecParams params(entry.params().begin(), entry.params().end());
     proto::DeviceCost gpu;
     gpu.set_device(proto::DEVICE_GPU);

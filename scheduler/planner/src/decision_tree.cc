@@ -79,30 +79,44 @@ namespace {
 // waits for it: its top-k selection, with the memory), the index section's exchange, the
 // values gathered at those indices, their exchange, and the k sums scattered into the tensor.
 // The servers' work is summing: the section passes through, the values add at the summing
-// speed. `add`, `push`, `pull` (the NIC stages), `pcie` and `transport_cpu` are CostOf's.
+// speed. On the pool, the gather moves the values twice at the copy speed. On the GPU
+// (`on_gpu`: compress/cuda's artopk), the selection, the gather and the scatter run on the
+// compute stream (the gather costed as the decode of a tensor of the values' size: a pass and
+// its readbacks), and only the payloads and replies cross PCIe. `add`, `push`, `pull` (the NIC
+// stages), `pcie` and `transport_cpu` are CostOf's.
 template <typename Pcie, typename Push, typename Pull, typename TransportCpu, typename Add>
 void AddSummedIndicesStages(const proto::CodecCost& codec, double part_bytes, double senders,
                             const proto::ClusterDescription& cluster, const proto::CostTable& costs,
-                            bool has_gpu, Pcie pcie, Push push, Pull pull,
+                            bool has_gpu, bool on_gpu, Pcie pcie, Push push, Pull pull,
                             TransportCpu transport_cpu, Add add) {
-  const proto::DeviceCost* cpu = CostFor(codec, proto::DEVICE_CPU);
   const SummedIndicesBytes b = SummedIndicesSizes(codec, part_bytes, senders);
   const double sum_bytes_per_us = cluster.server_sum_gbytes_per_s() * 1e3;
+  auto exchange = [&](double pushed, double pulled) {
+    if (on_gpu) add(kPcieD2H, kCopyD2H, pcie(pushed));
+    transport_cpu(pushed);
+    push(pushed);
+    add(kServer, kServerWork, senders * pushed / sum_bytes_per_us);
+    pull(pulled);
+    transport_cpu(pulled);
+    if (on_gpu) add(kPcieH2D, kCopyH2D, pcie(pulled));
+  };
+  if (on_gpu) {
+    const proto::DeviceCost* gpu = CostFor(codec, proto::DEVICE_GPU);
+    add(kCompute, kEncode, InterpolateCost(gpu->encode(), part_bytes));
+    exchange(b.push1, b.pull1);
+    add(kCompute, kEncode, InterpolateCost(gpu->decode(), b.push2));
+    exchange(b.push2, b.pull2);
+    add(kCompute, kDecode, InterpolateCost(gpu->decode(), part_bytes));
+    return;
+  }
+  const proto::DeviceCost* cpu = CostFor(codec, proto::DEVICE_CPU);
   const double copy_bytes_per_us =
       costs.copy_gbytes_per_s() > 0 ? costs.copy_gbytes_per_s() * 1e3 : sum_bytes_per_us;
   if (has_gpu) add(kPcieD2H, kCopyD2H, pcie(part_bytes));
   add(kCpuPool, kEncode, InterpolateCost(cpu->encode(), part_bytes));
-  transport_cpu(b.push1);
-  push(b.push1);
-  add(kServer, kServerWork, senders * b.push1 / sum_bytes_per_us);
-  pull(b.pull1);
-  transport_cpu(b.pull1);
+  exchange(b.push1, b.pull1);
   add(kCpuPool, kEncode, 2 * b.push2 / copy_bytes_per_us);
-  transport_cpu(b.push2);
-  push(b.push2);
-  add(kServer, kServerWork, senders * b.push2 / sum_bytes_per_us);
-  pull(b.pull2);
-  transport_cpu(b.pull2);
+  exchange(b.push2, b.pull2);
   add(kCpuPool, kDecode, InterpolateCost(cpu->decode(), part_bytes));
   if (has_gpu) add(kPcieH2D, kCopyH2D, pcie(part_bytes));
 }
@@ -499,8 +513,9 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   }
   if (option.hierarchical) add(kIntraMachine, kReduce, intra(part_bytes, true));
   if (exchange == proto::EXCHANGE_SUMMED_INDICES) {
-    AddSummedIndicesStages(*codec, part_bytes, senders, cluster, costs, has_gpu, pcie, push_stages,
-                           pull_stages, transport_cpu, add);
+    AddSummedIndicesStages(*codec, part_bytes, senders, cluster, costs, has_gpu,
+                           option.encode_on == Where::kGpu, pcie, push_stages, pull_stages,
+                           transport_cpu, add);
     if (option.hierarchical) add(kIntraMachine, kBroadcast, intra(part_bytes, false));
     return cost;
   }

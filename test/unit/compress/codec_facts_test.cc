@@ -125,11 +125,11 @@ TEST(CodecFactsTest, GpuKernelsAndTheMemoriesTheyFuse) {
       EXPECT_NE(kind, MemoryKind::kNone) << name << ": none is always fused";
     }
   }
-  EXPECT_EQ(gpu,
-            (std::set<std::string>{
-                "fp16",    "bf16",      "signsgd",   "efsignsgd",   "signum", "onebit",   "topk",
-                "randomk", "threshold", "adaq",      "blocksparse", "qsgd",   "terngrad", "natural",
-                "dgc",     "u8bit",     "dithering", "inceptionn",  "sketch", "powersgd"}));
+  EXPECT_EQ(gpu, (std::set<std::string>{
+                     "fp16",     "bf16",     "signsgd",   "efsignsgd", "signum",      "onebit",
+                     "topk",     "randomk",  "threshold", "adaq",      "blocksparse", "qsgd",
+                     "terngrad", "natural",  "dgc",       "u8bit",     "dithering",   "inceptionn",
+                     "sketch",   "powersgd", "artopk"}));
   const std::vector<std::string> names = GpuCodecNames();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), gpu);
   EXPECT_EQ(FactsOf("efsignsgd").gpu_memories,
@@ -137,6 +137,7 @@ TEST(CodecFactsTest, GpuKernelsAndTheMemoriesTheyFuse) {
   EXPECT_EQ(FactsOf("dgc").gpu_memories, (std::vector<MemoryKind>{MemoryKind::kDgcMomentum}));
   EXPECT_TRUE(FactsOf("signum").gpu_memories.empty());
   EXPECT_EQ(FactsOf("powersgd").gpu_memories, (std::vector<MemoryKind>{MemoryKind::kPowerSgd}));
+  EXPECT_EQ(FactsOf("artopk").gpu_memories, (std::vector<MemoryKind>{MemoryKind::kResidual}));
 }
 
 TEST(CodecFactsTest, EveryMemoryHasItsOwnKind) {

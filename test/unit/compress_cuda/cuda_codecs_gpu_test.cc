@@ -18,8 +18,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bytecomp/compress.h"
+#include "bytecomp/compress/artopk_round.h"
 #include "bytecomp/compress/cuda_codecs.h"
+#include "bytecomp/compress/format/artopk_format.h"
 #include "bytecomp/compress/format/little_endian.h"
+#include "bytecomp/compress/format/sparse_format.h"
 #include "bytecomp/compress/gpu_codecs.h"
 #include "bytecomp/compress/strategy.h"
 #include "bytecomp/compress/two_round.h"
@@ -58,7 +61,7 @@ struct DeviceArray {
 };
 
 TEST(CudaCodecRegistry, RefusesWhatTheCpuRegistryRefuses) {
-  auto unknown = CudaCodec::Create("artopk", {});  // two rounds, no kernels
+  auto unknown = CudaCodec::Create("nosuchcodec", {});
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
   EXPECT_TRUE(absl::StrContains(unknown.status().message(), "topk")) << unknown.status();
   // The CPU codecs' parameter ranges: ratio in (0, 1], signum's momentum below 1.
@@ -91,7 +94,7 @@ TEST(CudaCodecRegistry, HoldsExactlyTheCodecsWhoseFactsSayGpuKernel) {
   for (const std::string& name : compress::CodecRegistry::Global().Names()) {
     if (compress::CodecFactsOf(name)->gpu_kernel) declared.insert(name);
   }
-  EXPECT_EQ(declared.size(), 20u);
+  EXPECT_EQ(declared.size(), 21u);  // every codec but "none"
   const std::vector<std::string> registered = compress::cuda::CudaCodecRegistry::Global().Names();
   EXPECT_EQ(std::set<std::string>(registered.begin(), registered.end()), declared);
   const std::vector<std::string> names = compress::cuda::CudaCodecNames();
@@ -212,6 +215,28 @@ TEST(CudaCodecsOnGpu, FusedMemoriesMatchEncodeWithMemory) {
   }
 }
 
+// Workers of a two-round codec: each a GPU codec with the memory fused, beside the CPU codec
+// and memory it must match.
+struct TwoRoundWorkers {
+  std::vector<std::unique_ptr<CudaCodec>> gpu;
+  std::vector<std::unique_ptr<compress::Codec>> cpu;
+  std::vector<std::unique_ptr<compress::Memory>> memory;
+
+  void Make(size_t count, const std::string& codec, const compress::CodecParams& params,
+            const std::string& memory_name) {
+    for (size_t w = 0; w < count; ++w) {
+      auto g = CudaCodec::Create(codec, params, memory_name);
+      auto c = compress::CreateCodec(codec, params);
+      auto m = compress::CreateMemory(memory_name);
+      ASSERT_TRUE(g.ok() && c.ok() && m.ok()) << g.status();
+      ASSERT_NE(compress::cuda::AsCudaTwoRound(**g), nullptr);
+      gpu.push_back(std::move(*g));
+      cpu.push_back(std::move(*c));
+      memory.push_back(std::move(*m));
+    }
+  }
+};
+
 // powersgd's two rounds (CudaTwoRoundCodec) with two workers, its memory fused, at an odd
 // shape: the CPU codec's payloads for both stages, its decoded values, over rounds.
 TEST(CudaCodecsOnGpu, PowerSgdTwoRoundsMatchTheCpuCodec) {
@@ -219,19 +244,9 @@ TEST(CudaCodecsOnGpu, PowerSgdTwoRoundsMatchTheCpuCodec) {
   const size_t n = 20011;
   const compress::CodecParams params = {{"rank", "3"}, {"cols", "300"}};
   constexpr size_t kWorkers = 2;
-  std::vector<std::unique_ptr<CudaCodec>> gpu;
-  std::vector<std::unique_ptr<compress::Codec>> cpu;
-  std::vector<std::unique_ptr<compress::Memory>> memory;
-  for (size_t w = 0; w < kWorkers; ++w) {
-    auto g = CudaCodec::Create("powersgd", params, "powersgd");
-    auto c = compress::CreateCodec("powersgd", params);
-    auto m = compress::CreateMemory("powersgd");
-    ASSERT_TRUE(g.ok() && c.ok() && m.ok()) << g.status();
-    ASSERT_NE(compress::cuda::AsCudaTwoRound(**g), nullptr);
-    gpu.push_back(std::move(*g));
-    cpu.push_back(std::move(*c));
-    memory.push_back(std::move(*m));
-  }
+  TwoRoundWorkers workers;
+  ASSERT_NO_FATAL_FAILURE(workers.Make(kWorkers, "powersgd", params, "powersgd"));
+  auto& [gpu, cpu, memory] = workers;
   compress::cuda::CudaTwoRoundCodec& probe = *compress::cuda::AsCudaTwoRound(*gpu[0]);
   const size_t p_floats = probe.FirstRoundFloats(n), q_floats = probe.SecondRoundFloats(n);
   DeviceArray<float> d_x(n), d_out(n), d_sum(std::max(p_floats, q_floats));
@@ -295,6 +310,165 @@ TEST(CudaCodecsOnGpu, PowerSgdTwoRoundsMatchTheCpuCodec) {
           << "worker " << w << ", round " << round;
     }
   }
+}
+
+// artopk's two rounds (CudaTwoRoundCodec) with two workers, the residual fused, for both
+// choosers: the CPU codec's payloads for both stages (the chooser's index section, the values
+// at the chosen indices, the smoothed norm), its decoded sums, over rounds (the memory's
+// update shows in the next round's payloads); the replies are the CPU aggregator's.
+TEST(CudaCodecsOnGpu, ArtopkTwoRoundsMatchTheCpuCodec) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const size_t n = 20011;
+  constexpr size_t kWorkers = 2;
+  for (const char* chooser : {"round_robin", "largest_norm"}) {
+    const compress::CodecParams params = {{"ratio", "0.01"}, {"chooser", chooser}};
+    TwoRoundWorkers workers;
+    ASSERT_NO_FATAL_FAILURE(workers.Make(kWorkers, "artopk", params, "residual"));
+    auto& [gpu, cpu, memory] = workers;
+    auto server = compress::CreateAggregator("artopk", params);
+    ASSERT_TRUE(server.ok()) << server.status();
+    compress::cuda::CudaTwoRoundCodec& probe = *compress::cuda::AsCudaTwoRound(*gpu[0]);
+    const size_t first_bytes = probe.FirstRoundBytes(n), second_bytes = probe.SecondRoundBytes(n);
+    DeviceArray<float> d_x(n), d_out(n), d_reply(first_bytes / 4 + second_bytes / 4 + 8);
+    DeviceArray<uint8_t> d_payload(first_bytes + second_bytes);
+    auto fetch = [&](size_t bytes) {
+      std::vector<uint8_t> p(bytes);
+      EXPECT_EQ(cudaMemcpy(p.data(), d_payload.data, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      return p;
+    };
+    auto upload_reply = [&](absl::Span<const float> reply) {
+      EXPECT_EQ(cudaMemcpy(d_reply.data, reply.data(), 4 * reply.size(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    };
+    std::vector<std::vector<float>> compensated(kWorkers, std::vector<float>(n));
+    auto context_of = [](uint64_t round, size_t w) {
+      compress::CodecContext ctx;
+      ctx.key = 7;
+      ctx.round = round;
+      ctx.node = static_cast<uint32_t>(w);
+      return ctx;
+    };
+    for (uint64_t round = 0; round < 4; ++round) {
+      const std::string at = absl::StrCat(chooser, ", round ", round);
+      (*server)->Reset(n);
+      for (size_t w = 0; w < kWorkers; ++w) {
+        const compress::CodecContext ctx = context_of(round, w);
+        const std::vector<float> x = Gradient(n, 50 + static_cast<uint32_t>(round * kWorkers + w));
+        ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
+        auto bytes = compress::cuda::AsCudaTwoRound(*gpu[w])->EncodeFirst(
+            d_x.data, n, ctx, d_payload.data, first_bytes, nullptr);
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        const std::vector<uint8_t> payload = fetch(*bytes);
+        ASSERT_TRUE(memory[w]->Compensate(x, ctx, absl::MakeSpan(compensated[w])).ok());
+        std::vector<uint8_t> expected(first_bytes);
+        auto want = compress::AsTwoRound(*cpu[w])->EncodeFirst(compensated[w], ctx,
+                                                               absl::MakeSpan(expected));
+        ASSERT_TRUE(want.ok()) << want.status();
+        expected.resize(*want);
+        EXPECT_EQ(payload, expected) << "payload 1, worker " << w << ", " << at;
+        ASSERT_TRUE((*server)->Add(expected, ctx).ok());
+      }
+      auto reply1 = (*server)->Finish();
+      ASSERT_TRUE(reply1.ok()) << reply1.status();
+      const std::vector<float> first(reply1->begin(), reply1->end());
+      (*server)->Reset(n);
+      for (size_t w = 0; w < kWorkers; ++w) {
+        const compress::CodecContext ctx = context_of(round, w);
+        upload_reply(first);
+        auto bytes = compress::cuda::AsCudaTwoRound(*gpu[w])->EncodeSecond(
+            d_reply.data, first.size(), ctx, d_payload.data, second_bytes, nullptr);
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        const std::vector<uint8_t> payload = fetch(*bytes);
+        compress::TwoRoundCodec* two = compress::AsTwoRound(*cpu[w]);
+        std::vector<uint8_t> expected(second_bytes);
+        ASSERT_TRUE(two->EncodeSecond(first, ctx, absl::MakeSpan(expected)).ok());
+        std::vector<float> approximation(n);
+        ASSERT_TRUE(two->LocalApproximation(absl::MakeSpan(approximation)).ok());
+        ASSERT_TRUE(memory[w]->Update(compensated[w], approximation, ctx).ok());
+        EXPECT_EQ(payload, expected) << "payload 2, worker " << w << ", " << at;
+        ASSERT_TRUE((*server)->Add(expected, ctx).ok());
+      }
+      auto reply2 = (*server)->Finish();
+      ASSERT_TRUE(reply2.ok()) << reply2.status();
+      const std::vector<float> second(reply2->begin(), reply2->end());
+      for (size_t w = 0; w < kWorkers; ++w) {
+        const compress::CodecContext ctx = context_of(round, w);
+        upload_reply(second);
+        ASSERT_TRUE(compress::cuda::AsCudaTwoRound(*gpu[w])
+                        ->DecodeSecond(d_reply.data, second.size(), ctx, d_out.data, n, nullptr)
+                        .ok());
+        std::vector<float> gpu_values(n), cpu_values(n);
+        ASSERT_EQ(cudaMemcpy(gpu_values.data(), d_out.data, 4 * n, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        ASSERT_TRUE(compress::AsTwoRound(*cpu[w])
+                        ->DecodeSecond(second, ctx, absl::MakeSpan(cpu_values))
+                        .ok());
+        EXPECT_EQ(std::memcmp(gpu_values.data(), cpu_values.data(), 4 * n), 0)
+            << "worker " << w << ", " << at;
+      }
+    }
+  }
+}
+
+// artopk's replies checked as the CPU codec checks them: a bad index section, a short reply,
+// NaN among the sums, the call order; the same codes.
+TEST(CudaCodecsOnGpu, ArtopkRefusesBadRepliesAsTheCpuCodec) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const size_t n = 4099;
+  const compress::CodecParams params = {{"ratio", "0.01"}};
+  auto gpu = CudaCodec::Create("artopk", params, "residual");
+  auto cpu = compress::CreateCodec("artopk", params);
+  auto server = compress::CreateAggregator("artopk", params);
+  ASSERT_TRUE(gpu.ok() && cpu.ok() && server.ok());
+  compress::cuda::CudaTwoRoundCodec* g = compress::cuda::AsCudaTwoRound(**gpu);
+  compress::TwoRoundCodec* c = compress::AsTwoRound(**cpu);
+  const std::vector<float> x = Gradient(n, 9);
+  DeviceArray<float> d_x(n), d_out(n), d_reply(n);
+  DeviceArray<uint8_t> d_payload(g->FirstRoundBytes(n) + g->SecondRoundBytes(n));
+  ASSERT_EQ(cudaMemcpy(d_x.data, x.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
+  compress::CodecContext ctx;
+  ctx.key = 3;
+  // DecodeSecond before any round: the same precondition.
+  std::vector<float> host_out(n);
+  EXPECT_EQ(g->DecodeSecond(d_reply.data, 1, ctx, d_out.data, n, nullptr).code(),
+            c->DecodeSecond(std::vector<float>(1), ctx, absl::MakeSpan(host_out)).code());
+  ASSERT_TRUE(
+      g->EncodeFirst(d_x.data, n, ctx, d_payload.data, g->FirstRoundBytes(n), nullptr).ok());
+  std::vector<uint8_t> push(c->FirstRoundBytes(n));
+  auto bytes = c->EncodeFirst(x, ctx, absl::MakeSpan(push));
+  ASSERT_TRUE(bytes.ok());
+  push.resize(*bytes);
+  (*server)->Reset(n);
+  ASSERT_TRUE((*server)->Add(push, ctx).ok());
+  auto reply = (*server)->Finish();
+  ASSERT_TRUE(reply.ok());
+  std::vector<float> good(reply->begin(), reply->end());
+  auto encode_second = [&](const std::vector<float>& words) {
+    EXPECT_EQ(cudaMemcpy(d_reply.data, words.data(), 4 * words.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    return g->EncodeSecond(d_reply.data, words.size(), ctx, d_payload.data, g->SecondRoundBytes(n),
+                           nullptr);
+  };
+  // An index section whose deltas run past n; a reply one word short.
+  std::vector<float> bad = good;
+  auto* bytes_of_bad = reinterpret_cast<uint8_t*>(bad.data());
+  std::memset(bytes_of_bad + compress::artopk::kFirstReplyHeaderBytes, 0xff,
+              4 * bad.size() - compress::artopk::kFirstReplyHeaderBytes);
+  auto refused = encode_second(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  std::vector<float> short_reply(good.begin(), good.end() - 1);
+  EXPECT_EQ(encode_second(short_reply).status().code(), absl::StatusCode::kInvalidArgument);
+  auto second = encode_second(good);
+  ASSERT_TRUE(second.ok()) << second.status();
+  // NaN among the sums: the CPU codec's words.
+  const size_t k = compress::sparse::KeptCount(0.01, n);
+  std::vector<float> sums(k + 1, 1.0f);
+  sums[k / 2] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_EQ(cudaMemcpy(d_reply.data, sums.data(), 4 * sums.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  const absl::Status nan = g->DecodeSecond(d_reply.data, sums.size(), ctx, d_out.data, n, nullptr);
+  EXPECT_EQ(nan.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(nan.message(), compress::artopk::kSumsNotFinite)) << nan;
 }
 
 TEST(CudaCodecsOnGpu, NonFiniteInputNamesTheIndex) {

@@ -1,5 +1,6 @@
 // The CUDA sparse codecs' arithmetic without a GPU: topk's radix select, dgc's sample and
-// threshold search, randomk's indices (each from its counter), and the sparse message's writers
+// threshold search, randomk's indices (each from its counter), artopk's rounds, and the sparse
+// message's writers
 // and readers (the parallel one against the serial one),
 // run on the host with the format headers' functions in the order
 // compress/cuda/src/sparse_*.cu calls them, against the CPU codecs: the same bytes, the same
@@ -14,13 +15,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "bytecomp/compress.h"
+#include "bytecomp/compress/artopk_round.h"
 #include "bytecomp/compress/codec_util.h"
+#include "bytecomp/compress/format/artopk_format.h"
 #include "bytecomp/compress/format/dgc_threshold.h"
 #include "bytecomp/compress/format/randomk_format.h"
 #include "bytecomp/compress/format/sparse_format.h"
 #include "bytecomp/compress/format/topk_select.h"
 #include "bytecomp/compress/memory_math.h"
+#include "bytecomp/compress/params.h"
+#include "bytecomp/compress/registry.h"
+#include "bytecomp/compress/two_round.h"
 #include "gtest/gtest.h"
 #include "shared_math_sparse_util.h"
 #include "shared_math_util.h"
@@ -205,6 +212,122 @@ TEST_P(SharedMathSparse, RandomkAsTheCpuCodec) {
       std::vector<float> decoded(n, 0.0f);
       for (size_t j = 0; j < k; ++j) decoded[idx[j]] = GetF32(cpu.data() + 8 + 4 * j);
       ExpectSameBits(decoded, CpuDecode(*codec, cpu, n, Context()));
+    }
+  }
+}
+
+// artopk's rounds as compress/cuda/src/artopk_kernels.cu runs them, on the host, for two workers
+// with the fused residual and both choosers: the compensation, the norm (the GPU's order of
+// the sum of squares), the round's host side (artopk_round.h), the chooser's candidate (topk's
+// message and its index section), the chosen section read by the parallel reader, the gather
+// that forgets the sent values in the memory, the scatter of the sums; against the CPU codec
+// with its residual memory, the replies from the CPU aggregator, over rounds.
+TEST_P(SharedMathSparse, ArtopkRoundsAsTheCpuCodec) {
+  const size_t n = GetParam();
+  constexpr size_t kWorkers = 2;
+  for (const char* chooser : {"round_robin", "largest_norm"}) {
+    const CodecParams params = {{"ratio", "0.05"}, {"chooser", chooser}};
+    auto filled = ValidateParams("artopk", CodecRegistry::Global().Find("artopk")->params, params);
+    ASSERT_TRUE(filled.ok()) << filled.status();
+    auto read = artopk::ReadParams(*filled);
+    ASSERT_TRUE(read.ok()) << read.status();
+    std::vector<artopk::RoundState> host(kWorkers, artopk::RoundState(*read));
+    std::vector<std::vector<float>> state(kWorkers, std::vector<float>(n, 0.0f));
+    std::vector<std::vector<uint32_t>> chosen(kWorkers);
+    std::vector<std::unique_ptr<Codec>> cpu;
+    std::vector<std::unique_ptr<Memory>> memory;
+    std::vector<std::vector<float>> compensated(kWorkers, std::vector<float>(n));
+    for (size_t w = 0; w < kWorkers; ++w) {
+      cpu.push_back(Make("artopk", params));
+      auto m = CreateMemory("residual");
+      ASSERT_TRUE(m.ok());
+      memory.push_back(std::move(*m));
+    }
+    auto server = CreateAggregator("artopk", params);
+    ASSERT_TRUE(server.ok()) << server.status();
+    for (uint32_t round = 0; round < 3; ++round) {
+      const std::string at = absl::StrCat(chooser, ", round ", round);
+      auto ctx_of = [&](size_t w) {
+        CodecContext ctx = Context(round);
+        ctx.node = static_cast<uint32_t>(w);
+        return ctx;
+      };
+      (*server)->Reset(n);
+      for (size_t w = 0; w < kWorkers; ++w) {
+        const std::vector<float> g = RandomGradient(n, 300 + round * kWorkers + w);
+        std::vector<float>& x = state[w];  // the fused residual holds the compensated input
+        for (size_t i = 0; i < n; ++i) x[i] = ResidualCompensate(g[i], x[i], 1.0f, 1.0f);
+        const float norm =
+            host[w].uses_norm() ? artopk::NormFromSumOfSquares(GpuOrderSum(x, true, 0)) : 0.0f;
+        artopk::FirstPush h = host[w].Start(n, norm, ctx_of(w));
+        std::vector<uint8_t> section;
+        if (h.has_candidate) {
+          const std::vector<uint8_t> m = HostSparseMessage(x, HostTopkFlags(x, host[w].k()));
+          const sparse::Header mh = sparse::ReadHeader(m.data());
+          h.encoding = mh.encoding;
+          h.width = mh.width;
+          h.index_bytes = mh.index_bytes;
+          const size_t at_section = sparse::kHeaderBytes + 4 * size_t{mh.k};
+          section.assign(m.begin() + at_section, m.begin() + at_section + mh.index_bytes);
+        }
+        std::vector<uint8_t> push(artopk::kFirstPushHeaderBytes);
+        artopk::WriteFirstPushHeader(push.data(), h);
+        push.insert(push.end(), section.begin(), section.end());
+        ASSERT_TRUE(memory[w]->Compensate(g, ctx_of(w), absl::MakeSpan(compensated[w])).ok());
+        std::vector<uint8_t> expected(AsTwoRound(*cpu[w])->FirstRoundBytes(n));
+        auto bytes =
+            AsTwoRound(*cpu[w])->EncodeFirst(compensated[w], ctx_of(w), absl::MakeSpan(expected));
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        expected.resize(*bytes);
+        ASSERT_EQ(push, expected) << "payload 1, worker " << w << ", " << at;
+        ASSERT_TRUE((*server)->Add(expected, ctx_of(w)).ok());
+      }
+      auto reply1 = (*server)->Finish();
+      ASSERT_TRUE(reply1.ok()) << reply1.status();
+      const std::vector<float> first(reply1->begin(), reply1->end());
+      const auto* r = reinterpret_cast<const uint8_t*>(first.data());
+      ASSERT_TRUE(artopk::CheckFirstReply(r, 4 * first.size(), host[0].k()).ok());
+      const artopk::FirstReply rh = artopk::ReadFirstReplyHeader(r);
+      (*server)->Reset(n);
+      for (size_t w = 0; w < kWorkers; ++w) {
+        ASSERT_TRUE(host[w].CheckStage(1, ctx_of(w), "EncodeSecond").ok());
+        const size_t k = host[w].k();
+        chosen[w].assign(k, 0);
+        ASSERT_TRUE(HostReadIndexSection(r + artopk::kFirstReplyHeaderBytes, rh.index_bytes, k, n,
+                                         rh.encoding, rh.width, chosen[w].data())
+                        .ok());
+        std::vector<uint8_t> push(artopk::kSecondPushHeaderBytes);
+        PutU32(push.data(), 2);
+        PutF32(push.data() + 4, host[w].smoothed_norm());
+        for (uint32_t i : chosen[w]) {  // GatherSelectedKernel
+          AppendF32(push, state[w][i]);
+          state[w][i] = ResidualUpdate(state[w][i], state[w][i]);
+        }
+        host[w].FinishSecond();
+        TwoRoundCodec* two = AsTwoRound(*cpu[w]);
+        std::vector<uint8_t> expected(two->SecondRoundBytes(n));
+        ASSERT_TRUE(two->EncodeSecond(first, ctx_of(w), absl::MakeSpan(expected)).ok());
+        std::vector<float> approximation(n);
+        ASSERT_TRUE(two->LocalApproximation(absl::MakeSpan(approximation)).ok());
+        ASSERT_TRUE(memory[w]->Update(compensated[w], approximation, ctx_of(w)).ok());
+        ASSERT_EQ(push, expected) << "payload 2, worker " << w << ", " << at;
+        ASSERT_TRUE((*server)->Add(expected, ctx_of(w)).ok());
+      }
+      auto reply2 = (*server)->Finish();
+      ASSERT_TRUE(reply2.ok()) << reply2.status();
+      const std::vector<float> second(reply2->begin(), reply2->end());
+      for (size_t w = 0; w < kWorkers; ++w) {
+        ASSERT_TRUE(host[w].CheckStage(2, ctx_of(w), "DecodeSecond").ok());
+        ASSERT_TRUE(host[w].CheckSecondReply(4 * second.size(), n).ok());
+        const size_t k = host[w].k();
+        std::vector<float> out(n, 0.0f);
+        for (size_t j = 0; j < k; ++j) out[chosen[w][j]] = second[j];  // ScatterValuesKernel
+        host[w].FinishDecodeSecond(GetU32(reinterpret_cast<const uint8_t*>(&second[k])), ctx_of(w));
+        std::vector<float> expected(n);
+        ASSERT_TRUE(
+            AsTwoRound(*cpu[w])->DecodeSecond(second, ctx_of(w), absl::MakeSpan(expected)).ok());
+        ExpectSameBits(out, expected);
+      }
     }
   }
 }

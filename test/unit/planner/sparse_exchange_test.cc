@@ -123,6 +123,53 @@ TEST(SparseExchangeTest, ArtopkHasTwoExchangesAndTheUnionPullGrowsWithTheWorkers
   EXPECT_GT(pull16, 3 * pull4 - 200);  // about W times the bytes
 }
 
+// On a GPU cluster with the codec's GPU costs (compress/cuda's artopk), artopk may encode on the
+// GPU: its selection, gather and scatter on the compute stream, and only its payloads and
+// replies cross PCIe, where on the pool the whole tensor crosses both ways.
+TEST(SparseExchangeTest, ArtopkOnTheGpuCrossesPcieWithItsPayloadsOnly) {
+  proto::CostTable costs = TopkAndArtopk();
+  auto* gpu = costs.mutable_codecs(1)->add_costs();
+  gpu->set_device(proto::DEVICE_GPU);
+  *gpu->add_encode() = Point(1 << 20, 40);
+  *gpu->add_decode() = Point(1 << 20, 10);
+  proto::ClusterDescription cluster = Cluster(4, 1, 50);
+  cluster.set_gpus_per_machine(1);
+  cluster = WithDefaults(cluster);
+  int on_gpu = 0;
+  for (const TensorOption& o :
+       EnumerateOptions(Tensor(1 << 20), cluster, costs, WithDefaults(proto::PlannerOptions()))) {
+    if (o.codec == 1 && o.encode_on == Where::kGpu) ++on_gpu;
+  }
+  EXPECT_EQ(on_gpu, 1);
+  TensorOption o;
+  o.codec = 1;
+  o.encode_on = Where::kGpu;
+  const OptionCost g = CostOf(o, Tensor(1 << 20), cluster, costs);
+  // encode, D2H, push 1, server 1, pull 1, H2D, gather, D2H, push 2, server 2, pull 2, H2D,
+  // decode.
+  const int expected[] = {kCompute, kPcieD2H, kNicUp,   kServer,  kNicDown, kPcieH2D, kCompute,
+                          kPcieD2H, kNicUp,   kServer,  kNicDown, kPcieH2D, kCompute};
+  ASSERT_EQ(g.num_stages, 13);
+  for (int k = 0; k < 13; ++k) EXPECT_EQ(g.stages[k].resource, expected[k]) << k;
+  const double bytes = 4 << 20;  // the tensor's
+  EXPECT_NEAR(g.stages[0].duration_us, InterpolateCost(gpu->encode(), bytes), 0.01);
+  EXPECT_NEAR(g.stages[12].duration_us, InterpolateCost(gpu->decode(), bytes), 0.01);
+  // The values' D2H: the second payload's bytes, not the tensor's.
+  const SummedIndicesBytes b = SummedIndicesSizes(costs.codecs(1), bytes, 4);
+  auto pcie = [&](double moved) {
+    return cluster.pcie_link().latency_us() +
+           moved * 8 / (cluster.pcie_link().bandwidth_gbps() * 1e3);
+  };
+  EXPECT_NEAR(g.stages[7].duration_us, pcie(b.push2), 0.01);
+  EXPECT_NEAR(g.stages[6].duration_us, InterpolateCost(gpu->decode(), b.push2), 0.01);
+  o.encode_on = Where::kCpu;
+  const OptionCost c = CostOf(o, Tensor(1 << 20), cluster, costs);
+  EXPECT_EQ(c.stages[0].resource, kPcieD2H);
+  EXPECT_NEAR(c.stages[0].duration_us, pcie(bytes), 0.01);
+  EXPECT_GT(c.work_us[kCpuPool], 0);
+  EXPECT_EQ(g.work_us[kCpuPool], 0);
+}
+
 // The predicted iteration of one tensor of `elements` with topk's fastest option (one-way,
 // two-way or the union) and with artopk's, over `workers` machines.
 std::pair<double, double> TopkAndArtopkUs(int64_t elements, int workers, double gbps,

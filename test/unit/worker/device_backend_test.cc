@@ -130,8 +130,9 @@ TEST(EmulatedDevice, EncodeReadsTheGradientAfterTheStreamProducedIt) {
 
 TEST(EmulatedDevice, OffersTheGpuCodecsOnly) {
   EmulatedDeviceBackend device;
-  EXPECT_EQ(device.CreateCodec(0, "artopk", {}, "", {}).status().code(),
+  EXPECT_EQ(device.CreateCodec(0, "nosuchcodec", {}, "", {}).status().code(),
             absl::StatusCode::kNotFound);
+  EXPECT_TRUE(device.CreateCodec(0, "artopk", {}, "residual", {}).ok());
   EXPECT_EQ(device.CreateCodec(0, "signum", {}, "residual", {}).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(device.CreateCodec(0, "dgc", {}, "dgc_momentum", {}).ok());

@@ -10,9 +10,9 @@
 
 namespace bytecomp::compress {
 
-// In registration order: fp16, bf16, topk, randomk, threshold, dgc, adaq, blocksparse, qsgd,
-// terngrad, natural, u8bit, dithering, sketch, inceptionn, signsgd, efsignsgd, signum, onebit,
-// powersgd.
+// In registration order: fp16, bf16, topk, randomk, threshold, dgc, adaq, blocksparse, artopk,
+// qsgd, terngrad, natural, u8bit, dithering, sketch, inceptionn, signsgd, efsignsgd, signum,
+// onebit, powersgd.
 std::vector<std::string> GpuCodecNames();
 bool HasGpuCodec(absl::string_view codec);
 

@@ -32,7 +32,7 @@ namespace bytecomp::compress::cuda {
 
 // The codecs with GPU kernels: fp16, bf16, signsgd, efsignsgd, signum, onebit, topk, randomk,
 // threshold, adaq, blocksparse, qsgd, terngrad, natural, u8bit, dithering, sketch, inceptionn,
-// dgc, powersgd.
+// dgc, powersgd, artopk.
 std::vector<std::string> CudaCodecNames();
 
 // The memories that can be fused with each codec (gpu_codecs.h GpuMemorySupported): "none"
@@ -72,7 +72,7 @@ class CudaCodec {
   virtual void ResetState() = 0;
 };
 
-// The two-round side of a CUDA codec (powersgd), compress/two_round.h's sequence on device
+// The two-round side of a CUDA codec (powersgd, artopk), compress/two_round.h's sequence on device
 // buffers; AsCudaTwoRound finds it. Per partition and training round, with the same ctx:
 //
 //   EncodeFirst(gradient, n, ctx, out, ...)  -> payload 1 (u32 1, P); compensates into the
@@ -82,13 +82,15 @@ class CudaCodec {
 //                                              is no LocalApproximation call)
 //   DecodeSecond(sum_2, floats, ctx, output, n, ...) -> the approximation of the workers' sum
 //
-// sum_1 and sum_2 are the servers' (or an allreduce's) fp32 sums of the stage payloads' floats,
-// in device memory (FirstRoundFloats(n) and SecondRoundFloats(n) of them, 4-byte aligned).
+// sum_1 and sum_2 are the servers' replies in device memory, as 4-byte words (4-byte aligned):
+// powersgd's are the fp32 sums of the stage payloads' floats (FirstRoundFloats(n) and
+// SecondRoundFloats(n) of them, also an allreduce's); artopk's are its aggregator's replies
+// (format/artopk_format.h: the chosen index section, then the k sums and the next chooser).
 // The payloads are the CPU codec's bytes, so GPU and CPU workers may share a round. Each call
-// synchronises the stream: the factors' steps (the orthonormalisation, the warm start, the
-// checks) run on the host with the CPU codec's code. The worker engine drives the stages
-// (worker/device's DeviceTwoRound); Encode and Decode are the single-payload form
-// (two_round.h).
+// synchronises the stream: the host side of the round (powersgd_round.h: the orthonormalisation,
+// the warm start; artopk_round.h: who chooses) runs with the CPU codec's code, as do the checks.
+// The worker engine drives the stages (worker/device's DeviceTwoRound); Encode and Decode are the
+// single-payload form (two_round.h).
 class CudaTwoRoundCodec : public TwoRoundSizes {
  public:
   // Errors as the CPU codec's (two_round.h), word for word where they are about the round
