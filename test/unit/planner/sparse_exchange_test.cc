@@ -147,8 +147,8 @@ TEST(SparseExchangeTest, ArtopkOnTheGpuCrossesPcieWithItsPayloadsOnly) {
   const OptionCost g = CostOf(o, Tensor(1 << 20), cluster, costs);
   // encode, D2H, push 1, server 1, pull 1, H2D, gather, D2H, push 2, server 2, pull 2, H2D,
   // decode.
-  const int expected[] = {kCompute, kPcieD2H, kNicUp,   kServer,  kNicDown, kPcieH2D, kCompute,
-                          kPcieD2H, kNicUp,   kServer,  kNicDown, kPcieH2D, kCompute};
+  const int expected[] = {kCompute, kPcieD2H, kNicUp,  kServer,  kNicDown, kPcieH2D, kCompute,
+                          kPcieD2H, kNicUp,   kServer, kNicDown, kPcieH2D, kCompute};
   ASSERT_EQ(g.num_stages, 13);
   for (int k = 0; k < 13; ++k) EXPECT_EQ(g.stages[k].resource, expected[k]) << k;
   const double bytes = 4 << 20;  // the tensor's
