@@ -39,8 +39,9 @@ CODECS = [
      {"exchange": "EXCHANGE_BLOCK_SPARSE"}),
 ]
 
-# Two-round codecs (CPU only: no GPU kernels): name, params, memory, CPU (fixed us, encode GB/s,
-# between-rounds GB/s, decode GB/s), and the compressed size of an input of this many bytes.
+# Two-round codecs (CPU costs only here; GPU costs come from calibration on a GPU): name,
+# params, memory, CPU (fixed us, encode GB/s, between-rounds GB/s, decode GB/s), and the
+# compressed size of an input of this many bytes.
 TWO_ROUND = [
     ("powersgd", {}, "powersgd", (2, 2.0, 1.0, 2.0),
      lambda b: 2 * (4 + 4 * math.ceil(math.sqrt(b / 4)))),

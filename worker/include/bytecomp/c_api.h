@@ -103,7 +103,7 @@ BYTECOMP_API int bytecomp_push_pull(const char* name, void* data, int64_t elemen
  *     to pinned memory, push; CPU_POOL or INLINE: copy to pinned memory, encode on the pool
  *   decompress_on GPU or DEFAULT (two-way): copy the payload to the device and decode there;
  *     CPU_POOL or INLINE: decode on the pool, copy to the device
- * A stage the device cannot run (a codec without GPU kernels such as powersgd, fp16/bf16
+ * A stage the device cannot run (a memory the device cannot fuse with the codec, fp16/bf16
  * tensors, BYTECOMP_FLAG_AVERAGE for the decode) runs on the pool, and the engine logs it once
  * per tensor. Without a device: BYTECOMP_ERR_INVALID_ARGUMENT, with the reason (a build
  * without CUDA, or cudaGetDeviceCount's error).
