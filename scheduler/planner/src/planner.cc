@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -402,15 +403,18 @@ void OptimizeOffload(const PreparedProblem& problem, Search& search) {
 }
 
 // Every tensor takes the same kind of option (codec, placements, one/two-way, flat or
-// hierarchical; default partitioning) where it has it, none elsewhere: those that beat no
-// compression, best first, with their times. A kind that cannot beat no compression is
-// dropped by its lower bound or as soon as its run passes that time.
+// hierarchical; default partitioning) where it has it, none elsewhere: the first `wanted` of
+// those that beat no compression (`none_us`), best first, with their times. Kinds are
+// simulated in order of their lower bound, each cut off where it could no longer be among
+// the first `wanted` (behind `wanted` faster ones and past the tolerance of the fastest, or
+// at no compression's time); once a kind's bound is there, no later one is simulated.
 struct UniformChoice {
   double time_us;
   std::vector<int> choice;
 };
 std::vector<UniformChoice> UniformChoicesBestFirst(const PreparedProblem& problem,
-                                                   TimelineSimulator& sim) {
+                                                   TimelineSimulator& sim, double none_us,
+                                                   size_t wanted) {
   const auto& tensors = problem.sim.tensors;
   std::vector<TensorOption> kinds;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -423,38 +427,53 @@ std::vector<UniformChoice> UniformChoicesBestFirst(const PreparedProblem& proble
       if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
     }
   }
-  const double none_time = sim.Simulate(problem.none_index);
   struct Scored {
-    double time;
-    int loss;  // LossClass of the kind's codec
-    int kind;  // order of first appearance (the cost table's order)
+    double time;  // a lower bound until simulated
+    int loss;     // LossClass of the kind's codec
+    int kind;     // order of first appearance (the cost table's order)
     std::vector<int> choice;
   };
-  std::vector<Scored> scored;
+  std::vector<Scored> bounded;
   for (size_t k = 0; k < kinds.size(); ++k) {
     const TensorOption& kind = kinds[k];
     std::vector<int> choice = problem.none_index;
     for (size_t i = 0; i < tensors.size(); ++i) {
-      TensorOption wanted = kind;
-      wanted.partitions = tensors[i].options[problem.none_index[i]].option.partitions;
-      int index = FindOption(tensors[i], wanted);
+      TensorOption wanted_option = kind;
+      wanted_option.partitions = tensors[i].options[problem.none_index[i]].option.partitions;
+      int index = FindOption(tensors[i], wanted_option);
       if (index >= 0) choice[i] = index;
     }
-    if (sim.LowerBound(0, sim.TotalWork(choice)) >= none_time) continue;
-    double t = sim.Simulate(choice, nullptr, none_time);
-    if (t < none_time) {
-      const int loss =
-          kind.codec < 0 ? proto::LOSS_NONE : LossOf(problem.inputs.costs.codecs(kind.codec));
-      scored.push_back({t, loss, static_cast<int>(k), choice});
-    }
+    const double lb = sim.LowerBound(0, sim.TotalWork(choice));
+    if (lb >= none_us) continue;
+    const int loss =
+        kind.codec < 0 ? proto::LOSS_NONE : LossOf(problem.inputs.costs.codecs(kind.codec));
+    bounded.push_back({lb, loss, static_cast<int>(k), std::move(choice)});
   }
-  // Fastest first; kinds within min_relative_gain of the fastest count as equal and go less
-  // lossy first, then in the table's order, so that noise in measured inputs below the
-  // tolerance does not decide between codecs.
-  std::sort(scored.begin(), scored.end(),
-            [](const Scored& a, const Scored& b) { return a.time < b.time; });
+  auto faster = [](const Scored& a, const Scored& b) {
+    return std::tie(a.time, a.kind) < std::tie(b.time, b.kind);
+  };
+  std::sort(bounded.begin(), bounded.end(), faster);
+  // Kinds within min_relative_gain of the fastest count as equal and go less lossy first,
+  // then in the table's order, so that noise in measured inputs below the tolerance does not
+  // decide between codecs; behind them the others, fastest first.
+  const double keep = 1 - problem.inputs.options.min_relative_gain();
+  std::vector<Scored> scored;  // simulated, fastest first
+  for (Scored& candidate : bounded) {
+    // A kind ending after both the wanted-th fastest found so far and the tolerance of the
+    // fastest is not among the first `wanted`.
+    double cutoff = none_us;
+    if (scored.size() >= wanted) {
+      const double last_wanted = std::max(scored[0].time / keep, scored[wanted - 1].time);
+      cutoff = std::min(cutoff, std::nextafter(last_wanted, TimelineSimulator::kAborted));
+    }
+    if (candidate.time >= cutoff) break;
+    candidate.time = sim.Simulate(candidate.choice, nullptr, cutoff);
+    if (candidate.time >= cutoff) continue;
+    scored.insert(std::upper_bound(scored.begin(), scored.end(), candidate, faster),
+                  std::move(candidate));
+  }
   if (!scored.empty()) {
-    const double tied = scored[0].time / (1 - problem.inputs.options.min_relative_gain());
+    const double tied = scored[0].time / keep;
     auto end =
         std::find_if(scored.begin(), scored.end(), [&](const Scored& s) { return s.time > tied; });
     std::sort(scored.begin(), end, [](const Scored& a, const Scored& b) {
@@ -462,7 +481,10 @@ std::vector<UniformChoice> UniformChoicesBestFirst(const PreparedProblem& proble
     });
   }
   std::vector<UniformChoice> best;
-  for (Scored& s : scored) best.push_back({s.time, std::move(s.choice)});
+  for (Scored& s : scored) {
+    if (best.size() == wanted) break;
+    best.push_back({s.time, std::move(s.choice)});
+  }
   return best;
 }
 
@@ -656,7 +678,11 @@ PlanResult PlanByteComp(const PreparedProblem& problem) {
   const bool other_starts =
       !problem.inputs.options.skip_refinement() && problem.inputs.options.uniform_starts() > 0;
   if (!problem.inputs.options.start_uncompressed() || other_starts) {
-    uniform = UniformChoicesBestFirst(problem, search.sim());
+    // The warm start, and the other starts (the first of them the warm start).
+    const size_t wanted =
+        other_starts ? static_cast<size_t>(std::max(1, problem.inputs.options.uniform_starts()))
+                     : 1;
+    uniform = UniformChoicesBestFirst(problem, search.sim(), result.no_compression_us, wanted);
   }
   std::vector<int> warm_start;
   if (!problem.inputs.options.start_uncompressed()) {
