@@ -160,8 +160,20 @@ class Search {
     return true;
   }
 
-  // Evaluates a change of several tensors; returns the time or kAborted if >= cutoff.
-  double EvaluateChange(const std::vector<std::pair<int, int>>& change, double cutoff) {
+  // The states when tensor b is ready with a's option x (the others the baseline's), for
+  // the changes of a pair a < b: every option of b with x resumes from it (ImprovePair).
+  struct PairPrefixes {
+    int a = -1, b = -1;
+    Work least_b{};                 // per resource, the least work of b's options
+    std::vector<uint8_t> state_of;  // per x: kUnknown, kReady, kCut
+    std::vector<TimelineSimulator::State> states;
+    static constexpr uint8_t kUnknown = 0, kReady = 1, kCut = 2;
+  };
+
+  // Evaluates a change of several tensors; returns the time or kAborted if >= cutoff. With
+  // `prefixes`, the change is {{a, x}, {b, y}} of their pair.
+  double EvaluateChange(const std::vector<std::pair<int, int>>& change, double cutoff,
+                        PairPrefixes* prefixes = nullptr) {
     if (change.empty()) return time_;
     int from = change[0].first, last = change[0].first;
     Work total = total_;
@@ -184,7 +196,11 @@ class Search {
     }
     double result = TimelineSimulator::kAborted;
     if (sim_.LowerBound(from, total, tail) < cutoff && !memo_->Find(key, cutoff, &result)) {
-      result = sim_.Evaluate(choice_, from, cutoff, last, &total, &bounds_.after);
+      if (prefixes == nullptr) {
+        result = sim_.Evaluate(choice_, from, cutoff, last, &total, &bounds_.after);
+      } else if (const TimelineSimulator::State* at = PairPrefix(*prefixes, undo, cutoff)) {
+        result = sim_.EvaluateFrom(*at, choice_, cutoff, last, &total, &bounds_.after);
+      }
       memo_->Store(key, cutoff, result);
     }
     for (auto [t, o] : undo) choice_[t] = o;
@@ -226,12 +242,22 @@ class Search {
       }
     }
     std::sort(pair_candidates_.begin(), pair_candidates_.end());
+    prefixes_.a = a;
+    prefixes_.b = b;
+    prefixes_.least_b = work(b, 0);
+    for (int y = 1; y < nb; ++y) {
+      for (int r = 0; r < kNumResources; ++r) {
+        prefixes_.least_b[r] = std::min(prefixes_.least_b[r], work(b, y)[r]);
+      }
+    }
+    prefixes_.state_of.assign(na, PairPrefixes::kUnknown);
+    if (static_cast<int>(prefixes_.states.size()) < na) prefixes_.states.resize(na);
     double best_time = target();
     std::pair<int, int> best = {choice_[a], choice_[b]};
     for (const auto& [lb, x, y, bound] : pair_candidates_) {
       if (lb >= best_time) break;
       if (bound >= best_time) continue;
-      double t = EvaluateChange({{a, x}, {b, y}}, best_time);
+      double t = EvaluateChange({{a, x}, {b, y}}, best_time, &prefixes_);
       if (t < best_time) {
         best_time = t;
         best = {x, y};
@@ -279,6 +305,28 @@ class Search {
   double Stream(int tensor, int option) const {
     return StreamUs(problem_.sim.tensors[tensor].options[option]);
   }
+  // The state when the pair's b is ready with a's option choice_[a] (`undo`: the change's
+  // tensors with their baseline options), simulated for the first of its changes; nullptr
+  // when that run was cut, at a cutoff no lower than this one (ImprovePair's only falls), so
+  // the change ends at or after `cutoff` too.
+  const TimelineSimulator::State* PairPrefix(PairPrefixes& prefixes,
+                                             const std::vector<std::pair<int, int>>& undo,
+                                             double cutoff) {
+    const int a = prefixes.a, b = prefixes.b, x = choice_[a];
+    uint8_t& state_of = prefixes.state_of[x];
+    if (state_of == PairPrefixes::kUnknown) {
+      int baseline_a = x, baseline_b = choice_[b];
+      for (auto [t, o] : undo) (t == a ? baseline_a : baseline_b) = o;
+      // Per resource at most the work of any option of b: a bound for all of them.
+      const Work least = WithSwap(WithSwap(total_, work(a, baseline_a), work(a, x)),
+                                  work(b, baseline_b), prefixes.least_b);
+      state_of = sim_.RunUntilReady(choice_, a, b, cutoff, least, &prefixes.states[x])
+                     ? PairPrefixes::kReady
+                     : PairPrefixes::kCut;
+    }
+    return state_of == PairPrefixes::kReady ? &prefixes.states[x] : nullptr;
+  }
+
   // tail_max_[k]: the latest, over tensors j >= k, of (gaps to j + j's chain bound), so that
   // a tensor j ready no earlier than snapshot k plus those gaps ends no earlier than that
   // (the order in which candidates are tried); bounds_: the tighter bounds that skip them.
@@ -315,6 +363,7 @@ class Search {
   };
   std::vector<Candidate> candidates_;
   std::vector<std::tuple<double, int, int, double>> pair_candidates_;
+  PairPrefixes prefixes_;
 };
 
 // Step 4: move GPU-compressed tensors to the CPU pool by groups of (size, option).

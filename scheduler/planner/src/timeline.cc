@@ -381,14 +381,48 @@ double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, dou
                                    int last_changed,
                                    const std::array<double, kNumResources>* total_work,
                                    const std::vector<double>* tail_us) {
-  ++simulations_;
   scratch_ = snapshots_[Checkpoint(from)];  // the baseline's choice up to tensor `from`
+  return EvaluateScratch(choice, cutoff_us, last_changed < 0 ? from : last_changed, total_work,
+                         tail_us);
+}
+
+bool TimelineSimulator::RunUntilReady(const std::vector<int>& choice, int from, int stop,
+                                      double cutoff_us,
+                                      const std::array<double, kNumResources>& least_work,
+                                      State* state) {
+  ++simulations_;
+  *state = snapshots_[Checkpoint(from)];
+  bound_work_ = &least_work;
+  const double result = Run(*state, choice, stop, false, cutoff_us, nullptr, n_);
+  bound_work_ = nullptr;
+  return result != kAborted;
+}
+
+double TimelineSimulator::EvaluateFrom(const State& state, const std::vector<int>& choice,
+                                       double cutoff_us, int last_changed,
+                                       const std::array<double, kNumResources>* total_work,
+                                       const std::vector<double>* tail_us) {
+  // Run checks the bound at the ready times after the one it starts at; a run from a
+  // snapshot before this one checked it here.
+  const int ready = state.pending_ready;
+  if (total_work != nullptr) {
+    const double tail = ready > last_changed && tail_us != nullptr ? (*tail_us)[ready] : 0;
+    if (BoundFrom(state, *problem_, *total_work, tail) >= cutoff_us) return kAborted;
+  }
+  scratch_ = state;
+  return EvaluateScratch(choice, cutoff_us, last_changed, total_work, tail_us);
+}
+
+double TimelineSimulator::EvaluateScratch(const std::vector<int>& choice, double cutoff_us,
+                                          int last_changed,
+                                          const std::array<double, kNumResources>* total_work,
+                                          const std::vector<double>* tail_us) {
+  ++simulations_;
   bound_work_ = total_work;
   bound_tail_ = tail_us;
   run_memo_on_ = run_memo_wanted_;
   run_keys_.clear();
-  double result =
-      Run(scratch_, choice, n_, false, cutoff_us, nullptr, last_changed < 0 ? from : last_changed);
+  double result = Run(scratch_, choice, n_, false, cutoff_us, nullptr, last_changed);
   run_memo_on_ = false;
   RecordRunOutcome(result, cutoff_us);
   bound_work_ = nullptr;

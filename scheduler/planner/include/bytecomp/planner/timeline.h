@@ -82,6 +82,22 @@ class TimelineSimulator {
                   const std::array<double, kNumResources>* total_work = nullptr,
                   const std::vector<double>* tail_us = nullptr);
 
+  struct State;
+  // For changes of two tensors a < b, evaluated for one option of a with many of b: the state
+  // when tensor `stop` (b) is ready under `choice`, resumed from snapshot `from` (a), which
+  // nothing before it depends on b's option. False when the run is known to end at or after
+  // cutoff_us: an event past it, or at a ready time the bound on the work not started yet
+  // of `least_work` (per resource at most the whole iteration's work of any choice that
+  // follows). EvaluateFrom then resumes from it for each option of b.
+  bool RunUntilReady(const std::vector<int>& choice, int from, int stop, double cutoff_us,
+                     const std::array<double, kNumResources>& least_work, State* state);
+  // Evaluate, resumed from `state` (RunUntilReady's, of a choice that equals `choice` before
+  // its ready tensor) instead of a snapshot: the same result.
+  double EvaluateFrom(const State& state, const std::vector<int>& choice, double cutoff_us,
+                      int last_changed,
+                      const std::array<double, kNumResources>* total_work = nullptr,
+                      const std::vector<double>* tail_us = nullptr);
+
   // A lower bound on Evaluate(choice, from): the time of snapshot `from` plus the larger of
   // the work not yet started on the busiest resource and `tail_us` (a bound, from the
   // caller, on what must still happen after snapshot `from`). `total_work` is the whole
@@ -160,6 +176,10 @@ class TimelineSimulator {
 
  private:
   void Reset(State& state) const;
+  // Evaluate's run from scratch_ (a snapshot, or EvaluateFrom's state).
+  double EvaluateScratch(const std::vector<int>& choice, double cutoff_us, int last_changed,
+                         const std::array<double, kNumResources>* total_work,
+                         const std::vector<double>* tail_us);
   static void Summarize(const State& state, Summary* summary);
   // A new baseline in the previous one's state `s` at tensor's ready time: the snapshots
   // and summaries from there on stay, with the work started so far moved to `s`'s.
