@@ -61,8 +61,10 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
   std::array<double, kNumResources> total = sim.TotalWork(choice);
   TailBounds bounds;
   ComputeTailBounds(problem.sim, choice, &bounds);
-  // Same-shaped tensors' changes often leave the same backlog: their runs meet.
+  // Same-shaped tensors' changes often leave the same backlog: their runs meet. Many changes
+  // are kept: their runs become the baseline as they are.
   sim.UseRunMemo(true);
+  sim.KeepEvaluatedRuns(true);
   for (const auto& [neg_loss, bytes, i] : order) {
     const auto& options = problem.sim.tensors[i].options;
     // Later tensors keep their options: ready later by this one's stream time.
@@ -83,13 +85,14 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
       if (t <= budget_us) {
         choice = std::move(changed);
         total = changed_total;
-        sim.Rebase(choice, i, i);
+        if (!sim.AdoptEvaluated()) sim.Rebase(choice, i, i);
         ComputeTailBounds(problem.sim, choice, &bounds, i);
         break;
       }
     }
   }
   sim.UseRunMemo(false);
+  sim.KeepEvaluatedRuns(false);
   return choice;
 }
 

@@ -90,7 +90,7 @@ TimelineSimulator::TimelineSimulator(const SimProblem* problem)
   stack_.resize(n_ + 1);
   if (n_ > 0) {
     Reset(snapshots_[0]);
-    Run(snapshots_[0], {}, 0, false, kAborted, nullptr, n_);
+    Run(snapshots_[0], {}, 0, Record::kNothing, kAborted, nullptr, n_);
     Summarize(snapshots_[0], &summaries_[0]);
     idle_before_[0] = 1;
     stack_[0] = snapshots_[0];
@@ -103,10 +103,11 @@ void TimelineSimulator::Summarize(const State& s, Summary* summary) {
   for (int r = 0; r < kNumResources; ++r) summary->started_work[r] = s.resources[r].started_work;
 }
 
-void TimelineSimulator::KeepSnapshotsFrom(int tensor, const State& s) {
+void TimelineSimulator::KeepSnapshotsFrom(int tensor,
+                                          const std::array<double, kNumResources>& started_work) {
   std::array<double, kNumResources> delta;
   for (int r = 0; r < kNumResources; ++r) {
-    delta[r] = s.resources[r].started_work - summaries_[tensor].started_work[r];
+    delta[r] = started_work[r] - summaries_[tensor].started_work[r];
   }
   for (int j = tensor; j < n_; ++j) {
     for (int r = 0; r < kNumResources; ++r) {
@@ -210,8 +211,24 @@ void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
   }
 }
 
+void TimelineSimulator::RecordReady(Record record, const State& s, int j) {
+  const bool checkpoint = j % stride_ == 0;
+  if (record == Record::kBaseline) {
+    Summarize(s, &summaries_[j]);
+    idle_before_[j] = s.active_partitions == 0;
+    if (checkpoint) {
+      snapshots_[j] = s;
+      snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
+    }
+  } else {
+    Summarize(s, &kept_.summaries[j]);
+    kept_.idle_before[j] = s.active_partitions == 0;
+    if (checkpoint) kept_.snapshots[j / stride_] = s;
+  }
+}
+
 double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop_tensor,
-                              bool record, double cutoff_us, std::vector<TraceSpan>* trace,
+                              Record record, double cutoff_us, std::vector<TraceSpan>* trace,
                               int same_as_baseline_after) {
   const double forward = problem_->forward_us;
   const int from = s.pending_ready;
@@ -259,10 +276,21 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
         if (s.now == summaries_[j].now) {
           if ((hashed ? hash : StateHash(s, false)) == SnapshotHash(j, false)) {
             // (The work started so far differs by the change's: so does the rest's.)
-            if (record) KeepSnapshotsFrom(j, s);
+            if (record != Record::kNothing) {
+              std::array<double, kNumResources> started_work;
+              for (int r = 0; r < kNumResources; ++r) {
+                started_work[r] = s.resources[r].started_work;
+              }
+              if (record == Record::kBaseline) {
+                KeepSnapshotsFrom(j, started_work);
+              } else {
+                kept_.met = j;
+                kept_.met_started_work = started_work;
+              }
+            }
             return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
           }
-        } else if (!record && !shifted_below_cutoff &&
+        } else if (record != Record::kBaseline && !shifted_below_cutoff &&
                    StateHash(s, true) == SnapshotHash(j, true)) {
           // The baseline's state shifted in time: the rest of the run is the baseline's,
           // shifted too (the simulation depends on durations only), up to the rounding of
@@ -273,14 +301,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
           shifted_below_cutoff = true;
         }
       }
-      if (record && j > from) {
-        Summarize(s, &summaries_[j]);
-        idle_before_[j] = s.active_partitions == 0;
-        if (checkpoint) {
-          snapshots_[j] = s;
-          snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
-        }
-      }
+      if (record != Record::kNothing && j > from) RecordReady(record, s, j);
       // A bound from here: the work not started yet, and after the last change the tail
       // the caller knows for the baseline's choice.
       if (bound_work_ != nullptr && j > from) {
@@ -365,16 +386,35 @@ double TimelineSimulator::Simulate(const std::vector<int>& choice, std::vector<T
   if (trace != nullptr) {
     trace->push_back(TraceSpan{kCompute, 255, 0, 0, 0, problem_->tensors[0].ready_gap_us});
   }
-  return Run(s, choice, n_, false, cutoff_us, trace, n_);
+  return Run(s, choice, n_, Record::kNothing, cutoff_us, trace, n_);
 }
 
 double TimelineSimulator::Rebase(const std::vector<int>& choice, int from, int last_changed) {
   ++simulations_;
   run_memo_.clear();
   scratch_ = snapshots_[Checkpoint(from)];
-  baseline_us_ =
-      Run(scratch_, choice, n_, true, kAborted, nullptr, last_changed < 0 ? n_ : last_changed);
+  kept_.complete = false;
+  baseline_us_ = Run(scratch_, choice, n_, Record::kBaseline, kAborted, nullptr,
+                     last_changed < 0 ? n_ : last_changed);
   return baseline_us_;
+}
+
+bool TimelineSimulator::AdoptEvaluated() {
+  if (!kept_.complete) return false;
+  kept_.complete = false;
+  run_memo_.clear();
+  const int end = kept_.met >= 0 ? kept_.met : n_;
+  for (int j = kept_.from + 1; j < end; ++j) {
+    summaries_[j] = kept_.summaries[j];
+    idle_before_[j] = kept_.idle_before[j];
+    if (j % stride_ == 0) {
+      std::swap(snapshots_[j], kept_.snapshots[j / stride_]);
+      snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
+    }
+  }
+  if (kept_.met >= 0) KeepSnapshotsFrom(kept_.met, kept_.met_started_work);
+  baseline_us_ = kept_.end_us;
+  return true;
 }
 
 double TimelineSimulator::Evaluate(const std::vector<int>& choice, int from, double cutoff_us,
@@ -393,7 +433,7 @@ bool TimelineSimulator::RunUntilReady(const std::vector<int>& choice, int from, 
   ++simulations_;
   *state = snapshots_[Checkpoint(from)];
   bound_work_ = &least_work;
-  const double result = Run(*state, choice, stop, false, cutoff_us, nullptr, n_);
+  const double result = Run(*state, choice, stop, Record::kNothing, cutoff_us, nullptr, n_);
   bound_work_ = nullptr;
   return result != kAborted;
 }
@@ -422,7 +462,21 @@ double TimelineSimulator::EvaluateScratch(const std::vector<int>& choice, double
   bound_tail_ = tail_us;
   run_memo_on_ = run_memo_wanted_;
   run_keys_.clear();
-  double result = Run(scratch_, choice, n_, false, cutoff_us, nullptr, last_changed);
+  const int64_t memo_hits = memo_hits_;
+  Record record = Record::kNothing;
+  if (keep_evaluated_) {
+    record = Record::kKept;
+    if (kept_.summaries.empty()) {
+      kept_.snapshots.resize((n_ + stride_ - 1) / stride_);
+      kept_.summaries.resize(n_);
+      kept_.idle_before.resize(n_);
+    }
+    kept_.from = scratch_.pending_ready;
+    kept_.met = -1;
+  }
+  double result = Run(scratch_, choice, n_, record, cutoff_us, nullptr, last_changed);
+  kept_.complete = keep_evaluated_ && result != kAborted && memo_hits_ == memo_hits;
+  kept_.end_us = result;
   run_memo_on_ = false;
   RecordRunOutcome(result, cutoff_us);
   bound_work_ = nullptr;
@@ -563,7 +617,7 @@ double TimelineSimulator::ExtendStack(const std::vector<int>& choice, int depth)
   stack_[depth + 1] = stack_[depth];
   const int stop = depth + 1 < n_ ? depth + 1 : n_;
   if (stop == n_) ++simulations_;
-  return Run(stack_[depth + 1], choice, stop, false, kAborted, nullptr, n_);
+  return Run(stack_[depth + 1], choice, stop, Record::kNothing, kAborted, nullptr, n_);
 }
 
 std::string ChromeTraceJson(const SimProblem& problem, const std::vector<TraceSpan>& spans) {

@@ -129,6 +129,17 @@ class TimelineSimulator {
   // Evaluate runs that took their end from the memo.
   int64_t memo_hits() const { return memo_hits_; }
 
+  // Evaluate also keeps what Rebase would record of its run (the states at the checkpoints
+  // and the summaries after its start), so that a change found good becomes the baseline
+  // without being simulated again (AdoptEvaluated). It copies the state at every checkpoint
+  // the runs pass, so it pays where many evaluated changes are kept (PreferLessLoss).
+  void KeepEvaluatedRuns(bool on) { keep_evaluated_ = on; }
+  // Makes the `choice` of the last Evaluate the baseline, as Rebase(choice, from,
+  // last_changed) with that Evaluate's arguments would, from what its run kept. False, and
+  // nothing changed, when that run did not end (cut at its cutoff, or its end taken from the
+  // run memo).
+  bool AdoptEvaluated();
+
   int64_t simulations() const { return simulations_; }
   int64_t events_processed() const { return events_; }
 
@@ -181,13 +192,17 @@ class TimelineSimulator {
                          const std::array<double, kNumResources>* total_work,
                          const std::vector<double>* tail_us);
   static void Summarize(const State& state, Summary* summary);
-  // A new baseline in the previous one's state `s` at tensor's ready time: the snapshots
-  // and summaries from there on stay, with the work started so far moved to `s`'s.
-  void KeepSnapshotsFrom(int tensor, const State& s);
+  // A new baseline in the previous one's state at tensor's ready time, where the work
+  // started so far is `started_work`: the snapshots and summaries from there on stay, with
+  // their work started moved by the difference.
+  void KeepSnapshotsFrom(int tensor, const std::array<double, kNumResources>& started_work);
+  // What a run records of the tensors in (from, n) it passes: nothing, the new baseline's
+  // snapshots and summaries (Rebase), or the same kept aside (Evaluate, KeepEvaluatedRuns).
+  enum class Record { kNothing, kBaseline, kKept };
   // Runs until tensor `stop_tensor` is ready (its snapshot) or to the end (returns the end).
-  // Records snapshots of tensors in (from, n) when `record`.
-  double Run(State& state, const std::vector<int>& choice, int stop_tensor, bool record,
+  double Run(State& state, const std::vector<int>& choice, int stop_tensor, Record record,
              double cutoff_us, std::vector<TraceSpan>* trace, int same_as_baseline_after);
+  void RecordReady(Record record, const State& s, int tensor);
   void Enqueue(State& s, int resource, int32_t job, int32_t priority, float duration,
                std::vector<TraceSpan>* trace);
   void Start(State& s, int resource, int32_t job, float duration, std::vector<TraceSpan>* trace);
@@ -226,6 +241,20 @@ class TimelineSimulator {
   int memo_every_ = 1;              // the memo's checkpoints: every memo_every_-th one
   int64_t memo_hits_ = 0;
   void RecordRunOutcome(double result, double cutoff_us);
+  // The last Evaluate's run, kept (KeepEvaluatedRuns): what Rebase would have recorded of the
+  // tensors in (from, end), where it ended or met the previous baseline's state.
+  struct KeptRun {
+    bool complete = false;  // ran to its end or to the previous baseline's state
+    int from = 0;
+    int met = -1;  // the tensor where it met the previous baseline's state, or -1
+    std::array<double, kNumResources> met_started_work{};
+    double end_us = 0;
+    std::vector<State> snapshots;  // [tensor / stride_]
+    std::vector<Summary> summaries;
+    std::vector<uint8_t> idle_before;
+  };
+  KeptRun kept_;
+  bool keep_evaluated_ = false;
   const std::array<double, kNumResources>* bound_work_ = nullptr;
   const std::vector<double>* bound_tail_ = nullptr;
   double baseline_us_ = 0;
