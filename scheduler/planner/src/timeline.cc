@@ -234,9 +234,13 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
   const int from = s.pending_ready;
   bool shifted_below_cutoff = false;
   // After the last tensor is ready, where no ready time checks the bound any more, the bound
-  // on the work left is checked every kBoundEvery events.
+  // on the work left is checked every kBoundEvery events, from the time it may reach the
+  // cutoff on: it grows no faster than time (a resource's work left, running jobs' included,
+  // falls at the rate of its busy slots, at most all of them), so a bound b at time t stays
+  // below the cutoff until t + cutoff - b.
   constexpr int kBoundEvery = 8;
   int until_bound = kBoundEvery;
+  double bound_reaches_cutoff_at = 0;
   bool all_ready = false;
   auto dispatch = [&](int resource) {
     auto& r = s.resources[resource];
@@ -340,7 +344,11 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     dispatch(e.resource);
     if (all_ready && bound_work_ != nullptr && --until_bound == 0) {
       until_bound = kBoundEvery;
-      if (RunningBound(s, *problem_, *bound_work_, 0) >= cutoff_us) return kAborted;
+      if (s.now >= bound_reaches_cutoff_at) {
+        const double bound = RunningBound(s, *problem_, *bound_work_, 0);
+        if (bound >= cutoff_us) return kAborted;
+        bound_reaches_cutoff_at = s.now + (cutoff_us - bound);
+      }
     }
   }
   return s.now + forward;
