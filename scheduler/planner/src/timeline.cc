@@ -276,7 +276,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
         run_keys_.push_back(key);
       }
       if (checkpoint && j > same_as_baseline_after &&
-          s.active_partitions == summaries_[j].active_partitions) {
+          s.active_partitions == summaries_[j].active_partitions && SameCounts(s, snapshots_[j])) {
         if (s.now == summaries_[j].now) {
           if ((hashed ? hash : StateHash(s, false)) == SnapshotHash(j, false)) {
             // (The work started so far differs by the change's: so does the rest's.)
@@ -352,6 +352,14 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     }
   }
   return s.now + forward;
+}
+
+bool TimelineSimulator::SameCounts(const State& a, const State& b) {
+  if (a.events.size() != b.events.size()) return false;
+  for (int r = 0; r < kNumResources; ++r) {
+    if (a.resources[r].queue.size() != b.resources[r].queue.size()) return false;
+  }
+  return true;
 }
 
 uint64_t TimelineSimulator::SnapshotHash(int tensor, bool relative) {

@@ -215,6 +215,9 @@ class TimelineSimulator {
   // that a state equals another shifted in time.
   uint64_t StateHash(const State& s, bool relative) const;
   uint64_t SnapshotHash(int tensor, bool relative);  // computed when first needed
+  // As many pending events and waiting jobs per resource: states whose hashes may be equal
+  // (a cheaper test first).
+  static bool SameCounts(const State& a, const State& b);
 
   int Checkpoint(int tensor) const { return tensor - tensor % stride_; }
   int stride_ = 1;
