@@ -61,12 +61,20 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
   std::array<double, kNumResources> total = sim.TotalWork(choice);
   TailBounds bounds;
   ComputeTailBounds(problem.sim, choice, &bounds);
+  // The bounds of tensors up to this one are of an earlier choice: after a kept change, those
+  // up to it are computed again only when an evaluation needs them (those after the tensor
+  // it changes), so that changes kept in the order of the tensors cost no update.
+  int stale_up_to = -1;
   // Same-shaped tensors' changes often leave the same backlog: their runs meet. Many changes
   // are kept: their runs become the baseline as they are.
   sim.UseRunMemo(true);
   sim.KeepEvaluatedRuns(true);
   for (const auto& [neg_loss, bytes, i] : order) {
     const auto& options = problem.sim.tensors[i].options;
+    if (stale_up_to > i) {
+      ComputeTailBounds(problem.sim, choice, &bounds, stale_up_to, i + 1);
+      stale_up_to = i;
+    }
     // Later tensors keep their options: ready later by this one's stream time.
     const double later = bounds.latest[i + 1] - bounds.offset[i] - StreamUs(options[choice[i]]);
     for (int o : LessLossyOptions(problem, i, choice[i])) {
@@ -86,7 +94,7 @@ std::vector<int> PreferLessLoss(const PreparedProblem& problem, std::vector<int>
         choice = std::move(changed);
         total = changed_total;
         if (!sim.AdoptEvaluated()) sim.Rebase(choice, i, i);
-        ComputeTailBounds(problem.sim, choice, &bounds, i);
+        stale_up_to = std::max(stale_up_to, i);
         break;
       }
     }

@@ -560,7 +560,7 @@ double StreamUs(const OptionCost& cost) {
 }
 
 void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice,
-                       TailBounds* bounds, int last_changed) {
+                       TailBounds* bounds, int last_changed, int first) {
   const int n = static_cast<int>(problem.tensors.size());
   auto stream = [&](int k) { return StreamUs(problem.tensors[k].options[choice[k]]); };
   // Tensors computed again: all, or those up to the last changed one when the bounds are of a
@@ -599,7 +599,7 @@ void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice
   const std::vector<double>& gaps = bounds->gaps;
   TailBounds::Suffix acc = bounds->suffix[top + 1];
   auto& [suffix, least_before, least_after] = acc;
-  for (int k = top; k >= 0; --k) {
+  for (int k = top; k >= first; --k) {
     const OptionCost& cost = problem.tensors[k].options[choice[k]];
     double bound = cost.span_us;
     for (int r = 0; r < kNumResources; ++r) {

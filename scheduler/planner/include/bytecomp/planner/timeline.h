@@ -283,6 +283,8 @@ class TimelineSimulator {
 // differs from `choice` at most on tensors <= last_changed: where those tensors' stream times
 // are the same, only the bounds of tensors <= last_changed are computed again, from what the
 // later ones' left (the same numbers as computing them all).
+// With `first`, the bounds of tensors before it are not computed (the offsets are): they stay
+// as they were until a later call, whose last_changed is at least first - 1, computes them.
 struct TailBounds {
   std::vector<double> offset;
   std::vector<double> latest;  // n + 1 entries
@@ -297,7 +299,7 @@ struct TailBounds {
   std::vector<Suffix> suffix;
 };
 void ComputeTailBounds(const SimProblem& problem, const std::vector<int>& choice,
-                       TailBounds* bounds, int last_changed = -1);
+                       TailBounds* bounds, int last_changed = -1, int first = 0);
 // The compute-stream time an option queues ahead of the next backward segment when its tensor
 // is ready: its partitions' GPU encodes (their first stage).
 double StreamUs(const OptionCost& cost);
