@@ -465,15 +465,22 @@ std::vector<UniformChoice> UniformChoicesBestFirst(const PreparedProblem& proble
                                                    TimelineSimulator& sim, double none_us,
                                                    size_t wanted) {
   const auto& tensors = problem.sim.tensors;
+  // Each kind with its choice: per tensor its first option of the kind, -1 until found.
   std::vector<TensorOption> kinds;
+  std::vector<std::vector<int>> choices;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const int default_parts = tensors[i].options[problem.none_index[i]].option.partitions;
-    for (const auto& cost : tensors[i].options) {
-      TensorOption kind = cost.option;
+    for (size_t o = 0; o < tensors[i].options.size(); ++o) {
+      TensorOption kind = tensors[i].options[o].option;
       // (An uncompressed collective is a kind too: every tensor allreduced.)
       if (kind.partitions != default_parts || (kind.codec < 0 && !kind.collective())) continue;
       kind.partitions = 0;
-      if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+      const size_t k = std::find(kinds.begin(), kinds.end(), kind) - kinds.begin();
+      if (k == kinds.size()) {
+        kinds.push_back(kind);
+        choices.emplace_back(tensors.size(), -1);
+      }
+      if (choices[k][i] < 0) choices[k][i] = static_cast<int>(o);
     }
   }
   struct Scored {
@@ -485,12 +492,9 @@ std::vector<UniformChoice> UniformChoicesBestFirst(const PreparedProblem& proble
   std::vector<Scored> bounded;
   for (size_t k = 0; k < kinds.size(); ++k) {
     const TensorOption& kind = kinds[k];
-    std::vector<int> choice = problem.none_index;
+    std::vector<int>& choice = choices[k];
     for (size_t i = 0; i < tensors.size(); ++i) {
-      TensorOption wanted_option = kind;
-      wanted_option.partitions = tensors[i].options[problem.none_index[i]].option.partitions;
-      int index = FindOption(tensors[i], wanted_option);
-      if (index >= 0) choice[i] = index;
+      if (choice[i] < 0) choice[i] = problem.none_index[i];
     }
     const double lb = sim.LowerBound(0, sim.TotalWork(choice));
     if (lb >= none_us) continue;
