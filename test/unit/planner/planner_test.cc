@@ -247,10 +247,10 @@ TEST(PlannerTest, ShippedProfilesPlanWithinTheirSimulationAndEventBudgets) {
     int64_t simulations;
     int64_t events;
   };
-  for (const Budget& budget : {Budget{"resnet50", 160, 82'000}, Budget{"resnet101", 195, 128'000},
-                               Budget{"vgg16", 63, 47'000}, Budget{"bert-base", 1'150, 540'000},
-                               Budget{"gpt2", 840, 231'000}, Budget{"lstm", 5'900, 930'000},
-                               Budget{"generated-2000", 4'400, 6'800'000}}) {
+  for (const Budget& budget : {Budget{"resnet50", 93, 50'500}, Budget{"resnet101", 132, 58'200},
+                               Budget{"vgg16", 24, 15'700}, Budget{"bert-base", 1'065, 485'000},
+                               Budget{"gpt2", 768, 194'000}, Budget{"lstm", 5'390, 691'100},
+                               Budget{"generated-2000", 3'700, 5'360'000}}) {
     const std::string model = budget.model;
     auto prepared =
         Prepare(model == "generated-2000" ? Generated2000() : Shipped(model, "8x1gpu-10g"));
