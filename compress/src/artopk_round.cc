@@ -46,10 +46,14 @@ FirstPush RoundState::Start(size_t n, float norm, const CodecContext& ctx) {
                            : kUnknownChooser;
   h.has_candidate =
       k_ > 0 && (h.expected_chooser == kUnknownChooser || h.expected_chooser == ctx.node);
+  stage_ = 0;
+  return h;
+}
+
+void RoundState::FinishFirst(const CodecContext& ctx) {
   stage_ = 1;
   round_key_ = ctx.key;
   round_ = ctx.round;
-  return h;
 }
 
 absl::Status RoundState::CheckStage(int expected, const CodecContext& ctx,

@@ -96,6 +96,7 @@ class ArtopkCodec final : public Codec, public TwoRoundCodec {
                   message_.data() + sparse::kHeaderBytes + 4 * size_t{m.k}, m.index_bytes);
     }
     artopk::WriteFirstPushHeader(out.data(), h);
+    round_state_.FinishFirst(ctx);
     return artopk::kFirstPushHeaderBytes + h.index_bytes;
   }
 

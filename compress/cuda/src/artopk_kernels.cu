@@ -64,7 +64,10 @@ class ArtopkCudaCodec final : public TopkCudaCodec, public CudaTwoRoundCodec {
     }
     artopk::WriteFirstPushHeader(header_scratch(), h);
     BC_CUDA_TRY(WriteHeader(out, artopk::kFirstPushHeaderBytes, stream));
-    return Launched(artopk::kFirstPushHeaderBytes + h.index_bytes);
+    size_t written = 0;
+    BC_ASSIGN(written, Launched(artopk::kFirstPushHeaderBytes + h.index_bytes));
+    round_state_.FinishFirst(ctx);
+    return written;
   }
 
   absl::StatusOr<size_t> EncodeSecond(const float* summed_first, size_t floats,

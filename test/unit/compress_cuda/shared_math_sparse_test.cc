@@ -273,6 +273,7 @@ TEST_P(SharedMathSparse, ArtopkRoundsAsTheCpuCodec) {
         std::vector<uint8_t> push(artopk::kFirstPushHeaderBytes);
         artopk::WriteFirstPushHeader(push.data(), h);
         push.insert(push.end(), section.begin(), section.end());
+        host[w].FinishFirst(ctx_of(w));
         ASSERT_TRUE(memory[w]->Compensate(g, ctx_of(w), absl::MakeSpan(compensated[w])).ok());
         std::vector<uint8_t> expected(AsTwoRound(*cpu[w])->FirstRoundBytes(n));
         auto bytes =

@@ -6,8 +6,8 @@
 // the sums, the memory) is each codec's.
 //
 //   Start(n, norm, ctx)          EncodeFirst, after the input's finite check: the stage 1
-//                                push's header fields (has_candidate: add the index section);
-//                                stage 1 open
+//                                push's header fields (has_candidate: add the index section)
+//   FinishFirst(ctx)             the push written: stage 1 open
 //   CheckStage(2 or 1, ...)      the call order, for EncodeSecond and DecodeSecond
 //   FinishSecond()               stage 2 (EncodeSecond wrote its payload)
 //   CheckSecondReply(...)        DecodeSecond: the reply's size and the output's length
@@ -55,10 +55,12 @@ class RoundState {
   // k for n elements (sparse_format.h KeptCount), as topk keeps.
   size_t K(size_t n) const;
 
-  // Opens stage 1 of ctx's round for n elements whose norm is `norm` (read only when
-  // uses_norm()): smooths the norm and names the chooser this worker expects, which decides
-  // whether it sends a candidate. The index fields are left for the caller.
+  // Starts ctx's round for n elements whose norm is `norm` (read only when uses_norm()):
+  // smooths the norm and names the chooser this worker expects, which decides whether it sends
+  // a candidate. The index fields are left for the caller.
   FirstPush Start(size_t n, float norm, const CodecContext& ctx);
+  // Opens stage 1 once the push is written (a failed EncodeFirst leaves no stage open for it).
+  void FinishFirst(const CodecContext& ctx);
   // FailedPrecondition unless `call` finds stage `expected` open for ctx's key and round.
   absl::Status CheckStage(int expected, const CodecContext& ctx, absl::string_view call) const;
   void FinishSecond() { stage_ = 2; }
