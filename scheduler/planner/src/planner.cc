@@ -641,7 +641,7 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
     SimTensor st;
     st.name = t.name();
     st.bytes = TensorBytes(t);
-    st.ready_gap_us = t.ready_gap_us();
+    st.ready_gap_us = OnTimeGrid(t.ready_gap_us());
     const Alike alike{AllowanceFor(in.options, t.name()),
                       t.elements(),
                       t.element_bytes(),

@@ -19,7 +19,7 @@ struct LaterEventT {
 };
 struct LowerPriorityT {
   bool operator()(const TimelineSimulator::Waiting& a, const TimelineSimulator::Waiting& b) const {
-    return a.priority > b.priority || (a.priority == b.priority && a.seq > b.seq);
+    return a.order > b.order;
   }
 };
 constexpr LaterEventT LaterEvent;
@@ -38,7 +38,7 @@ double BoundFrom(const TimelineSimulator::State& s, const SimProblem& problem,
 double RunningBound(const TimelineSimulator::State& s, const SimProblem& problem,
                     const std::array<double, kNumResources>& total_work, double tail_us) {
   std::array<double, kNumResources> left_running{};
-  for (const TimelineSimulator::Event& e : s.events) left_running[e.resource] += e.time - s.now;
+  for (const TimelineSimulator::Event& e : s.events) left_running[e.resource()] += e.time - s.now;
   return BoundFrom(
       s.now, [&](int r) { return s.resources[r].started_work - left_running[r]; }, problem,
       total_work, tail_us);
@@ -82,6 +82,16 @@ TimelineSimulator::TimelineSimulator(const SimProblem* problem)
   // About 16 memo checkpoints in a run over the whole model: hashing a state costs about as
   // much as a few dozen events.
   memo_every_ = std::max(1, n_ / stride_ / 16);
+  for (const SimTensor& t : problem_->tensors) {
+    const float gap = static_cast<float>(t.ready_gap_us);
+    on_time_grid_ = on_time_grid_ && OnTimeGridExact(gap) == gap;
+    for (const OptionCost& option : t.options) {
+      for (int k = 0; k < option.num_stages; ++k) {
+        const float d = option.stages[k].duration_us;
+        on_time_grid_ = on_time_grid_ && OnTimeGridExact(d) == d;
+      }
+    }
+  }
   snapshots_.resize(n_);
   summaries_.resize(n_);
   snapshot_hash_.assign(2 * n_, 0);
@@ -104,16 +114,22 @@ void TimelineSimulator::Summarize(const State& s, Summary* summary) {
 }
 
 void TimelineSimulator::KeepSnapshotsFrom(int tensor,
-                                          const std::array<double, kNumResources>& started_work) {
+                                          const std::array<double, kNumResources>& started_work,
+                                          double shift) {
   std::array<double, kNumResources> delta;
   for (int r = 0; r < kNumResources; ++r) {
     delta[r] = started_work[r] - summaries_[tensor].started_work[r];
   }
   for (int j = tensor; j < n_; ++j) {
-    for (int r = 0; r < kNumResources; ++r) {
-      summaries_[j].started_work[r] += delta[r];
-      if (j % stride_ == 0) snapshots_[j].resources[r].started_work += delta[r];
-    }
+    summaries_[j].now += shift;
+    for (int r = 0; r < kNumResources; ++r) summaries_[j].started_work[r] += delta[r];
+    if (j % stride_ != 0) continue;
+    State& snapshot = snapshots_[j];
+    for (int r = 0; r < kNumResources; ++r) snapshot.resources[r].started_work += delta[r];
+    if (shift == 0) continue;
+    snapshot.now += shift;
+    for (Event& e : snapshot.events) e.time += shift;
+    snapshot_hash_valid_[2 * j] = 0;  // (the hash of the times less the state's stays)
   }
 }
 
@@ -142,7 +158,7 @@ inline __attribute__((always_inline)) void TimelineSimulator::Start(State& s, in
   r.started_work += duration;
   // Sorted latest first, so the next event is the last: a new event, usually among the latest,
   // moves the few later ones up one place.
-  const Event e{s.now + duration, s.seq++, job, static_cast<uint8_t>(resource)};
+  const Event e{s.now + duration, static_cast<uint32_t>(s.seq++), job * 16 + resource};
   s.events.push_back(e);
   auto at = s.events.end() - 1;
   while (at != s.events.begin() && LaterEvent(e, *(at - 1))) {
@@ -172,7 +188,9 @@ inline __attribute__((always_inline)) void TimelineSimulator::Enqueue(
   }
   // Sorted lowest priority first, so the next job is the last: a new job, usually of a tensor
   // nearer the input than those waiting, goes near the end.
-  const Waiting w{priority, static_cast<uint32_t>(s.seq++), job, duration};
+  const Waiting w{
+      static_cast<uint64_t>(static_cast<uint32_t>(priority)) << 32 | static_cast<uint32_t>(s.seq++),
+      job, duration};
   r.queue.push_back(w);
   auto at = r.queue.end() - 1;
   while (at != r.queue.begin() && LowerPriority(w, *(at - 1))) {
@@ -232,7 +250,6 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
                               int same_as_baseline_after) {
   const double forward = problem_->forward_us;
   const int from = s.pending_ready;
-  bool shifted_below_cutoff = false;
   // After the last tensor is ready, where no ready time checks the bound any more, the bound
   // on the work left is checked every kBoundEvery events, from the time it may reach the
   // cutoff on: it grows no faster than time (a resource's work left, running jobs' included,
@@ -277,32 +294,29 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       }
       if (checkpoint && j > same_as_baseline_after &&
           s.active_partitions == summaries_[j].active_partitions && SameCounts(s, snapshots_[j])) {
-        if (s.now == summaries_[j].now) {
-          if ((hashed ? hash : StateHash(s, false)) == SnapshotHash(j, false)) {
-            // (The work started so far differs by the change's: so does the rest's.)
-            if (record != Record::kNothing) {
-              std::array<double, kNumResources> started_work;
-              for (int r = 0; r < kNumResources; ++r) {
-                started_work[r] = s.resources[r].started_work;
-              }
-              if (record == Record::kBaseline) {
-                KeepSnapshotsFrom(j, started_work);
-              } else {
-                kept_.met = j;
-                kept_.met_started_work = started_work;
-              }
+        // The baseline's state, or that shifted in time (a second hash, of the pending
+        // events' times less the state's): the rest of the run is the baseline's, shifted by
+        // as much (the simulation depends on durations only, and times on the grid add
+        // exactly: the same bits as running it).
+        const bool same_time = s.now == summaries_[j].now;
+        if (same_time ? (hashed ? hash : StateHash(s, false)) == SnapshotHash(j, false)
+                      : on_time_grid_ && StateHash(s, true) == SnapshotHash(j, true)) {
+          const double shift = s.now - summaries_[j].now;
+          // (The work started so far differs by the change's: so does the rest's.)
+          if (record != Record::kNothing) {
+            std::array<double, kNumResources> started_work;
+            for (int r = 0; r < kNumResources; ++r) started_work[r] = s.resources[r].started_work;
+            if (record == Record::kBaseline) {
+              KeepSnapshotsFrom(j, started_work, shift);
+            } else {
+              kept_.met = j;
+              kept_.met_started_work = started_work;
+              kept_.met_shift = shift;
             }
-            return baseline_us_ >= cutoff_us ? kAborted : baseline_us_;
           }
-        } else if (record != Record::kBaseline && !shifted_below_cutoff &&
-                   StateHash(s, true) == SnapshotHash(j, true)) {
-          // The baseline's state shifted in time: the rest of the run is the baseline's,
-          // shifted too (the simulation depends on durations only), up to the rounding of
-          // the shifted times. Cut when that is surely at or past the cutoff; else run on for
-          // the exact time (a rare winner).
-          const double shifted = baseline_us_ + (s.now - summaries_[j].now);
-          if (shifted >= cutoff_us * (1 + 1e-9) + 1e-6) return kAborted;
-          shifted_below_cutoff = true;
+          run_end_ = baseline_end_ + shift;
+          const double result = run_end_ + forward;
+          return result >= cutoff_us ? kAborted : result;
         }
       }
       if (record != Record::kNothing && j > from) RecordReady(record, s, j);
@@ -328,20 +342,21 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
     s.events.pop_back();
     ++events_;
     s.now = e.time;
-    --s.resources[e.resource].busy;
-    if (e.job < 0) {
-      s.pending_ready = ~e.job;  // dispatch after the tensor's own jobs are queued
+    const int32_t job = e.job();
+    --s.resources[e.resource()].busy;
+    if (job < 0) {
+      s.pending_ready = ~job;  // dispatch after the tensor's own jobs are queued
       continue;
     }
-    Partition& p = s.partitions[e.job];
+    Partition& p = s.partitions[job];
     ++p.stage;
     if (p.stage < p.cost->num_stages) {
-      EnqueueStage(s, e.job, trace);
+      EnqueueStage(s, job, trace);
     } else {
       --s.active_partitions;
-      s.free_slots.push_back(e.job);
+      s.free_slots.push_back(job);
     }
-    dispatch(e.resource);
+    dispatch(e.resource());
     if (all_ready && bound_work_ != nullptr && --until_bound == 0) {
       until_bound = kBoundEvery;
       if (s.now >= bound_reaches_cutoff_at) {
@@ -351,6 +366,7 @@ double TimelineSimulator::Run(State& s, const std::vector<int>& choice, int stop
       }
     }
   }
+  run_end_ = s.now;
   return s.now + forward;
 }
 
@@ -380,9 +396,8 @@ uint64_t TimelineSimulator::StateHash(const State& s, bool relative) const {
   };
   uint64_t h = relative ? 0x7e1a71e5ULL : Mix(Bits(s.now));
   for (const Event& e : s.events) {
-    const uint64_t time =
-        relative ? static_cast<uint64_t>(std::llround((e.time - s.now) * 1e6)) : Bits(e.time);
-    h += Mix(time ^ Mix(job_key(e.job) + e.resource));
+    const uint64_t time = Bits(relative ? e.time - s.now : e.time);  // (exact on the grid)
+    h += Mix(time ^ Mix(job_key(e.job()) + e.resource()));
   }
   for (int r = 0; r < kNumResources; ++r) {
     for (const Waiting& w : s.resources[r].queue) {
@@ -412,6 +427,7 @@ double TimelineSimulator::Rebase(const std::vector<int>& choice, int from, int l
   kept_.complete = false;
   baseline_us_ = Run(scratch_, choice, n_, Record::kBaseline, kAborted, nullptr,
                      last_changed < 0 ? n_ : last_changed);
+  baseline_end_ = run_end_;
   return baseline_us_;
 }
 
@@ -428,8 +444,9 @@ bool TimelineSimulator::AdoptEvaluated() {
       snapshot_hash_valid_[2 * j] = snapshot_hash_valid_[2 * j + 1] = 0;
     }
   }
-  if (kept_.met >= 0) KeepSnapshotsFrom(kept_.met, kept_.met_started_work);
+  if (kept_.met >= 0) KeepSnapshotsFrom(kept_.met, kept_.met_started_work, kept_.met_shift);
   baseline_us_ = kept_.end_us;
+  baseline_end_ = kept_.end;
   return true;
 }
 
@@ -493,6 +510,7 @@ double TimelineSimulator::EvaluateScratch(const std::vector<int>& choice, double
   double result = Run(scratch_, choice, n_, record, cutoff_us, nullptr, last_changed);
   kept_.complete = keep_evaluated_ && result != kAborted && memo_hits_ == memo_hits;
   kept_.end_us = result;
+  kept_.end = run_end_;
   run_memo_on_ = false;
   RecordRunOutcome(result, cutoff_us);
   bound_work_ = nullptr;

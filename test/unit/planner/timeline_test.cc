@@ -158,6 +158,52 @@ TEST(TimelineTest, IncrementalEvaluationMatchesFullSimulation) {
   }
 }
 
+TEST(TimelineTest, ARunThatMeetsTheBaselineShiftedInTimeEndsWithItsBits) {
+  // Compute-bound: each tensor's push is over before the next is ready. Option 0 encodes on
+  // the compute stream first (delaying every later tensor), option 1 does not; durations
+  // like the planner's, on the time grid.
+  const int n = 10;
+  std::vector<double> gaps;
+  std::vector<std::vector<OptionCost>> options(n);
+  for (int i = 0; i < n; ++i) {
+    gaps.push_back(OnTimeGrid(10.1 + 0.37 * i));
+    options[i] = {MakeOption({{kCompute, OnTimeGrid(0.3 + 0.01 * i)}, {kNicUp, OnTimeGrid(1.7)}}),
+                  MakeOption({{kNicUp, OnTimeGrid(2.9)}})};
+  }
+  SimProblem p = MakeProblem(gaps, options, /*forward=*/3.3);
+  TimelineSimulator sim(&p);
+  sim.Rebase(std::vector<int>(n, 0));
+  std::vector<int> choice(n, 0);
+  choice[2] = 1;  // every later tensor ready earlier, by t2's encode
+  const double full = sim.Simulate(choice);
+  const int64_t before = sim.events_processed();
+  EXPECT_EQ(sim.Evaluate(choice, 2, TimelineSimulator::kAborted, 2), full);
+  const int64_t evaluated = sim.events_processed() - before;
+  // A full run from tensor 2 processes about two events per tensor; this one stops at the
+  // first checkpoint after t2's push, where the state is the baseline's shifted.
+  EXPECT_LE(evaluated, 6);
+  // Cut at its end, not below.
+  EXPECT_EQ(sim.Evaluate(choice, 2, full, 2), TimelineSimulator::kAborted);
+  EXPECT_EQ(sim.Evaluate(choice, 2, std::nextafter(full, 1e300), 2), full);
+  // As a new baseline: the later snapshots are the old ones shifted; a change after it
+  // evaluates from them to the bits of a full run.
+  EXPECT_EQ(sim.Rebase(choice, 2, 2), full);
+  TimelineSimulator fresh(&p);
+  fresh.Rebase(choice);
+  for (int j = 0; j < n; ++j) EXPECT_EQ(sim.ready_time_us(j), fresh.ready_time_us(j)) << j;
+  choice[6] = 1;
+  EXPECT_EQ(sim.Evaluate(choice, 6, TimelineSimulator::kAborted, 6), sim.Simulate(choice));
+  // Off the grid (0.1 is not a multiple of 2^-20) runs meet only at equal times: still exact.
+  options[0][0].stages[1].duration_us = 0.1f;
+  SimProblem off = MakeProblem(gaps, options, 3.3);
+  TimelineSimulator off_grid(&off);
+  off_grid.Rebase(std::vector<int>(n, 0));
+  choice = std::vector<int>(n, 0);
+  choice[2] = 1;
+  EXPECT_EQ(off_grid.Evaluate(choice, 2, TimelineSimulator::kAborted, 2),
+            off_grid.Simulate(choice));
+}
+
 TEST(TimelineTest, ChromeTraceHasEverySpanAndNamedRows) {
   SimProblem p = MakeProblem({10, 10}, {{MakeOption({{kNicUp, 5}})}, {MakeOption({{kNicUp, 5}})}});
   TimelineSimulator sim(&p);

@@ -44,9 +44,23 @@ struct TensorOption {
 // One step of a partition's path: a job of `duration_us` on `resource`.
 struct Stage {
   uint8_t resource;
-  uint8_t kind;  // StageKind, for the trace
-  float duration_us;
+  uint8_t kind;       // StageKind, for the trace
+  float duration_us;  // on the time grid (OnTimeGrid)
 };
+
+// `us` as a float on the simulator's time grid, the multiples of 2^-20 us (about a
+// picosecond): the float nearest `us`, and below 8 us (where floats are finer than the grid)
+// the grid point nearest that. Sums of such durations below 2^33 us (2.4 hours) are exact in
+// double, so a timeline shifted in time runs as the same timeline shifted, to the bit
+// (TimelineSimulator's runs that meet the baseline's state shifted). Durations up to 2^31 us.
+inline double OnTimeGridExact(float us) {
+  constexpr double kGrid = 1048576.0;            // 2^20 points per us
+  constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52: x + it - it rounds x
+  return ((static_cast<double>(us) * kGrid + kRound) - kRound) / kGrid;
+}
+inline float OnTimeGrid(double us) {
+  return static_cast<float>(OnTimeGridExact(static_cast<float>(us)));
+}
 enum StageKind : uint8_t {
   kReduce,
   kEncode,

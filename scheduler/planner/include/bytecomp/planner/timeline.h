@@ -34,6 +34,7 @@ struct SimTensor {
   int tree_options = 0;  // leaves of the decision tree, before dropping dominated ones
 };
 struct SimProblem {
+  // Durations (ready gaps, stages) on the time grid (OnTimeGrid), as Prepare makes them.
   std::vector<SimTensor> tensors;  // backprop order
   double forward_us = 0;
   std::array<int, kNumResources> slots{};  // jobs a resource runs at once
@@ -63,16 +64,17 @@ class TimelineSimulator {
   // refreshes the snapshots of tensors after it. Snapshots before `from` must still hold,
   // i.e. `choice` equals the previous baseline on tensors < from. Returns the iteration time.
   // With `last_changed` (the last tensor where `choice` differs from the previous baseline):
-  // once the run, after it, reaches a checkpoint in the previous baseline's state, the rest
-  // and its snapshots are the previous baseline's.
+  // once the run, after it, reaches a checkpoint in the previous baseline's state (or that
+  // shifted in time), the rest and its snapshots are the previous baseline's (shifted).
   double Rebase(const std::vector<int>& choice, int from = 0, int last_changed = -1);
   double baseline_us() const { return baseline_us_; }
 
   // Iteration time of `choice`, which equals the baseline on tensors < from, resuming from
   // snapshot `from`. Returns kAborted as soon as the result is known to be >= cutoff_us.
   // `last_changed` (default `from`): the last tensor where `choice` differs from the
-  // baseline; once the run, after it, reaches a ready time in the same state as the
-  // baseline did, the rest is the baseline's and is not simulated again.
+  // baseline; once the run, after it, reaches a checkpoint in the same state as the baseline
+  // did, or that state shifted in time, the rest is the baseline's (shifted by as much) and
+  // is not simulated again.
   // With `total_work` (the whole iteration's work per resource under `choice`), the run
   // also stops at any ready time where LowerBound's bound reaches the cutoff; `tail_us[j]`,
   // when given, bounds what must still happen after tensor j is ready under the baseline's
@@ -144,15 +146,17 @@ class TimelineSimulator {
   int64_t events_processed() const { return events_; }
 
  public:
+  // 16 bytes, moved often: the job and its resource share one word.
+  static_assert(kNumResources <= 16);
   struct Event {
     double time;
-    uint64_t seq;
-    int32_t job;  // >= 0: partition slot; < 0: compute segment ~job
-    uint8_t resource;
+    uint32_t seq;          // ties at one time: the earlier started first
+    int32_t job_resource;  // job * 16 + resource; job >= 0: partition slot; < 0: segment ~job
+    int32_t job() const { return job_resource >> 4; }
+    int resource() const { return job_resource & 15; }
   };
   struct Waiting {
-    int32_t priority;
-    uint32_t seq;
+    uint64_t order;  // priority << 32 | seq: the lowest first
     int32_t job;
     float duration;
   };
@@ -192,10 +196,11 @@ class TimelineSimulator {
                          const std::array<double, kNumResources>* total_work,
                          const std::vector<double>* tail_us);
   static void Summarize(const State& state, Summary* summary);
-  // A new baseline in the previous one's state at tensor's ready time, where the work
-  // started so far is `started_work`: the snapshots and summaries from there on stay, with
-  // their work started moved by the difference.
-  void KeepSnapshotsFrom(int tensor, const std::array<double, kNumResources>& started_work);
+  // A new baseline in the previous one's state at tensor's ready time, `shift` later, where
+  // the work started so far is `started_work`: the snapshots and summaries from there on stay,
+  // their times moved by `shift` and their work started by the difference.
+  void KeepSnapshotsFrom(int tensor, const std::array<double, kNumResources>& started_work,
+                         double shift);
   // What a run records of the tensors in (from, n) it passes: nothing, the new baseline's
   // snapshots and summaries (Rebase), or the same kept aside (Evaluate, KeepEvaluatedRuns).
   enum class Record { kNothing, kBaseline, kKept };
@@ -211,14 +216,18 @@ class TimelineSimulator {
 
   const SimProblem* problem_;
   int n_;
-  // `relative`: of the pending events' times less the state's time (to a picosecond), so
-  // that a state equals another shifted in time.
+  // `relative`: of the pending events' times less the state's time (exact: times are on the
+  // grid, OnTimeGrid), so that a state equals another shifted in time.
   uint64_t StateHash(const State& s, bool relative) const;
   uint64_t SnapshotHash(int tensor, bool relative);  // computed when first needed
   // As many pending events and waiting jobs per resource: states whose hashes may be equal
   // (a cheaper test first).
   static bool SameCounts(const State& a, const State& b);
 
+  // Every duration of the problem on the time grid (OnTimeGrid; Prepare puts them there): a
+  // state met shifted in time runs as the baseline's shifted, to the bit. Otherwise only
+  // states met at the same time end runs early.
+  bool on_time_grid_ = true;
   int Checkpoint(int tensor) const { return tensor - tensor % stride_; }
   int stride_ = 1;
   // snapshots_[i]: the state when tensor i becomes ready, for i a multiple of stride_.
@@ -251,7 +260,9 @@ class TimelineSimulator {
     int from = 0;
     int met = -1;  // the tensor where it met the previous baseline's state, or -1
     std::array<double, kNumResources> met_started_work{};
+    double met_shift = 0;  // how much later than the previous baseline's state it met
     double end_us = 0;
+    double end = 0;                // end_us less the forward pass
     std::vector<State> snapshots;  // [tensor / stride_]
     std::vector<Summary> summaries;
     std::vector<uint8_t> idle_before;
@@ -261,6 +272,8 @@ class TimelineSimulator {
   const std::array<double, kNumResources>* bound_work_ = nullptr;
   const std::vector<double>* bound_tail_ = nullptr;
   double baseline_us_ = 0;
+  double baseline_end_ = 0;  // baseline_us_ less the forward pass: the last job's end
+  double run_end_ = 0;       // of the last Run that ended: its last job's end
   int64_t simulations_ = 0;
   int64_t events_ = 0;
 };
