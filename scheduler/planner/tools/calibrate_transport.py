@@ -44,14 +44,21 @@ def children_cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-def launcher(bin_dir, workers, netns_rate, no_key=False):
+def launcher(bin_dir, workers, netns_rate, no_key=False, servers=1, colocate=False,
+             scheduler_args=""):
+    """The command that starts a job (before its "-- command"): bytecomp-run on loopback, or
+    netns_cluster.sh run on emulated links of netns_rate (colocate: a server beside each of
+    the first `servers` workers)."""
     key = ["--no-key"] if no_key else []
+    if scheduler_args:
+        key.append("--scheduler-args=" + scheduler_args)
     if netns_rate:
-        return ["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
-                str(workers), "--servers", "1", "--rate", netns_rate, "--prefix", "bct-",
-                "--bin-dir", bin_dir, "--timeout", "120"] + key
+        return (["bash", os.path.join(REPO, "deploy", "netns_cluster.sh"), "run", "--workers",
+                 str(workers), "--servers", str(servers)] + (["--colocate"] if colocate else []) +
+                ["--rate", netns_rate, "--prefix", "bct-", "--bin-dir", bin_dir, "--timeout",
+                 "120"] + key)
     return [sys.executable, os.path.join(REPO, "deploy", "bytecomp-run"), "-np", str(workers),
-            "--servers", "1", "--bin-dir", bin_dir, "--timeout", "120"] + key
+            "--servers", str(servers), "--bin-dir", bin_dir, "--timeout", "120"] + key
 
 
 def job_cpu_seconds(launch, bin_dir, bench_args, rounds):
