@@ -408,16 +408,25 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   // One host for the whole job (host_cores): every pushing worker (all W flat, the machine
   // roots hierarchical) does this worker's CPU work at the same time, and the servers' work
   // queues on the same cores (one resource, kCpuPool).
+  // The cores the job's processes get (host_effective_cores, measured), else all of them.
   const int host_cores = cluster.host_cores();
+  const double cores =
+      cluster.host_effective_cores() > 0 ? cluster.host_effective_cores() : host_cores;
   const double pool_scale =
-      host_cores > 0 ? senders / std::min<double>(host_cores, senders * cluster.cpu_pool_threads())
+      host_cores > 0 ? senders / std::min<double>(cores, senders * cluster.cpu_pool_threads())
                      : 1.0;
   const double server_scale =
-      host_cores > 0 ? 1.0 / std::min<double>(host_cores, static_cast<double>(cluster.servers()) *
-                                                              cluster.server_threads())
+      host_cores > 0 ? 1.0 / std::min<double>(cores, static_cast<double>(cluster.servers()) *
+                                                         cluster.server_threads())
                      : 1.0;
+  // The cost table's CPU work, each measured by one thread alone, costs host_cpu_inflation
+  // times as much when the job's processes share the cores (calibrate_contention.py); the
+  // transport's CPU is measured in such a job already.
+  const double inflation =
+      host_cores > 0 && cluster.host_cpu_inflation() > 0 ? cluster.host_cpu_inflation() : 1.0;
   auto add = [&](Resource r, StageKind kind, double us) {
     if (r == kCpuPool) us *= pool_scale;
+    if ((r == kCpuPool || r == kServer) && kind != kTransport) us *= inflation;
     if (r == kServer && host_cores > 0) {
       r = kCpuPool;
       us *= server_scale;
@@ -442,7 +451,7 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   if (host_cores > 0 && !has_gpu && training_cpu_us > 0) {
     const double threads = cluster.workers();
     const double us =
-        training_cpu_us / option.partitions * threads / std::min<double>(host_cores, threads);
+        training_cpu_us / option.partitions * threads / std::min<double>(cores, threads);
     cost.stages[cost.num_stages++] = Stage{kCpuPool, kTrainingCpu, OnTimeGrid(us)};
     cost.work_us[kCpuPool] += static_cast<double>(OnTimeGrid(us)) * option.partitions;
   }

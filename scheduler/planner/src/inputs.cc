@@ -100,6 +100,21 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c, const TextProto
   }
   if (c.host_cores() < 0)
     p.Add(tree, c, "host_cores", -1, TextPosition{}, "host_cores", "must be >= 0");
+  if (!(c.host_cpu_inflation() >= 0) || std::isinf(c.host_cpu_inflation())) {
+    p.Add(tree, c, "host_cpu_inflation", -1, TextPosition{}, "host_cpu_inflation",
+          "must be a finite number >= 0 (0: 1)");
+  } else if (c.host_cpu_inflation() > 0 && c.host_cores() == 0) {
+    p.Add(tree, c, "host_cpu_inflation", -1, TextPosition{}, "host_cpu_inflation",
+          "applies to a job on one host only: set host_cores too");
+  }
+  if (!(c.host_effective_cores() >= 0) ||
+      (c.host_cores() > 0 && c.host_effective_cores() > c.host_cores())) {
+    p.Add(tree, c, "host_effective_cores", -1, TextPosition{}, "host_effective_cores",
+          absl::StrCat("must be in [0, host_cores = ", c.host_cores(), "] (0: host_cores)"));
+  } else if (c.host_effective_cores() > 0 && c.host_cores() == 0) {
+    p.Add(tree, c, "host_effective_cores", -1, TextPosition{}, "host_effective_cores",
+          "applies to a job on one host only: set host_cores too");
+  }
   if (c.colocated_servers() && c.machines() >= 1 && c.servers() % c.machines() != 0) {
     p.Add(tree, c, "colocated_servers", -1, TextPosition{}, "colocated_servers",
           absl::StrCat("needs servers spread evenly over the machines: ", c.servers(),

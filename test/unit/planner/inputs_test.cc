@@ -87,6 +87,33 @@ TEST(InputsTest, ClusterChecksLinks) {
   EXPECT_THAT(s.message(), HasSubstr("server_link: missing"));
 }
 
+TEST(InputsTest, HostContentionNeedsOneHostAndItsRange) {
+  proto::ClusterDescription cluster;
+  const std::string links =
+      "machines: 2\nservers: 1\nworker_link { bandwidth_gbps: 1 }\n"
+      "server_link { bandwidth_gbps: 1 }\n";
+  EXPECT_TRUE(ParseClusterDescription(links + "host_cores: 2\nhost_cpu_inflation: 1.2\n", "c.pbtxt",
+                                      &cluster)
+                  .ok());
+  EXPECT_DOUBLE_EQ(cluster.host_cpu_inflation(), 1.2);
+  absl::Status s =
+      ParseClusterDescription(links + "host_cpu_inflation: 1.2\n", "c.pbtxt", &cluster);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("c.pbtxt:5:1: host_cpu_inflation: applies to a job on one "
+                                     "host only: set host_cores too"));
+  s = ParseClusterDescription(links + "host_cores: 2\nhost_cpu_inflation: -1\n", "c.pbtxt",
+                              &cluster);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("host_cpu_inflation: must be a finite number >= 0"));
+  s = ParseClusterDescription(links + "host_cores: 2\nhost_effective_cores: 2.5\n", "c.pbtxt",
+                              &cluster);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("host_effective_cores: must be in [0, host_cores = 2]"));
+  EXPECT_TRUE(ParseClusterDescription(links + "host_cores: 2\nhost_effective_cores: 1.4\n",
+                                      "c.pbtxt", &cluster)
+                  .ok());
+}
+
 TEST(InputsTest, CostTableChecksCurves) {
   proto::CostTable costs;
   absl::Status s = ParseCostTable(

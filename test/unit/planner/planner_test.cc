@@ -467,6 +467,48 @@ TEST(PlannerTest, RefinementFindsCpuCompressionThatThePublishedStepsMiss) {
   EXPECT_LT(result.predicted_us, 0.5 * result.no_compression_us);
 }
 
+TEST(PlannerTest, HostContentionSlowsTheSharedCoresAsCalibrated) {
+  // 4 CPU workers and 4 servers on 2 cores, links so fast that the shared cores are the only
+  // limit: every tensor ready at once and compressed on the pool, so the iteration is the
+  // forward pass plus the cores' work, all of which (encodes, the servers' work, the pulls'
+  // copies) comes from the cost table and runs host_cpu_inflation times as long, and
+  // 2 / host_effective_cores times as long when the job's processes get fewer cores.
+  PlannerInputs in = SlowGpuCodec(6, 0, 2000);
+  in.cluster.set_gpus_per_machine(0);
+  in.cluster.set_cpu_pool_threads(2);
+  in.cluster.set_host_cores(2);
+  in.options.set_keep_dominated(true);
+  in.cluster.mutable_worker_link()->set_bandwidth_gbps(1e5);
+  in.cluster.mutable_server_link()->set_bandwidth_gbps(1e5);
+  auto simulate = [&](double inflation, double cores = 0) {
+    in.cluster.set_host_cpu_inflation(inflation);
+    in.cluster.set_host_effective_cores(cores);
+    auto prepared = Prepare(in);
+    EXPECT_TRUE(prepared.ok());
+    std::vector<int> choice;
+    for (const auto& tensor : prepared->sim.tensors) {
+      int index = -1;
+      for (size_t i = 0; i < tensor.options.size(); ++i) {
+        const TensorOption& o = tensor.options[i].option;
+        if (o.codec >= 0 && o.encode_on == Where::kCpu && !o.two_way) index = i;
+      }
+      EXPECT_GE(index, 0);
+      choice.push_back(index);
+    }
+    TimelineSimulator sim(&prepared->sim);
+    return sim.Simulate(choice) - in.profile.forward_us();
+  };
+  const double alone = simulate(0);
+  // 1 and all the cores are the defaults: the same plans as without the fields.
+  EXPECT_EQ(simulate(1), alone);
+  EXPECT_EQ(simulate(0, 2), alone);
+  // 6 tensors x 4 workers x 2 ms encode of 4 MiB / 2 cores, and more for the servers and pulls.
+  EXPECT_GT(alone, 24000);
+  EXPECT_NEAR(simulate(1.25) / alone, 1.25, 0.01);
+  EXPECT_NEAR(simulate(0, 1.6) / alone, 2 / 1.6, 0.01);
+  EXPECT_NEAR(simulate(1.25, 1.6) / alone, 1.25 * 2 / 1.6, 0.01);
+}
+
 TEST(PlannerTest, TensorsBeforeACommunicationBubbleAreLeftAlone) {
   // The first three tensors' pushes (tiny: 64 KiB, at 1 Gbit/s about 2 ms with 4 senders
   // on 4 servers) end long before the fourth is ready 50 ms later.
