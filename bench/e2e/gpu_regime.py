@@ -31,6 +31,11 @@ tensor planned alone). Each ByteComp system's step is also predicted: bc-auto's 
 scheduler, the fixed strategies' by bytecomp-plan --evaluate with the profile and links the
 scheduler planned with; both beside the measurement.
 
+With --contention the contention of the W workers and S servers on this host's cores is
+calibrated too (scheduler/planner/tools/calibrate_contention.py) and each ByteComp row is also
+predicted with it (host_cpu_inflation, host_effective_cores), bc-auto's by bytecomp-plan --evaluate of the strategy the
+scheduler planned, both beside the same measurement.
+
 Output: per model and cluster a table (median step time over the timed steps, median of the
 repetitions; the ratio to the bound, to DDP over gloo and to the best DDP variant; predicted
 step and its error; bytes per step through each machine's NIC; CPU seconds per step of the
@@ -101,6 +106,12 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
     p.add_argument("--out", default=None, help="JSON file for every run's figures")
     p.add_argument("--plot", default=None, help="PNG: speed-up over the best DDP")
+    p.add_argument("--contention", action="store_true",
+                   help="also measure the CPU contention of W workers and S servers on this "
+                   "host (calibrate_contention.py) and predict every ByteComp row with it too "
+                   "(host_cpu_inflation, host_effective_cores), beside the prediction without "
+                   "it; the jobs "
+                   "themselves (bc-auto's plan included) run as without the option")
     args = p.parse_args(argv)
     split = lambda text: [s for s in text.split(",") if s]  # noqa: E731
     args.models, args.systems = split(args.models), split(args.systems)
@@ -229,9 +240,39 @@ def write_strategies(args, work, tag):
     return strategies
 
 
+def calibrate_contention(args, work, use_netns):
+    """The contention of the job's W workers and S servers on this host's cores
+    (calibrate_contention.py: real jobs, plain TCP as these run, servers beside the workers
+    as here): ({field: value} for the cluster description, the tool's summary line)."""
+    tool = os.path.join(REPO, "scheduler", "planner", "tools", "calibrate_contention.py")
+    out = os.path.join(work, "contention.json")
+    servers = args.workers
+    cmd = [sys.executable, tool, f"--workers={args.workers}", f"--servers={servers}",
+           f"--bin-dir={args.bin_dir}", "--no-key", f"--json={out}"]
+    if use_netns:
+        cmd += ["--netns-rate=10gbit"] + ([] if args.separate_servers else ["--colocate"])
+    text = run_checked(cmd, 900, with_stderr=True).strip()
+    print(text, flush=True)
+    found = json.load(open(out))
+    return (dict(host_cpu_inflation=found["inflation"],
+                 host_effective_cores=found["effective_cores"]), text.splitlines()[-1])
+
+
+def with_contention(cluster, contention, work, tag):
+    """A copy of the cluster description with the contention fields set; its path."""
+    text = open(cluster).read()
+    for field in contention:
+        text = re.sub(rf"^{field}:.*\n?", "", text, flags=re.M)
+    path = os.path.join(work, f"{tag}-contention-cluster.pbtxt")
+    with open(path, "w") as f:
+        f.write(text.rstrip("\n") + "\n" +
+                "".join(f"{k}: {v:.4f}\n" for k, v in contention.items()))
+    return path
+
+
 def predict(args, work, tag, profile, cluster, strategies):
-    """Each fixed strategy's iteration as bytecomp-plan --evaluate simulates it with this
-    profile and cluster: {system: ms or None}."""
+    """Each strategy's iteration as bytecomp-plan --evaluate simulates it with this profile
+    and cluster: {system: ms or None}."""
     # A fixed strategy is simulated as written: the tree must offer every option it may use
     # (the small tensors' and the dominated ones too).
     options = os.path.join(work, "evaluate-options.pbtxt")
@@ -251,6 +292,14 @@ def predict(args, work, tag, profile, cluster, strategies):
             print(f"  {tag} {system}: no prediction ({str(e).splitlines()[-1]})")
             predicted[system] = None
     return predicted
+
+
+def auto_strategy(runs):
+    """The strategy file the scheduler planned bc-auto with (its --plan_out), or None."""
+    for r in reversed(runs):
+        if r["system"] == "bc-auto" and r.get("plan_out") and os.path.exists(r["plan_out"]):
+            return r["plan_out"]
+    return None
 
 
 def auto_inputs(runs):
@@ -323,6 +372,7 @@ def run_one(system, args, work, profile, strategy, use_netns):
         result["predicted_ms"] = float(found.group(1)) if found else None
         plan_out = f"{os.path.join(work, os.path.basename(profile))}.auto.pbtxt"
         result["plan_inputs"] = [f"{plan_out}.profile.pbtxt", f"{plan_out}.cluster.pbtxt"]
+        result["plan_out"] = plan_out
     result["host_busy_median"], result["host_busy_peak"] = busy.summary()
     if probe:
         cpu = probe.summary(args.steps + args.warmup)["cpu_s_per_step"]
@@ -383,6 +433,23 @@ def print_table(rows, heading):
               f"{cpu(r['server_cpu_s_per_step']):>12} {busy:>9}")
 
 
+def print_contention(rows, contended, contention, line):
+    """Measured beside the prediction without and with the calibrated contention."""
+    fields = ", ".join(f"{k} {v:.3f}" for k, v in contention.items())
+    print(f"\npredicted without and with the calibrated contention ({fields}; {line}):")
+    print(f"{'system':<13} {'step ms':>8} {'host busy':>9} {'predicted':>9} {'error':>6} "
+          f"{'with contention':>15} {'error':>6}")
+    fmt = lambda v, m: ("-", "-") if v is None else (f"{v:.1f}", f"{100 * (v / m - 1):+.0f}%")  # noqa: E731
+    for r in rows:
+        if r["system"] not in contended:
+            continue
+        before, after = contended[r["system"]]
+        busy = "-" if r["host_busy"] is None else f"{100 * r['host_busy']:.0f}%"
+        b, be = fmt(before, r["step_ms"])
+        a, ae = fmt(after, r["step_ms"])
+        print(f"{r['system']:<13} {r['step_ms']:>8.1f} {busy:>9} {b:>9} {be:>6} {a:>15} {ae:>6}")
+
+
 def plot(tables, path):
     try:
         import matplotlib
@@ -430,6 +497,9 @@ def main(argv=None):
         f.write(cluster_text(args))
     if args.costs is None and any(s.startswith("bc-") for s in args.systems):
         args.costs = calibrate(args, work, use_netns)
+    contention = None
+    if args.contention:
+        contention, contention_line = calibrate_contention(args, work, use_netns)
     tables = []
     for model in args.models:
         for cluster in args.clusters:
@@ -454,6 +524,17 @@ def main(argv=None):
             inputs = fitted or (profile, os.path.join(work, "cluster.pbtxt"))
             predicted = predict(args, work, tag, *inputs, strategies)
             rows = summarize(runs, args.systems, predicted, facts)
+            contended = {}
+            if contention is not None:
+                # Every ByteComp row predicted by one simulation with and without the
+                # calibrated contention: the fixed strategies and bc-auto's planned one.
+                planned = dict(strategies)
+                if auto_strategy(runs):
+                    planned["bc-auto"] = auto_strategy(runs)
+                plain = predict(args, work, tag, *inputs, planned)
+                contended = predict(args, work, tag, inputs[0],
+                                    with_contention(inputs[1], contention, work, tag), planned)
+                contended = {s: (plain[s], contended[s]) for s in planned}
             heading = (f"{model}: {facts['tensors']} tensors, {facts['real_bytes'] / 1e6:.0f} MB "
                        f"shrunk to {facts['bytes'] / 1e6:.1f} MB; compute "
                        f"{facts['real_compute_ms']:.0f} ms (a GPU at 10 TFLOP/s) stretched "
@@ -468,8 +549,12 @@ def main(argv=None):
             for r in runs:
                 if r.get("plan") and r["rep"] == 0:
                     print(r["plan"])
+            if contended:
+                print_contention(rows, contended, contention, contention_line)
             tables.append(dict(model=model, cluster_gbps=cluster, facts=facts, rows=rows,
-                               runs=runs, predicted=predicted, prediction_inputs=inputs))
+                               runs=runs, predicted=predicted, prediction_inputs=inputs,
+                               contention=contention,
+                               contention_predictions=contended))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "namespaces": use_netns, "tables": tables}, f,
