@@ -100,9 +100,10 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c, const TextProto
   }
   if (c.host_cores() < 0)
     p.Add(tree, c, "host_cores", -1, TextPosition{}, "host_cores", "must be >= 0");
-  if (!(c.host_cpu_inflation() >= 0) || std::isinf(c.host_cpu_inflation())) {
+  const double inflation = c.host_cpu_inflation();
+  if (!(inflation == 0 || inflation >= 1) || std::isinf(inflation)) {
     p.Add(tree, c, "host_cpu_inflation", -1, TextPosition{}, "host_cpu_inflation",
-          "must be a finite number >= 0 (0: 1)");
+          "must be 0 (absent: 1) or a finite number >= 1");
   } else if (c.host_cpu_inflation() > 0 && c.host_cores() == 0) {
     p.Add(tree, c, "host_cpu_inflation", -1, TextPosition{}, "host_cpu_inflation",
           "applies to a job on one host only: set host_cores too");

@@ -16,7 +16,7 @@ two round counts, so that start-up and shutdown cancel out (median of --repeats 
   - alone: 1 worker and 1 server (2 processes on the cores),
   - contended: W workers and S servers (as the job runs).
 From them:
-  inflation  = CPU per worker-round contended / CPU per worker-round alone
+  inflation  = CPU per worker-round contended / CPU per worker-round alone (at least 1)
   cores used = CPU per round contended / the wall time a round adds (at most the host's
                cores: the job's threads wait for a CPU all along, so what they do not
                get went to the kernel's interrupt work or to other programs)
@@ -198,8 +198,10 @@ def measure(args):
                   f"({1e3 * r['period_s']:.1f} with refill and barrier): "
                   f"{r['cores_used']:.2f} cores used, {r['waiting']:.2f} threads waiting",
                   flush=True)
-        found["inflation"] = (found["contended"]["cpu_s_per_worker_round"] /
-                              found["alone"]["cpu_s_per_worker_round"])
+        found["inflation_measured"] = (found["contended"]["cpu_s_per_worker_round"] /
+                                       found["alone"]["cpu_s_per_worker_round"])
+        # Sharing the cores cannot make a unit of work cheaper: a figure below 1 is noise.
+        found["inflation"] = max(1.0, found["inflation_measured"])
         found["effective_cores"] = min(float(os.cpu_count()), found["contended"]["cores_used"])
         return found
 

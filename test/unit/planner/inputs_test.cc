@@ -101,10 +101,14 @@ TEST(InputsTest, HostContentionNeedsOneHostAndItsRange) {
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("c.pbtxt:5:1: host_cpu_inflation: applies to a job on one "
                                      "host only: set host_cores too"));
-  s = ParseClusterDescription(links + "host_cores: 2\nhost_cpu_inflation: -1\n", "c.pbtxt",
-                              &cluster);
-  ASSERT_FALSE(s.ok());
-  EXPECT_THAT(s.message(), HasSubstr("host_cpu_inflation: must be a finite number >= 0"));
+  for (const char* bad : {"-1", "0.97", "inf", "nan"}) {
+    s = ParseClusterDescription(links + "host_cores: 2\nhost_cpu_inflation: " + bad + "\n",
+                                "c.pbtxt", &cluster);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_THAT(s.message(),
+                HasSubstr("host_cpu_inflation: must be 0 (absent: 1) or a finite number >= 1"))
+        << bad;
+  }
   s = ParseClusterDescription(links + "host_cores: 2\nhost_effective_cores: 2.5\n", "c.pbtxt",
                               &cluster);
   ASSERT_FALSE(s.ok());
