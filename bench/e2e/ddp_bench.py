@@ -201,6 +201,37 @@ def calibrate_transport(costs, workers, bin_dir, use_netns):
     return run_checked(cmd, 900, with_stderr=True).strip().splitlines()[0]
 
 
+def calibrate_contention(workers, servers, colocate, bin_dir, use_netns, json_path):
+    """The contention of a job's W workers and S servers on this host's cores
+    (scheduler/planner/tools/calibrate_contention.py: real jobs, plain TCP as the benchmarks
+    run, on 10 Gbit/s emulated links where namespaces are usable, `colocate`: a server beside
+    each worker): ({field: value} for the cluster description, the tool's summary line)."""
+    tool = os.path.join(REPO, "scheduler", "planner", "tools", "calibrate_contention.py")
+    cmd = [sys.executable, tool, f"--workers={workers}", f"--servers={servers}",
+           f"--bin-dir={bin_dir}", "--no-key", f"--json={json_path}"]
+    if use_netns:
+        cmd += ["--netns-rate=10gbit"] + (["--colocate"] if colocate else [])
+    text = run_checked(cmd, 900, with_stderr=True).strip()
+    print(text, flush=True)
+    with open(json_path) as f:
+        found = json.load(f)
+    return (dict(host_cpu_inflation=found["inflation"],
+                 host_effective_cores=found["effective_cores"]), text.splitlines()[-1])
+
+
+def with_contention(cluster, contention, path):
+    """Writes to `path` the cluster description `cluster` with the contention fields set;
+    returns `path`."""
+    with open(cluster) as f:
+        text = f.read()
+    for field in contention:
+        text = re.sub(rf"^{field}:.*\n?", "", text, flags=re.M)
+    with open(path, "w") as f:
+        f.write(text.rstrip("\n") + "\n" +
+                "".join(f"{k}: {v:.4f}\n" for k, v in contention.items()))
+    return path
+
+
 def run_one(system, model, args, work, use_netns):
     """Trains one system once; returns rank 0's RESULT figures plus wall seconds."""
     label, system = system, base_system(system)

@@ -64,7 +64,8 @@ sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, HERE)
 
 from bytecomp.strategy import PRESETS, strategy_text  # noqa: E402
-from ddp_bench import calibrate_transport, namespaces_usable, rate_gbps, run_checked  # noqa: E402
+from ddp_bench import (calibrate_contention, calibrate_transport, namespaces_usable,  # noqa: E402
+                       rate_gbps, run_checked, with_contention)
 from netns_probe import HostBusy, NetnsProbe  # noqa: E402
 
 PROFILES = os.path.join(REPO, "scheduler", "planner", "profiles")
@@ -238,36 +239,6 @@ def write_strategies(args, work, tag):
                                   two_way=codec in two_way))
         strategies[system] = path
     return strategies
-
-
-def calibrate_contention(args, work, use_netns):
-    """The contention of the job's W workers and S servers on this host's cores
-    (calibrate_contention.py: real jobs, plain TCP as these run, servers beside the workers
-    as here): ({field: value} for the cluster description, the tool's summary line)."""
-    tool = os.path.join(REPO, "scheduler", "planner", "tools", "calibrate_contention.py")
-    out = os.path.join(work, "contention.json")
-    servers = args.workers
-    cmd = [sys.executable, tool, f"--workers={args.workers}", f"--servers={servers}",
-           f"--bin-dir={args.bin_dir}", "--no-key", f"--json={out}"]
-    if use_netns:
-        cmd += ["--netns-rate=10gbit"] + ([] if args.separate_servers else ["--colocate"])
-    text = run_checked(cmd, 900, with_stderr=True).strip()
-    print(text, flush=True)
-    found = json.load(open(out))
-    return (dict(host_cpu_inflation=found["inflation"],
-                 host_effective_cores=found["effective_cores"]), text.splitlines()[-1])
-
-
-def with_contention(cluster, contention, work, tag):
-    """A copy of the cluster description with the contention fields set; its path."""
-    text = open(cluster).read()
-    for field in contention:
-        text = re.sub(rf"^{field}:.*\n?", "", text, flags=re.M)
-    path = os.path.join(work, f"{tag}-contention-cluster.pbtxt")
-    with open(path, "w") as f:
-        f.write(text.rstrip("\n") + "\n" +
-                "".join(f"{k}: {v:.4f}\n" for k, v in contention.items()))
-    return path
 
 
 def predict(args, work, tag, profile, cluster, strategies):
@@ -499,7 +470,9 @@ def main(argv=None):
         args.costs = calibrate(args, work, use_netns)
     contention = None
     if args.contention:
-        contention, contention_line = calibrate_contention(args, work, use_netns)
+        contention, contention_line = calibrate_contention(
+            args.workers, args.workers, not args.separate_servers, args.bin_dir, use_netns,
+            os.path.join(work, "contention.json"))
     tables = []
     for model in args.models:
         for cluster in args.clusters:
@@ -533,7 +506,8 @@ def main(argv=None):
                     planned["bc-auto"] = auto_strategy(runs)
                 plain = predict(args, work, tag, *inputs, planned)
                 contended = predict(args, work, tag, inputs[0],
-                                    with_contention(inputs[1], contention, work, tag), planned)
+                                    with_contention(inputs[1], contention, os.path.join(
+                                        work, f"{tag}-contention-cluster.pbtxt")), planned)
                 contended = {s: (plain[s], contended[s]) for s in planned}
             heading = (f"{model}: {facts['tensors']} tensors, {facts['real_bytes'] / 1e6:.0f} MB "
                        f"shrunk to {facts['bytes'] / 1e6:.1f} MB; compute "

@@ -24,6 +24,10 @@ lead runs it full on a quiet machine.
     sudo python3 bench/e2e/sparse_bench.py                  # full: 2 models x 5 systems
     sudo python3 bench/e2e/sparse_bench.py --small          # a quick check of the harness
     --out FILE.json writes every figure.
+
+With --contention the contention of the W workers and W servers on this host's cores is
+calibrated too (scheduler/planner/tools/calibrate_contention.py) and every system is also
+predicted with it (the cluster description's host_cpu_inflation and host_effective_cores).
 """
 
 import argparse
@@ -40,7 +44,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ddp_bench import calibrate_transport, namespaces_usable, rate_gbps, run_checked  # noqa: E402
+from ddp_bench import (calibrate_contention, calibrate_transport, namespaces_usable,  # noqa: E402
+                       rate_gbps, run_checked, with_contention)
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparse_train.py")
 SYSTEMS = ("none", "topk", "artopk", "blocksparse", "planned")
@@ -72,6 +77,9 @@ def parse_args(argv=None):
     p.add_argument("--cluster-key", action="store_true",
                    help="run with the cluster key (CURVE: encrypted, authenticated; the planner's "
                         "costs do not include it); by default plain TCP (bytecomp-run --no-key)")
+    p.add_argument("--contention", action="store_true",
+                   help="also calibrate the W workers' and servers' contention on this host "
+                   "and predict every system with it")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if args.small:
@@ -194,6 +202,12 @@ def main(argv=None):
     print(out.strip().splitlines()[-1], flush=True)
     print(calibrate_transport(paths["costs.pbtxt"], args.workers, args.bin_dir, use_netns),
           flush=True)
+    contention = None
+    if args.contention:
+        contention, _ = calibrate_contention(args.workers, args.workers, True, args.bin_dir,
+                                             use_netns, os.path.join(work, "contention.json"))
+        with_contention(paths["cluster.pbtxt"], contention,
+                        os.path.join(work, "contention-cluster.pbtxt"))
     # A codec this build lacks (calibrate leaves it out and says so) has no system.
     left_out = re.search(r"left out: ([^\"]*)", open(paths["costs.pbtxt"]).read())
     missing = {c.strip() for c in left_out.group(1).split(",")} if left_out else set()
@@ -227,27 +241,36 @@ def main(argv=None):
                       lambda word: re.fullmatch(r"hier|p\d+", word), parts[5:]))))
                   for parts in map(str.split, plan_out.splitlines())
                   if len(parts) > 6 and parts[0].isdigit()]
-        predicted = {}
-        for system, path in strategies.items():
+        def evaluate(system, path, cluster):
             try:
-                text = run_checked(plan_cmd[:-2] + [f"--options={paths['evaluate.pbtxt']}",
-                                            f"--out={os.path.join(work, 'ignored.pbtxt')}",
-                                            f"--evaluate={path}", "--table=false"], 300)
-                predicted[system] = float(re.search(r"evaluated .*: ([\d.]+) ms", text).group(1))
+                text = run_checked([plan_bin, f"--profile={profile}", f"--cluster={cluster}",
+                                    f"--costs={paths['costs.pbtxt']}",
+                                    f"--options={paths['evaluate.pbtxt']}",
+                                    f"--out={os.path.join(work, 'ignored.pbtxt')}",
+                                    f"--evaluate={path}", "--table=false"], 300)
+                return float(re.search(r"evaluated .*: ([\d.]+) ms", text).group(1))
             except SystemExit as e:  # a codec this build or cost table lacks
                 print(f"  {model} {system}: no prediction ({str(e).splitlines()[-1]})")
-                predicted[system] = None
+                return None
+
+        predicted, contended = {}, {}
+        for system, path in strategies.items():
+            predicted[system] = evaluate(system, path, paths["cluster.pbtxt"])
+            if contention is not None:
+                contended[system] = evaluate(system, path,
+                                             os.path.join(work, "contention-cluster.pbtxt"))
         for system in args.systems:
             print(f"{model} {system} ...", flush=True)
             result = train(args, model, strategies[system], work, use_netns)
             result.update(system=system, predicted_ms=predicted[system],
+                          predicted_contended_ms=contended.get(system),
                           local_ms=local["ms_per_step"], local_shared_ms=local_shared)
             rows.append(result)
             print(f"  {result['samples_per_s']:.0f} samples/s, {result['ms_per_step']:.1f} "
                   f"ms/step (predicted {predicted[system]}), "
                   f"{result['engine_bytes_per_step'] / 1e6:.3f} MB/step", flush=True)
         print(f"  {model}: the planner chose " + ", ".join(f"{t}: {o}" for t, o in chosen))
-    report(rows, args, where)
+    report(rows, args, where, contention)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "namespaces": use_netns, "rows": rows}, f, indent=1)
@@ -255,19 +278,28 @@ def main(argv=None):
     print(f"files in {work}")
 
 
-def report(rows, args, where):
+def report(rows, args, where, contention=None):
     print(f"\nW={args.workers}, {where}; embedding {args.rows} rows x 16, dense MLP "
           f"256-1024-1024-10; batch {args.batch_size}/worker")
+    if contention:
+        print("with contention: predicted with the calibrated " +
+              ", ".join(f"{k} {v:.3f}" for k, v in contention.items()))
     print(f"{'model':<10} {'system':<12} {'samples/s':>9} {'ms/step':>8} {'predicted':>9} "
-          f"{'error':>7} {'MB/step':>8} {'vs none':>8}")
+          f"{'error':>7}" + (f" {'with contention':>15} {'error':>6}" if contention else "") +
+          f" {'MB/step':>8} {'vs none':>8}")
+
+    def error(pred, r):
+        return f"{100 * (pred - r['ms_per_step']) / r['ms_per_step']:+.0f}%" if pred else "-"
+
     for r in rows:
         none = next((n for n in rows if n["model"] == r["model"] and n["system"] == "none"), None)
-        pred = r["predicted_ms"]
-        error = f"{100 * (pred - r['ms_per_step']) / r['ms_per_step']:+.0f}%" if pred else "-"
+        pred, contended = r["predicted_ms"], r.get("predicted_contended_ms")
         speed = f"{r['samples_per_s'] / none['samples_per_s']:.2f}x" if none else "-"
+        with_it = (f" {contended if contended else '-':>15} {error(contended, r):>6}"
+                   if contention else "")
         print(f"{r['model']:<10} {r['system']:<12} {r['samples_per_s']:>9.0f} "
-              f"{r['ms_per_step']:>8.1f} {pred if pred else '-':>9} {error:>7} "
-              f"{r['engine_bytes_per_step'] / 1e6:>8.3f} {speed:>8}")
+              f"{r['ms_per_step']:>8.1f} {pred if pred else '-':>9} {error(pred, r):>7}"
+              f"{with_it} {r['engine_bytes_per_step'] / 1e6:>8.3f} {speed:>8}")
     for model in args.models:
         by = {r["system"]: r for r in rows if r["model"] == model}
         if "blocksparse" in by and "none" in by:
