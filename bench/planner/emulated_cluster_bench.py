@@ -21,7 +21,12 @@ and C ZeroMQ I/O threads per process (one CURVE stream runs on one I/O thread). 
 just these rows (no calibration, no planning).
 
   python3 bench/planner/emulated_cluster_bench.py [--rounds 5] [--colocate] [--out emulated.json]
-      [--key-only] [--key-connections 4] [--rates 1gbit,10gbit]
+      [--key-only] [--key-connections 4] [--rates 1gbit,10gbit] [--contention]
+
+--contention also calibrates how this host's cores serve the job's workers and servers
+(scheduler/planner/tools/calibrate_contention.py, keyed jobs as these) and predicts every row
+with it too: none and everything by bytecomp-plan, auto by bytecomp-plan --evaluate of the
+strategy the scheduler planned, with the profile and fitted links it planned with.
 """
 import argparse
 import json
@@ -97,7 +102,40 @@ def measure(rate, scheduler_args, rounds, warmup=1, keyed=True, io_threads=None,
     raise SystemExit(f"no result from {' '.join(cmd)}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
 
 
-def measure_auto(rate, cluster, costs, rounds, links_from):
+def with_contention(cluster, contention, path):
+    """Writes to `path` the cluster description `cluster` with the contention fields set."""
+    text = open(cluster).read() + "".join(f"{k}: {v:.4f}\n" for k, v in contention.items())
+    open(path, "w").write(text)
+    return path
+
+
+def calibrate_contention(work):
+    """The contention of this job's workers and servers on this host's cores: ({field: value},
+    the tool's summary line)."""
+    out = os.path.join(work, "contention.json")
+    res = run([sys.executable, os.path.join(PLANNER, "tools", "calibrate_contention.py"),
+               f"--workers={WORKERS}", f"--servers={SERVERS}", f"--bin-dir={BIN}",
+               "--netns-rate=10gbit", f"--json={out}"] + (["--colocate"] if COLOCATE else []),
+              900)
+    if res.returncode != 0:
+        raise SystemExit(res.stdout + res.stderr)
+    found = json.load(open(out))
+    return ({"host_cpu_inflation": found["inflation"],
+             "host_effective_cores": found["effective_cores"]}, res.stdout.strip().splitlines()[-1])
+
+
+def evaluate(profile, cluster, costs, strategy):
+    """bytecomp-plan --evaluate's iteration of `strategy`, ms."""
+    res = run([os.path.join(BIN, "bytecomp-plan"), f"--profile={profile}", f"--cluster={cluster}",
+               f"--costs={costs}", f"--out={strategy}.ignored", "--table=false",
+               f"--evaluate={strategy}"], 120)
+    m = re.search(r"evaluated .*: ([\d.]+) ms", res.stdout)
+    if res.returncode != 0 or m is None:
+        raise SystemExit(res.stdout + res.stderr)
+    return float(m.group(1))
+
+
+def measure_auto(rate, cluster, costs, rounds, links_from, plan_out):
     """--strategy=auto: 2 profiled rounds, then the switch; the timed rounds come after it.
     Returns the measured ms, the scheduler's predicted ms without the measured forward time
     (bytecomp-bench times a round from its first push to its last pull; the refill of the
@@ -106,15 +144,15 @@ def measure_auto(rate, cluster, costs, rounds, links_from):
     kept (1: not fitted) and its summary."""
     result, output = measure(rate, f"--strategy=auto --plan_cluster={cluster} "
                              f"--plan_costs={costs} --profile_rounds=2 "
-                             f"--plan_links={'file' if links_from == 'nominal' else 'measured'}",
-                             rounds, warmup=6)
+                             f"--plan_links={'file' if links_from == 'nominal' else 'measured'} "
+                             f"--plan_out={plan_out}", rounds, warmup=6)
     m = re.search(r"--strategy=auto: (planned .*predicted iteration ([\d.]+) ms.*)", output)
     if m is None:
         raise SystemExit(f"the scheduler printed no plan:\n{output[-3000:]}")
     predicted = float(m.group(2))
     forward = re.search(r"measured forward ([\d.]+) ms", m.group(1))
-    if forward is not None:
-        predicted -= float(forward.group(1))
+    forward_ms = float(forward.group(1)) if forward is not None else 0.0
+    predicted -= forward_ms
     links = re.search(r"worker_link and server_link ([\d.]+) Gbit/s, ([\d.]+) us each", output)
     fitted = re.search(r"links fitted: ([\d.]+) of their bandwidth", m.group(1))
     versions = result.get("strategy_versions", [0, 0])
@@ -123,7 +161,7 @@ def measure_auto(rate, cluster, costs, rounds, links_from):
                          "after the warm-up; raise warmup")
     return (result["median_round_ms"], predicted,
             (float(links.group(1)), float(links.group(2))) if links else None,
-            float(fitted.group(1)) if fitted else 1.0, m.group(1))
+            float(fitted.group(1)) if fitted else 1.0, m.group(1), forward_ms)
 
 
 def key_rows(rates, rounds, extra_connections):
@@ -177,6 +215,9 @@ def main():
                         "default), or with the tbf rates and 50 us (--plan_links=file)")
     parser.add_argument("--colocate", action="store_true",
                         help="a server beside each worker (BytePS's layout), planned as such")
+    parser.add_argument("--contention", action="store_true",
+                        help="also calibrate the job's contention on this host's cores and "
+                        "predict every row with it")
     args = parser.parse_args()
     global SERVERS, COLOCATE
     if args.colocate:
@@ -200,6 +241,10 @@ def main():
     if res.returncode != 0:
         raise SystemExit(res.stdout + res.stderr)
     print(res.stdout.splitlines()[0], flush=True)
+    contention = None
+    if args.contention:
+        contention, line = calibrate_contention(work)
+        print(line, flush=True)
     profile = os.path.join(work, "profile.pbtxt")
     profile_without_gaps(profile)
     everything = os.path.join(work, "everything.pbtxt")
@@ -214,8 +259,9 @@ def main():
         # --links nominal), fitted to its profiled rounds; the predictions for the other two
         # use the same links.
         print(f"{rate} auto ...", flush=True)
-        measured, auto_predicted, links, fit, summary = measure_auto(rate, cluster, costs,
-                                                                     args.rounds, args.links)
+        plan_out = os.path.join(work, f"auto-{rate}.pbtxt")
+        measured, auto_predicted, links, fit, summary, forward_ms = measure_auto(
+            rate, cluster, costs, args.rounds, args.links, plan_out)
         print(f"  scheduler: {summary}")
         auto_row = {"rate": rate, "strategy": "auto", "predicted_ms": auto_predicted,
                     "measured_ms": measured, "error": (auto_predicted - measured) / measured,
@@ -237,12 +283,26 @@ def main():
         unfitted_plan = plan(profile, measured_cluster, costs,
                              os.path.join(work, f"planned-{rate}-unfitted.pbtxt"))
         auto_row["predicted_unfitted_ms"] = None  # the scheduler's plan is for fitted links
+        contended = {}
+        if contention is not None:
+            contended = plan(profile, with_contention(fitted_cluster, contention, os.path.join(
+                work, f"cluster-{rate}-fitted-contention.pbtxt")), costs,
+                os.path.join(work, f"planned-{rate}-contention.pbtxt"))
+            # The scheduler's plan, with the profile and links it planned with (the measured
+            # forward time left out, as in its prediction).
+            inputs = (f"{plan_out}.profile.pbtxt", f"{plan_out}.cluster.pbtxt")
+            auto_row["predicted_evaluated_ms"] = evaluate(*inputs, costs, plan_out) - forward_ms
+            auto_row["predicted_contended_ms"] = evaluate(
+                inputs[0], with_contention(inputs[1], contention,
+                                           f"{plan_out}.cluster-contention.pbtxt"),
+                costs, plan_out) - forward_ms
         for name, scheduler_args in (("none", ""), ("everything", f"--strategy={everything}")):
             print(f"{rate} {name} ...", flush=True)
             measured = measure(rate, scheduler_args, args.rounds)[0]["median_round_ms"]
             rows.append({"rate": rate, "strategy": name, "predicted_ms": predicted[name],
                          "predicted_unfitted_ms": unfitted_plan[name], "measured_ms": measured,
-                         "error": (predicted[name] - measured) / measured})
+                         "error": (predicted[name] - measured) / measured,
+                         "predicted_contended_ms": contended.get(name)})
         rows.append(auto_row)
     print(f"\nresnet50, W={WORKERS} S={SERVERS}{' (colocated)' if COLOCATE else ''}, emulated "
           f"links (netns + tbf), median of {args.rounds} rounds")
@@ -257,6 +317,18 @@ def main():
             unfitted = f"{r['predicted_unfitted_ms']:>12.1f} {100 * error:>+6.1f}%"
         print(f"{r['rate']:<7} {r['strategy']:<11} {r['predicted_ms']:>12.1f} "
               f"{r['measured_ms']:>12.1f} {100 * r['error']:>+6.1f}% {unfitted}")
+    if contention is not None:
+        print("\npredicted with the calibrated contention (" +
+              ", ".join(f"{k} {v:.3f}" for k, v in contention.items()) +
+              "); auto: bytecomp-plan --evaluate of the scheduler's plan, without and with it")
+        print(f"{'link':<7} {'strategy':<11} {'measured ms':>12} {'without ms':>11} {'error':>7} "
+              f"{'with ms':>9} {'error':>7}")
+        for r in rows:
+            without = r.get("predicted_evaluated_ms", r["predicted_ms"])
+            with_it = r["predicted_contended_ms"]
+            print(f"{r['rate']:<7} {r['strategy']:<11} {r['measured_ms']:>12.1f} {without:>11.1f} "
+                  f"{100 * (without - r['measured_ms']) / r['measured_ms']:>+6.1f}% "
+                  f"{with_it:>9.1f} {100 * (with_it - r['measured_ms']) / r['measured_ms']:>+6.1f}%")
     keyed = key_rows(args.rates.split(","), args.rounds, args.key_connections)
     print_key_rows(keyed, args.rounds)
     json.dump({"rows": rows, "key_rows": keyed, "load_average": os.getloadavg()},

@@ -2,9 +2,30 @@
 
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace bytecomp::planner {
+namespace {
+
+// A group of `members` as one tensor: their elements, ready with the last of them (their gaps
+// summed).
+void AddGroupTensor(const std::string& name, absl::Span<const proto::TensorProfile* const> members,
+                    proto::ModelProfile* profile) {
+  proto::TensorProfile* t = profile->add_tensors();
+  t->set_name(name);
+  int64_t elements = 0;
+  double gap = 0;
+  for (const proto::TensorProfile* member : members) {
+    elements += member->elements();
+    gap += member->ready_gap_us();
+  }
+  t->set_elements(elements);
+  t->set_ready_gap_us(gap);
+}
+
+}  // namespace
 
 FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, int64_t cap_bytes) {
   FusedModel fused;
@@ -16,17 +37,8 @@ FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, 
     if (run.size() >= 2) {
       proto::FusionGroup group;
       group.set_name(absl::StrCat("fused.", fused.groups.size()));
-      proto::TensorProfile* t = fused.profile.add_tensors();
-      t->set_name(group.name());
-      int64_t elements = 0;
-      double gap = 0;
-      for (const proto::TensorProfile* member : run) {
-        group.add_tensors(member->name());
-        elements += member->elements();
-        gap += member->ready_gap_us();
-      }
-      t->set_elements(elements);
-      t->set_ready_gap_us(gap);  // ready with its last member
+      AddGroupTensor(group.name(), run, &fused.profile);
+      for (const proto::TensorProfile* member : run) group.add_tensors(member->name());
       fused.members += static_cast<int>(run.size());
       fused.groups.push_back(std::move(group));
     } else {
@@ -53,6 +65,65 @@ FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, 
   }
   flush();
   return fused;
+}
+
+absl::StatusOr<proto::ModelProfile> ProfileWithGroups(
+    const proto::ModelProfile& profile, const std::vector<proto::FusionGroup>& groups) {
+  absl::flat_hash_map<std::string, int> first_of;  // a group's first member -> the group
+  absl::flat_hash_set<std::string> members;
+  for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
+    if (groups[g].tensors_size() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fusion group '", groups[g].name(), "' has no tensors"));
+    }
+    first_of[groups[g].tensors(0)] = g;
+    for (const std::string& name : groups[g].tensors()) {
+      if (!members.insert(name).second) {
+        return absl::InvalidArgumentError(absl::StrCat("fusion group '", groups[g].name(),
+                                                       "': tensor '", name,
+                                                       "' is in more than one group"));
+      }
+    }
+  }
+  proto::ModelProfile out = profile;
+  out.clear_tensors();
+  std::vector<bool> placed(groups.size(), false);
+  const auto& tensors = profile.tensors();
+  for (int i = 0; i < tensors.size(); ++i) {
+    const auto group = first_of.find(tensors[i].name());
+    if (group == first_of.end()) {
+      if (members.contains(tensors[i].name())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", tensors[i].name(),
+            "' of a fusion group is not where its group's tensors are, consecutive in the "
+            "profile's (ready) order"));
+      }
+      *out.add_tensors() = tensors[i];
+      continue;
+    }
+    const proto::FusionGroup& g = groups[group->second];
+    std::vector<const proto::TensorProfile*> run;
+    for (const std::string& name : g.tensors()) {
+      if (i >= tensors.size() || tensors[i].name() != name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("fusion group '", g.name(), "': its tensor '", name,
+                         "' is not next in the profile (a group's tensors are consecutive, in "
+                         "the profile's ready order)"));
+      }
+      run.push_back(&tensors[i++]);
+    }
+    --i;
+    AddGroupTensor(g.name(), run, &out);
+    placed[group->second] = true;
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!placed[g]) {
+      return absl::InvalidArgumentError(absl::StrCat("fusion group '", groups[g].name(),
+                                                     "': tensor '", groups[g].tensors(0),
+                                                     "' is not in the profile"));
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<std::optional<FusedPlan>> PlanWithFusion(

@@ -141,6 +141,7 @@ int main(int argc, char** argv) {
   if (!planned.ok()) return Fail(std::string(planned.status().message()));
   PlanResult result = *std::move(planned);
   const PreparedProblem* chosen = &*prepared;
+  const bytecomp::proto::ModelProfile given_profile = inputs.profile;  // before any fusion
 
   // Tensor fusion: the model again with its small tensors in groups, planned the same way;
   // the faster plan is kept.
@@ -184,15 +185,20 @@ int main(int argc, char** argv) {
   }
 
   if (const std::string path = absl::GetFlag(FLAGS_evaluate); !path.empty()) {
-    // Every option, so that the strategy's are there even where a search would drop them.
-    PlannerInputs all_options = inputs;
-    all_options.options.set_keep_dominated(true);
-    auto everything = Prepare(all_options);
-    if (!everything.ok()) return Fail(std::string(everything.status().message()));
     bytecomp::proto::Strategy strategy;
     if (absl::Status s = bytecomp::ParseTextProtoFile(path, &strategy); !s.ok()) {
       return Fail(std::string(s.message()));
     }
+    // Every option, so that the strategy's are there even where a search would drop them;
+    // the model with the strategy's fusion groups as tensors.
+    PlannerInputs all_options = inputs;
+    all_options.options.set_keep_dominated(true);
+    auto grouped = ProfileWithGroups(
+        given_profile, {strategy.fusion_groups().begin(), strategy.fusion_groups().end()});
+    if (!grouped.ok()) return Fail(absl::StrCat(path, ": ", grouped.status().message()));
+    all_options.profile = *std::move(grouped);
+    auto everything = Prepare(all_options);
+    if (!everything.ok()) return Fail(std::string(everything.status().message()));
     auto choice = ChoiceOf(*everything, strategy);
     if (!choice.ok()) return Fail(absl::StrCat(path, ": ", choice.status().message()));
     std::printf("evaluated %s: %.3f ms\n", path.c_str(),

@@ -69,6 +69,34 @@ TEST(FusionTest, ConsecutiveSmallTensorsFormGroupsReadyWithTheirLastMember) {
   EXPECT_EQ(none.profile.tensors_size(), Model().tensors_size());
 }
 
+TEST(FusionTest, AStrategysGroupsMakeTheFusedModelAgain) {
+  const FusedModel fused = FuseProfile(Model(), /*below_bytes=*/1 << 20, /*cap_bytes=*/512000);
+  absl::StatusOr<proto::ModelProfile> again = ProfileWithGroups(Model(), fused.groups);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->SerializeAsString(), fused.profile.SerializeAsString());
+  auto group = [](const std::string& name, std::vector<std::string> tensors) {
+    proto::FusionGroup g;
+    g.set_name(name);
+    for (const std::string& t : tensors) g.add_tensors(t);
+    return g;
+  };
+  auto error = [&](std::vector<proto::FusionGroup> groups) {
+    absl::StatusOr<proto::ModelProfile> p = ProfileWithGroups(Model(), groups);
+    return p.ok() ? std::string("ok") : std::string(p.status().message());
+  };
+  EXPECT_EQ(error({group("g", {"s1", "s3"})}),
+            "fusion group 'g': its tensor 's3' is not next in the profile (a group's tensors "
+            "are consecutive, in the profile's ready order)");
+  EXPECT_EQ(error({group("g", {"s2", "s1"})}),
+            "tensor 's1' of a fusion group is not where its group's tensors are, consecutive "
+            "in the profile's (ready) order");
+  EXPECT_EQ(error({group("g", {"nope", "none"})}),
+            "fusion group 'g': tensor 'nope' is not in the profile");
+  EXPECT_EQ(error({group("g", {"s1", "s2"}), group("h", {"s2", "s3"})}),
+            "fusion group 'h': tensor 's2' is in more than one group");
+  EXPECT_EQ(error({group("g", {})}), "fusion group 'g' has no tensors");
+}
+
 TEST(FusionTest, PlanCliKeepsTheFasterPlanAndWritesItsGroups) {
   const std::string dir = BYTECOMP_PLANNER_DIR;
   const std::string profile = ::testing::TempDir() + "/fusion_tiny.pbtxt";
@@ -81,11 +109,11 @@ TEST(FusionTest, PlanCliKeepsTheFasterPlanAndWritesItsGroups) {
   }
   const std::string out = ::testing::TempDir() + "/fusion_strategy.pbtxt";
   const std::string log = out + ".log";
-  auto run = [&](const std::string& cluster) {
+  auto run = [&](const std::string& cluster, const std::string& more = " --fusion_below=1048576") {
     const std::string command = std::string(BYTECOMP_PLAN_BINARY) + " --profile=" + profile +
-                                " --cluster=" + dir + "/clusters/" + cluster +
-                                ".pbtxt --costs=" + dir +
-                                "/costs/nominal.pbtxt --fusion_below=1048576 --table=false "
+                                " --cluster=" + dir + "/clusters/" + cluster + ".pbtxt" + more +
+                                " --costs=" + dir +
+                                "/costs/nominal.pbtxt --table=false "
                                 "--out=" +
                                 out + " > " + log;
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
@@ -106,6 +134,22 @@ TEST(FusionTest, PlanCliKeepsTheFasterPlanAndWritesItsGroups) {
   bool entry = false;  // the group is planned like a tensor: it has its entry
   for (const auto& t : strategy.tensors()) entry |= t.name_pattern() == "fused.0";
   EXPECT_TRUE(entry);
+  // --evaluate of that strategy (in a run that fuses nothing itself), with the profile as it
+  // was given, simulates its groups: the fused plan's prediction.
+  const std::string saved = out + ".fused";
+  ASSERT_EQ(std::rename(out.c_str(), saved.c_str()), 0);
+  const std::string evaluated = run("4x1gpu-1g", " --evaluate=" + saved);
+  const size_t at = printed.find("fusion: 400 tensors under 1048576 bytes in 1 groups: predicted ");
+  ASSERT_NE(at, std::string::npos);
+  const double fused_ms =
+      std::strtod(printed.c_str() + printed.find("predicted ", at) + 10, nullptr);
+  const size_t line = evaluated.find("evaluated " + saved + ": ");
+  ASSERT_NE(line, std::string::npos) << evaluated;
+  EXPECT_DOUBLE_EQ(
+      std::strtod(evaluated.c_str() + line + std::string("evaluated " + saved + ": ").size(),
+                  nullptr),
+      fused_ms)
+      << evaluated;
 }
 
 }  // namespace

@@ -31,6 +31,12 @@ struct FusedModel {
 // the profile as it is.
 FusedModel FuseProfile(const proto::ModelProfile& profile, int64_t below_bytes, int64_t cap_bytes);
 
+// The profile with `groups` (a Strategy's fusion_groups) as FuseProfile makes them: each
+// group's members, consecutive in the profile and in its order, as one tensor named after the
+// group, ready with its last member. An error names a group whose members are not so.
+absl::StatusOr<proto::ModelProfile> ProfileWithGroups(
+    const proto::ModelProfile& profile, const std::vector<proto::FusionGroup>& groups);
+
 // The fused model planned: its problem, its plan, and the size it fused below.
 struct FusedPlan {
   FusedModel model;
