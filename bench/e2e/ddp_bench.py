@@ -201,14 +201,16 @@ def calibrate_transport(costs, workers, bin_dir, use_netns):
     return run_checked(cmd, 900, with_stderr=True).strip().splitlines()[0]
 
 
-def calibrate_contention(workers, servers, colocate, bin_dir, use_netns, json_path):
+def calibrate_contention(workers, servers, colocate, bin_dir, use_netns, json_path,
+                         keyed=False):
     """The contention of a job's W workers and S servers on this host's cores
     (scheduler/planner/tools/calibrate_contention.py: real jobs, plain TCP as the benchmarks
-    run, on 10 Gbit/s emulated links where namespaces are usable, `colocate`: a server beside
-    each worker): ({field: value} for the cluster description, the tool's summary line)."""
+    run unless `keyed`, on 10 Gbit/s emulated links where namespaces are usable, `colocate`: a
+    server beside each worker): ({field: value} for the cluster description, the tool's
+    summary line)."""
     tool = os.path.join(REPO, "scheduler", "planner", "tools", "calibrate_contention.py")
     cmd = [sys.executable, tool, f"--workers={workers}", f"--servers={servers}",
-           f"--bin-dir={bin_dir}", "--no-key", f"--json={json_path}"]
+           f"--bin-dir={bin_dir}", f"--json={json_path}"] + ([] if keyed else ["--no-key"])
     if use_netns:
         cmd += ["--netns-rate=10gbit"] + (["--colocate"] if colocate else [])
     text = run_checked(cmd, 900, with_stderr=True).strip()

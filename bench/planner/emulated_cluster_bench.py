@@ -38,6 +38,8 @@ import tempfile
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(REPO, "build", "bin")
+sys.path.insert(0, os.path.join(REPO, "bench", "e2e"))
+from ddp_bench import calibrate_contention, with_contention  # noqa: E402
 PLANNER = os.path.join(REPO, "scheduler", "planner")
 WORKERS, SERVERS = 4, 1
 COLOCATE = False  # --colocate: SERVERS = WORKERS, each beside its worker
@@ -100,28 +102,6 @@ def measure(rate, scheduler_args, rounds, warmup=1, keyed=True, io_threads=None,
         if "{" in line and '"bench":"bytecomp-bench"' in line:
             return json.loads(line[line.index("{"):]), res.stdout + res.stderr
     raise SystemExit(f"no result from {' '.join(cmd)}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
-
-
-def with_contention(cluster, contention, path):
-    """Writes to `path` the cluster description `cluster` with the contention fields set."""
-    text = open(cluster).read() + "".join(f"{k}: {v:.4f}\n" for k, v in contention.items())
-    open(path, "w").write(text)
-    return path
-
-
-def calibrate_contention(work):
-    """The contention of this job's workers and servers on this host's cores: ({field: value},
-    the tool's summary line)."""
-    out = os.path.join(work, "contention.json")
-    res = run([sys.executable, os.path.join(PLANNER, "tools", "calibrate_contention.py"),
-               f"--workers={WORKERS}", f"--servers={SERVERS}", f"--bin-dir={BIN}",
-               "--netns-rate=10gbit", f"--json={out}"] + (["--colocate"] if COLOCATE else []),
-              900)
-    if res.returncode != 0:
-        raise SystemExit(res.stdout + res.stderr)
-    found = json.load(open(out))
-    return ({"host_cpu_inflation": found["inflation"],
-             "host_effective_cores": found["effective_cores"]}, res.stdout.strip().splitlines()[-1])
 
 
 def evaluate(profile, cluster, costs, strategy):
@@ -243,8 +223,9 @@ def main():
     print(res.stdout.splitlines()[0], flush=True)
     contention = None
     if args.contention:
-        contention, line = calibrate_contention(work)
-        print(line, flush=True)
+        # Keyed jobs, as these run.
+        contention, _ = calibrate_contention(WORKERS, SERVERS, COLOCATE, BIN, True,
+                                             os.path.join(work, "contention.json"), keyed=True)
     profile = os.path.join(work, "profile.pbtxt")
     profile_without_gaps(profile)
     everything = os.path.join(work, "everything.pbtxt")
