@@ -435,8 +435,9 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
       r = kCpuPool;
       us /= cluster.machines();
     }
-    cost.stages[cost.num_stages++] = Stage{r, kind, OnTimeGrid(us)};
-    cost.work_us[r] += static_cast<double>(OnTimeGrid(us)) * option.partitions;
+    const float on_grid = OnTimeGrid(us);
+    cost.stages[cost.num_stages++] = Stage{r, kind, on_grid};
+    cost.work_us[r] += static_cast<double>(on_grid) * option.partitions;
   };
   // On one host, moving every push and pull through ZeroMQ and the kernel takes CPU from the
   // same cores (both ends' time, measured by tools/calibrate_transport.py): a job before the
@@ -452,8 +453,9 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
     const double threads = cluster.workers();
     const double us =
         training_cpu_us / option.partitions * threads / std::min<double>(cores, threads);
-    cost.stages[cost.num_stages++] = Stage{kCpuPool, kTrainingCpu, OnTimeGrid(us)};
-    cost.work_us[kCpuPool] += static_cast<double>(OnTimeGrid(us)) * option.partitions;
+    const float on_grid = OnTimeGrid(us);
+    cost.stages[cost.num_stages++] = Stage{kCpuPool, kTrainingCpu, on_grid};
+    cost.work_us[kCpuPool] += static_cast<double>(on_grid) * option.partitions;
   }
   // The server: the first fp32 push becomes the sum, the others are added. Compressed: the
   // codec's aggregator adds every push (measured, or modelled as decode and add), and

@@ -104,7 +104,7 @@ absl::Status ValidateCluster(const proto::ClusterDescription& c, const TextProto
   if (!(inflation == 0 || inflation >= 1) || std::isinf(inflation)) {
     p.Add(tree, c, "host_cpu_inflation", -1, TextPosition{}, "host_cpu_inflation",
           "must be 0 (absent: 1) or a finite number >= 1");
-  } else if (c.host_cpu_inflation() > 0 && c.host_cores() == 0) {
+  } else if (inflation > 0 && c.host_cores() == 0) {
     p.Add(tree, c, "host_cpu_inflation", -1, TextPosition{}, "host_cpu_inflation",
           "applies to a job on one host only: set host_cores too");
   }

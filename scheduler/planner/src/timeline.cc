@@ -425,10 +425,10 @@ double TimelineSimulator::Rebase(const std::vector<int>& choice, int from, int l
   run_memo_.clear();
   scratch_ = snapshots_[Checkpoint(from)];
   kept_.complete = false;
-  baseline_us_ = Run(scratch_, choice, n_, Record::kBaseline, kAborted, nullptr,
-                     last_changed < 0 ? n_ : last_changed);
+  Run(scratch_, choice, n_, Record::kBaseline, kAborted, nullptr,
+      last_changed < 0 ? n_ : last_changed);
   baseline_end_ = run_end_;
-  return baseline_us_;
+  return baseline_us();
 }
 
 bool TimelineSimulator::AdoptEvaluated() {
@@ -445,7 +445,6 @@ bool TimelineSimulator::AdoptEvaluated() {
     }
   }
   if (kept_.met >= 0) KeepSnapshotsFrom(kept_.met, kept_.met_started_work, kept_.met_shift);
-  baseline_us_ = kept_.end_us;
   baseline_end_ = kept_.end;
   return true;
 }
@@ -509,7 +508,6 @@ double TimelineSimulator::EvaluateScratch(const std::vector<int>& choice, double
   }
   double result = Run(scratch_, choice, n_, record, cutoff_us, nullptr, last_changed);
   kept_.complete = keep_evaluated_ && result != kAborted && memo_hits_ == memo_hits;
-  kept_.end_us = result;
   kept_.end = run_end_;
   run_memo_on_ = false;
   RecordRunOutcome(result, cutoff_us);

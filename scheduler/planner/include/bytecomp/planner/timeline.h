@@ -67,7 +67,7 @@ class TimelineSimulator {
   // once the run, after it, reaches a checkpoint in the previous baseline's state (or that
   // shifted in time), the rest and its snapshots are the previous baseline's (shifted).
   double Rebase(const std::vector<int>& choice, int from = 0, int last_changed = -1);
-  double baseline_us() const { return baseline_us_; }
+  double baseline_us() const { return baseline_end_ + problem_->forward_us; }
 
   // Iteration time of `choice`, which equals the baseline on tensors < from, resuming from
   // snapshot `from`. Returns kAborted as soon as the result is known to be >= cutoff_us.
@@ -260,9 +260,8 @@ class TimelineSimulator {
     int from = 0;
     int met = -1;  // the tensor where it met the previous baseline's state, or -1
     std::array<double, kNumResources> met_started_work{};
-    double met_shift = 0;  // how much later than the previous baseline's state it met
-    double end_us = 0;
-    double end = 0;                // end_us less the forward pass
+    double met_shift = 0;          // how much later than the previous baseline's state it met
+    double end = 0;                // the last job's end (the forward pass not added)
     std::vector<State> snapshots;  // [tensor / stride_]
     std::vector<Summary> summaries;
     std::vector<uint8_t> idle_before;
@@ -271,8 +270,7 @@ class TimelineSimulator {
   bool keep_evaluated_ = false;
   const std::array<double, kNumResources>* bound_work_ = nullptr;
   const std::vector<double>* bound_tail_ = nullptr;
-  double baseline_us_ = 0;
-  double baseline_end_ = 0;  // baseline_us_ less the forward pass: the last job's end
+  double baseline_end_ = 0;  // the baseline's last job's end (baseline_us less the forward)
   double run_end_ = 0;       // of the last Run that ended: its last job's end
   int64_t simulations_ = 0;
   int64_t events_ = 0;
