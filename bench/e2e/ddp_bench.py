@@ -201,6 +201,20 @@ def calibrate_transport(costs, workers, bin_dir, use_netns):
     return run_checked(cmd, 900, with_stderr=True).strip().splitlines()[0]
 
 
+def evaluate_strategy(bin_dir, profile, cluster, costs, strategy, options=None, out=None):
+    """The iteration ms that bytecomp-plan --evaluate simulates for the Strategy file
+    `strategy` with these inputs (its fusion groups included); SystemExit naming the command
+    when it fails (a codec the build or the cost table lacks)."""
+    cmd = [os.path.join(bin_dir, "bytecomp-plan"), f"--profile={profile}", f"--cluster={cluster}",
+           f"--costs={costs}", f"--out={out or strategy + '.ignored'}", "--table=false",
+           f"--evaluate={strategy}"] + ([f"--options={options}"] if options else [])
+    text = run_checked(cmd, 300, with_stderr=True)
+    found = re.search(r"evaluated .*: ([\d.]+) ms", text)
+    if found is None:
+        raise SystemExit(f"{' '.join(cmd)} printed no evaluation:\n{text[-3000:]}")
+    return float(found.group(1))
+
+
 def calibrate_contention(workers, servers, colocate, bin_dir, use_netns, json_path,
                          keyed=False):
     """The contention of a job's W workers and S servers on this host's cores

@@ -64,8 +64,8 @@ sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, HERE)
 
 from bytecomp.strategy import PRESETS, strategy_text  # noqa: E402
-from ddp_bench import (calibrate_contention, calibrate_transport, namespaces_usable,  # noqa: E402
-                       rate_gbps, run_checked, with_contention)
+from ddp_bench import (calibrate_contention, calibrate_transport, evaluate_strategy,  # noqa: E402
+                       namespaces_usable, rate_gbps, run_checked, with_contention)
 from netns_probe import HostBusy, NetnsProbe  # noqa: E402
 
 PROFILES = os.path.join(REPO, "scheduler", "planner", "profiles")
@@ -252,13 +252,9 @@ def predict(args, work, tag, profile, cluster, strategies):
     predicted = {}
     for system, path in strategies.items():
         try:
-            out = run_checked([os.path.join(args.bin_dir, "bytecomp-plan"), f"--profile={profile}",
-                               f"--cluster={cluster}", f"--costs={args.costs}",
-                               f"--options={options}",
-                               f"--out={os.path.join(work, 'ignored.pbtxt')}",
-                               f"--evaluate={path}", "--table=false"], 300, with_stderr=True)
-            found = re.search(r"evaluated .*: ([\d.]+) ms", out)
-            predicted[system] = float(found.group(1)) if found else None
+            predicted[system] = evaluate_strategy(args.bin_dir, profile, cluster, args.costs,
+                                                  path, options=options,
+                                                  out=os.path.join(work, "ignored.pbtxt"))
         except SystemExit as e:
             print(f"  {tag} {system}: no prediction ({str(e).splitlines()[-1]})")
             predicted[system] = None

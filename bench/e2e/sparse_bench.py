@@ -44,8 +44,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ddp_bench import (calibrate_contention, calibrate_transport, namespaces_usable,  # noqa: E402
-                       rate_gbps, run_checked, with_contention)
+from ddp_bench import (calibrate_contention, calibrate_transport, evaluate_strategy,  # noqa: E402
+                       namespaces_usable, rate_gbps, run_checked, with_contention)
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparse_train.py")
 SYSTEMS = ("none", "topk", "artopk", "blocksparse", "planned")
@@ -243,12 +243,9 @@ def main(argv=None):
                   if len(parts) > 6 and parts[0].isdigit()]
         def evaluate(system, path, cluster):
             try:
-                text = run_checked([plan_bin, f"--profile={profile}", f"--cluster={cluster}",
-                                    f"--costs={paths['costs.pbtxt']}",
-                                    f"--options={paths['evaluate.pbtxt']}",
-                                    f"--out={os.path.join(work, 'ignored.pbtxt')}",
-                                    f"--evaluate={path}", "--table=false"], 300)
-                return float(re.search(r"evaluated .*: ([\d.]+) ms", text).group(1))
+                return evaluate_strategy(args.bin_dir, profile, cluster, paths["costs.pbtxt"],
+                                         path, options=paths["evaluate.pbtxt"],
+                                         out=os.path.join(work, "ignored.pbtxt"))
             except SystemExit as e:  # a codec this build or cost table lacks
                 print(f"  {model} {system}: no prediction ({str(e).splitlines()[-1]})")
                 return None

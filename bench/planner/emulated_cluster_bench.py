@@ -39,7 +39,7 @@ import tempfile
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(REPO, "build", "bin")
 sys.path.insert(0, os.path.join(REPO, "bench", "e2e"))
-from ddp_bench import calibrate_contention, with_contention  # noqa: E402
+from ddp_bench import calibrate_contention, evaluate_strategy, with_contention  # noqa: E402
 PLANNER = os.path.join(REPO, "scheduler", "planner")
 WORKERS, SERVERS = 4, 1
 COLOCATE = False  # --colocate: SERVERS = WORKERS, each beside its worker
@@ -102,17 +102,6 @@ def measure(rate, scheduler_args, rounds, warmup=1, keyed=True, io_threads=None,
         if "{" in line and '"bench":"bytecomp-bench"' in line:
             return json.loads(line[line.index("{"):]), res.stdout + res.stderr
     raise SystemExit(f"no result from {' '.join(cmd)}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
-
-
-def evaluate(profile, cluster, costs, strategy):
-    """bytecomp-plan --evaluate's iteration of `strategy`, ms."""
-    res = run([os.path.join(BIN, "bytecomp-plan"), f"--profile={profile}", f"--cluster={cluster}",
-               f"--costs={costs}", f"--out={strategy}.ignored", "--table=false",
-               f"--evaluate={strategy}"], 120)
-    m = re.search(r"evaluated .*: ([\d.]+) ms", res.stdout)
-    if res.returncode != 0 or m is None:
-        raise SystemExit(res.stdout + res.stderr)
-    return float(m.group(1))
 
 
 def measure_auto(rate, cluster, costs, rounds, links_from, plan_out):
@@ -272,10 +261,11 @@ def main():
             # The scheduler's plan, with the profile and links it planned with (the measured
             # forward time left out, as in its prediction).
             inputs = (f"{plan_out}.profile.pbtxt", f"{plan_out}.cluster.pbtxt")
-            auto_row["predicted_evaluated_ms"] = evaluate(*inputs, costs, plan_out) - forward_ms
-            auto_row["predicted_contended_ms"] = evaluate(
-                inputs[0], with_contention(inputs[1], contention,
-                                           f"{plan_out}.cluster-contention.pbtxt"),
+            auto_row["predicted_evaluated_ms"] = evaluate_strategy(BIN, *inputs, costs,
+                                                                  plan_out) - forward_ms
+            auto_row["predicted_contended_ms"] = evaluate_strategy(
+                BIN, inputs[0], with_contention(inputs[1], contention,
+                                                f"{plan_out}.cluster-contention.pbtxt"),
                 costs, plan_out) - forward_ms
         for name, scheduler_args in (("none", ""), ("everything", f"--strategy={everything}")):
             print(f"{rate} {name} ...", flush=True)
