@@ -40,6 +40,7 @@ BYTECOMP_SIMD_KERNEL(uint32_t, MaxAbsBits, (const float* data, size_t n), (data,
   uint32_t lanes[16] = {};
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    PrefetchLineAhead(data + i);
     for (int j = 0; j < 16; ++j) {
       uint32_t bits;
       std::memcpy(&bits, data + i + j, 4);

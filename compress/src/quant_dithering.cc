@@ -63,6 +63,7 @@ BYTECOMP_SIMD_KERNEL(void, DitherEncodeNatural,
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(1u << level_bits));
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    PrefetchLineAhead(x + i);
     const __m512 uniform = UniformFromBits16(bits16.Next());
     const __m512 v = _mm512_loadu_ps(x + i);
     const __m512 scaled = _mm512_mul_ps(_mm512_mul_ps(_mm512_abs_ps(v), inverse), levels);
@@ -129,7 +130,8 @@ class DitheringCodec final : public Codec {
     for (size_t begin = 0; begin < n; begin += kBlock) {
       const size_t len = std::min(kBlock, n - begin);
       const uint32_t first = static_cast<uint32_t>(begin);
-      PrefetchAhead(input.data(), n, begin + kBlock, kBlock);
+      // (The AVX-512 loop asks for its lines as it goes.)
+      if (natural_ || !avx512) PrefetchAhead(input.data(), n, begin + kBlock, kBlock);
       if (natural_) {
         DitherEncodeNatural(input.data() + begin, len, inverse_norm, levels_, level_bits_, random,
                             first, codes_.data());

@@ -18,6 +18,7 @@ BYTECOMP_SIMD_KERNEL(SquaresAndMax, SumOfSquaresAndMaxAbs, (const float* x, size
   uint32_t max_lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    if (i % 16 == 0) PrefetchLineAhead(x + i);
     for (size_t j = 0; j < 8; ++j) {
       const double v = static_cast<double>(x[i + j]);
       lanes[j] += v * v;

@@ -53,6 +53,7 @@ BYTECOMP_SIMD_KERNEL(void, NaturalEncode,
       _mm512_set1_ps(BitsToFloat(exponent_low < 254u ? (254u - exponent_low) << 23 : 0x00400000u));
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    PrefetchLineAhead(x + i);
     const __m512i random_bits = bits16.Next();
     const __m512i v = _mm512_castps_si512(_mm512_loadu_ps(x + i));
     const __m512i abs_bits = _mm512_and_si512(v, abs_mask);

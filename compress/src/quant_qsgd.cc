@@ -117,6 +117,7 @@ BYTECOMP_SIMD_KERNEL(bool, QsgdEncode8,
       const __m512 norm = _mm512_set1_ps(group_norms[g]);
       size_t i = 0;
       for (; i + 16 <= len; i += 16) {
+        PrefetchLineAhead(xb + i);
         const __m512 uniform = UniformFromBits16(bits16.Next());
         const __m512 v = _mm512_loadu_ps(xb + i);
         const __m512 scaled = _mm512_mul_ps(_mm512_div_ps(_mm512_abs_ps(v), norm), levels);

@@ -71,6 +71,7 @@ BYTECOMP_SIMD_KERNEL(void, TernEncode,
   const __m512 zero = _mm512_setzero_ps();
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    PrefetchLineAhead(x + i);
     const __m512 uniform = UniformFromBits16(bits.Next());
     const __m512 v = _mm512_loadu_ps(x + i);
     // min(|x|, clip) / scale; both finite, so vminps is the select of TernaryCode.

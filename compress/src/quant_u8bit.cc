@@ -95,7 +95,7 @@ __attribute__((target("avx2"))) size_t U8bitEncodeAvx2(const float* x, size_t n,
   const __m256i c1 = _mm256_set1_epi32(1);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm_prefetch(reinterpret_cast<const char*>(x + i) + 1024, _MM_HINT_T0);
+    if (i % 16 == 0) PrefetchLineAhead(x + i);
     const __m256 xv = _mm256_loadu_ps(x + i);
     const __m256 v = _mm256_mul_ps(_mm256_and_ps(xv, abs_mask), inv);
     // NaN bits (> 0x7f800000) stay above the floor and clamp to the last block; code 0 below.
@@ -222,6 +222,7 @@ template <bool kStream>
     __m512i guess[4], v_bits[4], x_bits[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
+      PrefetchLineAhead(x + i + 16 * k);
       const __m512 xv = _mm512_loadu_ps(x + i + 16 * k);
       x_bits[k] = _mm512_castps_si512(xv);
       // max(|x * inv|, 2^-22) (vrangeps: the larger magnitude, sign cleared), then min 1.

@@ -6,6 +6,7 @@
 #include "bytecomp/compress/codec_util.h"
 #include "bytecomp/compress/elementwise.h"
 #include "bytecomp/compress/memory_math.h"
+#include "simd_kernel.h"
 
 namespace bytecomp::compress {
 namespace {
@@ -115,6 +116,8 @@ template <bool kStream>
 #pragma GCC unroll 4
     for (int part = 0; part < 4; ++part) {
       const size_t at = i + 16 * part;
+      PrefetchLineAhead(g + at);
+      PrefetchLineAhead(m + at);
       const __m512 v = _mm512_add_ps(_mm512_mul_ps(keep_v, _mm512_loadu_ps(g + at)),
                                      _mm512_mul_ps(beta_v, _mm512_loadu_ps(m + at)));
       if constexpr (kStream) {

@@ -39,3 +39,17 @@
 // The target of hand-written AVX-512 loops that also use BMI2 (the sparse codecs' byte steps
 // and deltas); run only where CpuSimdLevel() is kAvx512 and the CPU has BMI2.
 #define BYTECOMP_TARGET_AVX512_BMI2 __attribute__((target("avx512f,avx512bw,avx512vl,bmi,bmi2")))
+
+namespace bytecomp::compress {
+
+// A loop that streams through a tensor asks, once per 64-byte line it reads, for the line
+// kPrefetchBytes ahead: the hardware prefetcher alone falls behind loops that compute between
+// their loads, and a large tensor's pass then waits on memory (on 64 MiB, one thread: qsgd's
+// encode from 50% to about 80% of memcpy, terngrad's from 41% to about 70%; 8 KiB ahead beat
+// 4 KiB and matched 16 KiB). A prefetch past the end of the array is harmless (no fault).
+inline constexpr size_t kPrefetchBytes = 8192;
+[[gnu::always_inline]] inline void PrefetchLineAhead(const void* line) {
+  __builtin_prefetch(static_cast<const char*>(line) + kPrefetchBytes);
+}
+
+}  // namespace bytecomp::compress
