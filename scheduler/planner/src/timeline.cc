@@ -10,19 +10,14 @@
 namespace bytecomp::planner {
 namespace {
 
-// Orders kept sorted (the next at the back): the earliest event first; the highest-priority
-// (lowest value), earliest job first.
-struct LaterEventT {
-  bool operator()(const TimelineSimulator::Event& a, const TimelineSimulator::Event& b) const {
-    return a.time > b.time || (a.time == b.time && a.seq > b.seq);
-  }
-};
+// Orders kept sorted (the next at the back): the earliest event first, the earlier started
+// first among equal times (a new event, started last, goes behind every event of its time or
+// earlier: Start); the highest-priority (lowest value), earliest job first.
 struct LowerPriorityT {
   bool operator()(const TimelineSimulator::Waiting& a, const TimelineSimulator::Waiting& b) const {
     return a.order > b.order;
   }
 };
-constexpr LaterEventT LaterEvent;
 constexpr LowerPriorityT LowerPriority;
 
 template <typename StartedWork>
@@ -157,11 +152,12 @@ inline __attribute__((always_inline)) void TimelineSimulator::Start(State& s, in
   ++r.busy;
   r.started_work += duration;
   // Sorted latest first, so the next event is the last: a new event, usually among the latest,
-  // moves the few later ones up one place.
+  // moves the few later ones up one place. (Its seq is the highest yet: it is later than an
+  // event of the same time.)
   const Event e{s.now + duration, static_cast<uint32_t>(s.seq++), job * 16 + resource};
   s.events.push_back(e);
   auto at = s.events.end() - 1;
-  while (at != s.events.begin() && LaterEvent(e, *(at - 1))) {
+  while (at != s.events.begin() && e.time >= (at - 1)->time) {
     *at = *(at - 1);
     --at;
   }
@@ -205,9 +201,8 @@ inline __attribute__((always_inline)) void TimelineSimulator::EnqueueStage(
   const Partition& p = s.partitions[slot];
   const Stage& stage = p.cost->stages[p.stage];
   // The compute stream is in order; elsewhere the tensor nearest the input goes first.
-  int32_t priority =
-      stage.resource == kCompute ? 0 : (n_ - p.tensor) * 4096 + std::min<int>(p.part, 4095);
-  Enqueue(s, stage.resource, slot, priority, stage.duration_us, trace);
+  Enqueue(s, stage.resource, slot, stage.resource == kCompute ? 0 : p.priority, stage.duration_us,
+          trace);
 }
 
 void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
@@ -222,8 +217,12 @@ void TimelineSimulator::ExpandTensor(State& s, int tensor, int option,
       slot = s.free_slots.back();
       s.free_slots.pop_back();
     }
-    s.partitions[slot] = Partition{&cost, tensor, static_cast<int16_t>(option),
-                                   static_cast<int16_t>(std::min(part, 32767)), 0};
+    s.partitions[slot] = Partition{&cost,
+                                   tensor,
+                                   (n_ - tensor) * 4096 + std::min(part, 4095),
+                                   static_cast<int16_t>(option),
+                                   static_cast<int16_t>(std::min(part, 32767)),
+                                   0};
     ++s.active_partitions;
     EnqueueStage(s, slot, trace);
   }

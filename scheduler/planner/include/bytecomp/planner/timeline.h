@@ -168,6 +168,7 @@ class TimelineSimulator {
   struct Partition {
     const OptionCost* cost;  // the tensor's option, for its stages
     int32_t tensor;
+    int32_t priority;  // off the compute stream: the tensor nearest the input first, then part
     int16_t option;
     int16_t part;
     int8_t stage;
