@@ -189,8 +189,7 @@ BYTECOMP_TARGET_AVX512_BMI2 ByteStepCompaction CompactByteStepsAvx512(const floa
     if (i < full) {
       const size_t end = std::min(full, i + kBlock);
       for (; i < end; i += 16) {
-        // 4 KiB ahead: the hardware's prefetch alone leaves the pass waiting on memory.
-        _mm_prefetch(reinterpret_cast<const char*>(x + i + 1024), _MM_HINT_T0);
+        PrefetchLineAhead(x + i);
         CompactStep<false>(x + i, 0xffff, static_cast<uint32_t>(i), vlo, values, steps, s);
       }
     } else {
