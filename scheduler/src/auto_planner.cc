@@ -284,6 +284,11 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
                           [](const auto& p) { return p.measured_training_wait_us(); })) {
     inputs.profile.set_measured_training_wait_us(*wait);
   }
+  if (std::optional<double> cpu =
+          optional_median([](const auto& p) { return p.has_measured_forward_cpu_us(); },
+                          [](const auto& p) { return p.measured_forward_cpu_us(); })) {
+    inputs.profile.set_measured_forward_cpu_us(*cpu);
+  }
   inputs.profile.set_cpu_cores(
       static_cast<int>(median([](const auto& p) { return static_cast<double>(p.cpu_cores()); })));
   inputs.profile.set_source(absl::StrCat(profiles[0].source(), "; the medians over ",
@@ -370,6 +375,13 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
   const std::string placement =
       planner::PlacementWarning(planner::PlaceOnServers(problem->inputs.profile, inputs.cluster),
                                 problem->inputs.profile, inputs.cluster);
+  // The forward on one host: every worker's at once on the shared cores.
+  const std::string forward_on_host =
+      problem->sim.forward_us > inputs.profile.forward_us()
+          ? absl::StrFormat(", %.3f ms with every worker's %.3f ms of CPU on the host's cores",
+                            problem->sim.forward_us / 1000.0,
+                            inputs.profile.measured_forward_cpu_us() / 1000.0)
+          : "";
   out.summary = absl::StrCat(
       "planned ", model_tensors, " tensors (", scheme, ") in ",
       absl::StrFormat("%.1f", planning_ms), " ms: ", compressed,
@@ -377,7 +389,8 @@ absl::StatusOr<AutoPlan> PlanFromProfiles(const std::vector<proto::ModelProfile>
       " ms against ", absl::StrFormat("%.3f", plan.no_compression_us / 1000.0),
       " ms uncompressed and ", absl::StrFormat("%.3f", plan.compress_everything_us / 1000.0),
       " ms compressing everything (measured forward ",
-      absl::StrFormat("%.3f", inputs.profile.forward_us() / 1000.0), " ms); ", *fit, fusion,
+      absl::StrFormat("%.3f", inputs.profile.forward_us() / 1000.0), " ms", forward_on_host, "); ",
+      *fit, fusion,
       excluded.empty() ? ""
                        : absl::StrCat("; not considered: ", excluded,
                                       " (PlannerOptions.max_loss, --plan_options)"),

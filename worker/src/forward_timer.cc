@@ -138,19 +138,25 @@ void ForwardTimer::Done(int64_t round, int64_t time_us, const CpuSample& cpu) {
   if (!inserted && time_us > it->second.time_us) it->second = Mark{time_us, cpu};
 }
 
-double ForwardTimer::MedianUs() const {
+std::vector<ForwardTimer::Forward> ForwardTimer::Forwards() const {
+  // Whether both marks sampled the same training thread's schedstat.
+  auto sampled = [](const Mark& a, const Mark& b) {
+    return a.cpu.tid == b.cpu.tid && a.cpu.tid != 0 && a.cpu.thread_wait_us >= 0 &&
+           b.cpu.thread_wait_us >= 0 && a.cpu.thread_cpu_us >= 0 && b.cpu.thread_cpu_us >= 0;
+  };
   // What the training thread's wait for a CPU added from mark a to mark b, `blocked_us` of
   // which it spent waiting in the engine (not slack that absorbs a wait); 0 when unknown.
-  auto contended = [](const Mark& a, const Mark& b, double blocked_us) {
-    if (a.cpu.tid != b.cpu.tid || a.cpu.tid == 0 || a.cpu.thread_wait_us < 0 ||
-        b.cpu.thread_wait_us < 0 || a.cpu.thread_cpu_us < 0 || b.cpu.thread_cpu_us < 0) {
-      return 0.0;
-    }
+  auto contended = [&](const Mark& a, const Mark& b, double blocked_us) {
+    if (!sampled(a, b)) return 0.0;
     return ContendedUs(static_cast<double>(b.time_us - a.time_us) - blocked_us,
                        std::max(0.0, b.cpu.thread_cpu_us - a.cpu.thread_cpu_us),
                        std::max(0.0, b.cpu.thread_wait_us - a.cpu.thread_wait_us));
   };
-  std::vector<double> gaps;
+  // The training thread's own CPU time from mark a to mark b; -1 when unknown.
+  auto ran = [&](const Mark& a, const Mark& b) {
+    return sampled(a, b) ? std::max(0.0, b.cpu.thread_cpu_us - a.cpu.thread_cpu_us) : -1.0;
+  };
+  std::vector<Forward> forwards;
   for (const auto& [round, start] : first_start_) {
     auto previous = last_start_.find(round - 1);
     double waited = 0;
@@ -163,15 +169,31 @@ double ForwardTimer::MedianUs() const {
     if (waited > 0) {  // the training loop's own time: the interval less its waits
       const double own =
           std::max(0.0, static_cast<double>(start.time_us - previous->second.time_us) - waited);
-      gaps.push_back(std::max(0.0, own - contended(previous->second, start, waited)));
+      forwards.push_back({std::max(0.0, own - contended(previous->second, start, waited)),
+                          ran(previous->second, start)});
       continue;
     }
     auto end = last_done_.find(round - 1);
     if (end == last_done_.end()) continue;
     const double gap = static_cast<double>(start.time_us - end->second.time_us);
-    gaps.push_back(std::max(0.0, gap - contended(end->second, start, 0)));
+    forwards.push_back(
+        {std::max(0.0, gap - contended(end->second, start, 0)), ran(end->second, start)});
   }
+  return forwards;
+}
+
+double ForwardTimer::MedianUs() const {
+  std::vector<double> gaps;
+  for (const Forward& f : Forwards()) gaps.push_back(f.us);
   return Median(std::move(gaps));
+}
+
+double ForwardTimer::CpuMedianUs() const {
+  std::vector<double> cpu;
+  for (const Forward& f : Forwards()) {
+    if (f.cpu_us >= 0) cpu.push_back(f.cpu_us);
+  }
+  return cpu.empty() ? -1 : Median(std::move(cpu));
 }
 
 namespace {

@@ -84,6 +84,10 @@ class ForwardTimer {
   // complete during the forward, after the forward began), the forward is that interval less
   // those waits instead: the time the training loop itself took.
   double MedianUs() const;
+  // Median over the same intervals of the training thread's own CPU time in them
+  // (ModelProfile.measured_forward_cpu_us: on one host the planner charges every worker's to
+  // the shared cores); -1 where no interval sampled that thread at both ends.
+  double CpuMedianUs() const;
   // Median over rounds 1..N of the round itself: its first push_pull call to its last
   // completion (ModelProfile.measured_round_us); 0 when no round has both.
   double RoundMedianUs() const;
@@ -101,6 +105,14 @@ class ForwardTimer {
   };
 
  private:
+  // Per round with both ends known: the forward (MedianUs's interval, less the contention) and
+  // the training thread's CPU time in that interval (-1: not sampled).
+  struct Forward {
+    double us;
+    double cpu_us;
+  };
+  std::vector<Forward> Forwards() const;
+
   int rounds_;
   std::map<int64_t, Mark> first_start_;             // round -> earliest push_pull call
   std::map<int64_t, Mark> last_start_;              // round -> latest push_pull call

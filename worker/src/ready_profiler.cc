@@ -144,8 +144,12 @@ proto::ModelProfile ReadyProfiler::Build() const {
       "thread's (the push_pull caller's) wait for a CPU added to them (its wait less its time "
       "asleep or blocked in between); measured_training_wait_us and "
       "measured_training_cpu_us: medians of that thread's wait and CPU time from a round's "
-      "first push_pull to its last"));
+      "first push_pull to its last; measured_forward_cpu_us: median of its CPU time in the "
+      "forward_us intervals"));
   profile.set_forward_us(forward_.MedianUs());
+  if (const double cpu_us = forward_.CpuMedianUs(); cpu_us >= 0) {
+    profile.set_measured_forward_cpu_us(cpu_us);
+  }
   profile.set_measured_round_us(forward_.RoundMedianUs());
   profile.set_measured_round_cpu_us(forward_.RoundCpuMedianUs());
   profile.set_host_cpu_busy(std::clamp(forward_.HostBusyMedian(), 0.0, 1.0));

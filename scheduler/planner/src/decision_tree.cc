@@ -354,6 +354,16 @@ std::vector<double> TrainingCpuUs(const proto::ModelProfile& profile) {
   return out;
 }
 
+double ForwardOnHostUs(const proto::ModelProfile& profile,
+                       const proto::ClusterDescription& cluster) {
+  const double alone = profile.forward_us();
+  if (cluster.host_cores() <= 0 || !(profile.measured_forward_cpu_us() > 0)) return alone;
+  const double cores =
+      cluster.host_effective_cores() > 0 ? cluster.host_effective_cores() : cluster.host_cores();
+  const double workers = std::max(1, cluster.workers());
+  return std::max(alone, profile.measured_forward_cpu_us() * workers / std::min(cores, workers));
+}
+
 OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor,
                   const proto::ClusterDescription& cluster, const proto::CostTable& costs,
                   double training_cpu_us) {

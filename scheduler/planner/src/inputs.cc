@@ -283,6 +283,10 @@ absl::Status ValidateProfile(const proto::ModelProfile& m, const TextProtoTree* 
   if (m.tensors().empty()) p.Add(tree, m, "tensors", -1, TextPosition{}, "tensors", "no tensors");
   if (!FiniteAtLeastZero(m.forward_us()))
     p.Add(tree, m, "forward_us", -1, TextPosition{}, "forward_us", "must be >= 0 and finite");
+  if (!FiniteAtLeastZero(m.measured_forward_cpu_us())) {
+    p.Add(tree, m, "measured_forward_cpu_us", -1, TextPosition{}, "measured_forward_cpu_us",
+          "must be >= 0 and finite");
+  }
   for (int i = 0; i < m.tensors_size(); ++i) {
     const auto& t = m.tensors(i);
     const auto* sub = NestedTree(tree, m, "tensors", i);

@@ -611,7 +611,7 @@ absl::StatusOr<PreparedProblem> Prepare(const PlannerInputs& raw) {
           absl::StrCat("options.codecs names '", name, "', which the cost table does not list"));
     }
   }
-  p.sim.forward_us = in.profile.forward_us();
+  p.sim.forward_us = ForwardOnHostUs(in.profile, in.cluster);
   // One host for the whole job: the pool resource is that host's cores, as one fluid slot.
   p.sim.slots = {1,
                  in.cluster.host_cores() > 0 ? 1 : in.cluster.cpu_pool_threads(),

@@ -59,6 +59,21 @@ TEST(InputsTest, InvalidValueNamesFileLineAndField) {
   EXPECT_THAT(s.message(), HasSubstr("bad.pbtxt:6:3: tensors[1].ready_gap_us: must be >= 0"));
 }
 
+TEST(InputsTest, ForwardCpuMustBeAFiniteTime) {
+  proto::ModelProfile profile;
+  const std::string tensor = "tensors { name: \"a\" elements: 10 }\n";
+  EXPECT_TRUE(
+      ParseModelProfile(tensor + "measured_forward_cpu_us: 60000\n", "m.pbtxt", &profile).ok());
+  for (const char* bad : {"-1", "inf", "nan"}) {
+    absl::Status s =
+        ParseModelProfile(tensor + "measured_forward_cpu_us: " + bad + "\n", "m.pbtxt", &profile);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_THAT(s.message(),
+                HasSubstr("m.pbtxt:2:1: measured_forward_cpu_us: must be >= 0 and finite"))
+        << bad;
+  }
+}
+
 TEST(InputsTest, MissingFieldIsReportedAtItsMessage) {
   proto::ModelProfile profile;
   absl::Status s = ParseModelProfile("tensors { elements: 3 }\n", "m.pbtxt", &profile);

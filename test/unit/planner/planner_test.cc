@@ -509,6 +509,43 @@ TEST(PlannerTest, HostContentionSlowsTheSharedCoresAsCalibrated) {
   EXPECT_NEAR(simulate(1.25, 1.6) / alone, 1.25 * 2 / 1.6, 0.01);
 }
 
+TEST(PlannerTest, OnOneHostEveryWorkersForwardRunsOnTheSharedCores) {
+  // 4 workers on 2 cores, each forward 63 ms of which 60 ms on the CPU (the rest: waits that
+  // are not compute): the 4 forwards at once take 4 x 60 ms over 2 cores, 120 ms, and the
+  // iteration holds that instead of one worker's 63 ms. Without the CPU figure, with more
+  // cores than workers, or off one host: the profile's forward.
+  PlannerInputs in = SlowGpuCodec(6, 0, 2000);
+  in.cluster.set_gpus_per_machine(0);
+  in.cluster.set_host_cores(2);
+  in.profile.set_forward_us(63000);
+  auto forward = [&] {
+    auto prepared = Prepare(in);
+    EXPECT_TRUE(prepared.ok()) << prepared.status();
+    return prepared.ok() ? prepared->sim.forward_us : -1;
+  };
+  EXPECT_EQ(forward(), 63000);
+  in.profile.set_measured_forward_cpu_us(60000);
+  EXPECT_EQ(forward(), 120000);
+  in.cluster.set_host_effective_cores(1.5);  // calibrated: the job gets 1.5 of the 2
+  EXPECT_EQ(forward(), 160000);
+  in.cluster.set_host_effective_cores(0);
+  in.cluster.set_host_cores(8);  // a core each: every forward as alone
+  EXPECT_EQ(forward(), 63000);
+  in.cluster.set_host_cores(0);  // machines of their own
+  EXPECT_EQ(forward(), 63000);
+  // The whole iteration moves by as much: the forward is added to the simulated rounds.
+  in.cluster.set_host_cores(2);
+  auto prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  const double rounds_on_host = TimelineSimulator(&prepared->sim).Simulate(prepared->none_index);
+  in.profile.clear_measured_forward_cpu_us();
+  prepared = Prepare(in);
+  ASSERT_TRUE(prepared.ok());
+  EXPECT_DOUBLE_EQ(
+      rounds_on_host - TimelineSimulator(&prepared->sim).Simulate(prepared->none_index),
+      120000 - 63000);
+}
+
 TEST(PlannerTest, TensorsBeforeACommunicationBubbleAreLeftAlone) {
   // The first three tensors' pushes (tiny: 64 KiB, at 1 Gbit/s about 2 ms with 4 senders
   // on 4 servers) end long before the fourth is ready 50 ms later.

@@ -347,6 +347,32 @@ TEST(AutoPlannerTest, TheTrainingThreadsCpuIsMergedAndTakesTheSharedCores) {
   EXPECT_DOUBLE_EQ(own->predicted_us, untrained->predicted_us);
 }
 
+// The training thread's CPU in the forward (a CPU model's compute, ready_profiler.h): the
+// median over the workers that reported it; on one host every worker's forward runs at once on
+// the shared cores, which the prediction and the log line hold.
+TEST(AutoPlannerTest, TheForwardsCpuIsMergedAndEveryWorkersRunsOnTheSharedCores) {
+  proto::ModelProfile a = Profile(2e6), b = Profile(2e6), old = Profile(2e6);
+  for (proto::ModelProfile* p : {&a, &b, &old}) p->set_forward_us(1e6);
+  a.set_measured_forward_cpu_us(8e5);
+  b.set_measured_forward_cpu_us(9e5);
+  AutoPlanJob three = Job(false);
+  three.workers = 3;
+  proto::ClusterDescription host = Cluster();
+  host.set_machines(3);
+  host.set_host_cores(1);
+  auto merged = PlanFromProfiles({a, old, b}, host, {}, three);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_DOUBLE_EQ(merged->profile.measured_forward_cpu_us(), 9e5);  // the upper median
+  EXPECT_NE(merged->summary.find("(measured forward 1000.000 ms, 2700.000 ms with every "
+                                 "worker's 900.000 ms of CPU on the host's cores)"),
+            std::string::npos)
+      << merged->summary;
+  auto unmeasured = PlanFromProfiles({old}, host, {}, three);
+  ASSERT_TRUE(unmeasured.ok());
+  EXPECT_FALSE(unmeasured->profile.has_measured_forward_cpu_us());
+  EXPECT_DOUBLE_EQ(merged->predicted_us - unmeasured->predicted_us, 2.7e6 - 1e6);
+}
+
 TEST(AutoPlannerTest, MeasuredInputsAreRoundedToTwoSignificantDigits) {
   EXPECT_DOUBLE_EQ(TwoSignificantDigits(0.4437), 0.44);
   EXPECT_DOUBLE_EQ(TwoSignificantDigits(9.46), 9.5);

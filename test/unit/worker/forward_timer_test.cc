@@ -71,6 +71,26 @@ TEST(ForwardTimerTest, TheTrainingThreadsWaitsInTheEngineAreLeftOutOfTheForward)
   hook.Done(0, 4000);
   hook.Started(1, 9000);
   EXPECT_DOUBLE_EQ(hook.MedianUs(), 5000);
+  EXPECT_DOUBLE_EQ(hook.CpuMedianUs(), -1);  // the training thread not sampled
+  // The training thread's own CPU in the same interval: from the last push_pull call less
+  // nothing (blocked in the engine it runs no CPU), or from the last completion.
+  auto on = [](double cpu_us) {
+    CpuSample s;
+    s.tid = 7;
+    s.thread_cpu_us = cpu_us;
+    s.thread_wait_us = 0;
+    return s;
+  };
+  ForwardTimer ran(2);
+  ran.Started(0, 1000, on(100));
+  ran.Waited(1000, 4000);
+  ran.Done(0, 4000, on(100));
+  ran.Started(1, 9000, on(4100));  // waited in the engine: from round 0's last call
+  ran.Done(1, 10000, on(4100));
+  ran.Started(2, 13000, on(6100));  // from round 1's last completion
+  ran.Done(2, 14000, on(6100));
+  EXPECT_DOUBLE_EQ(ran.MedianUs(), 5000);
+  EXPECT_DOUBLE_EQ(ran.CpuMedianUs(), 4000);  // 4000 and 2000: the upper median
 }
 
 TEST(ForwardTimerTest, OverlappingRoundsCountZeroAndMissingEndsAreSkipped) {
@@ -281,6 +301,8 @@ TEST(ReadyProfilerTest, WhatTheTrainingThreadsWaitAddedIsLeftOutOfGapsAndForward
   EXPECT_EQ(profile->tensors(3).name(), "emb");
   EXPECT_DOUBLE_EQ(profile->tensors(3).ready_gap_us(), 500);
   EXPECT_DOUBLE_EQ(profile->forward_us(), 4000);  // 5000 less 1000
+  // The forward ran 4000 us on the CPU: on one host the planner charges it to the shared cores.
+  EXPECT_DOUBLE_EQ(profile->measured_forward_cpu_us(), 4000);
   // The round's first call to its last (emb's, another thread): not one thread's, so unknown.
   EXPECT_FALSE(profile->has_measured_training_wait_us());
   EXPECT_EQ(profile->measured_training_cpu_us(), 0);
@@ -314,6 +336,7 @@ TEST(ReadyProfilerTest, TheTrainingThreadsWaitAndCpuOfEachRound) {
   ASSERT_TRUE(raw.has_value());
   EXPECT_DOUBLE_EQ(raw->tensors(1).ready_gap_us(), 2000);
   EXPECT_FALSE(raw->has_measured_training_wait_us());
+  EXPECT_FALSE(raw->has_measured_forward_cpu_us());
   EXPECT_EQ(raw->measured_training_cpu_us(), 0);
 }
 

@@ -161,6 +161,14 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
 // zeros when the profile has none.
 std::vector<double> TrainingCpuUs(const proto::ModelProfile& profile);
 
+// The forward pass the simulated iteration adds (SimProblem.forward_us): the profile's
+// forward_us (one worker's, what contention added left out), and on one host (host_cores)
+// at least the W workers' forward CPU (ModelProfile.measured_forward_cpu_us: compute on the
+// CPU) over min(cores, W), as every worker's forward runs at once on the shared cores (cores:
+// host_effective_cores where calibrated).
+double ForwardOnHostUs(const proto::ModelProfile& profile,
+                       const proto::ClusterDescription& cluster);
+
 int64_t TensorBytes(const proto::TensorProfile& tensor);
 // "none", "topk(GPU,2-way:GPU)", "fp16(CPU,1-way,hier,p4)", "topk(CPU,union:CPU)",
 // "fp16(CPU,1-way) allreduce", "none allreduce".
