@@ -8,8 +8,10 @@ the same links). Each system trains examples/train_ddp.py for --epochs on digits
 gives samples/s (median over epochs after the first, mean of the repetitions), the ratio to
 DDP over gloo and to the best DDP variant measured in the same run, the bytes each machine's
 NIC moved per step (sent + received), ByteComp's engine bytes per step, the final test
-accuracy, and rank 0's CPU seconds per step (its process: training and communication
-threads; on a loaded host a steadier figure than wall time). Repetitions run in alternating order (the second reversed), so drift on a shared
+accuracy, rank 0's CPU seconds per step (its process: training and communication
+threads; on a loaded host a steadier figure than wall time), and the step in ms beside the
+planner's prediction of it for the ByteComp rows (bc-auto: the scheduler's plan; the others:
+bytecomp-plan --evaluate of their strategy with the profile and links that plan used). Repetitions run in alternating order (the second reversed), so drift on a shared
 machine falls on every system alike. Needs root for the namespaces; without them it runs on
 loopback (no slow links: compression can show little) and says so.
 
@@ -303,18 +305,67 @@ def run_one(system, model, args, work, use_netns):
     result.update(system=label, wall_s=wall, log=log)
     if probe:
         result["probe"] = probe.summary(args.epochs * result["steps_per_epoch"])
-    plan = re.search(r"--strategy=auto: (planned [^\n]*)", res.stdout)
+    text = res.stdout + res.stderr
+    plan = re.search(r"--strategy=auto: (planned [^\n]*)", text)
     if plan:
         result["plan"] = plan.group(1)
+        found = re.search(r"predicted iteration ([\d.]+) ms", plan.group(1))
+        result["predicted_ms"] = float(found.group(1)) if found else None
+        inputs = re.search(r"planned with (\S+)\.\{profile,cluster,options\}\.pbtxt", text)
+        if inputs:
+            result["plan_inputs"] = [f"{inputs.group(1)}.{kind}.pbtxt"
+                                     for kind in ("profile", "cluster")]
+    strategy = [f[len("--strategy="):] for f in scheduler_args(system, args, work)
+                if f.startswith("--strategy=") and f != "--strategy=auto"]
+    result["strategy"] = strategy[0] if strategy else None
+    result["step_ms"] = 1000.0 * args.batch_size * args.workers / result["samples_per_s"]
     return result
+
+
+def predict_fixed(runs, model, args, work):
+    """Each fixed ByteComp system's step as bytecomp-plan --evaluate simulates its strategy with
+    the profile and links the scheduler planned bc-auto with (the last bc-auto run of `model`;
+    bc-none: no strategy, every tensor uncompressed): {system: ms}, empty without a bc-auto
+    run."""
+    auto = [r for r in runs if r["model"] == model and r.get("plan_inputs")
+            and all(os.path.exists(p) for p in r["plan_inputs"])]
+    if not auto:
+        return {}
+    profile, cluster = auto[-1]["plan_inputs"]
+    # A fixed strategy is simulated as written: the tree must offer every option it may use.
+    options = os.path.join(work, "evaluate-options.pbtxt")
+    with open(options, "w") as f:
+        f.write("min_compress_bytes: 1\nkeep_dominated: true\n")
+    uncompressed = os.path.join(work, "uncompressed.pbtxt")
+    with open(uncompressed, "w") as f:
+        f.write("version: 1\nfirst_round: 0\n")
+    predicted = {}
+    for r in runs:
+        system = r["system"]
+        if (r["model"] != model or not system.startswith("bc-") or system == "bc-auto"
+                or system in predicted or "@base" in system or "+" in system):
+            continue
+        strategy = r.get("strategy") or (uncompressed if base_system(system) == "bc-none"
+                                         else None)
+        if strategy is None:
+            continue
+        try:
+            predicted[system] = evaluate_strategy(args.bin_dir, profile, cluster, COSTS,
+                                                  strategy, options=options,
+                                                  out=os.path.join(work, "ignored.pbtxt"))
+        except SystemExit as e:
+            print(f"  {model} {system}: no prediction ({str(e).splitlines()[-1]})")
+    return predicted
 
 
 def mb(value):
     return "-" if value is None else f"{value / 1e6:.2f}"
 
 
-def summarize(runs, systems, models):
-    """One row per (model, system): means over repetitions, ratios to DDP of the same run."""
+def summarize(runs, systems, models, predicted):
+    """One row per (model, system): means over repetitions, ratios to DDP of the same run, the
+    planner's prediction of the step (`predicted`: {model: {system: ms}} for the fixed
+    systems; bc-auto's is the scheduler's) against the measured one."""
     rows = []
     for model in models:
         by_system = {s: [r for r in runs if r["model"] == model and r["system"] == s]
@@ -328,7 +379,13 @@ def summarize(runs, systems, models):
             if not rs:
                 continue
             nic = [r["nic_bytes_per_step"] for r in rs if r["nic_bytes_per_step"] is not None]
+            step_ms = statistics.mean(r["step_ms"] for r in rs)
+            by_scheduler = [r["predicted_ms"] for r in rs if r.get("predicted_ms")]
+            pred = (statistics.median(by_scheduler) if by_scheduler
+                    else predicted.get(model, {}).get(s))
             rows.append(dict(
+                step_ms=step_ms, predicted_ms=pred,
+                predicted_error=None if pred is None else pred / step_ms - 1,
                 model=model, system=s, samples_per_s=speed[s],
                 per_rep=[r["samples_per_s"] for r in rs],
                 vs_ddp_gloo=speed[s] / speed["ddp-gloo"] if "ddp-gloo" in speed else None,
@@ -347,14 +404,21 @@ def print_table(rows, header):
     print(f"\n{header}")
     print(f"{'model':<5} {'system':<13} {'samples/s':>9} {'reps':>13} {'vs gloo':>8} "
           f"{'vs best DDP':>11} {'NIC MB/step':>11} {'engine MB/step':>14} {'accuracy':>8} "
-          f"{'CPU s/step':>10}")
+          f"{'CPU s/step':>10} {'step ms':>7} {'predicted':>9} {'error':>6}")
     for r in rows:
         ratio = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
         reps = "/".join(f"{v:.0f}" for v in r["per_rep"])
+        pred = "-" if r["predicted_ms"] is None else f"{r['predicted_ms']:.0f}"
+        err = "-" if r["predicted_error"] is None else f"{100 * r['predicted_error']:+.0f}%"
         print(f"{r['model']:<5} {r['system']:<13} {r['samples_per_s']:>9.0f} {reps:>13} "
               f"{ratio(r['vs_ddp_gloo']):>8} {ratio(r['vs_best_ddp']):>11} "
               f"{mb(r['nic_bytes_per_step']):>11} {mb(r['engine_bytes_per_step']):>14} "
-              f"{r['accuracy']:>8.4f} {r['worker_cpu_s_per_step']:>10.3f}")
+              f"{r['accuracy']:>8.4f} {r['worker_cpu_s_per_step']:>10.3f} "
+              f"{r['step_ms']:>7.0f} {pred:>9} {err:>6}")
+    if any(r["predicted_ms"] is not None for r in rows):
+        print("predicted: the planner's step (bc-auto: the scheduler's plan; the other ByteComp "
+              "rows: bytecomp-plan --evaluate of their strategy with the profile and links that "
+              "plan used)")
     for r in rows:
         if r["plan"]:
             print(f"{r['model']} {r['system']}: {r['plan']}")
@@ -405,7 +469,8 @@ def main(argv=None):
                       f"{result['samples_per_s']:7.0f} samples/s  acc "
                       f"{result['final_accuracy']:.4f}  NIC {mb(result['nic_bytes_per_step'])} "
                       f"MB/step  ({result['wall_s']:.0f} s)", flush=True)
-    rows = summarize(runs, args.systems, args.models)
+    predicted = {model: predict_fixed(runs, model, args, work) for model in args.models}
+    rows = summarize(runs, args.systems, args.models, predicted)
     print_table(rows, f"digits, W={args.workers}, {where}")
     print(f"logs in {work}")
     if args.out:
