@@ -79,9 +79,10 @@ def block_density(grad):
 def write_profile(path, model, args, torch):
     """Ready order and gaps from gradient hooks, averaged over the timed steps, as the engine
     profiles a round: the forward time is everything between the last gradient and the next
-    step's backward (the optimizer's step, the next batch, the forward), and
-    measured_training_cpu_us the thread's CPU from the first gradient to the last (the
-    planner charges it, every worker's, to the host's shared cores)."""
+    step's backward (the optimizer's step, the next batch, the forward),
+    measured_training_cpu_us the thread's CPU from the first gradient to the last and
+    measured_forward_cpu_us its CPU in the forward time (the planner charges both, every
+    worker's, to the host's shared cores)."""
     import torch.nn.functional as F
     params = dict(model.named_parameters())
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
@@ -95,28 +96,30 @@ def write_profile(path, model, args, torch):
 
     for name, p in params.items():
         p.register_hook(hook(name))
-    gaps, forward, training_cpu = {}, [], []
+    gaps, forward, training_cpu, forward_cpu = {}, [], [], []
     order = None
     for step in range(args.warmup + args.steps):
         ready.clear()
         cpu.clear()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         x, y = batch(args, torch, step, 0)
         loss = F.cross_entropy(model(x), y)
         t1 = time.perf_counter()
+        c1 = time.thread_time()
         loss.backward()
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.thread_time()
         for name, p in params.items():  # (not timed: the training step does not do it)
             density.setdefault(name, []).append(block_density(p.grad))
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), time.thread_time()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        t4 = time.perf_counter()
+        t4, c4 = time.perf_counter(), time.thread_time()
         if step < args.warmup:
             continue
         order = sorted(ready, key=ready.get)
         forward.append((t1 - t0) + (t2 - ready[order[-1]]) + (t4 - t3))
         training_cpu.append(cpu[order[-1]] - cpu[order[0]])
+        forward_cpu.append((c1 - c0) + (c2 - cpu[order[-1]]) + (c4 - c3))
         previous = t1
         for name in order:
             gaps.setdefault(name, []).append(ready[name] - previous)
@@ -125,7 +128,8 @@ def write_profile(path, model, args, torch):
     lines = [f'model: "{args.model}"',
              f'source: "sparse_train.py --local: gradient hooks, {args.steps} steps, batch '
              f'{args.batch_size}"', f"forward_us: {1e6 * mean(forward):.1f}",
-             f"measured_training_cpu_us: {1e6 * mean(training_cpu):.1f}"]
+             f"measured_training_cpu_us: {1e6 * mean(training_cpu):.1f}",
+             f"measured_forward_cpu_us: {1e6 * mean(forward_cpu):.1f}"]
     for name in order:
         lines += ["tensors {", f'  name: "grad/{name}"', f"  elements: {params[name].numel()}",
                   f"  ready_gap_us: {1e6 * mean(gaps[name]):.1f}",
