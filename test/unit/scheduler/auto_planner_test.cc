@@ -313,6 +313,19 @@ TEST(AutoPlannerTest, CpuBoundIsJudgedFromTheJobsOwnProcessesNotTheHostsLoad) {
   EXPECT_FALSE(mostly_quiet->cpu_bound) << mostly_quiet->summary;
 }
 
+// 3 workers (Job's links, no codecs) on one host of one core.
+AutoPlanJob ThreeWorkers() {
+  AutoPlanJob three = Job(false);
+  three.workers = 3;
+  return three;
+}
+proto::ClusterDescription OneCoreForThree() {
+  proto::ClusterDescription host = Cluster();
+  host.set_machines(3);
+  host.set_host_cores(1);
+  return host;
+}
+
 // The training thread's CPU and wait, as the workers measured them (ready_profiler.h): the
 // medians over the workers that reported them, logged, and on one host (host_cores) the
 // training threads' CPU competes with the communication's for the cores.
@@ -322,11 +335,8 @@ TEST(AutoPlannerTest, TheTrainingThreadsCpuIsMergedAndTakesTheSharedCores) {
   b.set_measured_training_cpu_us(3e6);
   a.set_measured_training_wait_us(4e5);
   b.set_measured_training_wait_us(6e5);
-  AutoPlanJob three = Job(false);
-  three.workers = 3;
-  proto::ClusterDescription host = Cluster();
-  host.set_machines(3);
-  host.set_host_cores(1);
+  const AutoPlanJob three = ThreeWorkers();
+  proto::ClusterDescription host = OneCoreForThree();
   auto merged = PlanFromProfiles({a, old, b}, host, {}, three);
   ASSERT_TRUE(merged.ok()) << merged.status();
   EXPECT_DOUBLE_EQ(merged->profile.measured_training_cpu_us(), 3e6);  // 1 and 3 s: the upper
@@ -355,11 +365,8 @@ TEST(AutoPlannerTest, TheForwardsCpuIsMergedAndEveryWorkersRunsOnTheSharedCores)
   for (proto::ModelProfile* p : {&a, &b, &old}) p->set_forward_us(1e6);
   a.set_measured_forward_cpu_us(8e5);
   b.set_measured_forward_cpu_us(9e5);
-  AutoPlanJob three = Job(false);
-  three.workers = 3;
-  proto::ClusterDescription host = Cluster();
-  host.set_machines(3);
-  host.set_host_cores(1);
+  const AutoPlanJob three = ThreeWorkers();
+  const proto::ClusterDescription host = OneCoreForThree();
   auto merged = PlanFromProfiles({a, old, b}, host, {}, three);
   ASSERT_TRUE(merged.ok()) << merged.status();
   EXPECT_DOUBLE_EQ(merged->profile.measured_forward_cpu_us(), 9e5);  // the upper median
