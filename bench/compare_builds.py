@@ -2,13 +2,15 @@
 """Two builds side by side on this machine, alternating which goes first, so that the machine's
 load drifts over both alike: the codec benchmark (bytecomp-codec-bench: encode and decode GB/s
 against memcpy measured in the same process) and the data plane (bytecomp-bench on a local
-cluster: median round time against the raw ZeroMQ loopback reference measured right before).
-Prints, per row, each build's median and after/before. For a change that must not cost speed
+cluster: median round time against the raw ZeroMQ loopback reference measured right before),
+and with --planner CLUSTER the planner (planner_bench: each shipped profile's plan CPU time, and
+its simulated events, which do not depend on the load). Prints, per row, each build's median
+and after/before. For a change that must not cost speed
 (a restructuring): ratios within the spread between repetitions are noise.
 
   python3 bench/compare_builds.py --before /path/to/old/build/bin --after build/bin \\
       [--reps 3] [--codecs topk,onebit,fp16,dgc] [--size N] [--codec-args=--params=ratio=0.01]
-      [--configs 0,1] [--out compare.json]
+      [--configs 0,1] [--planner 8x1gpu-10g] [--out compare.json]
 
 The codec rows come in pairs: against memcpy (the figure to compare) and in GB/s (which drifts
 with the machine's load). --configs= (empty) leaves the data plane out.
@@ -45,6 +47,19 @@ def codec_bench(bin_dir, codecs, size, extra_args=()):
     return rows
 
 
+def planner_bench(bin_dir, cluster):
+    """planner_bench's rows (5 plans each, the median): {model: (plan CPU ms, events)}."""
+    out = subprocess.run([os.path.join(bin_dir, "planner_bench"), "--repeats=5",
+                          f"--cluster={cluster}"], capture_output=True, text=True, timeout=900,
+                         check=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        f = line.split()  # model tensors options | wall cpu published | sim plan/sim | sims events
+        if len(f) > 12 and f[1].isdigit() and f[3] == "|":
+            rows[f[0]] = (float(f[5]), int(f[12]))
+    return rows
+
+
 def data_plane(bin_dir, workers, servers, model, rounds):
     """Median round time over the reference round 2 x W x bytes / R (run_data_plane_bench's
     jobs and reference, on `bin_dir`'s binaries)."""
@@ -67,6 +82,8 @@ def main():
                    help="more bytecomp-codec-bench arguments, space-separated "
                         "(e.g. --codec-args=--params=ratio=0.01)")
     p.add_argument("--configs", default="0,1,2", help="indices into DATA_CONFIGS")
+    p.add_argument("--planner", default="",
+                   help="a cluster of scheduler/planner/clusters: planner_bench rows on it")
     p.add_argument("--out", default="compare-builds.json")
     args = p.parse_args()
     builds = {"before": os.path.abspath(args.before), "after": os.path.abspath(args.after)}
@@ -87,6 +104,11 @@ def main():
                 add(f"codec {codec} decode / memcpy", build, r["dec_vs_memcpy"])
                 add(f"codec {codec} encode GB/s", build, r["enc_gbs"])
                 add(f"codec {codec} decode GB/s", build, r["dec_gbs"])
+        if args.planner:
+            for build in order:
+                for model, (cpu_ms, events) in planner_bench(builds[build], args.planner).items():
+                    add(f"planner {model} plan CPU ms", build, cpu_ms)
+                    add(f"planner {model} events", build, events)
         for w, s, model, rounds in configs:
             for build in order:
                 add(f"data plane W={w} S={s} {model}: round / reference", build,
@@ -103,7 +125,8 @@ def main():
         table.append({"row": row, "before": samples[(row, "before")],
                       "after": samples[(row, "after")], "ratio": a / b, "spread": spread})
         print(f"{row:<52} {b:>8.3f} {a:>8.3f} {a / b:>12.3f}  (spread {spread:.2f})")
-    print("codec rows: higher is faster; data-plane rows: lower is faster. Load average "
+    print("codec rows: higher is faster; data-plane and planner rows: lower is faster. "
+          "Load average "
           f"{load_before:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with open(args.out, "w") as f:
         json.dump({"builds": builds, "rows": table}, f, indent=1)

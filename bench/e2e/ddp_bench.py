@@ -11,8 +11,9 @@ NIC moved per step (sent + received), ByteComp's engine bytes per step, the fina
 accuracy, rank 0's CPU seconds per step (its process: training and communication
 threads; on a loaded host a steadier figure than wall time), and the step in ms beside the
 planner's prediction of it for the ByteComp rows (bc-auto: the scheduler's plan; the others:
-bytecomp-plan --evaluate of their strategy with the profile and links that plan used). Repetitions run in alternating order (the second reversed), so drift on a shared
-machine falls on every system alike. Needs root for the namespaces; without them it runs on
+bytecomp-plan --evaluate of their strategy with the profile and links that plan used).
+Repetitions run in alternating order (the second reversed), so drift on a shared machine falls
+on every system alike. Needs root for the namespaces; without them it runs on
 loopback (no slow links: compression can show little) and says so.
 
     sudo python3 bench/e2e/ddp_bench.py                       # full: 2 models x 7 systems x 2
