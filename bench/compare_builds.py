@@ -118,6 +118,12 @@ def main():
           f"{args.reps}; spread = max/min of a build's repetitions)")
     table = []
     for row in rows:
+        if (row, "before") not in samples or (row, "after") not in samples:
+            only = "before" if (row, "before") in samples else "after"
+            value = statistics.median(samples[(row, only)])
+            print(f"{row:<52} {value if only == 'before' else '-':>8} "
+                  f"{value if only == 'after' else '-':>8}  (in one build only)")
+            continue
         b = statistics.median(samples[(row, "before")])
         a = statistics.median(samples[(row, "after")])
         spread = max(max(v) / min(v) for v in (samples[(row, "before")], samples[(row, "after")])
