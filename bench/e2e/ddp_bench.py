@@ -26,7 +26,7 @@ workers and the servers; any bc-<preset> of bytecomp.strategy likewise), bc-<pre
 bc-<preset>-ag (the preset one-way, summed among the workers by gloo's allreduce or allgather
 instead of on the servers: bc-none-ar, bc-powersgd-ar, bc-topk-ag), bc-auto
 (--strategy=auto with collectives: the scheduler profiles, plans with the measured links and the
-VM's measured codec costs, per tensor over the servers, an allreduce or an allgather, and
+host's codec costs, calibrated first (calibrate_costs; --costs for a table), per tensor over the servers, an allreduce or an allgather, and
 switches every node).
 """
 
@@ -51,7 +51,7 @@ SYSTEMS = ("ddp-gloo", "ddp-fp16", "ddp-powersgd", "bc-none", "bc-fp16", "bc-top
 # Not in the default set: "local", the same processes training without communication.
 # Beside these, bc-<codec> runs any preset of bytecomp.strategy both ways.
 DDP_SYSTEMS = ("ddp-gloo", "ddp-fp16", "ddp-powersgd")
-COSTS = os.path.join(REPO, "scheduler", "planner", "costs", "measured-devvm.pbtxt")
+NOMINAL = os.path.join(REPO, "scheduler", "planner", "costs", "nominal.pbtxt")
 RESULT = re.compile(r"RESULT (\{.*\})")
 
 
@@ -79,6 +79,9 @@ def parse_args(argv=None):
                    help="another build (its bin/ and lib/): a system named SYSTEM@base runs "
                         "SYSTEM with that build's binaries and engine library, so that a "
                         "change and its baseline are measured in the same session")
+    p.add_argument("--costs", default=None,
+                   help="the planner's codec cost table for bc-auto and the predictions "
+                        "(default: this host's, calibrated first: calibrate_costs, about 25 s)")
     p.add_argument("--profile", action="store_true",
                    help="also read, while each run goes, every process's CPU seconds, the tbf "
                         "queues' drops and the TCP retransmissions (netns_probe.py); per step")
@@ -177,7 +180,7 @@ def scheduler_args(system, args, work):
                     f"colocated_servers: true\n"
                     f"cpu_pool_threads: 2\nhost_cores: {os.cpu_count()}\n")
         # With collectives: the plan may sum a tensor among the workers where that wins.
-        flags += ["--strategy=auto", f"--plan_cluster={cluster}", f"--plan_costs={COSTS}",
+        flags += ["--strategy=auto", f"--plan_cluster={cluster}", f"--plan_costs={args.costs}",
                   "--collectives"]
     return flags
 
@@ -190,6 +193,19 @@ def run_checked(cmd, timeout, env=None, with_stderr=False):
         raise SystemExit(f"{' '.join(cmd)} failed (rc {res.returncode}):\n"
                          f"{(res.stdout + res.stderr)[-3000:]}")
     return res.stdout + res.stderr if with_stderr else res.stdout
+
+
+def calibrate_costs(bin_dir, template, out, workers, use_netns, seconds=0.02):
+    """This host's costs for the planner: the codecs the cost table `template` lists, each
+    measured by bytecomp-plan --calibrate (one thread, `seconds` a point) into `out`, then the
+    CPU that moving a message costs (calibrate_transport). Prints both summaries; returns
+    `out`."""
+    text = run_checked([os.path.join(bin_dir, "bytecomp-plan"), "--calibrate", f"--costs={out}",
+                        f"--calibrate_template={template}", f"--calibrate_seconds={seconds}"],
+                       900, with_stderr=True)
+    print(text.strip().splitlines()[-1], flush=True)
+    print(calibrate_transport(out, workers, bin_dir, use_netns), flush=True)
+    return out
 
 
 def calibrate_transport(costs, workers, bin_dir, use_netns):
@@ -351,7 +367,7 @@ def predict_fixed(runs, model, args, work):
         if strategy is None:
             continue
         try:
-            predicted[system] = evaluate_strategy(args.bin_dir, profile, cluster, COSTS,
+            predicted[system] = evaluate_strategy(args.bin_dir, profile, cluster, args.costs,
                                                   strategy, options=options,
                                                   out=os.path.join(work, "ignored.pbtxt"))
         except SystemExit as e:
@@ -458,6 +474,9 @@ def main(argv=None):
     print(f"ddp_bench: {where}; {args.epochs} epochs, batch {args.batch_size}/worker, "
           f"{args.reps} repetition(s) in alternating order", flush=True)
     work = tempfile.mkdtemp(prefix="bytecomp-ddp-bench-")
+    if args.costs is None and any(s.startswith("bc-") for s in args.systems):
+        args.costs = calibrate_costs(args.bin_dir, NOMINAL, os.path.join(work, "costs.pbtxt"),
+                                     args.workers, use_netns)
     runs = []
     for rep in range(args.reps):
         for model in args.models:

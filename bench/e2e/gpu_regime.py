@@ -64,8 +64,8 @@ sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, HERE)
 
 from bytecomp.strategy import PRESETS, strategy_text  # noqa: E402
-from ddp_bench import (calibrate_contention, calibrate_transport, evaluate_strategy,  # noqa: E402
-                       namespaces_usable, rate_gbps, run_checked, with_contention)
+from ddp_bench import (calibrate_contention, calibrate_costs, evaluate_strategy,  # noqa: E402
+                       namespaces_usable, rate_gbps, with_contention)
 from netns_probe import HostBusy, NetnsProbe  # noqa: E402
 
 PROFILES = os.path.join(REPO, "scheduler", "planner", "profiles")
@@ -206,12 +206,8 @@ def calibrate(args, work, use_netns):
     rank = "".join(f' params {{ key: "{k}" value: "{v}" }}' for k, v in params.items())
     with open(template, "w") as f:
         f.write(open(NOMINAL).read().replace('name: "powersgd"', f'name: "powersgd"{rank}'))
-    out = run_checked([os.path.join(args.bin_dir, "bytecomp-plan"), "--calibrate",
-                       f"--costs={costs}", f"--calibrate_template={template}",
-                       f"--calibrate_seconds={args.calibrate_seconds}"], 900, with_stderr=True)
-    print(out.strip().splitlines()[-1], flush=True)
-    print(calibrate_transport(costs, args.workers, args.bin_dir, use_netns), flush=True)
-    return costs
+    return calibrate_costs(args.bin_dir, template, costs, args.workers, use_netns,
+                           args.calibrate_seconds)
 
 
 def reencodable_codecs(costs):

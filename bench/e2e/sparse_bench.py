@@ -44,7 +44,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ddp_bench import (calibrate_contention, calibrate_transport, evaluate_strategy,  # noqa: E402
+from ddp_bench import (calibrate_contention, calibrate_costs, evaluate_strategy,  # noqa: E402
                        namespaces_usable, rate_gbps, run_checked, with_contention)
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparse_train.py")
@@ -196,12 +196,8 @@ def main(argv=None):
     open(paths["cluster.pbtxt"], "w").write(cluster_text(args))
     open(paths["options.pbtxt"], "w").write(planner_options())
     open(paths["evaluate.pbtxt"], "w").write(planner_options(evaluate=True))
-    out = run_checked([plan_bin, "--calibrate", f"--costs={paths['costs.pbtxt']}",
-               f"--calibrate_template={paths['template.pbtxt']}",
-               f"--calibrate_seconds={0.002 if args.small else 0.02}"], 900)
-    print(out.strip().splitlines()[-1], flush=True)
-    print(calibrate_transport(paths["costs.pbtxt"], args.workers, args.bin_dir, use_netns),
-          flush=True)
+    calibrate_costs(args.bin_dir, paths["template.pbtxt"], paths["costs.pbtxt"], args.workers,
+                    use_netns, 0.002 if args.small else 0.02)
     contention = None
     if args.contention:
         contention, _ = calibrate_contention(args.workers, args.workers, True, args.bin_dir,
