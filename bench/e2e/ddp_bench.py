@@ -234,6 +234,25 @@ def evaluate_strategy(bin_dir, profile, cluster, costs, strategy, options=None, 
     return float(found.group(1))
 
 
+def evaluate_strategies(bin_dir, profile, cluster, costs, strategies, work, tag):
+    """evaluate_strategy of each {system: strategy file}, as written (the tree offers every
+    option a fixed strategy may use: the small tensors' and the dominated ones too): {system:
+    ms, or None where bytecomp-plan could not, which it prints after `tag`}."""
+    options = os.path.join(work, "evaluate-options.pbtxt")
+    with open(options, "w") as f:
+        f.write("min_compress_bytes: 1\nkeep_dominated: true\n")
+    predicted = {}
+    for system, path in strategies.items():
+        try:
+            predicted[system] = evaluate_strategy(bin_dir, profile, cluster, costs, path,
+                                                  options=options,
+                                                  out=os.path.join(work, "ignored.pbtxt"))
+        except SystemExit as e:
+            print(f"  {tag} {system}: no prediction ({str(e).splitlines()[-1]})")
+            predicted[system] = None
+    return predicted
+
+
 def calibrate_contention(workers, servers, colocate, bin_dir, use_netns, json_path,
                          keyed=False):
     """The contention of a job's W workers and S servers on this host's cores
@@ -349,30 +368,22 @@ def predict_fixed(runs, model, args, work):
     if not auto:
         return {}
     profile, cluster = auto[-1]["plan_inputs"]
-    # A fixed strategy is simulated as written: the tree must offer every option it may use.
-    options = os.path.join(work, "evaluate-options.pbtxt")
-    with open(options, "w") as f:
-        f.write("min_compress_bytes: 1\nkeep_dominated: true\n")
     uncompressed = os.path.join(work, "uncompressed.pbtxt")
     with open(uncompressed, "w") as f:
         f.write("version: 1\nfirst_round: 0\n")
-    predicted = {}
+    strategies = {}
     for r in runs:
         system = r["system"]
         if (r["model"] != model or not system.startswith("bc-") or system == "bc-auto"
-                or system in predicted or "@base" in system or "+" in system):
+                or "@base" in system or "+" in system):
             continue
         strategy = r.get("strategy") or (uncompressed if base_system(system) == "bc-none"
                                          else None)
-        if strategy is None:
-            continue
-        try:
-            predicted[system] = evaluate_strategy(args.bin_dir, profile, cluster, args.costs,
-                                                  strategy, options=options,
-                                                  out=os.path.join(work, "ignored.pbtxt"))
-        except SystemExit as e:
-            print(f"  {model} {system}: no prediction ({str(e).splitlines()[-1]})")
-    return predicted
+        if strategy is not None:
+            strategies[system] = strategy
+    predicted = evaluate_strategies(args.bin_dir, profile, cluster, args.costs, strategies,
+                                    work, model)
+    return {s: ms for s, ms in predicted.items() if ms is not None}
 
 
 def mb(value):

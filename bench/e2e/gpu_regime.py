@@ -64,7 +64,7 @@ sys.path.insert(0, os.path.join(REPO, "shim"))
 sys.path.insert(0, HERE)
 
 from bytecomp.strategy import PRESETS, strategy_text  # noqa: E402
-from ddp_bench import (calibrate_contention, calibrate_costs, evaluate_strategy,  # noqa: E402
+from ddp_bench import (calibrate_contention, calibrate_costs, evaluate_strategies,  # noqa: E402
                        namespaces_usable, rate_gbps, with_contention)
 from netns_probe import HostBusy, NetnsProbe  # noqa: E402
 
@@ -235,26 +235,6 @@ def write_strategies(args, work, tag):
                                   two_way=codec in two_way))
         strategies[system] = path
     return strategies
-
-
-def predict(args, work, tag, profile, cluster, strategies):
-    """Each strategy's iteration as bytecomp-plan --evaluate simulates it with this profile
-    and cluster: {system: ms or None}."""
-    # A fixed strategy is simulated as written: the tree must offer every option it may use
-    # (the small tensors' and the dominated ones too).
-    options = os.path.join(work, "evaluate-options.pbtxt")
-    with open(options, "w") as f:
-        f.write("min_compress_bytes: 1\nkeep_dominated: true\n")
-    predicted = {}
-    for system, path in strategies.items():
-        try:
-            predicted[system] = evaluate_strategy(args.bin_dir, profile, cluster, args.costs,
-                                                  path, options=options,
-                                                  out=os.path.join(work, "ignored.pbtxt"))
-        except SystemExit as e:
-            print(f"  {tag} {system}: no prediction ({str(e).splitlines()[-1]})")
-            predicted[system] = None
-    return predicted
 
 
 def auto_strategy(runs):
@@ -487,7 +467,8 @@ def main(argv=None):
             # (measured profile, fitted links); without a bc-auto run, the nominal inputs.
             fitted = auto_inputs(runs)
             inputs = fitted or (profile, os.path.join(work, "cluster.pbtxt"))
-            predicted = predict(args, work, tag, *inputs, strategies)
+            predicted = evaluate_strategies(args.bin_dir, *inputs, args.costs, strategies,
+                                            work, tag)
             rows = summarize(runs, args.systems, predicted, facts)
             contended = {}
             if contention is not None:
@@ -496,10 +477,13 @@ def main(argv=None):
                 planned = dict(strategies)
                 if auto_strategy(runs):
                     planned["bc-auto"] = auto_strategy(runs)
-                plain = predict(args, work, tag, *inputs, planned)
-                contended = predict(args, work, tag, inputs[0],
-                                    with_contention(inputs[1], contention, os.path.join(
-                                        work, f"{tag}-contention-cluster.pbtxt")), planned)
+                plain = evaluate_strategies(args.bin_dir, *inputs, args.costs, planned, work,
+                                            tag)
+                contended = evaluate_strategies(
+                    args.bin_dir, inputs[0],
+                    with_contention(inputs[1], contention,
+                                    os.path.join(work, f"{tag}-contention-cluster.pbtxt")),
+                    args.costs, planned, work, tag)
                 contended = {s: (plain[s], contended[s]) for s in planned}
             heading = (f"{model}: {facts['tensors']} tensors, {facts['real_bytes'] / 1e6:.0f} MB "
                        f"shrunk to {facts['bytes'] / 1e6:.1f} MB; compute "
