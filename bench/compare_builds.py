@@ -5,8 +5,8 @@ against memcpy measured in the same process) and the data plane (bytecomp-bench 
 cluster: median round time against the raw ZeroMQ loopback reference measured right before),
 and with --planner CLUSTER the planner (planner_bench: each shipped profile's plan CPU time, and
 its simulated events, which do not depend on the load). Prints, per row, each build's median
-and after/before. For a change that must not cost speed
-(a restructuring): ratios within the spread between repetitions are noise.
+and after/before. For a change that must not cost speed (a restructuring): ratios within the
+spread between repetitions are noise.
 
   python3 bench/compare_builds.py --before /path/to/old/build/bin --after build/bin \\
       [--reps 3] [--codecs topk,onebit,fp16,dgc] [--size N] [--codec-args=--params=ratio=0.01]

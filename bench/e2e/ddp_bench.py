@@ -26,8 +26,8 @@ workers and the servers; any bc-<preset> of bytecomp.strategy likewise), bc-<pre
 bc-<preset>-ag (the preset one-way, summed among the workers by gloo's allreduce or allgather
 instead of on the servers: bc-none-ar, bc-powersgd-ar, bc-topk-ag), bc-auto
 (--strategy=auto with collectives: the scheduler profiles, plans with the measured links and the
-host's codec costs, calibrated first (calibrate_costs; --costs for a table), per tensor over the servers, an allreduce or an allgather, and
-switches every node).
+host's codec costs, calibrated first (calibrate_costs; --costs for a table), per tensor over the
+servers, an allreduce or an allgather, and switches every node).
 """
 
 import argparse
@@ -296,8 +296,9 @@ def run_one(system, model, args, work, use_netns):
     train = [sys.executable, os.path.join(REPO, "examples", "train_ddp.py"), "--comm", comm,
              "--model", model, "--epochs", str(args.epochs), "--batch-size",
              str(args.batch_size), "--lr", str(args.lr)]
+    flags = scheduler_args(system, args, work)
     launch = ["--bin-dir", bin_dir, "--timeout", str(args.timeout),
-              "--scheduler-args=" + " ".join(scheduler_args(system, args, work))]
+              "--scheduler-args=" + " ".join(flags)]
     protection = key_setting(label)[1]
     if not args.cluster_key and protection is None:
         launch.append("--no-key")
@@ -351,7 +352,7 @@ def run_one(system, model, args, work, use_netns):
         if inputs:
             result["plan_inputs"] = [f"{inputs.group(1)}.{kind}.pbtxt"
                                      for kind in ("profile", "cluster")]
-    strategy = [f[len("--strategy="):] for f in scheduler_args(system, args, work)
+    strategy = [f[len("--strategy="):] for f in flags
                 if f.startswith("--strategy=") and f != "--strategy=auto"]
     result["strategy"] = strategy[0] if strategy else None
     result["step_ms"] = 1000.0 * args.batch_size * args.workers / result["samples_per_s"]

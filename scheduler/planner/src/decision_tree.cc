@@ -354,12 +354,21 @@ std::vector<double> TrainingCpuUs(const proto::ModelProfile& profile) {
   return out;
 }
 
+namespace {
+
+// On one host (host_cores): the cores the job's processes get (host_effective_cores, measured),
+// else all of them.
+double JobCores(const proto::ClusterDescription& cluster) {
+  return cluster.host_effective_cores() > 0 ? cluster.host_effective_cores() : cluster.host_cores();
+}
+
+}  // namespace
+
 double ForwardOnHostUs(const proto::ModelProfile& profile,
                        const proto::ClusterDescription& cluster) {
   const double alone = profile.forward_us();
   if (cluster.host_cores() <= 0 || !(profile.measured_forward_cpu_us() > 0)) return alone;
-  const double cores =
-      cluster.host_effective_cores() > 0 ? cluster.host_effective_cores() : cluster.host_cores();
+  const double cores = JobCores(cluster);
   const double workers = std::max(1, cluster.workers());
   return std::max(alone, profile.measured_forward_cpu_us() * workers / std::min(cores, workers));
 }
@@ -418,10 +427,8 @@ OptionCost CostOf(const TensorOption& option, const proto::TensorProfile& tensor
   // One host for the whole job (host_cores): every pushing worker (all W flat, the machine
   // roots hierarchical) does this worker's CPU work at the same time, and the servers' work
   // queues on the same cores (one resource, kCpuPool).
-  // The cores the job's processes get (host_effective_cores, measured), else all of them.
   const int host_cores = cluster.host_cores();
-  const double cores =
-      cluster.host_effective_cores() > 0 ? cluster.host_effective_cores() : host_cores;
+  const double cores = JobCores(cluster);
   const double pool_scale =
       host_cores > 0 ? senders / std::min<double>(cores, senders * cluster.cpu_pool_threads())
                      : 1.0;
